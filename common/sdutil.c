@@ -1,0 +1,232 @@
+#include "sdutil.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+int64_t sd_mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t sd_mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int64_t sd_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void sd_buf_init(sd_buf_t *b, size_t max)
+{
+    b->data = NULL;
+    b->len = b->cap = 0;
+    b->max = max;
+}
+
+static int buf_reserve(sd_buf_t *b, size_t extra)
+{
+    if (extra > b->max || b->len > b->max - extra)
+        return -E2BIG;
+    size_t need = b->len + extra + 1;
+    if (need <= b->cap)
+        return 0;
+    size_t ncap = b->cap ? b->cap : 256;
+    while (ncap < need)
+        ncap *= 2;
+    char *p = realloc(b->data, ncap);
+    if (!p)
+        return -ENOMEM;
+    b->data = p;
+    b->cap = ncap;
+    return 0;
+}
+
+int sd_buf_append(sd_buf_t *b, const void *p, size_t n)
+{
+    int rc = buf_reserve(b, n);
+    if (rc)
+        return rc;
+    if (n)
+        memcpy(b->data + b->len, p, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+    return 0;
+}
+
+int sd_buf_printf(sd_buf_t *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return -EINVAL;
+    int rc = buf_reserve(b, (size_t)n);
+    if (rc)
+        return rc;
+    va_start(ap, fmt);
+    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+    return 0;
+}
+
+void sd_buf_reset(sd_buf_t *b)
+{
+    b->len = 0;
+    if (b->data)
+        b->data[0] = '\0';
+}
+
+void sd_buf_free(sd_buf_t *b)
+{
+    free(b->data);
+    b->data = NULL;
+    b->len = b->cap = 0;
+}
+
+int sd_name_valid(const char *s, size_t max)
+{
+    if (!s)
+        return 0;
+    size_t n = strlen(s);
+    if (n == 0 || n > max || s[0] == '.' || s[0] == '-')
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                 c == '_' || c == '.' || c == '-' || c == ':' || c == '@';
+        if (!ok)
+            return 0;
+    }
+    return strstr(s, "..") == NULL;
+}
+
+int sd_random_hex(char *out, size_t nbytes)
+{
+    unsigned char raw[64];
+    static const char hex[] = "0123456789abcdef";
+    if (nbytes > sizeof raw)
+        return -EINVAL;
+    size_t got = 0;
+    while (got < nbytes) {
+        ssize_t r = getrandom(raw + got, nbytes - got, 0);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        got += (size_t)r;
+    }
+    for (size_t i = 0; i < nbytes; i++) {
+        out[2 * i] = hex[raw[i] >> 4];
+        out[2 * i + 1] = hex[raw[i] & 15];
+    }
+    out[2 * nbytes] = '\0';
+    return 0;
+}
+
+int sd_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out)
+{
+    if (!s || !*s)
+        return -EINVAL;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (*end != '\0' || end == s)
+        return -EINVAL;
+    if (errno == ERANGE || v < min || v > max)
+        return -ERANGE;
+    *out = v;
+    return 0;
+}
+
+int sd_parse_hostport(const char *s, char *host, size_t hostcap, int *port)
+{
+    const char *colon;
+    const char *h = s;
+    size_t hlen;
+    if (s[0] == '[') {
+        const char *rb = strchr(s, ']');
+        if (!rb || rb[1] != ':')
+            return -EINVAL;
+        h = s + 1;
+        hlen = (size_t)(rb - h);
+        colon = rb + 1;
+    } else {
+        colon = strrchr(s, ':');
+        if (!colon)
+            return -EINVAL;
+        hlen = (size_t)(colon - s);
+        if (memchr(s, ':', hlen)) /* bare IPv6 without brackets */
+            return -EINVAL;
+    }
+    if (hlen >= hostcap)
+        return -EINVAL;
+    int64_t p;
+    if (sd_parse_i64(colon + 1, 1, 65535, &p))
+        return -EINVAL;
+    memcpy(host, h, hlen);
+    host[hlen] = '\0';
+    *port = (int)p;
+    return 0;
+}
+
+int sd_read_file(const char *path, size_t max, char **out, size_t *len)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    sd_buf_t b;
+    sd_buf_init(&b, max);
+    int rc = sd_buf_append(&b, "", 0);
+    char chunk[8192];
+    while (rc == 0) {
+        ssize_t r = read(fd, chunk, sizeof chunk);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            rc = -errno;
+            break;
+        }
+        if (r == 0)
+            break;
+        rc = sd_buf_append(&b, chunk, (size_t)r);
+    }
+    close(fd);
+    if (rc) {
+        sd_buf_free(&b);
+        return rc;
+    }
+    *out = b.data;
+    if (len)
+        *len = b.len;
+    return 0;
+}
+
+size_t sd_strlcpy(char *dst, const char *src, size_t cap)
+{
+    size_t n = strlen(src);
+    if (cap) {
+        size_t c = n < cap - 1 ? n : cap - 1;
+        memcpy(dst, src, c);
+        dst[c] = '\0';
+    }
+    return n;
+}

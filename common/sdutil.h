@@ -1,0 +1,51 @@
+/* Small utilities shared by the daemons, sdctl and the tests (not by libbbagent,
+ * which stays libc-only and allocation-free). */
+#ifndef SD_UTIL_H
+#define SD_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SD_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Milliseconds on CLOCK_MONOTONIC (for deadlines) and CLOCK_REALTIME (for timestamps). */
+int64_t sd_mono_ms(void);
+int64_t sd_mono_us(void);
+int64_t sd_wall_ms(void);
+
+/* A growable byte buffer with a hard cap: appends past `max` fail with -E2BIG and leave
+ * the buffer unchanged. The buffer is always NUL-terminated (not counted in len). */
+typedef struct {
+    char *data;
+    size_t len, cap, max;
+} sd_buf_t;
+
+void sd_buf_init(sd_buf_t *b, size_t max);
+int sd_buf_append(sd_buf_t *b, const void *p, size_t n);
+int sd_buf_printf(sd_buf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void sd_buf_reset(sd_buf_t *b);
+void sd_buf_free(sd_buf_t *b);
+
+/* A name (cluster, machine, service, instance, lock key part): 1..max bytes of
+ * [A-Za-z0-9_.:@-], not starting with '.' or '-'. Rejects '/', spaces, control bytes
+ * and "..": safe as a Redis key part, a file name and a URL path segment. */
+int sd_name_valid(const char *s, size_t max);
+#define SD_NAME_MAX 128
+
+/* Fills out with 2*nbytes lowercase hex characters of getrandom() randomness + NUL. */
+int sd_random_hex(char *out, size_t nbytes);
+
+/* Parses "host:port", "[v6]:port" or ":port" (host becomes ""). Returns 0 or -EINVAL. */
+int sd_parse_hostport(const char *s, char *host, size_t hostcap, int *port);
+
+/* Parses a whole decimal integer in [min,max]; returns 0 or -EINVAL/-ERANGE. */
+int sd_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out);
+
+/* Reads a whole file of at most max bytes into a NUL-terminated malloc'd buffer that the
+ * caller frees. Returns 0, -E2BIG when larger, or a negative errno. */
+int sd_read_file(const char *path, size_t max, char **out, size_t *len);
+
+/* strlcpy: copies at most cap-1 bytes, always NUL-terminates, returns strlen(src). */
+size_t sd_strlcpy(char *dst, const char *src, size_t cap);
+
+#endif

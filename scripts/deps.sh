@@ -1,0 +1,27 @@
+# Sourced by the run scripts: installs the Debian packages the project needs when any
+# is missing (apt-get update, then apt-get install -y), as root or through sudo.
+# Extra packages can be passed in SD_EXTRA_PACKAGES.
+sd_packages="cmake make gcc pkg-config libmicrohttpd-dev libjansson-dev libhiredis-dev
+libcurl4-openssl-dev libcmocka-dev redis-server redis-tools curl ${SD_EXTRA_PACKAGES:-}"
+
+sd_install_deps() {
+    local missing=()
+    for p in $sd_packages; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    echo "installing: ${missing[*]}"
+    local sudo=""
+    [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    export DEBIAN_FRONTEND=noninteractive
+    $sudo apt-get update -qq
+    $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+# Configures and builds into $1 (default build/) with extra cmake args after it.
+sd_build() {
+    local dir=${1:-build}
+    shift || true
+    cmake -S "$SD_ROOT" -B "$SD_ROOT/$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+    cmake --build "$SD_ROOT/$dir" -j"$(nproc)"
+}

@@ -1,0 +1,341 @@
+/* Transport of libsdclient: URL list, failover, request/response plumbing. */
+#include <curl/curl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "sdclient.h"
+
+#define MAX_URLS 16
+#define MAX_RESPONSE (64u << 20)
+
+struct sdc {
+    char *urls[MAX_URLS];
+    int nurls;
+    int cur;
+    char *auth_header;
+    int timeout_ms;
+    CURL *curl;
+};
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static void curl_init_once(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
+
+sdc_t *sdc_new(const char *urls, const char *token, int timeout_ms)
+{
+    if (!urls || !*urls)
+        return NULL;
+    pthread_once(&curl_once, curl_init_once);
+    sdc_t *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    char *copy = strdup(urls), *save = NULL;
+    for (char *u = strtok_r(copy, ", ", &save); u; u = strtok_r(NULL, ", ", &save)) {
+        size_t n = strlen(u);
+        while (n && u[n - 1] == '/')
+            u[--n] = '\0';
+        if (c->nurls == MAX_URLS || (strncmp(u, "http://", 7) && strncmp(u, "https://", 8))) {
+            free(copy);
+            sdc_free(c);
+            return NULL;
+        }
+        c->urls[c->nurls++] = strdup(u);
+    }
+    free(copy);
+    if (!c->nurls) {
+        sdc_free(c);
+        return NULL;
+    }
+    /* Shuffle so that many clients spread over the servers (Fisher-Yates). */
+    for (int i = c->nurls - 1; i > 0; i--) {
+        unsigned r = 0;
+        if (getrandom(&r, sizeof r, 0) != sizeof r)
+            r = (unsigned)i;
+        int j = (int)(r % (unsigned)(i + 1));
+        char *t = c->urls[i];
+        c->urls[i] = c->urls[j];
+        c->urls[j] = t;
+    }
+    if (token && *token && asprintf(&c->auth_header, "Authorization: Bearer %s", token) < 0)
+        c->auth_header = NULL;
+    c->timeout_ms = timeout_ms > 0 ? timeout_ms : 5000;
+    c->curl = curl_easy_init();
+    if (!c->curl) {
+        sdc_free(c);
+        return NULL;
+    }
+    return c;
+}
+
+void sdc_free(sdc_t *c)
+{
+    if (!c)
+        return;
+    for (int i = 0; i < c->nurls; i++)
+        free(c->urls[i]);
+    free(c->auth_header);
+    if (c->curl)
+        curl_easy_cleanup(c->curl);
+    free(c);
+}
+
+const char *sdc_current_url(const sdc_t *c) { return c->urls[c->cur]; }
+
+void sdc_err_clear(sdc_err_t *err)
+{
+    if (!err)
+        return;
+    json_decref(err->body);
+    memset(err, 0, sizeof *err);
+}
+
+const char *sdc_strerror(int rc, const sdc_err_t *err, char *buf, size_t cap)
+{
+    switch (rc) {
+    case SDC_OK: snprintf(buf, cap, "ok"); break;
+    case SDC_E_HTTP:
+        snprintf(buf, cap, "%ld %s: %s", err ? err->status : 0, err && err->code[0] ? err->code : "error",
+                 err ? err->message : "");
+        break;
+    case SDC_E_TRANSPORT:
+        snprintf(buf, cap, "cannot reach serverdir: %s", err && err->message[0] ? err->message : "no answer");
+        break;
+    case SDC_E_PROTO: snprintf(buf, cap, "unexpected answer from serverdir: %s", err ? err->message : ""); break;
+    case SDC_E_INVAL: snprintf(buf, cap, "invalid argument: %s", err ? err->message : ""); break;
+    default: snprintf(buf, cap, "out of memory"); break;
+    }
+    return buf;
+}
+
+const char *sdc_escape(const char *s, char *buf, size_t cap)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t o = 0;
+    for (; *s && o + 4 < cap; s++) {
+        unsigned char ch = (unsigned char)*s;
+        int safe = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                   (ch >= '0' && ch <= '9') || ch == '-' || ch == '_' || ch == '.' ||
+                   ch == '~' || ch == ':' || ch == '@';
+        if (safe) {
+            buf[o++] = (char)ch;
+        } else {
+            buf[o++] = '%';
+            buf[o++] = hex[ch >> 4];
+            buf[o++] = hex[ch & 15];
+        }
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
+struct sink {
+    char *p;
+    size_t len;
+    int overflow;
+};
+
+static size_t sink_write(char *ptr, size_t size, size_t nmemb, void *ud)
+{
+    struct sink *s = ud;
+    size_t n = size * nmemb;
+    if (s->len + n > MAX_RESPONSE) {
+        s->overflow = 1;
+        return 0;
+    }
+    char *np = realloc(s->p, s->len + n + 1);
+    if (!np)
+        return 0;
+    memcpy(np + s->len, ptr, n);
+    s->p = np;
+    s->len += n;
+    s->p[s->len] = '\0';
+    return n;
+}
+
+struct hdr_capture {
+    const char *name;
+    char *value;
+    size_t cap;
+};
+
+static size_t header_cb(char *ptr, size_t size, size_t nmemb, void *ud)
+{
+    struct hdr_capture *h = ud;
+    size_t n = size * nmemb;
+    if (h->name) {
+        size_t nl = strlen(h->name);
+        if (n > nl + 1 && strncasecmp(ptr, h->name, nl) == 0 && ptr[nl] == ':') {
+            const char *v = ptr + nl + 1;
+            size_t vl = n - nl - 1;
+            while (vl && (*v == ' ' || *v == '\t')) {
+                v++;
+                vl--;
+            }
+            while (vl && (v[vl - 1] == '\r' || v[vl - 1] == '\n' || v[vl - 1] == ' '))
+                vl--;
+            snprintf(h->value, h->cap, "%.*s", (int)vl, v);
+        }
+    }
+    return n;
+}
+
+/* Fills err from an HTTP error answer (ServerDir's {"error":{code,message}} shape). */
+static void http_error(sdc_err_t *err, long status, const char *body, size_t len)
+{
+    if (!err)
+        return;
+    err->status = status;
+    json_t *j = body && len ? json_loadb(body, len, 0, NULL) : NULL;
+    json_t *e = json_object_get(j, "error");
+    const char *code = json_string_value(json_object_get(e, "code"));
+    const char *msg = json_string_value(json_object_get(e, "message"));
+    snprintf(err->code, sizeof err->code, "%s", code ? code : "http_error");
+    snprintf(err->message, sizeof err->message, "%s", msg ? msg : "");
+    err->body = j;
+}
+
+/* One request with failover. On success fills the sink and returns the status. */
+static int perform(sdc_t *c, const char *method, const char *path, struct curl_slist *hl,
+                   const void *body, size_t len, struct sink *out, struct hdr_capture *hc,
+                   long *status, sdc_err_t *err)
+{
+    char ebuf[CURL_ERROR_SIZE];
+    for (int attempt = 0; attempt < c->nurls; attempt++) {
+        int idx = (c->cur + attempt) % c->nurls;
+        char url[2048];
+        snprintf(url, sizeof url, "%s%s", c->urls[idx], path);
+        CURL *h = c->curl;
+        curl_easy_reset(h);
+        curl_easy_setopt(h, CURLOPT_URL, url);
+        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
+        curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)c->timeout_ms);
+        curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)(c->timeout_ms < 2000 ? c->timeout_ms : 2000));
+        curl_easy_setopt(h, CURLOPT_ERRORBUFFER, ebuf);
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sink_write);
+        curl_easy_setopt(h, CURLOPT_WRITEDATA, out);
+        curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, header_cb);
+        curl_easy_setopt(h, CURLOPT_HEADERDATA, hc);
+        if (strcmp(method, "HEAD") == 0)
+            curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+        if (body) {
+            curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+            curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+        }
+        ebuf[0] = '\0';
+        free(out->p);
+        out->p = NULL;
+        out->len = 0;
+        CURLcode rc = curl_easy_perform(h);
+        if (rc == CURLE_OK) {
+            curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
+            if (*status >= 500 && attempt + 1 < c->nurls)
+                continue; /* that copy is unhealthy: try the next one */
+            c->cur = idx;
+            return SDC_OK;
+        }
+        if (out->overflow) {
+            if (err)
+                snprintf(err->message, sizeof err->message, "response larger than %u bytes", MAX_RESPONSE);
+            return SDC_E_PROTO;
+        }
+        if (err)
+            snprintf(err->message, sizeof err->message, "%s: %s", c->urls[idx],
+                     ebuf[0] ? ebuf : curl_easy_strerror(rc));
+    }
+    c->cur = (c->cur + 1) % c->nurls;
+    return SDC_E_TRANSPORT;
+}
+
+int sdc_request(sdc_t *c, const char *method, const char *path, const json_t *body,
+                json_t **out, sdc_err_t *err)
+{
+    if (out)
+        *out = NULL;
+    if (err)
+        memset(err, 0, sizeof *err);
+    char *payload = NULL;
+    if (body) {
+        payload = json_dumps(body, JSON_COMPACT);
+        if (!payload)
+            return SDC_E_NOMEM;
+    }
+    struct curl_slist *hl = NULL;
+    if (c->auth_header)
+        hl = curl_slist_append(hl, c->auth_header);
+    if (payload)
+        hl = curl_slist_append(hl, "Content-Type: application/json");
+    hl = curl_slist_append(hl, "Accept: application/json");
+    hl = curl_slist_append(hl, "Expect:");
+    struct sink s = {0};
+    struct hdr_capture hc = {0};
+    long status = 0;
+    int rc = perform(c, method, path, hl, payload, payload ? strlen(payload) : 0, &s, &hc,
+                     &status, err);
+    curl_slist_free_all(hl);
+    free(payload);
+    if (rc == SDC_OK) {
+        if (status < 200 || status >= 300) {
+            http_error(err, status, s.p, s.len);
+            rc = SDC_E_HTTP;
+        } else if (out && s.len) {
+            json_error_t je;
+            *out = json_loadb(s.p, s.len, 0, &je);
+            if (!*out) {
+                if (err)
+                    snprintf(err->message, sizeof err->message, "bad JSON: %s", je.text);
+                rc = SDC_E_PROTO;
+            }
+        }
+        if (err)
+            err->status = status;
+    }
+    free(s.p);
+    return rc;
+}
+
+int sdc_request_raw(sdc_t *c, const char *method, const char *path,
+                    const char *const *headers, const void *body, size_t len, void **out,
+                    size_t *outlen, const char *hdr_name, char *hdr_value, size_t hdr_cap,
+                    sdc_err_t *err)
+{
+    if (err)
+        memset(err, 0, sizeof *err);
+    if (out)
+        *out = NULL;
+    if (outlen)
+        *outlen = 0;
+    if (hdr_value && hdr_cap)
+        hdr_value[0] = '\0';
+    struct curl_slist *hl = NULL;
+    if (c->auth_header)
+        hl = curl_slist_append(hl, c->auth_header);
+    if (body)
+        hl = curl_slist_append(hl, "Content-Type: application/octet-stream");
+    hl = curl_slist_append(hl, "Expect:");
+    for (const char *const *h = headers; h && *h; h++)
+        hl = curl_slist_append(hl, *h);
+    struct sink s = {0};
+    struct hdr_capture hc = {hdr_name, hdr_value, hdr_cap};
+    long status = 0;
+    int rc = perform(c, method, path, hl, body ? body : NULL, len, &s, &hc, &status, err);
+    curl_slist_free_all(hl);
+    if (rc == SDC_OK) {
+        if (status < 200 || status >= 300) {
+            http_error(err, status, s.p, s.len);
+            rc = SDC_E_HTTP;
+        } else if (out) {
+            *out = s.p ? s.p : calloc(1, 1);
+            if (outlen)
+                *outlen = s.len;
+            s.p = NULL;
+        }
+        if (err)
+            err->status = status;
+    }
+    free(s.p);
+    return rc;
+}

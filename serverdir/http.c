@@ -1,0 +1,496 @@
+#include "http.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "router.h"
+#include "sd.h"
+
+static struct MHD_Daemon *daemon_;
+static int listen_fd = -1;
+static int bound_port;
+static int inflight; /* requests between their first call and on_completed */
+static pthread_mutex_t inflight_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t inflight_cv = PTHREAD_COND_INITIALIZER;
+
+static void inflight_add(int d)
+{
+    pthread_mutex_lock(&inflight_mu);
+    inflight += d;
+    if (inflight == 0)
+        pthread_cond_broadcast(&inflight_cv);
+    pthread_mutex_unlock(&inflight_mu);
+}
+
+/* Per-request state, allocated on the first call of the access handler and freed in
+ * on_completed (MHD owns the timing). */
+struct reqctx {
+    sd_req_t req;
+    sd_resp_t resp;
+    int route_idx;
+    int responded;   /* an early response (401/403/404/405/413/415) is ready */
+    char scratch[SD_PATH_MAX];
+};
+
+/* ---------- response helpers ---------- */
+
+static void resp_reset_body(sd_resp_t *resp)
+{
+    sd_buf_reset(&resp->body);
+}
+
+int sd_resp_bytes(sd_resp_t *resp, int status, const char *ctype, const void *p, size_t n)
+{
+    resp_reset_body(resp);
+    resp->status = status;
+    resp->content_type = ctype;
+    resp->body.max = (size_t)-1 / 2;
+    if (sd_buf_append(&resp->body, p, n)) {
+        resp->status = 500;
+        resp->content_type = "text/plain";
+    }
+    return 0;
+}
+
+int sd_resp_json(sd_resp_t *resp, int status, json_t *v)
+{
+    char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+    json_decref(v);
+    if (!s)
+        return sd_resp_bytes(resp, 500, "text/plain", "out of memory\n", 14);
+    sd_resp_bytes(resp, status, "application/json", s, strlen(s));
+    sd_buf_append(&resp->body, "\n", 1);
+    free(s);
+    return 0;
+}
+
+static int resp_verror(sd_resp_t *resp, int status, const char *code, json_t *extra,
+                       const char *fmt, va_list ap)
+{
+    char msg[SD_ERRMSG_MAX];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    json_t *err = json_pack("{s:s, s:s}", "code", code, "message", msg);
+    if (extra) {
+        json_object_update(err, extra);
+        json_decref(extra);
+    }
+    return sd_resp_json(resp, status, json_pack("{s:o}", "error", err));
+}
+
+int sd_resp_error(sd_resp_t *resp, int status, const char *code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    resp_verror(resp, status, code, NULL, fmt, ap);
+    va_end(ap);
+    return 0;
+}
+
+int sd_resp_error_extra(sd_resp_t *resp, int status, const char *code, json_t *extra,
+                        const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    resp_verror(resp, status, code, extra, fmt, ap);
+    va_end(ap);
+    return 0;
+}
+
+int sd_resp_empty(sd_resp_t *resp, int status)
+{
+    resp_reset_body(resp);
+    resp->status = status;
+    resp->content_type = NULL;
+    return 0;
+}
+
+void sd_resp_header(sd_resp_t *resp, const char *name, const char *value)
+{
+    for (int i = 0; i < resp->nheaders; i++) {
+        if (strcasecmp(resp->hname[i], name) == 0) {
+            free(resp->hvalue[i]);
+            resp->hvalue[i] = strdup(value);
+            return;
+        }
+    }
+    if (resp->nheaders == SD_RESP_MAX_HEADERS)
+        return;
+    resp->hname[resp->nheaders] = strdup(name);
+    resp->hvalue[resp->nheaders] = strdup(value);
+    resp->nheaders++;
+}
+
+int sd_resp_store_error(sd_resp_t *resp, int err)
+{
+    if (err == SD_STORE_DOWN) {
+        sd_resp_header(resp, "Retry-After", "1");
+        return sd_resp_error(resp, 503, "store_unavailable",
+                             "the Redis store is unreachable; retry shortly");
+    }
+    return sd_resp_error(resp, 500, "store_error", "unexpected reply from the Redis store");
+}
+
+/* ---------- request helpers ---------- */
+
+const char *sd_req_query(const sd_req_t *req, const char *name)
+{
+    return MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, name);
+}
+
+const char *sd_req_header(const sd_req_t *req, const char *name)
+{
+    return MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, name);
+}
+
+json_t *sd_req_json(sd_req_t *req, sd_resp_t *resp)
+{
+    char err[SD_ERRMSG_MAX];
+    if (req->body.len == 0) {
+        sd_resp_error(resp, 400, "bad_json", "a JSON object body is required");
+        return NULL;
+    }
+    json_t *v = sd_json_parse(req->body.data, req->body.len, SD_JSON_MAX_DEPTH, err, sizeof err);
+    if (!v) {
+        sd_resp_error(resp, 400, "bad_json", "%s", err);
+        return NULL;
+    }
+    if (!json_is_object(v)) {
+        json_decref(v);
+        sd_resp_error(resp, 400, "bad_json", "the body must be a JSON object");
+        return NULL;
+    }
+    return v;
+}
+
+int sd_req_query_int(const sd_req_t *req, sd_resp_t *resp, const char *name, int64_t min,
+                     int64_t max, int64_t dflt, int64_t *out)
+{
+    const char *s = sd_req_query(req, name);
+    if (!s) {
+        *out = dflt;
+        return 0;
+    }
+    if (sd_parse_i64(s, min, max, out)) {
+        sd_resp_error(resp, 400, "bad_query", "query parameter '%s' must be an integer from %lld to %lld",
+                      name, (long long)min, (long long)max);
+        return -1;
+    }
+    return 0;
+}
+
+int sd_req_name(const sd_req_t *req, sd_resp_t *resp, int idx, const char *what,
+                const char **out)
+{
+    const char *s = idx < req->nparams ? req->params[idx] : NULL;
+    if (!s || !sd_name_valid(s, SD_NAME_MAX)) {
+        sd_resp_error(resp, 400, "bad_name",
+                      "%s name must be 1-%d characters of A-Z a-z 0-9 _ . : @ - "
+                      "(not starting with '.' or '-', no '..')",
+                      what, SD_NAME_MAX);
+        return -1;
+    }
+    *out = s;
+    return 0;
+}
+
+/* ---------- dispatch ---------- */
+
+static int is_json_ctype(const char *ct)
+{
+    if (!ct)
+        return 0;
+    size_t n = strlen("application/json");
+    return strncasecmp(ct, "application/json", n) == 0 && (ct[n] == '\0' || ct[n] == ';' || ct[n] == ' ');
+}
+
+static void peer_address(struct reqctx *rc)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(rc->req.conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (!ci || !ci->client_addr)
+        return;
+    const struct sockaddr *sa = ci->client_addr;
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+        memcpy(&rc->req.peer, in, sizeof *in);
+        inet_ntop(AF_INET, &in->sin_addr, rc->req.peer_ip, sizeof rc->req.peer_ip);
+        rc->req.peer_port = ntohs(in->sin_port);
+    } else if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
+        memcpy(&rc->req.peer, in6, sizeof *in6);
+        inet_ntop(AF_INET6, &in6->sin6_addr, rc->req.peer_ip, sizeof rc->req.peer_ip);
+        rc->req.peer_port = ntohs(in6->sin6_port);
+    }
+}
+
+/* Decides, before any body byte is read, whether the request can go on: route, auth,
+ * declared length and content type. Fills rc->resp and sets responded when not. */
+static void precheck(struct reqctx *rc, const char *method, const char *url)
+{
+    sd_req_t *req = &rc->req;
+    sd_resp_t *resp = &rc->resp;
+    char allow[64];
+    rc->route_idx = sd_route_match(sd_routes, sd_nroutes, method, url, rc->scratch,
+                                   sizeof rc->scratch, req->params, &req->nparams, allow,
+                                   sizeof allow);
+    if (rc->route_idx == SD_ROUTE_NOT_FOUND) {
+        sd_resp_error(resp, 404, "not_found", "no such resource");
+        rc->responded = 1;
+        return;
+    }
+    if (rc->route_idx == SD_ROUTE_BAD_METHOD) {
+        sd_resp_header(resp, "Allow", allow);
+        sd_resp_error(resp, 405, "method_not_allowed", "method %s is not allowed here", method);
+        rc->responded = 1;
+        return;
+    }
+    const sd_route_t *r = &sd_routes[rc->route_idx];
+    req->route = r;
+
+    if (sd_auth_open_mode()) {
+        req->role = SD_R_OPS;
+    } else {
+        const char *auth = sd_req_header(req, "Authorization");
+        unsigned role = 0;
+        if (auth && strncasecmp(auth, "Bearer ", 7) == 0)
+            role = sd_auth_role(auth + 7);
+        req->role = role;
+        if (!(r->roles & SD_PUBLIC)) {
+            if (!role) {
+                sd_resp_header(resp, "WWW-Authenticate", "Bearer realm=\"serverdir\"");
+                sd_resp_error(resp, 401, "unauthorized",
+                              auth ? "the bearer token is not valid" : "a bearer token is required");
+                rc->responded = 1;
+                return;
+            }
+            if (!(r->roles & role) && role != SD_R_OPS) {
+                sd_resp_error(resp, 403, "forbidden", "role '%s' may not %s %s",
+                              sd_role_name(role), method, r->pattern);
+                rc->responded = 1;
+                return;
+            }
+        }
+    }
+
+    size_t cap = (r->flags & SD_RAW_BODY) ? sd_cfg.blob_max : sd_cfg.body_max;
+    req->body.max = cap;
+    const char *cl = sd_req_header(req, "Content-Length");
+    int64_t declared = 0;
+    if (cl && sd_parse_i64(cl, 0, INT64_MAX, &declared) == 0 && (uint64_t)declared > cap) {
+        sd_resp_error(resp, 413, "too_large", "the body is larger than the %zu byte limit", cap);
+        rc->responded = 1;
+        return;
+    }
+    if (!(r->flags & SD_RAW_BODY) && declared > 0 &&
+        !is_json_ctype(sd_req_header(req, "Content-Type"))) {
+        sd_resp_error(resp, 415, "unsupported_media_type",
+                      "the body must be sent as Content-Type: application/json");
+        rc->responded = 1;
+    }
+}
+
+static enum MHD_Result send_response(struct reqctx *rc)
+{
+    sd_resp_t *resp = &rc->resp;
+    struct MHD_Response *mr;
+    if (resp->body.len) {
+        mr = MHD_create_response_from_buffer(resp->body.len, resp->body.data, MHD_RESPMEM_MUST_FREE);
+        resp->body.data = NULL; /* MHD frees it */
+        resp->body.len = resp->body.cap = 0;
+    } else {
+        mr = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    }
+    if (!mr)
+        return MHD_NO;
+    if (resp->content_type)
+        MHD_add_response_header(mr, "Content-Type", resp->content_type);
+    for (int i = 0; i < resp->nheaders; i++)
+        MHD_add_response_header(mr, resp->hname[i], resp->hvalue[i]);
+    MHD_add_response_header(mr, "Cache-Control", "no-store");
+    enum MHD_Result ret = MHD_queue_response(rc->req.conn, (unsigned)resp->status, mr);
+    MHD_destroy_response(mr);
+    int64_t took = sd_mono_us() - rc->req.start_us;
+    sd_metrics_observe(rc->route_idx, rc->req.method, resp->status, took);
+    return ret;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls)
+{
+    struct reqctx *rc = *con_cls;
+    if (!rc) {
+        rc = calloc(1, sizeof *rc);
+        if (!rc)
+            return MHD_NO;
+        inflight_add(1);
+        *con_cls = rc;
+        rc->req.conn = conn;
+        rc->req.method = method;
+        rc->req.path = url;
+        rc->req.start_us = sd_mono_us();
+        rc->resp.status = 500;
+        sd_buf_init(&rc->req.body, 0);
+        sd_buf_init(&rc->resp.body, 0);
+        peer_address(rc);
+        precheck(rc, method, url);
+        if (rc->responded)
+            return send_response(rc);
+        return MHD_YES;
+    }
+    if (*upload_data_size) {
+        if (!rc->req.body_too_big &&
+            sd_buf_append(&rc->req.body, upload_data, *upload_data_size) == -E2BIG)
+            rc->req.body_too_big = 1;
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    if (rc->req.body_too_big) {
+        sd_buf_free(&rc->req.body);
+        sd_resp_error(&rc->resp, 413, "too_large", "the body is larger than the %zu byte limit",
+                      rc->req.body.max);
+        return send_response(rc);
+    }
+    const sd_route_t *r = &sd_routes[rc->route_idx];
+    r->fn(&rc->req, &rc->resp);
+    return send_response(rc);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    struct reqctx *rc = *con_cls;
+    if (!rc)
+        return;
+    sd_buf_free(&rc->req.body);
+    sd_buf_free(&rc->resp.body);
+    for (int i = 0; i < rc->resp.nheaders; i++) {
+        free(rc->resp.hname[i]);
+        free(rc->resp.hvalue[i]);
+    }
+    free(rc);
+    *con_cls = NULL;
+    inflight_add(-1);
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    char msg[256];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t n = strlen(msg);
+    while (n && (msg[n - 1] == '\n' || msg[n - 1] == ' '))
+        msg[--n] = '\0';
+    log_warn("http server", "detail=%s", msg);
+}
+
+/* Creates the listening socket ourselves so "host:port" can be any v4/v6 address or name,
+ * port 0 works, and the bound port is known. */
+static int open_listener(const char *listen_addr)
+{
+    char host[256];
+    int port;
+    if (sd_parse_hostport(listen_addr, host, sizeof host, &port) < 0) {
+        int64_t p;
+        if (listen_addr[0] == ':' && sd_parse_i64(listen_addr + 1, 0, 65535, &p) == 0) {
+            host[0] = '\0';
+            port = (int)p;
+        } else if (strcmp(listen_addr + strlen(listen_addr) - 2, ":0") == 0) {
+            size_t hl = strlen(listen_addr) - 2;
+            if (hl >= sizeof host)
+                return -EINVAL;
+            memcpy(host, listen_addr, hl);
+            host[hl] = '\0';
+            port = 0;
+        } else {
+            return -EINVAL;
+        }
+    }
+    char portstr[8];
+    snprintf(portstr, sizeof portstr, "%d", port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE};
+    struct addrinfo *ai;
+    if (getaddrinfo(host[0] ? host : NULL, portstr, &hints, &ai) != 0)
+        return -EADDRNOTAVAIL;
+    int fd = -1, err = -EADDRNOTAVAIL;
+    for (struct addrinfo *a = ai; a; a = a->ai_next) {
+        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+            continue;
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, 1024) == 0)
+            break;
+        err = -errno;
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(ai);
+    if (fd < 0)
+        return err;
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    getsockname(fd, (struct sockaddr *)&ss, &sl);
+    bound_port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                                : ((struct sockaddr_in *)&ss)->sin_port);
+    return fd;
+}
+
+int sd_http_start(const char *listen_addr, int threads, int conn_timeout_s)
+{
+    listen_fd = open_listener(listen_addr);
+    if (listen_fd < 0)
+        return listen_fd;
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC |
+                     MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    daemon_ = MHD_start_daemon(flags, 0, NULL, NULL, on_request, NULL,
+                               MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+                               MHD_OPTION_LISTEN_SOCKET, listen_fd,
+                               MHD_OPTION_THREAD_POOL_SIZE, (unsigned)threads,
+                               MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)conn_timeout_s,
+                               MHD_OPTION_CONNECTION_LIMIT, 16384u,
+                               MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
+                               MHD_OPTION_END);
+    if (!daemon_) {
+        close(listen_fd);
+        listen_fd = -1;
+        return -EIO;
+    }
+    return 0;
+}
+
+int sd_http_port(void) { return bound_port; }
+
+void sd_http_stop(int grace_ms)
+{
+    if (!daemon_)
+        return;
+    MHD_socket fd = MHD_quiesce_daemon(daemon_);
+    if (fd != MHD_INVALID_SOCKET)
+        close(fd);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += grace_ms / 1000;
+    until.tv_nsec += (long)(grace_ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&inflight_mu);
+    while (inflight > 0 &&
+           pthread_cond_timedwait(&inflight_cv, &inflight_mu, &until) == 0)
+        ;
+    pthread_mutex_unlock(&inflight_mu);
+    MHD_stop_daemon(daemon_);
+    daemon_ = NULL;
+}

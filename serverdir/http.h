@@ -1,0 +1,13 @@
+/* The HTTP front (libmicrohttpd, thread pool): parses requests, authenticates, enforces
+ * body caps and content types, dispatches to route handlers and records metrics. */
+#ifndef SD_HTTP_H
+#define SD_HTTP_H
+
+/* Binds listen ("host:port") and starts the worker pool. Returns 0 or negative errno. */
+int sd_http_start(const char *listen, int threads, int conn_timeout_s);
+/* The port actually bound (useful with port 0). */
+int sd_http_port(void);
+/* Stops accepting, waits up to grace_ms for in-flight requests, then stops the pool. */
+void sd_http_stop(int grace_ms);
+
+#endif

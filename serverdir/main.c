@@ -1,0 +1,190 @@
+/* serverdir: the stateless HTTP/JSON directory service. See DESIGN.md.
+ *
+ * Start-up order: defaults, then --config FILE, then flags; Redis connections are made
+ * lazily per worker thread, so serverdir starts (and /healthz answers) while Redis is
+ * down. The main thread only waits for signals: SIGHUP reloads the token file, SIGTERM
+ * and SIGINT stop accepting and let in-flight requests finish. */
+#include <errno.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "http.h"
+#include "sd.h"
+
+#ifndef SD_VERSION
+#define SD_VERSION "dev"
+#endif
+
+sd_config_t sd_cfg = {
+    .listen = "127.0.0.1:7700",
+    .redis = "redis://127.0.0.1:6379/0",
+    .key_prefix = "sd:",
+    .threads = 8,
+    .body_max = 1 << 20,
+    .blob_max = 256 << 10,
+    .conn_timeout_s = 30,
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: serverdir [options]\n"
+            "  --listen HOST:PORT   address to serve HTTP on (default 127.0.0.1:7700)\n"
+            "  --redis URL          redis://[:pw@]host:port/db or unix:///path (default redis://127.0.0.1:6379/0)\n"
+            "  --tokens FILE        token file, `ROLE TOKEN` per line (default: open access)\n"
+            "  --config FILE        JSON config file; flags override it\n"
+            "  --threads N          HTTP worker threads, one Redis connection each (default 8)\n"
+            "  --log-level LEVEL    debug, info, warn or error (default info)\n"
+            "  --version, --help\n");
+}
+
+/* Copies a string field of the config file into dst; dies naming the file and field. */
+static void cfg_str(const char *file, json_t *root, const char *key, char *dst, size_t cap)
+{
+    const char *s = NULL;
+    char err[SD_ERRMSG_MAX];
+    int rc = sd_json_str(root, key, 0, cap - 1, &s, err, sizeof err);
+    if (rc < 0)
+        sd_die(SD_EXIT_USAGE, "bad config", "file=%s err=%s", file, err);
+    if (rc == 0)
+        sd_strlcpy(dst, s, cap);
+}
+
+static int64_t cfg_int(const char *file, json_t *root, const char *key, int64_t min,
+                       int64_t max, int64_t dflt)
+{
+    int64_t v = dflt;
+    char err[SD_ERRMSG_MAX];
+    if (sd_json_int(root, key, 0, min, max, &v, err, sizeof err) < 0)
+        sd_die(SD_EXIT_USAGE, "bad config", "file=%s err=%s", file, err);
+    return v;
+}
+
+static void load_config_file(const char *path)
+{
+    char *text;
+    size_t len;
+    int rc = sd_read_file(path, 1 << 20, &text, &len);
+    if (rc)
+        sd_die(SD_EXIT_USAGE, "cannot read config", "file=%s err=%s", path,
+               rc == -E2BIG ? "larger than 1 MiB" : strerror(-rc));
+    char err[SD_ERRMSG_MAX];
+    json_t *root = sd_json_parse(text, len, SD_JSON_MAX_DEPTH, err, sizeof err);
+    free(text);
+    if (!root || !json_is_object(root))
+        sd_die(SD_EXIT_USAGE, "bad config", "file=%s err=%s", path,
+               root ? "the top level must be a JSON object" : err);
+    static const char *const known[] = {
+        "listen", "redis", "tokens", "key_prefix", "threads", "body_max_bytes",
+        "blob_max_bytes", "conn_timeout_s", "log_level", "master", "locks", NULL};
+    if (sd_json_only_keys(root, known, err, sizeof err))
+        sd_die(SD_EXIT_USAGE, "bad config", "file=%s err=%s", path, err);
+    cfg_str(path, root, "listen", sd_cfg.listen, sizeof sd_cfg.listen);
+    cfg_str(path, root, "redis", sd_cfg.redis, sizeof sd_cfg.redis);
+    cfg_str(path, root, "tokens", sd_cfg.tokens, sizeof sd_cfg.tokens);
+    cfg_str(path, root, "key_prefix", sd_cfg.key_prefix, sizeof sd_cfg.key_prefix);
+    sd_cfg.threads = (int)cfg_int(path, root, "threads", 1, 1024, sd_cfg.threads);
+    sd_cfg.body_max = (size_t)cfg_int(path, root, "body_max_bytes", 1024, 64 << 20, (int64_t)sd_cfg.body_max);
+    sd_cfg.blob_max = (size_t)cfg_int(path, root, "blob_max_bytes", 1024, 64 << 20, (int64_t)sd_cfg.blob_max);
+    sd_cfg.conn_timeout_s = (int)cfg_int(path, root, "conn_timeout_s", 1, 3600, sd_cfg.conn_timeout_s);
+    char level[16] = "";
+    cfg_str(path, root, "log_level", level, sizeof level);
+    if (level[0]) {
+        int l = sd_log_parse_level(level);
+        if (l < 0)
+            sd_die(SD_EXIT_USAGE, "bad config", "file=%s err=%s", path,
+                   "field 'log_level' must be debug, info, warn or error");
+        sd_log_set_level((enum sd_log_level)l);
+    }
+    sd_cfg.file = root;
+}
+
+int main(int argc, char **argv)
+{
+    enum { O_LISTEN = 1, O_REDIS, O_TOKENS, O_CONFIG, O_THREADS, O_LOG, O_VERSION, O_HELP };
+    static const struct option opts[] = {
+        {"listen", required_argument, 0, O_LISTEN}, {"redis", required_argument, 0, O_REDIS},
+        {"tokens", required_argument, 0, O_TOKENS}, {"config", required_argument, 0, O_CONFIG},
+        {"threads", required_argument, 0, O_THREADS}, {"log-level", required_argument, 0, O_LOG},
+        {"version", no_argument, 0, O_VERSION},     {"help", no_argument, 0, O_HELP},
+        {0, 0, 0, 0}};
+
+    /* The config file goes first so that flags override it, wherever they stand. */
+    for (int i = 1; i < argc - 1; i++)
+        if (strcmp(argv[i], "--config") == 0)
+            load_config_file(argv[i + 1]);
+
+    int c;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        int64_t v;
+        switch (c) {
+        case O_LISTEN: sd_strlcpy(sd_cfg.listen, optarg, sizeof sd_cfg.listen); break;
+        case O_REDIS: sd_strlcpy(sd_cfg.redis, optarg, sizeof sd_cfg.redis); break;
+        case O_TOKENS: sd_strlcpy(sd_cfg.tokens, optarg, sizeof sd_cfg.tokens); break;
+        case O_CONFIG: break;
+        case O_THREADS:
+            if (sd_parse_i64(optarg, 1, 1024, &v))
+                sd_die(SD_EXIT_USAGE, "bad flag", "flag=--threads err=%s", "must be 1-1024");
+            sd_cfg.threads = (int)v;
+            break;
+        case O_LOG: {
+            int l = sd_log_parse_level(optarg);
+            if (l < 0)
+                sd_die(SD_EXIT_USAGE, "bad flag", "flag=--log-level err=%s",
+                       "must be debug, info, warn or error");
+            sd_log_set_level((enum sd_log_level)l);
+            break;
+        }
+        case O_VERSION: printf("serverdir %s\n", SD_VERSION); return 0;
+        case O_HELP: usage(stdout); return 0;
+        default: usage(stderr); return SD_EXIT_USAGE;
+        }
+    }
+    if (optind < argc) {
+        usage(stderr);
+        return SD_EXIT_USAGE;
+    }
+
+    if (sd_store_init(sd_cfg.redis, sd_cfg.key_prefix))
+        sd_die(SD_EXIT_USAGE, "bad redis url", "url=%s want=%s", sd_cfg.redis,
+               "redis://[:password@]host:port[/db] or unix:///path[?db=N]");
+    if (sd_auth_load(sd_cfg.tokens[0] ? sd_cfg.tokens : NULL))
+        sd_die(SD_EXIT_USAGE, "cannot load tokens", "path=%s", sd_cfg.tokens);
+    sd_metrics_init(sd_nroutes);
+
+    /* Block the signals before any thread starts so only sigwait below sees them. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    int rc = sd_http_start(sd_cfg.listen, sd_cfg.threads, sd_cfg.conn_timeout_s);
+    if (rc)
+        sd_die(SD_EXIT_SYSTEM, "cannot listen", "addr=%s err=%s", sd_cfg.listen, strerror(-rc));
+    log_info("serverdir started", "version=%s listen=%s port=%d redis=%s threads=%d routes=%zu",
+             SD_VERSION, sd_cfg.listen, sd_http_port(), sd_cfg.redis, sd_cfg.threads, sd_nroutes);
+
+    for (;;) {
+        int sig;
+        if (sigwait(&set, &sig))
+            continue;
+        if (sig == SIGHUP) {
+            sd_log_msg(SD_LOG_INFO, "reloading tokens");
+            sd_auth_reload();
+            continue;
+        }
+        log_info("stopping", "signal=%s", sig == SIGTERM ? "TERM" : "INT");
+        break;
+    }
+    sd_http_stop(10000);
+    json_decref(sd_cfg.file);
+    sd_log_msg(SD_LOG_INFO, "serverdir stopped");
+    return 0;
+}

@@ -1,0 +1,354 @@
+/* Redis access: one synchronous hiredis connection per worker thread (thread-local),
+ * created lazily and dropped on any I/O error so the next call reconnects. While Redis
+ * is unreachable, calls fail fast with SD_STORE_DOWN (the handler answers 503) and a
+ * reconnect is tried at most every RECONNECT_MS per thread. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sd.h"
+
+#define CONNECT_TIMEOUT_MS 500
+#define COMMAND_TIMEOUT_MS 3000
+#define RECONNECT_MS 200
+
+static struct {
+    int unix_sock;
+    char host[256];
+    int port;
+    char path[256];
+    int db;
+    char password[128];
+    char prefix[64];
+} target;
+
+static _Thread_local redisContext *tl_ctx;
+static _Thread_local int64_t tl_last_fail_ms;
+static atomic_int down_logged;
+
+/* SHA1 of each embedded script, filled by SCRIPT LOAD on first use. */
+static char (*script_sha)[41];
+static pthread_mutex_t sha_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* ---------- argv builder ---------- */
+
+void sd_argv_init(sd_argv_t *a) { memset(a, 0, sizeof *a); }
+
+void sd_argv_addn(sd_argv_t *a, const char *p, size_t n)
+{
+    if (a->argc >= (int)SD_ARRAY_LEN(a->argv)) {
+        a->overflow = 1;
+        return;
+    }
+    a->argv[a->argc] = p;
+    a->argl[a->argc] = n;
+    a->argc++;
+}
+
+void sd_argv_add(sd_argv_t *a, const char *s) { sd_argv_addn(a, s, strlen(s)); }
+
+void sd_argv_addf(sd_argv_t *a, const char *fmt, ...)
+{
+    if (a->nowned >= (int)SD_ARRAY_LEN(a->owned)) {
+        a->overflow = 1;
+        return;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    char *s = NULL;
+    int n = vasprintf(&s, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        a->overflow = 1;
+        return;
+    }
+    a->owned[a->nowned++] = s;
+    sd_argv_addn(a, s, (size_t)n);
+}
+
+void sd_argv_free(sd_argv_t *a)
+{
+    for (int i = 0; i < a->nowned; i++)
+        free(a->owned[i]);
+    a->nowned = a->argc = 0;
+}
+
+/* ---------- connection ---------- */
+
+/* Parses redis://[:password@]host:port[/db] or unix:///path[?db=N]. */
+static int parse_url(const char *url)
+{
+    memset(&target, 0, sizeof target);
+    if (strncmp(url, "unix://", 7) == 0) {
+        const char *p = url + 7;
+        const char *q = strchr(p, '?');
+        size_t n = q ? (size_t)(q - p) : strlen(p);
+        if (n == 0 || n >= sizeof target.path || p[0] != '/')
+            return -EINVAL;
+        memcpy(target.path, p, n);
+        target.unix_sock = 1;
+        if (q) {
+            int64_t db;
+            if (strncmp(q, "?db=", 4) || sd_parse_i64(q + 4, 0, 1000, &db))
+                return -EINVAL;
+            target.db = (int)db;
+        }
+        return 0;
+    }
+    if (strncmp(url, "redis://", 8) != 0)
+        return -EINVAL;
+    const char *p = url + 8;
+    const char *at = strchr(p, '@');
+    if (at) {
+        const char *pw = p;
+        if (*pw == ':')
+            pw++;
+        size_t n = (size_t)(at - pw);
+        if (n >= sizeof target.password)
+            return -EINVAL;
+        memcpy(target.password, pw, n);
+        p = at + 1;
+    }
+    char hp[300];
+    const char *slash = strchr(p, '/');
+    size_t n = slash ? (size_t)(slash - p) : strlen(p);
+    if (n == 0 || n >= sizeof hp)
+        return -EINVAL;
+    memcpy(hp, p, n);
+    hp[n] = '\0';
+    if (!strchr(hp, ':') || hp[n - 1] == ']') {
+        target.port = 6379;
+        sd_strlcpy(target.host, hp, sizeof target.host);
+        if (target.host[0] == '[') {
+            memmove(target.host, target.host + 1, strlen(target.host));
+            target.host[strlen(target.host) - 1] = '\0';
+        }
+    } else if (sd_parse_hostport(hp, target.host, sizeof target.host, &target.port)) {
+        return -EINVAL;
+    }
+    if (slash && slash[1]) {
+        int64_t db;
+        if (sd_parse_i64(slash + 1, 0, 1000, &db))
+            return -EINVAL;
+        target.db = (int)db;
+    }
+    return 0;
+}
+
+static void drop_ctx(void)
+{
+    if (tl_ctx) {
+        redisFree(tl_ctx);
+        tl_ctx = NULL;
+    }
+    tl_last_fail_ms = sd_mono_ms();
+}
+
+static int check_setup_reply(redisReply *r)
+{
+    int ok = r && r->type != REDIS_REPLY_ERROR;
+    if (r)
+        freeReplyObject(r);
+    return ok ? 0 : -1;
+}
+
+static redisContext *get_ctx(void)
+{
+    if (tl_ctx)
+        return tl_ctx;
+    if (tl_last_fail_ms && sd_mono_ms() - tl_last_fail_ms < RECONNECT_MS)
+        return NULL;
+    struct timeval ct = {0, CONNECT_TIMEOUT_MS * 1000};
+    redisContext *c = target.unix_sock ? redisConnectUnixWithTimeout(target.path, ct)
+                                       : redisConnectWithTimeout(target.host, target.port, ct);
+    if (!c || c->err) {
+        if (!atomic_exchange(&down_logged, 1))
+            log_error("redis unreachable", "err=%s", c ? c->errstr : "out of memory");
+        if (c)
+            redisFree(c);
+        tl_last_fail_ms = sd_mono_ms();
+        return NULL;
+    }
+    struct timeval tv = {COMMAND_TIMEOUT_MS / 1000, (COMMAND_TIMEOUT_MS % 1000) * 1000};
+    redisSetTimeout(c, tv);
+    redisEnableKeepAlive(c);
+    if ((target.password[0] && check_setup_reply(redisCommand(c, "AUTH %s", target.password))) ||
+        (target.db && check_setup_reply(redisCommand(c, "SELECT %d", target.db)))) {
+        log_error("redis setup failed", "err=%s", "AUTH or SELECT refused");
+        redisFree(c);
+        tl_last_fail_ms = sd_mono_ms();
+        return NULL;
+    }
+    if (atomic_exchange(&down_logged, 0))
+        sd_log_msg(SD_LOG_INFO, "redis reachable again");
+    tl_ctx = c;
+    return c;
+}
+
+int sd_store_init(const char *url, const char *key_prefix)
+{
+    if (parse_url(url))
+        return -EINVAL;
+    sd_strlcpy(target.prefix, key_prefix, sizeof target.prefix);
+    script_sha = calloc(sd_nscripts ? sd_nscripts : 1, sizeof *script_sha);
+    return script_sha ? 0 : -ENOMEM;
+}
+
+void sd_store_thread_close(void)
+{
+    if (tl_ctx) {
+        redisFree(tl_ctx);
+        tl_ctx = NULL;
+    }
+}
+
+const char *sd_store_prefix(void) { return target.prefix; }
+
+const char *sd_key(char *buf, size_t cap, const char *cluster, const char *fmt, ...)
+{
+    int n = snprintf(buf, cap, "%s{%s}:", target.prefix, cluster);
+    if (n < 0 || (size_t)n >= cap)
+        return buf;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + n, cap - (size_t)n, fmt, ap);
+    va_end(ap);
+    return buf;
+}
+
+/* Sends argv and returns the reply; on I/O failure drops the connection (NULL). */
+static redisReply *roundtrip(redisContext *c, int argc, const char **argv, const size_t *argl)
+{
+    redisReply *r = redisCommandArgv(c, argc, argv, argl);
+    if (!r) {
+        log_warn("redis command failed", "err=%s", c->errstr);
+        drop_ctx();
+    }
+    return r;
+}
+
+int sd_store_command(sd_argv_t *a, redisReply **out)
+{
+    *out = NULL;
+    if (a->overflow)
+        return SD_STORE_ERROR;
+    redisContext *c = get_ctx();
+    if (!c)
+        return SD_STORE_DOWN;
+    redisReply *r = roundtrip(c, a->argc, a->argv, a->argl);
+    if (!r) {
+        SD_COUNT("serverdir_redis_errors_total{kind=\"io\"}", "Redis calls that failed", 1);
+        return SD_STORE_DOWN;
+    }
+    *out = r;
+    return SD_STORE_OK;
+}
+
+static int script_index(const char *name)
+{
+    for (size_t i = 0; i < sd_nscripts; i++)
+        if (strcmp(sd_script_srcs[i].name, name) == 0)
+            return (int)i;
+    return -1;
+}
+
+static int script_load(redisContext *c, int idx)
+{
+    redisReply *r = redisCommand(c, "SCRIPT LOAD %s", sd_script_srcs[idx].body);
+    if (!r) {
+        drop_ctx();
+        return SD_STORE_DOWN;
+    }
+    int rc = SD_STORE_ERROR;
+    if (r->type == REDIS_REPLY_STRING && r->len == 40) {
+        pthread_mutex_lock(&sha_mu);
+        memcpy(script_sha[idx], r->str, 40);
+        script_sha[idx][40] = '\0';
+        pthread_mutex_unlock(&sha_mu);
+        rc = SD_STORE_OK;
+    } else {
+        log_error("redis refused a script", "script=%s err=%s", sd_script_srcs[idx].name,
+                  r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+int sd_store_script(const char *name, int nkeys, sd_argv_t *a, redisReply **out)
+{
+    *out = NULL;
+    int idx = script_index(name);
+    if (idx < 0 || a->overflow || a->argc + 3 > 64) {
+        log_error("bad script call", "script=%s", name);
+        return SD_STORE_ERROR;
+    }
+    redisContext *c = get_ctx();
+    if (!c)
+        return SD_STORE_DOWN;
+
+    for (int attempt = 0; attempt < 2; attempt++) {
+        char sha[41];
+        pthread_mutex_lock(&sha_mu);
+        memcpy(sha, script_sha[idx], sizeof sha);
+        pthread_mutex_unlock(&sha_mu);
+        if (!sha[0]) {
+            int rc = script_load(c, idx);
+            if (rc)
+                return rc;
+            continue;
+        }
+        const char *argv[67];
+        size_t argl[67];
+        char nk[16];
+        snprintf(nk, sizeof nk, "%d", nkeys);
+        argv[0] = "EVALSHA";
+        argl[0] = 7;
+        argv[1] = sha;
+        argl[1] = 40;
+        argv[2] = nk;
+        argl[2] = strlen(nk);
+        for (int i = 0; i < a->argc; i++) {
+            argv[3 + i] = a->argv[i];
+            argl[3 + i] = a->argl[i];
+        }
+        redisReply *r = roundtrip(c, a->argc + 3, argv, argl);
+        if (!r) {
+            SD_COUNT("serverdir_redis_errors_total{kind=\"io\"}", "Redis calls that failed", 1);
+            return SD_STORE_DOWN;
+        }
+        if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
+            freeReplyObject(r);
+            int rc = script_load(c, idx);
+            if (rc)
+                return rc;
+            continue;
+        }
+        if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "ERR ", 4) == 0) {
+            /* A Lua runtime error, not a typed error_reply: a bug or a data problem. */
+            log_error("script failed", "script=%s err=%s", name, r->str);
+            SD_COUNT("serverdir_redis_errors_total{kind=\"script\"}", "Redis calls that failed", 1);
+            freeReplyObject(r);
+            return SD_STORE_ERROR;
+        }
+        *out = r;
+        return SD_STORE_OK;
+    }
+    return SD_STORE_ERROR;
+}
+
+int sd_store_ping(void)
+{
+    sd_argv_t a;
+    sd_argv_init(&a);
+    sd_argv_add(&a, "PING");
+    redisReply *r;
+    int rc = sd_store_command(&a, &r);
+    if (rc == SD_STORE_OK) {
+        rc = r->type == REDIS_REPLY_STATUS ? 0 : SD_STORE_ERROR;
+        freeReplyObject(r);
+    }
+    return rc;
+}

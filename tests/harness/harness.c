@@ -1,0 +1,506 @@
+#include "harness.h"
+
+#include <arpa/inet.h>
+#include <curl/curl.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static char *tmpdirs[64];
+static int ntmpdirs;
+static char *files[256];
+static int nfiles;
+static pid_t owner_pid;
+
+int64_t h_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void h_sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) && errno == EINTR)
+        ;
+}
+
+/* Kills and reaps every child (and, as subreaper, every orphaned descendant). */
+static void kill_descendants(void)
+{
+    for (int round = 0; round < 50; round++) {
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%d/task/%d/children", getpid(), getpid());
+        FILE *f = fopen(path, "r");
+        int any = 0;
+        if (f) {
+            int pid;
+            while (fscanf(f, "%d", &pid) == 1) {
+                any = 1;
+                kill(-pid, SIGKILL);
+                kill(pid, SIGKILL);
+            }
+            fclose(f);
+        }
+        while (waitpid(-1, NULL, WNOHANG) > 0)
+            any = 1;
+        if (!any)
+            break;
+        h_sleep_ms(20);
+    }
+}
+
+static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(p) < 0 ? 0 : 0;
+}
+
+static void cleanup(void)
+{
+    if (getpid() != owner_pid)
+        return;
+    kill_descendants();
+    if (getenv("H_KEEP_TMP") == NULL)
+        for (int i = 0; i < ntmpdirs; i++)
+            nftw(tmpdirs[i], rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    for (int i = 0; i < ntmpdirs; i++)
+        free(tmpdirs[i]);
+    for (int i = 0; i < nfiles; i++)
+        free(files[i]);
+    ntmpdirs = nfiles = 0;
+}
+
+static void on_fatal_signal(int sig)
+{
+    static const char msg[] = "harness: watchdog or signal: killing test processes\n";
+    if (sig == SIGALRM) {
+        ssize_t w = write(2, msg, sizeof msg - 1);
+        (void)w;
+    }
+    cleanup();
+    _exit(sig == SIGALRM ? 124 : 128 + sig);
+}
+
+void h_init(int timeout_s)
+{
+    owner_pid = getpid();
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    atexit(cleanup);
+    struct sigaction sa = {0};
+    sa.sa_handler = on_fatal_signal;
+    sigaction(SIGALRM, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    alarm((unsigned)timeout_s);
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+}
+
+const char *h_tmpdir(void)
+{
+    char tmpl[] = "/tmp/sdtest.XXXXXX";
+    char *d = mkdtemp(tmpl);
+    if (!d || ntmpdirs == 64) {
+        perror("mkdtemp");
+        exit(1);
+    }
+    tmpdirs[ntmpdirs] = strdup(d);
+    return tmpdirs[ntmpdirs++];
+}
+
+int h_free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t l = sizeof a;
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) || getsockname(fd, (struct sockaddr *)&a, &l)) {
+        perror("h_free_port");
+        exit(1);
+    }
+    int port = ntohs(a.sin_port);
+    close(fd);
+    return port;
+}
+
+const char *h_write_file(const char *dir, const char *name, const char *text, int mode)
+{
+    char *p = NULL;
+    if (asprintf(&p, "%s/%s", dir, name) < 0)
+        exit(1);
+    int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, mode);
+    if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text)) {
+        perror(p);
+        exit(1);
+    }
+    close(fd);
+    if (nfiles < 256)
+        files[nfiles++] = p;
+    return p;
+}
+
+pid_t h_spawn(const char *const *argv, const char *logpath, const char *const *envp_extra)
+{
+    pid_t pid = fork();
+    if (pid < 0) {
+        perror("fork");
+        exit(1);
+    }
+    if (pid == 0) {
+        setpgid(0, 0);
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        signal(SIGPIPE, SIG_DFL);
+        alarm(0);
+        int fd = open(logpath ? logpath : "/dev/null", O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+            close(fd);
+        }
+        int nul = open("/dev/null", O_RDONLY);
+        if (nul >= 0) {
+            dup2(nul, 0);
+            close(nul);
+        }
+        for (const char *const *e = envp_extra; e && *e; e++)
+            putenv((char *)*e);
+        execvp(argv[0], (char *const *)argv);
+        fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    setpgid(pid, pid);
+    return pid;
+}
+
+int h_exited(pid_t pid, int *status)
+{
+    int st;
+    pid_t r = waitpid(pid, &st, WNOHANG);
+    if (r == pid) {
+        if (status)
+            *status = st;
+        return 1;
+    }
+    return r < 0 && errno == ECHILD;
+}
+
+int h_stop(pid_t pid, int grace_ms)
+{
+    if (pid <= 0)
+        return -1;
+    int st;
+    kill(pid, SIGTERM);
+    int64_t until = h_now_ms() + grace_ms;
+    while (h_now_ms() < until) {
+        pid_t r = waitpid(pid, &st, WNOHANG);
+        if (r == pid)
+            return st;
+        if (r < 0)
+            return -1;
+        h_sleep_ms(10);
+    }
+    kill(-pid, SIGKILL);
+    kill(pid, SIGKILL);
+    return waitpid(pid, &st, 0) == pid ? st : -1;
+}
+
+/* ---------- redis ---------- */
+
+int h_redis_start(h_redis_t *r)
+{
+    memset(r, 0, sizeof *r);
+    snprintf(r->dir, sizeof r->dir, "%s", h_tmpdir());
+    snprintf(r->log, sizeof r->log, "%s/redis.log", r->dir);
+    for (int attempt = 0; attempt < 5; attempt++) {
+        r->port = h_free_port();
+        char port[16];
+        snprintf(port, sizeof port, "%d", r->port);
+        const char *argv[] = {"redis-server", "--port", port, "--bind", "127.0.0.1",
+                              "--save", "", "--appendonly", "no", "--dir", r->dir,
+                              "--daemonize", "no", NULL};
+        r->pid = h_spawn(argv, r->log, NULL);
+        int64_t until = h_now_ms() + 5000;
+        while (h_now_ms() < until) {
+            if (h_exited(r->pid, NULL))
+                break;
+            struct timeval tv = {0, 200000};
+            redisContext *c = redisConnectWithTimeout("127.0.0.1", r->port, tv);
+            if (c && !c->err) {
+                redisReply *rep = redisCommand(c, "PING");
+                int ok = rep && rep->type == REDIS_REPLY_STATUS;
+                if (rep)
+                    freeReplyObject(rep);
+                if (ok) {
+                    r->ctl = c;
+                    snprintf(r->url, sizeof r->url, "redis://127.0.0.1:%d/0", r->port);
+                    return 0;
+                }
+            }
+            if (c)
+                redisFree(c);
+            h_sleep_ms(20);
+        }
+        h_stop(r->pid, 100);
+    }
+    fprintf(stderr, "harness: redis-server did not start (see %s)\n", r->log);
+    return -1;
+}
+
+void h_redis_stop(h_redis_t *r)
+{
+    if (r->ctl) {
+        redisFree(r->ctl);
+        r->ctl = NULL;
+    }
+    h_stop(r->pid, 2000);
+    r->pid = 0;
+}
+
+redisReply *h_redis(h_redis_t *r, const char *fmt, ...)
+{
+    if (!r->ctl || r->ctl->err) {
+        if (r->ctl)
+            redisFree(r->ctl);
+        struct timeval tv = {1, 0};
+        r->ctl = redisConnectWithTimeout("127.0.0.1", r->port, tv);
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *rep = redisvCommand(r->ctl, fmt, ap);
+    va_end(ap);
+    return rep;
+}
+
+long long h_redis_dbsize(h_redis_t *r)
+{
+    redisReply *rep = h_redis(r, "DBSIZE");
+    long long n = rep && rep->type == REDIS_REPLY_INTEGER ? rep->integer : -1;
+    if (rep)
+        freeReplyObject(rep);
+    return n;
+}
+
+void h_redis_digest(h_redis_t *r, char out[64])
+{
+    redisReply *rep = h_redis(r, "DEBUG DIGEST");
+    snprintf(out, 64, "%s", rep && rep->type == REDIS_REPLY_STATUS ? rep->str : "?");
+    if (rep)
+        freeReplyObject(rep);
+}
+
+/* ---------- serverdir ---------- */
+
+const char *h_tokens_file(void)
+{
+    static const char *path;
+    if (!path)
+        path = h_write_file(h_tmpdir(), "tokens",
+                            "# test tokens\n"
+                            "ops " H_TOK_OPS "\n"
+                            "bigbrother " H_TOK_BB "\n"
+                            "game " H_TOK_GAME "\n"
+                            "viewer " H_TOK_VIEWER "\n",
+                            0600);
+    return path;
+}
+
+int h_serverdir_start(h_serverdir_t *s, const char *redis_url, const char *tokens,
+                      const char *const *extra)
+{
+    memset(s, 0, sizeof *s);
+    snprintf(s->dir, sizeof s->dir, "%s", h_tmpdir());
+    snprintf(s->log, sizeof s->log, "%s/serverdir.log", s->dir);
+    snprintf(s->tokens, sizeof s->tokens, "%s", tokens ? tokens : "");
+    for (int attempt = 0; attempt < 5; attempt++) {
+        s->port = h_free_port();
+        char listen[64];
+        snprintf(listen, sizeof listen, "127.0.0.1:%d", s->port);
+        const char *argv[48] = {SD_BIN_DIR "/serverdir", "--listen", listen, "--redis", redis_url,
+                                "--threads", "4"};
+        int argc = 7;
+        if (tokens) {
+            argv[argc++] = "--tokens";
+            argv[argc++] = tokens;
+        }
+        for (const char *const *e = extra; e && *e && argc < 46; e++)
+            argv[argc++] = *e;
+        argv[argc] = NULL;
+        s->pid = h_spawn(argv, s->log, NULL);
+        snprintf(s->url, sizeof s->url, "http://127.0.0.1:%d", s->port);
+        int64_t until = h_now_ms() + 5000;
+        while (h_now_ms() < until) {
+            if (h_exited(s->pid, NULL))
+                break;
+            h_resp_t r;
+            char u[160];
+            snprintf(u, sizeof u, "%s/healthz", s->url);
+            if (h_http("GET", u, NULL, NULL, NULL, 0, NULL, &r) == 0) {
+                long st = r.status;
+                h_resp_free(&r);
+                if (st == 200)
+                    return 0;
+            }
+            h_sleep_ms(20);
+        }
+        h_stop(s->pid, 100);
+    }
+    fprintf(stderr, "harness: serverdir did not start (see %s)\n", s->log);
+    return -1;
+}
+
+void h_serverdir_stop(h_serverdir_t *s)
+{
+    h_stop(s->pid, 5000);
+    s->pid = 0;
+}
+
+/* ---------- http ---------- */
+
+struct sink {
+    char *p;
+    size_t len;
+};
+
+static size_t sink_write(char *ptr, size_t size, size_t nmemb, void *ud)
+{
+    struct sink *s = ud;
+    size_t n = size * nmemb;
+    char *np = realloc(s->p, s->len + n + 1);
+    if (!np)
+        return 0;
+    memcpy(np + s->len, ptr, n);
+    s->p = np;
+    s->len += n;
+    s->p[s->len] = '\0';
+    return n;
+}
+
+int h_http(const char *method, const char *url, const char *token, const char *ctype,
+           const void *body, size_t len, const char *const *extra_headers, h_resp_t *out)
+{
+    memset(out, 0, sizeof *out);
+    CURL *c = curl_easy_init();
+    struct sink b = {0}, h = {0};
+    struct curl_slist *hl = NULL;
+    char line[512];
+    if (token) {
+        snprintf(line, sizeof line, "Authorization: Bearer %s", token);
+        hl = curl_slist_append(hl, line);
+    }
+    if (body) {
+        snprintf(line, sizeof line, "Content-Type: %s", ctype ? ctype : "application/json");
+        hl = curl_slist_append(hl, line);
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+    }
+    hl = curl_slist_append(hl, "Expect:");
+    for (const char *const *e = extra_headers; e && *e; e++)
+        hl = curl_slist_append(hl, *e);
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+    if (strcmp(method, "HEAD") == 0)
+        curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hl);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, sink_write);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, sink_write);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, &h);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 30000L);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    CURLcode rc = curl_easy_perform(c);
+    if (rc == CURLE_OK)
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &out->status);
+    curl_slist_free_all(hl);
+    curl_easy_cleanup(c);
+    out->body = b.p ? b.p : strdup("");
+    out->len = b.len;
+    out->headers = h.p ? h.p : strdup("");
+    return rc == CURLE_OK ? 0 : -1;
+}
+
+int h_http_json(const char *method, const char *base, const char *token, const char *body,
+                h_resp_t *out, const char *pathfmt, ...)
+{
+    char url[2048];
+    size_t n = (size_t)snprintf(url, sizeof url, "%s", base);
+    va_list ap;
+    va_start(ap, pathfmt);
+    vsnprintf(url + n, sizeof url - n, pathfmt, ap);
+    va_end(ap);
+    return h_http(method, url, token, NULL, body, body ? strlen(body) : 0, NULL, out);
+}
+
+void h_resp_free(h_resp_t *r)
+{
+    free(r->body);
+    free(r->headers);
+    r->body = r->headers = NULL;
+}
+
+json_t *h_resp_json(const h_resp_t *r)
+{
+    return r->body ? json_loadb(r->body, r->len, 0, NULL) : NULL;
+}
+
+int h_resp_header(const h_resp_t *r, const char *name, char *out, size_t cap)
+{
+    size_t nl = strlen(name);
+    for (const char *l = r->headers; l && *l;) {
+        const char *eol = strchr(l, '\n');
+        size_t ll = eol ? (size_t)(eol - l) : strlen(l);
+        if (ll > nl && strncasecmp(l, name, nl) == 0 && l[nl] == ':') {
+            const char *v = l + nl + 1;
+            while (*v == ' ')
+                v++;
+            size_t vl = (size_t)(l + ll - v);
+            while (vl && (v[vl - 1] == '\r' || v[vl - 1] == ' '))
+                vl--;
+            snprintf(out, cap, "%.*s", (int)vl, v);
+            return 0;
+        }
+        l = eol ? eol + 1 : NULL;
+    }
+    return -1;
+}
+
+const char *h_err_code(const h_resp_t *r)
+{
+    static char code[64];
+    code[0] = '\0';
+    json_t *j = h_resp_json(r);
+    const char *c = json_string_value(json_object_get(json_object_get(j, "error"), "code"));
+    snprintf(code, sizeof code, "%s", c ? c : "");
+    json_decref(j);
+    return code;
+}
+
+int h_wait_until(int (*cond)(void *), void *arg, int timeout_ms)
+{
+    int64_t until = h_now_ms() + timeout_ms;
+    do {
+        if (cond(arg))
+            return 1;
+        h_sleep_ms(10);
+    } while (h_now_ms() < until);
+    return cond(arg);
+}

@@ -1,0 +1,106 @@
+/* Integration-test harness: starts REAL redis-server, serverdir (and later bigbrother,
+ * gameproc) processes on free loopback ports with generated configs, talks HTTP to
+ * them, and tears everything down even when a test fails or times out.
+ *
+ * Cleanup: the test process is a child subreaper, every child gets PDEATHSIG=SIGKILL,
+ * and at exit (normal, failed assertion, SIGALRM watchdog, SIGTERM from ctest) every
+ * descendant still alive is killed and reaped, and temp dirs are removed. */
+#ifndef SD_HARNESS_H
+#define SD_HARNESS_H
+
+#include <hiredis/hiredis.h>
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifndef SD_BIN_DIR
+#error "SD_BIN_DIR must be defined by the build"
+#endif
+
+/* Call first in main(): installs cleanup and a watchdog that fails the test after
+ * timeout_s seconds. */
+void h_init(int timeout_s);
+
+/* A fresh temp dir removed at exit; returns a static-lifetime path. */
+const char *h_tmpdir(void);
+/* A TCP port on 127.0.0.1 that was free a moment ago. */
+int h_free_port(void);
+/* Writes text to dir/name and returns the path (malloc'd, freed at exit). */
+const char *h_write_file(const char *dir, const char *name, const char *text, int mode);
+
+/* Spawns argv[0] (a path) in its own process group with stdout+stderr to logpath. */
+pid_t h_spawn(const char *const *argv, const char *logpath, const char *const *envp_extra);
+/* SIGTERM (then SIGKILL after grace_ms) and reap. Returns the wait status or -1. */
+int h_stop(pid_t pid, int grace_ms);
+/* Non-blocking: 1 if pid has exited (and reaps it), 0 if it runs. */
+int h_exited(pid_t pid, int *status);
+
+typedef struct {
+    pid_t pid;
+    int port;
+    char dir[256];
+    char url[128];   /* redis://127.0.0.1:PORT/0 */
+    char log[300];
+    redisContext *ctl; /* a direct connection for tests to inspect and mutate state */
+} h_redis_t;
+
+int h_redis_start(h_redis_t *r);
+void h_redis_stop(h_redis_t *r);
+/* Runs a command on r->ctl (reconnecting if needed); caller frees the reply. */
+redisReply *h_redis(h_redis_t *r, const char *fmt, ...);
+/* DBSIZE, and a digest of the whole keyspace (DEBUG DIGEST) to prove "nothing changed". */
+long long h_redis_dbsize(h_redis_t *r);
+void h_redis_digest(h_redis_t *r, char out[64]);
+
+typedef struct {
+    pid_t pid;
+    int port;
+    char url[128];   /* http://127.0.0.1:PORT */
+    char log[300];
+    char dir[256];
+    char tokens[300]; /* path of the token file, or "" for open mode */
+} h_serverdir_t;
+
+/* Starts serverdir on a free port against redis_url and waits for /healthz.
+ * tokens may be NULL (open mode). extra: NULL-terminated extra flags, or NULL. */
+int h_serverdir_start(h_serverdir_t *s, const char *redis_url, const char *tokens,
+                      const char *const *extra);
+void h_serverdir_stop(h_serverdir_t *s);
+
+/* The test token file: each role's token is "<role>-token-0123456789". */
+const char *h_tokens_file(void);
+#define H_TOK_OPS "ops-token-0123456789"
+#define H_TOK_BB "bigbrother-token-0123456789"
+#define H_TOK_GAME "game-token-0123456789"
+#define H_TOK_VIEWER "viewer-token-0123456789"
+
+typedef struct {
+    long status;
+    char *body;
+    size_t len;
+    char *headers; /* raw response header block */
+} h_resp_t;
+
+/* One HTTP request. body may be NULL. ctype NULL means application/json when a body is
+ * given. extra_headers: NULL-terminated "Name: value" strings or NULL. Returns 0 when a
+ * response arrived (any status), -1 on a transport error. */
+int h_http(const char *method, const char *url, const char *token, const char *ctype,
+           const void *body, size_t len, const char *const *extra_headers, h_resp_t *out);
+/* The same with a printf-formatted path appended to base. */
+int h_http_json(const char *method, const char *base, const char *token, const char *body,
+                h_resp_t *out, const char *pathfmt, ...) __attribute__((format(printf, 6, 7)));
+void h_resp_free(h_resp_t *r);
+/* Parses the body as JSON (NULL if it is not). Caller decrefs. */
+json_t *h_resp_json(const h_resp_t *r);
+/* Value of a response header (case-insensitive) into out; 0 if found. */
+int h_resp_header(const h_resp_t *r, const char *name, char *out, size_t cap);
+/* error.code of a JSON error body into a static buffer ("" if none). */
+const char *h_err_code(const h_resp_t *r);
+
+/* Polls cond(arg) every 10 ms until it returns nonzero or timeout_ms passes. */
+int h_wait_until(int (*cond)(void *), void *arg, int timeout_ms);
+void h_sleep_ms(int ms);
+int64_t h_now_ms(void);
+
+#endif

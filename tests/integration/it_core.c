@@ -1,0 +1,182 @@
+/* serverdir core against a real redis-server: health, readiness through a Redis outage,
+ * routing errors, config validation and clean shutdown. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "harness.h"
+
+static h_redis_t redis;
+static h_serverdir_t sd;
+
+static int setup(void **state)
+{
+    if (h_redis_start(&redis) || h_serverdir_start(&sd, redis.url, h_tokens_file(), NULL))
+        return -1;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    h_serverdir_stop(&sd);
+    h_redis_stop(&redis);
+    return 0;
+}
+
+static long get(const char *path, h_resp_t *r)
+{
+    assert_int_equal(h_http_json("GET", sd.url, NULL, NULL, r, "%s", path), 0);
+    return r->status;
+}
+
+static void health_and_ready(void **state)
+{
+    h_resp_t r;
+    assert_int_equal(get("/healthz", &r), 200);
+    h_resp_free(&r);
+    assert_int_equal(get("/readyz", &r), 200);
+    assert_non_null(strstr(r.body, "\"ready\""));
+    h_resp_free(&r);
+}
+
+static void routing_errors_are_specific(void **state)
+{
+    h_resp_t r;
+    assert_int_equal(get("/no/such/thing", &r), 404);
+    assert_string_equal(h_err_code(&r), "not_found");
+    h_resp_free(&r);
+
+    assert_int_equal(h_http_json("DELETE", sd.url, NULL, NULL, &r, "/healthz"), 0);
+    assert_int_equal(r.status, 405);
+    assert_string_equal(h_err_code(&r), "method_not_allowed");
+    char allow[32];
+    assert_int_equal(h_resp_header(&r, "Allow", allow, sizeof allow), 0);
+    assert_string_equal(allow, "GET");
+    h_resp_free(&r);
+}
+
+static int ready_is(void *want)
+{
+    h_resp_t r;
+    if (h_http_json("GET", sd.url, NULL, NULL, &r, "/readyz"))
+        return 0;
+    int ok = r.status == (long)(intptr_t)want;
+    h_resp_free(&r);
+    return ok;
+}
+
+/* Redis goes away: readiness answers 503 with Retry-After, serverdir stays up; Redis
+ * comes back on the same port: ready again without restarting serverdir. */
+static void redis_outage_and_recovery(void **state)
+{
+    int port = redis.port;
+    h_redis_stop(&redis);
+
+    h_resp_t r;
+    assert_int_equal(get("/readyz", &r), 503);
+    assert_string_equal(h_err_code(&r), "store_unavailable");
+    char ra[16];
+    assert_int_equal(h_resp_header(&r, "Retry-After", ra, sizeof ra), 0);
+    assert_string_equal(ra, "1");
+    h_resp_free(&r);
+    assert_int_equal(get("/healthz", &r), 200);
+    h_resp_free(&r);
+    assert_false(h_exited(sd.pid, NULL));
+
+    char portstr[16];
+    snprintf(portstr, sizeof portstr, "%d", port);
+    const char *argv[] = {"redis-server", "--port", portstr, "--bind", "127.0.0.1",
+                          "--save", "", "--appendonly", "no", NULL};
+    redis.pid = h_spawn(argv, redis.log, NULL);
+    redis.port = port;
+    assert_true(h_wait_until(ready_is, (void *)(intptr_t)200, 5000));
+
+    /* The metrics saw the failures. */
+    assert_int_equal(get("/metrics", &r), 200);
+    assert_non_null(strstr(r.body, "serverdir_http_requests_total{method=\"GET\",route=\"/readyz\",code=\"503\"}"));
+    h_resp_free(&r);
+}
+
+/* Starts serverdir with args and returns its exit status and log. */
+static int run_serverdir(const char *const *args, char *log, size_t logcap)
+{
+    const char *dir = h_tmpdir();
+    char logpath[300];
+    snprintf(logpath, sizeof logpath, "%s/sd.log", dir);
+    const char *argv[16] = {SD_BIN_DIR "/serverdir"};
+    int n = 1;
+    for (const char *const *a = args; *a; a++)
+        argv[n++] = *a;
+    argv[n] = NULL;
+    pid_t pid = h_spawn(argv, logpath, NULL);
+    int st = 0;
+    int64_t until = h_now_ms() + 5000;
+    while (!h_exited(pid, &st) && h_now_ms() < until)
+        h_sleep_ms(10);
+    FILE *f = fopen(logpath, "r");
+    size_t got = f ? fread(log, 1, logcap - 1, f) : 0;
+    log[got] = '\0';
+    if (f)
+        fclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void config_errors_name_file_and_field(void **state)
+{
+    char log[4096];
+    const char *dir = h_tmpdir();
+    const char *bad = h_write_file(dir, "bad.json", "{\"threads\": \"many\"}", 0644);
+    const char *args1[] = {"--config", bad, NULL};
+    assert_int_equal(run_serverdir(args1, log, sizeof log), 100);
+    assert_non_null(strstr(log, "field 'threads' must be an integer"));
+    assert_non_null(strstr(log, "bad.json"));
+
+    const char *unknown = h_write_file(dir, "unknown.json", "{\"listn\": \"x\"}", 0644);
+    const char *args2[] = {"--config", unknown, NULL};
+    assert_int_equal(run_serverdir(args2, log, sizeof log), 100);
+    assert_non_null(strstr(log, "unknown field 'listn'"));
+
+    const char *args3[] = {"--redis", "http://nope", NULL};
+    assert_int_equal(run_serverdir(args3, log, sizeof log), 100);
+    assert_non_null(strstr(log, "bad redis url"));
+
+    const char *tok = h_write_file(dir, "tokens", "admin abcdefabcdefabcdef\n", 0600);
+    const char *args4[] = {"--tokens", tok, NULL};
+    assert_int_equal(run_serverdir(args4, log, sizeof log), 100);
+    assert_non_null(strstr(log, "line=1"));
+    assert_non_null(strstr(log, "unknown role"));
+}
+
+static void sigterm_exits_cleanly(void **state)
+{
+    h_serverdir_t s2;
+    assert_int_equal(h_serverdir_start(&s2, redis.url, NULL, NULL), 0);
+    kill(s2.pid, SIGTERM);
+    int st = 0;
+    int64_t until = h_now_ms() + 5000;
+    while (!h_exited(s2.pid, &st) && h_now_ms() < until)
+        h_sleep_ms(10);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+int main(void)
+{
+    h_init(120);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(health_and_ready),
+        cmocka_unit_test(routing_errors_are_specific),
+        cmocka_unit_test(redis_outage_and_recovery),
+        cmocka_unit_test(config_errors_name_file_and_field),
+        cmocka_unit_test(sigterm_exits_cleanly),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

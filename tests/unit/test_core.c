@@ -1,0 +1,188 @@
+/* Unit tests of the shared helpers and the serverdir router. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <string.h>
+
+#include "router.h"
+#include "sd.h"
+#include "sdjson.h"
+#include "sdlog.h"
+#include "sdutil.h"
+
+static int h_dummy(sd_req_t *req, sd_resp_t *resp) { return 0; }
+
+static const sd_route_t table[] = {
+    {"GET", "/healthz", SD_PUBLIC, 0, h_dummy},
+    {"PUT", "/v1/locks/{key}", SD_R_GAME, 0, h_dummy},
+    {"POST", "/v1/locks/acquire", SD_R_GAME, 0, h_dummy},
+    {"POST", "/v1/locks/{key}", SD_R_GAME, 0, h_dummy},
+    {"GET", "/v1/clusters/{c}/machines/{m}", SD_R_READERS, 0, h_dummy},
+    {"GET", "/v1/clusters/{c}/machines/{m}/assignments", SD_R_READERS, 0, h_dummy},
+    {"DELETE", "/v1/clusters/{c}/machines/{m}", SD_R_OPS, 0, h_dummy},
+};
+
+static int match(const char *m, const char *p, const char **params, int *np, char *allow)
+{
+    static char scratch[SD_PATH_MAX];
+    return sd_route_match(table, SD_ARRAY_LEN(table), m, p, scratch, sizeof scratch, params,
+                          np, allow, 64);
+}
+
+static void router_matches_params(void **state)
+{
+    const char *params[SD_MAX_PARAMS];
+    int np = 0;
+    char allow[64];
+    assert_int_equal(match("GET", "/v1/clusters/c1/machines/m-7", params, &np, allow), 4);
+    assert_int_equal(np, 2);
+    assert_string_equal(params[0], "c1");
+    assert_string_equal(params[1], "m-7");
+    assert_int_equal(match("GET", "/v1/clusters/c1/machines/m-7/assignments", params, &np, allow), 5);
+    assert_int_equal(match("HEAD", "/healthz", params, &np, allow), 0);
+    assert_int_equal(match("PUT", "/v1/locks/player:42", params, &np, allow), 1);
+    assert_string_equal(params[0], "player:42");
+}
+
+static void router_prefers_literal_segments(void **state)
+{
+    const char *params[SD_MAX_PARAMS];
+    int np = -1;
+    char allow[64];
+    assert_int_equal(match("POST", "/v1/locks/acquire", params, &np, allow), 2);
+    assert_int_equal(np, 0);
+    assert_int_equal(match("POST", "/v1/locks/other", params, &np, allow), 3);
+}
+
+static void router_not_found_and_bad_method(void **state)
+{
+    const char *params[SD_MAX_PARAMS];
+    int np;
+    char allow[64];
+    assert_int_equal(match("GET", "/nope", params, &np, allow), SD_ROUTE_NOT_FOUND);
+    assert_int_equal(match("GET", "/healthz/", params, &np, allow), SD_ROUTE_NOT_FOUND);
+    assert_int_equal(match("GET", "/v1/clusters//machines/m", params, &np, allow), SD_ROUTE_NOT_FOUND);
+    assert_int_equal(match("GET", "", params, &np, allow), SD_ROUTE_NOT_FOUND);
+    assert_int_equal(match("POST", "/healthz", params, &np, allow), SD_ROUTE_BAD_METHOD);
+    assert_string_equal(allow, "GET");
+    assert_int_equal(match("PATCH", "/v1/clusters/c/machines/m", params, &np, allow), SD_ROUTE_BAD_METHOD);
+    assert_string_equal(allow, "GET, DELETE");
+}
+
+static void names_are_validated(void **state)
+{
+    assert_true(sd_name_valid("zone-1", SD_NAME_MAX));
+    assert_true(sd_name_valid("player:42@eu.west_1", SD_NAME_MAX));
+    assert_false(sd_name_valid("", SD_NAME_MAX));
+    assert_false(sd_name_valid("../etc", SD_NAME_MAX));
+    assert_false(sd_name_valid("a..b", SD_NAME_MAX));
+    assert_false(sd_name_valid(".hidden", SD_NAME_MAX));
+    assert_false(sd_name_valid("-flag", SD_NAME_MAX));
+    assert_false(sd_name_valid("a/b", SD_NAME_MAX));
+    assert_false(sd_name_valid("a b", SD_NAME_MAX));
+    assert_false(sd_name_valid("a{b}", SD_NAME_MAX));
+    assert_false(sd_name_valid("abc", 2));
+}
+
+static void hostport_parsing(void **state)
+{
+    char host[64];
+    int port;
+    assert_int_equal(sd_parse_hostport("127.0.0.1:7700", host, sizeof host, &port), 0);
+    assert_string_equal(host, "127.0.0.1");
+    assert_int_equal(port, 7700);
+    assert_int_equal(sd_parse_hostport("[::1]:80", host, sizeof host, &port), 0);
+    assert_string_equal(host, "::1");
+    assert_int_equal(sd_parse_hostport(":9", host, sizeof host, &port), 0);
+    assert_string_equal(host, "");
+    assert_int_equal(sd_parse_hostport("::1:80", host, sizeof host, &port), -EINVAL);
+    assert_int_equal(sd_parse_hostport("h:0", host, sizeof host, &port), -EINVAL);
+    assert_int_equal(sd_parse_hostport("h:65536", host, sizeof host, &port), -EINVAL);
+    assert_int_equal(sd_parse_hostport("h:12x", host, sizeof host, &port), -EINVAL);
+}
+
+static void buf_cap_is_enforced(void **state)
+{
+    sd_buf_t b;
+    sd_buf_init(&b, 8);
+    assert_int_equal(sd_buf_append(&b, "12345", 5), 0);
+    assert_int_equal(sd_buf_append(&b, "6789", 4), -E2BIG);
+    assert_int_equal(b.len, 5);
+    assert_string_equal(b.data, "12345");
+    assert_int_equal(sd_buf_printf(&b, "%d", 678), 0);
+    assert_string_equal(b.data, "12345678");
+    assert_int_equal(sd_buf_printf(&b, "x"), -E2BIG);
+    sd_buf_free(&b);
+}
+
+static size_t fmt(char *out, size_t cap, const char *f, ...)
+{
+    va_list ap;
+    va_start(ap, f);
+    size_t n = sd_logfmt_format(out, cap, f, ap);
+    va_end(ap);
+    return n;
+}
+
+static void logfmt_quotes_values(void **state)
+{
+    char out[256];
+    fmt(out, sizeof out, "a=%s b=%d c=%zu d=%lld", "plain", -3, (size_t)7, 1LL << 40);
+    assert_string_equal(out, "a=plain b=-3 c=7 d=1099511627776");
+    fmt(out, sizeof out, "v=%s", "two words \"q\"\nx=1");
+    assert_string_equal(out, "v=\"two words \\\"q\\\"\\nx=1\"");
+    fmt(out, sizeof out, "e=%s n=%.*s", "", 3, "abcdef");
+    assert_string_equal(out, "e=\"\" n=abc");
+    fmt(out, 8, "k=%s", "0123456789");
+    assert_int_equal(strlen(out), 7);
+}
+
+static void json_getters_name_the_field(void **state)
+{
+    char err[256];
+    json_t *o = sd_json_parse("{\"a\":\"x\",\"n\":5,\"b\":true,\"bad\":\"a/b\"}", 36, 8, err, sizeof err);
+    assert_non_null(o);
+    const char *s = NULL;
+    int64_t i = 0;
+    int b = 0;
+    assert_int_equal(sd_json_str(o, "a", 1, 10, &s, err, sizeof err), 0);
+    assert_string_equal(s, "x");
+    assert_int_equal(sd_json_str(o, "zz", 0, 10, &s, err, sizeof err), 1);
+    assert_int_equal(sd_json_str(o, "zz", 1, 10, &s, err, sizeof err), -1);
+    assert_string_equal(err, "field 'zz' is required");
+    assert_int_equal(sd_json_int(o, "n", 1, 0, 4, &i, err, sizeof err), -1);
+    assert_string_equal(err, "field 'n' must be between 0 and 4");
+    assert_int_equal(sd_json_int(o, "a", 1, 0, 4, &i, err, sizeof err), -1);
+    assert_string_equal(err, "field 'a' must be an integer");
+    assert_int_equal(sd_json_bool(o, "b", 1, &b, err, sizeof err), 0);
+    assert_true(b);
+    assert_int_equal(sd_json_name(o, "bad", 1, &s, err, sizeof err), -1);
+    static const char *const allowed[] = {"a", "n", "b", NULL};
+    assert_int_equal(sd_json_only_keys(o, allowed, err, sizeof err), -1);
+    assert_string_equal(err, "unknown field 'bad'");
+    json_decref(o);
+
+    assert_null(sd_json_parse("[[[[1]]]]", 9, 3, err, sizeof err));
+    assert_string_equal(err, "JSON nested deeper than 3 levels");
+    assert_null(sd_json_parse("{\"a\":1,\"a\":2}", 13, 8, err, sizeof err));
+    assert_null(sd_json_parse("{", 1, 8, err, sizeof err));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(router_matches_params),
+        cmocka_unit_test(router_prefers_literal_segments),
+        cmocka_unit_test(router_not_found_and_bad_method),
+        cmocka_unit_test(names_are_validated),
+        cmocka_unit_test(hostport_parsing),
+        cmocka_unit_test(buf_cap_is_enforced),
+        cmocka_unit_test(logfmt_quotes_values),
+        cmocka_unit_test(json_getters_name_the_field),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
