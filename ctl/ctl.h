@@ -1,0 +1,67 @@
+/* sdctl internals. A command is declared beside its body with one line at file scope:
+ *
+ *     SDCTL_CMD("machines", cmd_machines, "list machines and their leases");
+ *
+ * and the build generates the command table from the ctl/cmd_*.c files. sdctl talks to
+ * ServerDir only through libsdclient's public API. */
+#ifndef SDCTL_CTL_H
+#define SDCTL_CTL_H
+
+#include <jansson.h>
+#include <stdio.h>
+
+#include "sdclient.h"
+
+/* Exit codes (documented in `sdctl --help` and docs/operations.md). */
+enum {
+    CTL_EXIT_OK = 0,
+    CTL_EXIT_FAILED = 1,     /* ServerDir refused the request (4xx other than below) */
+    CTL_EXIT_USAGE = 2,      /* bad command line */
+    CTL_EXIT_UNAVAILABLE = 3,/* ServerDir unreachable, or 5xx */
+    CTL_EXIT_NOT_FOUND = 4,  /* 404 */
+    CTL_EXIT_CONFLICT = 5,   /* 409: held, fenced, stale */
+    CTL_EXIT_AUTH = 6,       /* 401/403 */
+};
+
+typedef struct ctl {
+    sdc_t *client;
+    const char *url;
+    const char *token;
+    const char *cluster;
+    int json;   /* -o json */
+    int color;  /* stdout is a terminal and NO_COLOR is unset */
+} ctl_t;
+
+typedef int (*ctl_cmd_fn)(ctl_t *ctl, int argc, char **argv);
+
+typedef struct {
+    const char *name;
+    ctl_cmd_fn fn;
+    const char *summary;
+} ctl_cmd_t;
+
+#define SDCTL_CMD(name, fn, summary) int fn(ctl_t *ctl, int argc, char **argv)
+
+extern const ctl_cmd_t ctl_cmds[];
+extern const size_t ctl_ncmds;
+
+/* Maps a libsdclient result to an exit code, printing the error to stderr
+ * ("sdctl: 409 lock_held: ..."). Returns CTL_EXIT_OK for SDC_OK. */
+int ctl_fail(int rc, const sdc_err_t *err);
+/* Prints a usage error for cmd and returns CTL_EXIT_USAGE. */
+int ctl_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prints v as indented JSON on stdout (for -o json). Does not steal v. */
+void ctl_print_json(const json_t *v);
+
+/* Column-aligned tables for people: add the header, then rows; print frees. */
+typedef struct ctl_table ctl_table_t;
+ctl_table_t *ctl_table_new(int ncols, ...);
+void ctl_table_row(ctl_table_t *t, ...); /* ncols const char* cells (NULL prints "-") */
+void ctl_table_print(ctl_table_t *t, FILE *out, int color);
+
+/* Formats a millisecond duration or age as "850ms", "12s", "3m4s", "2h5m", "3d4h". */
+const char *ctl_fmt_ms(long long ms, char *buf, size_t cap);
+/* A JSON scalar as text (strings as is, numbers, true/false), or "-" for null/absent. */
+const char *ctl_jstr(const json_t *v, char *buf, size_t cap);
+
+#endif

@@ -1,0 +1,95 @@
+/* sdctl: the operators' command-line tool for ServerDir. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ctl.h"
+
+#ifndef SD_VERSION
+#define SD_VERSION "dev"
+#endif
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: sdctl [global options] COMMAND [args]\n\n"
+               "global options:\n"
+               "  --url URLS        ServerDir base URLs, comma-separated (env SERVERDIR_URL,\n"
+               "                    default http://127.0.0.1:7700)\n"
+               "  --token TOKEN     bearer token (env SERVERDIR_TOKEN)\n"
+               "  --cluster NAME    cluster (env SERVERDIR_CLUSTER, default \"default\")\n"
+               "  -o json|table     output format (default table)\n"
+               "  --version, --help\n\ncommands:\n");
+    for (size_t i = 0; i < ctl_ncmds; i++)
+        fprintf(f, "  %-12s %s\n", ctl_cmds[i].name, ctl_cmds[i].summary);
+    fprintf(f, "\n'sdctl COMMAND --help' describes a command.\n"
+               "exit codes: 0 ok, 1 refused by ServerDir, 2 usage, 3 ServerDir unreachable or\n"
+               "failing, 4 not found, 5 conflict (held, fenced, stale), 6 not authorized\n");
+}
+
+int main(int argc, char **argv)
+{
+    ctl_t ctl = {0};
+    ctl.url = getenv("SERVERDIR_URL");
+    ctl.token = getenv("SERVERDIR_TOKEN");
+    ctl.cluster = getenv("SERVERDIR_CLUSTER");
+    if (!ctl.url || !*ctl.url)
+        ctl.url = "http://127.0.0.1:7700";
+    if (!ctl.cluster || !*ctl.cluster)
+        ctl.cluster = "default";
+    ctl.color = isatty(1) && !getenv("NO_COLOR");
+
+    int i = 1;
+    for (; i < argc && argv[i][0] == '-'; i++) {
+        const char *a = argv[i];
+        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--version")) {
+            printf("sdctl %s\n", SD_VERSION);
+            return 0;
+        } else if (!strcmp(a, "--url") && val) {
+            ctl.url = val;
+            i++;
+        } else if (!strcmp(a, "--token") && val) {
+            ctl.token = val;
+            i++;
+        } else if (!strcmp(a, "--cluster") && val) {
+            ctl.cluster = val;
+            i++;
+        } else if (!strcmp(a, "-o") && val) {
+            if (strcmp(val, "json") && strcmp(val, "table")) {
+                fprintf(stderr, "sdctl: -o takes json or table\n");
+                return CTL_EXIT_USAGE;
+            }
+            ctl.json = !strcmp(val, "json");
+            i++;
+        } else {
+            fprintf(stderr, "sdctl: unknown or incomplete option '%s'\n", a);
+            usage(stderr);
+            return CTL_EXIT_USAGE;
+        }
+    }
+    if (i >= argc) {
+        usage(stderr);
+        return CTL_EXIT_USAGE;
+    }
+    const ctl_cmd_t *cmd = NULL;
+    for (size_t k = 0; k < ctl_ncmds; k++)
+        if (!strcmp(ctl_cmds[k].name, argv[i]))
+            cmd = &ctl_cmds[k];
+    if (!cmd) {
+        fprintf(stderr, "sdctl: unknown command '%s'\n", argv[i]);
+        usage(stderr);
+        return CTL_EXIT_USAGE;
+    }
+    ctl.client = sdc_new(ctl.url, ctl.token, 10000);
+    if (!ctl.client) {
+        fprintf(stderr, "sdctl: bad ServerDir URL list '%s' (want http://host:port[,...])\n", ctl.url);
+        return CTL_EXIT_USAGE;
+    }
+    int rc = cmd->fn(&ctl, argc - i, argv + i);
+    sdc_free(ctl.client);
+    return rc;
+}

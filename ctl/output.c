@@ -1,0 +1,147 @@
+/* Output helpers for sdctl: error mapping, JSON printing, aligned tables. */
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctl.h"
+
+int ctl_fail(int rc, const sdc_err_t *err)
+{
+    if (rc == SDC_OK)
+        return CTL_EXIT_OK;
+    char buf[512];
+    fprintf(stderr, "sdctl: %s\n", sdc_strerror(rc, err, buf, sizeof buf));
+    if (rc == SDC_E_TRANSPORT)
+        return CTL_EXIT_UNAVAILABLE;
+    if (rc != SDC_E_HTTP)
+        return CTL_EXIT_FAILED;
+    switch (err->status) {
+    case 401:
+    case 403: return CTL_EXIT_AUTH;
+    case 404: return CTL_EXIT_NOT_FOUND;
+    case 409: return CTL_EXIT_CONFLICT;
+    default: return err->status >= 500 ? CTL_EXIT_UNAVAILABLE : CTL_EXIT_FAILED;
+    }
+}
+
+int ctl_usage(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "sdctl %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n(see sdctl %s --help)\n", cmd);
+    va_end(ap);
+    return CTL_EXIT_USAGE;
+}
+
+void ctl_print_json(const json_t *v)
+{
+    char *s = json_dumps(v, JSON_INDENT(2) | JSON_ENCODE_ANY);
+    if (s) {
+        puts(s);
+        free(s);
+    }
+}
+
+struct ctl_table {
+    int ncols;
+    int nrows, cap;
+    char **cells; /* row-major, row 0 is the header */
+};
+
+ctl_table_t *ctl_table_new(int ncols, ...)
+{
+    ctl_table_t *t = calloc(1, sizeof *t);
+    t->ncols = ncols;
+    t->cap = 16;
+    t->cells = calloc((size_t)(t->cap * ncols), sizeof(char *));
+    va_list ap;
+    va_start(ap, ncols);
+    for (int i = 0; i < ncols; i++)
+        t->cells[i] = strdup(va_arg(ap, const char *));
+    va_end(ap);
+    t->nrows = 1;
+    return t;
+}
+
+void ctl_table_row(ctl_table_t *t, ...)
+{
+    if (t->nrows == t->cap) {
+        t->cap *= 2;
+        t->cells = realloc(t->cells, (size_t)(t->cap * t->ncols) * sizeof(char *));
+    }
+    va_list ap;
+    va_start(ap, t);
+    for (int i = 0; i < t->ncols; i++) {
+        const char *s = va_arg(ap, const char *);
+        t->cells[t->nrows * t->ncols + i] = strdup(s && *s ? s : "-");
+    }
+    va_end(ap);
+    t->nrows++;
+}
+
+void ctl_table_print(ctl_table_t *t, FILE *out, int color)
+{
+    int *w = calloc((size_t)t->ncols, sizeof(int));
+    for (int r = 0; r < t->nrows; r++)
+        for (int c = 0; c < t->ncols; c++) {
+            int l = (int)strlen(t->cells[r * t->ncols + c]);
+            if (l > w[c])
+                w[c] = l;
+        }
+    for (int r = 0; r < t->nrows; r++) {
+        if (r == 0 && color)
+            fputs("\033[1m", out);
+        for (int c = 0; c < t->ncols; c++) {
+            const char *s = t->cells[r * t->ncols + c];
+            if (c + 1 < t->ncols)
+                fprintf(out, "%-*s  ", w[c], s);
+            else
+                fputs(s, out);
+        }
+        if (r == 0 && color)
+            fputs("\033[0m", out);
+        fputc('\n', out);
+    }
+    for (int i = 0; i < t->nrows * t->ncols; i++)
+        free(t->cells[i]);
+    free(t->cells);
+    free(w);
+    free(t);
+}
+
+const char *ctl_fmt_ms(long long ms, char *buf, size_t cap)
+{
+    if (ms < 0) {
+        snprintf(buf, cap, "-");
+    } else if (ms < 1000) {
+        snprintf(buf, cap, "%lldms", ms);
+    } else {
+        long long s = ms / 1000;
+        if (s < 60)
+            snprintf(buf, cap, "%llds", s);
+        else if (s < 3600)
+            snprintf(buf, cap, "%lldm%llds", s / 60, s % 60);
+        else if (s < 86400)
+            snprintf(buf, cap, "%lldh%lldm", s / 3600, (s % 3600) / 60);
+        else
+            snprintf(buf, cap, "%lldd%lldh", s / 86400, (s % 86400) / 3600);
+    }
+    return buf;
+}
+
+const char *ctl_jstr(const json_t *v, char *buf, size_t cap)
+{
+    if (json_is_string(v))
+        snprintf(buf, cap, "%s", json_string_value(v));
+    else if (json_is_integer(v))
+        snprintf(buf, cap, "%lld", (long long)json_integer_value(v));
+    else if (json_is_real(v))
+        snprintf(buf, cap, "%g", json_real_value(v));
+    else if (json_is_boolean(v))
+        snprintf(buf, cap, "%s", json_is_true(v) ? "true" : "false");
+    else
+        snprintf(buf, cap, "-");
+    return buf;
+}
