@@ -148,6 +148,9 @@ typedef struct {
 } sd_script_src_t;
 extern const sd_script_src_t sd_script_srcs[];
 extern const size_t sd_nscripts;
+/* Static web files (serverdir/www/NAME.html), embedded the same way. */
+extern const sd_script_src_t sd_www_srcs[];
+extern const size_t sd_nwww;
 
 /* ---- auth.c ---- */
 int sd_auth_load(const char *path); /* NULL: open mode. 0 or negative errno */
