@@ -72,11 +72,43 @@ static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *
     return remove(p) < 0 ? 0 : 0;
 }
 
+static int sanitizer_reports;
+
+/* Prints any sanitizer report found in a .log file under the test's temp dirs: a report
+ * in a spawned daemon's log fails the test even though the daemon's exit was not seen. */
+static int scan_log(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)ftw;
+    size_t n = strlen(p);
+    if (flag != FTW_F || n < 4 || strcmp(p + n - 4, ".log") || sb->st_size <= 0)
+        return 0;
+    FILE *f = fopen(p, "r");
+    if (!f)
+        return 0;
+    char line[1024];
+    int printing = 0, printed = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (strstr(line, "ERROR: AddressSanitizer") || strstr(line, "ERROR: LeakSanitizer") ||
+            strstr(line, "runtime error:") || strstr(line, "WARNING: ThreadSanitizer")) {
+            if (!printing)
+                fprintf(stderr, "harness: sanitizer report in %s:\n", p);
+            printing = 1;
+            sanitizer_reports++;
+        }
+        if (printing && printed++ < 60)
+            fputs(line, stderr);
+    }
+    fclose(f);
+    return 0;
+}
+
 static void cleanup(void)
 {
     if (getpid() != owner_pid)
         return;
     kill_descendants();
+    for (int i = 0; i < ntmpdirs; i++)
+        nftw(tmpdirs[i], scan_log, 16, FTW_PHYS);
     if (getenv("H_KEEP_TMP") == NULL)
         for (int i = 0; i < ntmpdirs; i++)
             nftw(tmpdirs[i], rm_entry, 16, FTW_DEPTH | FTW_PHYS);
@@ -85,6 +117,8 @@ static void cleanup(void)
     for (int i = 0; i < nfiles; i++)
         free(files[i]);
     ntmpdirs = nfiles = 0;
+    if (sanitizer_reports)
+        _exit(1);
 }
 
 static void on_fatal_signal(int sig)
@@ -354,12 +388,11 @@ int h_serverdir_start(h_serverdir_t *s, const char *redis_url, const char *token
             h_resp_t r;
             char u[160];
             snprintf(u, sizeof u, "%s/healthz", s->url);
-            if (h_http("GET", u, NULL, NULL, NULL, 0, NULL, &r) == 0) {
-                long st = r.status;
-                h_resp_free(&r);
-                if (st == 200)
-                    return 0;
-            }
+            int rc = h_http("GET", u, NULL, NULL, NULL, 0, NULL, &r);
+            long st = r.status;
+            h_resp_free(&r);
+            if (rc == 0 && st == 200)
+                return 0;
             h_sleep_ms(20);
         }
         h_stop(s->pid, 100);
