@@ -2,13 +2,15 @@
 # The whole test suite: installs what is missing, then
 #   1. builds with warnings as errors and runs every unit and integration test (CTest);
 #   2. builds again with ASan+UBSan (build-asan/) and runs the suite again; a sanitizer
-#      report in any test or in any daemon a test started fails the run.
-# SD_TEST_STAGES="plain" (or "asan") runs one stage only.
+#      report in any test or in any daemon a test started fails the run;
+#   3. runs the integration tests again with the daemons (serverdir, bigbrother) under
+#      valgrind memcheck (H_VALGRIND=1): any error or definite leak fails the run.
+# SD_TEST_STAGES="plain asan" (any subset of plain asan valgrind) selects stages.
 set -euo pipefail
 SD_ROOT=$(cd "$(dirname "$0")/.." && pwd)
 . "$SD_ROOT/scripts/deps.sh"
 sd_install_deps
-stages=${SD_TEST_STAGES:-"plain asan"}
+stages=${SD_TEST_STAGES:-"plain asan valgrind"}
 jobs=$(nproc)
 
 for stage in $stages; do
@@ -24,6 +26,11 @@ for stage in $stages; do
         (cd "$SD_ROOT/build-asan" &&
          ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
          ctest --output-on-failure -j"$jobs")
+        ;;
+    valgrind)
+        echo "== stage valgrind: integration tests with the daemons under valgrind"
+        sd_build build -DSD_WERROR=ON
+        (cd "$SD_ROOT/build" && H_VALGRIND=1 ctest --output-on-failure -j"$jobs" -L integration)
         ;;
     *) echo "unknown stage '$stage'"; exit 2 ;;
     esac
