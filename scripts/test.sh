@@ -4,13 +4,15 @@
 #   2. builds again with ASan+UBSan (build-asan/) and runs the suite again; a sanitizer
 #      report in any test or in any daemon a test started fails the run;
 #   3. runs the integration tests again with the daemons (serverdir, bigbrother) under
-#      valgrind memcheck (H_VALGRIND=1): any error or definite leak fails the run.
-# SD_TEST_STAGES="plain asan" (any subset of plain asan valgrind) selects stages.
+#      valgrind memcheck (H_VALGRIND=1): any error or definite leak fails the run;
+#   4. builds the libFuzzer targets with clang (build-fuzz/) and runs each for
+#      SD_FUZZ_SECONDS (default 10) over its seed corpus and kept regressions.
+# SD_TEST_STAGES="plain asan" (any subset of plain asan valgrind fuzz) selects stages.
 set -euo pipefail
 SD_ROOT=$(cd "$(dirname "$0")/.." && pwd)
 . "$SD_ROOT/scripts/deps.sh"
 sd_install_deps
-stages=${SD_TEST_STAGES:-"plain asan valgrind"}
+stages=${SD_TEST_STAGES:-"plain asan valgrind fuzz"}
 jobs=$(nproc)
 
 for stage in $stages; do
@@ -31,6 +33,11 @@ for stage in $stages; do
         echo "== stage valgrind: integration tests with the daemons under valgrind"
         sd_build build -DSD_WERROR=ON
         (cd "$SD_ROOT/build" && H_VALGRIND=1 ctest --output-on-failure -j"$jobs" -L integration)
+        ;;
+    fuzz)
+        echo "== stage fuzz: libFuzzer targets, ${SD_FUZZ_SECONDS:-10} s each"
+        CC=clang sd_build build-fuzz -DSD_WERROR=ON -DSD_FUZZ=ON -DSD_FUZZ_SECONDS="${SD_FUZZ_SECONDS:-10}"
+        (cd "$SD_ROOT/build-fuzz" && ctest --output-on-failure -j"$jobs" -L fuzz)
         ;;
     *) echo "unknown stage '$stage'"; exit 2 ;;
     esac

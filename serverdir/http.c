@@ -73,6 +73,7 @@ int sd_resp_json(sd_resp_t *resp, int status, json_t *v)
     return 0;
 }
 
+__attribute__((format(printf, 5, 0)))
 static int resp_verror(sd_resp_t *resp, int status, const char *code, json_t *extra,
                        const char *fmt, va_list ap)
 {
@@ -383,6 +384,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     inflight_add(-1);
 }
 
+__attribute__((format(printf, 2, 0)))
 static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
     char msg[256];

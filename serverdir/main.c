@@ -19,16 +19,6 @@
 #define SD_VERSION "dev"
 #endif
 
-sd_config_t sd_cfg = {
-    .listen = "127.0.0.1:7700",
-    .redis = "redis://127.0.0.1:6379/0",
-    .key_prefix = "sd:",
-    .threads = 8,
-    .body_max = 1 << 20,
-    .blob_max = 256 << 10,
-    .conn_timeout_s = 30,
-};
-
 static void usage(FILE *f)
 {
     fprintf(f,
