@@ -127,8 +127,34 @@ int h_events_list(sd_req_t *req, sd_resp_t *resp)
     return sd_resp_json(resp, 200, json_pack("{s:o, s:o}", "events", list, "last", last));
 }
 
+static int cmp_instance(const void *a, const void *b)
+{
+    const char *x = json_string_value(json_object_get(*(json_t *const *)a, "instance"));
+    const char *y = json_string_value(json_object_get(*(json_t *const *)b, "instance"));
+    return strcmp(x ? x : "", y ? y : "");
+}
+
+/* Sorts an array of process records by instance name, in place. */
+static void sort_by_instance(json_t *list)
+{
+    size_t n = json_array_size(list);
+    if (n < 2)
+        return;
+    json_t **v = malloc(n * sizeof *v);
+    if (!v)
+        return;
+    for (size_t i = 0; i < n; i++)
+        v[i] = json_incref(json_array_get(list, i));
+    qsort(v, n, sizeof *v, cmp_instance);
+    json_array_clear(list);
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(list, v[i]);
+    free(v);
+}
+
 /* GET .../processes?machine=&service=&state=&limit=: by default the live directory
- * (starting and ready); state=stopped lists the recently stopped, newest first. */
+ * (starting and ready) sorted by instance; state=stopped lists the recently stopped,
+ * newest first. Past `limit` the answer says truncated (which records: unspecified). */
 int h_processes_list(sd_req_t *req, sd_resp_t *resp)
 {
     const char *cluster;
@@ -171,6 +197,8 @@ int h_processes_list(sd_req_t *req, sd_resp_t *resp)
             json_array_append_new(list, sd_dir_proc_json(r->element[i], cluster));
     long long total = r->element[0]->integer;
     freeReplyObject(r);
+    if (!state || strcmp(state, "stopped"))
+        sort_by_instance(list);
     return sd_resp_json(resp, 200, json_pack("{s:o, s:I, s:b}", "processes", list, "total",
                                              total, "truncated", total > (long long)limit));
 }

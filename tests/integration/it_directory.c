@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include "harness.h"
 #include "sdclient.h"
@@ -438,11 +439,25 @@ static void history_and_stopped_bounded(void **state)
     freeReplyObject(x);
     h_serverdir_stop(&s2);
 
-    const char *bad = h_write_file(h_tmpdir(), "bad.json",
-                                   "{\"directory\":{\"event_id_ttl_s\":60}}", 0644);
-    const char *extra2[] = {"--config", bad, NULL};
-    h_serverdir_t s3;
-    assert_int_not_equal(h_serverdir_start(&s3, redis.url, NULL, extra2), 0);
+    /* Event ids must be remembered at least 24 h: a shorter setting does not start. */
+    const char *dir = h_tmpdir();
+    const char *bad = h_write_file(dir, "bad.json", "{\"directory\":{\"event_id_ttl_s\":60}}", 0644);
+    char logpath[300];
+    snprintf(logpath, sizeof logpath, "%s/bad.log", dir);
+    const char *argv[] = {SD_BIN_DIR "/serverdir", "--config", bad, "--listen", "127.0.0.1:0", NULL};
+    pid_t pid = h_spawn(argv, logpath, NULL);
+    int st = 0;
+    int64_t until = h_now_ms() + 5000;
+    while (!h_exited(pid, &st) && h_now_ms() < until)
+        h_sleep_ms(10);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 100);
+    char log[2048] = "";
+    FILE *f = fopen(logpath, "r");
+    assert_non_null(f);
+    log[fread(log, 1, sizeof log - 1, f)] = '\0';
+    fclose(f);
+    assert_non_null(strstr(log, "field 'event_id_ttl_s' must be between 86400"));
 }
 
 /* ---------------------------------------------------------------- bad input */
