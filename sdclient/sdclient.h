@@ -64,6 +64,52 @@ const char *sdc_escape(const char *s, char *buf, size_t cap);
 
 /* ---- machines, processes and events ---- */
 
+/* A machine lease registration or renewal. Unset fields (NULL, capacity < 0,
+ * ttl_ms 0) are left out: ServerDir keeps what it stored (ttl_ms defaults to 15000). */
+typedef struct {
+    const char *address;   /* host name or IP the machine is reached at */
+    const json_t *labels;  /* object of name -> string, or NULL */
+    int capacity;          /* >= 0, or -1 for unset */
+    const char *version;
+    int ttl_ms;            /* 1000..300000, or 0 for the default */
+} sdc_machine_lease_t;
+
+/* PUT /v1/clusters/{cluster}/machines/{machine}. lease may be NULL (a bare renewal).
+ * On success *expires_in_ms (if given) is the lease time left. */
+int sdc_machine_put(sdc_t *c, const char *cluster, const char *machine,
+                    const sdc_machine_lease_t *lease, int64_t *expires_in_ms, sdc_err_t *err);
+/* GET .../machines: *out is {"machines":[...]} (caller decrefs). */
+int sdc_machines_list(sdc_t *c, const char *cluster, json_t **out, sdc_err_t *err);
+/* GET .../machines/{machine}: *out is the machine object. 404 -> SDC_E_HTTP. */
+int sdc_machine_get(sdc_t *c, const char *cluster, const char *machine, json_t **out,
+                    sdc_err_t *err);
+/* DELETE .../machines/{machine} (ops). */
+int sdc_machine_delete(sdc_t *c, const char *cluster, const char *machine, sdc_err_t *err);
+
+/* POST .../events with `events`, a JSON array of 1..1000 event objects (not stolen; see
+ * the events contract). accepted/duplicates may be NULL. Safe to retry: ServerDir
+ * counts an already applied event id as a duplicate. */
+int sdc_events_post(sdc_t *c, const char *cluster, const json_t *events, int *accepted,
+                    int *duplicates, sdc_err_t *err);
+
+/* Filters of sdc_processes_list; NULL means any. state NULL: starting and ready. */
+typedef struct {
+    const char *machine;
+    const char *service;
+    const char *state;     /* "starting", "ready" or "stopped" */
+} sdc_proc_filter_t;
+
+/* GET .../processes: *out is {"processes":[...],"total":N,"truncated":bool}. */
+int sdc_processes_list(sdc_t *c, const char *cluster, const sdc_proc_filter_t *filter,
+                       json_t **out, sdc_err_t *err);
+/* GET .../processes/{instance}: *out is the process record. */
+int sdc_process_get(sdc_t *c, const char *cluster, const char *instance, json_t **out,
+                    sdc_err_t *err);
+/* GET .../events: history entries after `since` (NULL: the newest), at most limit
+ * (0: the server default of 100), newest last. *out is {"events":[...],"last":seq}. */
+int sdc_events_list(sdc_t *c, const char *cluster, const char *since, int limit,
+                    json_t **out, sdc_err_t *err);
+
 /* ---- locks and blobs ---- */
 
 /* ---- master list ---- */

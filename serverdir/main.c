@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "directory.h"
 #include "http.h"
 #include "sd.h"
 
@@ -70,7 +71,7 @@ static void load_config_file(const char *path)
                root ? "the top level must be a JSON object" : err);
     static const char *const known[] = {
         "listen", "redis", "tokens", "key_prefix", "threads", "body_max_bytes",
-        "blob_max_bytes", "conn_timeout_s", "log_level", "master", "locks", NULL};
+        "blob_max_bytes", "conn_timeout_s", "log_level", "master", "locks", "directory", NULL};
     if (sd_json_only_keys(root, known, err, sizeof err))
         sd_die(SD_EXIT_USAGE, "bad config", "file=%s err=%s", path, err);
     cfg_str(path, root, "listen", sd_cfg.listen, sizeof sd_cfg.listen);
@@ -90,6 +91,8 @@ static void load_config_file(const char *path)
                    "field 'log_level' must be debug, info, warn or error");
         sd_log_set_level((enum sd_log_level)l);
     }
+    if (sd_dir_config_load(json_object_get(root, "directory"), err, sizeof err))
+        sd_die(SD_EXIT_USAGE, "bad config", "file=%s section=directory err=%s", path, err);
     sd_cfg.file = root;
 }
 

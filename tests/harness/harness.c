@@ -309,7 +309,7 @@ int h_redis_start(h_redis_t *r)
         snprintf(port, sizeof port, "%d", r->port);
         const char *argv[] = {"redis-server", "--port", port, "--bind", "127.0.0.1",
                               "--save", "", "--appendonly", "no", "--dir", r->dir,
-                              "--daemonize", "no", NULL};
+                              "--daemonize", "no", "--enable-debug-command", "local", NULL};
         r->pid = h_spawn(argv, r->log, NULL);
         int64_t until = h_now_ms() + 5000;
         while (h_now_ms() < until) {
