@@ -89,7 +89,7 @@ int sd_seq_parse(const char *s, int64_t *out)
             return -1;
     if (s[0] == '0')
         return -1;
-    return sd_parse_i64(s, 1, SD_SEQ_MAX, out);
+    return sd_parse_i64(s, 1, SD_SEQ_MAX, out) ? -1 : 0;
 }
 
 const char *sd_lock_key(char *buf, size_t cap, const char *name)
