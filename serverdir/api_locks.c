@@ -9,6 +9,7 @@
  *   <prefix>lock:<key>#q    list   release notifications that wake one waiter (BLPOP)
  *   <prefix>lock:<holder>#h set    the keys a holder holds (for GET /v1/locks?holder=)
  * '#' is not allowed in names, so these can never collide. */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +36,7 @@ sd_locks_cfg_t sd_locks_cfg = {
     .wait_replicas = 0,
     .wait_timeout_ms = 500,
     .max_wait_ms = SD_LOCKS_WAIT_CAP_MS,
-    .max_waiters = 0,
+    .max_waiters = 256,
     .retain_s = 7 * 24 * 3600,
 };
 
@@ -59,7 +60,7 @@ int sd_locks_cfg_parse(const json_t *section, sd_locks_cfg_t *cfg, char *err, si
         sd_json_int(section, "wait_timeout_ms", 0, 1, 2500, &cfg->wait_timeout_ms, err, errcap) < 0 ||
         sd_json_int(section, "max_wait_ms", 0, 0, SD_LOCKS_WAIT_CAP_MS, &cfg->max_wait_ms, err,
                     errcap) < 0 ||
-        sd_json_int(section, "max_waiters", 0, 0, 1024, &cfg->max_waiters, err, errcap) < 0 ||
+        sd_json_int(section, "max_waiters", 0, 1, 4096, &cfg->max_waiters, err, errcap) < 0 ||
         sd_json_int(section, "retain_s", 0, 60, 365LL * 24 * 3600, &cfg->retain_s, err, errcap) < 0)
         return -1;
     return 0;
@@ -71,8 +72,6 @@ void sd_locks_init(void)
     const json_t *section = sd_cfg.file ? json_object_get(sd_cfg.file, "locks") : NULL;
     if (sd_locks_cfg_parse(section, &sd_locks_cfg, err, sizeof err))
         sd_die(SD_EXIT_USAGE, "bad config", "section=locks err=%s", err);
-    if (sd_locks_cfg.max_waiters == 0)
-        sd_locks_cfg.max_waiters = sd_cfg.threads / 2;
     log_info("lock table configured",
              "lock_delay_ms=%lld wait_replicas=%lld max_wait_ms=%lld max_waiters=%lld retain_s=%lld",
              (long long)sd_locks_cfg.lock_delay_ms, (long long)sd_locks_cfg.wait_replicas,
@@ -216,45 +215,6 @@ static int64_t wait_slice(const redisReply *r, int64_t left)
     return ms;
 }
 
-/* Acquires with the bounded wait: retries after each release notification until granted,
- * refused for another reason, or wait_ms has passed. *out is the last script reply.
- * Returns an SD_STORE_* code, or 1 when too many requests are waiting already. */
-static int acquire_wait(const acquire_t *a, redisReply **out, int64_t *waited_ms)
-{
-    int64_t start = sd_mono_ms();
-    int waiting = 0, rc;
-    *waited_ms = 0;
-    for (;;) {
-        rc = acquire_once(a, out);
-        if (rc != SD_STORE_OK || !is_status_reply(*out))
-            break;
-        const char *st = rstr(*out, 0);
-        int64_t left = start + a->wait_ms - sd_mono_ms();
-        if ((strcmp(st, "lock_held") && strcmp(st, "lock_delayed")) || left <= 0)
-            break;
-        if (!waiting) {
-            if (atomic_fetch_add(&waiters, 1) >= sd_locks_cfg.max_waiters) {
-                atomic_fetch_sub(&waiters, 1);
-                rc = 1;
-                break;
-            }
-            waiting = 1;
-        }
-        int64_t ms = wait_slice(*out, left);
-        char name[SD_NAME_MAX + 1];
-        sd_strlcpy(name, rstr(*out, 1), sizeof name);
-        freeReplyObject(*out);
-        *out = NULL;
-        rc = wait_release(name, ms);
-        if (rc != SD_STORE_OK)
-            break;
-    }
-    if (waiting)
-        atomic_fetch_sub(&waiters, 1);
-    *waited_ms = sd_mono_ms() - start;
-    return rc;
-}
-
 /* Durability knob: WAIT for the configured replicas after a grant. 0 when reached. */
 static int grant_wait_replicas(sd_resp_t *resp)
 {
@@ -336,55 +296,160 @@ static json_t *grant_json(const redisReply *r, int i, int64_t now_ms)
     return o;
 }
 
-/* Acquires and answers: the grant (single: one object, many: {holder, locks}) or the
- * refusal. */
-static int acquire_answer(const acquire_t *a, int many, sd_resp_t *resp)
+/* Answers an acquire from its last script reply (stolen: freed here): the grant (single:
+ * one object, many: {holder, locks}) after the optional WAIT, or the refusal. Runs on the
+ * thread whose Redis connection made the grant, so WAIT covers it. */
+static void acquire_finish(const acquire_t *a, int many, redisReply *r, int64_t waited,
+                           sd_resp_t *resp)
 {
-    redisReply *r = NULL;
-    int64_t waited;
-    int rc = acquire_wait(a, &r, &waited);
-    if (rc == 1) {
-        sd_resp_header(resp, "Retry-After", "1");
-        return sd_resp_error(resp, 429, "too_many_waiters",
-                             "%lld acquires are waiting already; retry or use a smaller wait_ms",
-                             (long long)sd_locks_cfg.max_waiters);
-    }
-    if (rc != SD_STORE_OK)
-        return sd_resp_store_error(resp, rc);
     if (!is_status_reply(r)) {
         bad_reply(resp, "lock_acquire", r);
-        freeReplyObject(r);
-        return 0;
-    }
-    if (strcmp(rstr(r, 0), "ok") != 0) {
+    } else if (strcmp(rstr(r, 0), "ok") != 0) {
         acquire_refused(resp, r, waited);
-        freeReplyObject(r);
-        return 0;
-    }
-    if (r->elements != 2 + (size_t)a->n * 6) {
+    } else if (r->elements != 2 + (size_t)a->n * 6) {
         bad_reply(resp, "lock_acquire", r);
-        freeReplyObject(r);
-        return 0;
-    }
-    SD_COUNT("serverdir_lock_grants_total", "Locks granted (keys)", a->n);
-    if (grant_wait_replicas(resp)) {
-        freeReplyObject(r);
-        return 0;
-    }
-    /* Times are Redis time; expires_in_ms is relative to the grant itself. */
-    int64_t now_ms = rnum(r, 1);
-    json_t *out;
-    if (!many) {
-        out = grant_json(r, 0, now_ms);
-        json_object_set_new(out, "holder", json_string(a->holder));
-    } else {
-        json_t *locks = json_array();
-        for (int i = 0; i < a->n; i++)
-            json_array_append_new(locks, grant_json(r, i, now_ms));
-        out = json_pack("{s:s, s:o}", "holder", a->holder, "locks", locks);
+    } else if (grant_wait_replicas(resp) == 0) {
+        SD_COUNT("serverdir_lock_grants_total", "Locks granted (keys)", a->n);
+        /* Times are Redis time; expires_in_ms is relative to the grant itself. */
+        int64_t now_ms = rnum(r, 1);
+        json_t *out;
+        if (!many) {
+            out = grant_json(r, 0, now_ms);
+            json_object_set_new(out, "holder", json_string(a->holder));
+        } else {
+            json_t *locks = json_array();
+            for (int i = 0; i < a->n; i++)
+                json_array_append_new(locks, grant_json(r, i, now_ms));
+            out = json_pack("{s:s, s:o}", "holder", a->holder, "locks", locks);
+        }
+        sd_resp_json(resp, 200, out);
     }
     freeReplyObject(r);
-    return sd_resp_json(resp, 200, out);
+}
+
+/* A parked acquire: its own copies of the request's strings (the JSON body is gone). */
+typedef struct {
+    acquire_t a;
+    int many;
+    sd_req_t *req;
+    sd_resp_t *resp;
+    int64_t start_ms;
+    char name[SD_NAME_MAX + 1]; /* the key the last refusal named */
+    int64_t first_slice_ms;
+    char holder[SD_NAME_MAX + 1], cluster[SD_NAME_MAX + 1];
+    char names[SD_LOCKS_MAX_KEYS][SD_NAME_MAX + 1];
+} waiter_t;
+
+/* The waiter thread: blocks on the refused key's release-notification list (BLPOP on
+ * this thread's own Redis connection, never polling), retries after each wake-up, the
+ * end of a lease or lock-delay, or a slice, until granted, refused for another reason,
+ * wait_ms has passed or serverdir stops; then answers and resumes the parked request. */
+static void *waiter_main(void *arg)
+{
+    waiter_t *w = arg;
+    redisReply *r = NULL;
+    int64_t ms = w->first_slice_ms;
+    int rc = SD_STORE_OK;
+    for (;;) {
+        rc = wait_release(w->name, ms);
+        if (rc != SD_STORE_OK)
+            break;
+        rc = acquire_once(&w->a, &r);
+        if (rc != SD_STORE_OK || !is_status_reply(r))
+            break;
+        const char *st = rstr(r, 0);
+        int64_t left = w->start_ms + w->a.wait_ms - sd_mono_ms();
+        if ((strcmp(st, "lock_held") && strcmp(st, "lock_delayed")) || left <= 0 ||
+            sd_http_stopping())
+            break;
+        ms = wait_slice(r, left);
+        sd_strlcpy(w->name, rstr(r, 1), sizeof w->name);
+        freeReplyObject(r);
+        r = NULL;
+    }
+    if (rc != SD_STORE_OK) {
+        if (r)
+            freeReplyObject(r);
+        sd_resp_store_error(w->resp, rc);
+    } else {
+        acquire_finish(&w->a, w->many, r, sd_mono_ms() - w->start_ms, w->resp);
+    }
+    sd_req_resume(w->req);
+    sd_store_thread_close();
+    free(w);
+    atomic_fetch_sub(&waiters, 1);
+    return NULL;
+}
+
+/* Parks the request and hands the wait to a new waiter thread. The caller's reply r (a
+ * refusal) is freed here. Answers 429 when max_waiters are waiting already. */
+static void acquire_park(const acquire_t *a, int many, redisReply *r, int64_t start_ms,
+                         sd_req_t *req, sd_resp_t *resp)
+{
+    if (atomic_fetch_add(&waiters, 1) >= sd_locks_cfg.max_waiters) {
+        atomic_fetch_sub(&waiters, 1);
+        freeReplyObject(r);
+        sd_resp_header(resp, "Retry-After", "1");
+        sd_resp_error(resp, 429, "too_many_waiters",
+                      "%lld acquires are waiting already; retry, or acquire without wait_ms",
+                      (long long)sd_locks_cfg.max_waiters);
+        return;
+    }
+    waiter_t *w = calloc(1, sizeof *w);
+    if (!w) {
+        atomic_fetch_sub(&waiters, 1);
+        freeReplyObject(r);
+        sd_resp_error(resp, 500, "internal", "out of memory");
+        return;
+    }
+    w->a = *a;
+    w->many = many;
+    w->req = req;
+    w->resp = resp;
+    w->start_ms = start_ms;
+    w->first_slice_ms = wait_slice(r, start_ms + a->wait_ms - sd_mono_ms());
+    sd_strlcpy(w->name, rstr(r, 1), sizeof w->name);
+    freeReplyObject(r);
+    sd_strlcpy(w->holder, a->holder, sizeof w->holder);
+    sd_strlcpy(w->cluster, a->steal_cluster, sizeof w->cluster);
+    w->a.holder = w->holder;
+    w->a.steal_cluster = w->cluster;
+    for (int i = 0; i < a->n; i++) {
+        sd_strlcpy(w->names[i], a->names[i], sizeof w->names[i]);
+        w->a.names[i] = w->names[i];
+    }
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, 256 << 10);
+    sd_req_park(req);
+    pthread_t th;
+    if (pthread_create(&th, &attr, waiter_main, w) != 0) {
+        free(w);
+        atomic_fetch_sub(&waiters, 1);
+        sd_resp_error(resp, 503, "too_many_waiters", "cannot start a waiter thread");
+        sd_req_resume(req);
+    }
+    pthread_attr_destroy(&attr);
+}
+
+/* Acquires once on this worker thread; a refusal with wait_ms parks the request for a
+ * waiter thread (the worker goes on serving), everything else is answered at once. */
+static int acquire_answer(const acquire_t *a, int many, sd_req_t *req, sd_resp_t *resp)
+{
+    int64_t start = sd_mono_ms();
+    redisReply *r = NULL;
+    int rc = acquire_once(a, &r);
+    if (rc != SD_STORE_OK)
+        return sd_resp_store_error(resp, rc);
+    if (a->wait_ms > 0 && is_status_reply(r) &&
+        (!strcmp(rstr(r, 0), "lock_held") || !strcmp(rstr(r, 0), "lock_delayed")) &&
+        !sd_http_stopping()) {
+        acquire_park(a, many, r, start, req, resp);
+        return 0;
+    }
+    acquire_finish(a, many, r, 0, resp);
+    return 0;
 }
 
 /* PUT /v1/locks/{key} {holder, ttl_ms?, wait_ms?, steal_if_holder_stopped?,
@@ -405,7 +470,7 @@ int h_lock_put(sd_req_t *req, sd_resp_t *resp)
     if (sd_json_only_keys(body, allowed, err, sizeof err))
         sd_resp_error(resp, 400, "bad_field", "%s", err);
     else if (acquire_parse(body, &a, resp) == 0)
-        acquire_answer(&a, 0, resp);
+        acquire_answer(&a, 0, req, resp);
     json_decref(body);
     return 0;
 }
@@ -451,7 +516,7 @@ int h_lock_acquire_many(sd_req_t *req, sd_resp_t *resp)
     if (sd_json_only_keys(body, allowed, err, sizeof err))
         sd_resp_error(resp, 400, "bad_field", "%s", err);
     else if (keys_parse(body, a.names, &a.n, resp) == 0 && acquire_parse(body, &a, resp) == 0)
-        acquire_answer(&a, 1, resp);
+        acquire_answer(&a, 1, req, resp);
     json_decref(body);
     return 0;
 }

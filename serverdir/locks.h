@@ -11,7 +11,8 @@
 #define SD_SEQ_MAX ((int64_t)1 << 53)
 /* Keys per all-or-nothing acquire or release. */
 #define SD_LOCKS_MAX_KEYS 16
-/* Cap of wait_ms: a waiting acquire occupies one HTTP worker thread. */
+/* Cap of wait_ms. A waiting acquire is parked (its worker thread goes on serving) and
+ * waits on a thread and Redis connection of its own, bounded by max_waiters. */
 #define SD_LOCKS_WAIT_CAP_MS 30000
 
 /* The "locks" section of serverdir's --config. */
@@ -20,7 +21,7 @@ typedef struct {
     int64_t wait_replicas;   /* WAIT for this many replicas after a grant (0: do not) */
     int64_t wait_timeout_ms; /* ... for at most this long, else 503 */
     int64_t max_wait_ms;     /* cap of a request's wait_ms (<= SD_LOCKS_WAIT_CAP_MS) */
-    int64_t max_waiters;     /* acquires waiting at once (0: half the worker threads) */
+    int64_t max_waiters;     /* acquires waiting at once (a thread and a Redis connection each) */
     int64_t retain_s;        /* how long a released lock's record (and lock_seq) is kept */
 } sd_locks_cfg_t;
 
