@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/wait.h>
 
@@ -391,6 +392,40 @@ static void wait_is_woken_by_release_and_bounded(void **state)
     release("p-wait", "W", w3.lock_seq);
 }
 
+/* With one worker thread, a parked waiting acquire must not stall other requests; a
+ * SIGTERM while it waits answers it and exits cleanly. */
+static void waiting_acquire_does_not_hold_a_worker(void **state)
+{
+    h_serverdir_t one;
+    const char *extra[] = {"--threads", "1", NULL};
+    assert_int_equal(h_serverdir_start(&one, redis.url, h_tokens_file(), extra), 0);
+    json_int_t s = acquire(&one, "p-park", "A", NULL);
+    struct waiter w = {one.url, "p-park", 20000, 0, "", 0, 0};
+    pthread_t th;
+    pthread_create(&th, NULL, waiter_main, &w);
+    h_sleep_ms(200);
+    for (int i = 0; i < 5; i++) {
+        int64_t t0 = h_now_ms();
+        h_resp_t r;
+        assert_int_equal(call(&one, "GET", H_TOK_VIEWER, NULL, &r, "/v1/locks/p-park"), 200);
+        assert_non_null(strstr(r.body, "\"holder\":\"A\""));
+        h_resp_free(&r);
+        assert_true(h_now_ms() - t0 < 500);
+    }
+    /* Shutdown answers the parked request (still held: lock_held) well before 20 s. */
+    int64_t t0 = h_now_ms();
+    kill(one.pid, SIGTERM);
+    pthread_join(th, NULL);
+    assert_int_equal(w.rc, SDC_E_HTTP);
+    assert_string_equal(w.code, "lock_held");
+    assert_true(h_now_ms() - t0 < 5000);
+    int st = -1;
+    for (int i = 0; i < 500 && !h_exited(one.pid, &st); i++)
+        h_sleep_ms(10);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    release("p-park", "A", s);
+}
+
 static void steal_from_stopped_or_old_holder(void **state)
 {
     h_resp_t r;
@@ -658,6 +693,7 @@ int main(void)
         cmocka_unit_test(bad_input_is_refused_specifically),
         cmocka_unit_test(renew_extends_lease_holder_only),
         cmocka_unit_test(wait_is_woken_by_release_and_bounded),
+        cmocka_unit_test(waiting_acquire_does_not_hold_a_worker),
         cmocka_unit_test(steal_from_stopped_or_old_holder),
         cmocka_unit_test(lock_delay_after_force_and_expiry_not_release),
         cmocka_unit_test(wait_replicas_knob),
