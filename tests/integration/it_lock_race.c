@@ -105,7 +105,7 @@ static void *client_main(void *arg)
             if (rc == SDC_OK)
                 free(data);
             else if (rc == SDC_E_HTTP && err.status == 404)
-                bseq = 0;
+                sdc_err_clear(&err); /* nothing saved yet: Blob-Seq 0 */
             else {
                 sdc_err_clear(&err);
                 break; /* fenced: the operator took it away */
