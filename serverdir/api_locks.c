@@ -1,7 +1,9 @@
 /* The lock table (docs/locks.md): acquire one key or several all or nothing, release,
  * renew, inspect, list by holder, forced unlock. Every change is one Lua script in
- * serverdir/lua/lock_*.lua; this file validates input, waits (bounded) for a release and
- * turns script replies into HTTP answers.
+ * serverdir/lua/lock_*.lua; this file validates input, turns script replies into HTTP
+ * answers, and runs the bounded wait: a refused acquire with wait_ms is parked (its
+ * worker thread goes on serving) and a waiter thread with its own Redis connection
+ * blocks on the key's release notifications until it can answer.
  *
  * Redis keys (prefix configurable, no cluster hash tag: locks are global):
  *   <prefix>lock:<key>      hash   holder, seq (the lock_seq), since, expires, ttl,
