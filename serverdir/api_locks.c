@@ -31,7 +31,6 @@ SD_ROUTE(DELETE, "/v1/locks/{key}", SD_R_GAME, 0, h_lock_delete);
 #define LIST_MAX 1000
 /* One BLPOP never blocks longer than this (below the store's 3 s command timeout). */
 #define WAIT_SLICE_MS 2000
-#define TTL_MAX_MS (24LL * 3600 * 1000)
 
 sd_locks_cfg_t sd_locks_cfg = {
     .lock_delay_ms = 0,
@@ -138,33 +137,86 @@ static int is_status_reply(const redisReply *r)
 
 /* ---------- acquire ---------- */
 
-typedef struct {
-    const char *holder;
-    const char *names[SD_LOCKS_MAX_KEYS];
-    int n;
-    int64_t ttl_ms, wait_ms, steal_older_ms;
-    const char *steal_cluster;
-} acquire_t;
-
-/* Reads the acquire options shared by PUT /v1/locks/{key} and POST /v1/locks/acquire.
- * On bad input sets a 400 on resp and returns -1. */
-static int acquire_parse(const json_t *body, acquire_t *a, sd_resp_t *resp)
+/* Reads body.keys: 1..SD_LOCKS_MAX_KEYS distinct names into names/n. */
+static int keys_parse(const json_t *body, const char **names, int *n, const char **code,
+                      char *err, size_t errcap)
 {
-    char err[SD_ERRMSG_MAX];
+    const json_t *keys = json_object_get(body, "keys");
+    *code = "bad_field";
+    if (!json_is_array(keys) || json_array_size(keys) < 1 ||
+        json_array_size(keys) > SD_LOCKS_MAX_KEYS)
+        return snprintf(err, errcap, "field 'keys' must be an array of 1 to %d lock keys",
+                        SD_LOCKS_MAX_KEYS), -1;
+    *n = 0;
+    size_t i;
+    const json_t *k;
+    json_array_foreach(keys, i, k) {
+        const char *s = json_string_value(k);
+        if (!s || !sd_name_valid(s, SD_NAME_MAX)) {
+            *code = "bad_name";
+            return snprintf(err, errcap,
+                            "keys[%zu] must be a lock key name (1-%d characters of A-Z a-z 0-9 "
+                            "_ . : @ -)",
+                            i, SD_NAME_MAX), -1;
+        }
+        for (int j = 0; j < *n; j++)
+            if (strcmp(names[j], s) == 0)
+                return snprintf(err, errcap, "keys[%zu] repeats '%s'", i, s), -1;
+        names[(*n)++] = s;
+    }
+    return 0;
+}
+
+int sd_lock_req_parse(const json_t *body, int many, sd_lock_req_t *a, const char **code,
+                      char *err, size_t errcap)
+{
+    static const char *const one[] = {"holder", "ttl_ms", "wait_ms", "steal_if_holder_stopped",
+                                      "steal_if_older_than_ms", NULL};
+    static const char *const several[] = {"keys", "holder", "ttl_ms", "wait_ms",
+                                          "steal_if_holder_stopped", "steal_if_older_than_ms",
+                                          NULL};
+    *code = "bad_field";
     a->steal_cluster = "";
-    if (sd_json_name(body, "holder", 1, &a->holder, err, sizeof err) < 0 ||
-        sd_json_int(body, "ttl_ms", 0, 1, TTL_MAX_MS, &a->ttl_ms, err, sizeof err) < 0 ||
-        sd_json_int(body, "wait_ms", 0, 0, sd_locks_cfg.max_wait_ms, &a->wait_ms, err,
-                    sizeof err) < 0 ||
-        sd_json_name(body, "steal_if_holder_stopped", 0, &a->steal_cluster, err, sizeof err) < 0 ||
-        sd_json_int(body, "steal_if_older_than_ms", 0, 1, TTL_MAX_MS * 365, &a->steal_older_ms,
-                    err, sizeof err) < 0)
-        return sd_resp_error(resp, 400, "bad_field", "%s", err), -1;
+    a->ttl_ms = a->wait_ms = a->steal_older_ms = 0;
+    if (sd_json_only_keys(body, many ? several : one, err, errcap))
+        return -1;
+    if (many && keys_parse(body, a->names, &a->n, code, err, errcap))
+        return -1;
+    if (sd_json_name(body, "holder", 1, &a->holder, err, errcap) < 0 ||
+        sd_json_int(body, "ttl_ms", 0, 1, SD_LOCKS_TTL_MAX_MS, &a->ttl_ms, err, errcap) < 0 ||
+        sd_json_int(body, "wait_ms", 0, 0, sd_locks_cfg.max_wait_ms, &a->wait_ms, err, errcap) < 0 ||
+        sd_json_name(body, "steal_if_holder_stopped", 0, &a->steal_cluster, err, errcap) < 0 ||
+        sd_json_int(body, "steal_if_older_than_ms", 0, 1, SD_LOCKS_TTL_MAX_MS * 365,
+                    &a->steal_older_ms, err, errcap) < 0)
+        return -1;
+    return 0;
+}
+
+int sd_lock_release_parse(const json_t *body, const char **holder, const char **names,
+                          int64_t *seqs, int *n, const char **code, char *err, size_t errcap)
+{
+    static const char *const allowed[] = {"keys", "holder", "lock_seqs", NULL};
+    *code = "bad_field";
+    if (sd_json_only_keys(body, allowed, err, errcap) ||
+        sd_json_name(body, "holder", 1, holder, err, errcap) < 0 ||
+        keys_parse(body, names, n, code, err, errcap))
+        return -1;
+    const json_t *ls = json_object_get(body, "lock_seqs");
+    if (!json_is_object(ls) || json_object_size(ls) != (size_t)*n)
+        return snprintf(err, errcap,
+                        "field 'lock_seqs' must be an object with the lock_seq of each key"), -1;
+    for (int i = 0; i < *n; i++) {
+        const json_t *v = json_object_get(ls, names[i]);
+        if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > SD_SEQ_MAX)
+            return snprintf(err, errcap, "lock_seqs['%s'] must be a lock_seq (1-2^53)", names[i]),
+                   -1;
+        seqs[i] = json_integer_value(v);
+    }
     return 0;
 }
 
 /* Runs lock_acquire.lua once. Store errors come back as the SD_STORE_* code. */
-static int acquire_once(const acquire_t *a, redisReply **out)
+static int acquire_once(const sd_lock_req_t *a, redisReply **out)
 {
     char key[SD_NAME_MAX + 96];
     sd_argv_t av;
@@ -301,7 +353,7 @@ static json_t *grant_json(const redisReply *r, int i, int64_t now_ms)
 /* Answers an acquire from its last script reply (stolen: freed here): the grant (single:
  * one object, many: {holder, locks}) after the optional WAIT, or the refusal. Runs on the
  * thread whose Redis connection made the grant, so WAIT covers it. */
-static void acquire_finish(const acquire_t *a, int many, redisReply *r, int64_t waited,
+static void acquire_finish(const sd_lock_req_t *a, int many, redisReply *r, int64_t waited,
                            sd_resp_t *resp)
 {
     if (!is_status_reply(r)) {
@@ -331,7 +383,7 @@ static void acquire_finish(const acquire_t *a, int many, redisReply *r, int64_t 
 
 /* A parked acquire: its own copies of the request's strings (the JSON body is gone). */
 typedef struct {
-    acquire_t a;
+    sd_lock_req_t a;
     int many;
     sd_req_t *req;
     sd_resp_t *resp;
@@ -385,7 +437,7 @@ static void *waiter_main(void *arg)
 
 /* Parks the request and hands the wait to a new waiter thread. The caller's reply r (a
  * refusal) is freed here. Answers 429 when max_waiters are waiting already. */
-static void acquire_park(const acquire_t *a, int many, redisReply *r, int64_t start_ms,
+static void acquire_park(const sd_lock_req_t *a, int many, redisReply *r, int64_t start_ms,
                          sd_req_t *req, sd_resp_t *resp)
 {
     if (atomic_fetch_add(&waiters, 1) >= sd_locks_cfg.max_waiters) {
@@ -437,7 +489,7 @@ static void acquire_park(const acquire_t *a, int many, redisReply *r, int64_t st
 
 /* Acquires once on this worker thread; a refusal with wait_ms parks the request for a
  * waiter thread (the worker goes on serving), everything else is answered at once. */
-static int acquire_answer(const acquire_t *a, int many, sd_req_t *req, sd_resp_t *resp)
+static int acquire_answer(const sd_lock_req_t *a, int many, sd_req_t *req, sd_resp_t *resp)
 {
     int64_t start = sd_mono_ms();
     redisReply *r = NULL;
@@ -459,48 +511,22 @@ static int acquire_answer(const acquire_t *a, int many, sd_req_t *req, sd_resp_t
  * reacquired, stolen_from?}; 409 lock_held / lock_delayed. */
 int h_lock_put(sd_req_t *req, sd_resp_t *resp)
 {
-    static const char *const allowed[] = {"holder", "ttl_ms", "wait_ms", "steal_if_holder_stopped",
-                                          "steal_if_older_than_ms", NULL};
-    acquire_t a = {0};
-    if (sd_req_name(req, resp, 0, "lock key", &a.names[0]))
+    sd_lock_req_t a = {0};
+    const char *name, *code;
+    char err[SD_ERRMSG_MAX];
+    if (sd_req_name(req, resp, 0, "lock key", &name))
         return 0;
-    a.n = 1;
     json_t *body = sd_req_json(req, resp);
     if (!body)
         return 0;
-    char err[SD_ERRMSG_MAX];
-    if (sd_json_only_keys(body, allowed, err, sizeof err))
-        sd_resp_error(resp, 400, "bad_field", "%s", err);
-    else if (acquire_parse(body, &a, resp) == 0)
+    if (sd_lock_req_parse(body, 0, &a, &code, err, sizeof err)) {
+        sd_resp_error(resp, 400, code, "%s", err);
+    } else {
+        a.names[0] = name;
+        a.n = 1;
         acquire_answer(&a, 0, req, resp);
-    json_decref(body);
-    return 0;
-}
-
-/* Reads body.keys: 1..SD_LOCKS_MAX_KEYS distinct names. -1 with a 400 on resp. */
-static int keys_parse(const json_t *body, const char **names, int *n, sd_resp_t *resp)
-{
-    const json_t *keys = json_object_get(body, "keys");
-    if (!json_is_array(keys) || json_array_size(keys) < 1 ||
-        json_array_size(keys) > SD_LOCKS_MAX_KEYS)
-        return sd_resp_error(resp, 400, "bad_field",
-                             "field 'keys' must be an array of 1 to %d lock keys",
-                             SD_LOCKS_MAX_KEYS), -1;
-    *n = 0;
-    size_t i;
-    const json_t *k;
-    json_array_foreach(keys, i, k) {
-        const char *s = json_string_value(k);
-        if (!s || !sd_name_valid(s, SD_NAME_MAX))
-            return sd_resp_error(resp, 400, "bad_name",
-                                 "keys[%zu] must be a lock key name (1-%d characters of A-Z "
-                                 "a-z 0-9 _ . : @ -)",
-                                 i, SD_NAME_MAX), -1;
-        for (int j = 0; j < *n; j++)
-            if (strcmp(names[j], s) == 0)
-                return sd_resp_error(resp, 400, "bad_field", "keys[%zu] repeats '%s'", i, s), -1;
-        names[(*n)++] = s;
     }
+    json_decref(body);
     return 0;
 }
 
@@ -508,16 +534,15 @@ static int keys_parse(const json_t *body, const char **names, int *n, sd_resp_t 
  * all or nothing: one refused key refuses the whole request and changes nothing. */
 int h_lock_acquire_many(sd_req_t *req, sd_resp_t *resp)
 {
-    static const char *const allowed[] = {"keys", "holder", "ttl_ms", "wait_ms",
-                                          "steal_if_holder_stopped", "steal_if_older_than_ms", NULL};
-    acquire_t a = {0};
+    sd_lock_req_t a = {0};
+    const char *code;
+    char err[SD_ERRMSG_MAX];
     json_t *body = sd_req_json(req, resp);
     if (!body)
         return 0;
-    char err[SD_ERRMSG_MAX];
-    if (sd_json_only_keys(body, allowed, err, sizeof err))
-        sd_resp_error(resp, 400, "bad_field", "%s", err);
-    else if (keys_parse(body, a.names, &a.n, resp) == 0 && acquire_parse(body, &a, resp) == 0)
+    if (sd_lock_req_parse(body, 1, &a, &code, err, sizeof err))
+        sd_resp_error(resp, 400, code, "%s", err);
+    else
         acquire_answer(&a, 1, req, resp);
     json_decref(body);
     return 0;
@@ -581,40 +606,18 @@ static int release_answer(const char *holder, const char **names, const int64_t 
 /* POST /v1/locks/release {holder, keys:[...], lock_seqs:{key: n}} -> 200; all or nothing. */
 int h_lock_release_many(sd_req_t *req, sd_resp_t *resp)
 {
-    static const char *const allowed[] = {"keys", "holder", "lock_seqs", NULL};
     const char *names[SD_LOCKS_MAX_KEYS];
     int64_t seqs[SD_LOCKS_MAX_KEYS];
     int n = 0;
-    const char *holder;
+    const char *holder, *code;
+    char err[SD_ERRMSG_MAX];
     json_t *body = sd_req_json(req, resp);
     if (!body)
         return 0;
-    char err[SD_ERRMSG_MAX];
-    if (sd_json_only_keys(body, allowed, err, sizeof err) ||
-        sd_json_name(body, "holder", 1, &holder, err, sizeof err) < 0) {
-        sd_resp_error(resp, 400, "bad_field", "%s", err);
-        goto out;
-    }
-    if (keys_parse(body, names, &n, resp))
-        goto out;
-    const json_t *ls = json_object_get(body, "lock_seqs");
-    if (!json_is_object(ls) || json_object_size(ls) != (size_t)n) {
-        sd_resp_error(resp, 400, "bad_field",
-                      "field 'lock_seqs' must be an object with the lock_seq of each key");
-        goto out;
-    }
-    for (int i = 0; i < n; i++) {
-        const json_t *v = json_object_get(ls, names[i]);
-        if (!json_is_integer(v) || json_integer_value(v) < 1 ||
-            json_integer_value(v) > SD_SEQ_MAX) {
-            sd_resp_error(resp, 400, "bad_field", "lock_seqs['%s'] must be a lock_seq (1-2^53)",
-                          names[i]);
-            goto out;
-        }
-        seqs[i] = json_integer_value(v);
-    }
-    release_answer(holder, names, seqs, n, 1, resp);
-out:
+    if (sd_lock_release_parse(body, &holder, names, seqs, &n, &code, err, sizeof err))
+        sd_resp_error(resp, 400, code, "%s", err);
+    else
+        release_answer(holder, names, seqs, n, 1, resp);
     json_decref(body);
     return 0;
 }
@@ -696,7 +699,7 @@ int h_lock_renew(sd_req_t *req, sd_resp_t *resp)
     if (sd_json_only_keys(body, allowed, err, sizeof err) ||
         sd_json_name(body, "holder", 1, &holder, err, sizeof err) < 0 ||
         sd_json_int(body, "lock_seq", 1, 1, SD_SEQ_MAX, &seq, err, sizeof err) < 0 ||
-        sd_json_int(body, "ttl_ms", 0, 1, TTL_MAX_MS, &ttl, err, sizeof err) < 0) {
+        sd_json_int(body, "ttl_ms", 0, 1, SD_LOCKS_TTL_MAX_MS, &ttl, err, sizeof err) < 0) {
         sd_resp_error(resp, 400, "bad_field", "%s", err);
         goto out;
     }

@@ -15,6 +15,29 @@
  * waits on a thread and Redis connection of its own, bounded by max_waiters. */
 #define SD_LOCKS_WAIT_CAP_MS 30000
 
+/* Longest lease (ttl_ms). */
+#define SD_LOCKS_TTL_MAX_MS (24LL * 3600 * 1000)
+
+/* An acquire request: the names and strings point into the request's JSON body. */
+typedef struct {
+    const char *holder;
+    const char *names[SD_LOCKS_MAX_KEYS];
+    int n;
+    int64_t ttl_ms, wait_ms, steal_older_ms; /* 0: not given */
+    const char *steal_cluster;               /* "": not given */
+} sd_lock_req_t;
+
+/* Validates an acquire body: PUT /v1/locks/{key} (many = 0; the key comes from the path
+ * and is not filled in) or POST /v1/locks/acquire (many = 1; "keys" required, 1 to
+ * SD_LOCKS_MAX_KEYS distinct names). Returns 0, or -1 with the error code ("bad_field"
+ * or "bad_name") in *code and a message naming the field in err. */
+int sd_lock_req_parse(const json_t *body, int many, sd_lock_req_t *a, const char **code,
+                      char *err, size_t errcap);
+/* Validates a POST /v1/locks/release body {holder, keys, lock_seqs:{key: n}} into holder,
+ * names[], seqs[] and n (arrays of SD_LOCKS_MAX_KEYS). Same error convention. */
+int sd_lock_release_parse(const json_t *body, const char **holder, const char **names,
+                          int64_t *seqs, int *n, const char **code, char *err, size_t errcap);
+
 /* The "locks" section of serverdir's --config. */
 typedef struct {
     int64_t lock_delay_ms;   /* after a forced unlock or an expiry; never after a release */
