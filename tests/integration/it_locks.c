@@ -2,7 +2,8 @@
  * re-acquire, all-or-nothing many-key acquire and release, holder-only release and renew,
  * leases, bounded wait, steal, lock-delay, the WAIT durability knob, inspect/list, sdctl,
  * bad input (specific errors, nothing changed), and lock_seq never repeating when Redis
- * loses the lock records (DEL, FLUSHALL, restart without persistence). */
+ * loses the lock records (DEL, FLUSHALL, restart without persistence, failover to a
+ * replica that missed writes). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -683,6 +684,65 @@ static void lock_seq_survives_loss_of_the_lock_table(void **state)
     release("p-loss", "D", s4);
 }
 
+static int replica_has(void *arg)
+{
+    h_redis_t *rep = arg;
+    redisReply *rr = h_redis(rep, "HGET sd:lock:p-failover seq");
+    int ok = rr && rr->type == REDIS_REPLY_STRING;
+    if (rr)
+        freeReplyObject(rr);
+    return ok;
+}
+
+/* Failover to a replica that missed the last grants: the promoted replica only knows an
+ * old lock_seq, yet its next grant is higher than every grant of the old primary, and a
+ * holder of the lost grants is fenced there. */
+static void lock_seq_survives_failover_to_a_stale_replica(void **state)
+{
+    h_redis_t replica;
+    h_serverdir_t sd2;
+    assert_int_equal(h_redis_start(&replica), 0);
+    redisReply *rr = h_redis(&replica, "REPLICAOF 127.0.0.1 %d", redis.port);
+    freeReplyObject(rr);
+    json_int_t s1 = acquire(&sd, "p-failover", "A", NULL);
+    assert_true(h_wait_until(replica_has, &replica, 10000));
+
+    /* The replica is cut off, then the primary grants on without it. */
+    rr = h_redis(&replica, "REPLICAOF NO ONE");
+    freeReplyObject(rr);
+    release("p-failover", "A", s1);
+    json_int_t s2 = acquire(&sd, "p-failover", "B", NULL);
+    h_resp_t r;
+    assert_int_equal(save("p-failover", s2, 1, "B1", &r), 200);
+    h_resp_free(&r);
+
+    /* Clients fail over to the promoted replica (a serverdir pointed at it). */
+    assert_int_equal(h_serverdir_start(&sd2, replica.url, h_tokens_file(), NULL), 0);
+    char before[64], after[64];
+    h_redis_digest(&replica, before);
+    char url[256];
+    snprintf(url, sizeof url, "%s/v1/blobs/p-failover", sd2.url);
+    char h1[64];
+    snprintf(h1, sizeof h1, "Lock-Seq: %lld", (long long)s2);
+    const char *hdrs[] = {h1, "Blob-Seq: 2", NULL};
+    assert_int_equal(h_http("PUT", url, H_TOK_GAME, "application/octet-stream", "B2", 2, hdrs, &r), 0);
+    assert_int_equal(r.status, 409);
+    assert_string_equal(h_err_code(&r), "fenced");
+    h_resp_free(&r);
+    h_redis_digest(&replica, after);
+    assert_string_equal(before, after);
+    /* There A still holds it (its release was lost too): the operator frees it, and the
+     * next grant is above every grant the old primary made. */
+    assert_int_equal(call(&sd2, "DELETE", H_TOK_OPS, NULL, &r, "/v1/locks/p-failover?force=true"), 200);
+    assert_int_equal(jget(&r, "lock_seq"), s1);
+    h_resp_free(&r);
+    json_int_t s3 = acquire(&sd2, "p-failover", "C", NULL);
+    assert_true(s3 > s2 && s2 > s1);
+    h_serverdir_stop(&sd2);
+    h_redis_stop(&replica);
+    release("p-failover", "B", s2);
+}
+
 int main(void)
 {
     h_init(150);
@@ -698,6 +758,7 @@ int main(void)
         cmocka_unit_test(lock_delay_after_force_and_expiry_not_release),
         cmocka_unit_test(wait_replicas_knob),
         cmocka_unit_test(inspect_list_and_sdctl),
+        cmocka_unit_test(lock_seq_survives_failover_to_a_stale_replica),
         cmocka_unit_test(lock_seq_survives_loss_of_the_lock_table),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
