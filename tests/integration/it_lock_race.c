@@ -1,7 +1,7 @@
 /* Race: 16 client threads (each its own libsdclient connection and holder name) fight
- * over 4 keys for 3 seconds through one serverdir (half of them wait up to 100 ms for a
- * release, half do not), taking a lock, reading the blob and
- * saving it twice, then releasing; an operator thread force-unlocks random keys meanwhile
+ * over 4 keys for 3 seconds through two serverdir copies on one Redis (half of them wait
+ * up to 100 ms for a release, half do not), taking a lock, reading the blob and saving
+ * it twice, then releasing; an operator thread force-unlocks random keys meanwhile
  * so that some holders lose their lock while they work. Every client logs what it saw
  * with monotonic timestamps, and a checker proves over the logs:
  *   - no lock_seq was ever granted twice for a key (so never two holders with one seq);
@@ -53,7 +53,7 @@ typedef struct {
 } client_t;
 
 static h_redis_t redis;
-static h_serverdir_t sd;
+static h_serverdir_t sd, sd2; /* two stateless copies on one Redis */
 static volatile int stop_ops;
 
 static int64_t now_us(void)
@@ -158,14 +158,16 @@ static void *ops_main(void *arg)
 
 static int setup(void **state)
 {
-    const char *extra[] = {"--threads", "16", NULL};
-    if (h_redis_start(&redis) || h_serverdir_start(&sd, redis.url, h_tokens_file(), extra))
+    const char *extra[] = {"--threads", "8", NULL};
+    if (h_redis_start(&redis) || h_serverdir_start(&sd, redis.url, h_tokens_file(), extra) ||
+        h_serverdir_start(&sd2, redis.url, h_tokens_file(), extra))
         return -1;
     return 0;
 }
 
 static int teardown(void **state)
 {
+    h_serverdir_stop(&sd2);
     h_serverdir_stop(&sd);
     h_redis_stop(&redis);
     return 0;
@@ -186,7 +188,8 @@ static void race_checker(void **state)
     int forced = 0;
     stop_ops = 0;
     for (int i = 0; i < NCLIENTS; i++) {
-        cs[i] = (client_t){.id = i, .url = sd.url, .ev = calloc(MAX_EV, sizeof(ev_t))};
+        cs[i] = (client_t){.id = i, .url = i % 2 ? sd2.url : sd.url,
+                           .ev = calloc(MAX_EV, sizeof(ev_t))};
         pthread_create(&th[i], NULL, client_main, &cs[i]);
     }
     pthread_create(&ops, NULL, ops_main, &forced);
