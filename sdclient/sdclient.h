@@ -112,6 +112,73 @@ int sdc_events_list(sdc_t *c, const char *cluster, const char *since, int limit,
 
 /* ---- locks and blobs ---- */
 
+/* The lock table and the fenced blob store (docs/locks.md). A holder is a lock id, usually
+ * the game process's instance id. Every grant carries a lock_seq (the fencing token):
+ * keep it and pass it to release, renew and blob saves. A waiting acquire (wait_ms) is
+ * answered after up to wait_ms, so create the client with timeout_ms above it. */
+
+typedef struct {
+    int64_t ttl_ms;                      /* lease; 0: no expiry */
+    int64_t wait_ms;                     /* wait for a release up to this long; 0: do not */
+    const char *steal_if_holder_stopped; /* cluster name: take over a holder the directory
+                                            knows is stopped; NULL: never */
+    int64_t steal_if_older_than_ms;      /* take over a lock held this long; 0: never */
+} sdc_lock_opts_t;
+
+typedef struct {
+    char key[129];
+    int64_t lock_seq;
+    int64_t since_ms;       /* when the holder got it (Redis time, ms since the epoch) */
+    int64_t expires_in_ms;  /* -1: no expiry */
+    int reacquired;         /* the holder already held it: same lock_seq */
+    char stolen_from[129];  /* "" unless taken over from another holder */
+} sdc_lock_t;
+
+typedef struct {
+    char key[129];
+    int held;               /* 0: free */
+    char holder[129];       /* "" when free */
+    int64_t lock_seq;       /* the last granted one; 0 when the key has no record */
+    int64_t since_ms, held_for_ms;
+    int64_t expires_in_ms;  /* -1: no expiry or free */
+    int64_t lock_delay_ms;  /* free but blocked for this long after a forced unlock/expiry */
+} sdc_lock_info_t;
+
+/* Acquires key for holder (opts may be NULL). 409 lock_held / lock_delayed come back as
+ * SDC_E_HTTP with err->code set (err->body names the holder). */
+int sdc_lock_acquire(sdc_t *c, const char *key, const char *holder, const sdc_lock_opts_t *opts,
+                     sdc_lock_t *out, sdc_err_t *err);
+/* Acquires n keys (1..16) all or nothing; out[i] is filled for keys[i]. */
+int sdc_lock_acquire_many(sdc_t *c, const char *const *keys, int n, const char *holder,
+                          const sdc_lock_opts_t *opts, sdc_lock_t *out, sdc_err_t *err);
+/* Releases key; lock_seq must be the one granted (else 409 stale_lock_seq / not_holder). */
+int sdc_lock_release(sdc_t *c, const char *key, const char *holder, int64_t lock_seq,
+                     sdc_err_t *err);
+/* Releases the n locks (their key and lock_seq) all or nothing. */
+int sdc_lock_release_many(sdc_t *c, const sdc_lock_t *locks, int n, const char *holder,
+                          sdc_err_t *err);
+/* Renews the lease (ttl_ms 0: the length granted last); *expires_in_ms may be NULL. */
+int sdc_lock_renew(sdc_t *c, const char *key, const char *holder, int64_t lock_seq,
+                   int64_t ttl_ms, int64_t *expires_in_ms, sdc_err_t *err);
+/* Inspects one lock; *raw (may be NULL) gets the JSON answer (caller decrefs). */
+int sdc_lock_get(sdc_t *c, const char *key, sdc_lock_info_t *out, json_t **raw,
+                 sdc_err_t *err);
+/* The locks holder holds: *out is {holder, locks:[{key, lock_seq, since_ms,
+ * expires_in_ms}]} (caller decrefs). */
+int sdc_lock_list_by_holder(sdc_t *c, const char *holder, json_t **out, sdc_err_t *err);
+/* Forced unlock (ops token). *out (may be NULL) gets {key, previous_holder, lock_seq, ...}. */
+int sdc_lock_force_unlock(sdc_t *c, const char *key, json_t **out, sdc_err_t *err);
+
+/* Reads a blob: *data (malloc'd, caller frees; NUL-terminated beyond len) and its
+ * Blob-Seq. lock_seq > 0 proves the reader holds the lock (409 fenced otherwise) and is
+ * stamped on the blob; 0 reads without it. A missing blob is SDC_E_HTTP, code no_blob. */
+int sdc_blob_get(sdc_t *c, const char *key, int64_t lock_seq, void **data, size_t *len,
+                 int64_t *blob_seq, sdc_err_t *err);
+/* Saves a blob under the caller's lock_seq with a blob_seq greater than the stored one;
+ * refused with 409 fenced or stale_seq (nothing changed), 413 when too large. */
+int sdc_blob_put(sdc_t *c, const char *key, int64_t lock_seq, int64_t blob_seq,
+                 const void *data, size_t len, sdc_err_t *err);
+
 /* ---- master list ---- */
 
 /* ---- clusters, services, assignments, primary ---- */
