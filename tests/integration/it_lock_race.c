@@ -272,6 +272,7 @@ static void race_checker(void **state)
         free(data);
         sdc_free(cl);
     }
+    fprintf(stderr, "race: %zu grants checked over %d keys\n", ngrants_all, NKEYS);
     assert_int_equal(errors, 0);
     assert_true(forced > 0);
     free(grants);
