@@ -26,6 +26,13 @@ static struct {
 } target;
 
 static _Thread_local redisContext *tl_ctx;
+/* The same context under a pthread key, whose destructor closes it when a worker
+ * thread exits (thread-local storage alone would leak it). */
+static pthread_key_t ctx_key;
+static pthread_once_t ctx_key_once = PTHREAD_ONCE_INIT;
+
+static void ctx_destroy(void *p) { redisFree(p); }
+static void ctx_key_init(void) { pthread_key_create(&ctx_key, ctx_destroy); }
 static _Thread_local int64_t tl_last_fail_ms;
 static atomic_int down_logged;
 
@@ -143,6 +150,7 @@ static void drop_ctx(void)
     if (tl_ctx) {
         redisFree(tl_ctx);
         tl_ctx = NULL;
+        pthread_setspecific(ctx_key, NULL);
     }
     tl_last_fail_ms = sd_mono_ms();
 }
@@ -184,6 +192,8 @@ static redisContext *get_ctx(void)
     }
     if (atomic_exchange(&down_logged, 0))
         sd_log_msg(SD_LOG_INFO, "redis reachable again");
+    pthread_once(&ctx_key_once, ctx_key_init);
+    pthread_setspecific(ctx_key, c);
     tl_ctx = c;
     return c;
 }
@@ -197,13 +207,7 @@ int sd_store_init(const char *url, const char *key_prefix)
     return script_sha ? 0 : -ENOMEM;
 }
 
-void sd_store_thread_close(void)
-{
-    if (tl_ctx) {
-        redisFree(tl_ctx);
-        tl_ctx = NULL;
-    }
-}
+void sd_store_thread_close(void) { drop_ctx(); }
 
 const char *sd_store_prefix(void) { return target.prefix; }
 

@@ -1,0 +1,72 @@
+-- Accepts a master-list heartbeat (initiation and keepalive are the same message).
+-- KEYS[1] = "<prefix>master:"
+-- ARGV: now_ms, bind, challenge, addr, ip, ttl_ms, servers_per_ip, max_servers,
+--       then field/value pairs of the server hash.
+-- Checks, in order, before any write: the challenge exists ("unknown_challenge"), was
+-- issued to this address ("challenge_mismatch"), is unused ("challenge_used") and not
+-- expired ("challenge_expired"); the address has room ("too_many_servers <retry_ms>")
+-- and so has the list ("list_full"). Then marks the challenge used, lists the server
+-- until now + ttl and sweeps a few expired entries.
+-- Returns {is_new, expires_at_ms}.
+local P = KEYS[1]
+local now = tonumber(ARGV[1])
+local bind, chal, addr, ip = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local ttl, per_ip, max_servers = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+
+local ch = P .. 'ch:' .. chal
+local c = redis.call('HMGET', ch, 'b', 'e', 'u')
+if not c[1] then
+  return redis.error_reply('unknown_challenge')
+end
+if c[1] ~= bind then
+  return redis.error_reply('challenge_mismatch')
+end
+if c[3] == '1' then
+  return redis.error_reply('challenge_used')
+end
+if tonumber(c[2]) < now then
+  return redis.error_reply('challenge_expired')
+end
+
+local key = P .. 's:' .. addr
+local ipset = P .. 'ip:' .. ip
+local cur = redis.call('ZSCORE', P .. 'exp', addr)
+local is_new = (not cur) or tonumber(cur) <= now
+if is_new then
+  if redis.call('ZCOUNT', ipset, '(' .. now, '+inf') >= per_ip then
+    local first = redis.call('ZRANGEBYSCORE', ipset, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    return redis.error_reply('too_many_servers ' .. (tonumber(first[2]) - now))
+  end
+  if redis.call('ZCOUNT', P .. 'exp', '(' .. now, '+inf') >= max_servers then
+    return redis.error_reply('list_full')
+  end
+end
+
+redis.call('HSET', ch, 'u', 1)
+redis.call('ZREM', P .. 'chn:' .. ip, chal)
+
+local exp = now + ttl
+redis.call('DEL', key)
+local fields = {}
+for i = 9, #ARGV do
+  fields[#fields + 1] = ARGV[i]
+end
+redis.call('HSET', key, 'ip', ip, 'e', exp, unpack(fields))
+redis.call('PEXPIRE', key, ttl + 60000)
+redis.call('ZADD', P .. 'list', 0, addr)
+redis.call('ZADD', P .. 'exp', exp, addr)
+redis.call('ZADD', ipset, exp, addr)
+redis.call('PEXPIRE', ipset, ttl)
+
+-- Lazy sweep: a bounded number of expired servers per call.
+local old = redis.call('ZRANGEBYSCORE', P .. 'exp', '-inf', now, 'LIMIT', 0, 32)
+for _, a in ipairs(old) do
+  local oip = redis.call('HGET', P .. 's:' .. a, 'ip')
+  if oip then
+    redis.call('ZREM', P .. 'ip:' .. oip, a)
+  end
+  redis.call('DEL', P .. 's:' .. a)
+  redis.call('ZREM', P .. 'list', a)
+  redis.call('ZREM', P .. 'exp', a)
+end
+return {is_new and 1 or 0, exp}

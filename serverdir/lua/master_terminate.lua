@@ -1,0 +1,20 @@
+-- Removes a listed server at once (termination), only when asked from its own address.
+-- KEYS[1] = "<prefix>master:"
+-- ARGV: now_ms, addr, ip
+-- Errors: "not_listed", "address_mismatch".
+local P = KEYS[1]
+local now = tonumber(ARGV[1])
+local addr, ip = ARGV[2], ARGV[3]
+local key = P .. 's:' .. addr
+local s = redis.call('HMGET', key, 'ip', 'e')
+if not s[1] or tonumber(s[2]) <= now then
+  return redis.error_reply('not_listed')
+end
+if s[1] ~= ip then
+  return redis.error_reply('address_mismatch')
+end
+redis.call('DEL', key)
+redis.call('ZREM', P .. 'list', addr)
+redis.call('ZREM', P .. 'exp', addr)
+redis.call('ZREM', P .. 'ip:' .. ip, addr)
+return 1
