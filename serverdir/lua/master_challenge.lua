@@ -12,7 +12,7 @@ local ttl, maxn, keep = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local chn = P .. 'chn:' .. ip
 local ch = P .. 'ch:' .. chal
 if redis.call('EXISTS', ch) == 1 then
-  return redis.error_reply('challenge_collision')
+  return redis.error_reply('challenge_collision 0')
 end
 if redis.call('ZCOUNT', chn, '(' .. now, '+inf') >= maxn then
   local first = redis.call('ZRANGEBYSCORE', chn, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)

@@ -16,16 +16,16 @@ local ttl, per_ip, max_servers = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(
 local ch = P .. 'ch:' .. chal
 local c = redis.call('HMGET', ch, 'b', 'e', 'u')
 if not c[1] then
-  return redis.error_reply('unknown_challenge')
+  return redis.error_reply('unknown_challenge 0')
 end
 if c[1] ~= bind then
-  return redis.error_reply('challenge_mismatch')
+  return redis.error_reply('challenge_mismatch 0')
 end
 if c[3] == '1' then
-  return redis.error_reply('challenge_used')
+  return redis.error_reply('challenge_used 0')
 end
 if tonumber(c[2]) < now then
-  return redis.error_reply('challenge_expired')
+  return redis.error_reply('challenge_expired 0')
 end
 
 local key = P .. 's:' .. addr
@@ -38,7 +38,7 @@ if is_new then
     return redis.error_reply('too_many_servers ' .. (tonumber(first[2]) - now))
   end
   if redis.call('ZCOUNT', P .. 'exp', '(' .. now, '+inf') >= max_servers then
-    return redis.error_reply('list_full')
+    return redis.error_reply('list_full 0')
   end
 end
 

@@ -8,10 +8,10 @@ local addr, ip = ARGV[2], ARGV[3]
 local key = P .. 's:' .. addr
 local s = redis.call('HMGET', key, 'ip', 'e')
 if not s[1] or tonumber(s[2]) <= now then
-  return redis.error_reply('not_listed')
+  return redis.error_reply('not_listed 0')
 end
 if s[1] ~= ip then
-  return redis.error_reply('address_mismatch')
+  return redis.error_reply('address_mismatch 0')
 end
 redis.call('DEL', key)
 redis.call('ZREM', P .. 'list', addr)
