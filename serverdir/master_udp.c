@@ -357,6 +357,10 @@ static int open_udp(const char *hostport)
         fd = socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
         if (fd < 0)
             continue;
+        /* Bursts of heartbeats queue here while Redis answers; the kernel caps the size
+         * at net.core.rmem_max. */
+        int rcvbuf = 4 << 20;
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
         if (bind(fd, a->ai_addr, a->ai_addrlen) == 0)
             break;
         err = -errno;
