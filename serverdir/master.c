@@ -307,10 +307,9 @@ int sd_master_accept(const char *bind, const char *challenge, const sd_master_se
     sd_argv_addf(&a, "%lld", (long long)ttl);
     sd_argv_addf(&a, "%lld", (long long)sd_master_cfg.servers_per_address);
     sd_argv_addf(&a, "%lld", (long long)sd_master_cfg.max_servers);
+    sd_argv_add(&a, g);
     sd_argv_add(&a, "a");
     sd_argv_add(&a, s->addr);
-    sd_argv_add(&a, "g");
-    sd_argv_add(&a, g);
     sd_argv_add(&a, "m");
     sd_argv_add(&a, m);
     sd_argv_add(&a, "r");
@@ -379,12 +378,27 @@ void sd_master_batch_free(sd_master_batch_t *b)
     memset(b, 0, sizeof *b);
 }
 
+/* The index a query walks: a game named by a top-level "eq g" term (one before any
+ * nor/nand group) has its own sorted set, so a game's batch never scans other games.
+ * Returns that term's position, or -1 for the whole list. */
+static int game_index_term(const sd_master_filter_t *f)
+{
+    for (int i = 0; i < f->n; i++) {
+        if (!strcmp(f->t[i].op, "nor") || !strcmp(f->t[i].op, "nand"))
+            return -1;
+        if (!strcmp(f->t[i].op, "eq") && !strcmp(f->t[i].a, "g"))
+            return i;
+    }
+    return -1;
+}
+
 int sd_master_query(const sd_master_filter_t *f, const char *after, int limit,
                     int want_json, sd_master_batch_t *out)
 {
     memset(out, 0, sizeof *out);
     if (f->overflow)
         return SD_STORE_ERROR;
+    int gi = game_index_term(f);
     char p[96];
     master_prefix(p, sizeof p);
     sd_argv_t a;
@@ -395,8 +409,11 @@ int sd_master_query(const sd_master_filter_t *f, const char *after, int limit,
     sd_argv_addf(&a, "%d", limit);
     sd_argv_addf(&a, "%lld", (long long)sd_master_cfg.scan_budget);
     sd_argv_add(&a, want_json ? "j" : "a");
-    sd_argv_addf(&a, "%d", f->n);
+    sd_argv_add(&a, gi >= 0 ? f->t[gi].b : "");
+    sd_argv_addf(&a, "%d", f->n - (gi >= 0));
     for (int i = 0; i < f->n; i++) {
+        if (i == gi)
+            continue;
         sd_argv_add(&a, f->t[i].op);
         sd_argv_add(&a, f->t[i].a);
         sd_argv_add(&a, f->t[i].b);

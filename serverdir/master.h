@@ -7,10 +7,13 @@
  *                   gives the stable cursor order "ip:port" / "[v6]:port")
  *   P exp           zset, address key -> expiry (ms); swept lazily by the scripts
  *   P s:<addr>      hash, one server (filter fields + the pre-rendered JSON `j`)
+ *   P g:<game>      zset, the listed servers of one game (lowercased), score 0: the
+ *                   index a query for one game walks instead of the whole list
  *   P ip:<ip>       zset, address keys listed from one IP -> expiry (servers per address)
  *   P ch:<c>        hash, one challenge {b: bound address, i: ip, e: expiry, u: used}
  *   P chn:<ip>      zset, outstanding challenges of one IP -> expiry
- * Every change is one Lua script (serverdir/lua/master_*.lua). */
+ * Every change is one Lua script (serverdir/lua/master_*.lua). Typed script errors are
+ * "code n" (always with a space: Redis 7 prefixes a lone word with ERR). */
 #ifndef SD_MASTER_H
 #define SD_MASTER_H
 

@@ -1,7 +1,7 @@
 -- Accepts a master-list heartbeat (initiation and keepalive are the same message).
 -- KEYS[1] = "<prefix>master:"
--- ARGV: now_ms, bind, challenge, addr, ip, ttl_ms, servers_per_ip, max_servers,
---       then field/value pairs of the server hash.
+-- ARGV: now_ms, bind, challenge, addr, ip, ttl_ms, servers_per_ip, max_servers, game
+--       (lowercased: the per-game index P g:<game>), then field/value pairs of the hash.
 -- Checks, in order, before any write: the challenge exists ("unknown_challenge"), was
 -- issued to this address ("challenge_mismatch"), is unused ("challenge_used") and not
 -- expired ("challenge_expired"); the address has room ("too_many_servers <retry_ms>")
@@ -12,6 +12,7 @@ local P = KEYS[1]
 local now = tonumber(ARGV[1])
 local bind, chal, addr, ip = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local ttl, per_ip, max_servers = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local game = ARGV[9]
 
 local ch = P .. 'ch:' .. chal
 local c = redis.call('HMGET', ch, 'b', 'e', 'u')
@@ -46,14 +47,19 @@ redis.call('HSET', ch, 'u', 1)
 redis.call('ZREM', P .. 'chn:' .. ip, chal)
 
 local exp = now + ttl
+local old_game = redis.call('HGET', key, 'g')
+if old_game and old_game ~= game then
+  redis.call('ZREM', P .. 'g:' .. old_game, addr)
+end
 redis.call('DEL', key)
 local fields = {}
-for i = 9, #ARGV do
+for i = 10, #ARGV do
   fields[#fields + 1] = ARGV[i]
 end
-redis.call('HSET', key, 'ip', ip, 'e', exp, unpack(fields))
+redis.call('HSET', key, 'ip', ip, 'e', exp, 'g', game, unpack(fields))
 redis.call('PEXPIRE', key, ttl + 60000)
 redis.call('ZADD', P .. 'list', 0, addr)
+redis.call('ZADD', P .. 'g:' .. game, 0, addr)
 redis.call('ZADD', P .. 'exp', exp, addr)
 redis.call('ZADD', ipset, exp, addr)
 redis.call('PEXPIRE', ipset, ttl)
@@ -61,9 +67,12 @@ redis.call('PEXPIRE', ipset, ttl)
 -- Lazy sweep: a bounded number of expired servers per call.
 local old = redis.call('ZRANGEBYSCORE', P .. 'exp', '-inf', now, 'LIMIT', 0, 32)
 for _, a in ipairs(old) do
-  local oip = redis.call('HGET', P .. 's:' .. a, 'ip')
-  if oip then
-    redis.call('ZREM', P .. 'ip:' .. oip, a)
+  local o = redis.call('HMGET', P .. 's:' .. a, 'ip', 'g')
+  if o[1] then
+    redis.call('ZREM', P .. 'ip:' .. o[1], a)
+  end
+  if o[2] then
+    redis.call('ZREM', P .. 'g:' .. o[2], a)
   end
   redis.call('DEL', P .. 's:' .. a)
   redis.call('ZREM', P .. 'list', a)

@@ -1,6 +1,7 @@
 -- One batch of the master list in cursor (address) order, filtered.
 -- KEYS[1] = "<prefix>master:"
 -- ARGV: now_ms, after ("" = start), limit, budget, want ("j" JSON or "a" address),
+--       game (lowercased; "" = all: walk P list, else the game's index P g:<game>),
 --       nterms, then nterms triples (op, a, b) of the filter program:
 --   eq FIELD VALUE | notempty | notfull | tags - T1,T2 (all present) | true |
 --   nor N | nand N  (nor/nand take the next N terms; top-level terms are ANDed).
@@ -12,16 +13,31 @@ local now = tonumber(ARGV[1])
 local after = ARGV[2]
 local limit, budget = tonumber(ARGV[3]), tonumber(ARGV[4])
 local want = ARGV[5]
-local nterms = tonumber(ARGV[6])
+local index = ARGV[6] == '' and (P .. 'list') or (P .. 'g:' .. ARGV[6])
+local nterms = tonumber(ARGV[7])
 
 local terms = {}
 for i = 0, nterms - 1 do
-  terms[#terms + 1] = {ARGV[7 + i * 3], ARGV[8 + i * 3], ARGV[9 + i * 3]}
+  terms[#terms + 1] = {ARGV[8 + i * 3], ARGV[9 + i * 3], ARGV[10 + i * 3]}
 end
 
-local FIELDS = {'e', 'g', 'm', 'r', 'pw', 'd', 's', 'os', 'pr', 'gt', 'f', 'p', 'x', 't', want}
-local IDX = {}
-for i, f in ipairs(FIELDS) do IDX[f] = i end
+-- Fetch only the fields the terms read: expiry, the wanted item, and the filtered ones.
+local FIELDS = {'e'}
+local IDX = {e = 1}
+local function need(f)
+  if not IDX[f] then
+    FIELDS[#FIELDS + 1] = f
+    IDX[f] = #FIELDS
+  end
+end
+for _, t in ipairs(terms) do
+  if t[1] == 'eq' then need(t[2])
+  elseif t[1] == 'notempty' then need('p')
+  elseif t[1] == 'notfull' then need('p'); need('x')
+  elseif t[1] == 'tags' then need('t')
+  end
+end
+FIELDS[#FIELDS + 1] = want
 
 -- Evaluates the term at i against server values v; returns the result and the index of
 -- the term after it (groups consume their members).
@@ -76,7 +92,7 @@ local last = nil
 local done = false
 while found < limit and seen < budget do
   local chunk = math.min(256, budget - seen)
-  local keys = redis.call('ZRANGEBYLEX', P .. 'list', cursor, '+', 'LIMIT', 0, chunk)
+  local keys = redis.call('ZRANGEBYLEX', index, cursor, '+', 'LIMIT', 0, chunk)
   local stopped_early = false
   for idx, a in ipairs(keys) do
     seen = seen + 1
@@ -104,9 +120,12 @@ end
 
 local old = redis.call('ZRANGEBYSCORE', P .. 'exp', '-inf', now, 'LIMIT', 0, 16)
 for _, a in ipairs(old) do
-  local oip = redis.call('HGET', P .. 's:' .. a, 'ip')
-  if oip then
-    redis.call('ZREM', P .. 'ip:' .. oip, a)
+  local o = redis.call('HMGET', P .. 's:' .. a, 'ip', 'g')
+  if o[1] then
+    redis.call('ZREM', P .. 'ip:' .. o[1], a)
+  end
+  if o[2] then
+    redis.call('ZREM', P .. 'g:' .. o[2], a)
   end
   redis.call('DEL', P .. 's:' .. a)
   redis.call('ZREM', P .. 'list', a)
