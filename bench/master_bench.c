@@ -269,6 +269,21 @@ static double bench_udp(int ms, int window)
 
 /* ---------- driver ---------- */
 
+/* Mean Redis time per EVALSHA since the last CONFIG RESETSTAT (µs), from INFO. */
+static double redis_us_per_script(h_redis_t *redis)
+{
+    redisReply *rr = h_redis(redis, "INFO commandstats");
+    double us = 0;
+    const char *p = rr && rr->str ? strstr(rr->str, "cmdstat_evalsha:") : NULL;
+    const char *u = p ? strstr(p, "usec_per_call=") : NULL;
+    if (u)
+        us = atof(u + 14);
+    freeReplyObject(rr);
+    rr = h_redis(redis, "CONFIG RESETSTAT");
+    freeReplyObject(rr);
+    return us;
+}
+
 static int cmp_d(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -323,10 +338,16 @@ int main(int argc, char **argv)
     for (int r = 0; r < runs; r++) {
         redisReply *rr = h_redis(&redis, "FLUSHALL");
         freeReplyObject(rr);
+        redis_us_per_script(&redis);
         hb[r] = bench_heartbeats();
+        double us_hb = redis_us_per_script(&redis);
         int n1, n2;
         walk[r] = bench_walk(0, &n1);
+        double us_walk = redis_us_per_script(&redis);
         walkt[r] = bench_walk(1, &n2);
+        double us_walkt = redis_us_per_script(&redis);
+        printf("run %d: redis time per script call: heartbeat phase %.1f us, json walk %.1f us,"
+               " text walk %.1f us\n", r + 1, us_hb, us_walk, us_walkt);
         if (n1 != nservers || n2 != nservers)
             fprintf(stderr, "bench: the walk saw %d (json) / %d (text) of %d servers\n", n1, n2, nservers);
         bench_filtered(2000, &p50[r], &p99[r]);

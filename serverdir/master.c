@@ -308,8 +308,6 @@ int sd_master_accept(const char *bind, const char *challenge, const sd_master_se
     sd_argv_addf(&a, "%lld", (long long)sd_master_cfg.servers_per_address);
     sd_argv_addf(&a, "%lld", (long long)sd_master_cfg.max_servers);
     sd_argv_add(&a, g);
-    sd_argv_add(&a, "a");
-    sd_argv_add(&a, s->addr);
     sd_argv_add(&a, "m");
     sd_argv_add(&a, m);
     sd_argv_add(&a, "r");

@@ -1,18 +1,20 @@
 -- Accepts a master-list heartbeat (initiation and keepalive are the same message).
--- KEYS[1] = "<prefix>master:"
+-- KEYS[1] = "<prefix>master:" (P)
 -- ARGV: now_ms, bind, challenge, addr, ip, ttl_ms, servers_per_ip, max_servers, game
---       (lowercased: the per-game index P g:<game>), then field/value pairs of the hash.
+--       (lowercased), then column/value pairs (m r t os src p x pw d s pr gt f j).
 -- Checks, in order, before any write: the challenge exists ("unknown_challenge"), was
 -- issued to this address ("challenge_mismatch"), is unused ("challenge_used") and not
--- expired ("challenge_expired"); the address has room ("too_many_servers <retry_ms>")
--- and so has the list ("list_full"). Then marks the challenge used, lists the server
--- until now + ttl and sweeps a few expired entries.
+-- expired ("challenge_expired"); a new server's address has room ("too_many_servers
+-- <retry_ms>") and so has the list ("list_full"). Then marks the challenge used, lists
+-- the server until now + ttl (P list, P exp, P g:<game>, P ip:<ip>, one field per column
+-- hash P c:<column>) and sweeps a few expired servers.
 -- Returns {is_new, expires_at_ms}.
 local P = KEYS[1]
 local now = tonumber(ARGV[1])
 local bind, chal, addr, ip = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local ttl, per_ip, max_servers = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local game = ARGV[9]
+local COLS = {'ip', 'g', 'm', 'r', 't', 'os', 'src', 'p', 'x', 'pw', 'd', 's', 'pr', 'gt', 'f', 'j'}
 
 local ch = P .. 'ch:' .. chal
 local c = redis.call('HMGET', ch, 'b', 'e', 'u')
@@ -29,7 +31,6 @@ if tonumber(c[2]) < now then
   return redis.error_reply('challenge_expired 0')
 end
 
-local key = P .. 's:' .. addr
 local ipset = P .. 'ip:' .. ip
 local cur = redis.call('ZSCORE', P .. 'exp', addr)
 local is_new = (not cur) or tonumber(cur) <= now
@@ -47,17 +48,15 @@ redis.call('HSET', ch, 'u', 1)
 redis.call('ZREM', P .. 'chn:' .. ip, chal)
 
 local exp = now + ttl
-local old_game = redis.call('HGET', key, 'g')
+local old_game = redis.call('HGET', P .. 'c:g', addr)
 if old_game and old_game ~= game then
   redis.call('ZREM', P .. 'g:' .. old_game, addr)
 end
-redis.call('DEL', key)
-local fields = {}
-for i = 10, #ARGV do
-  fields[#fields + 1] = ARGV[i]
+redis.call('HSET', P .. 'c:ip', addr, ip)
+redis.call('HSET', P .. 'c:g', addr, game)
+for i = 10, #ARGV - 1, 2 do
+  redis.call('HSET', P .. 'c:' .. ARGV[i], addr, ARGV[i + 1])
 end
-redis.call('HSET', key, 'ip', ip, 'e', exp, 'g', game, unpack(fields))
-redis.call('PEXPIRE', key, ttl + 60000)
 redis.call('ZADD', P .. 'list', 0, addr)
 redis.call('ZADD', P .. 'g:' .. game, 0, addr)
 redis.call('ZADD', P .. 'exp', exp, addr)
@@ -67,14 +66,11 @@ redis.call('PEXPIRE', ipset, ttl)
 -- Lazy sweep: a bounded number of expired servers per call.
 local old = redis.call('ZRANGEBYSCORE', P .. 'exp', '-inf', now, 'LIMIT', 0, 32)
 for _, a in ipairs(old) do
-  local o = redis.call('HMGET', P .. 's:' .. a, 'ip', 'g')
-  if o[1] then
-    redis.call('ZREM', P .. 'ip:' .. o[1], a)
-  end
-  if o[2] then
-    redis.call('ZREM', P .. 'g:' .. o[2], a)
-  end
-  redis.call('DEL', P .. 's:' .. a)
+  local oip = redis.call('HGET', P .. 'c:ip', a)
+  local og = redis.call('HGET', P .. 'c:g', a)
+  if oip then redis.call('ZREM', P .. 'ip:' .. oip, a) end
+  if og then redis.call('ZREM', P .. 'g:' .. og, a) end
+  for _, col in ipairs(COLS) do redis.call('HDEL', P .. 'c:' .. col, a) end
   redis.call('ZREM', P .. 'list', a)
   redis.call('ZREM', P .. 'exp', a)
 end

@@ -1,12 +1,14 @@
 -- One batch of the master list in cursor (address) order, filtered.
--- KEYS[1] = "<prefix>master:"
+-- KEYS[1] = "<prefix>master:" (P)
 -- ARGV: now_ms, after ("" = start), limit, budget, want ("j" JSON or "a" address),
 --       game (lowercased; "" = all: walk P list, else the game's index P g:<game>),
 --       nterms, then nterms triples (op, a, b) of the filter program:
---   eq FIELD VALUE | notempty | notfull | tags - T1,T2 (all present) | true |
+--   eq COLUMN VALUE | notempty | notfull | tags - T1,T2 (all present) | true |
 --   nor N | nand N  (nor/nand take the next N terms; top-level terms are ANDed).
--- Looks at no more than `budget` entries, so a batch may hold fewer than `limit` servers
--- while more remain. Expired entries not yet swept are skipped; a few are swept.
+-- Reads column-wise: per chunk of up to 256 addresses one ZMSCORE for the expiries and one HMGET
+-- per column the filter uses, then the wanted JSON of the matches only. Looks at no more
+-- than `budget` entries, so a batch may hold fewer than `limit` servers while more
+-- remain. Expired entries not yet swept are skipped; a few are swept.
 -- Returns {next ("" at the end), item...}.
 local P = KEYS[1]
 local now = tonumber(ARGV[1])
@@ -15,19 +17,19 @@ local limit, budget = tonumber(ARGV[3]), tonumber(ARGV[4])
 local want = ARGV[5]
 local index = ARGV[6] == '' and (P .. 'list') or (P .. 'g:' .. ARGV[6])
 local nterms = tonumber(ARGV[7])
+local COLS = {'ip', 'g', 'm', 'r', 't', 'os', 'src', 'p', 'x', 'pw', 'd', 's', 'pr', 'gt', 'f', 'j'}
 
 local terms = {}
 for i = 0, nterms - 1 do
   terms[#terms + 1] = {ARGV[8 + i * 3], ARGV[9 + i * 3], ARGV[10 + i * 3]}
 end
 
--- Fetch only the fields the terms read: expiry, the wanted item, and the filtered ones.
-local FIELDS = {'e'}
-local IDX = {e = 1}
-local function need(f)
-  if not IDX[f] then
-    FIELDS[#FIELDS + 1] = f
-    IDX[f] = #FIELDS
+-- The columns the terms read.
+local needed, NEEDED = {}, {}
+local function need(c)
+  if not needed[c] then
+    needed[c] = true
+    NEEDED[#NEEDED + 1] = c
   end
 end
 for _, t in ipairs(terms) do
@@ -37,11 +39,12 @@ for _, t in ipairs(terms) do
   elseif t[1] == 'tags' then need('t')
   end
 end
-FIELDS[#FIELDS + 1] = want
 
--- Evaluates the term at i against server values v; returns the result and the index of
--- the term after it (groups consume their members).
-local function eval(i, v)
+local col = {}
+
+-- Evaluates the term at i for row r; returns the result and the index of the term after
+-- it (groups consume their members).
+local function eval(i, r)
   local t = terms[i]
   local op = t[1]
   if op == 'nor' or op == 'nand' then
@@ -50,21 +53,21 @@ local function eval(i, v)
     local any, all = false, true
     for _ = 1, n do
       if not terms[j] then break end
-      local r
-      r, j = eval(j, v)
-      any = any or r
-      all = all and r
+      local res
+      res, j = eval(j, r)
+      any = any or res
+      all = all and res
     end
     if op == 'nor' then return not any, j end
     return not all, j
   elseif op == 'eq' then
-    return v[IDX[t[2]]] == t[3], i + 1
+    return col[t[2]][r] == t[3], i + 1
   elseif op == 'notempty' then
-    return tonumber(v[IDX['p']] or 0) > 0, i + 1
+    return tonumber(col['p'][r] or 0) > 0, i + 1
   elseif op == 'notfull' then
-    return tonumber(v[IDX['p']] or 0) < tonumber(v[IDX['x']] or 0), i + 1
+    return tonumber(col['p'][r] or 0) < tonumber(col['x'][r] or 0), i + 1
   elseif op == 'tags' then
-    local have = v[IDX['t']] or ''
+    local have = col['t'][r] or ''
     for tag in string.gmatch(t[3], '[^,]+') do
       if not string.find(have, ',' .. tag .. ',', 1, true) then return false, i + 1 end
     end
@@ -75,34 +78,40 @@ local function eval(i, v)
   return false, i + 1
 end
 
-local function match(v)
+local function match(r)
   local i = 1
   while i <= #terms do
-    local r
-    r, i = eval(i, v)
-    if not r then return false end
+    local res
+    res, i = eval(i, r)
+    if not res then return false end
   end
   return true
 end
 
-local out = {''}
-local found, seen = 0, 0
+local matched = {}
+local seen = 0
 local cursor = after == '' and '-' or ('(' .. after)
 local last = nil
 local done = false
-while found < limit and seen < budget do
+while #matched < limit and seen < budget do
   local chunk = math.min(256, budget - seen)
   local keys = redis.call('ZRANGEBYLEX', index, cursor, '+', 'LIMIT', 0, chunk)
+  if #keys == 0 then
+    done = true
+    break
+  end
+  local exps = redis.call('ZMSCORE', P .. 'exp', unpack(keys))
+  for _, c in ipairs(NEEDED) do
+    col[c] = redis.call('HMGET', P .. 'c:' .. c, unpack(keys))
+  end
   local stopped_early = false
-  for idx, a in ipairs(keys) do
+  for r, a in ipairs(keys) do
     seen = seen + 1
     last = a
-    local v = redis.call('HMGET', P .. 's:' .. a, unpack(FIELDS))
-    if v[1] and tonumber(v[1]) > now and match(v) then
-      out[#out + 1] = v[#FIELDS]
-      found = found + 1
-      if found >= limit then
-        stopped_early = idx < #keys
+    if exps[r] and tonumber(exps[r]) > now and match(r) then
+      matched[#matched + 1] = a
+      if #matched >= limit then
+        stopped_early = r < #keys
         break
       end
     end
@@ -114,20 +123,24 @@ while found < limit and seen < budget do
   end
   cursor = '(' .. last
 end
-if not done and last then
-  out[1] = last
+
+local out = {(not done and last) or ''}
+if want == 'a' then
+  for _, a in ipairs(matched) do out[#out + 1] = a end
+elseif #matched > 0 then
+  local js = redis.call('HMGET', P .. 'c:j', unpack(matched))
+  for _, j in ipairs(js) do
+    if j then out[#out + 1] = j end
+  end
 end
 
 local old = redis.call('ZRANGEBYSCORE', P .. 'exp', '-inf', now, 'LIMIT', 0, 16)
 for _, a in ipairs(old) do
-  local o = redis.call('HMGET', P .. 's:' .. a, 'ip', 'g')
-  if o[1] then
-    redis.call('ZREM', P .. 'ip:' .. o[1], a)
-  end
-  if o[2] then
-    redis.call('ZREM', P .. 'g:' .. o[2], a)
-  end
-  redis.call('DEL', P .. 's:' .. a)
+  local oip = redis.call('HGET', P .. 'c:ip', a)
+  local og = redis.call('HGET', P .. 'c:g', a)
+  if oip then redis.call('ZREM', P .. 'ip:' .. oip, a) end
+  if og then redis.call('ZREM', P .. 'g:' .. og, a) end
+  for _, c in ipairs(COLS) do redis.call('HDEL', P .. 'c:' .. c, a) end
   redis.call('ZREM', P .. 'list', a)
   redis.call('ZREM', P .. 'exp', a)
 end

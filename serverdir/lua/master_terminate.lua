@@ -1,23 +1,23 @@
 -- Removes a listed server at once (termination), only when asked from its own address.
--- KEYS[1] = "<prefix>master:"
+-- KEYS[1] = "<prefix>master:" (P)
 -- ARGV: now_ms, addr, ip
 -- Errors: "not_listed", "address_mismatch".
 local P = KEYS[1]
 local now = tonumber(ARGV[1])
 local addr, ip = ARGV[2], ARGV[3]
-local key = P .. 's:' .. addr
-local s = redis.call('HMGET', key, 'ip', 'e', 'g')
-if not s[1] or tonumber(s[2]) <= now then
+local COLS = {'ip', 'g', 'm', 'r', 't', 'os', 'src', 'p', 'x', 'pw', 'd', 's', 'pr', 'gt', 'f', 'j'}
+local exp = redis.call('ZSCORE', P .. 'exp', addr)
+local sip = redis.call('HGET', P .. 'c:ip', addr)
+if not exp or tonumber(exp) <= now or not sip then
   return redis.error_reply('not_listed 0')
 end
-if s[1] ~= ip then
+if sip ~= ip then
   return redis.error_reply('address_mismatch 0')
 end
-redis.call('DEL', key)
+local g = redis.call('HGET', P .. 'c:g', addr)
+if g then redis.call('ZREM', P .. 'g:' .. g, addr) end
+for _, col in ipairs(COLS) do redis.call('HDEL', P .. 'c:' .. col, addr) end
 redis.call('ZREM', P .. 'list', addr)
 redis.call('ZREM', P .. 'exp', addr)
 redis.call('ZREM', P .. 'ip:' .. ip, addr)
-if s[3] then
-  redis.call('ZREM', P .. 'g:' .. s[3], addr)
-end
 return 1

@@ -283,7 +283,7 @@ static void entries_expire(void **state)
     int64_t took = h_now_ms() - t0;
     assert_true(took >= 2800);
     /* Swept from Redis too, by a later script call. */
-    redisReply *rr = h_redis(&redis, "EXISTS sdx:master:s:127.0.0.1:29000");
+    redisReply *rr = h_redis(&redis, "HEXISTS sdx:master:c:j 127.0.0.1:29000");
     assert_int_equal(rr->integer, 0);
     freeReplyObject(rr);
 }
