@@ -93,8 +93,12 @@ local seen = 0
 local cursor = after == '' and '-' or ('(' .. after)
 local last = nil
 local done = false
+local rounds = 0
 while #matched < limit and seen < budget do
-  local chunk = math.min(256, budget - seen)
+  -- A first chunk little larger than what is still wanted: a small filtered batch reads
+  -- few rows; a sparse filter grows the chunk on the next round.
+  local chunk = math.min(256, budget - seen, (limit - #matched) * (1 + rounds) + 16)
+  rounds = rounds + 1
   local keys = redis.call('ZRANGEBYLEX', index, cursor, '+', 'LIMIT', 0, chunk)
   if #keys == 0 then
     done = true
