@@ -33,18 +33,29 @@
 static h_redis_t redis;
 static h_serverdir_t sd, tight;
 static struct sockaddr_in master, tight_master;
+static struct sockaddr_in6 master6; /* the same copy's second listener, on ::1 */
 static int q3_listed, gs_listed; /* how many fake servers got listed */
 
-static int start_udp(h_serverdir_t *s, struct sockaddr_in *addr, const char *name,
-                     const char *config)
+/* Starts s with a UDP master listener on 127.0.0.1 (addr) and, when addr6 is given, a
+ * second one on [::1]. */
+static int start_udp(h_serverdir_t *s, struct sockaddr_in *addr, struct sockaddr_in6 *addr6,
+                     const char *name, const char *config)
 {
-    int port = h_free_port();
-    char flag[64];
+    int port = h_free_port(), port6 = h_free_port();
+    char flag[64], flag6[64];
     snprintf(flag, sizeof flag, "127.0.0.1:%d", port);
+    snprintf(flag6, sizeof flag6, "[::1]:%d", port6);
     const char *path = h_write_file(h_tmpdir(), name, config, 0644);
-    const char *extra[] = {"--config", path, "--master-udp", flag, NULL};
+    const char *extra[] = {"--config", path, "--master-udp", flag,
+                           addr6 ? "--master-udp" : NULL, flag6, NULL};
     if (h_serverdir_start(s, redis.url, h_tokens_file(), extra))
         return -1;
+    if (addr6) {
+        memset(addr6, 0, sizeof *addr6);
+        addr6->sin6_family = AF_INET6;
+        addr6->sin6_port = htons((uint16_t)port6);
+        addr6->sin6_addr = in6addr_loopback;
+    }
     memset(addr, 0, sizeof *addr);
     addr->sin_family = AF_INET;
     addr->sin_port = htons((uint16_t)port);
@@ -56,10 +67,10 @@ static int setup(void **state)
 {
     if (h_redis_start(&redis))
         return -1;
-    if (start_udp(&sd, &master, "m.json",
+    if (start_udp(&sd, &master, &master6, "m.json",
                   "{\"master\": {\"servers_per_address\": 10000, \"challenges_per_address\": 10000,"
                   " \"rate_per_s\": 1000000, \"udp_reply_bytes_per_s\": 100000000}}") ||
-        start_udp(&tight, &tight_master, "t.json",
+        start_udp(&tight, &tight_master, NULL, "t.json",
                   "{\"key_prefix\": \"sdt:\", \"master\": {\"servers_per_address\": 10000,"
                   " \"challenges_per_address\": 10000, \"rate_per_s\": 1000000,"
                   " \"udp_reply_bytes_per_s\": 1400}}"))
@@ -339,6 +350,62 @@ static void q3_getservers_over_1100(void **state)
     close(fd);
 }
 
+/* An IPv6 server on ::1 does the dance over the [::1] listener: REST shows "[::1]:port";
+ * getserversExt lists it behind '/' with its 16-byte address; getservers (IPv4) and an
+ * Ext query for ipv4 only leave it out. */
+static void q3_ipv6_server_in_getserversext(void **state)
+{
+    int fd = socket(AF_INET6, SOCK_DGRAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in6 me = {.sin6_family = AF_INET6, .sin6_addr = in6addr_loopback};
+    assert_int_equal(bind(fd, (struct sockaddr *)&me, sizeof me), 0);
+    socklen_t ml = sizeof me;
+    getsockname(fd, (struct sockaddr *)&me, &ml);
+    int port = ntohs(me.sin6_port);
+    static const char hb[] = "\xff\xff\xff\xffheartbeat DarkPlaces\n";
+    assert_int_equal(sendto(fd, hb, sizeof hb - 1, 0, (struct sockaddr *)&master6, sizeof master6), (ssize_t)(sizeof hb - 1));
+    uint8_t buf[2048];
+    ssize_t got = recv_within(fd, buf, sizeof buf - 1, 3000);
+    assert_true(got > 12);
+    buf[got] = '\0';
+    char resp[512];
+    int len = snprintf(resp, sizeof resp, "\xff\xff\xff\xffinfoResponse\n\\challenge\\%s\\protocol\\5"
+                                          "\\sv_maxclients\\4\\clients\\1\\gamename\\SixGame", (char *)buf + 12);
+    assert_int_equal(sendto(fd, resp, (size_t)len, 0, (struct sockaddr *)&master6, sizeof master6), len);
+    int64_t until = h_now_ms() + 3000;
+    while (count_listed("sixgame") != 1 && h_now_ms() < until)
+        h_sleep_ms(20);
+    json_t *j = get_json(&sd, "/v1/master/servers?game=sixgame");
+    char want[64];
+    snprintf(want, sizeof want, "[::1]:%d", port);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(json_object_get(j, "servers"), 0), "address")), want);
+    json_decref(j);
+
+    static const char ext[] = "\xff\xff\xff\xffgetserversExt SixGame 5";
+    assert_int_equal(sendto(fd, ext, sizeof ext - 1, 0, (struct sockaddr *)&master6, sizeof master6), (ssize_t)(sizeof ext - 1));
+    got = recv_within(fd, buf, sizeof buf, 3000);
+    static const char head[] = "\xff\xff\xff\xffgetserversExtResponse";
+    assert_int_equal(got, (ssize_t)(sizeof head - 1 + 19 + 7));
+    assert_memory_equal(buf, head, sizeof head - 1);
+    const uint8_t *e = buf + sizeof head - 1;
+    assert_int_equal(e[0], '/');
+    assert_memory_equal(e + 1, &in6addr_loopback, 16);
+    assert_int_equal(e[17] << 8 | e[18], port);
+    assert_memory_equal(e + 19, "\\EOT\0\0\0", 7);
+
+    static const char v4only[] = "\xff\xff\xff\xffgetserversExt SixGame 5 ipv4";
+    sendto(fd, v4only, sizeof v4only - 1, 0, (struct sockaddr *)&master6, sizeof master6);
+    got = recv_within(fd, buf, sizeof buf, 3000);
+    assert_int_equal(got, (ssize_t)(sizeof head - 1 + 7));
+    close(fd);
+    int n, dup;
+    int fd4 = udp_socket(0);
+    SEND_LIT(fd4, &master, "\xff\xff\xff\xffgetservers SixGame 5");
+    read_getservers(fd4, 0, &n, &dup);
+    assert_int_equal(n, 0);
+    close(fd4);
+}
+
 /* ---------- GoldSrc heartbeat and the Valve query ---------- */
 
 static int gs_register(int first_port, int n, const char *gamedir)
@@ -561,6 +628,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(q3_heartbeat_dance),
         cmocka_unit_test(q3_getservers_over_1100),
+        cmocka_unit_test(q3_ipv6_server_in_getserversext),
         cmocka_unit_test(goldsrc_heartbeat_and_valve_walk),
         cmocka_unit_test(malformed_dropped_and_counted),
         cmocka_unit_test(reply_budget_caps_amplification),
