@@ -282,8 +282,11 @@ int h_master_heartbeat(sd_req_t *req, sd_resp_t *resp)
     if (rc)
         return sd_resp_store_error(resp, rc);
     SD_COUNT("serverdir_master_heartbeats_total", "master-list heartbeats accepted", 1);
-    if (is_new)
-        log_info("master server listed", "addr=%s game=%s source=%s", s.addr, s.game, "rest");
+    if (is_new) {
+        SD_COUNT("serverdir_master_servers_new_total", "servers that joined the master list", 1);
+        /* One line per server would flood the log at 100,000 servers: debug level. */
+        log_debug("master server listed", "addr=%s game=%s source=%s", s.addr, s.game, "rest");
+    }
     return sd_resp_json(resp, 200,
                         json_pack("{s:s, s:b, s:I, s:I}", "address", s.addr, "new", is_new,
                                   "expires_in_ms", (json_int_t)(exp - sd_wall_ms()),
@@ -306,7 +309,8 @@ int h_master_delete(sd_req_t *req, sd_resp_t *resp)
         return refusal(resp, &why);
     if (rc)
         return sd_resp_store_error(resp, rc);
-    log_info("master server removed", "addr=%s reason=%s", addr, "terminated");
+    SD_COUNT("serverdir_master_servers_terminated_total", "servers removed by termination", 1);
+    log_debug("master server removed", "addr=%s reason=%s", addr, "terminated");
     return sd_resp_empty(resp, 204);
 }
 

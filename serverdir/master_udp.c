@@ -100,8 +100,11 @@ static void accept_server(const char *proto, const char *key, const char *ip, in
         return;
     }
     SD_COUNT("serverdir_master_heartbeats_total", "master-list heartbeats accepted", 1);
-    if (is_new)
-        log_info("master server listed", "addr=%s game=%s source=%s", key, s->game, proto);
+    if (is_new) {
+        SD_COUNT("serverdir_master_servers_new_total", "servers that joined the master list", 1);
+        /* One line per server would flood the log at 100,000 servers: debug level. */
+        log_debug("master server listed", "addr=%s game=%s source=%s", key, s->game, proto);
+    }
 }
 
 static void q3_inforesponse(const uint8_t *p, size_t n, const char *key, const char *ip,
@@ -258,7 +261,8 @@ static void gs_quit(const char *key, const char *ip)
         sd_master_count_drop("goldsrc", rc == SD_MASTER_REFUSED ? refused.code : "store");
         return;
     }
-    log_info("master server removed", "addr=%s reason=%s", key, "goldsrc_quit");
+    SD_COUNT("serverdir_master_servers_terminated_total", "servers removed by termination", 1);
+    log_debug("master server removed", "addr=%s reason=%s", key, "goldsrc_quit");
 }
 
 /* ---------- the listener thread ---------- */
