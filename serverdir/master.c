@@ -326,8 +326,9 @@ int sd_master_accept(const char *bind, const char *challenge, const sd_master_se
     add_int_field(&a, "pr", s->protocol);
     add_int_field(&a, "gt", s->gametype);
     add_int_field(&a, "f", s->family);
+    /* The j column and the P jlist member: "addr \1 expires_at_ms \1 JSON". */
     sd_argv_add(&a, "j");
-    sd_argv_add(&a, json);
+    sd_argv_addf(&a, "%s\x01%lld\x01%s", s->addr, (long long)(now + ttl), json);
     redisReply *r;
     int rc = sd_store_script("master_heartbeat", 1, &a, &r);
     sd_argv_free(&a);
@@ -390,12 +391,88 @@ static int game_index_term(const sd_master_filter_t *f)
     return -1;
 }
 
+/* Appends one item to a batch (copied); -1 when out of memory. */
+static int batch_add(sd_master_batch_t *b, const char *p, size_t n, size_t cap)
+{
+    if (!b->items) {
+        b->items = calloc(cap ? cap : 1, sizeof *b->items);
+        b->lens = calloc(cap ? cap : 1, sizeof *b->lens);
+        if (!b->items || !b->lens)
+            return -1;
+    }
+    char *copy = malloc(n + 1);
+    if (!copy)
+        return -1;
+    memcpy(copy, p, n);
+    copy[n] = '\0';
+    b->items[b->n] = copy;
+    b->lens[b->n++] = n;
+    return 0;
+}
+
+/* The unfiltered JSON walk, the most common big read: one ZRANGEBYLEX on P jlist, whose
+ * members carry "addr \1 expiry \1 JSON", so no script copies the JSON through Lua.
+ * Expired members not yet swept are skipped here. */
+static int query_jlist(const char *after, int limit, sd_master_batch_t *out)
+{
+    char key[96], min[SD_MASTER_ADDR_MAX + 2];
+    snprintf(key, sizeof key, "%smaster:jlist", sd_store_prefix());
+    if (after[0])
+        snprintf(min, sizeof min, "[%s\x02", after); /* past every "after \1 ..." member */
+    else
+        sd_strlcpy(min, "-", sizeof min);
+    sd_argv_t a;
+    sd_argv_init(&a);
+    sd_argv_add(&a, "ZRANGEBYLEX");
+    sd_argv_add(&a, key);
+    sd_argv_add(&a, min);
+    sd_argv_add(&a, "+");
+    sd_argv_add(&a, "LIMIT");
+    sd_argv_add(&a, "0");
+    sd_argv_addf(&a, "%d", limit);
+    redisReply *r;
+    int rc = sd_store_command(&a, &r);
+    sd_argv_free(&a);
+    if (rc)
+        return rc;
+    if (r->type != REDIS_REPLY_ARRAY) {
+        freeReplyObject(r);
+        return SD_STORE_ERROR;
+    }
+    int64_t now = sd_wall_ms();
+    for (size_t i = 0; i < r->elements; i++) {
+        redisReply *e = r->element[i];
+        const char *s1 = e->type == REDIS_REPLY_STRING ? memchr(e->str, '\x01', e->len) : NULL;
+        const char *s2 = s1 ? memchr(s1 + 1, '\x01', e->len - (size_t)(s1 + 1 - e->str)) : NULL;
+        if (!s2 || (size_t)(s1 - e->str) >= sizeof out->next) {
+            rc = SD_STORE_ERROR;
+            break;
+        }
+        if (i + 1 == r->elements && (int)r->elements == limit) {
+            memcpy(out->next, e->str, (size_t)(s1 - e->str));
+            out->next[s1 - e->str] = '\0';
+        }
+        if (strtoll(s1 + 1, NULL, 10) <= now)
+            continue;
+        if (batch_add(out, s2 + 1, e->len - (size_t)(s2 + 1 - e->str), r->elements)) {
+            rc = SD_STORE_ERROR;
+            break;
+        }
+    }
+    freeReplyObject(r);
+    if (rc)
+        sd_master_batch_free(out);
+    return rc;
+}
+
 int sd_master_query(const sd_master_filter_t *f, const char *after, int limit,
                     int want_json, sd_master_batch_t *out)
 {
     memset(out, 0, sizeof *out);
     if (f->overflow)
         return SD_STORE_ERROR;
+    if (want_json && f->n == 0)
+        return query_jlist(after, limit, out);
     int gi = game_index_term(f);
     char p[96];
     master_prefix(p, sizeof p);

@@ -6,11 +6,14 @@
  *   P list          zset, every listed server's address key with score 0 (ZRANGEBYLEX
  *                   gives the stable cursor order "ip:port" / "[v6]:port")
  *   P exp           zset, address key -> expiry (ms); swept lazily by the scripts
+ *   P jlist         zset, score 0, one member per server "addr \1 expiry \1 JSON" (the
+ *                   j column): the unfiltered JSON walk is one ZRANGEBYLEX, no script
  *   P c:<column>    hash per column, address key -> value: ip, g game, m map (both
  *                   lowercased), r region, t ",tags,", os, src, p players, x max players,
  *                   pw password, d dedicated, s secure, pr protocol, gt gametype, f family,
- *                   j the pre-rendered JSON. Column-wise so a batch reads each column it
- *                   filters on with one HMGET per chunk of servers.
+ *                   j "addr \1 expiry \1 JSON" rendered at heartbeat time. Column-wise
+ *                   so a batch reads each column it filters on with one HMGET per
+ *                   chunk of servers.
  *   P g:<game>      zset, the listed servers of one game (lowercased), score 0: the
  *                   index a query for one game walks instead of the whole list
  *   P ip:<ip>       zset, address keys listed from one IP -> expiry (servers per address)

@@ -1,7 +1,9 @@
 -- Accepts a master-list heartbeat (initiation and keepalive are the same message).
 -- KEYS[1] = "<prefix>master:" (P)
 -- ARGV: now_ms, bind, challenge, addr, ip, ttl_ms, servers_per_ip, max_servers, game
---       (lowercased), then column/value pairs (m r t os src p x pw d s pr gt f j).
+--       (lowercased), then column/value pairs (m r t os src p x pw d s pr gt f j); j is
+--       "addr \1 expires_at_ms \1 JSON", also the server's member of P jlist (the
+--       list in address order with its JSON, read by the unfiltered walk without Lua).
 -- Checks, in order, before any write: the challenge exists ("unknown_challenge"), was
 -- issued to this address ("challenge_mismatch"), is unused ("challenge_used") and not
 -- expired ("challenge_expired"); a new server's address has room ("too_many_servers
@@ -48,6 +50,10 @@ redis.call('HSET', ch, 'u', 1)
 redis.call('ZREM', P .. 'chn:' .. ip, chal)
 
 local exp = now + ttl
+local old_j = redis.call('HGET', P .. 'c:j', addr)
+if old_j then
+  redis.call('ZREM', P .. 'jlist', old_j)
+end
 local old_game = redis.call('HGET', P .. 'c:g', addr)
 if old_game and old_game ~= game then
   redis.call('ZREM', P .. 'g:' .. old_game, addr)
@@ -58,6 +64,7 @@ for i = 10, #ARGV - 1, 2 do
   redis.call('HSET', P .. 'c:' .. ARGV[i], addr, ARGV[i + 1])
 end
 redis.call('ZADD', P .. 'list', 0, addr)
+redis.call('ZADD', P .. 'jlist', 0, redis.call('HGET', P .. 'c:j', addr))
 redis.call('ZADD', P .. 'g:' .. game, 0, addr)
 redis.call('ZADD', P .. 'exp', exp, addr)
 redis.call('ZADD', ipset, exp, addr)
@@ -68,6 +75,8 @@ local old = redis.call('ZRANGEBYSCORE', P .. 'exp', '-inf', now, 'LIMIT', 0, 32)
 for _, a in ipairs(old) do
   local oip = redis.call('HGET', P .. 'c:ip', a)
   local og = redis.call('HGET', P .. 'c:g', a)
+  local oj = redis.call('HGET', P .. 'c:j', a)
+  if oj then redis.call('ZREM', P .. 'jlist', oj) end
   if oip then redis.call('ZREM', P .. 'ip:' .. oip, a) end
   if og then redis.call('ZREM', P .. 'g:' .. og, a) end
   for _, col in ipairs(COLS) do redis.call('HDEL', P .. 'c:' .. col, a) end

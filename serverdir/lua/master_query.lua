@@ -132,9 +132,13 @@ local out = {(not done and last) or ''}
 if want == 'a' then
   for _, a in ipairs(matched) do out[#out + 1] = a end
 elseif #matched > 0 then
+  -- The j column is "addr \1 expiry \1 JSON": hand back the JSON.
   local js = redis.call('HMGET', P .. 'c:j', unpack(matched))
-  for _, j in ipairs(js) do
-    if j then out[#out + 1] = j end
+  for r, j in ipairs(js) do
+    if j then
+      local sep = string.find(j, '\1', #matched[r] + 2, true)
+      out[#out + 1] = string.sub(j, sep + 1)
+    end
   end
 end
 
@@ -142,6 +146,8 @@ local old = redis.call('ZRANGEBYSCORE', P .. 'exp', '-inf', now, 'LIMIT', 0, 16)
 for _, a in ipairs(old) do
   local oip = redis.call('HGET', P .. 'c:ip', a)
   local og = redis.call('HGET', P .. 'c:g', a)
+  local oj = redis.call('HGET', P .. 'c:j', a)
+  if oj then redis.call('ZREM', P .. 'jlist', oj) end
   if oip then redis.call('ZREM', P .. 'ip:' .. oip, a) end
   if og then redis.call('ZREM', P .. 'g:' .. og, a) end
   for _, c in ipairs(COLS) do redis.call('HDEL', P .. 'c:' .. c, a) end

@@ -15,6 +15,8 @@ if sip ~= ip then
   return redis.error_reply('address_mismatch 0')
 end
 local g = redis.call('HGET', P .. 'c:g', addr)
+local j = redis.call('HGET', P .. 'c:j', addr)
+if j then redis.call('ZREM', P .. 'jlist', j) end
 if g then redis.call('ZREM', P .. 'g:' .. g, addr) end
 for _, col in ipairs(COLS) do redis.call('HDEL', P .. 'c:' .. col, addr) end
 redis.call('ZREM', P .. 'list', addr)
