@@ -410,10 +410,11 @@ static int batch_add(sd_master_batch_t *b, const char *p, size_t n, size_t cap)
     return 0;
 }
 
-/* The unfiltered JSON walk, the most common big read: one ZRANGEBYLEX on P jlist, whose
+/* The unfiltered walk, the most common big read: one ZRANGEBYLEX on P jlist, whose
  * members carry "addr \1 expiry \1 JSON", so no script copies the JSON through Lua.
- * Expired members not yet swept are skipped here. */
-static int query_jlist(const char *after, int limit, sd_master_batch_t *out)
+ * Items are the JSON texts (want_json) or the addresses. Expired members not yet swept
+ * are skipped here. */
+static int query_jlist(const char *after, int limit, int want_json, sd_master_batch_t *out)
 {
     char key[96], min[SD_MASTER_ADDR_MAX + 2];
     snprintf(key, sizeof key, "%smaster:jlist", sd_store_prefix());
@@ -454,7 +455,9 @@ static int query_jlist(const char *after, int limit, sd_master_batch_t *out)
         }
         if (strtoll(s1 + 1, NULL, 10) <= now)
             continue;
-        if (batch_add(out, s2 + 1, e->len - (size_t)(s2 + 1 - e->str), r->elements)) {
+        int bad = want_json ? batch_add(out, s2 + 1, e->len - (size_t)(s2 + 1 - e->str), r->elements)
+                            : batch_add(out, e->str, (size_t)(s1 - e->str), r->elements);
+        if (bad) {
             rc = SD_STORE_ERROR;
             break;
         }
@@ -471,8 +474,8 @@ int sd_master_query(const sd_master_filter_t *f, const char *after, int limit,
     memset(out, 0, sizeof *out);
     if (f->overflow)
         return SD_STORE_ERROR;
-    if (want_json && f->n == 0)
-        return query_jlist(after, limit, out);
+    if (f->n == 0)
+        return query_jlist(after, limit, want_json, out);
     int gi = game_index_term(f);
     char p[96];
     master_prefix(p, sizeof p);
