@@ -316,8 +316,6 @@ int sd_master_accept(const char *bind, const char *challenge, const sd_master_se
     sd_argv_add(&a, tags);
     sd_argv_add(&a, "os");
     sd_argv_add(&a, s->os);
-    sd_argv_add(&a, "src");
-    sd_argv_add(&a, s->source);
     add_int_field(&a, "p", s->players);
     add_int_field(&a, "x", s->max_players);
     add_int_field(&a, "pw", s->password);

@@ -9,7 +9,7 @@
  *   P jlist         zset, score 0, one member per server "addr \1 expiry \1 JSON" (the
  *                   j column): the unfiltered JSON walk is one ZRANGEBYLEX, no script
  *   P c:<column>    hash per column, address key -> value: ip, g game, m map (both
- *                   lowercased), r region, t ",tags,", os, src, p players, x max players,
+ *                   lowercased), r region, t ",tags,", os, p players, x max players,
  *                   pw password, d dedicated, s secure, pr protocol, gt gametype, f family,
  *                   j "addr \1 expiry \1 JSON" rendered at heartbeat time. Column-wise
  *                   so a batch reads each column it filters on with one HMGET per

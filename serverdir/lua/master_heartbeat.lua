@@ -1,7 +1,7 @@
 -- Accepts a master-list heartbeat (initiation and keepalive are the same message).
 -- KEYS[1] = "<prefix>master:" (P)
 -- ARGV: now_ms, bind, challenge, addr, ip, ttl_ms, servers_per_ip, max_servers, game
---       (lowercased), then column/value pairs (m r t os src p x pw d s pr gt f j); j is
+--       (lowercased), then column/value pairs (m r t os p x pw d s pr gt f j); j is
 --       "addr \1 expires_at_ms \1 JSON", also the server's member of P jlist (the
 --       list in address order with its JSON, read by the unfiltered walk without Lua).
 -- Checks, in order, before any write: the challenge exists ("unknown_challenge"), was
@@ -16,7 +16,7 @@ local now = tonumber(ARGV[1])
 local bind, chal, addr, ip = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local ttl, per_ip, max_servers = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local game = ARGV[9]
-local COLS = {'ip', 'g', 'm', 'r', 't', 'os', 'src', 'p', 'x', 'pw', 'd', 's', 'pr', 'gt', 'f', 'j'}
+local COLS = {'ip', 'g', 'm', 'r', 't', 'os', 'p', 'x', 'pw', 'd', 's', 'pr', 'gt', 'f', 'j'}
 
 local ch = P .. 'ch:' .. chal
 local c = redis.call('HMGET', ch, 'b', 'e', 'u')
@@ -60,11 +60,13 @@ if old_game and old_game ~= game then
 end
 redis.call('HSET', P .. 'c:ip', addr, ip)
 redis.call('HSET', P .. 'c:g', addr, game)
+local member
 for i = 10, #ARGV - 1, 2 do
   redis.call('HSET', P .. 'c:' .. ARGV[i], addr, ARGV[i + 1])
+  if ARGV[i] == 'j' then member = ARGV[i + 1] end
 end
 redis.call('ZADD', P .. 'list', 0, addr)
-redis.call('ZADD', P .. 'jlist', 0, redis.call('HGET', P .. 'c:j', addr))
+redis.call('ZADD', P .. 'jlist', 0, member)
 redis.call('ZADD', P .. 'g:' .. game, 0, addr)
 redis.call('ZADD', P .. 'exp', exp, addr)
 redis.call('ZADD', ipset, exp, addr)

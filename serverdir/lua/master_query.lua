@@ -17,7 +17,7 @@ local limit, budget = tonumber(ARGV[3]), tonumber(ARGV[4])
 local want = ARGV[5]
 local index = ARGV[6] == '' and (P .. 'list') or (P .. 'g:' .. ARGV[6])
 local nterms = tonumber(ARGV[7])
-local COLS = {'ip', 'g', 'm', 'r', 't', 'os', 'src', 'p', 'x', 'pw', 'd', 's', 'pr', 'gt', 'f', 'j'}
+local COLS = {'ip', 'g', 'm', 'r', 't', 'os', 'p', 'x', 'pw', 'd', 's', 'pr', 'gt', 'f', 'j'}
 
 local terms = {}
 for i = 0, nterms - 1 do

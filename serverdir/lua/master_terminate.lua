@@ -5,7 +5,7 @@
 local P = KEYS[1]
 local now = tonumber(ARGV[1])
 local addr, ip = ARGV[2], ARGV[3]
-local COLS = {'ip', 'g', 'm', 'r', 't', 'os', 'src', 'p', 'x', 'pw', 'd', 's', 'pr', 'gt', 'f', 'j'}
+local COLS = {'ip', 'g', 'm', 'r', 't', 'os', 'p', 'x', 'pw', 'd', 's', 'pr', 'gt', 'f', 'j'}
 local exp = redis.call('ZSCORE', P .. 'exp', addr)
 local sip = redis.call('HGET', P .. 'c:ip', addr)
 if not exp or tonumber(exp) <= now or not sip then
