@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include "harness.h"
 #include "sdclient.h"
@@ -322,6 +323,16 @@ static void termination_only_from_same_address(void **state)
     assert_int_equal(req(&B, "DELETE", "/v1/master/servers/10.1.1.1:27015", NULL, "10.1.1.1", &r), 404);
     assert_string_equal(h_err_code(&r), "not_listed");
     h_resp_free(&r);
+
+    /* An IPv6 server (through the proxy): listed as [v6]:port, removed by that address
+     * with the path escaped as a client library does. */
+    assert_int_equal(announce(&B, "2001:db8::5", 27015, BASIC, code, sizeof code), 200);
+    list(&A, "/v1/master/servers?limit=1&after=%5B2001:db8::4%5D:1", got, sizeof got, next, sizeof next);
+    assert_string_equal(got, "[2001:db8::5]:27015");
+    assert_int_equal(req(&B, "DELETE", "/v1/master/servers/%5B2001:db8::5%5D:27015", NULL, "2001:db8::6", &r), 403);
+    h_resp_free(&r);
+    assert_int_equal(req(&B, "DELETE", "/v1/master/servers/%5B2001:db8::5%5D:27015", NULL, "2001:db8::5", &r), 204);
+    h_resp_free(&r);
 }
 
 static void every_filter(void **state)
@@ -480,6 +491,55 @@ static void cursor_walk_1200(void **state)
 }
 
 /* Copy B: 10 requests/s (burst 20), 3 servers and 4 open challenges per address. */
+/* Runs sdctl with args against copy A; returns its exit status, output in out. */
+static int run_sdctl(const char *const *args, char *out, size_t cap)
+{
+    char log[300];
+    snprintf(log, sizeof log, "%s/sdctl.out", h_tmpdir());
+    const char *argv[24] = {SD_BIN_DIR "/sdctl", "--url", A.url};
+    int n = 3;
+    for (const char *const *a = args; *a && n < 23; a++)
+        argv[n++] = *a;
+    argv[n] = NULL;
+    pid_t pid = h_spawn(argv, log, NULL);
+    int st = -1;
+    int64_t until = h_now_ms() + 10000;
+    while (!h_exited(pid, &st) && h_now_ms() < until)
+        h_sleep_ms(10);
+    FILE *f = fopen(log, "r");
+    size_t got = f ? fread(out, 1, cap - 1, f) : 0;
+    out[got] = '\0';
+    if (f)
+        fclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* sdctl servers walks every batch with --all and applies the filters. */
+static void sdctl_servers(void **state)
+{
+    static char out[1 << 20];
+    const char *all[] = {"-o", "json", "servers", "--game", "WALKGAME", "--not-empty", "--limit", "100", "--all", NULL};
+    assert_int_equal(run_sdctl(all, out, sizeof out), 0);
+    json_t *j = json_loads(out, 0, NULL);
+    assert_non_null(j);
+    size_t want = 0;
+    for (int i = 0; i < 1200; i++)
+        want += i % 9 != 0;
+    assert_int_equal(json_array_size(json_object_get(j, "servers")), want);
+    assert_true(json_is_null(json_object_get(j, "next")));
+    json_decref(j);
+
+    const char *table[] = {"servers", "--game", "filtgame", "--region", "eu", "--tags", "fast", NULL};
+    assert_int_equal(run_sdctl(table, out, sizeof out), 0);
+    assert_non_null(strstr(out, "ADDRESS"));
+    assert_non_null(strstr(out, "127.0.0.1:30001"));
+    assert_non_null(strstr(out, "127.0.0.1:30003"));
+    assert_null(strstr(out, "127.0.0.1:30002"));
+
+    const char *bad[] = {"servers", "--limit", "0", NULL};
+    assert_int_equal(run_sdctl(bad, out, sizeof out), 2);
+}
+
 static void flood_limits(void **state)
 {
     char code[64], got[4096];
@@ -572,6 +632,7 @@ int main(void)
         cmocka_unit_test(termination_only_from_same_address),
         cmocka_unit_test(every_filter),
         cmocka_unit_test(cursor_walk_1200),
+        cmocka_unit_test(sdctl_servers),
         cmocka_unit_test(flood_limits),
         cmocka_unit_test(forwarded_for_only_from_trusted),
     };
