@@ -548,7 +548,7 @@ static void flood_limits(void **state)
     /* Request rate. */
     int limited = 0;
     h_resp_t r;
-    for (int i = 0; i < 60 && !limited; i++) {
+    for (int i = 0; i < 300 && !limited; i++) {
         long st = req(&B, "GET", "/v1/master/servers?limit=1", NULL, "10.2.2.2", &r);
         if (st == 429) {
             assert_string_equal(h_err_code(&r), "rate_limited");
