@@ -181,6 +181,45 @@ int sdc_blob_put(sdc_t *c, const char *key, int64_t lock_seq, int64_t blob_seq,
 
 /* ---- master list ---- */
 
+/* What a game server announces; NULL strings and a zero ntags are left out. */
+typedef struct {
+    int port;                   /* the game port (the IP is the caller's) */
+    const char *game;           /* required */
+    const char *map, *name, *region, *version;
+    const char *const *tags;
+    int ntags;
+    int players, max_players, bots;
+    int password;
+    int protocol, gametype;     /* -1: not sent */
+} sdc_master_server_t;
+
+/* Asks for a challenge bound to the caller's address (POST /v1/master/challenge); copies
+ * it into chal (at least 40 bytes) and its lifetime into *expires_in_ms (may be NULL). */
+int sdc_master_challenge(sdc_t *c, char *chal, size_t cap, int64_t *expires_in_ms,
+                         sdc_err_t *err);
+/* Lists or keeps listed the server with a challenge from sdc_master_challenge
+ * (POST /v1/master/heartbeat). *expires_in_ms (may be NULL): how long it stays listed. */
+int sdc_master_heartbeat(sdc_t *c, const char *challenge, const sdc_master_server_t *s,
+                         int64_t *expires_in_ms, sdc_err_t *err);
+/* Both steps: a fresh challenge, then the heartbeat (what a game server calls every
+ * heartbeat interval). */
+int sdc_master_announce(sdc_t *c, const sdc_master_server_t *s, int64_t *expires_in_ms,
+                        sdc_err_t *err);
+/* Removes the caller's server "ip:port" at once (DELETE /v1/master/servers/{addr}). */
+int sdc_master_terminate(sdc_t *c, const char *addr, sdc_err_t *err);
+
+typedef struct {
+    const char *game, *map, *region;
+    const char *tags;           /* comma-separated, all required */
+    int not_empty, not_full, no_password;
+} sdc_master_filter_t;
+
+/* One batch of GET /v1/master/servers after `after` (NULL or "" for the first). On
+ * success *servers is the JSON array of servers (caller decrefs) and next holds the cursor
+ * of the following batch, "" when this was the last. */
+int sdc_master_query(sdc_t *c, const sdc_master_filter_t *f, const char *after, int limit,
+                     json_t **servers, char *next, size_t nextcap, sdc_err_t *err);
+
 /* ---- clusters, services, assignments, primary ---- */
 
 #ifdef __cplusplus
