@@ -60,7 +60,7 @@ trap cleanup EXIT INT TERM
 free_port() {
     local p
     for _ in $(seq 1 100); do
-        p=$((20000 + RANDOM % 30000))
+        p=$((20000 + RANDOM % 12000)) # below the ephemeral range (32768+)
         if ! (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null; then
             echo "$p"
             return
@@ -70,12 +70,13 @@ free_port() {
     exit 1
 }
 
-wait_for() { # url
-    for _ in $(seq 1 100); do
+wait_for() { # url log
+    for _ in $(seq 1 200); do
         curl -fs "$1" >/dev/null 2>&1 && return
         sleep 0.05
     done
     echo "not up: $1" >&2
+    cat "$2" >&2
     exit 1
 }
 
@@ -165,6 +166,7 @@ echo "live directory $MACHINES machines x $PER_MACHINE processes, serverdir --th
 for run in $(seq 1 "$RUNS"); do
     RPORT=$(free_port)
     HPORT=$(free_port)
+    while [ "$HPORT" = "$RPORT" ]; do HPORT=$(free_port); done
     redis-server --port "$RPORT" --bind 127.0.0.1 --save '' --appendonly no \
         --dir "$WORK" >"$WORK/redis.log" 2>&1 &
     RPID=$!
@@ -175,7 +177,7 @@ for run in $(seq 1 "$RUNS"); do
     SPID=$!
     PIDS+=("$SPID")
     SD="http://127.0.0.1:$HPORT"
-    wait_for "$SD/healthz"
+    wait_for "$SD/healthz" "$WORK/serverdir.log"
     populate
 
     export BATCH MACHINES RUN_ID="run$run"
