@@ -460,6 +460,26 @@ static void history_and_stopped_bounded(void **state)
     assert_non_null(strstr(log, "field 'event_id_ttl_s' must be between 86400"));
 }
 
+/* The largest batch, 1000 events, is applied whole. */
+static void batch_of_1000_accepted(void **state)
+{
+    size_t cap = 200000;
+    char *batch = malloc(cap);
+    int n = snprintf(batch, cap, "[");
+    for (int i = 0; i < 1000; i++)
+        n += snprintf(batch + n, cap - (size_t)n,
+                      "%s{\"id\":\"big-%d\",\"type\":\"started\",\"instance\":\"big-%d\","
+                      "\"machine\":\"m%d\",\"service\":\"zone\",\"pid\":%d}",
+                      i ? "," : "", i, i, i % 10, 1 + i);
+    snprintf(batch + n, cap - (size_t)n, "]");
+    json_t *j = post_events("cbig", batch);
+    free(batch);
+    assert_int_equal(jint(j, "accepted"), 1000);
+    json_decref(j);
+    assert_int_equal(count_procs("/v1/clusters/cbig/processes"), 1000);
+    assert_int_equal(count_procs("/v1/clusters/cbig/processes?machine=m3"), 100);
+}
+
 /* ---------------------------------------------------------------- bad input */
 
 struct bad_case {
@@ -800,6 +820,7 @@ int main(void)
         cmocka_unit_test(directory_filters),
         cmocka_unit_test(history_since_and_limit),
         cmocka_unit_test(history_and_stopped_bounded),
+        cmocka_unit_test(batch_of_1000_accepted),
         cmocka_unit_test(bad_input_is_rejected_and_changes_nothing),
         cmocka_unit_test(auth_roles),
         cmocka_unit_test(token_file_reloaded_on_sighup),
