@@ -50,7 +50,6 @@ struct bbagent {
     int players, max_players;   /* -1: not given */
     int shutdown_pending;
     int shutdown_grace_ms;      /* -1: none given */
-    int64_t shutdown_at_ms;     /* when the SHUTDOWN arrived */
     int drain_pending;
     char instance[INSTANCE_MAX + 1];
     char status[BBPROTO_MAX_VALUE + 1];
@@ -300,7 +299,7 @@ API int bbagent_fd(bbagent_t *a)
 
 /* Applies one message from Big Brother; unknown keys and malformed messages are
  * ignored (a newer Big Brother may say more). */
-static void handle_msg(bbagent_t *a, size_t len, int64_t now)
+static void handle_msg(bbagent_t *a, size_t len)
 {
     bbproto_field_t f[BBPROTO_MAX_FIELDS];
     int n = bbproto_parse(a->buf, len, f, BBPROTO_MAX_FIELDS);
@@ -312,7 +311,6 @@ static void handle_msg(bbagent_t *a, size_t len, int64_t now)
         a->beat_every_ms = v / 4 > BEAT_MIN_MS ? v / 4 : BEAT_MIN_MS;
     if (bbproto_get_int(f, n, "SHUTDOWN", 1, 1, &v) == 0) {
         a->shutdown_pending = 1;
-        a->shutdown_at_ms = now;
         a->shutdown_grace_ms = bbproto_get_int(f, n, "GRACE_MS", 0, 86400000, &v) == 0 ? (int)v : -1;
     }
     if (bbproto_get_int(f, n, "DRAIN", 1, 1, &v) == 0)
@@ -321,7 +319,7 @@ static void handle_msg(bbagent_t *a, size_t len, int64_t now)
 
 /* Reads what Big Brother sent, at most POLL_BUDGET packets. EOF or an error drops the
  * connection (requests already read stay pending). */
-static void link_read(bbagent_t *a, int64_t now)
+static void link_read(bbagent_t *a)
 {
     for (int i = 0; i < POLL_BUDGET && a->fd >= 0; i++) {
         ssize_t n = recv(a->fd, a->buf, sizeof a->buf, MSG_DONTWAIT | MSG_TRUNC);
@@ -335,7 +333,7 @@ static void link_read(bbagent_t *a, int64_t now)
             return;
         }
         if ((size_t)n <= sizeof a->buf)
-            handle_msg(a, (size_t)n, now);
+            handle_msg(a, (size_t)n);
     }
 }
 
@@ -347,17 +345,13 @@ API int bbagent_poll(bbagent_t *a, bbagent_event_t *ev)
     ev->grace_ms = -1;
     if (!a->enabled)
         return 0;
-    int64_t now = now_ms();
-    link_up(a, now);
+    link_up(a, now_ms());
     if (a->fd >= 0)
-        link_read(a, now);
+        link_read(a);
     if (a->shutdown_pending) {
         a->shutdown_pending = 0;
         ev->type = BBAGENT_EVENT_SHUTDOWN;
-        if (a->shutdown_grace_ms >= 0) {
-            int64_t left = a->shutdown_grace_ms - (now - a->shutdown_at_ms);
-            ev->grace_ms = left > 0 ? (int)left : 0;
-        }
+        ev->grace_ms = a->shutdown_grace_ms;
     } else if (a->drain_pending) {
         a->drain_pending = 0;
         ev->type = BBAGENT_EVENT_DRAIN;

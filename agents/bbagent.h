@@ -54,8 +54,8 @@ typedef enum {
 
 typedef struct {
     bbagent_event_type_t type;
-    /* SHUTDOWN: milliseconds left of the grace Big Brother gave before it sends the stop
-     * signal (time since the message arrived already subtracted); -1 if it named none. */
+    /* SHUTDOWN: the grace Big Brother gave, in ms from when it sent the request, before
+     * it sends the stop signal; -1 if it named none. Other events: -1. */
     int grace_ms;
 } bbagent_event_t;
 
