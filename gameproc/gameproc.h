@@ -83,6 +83,8 @@ void gp_begin_stop(gp_t *gp, const char *why, int grace_ms);
 /* supervisor.c: what the process tells its supervisor, over libbbagent, sd_notify or
  * nothing (--no-agent), chosen by the options. */
 int gp_sup_open(gp_t *gp);
+/* "agent", "notify" or "none": what the process is talking to, for the start log. */
+const char *gp_sup_kind(const gp_t *gp);
 void gp_sup_ready(gp_t *gp);
 void gp_sup_tick(gp_t *gp, int64_t now_ms);
 int gp_sup_fd(gp_t *gp);

@@ -353,8 +353,7 @@ int main(int argc, char **argv)
     }
     log_info("started", "pid=%d name=%s tick_hz=%d supervisor=%s udp_port=%d", (int)getpid(),
              gp.name, gp.tick_hz,
-             gp.use_notify ? (gp.notify.fd >= 0 ? "notify" : "none")
-             : bbagent_fd(gp.agent) >= 0 ? "agent" : gp.agent ? "agent_waiting" : "none",
+             gp_sup_kind(&gp),
              gp.udp_port);
 
     const int64_t period_us = 1000000 / gp.tick_hz;

@@ -149,14 +149,22 @@ static void q3_info(const gp_t *gp, out_t *o, const char *challenge)
     q3_serverinfo(gp, o, challenge);
 }
 
-/* The A2S challenge for one client address: a keyed FNV-1a hash, so it cannot be guessed
- * by a spoofing sender and needs no per-client state. Never 0 or 0xffffffff (the values
- * clients send to ask for one). */
-static uint32_t a2s_challenge_for(const struct sockaddr_storage *from, socklen_t len)
+/* The A2S challenge for one client IP address: a keyed FNV-1a hash of the address, so
+ * a spoofing sender cannot guess it and it needs no per-client state. Never 0 or
+ * 0xffffffff (the values clients send to ask for one). */
+static uint32_t a2s_challenge_for(const struct sockaddr_storage *from)
 {
+    const unsigned char *b;
+    size_t len;
+    if (from->ss_family == AF_INET6) {
+        b = ((const struct sockaddr_in6 *)from)->sin6_addr.s6_addr;
+        len = 16;
+    } else {
+        b = (const unsigned char *)&((const struct sockaddr_in *)from)->sin_addr;
+        len = 4;
+    }
     uint32_t h = 2166136261u ^ a2s_secret;
-    const unsigned char *b = (const unsigned char *)from;
-    for (socklen_t i = 0; i < len; i++)
+    for (size_t i = 0; i < len; i++)
         h = (h ^ b[i]) * 16777619u;
     return h == 0 || h == 0xffffffffu ? 1 : h;
 }
@@ -190,7 +198,7 @@ static void a2s_info(const gp_t *gp, out_t *o)
 
 /* Builds the reply to one datagram into o; o->len stays 0 when there is none. */
 static void answer(const gp_t *gp, const char *in, size_t n,
-                   const struct sockaddr_storage *from, socklen_t fromlen, out_t *o)
+                   const struct sockaddr_storage *from, out_t *o)
 {
     if (n < 4 || memcmp(in, HDR, 4) != 0)
         return;
@@ -208,7 +216,7 @@ static void answer(const gp_t *gp, const char *in, size_t n,
     } else if (n >= sizeof A2S_INFO_REQ &&
                memcmp(in, A2S_INFO_REQ, sizeof A2S_INFO_REQ) == 0) {
         size_t extra = n - sizeof A2S_INFO_REQ;
-        uint32_t want = a2s_challenge_for(from, fromlen);
+        uint32_t want = a2s_challenge_for(from);
         if (extra != 0 && extra != 4)
             return;
         int ok = extra == 0 ? !gp->a2s_challenge : 0;
@@ -242,7 +250,7 @@ static void query_readable(gp_t *gp, void *arg)
         if (n > GP_QUERY_MAX || !gp->ready)
             continue;
         out_t o = { .p = buf, .cap = sizeof buf };
-        answer(gp, in, (size_t)n, &from, fromlen, &o);
+        answer(gp, in, (size_t)n, &from, &o);
         if (o.len == 0 || o.overflow)
             continue;
         sendto(gp->udp_fd, buf, o.len, MSG_DONTWAIT, (struct sockaddr *)&from, fromlen);

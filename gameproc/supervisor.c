@@ -3,6 +3,7 @@
  * calls these functions and does not care which one is in use. */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "gameproc.h"
@@ -14,6 +15,14 @@ static void status_text(const gp_t *gp, char *out, size_t cap)
 {
     snprintf(out, cap, "map=%s players=%d/%d%s", gp->map, gp->players, gp->max_players,
              gp->draining ? " draining" : "");
+}
+
+const char *gp_sup_kind(const gp_t *gp)
+{
+    if (gp->use_notify)
+        return gp->notify.fd >= 0 ? "notify" : "none";
+    const char *bb = getenv("BB_SOCKET");
+    return gp->agent && bb && *bb ? "agent" : "none";
 }
 
 int gp_sup_open(gp_t *gp)
