@@ -39,8 +39,11 @@ typedef struct {
 int bb_report_start(const bb_report_opts_t *opts, bb_report_t **out);
 
 /* Appends one event and wakes the reporter. `event` is borrowed; it must hold "type"
- * ("started" | "ready" | "stopped"), "instance", "service", and for started "pid"; the
- * reporter adds "id" (unique, stable across retries), "machine" and "ts_ms" when absent.
+ * ("started" | "ready" | "stopped"), "instance", "service", for started "pid" and for
+ * stopped "reason" (CONTRACTS.md), else -EINVAL and nothing is written. The id
+ * ("<machine>-<run id>-<seq>", unique across restarts), "machine" and "ts_ms" are added
+ * when absent and written into the record, so every retry, even after a restart, carries
+ * the same id. -ENOSPC when the outbox is at its cap (256 MiB; logged once per episode).
  * Safe to call from the supervision thread only (single producer). Returns 0 or -errno. */
 int bb_report_event(bb_report_t *r, json_t *event);
 
@@ -49,8 +52,9 @@ int64_t bb_report_pending(const bb_report_t *r);
 /* Send attempts that failed since start (for status and metrics). Any thread. */
 int64_t bb_report_send_failures(const bb_report_t *r);
 
-/* Stops the reporter thread (a send in flight is given up to 2 s) and closes the outbox.
- * Unsent events stay on disk for the next start. */
+/* Stops the reporter thread and closes the outbox. A request in flight is not cut: each
+ * is bounded by the request timeout (lease_ttl_ms / (6 x URLs), 250 ms .. 2 s, per URL
+ * tried). Unsent events stay on disk for the next start. */
 void bb_report_stop(bb_report_t *r);
 
 #endif

@@ -42,6 +42,12 @@
 #define DEADLETTER_MAX (16u << 20)
 #define ID_MACHINE_MAX 96 /* machine part of an event id, so the id stays <= 128 bytes */
 
+typedef struct {
+    const char *name;   /* "events" or "machine_lease", for the logs */
+    int64_t down_since; /* mono ms when it stopped getting answers, 0 while it gets them */
+    char refusal[64];   /* error code last logged as a refusal, to log each once */
+} channel_t;
+
 struct bb_report {
     outbox_t *ob;
     char cluster[SD_NAME_MAX + 1];
@@ -61,8 +67,7 @@ struct bb_report {
     json_t *lease_body;
     int ttl_ms, timeout_ms;
     uint64_t rng;
-    int64_t down_since; /* mono ms when ServerDir stopped answering, 0 while it answers */
-    char refusal[64];   /* last non-retryable-looking error code logged, to log it once */
+    channel_t ev_ch, lease_ch;
     pthread_t thread;
     int has_thread;
 
@@ -94,35 +99,37 @@ static int64_t backoff_next(int64_t cur, int64_t cap)
     return n > cap ? cap : n;
 }
 
-/* ServerDir answered (any status): log once if it had been unreachable. */
-static void mark_reachable(bb_report_t *r)
+/* ServerDir answered this channel's request: log once if it had been unreachable. */
+static void mark_reachable(bb_report_t *r, channel_t *ch)
 {
-    if (!r->down_since)
-        return;
-    log_info("serverdir reachable again", "down_ms=%" PRId64 " pending=%" PRId64,
-             sd_mono_ms() - r->down_since, outbox_pending(r->ob));
-    r->down_since = 0;
+    if (ch->down_since) {
+        log_info("serverdir reachable again", "request=%s down_ms=%" PRId64 " pending=%" PRId64,
+                 ch->name, sd_mono_ms() - ch->down_since, outbox_pending(r->ob));
+        ch->down_since = 0;
+    }
 }
 
 /* A request failed. Transport errors, 5xx and 429 mean "ServerDir unavailable" and are
- * logged once per outage; other answers (401, 403, 404...) once per distinct code. */
-static void mark_failure(bb_report_t *r, const char *what, int rc, const sdc_err_t *err)
+ * logged once per outage; other answers (401, 403, 404...) once per distinct code, until
+ * a request succeeds. Events and the lease keep separate states so that one working
+ * while the other fails does not flap the log. */
+static void mark_failure(bb_report_t *r, channel_t *ch, int rc, const sdc_err_t *err)
 {
     char msg[400];
     sdc_strerror(rc, err, msg, sizeof msg);
     int unavailable = rc != SDC_E_HTTP || err->status >= 500 || err->status == 429;
     if (unavailable) {
-        if (!r->down_since) {
+        if (!ch->down_since) {
             log_warn("serverdir unreachable, events stay in the outbox", "request=%s error=%s pending=%" PRId64,
-                     what, msg, outbox_pending(r->ob));
-            r->down_since = sd_mono_ms();
+                     ch->name, msg, outbox_pending(r->ob));
+            ch->down_since = sd_mono_ms();
         }
         return;
     }
-    mark_reachable(r);
-    if (strcmp(r->refusal, err->code) != 0) {
-        log_error("serverdir refuses requests, retrying", "request=%s error=%s", what, msg);
-        sd_strlcpy(r->refusal, err->code, sizeof r->refusal);
+    mark_reachable(r, ch);
+    if (strcmp(ch->refusal, err->code) != 0) {
+        log_error("serverdir refuses requests, retrying", "request=%s error=%s", ch->name, msg);
+        sd_strlcpy(ch->refusal, err->code, sizeof ch->refusal);
     }
 }
 
@@ -186,13 +193,13 @@ static int send_batch(bb_report_t *r, sdc_t *c, sender_t *s)
         json_array_append_new(events, ev ? ev : json_stringn(s->b.rec[i], s->b.len[i]));
     }
     json_t *body = json_pack("{s:o}", "events", events);
-    sdc_err_t err;
+    sdc_err_t err = {0};
     rc = body ? sdc_request(c, "POST", r->events_path, body, NULL, &err) : SDC_E_NOMEM;
     json_decref(body);
     int n = s->b.n, ret = SEND_PROGRESS;
     if (rc == SDC_OK) {
-        mark_reachable(r);
-        r->refusal[0] = '\0';
+        mark_reachable(r, &r->ev_ch);
+        r->ev_ch.refusal[0] = '\0';
         if (outbox_ack(r->ob, &s->b, n)) {
             log_error("outbox ack failed, the batch will be sent again", "events=%d", n);
             ret = SEND_RETRY;
@@ -201,7 +208,7 @@ static int send_batch(bb_report_t *r, sdc_t *c, sender_t *s)
             s->batch_max = BATCH_MAX;
         }
     } else if (rc == SDC_E_HTTP && (err.status == 400 || err.status == 413)) {
-        mark_reachable(r);
+        mark_reachable(r, &r->ev_ch);
         if (n > 1) {
             if (!s->bisect_left) {
                 log_warn("serverdir rejected a batch, bisecting it to find the bad event",
@@ -210,10 +217,13 @@ static int send_batch(bb_report_t *r, sdc_t *c, sender_t *s)
             }
             s->batch_max = n / 2;
         } else {
+            json_t *ev = json_loadb(s->b.rec[0], s->b.len[0], 0, NULL);
             log_error("serverdir rejected an event, moved to the dead-letter file",
-                      "status=%ld code=%s message=%s event=%.*s file=%s", err.status, err.code,
-                      err.message, (int)(s->b.len[0] > 512 ? 512 : s->b.len[0]), s->b.rec[0],
-                      r->deadletter);
+                      "status=%ld code=%s message=%s id=%s instance=%s type=%s file=%s", err.status,
+                      err.code, err.message, json_string_value(json_object_get(ev, "id")),
+                      json_string_value(json_object_get(ev, "instance")),
+                      json_string_value(json_object_get(ev, "type")), r->deadletter);
+            json_decref(ev);
             if (deadletter_write(r, s->b.rec[0], s->b.len[0], &err) || outbox_ack(r->ob, &s->b, 1)) {
                 log_error("cannot move the rejected event aside, retrying", "file=%s", r->deadletter);
                 ret = SEND_RETRY;
@@ -224,7 +234,7 @@ static int send_batch(bb_report_t *r, sdc_t *c, sender_t *s)
         }
     } else {
         atomic_fetch_add(&r->failures, 1);
-        mark_failure(r, "events", rc, &err);
+        mark_failure(r, &r->ev_ch, rc, &err);
         ret = SEND_RETRY;
     }
     sdc_err_clear(&err);
@@ -236,10 +246,12 @@ static int lease_renew(bb_report_t *r, sdc_t *c)
 {
     sdc_err_t err;
     int rc = sdc_request(c, "PUT", r->lease_path, r->lease_body, NULL, &err);
-    if (rc == SDC_OK)
-        mark_reachable(r);
-    else
-        mark_failure(r, "machine_lease", rc, &err);
+    if (rc == SDC_OK) {
+        mark_reachable(r, &r->lease_ch);
+        r->lease_ch.refusal[0] = '\0';
+    } else {
+        mark_failure(r, &r->lease_ch, rc, &err);
+    }
     sdc_err_clear(&err);
     return rc;
 }
@@ -367,6 +379,8 @@ int bb_report_start(const bb_report_opts_t *opts, bb_report_t **out)
     r->ttl_ms = opts->lease_ttl_ms > 0 ? opts->lease_ttl_ms : 15000;
     r->timeout_ms = r->ttl_ms / (6 * nurls);
     r->timeout_ms = r->timeout_ms < 250 ? 250 : r->timeout_ms > 2000 ? 2000 : r->timeout_ms;
+    r->ev_ch.name = "events";
+    r->lease_ch.name = "machine_lease";
     r->urls = strdup(opts->urls);
     r->token = opts->token ? strdup(opts->token) : NULL;
     r->lease_body = lease_body_new(opts);
