@@ -50,7 +50,7 @@ static json_t *status_json(void)
         const bb_inst_t *in = &bb.inst[i];
         int running = in->pid > 0;
         json_t *o = json_pack(
-            "{s:s, s:s, s:i, s:s, s:i, s:i, s:i, s:s, s:o, s:o, s:s, s:I, s:s, s:i, s:i}",
+            "{s:s, s:s, s:i, s:s, s:i, s:i, s:i, s:s, s:o, s:o, s:s, s:I, s:s, s:i, s:b}",
             "instance", in->id, "service", in->svc->name, "slot", in->slot, "state",
             bb_state_name(in->state), "pid", running ? (int)in->pid : 0, "restarts",
             in->restarts, "generation", in->generation, "reason", in->reason, "code",
