@@ -99,7 +99,12 @@ static void print_status(json_t *st)
         const char *reason = json_string_value(json_object_get(in, "reason"));
         json_t *code = json_object_get(in, "code"), *sig = json_object_get(in, "signal");
         if (reason && reason[0]) {
-            if (json_is_integer(sig))
+            if (!strcmp(reason, "hung") || !strcmp(reason, "start_timeout"))
+                snprintf(last, sizeof(last), "%s(%lldms)", reason,
+                         json_integer_value(json_object_get(in, "silent_ms")));
+            else if (!strcmp(reason, "stopped_by_operator"))
+                snprintf(last, sizeof(last), "%s", reason);
+            else if (json_is_integer(sig))
                 snprintf(last, sizeof(last), "%s(%lld)", reason, json_integer_value(sig));
             else if (json_is_integer(code))
                 snprintf(last, sizeof(last), "%s(%lld)", reason, json_integer_value(code));

@@ -50,12 +50,16 @@ static json_t *status_json(void)
         const bb_inst_t *in = &bb.inst[i];
         int running = in->pid > 0;
         json_t *o = json_pack(
-            "{s:s, s:s, s:i, s:s, s:i, s:i, s:i, s:s, s:o, s:o, s:s, s:I, s:s, s:i, s:b}",
+            "{s:s, s:s, s:i, s:s, s:i, s:i, s:i, s:s, s:o, s:o, s:I, s:s, s:I, s:s, s:i, s:b}",
             "instance", in->id, "service", in->svc->name, "slot", in->slot, "state",
             bb_state_name(in->state), "pid", running ? (int)in->pid : 0, "restarts",
             in->restarts, "generation", in->generation, "reason", in->reason, "code",
             in->code >= 0 ? json_integer(in->code) : json_null(), "signal",
-            in->sig > 0 ? json_integer(in->sig) : json_null(), "detail", in->detail,
+            in->sig > 0 ? json_integer(in->sig) : json_null(), "silent_ms",
+            (json_int_t)(strcmp(in->reason, "hung") && strcmp(in->reason, "start_timeout")
+                             ? 0
+                             : in->why_silent_ms),
+            "detail", in->detail,
             "uptime_ms", (json_int_t)(running && in->spawned_wall ? now - in->spawned_wall : 0),
             "status", in->status, "players", in->players, "agent", in->conn != NULL);
         json_array_append_new(arr, o);
