@@ -25,10 +25,12 @@ typedef struct bb_conn {
     bb_watch_t w;
     bb_inst_t *in; /* NULL until HELLO is accepted */
     pid_t peer;
+    struct bb_conn *prev, *next;
 } bb_conn_t;
 
 static bb_watch_t listen_w = {-1, NULL};
 static int nconns;
+static bb_conn_t *conns; /* every open connection, for the shutdown */
 
 static void conn_close(bb_conn_t *c, const char *why)
 {
@@ -38,6 +40,12 @@ static void conn_close(bb_conn_t *c, const char *why)
         c->in->conn = NULL;
     }
     bb_watch_close(&c->w);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
     bb_defer_free(c);
     nconns--;
 }
@@ -202,6 +210,10 @@ static void on_accept(bb_watch_t *w, uint32_t events)
             free(c);
             continue;
         }
+        c->next = conns;
+        if (conns)
+            conns->prev = c;
+        conns = c;
         nconns++;
     }
 }
@@ -235,7 +247,17 @@ int bb_agentsrv_init(void)
     return bb_watch_add(&listen_w, EPOLLIN);
 }
 
+/* Closes the listening socket and every connection (bigbrother is exiting: the agents
+ * reconnect to the next one). */
 void bb_agentsrv_close(void)
 {
     bb_watch_close(&listen_w);
+    while (conns) {
+        bb_conn_t *c = conns;
+        if (c->in)
+            c->in->conn = NULL;
+        c->in = NULL;
+        conn_close(c, "bigbrother exiting");
+    }
+    bb_loop_free_deferred();
 }

@@ -114,6 +114,8 @@ void bb_watch_close(bb_watch_t *w);
 /* Frees p after the current batch of epoll events (a handler may close a watch whose
  * event is still pending in the batch). */
 void bb_defer_free(void *p);
+/* Frees what bb_defer_free collected (the loop does it after each batch). */
+void bb_loop_free_deferred(void);
 void bb_timer_set(bb_timer_t *t, int64_t at_ms);
 void bb_timer_cancel(bb_timer_t *t);
 

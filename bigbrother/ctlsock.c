@@ -20,17 +20,19 @@
 #define CTL_CLIENTS_MAX 32
 #define CTL_TIMEOUT_MS 5000
 
-typedef struct {
+typedef struct ctl_client {
     bb_watch_t w;
     bb_timer_t timeout;
     char req[REQ_MAX + 1];
     size_t reqlen;
     char *out;
     size_t outlen, outoff;
+    struct ctl_client *prev, *next;
 } ctl_client_t;
 
 static bb_watch_t ctl_w = {-1, NULL};
 static int nclients;
+static ctl_client_t *clients;
 
 static void client_close(ctl_client_t *c)
 {
@@ -38,6 +40,12 @@ static void client_close(ctl_client_t *c)
     bb_watch_close(&c->w);
     free(c->out);
     c->out = NULL;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        clients = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
     bb_defer_free(c);
     nclients--;
 }
@@ -164,6 +172,10 @@ static void on_ctl_accept(bb_watch_t *w, uint32_t events)
             continue;
         }
         bb_timer_set(&c->timeout, sd_mono_ms() + CTL_TIMEOUT_MS);
+        c->next = clients;
+        if (clients)
+            clients->prev = c;
+        clients = c;
         nclients++;
     }
 }
@@ -181,4 +193,7 @@ int bb_ctl_init(void)
 void bb_ctl_close(void)
 {
     bb_watch_close(&ctl_w);
+    while (clients)
+        client_close(clients);
+    bb_loop_free_deferred();
 }

@@ -98,6 +98,12 @@ static void heap_down(int i)
     }
 }
 
+void bb_loop_free_deferred(void)
+{
+    while (ndeferred)
+        free(deferred[--ndeferred]);
+}
+
 void bb_timer_cancel(bb_timer_t *t)
 {
     if (!t->idx)
@@ -232,8 +238,7 @@ int bb_loop_run(void)
             if (w->fd >= 0)
                 w->fn(w, evs[i].events);
         }
-        while (ndeferred)
-            free(deferred[--ndeferred]);
+        bb_loop_free_deferred();
         run_timers();
     }
     bb_state_save();
