@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <sys/stat.h>
+
 #include "bbtest.h"
 
 /* Starts bigbrother with one service "g" running gameproc with `args` (JSON array
@@ -247,6 +249,63 @@ static void exec_probe(void **state)
     h_stop(b.pid, 3000);
 }
 
+/* Environment, cwd, logs rotated by size while the process runs, and a clean exit under
+ * on-failure is not restarted. */
+static void env_cwd_logs_and_on_failure(void **state)
+{
+    bbt_t b = {0};
+    const char *cwd = h_tmpdir();
+    char svc[2048];
+    snprintf(svc, sizeof(svc),
+             "[{\"name\": \"sh\", \"command\": \"/bin/sh\", \"cwd\": \"%s\","
+             " \"env\": {\"MAP\": \"q3dm17\"},"
+             " \"args\": [\"-c\", \"env; echo cwd=$(pwd); sleep 0.3;"
+             " head -c 20000 /dev/zero | tr '\\\\0' x; echo; exec sleep 100\"],"
+             " \"health\": {\"type\": \"none\"}},"
+             " {\"name\": \"once\", \"command\": \"/bin/sh\", \"args\": [\"-c\", \"exit 0\"],"
+             " \"health\": {\"type\": \"none\"}, \"restart\": {\"policy\": \"on-failure\"}}]",
+             cwd);
+    bbt_config(&b, svc, ", \"log_max_bytes\": 4096, \"log_keep\": 2");
+    assert_true(bbt_start(&b) > 0);
+    json_t *in = bbt_wait(&b, "sh", 0, "ready", 1, 3000);
+    assert_non_null(in);
+    char id[160];
+    snprintf(id, sizeof(id), "BB_INSTANCE=%s", bbt_str(in, "instance"));
+    json_decref(in);
+    in = bbt_wait(&b, "once", 0, "exited", 1, 3000);
+    assert_non_null(in);
+    assert_string_equal(bbt_str(in, "reason"), "exited");
+    assert_int_equal(bbt_int(in, "code"), 0);
+    json_decref(in);
+
+    char log[400], rotated[410], want[400];
+    snprintf(log, sizeof(log), "%s/logs/sh-0.log", b.state);
+    snprintf(rotated, sizeof(rotated), "%s.1", log);
+    int64_t end = h_now_ms() + 6000;
+    while (h_now_ms() < end && !bbt_file_has(rotated, "xxxx"))
+        h_sleep_ms(50);
+    assert_true(bbt_file_has(rotated, id));
+    assert_true(bbt_file_has(rotated, "BB_MACHINE=m1"));
+    assert_true(bbt_file_has(rotated, "BB_CLUSTER=c1"));
+    assert_true(bbt_file_has(rotated, "MAP=q3dm17"));
+    snprintf(want, sizeof(want), "BB_SOCKET=%s", b.agent);
+    assert_true(bbt_file_has(rotated, want));
+    snprintf(want, sizeof(want), "NOTIFY_SOCKET=%s/notify.sock", b.state);
+    assert_true(bbt_file_has(rotated, want));
+    snprintf(want, sizeof(want), "cwd=%s", cwd);
+    assert_true(bbt_file_has(rotated, want));
+    struct stat st;
+    assert_int_equal(stat(log, &st), 0);
+    assert_true(st.st_size < 4096); /* truncated after the copy */
+    assert_true(bbt_file_has(b.log, "msg=\"log rotated\""));
+    /* the clean exit stays exited */
+    in = bbt_inst(&b, "once", 0);
+    assert_string_equal(bbt_str(in, "state"), "exited");
+    assert_int_equal(bbt_int(in, "generation"), 1);
+    json_decref(in);
+    h_stop(b.pid, 3000);
+}
+
 int main(void)
 {
     h_init(58);
@@ -259,6 +318,7 @@ int main(void)
         cmocka_unit_test(sd_notify_program_is_supervised),
         cmocka_unit_test(udp_query_probe),
         cmocka_unit_test(exec_probe),
+        cmocka_unit_test(env_cwd_logs_and_on_failure),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
