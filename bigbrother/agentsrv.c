@@ -19,12 +19,14 @@
 #include <unistd.h>
 
 #define MSGS_PER_WAKEUP 16
+#define HELLO_TIMEOUT_MS 5000 /* a connection that does not say HELLO by then is closed */
 #define CONN_SLACK 64 /* connections allowed beyond one per instance (reconnects) */
 
 typedef struct bb_conn {
     bb_watch_t w;
     bb_inst_t *in; /* NULL until HELLO is accepted */
     pid_t peer;
+    bb_timer_t hello_timer;
     struct bb_conn *prev, *next;
 } bb_conn_t;
 
@@ -39,6 +41,7 @@ static void conn_close(bb_conn_t *c, const char *why)
                  why);
         c->in->conn = NULL;
     }
+    bb_timer_cancel(&c->hello_timer);
     bb_watch_close(&c->w);
     if (c->prev)
         c->prev->next = c->next;
@@ -117,6 +120,7 @@ static int hello(bb_conn_t *c, const bbproto_field_t *f, int n)
     }
     if (in->conn)
         conn_close(in->conn, "replaced by a new connection");
+    bb_timer_cancel(&c->hello_timer);
     in->conn = c;
     c->in = in;
     char hb[16];
@@ -188,6 +192,13 @@ static void on_conn(bb_watch_t *w, uint32_t events)
     }
 }
 
+static void on_hello_timeout(bb_timer_t *t)
+{
+    bb_conn_t *c = container_of(t, bb_conn_t, hello_timer);
+    log_warn("agent rejected", "pid=%d why=%s", (int)c->peer, "no HELLO within 5 s");
+    conn_close(c, "no hello");
+}
+
 static void on_accept(bb_watch_t *w, uint32_t events)
 {
     for (;;) {
@@ -203,6 +214,10 @@ static void on_accept(bb_watch_t *w, uint32_t events)
             close(fd);
             continue;
         }
+        struct ucred cr;
+        socklen_t crlen = sizeof(cr);
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &crlen) == 0)
+            c->peer = cr.pid;
         c->w.fd = fd;
         c->w.fn = on_conn;
         if (bb_watch_add(&c->w, EPOLLIN)) {
@@ -210,6 +225,8 @@ static void on_accept(bb_watch_t *w, uint32_t events)
             free(c);
             continue;
         }
+        c->hello_timer.fn = on_hello_timeout;
+        bb_timer_set(&c->hello_timer, sd_mono_ms() + HELLO_TIMEOUT_MS);
         c->next = conns;
         if (conns)
             conns->prev = c;
@@ -229,7 +246,7 @@ int bb__unix_listen(const char *path, int type, int mode)
         return -errno;
     unlink(path);
     if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || chmod(path, (mode_t)mode) ||
-        (type != SOCK_DGRAM && listen(fd, 512))) {
+        (type != SOCK_DGRAM && listen(fd, SOMAXCONN))) {
         int err = errno;
         close(fd);
         return -err;

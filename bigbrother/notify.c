@@ -17,6 +17,20 @@
 #define MAX_PASSED_FDS 16
 
 static bb_watch_t notify_w = {-1, NULL};
+static int64_t last_drop_log_ms;
+static int64_t drops_unlogged;
+
+/* Dropped datagrams are logged at most once a second (a flood must not flood the log). */
+static int drop_log_ok(void)
+{
+    int64_t now = sd_mono_ms();
+    if (now - last_drop_log_ms < 1000) {
+        drops_unlogged++;
+        return 0;
+    }
+    last_drop_log_ms = now;
+    return 1;
+}
 
 /* Closes file descriptors a sender passed along (FDSTORE=1): we keep none. */
 static const struct ucred *scan_cmsgs(struct msghdr *mh)
@@ -45,13 +59,16 @@ static void notify_message(pid_t pid, const char *buf, size_t len)
     int n = bbproto_parse(buf, len, f, BBPROTO_MAX_FIELDS);
     bb_inst_t *in = bb_inst_by_pid(pid);
     if (!in) {
-        log_warn("notify message dropped", "pid=%d why=%s", (int)pid,
-                 "sender is not a supervised process");
+        if (drop_log_ok())
+            log_warn("notify message dropped", "pid=%d why=%s dropped_since_last_log=%lld",
+                     (int)pid, "sender is not a supervised process", (long long)drops_unlogged);
+        drops_unlogged = 0;
         return;
     }
     if (n < 0) {
-        log_warn("notify message dropped", "pid=%d instance=%s why=%s", (int)pid, in->id,
-                 strerror(-n));
+        if (drop_log_ok())
+            log_warn("notify message dropped", "pid=%d instance=%s why=%s", (int)pid, in->id,
+                     strerror(-n));
         return;
     }
     size_t vlen;
@@ -82,12 +99,14 @@ static void on_notify(bb_watch_t *w, uint32_t events)
             return;
         const struct ucred *cred = scan_cmsgs(&mh);
         if (!cred || cred->pid <= 0) {
-            log_warn("notify message dropped", "why=%s", "no sender credentials");
+            if (drop_log_ok())
+                log_warn("notify message dropped", "why=%s", "no sender credentials");
             continue;
         }
         if (n > BBPROTO_MAX_MSG || (mh.msg_flags & MSG_TRUNC)) {
-            log_warn("notify message dropped", "pid=%d why=%s", (int)cred->pid,
-                     "over 4096 bytes");
+            if (drop_log_ok())
+                log_warn("notify message dropped", "pid=%d why=%s", (int)cred->pid,
+                         "over 4096 bytes");
             continue;
         }
         notify_message(cred->pid, buf, (size_t)n);

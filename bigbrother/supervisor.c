@@ -123,8 +123,7 @@ static void a_spawn(bb_inst_t *in)
         log_error("spawn failed", "service=%s slot=%d error=%s", in->svc->name, in->slot,
                   strerror(-rc));
         set_state(in, ST_BACKOFF);
-        arm_deadline(in, in->svc->restart.backoff_max_ms > 1000 ? 1000
-                                                                : in->svc->restart.backoff_max_ms);
+        arm_deadline(in, 1000);
         return;
     }
     in->generation++;

@@ -272,6 +272,33 @@ static void agent_with_another_instance_id_is_rejected(void **state)
     close(fd);
     assert_true(bbt_file_has(b.log, "msg=\"agent rejected\""));
     assert_true(bbt_file_has(b.log, "peer is not the instance's process or in its group"));
+
+    /* a first message that is not HELLO, and a malformed one, are rejected too */
+    static const char *const bad[] = {"READY=1\n", "HELLO=1\nbad line\n"};
+    for (int i = 0; i < 2; i++) {
+        fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        assert_int_equal(send(fd, bad[i], strlen(bad[i]), 0), (ssize_t)strlen(bad[i]));
+        assert_int_equal(recv(fd, buf, sizeof(buf), 0), 0);
+        close(fd);
+    }
+    assert_true(bbt_file_has(b.log, "first message must be HELLO=1 with INSTANCE=<id>"));
+    assert_true(bbt_file_has(b.log, "msg=\"bad agent message\""));
+
+    /* an sd_notify datagram from a process bigbrother does not supervise is dropped */
+    struct sockaddr_un na = {.sun_family = AF_UNIX};
+    char npath[400];
+    snprintf(npath, sizeof(npath), "%s/notify.sock", b.state);
+    assert_true(strlen(npath) < sizeof(na.sun_path));
+    memcpy(na.sun_path, npath, strlen(npath) + 1);
+    fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    assert_int_equal(sendto(fd, "STOPPING=1\n", 11, 0, (struct sockaddr *)&na, sizeof(na)), 11);
+    close(fd);
+    int64_t end = h_now_ms() + 3000;
+    while (h_now_ms() < end && !bbt_file_has(b.log, "sender is not a supervised process"))
+        h_sleep_ms(20);
+    assert_true(bbt_file_has(b.log, "sender is not a supervised process"));
     /* the real process keeps its connection and its state */
     in = bbt_inst(&b, "zone", 0);
     assert_string_equal(bbt_str(in, "state"), "ready");
