@@ -5,6 +5,7 @@
 #ifndef BBTEST_H
 #define BBTEST_H
 
+#include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
 #include <signal.h>
@@ -189,6 +190,57 @@ static inline int bbt_run(const char *const *argv, const char *logpath)
     }
     kill(pid, SIGKILL);
     return -1;
+}
+
+static int bbt__cmp(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Every event bigbrother put in its outbox (the .seg files of state_dir/outbox/, the record format of
+ * bigbrother/outbox.h: "<len hex> <crc hex> <json>\n"), in order, as a new JSON array. */
+static inline json_t *bbt_events(const bbt_t *b)
+{
+    char dir[400], *names[256];
+    int n = 0;
+    snprintf(dir, sizeof(dir), "%s/outbox", b->state);
+    json_t *all = json_array();
+    DIR *d = opendir(dir);
+    if (!d)
+        return all;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < 256)
+        if (strstr(e->d_name, ".seg"))
+            names[n++] = strdup(e->d_name);
+    closedir(d);
+    qsort(names, (size_t)n, sizeof(names[0]), bbt__cmp);
+    for (int i = 0; i < n; i++) {
+        char path[700], line[70000];
+        snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+        free(names[i]);
+        FILE *f = fopen(path, "r");
+        while (f && fgets(line, sizeof(line), f)) {
+            json_t *ev = strlen(line) > 18 ? json_loads(line + 18, JSON_DISABLE_EOF_CHECK, NULL)
+                                           : NULL;
+            if (ev)
+                json_array_append_new(all, ev);
+        }
+        if (f)
+            fclose(f);
+    }
+    return all;
+}
+
+/* The events of one instance id, in order (new reference). */
+static inline json_t *bbt_events_of(const bbt_t *b, const char *instance)
+{
+    json_t *all = bbt_events(b), *out = json_array(), *ev;
+    size_t i;
+    json_array_foreach(all, i, ev)
+        if (!strcmp(bbt_str(ev, "instance"), instance))
+            json_array_append(out, ev);
+    json_decref(all);
+    return out;
 }
 
 #endif

@@ -39,6 +39,8 @@ static void hang_is_killed_and_restarted(void **state)
     json_t *in = bbt_wait(&b, "g", 0, "ready", 1, 5000);
     assert_non_null(in);
     pid_t pid = (pid_t)bbt_int(in, "pid");
+    char id[160];
+    snprintf(id, sizeof(id), "%s", bbt_str(in, "instance"));
     json_decref(in);
     json_t *other = bbt_wait(&b, "g", 1, "ready", 1, 5000);
     assert_non_null(other);
@@ -64,6 +66,29 @@ static void hang_is_killed_and_restarted(void **state)
     assert_int_equal(bbt_int(other, "pid"), other_pid);
     assert_int_equal(bbt_int(other, "generation"), 1);
     json_decref(other);
+
+    /* what went to the outbox for ServerDir: started, ready, stopped(hung) */
+    json_t *evs = bbt_events_of(&b, id);
+    assert_int_equal(json_array_size(evs), 3);
+    json_t *ev = json_array_get(evs, 0);
+    assert_string_equal(bbt_str(ev, "type"), "started");
+    assert_string_equal(bbt_str(ev, "service"), "g");
+    assert_string_equal(bbt_str(ev, "machine"), "m1");
+    assert_int_equal(bbt_int(ev, "pid"), pid);
+    assert_int_equal(bbt_int(ev, "slot"), 0);
+    assert_int_equal(bbt_int(ev, "generation"), 1);
+    assert_true(bbt_int(ev, "ts_ms") > 0);
+    assert_true(bbt_str(ev, "id")[0] != 0);
+    assert_string_equal(bbt_str(json_array_get(evs, 1), "type"), "ready");
+    ev = json_array_get(evs, 2);
+    assert_string_equal(bbt_str(ev, "type"), "stopped");
+    assert_string_equal(bbt_str(ev, "reason"), "hung");
+    assert_int_equal(bbt_int(ev, "signal"), 6); /* the hang signal did it */
+    assert_true(json_is_null(json_object_get(ev, "code")));
+    assert_true(bbt_int(ev, "silent_ms") >= 1000 - 50);
+    assert_true(bbt_int(ev, "silent_ms") <= 1000 + 1000);
+    assert_string_equal(bbt_str(ev, "detail"), "liveness deadline 1000 ms missed");
+    json_decref(evs);
     h_stop(b.pid, 3000);
 }
 
