@@ -20,6 +20,8 @@ int bbproto_parse(const char *buf, size_t len, bbproto_field_t *out, int max)
 {
     if (len > BBPROTO_MAX_MSG)
         return -E2BIG;
+    if (len == 0)
+        return 0;
     if (memchr(buf, '\0', len))
         return -EINVAL;
     int n = 0;
