@@ -26,6 +26,7 @@ static bb_watch_t sigw = {-1, NULL}, timerw = {-1, NULL};
 static bb_timer_t **heap;
 static int heap_len, heap_cap;
 static int quit_sig;
+static int64_t timerfd_armed = -1; /* the deadline the timerfd holds, -1: none or fired */
 static bb_timer_t rotate_timer;
 static void **deferred;
 static int ndeferred, capdeferred;
@@ -158,6 +159,7 @@ static void on_timerfd(bb_watch_t *w, uint32_t events)
     uint64_t n;
     while (read(w->fd, &n, sizeof(n)) == (ssize_t)sizeof(n))
         ;
+    timerfd_armed = -1; /* expired: a new deadline equal to the old one must re-arm it */
 }
 
 static void on_rotate(bb_timer_t *t)
@@ -197,18 +199,19 @@ int bb_loop_init(void)
     return rc;
 }
 
-/* Arms the timerfd for the earliest deadline (absolute CLOCK_MONOTONIC). */
+/* Arms the timerfd for the earliest deadline (absolute CLOCK_MONOTONIC), with a system
+ * call only when that deadline changed (heartbeats move later deadlines, rarely the
+ * earliest). */
 static void arm_timerfd(void)
 {
+    int64_t at = heap_len ? (heap[0]->at < 1 ? 1 : heap[0]->at) : 0;
+    if (at == timerfd_armed)
+        return;
     struct itimerspec its = {0};
-    if (heap_len) {
-        int64_t at = heap[0]->at;
-        if (at < 1)
-            at = 1;
-        its.it_value.tv_sec = at / 1000;
-        its.it_value.tv_nsec = (at % 1000) * 1000000;
-    }
+    its.it_value.tv_sec = at / 1000;
+    its.it_value.tv_nsec = (at % 1000) * 1000000;
     timerfd_settime(timerw.fd, TFD_TIMER_ABSTIME, &its, NULL);
+    timerfd_armed = at;
 }
 
 static void run_timers(void)

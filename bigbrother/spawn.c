@@ -101,6 +101,8 @@ static void rotate_by_rename(const char *path)
 static void rotate_by_copy(const char *path)
 {
     struct stat st;
+    if (stat(path, &st) || st.st_size < bb.cfg.log_max_bytes)
+        return;
     int src = open(path, O_RDWR | O_CLOEXEC);
     if (src < 0)
         return;
