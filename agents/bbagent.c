@@ -37,14 +37,16 @@
 enum { OWE_HELLO = 1, OWE_READY = 2, OWE_STATUS = 4 };
 
 struct bbagent {
+    /* What every bbagent_heartbeat call reads comes first, in one cache line: a game
+     * calls it once per tick, when the line is usually cold. */
     int fd;                     /* the connection, or -1 */
     int enabled;                /* a socket path was given */
-    struct sockaddr_un addr;
-    socklen_t addrlen;
-    int64_t last_connect_ms;    /* last connection attempt */
+    unsigned dirty;             /* OWE_* still to send on this connection */
     int64_t last_beat_ms;       /* last heartbeat packet sent on this connection */
     int64_t beat_every_ms;      /* max(BEAT_MIN_MS, HEARTBEAT_MS / 4) */
-    unsigned dirty;             /* OWE_* still to send on this connection */
+    int64_t last_connect_ms;    /* last connection attempt */
+    struct sockaddr_un addr;
+    socklen_t addrlen;
     int ready;                  /* the game called bbagent_ready */
     int has_status;             /* the game called bbagent_status */
     int players, max_players;   /* -1: not given */
