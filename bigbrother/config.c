@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define CONFIG_MAX_BYTES (1 << 20)
 
@@ -415,6 +416,9 @@ static int parse_service(ctx_t *c, const json_t *js, int idx, bb_service_t *s)
             return fail(c, sub(p, sizeof(p), at, "user"), "no such user '%s'", s->user);
         s->uid = pw->pw_uid;
         s->gid = pw->pw_gid;
+        if (geteuid() != 0 && s->uid != geteuid())
+            return fail(c, sub(p, sizeof(p), at, "user"),
+                        "running as user '%s' needs bigbrother to run as root", s->user);
     }
     if (s->cwd && s->cwd[0] != '/')
         return fail(c, sub(p, sizeof(p), at, "cwd"), "must be an absolute path");
