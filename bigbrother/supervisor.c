@@ -306,7 +306,7 @@ static void a_exit(bb_inst_t *in)
         bb_watch_close(&in->pidw);
         kill(-in->pid, SIGKILL); /* leftovers of the process group */
     }
-    int was_ready_ms = in->ready_mono ? (int)(now - in->ready_mono) : 0;
+    int64_t was_ready_ms = in->ready_mono ? now - in->ready_mono : 0;
     if (in->ready_mono && was_ready_ms >= s->restart.healthy_reset_ms)
         in->fail_streak = 0;
 

@@ -110,6 +110,25 @@ static void survives_kill9_of_bigbrother(void **state)
     h_stop(b.pid, 3000);
 }
 
+static void sigterm_leaves_processes_running(void **state)
+{
+    bbt_t b = {0};
+    pid_t before[2], after[2];
+    two_gameprocs(&b);
+    assert_true(bbt_start(&b) > 0);
+    both_ready(&b, before, 1);
+    int st = h_stop(b.pid, 5000);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    assert_true(bbt_file_has(b.log, "processes_left_running=2"));
+    assert_true(bbt_alive(before[0]) && bbt_alive(before[1]));
+    assert_true(bbt_start(&b) > 0);
+    both_ready(&b, after, 1);
+    assert_int_equal(after[0], before[0]);
+    assert_int_equal(after[1], before[1]);
+    h_stop(b.pid, 3000);
+}
+
 static void sighup_reexecs_and_keeps_processes(void **state)
 {
     bbt_t b = {0};
@@ -313,6 +332,7 @@ int main(void)
     h_init(58);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(survives_kill9_of_bigbrother),
+        cmocka_unit_test(sigterm_leaves_processes_running),
         cmocka_unit_test(sighup_reexecs_and_keeps_processes),
         cmocka_unit_test(lock_file_stops_a_second_bigbrother),
         cmocka_unit_test(config_errors_name_file_and_field),
