@@ -19,8 +19,8 @@ static void two_gameprocs(bbt_t *b)
              " \"health\": {\"type\": \"agent\", \"start_timeout_ms\": 3000,"
              " \"liveness_timeout_ms\": 1000},"
              " \"restart\": {\"backoff_min_ms\": 50, \"backoff_max_ms\": 200},"
-             " \"stop\": {\"grace_ms\": 1000}}]",
-             GAMEPROC);
+             " \"stop\": {\"grace_ms\": 1000}, \"cwd\": \"%s\", \"rlimits\": {\"core\": 0}}]",
+             GAMEPROC, h_tmpdir());
     bbt_config(b, svc, NULL);
 }
 

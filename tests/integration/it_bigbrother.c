@@ -22,8 +22,9 @@ static void start_one(bbt_t *b, const char *args, const char *health, const char
     char svc[2048];
     snprintf(svc, sizeof(svc),
              "[{\"name\": \"g\", \"command\": \"%s\", \"args\": [\"--tick-hz\", \"50\"%s%s],"
-             " \"count\": %d, \"health\": %s, \"restart\": %s, \"stop\": %s}]",
-             GAMEPROC, args[0] ? ", " : "", args, count, health, restart, stop);
+             " \"count\": %d, \"health\": %s, \"restart\": %s, \"stop\": %s,"
+             " \"cwd\": \"%s\", \"rlimits\": {\"core\": 0}}]",
+             GAMEPROC, args[0] ? ", " : "", args, count, health, restart, stop, h_tmpdir());
     bbt_config(b, svc, NULL);
     assert_true(bbt_start(b) > 0);
 }
@@ -283,8 +284,8 @@ static void env_cwd_logs_and_on_failure(void **state)
     char svc[2048];
     snprintf(svc, sizeof(svc),
              "[{\"name\": \"sh\", \"command\": \"/bin/sh\", \"cwd\": \"%s\","
-             " \"env\": {\"MAP\": \"q3dm17\"},"
-             " \"args\": [\"-c\", \"env; echo cwd=$(pwd); sleep 0.3;"
+             " \"env\": {\"MAP\": \"q3dm17\"}, \"rlimits\": {\"nofile\": 1000},"
+             " \"args\": [\"-c\", \"env; echo cwd=$(pwd); echo nofile=$(ulimit -n); sleep 0.3;"
              " head -c 20000 /dev/zero | tr '\\\\0' x; echo; exec sleep 100\"],"
              " \"health\": {\"type\": \"none\"}},"
              " {\"name\": \"once\", \"command\": \"/bin/sh\", \"args\": [\"-c\", \"exit 0\"],"
@@ -319,6 +320,7 @@ static void env_cwd_logs_and_on_failure(void **state)
     assert_true(bbt_file_has(rotated, want));
     snprintf(want, sizeof(want), "cwd=%s", cwd);
     assert_true(bbt_file_has(rotated, want));
+    assert_true(bbt_file_has(rotated, "nofile=1000"));
     struct stat st;
     assert_int_equal(stat(log, &st), 0);
     assert_true(st.st_size < 4096); /* truncated after the copy */
