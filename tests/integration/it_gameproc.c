@@ -2,7 +2,7 @@
  * request, stops gracefully on SIGTERM and on an agent SHUTDOWN, ignores them with
  * --ignore-term, answers Quake III and Valve queries on its UDP port, and speaks
  * sd_notify to a NOTIFY_SOCKET and the agent protocol to a BB_SOCKET that this test
- * binds, playing the supervisor. */
+ * binds, playing the supervisor (and leaves it alone with --no-agent). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -580,6 +580,25 @@ static void hang_stops_heartbeats(void **state)
     close(lfd);
 }
 
+static void no_agent_never_connects(void **state)
+{
+    char path[100], env_sock[120];
+    snprintf(path, sizeof path, "%s/noagent.sock", dir);
+    snprintf(env_sock, sizeof env_sock, "BB_SOCKET=%s", path);
+    int lfd = agent_listen(path);
+    const char *env[] = { env_sock, NULL };
+    const char *args[] = { "--no-agent", NULL };
+    gp_run_t g;
+    gp_start(&g, "noagent", args, env);
+    assert_true(log_wait(&g, "msg=ready", 3000));
+    assert_true(log_has_(g.log, "supervisor=none"));
+    assert_false(wait_readable(lfd, 500)); /* nobody connected */
+    int st = h_stop(g.pid, 2000);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    close(lfd);
+}
+
 int main(void)
 {
     h_init(120);
@@ -601,6 +620,7 @@ int main(void)
         cmocka_unit_test(notify_ready_watchdog_stopping),
         cmocka_unit_test(agent_ready_heartbeat_shutdown),
         cmocka_unit_test(hang_stops_heartbeats),
+        cmocka_unit_test(no_agent_never_connects),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
