@@ -366,6 +366,9 @@ static int parse_service(ctx_t *c, const json_t *js, int idx, bb_service_t *s)
         return -1;
     if (s->command[0] != '/')
         return fail(c, sub(p, sizeof(p), at, "command"), "must be an absolute path");
+    if (access(s->command, X_OK))
+        return fail(c, sub(p, sizeof(p), at, "command"), "'%s' is not executable: %s",
+                    s->command, strerror(errno));
     json_t *args = json_object_get(js, "args");
     if (args && !json_is_array(args))
         return fail(c, sub(p, sizeof(p), at, "args"), "must be an array of strings");
