@@ -45,6 +45,7 @@ struct bbagent {
     int64_t last_beat_ms;       /* last heartbeat packet sent on this connection */
     int64_t beat_every_ms;      /* max(BEAT_MIN_MS, HEARTBEAT_MS / 4) */
     int64_t last_connect_ms;    /* last connection attempt */
+    int64_t clock_step_ms;      /* resolution of the coarse clock, rounded up */
     struct sockaddr_un addr;
     socklen_t addrlen;
     int ready;                  /* the game called bbagent_ready */
@@ -60,13 +61,22 @@ struct bbagent {
 
 static const char HEARTBEAT_MSG[] = "HEARTBEAT=1\n";
 
-/* The coarse monotonic clock is read from the vDSO without a syscall (a few ns); its
- * few-ms resolution is plenty for 50 ms rate limits. */
+/* The coarse monotonic clock is read from the vDSO without a syscall (a few ns). It
+ * moves in steps of a few ms (clock_step_ms), so two readings 50 apart may be only
+ * 50 - step ms apart in real time: every period below is lengthened by one step so the
+ * documented limits hold in real time. */
 static int64_t now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The time between two heartbeat packets for a Big Brother asking for HEARTBEAT_MS. */
+static int64_t beat_period(const bbagent_t *a, int64_t heartbeat_ms)
+{
+    int64_t p = heartbeat_ms / 4 > BEAT_MIN_MS ? heartbeat_ms / 4 : BEAT_MIN_MS;
+    return p + a->clock_step_ms;
 }
 
 static void link_drop(bbagent_t *a)
@@ -165,7 +175,7 @@ static int link_connect(bbagent_t *a, int64_t now)
     }
     a->fd = fd;
     a->dirty = OWE_HELLO | (a->ready ? OWE_READY : 0u) | (a->has_status ? OWE_STATUS : 0u);
-    a->beat_every_ms = BEAT_DEFAULT_HB_MS / 4;
+    a->beat_every_ms = beat_period(a, BEAT_DEFAULT_HB_MS);
     a->last_beat_ms = NEVER;
     return 0;
 }
@@ -175,7 +185,8 @@ static int link_connect(bbagent_t *a, int64_t now)
 static int link_up(bbagent_t *a, int64_t now)
 {
     if (a->fd < 0) {
-        if (now - a->last_connect_ms < RECONNECT_MS || link_connect(a, now) < 0)
+        if (now - a->last_connect_ms < RECONNECT_MS + a->clock_step_ms ||
+            link_connect(a, now) < 0)
             return -ENOTCONN;
     }
     return a->dirty ? link_flush(a) : 0;
@@ -218,7 +229,12 @@ API bbagent_t *bbagent_open(const bbagent_opts_t *opts)
     }
     a->fd = -1;
     a->players = a->max_players = -1;
-    a->beat_every_ms = BEAT_DEFAULT_HB_MS / 4;
+    struct timespec res;
+    if (clock_getres(CLOCK_MONOTONIC_COARSE, &res) == 0 && res.tv_sec == 0)
+        a->clock_step_ms = (res.tv_nsec + 999999) / 1000000;
+    else
+        a->clock_step_ms = 10;
+    a->beat_every_ms = beat_period(a, BEAT_DEFAULT_HB_MS);
     a->last_beat_ms = NEVER;
     memcpy(a->instance, inst, il + 1);
     if (path && *path) {
@@ -310,7 +326,7 @@ static void handle_msg(bbagent_t *a, size_t len)
     long long v;
     if (bbproto_get(f, n, "WELCOME", NULL) &&
         bbproto_get_int(f, n, "HEARTBEAT_MS", 1, 3600000, &v) == 0)
-        a->beat_every_ms = v / 4 > BEAT_MIN_MS ? v / 4 : BEAT_MIN_MS;
+        a->beat_every_ms = beat_period(a, v);
     if (bbproto_get_int(f, n, "SHUTDOWN", 1, 1, &v) == 0) {
         a->shutdown_pending = 1;
         a->shutdown_grace_ms = bbproto_get_int(f, n, "GRACE_MS", 0, 86400000, &v) == 0 ? (int)v : -1;

@@ -6,7 +6,7 @@
  *   (a) no Big Brother: no BB_SOCKET (the shim is off), and BB_SOCKET set with nobody
  *       listening (the shim retries the connection every 500 ms from inside the calls);
  *   (b) connected to a SOCK_SEQPACKET listener this program creates, with the rate limit
- *       in place (one packet per 62 ms; the listener is drained between batches, outside
+ *       in place (one packet per 66 ms; the listener is drained between batches, outside
  *       the timed part);
  *   (c) connected, one call per 20 Hz game tick for 2.5x the time (about 100 calls with
  *       the defaults), each call timed alone: the cost a real game loop sees (caches
@@ -93,8 +93,8 @@ static void run(const char *label, call_fn fn, void *arg, int batch, double secs
         perror("malloc");
         exit(1);
     }
-    long before = drained;
     drain();
+    long before = drained;
     size_t n = 0;
     int64_t end = now_ns() + (int64_t)(secs * 1e9);
     int64_t t1 = 0;

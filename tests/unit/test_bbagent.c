@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -610,6 +611,27 @@ static void no_allocation_per_call(void **state)
     close(lfd);
 }
 
+/* libbbagent.so is built with hidden visibility: the API is there, the protocol code it
+ * carries inside (bbproto_*) is not, so it cannot clash with a game's own symbols. */
+static void shared_library_exports_only_the_api(void **state)
+{
+    void *so = dlopen(SD_BIN_DIR "/../lib/libbbagent.so", RTLD_NOW | RTLD_LOCAL);
+    if (!so)
+        fail_msg("dlopen: %s", dlerror());
+    static const char *const api[] = { "bbagent_open", "bbagent_ready", "bbagent_heartbeat",
+                                       "bbagent_status", "bbagent_fd", "bbagent_poll",
+                                       "bbagent_close" };
+    for (size_t i = 0; i < sizeof api / sizeof api[0]; i++)
+        if (!dlsym(so, api[i]))
+            fail_msg("%s is not exported", api[i]);
+    static const char *const internal[] = { "bbproto_parse", "bbproto_get", "bbproto_get_int",
+                                            "bbproto_put", "link_send", "link_connect" };
+    for (size_t i = 0; i < sizeof internal / sizeof internal[0]; i++)
+        if (dlsym(so, internal[i]))
+            fail_msg("%s is exported", internal[i]);
+    dlclose(so);
+}
+
 int main(void)
 {
     alloc_hook_install();
@@ -624,6 +646,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(never_blocks_when_bigbrother_is_stuck, setup, teardown),
         cmocka_unit_test_setup_teardown(reconnect_is_paced, setup, teardown),
         cmocka_unit_test_setup_teardown(no_allocation_per_call, setup, teardown),
+        cmocka_unit_test(shared_library_exports_only_the_api),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
