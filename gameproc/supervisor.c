@@ -33,7 +33,7 @@ int gp_sup_open(gp_t *gp)
     if (gp->use_notify) {
         int r = gp_notify_open(&gp->notify);
         if (r == -ENOENT)
-            log_warn("no NOTIFY_SOCKET, running unsupervised", "notify=%d", 1);
+            sd_log_msg(SD_LOG_WARN, "no NOTIFY_SOCKET, running unsupervised");
         else if (r < 0)
             log_warn("NOTIFY_SOCKET unusable, running unsupervised", "err=%s", strerror(-r));
         return 0;
