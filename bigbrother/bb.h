@@ -5,6 +5,7 @@
 #define BB_H
 
 #include <jansson.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/resource.h>
@@ -219,8 +220,16 @@ void bb_logs_rotate(void);
 int bb_proc_stat(pid_t pid, int64_t *start_ticks, pid_t *ppid);
 /* Watches the pidfd of a re-adopted instance (in->pid set). Returns 0 or -errno. */
 int bb_adopt_pid(bb_inst_t *in, pid_t ppid);
-/* pidfd_open(2). */
+/* ---------------------------------------------------------------- pidfd.c */
+
+/* An fd that becomes readable when pid exits (pidfd_open, or its emulation where the
+ * system call is missing). Returns the fd or -1 with errno. */
 int bb_pidfd_open(pid_t pid);
+/* waitid(WEXITED | WNOHANG) for the process of a bb_pidfd_open fd; si->si_pid is 0 while
+ * it runs. Returns 0 or -1 with errno (ECHILD: not our child). */
+int bb_pidfd_wait(int fd, siginfo_t *si);
+/* Closes a watch whose fd came from bb_pidfd_open (or any other fd). */
+void bb_pidfd_close(bb_watch_t *w);
 
 /* ---------------------------------------------------------------- sockets */
 

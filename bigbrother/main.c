@@ -52,7 +52,10 @@ int main(int argc, char **argv)
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     const char *config = NULL;
-    char err[512];
+    char err[512], self[4096];
+    /* for the SIGHUP re-exec; read now (under valgrind this is the program, not the tool) */
+    ssize_t selflen = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    self[selflen > 0 ? selflen : 0] = 0;
     int o;
     while ((o = getopt_long(argc, argv, "c:l:Vh", opts, NULL)) != -1) {
         switch (o) {
@@ -106,7 +109,7 @@ int main(int argc, char **argv)
     log_info("bigbrother exiting", "signal=%d processes_left_running=%d then=%s", sig, running,
              sig == SIGHUP ? "re-exec" : "exit");
     if (sig == SIGHUP) {
-        execv("/proc/self/exe", argv);
+        execv(self[0] ? self : argv[0], argv);
         sd_die(SD_EXIT_SYSTEM, "re-exec failed", "error=%s", strerror(errno));
     }
     bb_config_free(&bb.cfg);

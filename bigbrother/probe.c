@@ -41,9 +41,9 @@ static void on_reap(bb_watch_t *w, uint32_t events)
 {
     siginfo_t si;
     memset(&si, 0, sizeof(si));
-    if (waitid((idtype_t)P_PIDFD, (id_t)w->fd, &si, WEXITED | WNOHANG) == 0 && si.si_pid == 0)
+    if (bb_pidfd_wait(w->fd, &si) == 0 && si.si_pid == 0)
         return;
-    bb_watch_close(w);
+    bb_pidfd_close(w);
     bb_defer_free(container_of(w, reaper_t, w));
 }
 
@@ -70,7 +70,7 @@ static void probe_end(bb_inst_t *in)
         waitpid(in->probe_pid, NULL, 0); /* SIGKILLed: returns at once */
         in->probe_pid = 0;
     }
-    bb_watch_close(&in->probew);
+    bb_pidfd_close(&in->probew);
 }
 
 static void schedule_next(bb_inst_t *in)
@@ -122,7 +122,7 @@ static void on_probe_fd(bb_watch_t *w, uint32_t events)
     } else {
         siginfo_t si;
         memset(&si, 0, sizeof(si));
-        if (waitid((idtype_t)P_PIDFD, (id_t)w->fd, &si, WEXITED | WNOHANG) || si.si_pid == 0)
+        if (bb_pidfd_wait(w->fd, &si) || si.si_pid == 0)
             return;
         in->probe_pid = 0;
         int ok = si.si_code == CLD_EXITED && si.si_status == 0;

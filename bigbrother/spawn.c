@@ -21,11 +21,6 @@
 
 extern char **environ;
 
-int bb_pidfd_open(pid_t pid)
-{
-    return (int)syscall(SYS_pidfd_open, pid, 0);
-}
-
 int bb_proc_stat(pid_t pid, int64_t *start_ticks, pid_t *ppid)
 {
     char path[64], buf[1024];
@@ -230,7 +225,7 @@ static void on_pidfd(bb_watch_t *w, uint32_t events)
     memset(&si, 0, sizeof(si));
     int code = -1, sig = -1;
     if (in->is_child) {
-        if (waitid((idtype_t)P_PIDFD, (id_t)w->fd, &si, WEXITED | WNOHANG))
+        if (bb_pidfd_wait(w->fd, &si))
             return;
         if (si.si_pid == 0)
             return; /* not exited yet (a stale wake-up) */
@@ -288,7 +283,7 @@ int bb_spawn(bb_inst_t *in)
         log_error("pidfd failed", "pid=%d error=%s", (int)pid, strerror(-rc));
         kill(-pid, SIGKILL);
         waitpid(pid, NULL, 0);
-        bb_watch_close(&in->pidw);
+        bb_pidfd_close(&in->pidw);
         in->pid = 0;
         return rc;
     }

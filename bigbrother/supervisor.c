@@ -303,7 +303,7 @@ static void a_exit(bb_inst_t *in)
     bb_probe_stop(in);
     bb_agent_detach(in);
     if (in->pidw.fd >= 0) {
-        bb_watch_close(&in->pidw);
+        bb_pidfd_close(&in->pidw);
         kill(-in->pid, SIGKILL); /* leftovers of the process group */
     }
     int64_t was_ready_ms = in->ready_mono ? now - in->ready_mono : 0;

@@ -284,8 +284,8 @@ static void env_cwd_logs_and_on_failure(void **state)
     char svc[2048];
     snprintf(svc, sizeof(svc),
              "[{\"name\": \"sh\", \"command\": \"/bin/sh\", \"cwd\": \"%s\","
-             " \"env\": {\"MAP\": \"q3dm17\"}, \"rlimits\": {\"nofile\": 1000},"
-             " \"args\": [\"-c\", \"env; echo cwd=$(pwd); echo nofile=$(ulimit -n); sleep 0.3;"
+             " \"env\": {\"MAP\": \"q3dm17\"}, \"rlimits\": {\"fsize\": 10485760},"
+             " \"args\": [\"-c\", \"env; echo cwd=$(pwd); echo fsize=$(ulimit -f); sleep 0.3;"
              " head -c 20000 /dev/zero | tr '\\\\0' x; echo; exec sleep 100\"],"
              " \"health\": {\"type\": \"none\"}},"
              " {\"name\": \"once\", \"command\": \"/bin/sh\", \"args\": [\"-c\", \"exit 0\"],"
@@ -320,7 +320,7 @@ static void env_cwd_logs_and_on_failure(void **state)
     assert_true(bbt_file_has(rotated, want));
     snprintf(want, sizeof(want), "cwd=%s", cwd);
     assert_true(bbt_file_has(rotated, want));
-    assert_true(bbt_file_has(rotated, "nofile=1000"));
+    assert_true(bbt_file_has(rotated, "fsize=20480"));
     struct stat st;
     assert_int_equal(stat(log, &st), 0);
     assert_true(st.st_size < 4096); /* truncated after the copy */
