@@ -34,6 +34,14 @@ static bb_watch_t listen_w = {-1, NULL};
 static int nconns;
 static bb_conn_t *conns; /* every open connection, for the shutdown */
 
+void bb__copy_printable(char *dst, size_t cap, const char *src, size_t len)
+{
+    size_t n = len < cap - 1 ? len : cap - 1;
+    for (size_t i = 0; i < n; i++)
+        dst[i] = src[i] >= 0x20 && src[i] < 0x7f ? src[i] : '?';
+    dst[n] = 0;
+}
+
 static void conn_close(bb_conn_t *c, const char *why)
 {
     if (c->in && c->in->conn == c) {
@@ -152,7 +160,7 @@ static int agent_message(bb_conn_t *c, const char *buf, size_t len)
     const char *v;
     long long players, max_players;
     if ((v = bbproto_get(f, n, "STATUS", &vlen)))
-        snprintf(in->status, sizeof(in->status), "%.*s", (int)vlen, v);
+        bb__copy_printable(in->status, sizeof(in->status), v, vlen);
     if (!bbproto_get_int(f, n, "PLAYERS", 0, 1000000, &players))
         in->players = (int)players;
     if (!bbproto_get_int(f, n, "MAX_PLAYERS", 0, 1000000, &max_players))

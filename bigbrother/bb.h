@@ -236,6 +236,10 @@ void bb_pidfd_close(bb_watch_t *w);
 /* Binds a non-blocking unix socket of `type` at path (replacing a stale file) with the
  * given mode; listens unless SOCK_DGRAM. Returns the fd or -errno. */
 int bb__unix_listen(const char *path, int type, int mode);
+/* Copies len bytes of an outside text (STATUS=) into dst (cap >= 1, NUL-terminated,
+ * truncated), each byte outside printable ASCII replaced by '?': what bbctl and the
+ * JSON answers show is always valid text. */
+void bb__copy_printable(char *dst, size_t cap, const char *src, size_t len);
 int bb_agentsrv_init(void);
 void bb_agentsrv_close(void);
 void bb_agent_send(bb_inst_t *in, const char *key, const char *val, const char *key2,

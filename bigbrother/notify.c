@@ -74,7 +74,7 @@ static void notify_message(pid_t pid, const char *buf, size_t len)
     size_t vlen;
     const char *v;
     if ((v = bbproto_get(f, n, "STATUS", &vlen)))
-        snprintf(in->status, sizeof(in->status), "%.*s", (int)vlen, v);
+        bb__copy_printable(in->status, sizeof(in->status), v, vlen);
     if (bbproto_get(f, n, "STOPPING", NULL))
         log_info("instance stopping on its own", "instance=%s", in->id);
     if ((v = bbproto_get(f, n, "READY", &vlen)) && vlen == 1 && v[0] == '1')

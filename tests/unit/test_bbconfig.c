@@ -146,7 +146,7 @@ static void errors_name_the_field(void **state)
     }
 }
 
-static void unescape_and_signals(void **state)
+static void unescape_signals_and_text(void **state)
 {
     unsigned char out[8];
     assert_int_equal(bb_unescape("a\\x00\\n\\\\", out, sizeof(out)), 4);
@@ -159,6 +159,13 @@ static void unescape_and_signals(void **state)
     assert_int_equal(bb_signal_parse("9"), 9);
     assert_int_equal(bb_signal_parse("0"), -1);
     assert_int_equal(bb_signal_parse("SIGNOPE"), -1);
+
+    /* outside text (agent STATUS=) is kept as printable ASCII, truncated */
+    char st[16], small[8];
+    bb__copy_printable(st, sizeof(st), "ok \xff\xc3\x28\x01z", 8);
+    assert_string_equal(st, "ok ??(?z");
+    bb__copy_printable(small, sizeof(small), "0123456789", 10);
+    assert_string_equal(small, "0123456");
 }
 
 static void backoff_grows_with_jitter_and_caps(void **state)
@@ -188,7 +195,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(full_config_and_defaults),
         cmocka_unit_test(errors_name_the_field),
-        cmocka_unit_test(unescape_and_signals),
+        cmocka_unit_test(unescape_signals_and_text),
         cmocka_unit_test(backoff_grows_with_jitter_and_caps),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
