@@ -163,7 +163,7 @@ static void unescape_signals_and_text(void **state)
     /* outside text (agent STATUS=) is kept as printable ASCII, truncated */
     char st[16], small[8];
     bb__copy_printable(st, sizeof(st), "ok \xff\xc3\x28\x01z", 8);
-    assert_string_equal(st, "ok ??(?z");
+    assert_string_equal(st, "ok ?" "?(?z"); /* split: no trigraph */
     bb__copy_printable(small, sizeof(small), "0123456789", 10);
     assert_string_equal(small, "0123456");
 }
