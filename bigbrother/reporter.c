@@ -40,7 +40,8 @@
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 30000
 #define DEADLETTER_MAX (16u << 20)
-#define ID_MACHINE_MAX 96 /* machine part of an event id, so the id stays <= 128 bytes */
+#define BATCH_MIN_ON_TIMEOUT 25
+#define ID_MACHINE_MAX 88 /* machine part of an event id, so the id stays <= 128 bytes */
 
 typedef struct {
     const char *name;   /* "events" or "machine_lease", for the logs */
@@ -64,6 +65,7 @@ struct bb_report {
 
     /* reporter thread */
     char *urls, *token;
+    sdc_t *ev_client, *lease_client; /* one connection each: events, machine lease */
     json_t *lease_body;
     int ttl_ms, timeout_ms;
     uint64_t rng;
@@ -171,6 +173,8 @@ typedef struct {
     outbox_batch_t b;
     int batch_max;   /* halves while a rejected batch is bisected */
     int bisect_left; /* records of the rejected batch not yet accepted or dead-lettered */
+    int size_cap;    /* halves after a failed try (a batch too slow for the timeout must
+                        not fail forever), doubles back after each success */
 } sender_t;
 
 /* Sends one batch from the outbox head. Returns SEND_IDLE when nothing is pending,
@@ -178,7 +182,8 @@ typedef struct {
  * SEND_RETRY when the same batch must be retried after backoff. */
 static int send_batch(bb_report_t *r, sdc_t *c, sender_t *s)
 {
-    int rc = outbox_read(r->ob, s->batch_max, BATCH_BYTES, &s->b);
+    int rc = outbox_read(r->ob, s->batch_max < s->size_cap ? s->batch_max : s->size_cap,
+                         BATCH_BYTES, &s->b);
     if (!rc && s->b.n == 0)
         return SEND_IDLE;
     if (!rc)
@@ -200,6 +205,7 @@ static int send_batch(bb_report_t *r, sdc_t *c, sender_t *s)
     if (rc == SDC_OK) {
         mark_reachable(r, &r->ev_ch);
         r->ev_ch.refusal[0] = '\0';
+        s->size_cap = s->size_cap * 2 > BATCH_MAX ? BATCH_MAX : s->size_cap * 2;
         if (outbox_ack(r->ob, &s->b, n)) {
             log_error("outbox ack failed, the batch will be sent again", "events=%d", n);
             ret = SEND_RETRY;
@@ -235,6 +241,8 @@ static int send_batch(bb_report_t *r, sdc_t *c, sender_t *s)
     } else {
         atomic_fetch_add(&r->failures, 1);
         mark_failure(r, &r->ev_ch, rc, &err);
+        if (rc == SDC_E_TRANSPORT)
+            s->size_cap = s->size_cap / 2 < BATCH_MIN_ON_TIMEOUT ? BATCH_MIN_ON_TIMEOUT : s->size_cap / 2;
         ret = SEND_RETRY;
     }
     sdc_err_clear(&err);
@@ -259,9 +267,8 @@ static int lease_renew(bb_report_t *r, sdc_t *c)
 static void *reporter_main(void *arg)
 {
     bb_report_t *r = arg;
-    sdc_t *events = sdc_new(r->urls, r->token, r->timeout_ms);
-    sdc_t *lease = sdc_new(r->urls, r->token, r->timeout_ms);
-    sender_t s = {.batch_max = BATCH_MAX};
+    sdc_t *events = r->ev_client, *lease = r->lease_client;
+    sender_t s = {.batch_max = BATCH_MAX, .size_cap = BATCH_MAX};
     int64_t lease_due = 0, lease_backoff = 0, retry_at = 0, backoff = 0;
     uint64_t seen_kicks = 0;
     for (;;) {
@@ -315,8 +322,6 @@ static void *reporter_main(void *arg)
         pthread_mutex_unlock(&r->mu);
     }
     outbox_batch_free(&s.b);
-    sdc_free(events);
-    sdc_free(lease);
     return NULL;
 }
 
@@ -386,11 +391,14 @@ int bb_report_start(const bb_report_opts_t *opts, bb_report_t **out)
     r->lease_body = lease_body_new(opts);
     if (getrandom(&r->rng, sizeof r->rng, 0) != sizeof r->rng || !r->rng)
         r->rng = (uint64_t)sd_mono_us() | 1;
-    rc = -EINVAL;
-    sdc_t *probe = sdc_new(r->urls, r->token, r->timeout_ms); /* validates the URL list */
-    if (!probe || !r->urls || !r->lease_body || (opts->token && !r->token))
+    rc = -ENOMEM;
+    if (!r->urls || !r->lease_body || (opts->token && !r->token))
         goto fail;
-    sdc_free(probe);
+    rc = -EINVAL; /* sdc_new fails on a bad URL list (or no memory) */
+    r->ev_client = sdc_new(r->urls, r->token, r->timeout_ms);
+    r->lease_client = sdc_new(r->urls, r->token, r->timeout_ms);
+    if (!r->ev_client || !r->lease_client)
+        goto fail;
     if ((rc = -pthread_create(&r->thread, NULL, reporter_main, r)))
         goto fail;
     r->has_thread = 1;
@@ -492,6 +500,8 @@ void bb_report_stop(bb_report_t *r)
         pthread_join(r->thread, NULL);
     }
     outbox_close(r->ob);
+    sdc_free(r->ev_client);
+    sdc_free(r->lease_client);
     json_decref(r->lease_body);
     free(r->urls);
     free(r->token);

@@ -7,7 +7,8 @@
  * once and in order with one log line each way; a producer killed with -9 mid-send and a
  * new one on the same state dir lose and duplicate nothing from ServerDir's view; a bad
  * event is bisected out to the dead-letter file without wedging the outbox; the machine
- * lease is renewed every ttl/3 and neither job blocks the other.
+ * lease is renewed every ttl/3 and neither job blocks the other; batches too slow for the
+ * request timeout shrink until they get through.
  *
  * The producer is this same binary re-executed as `it_outbox producer ...`, a stand-in for
  * bigbrother (one supervision thread calling bb_report_event, the reporter thread). */
@@ -54,6 +55,7 @@ static struct fake {
     pthread_mutex_t mu;
     enum mode events_mode, lease_mode;
     int delay_ms;           /* before answering an events POST */
+    int slow_over, slow_ms; /* before answering a batch of more than slow_over events */
     rec_t *events;          /* unique events in the order first applied */
     int nevents;
     long duplicates, posts, rejected, max_batch;
@@ -88,12 +90,13 @@ static int seen_id(const char *id)
 
 /* Applies a batch like ServerDir: validates all first (a bad one rejects the whole batch
  * and applies nothing), then records each event once by id. */
-static enum MHD_Result events_post(struct MHD_Connection *c, const struct upload *u)
+static enum MHD_Result events_post(struct MHD_Connection *c, const struct upload *u, size_t *nbatch)
 {
     char msg[256];
     json_t *body = json_loadb(u->p ? u->p : "", u->len, 0, NULL);
     json_t *evs = json_object_get(body, "events");
     size_t n = json_array_size(evs);
+    *nbatch = n;
     fk.posts++;
     if ((long)n > fk.max_batch)
         fk.max_batch = (long)n;
@@ -161,6 +164,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         fk.bad_auth++;
     enum mode m = is_events ? fk.events_mode : fk.lease_mode;
     int delay = fk.delay_ms;
+    size_t nbatch = 0;
     enum MHD_Result ret;
     if (!is_events && !is_lease) {
         ret = answer(c, 404, "{\"error\":{\"code\":\"not_found\",\"message\":\"no route\"}}");
@@ -175,7 +179,9 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         fk.last_put = json_loadb(u->p ? u->p : "", u->len, 0, NULL);
         ret = answer(c, 200, "{\"cluster\":\"c1\",\"machine\":\"m1\",\"expires_in_ms\":1500}");
     } else {
-        ret = events_post(c, u);
+        ret = events_post(c, u, &nbatch);
+        if (fk.slow_ms && nbatch > (size_t)fk.slow_over)
+            delay = fk.slow_ms;
         if (m == M_DROP_AFTER_APPLY)
             ret = MHD_NO; /* applied, but the answer never arrives */
     }
@@ -237,7 +243,7 @@ static void fake_reset(void)
         fake_listen();
     pthread_mutex_lock(&fk.mu);
     fk.events_mode = fk.lease_mode = M_OK;
-    fk.delay_ms = 0;
+    fk.delay_ms = fk.slow_ms = fk.slow_over = 0;
     fk.nevents = 0;
     fk.duplicates = fk.posts = fk.rejected = fk.max_batch = 0;
     fk.nputs = 0;
@@ -544,6 +550,32 @@ static void lease_cadence_independent_of_events(void **state)
     bb_report_stop(r);
 }
 
+/* Batches too big to be answered within the request timeout (ttl 1500 ms: 250 ms) are
+ * applied but time out; the reporter sends smaller ones until they fit, and every event
+ * still arrives once and in order. */
+static void slow_batches_shrink_until_they_fit(void **state)
+{
+    fake_reset();
+    pthread_mutex_lock(&fk.mu);
+    fk.slow_over = 60;
+    fk.slow_ms = 600;
+    fk.events_mode = M_503;
+    pthread_mutex_unlock(&fk.mu);
+    const char *dir = h_tmpdir();
+    bb_report_t *r = reporter_start(dir, 1500);
+    for (int i = 0; i < 400; i++)
+        event(r, "s", i);
+    fake_mode(M_OK, M_OK, 0);
+    assert_true(h_wait_until(drained, r, 30000));
+    bb_report_stop(r);
+    int at = 0;
+    expect_run("s", 400, &at);
+    pthread_mutex_lock(&fk.mu);
+    assert_int_equal(fk.nevents, 400);
+    fk.slow_ms = 0;
+    pthread_mutex_unlock(&fk.mu);
+}
+
 /* ---- the producer process ---- */
 
 /* it_outbox producer STATE_DIR URL TAG COUNT INTERVAL_US PROGRESS_FILE: appends COUNT
@@ -594,6 +626,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(kill9_producer_loses_and_duplicates_nothing),
         cmocka_unit_test(rejected_event_goes_to_dead_letter),
         cmocka_unit_test(lease_cadence_independent_of_events),
+        cmocka_unit_test(slow_batches_shrink_until_they_fit),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
