@@ -64,9 +64,161 @@ const char *sdc_escape(const char *s, char *buf, size_t cap);
 
 /* ---- machines, processes and events ---- */
 
+/* A machine lease registration or renewal. Unset fields (NULL, capacity < 0,
+ * ttl_ms 0) are left out: ServerDir keeps what it stored (ttl_ms defaults to 15000). */
+typedef struct {
+    const char *address;   /* host name or IP the machine is reached at */
+    const json_t *labels;  /* object of name -> string, or NULL */
+    int capacity;          /* >= 0, or -1 for unset */
+    const char *version;
+    int ttl_ms;            /* 1000..300000, or 0 for the default */
+} sdc_machine_lease_t;
+
+/* PUT /v1/clusters/{cluster}/machines/{machine}. lease may be NULL (a bare renewal).
+ * On success *expires_in_ms (if given) is the lease time left. */
+int sdc_machine_put(sdc_t *c, const char *cluster, const char *machine,
+                    const sdc_machine_lease_t *lease, int64_t *expires_in_ms, sdc_err_t *err);
+/* GET .../machines: *out is {"machines":[...]} (caller decrefs). */
+int sdc_machines_list(sdc_t *c, const char *cluster, json_t **out, sdc_err_t *err);
+/* GET .../machines/{machine}: *out is the machine object. 404 -> SDC_E_HTTP. */
+int sdc_machine_get(sdc_t *c, const char *cluster, const char *machine, json_t **out,
+                    sdc_err_t *err);
+/* DELETE .../machines/{machine} (ops). */
+int sdc_machine_delete(sdc_t *c, const char *cluster, const char *machine, sdc_err_t *err);
+
+/* POST .../events with `events`, a JSON array of 1..1000 event objects (not stolen; see
+ * the events contract). accepted/duplicates may be NULL. Safe to retry: ServerDir
+ * counts an already applied event id as a duplicate. */
+int sdc_events_post(sdc_t *c, const char *cluster, const json_t *events, int *accepted,
+                    int *duplicates, sdc_err_t *err);
+
+/* Filters of sdc_processes_list; NULL means any. state NULL: starting and ready. */
+typedef struct {
+    const char *machine;
+    const char *service;
+    const char *state;     /* "starting", "ready" or "stopped" */
+} sdc_proc_filter_t;
+
+/* GET .../processes: *out is {"processes":[...],"total":N,"truncated":bool}. */
+int sdc_processes_list(sdc_t *c, const char *cluster, const sdc_proc_filter_t *filter,
+                       json_t **out, sdc_err_t *err);
+/* GET .../processes/{instance}: *out is the process record. */
+int sdc_process_get(sdc_t *c, const char *cluster, const char *instance, json_t **out,
+                    sdc_err_t *err);
+/* GET .../events: history entries after `since` (NULL: the newest), at most limit
+ * (0: the server default of 100), newest last. *out is {"events":[...],"last":seq}. */
+int sdc_events_list(sdc_t *c, const char *cluster, const char *since, int limit,
+                    json_t **out, sdc_err_t *err);
+
 /* ---- locks and blobs ---- */
 
+/* The lock table and the fenced blob store (docs/locks.md). A holder is a lock id, usually
+ * the game process's instance id. Every grant carries a lock_seq (the fencing token):
+ * keep it and pass it to release, renew and blob saves. A waiting acquire (wait_ms) is
+ * answered after up to wait_ms, so create the client with timeout_ms above it. */
+
+typedef struct {
+    int64_t ttl_ms;                      /* lease; 0: no expiry */
+    int64_t wait_ms;                     /* wait for a release up to this long; 0: do not */
+    const char *steal_if_holder_stopped; /* cluster name: take over a holder the directory
+                                            knows is stopped; NULL: never */
+    int64_t steal_if_older_than_ms;      /* take over a lock held this long; 0: never */
+} sdc_lock_opts_t;
+
+typedef struct {
+    char key[129];
+    int64_t lock_seq;
+    int64_t since_ms;       /* when the holder got it (Redis time, ms since the epoch) */
+    int64_t expires_in_ms;  /* -1: no expiry */
+    int reacquired;         /* the holder already held it: same lock_seq */
+    char stolen_from[129];  /* "" unless taken over from another holder */
+} sdc_lock_t;
+
+typedef struct {
+    char key[129];
+    int held;               /* 0: free */
+    char holder[129];       /* "" when free */
+    int64_t lock_seq;       /* the last granted one; 0 when the key has no record */
+    int64_t since_ms, held_for_ms;
+    int64_t expires_in_ms;  /* -1: no expiry or free */
+    int64_t lock_delay_ms;  /* free but blocked for this long after a forced unlock/expiry */
+} sdc_lock_info_t;
+
+/* Acquires key for holder (opts may be NULL). 409 lock_held / lock_delayed come back as
+ * SDC_E_HTTP with err->code set (err->body names the holder). */
+int sdc_lock_acquire(sdc_t *c, const char *key, const char *holder, const sdc_lock_opts_t *opts,
+                     sdc_lock_t *out, sdc_err_t *err);
+/* Acquires n keys (1..16) all or nothing; out[i] is filled for keys[i]. */
+int sdc_lock_acquire_many(sdc_t *c, const char *const *keys, int n, const char *holder,
+                          const sdc_lock_opts_t *opts, sdc_lock_t *out, sdc_err_t *err);
+/* Releases key; lock_seq must be the one granted (else 409 stale_lock_seq / not_holder). */
+int sdc_lock_release(sdc_t *c, const char *key, const char *holder, int64_t lock_seq,
+                     sdc_err_t *err);
+/* Releases the n locks (their key and lock_seq) all or nothing. */
+int sdc_lock_release_many(sdc_t *c, const sdc_lock_t *locks, int n, const char *holder,
+                          sdc_err_t *err);
+/* Renews the lease (ttl_ms 0: the length granted last); *expires_in_ms may be NULL. */
+int sdc_lock_renew(sdc_t *c, const char *key, const char *holder, int64_t lock_seq,
+                   int64_t ttl_ms, int64_t *expires_in_ms, sdc_err_t *err);
+/* Inspects one lock; *raw (may be NULL) gets the JSON answer (caller decrefs). */
+int sdc_lock_get(sdc_t *c, const char *key, sdc_lock_info_t *out, json_t **raw,
+                 sdc_err_t *err);
+/* The locks holder holds: *out is {holder, locks:[{key, lock_seq, since_ms,
+ * expires_in_ms}]} (caller decrefs). */
+int sdc_lock_list_by_holder(sdc_t *c, const char *holder, json_t **out, sdc_err_t *err);
+/* Forced unlock (ops token). *out (may be NULL) gets {key, previous_holder, lock_seq, ...}. */
+int sdc_lock_force_unlock(sdc_t *c, const char *key, json_t **out, sdc_err_t *err);
+
+/* Reads a blob: *data (malloc'd, caller frees; NUL-terminated beyond len) and its
+ * Blob-Seq. lock_seq > 0 proves the reader holds the lock (409 fenced otherwise) and is
+ * stamped on the blob; 0 reads without it. A missing blob is SDC_E_HTTP, code no_blob. */
+int sdc_blob_get(sdc_t *c, const char *key, int64_t lock_seq, void **data, size_t *len,
+                 int64_t *blob_seq, sdc_err_t *err);
+/* Saves a blob under the caller's lock_seq with a blob_seq greater than the stored one;
+ * refused with 409 fenced or stale_seq (nothing changed), 413 when too large. */
+int sdc_blob_put(sdc_t *c, const char *key, int64_t lock_seq, int64_t blob_seq,
+                 const void *data, size_t len, sdc_err_t *err);
+
 /* ---- master list ---- */
+
+/* What a game server announces; NULL strings and a zero ntags are left out. */
+typedef struct {
+    int port;                   /* the game port (the IP is the caller's) */
+    const char *game;           /* required */
+    const char *map, *name, *region, *version;
+    const char *const *tags;
+    int ntags;
+    int players, max_players, bots;
+    int password;
+    int protocol, gametype;     /* -1: not sent */
+} sdc_master_server_t;
+
+/* Asks for a challenge bound to the caller's address (POST /v1/master/challenge); copies
+ * it into chal (at least 40 bytes) and its lifetime into *expires_in_ms (may be NULL). */
+int sdc_master_challenge(sdc_t *c, char *chal, size_t cap, int64_t *expires_in_ms,
+                         sdc_err_t *err);
+/* Lists or keeps listed the server with a challenge from sdc_master_challenge
+ * (POST /v1/master/heartbeat). *expires_in_ms (may be NULL): how long it stays listed. */
+int sdc_master_heartbeat(sdc_t *c, const char *challenge, const sdc_master_server_t *s,
+                         int64_t *expires_in_ms, sdc_err_t *err);
+/* Both steps: a fresh challenge, then the heartbeat (what a game server calls every
+ * heartbeat interval). */
+int sdc_master_announce(sdc_t *c, const sdc_master_server_t *s, int64_t *expires_in_ms,
+                        sdc_err_t *err);
+/* Removes the caller's server "ip:port" at once (DELETE /v1/master/servers/{addr}). */
+int sdc_master_terminate(sdc_t *c, const char *addr, sdc_err_t *err);
+
+typedef struct {
+    const char *game, *map, *region;
+    const char *tags;           /* comma-separated, all required */
+    int not_empty, not_full, no_password;
+} sdc_master_filter_t;
+
+/* One batch of GET /v1/master/servers after `after` (NULL or "" for the first). On
+ * success *servers is the JSON array of servers (caller decrefs) and next holds the cursor
+ * of the following batch, "" when this was the last. */
+int sdc_master_query(sdc_t *c, const sdc_master_filter_t *f, const char *after, int limit,
+                     json_t **servers, char *next, size_t nextcap, sdc_err_t *err);
 
 /* ---- clusters, services, assignments, primary ---- */
 

@@ -5,6 +5,7 @@
 #include <microhttpd.h>
 #include <netdb.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,7 @@ static struct MHD_Daemon *daemon_;
 static int listen_fd = -1;
 static int bound_port;
 static int inflight; /* requests between their first call and on_completed */
+static atomic_int stopping; /* sd_http_stop has begun: parked requests should finish */
 static pthread_mutex_t inflight_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t inflight_cv = PTHREAD_COND_INITIALIZER;
 
@@ -38,6 +40,7 @@ struct reqctx {
     sd_resp_t resp;
     int route_idx;
     int responded;   /* an early response (401/403/404/405/413/415) is ready */
+    int parked;      /* the handler parked the request: the answer comes with resume */
     char scratch[SD_PATH_MAX];
 };
 
@@ -73,6 +76,7 @@ int sd_resp_json(sd_resp_t *resp, int status, json_t *v)
     return 0;
 }
 
+__attribute__((format(printf, 5, 0)))
 static int resp_verror(sd_resp_t *resp, int status, const char *code, json_t *extra,
                        const char *fmt, va_list ap)
 {
@@ -202,6 +206,21 @@ int sd_req_name(const sd_req_t *req, sd_resp_t *resp, int idx, const char *what,
     return 0;
 }
 
+/* ---------- parking ---------- */
+
+/* The request is the first member of its reqctx. */
+static struct reqctx *ctx_of(sd_req_t *req) { return (struct reqctx *)(void *)req; }
+
+void sd_req_park(sd_req_t *req)
+{
+    ctx_of(req)->parked = 1;
+    MHD_suspend_connection(req->conn);
+}
+
+void sd_req_resume(sd_req_t *req) { MHD_resume_connection(req->conn); }
+
+int sd_http_stopping(void) { return atomic_load(&stopping); }
+
 /* ---------- dispatch ---------- */
 
 static int is_json_ctype(const char *ct)
@@ -329,6 +348,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                   void **con_cls)
 {
     struct reqctx *rc = *con_cls;
+    if (rc && rc->parked) /* called again after sd_req_resume: the answer is ready */
+        return send_response(rc);
     if (!rc) {
         rc = calloc(1, sizeof *rc);
         if (!rc)
@@ -363,6 +384,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     const sd_route_t *r = &sd_routes[rc->route_idx];
     r->fn(&rc->req, &rc->resp);
+    if (rc->parked)
+        return MHD_YES;
     return send_response(rc);
 }
 
@@ -383,6 +406,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     inflight_add(-1);
 }
 
+__attribute__((format(printf, 2, 0)))
 static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
     char msg[256];
@@ -475,6 +499,7 @@ void sd_http_stop(int grace_ms)
 {
     if (!daemon_)
         return;
+    atomic_store(&stopping, 1);
     MHD_socket fd = MHD_quiesce_daemon(daemon_);
     if (fd != MHD_INVALID_SOCKET)
         close(fd);

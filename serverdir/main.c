@@ -12,22 +12,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "directory.h"
 #include "http.h"
+#include "locks.h"
+#include "master.h"
 #include "sd.h"
 
 #ifndef SD_VERSION
 #define SD_VERSION "dev"
 #endif
-
-sd_config_t sd_cfg = {
-    .listen = "127.0.0.1:7700",
-    .redis = "redis://127.0.0.1:6379/0",
-    .key_prefix = "sd:",
-    .threads = 8,
-    .body_max = 1 << 20,
-    .blob_max = 256 << 10,
-    .conn_timeout_s = 30,
-};
 
 static void usage(FILE *f)
 {
@@ -38,6 +31,7 @@ static void usage(FILE *f)
             "  --tokens FILE        token file, `ROLE TOKEN` per line (default: open access)\n"
             "  --config FILE        JSON config file; flags override it\n"
             "  --threads N          HTTP worker threads, one Redis connection each (default 8)\n"
+            "  --master-udp HOST:PORT  serve the UDP master protocols there (repeatable)\n"
             "  --log-level LEVEL    debug, info, warn or error (default info)\n"
             "  --version, --help\n");
 }
@@ -80,7 +74,7 @@ static void load_config_file(const char *path)
                root ? "the top level must be a JSON object" : err);
     static const char *const known[] = {
         "listen", "redis", "tokens", "key_prefix", "threads", "body_max_bytes",
-        "blob_max_bytes", "conn_timeout_s", "log_level", "master", "locks", NULL};
+        "blob_max_bytes", "conn_timeout_s", "log_level", "master", "locks", "directory", NULL};
     if (sd_json_only_keys(root, known, err, sizeof err))
         sd_die(SD_EXIT_USAGE, "bad config", "file=%s err=%s", path, err);
     cfg_str(path, root, "listen", sd_cfg.listen, sizeof sd_cfg.listen);
@@ -100,16 +94,19 @@ static void load_config_file(const char *path)
                    "field 'log_level' must be debug, info, warn or error");
         sd_log_set_level((enum sd_log_level)l);
     }
+    if (sd_dir_config_load(json_object_get(root, "directory"), err, sizeof err))
+        sd_die(SD_EXIT_USAGE, "bad config", "file=%s section=directory err=%s", path, err);
     sd_cfg.file = root;
 }
 
 int main(int argc, char **argv)
 {
-    enum { O_LISTEN = 1, O_REDIS, O_TOKENS, O_CONFIG, O_THREADS, O_LOG, O_VERSION, O_HELP };
+    enum { O_LISTEN = 1, O_REDIS, O_TOKENS, O_CONFIG, O_THREADS, O_LOG, O_MASTER_UDP, O_VERSION, O_HELP };
     static const struct option opts[] = {
         {"listen", required_argument, 0, O_LISTEN}, {"redis", required_argument, 0, O_REDIS},
         {"tokens", required_argument, 0, O_TOKENS}, {"config", required_argument, 0, O_CONFIG},
         {"threads", required_argument, 0, O_THREADS}, {"log-level", required_argument, 0, O_LOG},
+        {"master-udp", required_argument, 0, O_MASTER_UDP},
         {"version", no_argument, 0, O_VERSION},     {"help", no_argument, 0, O_HELP},
         {0, 0, 0, 0}};
 
@@ -118,6 +115,13 @@ int main(int argc, char **argv)
         if (strcmp(argv[i], "--config") == 0)
             load_config_file(argv[i + 1]);
 
+    char err[SD_ERRMSG_MAX];
+    if (sd_master_config_load(err, sizeof err))
+        sd_die(SD_EXIT_USAGE, "bad config", "err=%s", err);
+
+    /* --master-udp flags replace the config file's master.udp list. */
+    const char *udp_flags[SD_MASTER_MAX_UDP];
+    int nudp_flags = 0;
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         int64_t v;
@@ -139,6 +143,16 @@ int main(int argc, char **argv)
             sd_log_set_level((enum sd_log_level)l);
             break;
         }
+        case O_MASTER_UDP: {
+            char host[128];
+            int port;
+            if (sd_parse_hostport(optarg, host, sizeof host, &port))
+                sd_die(SD_EXIT_USAGE, "bad flag", "flag=--master-udp err=%s", "must be HOST:PORT");
+            if (nudp_flags == SD_MASTER_MAX_UDP)
+                sd_die(SD_EXIT_USAGE, "bad flag", "flag=--master-udp err=%s", "at most 8 listeners");
+            udp_flags[nudp_flags++] = optarg;
+            break;
+        }
         case O_VERSION: printf("serverdir %s\n", SD_VERSION); return 0;
         case O_HELP: usage(stdout); return 0;
         default: usage(stderr); return SD_EXIT_USAGE;
@@ -155,6 +169,7 @@ int main(int argc, char **argv)
     if (sd_auth_load(sd_cfg.tokens[0] ? sd_cfg.tokens : NULL))
         sd_die(SD_EXIT_USAGE, "cannot load tokens", "path=%s", sd_cfg.tokens);
     sd_metrics_init(sd_nroutes);
+    sd_locks_init();
 
     /* Block the signals before any thread starts so only sigwait below sees them. */
     sigset_t set;
@@ -168,6 +183,14 @@ int main(int argc, char **argv)
     int rc = sd_http_start(sd_cfg.listen, sd_cfg.threads, sd_cfg.conn_timeout_s);
     if (rc)
         sd_die(SD_EXIT_SYSTEM, "cannot listen", "addr=%s err=%s", sd_cfg.listen, strerror(-rc));
+    int nudp = nudp_flags ? nudp_flags : sd_master_cfg.nudp;
+    for (int i = 0; i < nudp; i++) {
+        const char *addr = nudp_flags ? udp_flags[i] : sd_master_cfg.udp[i];
+        rc = sd_master_udp_start(addr);
+        if (rc)
+            sd_die(SD_EXIT_SYSTEM, "cannot listen", "addr=%s proto=%s err=%s", addr, "udp",
+                   strerror(-rc));
+    }
     log_info("serverdir started", "version=%s listen=%s port=%d redis=%s threads=%d routes=%zu",
              SD_VERSION, sd_cfg.listen, sd_http_port(), sd_cfg.redis, sd_cfg.threads, sd_nroutes);
 
@@ -183,6 +206,7 @@ int main(int argc, char **argv)
         log_info("stopping", "signal=%s", sig == SIGTERM ? "TERM" : "INT");
         break;
     }
+    sd_master_udp_stop();
     sd_http_stop(10000);
     json_decref(sd_cfg.file);
     sd_log_msg(SD_LOG_INFO, "serverdir stopped");

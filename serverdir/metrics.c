@@ -81,7 +81,6 @@ _Atomic int64_t *sd_metric_counter(const char *series, const char *help)
 static void render_route(sd_buf_t *out, const char *method, const char *pattern,
                          struct route_metrics *m, int *typed)
 {
-    int64_t total = 0;
     for (size_t i = 0; i < NCODES; i++) {
         int64_t c = atomic_load(&m->count[i]);
         if (!c)
@@ -96,9 +95,7 @@ static void render_route(sd_buf_t *out, const char *method, const char *pattern,
             strcpy(code, "other");
         sd_buf_printf(out, "serverdir_http_requests_total{method=\"%s\",route=\"%s\",code=\"%s\"} %lld\n",
                       method, pattern, code, (long long)c);
-        total += c;
     }
-    (void)total;
 }
 
 static void render_hist(sd_buf_t *out, const char *method, const char *pattern,

@@ -93,6 +93,17 @@ int sd_req_query_int(const sd_req_t *req, sd_resp_t *resp, const char *name, int
 int sd_req_name(const sd_req_t *req, sd_resp_t *resp, int idx, const char *what,
                 const char **out);
 
+/* ---- parking a request (http.c): long waits without holding a worker thread ----
+ * A handler that has to wait (a lock wait, a long-poll) calls sd_req_park(req) and
+ * returns without answering; its worker thread goes on serving other connections. Later
+ * another thread fills the handler's resp (req and resp stay valid while parked) and
+ * calls sd_req_resume(req) exactly once; the answer is sent then. A parked request
+ * counts as in flight: shutdown waits for it within its grace, and parked work should
+ * finish early once sd_http_stopping() is true. */
+void sd_req_park(sd_req_t *req);
+void sd_req_resume(sd_req_t *req);
+int sd_http_stopping(void);
+
 /* ---- response helpers (http.c). Each returns 0 so handlers can `return sd_resp_...` ---- */
 int sd_resp_json(sd_resp_t *resp, int status, json_t *v); /* steals v */
 int sd_resp_error(sd_resp_t *resp, int status, const char *code, const char *fmt, ...)
@@ -148,6 +159,9 @@ typedef struct {
 } sd_script_src_t;
 extern const sd_script_src_t sd_script_srcs[];
 extern const size_t sd_nscripts;
+/* Static web files (serverdir/www/NAME.html), embedded the same way. */
+extern const sd_script_src_t sd_www_srcs[];
+extern const size_t sd_nwww;
 
 /* ---- auth.c ---- */
 int sd_auth_load(const char *path); /* NULL: open mode. 0 or negative errno */

@@ -26,8 +26,18 @@ static struct {
 } target;
 
 static _Thread_local redisContext *tl_ctx;
+/* The same context under a pthread key, whose destructor closes it when a worker
+ * thread exits (thread-local storage alone would leak it). */
+static pthread_key_t ctx_key;
+static pthread_once_t ctx_key_once = PTHREAD_ONCE_INIT;
+
+static void ctx_destroy(void *p) { redisFree(p); }
+static void ctx_key_init(void) { pthread_key_create(&ctx_key, ctx_destroy); }
 static _Thread_local int64_t tl_last_fail_ms;
 static atomic_int down_logged;
+/* When any worker last connected: a worker in its reconnect back-off retries at once if
+ * another one got through since its own failure (Redis is back). */
+static _Atomic int64_t last_connect_ok_ms;
 
 /* SHA1 of each embedded script, filled by SCRIPT LOAD on first use. */
 static char (*script_sha)[41];
@@ -143,6 +153,7 @@ static void drop_ctx(void)
     if (tl_ctx) {
         redisFree(tl_ctx);
         tl_ctx = NULL;
+        pthread_setspecific(ctx_key, NULL);
     }
     tl_last_fail_ms = sd_mono_ms();
 }
@@ -159,7 +170,8 @@ static redisContext *get_ctx(void)
 {
     if (tl_ctx)
         return tl_ctx;
-    if (tl_last_fail_ms && sd_mono_ms() - tl_last_fail_ms < RECONNECT_MS)
+    if (tl_last_fail_ms && sd_mono_ms() - tl_last_fail_ms < RECONNECT_MS &&
+        atomic_load(&last_connect_ok_ms) <= tl_last_fail_ms)
         return NULL;
     struct timeval ct = {0, CONNECT_TIMEOUT_MS * 1000};
     redisContext *c = target.unix_sock ? redisConnectUnixWithTimeout(target.path, ct)
@@ -184,7 +196,10 @@ static redisContext *get_ctx(void)
     }
     if (atomic_exchange(&down_logged, 0))
         sd_log_msg(SD_LOG_INFO, "redis reachable again");
+    pthread_once(&ctx_key_once, ctx_key_init);
+    pthread_setspecific(ctx_key, c);
     tl_ctx = c;
+    atomic_store(&last_connect_ok_ms, sd_mono_ms());
     return c;
 }
 
@@ -197,13 +212,7 @@ int sd_store_init(const char *url, const char *key_prefix)
     return script_sha ? 0 : -ENOMEM;
 }
 
-void sd_store_thread_close(void)
-{
-    if (tl_ctx) {
-        redisFree(tl_ctx);
-        tl_ctx = NULL;
-    }
-}
+void sd_store_thread_close(void) { drop_ctx(); }
 
 const char *sd_store_prefix(void) { return target.prefix; }
 
@@ -219,10 +228,33 @@ const char *sd_key(char *buf, size_t cap, const char *cluster, const char *fmt, 
     return buf;
 }
 
-/* Sends argv and returns the reply; on I/O failure drops the connection (NULL). */
-static redisReply *roundtrip(redisContext *c, int argc, const char **argv, const size_t *argl)
+/* True when the connection failed because the peer had closed it (Redis restarted or
+ * dropped us): the command never ran on a live server, so sending it again is safe. A
+ * timeout is not such a failure: the command may have run. */
+static int peer_closed(const redisContext *c, int saved_errno)
 {
+    return c->err == REDIS_ERR_EOF ||
+           (c->err == REDIS_ERR_IO && (saved_errno == ECONNRESET || saved_errno == EPIPE));
+}
+
+/* Sends argv and returns the reply. If the connection turns out to have been closed by
+ * the peer, reconnects once and resends; on any other I/O failure drops the connection
+ * and returns NULL. */
+static redisReply *roundtrip(int argc, const char **argv, const size_t *argl)
+{
+    redisContext *c = get_ctx();
+    if (!c)
+        return NULL;
+    errno = 0;
     redisReply *r = redisCommandArgv(c, argc, argv, argl);
+    if (!r && peer_closed(c, errno)) {
+        drop_ctx();
+        tl_last_fail_ms = 0; /* a stale connection is not an outage: reconnect now */
+        c = get_ctx();
+        if (!c)
+            return NULL;
+        r = redisCommandArgv(c, argc, argv, argl);
+    }
     if (!r) {
         log_warn("redis command failed", "err=%s", c->errstr);
         drop_ctx();
@@ -235,10 +267,9 @@ int sd_store_command(sd_argv_t *a, redisReply **out)
     *out = NULL;
     if (a->overflow)
         return SD_STORE_ERROR;
-    redisContext *c = get_ctx();
-    if (!c)
+    if (!get_ctx())
         return SD_STORE_DOWN;
-    redisReply *r = roundtrip(c, a->argc, a->argv, a->argl);
+    redisReply *r = roundtrip(a->argc, a->argv, a->argl);
     if (!r) {
         SD_COUNT("serverdir_redis_errors_total{kind=\"io\"}", "Redis calls that failed", 1);
         return SD_STORE_DOWN;
@@ -255,13 +286,13 @@ static int script_index(const char *name)
     return -1;
 }
 
-static int script_load(redisContext *c, int idx)
+static int script_load(int idx)
 {
-    redisReply *r = redisCommand(c, "SCRIPT LOAD %s", sd_script_srcs[idx].body);
-    if (!r) {
-        drop_ctx();
+    const char *argv[3] = {"SCRIPT", "LOAD", sd_script_srcs[idx].body};
+    size_t argl[3] = {6, 4, strlen(sd_script_srcs[idx].body)};
+    redisReply *r = roundtrip(3, argv, argl);
+    if (!r)
         return SD_STORE_DOWN;
-    }
     int rc = SD_STORE_ERROR;
     if (r->type == REDIS_REPLY_STRING && r->len == 40) {
         pthread_mutex_lock(&sha_mu);
@@ -285,8 +316,7 @@ int sd_store_script(const char *name, int nkeys, sd_argv_t *a, redisReply **out)
         log_error("bad script call", "script=%s", name);
         return SD_STORE_ERROR;
     }
-    redisContext *c = get_ctx();
-    if (!c)
+    if (!get_ctx())
         return SD_STORE_DOWN;
 
     for (int attempt = 0; attempt < 2; attempt++) {
@@ -295,7 +325,7 @@ int sd_store_script(const char *name, int nkeys, sd_argv_t *a, redisReply **out)
         memcpy(sha, script_sha[idx], sizeof sha);
         pthread_mutex_unlock(&sha_mu);
         if (!sha[0]) {
-            int rc = script_load(c, idx);
+            int rc = script_load(idx);
             if (rc)
                 return rc;
             continue;
@@ -314,14 +344,14 @@ int sd_store_script(const char *name, int nkeys, sd_argv_t *a, redisReply **out)
             argv[3 + i] = a->argv[i];
             argl[3 + i] = a->argl[i];
         }
-        redisReply *r = roundtrip(c, a->argc + 3, argv, argl);
+        redisReply *r = roundtrip(a->argc + 3, argv, argl);
         if (!r) {
             SD_COUNT("serverdir_redis_errors_total{kind=\"io\"}", "Redis calls that failed", 1);
             return SD_STORE_DOWN;
         }
         if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
             freeReplyObject(r);
-            int rc = script_load(c, idx);
+            int rc = script_load(idx);
             if (rc)
                 return rc;
             continue;

@@ -72,11 +72,47 @@ static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *
     return remove(p) < 0 ? 0 : 0;
 }
 
+static int sanitizer_reports;
+
+/* Prints any sanitizer report found in a .log file under the test's temp dirs: a report
+ * in a spawned daemon's log fails the test even though the daemon's exit was not seen. */
+static int scan_log(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)ftw;
+    size_t n = strlen(p);
+    if (flag != FTW_F || sb->st_size <= 0)
+        return 0;
+    /* valgrind -q writes nothing unless it found an error or a definite leak. */
+    int vg = n > 6 && strcmp(p + n - 6, ".vglog") == 0;
+    if (!vg && (n < 4 || strcmp(p + n - 4, ".log")))
+        return 0;
+    FILE *f = fopen(p, "r");
+    if (!f)
+        return 0;
+    char line[1024];
+    int printing = 0, printed = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (vg || strstr(line, "ERROR: AddressSanitizer") || strstr(line, "ERROR: LeakSanitizer") ||
+            strstr(line, "runtime error:") || strstr(line, "WARNING: ThreadSanitizer")) {
+            if (!printing)
+                fprintf(stderr, "harness: sanitizer report in %s:\n", p);
+            printing = 1;
+            sanitizer_reports++;
+        }
+        if (printing && printed++ < 60)
+            fputs(line, stderr);
+    }
+    fclose(f);
+    return 0;
+}
+
 static void cleanup(void)
 {
     if (getpid() != owner_pid)
         return;
     kill_descendants();
+    for (int i = 0; i < ntmpdirs; i++)
+        nftw(tmpdirs[i], scan_log, 16, FTW_PHYS);
     if (getenv("H_KEEP_TMP") == NULL)
         for (int i = 0; i < ntmpdirs; i++)
             nftw(tmpdirs[i], rm_entry, 16, FTW_DEPTH | FTW_PHYS);
@@ -85,6 +121,8 @@ static void cleanup(void)
     for (int i = 0; i < nfiles; i++)
         free(files[i]);
     ntmpdirs = nfiles = 0;
+    if (sanitizer_reports)
+        _exit(1);
 }
 
 static void on_fatal_signal(int sig)
@@ -156,8 +194,42 @@ const char *h_write_file(const char *dir, const char *name, const char *text, in
     return p;
 }
 
+int h_valgrind(void)
+{
+    const char *v = getenv("H_VALGRIND");
+    return v && *v && strcmp(v, "0") != 0;
+}
+
+/* Under H_VALGRIND=1 the project's daemons run under memcheck; the report goes to a
+ * .vglog file beside the daemon's log, which the exit scan turns into a failure. */
+static int is_daemon(const char *path)
+{
+    static const char *const daemons[] = {SD_BIN_DIR "/serverdir", SD_BIN_DIR "/bigbrother"};
+    for (size_t i = 0; i < sizeof daemons / sizeof daemons[0]; i++)
+        if (strcmp(path, daemons[i]) == 0)
+            return 1;
+    return 0;
+}
+
 pid_t h_spawn(const char *const *argv, const char *logpath, const char *const *envp_extra)
 {
+    const char *vg_argv[64];
+    char vg_log[600];
+    if (h_valgrind() && is_daemon(argv[0])) {
+        snprintf(vg_log, sizeof vg_log, "--log-file=%s.%%p.vglog", logpath ? logpath : "/tmp/sd");
+        static const char *const pre[] = {"valgrind", "-q", "--leak-check=full",
+                                          "--errors-for-leak-kinds=definite",
+                                          "--show-leak-kinds=definite", "--error-exitcode=99",
+                                          "--trace-children=no"};
+        int k = 0;
+        for (size_t i = 0; i < sizeof pre / sizeof pre[0]; i++)
+            vg_argv[k++] = pre[i];
+        vg_argv[k++] = vg_log;
+        for (const char *const *a = argv; *a && k < 63; a++)
+            vg_argv[k++] = *a;
+        vg_argv[k] = NULL;
+        argv = vg_argv;
+    }
     pid_t pid = fork();
     if (pid < 0) {
         perror("fork");
@@ -237,7 +309,7 @@ int h_redis_start(h_redis_t *r)
         snprintf(port, sizeof port, "%d", r->port);
         const char *argv[] = {"redis-server", "--port", port, "--bind", "127.0.0.1",
                               "--save", "", "--appendonly", "no", "--dir", r->dir,
-                              "--daemonize", "no", NULL};
+                              "--daemonize", "no", "--enable-debug-command", "local", NULL};
         r->pid = h_spawn(argv, r->log, NULL);
         int64_t until = h_now_ms() + 5000;
         while (h_now_ms() < until) {
@@ -347,19 +419,18 @@ int h_serverdir_start(h_serverdir_t *s, const char *redis_url, const char *token
         argv[argc] = NULL;
         s->pid = h_spawn(argv, s->log, NULL);
         snprintf(s->url, sizeof s->url, "http://127.0.0.1:%d", s->port);
-        int64_t until = h_now_ms() + 5000;
+        int64_t until = h_now_ms() + (h_valgrind() ? 30000 : 5000);
         while (h_now_ms() < until) {
             if (h_exited(s->pid, NULL))
                 break;
             h_resp_t r;
             char u[160];
             snprintf(u, sizeof u, "%s/healthz", s->url);
-            if (h_http("GET", u, NULL, NULL, NULL, 0, NULL, &r) == 0) {
-                long st = r.status;
-                h_resp_free(&r);
-                if (st == 200)
-                    return 0;
-            }
+            int rc = h_http("GET", u, NULL, NULL, NULL, 0, NULL, &r);
+            long st = r.status;
+            h_resp_free(&r);
+            if (rc == 0 && st == 200)
+                return 0;
             h_sleep_ms(20);
         }
         h_stop(s->pid, 100);

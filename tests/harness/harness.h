@@ -29,6 +29,10 @@ int h_free_port(void);
 /* Writes text to dir/name and returns the path (malloc'd, freed at exit). */
 const char *h_write_file(const char *dir, const char *name, const char *text, int mode);
 
+/* Nonzero when H_VALGRIND is set: h_spawn runs serverdir and bigbrother under valgrind
+ * memcheck, and tests should allow them more time to start. */
+int h_valgrind(void);
+
 /* Spawns argv[0] (a path) in its own process group with stdout+stderr to logpath. */
 pid_t h_spawn(const char *const *argv, const char *logpath, const char *const *envp_extra);
 /* SIGTERM (then SIGKILL after grace_ms) and reap. Returns the wait status or -1. */

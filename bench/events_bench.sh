@@ -1,0 +1,229 @@
+#!/usr/bin/env bash
+# Process-directory benchmark: serverdir vs the raw Redis doing the same script work.
+#
+# Per run: a fresh redis-server and serverdir on free loopback ports, a live directory
+# of MACHINES x PER_MACHINE processes, then at CONNS (64) concurrent connections:
+#   1. wrk POSTs batches of BATCH events (BATCH/2 instances started then stopped) as
+#      fast as they are answered -> events/s; then again at LOAD (default 0.5) of that
+#      rate (each connection pausing between requests) -> p50/p99 latency per batch. At
+#      saturation a closed loop's latency is just CONNS / rate (Little's law), so the
+#      latency target is measured below saturation;
+#   2. anchor: redis-benchmark, same Redis, same connections, EVALSHA of events_apply.lua
+#      with the same batch (normalized the way serverdir passes it), i.e. exactly the
+#      Redis commands serverdir issues per event. The only change to the script is a
+#      per-call nonce appended to event ids and instance names (one __rand_int__ that
+#      redis-benchmark redraws per call), so every call does first-time work;
+#   3. wrk GETs the live directory of a random machine (PER_MACHINE records), flat out
+#      and at LOAD of that rate;
+#   4. anchor: redis-benchmark EVALSHA proc_list.lua with the same filter.
+# Prints each run and the medians, with serverdir/anchor ratios. Not part of ctest.
+#
+# Usage: bench/events_bench.sh [RUNS]     (env: BUILD_DIR, DURATION, CONNS, BATCH,
+#        MACHINES, PER_MACHINE, ANCHOR_N, THREADS, LOAD)
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD_DIR=${BUILD_DIR:-$ROOT/build}
+RUNS=${1:-3}
+DURATION=${DURATION:-8}
+CONNS=${CONNS:-64}
+BATCH=${BATCH:-20}
+MACHINES=${MACHINES:-100}
+PER_MACHINE=${PER_MACHINE:-50}
+ANCHOR_N=${ANCHOR_N:-20000}
+THREADS=${THREADS:-8}
+LOAD=${LOAD:-0.5}
+
+need() {
+    command -v "$1" >/dev/null 2>&1 && return
+    echo "installing $2 (for $1)" >&2
+    apt-get install -y "$2" >/dev/null
+}
+need wrk wrk
+need redis-benchmark redis-tools
+need redis-server redis-server
+need curl curl
+if [ ! -x "$BUILD_DIR/bin/serverdir" ]; then
+    cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >/dev/null
+    cmake --build "$BUILD_DIR" -j2 --target serverdir >/dev/null
+fi
+
+WORK=$(mktemp -d /tmp/events_bench.XXXXXX)
+PIDS=()
+cleanup() {
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$WORK"
+}
+trap cleanup EXIT INT TERM
+
+free_port() {
+    local p
+    for _ in $(seq 1 100); do
+        p=$((20000 + RANDOM % 30000))
+        if ! (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null; then
+            echo "$p"
+            return
+        fi
+    done
+    echo "no free port" >&2
+    exit 1
+}
+
+wait_for() { # url
+    for _ in $(seq 1 100); do
+        curl -fs "$1" >/dev/null 2>&1 && return
+        sleep 0.05
+    done
+    echo "not up: $1" >&2
+    exit 1
+}
+
+# wrk's "50%  1.23ms" style value in ms.
+to_ms() {
+    awk -v v="$1" 'BEGIN { n = v + 0; u = v; sub(/^[0-9.]+/, "", u);
+        if (u == "us") n /= 1000; else if (u == "s") n *= 1000; else if (u == "m") n *= 60000;
+        printf "%.2f", n }'
+}
+
+# Runs wrk; sets RPS P50 P99 and fails on any non-2xx answer.
+run_wrk() { # script url [delay_ms]
+    local out
+    out=$(DELAY_MS=${3:-0} wrk -t2 -c"$CONNS" -d"${DURATION}s" --latency -s "$1" "$2")
+    if grep -q "Non-2xx" <<<"$out"; then
+        echo "$out" >&2
+        echo "serverdir answered errors during the benchmark" >&2
+        exit 1
+    fi
+    RPS=$(awk '/^Requests\/sec:/ { print $2 }' <<<"$out")
+    P50=$(to_ms "$(awk '$1 == "50%" { print $2 }' <<<"$out")")
+    P99=$(to_ms "$(awk '$1 == "99%" { print $2 }' <<<"$out")")
+}
+
+# The per-connection pause that offers LOAD x rps requests/s over CONNS connections.
+delay_for() { # rps
+    awk -v r="$1" -v l="$LOAD" -v c="$CONNS" 'BEGIN { d = c / (r * l) * 1000 - 1; if (d < 1) d = 1; printf "%d", d }'
+}
+
+# Runs redis-benchmark --csv; sets RPS P50 P99.
+run_rb() { # args...
+    local out
+    out=$(redis-benchmark -h 127.0.0.1 -p "$RPORT" -c "$CONNS" -n "$ANCHOR_N" --csv "$@")
+    if grep -q "ERR\|NOSCRIPT" <<<"$out"; then
+        echo "$out" >&2
+        exit 1
+    fi
+    # The test name holds the command (commas included): count fields from the end.
+    local line
+    line=$(tail -n 1 <<<"$out" | tr -d '"')
+    RPS=$(awk -F, '{ print $(NF - 6) }' <<<"$line")
+    P50=$(awk -F, '{ print $(NF - 3) }' <<<"$line")
+    P99=$(awk -F, '{ print $(NF - 1) }' <<<"$line")
+}
+
+# The live directory: MACHINES x PER_MACHINE started processes, in batches of 1000.
+populate() {
+    awk -v m="$MACHINES" -v p="$PER_MACHINE" 'BEGIN {
+        n = 0; b = 0;
+        for (i = 0; i < m; i++) for (j = 0; j < p; j++) {
+            if (n % 1000 == 0) { if (n) print "]}"; printf "{\"events\":["; } else printf ",";
+            printf "{\"id\":\"pop-%d-%d\",\"type\":\"started\",\"instance\":\"live-%d-%d\",\"machine\":\"m%012d\",\"service\":\"zone\",\"pid\":%d}", i, j, i, j, i, 100 + j;
+            n++;
+        }
+        print "]}" }' >"$WORK/populate.jsonl"
+    while IFS= read -r body; do
+        curl -fs -X POST "$SD/v1/clusters/bench/events" -H 'Content-Type: application/json' \
+             --data-binary "$body" >/dev/null
+    done <"$WORK/populate.jsonl"
+}
+
+# The anchor batch: what serverdir hands events_apply.lua for one wrk request.
+anchor_batch() {
+    awk -v b="$BATCH" 'BEGIN {
+        printf "[";
+        for (k = 1; k <= b / 2; k++) {
+            if (k > 1) printf ",";
+            printf "[\"id\",\"a%d-s\",\"type\",\"started\",\"instance\",\"a%d\",\"machine\",\"m%012d\",\"service\",\"zone\",\"pid\",\"%d\",\"ports\",\"{\\\"game\\\":%d}\"],", k, k, k, 1000 + k, 27000 + k;
+            printf "[\"id\",\"a%d-x\",\"type\",\"stopped\",\"instance\",\"a%d\",\"machine\",\"m%012d\",\"service\",\"zone\",\"reason\",\"exited\",\"code\",\"0\"]", k, k, k;
+        }
+        printf "]" }'
+}
+
+declare -a EV_SATP99 EV_LOAD RD_SATP99 RD_LOAD EV_SD EV_SD50 EV_SD99 EV_RB EV_RB50 EV_RB99 RD_SD RD_SD50 RD_SD99 RD_RB RD_RB50 RD_RB99
+
+# events_apply.lua with a per-call nonce (ARGV[6]) appended to ids and instances.
+sed 's/^  events\[i\] = f$/  f.id = f.id .. ARGV[6]; f.instance = f.instance .. ARGV[6]\n  events[i] = f/' \
+    "$ROOT/serverdir/lua/events_apply.lua" >"$WORK/events_anchor.lua"
+if cmp -s "$WORK/events_anchor.lua" "$ROOT/serverdir/lua/events_apply.lua"; then
+    echo "could not derive the anchor script from events_apply.lua" >&2
+    exit 1
+fi
+BATCH_JSON=$(anchor_batch)
+
+echo "events bench: $RUNS runs, ${DURATION}s per wrk phase, $CONNS connections, batches of $BATCH events,"
+echo "live directory $MACHINES machines x $PER_MACHINE processes, serverdir --threads $THREADS, $(nproc) CPUs (shared)"
+for run in $(seq 1 "$RUNS"); do
+    RPORT=$(free_port)
+    HPORT=$(free_port)
+    redis-server --port "$RPORT" --bind 127.0.0.1 --save '' --appendonly no \
+        --dir "$WORK" >"$WORK/redis.log" 2>&1 &
+    RPID=$!
+    PIDS+=("$RPID")
+    for _ in $(seq 1 100); do redis-cli -p "$RPORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
+    "$BUILD_DIR/bin/serverdir" --listen "127.0.0.1:$HPORT" --redis "redis://127.0.0.1:$RPORT/0" \
+        --threads "$THREADS" --log-level warn >"$WORK/serverdir.log" 2>&1 &
+    SPID=$!
+    PIDS+=("$SPID")
+    SD="http://127.0.0.1:$HPORT"
+    wait_for "$SD/healthz"
+    populate
+
+    export BATCH MACHINES RUN_ID="run$run"
+    run_wrk "$ROOT/bench/events_post.lua" "$SD/v1/clusters/bench/events"
+    EV_SD+=("$(awk -v r="$RPS" -v b="$BATCH" 'BEGIN { printf "%.0f", r * b }')")
+    EV_SATP99+=("$P99")
+    RUN_ID="run${run}l" run_wrk "$ROOT/bench/events_post.lua" "$SD/v1/clusters/bench/events" "$(delay_for "$RPS")"
+    EV_LOAD+=("$(awk -v r="$RPS" -v b="$BATCH" 'BEGIN { printf "%.0f", r * b }')"); EV_SD50+=("$P50"); EV_SD99+=("$P99")
+
+    ESHA=$(redis-cli -p "$RPORT" SCRIPT LOAD "$(cat "$WORK/events_anchor.lua")")
+    run_rb -r 100000000000 EVALSHA "$ESHA" 1 'sd:{benchraw}:' "$BATCH_JSON" 86400000 10000 10000 86400000 "-__rand_int__"
+    EV_RB+=("$(awk -v r="$RPS" -v b="$BATCH" 'BEGIN { printf "%.0f", r * b }')"); EV_RB50+=("$P50"); EV_RB99+=("$P99")
+
+    run_wrk "$ROOT/bench/procs_get.lua" "$SD/v1/clusters/bench/processes"
+    RD_SD+=("$RPS")
+    RD_SATP99+=("$P99")
+    run_wrk "$ROOT/bench/procs_get.lua" "$SD/v1/clusters/bench/processes" "$(delay_for "$RPS")"
+    RD_LOAD+=("$RPS"); RD_SD50+=("$P50"); RD_SD99+=("$P99")
+    PSHA=$(redis-cli -p "$RPORT" SCRIPT LOAD "$(cat "$ROOT/serverdir/lua/proc_list.lua")")
+    run_rb -r "$MACHINES" EVALSHA "$PSHA" 1 'sd:{bench}:' '' 'm__rand_int__' '' 10000
+    RD_RB+=("$RPS"); RD_RB50+=("$P50"); RD_RB99+=("$P99")
+
+    i=$((run - 1))
+    printf 'run %d  events: serverdir %s ev/s (p99 %s ms saturated), at %s ev/s p50 %s ms p99 %s ms | redis %s ev/s p50 %s ms p99 %s ms | ratio %s\n' \
+        "$run" "${EV_SD[$i]}" "${EV_SATP99[$i]}" "${EV_LOAD[$i]}" "${EV_SD50[$i]}" "${EV_SD99[$i]}" \
+        "${EV_RB[$i]}" "${EV_RB50[$i]}" "${EV_RB99[$i]}" \
+        "$(awk -v a="${EV_SD[$i]}" -v b="${EV_RB[$i]}" 'BEGIN { printf "%.2f", a / b }')"
+    printf 'run %d  reads:  serverdir %s req/s (p99 %s ms saturated), at %s req/s p50 %s ms p99 %s ms | redis %s req/s p50 %s ms p99 %s ms | ratio %s\n' \
+        "$run" "${RD_SD[$i]}" "${RD_SATP99[$i]}" "${RD_LOAD[$i]}" "${RD_SD50[$i]}" "${RD_SD99[$i]}" \
+        "${RD_RB[$i]}" "${RD_RB50[$i]}" "${RD_RB99[$i]}" \
+        "$(awk -v a="${RD_SD[$i]}" -v b="${RD_RB[$i]}" 'BEGIN { printf "%.2f", a / b }')"
+
+    kill "$SPID" "$RPID"
+    wait "$SPID" "$RPID" 2>/dev/null || true
+    PIDS=()
+done
+
+median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+ev_sd=$(median "${EV_SD[@]}"); ev_rb=$(median "${EV_RB[@]}")
+rd_sd=$(median "${RD_SD[@]}"); rd_rb=$(median "${RD_RB[@]}")
+echo "medians of $RUNS runs ($CONNS connections, batches of $BATCH events; latency at $LOAD of the measured rate):"
+printf '  events: serverdir %s events/s, redis-benchmark %s events/s (p50 %s ms, p99 %s ms), ratio %s (target >= 0.40)\n' \
+    "$ev_sd" "$ev_rb" "$(median "${EV_RB50[@]}")" "$(median "${EV_RB99[@]}")" \
+    "$(awk -v a="$ev_sd" -v b="$ev_rb" 'BEGIN { printf "%.2f", a / b }')"
+printf '          serverdir at %s events/s: p50 %s ms, p99 %s ms per batch (target p99 < 5 ms); saturated p99 %s ms\n' \
+    "$(median "${EV_LOAD[@]}")" "$(median "${EV_SD50[@]}")" "$(median "${EV_SD99[@]}")" "$(median "${EV_SATP99[@]}")"
+printf '  reads:  serverdir %s req/s, redis-benchmark %s req/s (p50 %s ms, p99 %s ms), ratio %s\n' \
+    "$rd_sd" "$rd_rb" "$(median "${RD_RB50[@]}")" "$(median "${RD_RB99[@]}")" \
+    "$(awk -v a="$rd_sd" -v b="$rd_rb" 'BEGIN { printf "%.2f", a / b }')"
+printf '          serverdir at %s req/s: p50 %s ms, p99 %s ms; saturated p99 %s ms\n' \
+    "$(median "${RD_LOAD[@]}")" "$(median "${RD_SD50[@]}")" "$(median "${RD_SD99[@]}")" "$(median "${RD_SATP99[@]}")"

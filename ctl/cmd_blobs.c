@@ -1,0 +1,62 @@
+/* sdctl blobs: read a player's saved blob (docs/locks.md). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctl.h"
+
+SDCTL_CMD("blobs", cmd_blobs, "read a saved blob (get KEY [-o FILE])");
+
+static const char usage_text[] =
+    "usage: sdctl blobs get KEY [-o FILE]\n"
+    "  writes the blob's bytes to FILE (or stdout) and its Blob-Seq to stderr;\n"
+    "  with the global -o json, prints {key, blob_seq, bytes} instead of the bytes.\n";
+
+int cmd_blobs(ctl_t *ctl, int argc, char **argv)
+{
+    if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        fputs(usage_text, stdout);
+        return CTL_EXIT_OK;
+    }
+    const char *file = NULL;
+    if (argc == 5 && !strcmp(argv[3], "-o"))
+        file = argv[4];
+    else if (argc != 3)
+        return ctl_usage("blobs", "expected get KEY [-o FILE]");
+    if (strcmp(argv[1], "get"))
+        return ctl_usage("blobs", "unknown subcommand '%s'", argv[1]);
+    const char *key = argv[2];
+
+    void *data = NULL;
+    size_t len = 0;
+    int64_t seq = 0;
+    sdc_err_t err;
+    int rc = sdc_blob_get(ctl->client, key, 0, &data, &len, &seq, &err);
+    if (rc != SDC_OK) {
+        rc = ctl_fail(rc, &err);
+        sdc_err_clear(&err);
+        return rc;
+    }
+    rc = CTL_EXIT_OK;
+    if (ctl->json && !file) {
+        json_t *o = json_pack("{s:s, s:I, s:I}", "key", key, "blob_seq", (json_int_t)seq, "bytes",
+                              (json_int_t)len);
+        ctl_print_json(o);
+        json_decref(o);
+    } else {
+        FILE *f = file ? fopen(file, "wb") : stdout;
+        int ok = f && fwrite(data, 1, len, f) == len;
+        if (file && f && fclose(f))
+            ok = 0;
+        if (!ok) {
+            fprintf(stderr, "sdctl blobs: cannot write %s: %s\n", file ? file : "stdout",
+                    strerror(errno));
+            rc = CTL_EXIT_FAILED;
+        } else {
+            fprintf(stderr, "blob %s: %zu bytes, Blob-Seq %lld\n", key, len, (long long)seq);
+        }
+    }
+    free(data);
+    return rc;
+}

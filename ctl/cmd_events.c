@@ -1,0 +1,83 @@
+/* sdctl events: the cluster's process event history (bounded, newest last). */
+#include <stdio.h>
+#include <string.h>
+
+#include "ctl.h"
+#include "sdutil.h"
+
+SDCTL_CMD("events", cmd_events, "show the process event history (newest last)");
+
+static const char usage_text[] =
+    "usage: sdctl events [--since SEQ] [--limit N]\n"
+    "  Shows process events (started, ready, stopped) newest last: the newest N (default\n"
+    "  100, at most 1000), or with --since the ones after event SEQ (the SEQ column; -o\n"
+    "  json also gives `last`, the SEQ to continue from).\n";
+
+/* What matters of one event: the pid when it started, the reason when it stopped. */
+static const char *event_detail(const json_t *e, char *buf, size_t cap)
+{
+    const char *type = json_string_value(json_object_get(e, "type"));
+    const char *reason = json_string_value(json_object_get(e, "reason"));
+    const char *detail = json_string_value(json_object_get(e, "detail"));
+    const json_t *pid = json_object_get(e, "pid");
+    if (type && !strcmp(type, "stopped"))
+        snprintf(buf, cap, "%s%s%s", reason ? reason : "?", detail ? ": " : "",
+                 detail ? detail : "");
+    else if (json_is_integer(pid))
+        snprintf(buf, cap, "pid %lld", (long long)json_integer_value(pid));
+    else
+        snprintf(buf, cap, "-");
+    return buf;
+}
+
+int cmd_events(ctl_t *ctl, int argc, char **argv)
+{
+    const char *since = NULL;
+    int64_t limit = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(usage_text, stdout);
+            return CTL_EXIT_OK;
+        } else if (!strcmp(a, "--since") && i + 1 < argc) {
+            since = argv[++i];
+        } else if (!strcmp(a, "--limit") && i + 1 < argc) {
+            if (sd_parse_i64(argv[++i], 1, 1000, &limit))
+                return ctl_usage("events", "--limit takes a number from 1 to 1000");
+        } else {
+            return ctl_usage("events", "unexpected or incomplete argument '%s'", a);
+        }
+    }
+    json_t *ans = NULL;
+    sdc_err_t err;
+    int rc = sdc_events_list(ctl->client, ctl->cluster, since, (int)limit, &ans, &err);
+    if (rc != SDC_OK) {
+        rc = ctl_fail(rc, &err);
+        sdc_err_clear(&err);
+        return rc;
+    }
+    if (ctl->json) {
+        ctl_print_json(ans);
+    } else {
+        int64_t now = sd_wall_ms();
+        ctl_table_t *t = ctl_table_new(7, "SEQ", "AGE", "TYPE", "INSTANCE", "SERVICE", "MACHINE",
+                                       "DETAIL");
+        size_t i;
+        const json_t *e;
+        json_array_foreach(json_object_get(ans, "events"), i, e) {
+            char seq[48], age[32], type[16], inst[160], svc[160], mach[160], det[400];
+            const json_t *ts = json_object_get(e, "ts_ms");
+            ctl_table_row(t, ctl_jstr(json_object_get(e, "seq"), seq, sizeof seq),
+                          json_is_integer(ts) ? ctl_fmt_ms(now - json_integer_value(ts), age, sizeof age)
+                                              : NULL,
+                          ctl_jstr(json_object_get(e, "type"), type, sizeof type),
+                          ctl_jstr(json_object_get(e, "instance"), inst, sizeof inst),
+                          ctl_jstr(json_object_get(e, "service"), svc, sizeof svc),
+                          ctl_jstr(json_object_get(e, "machine"), mach, sizeof mach),
+                          event_detail(e, det, sizeof det));
+        }
+        ctl_table_print(t, stdout, ctl->color);
+    }
+    json_decref(ans);
+    return CTL_EXIT_OK;
+}

@@ -1,0 +1,111 @@
+/* sdctl locks: inspect the lock table and force-unlock (docs/locks.md). */
+#include <stdio.h>
+#include <string.h>
+
+#include "ctl.h"
+
+SDCTL_CMD("locks", cmd_locks, "inspect locks (get KEY, list --holder H) and force-unlock KEY");
+
+static const char usage_text[] =
+    "usage: sdctl locks get KEY             one lock: holder, lock_seq, age, lease\n"
+    "       sdctl locks list --holder H     the locks holder H holds\n"
+    "       sdctl locks force-unlock KEY    free KEY whoever holds it (ops token; the old\n"
+    "                                       holder's saves are refused from then on)\n";
+
+static int locks_get(ctl_t *ctl, const char *key)
+{
+    sdc_lock_info_t li;
+    json_t *raw = NULL;
+    sdc_err_t err;
+    int rc = sdc_lock_get(ctl->client, key, &li, &raw, &err);
+    if (rc != SDC_OK) {
+        rc = ctl_fail(rc, &err);
+        sdc_err_clear(&err);
+        return rc;
+    }
+    if (ctl->json) {
+        ctl_print_json(raw);
+    } else {
+        char seq[32], age[32], exp[32], delay[32];
+        snprintf(seq, sizeof seq, "%lld", (long long)li.lock_seq);
+        ctl_table_t *t = ctl_table_new(6, "KEY", "STATE", "HOLDER", "LOCK_SEQ", "HELD_FOR", "EXPIRES_IN");
+        ctl_table_row(t, li.key, li.held ? "held" : (li.lock_delay_ms > 0 ? "delayed" : "free"),
+                      li.held ? li.holder : NULL, li.lock_seq ? seq : NULL,
+                      li.held ? ctl_fmt_ms(li.held_for_ms, age, sizeof age) : NULL,
+                      li.expires_in_ms >= 0 ? ctl_fmt_ms(li.expires_in_ms, exp, sizeof exp)
+                                            : (li.lock_delay_ms > 0
+                                                   ? ctl_fmt_ms(li.lock_delay_ms, delay, sizeof delay)
+                                                   : NULL));
+        ctl_table_print(t, stdout, ctl->color);
+    }
+    json_decref(raw);
+    return CTL_EXIT_OK;
+}
+
+static int locks_list(ctl_t *ctl, const char *holder)
+{
+    json_t *ans = NULL;
+    sdc_err_t err;
+    int rc = sdc_lock_list_by_holder(ctl->client, holder, &ans, &err);
+    if (rc != SDC_OK) {
+        rc = ctl_fail(rc, &err);
+        sdc_err_clear(&err);
+        return rc;
+    }
+    if (ctl->json) {
+        ctl_print_json(ans);
+    } else {
+        ctl_table_t *t = ctl_table_new(4, "KEY", "LOCK_SEQ", "SINCE_MS", "EXPIRES_IN");
+        size_t i;
+        const json_t *l;
+        json_array_foreach(json_object_get(ans, "locks"), i, l) {
+            char a[160], b[32], c[32], d[32];
+            const json_t *exp = json_object_get(l, "expires_in_ms");
+            ctl_table_row(t, ctl_jstr(json_object_get(l, "key"), a, sizeof a),
+                          ctl_jstr(json_object_get(l, "lock_seq"), b, sizeof b),
+                          ctl_jstr(json_object_get(l, "since_ms"), c, sizeof c),
+                          json_is_integer(exp) ? ctl_fmt_ms(json_integer_value(exp), d, sizeof d) : NULL);
+        }
+        ctl_table_print(t, stdout, ctl->color);
+    }
+    json_decref(ans);
+    return CTL_EXIT_OK;
+}
+
+static int locks_force(ctl_t *ctl, const char *key)
+{
+    json_t *ans = NULL;
+    sdc_err_t err;
+    int rc = sdc_lock_force_unlock(ctl->client, key, &ans, &err);
+    if (rc != SDC_OK) {
+        rc = ctl_fail(rc, &err);
+        sdc_err_clear(&err);
+        return rc;
+    }
+    if (ctl->json) {
+        ctl_print_json(ans);
+    } else {
+        char seq[32];
+        printf("unlocked %s (was held by %s with lock_seq %s)\n", key,
+               json_string_value(json_object_get(ans, "previous_holder")),
+               ctl_jstr(json_object_get(ans, "lock_seq"), seq, sizeof seq));
+    }
+    json_decref(ans);
+    return CTL_EXIT_OK;
+}
+
+int cmd_locks(ctl_t *ctl, int argc, char **argv)
+{
+    if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        fputs(usage_text, stdout);
+        return CTL_EXIT_OK;
+    }
+    if (argc == 3 && !strcmp(argv[1], "get"))
+        return locks_get(ctl, argv[2]);
+    if (argc == 4 && !strcmp(argv[1], "list") && !strcmp(argv[2], "--holder"))
+        return locks_list(ctl, argv[3]);
+    if (argc == 3 && !strcmp(argv[1], "force-unlock"))
+        return locks_force(ctl, argv[2]);
+    fputs(usage_text, stderr);
+    return ctl_usage("locks", "expected get KEY, list --holder H or force-unlock KEY");
+}

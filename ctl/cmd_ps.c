@@ -1,0 +1,131 @@
+/* sdctl ps: the process directory of the cluster. */
+#include <stdio.h>
+#include <string.h>
+
+#include "ctl.h"
+#include "sdutil.h"
+
+SDCTL_CMD("ps", cmd_ps, "list processes (the live directory, or --state stopped)");
+
+static const char usage_text[] =
+    "usage: sdctl ps [--machine M] [--service S] [--state starting|ready|stopped] [INSTANCE]\n"
+    "  Lists the processes of the cluster: by default the live directory (starting and\n"
+    "  ready); --state stopped lists the recently stopped ones with their exit reason.\n"
+    "  With INSTANCE, that one process record (exit code 4 when it is unknown).\n"
+    "  AGE is the time since the process started (stopped: since it stopped).\n";
+
+/* "game=27960,query=27961" from a ports object. */
+static const char *ports_text(const json_t *ports, char *buf, size_t cap)
+{
+    size_t o = 0;
+    const char *k;
+    const json_t *v;
+    buf[0] = '\0';
+    json_object_foreach((json_t *)ports, k, v) {
+        int n = snprintf(buf + o, cap - o, "%s%s=%lld", o ? "," : "", k,
+                         (long long)json_integer_value(v));
+        if (n < 0 || (size_t)n >= cap - o)
+            break;
+        o += (size_t)n;
+    }
+    return buf;
+}
+
+/* The exit reason with its detail: "killed(9)", "exited(3)", "hung(3012ms)". */
+static const char *reason_text(const json_t *p, char *buf, size_t cap)
+{
+    const char *reason = json_string_value(json_object_get(p, "reason"));
+    const json_t *code = json_object_get(p, "code"), *sig = json_object_get(p, "signal");
+    const json_t *silent = json_object_get(p, "silent_ms");
+    if (!reason)
+        snprintf(buf, cap, "-");
+    else if (json_is_integer(code))
+        snprintf(buf, cap, "%s(code %lld)", reason, (long long)json_integer_value(code));
+    else if (json_is_integer(sig))
+        snprintf(buf, cap, "%s(signal %lld)", reason, (long long)json_integer_value(sig));
+    else if (json_is_integer(silent))
+        snprintf(buf, cap, "%s(silent %lldms)", reason, (long long)json_integer_value(silent));
+    else
+        snprintf(buf, cap, "%s", reason);
+    return buf;
+}
+
+static void proc_row(ctl_table_t *t, const json_t *p, int64_t now)
+{
+    char inst[160], svc[160], mach[160], state[16], pid[24], gen[24], ports[256], age[32];
+    char reason[96];
+    const char *st = json_string_value(json_object_get(p, "state"));
+    const json_t *since = json_object_get(p, st && !strcmp(st, "stopped") ? "stopped_at_ms"
+                                                                           : "started_at_ms");
+    ctl_table_row(t, ctl_jstr(json_object_get(p, "instance"), inst, sizeof inst),
+                  ctl_jstr(json_object_get(p, "service"), svc, sizeof svc),
+                  ctl_jstr(json_object_get(p, "machine"), mach, sizeof mach),
+                  ctl_jstr(json_object_get(p, "state"), state, sizeof state),
+                  ctl_jstr(json_object_get(p, "pid"), pid, sizeof pid),
+                  ctl_jstr(json_object_get(p, "generation"), gen, sizeof gen),
+                  ports_text(json_object_get(p, "ports"), ports, sizeof ports),
+                  json_is_integer(since) ? ctl_fmt_ms(now - json_integer_value(since), age, sizeof age)
+                                         : NULL,
+                  reason_text(p, reason, sizeof reason));
+}
+
+int cmd_ps(ctl_t *ctl, int argc, char **argv)
+{
+    sdc_proc_filter_t f = {0};
+    const char *one = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char **dst = !strcmp(a, "--machine") ? &f.machine
+                         : !strcmp(a, "--service") ? &f.service
+                         : !strcmp(a, "--state") ? &f.state : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(usage_text, stdout);
+            return CTL_EXIT_OK;
+        } else if (dst) {
+            if (i + 1 >= argc)
+                return ctl_usage("ps", "%s needs a value", a);
+            *dst = argv[++i];
+        } else if (a[0] == '-' || one) {
+            return ctl_usage("ps", "unexpected argument '%s'", a);
+        } else {
+            one = a;
+        }
+    }
+    if (f.state && strcmp(f.state, "starting") && strcmp(f.state, "ready") &&
+        strcmp(f.state, "stopped"))
+        return ctl_usage("ps", "--state takes starting, ready or stopped");
+    if (one && (f.machine || f.service || f.state))
+        return ctl_usage("ps", "INSTANCE does not combine with filters");
+
+    json_t *ans = NULL;
+    sdc_err_t err;
+    int rc = one ? sdc_process_get(ctl->client, ctl->cluster, one, &ans, &err)
+                 : sdc_processes_list(ctl->client, ctl->cluster, &f, &ans, &err);
+    if (rc != SDC_OK) {
+        rc = ctl_fail(rc, &err);
+        sdc_err_clear(&err);
+        return rc;
+    }
+    if (ctl->json) {
+        ctl_print_json(ans);
+    } else {
+        int64_t now = sd_wall_ms();
+        ctl_table_t *t = ctl_table_new(9, "INSTANCE", "SERVICE", "MACHINE", "STATE", "PID", "GEN",
+                                       "PORTS", "AGE", "REASON");
+        if (one) {
+            proc_row(t, ans, now);
+        } else {
+            size_t i;
+            const json_t *p;
+            json_array_foreach(json_object_get(ans, "processes"), i, p)
+                proc_row(t, p, now);
+        }
+        ctl_table_print(t, stdout, ctl->color);
+        if (json_is_true(json_object_get(ans, "truncated")))
+            fprintf(stderr, "sdctl: showing %zu of %lld processes\n",
+                    json_array_size(json_object_get(ans, "processes")),
+                    (long long)json_integer_value(json_object_get(ans, "total")));
+    }
+    json_decref(ans);
+    return CTL_EXIT_OK;
+}

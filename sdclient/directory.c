@@ -1,0 +1,198 @@
+/* libsdclient: machines, processes and events (the directory). Names are checked here
+ * so a bad one fails with SDC_E_INVAL before any request is sent. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "sdclient.h"
+#include "sdutil.h"
+
+static int bad_arg(sdc_err_t *err, const char *what)
+{
+    if (err) {
+        memset(err, 0, sizeof *err);
+        snprintf(err->message, sizeof err->message, "%s", what);
+    }
+    return SDC_E_INVAL;
+}
+
+/* Checks that each of the n names is valid; returns 0 or SDC_E_INVAL naming it. */
+static int check_names(sdc_err_t *err, int n, ...)
+{
+    va_list ap;
+    va_start(ap, n);
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        const char *what = va_arg(ap, const char *);
+        const char *s = va_arg(ap, const char *);
+        if (!sd_name_valid(s, SD_NAME_MAX)) {
+            char msg[96];
+            snprintf(msg, sizeof msg, "%s is not a valid name", what);
+            rc = bad_arg(err, msg);
+        }
+    }
+    va_end(ap);
+    return rc;
+}
+
+int sdc_machine_put(sdc_t *c, const char *cluster, const char *machine,
+                    const sdc_machine_lease_t *lease, int64_t *expires_in_ms, sdc_err_t *err)
+{
+    int rc = check_names(err, 2, "cluster", cluster, "machine", machine);
+    if (rc)
+        return rc;
+    json_t *body = json_object();
+    if (lease) {
+        if (lease->address)
+            json_object_set_new(body, "address", json_string(lease->address));
+        if (lease->labels)
+            json_object_set(body, "labels", (json_t *)lease->labels);
+        if (lease->capacity >= 0)
+            json_object_set_new(body, "capacity", json_integer(lease->capacity));
+        if (lease->version)
+            json_object_set_new(body, "version", json_string(lease->version));
+        if (lease->ttl_ms > 0)
+            json_object_set_new(body, "ttl_ms", json_integer(lease->ttl_ms));
+    }
+    char path[512];
+    snprintf(path, sizeof path, "/v1/clusters/%s/machines/%s", cluster, machine);
+    json_t *out = NULL;
+    rc = sdc_request(c, "PUT", path, body, &out, err);
+    json_decref(body);
+    if (rc == SDC_OK) {
+        json_t *e = json_object_get(out, "expires_in_ms");
+        if (!json_is_integer(e)) {
+            rc = SDC_E_PROTO;
+            if (err)
+                snprintf(err->message, sizeof err->message, "no expires_in_ms in the answer");
+        } else if (expires_in_ms) {
+            *expires_in_ms = json_integer_value(e);
+        }
+    }
+    json_decref(out);
+    return rc;
+}
+
+int sdc_machines_list(sdc_t *c, const char *cluster, json_t **out, sdc_err_t *err)
+{
+    *out = NULL;
+    int rc = check_names(err, 1, "cluster", cluster);
+    if (rc)
+        return rc;
+    char path[256];
+    snprintf(path, sizeof path, "/v1/clusters/%s/machines", cluster);
+    return sdc_request(c, "GET", path, NULL, out, err);
+}
+
+int sdc_machine_get(sdc_t *c, const char *cluster, const char *machine, json_t **out,
+                    sdc_err_t *err)
+{
+    *out = NULL;
+    int rc = check_names(err, 2, "cluster", cluster, "machine", machine);
+    if (rc)
+        return rc;
+    char path[512];
+    snprintf(path, sizeof path, "/v1/clusters/%s/machines/%s", cluster, machine);
+    return sdc_request(c, "GET", path, NULL, out, err);
+}
+
+int sdc_machine_delete(sdc_t *c, const char *cluster, const char *machine, sdc_err_t *err)
+{
+    int rc = check_names(err, 2, "cluster", cluster, "machine", machine);
+    if (rc)
+        return rc;
+    char path[512];
+    snprintf(path, sizeof path, "/v1/clusters/%s/machines/%s", cluster, machine);
+    return sdc_request(c, "DELETE", path, NULL, NULL, err);
+}
+
+int sdc_events_post(sdc_t *c, const char *cluster, const json_t *events, int *accepted,
+                    int *duplicates, sdc_err_t *err)
+{
+    int rc = check_names(err, 1, "cluster", cluster);
+    if (rc)
+        return rc;
+    if (!json_is_array(events) || json_array_size(events) == 0 ||
+        json_array_size(events) > 1000)
+        return bad_arg(err, "events must be an array of 1 to 1000 events");
+    char path[256];
+    snprintf(path, sizeof path, "/v1/clusters/%s/events", cluster);
+    json_t *body = json_pack("{s:O}", "events", (json_t *)events);
+    json_t *out = NULL;
+    rc = sdc_request(c, "POST", path, body, &out, err);
+    json_decref(body);
+    if (rc == SDC_OK) {
+        json_t *a = json_object_get(out, "accepted"), *d = json_object_get(out, "duplicates");
+        if (!json_is_integer(a) || !json_is_integer(d)) {
+            rc = SDC_E_PROTO;
+            if (err)
+                snprintf(err->message, sizeof err->message, "no accepted/duplicates in the answer");
+        } else {
+            if (accepted)
+                *accepted = (int)json_integer_value(a);
+            if (duplicates)
+                *duplicates = (int)json_integer_value(d);
+        }
+    }
+    json_decref(out);
+    return rc;
+}
+
+int sdc_processes_list(sdc_t *c, const char *cluster, const sdc_proc_filter_t *filter,
+                       json_t **out, sdc_err_t *err)
+{
+    *out = NULL;
+    int rc = check_names(err, 1, "cluster", cluster);
+    if (rc)
+        return rc;
+    char path[1024], esc[400];
+    int n = snprintf(path, sizeof path, "/v1/clusters/%s/processes", cluster);
+    char sep = '?';
+    const char *keys[] = {"machine", "service", "state"};
+    const char *vals[] = {filter ? filter->machine : NULL, filter ? filter->service : NULL,
+                          filter ? filter->state : NULL};
+    for (int i = 0; i < 3; i++) {
+        if (!vals[i])
+            continue;
+        if (strlen(vals[i]) > SD_NAME_MAX)
+            return bad_arg(err, "filter value too long");
+        n += snprintf(path + n, sizeof path - (size_t)n, "%c%s=%s", sep, keys[i],
+                      sdc_escape(vals[i], esc, sizeof esc));
+        sep = '&';
+    }
+    return sdc_request(c, "GET", path, NULL, out, err);
+}
+
+int sdc_process_get(sdc_t *c, const char *cluster, const char *instance, json_t **out,
+                    sdc_err_t *err)
+{
+    *out = NULL;
+    int rc = check_names(err, 2, "cluster", cluster, "instance", instance);
+    if (rc)
+        return rc;
+    char path[512];
+    snprintf(path, sizeof path, "/v1/clusters/%s/processes/%s", cluster, instance);
+    return sdc_request(c, "GET", path, NULL, out, err);
+}
+
+int sdc_events_list(sdc_t *c, const char *cluster, const char *since, int limit,
+                    json_t **out, sdc_err_t *err)
+{
+    *out = NULL;
+    int rc = check_names(err, 1, "cluster", cluster);
+    if (rc)
+        return rc;
+    char path[512], esc[200];
+    int n = snprintf(path, sizeof path, "/v1/clusters/%s/events", cluster);
+    char sep = '?';
+    if (since) {
+        if (strlen(since) > 64)
+            return bad_arg(err, "since is too long");
+        n += snprintf(path + n, sizeof path - (size_t)n, "?since=%s",
+                      sdc_escape(since, esc, sizeof esc));
+        sep = '&';
+    }
+    if (limit > 0)
+        snprintf(path + n, sizeof path - (size_t)n, "%climit=%d", sep, limit);
+    return sdc_request(c, "GET", path, NULL, out, err);
+}

@@ -1,0 +1,269 @@
+/* libsdclient: the lock table and the fenced blob store (docs/locks.md). Thin typed
+ * wrappers over sdc_request / sdc_request_raw; every function validates its names first
+ * so a bad argument never reaches the network. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sdclient.h"
+#include "sdutil.h"
+
+#define KEY_MAX 128
+#define MANY_MAX 16
+
+static int inval(sdc_err_t *err, const char *what)
+{
+    if (err) {
+        memset(err, 0, sizeof *err);
+        snprintf(err->message, sizeof err->message, "%s", what);
+    }
+    return SDC_E_INVAL;
+}
+
+static int proto(sdc_err_t *err, const char *what)
+{
+    if (err)
+        snprintf(err->message, sizeof err->message, "%s", what);
+    return SDC_E_PROTO;
+}
+
+static int64_t jint(const json_t *o, const char *k, int64_t dflt)
+{
+    const json_t *v = json_object_get(o, k);
+    return json_is_integer(v) ? (int64_t)json_integer_value(v) : dflt;
+}
+
+static void jcopy(const json_t *o, const char *k, char *buf, size_t cap)
+{
+    const char *s = json_string_value(json_object_get(o, k));
+    snprintf(buf, cap, "%s", s ? s : "");
+}
+
+/* Adds the acquire options to body. */
+static void opts_add(json_t *body, const char *holder, const sdc_lock_opts_t *o)
+{
+    json_object_set_new(body, "holder", json_string(holder));
+    if (!o)
+        return;
+    if (o->ttl_ms > 0)
+        json_object_set_new(body, "ttl_ms", json_integer(o->ttl_ms));
+    if (o->wait_ms > 0)
+        json_object_set_new(body, "wait_ms", json_integer(o->wait_ms));
+    if (o->steal_if_holder_stopped)
+        json_object_set_new(body, "steal_if_holder_stopped",
+                            json_string(o->steal_if_holder_stopped));
+    if (o->steal_if_older_than_ms > 0)
+        json_object_set_new(body, "steal_if_older_than_ms",
+                            json_integer(o->steal_if_older_than_ms));
+}
+
+/* One grant object of an answer into out; -1 when it lacks a lock_seq. */
+static int grant_parse(const json_t *g, sdc_lock_t *out)
+{
+    memset(out, 0, sizeof *out);
+    jcopy(g, "key", out->key, sizeof out->key);
+    out->lock_seq = jint(g, "lock_seq", 0);
+    out->since_ms = jint(g, "since_ms", 0);
+    out->expires_in_ms = jint(g, "expires_in_ms", -1);
+    out->reacquired = json_is_true(json_object_get(g, "reacquired"));
+    jcopy(g, "stolen_from", out->stolen_from, sizeof out->stolen_from);
+    return out->lock_seq > 0 && out->key[0] ? 0 : -1;
+}
+
+int sdc_lock_acquire(sdc_t *c, const char *key, const char *holder, const sdc_lock_opts_t *opts,
+                     sdc_lock_t *out, sdc_err_t *err)
+{
+    if (!sd_name_valid(key, KEY_MAX) || !sd_name_valid(holder, KEY_MAX))
+        return inval(err, "key and holder must be names");
+    char esc[3 * KEY_MAX + 1], path[3 * KEY_MAX + 32];
+    snprintf(path, sizeof path, "/v1/locks/%s", sdc_escape(key, esc, sizeof esc));
+    json_t *body = json_object();
+    opts_add(body, holder, opts);
+    json_t *ans = NULL;
+    int rc = sdc_request(c, "PUT", path, body, &ans, err);
+    json_decref(body);
+    if (rc == SDC_OK && grant_parse(ans, out))
+        rc = proto(err, "the grant has no lock_seq");
+    json_decref(ans);
+    return rc;
+}
+
+int sdc_lock_acquire_many(sdc_t *c, const char *const *keys, int n, const char *holder,
+                          const sdc_lock_opts_t *opts, sdc_lock_t *out, sdc_err_t *err)
+{
+    if (n < 1 || n > MANY_MAX || !sd_name_valid(holder, KEY_MAX))
+        return inval(err, "1 to 16 keys and a holder name are needed");
+    json_t *arr = json_array();
+    for (int i = 0; i < n; i++) {
+        if (!sd_name_valid(keys[i], KEY_MAX)) {
+            json_decref(arr);
+            return inval(err, "every key must be a name");
+        }
+        json_array_append_new(arr, json_string(keys[i]));
+    }
+    json_t *body = json_pack("{s:o}", "keys", arr);
+    opts_add(body, holder, opts);
+    json_t *ans = NULL;
+    int rc = sdc_request(c, "POST", "/v1/locks/acquire", body, &ans, err);
+    json_decref(body);
+    if (rc == SDC_OK) {
+        const json_t *locks = json_object_get(ans, "locks");
+        if (json_array_size(locks) != (size_t)n)
+            rc = proto(err, "the answer does not list every key");
+        for (int i = 0; rc == SDC_OK && i < n; i++)
+            if (grant_parse(json_array_get(locks, (size_t)i), &out[i]) ||
+                strcmp(out[i].key, keys[i]) != 0)
+                rc = proto(err, "a grant has no lock_seq or names another key");
+    }
+    json_decref(ans);
+    return rc;
+}
+
+int sdc_lock_release(sdc_t *c, const char *key, const char *holder, int64_t lock_seq,
+                     sdc_err_t *err)
+{
+    if (!sd_name_valid(key, KEY_MAX) || !sd_name_valid(holder, KEY_MAX) || lock_seq < 1)
+        return inval(err, "key and holder must be names, lock_seq positive");
+    char ek[3 * KEY_MAX + 1], eh[3 * KEY_MAX + 1], path[6 * KEY_MAX + 64];
+    snprintf(path, sizeof path, "/v1/locks/%s?holder=%s&lock_seq=%" PRId64,
+             sdc_escape(key, ek, sizeof ek), sdc_escape(holder, eh, sizeof eh), lock_seq);
+    return sdc_request(c, "DELETE", path, NULL, NULL, err);
+}
+
+int sdc_lock_release_many(sdc_t *c, const sdc_lock_t *locks, int n, const char *holder,
+                          sdc_err_t *err)
+{
+    if (n < 1 || n > MANY_MAX || !sd_name_valid(holder, KEY_MAX))
+        return inval(err, "1 to 16 locks and a holder name are needed");
+    json_t *keys = json_array(), *seqs = json_object();
+    for (int i = 0; i < n; i++) {
+        json_array_append_new(keys, json_string(locks[i].key));
+        json_object_set_new(seqs, locks[i].key, json_integer(locks[i].lock_seq));
+    }
+    json_t *body = json_pack("{s:s, s:o, s:o}", "holder", holder, "keys", keys, "lock_seqs", seqs);
+    int rc = sdc_request(c, "POST", "/v1/locks/release", body, NULL, err);
+    json_decref(body);
+    return rc;
+}
+
+int sdc_lock_renew(sdc_t *c, const char *key, const char *holder, int64_t lock_seq,
+                   int64_t ttl_ms, int64_t *expires_in_ms, sdc_err_t *err)
+{
+    if (!sd_name_valid(key, KEY_MAX) || !sd_name_valid(holder, KEY_MAX) || lock_seq < 1)
+        return inval(err, "key and holder must be names, lock_seq positive");
+    char esc[3 * KEY_MAX + 1], path[3 * KEY_MAX + 32];
+    snprintf(path, sizeof path, "/v1/locks/%s/renew", sdc_escape(key, esc, sizeof esc));
+    json_t *body = json_pack("{s:s, s:I}", "holder", holder, "lock_seq", (json_int_t)lock_seq);
+    if (ttl_ms > 0)
+        json_object_set_new(body, "ttl_ms", json_integer(ttl_ms));
+    json_t *ans = NULL;
+    int rc = sdc_request(c, "POST", path, body, &ans, err);
+    json_decref(body);
+    if (rc == SDC_OK && expires_in_ms)
+        *expires_in_ms = jint(ans, "expires_in_ms", -1);
+    json_decref(ans);
+    return rc;
+}
+
+int sdc_lock_get(sdc_t *c, const char *key, sdc_lock_info_t *out, json_t **raw,
+                 sdc_err_t *err)
+{
+    if (raw)
+        *raw = NULL;
+    if (!sd_name_valid(key, KEY_MAX))
+        return inval(err, "key must be a name");
+    char esc[3 * KEY_MAX + 1], path[3 * KEY_MAX + 32];
+    snprintf(path, sizeof path, "/v1/locks/%s", sdc_escape(key, esc, sizeof esc));
+    json_t *ans = NULL;
+    int rc = sdc_request(c, "GET", path, NULL, &ans, err);
+    if (rc != SDC_OK)
+        return rc;
+    if (out) {
+        memset(out, 0, sizeof *out);
+        jcopy(ans, "key", out->key, sizeof out->key);
+        const char *state = json_string_value(json_object_get(ans, "state"));
+        out->held = state && strcmp(state, "held") == 0;
+        jcopy(ans, "holder", out->holder, sizeof out->holder);
+        out->lock_seq = jint(ans, "lock_seq", 0);
+        out->since_ms = jint(ans, "since_ms", 0);
+        out->held_for_ms = jint(ans, "held_for_ms", 0);
+        out->expires_in_ms = jint(ans, "expires_in_ms", -1);
+        out->lock_delay_ms = jint(ans, "lock_delay_ms", 0);
+        if (!state)
+            rc = proto(err, "the answer has no state");
+    }
+    if (raw && rc == SDC_OK)
+        *raw = ans;
+    else
+        json_decref(ans);
+    return rc;
+}
+
+int sdc_lock_list_by_holder(sdc_t *c, const char *holder, json_t **out, sdc_err_t *err)
+{
+    *out = NULL;
+    if (!sd_name_valid(holder, KEY_MAX))
+        return inval(err, "holder must be a name");
+    char esc[3 * KEY_MAX + 1], path[3 * KEY_MAX + 32];
+    snprintf(path, sizeof path, "/v1/locks?holder=%s", sdc_escape(holder, esc, sizeof esc));
+    int rc = sdc_request(c, "GET", path, NULL, out, err);
+    if (rc == SDC_OK && !json_is_array(json_object_get(*out, "locks"))) {
+        json_decref(*out);
+        *out = NULL;
+        rc = proto(err, "the answer has no locks array");
+    }
+    return rc;
+}
+
+int sdc_lock_force_unlock(sdc_t *c, const char *key, json_t **out, sdc_err_t *err)
+{
+    if (out)
+        *out = NULL;
+    if (!sd_name_valid(key, KEY_MAX))
+        return inval(err, "key must be a name");
+    char esc[3 * KEY_MAX + 1], path[3 * KEY_MAX + 32];
+    snprintf(path, sizeof path, "/v1/locks/%s?force=true", sdc_escape(key, esc, sizeof esc));
+    return sdc_request(c, "DELETE", path, NULL, out, err);
+}
+
+int sdc_blob_get(sdc_t *c, const char *key, int64_t lock_seq, void **data, size_t *len,
+                 int64_t *blob_seq, sdc_err_t *err)
+{
+    *data = NULL;
+    *len = 0;
+    if (!sd_name_valid(key, KEY_MAX) || lock_seq < 0)
+        return inval(err, "key must be a name");
+    char esc[3 * KEY_MAX + 1], path[3 * KEY_MAX + 32], hdr[48], seq[32];
+    snprintf(path, sizeof path, "/v1/blobs/%s", sdc_escape(key, esc, sizeof esc));
+    snprintf(hdr, sizeof hdr, "Lock-Seq: %" PRId64, lock_seq);
+    const char *headers[] = {lock_seq > 0 ? hdr : NULL, NULL};
+    int rc = sdc_request_raw(c, "GET", path, headers, NULL, 0, data, len, "Blob-Seq", seq,
+                             sizeof seq, err);
+    if (rc != SDC_OK)
+        return rc;
+    int64_t bs;
+    if (sd_parse_i64(seq, 1, INT64_MAX, &bs)) {
+        free(*data);
+        *data = NULL;
+        *len = 0;
+        return proto(err, "the answer has no Blob-Seq header");
+    }
+    if (blob_seq)
+        *blob_seq = bs;
+    return SDC_OK;
+}
+
+int sdc_blob_put(sdc_t *c, const char *key, int64_t lock_seq, int64_t blob_seq,
+                 const void *data, size_t len, sdc_err_t *err)
+{
+    if (!sd_name_valid(key, KEY_MAX) || lock_seq < 1 || blob_seq < 1 || (len && !data))
+        return inval(err, "key must be a name, lock_seq and blob_seq positive");
+    char esc[3 * KEY_MAX + 1], path[3 * KEY_MAX + 32], h1[48], h2[48];
+    snprintf(path, sizeof path, "/v1/blobs/%s", sdc_escape(key, esc, sizeof esc));
+    snprintf(h1, sizeof h1, "Lock-Seq: %" PRId64, lock_seq);
+    snprintf(h2, sizeof h2, "Blob-Seq: %" PRId64, blob_seq);
+    const char *headers[] = {h1, h2, NULL};
+    return sdc_request_raw(c, "PUT", path, headers, len ? data : "", len, NULL, NULL, NULL, NULL,
+                           0, err);
+}

@@ -1,0 +1,154 @@
+/* Machine leases: a Big Brother registers its machine and renews the lease; readers see
+ * each machine as live or lost (lease ran out), judged by the Redis clock inside the
+ * scripts so every serverdir copy agrees. See directory.h for the Redis layout. */
+#include <string.h>
+
+#include "directory.h"
+#include "sd.h"
+
+SD_ROUTE(PUT, "/v1/clusters/{c}/machines/{m}", SD_R_BB, 0, h_machine_put);
+SD_ROUTE(GET, "/v1/clusters/{c}/machines", SD_R_READERS, 0, h_machines_list);
+SD_ROUTE(GET, "/v1/clusters/{c}/machines/{m}", SD_R_READERS, 0, h_machine_get);
+SD_ROUTE(DELETE, "/v1/clusters/{c}/machines/{m}", SD_R_OPS, 0, h_machine_delete);
+
+/* Registers or renews; the body is optional (an empty renewal keeps the stored fields). */
+int h_machine_put(sd_req_t *req, sd_resp_t *resp)
+{
+    const char *cluster, *machine;
+    if (sd_req_name(req, resp, 0, "cluster", &cluster) ||
+        sd_req_name(req, resp, 1, "machine", &machine))
+        return 0;
+    json_t *body = NULL;
+    if (req->body.len && !(body = sd_req_json(req, resp)))
+        return 0;
+    char base[256], err[SD_ERRMSG_MAX];
+    sd_argv_t a;
+    sd_argv_init(&a);
+    sd_argv_add(&a, sd_key(base, sizeof base, cluster, "%s", ""));
+    sd_argv_add(&a, machine);
+    sd_argv_addf(&a, "%lld", (long long)sd_dir_cfg.machine_keep_ms);
+    int rc = sd_dir_machine_args(body, &a, err, sizeof err);
+    if (rc) {
+        sd_argv_free(&a);
+        json_decref(body);
+        return sd_resp_error(resp, 400, "bad_field", "%s", err);
+    }
+    redisReply *r = NULL;
+    rc = sd_store_script("machine_put", 1, &a, &r); /* a points into body until here */
+    sd_argv_free(&a);
+    json_decref(body);
+    if (rc)
+        return sd_resp_store_error(resp, rc);
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
+        r->element[0]->type != REDIS_REPLY_STRING) {
+        freeReplyObject(r);
+        return sd_resp_store_error(resp, SD_STORE_ERROR);
+    }
+    int64_t registered = 0;
+    sd_parse_i64(r->element[0]->str, 0, INT64_MAX, &registered);
+    long long ttl = r->element[1]->integer;
+    int fresh = r->element[2]->integer == 1;
+    freeReplyObject(r);
+    if (fresh) {
+        log_info("machine registered", "cluster=%s machine=%s ttl_ms=%lld", cluster, machine, ttl);
+        SD_COUNT("serverdir_machine_registrations_total", "machine leases started (new or after expiry)", 1);
+    }
+    return sd_resp_json(resp, 200, json_pack("{s:s, s:s, s:I, s:I}", "cluster", cluster,
+                                             "machine", machine, "expires_in_ms", ttl,
+                                             "registered_at_ms", (json_int_t)registered));
+}
+
+/* Runs machine_list for one machine (name) or all (""), and builds the JSON list. */
+static int machines_read(sd_resp_t *resp, const char *cluster, const char *name,
+                         json_t **list)
+{
+    char base[256];
+    sd_argv_t a;
+    sd_argv_init(&a);
+    sd_argv_add(&a, sd_key(base, sizeof base, cluster, "%s", ""));
+    sd_argv_add(&a, name);
+    redisReply *r = NULL;
+    int rc = sd_store_script("machine_list", 1, &a, &r);
+    sd_argv_free(&a);
+    if (rc) {
+        sd_resp_store_error(resp, rc);
+        return -1;
+    }
+    int64_t now = 0;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+        r->element[0]->type != REDIS_REPLY_STRING ||
+        sd_parse_i64(r->element[0]->str, 0, INT64_MAX, &now)) {
+        freeReplyObject(r);
+        sd_resp_store_error(resp, SD_STORE_ERROR);
+        return -1;
+    }
+    *list = json_array();
+    for (size_t i = 1; i < r->elements; i++) {
+        redisReply *m = r->element[i];
+        if (m->type != REDIS_REPLY_ARRAY || m->elements < 1 ||
+            m->element[0]->type != REDIS_REPLY_STRING)
+            continue;
+        /* The record's flat field list starts after the name. */
+        redisReply flat = *m;
+        flat.element = m->element + 1;
+        flat.elements = m->elements - 1;
+        json_array_append_new(*list, sd_dir_machine_json(m->element[0]->str, &flat, now));
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+int h_machines_list(sd_req_t *req, sd_resp_t *resp)
+{
+    const char *cluster;
+    json_t *list;
+    if (sd_req_name(req, resp, 0, "cluster", &cluster) ||
+        machines_read(resp, cluster, "", &list))
+        return 0;
+    return sd_resp_json(resp, 200, json_pack("{s:o}", "machines", list));
+}
+
+int h_machine_get(sd_req_t *req, sd_resp_t *resp)
+{
+    const char *cluster, *machine;
+    json_t *list;
+    if (sd_req_name(req, resp, 0, "cluster", &cluster) ||
+        sd_req_name(req, resp, 1, "machine", &machine) ||
+        machines_read(resp, cluster, machine, &list))
+        return 0;
+    if (json_array_size(list) == 0) {
+        json_decref(list);
+        return sd_resp_error(resp, 404, "not_found", "no machine '%s' in cluster '%s'", machine,
+                             cluster);
+    }
+    json_t *m = json_incref(json_array_get(list, 0));
+    json_decref(list);
+    return sd_resp_json(resp, 200, m);
+}
+
+int h_machine_delete(sd_req_t *req, sd_resp_t *resp)
+{
+    const char *cluster, *machine;
+    if (sd_req_name(req, resp, 0, "cluster", &cluster) ||
+        sd_req_name(req, resp, 1, "machine", &machine))
+        return 0;
+    char base[256];
+    sd_argv_t a;
+    sd_argv_init(&a);
+    sd_argv_add(&a, sd_key(base, sizeof base, cluster, "%s", ""));
+    sd_argv_add(&a, machine);
+    redisReply *r = NULL;
+    int rc = sd_store_script("machine_delete", 1, &a, &r);
+    sd_argv_free(&a);
+    if (rc)
+        return sd_resp_store_error(resp, rc);
+    long long known = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+    freeReplyObject(r);
+    if (known < 0)
+        return sd_resp_store_error(resp, SD_STORE_ERROR);
+    if (!known)
+        return sd_resp_error(resp, 404, "not_found", "no machine '%s' in cluster '%s'", machine,
+                             cluster);
+    log_info("machine deleted", "cluster=%s machine=%s", cluster, machine);
+    return sd_resp_empty(resp, 204);
+}

@@ -1,0 +1,446 @@
+/* The master list over REST: challenge, heartbeat, termination and the filtered, batched
+ * query. See docs/master.md.
+ *
+ * Who may call: everything here is public (no token). Game servers run by players have
+ * no token, so a token cannot be what authenticates a heartbeat; the challenge does: it
+ * is handed to the caller's address and accepted only from that address, once, within
+ * a few seconds, which proves the address is real and reachable (as the UDP master
+ * protocols do). The caller's address is the TCP peer, or, only when the peer is a
+ * configured trusted proxy, the right-most X-Forwarded-For entry that is not a trusted
+ * proxy. It is never taken from the body. */
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "master.h"
+#include "sd.h"
+
+SD_ROUTE(POST, "/v1/master/challenge", SD_PUBLIC, 0, h_master_challenge);
+SD_ROUTE(POST, "/v1/master/heartbeat", SD_PUBLIC, 0, h_master_heartbeat);
+SD_ROUTE(DELETE, "/v1/master/servers/{addr}", SD_PUBLIC, 0, h_master_delete);
+SD_ROUTE(GET, "/v1/master/servers", SD_PUBLIC, 0, h_master_list);
+
+#define XFF_MAX 1024
+
+static int is_trusted(const char *ip)
+{
+    for (int i = 0; i < sd_master_cfg.ntrusted; i++)
+        if (strcmp(sd_master_cfg.trusted[i], ip) == 0)
+            return 1;
+    return 0;
+}
+
+/* The caller's canonical IP into ip (see the file comment). On a bad X-Forwarded-For
+ * from a trusted proxy sets 400 and returns -1. */
+static int caller_ip(const sd_req_t *req, sd_resp_t *resp, char *ip, size_t cap)
+{
+    if (sd_master_addr_key(req->peer_ip, 1, NULL, 0, ip, cap, NULL)) {
+        sd_resp_error(resp, 400, "bad_address", "the connection has no IP address");
+        return -1;
+    }
+    if (!is_trusted(ip))
+        return 0;
+    const char *xff = sd_req_header(req, "X-Forwarded-For");
+    if (!xff)
+        return 0;
+    size_t n = strlen(xff);
+    if (n > XFF_MAX) {
+        sd_resp_error(resp, 400, "bad_forwarded_for", "X-Forwarded-For is longer than %d bytes", XFF_MAX);
+        return -1;
+    }
+    char buf[XFF_MAX + 1];
+    memcpy(buf, xff, n + 1);
+    /* Walk from the right: each hop appended the address it saw. */
+    for (;;) {
+        char *comma = strrchr(buf, ',');
+        char *ent = comma ? comma + 1 : buf;
+        while (*ent == ' ' || *ent == '\t')
+            ent++;
+        size_t el = strlen(ent);
+        while (el && (ent[el - 1] == ' ' || ent[el - 1] == '\t'))
+            ent[--el] = '\0';
+        char canon[48];
+        if (sd_master_addr_key(ent, 1, NULL, 0, canon, sizeof canon, NULL)) {
+            sd_resp_error(resp, 400, "bad_forwarded_for",
+                          "X-Forwarded-For must be a comma-separated list of IP addresses");
+            return -1;
+        }
+        sd_strlcpy(ip, canon, cap);
+        if (!is_trusted(canon) || !comma)
+            return 0;
+        *comma = '\0';
+    }
+}
+
+/* 429 with Retry-After when ip is over its request rate; returns 1 when refused. */
+static int rate_refused(const char *ip, sd_resp_t *resp)
+{
+    int wait = sd_master_rate_take(SD_RATE_REQ, ip, 1);
+    if (!wait)
+        return 0;
+    char ra[16];
+    snprintf(ra, sizeof ra, "%d", wait);
+    sd_resp_header(resp, "Retry-After", ra);
+    SD_COUNT("serverdir_master_rate_limited_total", "master-list requests refused by the per-address rate", 1);
+    sd_resp_error(resp, 429, "rate_limited", "too many requests from %s; retry in %d s", ip, wait);
+    return 1;
+}
+
+/* Maps a script refusal to its HTTP answer. */
+static int refusal(sd_resp_t *resp, const sd_master_refusal_t *why)
+{
+    static const struct {
+        const char *code;
+        int status;
+        const char *msg;
+    } map[] = {
+        {"unknown_challenge", 403, "the challenge is not one this master issued"},
+        {"challenge_mismatch", 403, "the challenge was issued to another address"},
+        {"challenge_used", 403, "the challenge was already used; ask for a new one"},
+        {"challenge_expired", 403, "the challenge expired; ask for a new one"},
+        {"too_many_challenges", 429, "too many outstanding challenges for this address"},
+        {"too_many_servers", 429, "this address lists as many servers as it may"},
+        {"list_full", 503, "the master list is full"},
+        {"not_listed", 404, "no such server is listed"},
+        {"address_mismatch", 403, "a server can only be removed from its own address"},
+    };
+    for (size_t i = 0; i < SD_ARRAY_LEN(map); i++) {
+        if (strcmp(map[i].code, why->code) != 0)
+            continue;
+        if (map[i].status == 429 || map[i].status == 503) {
+            char ra[24];
+            int64_t s = map[i].status == 503 ? 60 : (why->n + 999) / 1000;
+            snprintf(ra, sizeof ra, "%lld", (long long)(s > 0 ? s : 1));
+            sd_resp_header(resp, "Retry-After", ra);
+        }
+        return sd_resp_error(resp, map[i].status, map[i].code, "%s", map[i].msg);
+    }
+    return sd_resp_store_error(resp, SD_STORE_ERROR);
+}
+
+int h_master_challenge(sd_req_t *req, sd_resp_t *resp)
+{
+    char ip[48];
+    if (caller_ip(req, resp, ip, sizeof ip) || rate_refused(ip, resp))
+        return 0;
+    char chal[SD_MASTER_CHAL_MAX] = "";
+    sd_master_refusal_t why;
+    int rc = sd_master_challenge(ip, ip, chal, sizeof chal, &why);
+    if (rc == SD_MASTER_REFUSED)
+        return refusal(resp, &why);
+    if (rc)
+        return sd_resp_store_error(resp, rc);
+    return sd_resp_json(resp, 200, json_pack("{s:s, s:I, s:s}", "challenge", chal, "expires_in_ms",
+                                             (json_int_t)sd_master_cfg.challenge_ttl_ms,
+                                             "address", ip));
+}
+
+/* Text a game server announces: 0x20..0x7e and UTF-8 bytes, no backslash (it separates
+ * infostring fields in the UDP protocols) and no control bytes. `word`: no spaces. */
+static int text_ok(const char *s, int word)
+{
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        if (*p < 0x20 || *p == 0x7f || *p == '\\' || (word && *p == ' '))
+            return 0;
+    return 1;
+}
+
+static int tag_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 32)
+        return 0;
+    for (; *s; s++)
+        if (!isalnum((unsigned char)*s) && *s != '_' && *s != '-' && *s != '.')
+            return 0;
+    return 1;
+}
+
+/* Copies an optional string field after checking it; returns -1 with err set. */
+static int get_text(json_t *body, const char *key, int required, size_t max, int word,
+                    char *dst, size_t cap, char *err, size_t errcap)
+{
+    const char *s = NULL;
+    int rc = sd_json_str(body, key, required, max, &s, err, errcap);
+    if (rc < 0)
+        return -1;
+    if (rc == 0) {
+        if ((required && !*s) || !text_ok(s, word)) {
+            snprintf(err, errcap, "field '%s' must be %sprintable text without '\\'%s", key,
+                     required ? "non-empty " : "", word ? " or spaces" : "");
+            return -1;
+        }
+        sd_strlcpy(dst, s, cap);
+    }
+    return 0;
+}
+
+/* Fills s from the heartbeat body; returns -1 with a message naming the field. */
+static int parse_heartbeat(json_t *body, sd_master_server_t *s, const char **chal, char *err,
+                           size_t errcap)
+{
+    static const char *const keys[] = {
+        "challenge", "port", "game", "map", "name", "players", "max_players", "bots",
+        "password", "region", "version", "tags", "protocol", "gametype", "dedicated",
+        "secure", "os", NULL};
+    if (sd_json_only_keys(body, keys, err, errcap))
+        return -1;
+    int64_t port, players, maxp, bots = 0, proto = -1, gt = -1;
+    int pw = 0, ded = 1, sec = 0;
+    if (sd_json_str(body, "challenge", 1, SD_MASTER_CHAL_MAX - 1, chal, err, errcap) < 0 ||
+        sd_json_int(body, "port", 1, 1, 65535, &port, err, errcap) < 0 ||
+        get_text(body, "game", 1, 64, 1, s->game, sizeof s->game, err, errcap) ||
+        get_text(body, "map", 0, 64, 1, s->map, sizeof s->map, err, errcap) ||
+        get_text(body, "name", 0, 128, 0, s->name, sizeof s->name, err, errcap) ||
+        get_text(body, "version", 0, 32, 1, s->version, sizeof s->version, err, errcap) ||
+        get_text(body, "region", 0, 32, 1, s->region, sizeof s->region, err, errcap) ||
+        sd_json_int(body, "players", 1, 0, 65535, &players, err, errcap) < 0 ||
+        sd_json_int(body, "max_players", 1, 1, 65535, &maxp, err, errcap) < 0 ||
+        sd_json_int(body, "bots", 0, 0, 65535, &bots, err, errcap) < 0 ||
+        sd_json_int(body, "protocol", 0, 0, 1 << 30, &proto, err, errcap) < 0 ||
+        sd_json_int(body, "gametype", 0, 0, 1 << 30, &gt, err, errcap) < 0 ||
+        sd_json_bool(body, "password", 0, &pw, err, errcap) < 0 ||
+        sd_json_bool(body, "dedicated", 0, &ded, err, errcap) < 0 ||
+        sd_json_bool(body, "secure", 0, &sec, err, errcap) < 0)
+        return -1;
+    if (players > maxp) {
+        snprintf(err, errcap, "field 'players' must not exceed 'max_players'");
+        return -1;
+    }
+    if (bots > players) {
+        snprintf(err, errcap, "field 'bots' must not exceed 'players'");
+        return -1;
+    }
+    const char *os = NULL;
+    if (sd_json_str(body, "os", 0, 1, &os, err, errcap) < 0)
+        return -1;
+    if (os) {
+        if (strcmp(os, "l") && strcmp(os, "w") && strcmp(os, "m")) {
+            snprintf(err, errcap, "field 'os' must be \"l\", \"w\" or \"m\"");
+            return -1;
+        }
+        sd_strlcpy(s->os, os, sizeof s->os);
+    }
+    json_t *tags = json_object_get(body, "tags");
+    if (tags) {
+        if (!json_is_array(tags) || json_array_size(tags) > SD_ARRAY_LEN(s->tags)) {
+            snprintf(err, errcap, "field 'tags' must be an array of at most %zu tags",
+                     SD_ARRAY_LEN(s->tags));
+            return -1;
+        }
+        size_t i;
+        json_t *t;
+        json_array_foreach(tags, i, t) {
+            if (!json_is_string(t) || !tag_ok(json_string_value(t))) {
+                snprintf(err, errcap, "tags[%zu] must be 1-32 characters of A-Z a-z 0-9 _ - .", i);
+                return -1;
+            }
+            sd_strlcpy(s->tags[s->ntags++], json_string_value(t), sizeof s->tags[0]);
+        }
+    }
+    s->port = (int)port;
+    s->players = (int)players;
+    s->max_players = (int)maxp;
+    s->bots = (int)bots;
+    s->protocol = (int)proto;
+    s->gametype = (int)gt;
+    s->password = pw;
+    s->dedicated = ded;
+    s->secure = sec;
+    s->source = "rest";
+    return 0;
+}
+
+int h_master_heartbeat(sd_req_t *req, sd_resp_t *resp)
+{
+    char ip[48];
+    if (caller_ip(req, resp, ip, sizeof ip) || rate_refused(ip, resp))
+        return 0;
+    json_t *body = sd_req_json(req, resp);
+    if (!body)
+        return 0;
+    sd_master_server_t s;
+    memset(&s, 0, sizeof s);
+    const char *chal = NULL;
+    char err[SD_ERRMSG_MAX];
+    if (parse_heartbeat(body, &s, &chal, err, sizeof err)) {
+        json_decref(body);
+        return sd_resp_error(resp, 400, "bad_field", "%s", err);
+    }
+    sd_master_addr_key(ip, s.port, s.addr, sizeof s.addr, s.ip, sizeof s.ip, &s.family);
+    int is_new = 0;
+    int64_t exp = 0;
+    sd_master_refusal_t why;
+    int rc = sd_master_accept(ip, chal, &s, &is_new, &exp, &why);
+    json_decref(body);
+    if (rc == SD_MASTER_REFUSED) {
+        SD_COUNT("serverdir_master_heartbeats_refused_total", "master-list heartbeats refused", 1);
+        return refusal(resp, &why);
+    }
+    if (rc)
+        return sd_resp_store_error(resp, rc);
+    SD_COUNT("serverdir_master_heartbeats_total", "master-list heartbeats accepted", 1);
+    if (is_new) {
+        SD_COUNT("serverdir_master_servers_new_total", "servers that joined the master list", 1);
+        /* One line per server would flood the log at 100,000 servers: debug level. */
+        log_debug("master server listed", "addr=%s game=%s source=%s", s.addr, s.game, "rest");
+    }
+    return sd_resp_json(resp, 200,
+                        json_pack("{s:s, s:b, s:I, s:I}", "address", s.addr, "new", is_new,
+                                  "expires_in_ms", (json_int_t)(exp - sd_wall_ms()),
+                                  "heartbeat_interval_s",
+                                  (json_int_t)sd_master_cfg.heartbeat_interval_s));
+}
+
+int h_master_delete(sd_req_t *req, sd_resp_t *resp)
+{
+    char ip[48];
+    if (caller_ip(req, resp, ip, sizeof ip) || rate_refused(ip, resp))
+        return 0;
+    char addr[SD_MASTER_ADDR_MAX];
+    if (sd_master_parse_addr(req->params[0], addr, sizeof addr, NULL, 0, NULL, NULL))
+        return sd_resp_error(resp, 400, "bad_address",
+                             "the server must be given as IP:PORT or [IPv6]:PORT");
+    sd_master_refusal_t why;
+    int rc = sd_master_terminate(addr, ip, &why);
+    if (rc == SD_MASTER_REFUSED)
+        return refusal(resp, &why);
+    if (rc)
+        return sd_resp_store_error(resp, rc);
+    SD_COUNT("serverdir_master_servers_terminated_total", "servers removed by termination", 1);
+    log_debug("master server removed", "addr=%s reason=%s", addr, "terminated");
+    return sd_resp_empty(resp, 204);
+}
+
+/* Reads a boolean query flag ("1"/"true"/"0"/"false"); -1 with 400 on anything else. */
+static int query_flag(const sd_req_t *req, sd_resp_t *resp, const char *name, int *out)
+{
+    const char *v = sd_req_query(req, name);
+    *out = 0;
+    if (!v)
+        return 0;
+    if (!strcmp(v, "1") || !strcmp(v, "true")) {
+        *out = 1;
+        return 0;
+    }
+    if (!strcmp(v, "0") || !strcmp(v, "false") || !*v)
+        return 0;
+    sd_resp_error(resp, 400, "bad_query", "query parameter '%s' must be 1, true, 0 or false", name);
+    return -1;
+}
+
+/* Adds an eq term for a text query parameter (lowercased when `fold`); -1 with 400. */
+static int query_eq(const sd_req_t *req, sd_resp_t *resp, const char *name, const char *field,
+                    int fold, sd_master_filter_t *f)
+{
+    const char *v = sd_req_query(req, name);
+    if (!v)
+        return 0;
+    if (strlen(v) > 64 || !text_ok(v, 1)) {
+        sd_resp_error(resp, 400, "bad_query", "query parameter '%s' must be at most 64 printable characters", name);
+        return -1;
+    }
+    char val[65];
+    sd_strlcpy(val, v, sizeof val);
+    if (fold)
+        for (char *p = val; *p; p++)
+            *p = (char)tolower((unsigned char)*p);
+    sd_master_filter_add(f, "eq", field, val);
+    return 0;
+}
+
+static int query_filter(const sd_req_t *req, sd_resp_t *resp, sd_master_filter_t *f)
+{
+    int ne, nf, np;
+    if (query_eq(req, resp, "game", "g", 1, f) || query_eq(req, resp, "map", "m", 1, f) ||
+        query_eq(req, resp, "region", "r", 0, f) || query_flag(req, resp, "not_empty", &ne) ||
+        query_flag(req, resp, "not_full", &nf) || query_flag(req, resp, "no_password", &np))
+        return -1;
+    if (ne)
+        sd_master_filter_add(f, "notempty", "", "");
+    if (nf)
+        sd_master_filter_add(f, "notfull", "", "");
+    if (np)
+        sd_master_filter_add(f, "eq", "pw", "0");
+    const char *tags = sd_req_query(req, "tags");
+    if (tags && *tags) {
+        char buf[16 * 34];
+        if (strlen(tags) >= sizeof buf) {
+            sd_resp_error(resp, 400, "bad_query", "query parameter 'tags' is too long");
+            return -1;
+        }
+        sd_strlcpy(buf, tags, sizeof buf);
+        int n = 0;
+        for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+            if (!tag_ok(t) || ++n > 8) {
+                sd_resp_error(resp, 400, "bad_query",
+                              "query parameter 'tags' must be 1-8 comma-separated tags of A-Z a-z 0-9 _ - .");
+                return -1;
+            }
+            for (char *p = t; *p; p++)
+                *p = (char)tolower((unsigned char)*p);
+            sd_master_filter_add(f, "tags", "", t);
+        }
+    }
+    return 0;
+}
+
+int h_master_list(sd_req_t *req, sd_resp_t *resp)
+{
+    char ip[48];
+    if (caller_ip(req, resp, ip, sizeof ip) || rate_refused(ip, resp))
+        return 0;
+    sd_master_filter_t f;
+    memset(&f, 0, sizeof f);
+    int64_t limit;
+    if (query_filter(req, resp, &f) ||
+        sd_req_query_int(req, resp, "limit", 1, 100000, sd_master_cfg.default_batch, &limit))
+        return 0;
+    if (limit > sd_master_cfg.max_batch)
+        limit = sd_master_cfg.max_batch;
+    const char *format = sd_req_query(req, "format");
+    int text = 0;
+    if (format && strcmp(format, "json") != 0) {
+        if (strcmp(format, "text") != 0)
+            return sd_resp_error(resp, 400, "bad_query", "query parameter 'format' must be json or text");
+        text = 1;
+    }
+    char after[SD_MASTER_ADDR_MAX] = "";
+    const char *a = sd_req_query(req, "after");
+    if (a && *a && sd_master_parse_addr(a, after, sizeof after, NULL, 0, NULL, NULL))
+        return sd_resp_error(resp, 400, "bad_query", "query parameter 'after' must be IP:PORT or [IPv6]:PORT");
+
+    sd_master_batch_t b;
+    int rc = sd_master_query(&f, after, (int)limit, !text, &b);
+    if (rc)
+        return sd_resp_store_error(resp, rc);
+
+    sd_buf_t out;
+    sd_buf_init(&out, (size_t)-1 / 2);
+    if (text) {
+        for (int i = 0; i < b.n; i++) {
+            sd_buf_append(&out, b.items[i], b.lens[i]);
+            sd_buf_append(&out, "\n", 1);
+        }
+        if (b.next[0])
+            sd_resp_header(resp, "Master-Next", b.next);
+        sd_resp_bytes(resp, 200, "text/plain", out.data ? out.data : "", out.len);
+    } else {
+        sd_buf_append(&out, "{\"servers\":[", 12);
+        for (int i = 0; i < b.n; i++) {
+            if (i)
+                sd_buf_append(&out, ",", 1);
+            sd_buf_append(&out, b.items[i], b.lens[i]);
+        }
+        if (b.next[0])
+            sd_buf_printf(&out, "],\"next\":\"%s\"}\n", b.next);
+        else
+            sd_buf_append(&out, "],\"next\":null}\n", 15);
+        sd_resp_bytes(resp, 200, "application/json", out.data, out.len);
+    }
+    sd_buf_free(&out);
+    sd_master_batch_free(&b);
+    return 0;
+}

@@ -1,0 +1,234 @@
+/* The process directory: event batches from the Big Brothers (started, ready, stopped),
+ * the live directory with filters, one process record, and the bounded event history.
+ * Every batch is applied by one script (lua/events_apply.lua); see directory.h for the
+ * Redis layout. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "directory.h"
+#include "sd.h"
+
+SD_ROUTE(POST, "/v1/clusters/{c}/events", SD_R_BB, 0, h_events_post);
+SD_ROUTE(GET, "/v1/clusters/{c}/events", SD_R_READERS, 0, h_events_list);
+SD_ROUTE(GET, "/v1/clusters/{c}/processes", SD_R_READERS, 0, h_processes_list);
+SD_ROUTE(GET, "/v1/clusters/{c}/processes/{instance}", SD_R_READERS, 0, h_process_get);
+
+#define PROCS_LIMIT_DEFAULT 10000
+#define PROCS_LIMIT_MAX 100000
+#define EVENTS_LIMIT_DEFAULT 100
+#define EVENTS_LIMIT_MAX 1000
+
+/* Validates the batch, then applies it with one script. Answers
+ * {"accepted": N, "duplicates": D, "stale": S}: stale events were new but older than the
+ * record (ordering safety) and only went to the history. */
+int h_events_post(sd_req_t *req, sd_resp_t *resp)
+{
+    const char *cluster;
+    if (sd_req_name(req, resp, 0, "cluster", &cluster))
+        return 0;
+    json_t *body = sd_req_json(req, resp);
+    if (!body)
+        return 0;
+    char err[SD_ERRMSG_MAX];
+    char *batch = NULL;
+    size_t n = 0;
+    int rc = sd_dir_events_normalize(body, &batch, &n, err, sizeof err);
+    json_decref(body);
+    if (rc) {
+        SD_COUNT("serverdir_events_rejected_total", "event batches rejected as invalid", 1);
+        return sd_resp_error(resp, 400, "bad_field", "%s", err);
+    }
+
+    char base[256];
+    sd_argv_t a;
+    sd_argv_init(&a);
+    sd_argv_add(&a, sd_key(base, sizeof base, cluster, "%s", ""));
+    sd_argv_add(&a, batch);
+    sd_argv_addf(&a, "%lld", (long long)sd_dir_cfg.event_id_ttl_ms);
+    sd_argv_addf(&a, "%lld", (long long)sd_dir_cfg.history_max);
+    sd_argv_addf(&a, "%lld", (long long)sd_dir_cfg.stopped_keep);
+    sd_argv_addf(&a, "%lld", (long long)sd_dir_cfg.stopped_ttl_ms);
+    redisReply *r = NULL;
+    rc = sd_store_script("events_apply", 1, &a, &r);
+    sd_argv_free(&a);
+    free(batch);
+    if (rc)
+        return sd_resp_store_error(resp, rc);
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 3) {
+        log_error("unexpected script reply", "script=%s type=%d", "events_apply", r->type);
+        freeReplyObject(r);
+        return sd_resp_store_error(resp, SD_STORE_ERROR);
+    }
+    long long accepted = r->element[0]->integer, dups = r->element[1]->integer;
+    long long stale = r->element[2]->integer;
+    freeReplyObject(r);
+    SD_COUNT("serverdir_events_accepted_total", "process events applied (new ids)", accepted);
+    SD_COUNT("serverdir_events_duplicate_total", "process events ignored as already applied", dups);
+    SD_COUNT("serverdir_events_stale_total", "process events older than the record they name", stale);
+    return sd_resp_json(resp, 200, json_pack("{s:I, s:I, s:I}", "accepted", accepted,
+                                             "duplicates", dups, "stale", stale));
+}
+
+/* GET .../events?since=ID&limit=N: history entries after `since` (oldest first), or
+ * without since the newest `limit` entries; newest last either way. `last` is the seq
+ * to pass as `since` next time (null when the history is empty). */
+int h_events_list(sd_req_t *req, sd_resp_t *resp)
+{
+    const char *cluster;
+    int64_t limit;
+    if (sd_req_name(req, resp, 0, "cluster", &cluster) ||
+        sd_req_query_int(req, resp, "limit", 1, EVENTS_LIMIT_MAX, EVENTS_LIMIT_DEFAULT, &limit))
+        return 0;
+    const char *since = sd_req_query(req, "since");
+    if (since && sd_dir_stream_id_valid(since))
+        return sd_resp_error(resp, 400, "bad_query",
+                             "query parameter 'since' must be an event seq such as 1795000000000-0");
+    char key[256];
+    sd_argv_t a;
+    sd_argv_init(&a);
+    if (since) {
+        sd_argv_add(&a, "XRANGE");
+        sd_argv_add(&a, sd_key(key, sizeof key, cluster, "events"));
+        sd_argv_addf(&a, "(%s", since);
+        sd_argv_add(&a, "+");
+    } else {
+        sd_argv_add(&a, "XREVRANGE");
+        sd_argv_add(&a, sd_key(key, sizeof key, cluster, "events"));
+        sd_argv_add(&a, "+");
+        sd_argv_add(&a, "-");
+    }
+    sd_argv_add(&a, "COUNT");
+    sd_argv_addf(&a, "%lld", (long long)limit);
+    redisReply *r = NULL;
+    int rc = sd_store_command(&a, &r);
+    sd_argv_free(&a);
+    if (rc)
+        return sd_resp_store_error(resp, rc);
+    if (r->type == REDIS_REPLY_ERROR) {
+        /* "(ID" past the largest possible id is refused by Redis: nothing comes after. */
+        freeReplyObject(r);
+        return sd_resp_json(resp, 200, json_pack("{s:[], s:s?}", "events", "last", since));
+    }
+    if (r->type != REDIS_REPLY_ARRAY) {
+        freeReplyObject(r);
+        return sd_resp_store_error(resp, SD_STORE_ERROR);
+    }
+    json_t *list = json_array();
+    for (size_t i = 0; i < r->elements; i++) {
+        size_t idx = since ? i : r->elements - 1 - i;
+        json_t *e = sd_dir_event_json(r->element[idx]);
+        if (e)
+            json_array_append_new(list, e);
+    }
+    freeReplyObject(r);
+    size_t n = json_array_size(list);
+    json_t *last = n ? json_incref(json_object_get(json_array_get(list, n - 1), "seq"))
+                     : (since ? json_string(since) : json_null());
+    return sd_resp_json(resp, 200, json_pack("{s:o, s:o}", "events", list, "last", last));
+}
+
+static int cmp_instance(const void *a, const void *b)
+{
+    const char *x = json_string_value(json_object_get(*(json_t *const *)a, "instance"));
+    const char *y = json_string_value(json_object_get(*(json_t *const *)b, "instance"));
+    return strcmp(x ? x : "", y ? y : "");
+}
+
+/* Sorts an array of process records by instance name, in place. */
+static void sort_by_instance(json_t *list)
+{
+    size_t n = json_array_size(list);
+    if (n < 2)
+        return;
+    json_t **v = malloc(n * sizeof *v);
+    if (!v)
+        return;
+    for (size_t i = 0; i < n; i++)
+        v[i] = json_incref(json_array_get(list, i));
+    qsort(v, n, sizeof *v, cmp_instance);
+    json_array_clear(list);
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(list, v[i]);
+    free(v);
+}
+
+/* GET .../processes?machine=&service=&state=&limit=: by default the live directory
+ * (starting and ready) sorted by instance; state=stopped lists the recently stopped,
+ * newest first. Past `limit` the answer says truncated (which records: unspecified). */
+int h_processes_list(sd_req_t *req, sd_resp_t *resp)
+{
+    const char *cluster;
+    int64_t limit;
+    if (sd_req_name(req, resp, 0, "cluster", &cluster) ||
+        sd_req_query_int(req, resp, "limit", 1, PROCS_LIMIT_MAX, PROCS_LIMIT_DEFAULT, &limit))
+        return 0;
+    const char *machine = sd_req_query(req, "machine");
+    const char *service = sd_req_query(req, "service");
+    const char *state = sd_req_query(req, "state");
+    if (machine && !sd_name_valid(machine, SD_NAME_MAX))
+        return sd_resp_error(resp, 400, "bad_query", "query parameter 'machine' is not a valid name");
+    if (service && !sd_name_valid(service, SD_NAME_MAX))
+        return sd_resp_error(resp, 400, "bad_query", "query parameter 'service' is not a valid name");
+    if (state && strcmp(state, "starting") && strcmp(state, "ready") && strcmp(state, "stopped"))
+        return sd_resp_error(resp, 400, "bad_query",
+                             "query parameter 'state' must be starting, ready or stopped");
+
+    char base[256];
+    sd_argv_t a;
+    sd_argv_init(&a);
+    sd_argv_add(&a, sd_key(base, sizeof base, cluster, "%s", ""));
+    sd_argv_add(&a, state ? state : "");
+    sd_argv_add(&a, machine ? machine : "");
+    sd_argv_add(&a, service ? service : "");
+    sd_argv_addf(&a, "%lld", (long long)limit);
+    redisReply *r = NULL;
+    int rc = sd_store_script("proc_list", 1, &a, &r);
+    sd_argv_free(&a);
+    if (rc)
+        return sd_resp_store_error(resp, rc);
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+        r->element[0]->type != REDIS_REPLY_INTEGER) {
+        freeReplyObject(r);
+        return sd_resp_store_error(resp, SD_STORE_ERROR);
+    }
+    json_t *list = json_array();
+    for (size_t i = 1; i < r->elements; i++)
+        if (r->element[i]->type == REDIS_REPLY_ARRAY)
+            json_array_append_new(list, sd_dir_proc_json(r->element[i], cluster));
+    long long total = r->element[0]->integer;
+    freeReplyObject(r);
+    if (!state || strcmp(state, "stopped"))
+        sort_by_instance(list);
+    return sd_resp_json(resp, 200, json_pack("{s:o, s:I, s:b}", "processes", list, "total",
+                                             total, "truncated", total > (long long)limit));
+}
+
+int h_process_get(sd_req_t *req, sd_resp_t *resp)
+{
+    const char *cluster, *inst;
+    if (sd_req_name(req, resp, 0, "cluster", &cluster) ||
+        sd_req_name(req, resp, 1, "instance", &inst))
+        return 0;
+    char key[512];
+    sd_argv_t a;
+    sd_argv_init(&a);
+    sd_argv_add(&a, "HGETALL");
+    sd_argv_add(&a, sd_key(key, sizeof key, cluster, "proc:%s", inst));
+    redisReply *r = NULL;
+    int rc = sd_store_command(&a, &r);
+    sd_argv_free(&a);
+    if (rc)
+        return sd_resp_store_error(resp, rc);
+    if (r->type != REDIS_REPLY_ARRAY) {
+        freeReplyObject(r);
+        return sd_resp_store_error(resp, SD_STORE_ERROR);
+    }
+    if (r->elements == 0) {
+        freeReplyObject(r);
+        return sd_resp_error(resp, 404, "not_found", "no process '%s' in cluster '%s'", inst,
+                             cluster);
+    }
+    json_t *p = sd_dir_proc_json(r, cluster);
+    freeReplyObject(r);
+    return sd_resp_json(resp, 200, p);
+}

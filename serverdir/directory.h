@@ -1,0 +1,72 @@
+/* The process directory and machine leases (api_machines.c, api_processes.c): the
+ * "directory" config section, validation of request bodies, and the conversion of stored
+ * Redis hashes and stream entries back to API JSON.
+ *
+ * Redis layout, all under the cluster's key base "<prefix>{<cluster>}:" (one hash slot):
+ *   machine:<m>      hash   lease: address, labels (JSON), capacity, version, ttl_ms,
+ *                           registered_at_ms, renewed_at_ms, expires_at_ms (Redis TIME);
+ *                           expires machine_keep_ms after the lease ran out
+ *   machines         set    machine names
+ *   proc:<instance>  hash   the process record (field `state`: starting|ready|stopped)
+ *   live             set    instances starting or ready
+ *   live:m:<m>       set    ... on machine m
+ *   live:s:<s>       set    ... of service s
+ *   stopped          zset   stopped instances by stop time; trimmed to stopped_keep and
+ *                           stopped_ttl_ms, the records of trimmed ones are deleted
+ *   evid:<id>        string an applied event id, expires after event_id_ttl_ms
+ *   events           stream the event history, MAXLEN history_max
+ * Every change is one Lua script in serverdir/lua/ (machine_put, machine_delete,
+ * events_apply); reads use read scripts or single commands. */
+#ifndef SD_DIRECTORY_H
+#define SD_DIRECTORY_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sd.h"
+
+#define SD_EVENTS_MAX 1000        /* events in one POST */
+#define SD_DETAIL_MAX 256         /* stopped.detail */
+#define SD_PORTS_MAX 32           /* entries of `ports` */
+#define SD_LABELS_MAX 32          /* entries of machine `labels` */
+#define SD_PID_MAX (1 << 22)
+
+typedef struct {
+    int64_t history_max;     /* entries kept in the per-cluster event stream */
+    int64_t stopped_keep;    /* stopped process records kept per cluster */
+    int64_t stopped_ttl_ms;  /* ... and for at most this long */
+    int64_t event_id_ttl_ms; /* how long an applied event id is remembered (>= 24 h) */
+    int64_t machine_keep_ms; /* how long a lost machine stays listed */
+} sd_dir_config_t;
+
+extern sd_dir_config_t sd_dir_cfg;
+
+/* Reads the "directory" section of the config file (NULL: defaults) into sd_dir_cfg.
+ * Returns 0, or -1 with a message naming the field. */
+int sd_dir_config_load(const json_t *section, char *err, size_t errcap);
+
+/* Validates the body of POST /v1/clusters/{c}/events and builds the input of
+ * events_apply.lua: a compact JSON array holding, per event, a flat array of strings
+ * [key, value, key, value, ...] (numbers as decimal text; null code/signal left out).
+ * Returns 0 with *out (malloc'd, caller frees) and *nevents, or -1 with a message that
+ * names the field ("events[3].type must be ..."). */
+int sd_dir_events_normalize(const json_t *body, char **out, size_t *nevents, char *err,
+                            size_t errcap);
+
+/* Validates the body of PUT .../machines/{m} (NULL or {} allowed) and appends to a the
+ * lease ttl_ms and the given fields as field/value pairs (labels as compact JSON).
+ * Returns 0, or -1 with a message naming the field. */
+int sd_dir_machine_args(const json_t *body, sd_argv_t *a, char *err, size_t errcap);
+
+/* A process record from a flat HGETALL reply (field, value, ...) as API JSON. */
+json_t *sd_dir_proc_json(const redisReply *flat, const char *cluster);
+/* A machine from its HGETALL reply and the Redis time now_ms, as API JSON. */
+json_t *sd_dir_machine_json(const char *name, const redisReply *flat, int64_t now_ms);
+/* One stream entry (id + flat field list) of the event history as API JSON. */
+json_t *sd_dir_event_json(const redisReply *entry);
+
+/* Parses a stream id "ms" or "ms-seq" (the `since` cursor). 0 if valid. */
+int sd_dir_stream_id_valid(const char *s);
+
+#endif

@@ -1,0 +1,68 @@
+/* The lock table and the fenced blob store (api_locks.c, api_blobs.c): configuration,
+ * key names and the input checks shared by both files. docs/locks.md explains the model. */
+#ifndef SD_LOCKS_H
+#define SD_LOCKS_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Largest lock_seq / Blob-Seq accepted: 2^53, exact in Redis's Lua numbers. */
+#define SD_SEQ_MAX ((int64_t)1 << 53)
+/* Keys per all-or-nothing acquire or release. */
+#define SD_LOCKS_MAX_KEYS 16
+/* Cap of wait_ms. A waiting acquire is parked (its worker thread goes on serving) and
+ * waits on a thread and Redis connection of its own, bounded by max_waiters. */
+#define SD_LOCKS_WAIT_CAP_MS 30000
+
+/* Longest lease (ttl_ms). */
+#define SD_LOCKS_TTL_MAX_MS (24LL * 3600 * 1000)
+
+/* An acquire request: the names and strings point into the request's JSON body. */
+typedef struct {
+    const char *holder;
+    const char *names[SD_LOCKS_MAX_KEYS];
+    int n;
+    int64_t ttl_ms, wait_ms, steal_older_ms; /* 0: not given */
+    const char *steal_cluster;               /* "": not given */
+} sd_lock_req_t;
+
+/* Validates an acquire body: PUT /v1/locks/{key} (many = 0; the key comes from the path
+ * and is not filled in) or POST /v1/locks/acquire (many = 1; "keys" required, 1 to
+ * SD_LOCKS_MAX_KEYS distinct names). Returns 0, or -1 with the error code ("bad_field"
+ * or "bad_name") in *code and a message naming the field in err. */
+int sd_lock_req_parse(const json_t *body, int many, sd_lock_req_t *a, const char **code,
+                      char *err, size_t errcap);
+/* Validates a POST /v1/locks/release body {holder, keys, lock_seqs:{key: n}} into holder,
+ * names[], seqs[] and n (arrays of SD_LOCKS_MAX_KEYS). Same error convention. */
+int sd_lock_release_parse(const json_t *body, const char **holder, const char **names,
+                          int64_t *seqs, int *n, const char **code, char *err, size_t errcap);
+
+/* The "locks" section of serverdir's --config. */
+typedef struct {
+    int64_t lock_delay_ms;   /* after a forced unlock or an expiry; never after a release */
+    int64_t wait_replicas;   /* WAIT for this many replicas after a grant (0: do not) */
+    int64_t wait_timeout_ms; /* ... for at most this long, else 503 */
+    int64_t max_wait_ms;     /* cap of a request's wait_ms (<= SD_LOCKS_WAIT_CAP_MS) */
+    int64_t max_waiters;     /* acquires waiting at once (a thread and a Redis connection each) */
+    int64_t retain_s;        /* how long a released lock's record (and lock_seq) is kept */
+} sd_locks_cfg_t;
+
+extern sd_locks_cfg_t sd_locks_cfg;
+
+/* Fills cfg from the "locks" object (NULL: defaults). Returns 0, or -1 with a message
+ * naming the field in err. */
+int sd_locks_cfg_parse(const json_t *section, sd_locks_cfg_t *cfg, char *err, size_t errcap);
+/* Reads the "locks" section of sd_cfg.file into sd_locks_cfg; exits (usage) when it is
+ * invalid. Called once from main after the config is loaded. */
+void sd_locks_init(void);
+
+/* Parses a Lock-Seq or Blob-Seq header value: decimal digits only, 1..SD_SEQ_MAX.
+ * Returns 0, or -1 when the value is garbled or out of range. */
+int sd_seq_parse(const char *s, int64_t *out);
+
+/* "<prefix>lock:<name>" and "<prefix>blob:<name>" into buf. */
+const char *sd_lock_key(char *buf, size_t cap, const char *name);
+const char *sd_blob_key(char *buf, size_t cap, const char *name);
+
+#endif

@@ -1,0 +1,19 @@
+-- Read a blob (docs/locks.md). KEYS[1]: <prefix>blob:<name>; KEYS[2]: its lock record.
+-- ARGV[1]: the reader's lock_seq, or '' for a plain read. A reader that names its
+-- lock_seq must hold the current one (else 'fenced'); its lock_seq is stamped on the blob
+-- record, a floor for later grants even if the lock record is lost.
+-- Returns {'ok', data, blob_seq, current lock_seq}, {'no_blob', current lock_seq} or
+-- {'fenced', current lock_seq}.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local l = redis.call('HMGET', KEYS[2], 'holder', 'seq', 'expires')
+local cur_seq = '0'
+local expires = tonumber(l[3]) or 0
+if l[1] and l[1] ~= '' and (expires == 0 or now < expires) then cur_seq = l[2] end
+if ARGV[1] ~= '' and ARGV[1] ~= cur_seq then return {'fenced', cur_seq} end
+local b = redis.call('HMGET', KEYS[1], 'data', 'seq')
+if not b[2] then return {'no_blob', cur_seq} end
+if ARGV[1] ~= '' then
+    redis.call('HSET', KEYS[1], 'read_lock_seq', ARGV[1], 'read_ms', string.format('%d', now))
+end
+return {'ok', b[1], b[2], cur_seq}

@@ -1,0 +1,135 @@
+-- Applies one batch of process events atomically: the whole batch or, on a bad input,
+-- nothing (the batch was validated in C; the first loop re-checks its shape before any
+-- write).
+-- KEYS[1]: the cluster's key base "<prefix>{cluster}:"
+-- ARGV[1]: JSON array, per event a flat [key, value, ...] array of strings
+-- ARGV[2]: event id ttl ms, ARGV[3]: history max length, ARGV[4]: stopped records kept,
+-- ARGV[5]: stopped record ttl ms.
+-- Returns {accepted, duplicates, stale}.
+--
+-- Idempotency: evid:<id> is set NX with a ttl; an event whose id is set is a duplicate
+-- and changes nothing. Every other event goes to the history stream.
+--
+-- Ordering, per instance record (generation = the slot's restart count; an event
+-- without one belongs to the record's current run):
+--   event generation  record                      effect
+--   any               none                        new record (stopped too: recorded)
+--   newer             any                         new run: the record is replaced
+--   older             any                         stale: record unchanged
+--   same              stopped                     stale: a stopped run never comes back
+--   same              starting/ready              applied (started keeps ready)
+local base = KEYS[1]
+local batch = cjson.decode(ARGV[1])
+local idttl, histmax = ARGV[2], ARGV[3]
+local keep, sttl = tonumber(ARGV[4]), tonumber(ARGV[5])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local function s(n) return string.format('%d', n) end
+local nows = s(now)
+local LIVE = {starting = true, ready = true}
+
+local events = {}
+for i, e in ipairs(batch) do
+  local f = {}
+  for k = 1, #e, 2 do f[e[k]] = e[k + 1] end
+  if type(f.id) ~= 'string' or type(f.instance) ~= 'string' or type(f.machine) ~= 'string'
+     or type(f.service) ~= 'string' or (f.type ~= 'started' and f.type ~= 'ready'
+     and f.type ~= 'stopped') then
+    return redis.error_reply('bad_field events[' .. (i - 1) .. '] is malformed')
+  end
+  events[i] = f
+end
+
+local function index(cmd, inst, m, sv)
+  redis.call(cmd, base .. 'live', inst)
+  redis.call(cmd, base .. 'live:m:' .. m, inst)
+  redis.call(cmd, base .. 'live:s:' .. sv, inst)
+end
+
+local accepted, dups, stale, stops = 0, 0, 0, 0
+for i, f in ipairs(events) do
+  if not redis.call('SET', base .. 'evid:' .. f.id, '1', 'NX', 'PX', idttl) then
+    dups = dups + 1
+  else
+    accepted = accepted + 1
+    local ts = f.ts_ms or nows
+    local key = base .. 'proc:' .. f.instance
+    local cur = redis.call('HMGET', key, 'state', 'generation', 'machine', 'service')
+    local st = cur[1]
+    local cgen = tonumber(cur[2] or '0')
+    local gen = cgen
+    if f.generation then gen = tonumber(f.generation) end
+    local new_run = (not st) or gen > cgen
+    if not (new_run or (gen == cgen and st ~= 'stopped')) then
+      stale = stale + 1
+    else
+      local state = 'stopped'
+      if f.type == 'started' then
+        state = (not new_run and st == 'ready') and 'ready' or 'starting'
+      elseif f.type == 'ready' then
+        state = 'ready'
+      end
+      local was_live = st and LIVE[st]
+      local same_place = cur[3] == f.machine and cur[4] == f.service
+      if was_live and (not LIVE[state] or not same_place) then
+        index('SREM', f.instance, cur[3], cur[4])
+      end
+      if new_run and st then
+        redis.call('DEL', key)
+        if st == 'stopped' then redis.call('ZREM', base .. 'stopped', f.instance) end
+      end
+      local h = {'HSET', key, 'instance', f.instance, 'machine', f.machine,
+                 'service', f.service, 'state', state, 'generation', s(gen),
+                 'updated_at_ms', nows}
+      local function put(k, v)
+        if v then
+          h[#h + 1] = k
+          h[#h + 1] = v
+        end
+      end
+      put('pid', f.pid)
+      put('slot', f.slot)
+      put('ports', f.ports)
+      if f.type == 'started' then
+        put('started_at_ms', ts)
+      elseif f.type == 'ready' then
+        put('ready_at_ms', ts)
+      else
+        put('stopped_at_ms', ts)
+        put('reason', f.reason)
+        put('code', f.code)
+        put('signal', f.signal)
+        put('silent_ms', f.silent_ms)
+        put('detail', f.detail)
+      end
+      redis.call(unpack(h))
+      if LIVE[state] and not (was_live and same_place) then
+        index('SADD', f.instance, f.machine, f.service)
+      end
+      if state == 'stopped' then
+        redis.call('ZADD', base .. 'stopped', nows, f.instance)
+        redis.call('PEXPIRE', key, s(sttl))
+        stops = stops + 1
+      end
+    end
+    local x = {'XADD', base .. 'events', 'MAXLEN', histmax, '*'}
+    for _, v in ipairs(batch[i]) do x[#x + 1] = v end
+    if not f.ts_ms then
+      x[#x + 1] = 'ts_ms'
+      x[#x + 1] = nows
+    end
+    redis.call(unpack(x))
+  end
+end
+
+-- Keep the stopped records bounded: by age, then by count (oldest first).
+if stops > 0 then
+  redis.call('ZREMRANGEBYSCORE', base .. 'stopped', '-inf', s(now - sttl))
+  local n = redis.call('ZCARD', base .. 'stopped')
+  if n > keep then
+    local old = redis.call('ZRANGE', base .. 'stopped', 0, n - keep - 1)
+    for _, inst in ipairs(old) do redis.call('DEL', base .. 'proc:' .. inst) end
+    redis.call('ZREMRANGEBYRANK', base .. 'stopped', 0, n - keep - 1)
+  end
+end
+return {accepted, dups, stale}

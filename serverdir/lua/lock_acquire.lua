@@ -1,0 +1,103 @@
+-- Acquire one or several locks for one holder, all or nothing (docs/locks.md).
+-- KEYS[1..n]: lock records <prefix>lock:<name>; KEYS[n+1]: the holder's index set.
+-- ARGV: holder, ttl_ms (0: no expiry), lock_delay_ms, retain_ms, steal_cluster ("": no),
+--       steal_older_ms (0: no), prefix.
+-- Related keys derived here (standalone Redis/Sentinel only): the blob record
+-- <prefix>blob:<name> (a floor for lock_seq), a previous holder's index set and the
+-- directory's process hash <prefix>{<cluster>}:proc:<holder>.
+-- Returns {'ok', now_ms, then per key: name, lock_seq, reacquired 0/1, stolen_from,
+-- since_ms, expires_ms} or {'lock_held', name, holder, since_ms, expires_ms, now_ms} or
+-- {'lock_delayed', name, retry_after_ms}.
+local holder = ARGV[1]
+local ttl = tonumber(ARGV[2])
+local delay = tonumber(ARGV[3])
+local retain = tonumber(ARGV[4])
+local steal_cluster = ARGV[5]
+local steal_older = tonumber(ARGV[6])
+local prefix = ARGV[7]
+local n = #KEYS - 1
+local lock_ns = prefix .. 'lock:'
+
+local t = redis.call('TIME')
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = math.floor(now_us / 1000)
+local function fmt(x) return string.format('%d', x) end
+
+local plan = {}
+for i = 1, n do
+    local name = string.sub(KEYS[i], #lock_ns + 1)
+    local r = redis.call('HMGET', KEYS[i], 'holder', 'seq', 'since', 'expires', 'delay_until')
+    local cur = r[1] or ''
+    local seq = tonumber(r[2]) or 0
+    local since = tonumber(r[3]) or 0
+    local expires = tonumber(r[4]) or 0
+    local delay_until = tonumber(r[5]) or 0
+    local prev = ''
+    if cur ~= '' and expires > 0 and now >= expires then
+        -- The lease ran out: the lock is free, lock-delay counted from the expiry.
+        prev = cur
+        cur = ''
+        if delay > 0 and expires + delay > delay_until then delay_until = expires + delay end
+    end
+    local action = 'grant'
+    local why = ''
+    if cur == holder then
+        action = 'again'
+    elseif cur ~= '' then
+        if steal_cluster ~= '' then
+            local st = redis.call('HGET', prefix .. '{' .. steal_cluster .. '}:proc:' .. cur, 'state')
+            if st == 'stopped' then why = 'holder_stopped' end
+        end
+        if why == '' and steal_older > 0 and now - since >= steal_older then why = 'held_too_long' end
+        if why == '' then
+            return {'lock_held', name, cur, fmt(since), fmt(expires), fmt(now)}
+        end
+        prev = cur
+    elseif delay_until > now then
+        return {'lock_delayed', name, fmt(delay_until - now)}
+    end
+    -- The blob record remembers the lock_seq it was last saved and read under: a floor
+    -- for the next grant that survives the loss of the lock record itself.
+    local b = redis.call('HMGET', prefix .. 'blob:' .. name, 'lock_seq', 'read_lock_seq')
+    local floor = math.max(seq, tonumber(b[1]) or 0, tonumber(b[2]) or 0)
+    plan[i] = {name = name, action = action, prev = prev, why = why, seq = seq, floor = floor,
+               since = since}
+end
+
+local out = {'ok', fmt(now)}
+local expires = 0
+if ttl > 0 then expires = now + ttl end
+for i = 1, n do
+    local p = plan[i]
+    local seq = p.seq
+    local since = p.since
+    local stolen = ''
+    if p.action == 'again' then
+        redis.call('HSET', KEYS[i], 'expires', fmt(expires), 'ttl', fmt(ttl))
+    else
+        seq = math.max(p.floor + 1, now_us)
+        since = now
+        if p.prev ~= '' then
+            redis.call('SREM', lock_ns .. p.prev .. '#h', p.name)
+            if p.why ~= '' then stolen = p.prev end
+        end
+        redis.call('HSET', KEYS[i], 'holder', holder, 'seq', fmt(seq), 'since', fmt(now),
+                   'expires', fmt(expires), 'ttl', fmt(ttl), 'delay_until', '0',
+                   'stolen_from', stolen, 'steal_reason', p.why)
+    end
+    if expires > 0 then
+        redis.call('PEXPIRE', KEYS[i], ttl + retain)
+    else
+        redis.call('PERSIST', KEYS[i])
+    end
+    redis.call('SADD', KEYS[n + 1], p.name)
+    local again = '0'
+    if p.action == 'again' then again = '1' end
+    table.insert(out, p.name)
+    table.insert(out, fmt(seq))
+    table.insert(out, again)
+    table.insert(out, stolen)
+    table.insert(out, fmt(since))
+    table.insert(out, fmt(expires))
+end
+return out

@@ -1,0 +1,24 @@
+-- Reads machine leases with the Redis time, so expiry is judged by one clock.
+-- KEYS[1]: the cluster's key base; ARGV[1]: one machine name, or '' for all.
+-- Returns {now_ms, {name, field, value, ...}, ...}; names whose record expired (lost
+-- longer than machine_keep) are dropped from the machine set on the way.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local out = {string.format('%d', now)}
+local names
+if ARGV[1] ~= '' then
+  names = {ARGV[1]}
+else
+  names = redis.call('SMEMBERS', KEYS[1] .. 'machines')
+  table.sort(names)
+end
+for _, m in ipairs(names) do
+  local h = redis.call('HGETALL', KEYS[1] .. 'machine:' .. m)
+  if #h > 0 then
+    table.insert(h, 1, m)
+    out[#out + 1] = h
+  elseif ARGV[1] == '' then
+    redis.call('SREM', KEYS[1] .. 'machines', m)
+  end
+end
+return out

@@ -1,0 +1,90 @@
+/* Pure helpers of the master list, shared by the REST handlers, the UDP front and the
+ * protocol modules: canonical address keys and the filter program builder. No Redis, no
+ * configuration, so the protocol unit tests and fuzz targets link them alone. */
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "master.h"
+#include "sdutil.h"
+
+/* ---------- addresses ---------- */
+
+int sd_master_addr_key(const char *ip, int port, char *key, size_t keycap, char *ipout,
+                       size_t ipcap, int *family)
+{
+    unsigned char buf[16];
+    char txt[INET6_ADDRSTRLEN];
+    int fam;
+    if (inet_pton(AF_INET, ip, buf) == 1) {
+        fam = 4;
+        inet_ntop(AF_INET, buf, txt, sizeof txt);
+    } else if (inet_pton(AF_INET6, ip, buf) == 1) {
+        /* An IPv4-mapped IPv6 address is the IPv4 server it stands for. */
+        if (IN6_IS_ADDR_V4MAPPED((struct in6_addr *)buf)) {
+            fam = 4;
+            inet_ntop(AF_INET, buf + 12, txt, sizeof txt);
+        } else {
+            fam = 6;
+            inet_ntop(AF_INET6, buf, txt, sizeof txt);
+        }
+    } else {
+        return -1;
+    }
+    if (port < 1 || port > 65535)
+        return -1;
+    if (key)
+        snprintf(key, keycap, fam == 4 ? "%s:%d" : "[%s]:%d", txt, port);
+    if (ipout)
+        sd_strlcpy(ipout, txt, ipcap);
+    if (family)
+        *family = fam;
+    return 0;
+}
+
+int sd_master_addr_from_sockaddr(const struct sockaddr *sa, char *key, size_t keycap,
+                                 char *ip, size_t ipcap, int *port)
+{
+    char txt[INET6_ADDRSTRLEN];
+    int p;
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+        inet_ntop(AF_INET, &in->sin_addr, txt, sizeof txt);
+        p = ntohs(in->sin_port);
+    } else if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
+        inet_ntop(AF_INET6, &in6->sin6_addr, txt, sizeof txt);
+        p = ntohs(in6->sin6_port);
+    } else {
+        return -1;
+    }
+    if (port)
+        *port = p;
+    return sd_master_addr_key(txt, p, key, keycap, ip, ipcap, NULL);
+}
+
+int sd_master_parse_addr(const char *s, char *key, size_t keycap, char *ip, size_t ipcap,
+                         int *port, int *family)
+{
+    char host[64];
+    int p;
+    if (strlen(s) >= SD_MASTER_ADDR_MAX || sd_parse_hostport(s, host, sizeof host, &p))
+        return -1;
+    if (port)
+        *port = p;
+    return sd_master_addr_key(host, p, key, keycap, ip, ipcap, family);
+}
+
+/* ---------- filter ---------- */
+
+void sd_master_filter_add(sd_master_filter_t *f, const char *op, const char *a, const char *b)
+{
+    if (f->n >= SD_MASTER_MAX_TERMS) {
+        f->overflow = 1;
+        return;
+    }
+    sd_master_term_t *t = &f->t[f->n++];
+    sd_strlcpy(t->op, op, sizeof t->op);
+    sd_strlcpy(t->a, a ? a : "", sizeof t->a);
+    sd_strlcpy(t->b, b ? b : "", sizeof t->b);
+}

@@ -1,0 +1,277 @@
+/* Valve master query protocol and GoldSrc/Source heartbeat (see master_valve.h). */
+#include "master_valve.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "master_q3.h"
+#include "sdutil.h"
+
+static const char *const region_names[] = {
+    "us-east", "us-west", "south-america", "europe", "asia", "australia", "middle-east", "africa",
+};
+
+const char *sd_valve_region_name(int region)
+{
+    if (region >= 0 && region < (int)SD_ARRAY_LEN(region_names))
+        return region_names[region];
+    return "";
+}
+
+static void lower_copy(char *dst, size_t cap, const char *src)
+{
+    size_t i = 0;
+    for (; src[i] && i + 1 < cap; i++)
+        dst[i] = (char)tolower((unsigned char)src[i]);
+    dst[i] = '\0';
+}
+
+/* One filter condition "\key\value" as terms; returns NULL or a reason. */
+static const char *filter_term(const char *key, const char *val, sd_master_filter_t *f)
+{
+    char v[65];
+    if (!strcmp(key, "nor") || !strcmp(key, "nand")) {
+        int64_t n;
+        if (sd_parse_i64(val, 0, SD_MASTER_MAX_TERMS, &n))
+            return "bad_filter";
+        sd_master_filter_add(f, key, val, "");
+    } else if (!strcmp(key, "gamedir") || !strcmp(key, "map")) {
+        if (strlen(val) > 64)
+            return "bad_filter";
+        lower_copy(v, sizeof v, val);
+        sd_master_filter_add(f, "eq", key[0] == 'g' ? "g" : "m", v);
+    } else if (!strcmp(key, "empty")) {
+        sd_master_filter_add(f, !strcmp(val, "1") ? "notempty" : "true", "", "");
+    } else if (!strcmp(key, "full")) {
+        sd_master_filter_add(f, !strcmp(val, "1") ? "notfull" : "true", "", "");
+    } else if (!strcmp(key, "noplayers")) {
+        if (!strcmp(val, "1"))
+            sd_master_filter_add(f, "eq", "p", "0");
+        else
+            sd_master_filter_add(f, "true", "", "");
+    } else if (!strcmp(key, "dedicated") || !strcmp(key, "secure")) {
+        if (!strcmp(val, "1"))
+            sd_master_filter_add(f, "eq", key[0] == 'd' ? "d" : "s", "1");
+        else
+            sd_master_filter_add(f, "true", "", "");
+    } else if (!strcmp(key, "linux")) {
+        if (!strcmp(val, "1"))
+            sd_master_filter_add(f, "eq", "os", "l");
+        else
+            sd_master_filter_add(f, "true", "", "");
+    } else if (!strcmp(key, "password")) {
+        if (strcmp(val, "0") && strcmp(val, "1"))
+            return "bad_filter";
+        sd_master_filter_add(f, "eq", "pw", val);
+    } else if (!strcmp(key, "gametype")) {
+        /* Comma-separated server tags, all required. */
+        if (strlen(val) > 64)
+            return "bad_filter";
+        lower_copy(v, sizeof v, val);
+        sd_master_filter_add(f, "tags", "", v);
+    } else {
+        /* appid, napp, name_match, white, gameaddr...: not kept by this master; the
+         * condition holds for every server. */
+        sd_master_filter_add(f, "true", "", "");
+    }
+    return NULL;
+}
+
+const char *sd_valve_parse_query(const uint8_t *p, size_t n, sd_valve_query_t *q)
+{
+    memset(q, 0, sizeof *q);
+    if (n > 512)
+        return "too_long";
+    if (n < 3 || p[0] != 0x31)
+        return "bad_query";
+    q->region = p[1];
+    const uint8_t *seed = p + 2;
+    const uint8_t *nul = memchr(seed, '\0', n - 2);
+    if (!nul)
+        return "bad_seed";
+    size_t sl = (size_t)(nul - seed);
+    char s[SD_MASTER_ADDR_MAX];
+    if (sl == 0 || sl >= 22)
+        return "bad_seed";
+    memcpy(s, seed, sl);
+    s[sl] = '\0';
+    if (strcmp(s, "0.0.0.0:0") != 0) {
+        int fam;
+        if (sd_master_parse_addr(s, q->seed, sizeof q->seed, NULL, 0, NULL, &fam) || fam != 4)
+            return "bad_seed";
+    }
+    /* The filter: "\key\value..." up to a NUL (tolerated missing at the very end). */
+    size_t fpos = (size_t)(nul - p) + 1;
+    size_t fend = n;
+    const uint8_t *fnul = fpos < n ? memchr(p + fpos, '\0', n - fpos) : NULL;
+    if (fnul) {
+        fend = (size_t)(fnul - p);
+        if (fend + 1 != n)
+            return "bad_filter"; /* bytes after the filter's NUL */
+    }
+    size_t pos = fpos;
+    char key[33], val[129];
+    int rc;
+    while ((rc = sd_infostring_next(p, fend, &pos, key, sizeof key, val, sizeof val)) == 1) {
+        const char *why = filter_term(key, val, &q->filter);
+        if (why)
+            return why;
+    }
+    if (rc < 0 || q->filter.overflow)
+        return "bad_filter";
+    sd_master_filter_add(&q->filter, "eq", "f", "4");
+    if (q->region != 255) {
+        const char *r = sd_valve_region_name(q->region);
+        if (!*r)
+            return "bad_region";
+        sd_master_filter_add(&q->filter, "eq", "r", r);
+    }
+    if (q->filter.overflow)
+        return "bad_filter";
+    return NULL;
+}
+
+size_t sd_valve_encode_reply(const uint8_t (*ips)[4], const uint16_t *ports, int n, int last,
+                             uint8_t *out)
+{
+    static const uint8_t hdr[SD_VALVE_HDR_LEN] = {0xff, 0xff, 0xff, 0xff, 0x66, 0x0a};
+    memcpy(out, hdr, sizeof hdr);
+    size_t len = sizeof hdr;
+    for (int i = 0; i < n && i < SD_VALVE_BATCH; i++) {
+        memcpy(out + len, ips[i], 4);
+        out[len + 4] = (uint8_t)(ports[i] >> 8);
+        out[len + 5] = (uint8_t)(ports[i] & 0xff);
+        len += 6;
+    }
+    if (last) {
+        memset(out + len, 0, 6);
+        len += 6;
+    }
+    return len;
+}
+
+sd_gs_kind_t sd_gs_kind(const uint8_t *p, size_t n)
+{
+    if (n >= 1 && p[0] == 'q' && (n == 1 || (n == 2 && (p[1] == '\n' || p[1] == '\0'))))
+        return SD_GS_CHALLENGE_REQ;
+    if (n >= 2 && p[0] == '0' && p[1] == '\n')
+        return SD_GS_INFO;
+    if (n >= 2 && p[0] == 'b' && p[1] == '\n' && (n == 2 || (n == 3 && p[2] == '\0')))
+        return SD_GS_QUIT;
+    return SD_GS_NONE;
+}
+
+size_t sd_gs_encode_challenge(uint32_t challenge, uint8_t *out)
+{
+    static const uint8_t hdr[6] = {0xff, 0xff, 0xff, 0xff, 's', '\n'};
+    memcpy(out, hdr, 6);
+    out[6] = (uint8_t)(challenge & 0xff);
+    out[7] = (uint8_t)((challenge >> 8) & 0xff);
+    out[8] = (uint8_t)((challenge >> 16) & 0xff);
+    out[9] = (uint8_t)(challenge >> 24);
+    return 10;
+}
+
+static void copy_printable(char *dst, size_t cap, const char *src)
+{
+    size_t i = 0;
+    for (; src[i] && i + 1 < cap; i++) {
+        unsigned char c = (unsigned char)src[i];
+        dst[i] = (c >= 0x20 && c < 0x7f) ? (char)c : '?';
+    }
+    dst[i] = '\0';
+}
+
+static int num(const char *s, int64_t min, int64_t max, int *out)
+{
+    int64_t v;
+    if (sd_parse_i64(s, min, max, &v))
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+const char *sd_gs_parse_info(const uint8_t *p, size_t n, sd_master_server_t *s,
+                             uint32_t *challenge)
+{
+    if (n > SD_VALVE_DGRAM_MAX)
+        return "too_long";
+    if (sd_gs_kind(p, n) != SD_GS_INFO)
+        return "bad_info";
+    memset(s, 0, sizeof *s);
+    s->protocol = s->gametype = -1;
+    s->source = "goldsrc";
+    int have_ch = 0, have_proto = 0, have_max = 0, have_players = 0, lan = 0;
+    size_t pos = 2;
+    char key[65], val[257];
+    int rc;
+    while ((rc = sd_infostring_next(p, n, &pos, key, sizeof key, val, sizeof val)) == 1) {
+        if (!strcmp(key, "challenge")) {
+            int64_t v;
+            if (sd_parse_i64(val, 0, UINT32_MAX, &v))
+                return "bad_challenge";
+            *challenge = (uint32_t)v;
+            have_ch = 1;
+        } else if (!strcmp(key, "protocol")) {
+            if (num(val, 0, 1 << 30, &s->protocol))
+                return "bad_protocol";
+            have_proto = 1;
+        } else if (!strcmp(key, "players")) {
+            if (num(val, 0, 65535, &s->players))
+                return "bad_players";
+            have_players = 1;
+        } else if (!strcmp(key, "max")) {
+            if (num(val, 1, 65535, &s->max_players))
+                return "bad_max";
+            have_max = 1;
+        } else if (!strcmp(key, "bots")) {
+            if (num(val, 0, 65535, &s->bots))
+                return "bad_bots";
+        } else if (!strcmp(key, "gamedir")) {
+            if (!*val || strlen(val) > 64 || strpbrk(val, " \t"))
+                return "bad_gamedir";
+            copy_printable(s->game, sizeof s->game, val);
+        } else if (!strcmp(key, "map")) {
+            copy_printable(s->map, sizeof s->map, val);
+        } else if (!strcmp(key, "password")) {
+            s->password = !strcmp(val, "1");
+        } else if (!strcmp(key, "os")) {
+            if (!strcmp(val, "l") || !strcmp(val, "w") || !strcmp(val, "m"))
+                sd_strlcpy(s->os, val, sizeof s->os);
+        } else if (!strcmp(key, "lan")) {
+            lan = !strcmp(val, "1");
+        } else if (!strcmp(key, "region")) {
+            int r;
+            if (num(val, 0, 255, &r))
+                return "bad_region";
+            sd_strlcpy(s->region, sd_valve_region_name(r), sizeof s->region);
+        } else if (!strcmp(key, "type")) {
+            s->dedicated = !strcmp(val, "d");
+        } else if (!strcmp(key, "secure")) {
+            s->secure = !strcmp(val, "1");
+        } else if (!strcmp(key, "version")) {
+            copy_printable(s->version, sizeof s->version, val);
+        } else if (!strcmp(key, "gametype")) {
+            /* Source servers send their tags here, comma-separated. */
+            char tags[257];
+            sd_strlcpy(tags, val, sizeof tags);
+            char *save = NULL;
+            for (char *t = strtok_r(tags, ",", &save); t && s->ntags < 16;
+                 t = strtok_r(NULL, ",", &save))
+                if (strlen(t) <= 32)
+                    copy_printable(s->tags[s->ntags++], sizeof s->tags[0], t);
+        }
+    }
+    if (rc < 0)
+        return "bad_infostring";
+    if (!have_ch)
+        return "no_challenge";
+    if (!have_proto || !have_max || !have_players || !s->game[0])
+        return "missing_field";
+    if (s->players > s->max_players || s->bots > s->players)
+        return "bad_players";
+    if (lan)
+        return "lan_server";
+    return NULL;
+}

@@ -1,0 +1,804 @@
+/* The process directory and machine leases against a real redis-server and serverdir:
+ * leases (register, renew, expiry, delete), event batches (idempotency, ordering
+ * safety), filters, the bounded history, every bad input of issue 2 (specific error, no
+ * Redis change), auth and token reload, a Redis outage, and libsdclient failover. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "harness.h"
+#include "sdclient.h"
+
+static h_redis_t redis;
+static h_serverdir_t sd;
+
+static int setup(void **state)
+{
+    if (h_redis_start(&redis) || h_serverdir_start(&sd, redis.url, h_tokens_file(), NULL))
+        return -1;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    h_serverdir_stop(&sd);
+    h_redis_stop(&redis);
+    return 0;
+}
+
+/* A request against sd; returns the status. The caller frees r. */
+static long req(const char *method, const char *token, const char *body, h_resp_t *r,
+                const char *path)
+{
+    assert_int_equal(h_http_json(method, sd.url, token, body, r, "%s", path), 0);
+    return r->status;
+}
+
+/* The JSON body of r (asserted to parse); frees r. */
+static json_t *body_of(h_resp_t *r)
+{
+    json_t *j = h_resp_json(r);
+    assert_non_null(j);
+    h_resp_free(r);
+    return j;
+}
+
+static json_t *get_json(const char *token, const char *path, long want)
+{
+    h_resp_t r;
+    long st = req("GET", token, NULL, &r, path);
+    if (st != want)
+        fprintf(stderr, "GET %s -> %ld %s\n", path, st, r.body ? r.body : "");
+    assert_int_equal(st, want);
+    return body_of(&r);
+}
+
+static json_t *post_events(const char *cluster, const char *events_json)
+{
+    char path[128], *body = NULL;
+    snprintf(path, sizeof path, "/v1/clusters/%s/events", cluster);
+    assert_true(asprintf(&body, "{\"events\":%s}", events_json) > 0);
+    h_resp_t r;
+    long st = req("POST", H_TOK_BB, body, &r, path);
+    free(body);
+    if (st != 200)
+        fprintf(stderr, "POST events -> %ld %s\n", st, r.body ? r.body : "");
+    assert_int_equal(st, 200);
+    return body_of(&r);
+}
+
+static long jint(const json_t *o, const char *key)
+{
+    json_t *v = json_object_get(o, key);
+    assert_true(json_is_integer(v));
+    return (long)json_integer_value(v);
+}
+
+static const char *jstr(const json_t *o, const char *key)
+{
+    const char *s = json_string_value(json_object_get(o, key));
+    assert_non_null(s);
+    return s;
+}
+
+/* ---------------------------------------------------------------- machines */
+
+static void machine_lease_register_renew_expire_delete(void **state)
+{
+    h_resp_t r;
+    assert_int_equal(req("PUT", H_TOK_BB,
+                         "{\"address\":\"10.0.0.5\",\"labels\":{\"zone\":\"eu\"},"
+                         "\"capacity\":400,\"version\":\"0.1.0\",\"ttl_ms\":15000}",
+                         &r, "/v1/clusters/cm/machines/m1"),
+                     200);
+    json_t *j = body_of(&r);
+    assert_string_equal(jstr(j, "cluster"), "cm");
+    assert_string_equal(jstr(j, "machine"), "m1");
+    assert_int_equal(jint(j, "expires_in_ms"), 15000);
+    long registered = jint(j, "registered_at_ms");
+    json_decref(j);
+
+    /* A short lease on m2, and a bare renewal of m1 that keeps its fields. */
+    assert_int_equal(req("PUT", H_TOK_BB, "{\"ttl_ms\":1000,\"address\":\"m2.example\"}", &r,
+                         "/v1/clusters/cm/machines/m2"),
+                     200);
+    h_resp_free(&r);
+    assert_int_equal(req("PUT", H_TOK_OPS, NULL, &r, "/v1/clusters/cm/machines/m1"), 200);
+    j = body_of(&r);
+    assert_int_equal(jint(j, "registered_at_ms"), registered);
+    json_decref(j);
+
+    j = get_json(H_TOK_VIEWER, "/v1/clusters/cm/machines", 200);
+    json_t *ms = json_object_get(j, "machines");
+    assert_int_equal(json_array_size(ms), 2);
+    json_t *m1 = json_array_get(ms, 0);
+    assert_string_equal(jstr(m1, "machine"), "m1");
+    assert_string_equal(jstr(m1, "address"), "10.0.0.5");
+    assert_string_equal(jstr(json_object_get(m1, "labels"), "zone"), "eu");
+    assert_int_equal(jint(m1, "capacity"), 400);
+    assert_string_equal(jstr(m1, "version"), "0.1.0");
+    assert_string_equal(jstr(m1, "state"), "live");
+    assert_true(jint(m1, "expires_in_ms") > 14000);
+    assert_true(jint(m1, "renewed_at_ms") >= registered);
+    assert_string_equal(jstr(json_array_get(ms, 1), "state"), "live");
+    json_decref(j);
+
+    /* m2's lease runs out: lost, still listed; a renewal brings it back. */
+    h_sleep_ms(1200);
+    j = get_json(H_TOK_VIEWER, "/v1/clusters/cm/machines/m2", 200);
+    assert_string_equal(jstr(j, "state"), "lost");
+    assert_int_equal(jint(j, "expires_in_ms"), 0);
+    assert_string_equal(jstr(j, "address"), "m2.example");
+    json_decref(j);
+    assert_int_equal(req("PUT", H_TOK_BB, "{\"ttl_ms\":5000}", &r, "/v1/clusters/cm/machines/m2"), 200);
+    h_resp_free(&r);
+    j = get_json(H_TOK_VIEWER, "/v1/clusters/cm/machines/m2", 200);
+    assert_string_equal(jstr(j, "state"), "live");
+    json_decref(j);
+
+    /* Delete: ops only; then 404. */
+    assert_int_equal(req("DELETE", H_TOK_BB, NULL, &r, "/v1/clusters/cm/machines/m2"), 403);
+    h_resp_free(&r);
+    assert_int_equal(req("DELETE", H_TOK_OPS, NULL, &r, "/v1/clusters/cm/machines/m2"), 204);
+    h_resp_free(&r);
+    assert_int_equal(req("GET", H_TOK_VIEWER, NULL, &r, "/v1/clusters/cm/machines/m2"), 404);
+    assert_string_equal(h_err_code(&r), "not_found");
+    h_resp_free(&r);
+    assert_int_equal(req("DELETE", H_TOK_OPS, NULL, &r, "/v1/clusters/cm/machines/m2"), 404);
+    h_resp_free(&r);
+    j = get_json(H_TOK_VIEWER, "/v1/clusters/cm/machines", 200);
+    assert_int_equal(json_array_size(json_object_get(j, "machines")), 1);
+    json_decref(j);
+}
+
+/* ---------------------------------------------------------------- events */
+
+#define CONTRACT_BATCH                                                                     \
+    "[{\"id\":\"m1-7f3a9c-000042\",\"type\":\"started\",\"instance\":\"zone-m1-7f3a9c-3\","   \
+    "\"machine\":\"m1\",\"service\":\"zone\",\"pid\":12345,\"ts_ms\":1795000000000,"         \
+    "\"slot\":3,\"generation\":2,\"ports\":{\"game\":27960}},"                               \
+    "{\"id\":\"m1-7f3a9c-000043\",\"type\":\"ready\",\"instance\":\"zone-m1-7f3a9c-3\","      \
+    "\"machine\":\"m1\",\"service\":\"zone\",\"ts_ms\":1795000000100},"                      \
+    "{\"id\":\"m1-7f3a9c-000044\",\"type\":\"stopped\",\"instance\":\"zone-m1-7f3a9c-3\","    \
+    "\"machine\":\"m1\",\"service\":\"zone\",\"ts_ms\":1795000009000,\"reason\":\"hung\","    \
+    "\"silent_ms\":3012,\"detail\":\"liveness deadline 3000 ms missed\",\"code\":null,"       \
+    "\"signal\":6}]"
+
+static void event_batch_applied_then_retried_as_duplicates(void **state)
+{
+    /* started + ready: live and ready. */
+    json_t *j = post_events("ce", "[{\"id\":\"e1\",\"type\":\"started\",\"instance\":\"zone-1\","
+                                  "\"machine\":\"m1\",\"service\":\"zone\",\"pid\":100,"
+                                  "\"ts_ms\":1000,\"slot\":0,\"ports\":{\"game\":27960}},"
+                                  "{\"id\":\"e2\",\"type\":\"ready\",\"instance\":\"zone-1\","
+                                  "\"machine\":\"m1\",\"service\":\"zone\",\"ts_ms\":1500}]");
+    assert_int_equal(jint(j, "accepted"), 2);
+    assert_int_equal(jint(j, "duplicates"), 0);
+    json_decref(j);
+    j = get_json(H_TOK_VIEWER, "/v1/clusters/ce/processes/zone-1", 200);
+    assert_string_equal(jstr(j, "state"), "ready");
+    assert_string_equal(jstr(j, "cluster"), "ce");
+    assert_int_equal(jint(j, "pid"), 100);
+    assert_int_equal(jint(j, "started_at_ms"), 1000);
+    assert_int_equal(jint(j, "ready_at_ms"), 1500);
+    assert_int_equal(jint(json_object_get(j, "ports"), "game"), 27960);
+    json_decref(j);
+
+    /* The contract's example batch, then the same batch again: all duplicates, and
+     * Redis is byte-for-byte unchanged. */
+    j = post_events("ce", CONTRACT_BATCH);
+    assert_int_equal(jint(j, "accepted"), 3);
+    assert_int_equal(jint(j, "duplicates"), 0);
+    json_decref(j);
+    char before[64], after[64];
+    h_redis_digest(&redis, before);
+    assert_string_not_equal(before, "?");
+    j = post_events("ce", CONTRACT_BATCH);
+    assert_int_equal(jint(j, "accepted"), 0);
+    assert_int_equal(jint(j, "duplicates"), 3);
+    json_decref(j);
+    h_redis_digest(&redis, after);
+    assert_string_equal(before, after);
+
+    j = get_json(H_TOK_VIEWER, "/v1/clusters/ce/processes/zone-m1-7f3a9c-3", 200);
+    assert_string_equal(jstr(j, "state"), "stopped");
+    assert_string_equal(jstr(j, "reason"), "hung");
+    assert_int_equal(jint(j, "signal"), 6);
+    assert_true(json_is_null(json_object_get(j, "code")));
+    assert_int_equal(jint(j, "silent_ms"), 3012);
+    assert_int_equal(jint(j, "generation"), 2);
+    assert_int_equal(jint(j, "slot"), 3);
+    assert_int_equal(jint(j, "stopped_at_ms"), 1795000009000L);
+    assert_string_equal(jstr(j, "detail"), "liveness deadline 3000 ms missed");
+    json_decref(j);
+
+    /* The live directory holds zone-1 only; the stopped list holds the other. */
+    j = get_json(H_TOK_VIEWER, "/v1/clusters/ce/processes", 200);
+    json_t *ps = json_object_get(j, "processes");
+    assert_int_equal(json_array_size(ps), 1);
+    assert_string_equal(jstr(json_array_get(ps, 0), "instance"), "zone-1");
+    json_decref(j);
+    j = get_json(H_TOK_VIEWER, "/v1/clusters/ce/processes?state=stopped", 200);
+    ps = json_object_get(j, "processes");
+    assert_int_equal(json_array_size(ps), 1);
+    assert_string_equal(jstr(json_array_get(ps, 0), "instance"), "zone-m1-7f3a9c-3");
+    json_decref(j);
+
+    h_resp_t r;
+    assert_int_equal(req("GET", H_TOK_VIEWER, NULL, &r, "/v1/clusters/ce/processes/nope"), 404);
+    assert_string_equal(h_err_code(&r), "not_found");
+    h_resp_free(&r);
+
+    /* The counters saw it. */
+    assert_int_equal(req("GET", NULL, NULL, &r, "/metrics"), 200);
+    assert_non_null(strstr(r.body, "serverdir_events_accepted_total 5"));
+    assert_non_null(strstr(r.body, "serverdir_events_duplicate_total 3"));
+    h_resp_free(&r);
+}
+
+static void stopped_unknown_recorded_and_never_revived(void **state)
+{
+    json_t *j = post_events("co", "[{\"id\":\"s1\",\"type\":\"stopped\",\"instance\":\"ghost\","
+                                  "\"machine\":\"m9\",\"service\":\"zone\",\"reason\":\"exited\","
+                                  "\"code\":3}]");
+    assert_int_equal(jint(j, "accepted"), 1);
+    json_decref(j);
+    j = get_json(H_TOK_VIEWER, "/v1/clusters/co/processes/ghost", 200);
+    assert_string_equal(jstr(j, "state"), "stopped");
+    assert_string_equal(jstr(j, "reason"), "exited");
+    assert_int_equal(jint(j, "code"), 3);
+    assert_true(json_is_integer(json_object_get(j, "stopped_at_ms"))); /* server time */
+    json_decref(j);
+
+    /* A late started/ready of the same run is recorded in the history but does not
+     * bring the instance back. */
+    j = post_events("co", "[{\"id\":\"s0\",\"type\":\"started\",\"instance\":\"ghost\","
+                          "\"machine\":\"m9\",\"service\":\"zone\",\"pid\":77},"
+                          "{\"id\":\"s0r\",\"type\":\"ready\",\"instance\":\"ghost\","
+                          "\"machine\":\"m9\",\"service\":\"zone\"}]");
+    assert_int_equal(jint(j, "accepted"), 2);
+    assert_int_equal(jint(j, "stale"), 2);
+    json_decref(j);
+    j = get_json(H_TOK_VIEWER, "/v1/clusters/co/processes/ghost", 200);
+    assert_string_equal(jstr(j, "state"), "stopped");
+    assert_true(json_is_null(json_object_get(j, "pid")));
+    json_decref(j);
+    j = get_json(H_TOK_VIEWER, "/v1/clusters/co/processes?machine=m9", 200);
+    assert_int_equal(json_array_size(json_object_get(j, "processes")), 0);
+    json_decref(j);
+
+    /* A newer generation of the slot is a new run and does come back. */
+    j = post_events("co", "[{\"id\":\"s2\",\"type\":\"started\",\"instance\":\"ghost\","
+                          "\"machine\":\"m9\",\"service\":\"zone\",\"pid\":78,\"generation\":1}]");
+    assert_int_equal(jint(j, "stale"), 0);
+    json_decref(j);
+    j = get_json(H_TOK_VIEWER, "/v1/clusters/co/processes/ghost", 200);
+    assert_string_equal(jstr(j, "state"), "starting");
+    assert_int_equal(jint(j, "pid"), 78);
+    assert_true(json_is_null(json_object_get(j, "reason")));
+    json_decref(j);
+    j = get_json(H_TOK_VIEWER, "/v1/clusters/co/processes?state=stopped", 200);
+    assert_int_equal(json_array_size(json_object_get(j, "processes")), 0);
+    json_decref(j);
+}
+
+static int count_procs(const char *path)
+{
+    json_t *j = get_json(H_TOK_VIEWER, path, 200);
+    int n = (int)json_array_size(json_object_get(j, "processes"));
+    assert_int_equal(jint(j, "total"), n);
+    json_decref(j);
+    return n;
+}
+
+static void directory_filters(void **state)
+{
+    /* m1: zone x2 (one ready), lobby x1; m2: zone x1; plus one stopped zone on m2. */
+    json_t *j = post_events(
+        "cf",
+        "[{\"id\":\"f1\",\"type\":\"started\",\"instance\":\"z1\",\"machine\":\"m1\",\"service\":\"zone\",\"pid\":1},"
+        "{\"id\":\"f2\",\"type\":\"started\",\"instance\":\"z2\",\"machine\":\"m1\",\"service\":\"zone\",\"pid\":2},"
+        "{\"id\":\"f3\",\"type\":\"ready\",\"instance\":\"z2\",\"machine\":\"m1\",\"service\":\"zone\"},"
+        "{\"id\":\"f4\",\"type\":\"started\",\"instance\":\"l1\",\"machine\":\"m1\",\"service\":\"lobby\",\"pid\":3},"
+        "{\"id\":\"f5\",\"type\":\"started\",\"instance\":\"z3\",\"machine\":\"m2\",\"service\":\"zone\",\"pid\":4},"
+        "{\"id\":\"f6\",\"type\":\"started\",\"instance\":\"z4\",\"machine\":\"m2\",\"service\":\"zone\",\"pid\":5},"
+        "{\"id\":\"f7\",\"type\":\"stopped\",\"instance\":\"z4\",\"machine\":\"m2\",\"service\":\"zone\",\"reason\":\"killed\",\"signal\":9}]");
+    assert_int_equal(jint(j, "accepted"), 7);
+    json_decref(j);
+    assert_int_equal(count_procs("/v1/clusters/cf/processes"), 4);
+    assert_int_equal(count_procs("/v1/clusters/cf/processes?machine=m1"), 3);
+    assert_int_equal(count_procs("/v1/clusters/cf/processes?service=zone"), 3);
+    assert_int_equal(count_procs("/v1/clusters/cf/processes?machine=m1&service=zone"), 2);
+    assert_int_equal(count_procs("/v1/clusters/cf/processes?state=ready"), 1);
+    assert_int_equal(count_procs("/v1/clusters/cf/processes?state=starting&machine=m1"), 2);
+    assert_int_equal(count_procs("/v1/clusters/cf/processes?state=stopped"), 1);
+    assert_int_equal(count_procs("/v1/clusters/cf/processes?state=stopped&machine=m1"), 0);
+    assert_int_equal(count_procs("/v1/clusters/cf/processes?machine=m3"), 0);
+
+    j = get_json(H_TOK_VIEWER, "/v1/clusters/cf/processes?limit=2", 200);
+    assert_int_equal(json_array_size(json_object_get(j, "processes")), 2);
+    assert_int_equal(jint(j, "total"), 4);
+    assert_true(json_is_true(json_object_get(j, "truncated")));
+    json_decref(j);
+
+    h_resp_t r;
+    assert_int_equal(req("GET", H_TOK_VIEWER, NULL, &r, "/v1/clusters/cf/processes?state=gone"), 400);
+    assert_string_equal(h_err_code(&r), "bad_query");
+    h_resp_free(&r);
+    assert_int_equal(req("GET", H_TOK_VIEWER, NULL, &r, "/v1/clusters/cf/processes?machine=a%2Fb"), 400);
+    assert_string_equal(h_err_code(&r), "bad_query");
+    h_resp_free(&r);
+}
+
+static void history_since_and_limit(void **state)
+{
+    char batch[4096];
+    int n = snprintf(batch, sizeof batch, "[");
+    for (int i = 0; i < 10; i++)
+        n += snprintf(batch + n, sizeof batch - (size_t)n,
+                      "%s{\"id\":\"h%d\",\"type\":\"started\",\"instance\":\"i%d\","
+                      "\"machine\":\"m1\",\"service\":\"zone\",\"pid\":%d}",
+                      i ? "," : "", i, i, 100 + i);
+    snprintf(batch + n, sizeof batch - (size_t)n, "]");
+    json_decref(post_events("ch", batch));
+
+    /* Without since: the newest `limit`, newest last. */
+    json_t *j = get_json(H_TOK_VIEWER, "/v1/clusters/ch/events?limit=3", 200);
+    json_t *evs = json_object_get(j, "events");
+    assert_int_equal(json_array_size(evs), 3);
+    assert_string_equal(jstr(json_array_get(evs, 0), "id"), "h7");
+    assert_string_equal(jstr(json_array_get(evs, 2), "id"), "h9");
+    assert_int_equal(jint(json_array_get(evs, 2), "pid"), 109);
+    json_decref(j);
+
+    /* From the start with a cursor: pages of 4 cover all 10 in order. */
+    j = get_json(H_TOK_VIEWER, "/v1/clusters/ch/events?since=0&limit=4", 200);
+    evs = json_object_get(j, "events");
+    assert_int_equal(json_array_size(evs), 4);
+    assert_string_equal(jstr(json_array_get(evs, 0), "id"), "h0");
+    char path[160];
+    snprintf(path, sizeof path, "/v1/clusters/ch/events?since=%s&limit=4", jstr(j, "last"));
+    json_decref(j);
+    j = get_json(H_TOK_VIEWER, path, 200);
+    evs = json_object_get(j, "events");
+    assert_int_equal(json_array_size(evs), 4);
+    assert_string_equal(jstr(json_array_get(evs, 0), "id"), "h4");
+    assert_string_equal(jstr(json_array_get(evs, 3), "id"), "h7");
+    snprintf(path, sizeof path, "/v1/clusters/ch/events?since=%s", jstr(j, "last"));
+    json_decref(j);
+    j = get_json(H_TOK_VIEWER, path, 200);
+    assert_int_equal(json_array_size(json_object_get(j, "events")), 2);
+    snprintf(path, sizeof path, "/v1/clusters/ch/events?since=%s", jstr(j, "last"));
+    json_decref(j);
+    /* Nothing after the last one; the cursor stays. */
+    j = get_json(H_TOK_VIEWER, path, 200);
+    assert_int_equal(json_array_size(json_object_get(j, "events")), 0);
+    json_decref(j);
+
+    j = get_json(H_TOK_VIEWER, "/v1/clusters/empty/events", 200);
+    assert_int_equal(json_array_size(json_object_get(j, "events")), 0);
+    assert_true(json_is_null(json_object_get(j, "last")));
+    json_decref(j);
+
+    h_resp_t r;
+    assert_int_equal(req("GET", H_TOK_VIEWER, NULL, &r, "/v1/clusters/ch/events?since=abc"), 400);
+    assert_string_equal(h_err_code(&r), "bad_query");
+    h_resp_free(&r);
+    assert_int_equal(req("GET", H_TOK_VIEWER, NULL, &r, "/v1/clusters/ch/events?limit=5000"), 400);
+    assert_string_equal(h_err_code(&r), "bad_query");
+    h_resp_free(&r);
+}
+
+/* A serverdir configured with small bounds: the history stream and the stopped records
+ * stay at their caps however many events arrive. */
+static void history_and_stopped_bounded(void **state)
+{
+    const char *cfg = h_write_file(h_tmpdir(), "small.json",
+                                   "{\"directory\":{\"history_max\":20,\"stopped_keep\":10}}",
+                                   0644);
+    const char *extra[] = {"--config", cfg, NULL};
+    h_serverdir_t s2;
+    assert_int_equal(h_serverdir_start(&s2, redis.url, h_tokens_file(), extra), 0);
+    for (int round = 0; round < 3; round++) {
+        char batch[8192];
+        int n = snprintf(batch, sizeof batch, "{\"events\":[");
+        for (int i = 0; i < 15; i++)
+            n += snprintf(batch + n, sizeof batch - (size_t)n,
+                          "%s{\"id\":\"b%d-%d\",\"type\":\"stopped\",\"instance\":\"x%d-%d\","
+                          "\"machine\":\"m1\",\"service\":\"zone\",\"reason\":\"drained\"}",
+                          i ? "," : "", round, i, round, i);
+        snprintf(batch + n, sizeof batch - (size_t)n, "]}");
+        h_resp_t r;
+        assert_int_equal(h_http_json("POST", s2.url, H_TOK_BB, batch, &r, "/v1/clusters/cb/events"), 0);
+        assert_int_equal(r.status, 200);
+        h_resp_free(&r);
+    }
+    redisReply *x = h_redis(&redis, "XLEN sd:{cb}:events");
+    assert_int_equal(x->integer, 20);
+    freeReplyObject(x);
+    x = h_redis(&redis, "ZCARD sd:{cb}:stopped");
+    assert_int_equal(x->integer, 10);
+    freeReplyObject(x);
+    x = h_redis(&redis, "EVAL %s 0", "return #redis.call('KEYS', 'sd:{cb}:proc:*')");
+    assert_int_equal(x->integer, 10);
+    freeReplyObject(x);
+    /* The newest stopped survive; event ids expire (remembered >= 24 h). */
+    x = h_redis(&redis, "EXISTS sd:{cb}:proc:x2-14");
+    assert_int_equal(x->integer, 1);
+    freeReplyObject(x);
+    x = h_redis(&redis, "PTTL sd:{cb}:evid:b0-0");
+    assert_true(x->integer > 86000LL * 1000 && x->integer <= 86400LL * 1000);
+    freeReplyObject(x);
+    h_serverdir_stop(&s2);
+
+    /* Event ids must be remembered at least 24 h: a shorter setting does not start. */
+    const char *dir = h_tmpdir();
+    const char *bad = h_write_file(dir, "bad.json", "{\"directory\":{\"event_id_ttl_s\":60}}", 0644);
+    char logpath[300];
+    snprintf(logpath, sizeof logpath, "%s/bad.log", dir);
+    const char *argv[] = {SD_BIN_DIR "/serverdir", "--config", bad, "--listen", "127.0.0.1:0", NULL};
+    pid_t pid = h_spawn(argv, logpath, NULL);
+    int st = 0;
+    int64_t until = h_now_ms() + 5000;
+    while (!h_exited(pid, &st) && h_now_ms() < until)
+        h_sleep_ms(10);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 100);
+    char log[2048] = "";
+    FILE *f = fopen(logpath, "r");
+    assert_non_null(f);
+    log[fread(log, 1, sizeof log - 1, f)] = '\0';
+    fclose(f);
+    assert_non_null(strstr(log, "field 'event_id_ttl_s' must be between 86400"));
+}
+
+/* ---------------------------------------------------------------- bad input */
+
+struct bad_case {
+    const char *method, *path, *ctype, *body;
+    long status;
+    const char *code, *msg;
+};
+
+static void bad_input_is_rejected_and_changes_nothing(void **state)
+{
+    /* Something stored first, so "unchanged" is about a real keyspace. */
+    json_decref(post_events("cx", "[{\"id\":\"ok1\",\"type\":\"started\",\"instance\":\"i1\","
+                                  "\"machine\":\"m1\",\"service\":\"zone\",\"pid\":1}]"));
+    char *many = malloc(200000), *huge = malloc((1 << 20) + 100);
+    int n = snprintf(many, 200000, "{\"events\":[");
+    for (int i = 0; i < 1001; i++)
+        n += snprintf(many + n, 200000 - (size_t)n,
+                      "%s{\"id\":\"k%d\",\"type\":\"ready\",\"instance\":\"i1\","
+                      "\"machine\":\"m1\",\"service\":\"zone\"}", i ? "," : "", i);
+    snprintf(many + n, 200000 - (size_t)n, "]}");
+    memset(huge, ' ', (1 << 20) + 99);
+    memcpy(huge, "{\"events\":[", 11);
+    huge[(1 << 20) + 99] = '\0';
+
+#define EV(fields) "{\"events\":[{\"id\":\"x1\",\"type\":\"started\",\"instance\":\"i9\"," \
+                   "\"machine\":\"m1\",\"service\":\"zone\",\"pid\":9" fields "}]}"
+#define EVP "/v1/clusters/cx/events"
+    const struct bad_case cases[] = {
+        {"POST", EVP, NULL, "{\"events\":[{\"id\":", 400, "bad_json", "invalid JSON"},
+        {"POST", EVP, NULL, "[1,2]", 400, "bad_json", "must be a JSON object"},
+        {"POST", EVP, NULL, "", 400, "bad_json", "body is required"},
+        {"POST", EVP, NULL, "{}", 400, "bad_field", "field 'events' is required"},
+        {"POST", EVP, NULL, "{\"events\":{}}", 400, "bad_field", "array of 1 to 1000"},
+        {"POST", EVP, NULL, "{\"events\":[]}", 400, "bad_field", "array of 1 to 1000"},
+        {"POST", EVP, NULL, "{\"events\":[1]}", 400, "bad_field", "events[0] must be an object"},
+        {"POST", EVP, NULL, "{\"events\":[],\"x\":1}", 400, "bad_field", "unknown field 'x'"},
+        {"POST", EVP, NULL, many, 400, "bad_field", "array of 1 to 1000"},
+        {"POST", EVP, NULL, EV(",\"pid2\":1"), 400, "bad_field", "events[0] has an unknown field 'pid2'"},
+        {"POST", EVP, NULL, "{\"events\":[{\"id\":\"x1\",\"type\":\"started\",\"machine\":\"m1\","
+                            "\"service\":\"zone\",\"pid\":9}]}", 400, "bad_field",
+         "events[0].instance is required"},
+        {"POST", EVP, NULL, "{\"events\":[{\"id\":\"x1\",\"type\":\"started\",\"instance\":\"i9\","
+                            "\"machine\":\"m1\",\"service\":\"zone\"}]}", 400, "bad_field",
+         "events[0].pid is required"},
+        {"POST", EVP, NULL, "{\"events\":[{\"id\":\"x1\",\"type\":\"started\",\"instance\":\"i9\","
+                            "\"machine\":\"m1\",\"service\":\"zone\",\"pid\":\"9\"}]}", 400,
+         "bad_field", "events[0].pid must be an integer"},
+        {"POST", EVP, NULL, "{\"events\":[{\"id\":\"x1\",\"type\":\"started\",\"instance\":\"i9\","
+                            "\"machine\":\"m1\",\"service\":\"zone\",\"pid\":99999999}]}", 400,
+         "bad_field", "events[0].pid must be an integer from 1 to 4194304"},
+        {"POST", EVP, NULL, "{\"events\":[{\"id\":\"x1\",\"type\":\"begun\",\"instance\":\"i9\","
+                            "\"machine\":\"m1\",\"service\":\"zone\"}]}", 400, "bad_field",
+         "events[0].type must be started, ready or stopped"},
+        {"POST", EVP, NULL, "{\"events\":[{\"id\":\"x1\",\"type\":7,\"instance\":\"i9\","
+                            "\"machine\":\"m1\",\"service\":\"zone\"}]}", 400, "bad_field",
+         "events[0].type must be a string"},
+        {"POST", EVP, NULL, "{\"events\":[{\"id\":\"x1\",\"type\":\"started\",\"instance\":\"a/b\","
+                            "\"machine\":\"m1\",\"service\":\"zone\",\"pid\":9}]}", 400,
+         "bad_field", "events[0].instance must be 1-128 characters"},
+        {"POST", EVP, NULL, "{\"events\":[{\"id\":\"x 1\",\"type\":\"started\",\"instance\":\"i9\","
+                            "\"machine\":\"m1\",\"service\":\"zone\",\"pid\":9}]}", 400,
+         "bad_field", "events[0].id must be"},
+        {"POST", EVP, NULL, EV(",\"ports\":{\"game\":70000}"), 400, "bad_field",
+         "events[0].ports.game must be an integer from 1 to 65535"},
+        {"POST", EVP, NULL, EV(",\"ports\":[1]"), 400, "bad_field", "events[0].ports must be an object"},
+        {"POST", EVP, NULL, EV(",\"slot\":-1"), 400, "bad_field", "events[0].slot must be"},
+        {"POST", EVP, NULL, EV(",\"reason\":\"hung\""), 400, "bad_field",
+         "events[0].reason is only allowed in a stopped event"},
+        {"POST", EVP, NULL, "{\"events\":[{\"id\":\"x1\",\"type\":\"stopped\",\"instance\":\"i9\","
+                            "\"machine\":\"m1\",\"service\":\"zone\"}]}", 400, "bad_field",
+         "events[0].reason is required"},
+        {"POST", EVP, NULL, "{\"events\":[{\"id\":\"x1\",\"type\":\"stopped\",\"instance\":\"i9\","
+                            "\"machine\":\"m1\",\"service\":\"zone\",\"reason\":\"bored\"}]}",
+         400, "bad_field", "events[0].reason must be one of"},
+        /* One good event and one bad: nothing of the batch is applied. */
+        {"POST", EVP, NULL, "{\"events\":[{\"id\":\"g1\",\"type\":\"started\",\"instance\":\"i7\","
+                            "\"machine\":\"m1\",\"service\":\"zone\",\"pid\":7},"
+                            "{\"id\":\"g2\",\"type\":\"ready\",\"instance\":\"i7\","
+                            "\"machine\":\"m1\",\"service\":\"zone\",\"signal\":9}]}", 400,
+         "bad_field", "events[1].signal is only allowed in a stopped event"},
+        {"POST", "/v1/clusters/bad%20name/events", NULL, EV(""), 400, "bad_name",
+         "cluster name must be"},
+        {"POST", "/v1/clusters/..x/events", NULL, EV(""), 400, "bad_name", "cluster name"},
+        {"POST", EVP, "text/plain", EV(""), 415, "unsupported_media_type", "application/json"},
+        {"POST", EVP, NULL, huge, 413, "too_large", "byte limit"},
+        {"PUT", "/v1/clusters/cx/machines/m%2A1", NULL, "{}", 400, "bad_name", "machine name"},
+        {"PUT", "/v1/clusters/cx/machines/m1", NULL, "{\"ttl_ms\":10}", 400, "bad_field",
+         "field 'ttl_ms' must be between 1000 and 300000"},
+        {"PUT", "/v1/clusters/cx/machines/m1", NULL, "{\"ttl_ms\":\"15000\"}", 400, "bad_field",
+         "field 'ttl_ms' must be an integer"},
+        {"PUT", "/v1/clusters/cx/machines/m1", NULL, "{\"labels\":[\"eu\"]}", 400, "bad_field",
+         "field 'labels' must be an object"},
+        {"PUT", "/v1/clusters/cx/machines/m1", NULL, "{\"labels\":{\"zone\":5}}", 400,
+         "bad_field", "field 'labels.zone' must be a string"},
+        {"PUT", "/v1/clusters/cx/machines/m1", NULL, "{\"address\":\"a b\"}", 400, "bad_field",
+         "field 'address' must be a host name"},
+        {"PUT", "/v1/clusters/cx/machines/m1", NULL, "{\"adress\":\"a\"}", 400, "bad_field",
+         "unknown field 'adress'"},
+        {"PUT", "/v1/clusters/cx/machines/m1", NULL, "{\"ttl_ms\":", 400, "bad_json", "invalid JSON"},
+        {"PUT", "/v1/clusters/cx/machines/m1", "application/xml", "{}", 415,
+         "unsupported_media_type", "application/json"},
+        {"DELETE", "/v1/clusters/cx/machines/-m", NULL, NULL, 400, "bad_name", "machine name"},
+        {"GET", "/v1/clusters/cx/processes/a..b", NULL, NULL, 400, "bad_name", "instance name"},
+    };
+    char before[64], after[64];
+    h_redis_digest(&redis, before);
+    assert_string_not_equal(before, "?");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const struct bad_case *c = &cases[i];
+        char url[256];
+        snprintf(url, sizeof url, "%s%s", sd.url, c->path);
+        h_resp_t r;
+        assert_int_equal(h_http(c->method, url, H_TOK_OPS, c->ctype, c->body,
+                                c->body ? strlen(c->body) : 0, NULL, &r),
+                         0);
+        json_t *j = h_resp_json(&r);
+        const char *msg = json_string_value(json_object_get(json_object_get(j, "error"), "message"));
+        if (r.status != c->status || strcmp(h_err_code(&r), c->code) || !msg ||
+            !strstr(msg, c->msg))
+            fail_msg("case %zu (%s %s): got %ld %s, want %ld %s '%s'", i, c->method, c->path,
+                     r.status, r.body ? r.body : "", c->status, c->code, c->msg);
+        json_decref(j);
+        h_resp_free(&r);
+        h_redis_digest(&redis, after);
+        if (strcmp(before, after))
+            fail_msg("case %zu (%s %s) changed Redis", i, c->method, c->path);
+    }
+    free(many);
+    free(huge);
+}
+
+/* ---------------------------------------------------------------- auth */
+
+static void auth_roles(void **state)
+{
+    const char *ev = "{\"events\":[{\"id\":\"a1\",\"type\":\"started\",\"instance\":\"i1\","
+                     "\"machine\":\"m1\",\"service\":\"zone\",\"pid\":1}]}";
+    char before[64], after[64];
+    h_redis_digest(&redis, before);
+    h_resp_t r;
+    assert_int_equal(req("POST", NULL, ev, &r, "/v1/clusters/ca/events"), 401);
+    assert_string_equal(h_err_code(&r), "unauthorized");
+    h_resp_free(&r);
+    assert_int_equal(req("POST", "not-a-token-at-all", ev, &r, "/v1/clusters/ca/events"), 401);
+    assert_string_equal(h_err_code(&r), "unauthorized");
+    h_resp_free(&r);
+    assert_int_equal(req("GET", NULL, NULL, &r, "/v1/clusters/ca/processes"), 401);
+    h_resp_free(&r);
+    assert_int_equal(req("POST", H_TOK_VIEWER, ev, &r, "/v1/clusters/ca/events"), 403);
+    assert_string_equal(h_err_code(&r), "forbidden");
+    h_resp_free(&r);
+    assert_int_equal(req("POST", H_TOK_GAME, ev, &r, "/v1/clusters/ca/events"), 403);
+    h_resp_free(&r);
+    assert_int_equal(req("PUT", H_TOK_VIEWER, "{}", &r, "/v1/clusters/ca/machines/m1"), 403);
+    h_resp_free(&r);
+    assert_int_equal(req("DELETE", H_TOK_VIEWER, NULL, &r, "/v1/clusters/ca/machines/m1"), 403);
+    h_resp_free(&r);
+    h_redis_digest(&redis, after);
+    assert_string_equal(before, after);
+
+    assert_int_equal(req("POST", H_TOK_BB, ev, &r, "/v1/clusters/ca/events"), 200);
+    h_resp_free(&r);
+    assert_int_equal(req("POST", H_TOK_OPS, ev, &r, "/v1/clusters/ca/events"), 200);
+    h_resp_free(&r);
+    assert_int_equal(req("GET", H_TOK_VIEWER, NULL, &r, "/v1/clusters/ca/processes"), 200);
+    h_resp_free(&r);
+    assert_int_equal(req("GET", H_TOK_GAME, NULL, &r, "/v1/clusters/ca/machines"), 200);
+    h_resp_free(&r);
+}
+
+static long status_with(const char *url, const char *token)
+{
+    h_resp_t r;
+    if (h_http_json("GET", url, token, NULL, &r, "/v1/clusters/ct/processes"))
+        return -1;
+    long st = r.status;
+    h_resp_free(&r);
+    return st;
+}
+
+struct tok_wait {
+    const char *url, *token;
+    long want;
+};
+
+static int token_status_is(void *arg)
+{
+    struct tok_wait *w = arg;
+    return status_with(w->url, w->token) == w->want;
+}
+
+static void token_file_reloaded_on_sighup(void **state)
+{
+    const char *dir = h_tmpdir();
+    const char *path = h_write_file(dir, "tokens", "viewer old-viewer-token-0001\n", 0600);
+    h_serverdir_t s2;
+    assert_int_equal(h_serverdir_start(&s2, redis.url, path, NULL), 0);
+    assert_int_equal(status_with(s2.url, "old-viewer-token-0001"), 200);
+    assert_int_equal(status_with(s2.url, "new-viewer-token-0002"), 401);
+
+    h_write_file(dir, "tokens", "viewer new-viewer-token-0002\n", 0600);
+    kill(s2.pid, SIGHUP);
+    struct tok_wait w = {s2.url, "new-viewer-token-0002", 200};
+    assert_true(h_wait_until(token_status_is, &w, 5000));
+    assert_int_equal(status_with(s2.url, "old-viewer-token-0001"), 401);
+    h_serverdir_stop(&s2);
+}
+
+/* ---------------------------------------------------------------- Redis outage */
+
+static int procs_status_is(void *want)
+{
+    h_resp_t r;
+    if (h_http_json("GET", sd.url, H_TOK_VIEWER, NULL, &r, "/v1/clusters/cr/processes"))
+        return 0;
+    int ok = r.status == (long)(intptr_t)want;
+    h_resp_free(&r);
+    return ok;
+}
+
+static void redis_outage_gives_503_then_recovers(void **state)
+{
+    const char *ev = "{\"events\":[{\"id\":\"r1\",\"type\":\"started\",\"instance\":\"i1\","
+                     "\"machine\":\"m1\",\"service\":\"zone\",\"pid\":1}]}";
+    int port = redis.port;
+    h_redis_stop(&redis);
+
+    struct {
+        const char *method, *path, *body;
+    } calls[] = {
+        {"POST", "/v1/clusters/cr/events", ev},
+        {"GET", "/v1/clusters/cr/processes", NULL},
+        {"GET", "/v1/clusters/cr/processes/i1", NULL},
+        {"GET", "/v1/clusters/cr/events", NULL},
+        {"PUT", "/v1/clusters/cr/machines/m1", "{}"},
+        {"GET", "/v1/clusters/cr/machines", NULL},
+        {"DELETE", "/v1/clusters/cr/machines/m1", NULL},
+    };
+    for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {
+        h_resp_t r;
+        assert_int_equal(req(calls[i].method, H_TOK_OPS, calls[i].body, &r, calls[i].path), 503);
+        assert_string_equal(h_err_code(&r), "store_unavailable");
+        char ra[16];
+        assert_int_equal(h_resp_header(&r, "Retry-After", ra, sizeof ra), 0);
+        h_resp_free(&r);
+    }
+    assert_false(h_exited(sd.pid, NULL));
+
+    char portstr[16];
+    snprintf(portstr, sizeof portstr, "%d", port);
+    const char *argv[] = {"redis-server", "--port", portstr, "--bind", "127.0.0.1", "--save", "",
+                          "--appendonly", "no", "--enable-debug-command", "local", NULL};
+    redis.pid = h_spawn(argv, redis.log, NULL);
+    redis.port = port;
+    assert_true(h_wait_until(procs_status_is, (void *)(intptr_t)200, 5000));
+    h_resp_t r;
+    assert_int_equal(req("POST", H_TOK_BB, ev, &r, "/v1/clusters/cr/events"), 200);
+    h_resp_free(&r);
+    json_t *j = get_json(H_TOK_VIEWER, "/v1/clusters/cr/processes/i1", 200);
+    assert_string_equal(jstr(j, "state"), "starting");
+    json_decref(j);
+}
+
+/* ---------------------------------------------------------------- libsdclient */
+
+static void sdclient_typed_calls_and_failover(void **state)
+{
+    char urls[300];
+    snprintf(urls, sizeof urls, "http://127.0.0.1:%d,%s", h_free_port(), sd.url);
+    /* The URL list is shuffled per client: several clients cover both orders. */
+    for (int round = 0; round < 6; round++) {
+        sdc_t *c = sdc_new(urls, H_TOK_OPS, 3000);
+        assert_non_null(c);
+        sdc_err_t err = {0};
+        json_t *labels = json_pack("{s:s}", "zone", "eu");
+        sdc_machine_lease_t lease = {.address = "10.0.0.9", .labels = labels, .capacity = 10,
+                                     .version = "0.1.0", .ttl_ms = 20000};
+        int64_t left = 0;
+        assert_int_equal(sdc_machine_put(c, "cs", "m1", &lease, &left, &err), SDC_OK);
+        json_decref(labels);
+        assert_int_equal(left, 20000);
+        json_t *out = NULL;
+        assert_int_equal(sdc_machine_get(c, "cs", "m1", &out, &err), SDC_OK);
+        assert_string_equal(jstr(out, "address"), "10.0.0.9");
+        json_decref(out);
+        assert_int_equal(sdc_machines_list(c, "cs", &out, &err), SDC_OK);
+        assert_int_equal(json_array_size(json_object_get(out, "machines")), 1);
+        json_decref(out);
+
+        char ev[512];
+        snprintf(ev, sizeof ev,
+                 "[{\"id\":\"sc-%d\",\"type\":\"started\",\"instance\":\"s%d\",\"machine\":\"m1\","
+                 "\"service\":\"zone\",\"pid\":%d}]", round, round, 10 + round);
+        json_t *evs = json_loads(ev, 0, NULL);
+        int acc = -1, dup = -1;
+        assert_int_equal(sdc_events_post(c, "cs", evs, &acc, &dup, &err), SDC_OK);
+        assert_int_equal(acc, 1);
+        assert_int_equal(sdc_events_post(c, "cs", evs, &acc, &dup, &err), SDC_OK);
+        assert_int_equal(dup, 1);
+        json_decref(evs);
+
+        sdc_proc_filter_t f = {.machine = "m1", .service = "zone"};
+        assert_int_equal(sdc_processes_list(c, "cs", &f, &out, &err), SDC_OK);
+        assert_int_equal(json_array_size(json_object_get(out, "processes")), round + 1);
+        json_decref(out);
+        char inst[16];
+        snprintf(inst, sizeof inst, "s%d", round);
+        assert_int_equal(sdc_process_get(c, "cs", inst, &out, &err), SDC_OK);
+        assert_int_equal(jint(out, "pid"), 10 + round);
+        json_decref(out);
+        assert_int_equal(sdc_events_list(c, "cs", NULL, 1, &out, &err), SDC_OK);
+        assert_int_equal(json_array_size(json_object_get(out, "events")), 1);
+        json_decref(out);
+
+        assert_int_equal(sdc_process_get(c, "cs", "nope", &out, &err), SDC_E_HTTP);
+        assert_int_equal(err.status, 404);
+        assert_string_equal(err.code, "not_found");
+        sdc_err_clear(&err);
+        assert_int_equal(sdc_process_get(c, "cs", "a/b", &out, &err), SDC_E_INVAL);
+        assert_int_equal(sdc_machine_delete(c, "cs", "m1", &err), SDC_OK);
+        sdc_free(c);
+    }
+}
+
+int main(void)
+{
+    h_init(120);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(machine_lease_register_renew_expire_delete),
+        cmocka_unit_test(event_batch_applied_then_retried_as_duplicates),
+        cmocka_unit_test(stopped_unknown_recorded_and_never_revived),
+        cmocka_unit_test(directory_filters),
+        cmocka_unit_test(history_since_and_limit),
+        cmocka_unit_test(history_and_stopped_bounded),
+        cmocka_unit_test(bad_input_is_rejected_and_changes_nothing),
+        cmocka_unit_test(auth_roles),
+        cmocka_unit_test(token_file_reloaded_on_sighup),
+        cmocka_unit_test(sdclient_typed_calls_and_failover),
+        cmocka_unit_test(redis_outage_gives_503_then_recovers),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,765 @@
+/* The lock table against a real redis-server and serverdir: grants, idempotent
+ * re-acquire, all-or-nothing many-key acquire and release, holder-only release and renew,
+ * leases, bounded wait, steal, lock-delay, the WAIT durability knob, inspect/list, sdctl,
+ * bad input (specific errors, nothing changed), and lock_seq never repeating when Redis
+ * loses the lock records (DEL, FLUSHALL, restart without persistence, failover to a
+ * replica that missed writes). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "harness.h"
+#include "sdclient.h"
+
+static h_redis_t redis;
+static h_serverdir_t sd;       /* defaults: no lock-delay, no WAIT */
+static h_serverdir_t sd_delay; /* locks.lock_delay_ms = 400 */
+static h_serverdir_t sd_wait;  /* locks.wait_replicas = 1 */
+
+static int start_with_config(h_serverdir_t *s, const char *name, const char *json)
+{
+    const char *cfg = h_write_file(h_tmpdir(), name, json, 0644);
+    const char *extra[] = {"--config", cfg, NULL};
+    return h_serverdir_start(s, redis.url, h_tokens_file(), extra);
+}
+
+static int setup(void **state)
+{
+    if (h_redis_start(&redis) || h_serverdir_start(&sd, redis.url, h_tokens_file(), NULL) ||
+        start_with_config(&sd_delay, "delay.json", "{\"locks\": {\"lock_delay_ms\": 400}}") ||
+        start_with_config(&sd_wait, "wait.json",
+                          "{\"locks\": {\"wait_replicas\": 1, \"wait_timeout_ms\": 200}}"))
+        return -1;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    h_serverdir_stop(&sd_wait);
+    h_serverdir_stop(&sd_delay);
+    h_serverdir_stop(&sd);
+    h_redis_stop(&redis);
+    return 0;
+}
+
+/* ---- small helpers ---- */
+
+static long call(const h_serverdir_t *s, const char *method, const char *token, const char *body,
+                 h_resp_t *r, const char *path)
+{
+    assert_int_equal(h_http_json(method, s->url, token, body, r, "%s", path), 0);
+    return r->status;
+}
+
+/* The same, retrying a 503 store_unavailable (bounded): after a Redis restart each
+ * worker's first command finds its old connection dead and answers 503, retry later. */
+static long call_retry(const h_serverdir_t *s, const char *method, const char *token,
+                       const char *body, h_resp_t *r, const char *path)
+{
+    for (int i = 0; i < 50; i++) {
+        if (call(s, method, token, body, r, path) != 503 ||
+            strcmp(h_err_code(r), "store_unavailable") != 0)
+            break;
+        h_resp_free(r);
+        h_sleep_ms(50);
+    }
+    return r->status;
+}
+
+static json_int_t jget(const h_resp_t *r, const char *field)
+{
+    json_t *j = h_resp_json(r);
+    json_t *v = json_object_get(j, field);
+    json_t *e = json_object_get(json_object_get(j, "error"), field);
+    json_int_t out = json_is_integer(v) ? json_integer_value(v)
+                     : json_is_integer(e) ? json_integer_value(e) : -1;
+    json_decref(j);
+    return out;
+}
+
+static const char *jstr(const h_resp_t *r, const char *field, char *buf, size_t cap)
+{
+    json_t *j = h_resp_json(r);
+    json_t *v = json_object_get(j, field);
+    if (!v)
+        v = json_object_get(json_object_get(j, "error"), field);
+    snprintf(buf, cap, "%s", json_is_string(v) ? json_string_value(v) : json_is_null(v) ? "null" : "");
+    json_decref(j);
+    return buf;
+}
+
+/* Acquires key for holder through s and returns the lock_seq (fails the test on refusal). */
+static json_int_t acquire(const h_serverdir_t *s, const char *key, const char *holder,
+                          const char *opts)
+{
+    char body[256], path[200];
+    snprintf(body, sizeof body, "{\"holder\":\"%s\"%s%s}", holder, opts ? "," : "", opts ? opts : "");
+    snprintf(path, sizeof path, "/v1/locks/%s", key);
+    h_resp_t r;
+    if (call_retry(s, "PUT", H_TOK_GAME, body, &r, path) != 200)
+        fprintf(stderr, "PUT %s -> %ld %s\n", path, r.status, r.body ? r.body : "");
+    assert_int_equal(r.status, 200);
+    json_int_t seq = jget(&r, "lock_seq");
+    assert_true(seq > 0);
+    h_resp_free(&r);
+    return seq;
+}
+
+static void release(const char *key, const char *holder, json_int_t seq)
+{
+    char path[256];
+    snprintf(path, sizeof path, "/v1/locks/%s?holder=%s&lock_seq=%lld", key, holder, (long long)seq);
+    h_resp_t r;
+    assert_int_equal(call_retry(&sd, "DELETE", H_TOK_GAME, NULL, &r, path), 200);
+    h_resp_free(&r);
+}
+
+/* Sends a request that must be refused with status/code and change nothing in Redis. */
+static void refused(const h_serverdir_t *s, const char *method, const char *token,
+                    const char *body, const char *path, long status, const char *code)
+{
+    char before[64], after[64];
+    h_redis_digest(&redis, before);
+    h_resp_t r;
+    long got = call(s, method, token, body, &r, path);
+    if (got != status || strcmp(h_err_code(&r), code) != 0)
+        fprintf(stderr, "%s %s -> %ld %s\n", method, path, got, r.body ? r.body : "");
+    assert_int_equal(got, status);
+    assert_string_equal(h_err_code(&r), code);
+    h_resp_free(&r);
+    h_redis_digest(&redis, after);
+    assert_string_equal(before, after);
+}
+
+/* ---- tests ---- */
+
+static void grant_reacquire_conflict_release(void **state)
+{
+    json_int_t s1 = acquire(&sd, "p-basic", "A", NULL);
+    h_resp_t r;
+    char buf[64];
+
+    /* Re-acquire by the same holder: the same lock_seq, reacquired true. */
+    assert_int_equal(call(&sd, "PUT", H_TOK_GAME, "{\"holder\":\"A\"}", &r, "/v1/locks/p-basic"), 200);
+    assert_int_equal(jget(&r, "lock_seq"), s1);
+    assert_non_null(strstr(r.body, "\"reacquired\":true"));
+    h_resp_free(&r);
+
+    /* Another holder: 409 lock_held naming the holder and since when; nothing changes. */
+    refused(&sd, "PUT", H_TOK_GAME, "{\"holder\":\"B\"}", "/v1/locks/p-basic", 409, "lock_held");
+    assert_int_equal(call(&sd, "PUT", H_TOK_GAME, "{\"holder\":\"B\"}", &r, "/v1/locks/p-basic"), 409);
+    assert_string_equal(jstr(&r, "holder", buf, sizeof buf), "A");
+    assert_true(jget(&r, "since_ms") > 0);
+    assert_true(jget(&r, "held_for_ms") >= 0);
+    h_resp_free(&r);
+
+    /* Release by a non-holder, with a stale lock_seq: distinct errors, nothing changed. */
+    char path[128];
+    snprintf(path, sizeof path, "/v1/locks/p-basic?holder=B&lock_seq=%lld", (long long)s1);
+    refused(&sd, "DELETE", H_TOK_GAME, NULL, path, 409, "not_holder");
+    snprintf(path, sizeof path, "/v1/locks/p-basic?holder=A&lock_seq=%lld", (long long)s1 - 1);
+    refused(&sd, "DELETE", H_TOK_GAME, NULL, path, 409, "stale_lock_seq");
+
+    release("p-basic", "A", s1);
+    /* Released: a second release is not_holder, and B gets a higher lock_seq. */
+    snprintf(path, sizeof path, "/v1/locks/p-basic?holder=A&lock_seq=%lld", (long long)s1);
+    refused(&sd, "DELETE", H_TOK_GAME, NULL, path, 409, "not_holder");
+    json_int_t s2 = acquire(&sd, "p-basic", "B", NULL);
+    assert_true(s2 > s1);
+    release("p-basic", "B", s2);
+}
+
+static void lock_seq_grows_across_release_force_expiry(void **state)
+{
+    json_int_t last = 0;
+    h_resp_t r;
+    for (int round = 0; round < 3; round++) {
+        json_int_t s = acquire(&sd, "p-grow", "A", NULL);
+        assert_true(s > last);
+        last = s;
+        release("p-grow", "A", s);
+
+        s = acquire(&sd, "p-grow", "B", NULL);
+        assert_true(s > last);
+        last = s;
+        assert_int_equal(call(&sd, "DELETE", H_TOK_OPS, NULL, &r, "/v1/locks/p-grow?force=true"), 200);
+        assert_int_equal(jget(&r, "lock_seq"), s);
+        h_resp_free(&r);
+
+        s = acquire(&sd, "p-grow", "C", "\"ttl_ms\":50");
+        assert_true(s > last);
+        last = s;
+        h_sleep_ms(80);
+    }
+    /* The expired lease of C is free for D, with a higher lock_seq still. */
+    json_int_t s = acquire(&sd, "p-grow", "D", NULL);
+    assert_true(s > last);
+    release("p-grow", "D", s);
+}
+
+static void many_keys_all_or_nothing(void **state)
+{
+    json_int_t sb = acquire(&sd, "m2", "B", NULL);
+    const char *body = "{\"holder\":\"A\",\"keys\":[\"m1\",\"m2\",\"m3\"]}";
+    refused(&sd, "POST", H_TOK_GAME, body, "/v1/locks/acquire", 409, "lock_held");
+    h_resp_t r;
+    char buf[64];
+    assert_int_equal(call(&sd, "POST", H_TOK_GAME, body, &r, "/v1/locks/acquire"), 409);
+    assert_string_equal(jstr(&r, "key", buf, sizeof buf), "m2");
+    assert_string_equal(jstr(&r, "holder", buf, sizeof buf), "B");
+    h_resp_free(&r);
+    assert_int_equal(call(&sd, "GET", H_TOK_VIEWER, NULL, &r, "/v1/locks/m1"), 200);
+    assert_non_null(strstr(r.body, "\"state\":\"free\""));
+    h_resp_free(&r);
+    release("m2", "B", sb);
+
+    /* Through libsdclient: all three granted, then released together. */
+    sdc_t *c = sdc_new(sd.url, H_TOK_GAME, 5000);
+    const char *keys[] = {"m1", "m2", "m3"};
+    sdc_lock_t got[3];
+    sdc_err_t err;
+    assert_int_equal(sdc_lock_acquire_many(c, keys, 3, "A", NULL, got, &err), SDC_OK);
+    for (int i = 0; i < 3; i++) {
+        assert_string_equal(got[i].key, keys[i]);
+        assert_true(got[i].lock_seq > 0);
+        assert_int_equal(got[i].expires_in_ms, -1);
+    }
+    assert_true(got[1].lock_seq > sb);
+    /* Releasing with one stale lock_seq releases none of them. */
+    sdc_lock_t bad[3];
+    memcpy(bad, got, sizeof bad);
+    bad[2].lock_seq--;
+    char before[64], after[64];
+    h_redis_digest(&redis, before);
+    assert_int_equal(sdc_lock_release_many(c, bad, 3, "A", &err), SDC_E_HTTP);
+    assert_string_equal(err.code, "stale_lock_seq");
+    sdc_err_clear(&err);
+    h_redis_digest(&redis, after);
+    assert_string_equal(before, after);
+    assert_int_equal(sdc_lock_release_many(c, got, 3, "A", &err), SDC_OK);
+    sdc_lock_info_t li;
+    assert_int_equal(sdc_lock_get(c, "m3", &li, NULL, &err), SDC_OK);
+    assert_false(li.held);
+    assert_int_equal(li.lock_seq, got[2].lock_seq);
+    sdc_free(c);
+}
+
+static void bad_input_is_refused_specifically(void **state)
+{
+    json_int_t s = acquire(&sd, "p-bad", "A", NULL);
+    char path[128];
+
+    refused(&sd, "PUT", H_TOK_GAME, "{\"holder\":\"A\"}", "/v1/locks/bad%20key", 400, "bad_name");
+    refused(&sd, "PUT", H_TOK_GAME, "{\"holder\":\"A\"}", "/v1/locks/..x", 400, "bad_name");
+    refused(&sd, "PUT", H_TOK_GAME, "{}", "/v1/locks/p-x", 400, "bad_field");
+    refused(&sd, "PUT", H_TOK_GAME, "{\"holder\":\"a b\"}", "/v1/locks/p-x", 400, "bad_field");
+    refused(&sd, "PUT", H_TOK_GAME, "{\"holder\":\"A\",\"colour\":1}", "/v1/locks/p-x", 400, "bad_field");
+    refused(&sd, "PUT", H_TOK_GAME, "{\"holder\":\"A\",\"wait_ms\":30001}", "/v1/locks/p-x", 400, "bad_field");
+    refused(&sd, "PUT", H_TOK_GAME, "{\"holder\":\"A\",\"ttl_ms\":0}", "/v1/locks/p-x", 400, "bad_field");
+    refused(&sd, "PUT", H_TOK_GAME, "{\"holder\":\"A\",\"ttl_ms\":\"5\"}", "/v1/locks/p-x", 400, "bad_field");
+    refused(&sd, "PUT", H_TOK_GAME, "[1]", "/v1/locks/p-x", 400, "bad_json");
+    refused(&sd, "PUT", H_TOK_GAME, "{\"holder\":", "/v1/locks/p-x", 400, "bad_json");
+    refused(&sd, "POST", H_TOK_GAME, "{\"holder\":\"A\",\"keys\":[]}", "/v1/locks/acquire", 400, "bad_field");
+    refused(&sd, "POST", H_TOK_GAME, "{\"holder\":\"A\",\"keys\":[\"a\",\"a\"]}", "/v1/locks/acquire", 400, "bad_field");
+    refused(&sd, "POST", H_TOK_GAME, "{\"holder\":\"A\",\"keys\":[\"a\",7]}", "/v1/locks/acquire", 400, "bad_name");
+    refused(&sd, "POST", H_TOK_GAME,
+            "{\"holder\":\"A\",\"keys\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\","
+            "\"j\",\"k\",\"l\",\"m\",\"n\",\"o\",\"p\",\"q\"]}",
+            "/v1/locks/acquire", 400, "bad_field");
+    refused(&sd, "POST", H_TOK_GAME, "{\"holder\":\"A\",\"keys\":[\"p-bad\"]}", "/v1/locks/release", 400, "bad_field");
+    refused(&sd, "POST", H_TOK_GAME, "{\"holder\":\"A\",\"keys\":[\"p-bad\"],\"lock_seqs\":{\"p-bad\":\"1\"}}",
+            "/v1/locks/release", 400, "bad_field");
+    refused(&sd, "DELETE", H_TOK_GAME, NULL, "/v1/locks/p-bad", 400, "missing_holder");
+    refused(&sd, "DELETE", H_TOK_GAME, NULL, "/v1/locks/p-bad?holder=A", 400, "missing_lock_seq");
+    refused(&sd, "DELETE", H_TOK_GAME, NULL, "/v1/locks/p-bad?holder=A&lock_seq=12x", 400, "bad_lock_seq");
+    refused(&sd, "DELETE", H_TOK_GAME, NULL, "/v1/locks/p-bad?holder=A&lock_seq=-5", 400, "bad_lock_seq");
+    refused(&sd, "DELETE", H_TOK_GAME, NULL, "/v1/locks/p-bad?holder=A&lock_seq=99999999999999999999", 400, "bad_lock_seq");
+    refused(&sd, "DELETE", H_TOK_GAME, NULL, "/v1/locks/p-bad?holder=a%20b&lock_seq=1", 400, "bad_holder");
+    refused(&sd, "DELETE", H_TOK_OPS, NULL, "/v1/locks/p-bad?force=yes", 400, "bad_query");
+    refused(&sd, "DELETE", H_TOK_GAME, NULL, "/v1/locks/p-bad?force=true", 403, "forbidden");
+    refused(&sd, "PUT", H_TOK_VIEWER, "{\"holder\":\"A\"}", "/v1/locks/p-bad", 403, "forbidden");
+    refused(&sd, "PUT", NULL, "{\"holder\":\"A\"}", "/v1/locks/p-bad", 401, "unauthorized");
+    refused(&sd, "GET", H_TOK_VIEWER, NULL, "/v1/locks", 400, "missing_holder");
+    snprintf(path, sizeof path, "/v1/locks/p-bad/renew");
+    refused(&sd, "POST", H_TOK_GAME, "{\"holder\":\"A\"}", path, 400, "bad_field");
+    release("p-bad", "A", s);
+}
+
+static void renew_extends_lease_holder_only(void **state)
+{
+    json_int_t s = acquire(&sd, "p-renew", "A", "\"ttl_ms\":400");
+    char body[128];
+    h_resp_t r;
+    for (int i = 0; i < 3; i++) {
+        h_sleep_ms(250);
+        snprintf(body, sizeof body, "{\"holder\":\"A\",\"lock_seq\":%lld}", (long long)s);
+        assert_int_equal(call(&sd, "POST", H_TOK_GAME, body, &r, "/v1/locks/p-renew/renew"), 200);
+        assert_true(jget(&r, "expires_in_ms") > 300);
+        h_resp_free(&r);
+    }
+    /* 750 ms after a 400 ms grant, still A's thanks to the renewals. */
+    assert_int_equal(call(&sd, "GET", H_TOK_VIEWER, NULL, &r, "/v1/locks/p-renew"), 200);
+    assert_non_null(strstr(r.body, "\"holder\":\"A\""));
+    h_resp_free(&r);
+
+    snprintf(body, sizeof body, "{\"holder\":\"B\",\"lock_seq\":%lld}", (long long)s);
+    refused(&sd, "POST", H_TOK_GAME, body, "/v1/locks/p-renew/renew", 409, "not_holder");
+    snprintf(body, sizeof body, "{\"holder\":\"A\",\"lock_seq\":%lld}", (long long)s + 1);
+    refused(&sd, "POST", H_TOK_GAME, body, "/v1/locks/p-renew/renew", 409, "stale_lock_seq");
+
+    /* A longer lease by renew, through libsdclient; then it runs out. */
+    sdc_t *c = sdc_new(sd.url, H_TOK_GAME, 5000);
+    sdc_err_t err;
+    int64_t exp = 0;
+    assert_int_equal(sdc_lock_renew(c, "p-renew", "A", s, 150, &exp, &err), SDC_OK);
+    assert_true(exp > 100 && exp <= 150);
+    h_sleep_ms(250);
+    assert_int_equal(sdc_lock_renew(c, "p-renew", "A", s, 0, &exp, &err), SDC_E_HTTP);
+    assert_string_equal(err.code, "not_holder");
+    sdc_err_clear(&err);
+    sdc_free(c);
+}
+
+struct waiter {
+    const char *url;
+    const char *key;
+    int64_t wait_ms;
+    int rc;
+    char code[64];
+    int64_t lock_seq;
+    int64_t elapsed_ms;
+};
+
+static void *waiter_main(void *arg)
+{
+    struct waiter *w = arg;
+    sdc_t *c = sdc_new(w->url, H_TOK_GAME, 10000);
+    sdc_lock_opts_t o = {.wait_ms = w->wait_ms};
+    sdc_lock_t l;
+    sdc_err_t err;
+    int64_t t0 = h_now_ms();
+    w->rc = sdc_lock_acquire(c, w->key, "W", &o, &l, &err);
+    w->elapsed_ms = h_now_ms() - t0;
+    w->lock_seq = w->rc == SDC_OK ? l.lock_seq : 0;
+    snprintf(w->code, sizeof w->code, "%s", w->rc == SDC_E_HTTP ? err.code : "");
+    sdc_err_clear(&err);
+    sdc_free(c);
+    return NULL;
+}
+
+static void wait_is_woken_by_release_and_bounded(void **state)
+{
+    json_int_t s = acquire(&sd, "p-wait", "A", NULL);
+    struct waiter w = {sd.url, "p-wait", 5000, 0, "", 0, 0};
+    pthread_t th;
+    pthread_create(&th, NULL, waiter_main, &w);
+    h_sleep_ms(300);
+    release("p-wait", "A", s);
+    pthread_join(th, NULL);
+    if (w.rc != SDC_OK)
+        fprintf(stderr, "waiter: rc=%d code=%s after %lld ms\n", w.rc, w.code, (long long)w.elapsed_ms);
+    assert_int_equal(w.rc, SDC_OK);
+    assert_true(w.lock_seq > s);
+    /* Woken by the release (about 300 ms), not by a 2 s slice or the 5 s bound. */
+    assert_true(w.elapsed_ms >= 250 && w.elapsed_ms < 1500);
+
+    /* Nobody releases: refused after wait_ms with lock_held. */
+    release("p-wait", "W", w.lock_seq);
+    json_int_t sa = acquire(&sd, "p-wait", "A", NULL);
+    struct waiter w2 = {sd.url, "p-wait", 600, 0, "", 0, 0};
+    pthread_create(&th, NULL, waiter_main, &w2);
+    pthread_join(th, NULL);
+    assert_int_equal(w2.rc, SDC_E_HTTP);
+    assert_string_equal(w2.code, "lock_held");
+    assert_true(w2.elapsed_ms >= 590 && w2.elapsed_ms < 2000);
+
+    /* A lease running out ends the wait too (no release notification). */
+    release("p-wait", "A", sa);
+    acquire(&sd, "p-wait", "A", "\"ttl_ms\":300");
+    struct waiter w3 = {sd.url, "p-wait", 3000, 0, "", 0, 0};
+    pthread_create(&th, NULL, waiter_main, &w3);
+    pthread_join(th, NULL);
+    assert_int_equal(w3.rc, SDC_OK);
+    assert_true(w3.elapsed_ms < 1000);
+    release("p-wait", "W", w3.lock_seq);
+}
+
+/* With one worker thread, a parked waiting acquire must not stall other requests; a
+ * SIGTERM while it waits answers it and exits cleanly. */
+static void waiting_acquire_does_not_hold_a_worker(void **state)
+{
+    h_serverdir_t one;
+    const char *extra[] = {"--threads", "1", NULL};
+    assert_int_equal(h_serverdir_start(&one, redis.url, h_tokens_file(), extra), 0);
+    json_int_t s = acquire(&one, "p-park", "A", NULL);
+    struct waiter w = {one.url, "p-park", 20000, 0, "", 0, 0};
+    pthread_t th;
+    pthread_create(&th, NULL, waiter_main, &w);
+    h_sleep_ms(200);
+    for (int i = 0; i < 5; i++) {
+        int64_t t0 = h_now_ms();
+        h_resp_t r;
+        assert_int_equal(call(&one, "GET", H_TOK_VIEWER, NULL, &r, "/v1/locks/p-park"), 200);
+        assert_non_null(strstr(r.body, "\"holder\":\"A\""));
+        h_resp_free(&r);
+        assert_true(h_now_ms() - t0 < 500);
+    }
+    /* Shutdown answers the parked request (still held: lock_held) well before 20 s. */
+    int64_t t0 = h_now_ms();
+    kill(one.pid, SIGTERM);
+    pthread_join(th, NULL);
+    assert_int_equal(w.rc, SDC_E_HTTP);
+    assert_string_equal(w.code, "lock_held");
+    assert_true(h_now_ms() - t0 < 5000);
+    int st = -1;
+    for (int i = 0; i < 500 && !h_exited(one.pid, &st); i++)
+        h_sleep_ms(10);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    release("p-park", "A", s);
+}
+
+static void steal_from_stopped_or_old_holder(void **state)
+{
+    h_resp_t r;
+    char buf[64];
+    json_int_t s = acquire(&sd, "p-steal", "zone-m1-1", NULL);
+    redisReply *rr = h_redis(&redis, "HSET sd:{c1}:proc:zone-m1-1 state ready");
+    freeReplyObject(rr);
+    const char *steal = "{\"holder\":\"zone-m2-1\",\"steal_if_holder_stopped\":\"c1\"}";
+    refused(&sd, "PUT", H_TOK_GAME, steal, "/v1/locks/p-steal", 409, "lock_held");
+
+    rr = h_redis(&redis, "HSET sd:{c1}:proc:zone-m1-1 state stopped");
+    freeReplyObject(rr);
+    assert_int_equal(call(&sd, "PUT", H_TOK_GAME, steal, &r, "/v1/locks/p-steal"), 200);
+    assert_string_equal(jstr(&r, "stolen_from", buf, sizeof buf), "zone-m1-1");
+    json_int_t s2 = jget(&r, "lock_seq");
+    assert_true(s2 > s);
+    h_resp_free(&r);
+    /* The old holder lost it: its list is empty, its release refused. */
+    assert_int_equal(call(&sd, "GET", H_TOK_VIEWER, NULL, &r, "/v1/locks?holder=zone-m1-1"), 200);
+    assert_non_null(strstr(r.body, "\"locks\":[]"));
+    h_resp_free(&r);
+    char path[128];
+    snprintf(path, sizeof path, "/v1/locks/p-steal?holder=zone-m1-1&lock_seq=%lld", (long long)s);
+    refused(&sd, "DELETE", H_TOK_GAME, NULL, path, 409, "not_holder");
+
+    /* Age-based: not old enough yet, then old enough. */
+    const char *young = "{\"holder\":\"X\",\"steal_if_older_than_ms\":60000}";
+    refused(&sd, "PUT", H_TOK_GAME, young, "/v1/locks/p-steal", 409, "lock_held");
+    h_sleep_ms(150);
+    assert_int_equal(call(&sd, "PUT", H_TOK_GAME, "{\"holder\":\"X\",\"steal_if_older_than_ms\":100}",
+                          &r, "/v1/locks/p-steal"), 200);
+    assert_string_equal(jstr(&r, "stolen_from", buf, sizeof buf), "zone-m2-1");
+    json_int_t s3 = jget(&r, "lock_seq");
+    assert_true(s3 > s2);
+    h_resp_free(&r);
+    release("p-steal", "X", s3);
+}
+
+static void lock_delay_after_force_and_expiry_not_release(void **state)
+{
+    h_resp_t r;
+    json_int_t s = acquire(&sd_delay, "p-delay", "A", NULL);
+    /* A clean release: no delay. */
+    release("p-delay", "A", s);
+    s = acquire(&sd_delay, "p-delay", "B", NULL);
+
+    /* A forced unlock: 409 lock_delayed with Retry-After, then free after 400 ms. */
+    assert_int_equal(call(&sd_delay, "DELETE", H_TOK_OPS, NULL, &r, "/v1/locks/p-delay?force=true"), 200);
+    assert_int_equal(jget(&r, "lock_delay_ms"), 400);
+    h_resp_free(&r);
+    refused(&sd_delay, "PUT", H_TOK_GAME, "{\"holder\":\"C\"}", "/v1/locks/p-delay", 409, "lock_delayed");
+    assert_int_equal(call(&sd_delay, "PUT", H_TOK_GAME, "{\"holder\":\"C\"}", &r, "/v1/locks/p-delay"), 409);
+    assert_true(jget(&r, "retry_after_ms") > 0 && jget(&r, "retry_after_ms") <= 400);
+    char ra[16];
+    assert_int_equal(h_resp_header(&r, "Retry-After", ra, sizeof ra), 0);
+    h_resp_free(&r);
+    assert_int_equal(call(&sd_delay, "GET", H_TOK_VIEWER, NULL, &r, "/v1/locks/p-delay"), 200);
+    assert_true(jget(&r, "lock_delay_ms") > 0);
+    h_resp_free(&r);
+    /* A waiting acquire waits through the delay. */
+    struct waiter w = {sd_delay.url, "p-delay", 3000, 0, "", 0, 0};
+    pthread_t th;
+    pthread_create(&th, NULL, waiter_main, &w);
+    pthread_join(th, NULL);
+    assert_int_equal(w.rc, SDC_OK);
+    assert_true(w.lock_seq > s);
+    assert_true(w.elapsed_ms < 1500);
+    release("p-delay", "W", w.lock_seq);
+
+    /* An expired lease: delay counted from the expiry. */
+    acquire(&sd_delay, "p-delay", "D", "\"ttl_ms\":100");
+    h_sleep_ms(150);
+    refused(&sd_delay, "PUT", H_TOK_GAME, "{\"holder\":\"E\"}", "/v1/locks/p-delay", 409, "lock_delayed");
+    h_sleep_ms(400);
+    json_int_t se = acquire(&sd_delay, "p-delay", "E", NULL);
+    assert_true(se > w.lock_seq);
+    release("p-delay", "E", se);
+}
+
+static void wait_replicas_knob(void **state)
+{
+    /* No replica: the grant is answered 503 replication_timeout (retry is idempotent). */
+    h_resp_t r;
+    assert_int_equal(call(&sd_wait, "PUT", H_TOK_GAME, "{\"holder\":\"A\"}", &r, "/v1/locks/p-dur"), 503);
+    assert_string_equal(h_err_code(&r), "replication_timeout");
+    h_resp_free(&r);
+
+    /* With a replica attached the same re-acquire answers 200 with the same lock_seq. */
+    h_redis_t replica;
+    assert_int_equal(h_redis_start(&replica), 0);
+    redisReply *rr = h_redis(&replica, "REPLICAOF 127.0.0.1 %d", redis.port);
+    freeReplyObject(rr);
+    json_int_t s = 0;
+    for (int i = 0; i < 100 && s <= 0; i++) {
+        if (call(&sd_wait, "PUT", H_TOK_GAME, "{\"holder\":\"A\"}", &r, "/v1/locks/p-dur") == 200)
+            s = jget(&r, "lock_seq");
+        h_resp_free(&r);
+        if (s <= 0)
+            h_sleep_ms(50);
+    }
+    assert_true(s > 0);
+    assert_int_equal(call(&sd, "GET", H_TOK_VIEWER, NULL, &r, "/v1/locks/p-dur"), 200);
+    assert_int_equal(jget(&r, "lock_seq"), s);
+    h_resp_free(&r);
+    release("p-dur", "A", s);
+    h_redis_stop(&replica);
+}
+
+static void inspect_list_and_sdctl(void **state)
+{
+    json_int_t s1 = acquire(&sd, "inv-b", "H1", "\"ttl_ms\":60000");
+    json_int_t s2 = acquire(&sd, "inv-a", "H1", NULL);
+    h_resp_t r;
+    assert_int_equal(call(&sd, "GET", H_TOK_VIEWER, NULL, &r, "/v1/locks?holder=H1"), 200);
+    json_t *j = h_resp_json(&r);
+    json_t *locks = json_object_get(j, "locks");
+    assert_int_equal(json_array_size(locks), 2);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(locks, 0), "key")), "inv-a");
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(locks, 1), "lock_seq")), s1);
+    assert_true(json_integer_value(json_object_get(json_array_get(locks, 1), "expires_in_ms")) > 50000);
+    json_decref(j);
+    h_resp_free(&r);
+
+    /* sdctl, through libsdclient, as an operator. */
+    const char *dir = h_tmpdir();
+    char log[300];
+    snprintf(log, sizeof log, "%s/sdctl.out", dir);
+    const char *get[] = {SD_BIN_DIR "/sdctl", "--url", sd.url, "--token", H_TOK_OPS, "-o", "json",
+                         "locks", "get", "inv-a", NULL};
+    int st = -1;
+    pid_t pid = h_spawn(get, log, NULL);
+    for (int i = 0; i < 500 && !h_exited(pid, &st); i++)
+        h_sleep_ms(10);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    char *out = NULL;
+    size_t len = 0;
+    FILE *f = fopen(log, "r");
+    assert_non_null(f);
+    assert_true(getdelim(&out, &len, '\0', f) > 0);
+    fclose(f);
+    char want[64];
+    snprintf(want, sizeof want, "\"lock_seq\": %lld", (long long)s2);
+    assert_non_null(strstr(out, want));
+    assert_non_null(strstr(out, "\"holder\": \"H1\""));
+    free(out);
+
+    const char *force[] = {SD_BIN_DIR "/sdctl", "--url", sd.url, "--token", H_TOK_OPS,
+                           "locks", "force-unlock", "inv-a", NULL};
+    pid = h_spawn(force, log, NULL);
+    for (int i = 0; i < 500 && !h_exited(pid, &st); i++)
+        h_sleep_ms(10);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    /* Again: nothing held any more -> exit code 4 (not found). */
+    pid = h_spawn(force, log, NULL);
+    for (int i = 0; i < 500 && !h_exited(pid, &st); i++)
+        h_sleep_ms(10);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 4);
+    /* The game role may not force-unlock: exit code 6. */
+    const char *force_game[] = {SD_BIN_DIR "/sdctl", "--url", sd.url, "--token", H_TOK_GAME,
+                                "locks", "force-unlock", "inv-b", NULL};
+    pid = h_spawn(force_game, log, NULL);
+    for (int i = 0; i < 500 && !h_exited(pid, &st); i++)
+        h_sleep_ms(10);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 6);
+
+    assert_int_equal(call(&sd, "GET", H_TOK_VIEWER, NULL, &r, "/v1/locks?holder=H1"), 200);
+    assert_non_null(strstr(r.body, "inv-b"));
+    assert_null(strstr(r.body, "inv-a"));
+    h_resp_free(&r);
+    release("inv-b", "H1", s1);
+}
+
+static int save(const char *key, json_int_t lock_seq, json_int_t blob_seq, const char *data,
+                h_resp_t *r)
+{
+    char url[256], h1[64], h2[64];
+    snprintf(url, sizeof url, "%s/v1/blobs/%s", sd.url, key);
+    snprintf(h1, sizeof h1, "Lock-Seq: %lld", (long long)lock_seq);
+    snprintf(h2, sizeof h2, "Blob-Seq: %lld", (long long)blob_seq);
+    const char *hdrs[] = {h1, h2, NULL};
+    /* After a Redis restart each worker's first command may find its connection dead and
+     * answer 503 (retry later): retry those, bounded. */
+    for (int i = 0; i < 50; i++) {
+        assert_int_equal(h_http("PUT", url, H_TOK_GAME, "application/octet-stream", data,
+                                strlen(data), hdrs, r), 0);
+        if (r->status != 503)
+            break;
+        h_resp_free(r);
+        h_sleep_ms(50);
+    }
+    return (int)r->status;
+}
+
+static int redis_up(void *arg)
+{
+    redisReply *rr = h_redis(arg, "PING");
+    int ok = rr && rr->type == REDIS_REPLY_STATUS;
+    if (rr)
+        freeReplyObject(rr);
+    return ok;
+}
+
+/* Restarts redis-server on the same port without persistence: everything is lost. */
+static void redis_restart_empty(void)
+{
+    int port = redis.port;
+    kill(redis.pid, SIGKILL);
+    int st;
+    waitpid(redis.pid, &st, 0);
+    char portstr[16];
+    snprintf(portstr, sizeof portstr, "%d", port);
+    const char *argv[] = {"redis-server", "--port", portstr, "--bind", "127.0.0.1",
+                          "--save", "", "--appendonly", "no", "--dir", redis.dir, NULL};
+    redis.pid = h_spawn(argv, redis.log, NULL);
+    assert_true(h_wait_until(redis_up, &redis, 5000));
+}
+
+static void lock_seq_survives_loss_of_the_lock_table(void **state)
+{
+    h_resp_t r;
+    json_int_t s1 = acquire(&sd, "p-loss", "A", NULL);
+    assert_int_equal(save("p-loss", s1, 1, "A1", &r), 200);
+    h_resp_free(&r);
+
+    /* 1. The lock records are deleted behind serverdir's back (blob records stay). */
+    redisReply *rr = h_redis(&redis, "DEL sd:lock:p-loss sd:lock:A#h");
+    freeReplyObject(rr);
+    assert_int_equal(save("p-loss", s1, 2, "A2", &r), 409);
+    assert_string_equal(h_err_code(&r), "fenced");
+    h_resp_free(&r);
+    json_int_t s2 = acquire(&sd, "p-loss", "B", NULL);
+    assert_true(s2 > s1);
+
+    /* 2. The whole lock table and blobs are flushed. */
+    rr = h_redis(&redis, "FLUSHALL");
+    freeReplyObject(rr);
+    assert_int_equal(save("p-loss", s2, 5, "B5", &r), 409);
+    assert_string_equal(h_err_code(&r), "fenced");
+    h_resp_free(&r);
+    json_int_t s3 = acquire(&sd, "p-loss", "C", NULL);
+    assert_true(s3 > s2);
+    assert_int_equal(save("p-loss", s3, 1, "C1", &r), 200);
+    h_resp_free(&r);
+
+    /* 3. Redis restarts without persistence: serverdir reconnects, the next grant is
+     * higher than every earlier one, the old holder's save is refused. */
+    redis_restart_empty();
+    json_int_t s4 = acquire(&sd, "p-loss", "D", NULL);
+    assert_true(s4 > s3);
+    assert_int_equal(save("p-loss", s3, 9, "C9", &r), 409);
+    assert_string_equal(h_err_code(&r), "fenced");
+    h_resp_free(&r);
+    assert_int_equal(save("p-loss", s4, 1, "D1", &r), 200);
+    h_resp_free(&r);
+    release("p-loss", "D", s4);
+}
+
+static int replica_has(void *arg)
+{
+    h_redis_t *rep = arg;
+    redisReply *rr = h_redis(rep, "HGET sd:lock:p-failover seq");
+    int ok = rr && rr->type == REDIS_REPLY_STRING;
+    if (rr)
+        freeReplyObject(rr);
+    return ok;
+}
+
+/* Failover to a replica that missed the last grants: the promoted replica only knows an
+ * old lock_seq, yet its next grant is higher than every grant of the old primary, and a
+ * holder of the lost grants is fenced there. */
+static void lock_seq_survives_failover_to_a_stale_replica(void **state)
+{
+    h_redis_t replica;
+    h_serverdir_t sd2;
+    assert_int_equal(h_redis_start(&replica), 0);
+    redisReply *rr = h_redis(&replica, "REPLICAOF 127.0.0.1 %d", redis.port);
+    freeReplyObject(rr);
+    json_int_t s1 = acquire(&sd, "p-failover", "A", NULL);
+    assert_true(h_wait_until(replica_has, &replica, 10000));
+
+    /* The replica is cut off, then the primary grants on without it. */
+    rr = h_redis(&replica, "REPLICAOF NO ONE");
+    freeReplyObject(rr);
+    release("p-failover", "A", s1);
+    json_int_t s2 = acquire(&sd, "p-failover", "B", NULL);
+    h_resp_t r;
+    assert_int_equal(save("p-failover", s2, 1, "B1", &r), 200);
+    h_resp_free(&r);
+
+    /* Clients fail over to the promoted replica (a serverdir pointed at it). */
+    assert_int_equal(h_serverdir_start(&sd2, replica.url, h_tokens_file(), NULL), 0);
+    char before[64], after[64];
+    h_redis_digest(&replica, before);
+    char url[256];
+    snprintf(url, sizeof url, "%s/v1/blobs/p-failover", sd2.url);
+    char h1[64];
+    snprintf(h1, sizeof h1, "Lock-Seq: %lld", (long long)s2);
+    const char *hdrs[] = {h1, "Blob-Seq: 2", NULL};
+    assert_int_equal(h_http("PUT", url, H_TOK_GAME, "application/octet-stream", "B2", 2, hdrs, &r), 0);
+    assert_int_equal(r.status, 409);
+    assert_string_equal(h_err_code(&r), "fenced");
+    h_resp_free(&r);
+    h_redis_digest(&replica, after);
+    assert_string_equal(before, after);
+    /* There A still holds it (its release was lost too): the operator frees it, and the
+     * next grant is above every grant the old primary made. */
+    assert_int_equal(call(&sd2, "DELETE", H_TOK_OPS, NULL, &r, "/v1/locks/p-failover?force=true"), 200);
+    assert_int_equal(jget(&r, "lock_seq"), s1);
+    h_resp_free(&r);
+    json_int_t s3 = acquire(&sd2, "p-failover", "C", NULL);
+    assert_true(s3 > s2 && s2 > s1);
+    h_serverdir_stop(&sd2);
+    h_redis_stop(&replica);
+    release("p-failover", "B", s2);
+}
+
+int main(void)
+{
+    h_init(150);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(grant_reacquire_conflict_release),
+        cmocka_unit_test(lock_seq_grows_across_release_force_expiry),
+        cmocka_unit_test(many_keys_all_or_nothing),
+        cmocka_unit_test(bad_input_is_refused_specifically),
+        cmocka_unit_test(renew_extends_lease_holder_only),
+        cmocka_unit_test(wait_is_woken_by_release_and_bounded),
+        cmocka_unit_test(waiting_acquire_does_not_hold_a_worker),
+        cmocka_unit_test(steal_from_stopped_or_old_holder),
+        cmocka_unit_test(lock_delay_after_force_and_expiry_not_release),
+        cmocka_unit_test(wait_replicas_knob),
+        cmocka_unit_test(inspect_list_and_sdctl),
+        cmocka_unit_test(lock_seq_survives_failover_to_a_stale_replica),
+        cmocka_unit_test(lock_seq_survives_loss_of_the_lock_table),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,637 @@
+/* The UDP master front of a real serverdir (--master-udp 127.0.0.1:PORT) against a real
+ * redis-server, driven by fake game servers and server browsers written from the
+ * protocol specifications:
+ *   - DarkPlaces/Q3: heartbeat -> getinfo -> infoResponse lists a server; getservers and
+ *     getserversExt answers over 1100 servers split in datagrams of <= 1400 bytes, EOT
+ *     only at the end; a wrong or foreign challenge lists nothing;
+ *   - GoldSrc heartbeat (q -> s challenge -> 0\n info) lists servers, b\n removes one;
+ *     a Valve browser walks the seed chain over 1100 servers to 0.0.0.0:0;
+ *   - the same data over REST, both ways;
+ *   - malformed datagrams are dropped without an answer and counted in /metrics;
+ *   - the reply-byte budget caps what a spoofable getservers can make the master send. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "sdclient.h"
+
+#define N_SERVERS 1100
+#define BATCH 32 /* fake servers in flight at once (the master's socket buffer is finite) */
+
+static h_redis_t redis;
+static h_serverdir_t sd, tight;
+static struct sockaddr_in master, tight_master;
+static struct sockaddr_in6 master6; /* the same copy's second listener, on ::1 */
+static int q3_listed, gs_listed; /* how many fake servers got listed */
+
+/* Starts s with a UDP master listener on 127.0.0.1 (addr) and, when addr6 is given, a
+ * second one on [::1]. */
+static int start_udp(h_serverdir_t *s, struct sockaddr_in *addr, struct sockaddr_in6 *addr6,
+                     const char *name, const char *config)
+{
+    int port = h_free_port(), port6 = h_free_port();
+    char flag[64], flag6[64];
+    snprintf(flag, sizeof flag, "127.0.0.1:%d", port);
+    snprintf(flag6, sizeof flag6, "[::1]:%d", port6);
+    const char *path = h_write_file(h_tmpdir(), name, config, 0644);
+    const char *extra[] = {"--config", path, "--master-udp", flag,
+                           addr6 ? "--master-udp" : NULL, flag6, NULL};
+    if (h_serverdir_start(s, redis.url, h_tokens_file(), extra))
+        return -1;
+    if (addr6) {
+        memset(addr6, 0, sizeof *addr6);
+        addr6->sin6_family = AF_INET6;
+        addr6->sin6_port = htons((uint16_t)port6);
+        addr6->sin6_addr = in6addr_loopback;
+    }
+    memset(addr, 0, sizeof *addr);
+    addr->sin_family = AF_INET;
+    addr->sin_port = htons((uint16_t)port);
+    addr->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    return 0;
+}
+
+static int setup(void **state)
+{
+    if (h_redis_start(&redis))
+        return -1;
+    if (start_udp(&sd, &master, &master6, "m.json",
+                  "{\"master\": {\"servers_per_address\": 10000, \"challenges_per_address\": 10000,"
+                  " \"rate_per_s\": 1000000, \"udp_reply_bytes_per_s\": 100000000}}") ||
+        start_udp(&tight, &tight_master, NULL, "t.json",
+                  "{\"key_prefix\": \"sdt:\", \"master\": {\"servers_per_address\": 10000,"
+                  " \"challenges_per_address\": 10000, \"rate_per_s\": 1000000,"
+                  " \"udp_reply_bytes_per_s\": 1400}}"))
+        return -1;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    h_serverdir_stop(&sd);
+    h_serverdir_stop(&tight);
+    h_redis_stop(&redis);
+    return 0;
+}
+
+/* A UDP socket on 127.0.0.1:port (0: any port); -1 when the port is taken. */
+static int udp_socket(int port)
+{
+    int fd = socket(AF_INET, SOCK_DGRAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) < 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static void send_to(int fd, const struct sockaddr_in *to, const void *p, size_t n)
+{
+    assert_int_equal(sendto(fd, p, n, 0, (const struct sockaddr *)to, sizeof *to), (ssize_t)n);
+}
+
+#define SEND_LIT(fd, to, lit) send_to(fd, to, lit, sizeof(lit) - 1)
+
+/* One datagram within timeout_ms, or -1. */
+static ssize_t recv_within(int fd, uint8_t *buf, size_t cap, int timeout_ms)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    if (poll(&p, 1, timeout_ms) != 1)
+        return -1;
+    return recv(fd, buf, cap, 0);
+}
+
+static int local_port(int fd)
+{
+    struct sockaddr_in a;
+    socklen_t l = sizeof a;
+    getsockname(fd, (struct sockaddr *)&a, &l);
+    return ntohs(a.sin_port);
+}
+
+/* JSON of GET path on s. */
+static json_t *get_json(const h_serverdir_t *s, const char *path)
+{
+    h_resp_t r;
+    assert_int_equal(h_http_json("GET", s->url, NULL, NULL, &r, "%s", path), 0);
+    assert_int_equal(r.status, 200);
+    json_t *j = h_resp_json(&r);
+    h_resp_free(&r);
+    return j;
+}
+
+static int count_listed(const char *game)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/v1/master/servers?game=%s&limit=1000&format=text", game);
+    int total = 0;
+    char after[64] = "";
+    for (int b = 0; b < 20; b++) {
+        char p2[256];
+        snprintf(p2, sizeof p2, "%s%s%s", path, after[0] ? "&after=" : "", after);
+        h_resp_t r;
+        assert_int_equal(h_http_json("GET", sd.url, NULL, NULL, &r, "%s", p2), 0);
+        for (char *c = r.body; *c; c++)
+            total += *c == '\n';
+        char next[64];
+        int more = h_resp_header(&r, "Master-Next", next, sizeof next) == 0;
+        h_resp_free(&r);
+        if (!more)
+            break;
+        snprintf(after, sizeof after, "%s", next);
+    }
+    return total;
+}
+
+/* ---------- DarkPlaces / Q3 ---------- */
+
+/* Heartbeats from BATCH sockets at once, then answers each getinfo with an
+ * infoResponse; clients = i % 3 so a third are empty. Returns how many were answered. */
+static int q3_register(int first_port, int n)
+{
+    int done = 0;
+    for (int base = 0; base < n; base += BATCH) {
+        int fds[BATCH], idx[BATCH], nf = 0;
+        for (int i = base; i < n && i < base + BATCH; i++) {
+            int fd = udp_socket(first_port + i);
+            if (fd < 0)
+                continue;
+            fds[nf] = fd;
+            idx[nf++] = i;
+            SEND_LIT(fd, &master, "\xff\xff\xff\xffheartbeat DarkPlaces\n");
+        }
+        for (int k = 0; k < nf; k++) {
+            uint8_t buf[256];
+            ssize_t got = recv_within(fds[k], buf, sizeof buf - 1, 3000);
+            assert_true(got > 12);
+            assert_memory_equal(buf, "\xff\xff\xff\xffgetinfo ", 12);
+            buf[got] = '\0';
+            char resp[512];
+            int len = snprintf(resp, sizeof resp,
+                               "\xff\xff\xff\xffinfoResponse\n\\sv_maxclients\\8\\clients\\%d"
+                               "\\challenge\\%s\\protocol\\3\\gamename\\Xonotic\\mapname\\stormkeep"
+                               "\\gametype\\%d\\hostname\\fake %d",
+                               idx[k] % 3, (char *)buf + 12, idx[k] % 2, idx[k]);
+            send_to(fds[k], &master, resp, (size_t)len);
+            close(fds[k]);
+            done++;
+        }
+    }
+    return done;
+}
+
+static int xonotic_count_is(void *want) { return count_listed("xonotic") == *(int *)want; }
+
+static void q3_heartbeat_dance(void **state)
+{
+    int fd = udp_socket(0);
+    SEND_LIT(fd, &master, "\xff\xff\xff\xffheartbeat DarkPlaces\n");
+    uint8_t buf[256];
+    ssize_t got = recv_within(fd, buf, sizeof buf - 1, 3000);
+    assert_true(got > 12);
+    assert_memory_equal(buf, "\xff\xff\xff\xffgetinfo ", 12);
+    buf[got] = '\0';
+    char chal[64];
+    assert_true(got - 12 < (ssize_t)sizeof chal);
+    memcpy(chal, buf + 12, (size_t)got - 11);
+
+    /* A wrong challenge, then the right one from another port: neither lists anything. */
+    char resp[512];
+    int len = snprintf(resp, sizeof resp, "\xff\xff\xff\xffinfoResponse\n\\challenge\\wrong1\\protocol\\3"
+                                          "\\sv_maxclients\\8\\clients\\1\\gamename\\DanceGame");
+    send_to(fd, &master, resp, (size_t)len);
+    int other = udp_socket(0);
+    len = snprintf(resp, sizeof resp, "\xff\xff\xff\xffinfoResponse\n\\challenge\\%s\\protocol\\3"
+                                      "\\sv_maxclients\\8\\clients\\1\\gamename\\DanceGame", chal);
+    send_to(other, &master, resp, (size_t)len);
+    h_sleep_ms(200);
+    assert_int_equal(count_listed("dancegame"), 0);
+
+    /* The right challenge from the right address: listed, as REST shows it. */
+    send_to(fd, &master, resp, (size_t)len);
+    int64_t until = h_now_ms() + 3000;
+    while (count_listed("dancegame") != 1 && h_now_ms() < until)
+        h_sleep_ms(20);
+    assert_int_equal(count_listed("dancegame"), 1);
+    json_t *j = get_json(&sd, "/v1/master/servers?game=dancegame");
+    json_t *s = json_array_get(json_object_get(j, "servers"), 0);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", local_port(fd));
+    assert_string_equal(json_string_value(json_object_get(s, "address")), addr);
+    assert_string_equal(json_string_value(json_object_get(s, "source")), "q3");
+    assert_int_equal(json_integer_value(json_object_get(s, "protocol")), 3);
+    assert_int_equal(json_integer_value(json_object_get(s, "max_players")), 8);
+    json_decref(j);
+
+    /* The challenge is single use: replaying the infoResponse is refused and counted. */
+    send_to(fd, &master, resp, (size_t)len);
+    close(fd);
+    close(other);
+    until = h_now_ms() + 3000;
+    int seen = 0;
+    while (!seen && h_now_ms() < until) {
+        h_resp_t r;
+        assert_int_equal(h_http_json("GET", sd.url, NULL, NULL, &r, "/metrics"), 0);
+        seen = strstr(r.body, "serverdir_master_dropped_total{proto=\"q3\",reason=\"challenge_used\"} 1") &&
+               strstr(r.body, "reason=\"unknown_challenge\"") && strstr(r.body, "reason=\"challenge_mismatch\"");
+        h_resp_free(&r);
+        if (!seen)
+            h_sleep_ms(20);
+    }
+    assert_true(seen);
+}
+
+/* Reads a getservers(Ext) answer: datagrams until the EOT; checks sizes and that only
+ * the last carries the EOT; counts entries into *n. Returns the number of datagrams. */
+static int read_getservers(int fd, int ext, int *n, int *ports_seen_twice)
+{
+    const char *word = ext ? "\xff\xff\xff\xffgetserversExtResponse" : "\xff\xff\xff\xffgetserversResponse";
+    size_t wl = strlen(word);
+    static unsigned char seen[65536];
+    memset(seen, 0, sizeof seen);
+    int dgrams = 0;
+    *n = 0;
+    *ports_seen_twice = 0;
+    for (int k = 0; k < 100; k++) {
+        uint8_t buf[2048];
+        ssize_t got = recv_within(fd, buf, sizeof buf, 3000);
+        assert_true(got > 0);
+        assert_true(got <= 1400);
+        assert_memory_equal(buf, word, wl);
+        dgrams++;
+        size_t o = wl;
+        int eot = 0;
+        while (o < (size_t)got) {
+            if (buf[o] == '\\' && o + 7 <= (size_t)got && !memcmp(buf + o, "\\EOT\0\0\0", 7)) {
+                assert_int_equal(o + 7, (size_t)got); /* EOT ends the datagram */
+                eot = 1;
+                break;
+            }
+            assert_true(buf[o] == '\\' || (ext && buf[o] == '/'));
+            size_t alen = buf[o] == '\\' ? 4 : 16;
+            assert_true(o + 1 + alen + 2 <= (size_t)got);
+            if (alen == 4)
+                assert_memory_equal(buf + o + 1, "\x7f\x00\x00\x01", 4);
+            int port = buf[o + 1 + alen] << 8 | buf[o + 2 + alen];
+            if (seen[port]++)
+                (*ports_seen_twice)++;
+            (*n)++;
+            o += 1 + alen + 2;
+        }
+        if (eot)
+            return dgrams;
+    }
+    fail_msg("no EOT");
+    return -1;
+}
+
+static void q3_getservers_over_1100(void **state)
+{
+    q3_listed = q3_register(42000, N_SERVERS);
+    assert_true(q3_listed >= 1000);
+    assert_true(h_wait_until(xonotic_count_is, &q3_listed, 5000));
+
+    int fd = udp_socket(0);
+    int n, dup;
+    SEND_LIT(fd, &master, "\xff\xff\xff\xffgetservers Xonotic 3 empty full");
+    int dgrams = read_getservers(fd, 0, &n, &dup);
+    assert_int_equal(n, q3_listed);
+    assert_int_equal(dup, 0);
+    assert_true(dgrams >= (q3_listed + 194) / 195);
+
+    SEND_LIT(fd, &master, "\xff\xff\xff\xffgetserversExt Xonotic 3 empty full ipv4 ipv6");
+    read_getservers(fd, 1, &n, &dup);
+    assert_int_equal(n, q3_listed);
+    assert_int_equal(dup, 0);
+
+    /* Without `empty`, the empty third (clients 0) is left out; gametype=1 keeps odd ones. */
+    /* Only the ports that could be bound registered: REST says how many are not empty. */
+    int nonempty = 0, odd_nonempty = 0;
+    json_t *j = get_json(&sd, "/v1/master/servers?game=xonotic&not_empty=1&limit=1000");
+    char next[64];
+    nonempty = (int)json_array_size(json_object_get(j, "servers"));
+    snprintf(next, sizeof next, "%s", json_string_value(json_object_get(j, "next")) ?: "");
+    json_decref(j);
+    if (next[0]) {
+        char p[128];
+        snprintf(p, sizeof p, "/v1/master/servers?game=xonotic&not_empty=1&limit=1000&after=%s", next);
+        j = get_json(&sd, p);
+        nonempty += (int)json_array_size(json_object_get(j, "servers"));
+        json_decref(j);
+    }
+    SEND_LIT(fd, &master, "\xff\xff\xff\xffgetservers Xonotic 3 full");
+    read_getservers(fd, 0, &n, &dup);
+    assert_int_equal(n, nonempty);
+    assert_true(n < q3_listed);
+
+    SEND_LIT(fd, &master, "\xff\xff\xff\xffgetservers Xonotic 3 full empty gametype=1");
+    read_getservers(fd, 0, &odd_nonempty, &dup);
+    assert_true(odd_nonempty > 0 && odd_nonempty < q3_listed);
+
+    /* Another protocol number or game: just the EOT. */
+    SEND_LIT(fd, &master, "\xff\xff\xff\xffgetservers Xonotic 4 empty full");
+    assert_int_equal(read_getservers(fd, 0, &n, &dup), 1);
+    assert_int_equal(n, 0);
+    close(fd);
+}
+
+/* An IPv6 server on ::1 does the dance over the [::1] listener: REST shows "[::1]:port";
+ * getserversExt lists it behind '/' with its 16-byte address; getservers (IPv4) and an
+ * Ext query for ipv4 only leave it out. */
+static void q3_ipv6_server_in_getserversext(void **state)
+{
+    int fd = socket(AF_INET6, SOCK_DGRAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in6 me = {.sin6_family = AF_INET6, .sin6_addr = in6addr_loopback};
+    assert_int_equal(bind(fd, (struct sockaddr *)&me, sizeof me), 0);
+    socklen_t ml = sizeof me;
+    getsockname(fd, (struct sockaddr *)&me, &ml);
+    int port = ntohs(me.sin6_port);
+    static const char hb[] = "\xff\xff\xff\xffheartbeat DarkPlaces\n";
+    assert_int_equal(sendto(fd, hb, sizeof hb - 1, 0, (struct sockaddr *)&master6, sizeof master6), (ssize_t)(sizeof hb - 1));
+    uint8_t buf[2048];
+    ssize_t got = recv_within(fd, buf, sizeof buf - 1, 3000);
+    assert_true(got > 12);
+    buf[got] = '\0';
+    char resp[512];
+    int len = snprintf(resp, sizeof resp, "\xff\xff\xff\xffinfoResponse\n\\challenge\\%s\\protocol\\5"
+                                          "\\sv_maxclients\\4\\clients\\1\\gamename\\SixGame", (char *)buf + 12);
+    assert_int_equal(sendto(fd, resp, (size_t)len, 0, (struct sockaddr *)&master6, sizeof master6), len);
+    int64_t until = h_now_ms() + 3000;
+    while (count_listed("sixgame") != 1 && h_now_ms() < until)
+        h_sleep_ms(20);
+    json_t *j = get_json(&sd, "/v1/master/servers?game=sixgame");
+    char want[64];
+    snprintf(want, sizeof want, "[::1]:%d", port);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(json_object_get(j, "servers"), 0), "address")), want);
+    json_decref(j);
+
+    static const char ext[] = "\xff\xff\xff\xffgetserversExt SixGame 5";
+    assert_int_equal(sendto(fd, ext, sizeof ext - 1, 0, (struct sockaddr *)&master6, sizeof master6), (ssize_t)(sizeof ext - 1));
+    got = recv_within(fd, buf, sizeof buf, 3000);
+    static const char head[] = "\xff\xff\xff\xffgetserversExtResponse";
+    assert_int_equal(got, (ssize_t)(sizeof head - 1 + 19 + 7));
+    assert_memory_equal(buf, head, sizeof head - 1);
+    const uint8_t *e = buf + sizeof head - 1;
+    assert_int_equal(e[0], '/');
+    assert_memory_equal(e + 1, &in6addr_loopback, 16);
+    assert_int_equal(e[17] << 8 | e[18], port);
+    assert_memory_equal(e + 19, "\\EOT\0\0\0", 7);
+
+    static const char v4only[] = "\xff\xff\xff\xffgetserversExt SixGame 5 ipv4";
+    sendto(fd, v4only, sizeof v4only - 1, 0, (struct sockaddr *)&master6, sizeof master6);
+    got = recv_within(fd, buf, sizeof buf, 3000);
+    assert_int_equal(got, (ssize_t)(sizeof head - 1 + 7));
+    close(fd);
+    int n, dup;
+    int fd4 = udp_socket(0);
+    SEND_LIT(fd4, &master, "\xff\xff\xff\xffgetservers SixGame 5");
+    read_getservers(fd4, 0, &n, &dup);
+    assert_int_equal(n, 0);
+    close(fd4);
+}
+
+/* ---------- GoldSrc heartbeat and the Valve query ---------- */
+
+static int gs_register(int first_port, int n, const char *gamedir)
+{
+    int done = 0;
+    for (int base = 0; base < n; base += BATCH) {
+        int fds[BATCH], idx[BATCH], nf = 0;
+        for (int i = base; i < n && i < base + BATCH; i++) {
+            int fd = udp_socket(first_port + i);
+            if (fd < 0)
+                continue;
+            fds[nf] = fd;
+            idx[nf++] = i;
+            SEND_LIT(fd, &master, "q");
+        }
+        for (int k = 0; k < nf; k++) {
+            uint8_t buf[64];
+            ssize_t got = recv_within(fds[k], buf, sizeof buf, 3000);
+            assert_int_equal(got, 10);
+            assert_memory_equal(buf, "\xff\xff\xff\xff\x73\x0a", 6);
+            uint32_t c = (uint32_t)buf[6] | (uint32_t)buf[7] << 8 | (uint32_t)buf[8] << 16 |
+                         (uint32_t)buf[9] << 24;
+            char info[512];
+            int len = snprintf(info, sizeof info,
+                               "0\n\\protocol\\48\\challenge\\%u\\players\\%d\\max\\16\\bots\\0"
+                               "\\gamedir\\%s\\map\\de_dust2\\password\\0\\os\\l\\lan\\0\\region\\3"
+                               "\\type\\d\\secure\\%d\\version\\1.1.2.7\\product\\%s\n",
+                               c, idx[k] % 4, gamedir, idx[k] % 2, gamedir);
+            send_to(fds[k], &master, info, (size_t)len);
+            close(fds[k]);
+            done++;
+        }
+    }
+    return done;
+}
+
+static int valve_count_is(void *want) { return count_listed("valvetest") == *(int *)want; }
+
+/* Walks the Valve seed chain with filter; returns the servers seen (each once). */
+static int valve_walk(const char *filter, size_t flen, int *batches)
+{
+    static unsigned char seen[65536];
+    memset(seen, 0, sizeof seen);
+    int fd = udp_socket(0);
+    char seed[32] = "0.0.0.0:0";
+    int total = 0;
+    *batches = 0;
+    for (int k = 0; k < 100; k++) {
+        uint8_t q[256];
+        size_t sl = strlen(seed) + 1;
+        q[0] = 0x31;
+        q[1] = 0xff;
+        memcpy(q + 2, seed, sl);
+        memcpy(q + 2 + sl, filter, flen);
+        send_to(fd, &master, q, 2 + sl + flen);
+        uint8_t buf[2048];
+        ssize_t got = recv_within(fd, buf, sizeof buf, 3000);
+        assert_true(got >= 6 && got <= 1400);
+        assert_int_equal((got - 6) % 6, 0);
+        assert_memory_equal(buf, "\xff\xff\xff\xff\x66\x0a", 6);
+        (*batches)++;
+        int end = 0;
+        for (ssize_t o = 6; o < got; o += 6) {
+            if (!memcmp(buf + o, "\0\0\0\0\0\0", 6)) {
+                assert_int_equal(o + 6, got); /* the terminator is last */
+                end = 1;
+                break;
+            }
+            assert_memory_equal(buf + o, "\x7f\x00\x00\x01", 4);
+            int port = buf[o + 4] << 8 | buf[o + 5];
+            assert_int_equal(seen[port], 0);
+            seen[port] = 1;
+            total++;
+            snprintf(seed, sizeof seed, "127.0.0.1:%d", port);
+        }
+        if (end) {
+            close(fd);
+            return total;
+        }
+    }
+    fail_msg("the walk did not end");
+    return -1;
+}
+
+static void goldsrc_heartbeat_and_valve_walk(void **state)
+{
+    gs_listed = gs_register(47000, N_SERVERS, "valvetest");
+    assert_true(gs_listed >= 1000);
+    assert_true(h_wait_until(valve_count_is, &gs_listed, 5000));
+
+    /* The REST view of a GoldSrc server. */
+    json_t *j = get_json(&sd, "/v1/master/servers?game=valvetest&limit=1");
+    json_t *s = json_array_get(json_object_get(j, "servers"), 0);
+    assert_string_equal(json_string_value(json_object_get(s, "source")), "goldsrc");
+    assert_string_equal(json_string_value(json_object_get(s, "region")), "europe");
+    assert_string_equal(json_string_value(json_object_get(s, "os")), "l");
+    json_decref(j);
+
+    /* A server listed over REST shows up in the Valve walk too. */
+    sdc_t *c = sdc_new(sd.url, NULL, 5000);
+    sdc_master_server_t srv = {.port = 65000, .game = "valvetest", .map = "de_dust2", .players = 1,
+                               .max_players = 16, .region = "europe", .protocol = -1, .gametype = -1};
+    sdc_err_t err = {0};
+    assert_int_equal(sdc_master_announce(c, &srv, NULL, &err), SDC_OK);
+    sdc_free(c);
+
+    static const char filter[] = "\\gamedir\\valvetest\0";
+    int batches;
+    int total = valve_walk(filter, sizeof filter - 1, &batches);
+    assert_int_equal(total, gs_listed + 1);
+    assert_true(batches >= (total + 230) / 231);
+
+    /* Filters: secure servers only (odd ones; the REST one is not secure), and a nor. */
+    static const char secure[] = "\\gamedir\\valvetest\\secure\\1\0";
+    int nsecure = valve_walk(secure, sizeof secure - 1, &batches);
+    assert_true(nsecure > 0 && nsecure < gs_listed);
+    static const char nor[] = "\\gamedir\\valvetest\\nor\\1\\secure\\1\0";
+    int nnor = valve_walk(nor, sizeof nor - 1, &batches);
+    assert_int_equal(nnor + nsecure, total);
+    static const char other[] = "\\gamedir\\nosuchgame\0";
+    assert_int_equal(valve_walk(other, sizeof other - 1, &batches), 0);
+    assert_int_equal(batches, 1);
+
+    /* b\n from a listed server's address removes it. */
+    int fd = udp_socket(47000);
+    if (fd >= 0) {
+        int before = count_listed("valvetest");
+        SEND_LIT(fd, &master, "b\n");
+        int64_t until = h_now_ms() + 3000;
+        while (count_listed("valvetest") != before - 1 && h_now_ms() < until)
+            h_sleep_ms(20);
+        assert_int_equal(count_listed("valvetest"), before - 1);
+        close(fd);
+    }
+}
+
+/* ---------- malformed datagrams and the reply budget ---------- */
+
+static void malformed_dropped_and_counted(void **state)
+{
+#define S(lit) lit, sizeof(lit) - 1
+    static const struct {
+        const char *bytes;
+        size_t len;
+        const char *series;
+    } cases[] = {
+        {S("\xff\xff\xff\xffgetservers"), "{proto=\"q3\",reason=\"no_protocol\"}"},
+        {S("\xff\xff\xff\xffgetservers Xonotic x"), "{proto=\"q3\",reason=\"bad_protocol\"}"},
+        {S("\xff\xff\xff\xffheartbeat a b\n"), "{proto=\"q3\",reason=\"bad_heartbeat\"}"},
+        {S("\xff\xff\xff\xffinfoResponse\n\\protocol\\3"), "{proto=\"q3\",reason=\"no_challenge\"}"},
+        {S("\x31\xff" "0.0.0.0:0"), "{proto=\"valve\",reason=\"bad_seed\"}"},
+        {S("\x31\xff" "0.0.0.0:0\0\\gamedir"), "{proto=\"valve\",reason=\"bad_filter\"}"},
+        {S("0\n\\players\\1"), "{proto=\"goldsrc\",reason=\"no_challenge\"}"},
+        {S("hello"), "{proto=\"udp\",reason=\"unknown\"}"},
+    };
+    int fd = udp_socket(0);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        send_to(fd, &master, cases[i].bytes, cases[i].len);
+    static uint8_t big[1500];
+    memcpy(big, "\xff\xff\xff\xffgetservers 68 ", 18);
+    memset(big + 18, 'a', sizeof big - 18);
+    send_to(fd, &master, big, sizeof big);
+    /* No answer to any of them. */
+    uint8_t buf[2048];
+    assert_int_equal(recv_within(fd, buf, sizeof buf, 300), -1);
+    close(fd);
+
+    h_resp_t r;
+    assert_int_equal(h_http_json("GET", sd.url, NULL, NULL, &r, "/metrics"), 0);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char want[160];
+        snprintf(want, sizeof want, "serverdir_master_dropped_total%s", cases[i].series);
+        if (!strstr(r.body, want))
+            fail_msg("missing %s", want);
+    }
+    assert_non_null(strstr(r.body, "serverdir_master_dropped_total{proto=\"udp\",reason=\"too_long\"} 1"));
+    h_resp_free(&r);
+    assert_false(h_exited(sd.pid, NULL));
+}
+
+/* The tight copy allows 1400 reply bytes a second (burst 2800) per address: a getservers
+ * over 1000+ servers gets at most that much back, without the EOT, and it is counted. */
+static void reply_budget_caps_amplification(void **state)
+{
+    /* Its own key prefix; listed over REST, since the getinfo replies of UDP heartbeats
+     * would draw on the same small budget. */
+    sdc_t *c = sdc_new(tight.url, NULL, 5000);
+    for (int i = 0; i < 600; i++) {
+        sdc_master_server_t s = {.port = 52000 + i, .game = "Xonotic", .players = 1,
+                                 .max_players = 8, .protocol = 3, .gametype = -1};
+        sdc_err_t err = {0};
+        assert_int_equal(sdc_master_announce(c, &s, NULL, &err), SDC_OK);
+    }
+    sdc_free(c);
+
+    int fd = udp_socket(0);
+    SEND_LIT(fd, &tight_master, "\xff\xff\xff\xffgetservers Xonotic 3 empty full");
+    size_t total = 0;
+    int eot = 0;
+    uint8_t buf[2048];
+    ssize_t got;
+    while ((got = recv_within(fd, buf, sizeof buf, 500)) > 0) {
+        total += (size_t)got;
+        if (got >= 7 && !memcmp(buf + got - 7, "\\EOT\0\0\0", 7))
+            eot = 1;
+    }
+    close(fd);
+    assert_true(total > 0);
+    assert_true(total <= 2 * 1400 + 1400);
+    assert_false(eot);
+    h_resp_t r;
+    assert_int_equal(h_http_json("GET", tight.url, NULL, NULL, &r, "/metrics"), 0);
+    assert_non_null(strstr(r.body, "serverdir_master_dropped_total{proto=\"q3\",reason=\"reply_budget\"}"));
+    h_resp_free(&r);
+}
+
+int main(void)
+{
+    h_init(150);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(q3_heartbeat_dance),
+        cmocka_unit_test(q3_getservers_over_1100),
+        cmocka_unit_test(q3_ipv6_server_in_getserversext),
+        cmocka_unit_test(goldsrc_heartbeat_and_valve_walk),
+        cmocka_unit_test(malformed_dropped_and_counted),
+        cmocka_unit_test(reply_budget_caps_amplification),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,240 @@
+/* The built sdctl against a live serverdir: `machines`, `ps` and `events` print tables
+ * that hold the rows, `-o json` parses, and the exit codes mean what sdctl --help says
+ * (0 ok, 2 usage, 3 unreachable, 4 not found, 6 not authorized). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "harness.h"
+
+static h_redis_t redis;
+static h_serverdir_t sd;
+
+static int setup(void **state)
+{
+    if (h_redis_start(&redis) || h_serverdir_start(&sd, redis.url, h_tokens_file(), NULL))
+        return -1;
+    const char *events =
+        "{\"events\":["
+        "{\"id\":\"e1\",\"type\":\"started\",\"instance\":\"zone-m1-1\",\"machine\":\"m1\","
+        "\"service\":\"zone\",\"pid\":4242,\"generation\":1,\"ports\":{\"game\":27960}},"
+        "{\"id\":\"e2\",\"type\":\"ready\",\"instance\":\"zone-m1-1\",\"machine\":\"m1\","
+        "\"service\":\"zone\"},"
+        "{\"id\":\"e3\",\"type\":\"started\",\"instance\":\"lobby-m2-1\",\"machine\":\"m2\","
+        "\"service\":\"lobby\",\"pid\":5151},"
+        "{\"id\":\"e4\",\"type\":\"stopped\",\"instance\":\"zone-m2-9\",\"machine\":\"m2\","
+        "\"service\":\"zone\",\"reason\":\"killed\",\"signal\":9}]}";
+    h_resp_t r;
+    if (h_http_json("POST", sd.url, H_TOK_BB, events, &r, "/v1/clusters/prod/events") ||
+        r.status != 200)
+        return -1;
+    h_resp_free(&r);
+    if (h_http_json("PUT", sd.url, H_TOK_BB,
+                    "{\"address\":\"10.1.2.3\",\"capacity\":64,\"labels\":{\"zone\":\"eu\"}}", &r,
+                    "/v1/clusters/prod/machines/m1") ||
+        r.status != 200)
+        return -1;
+    h_resp_free(&r);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    h_serverdir_stop(&sd);
+    h_redis_stop(&redis);
+    return 0;
+}
+
+/* Runs sdctl with args (NULL-terminated) against url with token; returns its exit code
+ * and fills out with what it printed (stdout then stderr, NUL-terminated). */
+static int sdctl(const char *url, const char *token, char *out, size_t cap, ...)
+{
+    const char *argv[32] = {SD_BIN_DIR "/sdctl"};
+    int n = 1;
+    va_list ap;
+    va_start(ap, cap);
+    for (const char *a; (a = va_arg(ap, const char *)) && n < 31;)
+        argv[n++] = a;
+    va_end(ap);
+    argv[n] = NULL;
+    char env_url[256], env_tok[128], logpath[300];
+    snprintf(env_url, sizeof env_url, "SERVERDIR_URL=%s", url);
+    snprintf(env_tok, sizeof env_tok, "SERVERDIR_TOKEN=%s", token ? token : "");
+    const char *env[] = {env_url, env_tok, "SERVERDIR_CLUSTER=prod", "NO_COLOR=1", NULL};
+    snprintf(logpath, sizeof logpath, "%s/sdctl.out", h_tmpdir());
+    pid_t pid = h_spawn(argv, logpath, env);
+    int st = 0;
+    int64_t until = h_now_ms() + 15000;
+    while (!h_exited(pid, &st) && h_now_ms() < until)
+        h_sleep_ms(5);
+    FILE *f = fopen(logpath, "r");
+    size_t got = f ? fread(out, 1, cap - 1, f) : 0;
+    out[got] = '\0';
+    if (f)
+        fclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* The first line of text that contains needle, or NULL. */
+static const char *line_with(const char *text, const char *needle, char *line, size_t cap)
+{
+    const char *p = strstr(text, needle);
+    if (!p)
+        return NULL;
+    const char *b = p;
+    while (b > text && b[-1] != '\n')
+        b--;
+    const char *e = strchr(p, '\n');
+    size_t n = e ? (size_t)(e - b) : strlen(b);
+    if (n >= cap)
+        n = cap - 1;
+    memcpy(line, b, n);
+    line[n] = '\0';
+    return line;
+}
+
+static void machines_table_and_json(void **state)
+{
+    char out[8192], line[512];
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "machines", NULL), 0);
+    assert_non_null(strstr(out, "MACHINE"));
+    assert_non_null(line_with(out, "m1", line, sizeof line));
+    assert_non_null(strstr(line, "live"));
+    assert_non_null(strstr(line, "10.1.2.3"));
+    assert_non_null(strstr(line, "64"));
+    assert_non_null(strstr(line, "zone=eu"));
+
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "-o", "json", "machines", NULL), 0);
+    json_t *j = json_loads(out, 0, NULL);
+    assert_non_null(j);
+    json_t *m = json_array_get(json_object_get(j, "machines"), 0);
+    assert_string_equal(json_string_value(json_object_get(m, "machine")), "m1");
+    assert_string_equal(json_string_value(json_object_get(m, "state")), "live");
+    json_decref(j);
+
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "machines", "m9", NULL), 4);
+    assert_non_null(strstr(out, "404 not_found"));
+}
+
+static void ps_table_filters_and_json(void **state)
+{
+    char out[8192], line[512];
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "ps", NULL), 0);
+    assert_non_null(line_with(out, "zone-m1-1", line, sizeof line));
+    assert_non_null(strstr(line, "ready"));
+    assert_non_null(strstr(line, "4242"));
+    assert_non_null(strstr(line, "game=27960"));
+    assert_non_null(line_with(out, "lobby-m2-1", line, sizeof line));
+    assert_non_null(strstr(line, "starting"));
+    assert_null(strstr(out, "zone-m2-9"));
+
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "ps", "--machine", "m2", NULL), 0);
+    assert_non_null(strstr(out, "lobby-m2-1"));
+    assert_null(strstr(out, "zone-m1-1"));
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "ps", "--service", "zone", NULL), 0);
+    assert_non_null(strstr(out, "zone-m1-1"));
+    assert_null(strstr(out, "lobby-m2-1"));
+
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "ps", "--state", "stopped", NULL), 0);
+    assert_non_null(line_with(out, "zone-m2-9", line, sizeof line));
+    assert_non_null(strstr(line, "killed(signal 9)"));
+
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "-o", "json", "ps", NULL), 0);
+    json_t *j = json_loads(out, 0, NULL);
+    assert_non_null(j);
+    assert_int_equal(json_array_size(json_object_get(j, "processes")), 2);
+    json_decref(j);
+
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "-o", "json", "ps", "zone-m1-1", NULL), 0);
+    j = json_loads(out, 0, NULL);
+    assert_non_null(j);
+    assert_int_equal(json_integer_value(json_object_get(j, "pid")), 4242);
+    json_decref(j);
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "ps", "nobody", NULL), 4);
+}
+
+static void events_table_since_and_json(void **state)
+{
+    char out[8192], line[512];
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "events", NULL), 0);
+    assert_non_null(line_with(out, "zone-m2-9", line, sizeof line));
+    assert_non_null(strstr(line, "stopped"));
+    assert_non_null(strstr(line, "killed"));
+    assert_non_null(line_with(out, "lobby-m2-1", line, sizeof line));
+    assert_non_null(strstr(line, "pid 5151"));
+    /* Newest last. */
+    assert_true(strstr(out, "zone-m2-9") > strstr(out, "lobby-m2-1"));
+
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "-o", "json", "events",
+                           "--limit", "2", NULL),
+                     0);
+    json_t *j = json_loads(out, 0, NULL);
+    assert_non_null(j);
+    json_t *evs = json_object_get(j, "events");
+    assert_int_equal(json_array_size(evs), 2);
+    char first[64];
+    snprintf(first, sizeof first, "%s", json_string_value(json_object_get(json_array_get(evs, 0), "seq")));
+    json_decref(j);
+
+    /* After the third-newest's successor: exactly the last one. */
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "-o", "json", "events",
+                           "--since", first, NULL),
+                     0);
+    j = json_loads(out, 0, NULL);
+    assert_non_null(j);
+    evs = json_object_get(j, "events");
+    assert_int_equal(json_array_size(evs), 1);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(evs, 0), "id")), "e4");
+    json_decref(j);
+}
+
+static void exit_codes(void **state)
+{
+    char out[4096];
+    /* Usage errors: 2, before any request. */
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "ps", "--state", "zombie", NULL), 2);
+    assert_non_null(strstr(out, "--state takes"));
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "events", "--limit", "0", NULL), 2);
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "machines", "--bogus", NULL), 2);
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "ps", "--help", NULL), 0);
+    assert_non_null(strstr(out, "usage: sdctl ps"));
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "events", "--help", NULL), 0);
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "machines", "--help", NULL), 0);
+
+    /* Not authorized: 6. A bad name answered by serverdir: 1. */
+    assert_int_equal(sdctl(sd.url, "wrong-token-0000000000", out, sizeof out, "ps", NULL), 6);
+    assert_non_null(strstr(out, "401"));
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "events", "--since", "x", NULL), 1);
+    assert_non_null(strstr(out, "bad_query"));
+
+    /* Unreachable: 3. */
+    char dead[64];
+    snprintf(dead, sizeof dead, "http://127.0.0.1:%d", h_free_port());
+    assert_int_equal(sdctl(dead, H_TOK_VIEWER, out, sizeof out, "machines", NULL), 3);
+    assert_non_null(strstr(out, "cannot reach serverdir"));
+
+    /* A dead URL first in the list: sdctl fails over to the live one. */
+    char both[300];
+    snprintf(both, sizeof both, "%s,%s", dead, sd.url);
+    assert_int_equal(sdctl(both, H_TOK_VIEWER, out, sizeof out, "ps", NULL), 0);
+    assert_non_null(strstr(out, "zone-m1-1"));
+}
+
+int main(void)
+{
+    h_init(120);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(machines_table_and_json),
+        cmocka_unit_test(ps_table_filters_and_json),
+        cmocka_unit_test(events_table_since_and_json),
+        cmocka_unit_test(exit_codes),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

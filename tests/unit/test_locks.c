@@ -1,0 +1,192 @@
+/* Unit tests of the lock table's input checks: Lock-Seq / Blob-Seq header values, the
+ * acquire and release bodies, and the "locks" config section. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <string.h>
+
+#include "locks.h"
+#include "sd.h"
+
+/* serverdir's main.c owns the config; the handlers linked here refer to it. */
+sd_config_t sd_cfg;
+
+static void seq_headers(void **state)
+{
+    int64_t v = -1;
+    assert_int_equal(sd_seq_parse("1", &v), 0);
+    assert_int_equal(v, 1);
+    assert_int_equal(sd_seq_parse("1795296034773223", &v), 0);
+    assert_int_equal(v, 1795296034773223LL);
+    assert_int_equal(sd_seq_parse("9007199254740992", &v), 0);
+    assert_int_equal(v, SD_SEQ_MAX);
+
+    const char *bad[] = {"", "0", "-1", "+1", " 1", "1 ", "01", "1e3", "0x10", "12a", "1.0",
+                         "9007199254740993", "99999999999999999999", "18446744073709551617"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        v = 42;
+        assert_int_equal(sd_seq_parse(bad[i], &v), -1);
+    }
+    assert_int_equal(sd_seq_parse(NULL, &v), -1);
+}
+
+static void config_section(void **state)
+{
+    char err[256];
+    sd_locks_cfg_t cfg = {.lock_delay_ms = 0, .wait_timeout_ms = 500, .max_wait_ms = 30000,
+                          .retain_s = 604800};
+    assert_int_equal(sd_locks_cfg_parse(NULL, &cfg, err, sizeof err), 0);
+    assert_int_equal(cfg.retain_s, 604800);
+
+    json_t *ok = json_pack("{s:i, s:i, s:i, s:i}", "lock_delay_ms", 2000, "wait_replicas", 1,
+                           "wait_timeout_ms", 300, "max_wait_ms", 5000);
+    assert_int_equal(sd_locks_cfg_parse(ok, &cfg, err, sizeof err), 0);
+    assert_int_equal(cfg.lock_delay_ms, 2000);
+    assert_int_equal(cfg.wait_replicas, 1);
+    assert_int_equal(cfg.wait_timeout_ms, 300);
+    assert_int_equal(cfg.max_wait_ms, 5000);
+    json_decref(ok);
+
+    struct {
+        const char *json;
+        const char *field;
+    } bad[] = {
+        {"{\"lock_delay\": 5}", "lock_delay"},
+        {"{\"lock_delay_ms\": -1}", "lock_delay_ms"},
+        {"{\"wait_replicas\": 17}", "wait_replicas"},
+        {"{\"wait_timeout_ms\": 3000}", "wait_timeout_ms"},
+        {"{\"max_wait_ms\": 30001}", "max_wait_ms"},
+        {"{\"retain_s\": 10}", "retain_s"},
+        {"{\"max_waiters\": \"many\"}", "max_waiters"},
+        {"[]", "locks"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        json_t *j = json_loads(bad[i].json, 0, NULL);
+        assert_non_null(j);
+        err[0] = '\0';
+        assert_int_equal(sd_locks_cfg_parse(j, &cfg, err, sizeof err), -1);
+        assert_non_null(strstr(err, bad[i].field));
+        json_decref(j);
+    }
+}
+
+/* Parses text as an acquire body; returns the error code ("" when valid). */
+static const char *acquire_code(const char *text, int many, sd_lock_req_t *a, char *err)
+{
+    json_t *j = json_loads(text, 0, NULL);
+    assert_non_null(j);
+    const char *code = "";
+    int rc = sd_lock_req_parse(j, many, a, &code, err, 256);
+    json_decref(j);
+    return rc ? code : "";
+}
+
+static void acquire_bodies(void **state)
+{
+    sd_locks_cfg.max_wait_ms = 30000;
+    sd_lock_req_t a;
+    char err[256];
+    json_t *j = json_loads("{\"holder\":\"zone-m1-3\",\"ttl_ms\":5000,\"wait_ms\":100,"
+                           "\"steal_if_holder_stopped\":\"c1\",\"steal_if_older_than_ms\":60000}",
+                           0, NULL);
+    const char *code;
+    assert_int_equal(sd_lock_req_parse(j, 0, &a, &code, err, sizeof err), 0);
+    assert_string_equal(a.holder, "zone-m1-3");
+    assert_int_equal(a.ttl_ms, 5000);
+    assert_int_equal(a.wait_ms, 100);
+    assert_string_equal(a.steal_cluster, "c1");
+    assert_int_equal(a.steal_older_ms, 60000);
+    json_decref(j);
+
+    j = json_loads("{\"holder\":\"h\",\"keys\":[\"a\",\"b:1\",\"c@2\"]}", 0, NULL);
+    assert_int_equal(sd_lock_req_parse(j, 1, &a, &code, err, sizeof err), 0);
+    assert_int_equal(a.n, 3);
+    assert_string_equal(a.names[2], "c@2");
+    assert_int_equal(a.ttl_ms, 0);
+    assert_string_equal(a.steal_cluster, "");
+    json_decref(j);
+
+    struct {
+        const char *body;
+        int many;
+        const char *code, *names;
+    } bad[] = {
+        {"{}", 0, "bad_field", "holder"},
+        {"{\"holder\":\"a b\"}", 0, "bad_field", "holder"},
+        {"{\"holder\":7}", 0, "bad_field", "holder"},
+        {"{\"holder\":\"h\",\"keys\":[\"a\"]}", 0, "bad_field", "keys"},
+        {"{\"holder\":\"h\",\"ttl\":5}", 0, "bad_field", "ttl"},
+        {"{\"holder\":\"h\",\"ttl_ms\":0}", 0, "bad_field", "ttl_ms"},
+        {"{\"holder\":\"h\",\"ttl_ms\":86400001}", 0, "bad_field", "ttl_ms"},
+        {"{\"holder\":\"h\",\"ttl_ms\":1.5}", 0, "bad_field", "ttl_ms"},
+        {"{\"holder\":\"h\",\"wait_ms\":-1}", 0, "bad_field", "wait_ms"},
+        {"{\"holder\":\"h\",\"wait_ms\":30001}", 0, "bad_field", "wait_ms"},
+        {"{\"holder\":\"h\",\"steal_if_holder_stopped\":\"\"}", 0, "bad_field", "steal_if_holder_stopped"},
+        {"{\"holder\":\"h\",\"steal_if_holder_stopped\":\"{c}\"}", 0, "bad_field", "steal_if_holder_stopped"},
+        {"{\"holder\":\"h\",\"steal_if_older_than_ms\":0}", 0, "bad_field", "steal_if_older_than_ms"},
+        {"{\"holder\":\"h\"}", 1, "bad_field", "keys"},
+        {"{\"holder\":\"h\",\"keys\":\"a\"}", 1, "bad_field", "keys"},
+        {"{\"holder\":\"h\",\"keys\":[]}", 1, "bad_field", "keys"},
+        {"{\"holder\":\"h\",\"keys\":[\"a\",\"a\"]}", 1, "bad_field", "repeats"},
+        {"{\"holder\":\"h\",\"keys\":[\"a\",null]}", 1, "bad_name", "keys[1]"},
+        {"{\"holder\":\"h\",\"keys\":[\"..\"]}", 1, "bad_name", "keys[0]"},
+        {"{\"holder\":\"h\",\"keys\":[\"a#q\"]}", 1, "bad_name", "keys[0]"},
+        {"{\"holder\":\"h\",\"keys\":[\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\","
+         "\"10\",\"11\",\"12\",\"13\",\"14\",\"15\",\"16\",\"17\"]}", 1, "bad_field", "keys"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = '\0';
+        assert_string_equal(acquire_code(bad[i].body, bad[i].many, &a, err), bad[i].code);
+        assert_non_null(strstr(err, bad[i].names));
+    }
+}
+
+static void release_bodies(void **state)
+{
+    const char *holder, *names[SD_LOCKS_MAX_KEYS], *code;
+    int64_t seqs[SD_LOCKS_MAX_KEYS];
+    int n;
+    char err[256];
+    json_t *j = json_loads("{\"holder\":\"h\",\"keys\":[\"a\",\"b\"],"
+                           "\"lock_seqs\":{\"b\":9007199254740992,\"a\":17}}", 0, NULL);
+    assert_int_equal(sd_lock_release_parse(j, &holder, names, seqs, &n, &code, err, sizeof err), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(seqs[0], 17);
+    assert_int_equal(seqs[1], SD_SEQ_MAX);
+    json_decref(j);
+
+    const char *bad[] = {
+        "{\"holder\":\"h\",\"keys\":[\"a\"]}",
+        "{\"holder\":\"h\",\"keys\":[\"a\"],\"lock_seqs\":[1]}",
+        "{\"holder\":\"h\",\"keys\":[\"a\"],\"lock_seqs\":{\"b\":1}}",
+        "{\"holder\":\"h\",\"keys\":[\"a\"],\"lock_seqs\":{\"a\":1,\"b\":2}}",
+        "{\"holder\":\"h\",\"keys\":[\"a\"],\"lock_seqs\":{\"a\":0}}",
+        "{\"holder\":\"h\",\"keys\":[\"a\"],\"lock_seqs\":{\"a\":\"1\"}}",
+        "{\"holder\":\"h\",\"keys\":[\"a\"],\"lock_seqs\":{\"a\":9007199254740993}}",
+        "{\"keys\":[\"a\"],\"lock_seqs\":{\"a\":1}}",
+        "{\"holder\":\"h\",\"keys\":[\"a\"],\"lock_seqs\":{\"a\":1},\"force\":true}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        j = json_loads(bad[i], 0, NULL);
+        assert_non_null(j);
+        err[0] = '\0';
+        assert_int_equal(sd_lock_release_parse(j, &holder, names, seqs, &n, &code, err, sizeof err), -1);
+        assert_string_equal(code, "bad_field");
+        assert_true(err[0] != '\0');
+        json_decref(j);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(seq_headers),
+        cmocka_unit_test(config_section),
+        cmocka_unit_test(acquire_bodies),
+        cmocka_unit_test(release_bodies),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,361 @@
+/* Byte-exact tests of the UDP master protocols as their specifications describe them:
+ * dpmaster's techinfo (DarkPlaces / Quake III) and Valve's Master Server Query Protocol
+ * with the GoldSrc heartbeat. Pure parsers and encoders, no sockets. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <string.h>
+
+#include "master_q3.h"
+#include "master_valve.h"
+
+#define B(s) (const uint8_t *)(s), sizeof(s) - 1
+
+/* ---------- DarkPlaces / Quake III ---------- */
+
+static void q3_kinds(void **state)
+{
+    assert_int_equal(sd_q3_kind(B("\xff\xff\xff\xffheartbeat DarkPlaces\n")), SD_Q3_HEARTBEAT);
+    assert_int_equal(sd_q3_kind(B("\xff\xff\xff\xffinfoResponse\n\\a\\b")), SD_Q3_INFORESPONSE);
+    assert_int_equal(sd_q3_kind(B("\xff\xff\xff\xffgetservers 68")), SD_Q3_GETSERVERS);
+    assert_int_equal(sd_q3_kind(B("\xff\xff\xff\xffgetserversExt Xonotic 3")), SD_Q3_GETSERVERSEXT);
+    assert_int_equal(sd_q3_kind(B("\xff\xff\xff\xffgetserversExtra 3")), SD_Q3_NONE);
+    assert_int_equal(sd_q3_kind(B("\xff\xff\xff")), SD_Q3_NONE);
+    assert_int_equal(sd_q3_kind(B("\xff\xff\xff\xfegetservers 68")), SD_Q3_NONE);
+}
+
+static void q3_heartbeat(void **state)
+{
+    char tag[64];
+    assert_null(sd_q3_parse_heartbeat(B("\xff\xff\xff\xffheartbeat DarkPlaces\n"), tag, sizeof tag));
+    assert_string_equal(tag, "DarkPlaces");
+    assert_null(sd_q3_parse_heartbeat(B("\xff\xff\xff\xffheartbeat QuakeArena-1\n"), tag, sizeof tag));
+    assert_string_equal(tag, "QuakeArena-1");
+    /* Without the line feed (some engines), and with a NUL after it. */
+    assert_null(sd_q3_parse_heartbeat(B("\xff\xff\xff\xffheartbeat DarkPlaces"), tag, sizeof tag));
+    assert_null(sd_q3_parse_heartbeat(B("\xff\xff\xff\xffheartbeat DarkPlaces\n\0"), tag, sizeof tag));
+    assert_string_equal(sd_q3_parse_heartbeat(B("\xff\xff\xff\xffheartbeat \n"), tag, sizeof tag), "bad_heartbeat");
+    assert_string_equal(sd_q3_parse_heartbeat(B("\xff\xff\xff\xffheartbeat a b\n"), tag, sizeof tag), "bad_heartbeat");
+    assert_string_equal(sd_q3_parse_heartbeat(B("\xff\xff\xff\xffheartbeat DP\nmore"), tag, sizeof tag), "bad_heartbeat");
+    assert_string_equal(sd_q3_parse_heartbeat(B("\xff\xff\xff\xffheartbeat D\x01P\n"), tag, sizeof tag), "bad_heartbeat");
+}
+
+static void q3_getinfo(void **state)
+{
+    uint8_t out[64];
+    size_t n = sd_q3_encode_getinfo("A_ch4Lleng3", out, sizeof out);
+    static const char want[] = "\xff\xff\xff\xffgetinfo A_ch4Lleng3";
+    assert_int_equal(n, sizeof want - 1);
+    assert_memory_equal(out, want, n);
+    /* The five characters the protocol forbids, and a buffer too small. */
+    assert_int_equal(sd_q3_encode_getinfo("a\\b", out, sizeof out), 0);
+    assert_int_equal(sd_q3_encode_getinfo("a/b", out, sizeof out), 0);
+    assert_int_equal(sd_q3_encode_getinfo("a;b", out, sizeof out), 0);
+    assert_int_equal(sd_q3_encode_getinfo("a\"b", out, sizeof out), 0);
+    assert_int_equal(sd_q3_encode_getinfo("a%b", out, sizeof out), 0);
+    assert_int_equal(sd_q3_encode_getinfo("abcdef", out, 10), 0);
+}
+
+static void q3_inforesponse(void **state)
+{
+    sd_master_server_t s;
+    char chal[40];
+    assert_null(sd_q3_parse_inforesponse(
+        B("\xff\xff\xff\xffinfoResponse\n\\sv_maxclients\\8\\clients\\2\\challenge\\A_ch4Lleng3"
+          "\\protocol\\3\\gamename\\Nexuiz\\gametype\\1\\mapname\\dm1\\hostname\\My ^1server\\bots\\1"),
+        &s, chal, sizeof chal));
+    assert_string_equal(chal, "A_ch4Lleng3");
+    assert_int_equal(s.max_players, 8);
+    assert_int_equal(s.players, 2);
+    assert_int_equal(s.bots, 1);
+    assert_int_equal(s.protocol, 3);
+    assert_int_equal(s.gametype, 1);
+    assert_string_equal(s.game, "Nexuiz");
+    assert_string_equal(s.map, "dm1");
+    assert_string_equal(s.name, "My ^1server");
+    assert_string_equal(s.source, "q3");
+
+    /* Q3A servers send no gamename: dpmaster files them under Quake3Arena. */
+    assert_null(sd_q3_parse_inforesponse(
+        B("\xff\xff\xff\xffinfoResponse\n\\challenge\\x1\\protocol\\68\\sv_maxclients\\16\\clients\\0"),
+        &s, chal, sizeof chal));
+    assert_string_equal(s.game, "Quake3Arena");
+    assert_int_equal(s.gametype, -1);
+
+    assert_string_equal(sd_q3_parse_inforesponse(
+        B("\xff\xff\xff\xffinfoResponse\n\\protocol\\68\\sv_maxclients\\16\\clients\\0"), &s, chal, sizeof chal),
+        "no_challenge");
+    assert_string_equal(sd_q3_parse_inforesponse(
+        B("\xff\xff\xff\xffinfoResponse\n\\challenge\\x\\protocol\\68\\clients\\0"), &s, chal, sizeof chal),
+        "missing_field");
+    assert_string_equal(sd_q3_parse_inforesponse(
+        B("\xff\xff\xff\xffinfoResponse\n\\challenge\\x\\protocol\\68\\sv_maxclients\\0\\clients\\0"), &s, chal, sizeof chal),
+        "bad_maxclients");
+    assert_string_equal(sd_q3_parse_inforesponse(
+        B("\xff\xff\xff\xffinfoResponse\n\\challenge\\x\\protocol\\68\\sv_maxclients\\4\\clients\\5"), &s, chal, sizeof chal),
+        "bad_clients");
+    assert_string_equal(sd_q3_parse_inforesponse(
+        B("\xff\xff\xff\xffinfoResponse\n\\challenge\\a;b\\protocol\\68\\sv_maxclients\\4\\clients\\1"), &s, chal, sizeof chal),
+        "bad_challenge");
+    assert_string_equal(sd_q3_parse_inforesponse(
+        B("\xff\xff\xff\xffinfoResponse\n\\challenge"), &s, chal, sizeof chal), "bad_infostring");
+    assert_string_equal(sd_q3_parse_inforesponse(
+        B("\xff\xff\xff\xffinfoResponse\nchallenge\\x"), &s, chal, sizeof chal), "bad_infostring");
+    assert_string_equal(sd_q3_parse_inforesponse(
+        B("\xff\xff\xff\xffinfoResponse\n\\gamename\\has space\\challenge\\x\\protocol\\1\\sv_maxclients\\4\\clients\\1"),
+        &s, chal, sizeof chal), "bad_gamename");
+    /* A key longer than 64 bytes. */
+    char big[256];
+    int n = snprintf(big, sizeof big, "\xff\xff\xff\xffinfoResponse\n\\%070d\\1", 0);
+    assert_string_equal(sd_q3_parse_inforesponse((const uint8_t *)big, (size_t)n, &s, chal, sizeof chal),
+                        "bad_infostring");
+}
+
+static void q3_getservers(void **state)
+{
+    sd_q3_query_t q;
+    assert_null(sd_q3_parse_getservers(B("\xff\xff\xff\xffgetservers 67 ffa empty full"), &q));
+    assert_false(q.ext);
+    assert_string_equal(q.game, "Quake3Arena");
+    assert_int_equal(q.protocol, 67);
+    assert_int_equal(q.gametype, 0);
+    assert_true(q.empty && q.full);
+
+    assert_null(sd_q3_parse_getservers(B("\xff\xff\xff\xffgetservers Nexuiz 3"), &q));
+    assert_string_equal(q.game, "Nexuiz");
+    assert_int_equal(q.protocol, 3);
+    assert_false(q.empty || q.full);
+    assert_int_equal(q.gametype, -1);
+
+    assert_null(sd_q3_parse_getservers(B("\xff\xff\xff\xffgetservers qfusion 39 full gametype=7\n"), &q));
+    assert_int_equal(q.gametype, 7);
+    assert_true(q.full);
+
+    assert_null(sd_q3_parse_getservers(B("\xff\xff\xff\xffgetserversExt Quake3Arena 68 ipv4 empty ipv6"), &q));
+    assert_true(q.ext && q.ipv4 && q.ipv6 && q.empty);
+    assert_string_equal(q.game, "Quake3Arena");
+
+    sd_master_filter_t f;
+    memset(&f, 0, sizeof f);
+    sd_q3_query_filter(&q, &f);
+    /* game, protocol, not full (empty was asked for); both families: no family term. */
+    assert_int_equal(f.n, 3);
+    assert_string_equal(f.t[0].op, "eq");
+    assert_string_equal(f.t[0].a, "g");
+    assert_string_equal(f.t[0].b, "quake3arena");
+    assert_string_equal(f.t[1].a, "pr");
+    assert_string_equal(f.t[1].b, "68");
+    assert_string_equal(f.t[2].op, "notfull");
+
+    assert_string_equal(sd_q3_parse_getservers(B("\xff\xff\xff\xffgetservers"), &q), "no_protocol");
+    assert_string_equal(sd_q3_parse_getservers(B("\xff\xff\xff\xffgetservers Nexuiz"), &q), "no_protocol");
+    assert_string_equal(sd_q3_parse_getservers(B("\xff\xff\xff\xffgetservers Nexuiz x3"), &q), "bad_protocol");
+    assert_string_equal(sd_q3_parse_getservers(B("\xff\xff\xff\xffgetservers 68 gametype=x"), &q), "bad_gametype");
+    assert_string_equal(sd_q3_parse_getservers(B("\xff\xff\xff\xffgetservers 68\x01"), &q), "bad_getservers");
+}
+
+static void q3_response_one(void **state)
+{
+    sd_q3_writer_t w;
+    sd_q3_resp_begin(&w, 0);
+    const uint8_t ip[4] = {1, 2, 3, 4};
+    assert_int_equal(sd_q3_resp_add(&w, 4, ip, 2048), 0);
+    sd_q3_resp_end(&w);
+    static const char want[] = "\xff\xff\xff\xffgetserversResponse\\\x01\x02\x03\x04\x08\x00\\EOT\0\0\0";
+    assert_int_equal(w.len, sizeof want - 1);
+    assert_memory_equal(w.buf, want, w.len);
+
+    /* IPv6 only in the Ext reply, behind a '/'. */
+    sd_q3_resp_begin(&w, 0);
+    const uint8_t ip6[16] = {0x20, 0x01, 0x0d, 0xb8, [15] = 1};
+    assert_int_equal(sd_q3_resp_add(&w, 6, ip6, 27960), -1);
+    sd_q3_resp_begin(&w, 1);
+    assert_int_equal(sd_q3_resp_add(&w, 4, ip, 2048), 0);
+    assert_int_equal(sd_q3_resp_add(&w, 6, ip6, 27960), 0);
+    sd_q3_resp_end(&w);
+    static const char want6[] = "\xff\xff\xff\xffgetserversExtResponse\\\x01\x02\x03\x04\x08\x00"
+                                "/\x20\x01\x0d\xb8\0\0\0\0\0\0\0\0\0\0\0\x01\x6d\x38\\EOT\0\0\0";
+    assert_int_equal(w.len, sizeof want6 - 1);
+    assert_memory_equal(w.buf, want6, w.len);
+
+    /* An empty list is just the EOT mark. */
+    sd_q3_resp_begin(&w, 0);
+    sd_q3_resp_end(&w);
+    assert_memory_equal(w.buf, "\xff\xff\xff\xffgetserversResponse\\EOT\0\0\0", w.len);
+}
+
+/* 1000 servers split over datagrams of at most 1400 bytes: every datagram but the last
+ * carries no EOT, the last ends in it, and decoding them all gives each server once. */
+static void q3_response_batches(void **state)
+{
+    enum { N = 1000 };
+    uint8_t dgrams[16][SD_Q3_DGRAM_MAX];
+    size_t lens[16];
+    int nd = 0;
+    sd_q3_writer_t w;
+    sd_q3_resp_begin(&w, 0);
+    for (int i = 0; i < N; i++) {
+        uint8_t ip[4] = {10, 0, (uint8_t)(i >> 8), (uint8_t)i};
+        if (sd_q3_resp_add(&w, 4, ip, (uint16_t)(27000 + i)) < 0) {
+            memcpy(dgrams[nd], w.buf, w.len);
+            lens[nd++] = w.len;
+            sd_q3_resp_begin(&w, 0);
+            assert_int_equal(sd_q3_resp_add(&w, 4, ip, (uint16_t)(27000 + i)), 0);
+        }
+    }
+    sd_q3_resp_end(&w);
+    memcpy(dgrams[nd], w.buf, w.len);
+    lens[nd++] = w.len;
+    /* 22-byte header + 195 entries of 7 bytes (room for the EOT kept) = 1387 bytes. */
+    assert_int_equal(nd, 6);
+    int seen = 0;
+    for (int d = 0; d < nd; d++) {
+        assert_true(lens[d] <= SD_Q3_DGRAM_MAX);
+        assert_memory_equal(dgrams[d], "\xff\xff\xff\xffgetserversResponse", 22);
+        int last = d == nd - 1;
+        size_t end = lens[d] - (last ? SD_Q3_EOT_LEN : 0);
+        if (last)
+            assert_memory_equal(dgrams[d] + end, "\\EOT\0\0\0", SD_Q3_EOT_LEN);
+        else
+            assert_int_equal(lens[d], 22 + 195 * 7);
+        for (size_t o = 22; o < end; o += 7) {
+            assert_int_equal(dgrams[d][o], '\\');
+            int i = dgrams[d][o + 3] << 8 | dgrams[d][o + 4];
+            assert_int_equal(i, seen);
+            assert_int_equal(dgrams[d][o + 5] << 8 | dgrams[d][o + 6], 27000 + i);
+            seen++;
+        }
+    }
+    assert_int_equal(seen, N);
+}
+
+/* ---------- Valve ---------- */
+
+static void valve_query(void **state)
+{
+    sd_valve_query_t q;
+    assert_null(sd_valve_parse_query(B("\x31\xff" "0.0.0.0:0\0" "\\gamedir\\TF\\empty\\1\\full\\1\0"), &q));
+    assert_int_equal(q.region, 255);
+    assert_string_equal(q.seed, "");
+    assert_int_equal(q.filter.n, 4);
+    assert_string_equal(q.filter.t[0].op, "eq");
+    assert_string_equal(q.filter.t[0].a, "g");
+    assert_string_equal(q.filter.t[0].b, "tf");
+    assert_string_equal(q.filter.t[1].op, "notempty");
+    assert_string_equal(q.filter.t[2].op, "notfull");
+    assert_string_equal(q.filter.t[3].a, "f"); /* IPv4 only: the reply has no room for v6 */
+
+    assert_null(sd_valve_parse_query(
+        B("\x31\x03" "1.2.3.4:27015\0"
+          "\\map\\de_dust2\\dedicated\\1\\secure\\1\\linux\\1\\password\\0\\noplayers\\1"
+          "\\nor\\2\\map\\cs_office\\gametype\\hardcore,fast\\nand\\1\\appid\\10\0"),
+        &q));
+    assert_int_equal(q.region, 3);
+    assert_string_equal(q.seed, "1.2.3.4:27015");
+    const char *want[][3] = {{"eq", "m", "de_dust2"}, {"eq", "d", "1"}, {"eq", "s", "1"},
+                             {"eq", "os", "l"}, {"eq", "pw", "0"}, {"eq", "p", "0"},
+                             {"nor", "2", ""}, {"eq", "m", "cs_office"},
+                             {"tags", "", "hardcore,fast"}, {"nand", "1", ""}, {"true", "", ""},
+                             {"eq", "f", "4"}, {"eq", "r", "europe"}};
+    assert_int_equal(q.filter.n, (int)(sizeof want / sizeof want[0]));
+    for (int i = 0; i < q.filter.n; i++) {
+        assert_string_equal(q.filter.t[i].op, want[i][0]);
+        assert_string_equal(q.filter.t[i].a, want[i][1]);
+        assert_string_equal(q.filter.t[i].b, want[i][2]);
+    }
+    /* The filter's NUL may be missing at the very end; an empty filter is fine. */
+    assert_null(sd_valve_parse_query(B("\x31\xff" "0.0.0.0:0\0"), &q));
+    assert_null(sd_valve_parse_query(B("\x31\xff" "0.0.0.0:0\0\0"), &q));
+
+    assert_string_equal(sd_valve_parse_query(B("\x31\xff" "0.0.0.0:0"), &q), "bad_seed");
+    assert_string_equal(sd_valve_parse_query(B("\x31\xff" "1.2.3:5\0\0"), &q), "bad_seed");
+    assert_string_equal(sd_valve_parse_query(B("\x31\xff" "[::1]:5\0\0"), &q), "bad_seed");
+    assert_string_equal(sd_valve_parse_query(B("\x31\xff" "1.2.3.4:70000\0\0"), &q), "bad_seed");
+    assert_string_equal(sd_valve_parse_query(B("\x31\x09" "0.0.0.0:0\0\0"), &q), "bad_region");
+    assert_string_equal(sd_valve_parse_query(B("\x31\xff" "0.0.0.0:0\0\\gamedir\0"), &q), "bad_filter");
+    assert_string_equal(sd_valve_parse_query(B("\x31\xff" "0.0.0.0:0\0\\nor\\x\0"), &q), "bad_filter");
+    assert_string_equal(sd_valve_parse_query(B("\x31\xff" "0.0.0.0:0\0\0junk"), &q), "bad_filter");
+    assert_string_equal(sd_valve_parse_query(B("\x32\xff" "0.0.0.0:0\0\0"), &q), "bad_query");
+    assert_string_equal(sd_valve_parse_query(B("\x31"), &q), "bad_query");
+}
+
+static void valve_reply(void **state)
+{
+    uint8_t out[SD_VALVE_DGRAM_MAX];
+    const uint8_t ips[2][4] = {{1, 2, 3, 4}, {192, 168, 0, 1}};
+    const uint16_t ports[2] = {27015, 2048};
+    size_t n = sd_valve_encode_reply(ips, ports, 2, 0, out);
+    static const char want[] = "\xff\xff\xff\xff\x66\x0a\x01\x02\x03\x04\x69\x87\xc0\xa8\x00\x01\x08\x00";
+    assert_int_equal(n, sizeof want - 1);
+    assert_memory_equal(out, want, n);
+    n = sd_valve_encode_reply(ips, ports, 1, 1, out);
+    static const char want_last[] = "\xff\xff\xff\xff\x66\x0a\x01\x02\x03\x04\x69\x87\0\0\0\0\0\0";
+    assert_int_equal(n, sizeof want_last - 1);
+    assert_memory_equal(out, want_last, n);
+    /* A full batch with the terminator still fits one 1400-byte datagram. */
+    static uint8_t many[SD_VALVE_BATCH][4];
+    static uint16_t mports[SD_VALVE_BATCH];
+    assert_int_equal(SD_VALVE_BATCH, 231);
+    n = sd_valve_encode_reply((const uint8_t(*)[4])many, mports, SD_VALVE_BATCH, 1, out);
+    assert_int_equal(n, 6 + 231 * 6 + 6);
+    assert_true(n <= SD_VALVE_DGRAM_MAX);
+}
+
+static void goldsrc(void **state)
+{
+    assert_int_equal(sd_gs_kind(B("q")), SD_GS_CHALLENGE_REQ);
+    assert_int_equal(sd_gs_kind(B("q\n")), SD_GS_CHALLENGE_REQ);
+    assert_int_equal(sd_gs_kind(B("b\n")), SD_GS_QUIT);
+    assert_int_equal(sd_gs_kind(B("0\n\\protocol\\48")), SD_GS_INFO);
+    assert_int_equal(sd_gs_kind(B("qq")), SD_GS_NONE);
+    assert_int_equal(sd_gs_kind(B("b\nx")), SD_GS_NONE);
+
+    uint8_t out[16];
+    assert_int_equal(sd_gs_encode_challenge(0x12345678u, out), 10);
+    assert_memory_equal(out, "\xff\xff\xff\xff\x73\x0a\x78\x56\x34\x12", 10);
+
+    sd_master_server_t s;
+    uint32_t c = 0;
+    assert_null(sd_gs_parse_info(
+        B("0\n\\protocol\\48\\challenge\\305419896\\players\\5\\max\\24\\bots\\1\\gamedir\\cstrike"
+          "\\map\\de_dust2\\password\\0\\os\\l\\lan\\0\\region\\3\\type\\d\\secure\\1"
+          "\\version\\1.1.2.7\\product\\cstrike\n"),
+        &s, &c));
+    assert_int_equal(c, 305419896u);
+    assert_int_equal(s.protocol, 48);
+    assert_int_equal(s.players, 5);
+    assert_int_equal(s.max_players, 24);
+    assert_int_equal(s.bots, 1);
+    assert_string_equal(s.game, "cstrike");
+    assert_string_equal(s.map, "de_dust2");
+    assert_string_equal(s.os, "l");
+    assert_string_equal(s.region, "europe");
+    assert_string_equal(s.version, "1.1.2.7");
+    assert_true(s.dedicated && s.secure && !s.password);
+
+    assert_string_equal(sd_gs_parse_info(B("0\n\\protocol\\48\\players\\5\\max\\24\\gamedir\\x"), &s, &c),
+                        "no_challenge");
+    assert_string_equal(sd_gs_parse_info(B("0\n\\challenge\\5000000000\\protocol\\48"), &s, &c),
+                        "bad_challenge");
+    assert_string_equal(sd_gs_parse_info(B("0\n\\challenge\\1\\protocol\\48\\players\\1\\max\\2"), &s, &c),
+                        "missing_field");
+    assert_string_equal(sd_gs_parse_info(
+        B("0\n\\challenge\\1\\protocol\\48\\players\\1\\max\\2\\gamedir\\x\\lan\\1"), &s, &c), "lan_server");
+    assert_string_equal(sd_gs_parse_info(B("0\n\\challenge\\1\\pro\x01tocol\\48"), &s, &c), "bad_infostring");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(q3_kinds),        cmocka_unit_test(q3_heartbeat),
+        cmocka_unit_test(q3_getinfo),      cmocka_unit_test(q3_inforesponse),
+        cmocka_unit_test(q3_getservers),   cmocka_unit_test(q3_response_one),
+        cmocka_unit_test(q3_response_batches), cmocka_unit_test(valve_query),
+        cmocka_unit_test(valve_reply),     cmocka_unit_test(goldsrc),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
