@@ -8,7 +8,9 @@
  * new one on the same state dir lose and duplicate nothing from ServerDir's view; a bad
  * event is bisected out to the dead-letter file without wedging the outbox; the machine
  * lease is renewed every ttl/3 and neither job blocks the other; batches too slow for the
- * request timeout shrink until they get through.
+ * request timeout shrink until they get through. Then against the real serverdir (and
+ * redis-server): the directory matches what happened across a serverdir outage, and a
+ * producer killed with -9 loses and duplicates nothing there either.
  *
  * The producer is this same binary re-executed as `it_outbox producer ...`, a stand-in for
  * bigbrother (one supervision thread calling bb_report_event, the reporter thread). */
@@ -576,6 +578,204 @@ static void slow_batches_shrink_until_they_fit(void **state)
     pthread_mutex_unlock(&fk.mu);
 }
 
+/* ---- against a real serverdir and redis-server ---- */
+
+static h_redis_t redis;
+static h_serverdir_t sd;
+
+/* Starts serverdir again on the port it had (the reporter keeps its URL). */
+static void serverdir_restart_same_port(void)
+{
+    char listen[64];
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", sd.port);
+    const char *argv[] = {SD_BIN_DIR "/serverdir", "--listen", listen, "--redis", redis.url,
+                          "--tokens", h_tokens_file(), NULL};
+    sd.pid = h_spawn(argv, sd.log, NULL);
+    int64_t until = h_now_ms() + (h_valgrind() ? 30000 : 5000);
+    long st = 0;
+    while (st != 200 && h_now_ms() < until) {
+        h_resp_t r;
+        if (h_http_json("GET", sd.url, NULL, NULL, &r, "/healthz") == 0)
+            st = r.status;
+        h_resp_free(&r);
+        if (st != 200)
+            h_sleep_ms(20);
+    }
+    assert_int_equal(st, 200);
+}
+
+/* GET path (viewer token) as JSON; asserts 200. Caller decrefs. */
+static json_t *sd_get(const char *path)
+{
+    h_resp_t r;
+    assert_int_equal(h_http_json("GET", sd.url, H_TOK_VIEWER, NULL, &r, "%s", path), 0);
+    assert_int_equal(r.status, 200);
+    json_t *j = h_resp_json(&r);
+    h_resp_free(&r);
+    assert_non_null(j);
+    return j;
+}
+
+static void report(bb_report_t *r, const char *type, int i, const char *reason)
+{
+    char inst[64];
+    snprintf(inst, sizeof inst, "zone-m1-%d", i);
+    json_t *e = json_pack("{s:s, s:s, s:s, s:i, s:i}", "type", type, "instance", inst,
+                          "service", "zone", "slot", i % 10, "generation", i / 10);
+    if (strcmp(type, "started") == 0)
+        json_object_set_new(e, "pid", json_integer(2000 + i));
+    if (reason) {
+        json_object_set_new(e, "reason", json_string(reason));
+        if (strcmp(reason, "killed") == 0)
+            json_object_set_new(e, "signal", json_integer(9));
+        else
+            json_object_set_new(e, "code", json_integer(0));
+    }
+    assert_int_equal(bb_report_event(r, e), 0);
+    json_decref(e);
+}
+
+/* Processes churn while serverdir is stopped; once it is back, the directory matches what
+ * happened: the live instances ready, the stopped ones stopped with their reasons, the
+ * history holds every event once and in order, and the machine is live. */
+static void real_serverdir_directory_matches_after_outage(void **state)
+{
+    assert_int_equal(h_redis_start(&redis), 0);
+    assert_int_equal(h_serverdir_start(&sd, redis.url, h_tokens_file(), NULL), 0);
+    const char *dir = h_tmpdir();
+    bb_report_opts_t o = {.state_dir = dir, .cluster = "c1", .machine = "m1", .urls = sd.url,
+                          .token = H_TOK_BB, .address = "127.0.0.1", .capacity = 400,
+                          .version = "0.1.0-test", .lease_ttl_ms = 3000};
+    bb_report_t *r = NULL;
+    assert_int_equal(bb_report_start(&o, &r), 0);
+    for (int i = 0; i < 10; i++) {
+        report(r, "started", i, NULL);
+        report(r, "ready", i, NULL);
+    }
+    assert_true(h_wait_until(drained, r, 10000));
+
+    h_serverdir_stop(&sd);
+    for (int i = 0; i < 5; i++) {
+        report(r, "stopped", i, "killed");
+        report(r, "started", 10 + i, NULL);
+        report(r, "ready", 10 + i, NULL);
+    }
+    report(r, "started", 15, NULL);
+    report(r, "stopped", 15, "exited");
+    h_sleep_ms(1000);
+    assert_int_equal(bb_report_pending(r), 17);
+    serverdir_restart_same_port();
+    assert_true(h_wait_until(drained, r, 20000));
+    bb_report_stop(r);
+
+    json_t *live = sd_get("/v1/clusters/c1/processes");
+    json_t *procs = json_object_get(live, "processes");
+    assert_int_equal(json_array_size(procs), 10);
+    for (size_t k = 0; k < 10; k++) {
+        json_t *p = json_array_get(procs, k);
+        const char *inst = json_string_value(json_object_get(p, "instance"));
+        int i = atoi(strrchr(inst, '-') + 1);
+        assert_true(i >= 5 && i < 15);
+        assert_string_equal(json_string_value(json_object_get(p, "state")), "ready");
+        assert_string_equal(json_string_value(json_object_get(p, "machine")), "m1");
+        assert_int_equal(json_integer_value(json_object_get(p, "pid")), 2000 + i);
+    }
+    json_decref(live);
+
+    json_t *stopped = sd_get("/v1/clusters/c1/processes?state=stopped");
+    procs = json_object_get(stopped, "processes");
+    assert_int_equal(json_array_size(procs), 6);
+    for (size_t k = 0; k < 6; k++) {
+        json_t *p = json_array_get(procs, k);
+        const char *inst = json_string_value(json_object_get(p, "instance"));
+        int i = atoi(strrchr(inst, '-') + 1);
+        assert_string_equal(json_string_value(json_object_get(p, "state")), "stopped");
+        assert_string_equal(json_string_value(json_object_get(p, "reason")), i == 15 ? "exited" : "killed");
+        assert_true(i < 5 || i == 15);
+    }
+    json_decref(stopped);
+
+    /* The history: every event once, in the order it happened. */
+    json_t *hist = sd_get("/v1/clusters/c1/events?limit=1000");
+    json_t *evs = json_object_get(hist, "events");
+    assert_int_equal(json_array_size(evs), 37);
+    int64_t seq_prev = 0;
+    for (size_t k = 0; k < json_array_size(evs); k++) {
+        const char *id = json_string_value(json_object_get(json_array_get(evs, k), "id"));
+        assert_non_null(id);
+        int64_t seq = strtoll(strrchr(id, '-') + 1, NULL, 10);
+        assert_true(seq > seq_prev);
+        seq_prev = seq;
+    }
+    json_decref(hist);
+
+    json_t *m = sd_get("/v1/clusters/c1/machines/m1");
+    assert_string_equal(json_string_value(json_object_get(m, "state")), "live");
+    assert_string_equal(json_string_value(json_object_get(m, "address")), "127.0.0.1");
+    assert_int_equal(json_integer_value(json_object_get(m, "capacity")), 400);
+    json_decref(m);
+    h_serverdir_stop(&sd);
+    h_redis_stop(&redis);
+}
+
+/* A producer killed with -9 mid-stream and a second one on the same state dir, against
+ * the real serverdir: the directory holds every event the producers appended, once. */
+static void real_serverdir_kill9_producer(void **state)
+{
+    assert_int_equal(h_redis_start(&redis), 0);
+    assert_int_equal(h_serverdir_start(&sd, redis.url, h_tokens_file(), NULL), 0);
+    const char *dir = h_tmpdir();
+    char self[512], progress[600], logpath[600];
+    ssize_t l = readlink("/proc/self/exe", self, sizeof self - 1);
+    assert_true(l > 0);
+    self[l] = '\0';
+    snprintf(progress, sizeof progress, "%s/progress", dir);
+    snprintf(logpath, sizeof logpath, "%s/producer.log", dir);
+    const char *argv_a[] = {self, "producer", dir, sd.url, "a", "1000000", "1000", progress, NULL};
+    pid_t a = h_spawn(argv_a, logpath, NULL);
+    h_sleep_ms(1500);
+    assert_int_equal(kill(a, SIGKILL), 0);
+    int st = 0;
+    int64_t until = h_now_ms() + 5000;
+    while (!h_exited(a, &st) && h_now_ms() < until)
+        h_sleep_ms(5);
+    long confirmed = 0;
+    FILE *f = fopen(progress, "r");
+    assert_non_null(f);
+    assert_int_equal(fscanf(f, "%ld", &confirmed), 1);
+    fclose(f);
+    assert_true(confirmed > 50);
+
+    const char *argv_b[] = {self, "producer", dir, sd.url, "b", "100", "1000", progress, NULL};
+    pid_t b = h_spawn(argv_b, logpath, NULL);
+    until = h_now_ms() + 60000;
+    while (!h_exited(b, &st) && h_now_ms() < until)
+        h_sleep_ms(20);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+
+    json_t *live = sd_get("/v1/clusters/c1/processes?limit=10000");
+    json_t *procs = json_object_get(live, "processes");
+    long na = 0, nb = 0;
+    for (size_t k = 0; k < json_array_size(procs); k++) {
+        const char *inst = json_string_value(json_object_get(json_array_get(procs, k), "instance"));
+        na += inst[0] == 'a';
+        nb += inst[0] == 'b';
+    }
+    json_decref(live);
+    assert_true(na >= confirmed && na <= confirmed + 1);
+    assert_int_equal(nb, 100);
+    /* ServerDir applied each event id once (resends counted as duplicates). */
+    h_resp_t r;
+    assert_int_equal(h_http_json("GET", sd.url, NULL, NULL, &r, "/metrics"), 0);
+    char want[96];
+    snprintf(want, sizeof want, "serverdir_events_accepted_total %ld\n", na + nb);
+    assert_non_null(strstr(r.body, want));
+    h_resp_free(&r);
+    h_serverdir_stop(&sd);
+    h_redis_stop(&redis);
+}
+
 /* ---- the producer process ---- */
 
 /* it_outbox producer STATE_DIR URL TAG COUNT INTERVAL_US PROGRESS_FILE: appends COUNT
@@ -627,6 +827,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(rejected_event_goes_to_dead_letter),
         cmocka_unit_test(lease_cadence_independent_of_events),
         cmocka_unit_test(slow_batches_shrink_until_they_fit),
+        cmocka_unit_test(real_serverdir_directory_matches_after_outage),
+        cmocka_unit_test(real_serverdir_kill9_producer),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
