@@ -1,6 +1,7 @@
 #include "bbproto.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <string.h>
 
 static int key_ok(const char *k, size_t n)
@@ -19,6 +20,8 @@ int bbproto_parse(const char *buf, size_t len, bbproto_field_t *out, int max)
 {
     if (len > BBPROTO_MAX_MSG)
         return -E2BIG;
+    if (len == 0)
+        return 0;
     if (memchr(buf, '\0', len))
         return -EINVAL;
     int n = 0;
@@ -74,7 +77,7 @@ int bbproto_get_int(const bbproto_field_t *f, int n, const char *key, long long 
     const char *v = bbproto_get(f, n, key, &vl);
     if (!v)
         return -ENOENT;
-    if (vl == 0 || vl > 19)
+    if (vl == 0 || vl > 20)
         return -EINVAL;
     size_t i = 0;
     int neg = 0;
@@ -84,14 +87,22 @@ int bbproto_get_int(const bbproto_field_t *f, int n, const char *key, long long 
         if (vl == 1)
             return -EINVAL;
     }
+    /* Accumulated as a negative number: its range includes LLONG_MIN, and an overflow
+     * is caught before it happens instead of being undefined behaviour. */
     long long x = 0;
     for (; i < vl; i++) {
         if (v[i] < '0' || v[i] > '9')
             return -EINVAL;
-        x = x * 10 + (v[i] - '0');
+        int d = v[i] - '0';
+        if (x < (LLONG_MIN + d) / 10)
+            return -EINVAL;
+        x = x * 10 - d;
     }
-    if (neg)
+    if (!neg) {
+        if (x == LLONG_MIN)
+            return -EINVAL;
         x = -x;
+    }
     if (x < min || x > max)
         return -EINVAL;
     *out = x;

@@ -1,0 +1,394 @@
+/* libbbagent: one non-blocking SOCK_SEQPACKET connection to Big Brother, kept by the
+ * game's own calls (no thread, no signal handler, no allocation after bbagent_open).
+ *
+ * Connection states, driven only by the API calls:
+ *
+ *   state \ event   call, 500 ms since last try   send/recv error, EOF   call otherwise
+ *   disabled        no-op                         -                      no-op
+ *   down            connect: up (+HELLO, resend)  -                      -ENOTCONN
+ *                   or stay down
+ *   up              -                             close: down            send owed msgs
+ *
+ * "Owed" messages are tracked in `dirty`: on every (re)connection HELLO, then READY and
+ * the last status if the game already said them; a send that finds the socket full
+ * leaves its bit set and the next call retries it. */
+#include "bbagent.h"
+#include "bbproto.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#define API __attribute__((visibility("default")))
+
+#define RECONNECT_MS 500          /* at most one connection attempt per this period */
+#define BEAT_MIN_MS 50            /* never more than one heartbeat packet per 50 ms */
+#define BEAT_DEFAULT_HB_MS 250    /* HEARTBEAT_MS until a WELCOME says otherwise */
+#define INSTANCE_MAX 128
+#define POLL_BUDGET 16            /* packets read per bbagent_poll call */
+#define NEVER (INT64_MIN / 2)
+
+enum { OWE_HELLO = 1, OWE_READY = 2, OWE_STATUS = 4 };
+
+struct bbagent {
+    /* What every bbagent_heartbeat call reads comes first, in one cache line: a game
+     * calls it once per tick, when the line is usually cold. */
+    int fd;                     /* the connection, or -1 */
+    int enabled;                /* a socket path was given */
+    unsigned dirty;             /* OWE_* still to send on this connection */
+    int64_t last_beat_ms;       /* last heartbeat packet sent on this connection */
+    int64_t beat_every_ms;      /* max(BEAT_MIN_MS, HEARTBEAT_MS / 4) */
+    int64_t last_connect_ms;    /* last connection attempt */
+    int64_t clock_step_ms;      /* resolution of the coarse clock, rounded up */
+    struct sockaddr_un addr;
+    socklen_t addrlen;
+    int ready;                  /* the game called bbagent_ready */
+    int has_status;             /* the game called bbagent_status */
+    int players, max_players;   /* -1: not given */
+    int shutdown_pending;
+    int shutdown_grace_ms;      /* -1: none given */
+    int drain_pending;
+    char instance[INSTANCE_MAX + 1];
+    char status[BBPROTO_MAX_VALUE + 1];
+    char buf[BBPROTO_MAX_MSG];  /* scratch for one message in or out */
+};
+
+static const char HEARTBEAT_MSG[] = "HEARTBEAT=1\n";
+
+/* The coarse monotonic clock is read from the vDSO without a syscall (a few ns). It
+ * moves in steps of a few ms (clock_step_ms), so two readings 50 apart may be only
+ * 50 - step ms apart in real time: every period below is lengthened by one step so the
+ * documented limits hold in real time. */
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The time between two heartbeat packets for a Big Brother asking for HEARTBEAT_MS. */
+static int64_t beat_period(const bbagent_t *a, int64_t heartbeat_ms)
+{
+    int64_t p = heartbeat_ms / 4 > BEAT_MIN_MS ? heartbeat_ms / 4 : BEAT_MIN_MS;
+    return p + a->clock_step_ms;
+}
+
+static void link_drop(bbagent_t *a)
+{
+    if (a->fd >= 0) {
+        close(a->fd);
+        a->fd = -1;
+    }
+}
+
+/* Sends one packet without blocking. A full socket is -EAGAIN and keeps the
+ * connection; any other failure (EPIPE, ECONNRESET...) drops it: -ENOTCONN. */
+static int link_send(bbagent_t *a, const char *msg, size_t len)
+{
+    if (send(a->fd, msg, len, MSG_NOSIGNAL | MSG_DONTWAIT) >= 0)
+        return 0;
+    int e = errno;
+    if (e == EAGAIN || e == EWOULDBLOCK || e == ENOBUFS || e == EINTR)
+        return -EAGAIN;
+    link_drop(a);
+    return -ENOTCONN;
+}
+
+static int put_int(char *buf, size_t cap, int len, const char *key, long long v)
+{
+    char num[24];
+    char *p = num + sizeof num;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    *--p = '\0';
+    do {
+        *--p = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        *--p = '-';
+    return bbproto_put(buf, cap, (size_t)len, key, p);
+}
+
+/* Builds the message for one OWE_* bit into a->buf; returns its length or -errno. */
+static int build_owed(bbagent_t *a, unsigned bit)
+{
+    char *b = a->buf;
+    size_t cap = sizeof a->buf;
+    int n = 0;
+    switch (bit) {
+    case OWE_HELLO:
+        n = bbproto_put(b, cap, 0, "HELLO", "1");
+        if (n >= 0)
+            n = bbproto_put(b, cap, (size_t)n, "INSTANCE", a->instance);
+        if (n >= 0)
+            n = put_int(b, cap, n, "PROTO", BBPROTO_VERSION);
+        return n;
+    case OWE_READY:
+        return bbproto_put(b, cap, 0, "READY", "1");
+    default:
+        if (a->players >= 0)
+            n = put_int(b, cap, n, "PLAYERS", a->players);
+        if (n >= 0 && a->max_players >= 0)
+            n = put_int(b, cap, n, "MAX_PLAYERS", a->max_players);
+        if (n >= 0)
+            n = bbproto_put(b, cap, (size_t)n, "STATUS", a->status);
+        return n;
+    }
+}
+
+/* Sends the owed messages in order (HELLO first); stops at the first failure. */
+static int link_flush(bbagent_t *a)
+{
+    static const unsigned order[] = { OWE_HELLO, OWE_READY, OWE_STATUS };
+    for (size_t i = 0; i < sizeof order / sizeof order[0] && a->fd >= 0; i++) {
+        if (!(a->dirty & order[i]))
+            continue;
+        int n = build_owed(a, order[i]);
+        if (n < 0)
+            return n;
+        int r = link_send(a, a->buf, (size_t)n);
+        if (r < 0)
+            return r;
+        a->dirty &= ~order[i];
+    }
+    return a->fd >= 0 ? 0 : -ENOTCONN;
+}
+
+/* One connection attempt. A unix-socket connect never waits: it succeeds, or fails at
+ * once (ENOENT, ECONNREFUSED, or EAGAIN when the listener's backlog is full). */
+static int link_connect(bbagent_t *a, int64_t now)
+{
+    a->last_connect_ms = now;
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    if (connect(fd, (const struct sockaddr *)&a->addr, a->addrlen) < 0) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    a->fd = fd;
+    a->dirty = OWE_HELLO | (a->ready ? OWE_READY : 0u) | (a->has_status ? OWE_STATUS : 0u);
+    a->beat_every_ms = beat_period(a, BEAT_DEFAULT_HB_MS);
+    a->last_beat_ms = NEVER;
+    return 0;
+}
+
+/* Makes sure the connection is up (reconnecting if the 500 ms pacing allows) and owes
+ * nothing. Returns 0, -ENOTCONN or -EAGAIN. */
+static int link_up(bbagent_t *a, int64_t now)
+{
+    if (a->fd < 0) {
+        if (now - a->last_connect_ms < RECONNECT_MS + a->clock_step_ms ||
+            link_connect(a, now) < 0)
+            return -ENOTCONN;
+    }
+    return a->dirty ? link_flush(a) : 0;
+}
+
+static int set_addr(bbagent_t *a, const char *path)
+{
+    size_t n = strlen(path);
+    a->addr.sun_family = AF_UNIX;
+    if (path[0] == '@') {
+        /* Abstract namespace: a leading NUL, and the length says where it ends. */
+        if (n > sizeof a->addr.sun_path)
+            return -EINVAL;
+        memcpy(a->addr.sun_path + 1, path + 1, n - 1);
+        a->addrlen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n);
+    } else {
+        if (n >= sizeof a->addr.sun_path)
+            return -EINVAL;
+        memcpy(a->addr.sun_path, path, n + 1);
+        a->addrlen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + 1);
+    }
+    return 0;
+}
+
+API bbagent_t *bbagent_open(const bbagent_opts_t *opts)
+{
+    const char *path = opts && opts->socket_path ? opts->socket_path : getenv("BB_SOCKET");
+    const char *inst = opts && opts->instance ? opts->instance : getenv("BB_INSTANCE");
+    if (!inst)
+        inst = "";
+    size_t il = strlen(inst);
+    if (il > INSTANCE_MAX || memchr(inst, '\n', il)) {
+        errno = EINVAL;
+        return NULL;
+    }
+    bbagent_t *a = calloc(1, sizeof *a);
+    if (!a) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    a->fd = -1;
+    a->players = a->max_players = -1;
+    struct timespec res;
+    if (clock_getres(CLOCK_MONOTONIC_COARSE, &res) == 0 && res.tv_sec == 0)
+        a->clock_step_ms = (res.tv_nsec + 999999) / 1000000;
+    else
+        a->clock_step_ms = 10;
+    a->beat_every_ms = beat_period(a, BEAT_DEFAULT_HB_MS);
+    a->last_beat_ms = NEVER;
+    memcpy(a->instance, inst, il + 1);
+    if (path && *path) {
+        if (set_addr(a, path) < 0) {
+            free(a);
+            errno = EINVAL;
+            return NULL;
+        }
+        a->enabled = 1;
+        a->last_connect_ms = NEVER;
+        link_up(a, now_ms());
+    }
+    return a;
+}
+
+API int bbagent_ready(bbagent_t *a)
+{
+    if (!a)
+        return -EINVAL;
+    a->ready = 1;
+    if (!a->enabled)
+        return 0;
+    a->dirty |= OWE_READY;
+    link_up(a, now_ms());
+    return 0;
+}
+
+API int bbagent_heartbeat(bbagent_t *a)
+{
+    if (!a)
+        return -EINVAL;
+    if (!a->enabled)
+        return 0;
+    int64_t now = now_ms();
+    /* The path taken on almost every tick: connected, nothing owed, too early. */
+    if (a->fd >= 0 && !a->dirty && now - a->last_beat_ms < a->beat_every_ms)
+        return 0;
+    int r = link_up(a, now);
+    if (r < 0)
+        return r;
+    if (now - a->last_beat_ms < a->beat_every_ms)
+        return 0;
+    a->last_beat_ms = now;
+    return link_send(a, HEARTBEAT_MSG, sizeof HEARTBEAT_MSG - 1);
+}
+
+API int bbagent_status(bbagent_t *a, int players, int max_players, const char *kv)
+{
+    if (!a)
+        return -EINVAL;
+    if (!kv)
+        kv = "";
+    size_t n = strlen(kv);
+    if (n > BBPROTO_MAX_VALUE || memchr(kv, '\n', n))
+        return -EINVAL;
+    if (players < 0)
+        players = -1;
+    if (max_players < 0)
+        max_players = -1;
+    if (a->has_status && players == a->players && max_players == a->max_players &&
+        strcmp(kv, a->status) == 0)
+        return 0;
+    a->has_status = 1;
+    a->players = players;
+    a->max_players = max_players;
+    memcpy(a->status, kv, n + 1);
+    if (!a->enabled)
+        return 0;
+    a->dirty |= OWE_STATUS;
+    link_up(a, now_ms());
+    return 0;
+}
+
+API int bbagent_fd(bbagent_t *a)
+{
+    if (!a)
+        return -EINVAL;
+    return a->fd >= 0 ? a->fd : -ENOTCONN;
+}
+
+/* Applies one message from Big Brother; unknown keys and malformed messages are
+ * ignored (a newer Big Brother may say more). */
+static void handle_msg(bbagent_t *a, size_t len)
+{
+    bbproto_field_t f[BBPROTO_MAX_FIELDS];
+    int n = bbproto_parse(a->buf, len, f, BBPROTO_MAX_FIELDS);
+    if (n <= 0)
+        return;
+    long long v;
+    if (bbproto_get(f, n, "WELCOME", NULL) &&
+        bbproto_get_int(f, n, "HEARTBEAT_MS", 1, 3600000, &v) == 0)
+        a->beat_every_ms = beat_period(a, v);
+    if (bbproto_get_int(f, n, "SHUTDOWN", 1, 1, &v) == 0) {
+        a->shutdown_pending = 1;
+        a->shutdown_grace_ms = bbproto_get_int(f, n, "GRACE_MS", 0, 86400000, &v) == 0 ? (int)v : -1;
+    }
+    if (bbproto_get_int(f, n, "DRAIN", 1, 1, &v) == 0)
+        a->drain_pending = 1;
+}
+
+/* Reads what Big Brother sent, at most POLL_BUDGET packets. EOF or an error drops the
+ * connection (requests already read stay pending). */
+static void link_read(bbagent_t *a)
+{
+    for (int i = 0; i < POLL_BUDGET && a->fd >= 0; i++) {
+        ssize_t n = recv(a->fd, a->buf, sizeof a->buf, MSG_DONTWAIT | MSG_TRUNC);
+        if (n < 0) {
+            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+                link_drop(a);
+            return;
+        }
+        if (n == 0) {
+            link_drop(a);
+            return;
+        }
+        if ((size_t)n <= sizeof a->buf)
+            handle_msg(a, (size_t)n);
+    }
+}
+
+API int bbagent_poll(bbagent_t *a, bbagent_event_t *ev)
+{
+    if (!a || !ev)
+        return -EINVAL;
+    ev->type = BBAGENT_EVENT_NONE;
+    ev->grace_ms = -1;
+    if (!a->enabled)
+        return 0;
+    link_up(a, now_ms());
+    if (a->fd >= 0)
+        link_read(a);
+    if (a->shutdown_pending) {
+        a->shutdown_pending = 0;
+        ev->type = BBAGENT_EVENT_SHUTDOWN;
+        ev->grace_ms = a->shutdown_grace_ms;
+    } else if (a->drain_pending) {
+        a->drain_pending = 0;
+        ev->type = BBAGENT_EVENT_DRAIN;
+    }
+    return 0;
+}
+
+API void bbagent_close(bbagent_t *a, const char *reason)
+{
+    if (!a)
+        return;
+    if (a->fd >= 0) {
+        if (!reason || !*reason)
+            reason = "exit";
+        int n = bbproto_put(a->buf, sizeof a->buf, 0, "BYE", reason);
+        if (n < 0)
+            n = bbproto_put(a->buf, sizeof a->buf, 0, "BYE", "exit");
+        link_send(a, a->buf, (size_t)n);
+        link_drop(a);
+    }
+    free(a);
+}

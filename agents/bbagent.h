@@ -1,0 +1,98 @@
+/* libbbagent: the shim a game process links to talk to its Big Brother (the per-machine
+ * supervisor). The whole public face of the library is this header.
+ *
+ * The game calls bbagent_heartbeat() from its own main loop every tick: the heartbeats
+ * prove that the loop runs, so a stuck loop stops them and Big Brother restarts the
+ * process. The shim starts no thread, installs no signal handler, allocates only in
+ * bbagent_open() and never blocks the caller: every socket call is non-blocking.
+ *
+ * With no Big Brother around (no $BB_SOCKET, the process was started by hand) every call
+ * is a cheap no-op returning 0. If Big Brother goes away and comes back (it restarted),
+ * later calls reconnect by themselves, at most one attempt every 500 ms, and resend what
+ * the game already said (READY, the last status).
+ *
+ * A handle is not thread-safe: use it from one thread (the game loop).
+ * Every int-returning function returns 0 or a negative errno (bbagent_fd returns an fd).
+ * The wire protocol is described in docs/agent-protocol.md.
+ *
+ *   bbagent_t *a = bbagent_open(NULL);
+ *   ... load the map ...
+ *   bbagent_ready(a);
+ *   for (;;) {
+ *       struct pollfd p = { .fd = bbagent_fd(a), .events = POLLIN };  // fd < 0 is skipped
+ *       poll(&p, 1, ms_until_next_tick);
+ *       bbagent_event_t ev;
+ *       while (bbagent_poll(a, &ev) == 0 && ev.type != BBAGENT_EVENT_NONE)
+ *           handle(ev);                    // SHUTDOWN: save players, exit within grace
+ *       run_tick();
+ *       bbagent_heartbeat(a);
+ *   }
+ */
+#ifndef BBAGENT_H
+#define BBAGENT_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct bbagent bbagent_t;
+
+/* Options for bbagent_open(); zero-initialize, then set what you need. */
+typedef struct {
+    /* Path of Big Brother's agent socket ("@name" for the abstract namespace).
+     * NULL: $BB_SOCKET. "" : no Big Brother, every call is a no-op. */
+    const char *socket_path;
+    /* This process's instance id as Big Brother named it. NULL: $BB_INSTANCE. */
+    const char *instance;
+} bbagent_opts_t;
+
+typedef enum {
+    BBAGENT_EVENT_NONE = 0,     /* nothing pending */
+    BBAGENT_EVENT_SHUTDOWN = 1, /* save players and exit within grace_ms */
+    BBAGENT_EVENT_DRAIN = 2     /* take no new players; keep running */
+} bbagent_event_type_t;
+
+typedef struct {
+    bbagent_event_type_t type;
+    /* SHUTDOWN: the grace Big Brother gave, in ms from when it sent the request, before
+     * it sends the stop signal; -1 if it named none. Other events: -1. */
+    int grace_ms;
+} bbagent_event_t;
+
+/* Creates a handle (the only allocation the library makes) and tries once to connect.
+ * No Big Brother reachable is not an error: the handle reconnects later by itself.
+ * Returns NULL with errno set only for ENOMEM or EINVAL (a socket path longer than
+ * sun_path, an instance id over 128 bytes or holding a newline). opts may be NULL. */
+bbagent_t *bbagent_open(const bbagent_opts_t *opts);
+
+/* Start-up is done: the process serves players. Remembered and sent again after a
+ * reconnect. Returns 0 (also when queued for the next connection). */
+int bbagent_ready(bbagent_t *a);
+
+/* Call every tick of the game loop. Sends at most one heartbeat packet per
+ * max(50 ms, HEARTBEAT_MS/4), costs a clock read otherwise. Returns 0, -ENOTCONN while
+ * Big Brother is configured but unreachable, -EAGAIN when its socket is full. */
+int bbagent_heartbeat(bbagent_t *a);
+
+/* Load figures and a free-text status line shown by sdctl (kv may be NULL; at most 1024
+ * bytes, no newline). players / max_players < 0 leave them out. Sent when they change,
+ * remembered across reconnects. Returns 0 or -EINVAL. */
+int bbagent_status(bbagent_t *a, int players, int max_players, const char *kv);
+
+/* The connection's fd, to wait for POLLIN in the game's own poll loop, or -ENOTCONN.
+ * The fd changes across reconnects: read it again before every poll. */
+int bbagent_fd(bbagent_t *a);
+
+/* Non-blocking: stores the next request from Big Brother in *ev (type NONE if there is
+ * none) and returns 0, or a negative errno. Call it when bbagent_fd() is readable or
+ * once per tick; it also notices a closed connection. */
+int bbagent_poll(bbagent_t *a, bbagent_event_t *ev);
+
+/* Sends BYE=<reason> (NULL: "exit"), closes the connection and frees the handle. */
+void bbagent_close(bbagent_t *a, const char *reason);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,288 @@
+/* The agent socket: one persistent SOCK_SEQPACKET connection per game process
+ * (libbbagent). The first message must be HELLO with the instance id; the claim is
+ * checked against the kernel's SO_PEERCRED pid, which must be the instance's process or
+ * a member of its process group. A connection that fails the check is logged and
+ * closed. After WELCOME, every message proves the game loop runs; a closed connection
+ * means the process is going away (its pidfd tells when it is gone). */
+#include "bb.h"
+#include "bbproto.h"
+#include "sdlog.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define MSGS_PER_WAKEUP 16
+#define HELLO_TIMEOUT_MS 5000 /* a connection that does not say HELLO by then is closed */
+#define CONN_SLACK 64 /* connections allowed beyond one per instance (reconnects) */
+
+typedef struct bb_conn {
+    bb_watch_t w;
+    bb_inst_t *in; /* NULL until HELLO is accepted */
+    pid_t peer;
+    bb_timer_t hello_timer;
+    struct bb_conn *prev, *next;
+} bb_conn_t;
+
+static bb_watch_t listen_w = {-1, NULL};
+static int nconns;
+static bb_conn_t *conns; /* every open connection, for the shutdown */
+
+void bb__copy_printable(char *dst, size_t cap, const char *src, size_t len)
+{
+    size_t n = len < cap - 1 ? len : cap - 1;
+    for (size_t i = 0; i < n; i++)
+        dst[i] = src[i] >= 0x20 && src[i] < 0x7f ? src[i] : '?';
+    dst[n] = 0;
+}
+
+static void conn_close(bb_conn_t *c, const char *why)
+{
+    if (c->in && c->in->conn == c) {
+        log_info("agent disconnected", "instance=%s pid=%d why=%s", c->in->id, (int)c->peer,
+                 why);
+        c->in->conn = NULL;
+    }
+    bb_timer_cancel(&c->hello_timer);
+    bb_watch_close(&c->w);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    bb_defer_free(c);
+    nconns--;
+}
+
+void bb_agent_detach(bb_inst_t *in)
+{
+    if (in->conn)
+        conn_close(in->conn, "process exited");
+}
+
+static int conn_send(bb_conn_t *c, const char *key, const char *val, const char *key2,
+                     const char *val2)
+{
+    char msg[256];
+    int n = bbproto_put(msg, sizeof(msg), 0, key, val);
+    if (n >= 0 && key2)
+        n = bbproto_put(msg, sizeof(msg), (size_t)n, key2, val2);
+    if (n < 0)
+        return n;
+    if (send(c->w.fd, msg, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL) != n)
+        return -errno;
+    return 0;
+}
+
+void bb_agent_send(bb_inst_t *in, const char *key, const char *val, const char *key2,
+                   const char *val2)
+{
+    if (!in->conn)
+        return;
+    int rc = conn_send(in->conn, key, val, key2, val2);
+    if (rc)
+        log_warn("agent message not sent", "instance=%s key=%s error=%s", in->id, key,
+                 strerror(-rc));
+}
+
+/* HELLO: find the instance and check the kernel's view of the sender. 0 or -1 (closed). */
+static int hello(bb_conn_t *c, const bbproto_field_t *f, int n)
+{
+    char id[SD_NAME_MAX + 1];
+    size_t len = 0;
+    const char *v = bbproto_get(f, n, "INSTANCE", &len);
+    struct ucred cr;
+    socklen_t crlen = sizeof(cr);
+    if (getsockopt(c->w.fd, SOL_SOCKET, SO_PEERCRED, &cr, &crlen)) {
+        conn_close(c, "no peer credentials");
+        return -1;
+    }
+    c->peer = cr.pid;
+    if (!bbproto_get(f, n, "HELLO", NULL) || !v || len == 0 || len > SD_NAME_MAX) {
+        log_warn("agent rejected", "pid=%d why=%s", (int)cr.pid,
+                 "first message must be HELLO=1 with INSTANCE=<id>");
+        conn_close(c, "bad hello");
+        return -1;
+    }
+    memcpy(id, v, len);
+    id[len] = 0;
+    bb_inst_t *in = bb_inst_by_id(id);
+    if (!in) {
+        log_warn("agent rejected", "pid=%d instance=%s why=%s", (int)cr.pid, id,
+                 "no such running instance");
+        conn_close(c, "unknown instance");
+        return -1;
+    }
+    if (cr.pid != in->pid && getpgid(cr.pid) != in->pid) {
+        log_warn("agent rejected", "pid=%d instance=%s instance_pid=%d why=%s", (int)cr.pid,
+                 id, (int)in->pid, "peer is not the instance's process or in its group");
+        conn_close(c, "wrong process");
+        return -1;
+    }
+    if (in->conn)
+        conn_close(in->conn, "replaced by a new connection");
+    bb_timer_cancel(&c->hello_timer);
+    in->conn = c;
+    c->in = in;
+    char hb[16];
+    int liveness = in->svc->health.liveness_timeout_ms;
+    snprintf(hb, sizeof(hb), "%d", liveness / 4 > 50 ? liveness / 4 : 50);
+    if (conn_send(c, "WELCOME", "1", "HEARTBEAT_MS", hb)) {
+        conn_close(c, "welcome not sent");
+        return -1;
+    }
+    log_info("agent connected", "instance=%s pid=%d heartbeat_ms=%s", id, (int)cr.pid, hb);
+    return 0;
+}
+
+/* One message from an agent. Returns -1 when the connection was closed. */
+static int agent_message(bb_conn_t *c, const char *buf, size_t len)
+{
+    bbproto_field_t f[BBPROTO_MAX_FIELDS];
+    int n = bbproto_parse(buf, len, f, BBPROTO_MAX_FIELDS);
+    if (n < 0) {
+        log_warn("bad agent message", "pid=%d instance=%s error=%s", (int)c->peer,
+                 c->in ? c->in->id : "", strerror(-n));
+        conn_close(c, "bad message");
+        return -1;
+    }
+    if (!c->in && hello(c, f, n))
+        return -1;
+    bb_inst_t *in = c->in;
+    size_t vlen;
+    const char *v;
+    long long players, max_players;
+    if ((v = bbproto_get(f, n, "STATUS", &vlen)))
+        bb__copy_printable(in->status, sizeof(in->status), v, vlen);
+    if (!bbproto_get_int(f, n, "PLAYERS", 0, 1000000, &players))
+        in->players = (int)players;
+    if (!bbproto_get_int(f, n, "MAX_PLAYERS", 0, 1000000, &max_players))
+        in->max_players = (int)max_players;
+    if (bbproto_get(f, n, "STOPPING", NULL))
+        log_info("instance stopping on its own", "instance=%s", in->id);
+    if (bbproto_get(f, n, "READY", NULL))
+        bb_inst_event(in, EV_READY);
+    else
+        bb_inst_event(in, EV_ALIVE);
+    if ((v = bbproto_get(f, n, "BYE", &vlen))) {
+        conn_close(c, "bye");
+        return -1;
+    }
+    return 0;
+}
+
+static void on_conn(bb_watch_t *w, uint32_t events)
+{
+    bb_conn_t *c = container_of(w, bb_conn_t, w);
+    char buf[BBPROTO_MAX_MSG + 1];
+    for (int i = 0; i < MSGS_PER_WAKEUP; i++) {
+        ssize_t n = recv(w->fd, buf, sizeof(buf), MSG_DONTWAIT);
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+            return;
+        if (n <= 0) {
+            conn_close(c, n == 0 ? "closed by the process" : strerror(errno));
+            return;
+        }
+        if (n > BBPROTO_MAX_MSG) {
+            log_warn("bad agent message", "pid=%d error=%s", (int)c->peer, "over 4096 bytes");
+            conn_close(c, "message too big");
+            return;
+        }
+        if (agent_message(c, buf, (size_t)n))
+            return;
+    }
+}
+
+static void on_hello_timeout(bb_timer_t *t)
+{
+    bb_conn_t *c = container_of(t, bb_conn_t, hello_timer);
+    log_warn("agent rejected", "pid=%d why=%s", (int)c->peer, "no HELLO within 5 s");
+    conn_close(c, "no hello");
+}
+
+static void on_accept(bb_watch_t *w, uint32_t events)
+{
+    for (;;) {
+        int fd = accept4(w->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno != EAGAIN && errno != EINTR)
+                log_warn("agent accept failed", "error=%s", strerror(errno));
+            return;
+        }
+        bb_conn_t *c = nconns < bb.ninst + CONN_SLACK ? calloc(1, sizeof(*c)) : NULL;
+        if (!c) {
+            log_warn("agent connection refused", "why=%s connections=%d", "too many", nconns);
+            close(fd);
+            continue;
+        }
+        struct ucred cr;
+        socklen_t crlen = sizeof(cr);
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &crlen) == 0)
+            c->peer = cr.pid;
+        c->w.fd = fd;
+        c->w.fn = on_conn;
+        if (bb_watch_add(&c->w, EPOLLIN)) {
+            close(fd);
+            free(c);
+            continue;
+        }
+        c->hello_timer.fn = on_hello_timeout;
+        bb_timer_set(&c->hello_timer, sd_mono_ms() + HELLO_TIMEOUT_MS);
+        c->next = conns;
+        if (conns)
+            conns->prev = c;
+        conns = c;
+        nconns++;
+    }
+}
+
+/* Binds a unix socket of `type` at path (replacing a stale one), mode 0666: any local
+ * process may connect, the kernel credentials decide what it may claim. */
+int bb__unix_listen(const char *path, int type, int mode)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    sd_strlcpy(sa.sun_path, path, sizeof(sa.sun_path));
+    int fd = socket(AF_UNIX, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    unlink(path);
+    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || chmod(path, (mode_t)mode) ||
+        (type != SOCK_DGRAM && listen(fd, SOMAXCONN))) {
+        int err = errno;
+        close(fd);
+        return -err;
+    }
+    return fd;
+}
+
+int bb_agentsrv_init(void)
+{
+    int fd = bb__unix_listen(bb.cfg.agent_socket, SOCK_SEQPACKET, 0666);
+    if (fd < 0)
+        return fd;
+    listen_w.fd = fd;
+    listen_w.fn = on_accept;
+    return bb_watch_add(&listen_w, EPOLLIN);
+}
+
+/* Closes the listening socket and every connection (bigbrother is exiting: the agents
+ * reconnect to the next one). */
+void bb_agentsrv_close(void)
+{
+    bb_watch_close(&listen_w);
+    while (conns) {
+        bb_conn_t *c = conns;
+        if (c->in)
+            c->in->conn = NULL;
+        c->in = NULL;
+        conn_close(c, "bigbrother exiting");
+    }
+    bb_loop_free_deferred();
+}

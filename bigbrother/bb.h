@@ -1,0 +1,270 @@
+/* bigbrother internals: the config, the process table, the event loop's watches and
+ * timers, and the functions each file exports to the others. Everything here runs on
+ * the ONE supervision thread; only report.h's reporter runs on a thread of its own. */
+#ifndef BB_H
+#define BB_H
+
+#include <jansson.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/resource.h>
+#include <sys/types.h>
+
+#include "report.h"
+#include "sdutil.h"
+
+#define BB_VERSION "0.1.0"
+#define BB_SOCK_PATH_MAX 108   /* sizeof(sun_path) */
+#define BB_PROBE_BYTES_MAX 512 /* udp query / expect */
+#define BB_MAX_RLIMITS 8
+#define BB_WINDOW_MAX 64       /* max_restarts cap: restart times kept per instance */
+
+#define container_of(p, type, member) ((type *)(void *)((char *)(p) - offsetof(type, member)))
+
+/* ---------------------------------------------------------------- config (config.c) */
+
+enum bb_health { BB_H_AGENT, BB_H_NOTIFY, BB_H_TCP, BB_H_UDP, BB_H_EXEC, BB_H_NONE };
+enum bb_policy { BB_P_ALWAYS, BB_P_ON_FAILURE, BB_P_NEVER };
+
+typedef struct {
+    int resource;
+    struct rlimit lim;
+} bb_rlimit_t;
+
+typedef struct {
+    const char *name;
+    const char *command;
+    char **argv;  /* argv[0] is command; NULL-terminated; strings borrowed from the JSON */
+    char **env;   /* "KEY=VALUE" strings (owned), NULL-terminated */
+    int count;
+    const char *user; /* NULL: run as bigbrother's user */
+    uid_t uid;
+    gid_t gid;
+    const char *cwd;
+    bb_rlimit_t rlimits[BB_MAX_RLIMITS];
+    int nrlimits;
+    struct {
+        enum bb_health type;
+        int start_timeout_ms, liveness_timeout_ms; /* agent, notify */
+        int period_ms, failure_threshold, timeout_ms; /* tcp, udp, exec */
+        int port;
+        unsigned char query[BB_PROBE_BYTES_MAX], expect[BB_PROBE_BYTES_MAX];
+        size_t query_len, expect_len;
+        const char *command; /* exec: run with /bin/sh -c */
+    } health;
+    struct {
+        enum bb_policy policy;
+        int backoff_min_ms, backoff_max_ms, max_restarts, window_s, healthy_reset_ms;
+    } restart;
+    struct {
+        int signal, grace_ms, hang_signal;
+    } stop;
+} bb_service_t;
+
+typedef struct {
+    json_t *root;  /* the parsed file; the strings below point into it */
+    const char *path;
+    const char *machine, *cluster, *state_dir;
+    char *urls;    /* comma-separated ServerDir URLs (owned) or NULL: standalone */
+    const char *token, *address;
+    json_t *labels;
+    int capacity, lease_ttl_ms;
+    char agent_socket[BB_SOCK_PATH_MAX], notify_socket[BB_SOCK_PATH_MAX],
+        control_socket[BB_SOCK_PATH_MAX];
+    int64_t log_max_bytes;
+    int log_keep;
+    bb_service_t *services;
+    int nservices;
+} bb_config_t;
+
+/* Loads and validates the config file. On error returns -1 with a message naming the
+ * file, the field (services[0].restart.policy) and why. cfg is freed by bb_config_free. */
+int bb_config_load(const char *path, bb_config_t *cfg, char *err, size_t errcap);
+/* The same from a JSON text (unit tests); `name` stands for the file in messages. */
+int bb_config_parse(const char *text, const char *name, bb_config_t *cfg, char *err,
+                    size_t errcap);
+void bb_config_free(bb_config_t *cfg);
+/* "TERM", "SIGTERM" or "15" -> 15; -1 if unknown. */
+int bb_signal_parse(const char *s);
+/* Decodes C-style escapes (\xHH \n \r \t \0 \\) of s into out; returns the length or -1. */
+int bb_unescape(const char *s, unsigned char *out, size_t cap);
+/* The delay before restart number `streak` (0 = first failure): min * 2^streak capped at
+ * max, with jitter: a value in [d/2, d] chosen by rnd. min 0 gives 0. */
+int64_t bb_backoff_ms(int min_ms, int max_ms, int streak, uint32_t rnd);
+
+/* ---------------------------------------------------------------- event loop (loop.c) */
+
+/* An fd in the epoll set; fn runs on readiness with the epoll event mask. */
+typedef struct bb_watch {
+    int fd;
+    void (*fn)(struct bb_watch *w, uint32_t events);
+} bb_watch_t;
+
+/* A deadline in the single timer heap; fn runs once when it passes. */
+typedef struct bb_timer {
+    int64_t at;   /* CLOCK_MONOTONIC ms */
+    int idx;      /* heap position + 1, 0 when not armed */
+    void (*fn)(struct bb_timer *t);
+} bb_timer_t;
+
+int bb_watch_add(bb_watch_t *w, uint32_t events);
+int bb_watch_mod(bb_watch_t *w, uint32_t events);
+/* Removes w from epoll and closes its fd (fd becomes -1). */
+void bb_watch_close(bb_watch_t *w);
+/* Frees p after the current batch of epoll events (a handler may close a watch whose
+ * event is still pending in the batch). */
+void bb_defer_free(void *p);
+/* Frees what bb_defer_free collected (the loop does it after each batch). */
+void bb_loop_free_deferred(void);
+void bb_timer_set(bb_timer_t *t, int64_t at_ms);
+void bb_timer_cancel(bb_timer_t *t);
+
+/* Sets up epoll, the signalfd and the timerfd. Returns 0 or -errno. */
+int bb_loop_init(void);
+/* Runs until a stop signal; returns the signal that ended it (SIGTERM, SIGINT, SIGHUP). */
+int bb_loop_run(void);
+/* Asks the loop to return after the current iteration with `sig` (bbctl, tests). */
+void bb_loop_quit(int sig);
+
+/* ---------------------------------------------------------------- instances (supervisor.c) */
+
+/* See the state table in supervisor.c. */
+enum bb_state { ST_BACKOFF, ST_STARTING, ST_READY, ST_STOPPING, ST_EXITED, ST_FAILED,
+                ST_STOPPED, ST__COUNT };
+enum bb_event { EV_START, EV_READY, EV_ALIVE, EV_DEADLINE, EV_EXIT, EV_STOP, EV_RESTART,
+                EV__COUNT };
+/* Why a process is being stopped by bigbrother (decides the reported reason). */
+enum bb_why { WHY_NONE, WHY_HUNG, WHY_START_TIMEOUT, WHY_OPERATOR, WHY_RESTART };
+
+struct bb_conn;
+
+typedef struct bb_inst {
+    bb_service_t *svc;
+    int slot;
+    char id[SD_NAME_MAX + 1];   /* current instance id; a new one per spawn */
+    enum bb_state state;
+    pid_t pid;
+    int64_t start_ticks;        /* /proc/<pid>/stat field 22, for re-adoption */
+    int is_child;               /* 0 for re-adopted processes: no exit status available */
+    bb_watch_t pidw;            /* the pidfd */
+    int generation;             /* how many times this slot was (re)started */
+    int restarts;               /* restarts done by bigbrother (shown by bbctl) */
+    int64_t spawned_mono, ready_mono, alive_mono, spawned_wall;
+    bb_timer_t deadline;        /* start / liveness / stop grace / backoff, per state */
+    int stop_phase;             /* 0 SHUTDOWN sent, 1 stop signal sent, 2 SIGKILL sent */
+    enum bb_why why;
+    int64_t why_silent_ms;
+    char why_detail[160];
+    int loaded;                 /* state restored from the persisted table */
+    /* the last exit, shown by bbctl status */
+    char reason[24];
+    int code, sig;              /* -1 when not applicable */
+    char detail[200];
+    int fail_streak;
+    int64_t restart_mono[BB_WINDOW_MAX];
+    int nrestart_mono;
+    struct bb_conn *conn;       /* agent connection, NULL when none */
+    char status[128];
+    int players, max_players;
+    /* probes (probe.c) */
+    bb_watch_t probew;
+    bb_timer_t probe_timer;
+    int probe_busy;
+    pid_t probe_pid;
+    int probe_failures;
+    int64_t probe_ok_mono, probe_started_mono;
+} bb_inst_t;
+
+typedef struct {
+    bb_config_t cfg;
+    bb_inst_t *inst;
+    int ninst;
+    bb_report_t *report;
+    char run_id[8];       /* 6 hex chars, new each start: part of instance ids */
+    uint64_t counter;     /* instance id counter, persisted */
+    int state_dirty;
+} bb_daemon_t;
+
+extern bb_daemon_t bb;
+
+const char *bb_state_name(enum bb_state s);
+/* Creates the instance table from the config (state ST_STOPPED, no process). */
+int bb_supervisor_init(void);
+/* Starts every instance that is not adopted, failed or stopped by an operator. */
+void bb_supervisor_start_all(void);
+/* Feeds one event to the instance's state machine. */
+void bb_inst_event(bb_inst_t *in, enum bb_event ev);
+/* The pidfd reported the exit; code / sig are -1 when unknown (re-adopted process). */
+void bb_inst_exited(bb_inst_t *in, int code, int sig);
+/* Arms the deadline of the instance's current state (after adoption). */
+void bb_inst_arm(bb_inst_t *in);
+bb_inst_t *bb_inst_by_id(const char *id);
+/* The instance whose process is pid or whose process group contains pid. */
+bb_inst_t *bb_inst_by_pid(pid_t pid);
+/* Applies an operator command to TARGET (instance id, service name or "all").
+ * Returns how many instances it touched. */
+int bb_operator(const char *cmd, const char *target);
+
+/* ---------------------------------------------------------------- spawn.c */
+
+/* Forks and execs the service's command for `in` with a fresh instance id, its own
+ * process group, logs and environment. Fills pid, pidfd, id. Returns 0 or -errno. */
+int bb_spawn(bb_inst_t *in);
+/* Signals the instance's process group (falls back to the pid). */
+void bb_signal_group(bb_inst_t *in, int sig);
+/* Rotates instance logs that grew past log_max_bytes (copy + truncate). */
+void bb_logs_rotate(void);
+/* Reads starttime (field 22) and the parent pid of /proc/<pid>/stat. Returns 0, or -1
+ * when the process is gone or a zombie. */
+int bb_proc_stat(pid_t pid, int64_t *start_ticks, pid_t *ppid);
+/* Watches the pidfd of a re-adopted instance (in->pid set). Returns 0 or -errno. */
+int bb_adopt_pid(bb_inst_t *in, pid_t ppid);
+/* ---------------------------------------------------------------- pidfd.c */
+
+/* An fd that becomes readable when pid exits (pidfd_open, or its emulation where the
+ * system call is missing). Returns the fd or -1 with errno. */
+int bb_pidfd_open(pid_t pid);
+/* waitid(WEXITED | WNOHANG) for the process of a bb_pidfd_open fd; si->si_pid is 0 while
+ * it runs. Returns 0 or -1 with errno (ECHILD: not our child). */
+int bb_pidfd_wait(int fd, siginfo_t *si);
+/* Closes a watch whose fd came from bb_pidfd_open (or any other fd). */
+void bb_pidfd_close(bb_watch_t *w);
+
+/* ---------------------------------------------------------------- sockets */
+
+/* Binds a non-blocking unix socket of `type` at path (replacing a stale file) with the
+ * given mode; listens unless SOCK_DGRAM. Returns the fd or -errno. */
+int bb__unix_listen(const char *path, int type, int mode);
+/* Copies len bytes of an outside text (STATUS=) into dst (cap >= 1, NUL-terminated,
+ * truncated), each byte outside printable ASCII replaced by '?': what bbctl and the
+ * JSON answers show is always valid text. */
+void bb__copy_printable(char *dst, size_t cap, const char *src, size_t len);
+int bb_agentsrv_init(void);
+void bb_agentsrv_close(void);
+void bb_agent_send(bb_inst_t *in, const char *key, const char *val, const char *key2,
+                   const char *val2);
+void bb_agent_detach(bb_inst_t *in);
+int bb_notify_init(void);
+void bb_notify_close(void);
+int bb_ctl_init(void);
+void bb_ctl_close(void);
+
+/* ---------------------------------------------------------------- probe.c */
+
+void bb_probe_start(bb_inst_t *in);  /* begins periodic probing of a new process */
+void bb_probe_stop(bb_inst_t *in);
+
+/* ---------------------------------------------------------------- state.c */
+
+/* Takes the lock file; exits with a clear error when another bigbrother holds it. */
+void bb_state_lock(void);
+/* Re-adopts instances of the persisted table whose processes still run. */
+void bb_state_load(void);
+/* Writes the table atomically if it changed (called before each epoll_wait). */
+void bb_state_save(void);
+
+/* Sends one started/ready/stopped event to the reporter. */
+void bb_report(bb_inst_t *in, const char *type);
+
+#endif

@@ -1,0 +1,521 @@
+/* The reporter: bb_report_event() appends events to the outbox on the supervision thread;
+ * one reporter thread sends them to ServerDir in order and renews the machine lease.
+ *
+ * The reporter thread interleaves two jobs with deadlines rather than blocking one on the
+ * other: each has its own libsdclient handle (its own connection), and every request is
+ * bounded by a timeout of ttl / (6 × number of URLs), at most 2 s. So a stuck event POST
+ * delays a lease renewal that is due by at most ttl/6 (it still lands before ttl/2), and
+ * a failing lease never holds events back longer than that either.
+ *
+ * Sending, per batch (up to 500 events, about 512 KiB), with libsdclient's
+ * sdc_events_post (the lease: sdc_machine_put):
+ *   read from the outbox head -> fdatasync -> POST -> 2xx: ack (drop from the outbox)
+ *                                              -> 400/413: bisect the batch; a single
+ *                                                 rejected event goes to the dead-letter
+ *                                                 file and is acked (never wedges)
+ *                                              -> anything else: retry after backoff
+ *                                                 (100 ms .. 30 s, jitter); after a
+ *                                                 timeout, with half as many events
+ * Events are never dropped unacknowledged; ServerDir dedupes resends by event id. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "outbox.h"
+#include "report.h"
+#include "sdclient.h"
+#include "sdlog.h"
+#include "sdutil.h"
+
+#define BATCH_MAX 500
+#define BATCH_BYTES (512u << 10)
+#define BACKOFF_MIN_MS 100
+#define BACKOFF_MAX_MS 30000
+#define DEADLETTER_MAX (16u << 20)
+#define BATCH_MIN_ON_TIMEOUT 25
+#define ID_MACHINE_MAX 88 /* machine part of an event id, so the id stays <= 128 bytes */
+
+typedef struct {
+    const char *name;   /* "events" or "machine_lease", for the logs */
+    int64_t down_since; /* mono ms when it stopped getting answers, 0 while it gets them */
+    char refusal[64];   /* error code last logged as a refusal, to log each once */
+} channel_t;
+
+struct bb_report {
+    outbox_t *ob;
+    char cluster[SD_NAME_MAX + 1];
+    char machine[SD_NAME_MAX + 1];
+    char runid[17];
+    char deadletter[PATH_MAX];
+
+    /* producer (supervision thread) only */
+    uint64_t seq;
+    int full;
+    int64_t dropped;
+
+    /* reporter thread */
+    char *urls, *token;
+    sdc_t *ev_client, *lease_client; /* one connection each: events, machine lease */
+    sdc_machine_lease_t lease; /* points at address, version, labels below */
+    char *address, *version;
+    json_t *labels;
+    int ttl_ms, timeout_ms;
+    uint64_t rng;
+    channel_t ev_ch, lease_ch;
+    pthread_t thread;
+    int has_thread;
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stop;
+    uint64_t kicks;
+
+    _Atomic int64_t failures;
+};
+
+static uint64_t rng_next(bb_report_t *r)
+{
+    r->rng ^= r->rng << 13;
+    r->rng ^= r->rng >> 7;
+    r->rng ^= r->rng << 17;
+    return r->rng;
+}
+
+/* Backoff with "equal jitter": half the step fixed, half random. */
+static int64_t jitter(bb_report_t *r, int64_t ms)
+{
+    return ms / 2 + (int64_t)(rng_next(r) % (uint64_t)(ms / 2 + 1));
+}
+
+static int64_t backoff_next(int64_t cur, int64_t cap)
+{
+    int64_t n = cur ? cur * 2 : BACKOFF_MIN_MS;
+    return n > cap ? cap : n;
+}
+
+/* ServerDir answered this channel's request: log once if it had been unreachable. */
+static void mark_reachable(bb_report_t *r, channel_t *ch)
+{
+    if (ch->down_since) {
+        log_info("serverdir reachable again", "request=%s down_ms=%" PRId64 " pending=%" PRId64,
+                 ch->name, sd_mono_ms() - ch->down_since, outbox_pending(r->ob));
+        ch->down_since = 0;
+    }
+}
+
+/* A request failed. Transport errors, 5xx and 429 mean "ServerDir unavailable" and are
+ * logged once per outage; other answers (401, 403, 404...) once per distinct code, until
+ * a request succeeds. Events and the lease keep separate states so that one working
+ * while the other fails does not flap the log. */
+static void mark_failure(bb_report_t *r, channel_t *ch, int rc, const sdc_err_t *err)
+{
+    char msg[400];
+    sdc_strerror(rc, err, msg, sizeof msg);
+    int unavailable = rc != SDC_E_HTTP || err->status >= 500 || err->status == 429;
+    if (unavailable) {
+        if (!ch->down_since) {
+            log_warn("serverdir unreachable, events stay in the outbox", "request=%s error=%s pending=%" PRId64,
+                     ch->name, msg, outbox_pending(r->ob));
+            ch->down_since = sd_mono_ms();
+        }
+        return;
+    }
+    mark_reachable(r, ch);
+    if (strcmp(ch->refusal, err->code) != 0) {
+        log_error("serverdir refuses requests, retrying", "request=%s error=%s", ch->name, msg);
+        sd_strlcpy(ch->refusal, err->code, sizeof ch->refusal);
+    }
+}
+
+/* Appends a rejected event to the dead-letter file with ServerDir's answer, synced, so
+ * that it can be inspected and replayed by hand. The file is rotated to .1 at 16 MiB. */
+static int deadletter_write(bb_report_t *r, const char *rec, size_t len, const sdc_err_t *err)
+{
+    struct stat st;
+    if (stat(r->deadletter, &st) == 0 && st.st_size > DEADLETTER_MAX) {
+        char old[PATH_MAX + 2];
+        snprintf(old, sizeof old, "%s.1", r->deadletter);
+        if (rename(r->deadletter, old) < 0)
+            log_error("dead-letter file rotation failed", "path=%s errno=%d", r->deadletter, errno);
+    }
+    json_t *ev = json_loadb(rec, len, 0, NULL);
+    json_t *line = json_pack("{s:I, s:I, s:s, s:s, s:o}", "ts_ms", (json_int_t)sd_wall_ms(),
+                             "status", (json_int_t)err->status, "code", err->code,
+                             "message", err->message,
+                             "event", ev ? ev : json_stringn(rec, len));
+    char *text = line ? json_dumps(line, JSON_COMPACT) : NULL;
+    json_decref(line);
+    if (!text)
+        return -ENOMEM;
+    size_t n = strlen(text);
+    text[n++] = '\n'; /* replaces the NUL: written with its length */
+    int fd = open(r->deadletter, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+    int rc = 0;
+    if (fd < 0 || write(fd, text, n) != (ssize_t)n || fdatasync(fd) < 0)
+        rc = errno ? -errno : -EIO;
+    if (fd >= 0)
+        close(fd);
+    free(text);
+    return rc;
+}
+
+enum { SEND_IDLE, SEND_PROGRESS, SEND_RETRY };
+
+typedef struct {
+    outbox_batch_t b;
+    int batch_max;   /* halves while a rejected batch is bisected */
+    int bisect_left; /* records of the rejected batch not yet accepted or dead-lettered */
+    int size_cap;    /* halves after a failed try (a batch too slow for the timeout must
+                        not fail forever), doubles back after each success */
+} sender_t;
+
+/* Sends one batch from the outbox head. Returns SEND_IDLE when nothing is pending,
+ * SEND_PROGRESS when the head moved or the next try should come at once (bisecting),
+ * SEND_RETRY when the same batch must be retried after backoff. */
+static int send_batch(bb_report_t *r, sdc_t *c, sender_t *s)
+{
+    int rc = outbox_read(r->ob, s->batch_max < s->size_cap ? s->batch_max : s->size_cap,
+                         BATCH_BYTES, &s->b);
+    if (!rc && s->b.n == 0)
+        return SEND_IDLE;
+    if (!rc)
+        rc = outbox_sync(r->ob, &s->b);
+    if (rc) {
+        log_error("outbox read failed", "errno=%d", -rc);
+        return SEND_RETRY;
+    }
+    json_t *events = json_array();
+    for (int i = 0; i < s->b.n; i++) {
+        json_t *ev = json_loadb(s->b.rec[i], s->b.len[i], 0, NULL);
+        json_array_append_new(events, ev ? ev : json_stringn(s->b.rec[i], s->b.len[i]));
+    }
+    sdc_err_t err = {0};
+    int accepted = 0, duplicates = 0;
+    rc = sdc_events_post(c, r->cluster, events, &accepted, &duplicates, &err);
+    json_decref(events);
+    int n = s->b.n, ret = SEND_PROGRESS;
+    if (rc == SDC_E_PROTO && err.status >= 200 && err.status < 300) {
+        /* ServerDir applied the batch (2xx) but its answer was not the expected shape:
+         * resending would not change that, so the batch counts as delivered. */
+        log_warn("serverdir answered events with an unexpected body", "error=%s", err.message);
+        rc = SDC_OK;
+    }
+    if (rc == SDC_OK) {
+        log_debug("events delivered", "events=%d accepted=%d duplicates=%d", n, accepted, duplicates);
+        mark_reachable(r, &r->ev_ch);
+        r->ev_ch.refusal[0] = '\0';
+        s->size_cap = s->size_cap * 2 > BATCH_MAX ? BATCH_MAX : s->size_cap * 2;
+        if (outbox_ack(r->ob, &s->b, n)) {
+            log_error("outbox ack failed, the batch will be sent again", "events=%d", n);
+            ret = SEND_RETRY;
+        } else if (s->bisect_left && (s->bisect_left -= n) <= 0) {
+            s->bisect_left = 0;
+            s->batch_max = BATCH_MAX;
+        }
+    } else if (rc == SDC_E_HTTP && (err.status == 400 || err.status == 413)) {
+        mark_reachable(r, &r->ev_ch);
+        if (n > 1) {
+            if (!s->bisect_left) {
+                log_warn("serverdir rejected a batch, bisecting it to find the bad event",
+                         "events=%d status=%ld code=%s message=%s", n, err.status, err.code, err.message);
+                s->bisect_left = n;
+            }
+            s->batch_max = n / 2;
+        } else {
+            json_t *ev = json_loadb(s->b.rec[0], s->b.len[0], 0, NULL);
+            log_error("serverdir rejected an event, moved to the dead-letter file",
+                      "status=%ld code=%s message=%s id=%s instance=%s type=%s file=%s", err.status,
+                      err.code, err.message, json_string_value(json_object_get(ev, "id")),
+                      json_string_value(json_object_get(ev, "instance")),
+                      json_string_value(json_object_get(ev, "type")), r->deadletter);
+            json_decref(ev);
+            if (deadletter_write(r, s->b.rec[0], s->b.len[0], &err) || outbox_ack(r->ob, &s->b, 1)) {
+                log_error("cannot move the rejected event aside, retrying", "file=%s", r->deadletter);
+                ret = SEND_RETRY;
+            } else {
+                s->bisect_left = 0;
+                s->batch_max = BATCH_MAX;
+            }
+        }
+    } else {
+        atomic_fetch_add(&r->failures, 1);
+        mark_failure(r, &r->ev_ch, rc, &err);
+        if (rc == SDC_E_TRANSPORT)
+            s->size_cap = s->size_cap / 2 < BATCH_MIN_ON_TIMEOUT ? BATCH_MIN_ON_TIMEOUT : s->size_cap / 2;
+        ret = SEND_RETRY;
+    }
+    sdc_err_clear(&err);
+    return ret;
+}
+
+/* Registers or renews the machine lease. Returns 0 when ServerDir accepted it. */
+static int lease_renew(bb_report_t *r, sdc_t *c)
+{
+    sdc_err_t err;
+    int rc = sdc_machine_put(c, r->cluster, r->machine, &r->lease, NULL, &err);
+    if (rc == SDC_OK) {
+        mark_reachable(r, &r->lease_ch);
+        r->lease_ch.refusal[0] = '\0';
+    } else {
+        mark_failure(r, &r->lease_ch, rc, &err);
+    }
+    sdc_err_clear(&err);
+    return rc;
+}
+
+static void *reporter_main(void *arg)
+{
+    bb_report_t *r = arg;
+    sdc_t *events = r->ev_client, *lease = r->lease_client;
+    sender_t s = {.batch_max = BATCH_MAX, .size_cap = BATCH_MAX};
+    int64_t lease_due = 0, lease_backoff = 0, retry_at = 0, backoff = 0;
+    uint64_t seen_kicks = 0;
+    for (;;) {
+        pthread_mutex_lock(&r->mu);
+        int stop = r->stop;
+        pthread_mutex_unlock(&r->mu);
+        if (stop)
+            break;
+        int64_t now = sd_mono_ms();
+        if (now >= lease_due) {
+            if (lease_renew(r, lease) == SDC_OK) {
+                lease_backoff = 0;
+                lease_due = sd_mono_ms() + r->ttl_ms / 3;
+            } else {
+                lease_backoff = backoff_next(lease_backoff, r->ttl_ms / 3);
+                lease_due = sd_mono_ms() + jitter(r, lease_backoff);
+            }
+            continue;
+        }
+        if (outbox_pending(r->ob) > 0 && now >= retry_at) {
+            int st = send_batch(r, events, &s);
+            if (st == SEND_PROGRESS) {
+                backoff = 0;
+                retry_at = 0;
+                continue;
+            }
+            if (st == SEND_RETRY) {
+                backoff = backoff_next(backoff, BACKOFF_MAX_MS);
+                retry_at = sd_mono_ms() + jitter(r, backoff);
+            }
+        }
+        int64_t deadline = lease_due;
+        if (outbox_pending(r->ob) > 0 && retry_at < deadline)
+            deadline = retry_at;
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        int64_t wait = deadline - sd_mono_ms();
+        if (wait < 0)
+            wait = 0;
+        ts.tv_sec += wait / 1000;
+        ts.tv_nsec += (wait % 1000) * 1000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_mutex_lock(&r->mu);
+        while (!r->stop && r->kicks == seen_kicks &&
+               pthread_cond_timedwait(&r->cv, &r->mu, &ts) != ETIMEDOUT)
+            ;
+        seen_kicks = r->kicks;
+        pthread_mutex_unlock(&r->mu);
+    }
+    outbox_batch_free(&s.b);
+    return NULL;
+}
+
+/* Copies the machine's lease details (the reporter owns the copies). Returns 0 or -ENOMEM. */
+static int lease_init(bb_report_t *r, const bb_report_opts_t *o)
+{
+    r->lease.capacity = o->capacity > 0 ? o->capacity : -1;
+    r->lease.ttl_ms = r->ttl_ms;
+    if (o->address && *o->address && !(r->address = strdup(o->address)))
+        return -ENOMEM;
+    if (o->version && *o->version && !(r->version = strdup(o->version)))
+        return -ENOMEM;
+    if (o->labels && !(r->labels = json_deep_copy(o->labels)))
+        return -ENOMEM;
+    r->lease.address = r->address;
+    r->lease.version = r->version;
+    r->lease.labels = r->labels;
+    return 0;
+}
+
+int bb_report_start(const bb_report_opts_t *opts, bb_report_t **out)
+{
+    *out = NULL;
+    if (!opts->state_dir || !sd_name_valid(opts->cluster, SD_NAME_MAX) ||
+        !sd_name_valid(opts->machine, SD_NAME_MAX) || (opts->labels && !json_is_object(opts->labels)) ||
+        (opts->lease_ttl_ms && (opts->lease_ttl_ms < 1000 || opts->lease_ttl_ms > 300000)))
+        return -EINVAL;
+    bb_report_t *r = calloc(1, sizeof *r);
+    if (!r)
+        return -ENOMEM;
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&r->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    sd_strlcpy(r->cluster, opts->cluster, sizeof r->cluster);
+    sd_strlcpy(r->machine, opts->machine, sizeof r->machine);
+    char dir[PATH_MAX];
+    int rc = -ENAMETOOLONG;
+    if (snprintf(dir, sizeof dir, "%s/outbox", opts->state_dir) >= (int)sizeof dir ||
+        snprintf(r->deadletter, sizeof r->deadletter, "%s/dead-letter.jsonl", opts->state_dir) >=
+            (int)sizeof r->deadletter)
+        goto fail;
+    /* A fresh run id per start: ids stay unique without trusting a counter on disk, and
+     * every id is written into its record, so a resend after a restart reuses it. */
+    if ((rc = sd_random_hex(r->runid, 8)))
+        goto fail;
+    if ((rc = outbox_open(dir, NULL, &r->ob)))
+        goto fail;
+    if (!opts->urls || !*opts->urls) {
+        log_info("reporter standalone: events are kept in the outbox only", "dir=%s pending=%" PRId64,
+                 dir, outbox_pending(r->ob));
+        *out = r;
+        return 0;
+    }
+    int nurls = 1;
+    for (const char *p = opts->urls; *p; p++)
+        nurls += *p == ',';
+    r->ttl_ms = opts->lease_ttl_ms > 0 ? opts->lease_ttl_ms : 15000;
+    r->timeout_ms = r->ttl_ms / (6 * nurls);
+    r->timeout_ms = r->timeout_ms < 250 ? 250 : r->timeout_ms > 2000 ? 2000 : r->timeout_ms;
+    r->ev_ch.name = "events";
+    r->lease_ch.name = "machine_lease";
+    r->urls = strdup(opts->urls);
+    r->token = opts->token ? strdup(opts->token) : NULL;
+    if (getrandom(&r->rng, sizeof r->rng, 0) != sizeof r->rng || !r->rng)
+        r->rng = (uint64_t)sd_mono_us() | 1;
+    rc = -ENOMEM;
+    if (!r->urls || (opts->token && !r->token) || lease_init(r, opts))
+        goto fail;
+    rc = -EINVAL; /* sdc_new fails on a bad URL list (or no memory) */
+    r->ev_client = sdc_new(r->urls, r->token, r->timeout_ms);
+    r->lease_client = sdc_new(r->urls, r->token, r->timeout_ms);
+    if (!r->ev_client || !r->lease_client)
+        goto fail;
+    if ((rc = -pthread_create(&r->thread, NULL, reporter_main, r)))
+        goto fail;
+    r->has_thread = 1;
+    log_info("reporter started", "cluster=%s machine=%s pending=%" PRId64 " lease_ttl_ms=%d",
+             r->cluster, r->machine, outbox_pending(r->ob), r->ttl_ms);
+    *out = r;
+    return 0;
+fail:
+    bb_report_stop(r);
+    return rc;
+}
+
+static int one_of(const char *s, const char *const *list, size_t n)
+{
+    for (size_t i = 0; s && i < n; i++)
+        if (strcmp(s, list[i]) == 0)
+            return 1;
+    return 0;
+}
+
+/* The checks ServerDir would make and that depend only on the event itself, so that a
+ * bug in the caller fails here, loudly, instead of poisoning the outbox. */
+static int event_valid(const json_t *e)
+{
+    static const char *const types[] = {"started", "ready", "stopped"};
+    static const char *const reasons[] = {"exited", "killed", "hung", "start_timeout", "crash_loop",
+                                          "stopped_by_operator", "machine_lost", "drained", "replaced"};
+    const char *type = json_string_value(json_object_get(e, "type"));
+    int known = one_of(type, types, SD_ARRAY_LEN(types));
+    const char *reason = json_string_value(json_object_get(e, "reason"));
+    json_t *id = json_object_get(e, "id");
+    json_t *pid = json_object_get(e, "pid");
+    return json_is_object(e) && known &&
+           sd_name_valid(json_string_value(json_object_get(e, "instance")), SD_NAME_MAX) &&
+           sd_name_valid(json_string_value(json_object_get(e, "service")), SD_NAME_MAX) &&
+           (!id || sd_name_valid(json_string_value(id), SD_NAME_MAX)) &&
+           (strcmp(type, "started") != 0 ||
+            (json_is_integer(pid) && json_integer_value(pid) >= 1 && json_integer_value(pid) <= (1 << 22))) &&
+           (strcmp(type, "stopped") != 0 || one_of(reason, reasons, SD_ARRAY_LEN(reasons)));
+}
+
+int bb_report_event(bb_report_t *r, json_t *event)
+{
+    if (!event_valid(event))
+        return -EINVAL;
+    json_t *e = json_copy(event);
+    if (!e)
+        return -ENOMEM;
+    if (!json_object_get(e, "id")) {
+        char id[SD_NAME_MAX + 1];
+        snprintf(id, sizeof id, "%.*s-%s-%06" PRIu64, ID_MACHINE_MAX, r->machine, r->runid, ++r->seq);
+        json_object_set_new(e, "id", json_string(id));
+    }
+    if (!json_object_get(e, "machine"))
+        json_object_set_new(e, "machine", json_string(r->machine));
+    if (!json_object_get(e, "ts_ms"))
+        json_object_set_new(e, "ts_ms", json_integer(sd_wall_ms()));
+    char *text = json_dumps(e, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(e);
+    if (!text)
+        return -ENOMEM;
+    int rc = outbox_append(r->ob, text, strlen(text));
+    free(text);
+    if (rc == -ENOSPC) {
+        if (!r->full)
+            log_error("outbox full, new events are dropped until serverdir takes the backlog",
+                      "bytes=%" PRIu64 " pending=%" PRId64, outbox_bytes(r->ob), outbox_pending(r->ob));
+        r->full = 1;
+        r->dropped++;
+        return rc;
+    }
+    if (rc)
+        return rc;
+    if (r->full) {
+        log_warn("outbox accepts events again", "dropped=%" PRId64, r->dropped);
+        r->full = 0;
+        r->dropped = 0;
+    }
+    pthread_mutex_lock(&r->mu);
+    r->kicks++;
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    return 0;
+}
+
+int64_t bb_report_pending(const bb_report_t *r) { return outbox_pending(r->ob); }
+
+int64_t bb_report_send_failures(const bb_report_t *r) { return atomic_load(&r->failures); }
+
+void bb_report_stop(bb_report_t *r)
+{
+    if (!r)
+        return;
+    if (r->has_thread) {
+        pthread_mutex_lock(&r->mu);
+        r->stop = 1;
+        pthread_cond_signal(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+        pthread_join(r->thread, NULL);
+    }
+    outbox_close(r->ob);
+    sdc_free(r->ev_client);
+    sdc_free(r->lease_client);
+    free(r->address);
+    free(r->version);
+    json_decref(r->labels);
+    free(r->urls);
+    free(r->token);
+    pthread_cond_destroy(&r->cv);
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+}

@@ -1,0 +1,302 @@
+/* Starting processes: fork + exec in their own process group, stdout/stderr appended to
+ * state_dir/logs/<service>-<slot>.log (one file per slot, so restarts do not pile up
+ * files; each spawn writes a header line naming the instance id), the environment that
+ * tells the process where bigbrother is, and the pidfd that reports its exit. */
+#include "bb.h"
+#include "sdlog.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+int bb_proc_stat(pid_t pid, int64_t *start_ticks, pid_t *ppid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');
+    if (!p || p[1] != ' ')
+        return -1;
+    p += 2; /* field 3: state */
+    if (*p == 'Z' || *p == 'X' || *p == 'x')
+        return -1;
+    char *save = NULL, *tok = strtok_r(p, " ", &save);
+    for (int field = 3; tok; field++, tok = strtok_r(NULL, " ", &save)) {
+        if (field == 4 && ppid)
+            *ppid = (pid_t)atoi(tok);
+        if (field == 22) {
+            *start_ticks = strtoll(tok, NULL, 10);
+            return 0;
+        }
+    }
+    return -1;
+}
+
+void bb_signal_group(bb_inst_t *in, int sig)
+{
+    if (in->pid <= 0)
+        return;
+    if (kill(-in->pid, sig) && errno == ESRCH)
+        kill(in->pid, sig);
+}
+
+static void log_path(const bb_inst_t *in, char *out, size_t cap)
+{
+    snprintf(out, cap, "%s/logs/%s-%d.log", bb.cfg.state_dir, in->svc->name, in->slot);
+}
+
+/* log.N -> log.N+1 ... log.1 -> log.2, dropping what goes past log_keep. */
+static void shift_rotated(const char *path)
+{
+    char from[540], to[540];
+    for (int i = bb.cfg.log_keep - 1; i >= 1; i--) {
+        snprintf(from, sizeof(from), "%s.%d", path, i);
+        snprintf(to, sizeof(to), "%s.%d", path, i + 1);
+        rename(from, to);
+    }
+}
+
+/* Rotates a log nobody writes to (before a spawn) by renaming. */
+static void rotate_by_rename(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) || st.st_size < bb.cfg.log_max_bytes)
+        return;
+    char to[540];
+    if (bb.cfg.log_keep == 0) {
+        unlink(path);
+        return;
+    }
+    shift_rotated(path);
+    snprintf(to, sizeof(to), "%s.1", path);
+    rename(path, to);
+}
+
+/* Rotates a log a running process appends to: copy to .1 in the kernel, then truncate
+ * (the process opened it O_APPEND, so it goes on writing at the new end). */
+static void rotate_by_copy(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) || st.st_size < bb.cfg.log_max_bytes)
+        return;
+    int src = open(path, O_RDWR | O_CLOEXEC);
+    if (src < 0)
+        return;
+    if (fstat(src, &st) || st.st_size < bb.cfg.log_max_bytes)
+        goto out;
+    if (bb.cfg.log_keep > 0) {
+        char to[540];
+        shift_rotated(path);
+        snprintf(to, sizeof(to), "%s.1", path);
+        int dst = open(to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+        if (dst < 0)
+            goto out;
+        loff_t left = st.st_size;
+        while (left > 0) {
+            ssize_t n = copy_file_range(src, NULL, dst, NULL, (size_t)left, 0);
+            if (n <= 0)
+                break;
+            left -= n;
+        }
+        close(dst);
+    }
+    if (ftruncate(src, 0) == 0)
+        log_info("log rotated", "path=%s bytes=%lld", path, (long long)st.st_size);
+out:
+    close(src);
+}
+
+void bb_logs_rotate(void)
+{
+    char path[512];
+    for (int i = 0; i < bb.ninst; i++)
+        if (bb.inst[i].pid > 0) {
+            log_path(&bb.inst[i], path, sizeof(path));
+            rotate_by_copy(path);
+        }
+}
+
+/* The child's environment: bigbrother's own minus what we set, the service's env, then
+ * the variables that point the process at bigbrother. Caller frees with free_env. */
+static char **build_env(const bb_inst_t *in)
+{
+    const bb_service_t *s = in->svc;
+    size_t n = 0, k = 0;
+    while (environ[n])
+        n++;
+    for (char **e = s->env; *e; e++)
+        n++;
+    char **env = calloc(n + 10, sizeof(char *));
+    if (!env)
+        return NULL;
+    for (char **e = environ; *e; e++) {
+        int skip = !strncmp(*e, "BB_", 3) || !strncmp(*e, "NOTIFY_SOCKET=", 14) ||
+                   !strncmp(*e, "WATCHDOG_USEC=", 14) || !strncmp(*e, "WATCHDOG_PID=", 13);
+        for (char **se = s->env; *se && !skip; se++) {
+            size_t klen = strcspn(*se, "=");
+            skip = !strncmp(*e, *se, klen + 1);
+        }
+        if (!skip && !(env[k++] = strdup(*e)))
+            goto fail;
+    }
+    for (char **e = s->env; *e; e++)
+        if (!(env[k++] = strdup(*e)))
+            goto fail;
+    int ok = asprintf(&env[k++], "BB_SOCKET=%s", bb.cfg.agent_socket) > 0 &&
+             asprintf(&env[k++], "BB_INSTANCE=%s", in->id) > 0 &&
+             asprintf(&env[k++], "BB_MACHINE=%s", bb.cfg.machine) > 0 &&
+             asprintf(&env[k++], "BB_CLUSTER=%s", bb.cfg.cluster) > 0 &&
+             asprintf(&env[k++], "BB_SERVICE=%s", s->name) > 0 &&
+             asprintf(&env[k++], "BB_SLOT=%d", in->slot) > 0 &&
+             asprintf(&env[k++], "NOTIFY_SOCKET=%s", bb.cfg.notify_socket) > 0;
+    if (ok && s->health.type == BB_H_NOTIFY)
+        ok = asprintf(&env[k++], "WATCHDOG_USEC=%lld",
+                      (long long)s->health.liveness_timeout_ms * 1000) > 0;
+    if (ok)
+        return env;
+fail:
+    for (size_t i = 0; i < n + 10; i++)
+        free(env[i]);
+    free(env);
+    return NULL;
+}
+
+static void free_env(char **env)
+{
+    for (char **e = env; *e; e++)
+        free(*e);
+    free(env);
+}
+
+/* In the forked child: only async-signal-safe calls (the reporter thread may hold locks). */
+static void __attribute__((noreturn)) child_exec(const bb_service_t *s, int logfd, char **env)
+{
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    signal(SIGPIPE, SIG_DFL);
+    setpgid(0, 0);
+    int nul = open("/dev/null", O_RDONLY);
+    if (nul < 0 || dup2(nul, 0) < 0 || dup2(logfd, 1) < 0 || dup2(logfd, 2) < 0)
+        _exit(127);
+    syscall(SYS_close_range, 3, ~0U, 0);
+    for (int i = 0; i < s->nrlimits; i++)
+        if (setrlimit(s->rlimits[i].resource, &s->rlimits[i].lim)) {
+            dprintf(2, "bigbrother: setrlimit(%d) failed: %s\n", s->rlimits[i].resource,
+                    strerror(errno));
+            _exit(127);
+        }
+    if (s->cwd && chdir(s->cwd)) {
+        dprintf(2, "bigbrother: chdir %s failed: %s\n", s->cwd, strerror(errno));
+        _exit(127);
+    }
+    if (s->user && (setgroups(1, &s->gid) || setgid(s->gid) || setuid(s->uid))) {
+        dprintf(2, "bigbrother: cannot become user %s: %s\n", s->user, strerror(errno));
+        _exit(127);
+    }
+    execve(s->command, s->argv, env);
+    dprintf(2, "bigbrother: exec %s failed: %s\n", s->command, strerror(errno));
+    _exit(127);
+}
+
+static void on_pidfd(bb_watch_t *w, uint32_t events)
+{
+    bb_inst_t *in = container_of(w, bb_inst_t, pidw);
+    siginfo_t si;
+    memset(&si, 0, sizeof(si));
+    int code = -1, sig = -1;
+    if (in->is_child) {
+        if (bb_pidfd_wait(w->fd, &si))
+            return;
+        if (si.si_pid == 0)
+            return; /* not exited yet (a stale wake-up) */
+        if (si.si_code == CLD_EXITED)
+            code = si.si_status;
+        else
+            sig = si.si_status;
+    }
+    bb_inst_exited(in, code, sig);
+}
+
+int bb_spawn(bb_inst_t *in)
+{
+    const bb_service_t *s = in->svc;
+    char path[512], stamp[32];
+    int rc = 0;
+    snprintf(in->id, sizeof(in->id), "%s-%s-%s-%llu", s->name, bb.cfg.machine, bb.run_id,
+             (unsigned long long)++bb.counter);
+    if (strlen(in->id) > SD_NAME_MAX)
+        snprintf(in->id, sizeof(in->id), "%.*s-%s-%llu", 64, s->name, bb.run_id,
+                 (unsigned long long)bb.counter);
+    bb.state_dirty = 1;
+    log_path(in, path, sizeof(path));
+    rotate_by_rename(path);
+    int logfd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+    if (logfd < 0)
+        return -errno;
+    time_t now = time(NULL);
+    struct tm tm;
+    strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tm));
+    dprintf(logfd, "=== bigbrother %s: starting instance %s (generation %d)\n", stamp, in->id,
+            in->generation + 1);
+    char **env = build_env(in);
+    if (!env) {
+        close(logfd);
+        return -ENOMEM;
+    }
+    pid_t pid = fork();
+    if (pid == 0)
+        child_exec(s, logfd, env);
+    int err = errno;
+    free_env(env);
+    close(logfd);
+    if (pid < 0)
+        return -err;
+    setpgid(pid, pid); /* also done by the child: whichever runs first wins the race */
+    in->pid = pid;
+    in->is_child = 1;
+    in->start_ticks = 0;
+    bb_proc_stat(pid, &in->start_ticks, NULL);
+    in->pidw.fd = bb_pidfd_open(pid);
+    in->pidw.fn = on_pidfd;
+    if (in->pidw.fd < 0 || (rc = bb_watch_add(&in->pidw, EPOLLIN))) {
+        rc = in->pidw.fd < 0 ? -errno : rc;
+        log_error("pidfd failed", "pid=%d error=%s", (int)pid, strerror(-rc));
+        kill(-pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        bb_pidfd_close(&in->pidw);
+        in->pid = 0;
+        return rc;
+    }
+    return 0;
+}
+
+/* Watches a re-adopted process: pidfd for its exit (no status unless it is our child). */
+int bb_adopt_pid(bb_inst_t *in, pid_t ppid)
+{
+    in->pidw.fd = bb_pidfd_open(in->pid);
+    in->pidw.fn = on_pidfd;
+    in->is_child = ppid == getpid();
+    if (in->pidw.fd < 0)
+        return -errno;
+    return bb_watch_add(&in->pidw, EPOLLIN);
+}

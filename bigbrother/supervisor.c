@@ -1,0 +1,478 @@
+/* The per-instance state machine. Every instance (one slot of a service) is driven by
+ * this table and nothing else: actions[state][event].
+ *
+ *  state \ event | START    READY   ALIVE   DEADLINE          EXIT    STOP      RESTART
+ *  --------------+--------------------------------------------------------------------
+ *  backoff       | spawn    -       -       spawn             -       stopped   spawn
+ *  starting      | -        ready   alive   hang (start)      exit    stop      restart
+ *  ready         | -        alive   alive   hang (liveness)   exit    stop      restart
+ *  stopping      | -        -       -       escalate          exit    -         again
+ *  exited        | spawn    -       -       -                 -       stopped   spawn
+ *  failed        | spawn    -       -       -                 -       stopped   spawn
+ *  stopped       | spawn    -       -       -                 -       -         spawn
+ *
+ *  spawn     fork+exec with a new instance id -> starting (health none: -> ready at once);
+ *            arms the start deadline
+ *  ready     report "ready"; arms the liveness deadline (agent / notify heartbeats)
+ *  hang      hang_signal (default ABRT, leaves a core) to the process group -> stopping;
+ *            the reason will be hung (liveness) or start_timeout, with how long it was silent
+ *  stop      operator stop: SHUTDOWN over the agent connection, then the stop signal,
+ *            then SIGKILL, each after stop.grace_ms -> stopping
+ *  escalate  the next step of that sequence
+ *  exit      classify (exited(code), killed(signal), hung, start_timeout,
+ *            stopped_by_operator), report "stopped", then by the restart policy:
+ *            backoff (exponential + jitter, deadline = the restart), exited (no restart),
+ *            failed (crash loop: max_restarts within window_s), stopped (operator)
+ *  again     operator restart during a stop: spawn as soon as the process is gone
+ */
+#include "bb.h"
+#include "sdlog.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+bb_daemon_t bb;
+
+typedef void (*action_fn)(bb_inst_t *in);
+
+static const char *const state_names[ST__COUNT] = {
+    "backoff", "starting", "ready", "stopping", "exited", "failed", "stopped"};
+
+const char *bb_state_name(enum bb_state s)
+{
+    return (unsigned)s < ST__COUNT ? state_names[s] : "?";
+}
+
+static int uses_heartbeats(const bb_inst_t *in)
+{
+    return in->svc->health.type == BB_H_AGENT || in->svc->health.type == BB_H_NOTIFY;
+}
+
+static void set_state(bb_inst_t *in, enum bb_state s)
+{
+    in->state = s;
+    bb.state_dirty = 1;
+}
+
+static void report_json(bb_inst_t *in, json_t *ev)
+{
+    if (bb.report && bb_report_event(bb.report, ev))
+        log_error("event not recorded", "instance=%s type=%s", in->id,
+                  json_string_value(json_object_get(ev, "type")));
+    json_decref(ev);
+}
+
+void bb_report(bb_inst_t *in, const char *type)
+{
+    json_t *ev = json_pack("{s:s, s:s, s:s, s:I, s:i, s:i}", "type", type, "instance", in->id,
+                           "service", in->svc->name, "ts_ms", (json_int_t)sd_wall_ms(), "slot",
+                           in->slot, "generation", in->generation);
+    if (!ev)
+        return;
+    if (!strcmp(type, "started"))
+        json_object_set_new(ev, "pid", json_integer(in->pid));
+    if (!strcmp(type, "stopped")) {
+        json_object_set_new(ev, "reason", json_string(in->reason));
+        json_object_set_new(ev, "code", in->code >= 0 ? json_integer(in->code) : json_null());
+        json_object_set_new(ev, "signal", in->sig > 0 ? json_integer(in->sig) : json_null());
+        if (!strcmp(in->reason, "hung") || !strcmp(in->reason, "start_timeout"))
+            json_object_set_new(ev, "silent_ms", json_integer(in->why_silent_ms));
+        if (in->detail[0])
+            json_object_set_new(ev, "detail", json_string(in->detail));
+    }
+    report_json(in, ev);
+}
+
+/* ---- actions */
+
+static void a_none(bb_inst_t *in)
+{
+    (void)in;
+}
+
+static void arm_deadline(bb_inst_t *in, int64_t in_ms)
+{
+    bb_timer_set(&in->deadline, sd_mono_ms() + in_ms);
+}
+
+static void a_ready(bb_inst_t *in)
+{
+    int64_t now = sd_mono_ms();
+    in->ready_mono = in->alive_mono = now;
+    set_state(in, ST_READY);
+    bb_timer_cancel(&in->deadline);
+    if (uses_heartbeats(in))
+        arm_deadline(in, in->svc->health.liveness_timeout_ms);
+    log_info("instance ready", "instance=%s pid=%d start_ms=%lld", in->id, (int)in->pid,
+             (long long)(now - in->spawned_mono));
+    bb_report(in, "ready");
+}
+
+static void a_spawn(bb_inst_t *in)
+{
+    bb_timer_cancel(&in->deadline);
+    in->why = WHY_NONE;
+    in->status[0] = 0;
+    int rc = bb_spawn(in);
+    if (rc) {
+        /* fork failed: the machine is short of something; retry after the backoff */
+        log_error("spawn failed", "service=%s slot=%d error=%s", in->svc->name, in->slot,
+                  strerror(-rc));
+        set_state(in, ST_BACKOFF);
+        arm_deadline(in, 1000);
+        return;
+    }
+    in->generation++;
+    in->spawned_mono = in->alive_mono = sd_mono_ms();
+    in->spawned_wall = sd_wall_ms();
+    in->ready_mono = 0;
+    set_state(in, ST_STARTING);
+    log_info("instance started", "instance=%s service=%s slot=%d pid=%d generation=%d", in->id,
+             in->svc->name, in->slot, (int)in->pid, in->generation);
+    bb_report(in, "started");
+    if (in->svc->health.type == BB_H_NONE) {
+        a_ready(in);
+        return;
+    }
+    arm_deadline(in, in->svc->health.start_timeout_ms);
+    bb_probe_start(in);
+}
+
+/* An operator start: forget the crash-loop history first. */
+static void a_start_fresh(bb_inst_t *in)
+{
+    in->fail_streak = 0;
+    in->nrestart_mono = 0;
+    a_spawn(in);
+}
+
+static void a_alive(bb_inst_t *in)
+{
+    in->alive_mono = sd_mono_ms();
+    if (in->state == ST_READY && uses_heartbeats(in))
+        arm_deadline(in, in->svc->health.liveness_timeout_ms);
+}
+
+static void a_hang(bb_inst_t *in)
+{
+    int64_t now = sd_mono_ms();
+    const bb_service_t *s = in->svc;
+    in->why_silent_ms = now - in->alive_mono;
+    if (in->state == ST_STARTING) {
+        in->why = WHY_START_TIMEOUT;
+        snprintf(in->why_detail, sizeof(in->why_detail), "start deadline %d ms missed",
+                 s->health.start_timeout_ms);
+    } else {
+        in->why = WHY_HUNG;
+        if (uses_heartbeats(in))
+            snprintf(in->why_detail, sizeof(in->why_detail),
+                     "liveness deadline %d ms missed", s->health.liveness_timeout_ms);
+        else
+            snprintf(in->why_detail, sizeof(in->why_detail),
+                     "%d consecutive probe failures (period %d ms)", in->probe_failures,
+                     s->health.period_ms);
+    }
+    log_warn("instance hung", "instance=%s pid=%d state=%s silent_ms=%lld detail=%s signal=%d",
+             in->id, (int)in->pid, bb_state_name(in->state), (long long)in->why_silent_ms,
+             in->why_detail, s->stop.hang_signal);
+    bb_probe_stop(in);
+    bb_signal_group(in, s->stop.hang_signal);
+    bb_signal_group(in, SIGCONT); /* a stopped process takes the signal now */
+    in->stop_phase = 1;
+    set_state(in, ST_STOPPING);
+    arm_deadline(in, s->stop.grace_ms);
+}
+
+static void begin_stop(bb_inst_t *in, enum bb_why why)
+{
+    char grace[24];
+    in->why = why;
+    in->why_detail[0] = 0;
+    bb_probe_stop(in);
+    set_state(in, ST_STOPPING);
+    if (in->conn) {
+        snprintf(grace, sizeof(grace), "%d", in->svc->stop.grace_ms);
+        bb_agent_send(in, "SHUTDOWN", "1", "GRACE_MS", grace);
+        in->stop_phase = 0;
+    } else {
+        bb_signal_group(in, in->svc->stop.signal);
+        in->stop_phase = 1;
+    }
+    log_info("instance stopping", "instance=%s pid=%d via=%s grace_ms=%d", in->id,
+             (int)in->pid, in->stop_phase == 0 ? "shutdown" : "signal", in->svc->stop.grace_ms);
+    arm_deadline(in, in->svc->stop.grace_ms);
+}
+
+static void a_stop(bb_inst_t *in)
+{
+    begin_stop(in, WHY_OPERATOR);
+}
+
+static void a_restart(bb_inst_t *in)
+{
+    begin_stop(in, WHY_RESTART);
+}
+
+static void a_again(bb_inst_t *in)
+{
+    if (in->why == WHY_OPERATOR)
+        in->why = WHY_RESTART;
+}
+
+static void a_escalate(bb_inst_t *in)
+{
+    if (in->stop_phase == 0) {
+        bb_signal_group(in, in->svc->stop.signal);
+        in->stop_phase = 1;
+        arm_deadline(in, in->svc->stop.grace_ms);
+        return;
+    }
+    if (in->stop_phase == 1)
+        log_warn("instance killed after the grace", "instance=%s pid=%d grace_ms=%d", in->id,
+                 (int)in->pid, in->svc->stop.grace_ms);
+    else
+        log_error("instance survives SIGKILL", "instance=%s pid=%d", in->id, (int)in->pid);
+    bb_signal_group(in, SIGKILL);
+    in->stop_phase = 2;
+    arm_deadline(in, 5000);
+}
+
+static void a_to_stopped(bb_inst_t *in)
+{
+    bb_timer_cancel(&in->deadline);
+    set_state(in, ST_STOPPED);
+    log_info("instance held stopped", "service=%s slot=%d", in->svc->name, in->slot);
+}
+
+/* Fills reason / code / sig / detail of the exit that just happened. */
+static void classify_exit(bb_inst_t *in, int code, int sig)
+{
+    in->code = code;
+    in->sig = sig;
+    in->detail[0] = 0;
+    switch (in->why) {
+    case WHY_HUNG:
+        sd_strlcpy(in->reason, "hung", sizeof(in->reason));
+        snprintf(in->detail, sizeof(in->detail), "%s", in->why_detail);
+        break;
+    case WHY_START_TIMEOUT:
+        sd_strlcpy(in->reason, "start_timeout", sizeof(in->reason));
+        snprintf(in->detail, sizeof(in->detail), "%s", in->why_detail);
+        break;
+    case WHY_OPERATOR:
+    case WHY_RESTART:
+        sd_strlcpy(in->reason, "stopped_by_operator", sizeof(in->reason));
+        break;
+    case WHY_NONE:
+        if (sig > 0) {
+            sd_strlcpy(in->reason, "killed", sizeof(in->reason));
+        } else {
+            sd_strlcpy(in->reason, "exited", sizeof(in->reason));
+            if (code < 0)
+                sd_strlcpy(in->detail, "exit status unknown (re-adopted process)",
+                           sizeof(in->detail));
+        }
+        break;
+    }
+}
+
+/* Counts restarts inside the window and records this one; 1 if it is a crash loop. */
+static int crash_loop(bb_inst_t *in, int64_t now)
+{
+    const bb_service_t *s = in->svc;
+    int n = 0;
+    for (int i = 0; i < in->nrestart_mono; i++)
+        if (now - in->restart_mono[i] < (int64_t)s->restart.window_s * 1000)
+            in->restart_mono[n++] = in->restart_mono[i];
+    in->nrestart_mono = n;
+    if (n >= s->restart.max_restarts)
+        return 1;
+    in->restart_mono[in->nrestart_mono++] = now;
+    return 0;
+}
+
+static void a_exit(bb_inst_t *in)
+{
+    int64_t now = sd_mono_ms();
+    const bb_service_t *s = in->svc;
+    bb_timer_cancel(&in->deadline);
+    bb_probe_stop(in);
+    bb_agent_detach(in);
+    if (in->pidw.fd >= 0) {
+        bb_pidfd_close(&in->pidw);
+        kill(-in->pid, SIGKILL); /* leftovers of the process group */
+    }
+    int64_t was_ready_ms = in->ready_mono ? now - in->ready_mono : 0;
+    if (in->ready_mono && was_ready_ms >= s->restart.healthy_reset_ms)
+        in->fail_streak = 0;
+
+    enum bb_state next;
+    int64_t delay = 0;
+    if (in->why == WHY_OPERATOR) {
+        next = ST_STOPPED;
+    } else if (in->why == WHY_RESTART) {
+        in->fail_streak = 0;
+        next = ST_BACKOFF;
+    } else if (s->restart.policy == BB_P_NEVER ||
+               (s->restart.policy == BB_P_ON_FAILURE && in->code == 0 && in->sig <= 0)) {
+        next = ST_EXITED;
+    } else if (crash_loop(in, now)) {
+        next = ST_FAILED;
+    } else {
+        uint32_t rnd = 0;
+        if (getrandom(&rnd, sizeof(rnd), GRND_NONBLOCK) != (ssize_t)sizeof(rnd))
+            rnd = (uint32_t)now;
+        delay = bb_backoff_ms(s->restart.backoff_min_ms, s->restart.backoff_max_ms,
+                              in->fail_streak, rnd);
+        in->fail_streak++;
+        next = ST_BACKOFF;
+    }
+    if (next == ST_FAILED) {
+        char last[64];
+        if (in->sig > 0)
+            snprintf(last, sizeof(last), "killed(%d)", in->sig);
+        else
+            snprintf(last, sizeof(last), "%s(%d)", in->reason, in->code);
+        snprintf(in->detail, sizeof(in->detail), "%d restarts in %d s; last: %s",
+                 in->nrestart_mono, s->restart.window_s, last);
+        sd_strlcpy(in->reason, "crash_loop", sizeof(in->reason));
+    }
+    log_info("instance stopped",
+             "instance=%s pid=%d reason=%s code=%d signal=%d silent_ms=%lld detail=%s next=%s "
+             "restart_in_ms=%lld",
+             in->id, (int)in->pid, in->reason, in->code, in->sig,
+             (long long)(in->why == WHY_HUNG || in->why == WHY_START_TIMEOUT ? in->why_silent_ms
+                                                                             : 0),
+             in->detail, bb_state_name(next), (long long)delay);
+    bb_report(in, "stopped");
+    if (next == ST_FAILED)
+        log_error("instance failed: crash loop", "service=%s slot=%d detail=%s", s->name,
+                  in->slot, in->detail);
+    in->pid = 0;
+    in->why = WHY_NONE;
+    in->conn = NULL;
+    set_state(in, next);
+    if (next == ST_BACKOFF) {
+        if (in->generation > 0)
+            in->restarts++;
+        arm_deadline(in, delay);
+    }
+}
+
+/* actions[state][event]: the whole state machine (see the table at the top). */
+static const action_fn actions[ST__COUNT][EV__COUNT] = {
+    /*              START          READY    ALIVE    DEADLINE    EXIT    STOP          RESTART */
+    [ST_BACKOFF] = {a_spawn, a_none, a_none, a_spawn, a_none, a_to_stopped, a_start_fresh},
+    [ST_STARTING] = {a_none, a_ready, a_alive, a_hang, a_exit, a_stop, a_restart},
+    [ST_READY] = {a_none, a_alive, a_alive, a_hang, a_exit, a_stop, a_restart},
+    [ST_STOPPING] = {a_none, a_none, a_none, a_escalate, a_exit, a_none, a_again},
+    [ST_EXITED] = {a_start_fresh, a_none, a_none, a_none, a_none, a_to_stopped, a_start_fresh},
+    [ST_FAILED] = {a_start_fresh, a_none, a_none, a_none, a_none, a_to_stopped, a_start_fresh},
+    [ST_STOPPED] = {a_start_fresh, a_none, a_none, a_none, a_none, a_none, a_start_fresh},
+};
+
+void bb_inst_event(bb_inst_t *in, enum bb_event ev)
+{
+    actions[in->state][ev](in);
+}
+
+void bb_inst_exited(bb_inst_t *in, int code, int sig)
+{
+    classify_exit(in, code, sig);
+    bb_inst_event(in, EV_EXIT);
+}
+
+static void on_deadline(bb_timer_t *t)
+{
+    bb_inst_event(container_of(t, bb_inst_t, deadline), EV_DEADLINE);
+}
+
+void bb_inst_arm(bb_inst_t *in)
+{
+    const bb_service_t *s = in->svc;
+    in->alive_mono = sd_mono_ms();
+    if (in->state == ST_STARTING && s->health.type != BB_H_NONE) {
+        arm_deadline(in, s->health.start_timeout_ms);
+    } else if (in->state == ST_READY && uses_heartbeats(in)) {
+        /* the agent reconnects by itself on its next call: give it two periods */
+        arm_deadline(in, 2 * (int64_t)s->health.liveness_timeout_ms);
+    }
+    if (in->state == ST_STARTING || in->state == ST_READY)
+        bb_probe_start(in);
+}
+
+int bb_supervisor_init(void)
+{
+    int n = 0;
+    for (int i = 0; i < bb.cfg.nservices; i++)
+        n += bb.cfg.services[i].count;
+    bb.inst = calloc(n ? (size_t)n : 1, sizeof(bb_inst_t));
+    if (!bb.inst)
+        return -ENOMEM;
+    bb.ninst = n;
+    n = 0;
+    for (int i = 0; i < bb.cfg.nservices; i++)
+        for (int k = 0; k < bb.cfg.services[i].count; k++) {
+            bb_inst_t *in = &bb.inst[n++];
+            in->svc = &bb.cfg.services[i];
+            in->slot = k;
+            in->state = ST_STOPPED;
+            in->pidw.fd = in->probew.fd = -1;
+            in->code = in->sig = -1;
+            in->deadline.fn = on_deadline;
+            snprintf(in->id, sizeof(in->id), "%s-%s-slot%d", in->svc->name, bb.cfg.machine, k);
+        }
+    return 0;
+}
+
+void bb_supervisor_start_all(void)
+{
+    for (int i = 0; i < bb.ninst; i++)
+        if (!bb.inst[i].loaded)
+            bb_inst_event(&bb.inst[i], EV_START);
+}
+
+bb_inst_t *bb_inst_by_id(const char *id)
+{
+    for (int i = 0; i < bb.ninst; i++)
+        if (bb.inst[i].pid > 0 && !strcmp(bb.inst[i].id, id))
+            return &bb.inst[i];
+    return NULL;
+}
+
+bb_inst_t *bb_inst_by_pid(pid_t pid)
+{
+    pid_t pgid = getpgid(pid);
+    for (int i = 0; i < bb.ninst; i++)
+        if (bb.inst[i].pid > 0 && (bb.inst[i].pid == pid || bb.inst[i].pid == pgid))
+            return &bb.inst[i];
+    return NULL;
+}
+
+int bb_operator(const char *cmd, const char *target)
+{
+    enum bb_event ev;
+    if (!strcmp(cmd, "start"))
+        ev = EV_START;
+    else if (!strcmp(cmd, "stop"))
+        ev = EV_STOP;
+    else if (!strcmp(cmd, "restart"))
+        ev = EV_RESTART;
+    else
+        return -EINVAL;
+    int n = 0;
+    for (int i = 0; i < bb.ninst; i++) {
+        bb_inst_t *in = &bb.inst[i];
+        if (strcmp(target, "all") && strcmp(target, in->svc->name) && strcmp(target, in->id))
+            continue;
+        log_info("operator command", "cmd=%s instance=%s state=%s", cmd, in->id,
+                 bb_state_name(in->state));
+        bb_inst_event(in, ev);
+        n++;
+    }
+    return n;
+}

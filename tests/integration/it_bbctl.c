@@ -1,0 +1,343 @@
+/* bigbrother's own life: kill -9 of bigbrother and a restart re-adopt the same running
+ * pids (still supervised: one is restarted afterwards); SIGHUP re-executes it the same
+ * way; the lock file stops a second bigbrother on the same state dir; config errors name
+ * file and field and exit 100; bbctl status / restart / stop / start; an agent claiming
+ * another process's instance id is rejected. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "bbtest.h"
+
+static void two_gameprocs(bbt_t *b)
+{
+    char svc[1024];
+    snprintf(svc, sizeof(svc),
+             "[{\"name\": \"zone\", \"command\": \"%s\", \"count\": 2,"
+             " \"health\": {\"type\": \"agent\", \"start_timeout_ms\": 3000,"
+             " \"liveness_timeout_ms\": 1000},"
+             " \"restart\": {\"backoff_min_ms\": 50, \"backoff_max_ms\": 200},"
+             " \"stop\": {\"grace_ms\": 1000}, \"cwd\": \"%s\", \"rlimits\": {\"core\": 0}}]",
+             GAMEPROC, h_tmpdir());
+    bbt_config(b, svc, NULL);
+}
+
+/* Waits until both slots are ready; fills their pids. */
+static void both_ready(const bbt_t *b, pid_t pids[2], int min_gen)
+{
+    for (int s = 0; s < 2; s++) {
+        json_t *in = bbt_wait(b, "zone", s, "ready", min_gen, 8000);
+        assert_non_null(in);
+        pids[s] = (pid_t)bbt_int(in, "pid");
+        json_decref(in);
+    }
+}
+
+static void survives_kill9_of_bigbrother(void **state)
+{
+    bbt_t b = {0};
+    pid_t before[2], after[2];
+    two_gameprocs(&b);
+    assert_true(bbt_start(&b) > 0);
+    both_ready(&b, before, 1);
+    json_t *in = bbt_inst(&b, "zone", 0);
+    char id0[160];
+    snprintf(id0, sizeof(id0), "%s", bbt_str(in, "instance"));
+    json_decref(in);
+
+    kill(b.pid, SIGKILL);
+    int st;
+    for (int i = 0; i < 200 && !h_exited(b.pid, &st); i++)
+        h_sleep_ms(10);
+    h_sleep_ms(1500); /* longer than the liveness deadline: nobody watches meanwhile */
+    assert_true(bbt_alive(before[0]) && bbt_alive(before[1]));
+
+    assert_true(bbt_start(&b) > 0);
+    /* the same processes, same instance ids, same generation, agents reconnected */
+    for (int s = 0; s < 2; s++) {
+        in = bbt_wait(&b, "zone", s, "ready", 1, 3000);
+        assert_non_null(in);
+        after[s] = (pid_t)bbt_int(in, "pid");
+        assert_int_equal(after[s], before[s]);
+        assert_int_equal(bbt_int(in, "generation"), 1);
+        json_decref(in);
+    }
+    int64_t end = h_now_ms() + 3000;
+    int agents = 0;
+    while (h_now_ms() < end && agents < 2) {
+        agents = 0;
+        for (int s = 0; s < 2; s++) {
+            in = bbt_inst(&b, "zone", s);
+            agents += json_is_true(json_object_get(in, "agent"));
+            json_decref(in);
+        }
+        h_sleep_ms(20);
+    }
+    assert_int_equal(agents, 2);
+    in = bbt_inst(&b, "zone", 0);
+    assert_string_equal(bbt_str(in, "instance"), id0);
+    json_decref(in);
+    assert_true(bbt_file_has(b.log, "msg=\"instance re-adopted\""));
+    /* well past two liveness deadlines: still the same healthy processes */
+    h_sleep_ms(2200);
+    both_ready(&b, after, 1);
+    assert_int_equal(after[0], before[0]);
+    assert_int_equal(after[1], before[1]);
+
+    /* supervised for real: a restart replaces slot 0 and leaves slot 1 alone */
+    json_t *ans = bbt_ctl(&b, "restart zone-m1-dummy");
+    assert_non_null(json_object_get(ans, "error"));
+    json_decref(ans);
+    char req[200];
+    snprintf(req, sizeof(req), "restart %s", id0);
+    ans = bbt_ctl(&b, req);
+    assert_int_equal(bbt_int(ans, "matched"), 1);
+    json_decref(ans);
+    in = bbt_wait(&b, "zone", 0, "ready", 2, 5000);
+    assert_non_null(in);
+    assert_int_not_equal(bbt_int(in, "pid"), before[0]);
+    assert_string_equal(bbt_str(in, "reason"), "stopped_by_operator");
+    json_decref(in);
+    assert_false(bbt_alive(before[0]));
+    /* and a hang of the re-adopted slot 1 is still caught */
+    kill(before[1], SIGSTOP);
+    in = bbt_wait(&b, "zone", 1, "ready", 2, 1000 + 1000 + 2000);
+    assert_non_null(in);
+    assert_string_equal(bbt_str(in, "reason"), "hung");
+    json_decref(in);
+    h_stop(b.pid, 3000);
+}
+
+static void sigterm_leaves_processes_running(void **state)
+{
+    bbt_t b = {0};
+    pid_t before[2], after[2];
+    two_gameprocs(&b);
+    assert_true(bbt_start(&b) > 0);
+    both_ready(&b, before, 1);
+    int st = h_stop(b.pid, 5000);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    assert_true(bbt_file_has(b.log, "processes_left_running=2"));
+    assert_true(bbt_alive(before[0]) && bbt_alive(before[1]));
+    assert_true(bbt_start(&b) > 0);
+    both_ready(&b, after, 1);
+    assert_int_equal(after[0], before[0]);
+    assert_int_equal(after[1], before[1]);
+    h_stop(b.pid, 3000);
+}
+
+static void sighup_reexecs_and_keeps_processes(void **state)
+{
+    bbt_t b = {0};
+    pid_t before[2], after[2];
+    two_gameprocs(&b);
+    assert_true(bbt_start(&b) > 0);
+    both_ready(&b, before, 1);
+    kill(b.pid, SIGHUP);
+    int64_t end = h_now_ms() + 5000;
+    while (h_now_ms() < end && !bbt_file_has(b.log, "then=re-exec"))
+        h_sleep_ms(20);
+    h_sleep_ms(200);
+    both_ready(&b, after, 1);
+    assert_int_equal(after[0], before[0]);
+    assert_int_equal(after[1], before[1]);
+    assert_true(bbt_alive(b.pid));
+    /* still its children: a kill -9 is reported with the signal */
+    kill(before[0], SIGKILL);
+    json_t *in = bbt_wait(&b, "zone", 0, "ready", 2, 3000);
+    assert_non_null(in);
+    assert_string_equal(bbt_str(in, "reason"), "killed");
+    assert_int_equal(bbt_int(in, "signal"), 9);
+    json_decref(in);
+    h_stop(b.pid, 3000);
+}
+
+static void lock_file_stops_a_second_bigbrother(void **state)
+{
+    bbt_t b = {0};
+    two_gameprocs(&b);
+    assert_true(bbt_start(&b) > 0);
+    char log2[300];
+    snprintf(log2, sizeof(log2), "%s/second.log", b.dir);
+    const char *argv[] = {BIGBROTHER, "--config", b.cfg, NULL};
+    assert_int_equal(bbt_run(argv, log2), 111);
+    assert_true(bbt_file_has(log2, "another bigbrother already runs on this state dir"));
+    assert_true(bbt_file_has(log2, "bigbrother.lock"));
+    assert_true(bbt_alive(b.pid));
+    json_t *st = bbt_ctl(&b, "status");
+    assert_non_null(st);
+    json_decref(st);
+    h_stop(b.pid, 3000);
+}
+
+static void config_errors_name_file_and_field(void **state)
+{
+    static const struct {
+        const char *services, *field, *why;
+    } cases[] = {
+        {"[{\"name\": \"g\", \"command\": \"/bin/true\", \"health\": {\"type\": \"none\"},"
+         " \"restart\": {\"policy\": \"sometimes\"}}]",
+         "services[0].restart.policy", "must be one of always, on-failure, never"},
+        {"[{\"name\": \"g\", \"health\": {\"type\": \"none\"}}]", "services[0].command",
+         "is required"},
+        {"[{\"name\": \"g\", \"command\": \"/bin/true\", \"health\": {\"type\": \"tcp\"}}]",
+         "services[0].health.port", "is required for type tcp"},
+        {"[{\"name\": \"g\", \"command\": \"/bin/true\", \"health\": {\"type\": \"none\"},"
+         " \"stop\": {\"hang_signal\": \"NOPE\"}}]",
+         "services[0].stop.hang_signal", "is not a signal"},
+        {"[{\"name\": \"g\", \"command\": \"/bin/true\", \"health\": {\"type\": \"none\","
+         " \"bogus\": 1}}]",
+         "services[0].health.bogus", "unknown field"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        bbt_t b = {0};
+        bbt_config(&b, cases[i].services, NULL);
+        char log[300];
+        snprintf(log, sizeof(log), "%s/cfg.log", b.dir);
+        const char *argv[] = {BIGBROTHER, "--config", b.cfg, NULL};
+        assert_int_equal(bbt_run(argv, log), 100);
+        assert_true(bbt_file_has(log, b.cfg));
+        assert_true(bbt_file_has(log, cases[i].field));
+        assert_true(bbt_file_has(log, cases[i].why));
+    }
+    const char *usage[] = {BIGBROTHER, "--bogus", NULL};
+    char log[300];
+    snprintf(log, sizeof(log), "%s/usage.log", h_tmpdir());
+    assert_int_equal(bbt_run(usage, log), 100);
+}
+
+static void bbctl_status_restart_stop_start(void **state)
+{
+    bbt_t b = {0};
+    pid_t pids[2];
+    two_gameprocs(&b);
+    assert_true(bbt_start(&b) > 0);
+    both_ready(&b, pids, 1);
+    char out[300];
+    snprintf(out, sizeof(out), "%s/bbctl.out", b.dir);
+
+    const char *status[] = {BBCTL, "--socket", b.sock, "status", NULL};
+    assert_int_equal(bbt_run(status, out), 0);
+    assert_true(bbt_file_has(out, "INSTANCE"));
+    assert_true(bbt_file_has(out, "RESTARTS"));
+    assert_true(bbt_file_has(out, "LAST EXIT"));
+    char pidtxt[32];
+    snprintf(pidtxt, sizeof(pidtxt), " %d ", (int)pids[1]);
+    assert_true(bbt_file_has(out, pidtxt));
+
+    const char *restart[] = {BBCTL, "--socket", b.sock, "restart", "zone", NULL};
+    assert_int_equal(bbt_run(restart, out), 0);
+    assert_true(bbt_file_has(out, "restart zone: 2 instance(s)"));
+    pid_t again[2];
+    both_ready(&b, again, 2);
+    assert_int_not_equal(again[0], pids[0]);
+    assert_int_not_equal(again[1], pids[1]);
+
+    const char *nosuch[] = {BBCTL, "--socket", b.sock, "stop", "nosuch", NULL};
+    assert_int_equal(bbt_run(nosuch, out), 1);
+    assert_true(bbt_file_has(out, "no instance or service by that name"));
+
+    const char *stop[] = {BBCTL, "--socket", b.sock, "stop", "all", NULL};
+    assert_int_equal(bbt_run(stop, out), 0);
+    for (int s = 0; s < 2; s++) {
+        json_t *in = bbt_wait(&b, "zone", s, "stopped", 1, 5000);
+        assert_non_null(in);
+        json_decref(in);
+        assert_false(bbt_alive(again[s]));
+    }
+    /* stopped stays stopped across a bigbrother restart */
+    h_stop(b.pid, 3000);
+    assert_true(bbt_start(&b) > 0);
+    h_sleep_ms(300);
+    json_t *in = bbt_inst(&b, "zone", 0);
+    assert_string_equal(bbt_str(in, "state"), "stopped");
+    json_decref(in);
+
+    const char *start[] = {BBCTL, "--socket", b.sock, "start", "zone", NULL};
+    assert_int_equal(bbt_run(start, out), 0);
+    both_ready(&b, pids, 3);
+
+    const char *bad[] = {BBCTL, "--socket", b.sock, "frobnicate", NULL};
+    assert_int_equal(bbt_run(bad, out), 100);
+    h_stop(b.pid, 3000);
+    const char *down[] = {BBCTL, "--socket", b.sock, "status", NULL};
+    assert_int_equal(bbt_run(down, out), 111);
+}
+
+static void agent_with_another_instance_id_is_rejected(void **state)
+{
+    bbt_t b = {0};
+    pid_t pids[2];
+    two_gameprocs(&b);
+    assert_true(bbt_start(&b) > 0);
+    both_ready(&b, pids, 1);
+    json_t *in = bbt_inst(&b, "zone", 0);
+    char hello[300];
+    snprintf(hello, sizeof(hello), "HELLO=1\nINSTANCE=%s\nPROTO=1\n", bbt_str(in, "instance"));
+    json_decref(in);
+
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    memcpy(sa.sun_path, b.agent, strlen(b.agent) + 1);
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(send(fd, hello, strlen(hello), 0), (ssize_t)strlen(hello));
+    struct timeval tv = {5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    char buf[256];
+    assert_int_equal(recv(fd, buf, sizeof(buf), 0), 0); /* closed, no WELCOME */
+    close(fd);
+    assert_true(bbt_file_has(b.log, "msg=\"agent rejected\""));
+    assert_true(bbt_file_has(b.log, "peer is not the instance's process or in its group"));
+
+    /* a first message that is not HELLO, and a malformed one, are rejected too */
+    static const char *const bad[] = {"READY=1\n", "HELLO=1\nbad line\n"};
+    for (int i = 0; i < 2; i++) {
+        fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        assert_int_equal(send(fd, bad[i], strlen(bad[i]), 0), (ssize_t)strlen(bad[i]));
+        assert_int_equal(recv(fd, buf, sizeof(buf), 0), 0);
+        close(fd);
+    }
+    assert_true(bbt_file_has(b.log, "first message must be HELLO=1 with INSTANCE=<id>"));
+    assert_true(bbt_file_has(b.log, "msg=\"bad agent message\""));
+
+    /* an sd_notify datagram from a process bigbrother does not supervise is dropped */
+    struct sockaddr_un na = {.sun_family = AF_UNIX};
+    char npath[400];
+    snprintf(npath, sizeof(npath), "%s/notify.sock", b.state);
+    assert_true(strlen(npath) < sizeof(na.sun_path));
+    memcpy(na.sun_path, npath, strlen(npath) + 1);
+    fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    assert_int_equal(sendto(fd, "STOPPING=1\n", 11, 0, (struct sockaddr *)&na, sizeof(na)), 11);
+    close(fd);
+    int64_t end = h_now_ms() + 3000;
+    while (h_now_ms() < end && !bbt_file_has(b.log, "sender is not a supervised process"))
+        h_sleep_ms(20);
+    assert_true(bbt_file_has(b.log, "sender is not a supervised process"));
+    /* the real process keeps its connection and its state */
+    in = bbt_inst(&b, "zone", 0);
+    assert_string_equal(bbt_str(in, "state"), "ready");
+    assert_int_equal(bbt_int(in, "pid"), pids[0]);
+    assert_true(json_is_true(json_object_get(in, "agent")));
+    json_decref(in);
+    h_stop(b.pid, 3000);
+}
+
+int main(void)
+{
+    h_init(58);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(survives_kill9_of_bigbrother),
+        cmocka_unit_test(sigterm_leaves_processes_running),
+        cmocka_unit_test(sighup_reexecs_and_keeps_processes),
+        cmocka_unit_test(lock_file_stops_a_second_bigbrother),
+        cmocka_unit_test(config_errors_name_file_and_field),
+        cmocka_unit_test(bbctl_status_restart_stop_start),
+        cmocka_unit_test(agent_with_another_instance_id_is_rejected),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
