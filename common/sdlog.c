@@ -114,9 +114,8 @@ size_t sd_logfmt_format(char *buf, size_t cap, const char *f, va_list ap)
             const char *s = va_arg(ap, const char *);
             if (!s)
                 s = "(null)";
-            size_t len = strlen(s);
-            if (prec >= 0 && (size_t)prec < len)
-                len = (size_t)prec;
+            /* With a precision the argument need not be NUL-terminated. */
+            size_t len = prec >= 0 ? strnlen(s, (size_t)prec) : strlen(s);
             put_value(&o, s, len);
             break;
         }

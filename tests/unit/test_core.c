@@ -137,6 +137,9 @@ static void logfmt_quotes_values(void **state)
     assert_string_equal(out, "v=\"two words \\\"q\\\"\\nx=1\"");
     fmt(out, sizeof out, "e=%s n=%.*s", "", 3, "abcdef");
     assert_string_equal(out, "e=\"\" n=abc");
+    char raw[3] = {'x', 'y', 'z'}; /* not NUL-terminated: %.*s must not read past it */
+    fmt(out, sizeof out, "r=%.*s", 3, raw);
+    assert_string_equal(out, "r=xyz");
     fmt(out, 8, "k=%s", "0123456789");
     assert_int_equal(strlen(out), 7);
 }
