@@ -515,6 +515,12 @@ static void rejected_event_goes_to_dead_letter(void **state)
     json_decref(dl);
 }
 
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
 /* The lease is registered at start and renewed every ttl/3 with the machine's details;
  * events failing do not slow it, and a failing lease does not hold events back. */
 static void lease_cadence_independent_of_events(void **state)
@@ -532,11 +538,17 @@ static void lease_cadence_independent_of_events(void **state)
     memcpy(t, fk.put_ms, sizeof t);
     json_t *body = json_incref(fk.last_put);
     pthread_mutex_unlock(&fk.mu);
+    /* Every ttl/3 = 500 ms: the median gap says the cadence, and no gap comes near the
+     * ttl (the lease never lapsed) even on a loaded machine. */
     assert_true(nputs >= 4 && nputs <= 6);
+    int64_t gaps[MAX_PUTS];
     for (int i = 1; i < nputs; i++) {
-        int64_t gap = t[i] - t[i - 1];
-        assert_true(gap >= 450 && gap <= 800);
+        gaps[i - 1] = t[i] - t[i - 1];
+        assert_true(gaps[i - 1] >= 450 && gaps[i - 1] < 1000);
     }
+    qsort(gaps, (size_t)(nputs - 1), sizeof gaps[0], cmp_i64);
+    int64_t median = gaps[(nputs - 1) / 2];
+    assert_true(median >= 480 && median <= 650);
     assert_string_equal(json_string_value(json_object_get(body, "address")), "127.0.0.1");
     assert_string_equal(json_string_value(json_object_get(json_object_get(body, "labels"), "zone")), "eu");
     assert_int_equal(json_integer_value(json_object_get(body, "capacity")), 400);
