@@ -1,6 +1,8 @@
 /* sdctl events: the cluster's process event history (bounded, newest last). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ctl.h"
 #include "sdutil.h"
@@ -8,10 +10,12 @@
 SDCTL_CMD("events", cmd_events, "show the process event history (newest last)");
 
 static const char usage_text[] =
-    "usage: sdctl events [--since SEQ] [--limit N]\n"
+    "usage: sdctl events [-f] [--since SEQ] [--limit N]\n"
     "  Shows process events (started, ready, stopped) newest last: the newest N (default\n"
     "  100, at most 1000), or with --since the ones after event SEQ (the SEQ column; -o\n"
-    "  json also gives `last`, the SEQ to continue from).\n";
+    "  json also gives `last`, the SEQ to continue from).\n"
+    "  -f, --follow   then keep printing new events as they arrive (every second) until\n"
+    "                 interrupted; with -o json, one JSON object per line.\n";
 
 /* What matters of one event: the pid when it started, the reason when it stopped. */
 static const char *event_detail(const json_t *e, char *buf, size_t cap)
@@ -30,15 +34,108 @@ static const char *event_detail(const json_t *e, char *buf, size_t cap)
     return buf;
 }
 
+/* One event as a fixed-width line for --follow, where rows arrive over time. */
+static void follow_line(const json_t *e, int64_t now)
+{
+    char seq[48], age[32], type[16], inst[160], svc[160], mach[160], det[400];
+    const json_t *ts = json_object_get(e, "ts_ms");
+    printf("%-18s %-6s %-8s %-24s %-12s %-12s %s\n",
+           ctl_jstr(json_object_get(e, "seq"), seq, sizeof seq),
+           json_is_integer(ts) ? ctl_fmt_ms(now - json_integer_value(ts), age, sizeof age) : "-",
+           ctl_jstr(json_object_get(e, "type"), type, sizeof type),
+           ctl_jstr(json_object_get(e, "instance"), inst, sizeof inst),
+           ctl_jstr(json_object_get(e, "service"), svc, sizeof svc),
+           ctl_jstr(json_object_get(e, "machine"), mach, sizeof mach), event_detail(e, det, sizeof det));
+}
+
+static void print_table(ctl_t *ctl, const json_t *events)
+{
+    int64_t now = sd_wall_ms();
+    ctl_table_t *t = ctl_table_new(7, "SEQ", "AGE", "TYPE", "INSTANCE", "SERVICE", "MACHINE",
+                                   "DETAIL");
+    size_t i;
+    const json_t *e;
+    json_array_foreach(events, i, e) {
+        char seq[48], age[32], type[16], inst[160], svc[160], mach[160], det[400];
+        const json_t *ts = json_object_get(e, "ts_ms");
+        ctl_table_row(t, ctl_jstr(json_object_get(e, "seq"), seq, sizeof seq),
+                      json_is_integer(ts) ? ctl_fmt_ms(now - json_integer_value(ts), age, sizeof age)
+                                          : NULL,
+                      ctl_jstr(json_object_get(e, "type"), type, sizeof type),
+                      ctl_jstr(json_object_get(e, "instance"), inst, sizeof inst),
+                      ctl_jstr(json_object_get(e, "service"), svc, sizeof svc),
+                      ctl_jstr(json_object_get(e, "machine"), mach, sizeof mach),
+                      event_detail(e, det, sizeof det));
+    }
+    ctl_table_print(t, stdout, ctl->color);
+}
+
+/* --follow: prints the newest events, then every second the ones after the last seen,
+ * until interrupted. -o json prints one compact JSON object per line. ServerDir being
+ * unreachable or failing is reported once and waited out; any other error ends it. */
+static int follow(ctl_t *ctl, const char *since, int limit)
+{
+    char last[64] = "";
+    if (since)
+        snprintf(last, sizeof last, "%s", since);
+    int down = 0;
+    if (!ctl->json)
+        printf("%-18s %-6s %-8s %-24s %-12s %-12s %s\n", "SEQ", "AGE", "TYPE", "INSTANCE",
+               "SERVICE", "MACHINE", "DETAIL");
+    for (;;) {
+        json_t *ans = NULL;
+        sdc_err_t err;
+        int rc = sdc_events_list(ctl->client, ctl->cluster, last[0] ? last : NULL,
+                                 last[0] ? 1000 : limit, &ans, &err);
+        if (rc == SDC_E_TRANSPORT || (rc == SDC_E_HTTP && err.status >= 500)) {
+            if (!down) {
+                char buf[512];
+                fprintf(stderr, "sdctl: %s (still following)\n", sdc_strerror(rc, &err, buf, sizeof buf));
+            }
+            down = 1;
+        } else if (rc != SDC_OK) {
+            rc = ctl_fail(rc, &err);
+            sdc_err_clear(&err);
+            return rc;
+        } else {
+            down = 0;
+            int64_t now = sd_wall_ms();
+            size_t i;
+            const json_t *e;
+            json_array_foreach(json_object_get(ans, "events"), i, e) {
+                if (ctl->json) {
+                    char *line = json_dumps(e, JSON_COMPACT);
+                    if (line)
+                        puts(line);
+                    free(line);
+                } else {
+                    follow_line(e, now);
+                }
+            }
+            const char *l = json_string_value(json_object_get(ans, "last"));
+            if (l)
+                snprintf(last, sizeof last, "%s", l);
+            fflush(stdout);
+        }
+        sdc_err_clear(&err);
+        json_decref(ans);
+        struct timespec ts = {1, 0};
+        nanosleep(&ts, NULL);
+    }
+}
+
 int cmd_events(ctl_t *ctl, int argc, char **argv)
 {
     const char *since = NULL;
     int64_t limit = 0;
+    int follow_mode = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(usage_text, stdout);
             return CTL_EXIT_OK;
+        } else if (!strcmp(a, "-f") || !strcmp(a, "--follow")) {
+            follow_mode = 1;
         } else if (!strcmp(a, "--since") && i + 1 < argc) {
             since = argv[++i];
         } else if (!strcmp(a, "--limit") && i + 1 < argc) {
@@ -48,6 +145,8 @@ int cmd_events(ctl_t *ctl, int argc, char **argv)
             return ctl_usage("events", "unexpected or incomplete argument '%s'", a);
         }
     }
+    if (follow_mode)
+        return follow(ctl, since, (int)limit);
     json_t *ans = NULL;
     sdc_err_t err;
     int rc = sdc_events_list(ctl->client, ctl->cluster, since, (int)limit, &ans, &err);
@@ -56,28 +155,10 @@ int cmd_events(ctl_t *ctl, int argc, char **argv)
         sdc_err_clear(&err);
         return rc;
     }
-    if (ctl->json) {
+    if (ctl->json)
         ctl_print_json(ans);
-    } else {
-        int64_t now = sd_wall_ms();
-        ctl_table_t *t = ctl_table_new(7, "SEQ", "AGE", "TYPE", "INSTANCE", "SERVICE", "MACHINE",
-                                       "DETAIL");
-        size_t i;
-        const json_t *e;
-        json_array_foreach(json_object_get(ans, "events"), i, e) {
-            char seq[48], age[32], type[16], inst[160], svc[160], mach[160], det[400];
-            const json_t *ts = json_object_get(e, "ts_ms");
-            ctl_table_row(t, ctl_jstr(json_object_get(e, "seq"), seq, sizeof seq),
-                          json_is_integer(ts) ? ctl_fmt_ms(now - json_integer_value(ts), age, sizeof age)
-                                              : NULL,
-                          ctl_jstr(json_object_get(e, "type"), type, sizeof type),
-                          ctl_jstr(json_object_get(e, "instance"), inst, sizeof inst),
-                          ctl_jstr(json_object_get(e, "service"), svc, sizeof svc),
-                          ctl_jstr(json_object_get(e, "machine"), mach, sizeof mach),
-                          event_detail(e, det, sizeof det));
-        }
-        ctl_table_print(t, stdout, ctl->color);
-    }
+    else
+        print_table(ctl, json_object_get(ans, "events"));
     json_decref(ans);
     return CTL_EXIT_OK;
 }

@@ -195,6 +195,50 @@ static void events_table_since_and_json(void **state)
     json_decref(j);
 }
 
+struct file_has {
+    const char *path, *needle;
+};
+
+static int file_has(void *arg)
+{
+    struct file_has *w = arg;
+    char buf[8192];
+    FILE *f = fopen(w->path, "r");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return strstr(buf, w->needle) != NULL;
+}
+
+/* sdctl events -f prints the history, then new events as they arrive, until stopped. */
+static void events_follow_prints_new_events(void **state)
+{
+    char env_url[256], logpath[300];
+    snprintf(env_url, sizeof env_url, "SERVERDIR_URL=%s", sd.url);
+    snprintf(logpath, sizeof logpath, "%s/follow.out", h_tmpdir());
+    const char *env[] = {env_url, "SERVERDIR_TOKEN=" H_TOK_VIEWER, "SERVERDIR_CLUSTER=prod", NULL};
+    const char *argv[] = {SD_BIN_DIR "/sdctl", "events", "-f", NULL};
+    pid_t pid = h_spawn(argv, logpath, env);
+    struct file_has w = {logpath, "zone-m2-9"};
+    assert_true(h_wait_until(file_has, &w, 5000));
+
+    h_resp_t r;
+    assert_int_equal(h_http_json("POST", sd.url, H_TOK_BB,
+                                 "{\"events\":[{\"id\":\"f1\",\"type\":\"started\","
+                                 "\"instance\":\"late-arrival\",\"machine\":\"m3\","
+                                 "\"service\":\"zone\",\"pid\":6161}]}",
+                                 &r, "/v1/clusters/prod/events"),
+                     0);
+    assert_int_equal(r.status, 200);
+    h_resp_free(&r);
+    w.needle = "late-arrival";
+    assert_true(h_wait_until(file_has, &w, 5000));
+    assert_false(h_exited(pid, NULL));
+    h_stop(pid, 1000);
+}
+
 static void exit_codes(void **state)
 {
     char out[4096];
@@ -234,6 +278,7 @@ int main(void)
         cmocka_unit_test(machines_table_and_json),
         cmocka_unit_test(ps_table_filters_and_json),
         cmocka_unit_test(events_table_since_and_json),
+        cmocka_unit_test(events_follow_prints_new_events),
         cmocka_unit_test(exit_codes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
