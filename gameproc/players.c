@@ -304,6 +304,10 @@ int gp_players_start(gp_t *gp)
     sd_strlcpy(holder, gp->instance, sizeof holder);
     key_first = gp->key_first;
     key_span = gp->key_last - gp->key_first + 1;
+    /* Servers sharing a key range start at different keys, so they rarely collide. */
+    char rnd[9];
+    if (sd_random_hex(rnd, 4) == 0)
+        next_key = (int64_t)(strtoul(rnd, NULL, 16) % (unsigned long)key_span);
     int64_t now = sd_mono_ms();
     for (int i = 0; i < nplayers; i++) {
         players[i].job.run = job_run;
