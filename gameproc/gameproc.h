@@ -114,7 +114,10 @@ int gp_worker_free(gp_worker_t *w, int64_t wait_ms);
 int gp_watch(gp_t *gp, int fd, gp_fd_cb cb, void *arg);
 
 /* Starts the graceful stop ("saving players", then exit 0 after save_ms capped by half
- * the grace; grace_ms < 0: none given). Ignored with --ignore-term. */
+ * the grace; grace_ms < 0: none given). The hooks keep ticking meanwhile; a module with
+ * work to finish first (players.c's last saves) counts it in stop_pending, and the exit
+ * waits for it up to half the grace (GP_STOP_WAIT_MS without one). Ignored with
+ * --ignore-term. */
 void gp_begin_stop(gp_t *gp, const char *why, int grace_ms);
 
 /* supervisor.c: what the process tells its supervisor, over libbbagent, sd_notify or
