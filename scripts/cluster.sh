@@ -82,7 +82,7 @@ bb_pid=$!
 pids+=("$bb_pid")
 
 # What the dashboard will show, once the zone servers are up (bounded wait).
-count() { curl -fs "$url$1" 2>/dev/null | grep -o "\"$2\":" | wc -l; }
+count() { curl -fs "$url$1" 2>/dev/null | grep -o "\"$2\":" | wc -l || true; }
 # Locks are listed per holder; the holders are the zone servers' instance ids.
 locks() {
     local n=0 i
