@@ -74,6 +74,16 @@ static char holder[GP_NAME_MAX + 1];
 static int64_t key_first, key_span;
 static int64_t next_key;       /* the key the next arrival tries (0-based in the range) */
 static int stop_seen;
+static uint32_t rng = 2463534242u; /* xorshift32 state, seeded at start */
+
+/* A pseudo-random number in [0, n) (n > 0): session lengths and key offsets only. */
+static uint32_t rnd_below(uint32_t n)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 17;
+    rng ^= rng << 5;
+    return rng % n;
+}
 
 /* ---- the blob format: "progress=N holder=H\n" ------------------------------------ */
 
@@ -232,7 +242,11 @@ static void join_done(gp_t *gp, player_t *p, int64_t now)
     p->blob_seq = p->seq_tried = p->got_blob_seq;
     p->progress = p->got_progress;
     p->next_at_ms = now + gp->save_every_ms;
-    p->leave_at_ms = gp->session_ms > 0 ? now + gp->session_ms : 0;
+    /* Sessions last half to one and a half --session-s, so players do not all leave at
+     * once. */
+    p->leave_at_ms = gp->session_ms > 0
+                         ? now + gp->session_ms / 2 + rnd_below((uint32_t)gp->session_ms + 1)
+                         : 0;
     p->save_failing = 0;
     gp->players++;
     log_info("player joined", "key=%s lock_seq=%" PRId64 " blob_seq=%" PRId64
@@ -305,9 +319,10 @@ int gp_players_start(gp_t *gp)
     key_first = gp->key_first;
     key_span = gp->key_last - gp->key_first + 1;
     /* Servers sharing a key range start at different keys, so they rarely collide. */
-    char rnd[9];
-    if (sd_random_hex(rnd, 4) == 0)
-        next_key = (int64_t)(strtoul(rnd, NULL, 16) % (unsigned long)key_span);
+    char seed[9];
+    if (sd_random_hex(seed, 4) == 0 && strtoul(seed, NULL, 16) != 0)
+        rng = (uint32_t)strtoul(seed, NULL, 16);
+    next_key = rnd_below((uint32_t)key_span); /* --player-keys caps it below 10^9 */
     int64_t now = sd_mono_ms();
     for (int i = 0; i < nplayers; i++) {
         players[i].job.run = job_run;

@@ -101,7 +101,7 @@ done
 cat <<MSG
 
 ServerDir local cluster is up.
-  dashboard and API:  $url/   (cluster: local)
+  dashboard:          $url/?cluster=local
   machines:           $(count /v1/clusters/local/machines machine) (local-1, supervised by bigbrother)
   processes ready:    $(count /v1/clusters/local/processes?state=ready instance) (zone servers, gameproc)
   player locks held:  $(locks) (holder: the zone server's instance id)
