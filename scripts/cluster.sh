@@ -44,7 +44,9 @@ stop_all() {
     done
     wait 2>/dev/null || true
 }
-trap stop_all INT TERM EXIT
+trap 'stop_all; exit 130' INT
+trap 'stop_all; exit 143' TERM
+trap stop_all EXIT
 
 setsid redis-server --port "$rport" --bind 127.0.0.1 --dir "$state/redis" --appendonly yes \
     --save "" --daemonize no >"$state/redis.log" 2>&1 &
