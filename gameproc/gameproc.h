@@ -11,10 +11,11 @@
 #include <sys/socket.h>
 
 #include "bbagent.h"
+#include "gpquery.h"
 
-#define GP_VERSION "0.1.0"
 #define GP_NAME_MAX 63
 #define GP_STATUS_MAX 160
+#define GP_STOP_WAIT_MS 5000      /* longest wait for saves on a stop without a grace */
 
 typedef struct gp gp_t;
 
@@ -58,6 +59,18 @@ struct gp {
     int use_notify;
     const char *udp_listen;        /* NULL: no query port */
     int a2s_challenge;             /* A2S_INFO only after the challenge round trip */
+    const char *sd_urls;           /* ServerDir base URLs (comma-separated); NULL: none */
+    const char *sd_token;
+    char instance[GP_NAME_MAX + 1]; /* lock holder: $BB_INSTANCE, else --name */
+    int sim_players;               /* --players with --serverdir: simulated players */
+    int64_t key_first, key_last;   /* player keys player:<first>..player:<last> */
+    int64_t save_every_ms;         /* periodic save of every player's blob */
+    int64_t session_ms;            /* a player leaves after this long; 0: stays */
+    int master_rest;               /* announce to the REST master list */
+    const char *master_udp;        /* DarkPlaces heartbeats to this HOST:PORT; NULL: none */
+    int64_t master_every_ms;
+    const char *region;
+    const char *tags;              /* comma-separated */
 
     /* state */
     int64_t started_ms;
@@ -65,19 +78,46 @@ struct gp {
     int ready;
     int draining;
     int stopping;
-    int64_t stop_at_ms;            /* stopping: exit at this time */
+    int64_t stop_at_ms;            /* stopping: exit at this time (when nothing is pending) */
+    int64_t stop_deadline_ms;      /* stopping: exit now even with work pending */
     bbagent_t *agent;              /* NULL with --no-agent or --notify */
     gp_notify_t notify;
     int udp_fd;
     int udp_port;                  /* the bound port (for A2S EDF) */
+    int stop_pending;              /* modules still finishing work before exit (saves) */
 };
+
+/* Off-tick work (worker.c): a job runs on a module's worker thread, then its done
+ * callback runs on the loop thread from gp_worker_reap. */
+typedef struct gp_job gp_job_t;
+struct gp_job {
+    void (*run)(gp_job_t *j);             /* worker thread: the blocking call */
+    void (*done)(gp_t *gp, gp_job_t *j);  /* loop thread: act on the result */
+    gp_job_t *next;                       /* the worker's queue link */
+};
+typedef struct gp_worker gp_worker_t;
+
+/* Starts a worker thread (call after the stop signals are blocked). NULL on failure. */
+gp_worker_t *gp_worker_new(void);
+/* Queues j (owned by the caller, untouched until its done callback ran). */
+void gp_worker_submit(gp_worker_t *w, gp_job_t *j);
+/* Runs the done callbacks of the finished jobs; returns how many. Loop thread only. */
+int gp_worker_reap(gp_worker_t *w, gp_t *gp);
+/* Stops the worker: queued jobs are dropped, a running one gets up to wait_ms to end.
+ * 0 when the worker is gone; -EBUSY when its job still runs and the thread was left to
+ * die with the process (the caller must then leave the job and what it uses alone).
+ * NULL is fine. */
+int gp_worker_free(gp_worker_t *w, int64_t wait_ms);
 
 /* Registers fd for POLLIN in the main loop (at most GP_MAX_WATCH). 0 or -ENOSPC. */
 #define GP_MAX_WATCH 8
 int gp_watch(gp_t *gp, int fd, gp_fd_cb cb, void *arg);
 
 /* Starts the graceful stop ("saving players", then exit 0 after save_ms capped by half
- * the grace; grace_ms < 0: none given). Ignored with --ignore-term. */
+ * the grace; grace_ms < 0: none given). The hooks keep ticking meanwhile; a module with
+ * work to finish first (players.c's last saves) counts it in stop_pending, and the exit
+ * waits for it up to half the grace (GP_STOP_WAIT_MS without one). Ignored with
+ * --ignore-term. */
 void gp_begin_stop(gp_t *gp, const char *why, int grace_ms);
 
 /* supervisor.c: what the process tells its supervisor, over libbbagent, sd_notify or
@@ -101,5 +141,21 @@ void gp_notify_close(gp_notify_t *n);
 /* query.c: the UDP query port (Quake III getstatus/getinfo, Valve A2S_INFO). */
 int gp_query_start(gp_t *gp);
 void gp_query_stop(gp_t *gp);
+/* "PORT" (on default_host; NULL: a port alone is refused), "HOST:PORT", "[V6]:PORT" with
+ * a numeric host, into ss. 0 or -EINVAL. */
+int gp_parse_sockaddr(const char *s, const char *default_host, struct sockaddr_storage *ss,
+                      socklen_t *len);
+
+/* players.c: simulated players with locked, fenced saves in ServerDir (--players with
+ * --serverdir). */
+int gp_players_start(gp_t *gp);
+void gp_players_tick(gp_t *gp, int64_t now_ms);
+void gp_players_stop(gp_t *gp);
+
+/* master.c: master-list heartbeats over REST (--master-rest) and the DarkPlaces UDP
+ * protocol (--master-udp). */
+int gp_master_start(gp_t *gp);
+void gp_master_tick(gp_t *gp, int64_t now_ms);
+void gp_master_stop(gp_t *gp);
 
 #endif

@@ -22,10 +22,12 @@
 #include "sdlog.h"
 #include "sdutil.h"
 
-/* The modules called every tick, in order. Player simulation and master-list
- * heartbeats plug in here as one line each. */
+/* The modules called every tick, in order (stopped in reverse order: the master link
+ * still has the query socket for its last heartbeat). */
 static const gp_hook_t gp_hooks[] = {
     { "query", gp_query_start, NULL, gp_query_stop },
+    { "players", gp_players_start, gp_players_tick, gp_players_stop },
+    { "master", gp_master_start, gp_master_tick, gp_master_stop },
 };
 #define GP_NHOOKS (sizeof gp_hooks / sizeof gp_hooks[0])
 
@@ -62,6 +64,20 @@ static void usage(FILE *out)
             "  --notify             speak sd_notify on $NOTIFY_SOCKET instead of libbbagent\n"
             "  --no-agent           talk to no supervisor at all\n"
             "  --save-ms N          time \"saving players\" takes on a graceful stop (default 0)\n"
+            "ServerDir (URLs and token also from $SERVERDIR_URL and $SERVERDIR_TOKEN):\n"
+            "  --serverdir URLS     ServerDir base URLs, comma-separated\n"
+            "  --token TOKEN        bearer token (role game)\n"
+            "  with --serverdir, --players N simulates N players: each locks its key (holder:\n"
+            "  $BB_INSTANCE, else --name), loads its blob, plays, saves, releases on leave\n"
+            "  --player-keys A-B    player keys player:A..player:B (default 1-N)\n"
+            "  --save-every-ms N    save every player this often (default 5000)\n"
+            "  --session-s S        a player leaves after about S (0.5-1.5 S) and another\n"
+            "                       arrives (default: stays)\n"
+            "  --master-rest        announce to ServerDir's master list (needs --udp-port)\n"
+            "  --master-udp H:P     DarkPlaces heartbeats to the UDP master at H:P (needs --udp-port)\n"
+            "  --master-interval-s S  heartbeat interval (default 300)\n"
+            "  --region R           region announced to the master list\n"
+            "  --tags A,B           tags announced to the master list\n"
             "  --log-level LEVEL    debug, info, warn or error (default info)\n"
             "fault injection (S: seconds, decimals allowed):\n"
             "  --slow-start S       wait S before saying READY\n"
@@ -96,10 +112,74 @@ static int name_ok(const char *s)
     return 1;
 }
 
+/* "A-B" with 1 <= A <= B. */
+static int parse_range(const char *s, int64_t *a, int64_t *b)
+{
+    char buf[32];
+    const char *dash = strchr(s, '-');
+    if (!dash || (size_t)(dash - s) >= sizeof buf)
+        return -EINVAL;
+    memcpy(buf, s, (size_t)(dash - s));
+    buf[dash - s] = '\0';
+    if (sd_parse_i64(buf, 1, 999999999, a) || sd_parse_i64(dash + 1, 1, 999999999, b) ||
+        *a > *b)
+        return -EINVAL;
+    return 0;
+}
+
+static int tags_ok(const char *s)
+{
+    char buf[256];
+    if (strlen(s) >= sizeof buf)
+        return 0;
+    sd_strlcpy(buf, s, sizeof buf);
+    int n = 0;
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save), n++)
+        if (!sd_name_valid(t, 32) || n >= 8)
+            return 0;
+    return n > 0;
+}
+
+/* The ServerDir side of the options: the environment fills what the flags left out,
+ * the player simulation takes over --players, and the combinations are checked. */
+static void serverdir_opts(gp_t *gp)
+{
+    const char *e;
+    if (!gp->sd_urls && (e = getenv("SERVERDIR_URL")) && *e)
+        gp->sd_urls = e;
+    if (!gp->sd_token && (e = getenv("SERVERDIR_TOKEN")) && *e)
+        gp->sd_token = e;
+    e = getenv("BB_INSTANCE");
+    sd_strlcpy(gp->instance, e && *e ? e : gp->name, sizeof gp->instance);
+    if ((gp->master_rest || gp->master_udp) && !gp->udp_listen)
+        sd_die(SD_EXIT_USAGE, "bad option", "option=%s want=%s",
+               gp->master_rest ? "master-rest" : "master-udp", "--udp-port with it");
+    if (gp->master_rest && !gp->sd_urls)
+        sd_die(SD_EXIT_USAGE, "bad option", "option=master-rest want=%s",
+               "--serverdir or $SERVERDIR_URL");
+    if (!gp->sd_urls || gp->players == 0)
+        return;
+    if (!sd_name_valid(gp->instance, GP_NAME_MAX))
+        sd_die(SD_EXIT_USAGE, "bad option", "option=name value=%s want=%s", gp->instance,
+               "a lock holder name (letters, digits, _ . - : @) for the player simulation");
+    if (gp->key_first == 0) {
+        gp->key_first = 1;
+        gp->key_last = gp->players;
+    }
+    if (gp->key_last - gp->key_first + 1 < gp->players)
+        sd_die(SD_EXIT_USAGE, "bad option", "option=player-keys want=%s",
+               "at least --players keys");
+    gp->sim_players = gp->players;
+    gp->players = 0; /* counted as they arrive */
+}
+
 static void parse_args(gp_t *gp, int argc, char **argv)
 {
     enum { O_NAME = 256, O_MAP, O_TICK, O_PLAYERS, O_MAXP, O_UDP, O_A2SCH, O_NOTIFY,
-           O_NOAGENT, O_SAVE, O_LOGLVL, O_SLOW, O_HANG, O_CRASH, O_EXIT, O_IGNTERM, O_HELP };
+           O_NOAGENT, O_SAVE, O_LOGLVL, O_SLOW, O_HANG, O_CRASH, O_EXIT, O_IGNTERM, O_SD,
+           O_TOKEN, O_KEYS, O_SAVE_EVERY, O_SESSION, O_MREST, O_MUDP, O_MINT, O_REGION,
+           O_TAGS, O_HELP };
     /* In the same order as the enum: "bad option" names opts[c - O_NAME]. */
     static const struct option opts[] = {
         { "name", required_argument, NULL, O_NAME },
@@ -118,6 +198,16 @@ static void parse_args(gp_t *gp, int argc, char **argv)
         { "crash-after", required_argument, NULL, O_CRASH },
         { "exit-code", required_argument, NULL, O_EXIT },
         { "ignore-term", no_argument, NULL, O_IGNTERM },
+        { "serverdir", required_argument, NULL, O_SD },
+        { "token", required_argument, NULL, O_TOKEN },
+        { "player-keys", required_argument, NULL, O_KEYS },
+        { "save-every-ms", required_argument, NULL, O_SAVE_EVERY },
+        { "session-s", required_argument, NULL, O_SESSION },
+        { "master-rest", no_argument, NULL, O_MREST },
+        { "master-udp", required_argument, NULL, O_MUDP },
+        { "master-interval-s", required_argument, NULL, O_MINT },
+        { "region", required_argument, NULL, O_REGION },
+        { "tags", required_argument, NULL, O_TAGS },
         { "help", no_argument, NULL, O_HELP },
         { NULL, 0, NULL, 0 },
     };
@@ -197,6 +287,45 @@ static void parse_args(gp_t *gp, int argc, char **argv)
         case O_IGNTERM:
             gp->ignore_term = 1;
             break;
+        case O_SD:
+            gp->sd_urls = optarg;
+            break;
+        case O_TOKEN:
+            gp->sd_token = optarg;
+            break;
+        case O_KEYS:
+            if (parse_range(optarg, &gp->key_first, &gp->key_last))
+                bad = "A-B with 1 <= A <= B <= 999999999";
+            break;
+        case O_SAVE_EVERY:
+            if (sd_parse_i64(optarg, 100, 3600000, &v))
+                bad = "an integer in 100..3600000";
+            gp->save_every_ms = v;
+            break;
+        case O_SESSION:
+            if (parse_seconds(optarg, &gp->session_ms))
+                bad = "seconds >= 0";
+            break;
+        case O_MREST:
+            gp->master_rest = 1;
+            break;
+        case O_MUDP:
+            gp->master_udp = optarg;
+            break;
+        case O_MINT:
+            if (parse_seconds(optarg, &gp->master_every_ms) || gp->master_every_ms < 100)
+                bad = "seconds >= 0.1";
+            break;
+        case O_REGION:
+            if (!sd_name_valid(optarg, 64))
+                bad = "a name of 1-64 letters, digits, _ . - : @";
+            gp->region = optarg;
+            break;
+        case O_TAGS:
+            if (!tags_ok(optarg))
+                bad = "comma-separated names";
+            gp->tags = optarg;
+            break;
         case O_HELP:
             usage(stdout);
             exit(0);
@@ -218,6 +347,7 @@ static void parse_args(gp_t *gp, int argc, char **argv)
                "--crash-after with it");
     if (gp->use_notify && gp->no_agent)
         sd_die(SD_EXIT_USAGE, "bad option", "option=notify want=%s", "not with --no-agent");
+    serverdir_opts(gp);
 }
 
 /* Blocks the stop signals (they arrive through the signalfd) after putting back their
@@ -270,6 +400,10 @@ void gp_begin_stop(gp_t *gp, const char *why, int grace_ms)
         save = grace_ms / 2;
     gp->stopping = 1;
     gp->stop_at_ms = sd_mono_ms() + save;
+    /* Real saves (players.c) may take longer than the simulated time: wait for them,
+     * but leave the supervisor's grace for the rest of the way out. */
+    int64_t bound = grace_ms >= 0 ? grace_ms / 2 : GP_STOP_WAIT_MS;
+    gp->stop_deadline_ms = sd_mono_ms() + (bound > save ? bound : save);
     log_info("saving players", "players=%d reason=%s grace_ms=%d save_ms=%lld", gp->players,
              why, grace_ms, (long long)save);
     gp_sup_stopping(gp);
@@ -327,8 +461,15 @@ static void tick(gp_t *gp, int64_t now)
         if (gp_hooks[i].tick)
             gp_hooks[i].tick(gp, now);
     gp_sup_tick(gp, now);
-    if (gp->stopping && now >= gp->stop_at_ms)
-        gp_exit(gp, 0, "shutdown");
+    if (gp->stopping && now >= gp->stop_at_ms) {
+        if (gp->stop_pending == 0)
+            gp_exit(gp, 0, "shutdown");
+        if (now >= gp->stop_deadline_ms) {
+            log_warn("stop deadline reached with work pending", "pending=%d",
+                     gp->stop_pending);
+            gp_exit(gp, 0, "shutdown");
+        }
+    }
 }
 
 int main(int argc, char **argv)
@@ -336,6 +477,7 @@ int main(int argc, char **argv)
     static gp_t gp = {
         .name = "gameproc", .map = "gp_arena", .tick_hz = 20, .max_players = 16,
         .hang_after_ms = -1, .crash_after_ms = -1, .exit_code = -1, .udp_fd = -1,
+        .save_every_ms = 5000, .master_every_ms = 300000,
     };
     parse_args(&gp, argc, argv);
     gp.started_ms = sd_mono_ms();

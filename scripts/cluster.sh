@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# Runs a local ServerDir cluster in the foreground: a private redis-server and serverdir
-# (state under .cluster/), and prints the URL. Ctrl-C stops everything it started.
-# Ports: SD_PORT (default 7700), SD_REDIS_PORT (default 7379).
+# Runs a local ServerDir cluster in the foreground: a private redis-server, serverdir, and
+# one bigbrother (machine "local-1" of cluster "local") supervising 3 gameproc zone
+# servers that simulate players (locks + fenced blob saves) and announce themselves to
+# the master list. State and logs under .cluster/. Ctrl-C stops everything it started:
+# the game processes first (bbctl stop all), then bigbrother, serverdir and redis.
+# Ports: SD_PORT (default 7700), SD_REDIS_PORT (default 7379); state dir: SD_CLUSTER_DIR
+# (default .cluster in the repository).
 set -euo pipefail
 SD_ROOT=$(cd "$(dirname "$0")/.." && pwd)
 . "$SD_ROOT/scripts/deps.sh"
@@ -10,36 +14,103 @@ sd_build build
 
 port=${SD_PORT:-7700}
 rport=${SD_REDIS_PORT:-7379}
-state="$SD_ROOT/.cluster"
-mkdir -p "$state/redis"
+state=${SD_CLUSTER_DIR:-$SD_ROOT/.cluster}
+bin="$SD_ROOT/build/bin"
+url="http://127.0.0.1:$port"
+mkdir -p "$state/redis" "$state/bb"
+state=$(cd "$state" && pwd)
+ctl_sock="$state/bb/control.sock"
 pids=()
+bb_pid=""
+
+# Every daemon runs in its own session (setsid), so a Ctrl-C reaches this script only and
+# the order below holds: the game processes must not outlive their bigbrother.
 stop_all() {
     trap - INT TERM EXIT
     echo
     echo "stopping local cluster"
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    if [[ -n $bb_pid ]] && kill -0 "$bb_pid" 2>/dev/null; then
+        "$bin/bbctl" --socket "$ctl_sock" stop all >/dev/null 2>&1 || true
+        # Bounded wait until no instance runs (each gets its stop grace).
+        for _ in $(seq 100); do
+            "$bin/bbctl" --socket "$ctl_sock" -o json status 2>/dev/null |
+                grep -Eq '"state": *"(starting|ready|stopping|backoff)"' || break
+            sleep 0.1
+        done
+    fi
+    for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+        kill "${pids[i]}" 2>/dev/null || true
+        for _ in $(seq 50); do kill -0 "${pids[i]}" 2>/dev/null || break; sleep 0.1; done
+    done
     wait 2>/dev/null || true
 }
-trap stop_all INT TERM EXIT
+trap 'stop_all; exit 130' INT
+trap 'stop_all; exit 143' TERM
+trap stop_all EXIT
 
-redis-server --port "$rport" --bind 127.0.0.1 --dir "$state/redis" --appendonly yes \
+setsid redis-server --port "$rport" --bind 127.0.0.1 --dir "$state/redis" --appendonly yes \
     --save "" --daemonize no >"$state/redis.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do redis-cli -p "$rport" ping >/dev/null 2>&1 && break; sleep 0.05; done
 
-"$SD_ROOT/build/bin/serverdir" --listen "127.0.0.1:$port" --redis "redis://127.0.0.1:$rport/0" \
+setsid "$bin/serverdir" --listen "127.0.0.1:$port" --redis "redis://127.0.0.1:$rport/0" \
     >"$state/serverdir.log" 2>&1 &
 pids+=($!)
-for _ in $(seq 100); do curl -fs "http://127.0.0.1:$port/healthz" >/dev/null && break; sleep 0.05; done
-curl -fs "http://127.0.0.1:$port/readyz" >/dev/null || { echo "serverdir is not ready: see $state/serverdir.log"; exit 1; }
+for _ in $(seq 100); do curl -fs "$url/healthz" >/dev/null && break; sleep 0.05; done
+curl -fs "$url/readyz" >/dev/null || { echo "serverdir is not ready: see $state/serverdir.log"; exit 1; }
+
+# bigbrother's config: 3 zone servers with the agent health check; each simulates 3
+# players on keys player:1..12 (holder: its instance id), saves every 2 s, lets a player
+# go after 20 s, and heartbeats the REST master list every 10 s.
+cat >"$state/bigbrother.json" <<JSON
+{ "machine": "local-1", "cluster": "local", "address": "127.0.0.1",
+  "serverdir": { "urls": ["$url"] },
+  "state_dir": "$state/bb",
+  "services": [
+    { "name": "zone", "command": "$bin/gameproc",
+      "args": ["--tick-hz", "20", "--udp-port", "0", "--players", "3", "--max-players", "16",
+               "--player-keys", "1-12", "--save-every-ms", "2000", "--session-s", "20",
+               "--master-rest", "--master-interval-s", "10", "--region", "local",
+               "--tags", "demo"],
+      "env": { "SERVERDIR_URL": "$url" },
+      "count": 3,
+      "health":  { "type": "agent", "start_timeout_ms": 10000, "liveness_timeout_ms": 3000 },
+      "restart": { "policy": "always", "backoff_min_ms": 100, "backoff_max_ms": 10000,
+                   "max_restarts": 5, "window_s": 60 },
+      "stop":    { "signal": "TERM", "grace_ms": 5000 } } ] }
+JSON
+setsid "$bin/bigbrother" --config "$state/bigbrother.json" >"$state/bigbrother.log" 2>&1 &
+bb_pid=$!
+pids+=("$bb_pid")
+
+# What the dashboard will show, once the zone servers are up (bounded wait).
+count() { curl -fs "$url$1" 2>/dev/null | grep -o "\"$2\":" | wc -l || true; }
+# Locks are listed per holder; the holders are the zone servers' instance ids.
+locks() {
+    local n=0 i
+    for i in $(curl -fs "$url/v1/clusters/local/processes" 2>/dev/null |
+               grep -o '"instance":"[^"]*"' | cut -d'"' -f4); do
+        n=$((n + $(count "/v1/locks?holder=$i" key)))
+    done
+    echo "$n"
+}
+for _ in $(seq 100); do
+    [[ $(count /v1/clusters/local/processes?state=ready instance) -ge 3 &&
+       $(count /v1/master/servers address) -ge 3 && $(locks) -ge 3 ]] && break
+    sleep 0.1
+done
 
 cat <<MSG
 
 ServerDir local cluster is up.
-  dashboard and API:  http://127.0.0.1:$port/
-  health:             http://127.0.0.1:$port/readyz
-  sdctl:              SERVERDIR_URL=http://127.0.0.1:$port $SD_ROOT/build/bin/sdctl ps
-  logs:               $state/*.log
+  dashboard:          $url/?cluster=local
+  machines:           $(count /v1/clusters/local/machines machine) (local-1, supervised by bigbrother)
+  processes ready:    $(count /v1/clusters/local/processes?state=ready instance) (zone servers, gameproc)
+  player locks held:  $(locks) (holder: the zone server's instance id)
+  master servers:     $(count /v1/master/servers address)
+  sdctl:              SERVERDIR_URL=$url $bin/sdctl ps
+  bbctl:              $bin/bbctl --socket $ctl_sock status
+  logs:               $state/*.log, $state/bb/
 Press Ctrl-C to stop.
 MSG
 wait -n "${pids[@]}" || true

@@ -32,8 +32,9 @@ static void set_str(json_t *o, const char *key, const char *s)
         json_object_set_new(o, key, json_string(s));
 }
 
-int sdc_master_heartbeat(sdc_t *c, const char *challenge, const sdc_master_server_t *s,
-                         int64_t *expires_in_ms, sdc_err_t *err)
+/* The heartbeat; addr (may be NULL) gets the address the master listed. */
+static int heartbeat(sdc_t *c, const char *challenge, const sdc_master_server_t *s,
+                     int64_t *expires_in_ms, char *addr, size_t addrcap, sdc_err_t *err)
 {
     if (!challenge || !s || !s->game)
         return SDC_E_INVAL;
@@ -63,24 +64,39 @@ int sdc_master_heartbeat(sdc_t *c, const char *challenge, const sdc_master_serve
     if (rc)
         return rc;
     json_t *exp = json_object_get(out, "expires_in_ms");
-    if (!json_is_integer(exp)) {
+    const char *listed = json_string_value(json_object_get(out, "address"));
+    if (!json_is_integer(exp) || (addr && (!listed || strlen(listed) >= addrcap))) {
         json_decref(out);
         return SDC_E_PROTO;
     }
     if (expires_in_ms)
         *expires_in_ms = json_integer_value(exp);
+    if (addr)
+        memcpy(addr, listed, strlen(listed) + 1);
     json_decref(out);
     return SDC_OK;
+}
+
+int sdc_master_heartbeat(sdc_t *c, const char *challenge, const sdc_master_server_t *s,
+                         int64_t *expires_in_ms, sdc_err_t *err)
+{
+    return heartbeat(c, challenge, s, expires_in_ms, NULL, 0, err);
 }
 
 int sdc_master_announce(sdc_t *c, const sdc_master_server_t *s, int64_t *expires_in_ms,
                         sdc_err_t *err)
 {
+    return sdc_master_announce_addr(c, s, NULL, 0, expires_in_ms, err);
+}
+
+int sdc_master_announce_addr(sdc_t *c, const sdc_master_server_t *s, char *addr,
+                             size_t addrcap, int64_t *expires_in_ms, sdc_err_t *err)
+{
     char chal[64];
     int rc = sdc_master_challenge(c, chal, sizeof chal, NULL, err);
     if (rc)
         return rc;
-    return sdc_master_heartbeat(c, chal, s, expires_in_ms, err);
+    return heartbeat(c, chal, s, expires_in_ms, addr, addrcap, err);
 }
 
 int sdc_master_terminate(sdc_t *c, const char *addr, sdc_err_t *err)

@@ -205,6 +205,11 @@ int sdc_master_heartbeat(sdc_t *c, const char *challenge, const sdc_master_serve
  * heartbeat interval). */
 int sdc_master_announce(sdc_t *c, const sdc_master_server_t *s, int64_t *expires_in_ms,
                         sdc_err_t *err);
+/* sdc_master_announce that also copies the address the master lists the server under
+ * ("ip:port" as the master saw the connection, at most 64 bytes) into addr (addr may be
+ * NULL): the address sdc_master_terminate takes. */
+int sdc_master_announce_addr(sdc_t *c, const sdc_master_server_t *s, char *addr,
+                             size_t addrcap, int64_t *expires_in_ms, sdc_err_t *err);
 /* Removes the caller's server "ip:port" at once (DELETE /v1/master/servers/{addr}). */
 int sdc_master_terminate(sdc_t *c, const char *addr, sdc_err_t *err);
 
