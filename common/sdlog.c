@@ -136,8 +136,9 @@ size_t sd_logfmt_format(char *buf, size_t cap, const char *f, va_list ap)
                 n = snprintf(tmp, sizeof tmp, "%d", va_arg(ap, int));
             break;
         case 'u':
+        case 'o':
         case 'x': {
-            int hex = *f == 'x';
+            const char *conv = *f == 'x' ? "%llx" : *f == 'o' ? "%llo" : "%llu";
             unsigned long long v;
             if (sz)
                 v = va_arg(ap, size_t);
@@ -147,7 +148,7 @@ size_t sd_logfmt_format(char *buf, size_t cap, const char *f, va_list ap)
                 v = va_arg(ap, unsigned long);
             else
                 v = va_arg(ap, unsigned int);
-            n = snprintf(tmp, sizeof tmp, hex ? "%llx" : "%llu", v);
+            n = snprintf(tmp, sizeof tmp, conv, v);
             break;
         }
         case 'f':

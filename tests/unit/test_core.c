@@ -138,6 +138,8 @@ static void logfmt_quotes_values(void **state)
     char out[256];
     fmt(out, sizeof out, "a=%s b=%d c=%zu d=%lld", "plain", -3, (size_t)7, 1LL << 40);
     assert_string_equal(out, "a=plain b=-3 c=7 d=1099511627776");
+    fmt(out, sizeof out, "mode=%o h=%x", 0644u, 255u);
+    assert_string_equal(out, "mode=644 h=ff");
     fmt(out, sizeof out, "v=%s", "two words \"q\"\nx=1");
     assert_string_equal(out, "v=\"two words \\\"q\\\"\\nx=1\"");
     fmt(out, sizeof out, "e=%s n=%.*s", "", 3, "abcdef");
