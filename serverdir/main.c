@@ -213,7 +213,9 @@ int main(int argc, char **argv)
         if (wd_ms) {
             int64_t left = wd_next - sd_mono_ms();
             if (left <= 0) {
-                sd_watchdog_tick(sd_cfg.listen, (int)(wd_ms < 2000 ? wd_ms / 2 + 1 : 1000));
+                /* half the ping period, at most 5 s: one slow answer skips one ping,
+                 * systemd acts only after two in a row */
+                sd_watchdog_tick(sd_cfg.listen, (int)(wd_ms / 2 < 5000 ? wd_ms / 2 + 1 : 5000));
                 wd_next += wd_ms;
                 if (wd_next < sd_mono_ms())
                     wd_next = sd_mono_ms() + wd_ms;

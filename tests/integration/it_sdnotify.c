@@ -258,6 +258,16 @@ static void bigbrother_notifies(void **state)
     json_decref(in);
     assert_non_null(strstr(msg, "(1 running"));
 
+    /* SIGHUP: RELOADING=1, re-exec in place (same pid), READY=1 again, game untouched */
+    kill(pid, SIGHUP);
+    assert_true(wait_for(&n, pid, "RELOADING=1", 5000 * slow, NULL, 0));
+    assert_true(wait_for(&n, pid, "READY=1", 10000 * slow, NULL, 0));
+    in = bbt_inst(&b, "zone", 0);
+    assert_non_null(in);
+    assert_int_equal(bbt_int(in, "pid"), game);
+    json_decref(in);
+    check_watchdog(&n, pid, 2000);
+
     json_decref(bbt_ctl(&b, "stop all"));
     kill(pid, SIGTERM);
     assert_true(wait_for(&n, pid, "STOPPING=1", 5000 * slow, NULL, 0));
