@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include <netinet/in.h>
+
 #include "bbtest.h"
 
 #define WATCHDOG_USEC 1000000 /* the daemons ping every 500 ms */
@@ -200,6 +202,64 @@ static void serverdir_ignores_foreign_watchdog_pid(void **state)
     h_redis_stop(&redis);
 }
 
+/* Opens a connection to 127.0.0.1:port and sends a request that needs Redis, without
+ * reading the answer. Returns the socket. */
+static int send_redis_request(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    static const char req[] = "GET /v1/clusters/c1/machines HTTP/1.1\r\nHost: x\r\n\r\n";
+    assert_int_equal(send(fd, req, sizeof req - 1, MSG_NOSIGNAL), (ssize_t)(sizeof req - 1));
+    return fd;
+}
+
+/* The point of the self-check: with its only worker stuck in a Redis call (Redis is
+ * SIGSTOPped, each call blocks up to the 3 s command timeout), serverdir stops feeding
+ * the watchdog, long enough for systemd to act, logs it once, and resumes after. */
+static void serverdir_watchdog_starves_when_workers_hang(void **state)
+{
+    h_redis_t redis;
+    assert_int_equal(h_redis_start(&redis), 0);
+    nsock_t n;
+    nsock_open(&n, "sd-notify3.sock");
+    int port = h_free_port();
+    char listen[64], env_sock[400], env_wd[64], log[400];
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
+    snprintf(env_sock, sizeof env_sock, "NOTIFY_SOCKET=%s", n.path);
+    snprintf(env_wd, sizeof env_wd, "WATCHDOG_USEC=%d", WATCHDOG_USEC);
+    snprintf(log, sizeof log, "%s/serverdir3.log", h_tmpdir());
+    const char *argv[] = {SD_BIN_DIR "/serverdir", "--listen", listen, "--redis", redis.url,
+                          "--threads", "1", NULL};
+    const char *env[] = {env_sock, env_wd, NULL};
+    pid_t pid = h_spawn(argv, log, env);
+    assert_true(pid > 0);
+    assert_true(wait_for(&n, pid, "READY=1", h_valgrind() ? 30000 : 10000, NULL, 0));
+    assert_true(wait_for(&n, pid, "WATCHDOG=1", 3000, NULL, 0));
+
+    kill(redis.pid, SIGSTOP);
+    int fds[3];
+    for (int i = 0; i < 3; i++)
+        fds[i] = send_redis_request(port);
+    /* no ping for longer than WATCHDOG_USEC: systemd would now kill and restart it */
+    for (int i = 0; i < 5 && wait_for(&n, pid, "WATCHDOG=1", 300, NULL, 0); i++)
+        ; /* drain a ping that was on its way when the worker got stuck */
+    assert_false(wait_for(&n, pid, "WATCHDOG=1", WATCHDOG_USEC / 1000 + 500, NULL, 0));
+    assert_true(bbt_file_has(log, "watchdog self-check failed"));
+
+    kill(redis.pid, SIGCONT);
+    for (int i = 0; i < 3; i++)
+        close(fds[i]);
+    assert_true(wait_for(&n, pid, "WATCHDOG=1", 15000, NULL, 0));
+    assert_true(bbt_file_has(log, "watchdog self-check recovered"));
+    kill(pid, SIGTERM);
+    assert_true(wait_for(&n, pid, "STOPPING=1", 5000, NULL, 0));
+    status_of(pid);
+    close(n.fd);
+    h_redis_stop(&redis);
+}
+
 static pid_t bb_start_notified(bbt_t *b, nsock_t *n)
 {
     char env_sock[400], env_wd[64];
@@ -281,6 +341,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(serverdir_notifies),
         cmocka_unit_test(serverdir_ignores_foreign_watchdog_pid),
+        cmocka_unit_test(serverdir_watchdog_starves_when_workers_hang),
         cmocka_unit_test(bigbrother_notifies),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
