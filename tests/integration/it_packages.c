@@ -305,7 +305,14 @@ static void extracted_binaries_run(void **state)
     snprintf(libdir, sizeof libdir, "-L%s/usr/lib", dev);
     snprintf(dyn, sizeof dyn, "%s/game-dyn", tmp());
     snprintf(sta, sizeof sta, "%s/game-static", tmp());
-    const char *cc_dyn[] = {"cc", inc, src, libdir, "-lbbagent", "-o", dyn, NULL};
+    /* a sanitizer build of the tree instruments the packaged libraries too: the game must
+     * then link the sanitizer runtimes (a release build needs nothing) */
+#ifdef __SANITIZE_ADDRESS__
+    const char *san = "-fsanitize=address,undefined";
+#else
+    const char *san = "-O2";
+#endif
+    const char *cc_dyn[] = {"cc", san, inc, src, libdir, "-lbbagent", "-o", dyn, NULL};
     assert_int_equal(run(cc_dyn, NULL, 30000, &out), 0);
     free(out);
     /* the -dev package's libbbagent.so is only a link to the runtime package's file */
@@ -317,7 +324,7 @@ static void extracted_binaries_run(void **state)
     free(out);
     char stalib[700];
     snprintf(stalib, sizeof stalib, "%s/usr/lib/libbbagent.a", dev);
-    const char *cc_sta[] = {"cc", inc, src, stalib, "-o", sta, NULL};
+    const char *cc_sta[] = {"cc", san, inc, src, stalib, "-o", sta, NULL};
     assert_int_equal(run(cc_sta, NULL, 30000, &out), 0);
     free(out);
     const char *r_sta[] = {sta, NULL};
