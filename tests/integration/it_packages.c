@@ -333,6 +333,66 @@ static void extracted_binaries_run(void **state)
     free(out);
 }
 
+/* Writes text to path, each "/usr/bin/" replaced by root + "/usr/bin/". */
+static void write_rebased(const char *path, const char *text, const char *root)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    for (const char *p = text; *p;) {
+        const char *hit = strstr(p, "/usr/bin/");
+        size_t n = hit ? (size_t)(hit - p) : strlen(p);
+        fwrite(p, 1, n, f);
+        if (!hit)
+            break;
+        fprintf(f, "%s/usr/bin/", root);
+        p = hit + 9;
+    }
+    fclose(f);
+}
+
+/* The packaged units: systemd-analyze verify finds nothing to say (no unknown key, no
+ * bad value; ExecStart pointed at the extracted binary), and they hold the settings the
+ * daemons rely on. */
+static void unit_files_verify(void **state)
+{
+    static const struct {
+        int pkg;
+        const char *unit, *must[4];
+    } units[] = {
+        {0, "serverdir.service", {"Type=notify\n", "WatchdogSec=", "ExecStart=/usr/bin/serverdir ", NULL}},
+        {1, "bigbrother.service", {"Type=notify\n", "WatchdogSec=", "KillMode=process\n",
+                                   "ExecStart=/usr/bin/bigbrother "}},
+    };
+    for (size_t u = 0; u < sizeof units / sizeof units[0]; u++) {
+        char path[700], copy[700];
+        const char *root = extract(units[u].pkg);
+        snprintf(path, sizeof path, "%s/lib/systemd/system/%s", root, units[u].unit);
+        char *text;
+        size_t len;
+        FILE *f = fopen(path, "r");
+        assert_non_null(f);
+        text = calloc(1, 65537);
+        len = fread(text, 1, 65536, f);
+        text[len] = '\0';
+        fclose(f);
+        for (int m = 0; m < 4 && units[u].must[m]; m++)
+            assert_non_null(strstr(text, units[u].must[m]));
+        snprintf(copy, sizeof copy, "%s/verify-%s", tmp(), units[u].unit);
+        assert_true(mkdir(copy, 0755) == 0 || errno == EEXIST);
+        snprintf(copy + strlen(copy), sizeof copy - strlen(copy), "/%s", units[u].unit);
+        write_rebased(copy, text, root);
+        free(text);
+        char *out;
+        const char *v[] = {"systemd-analyze", "verify", "--man=no", copy, NULL};
+        int rc = run(v, NULL, 20000, &out);
+        if (out[0])
+            print_message("systemd-analyze verify %s:\n%s\n", units[u].unit, out);
+        assert_int_equal(rc, 0);
+        assert_string_equal(out, "");
+        free(out);
+    }
+}
+
 /* Makes a scratch dpkg root whose database lists the given installed packages (their
  * stanzas copied from the real database; dpkg-query reads it without locking). */
 static void scratch_root(const char *root, const char *const *installed)
@@ -444,6 +504,7 @@ int main(void)
         cmocka_unit_test(control_and_contents),
         cmocka_unit_test(depends_match_needed_libraries),
         cmocka_unit_test(extracted_binaries_run),
+        cmocka_unit_test(unit_files_verify),
         cmocka_unit_test(dpkg_installs_into_scratch_root),
     };
     return cmocka_run_group_tests(tests, build_packages, NULL);
