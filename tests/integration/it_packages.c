@@ -393,6 +393,40 @@ static void unit_files_verify(void **state)
     }
 }
 
+static int ready(void *url)
+{
+    h_resp_t r;
+    int ok = h_http("GET", url, NULL, NULL, NULL, 0, NULL, &r) == 0 && r.status == 200;
+    h_resp_free(&r);
+    return ok;
+}
+
+/* The packaged example config is accepted as shipped by the packaged serverdir (flags
+ * move its addresses to loopback ports and Redis to the test's). */
+static void example_config_is_accepted(void **state)
+{
+    h_redis_t redis;
+    assert_int_equal(h_redis_start(&redis), 0);
+    const char *root = extract(0);
+    char bin[700], cfg[700], listen[64], udp[64], url[128], log[600];
+    snprintf(bin, sizeof bin, "%s/usr/bin/serverdir", root);
+    snprintf(cfg, sizeof cfg, "%s/usr/share/doc/serverdir/examples/serverdir.json", root);
+    int port = h_free_port();
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
+    snprintf(udp, sizeof udp, "127.0.0.1:%d", h_free_port());
+    snprintf(url, sizeof url, "http://%s/readyz", listen);
+    snprintf(log, sizeof log, "%s/example-serverdir.log", tmp());
+    const char *argv[] = {bin, "--config", cfg, "--listen", listen, "--redis", redis.url,
+                          "--tokens", h_tokens_file(), "--master-udp", udp, NULL};
+    pid_t pid = h_spawn(argv, log, NULL);
+    assert_true(pid > 0);
+    assert_true(h_wait_until(ready, url, 10000));
+    int st = h_stop(pid, 5000);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    h_redis_stop(&redis);
+}
+
 /* Makes a scratch dpkg root whose database lists the given installed packages (their
  * stanzas copied from the real database; dpkg-query reads it without locking). */
 static void scratch_root(const char *root, const char *const *installed)
@@ -505,6 +539,7 @@ int main(void)
         cmocka_unit_test(depends_match_needed_libraries),
         cmocka_unit_test(extracted_binaries_run),
         cmocka_unit_test(unit_files_verify),
+        cmocka_unit_test(example_config_is_accepted),
         cmocka_unit_test(dpkg_installs_into_scratch_root),
     };
     return cmocka_run_group_tests(tests, build_packages, NULL);
