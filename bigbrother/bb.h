@@ -267,4 +267,13 @@ void bb_state_save(void);
 /* Sends one started/ready/stopped event to the reporter. */
 void bb_report(bb_inst_t *in, const char *type);
 
+/* ---------------------------------------------------------------- systemd.c */
+
+/* Arms the loop timer that tells systemd READY=1 from inside the running loop (after
+ * re-adoption) and then WATCHDOG=1 every half WATCHDOG_USEC, so a stuck loop starves
+ * the watchdog. A no-op without NOTIFY_SOCKET. */
+void bb_systemd_start(void);
+/* STOPPING=1 (SIGTERM/SIGINT) or RELOADING=1 (SIGHUP re-exec) with a STATUS= line. */
+void bb_systemd_stopping(int sig, int running);
+
 #endif

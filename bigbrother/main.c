@@ -97,11 +97,13 @@ int main(int argc, char **argv)
              bb.ninst, bb.cfg.urls ? bb.cfg.urls : "none (standalone)");
     bb_state_load();
     bb_supervisor_start_all();
+    bb_systemd_start();
     int sig = bb_loop_run();
 
     int running = 0;
     for (int i = 0; i < bb.ninst; i++)
         running += bb.inst[i].pid > 0;
+    bb_systemd_stopping(sig, running);
     bb_ctl_close();
     bb_agentsrv_close();
     bb_notify_close();

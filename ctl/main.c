@@ -22,7 +22,8 @@ static void usage(FILE *f)
                "  --version, --help\n\ncommands:\n");
     for (size_t i = 0; i < ctl_ncmds; i++)
         fprintf(f, "  %-12s %s\n", ctl_cmds[i].name, ctl_cmds[i].summary);
-    fprintf(f, "\n'sdctl COMMAND --help' describes a command.\n"
+    fprintf(f, "\n'sdctl COMMAND --help' describes a command. Colour only on a terminal\n"
+               "(NO_COLOR turns it off).\n"
                "exit codes: 0 ok, 1 refused by ServerDir, 2 usage, 3 ServerDir unreachable or\n"
                "failing, 4 not found, 5 conflict (held, fenced, stale), 6 not authorized\n");
 }
@@ -37,7 +38,10 @@ int main(int argc, char **argv)
         ctl.url = "http://127.0.0.1:7700";
     if (!ctl.cluster || !*ctl.cluster)
         ctl.cluster = "default";
-    ctl.color = isatty(1) && !getenv("NO_COLOR");
+    /* Colour only for a person at a terminal: never into a pipe or file, never when
+     * NO_COLOR is set to anything non-empty (no-color.org), never on TERM=dumb. */
+    const char *no_color = getenv("NO_COLOR"), *term = getenv("TERM");
+    ctl.color = isatty(1) && !(no_color && *no_color) && !(term && !strcmp(term, "dumb"));
 
     int i = 1;
     for (; i < argc && argv[i][0] == '-'; i++) {
@@ -75,6 +79,13 @@ int main(int argc, char **argv)
         usage(stderr);
         return CTL_EXIT_USAGE;
     }
+    /* Hidden helper for the shell completion (packaging/bash-completion/sdctl): the
+     * command names, one a line, straight from the generated table. */
+    if (!strcmp(argv[i], "__complete")) {
+        for (size_t k = 0; k < ctl_ncmds; k++)
+            printf("%s\n", ctl_cmds[k].name);
+        return CTL_EXIT_OK;
+    }
     const ctl_cmd_t *cmd = NULL;
     for (size_t k = 0; k < ctl_ncmds; k++)
         if (!strcmp(ctl_cmds[k].name, argv[i]))
@@ -84,6 +95,13 @@ int main(int argc, char **argv)
         usage(stderr);
         return CTL_EXIT_USAGE;
     }
+    /* --help anywhere after the command (`sdctl locks get --help`) is that command's
+     * help, printed without contacting ServerDir (the client is not even created). */
+    for (int k = i + 1; k < argc; k++)
+        if (!strcmp(argv[k], "--help") || (k == i + 1 && !strcmp(argv[k], "-h"))) {
+            char *help_argv[] = {argv[i], "--help", NULL};
+            return cmd->fn(&ctl, 2, help_argv);
+        }
     ctl.client = sdc_new(ctl.url, ctl.token, 10000);
     if (!ctl.client) {
         fprintf(stderr, "sdctl: bad ServerDir URL list '%s' (want http://host:port[,...])\n", ctl.url);

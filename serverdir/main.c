@@ -3,7 +3,9 @@
  * Start-up order: defaults, then --config FILE, then flags; Redis connections are made
  * lazily per worker thread, so serverdir starts (and /healthz answers) while Redis is
  * down. The main thread only waits for signals: SIGHUP reloads the token file, SIGTERM
- * and SIGINT stop accepting and let in-flight requests finish. */
+ * and SIGINT stop accepting and let in-flight requests finish. Under systemd (Type=notify)
+ * it also reports READY=1 once listening, STOPPING=1 on the way out, and, when the unit
+ * sets WatchdogSec, feeds the watchdog after a /healthz self-request (watchdog.h). */
 #include <errno.h>
 #include <getopt.h>
 #include <pthread.h>
@@ -11,12 +13,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "directory.h"
 #include "http.h"
 #include "locks.h"
 #include "master.h"
 #include "sd.h"
+#include "sdnotify.h"
+#include "watchdog.h"
 
 #ifndef SD_VERSION
 #define SD_VERSION "dev"
@@ -168,6 +173,10 @@ int main(int argc, char **argv)
                "redis://[:password@]host:port[/db] or unix:///path[?db=N]");
     if (sd_auth_load(sd_cfg.tokens[0] ? sd_cfg.tokens : NULL))
         sd_die(SD_EXIT_USAGE, "cannot load tokens", "path=%s", sd_cfg.tokens);
+    int nrc = sd_notify_init();
+    if (nrc)
+        log_warn("cannot talk to the service manager", "NOTIFY_SOCKET=%s err=%s",
+                 getenv("NOTIFY_SOCKET"), strerror(-nrc));
     sd_metrics_init(sd_nroutes);
     sd_locks_init();
 
@@ -194,16 +203,42 @@ int main(int argc, char **argv)
     log_info("serverdir started", "version=%s listen=%s port=%d redis=%s threads=%d routes=%zu",
              SD_VERSION, sd_cfg.listen, sd_http_port(), sd_cfg.redis, sd_cfg.threads, sd_nroutes);
 
+    sd_notify_send("READY=1\nSTATUS=serving on %s, %d threads, redis %s", sd_cfg.listen,
+                   sd_cfg.threads, sd_cfg.redis);
+
+    /* Wait for signals; with a watchdog, wake every half period to run the self-check. */
+    int64_t wd_ms = sd_notify_watchdog_ms(), wd_next = sd_mono_ms() + wd_ms;
     for (;;) {
         int sig;
-        if (sigwait(&set, &sig))
+        if (wd_ms) {
+            int64_t left = wd_next - sd_mono_ms();
+            if (left <= 0) {
+                /* half the ping period, at most 5 s: one slow answer skips one ping,
+                 * systemd acts only after two in a row */
+                sd_watchdog_tick(sd_cfg.listen, (int)(wd_ms / 2 < 5000 ? wd_ms / 2 + 1 : 5000));
+                wd_next += wd_ms;
+                if (wd_next < sd_mono_ms())
+                    wd_next = sd_mono_ms() + wd_ms;
+                continue;
+            }
+            struct timespec ts = {left / 1000, (left % 1000) * 1000000};
+            sig = sigtimedwait(&set, NULL, &ts);
+            if (sig < 0)
+                continue;
+        } else if (sigwait(&set, &sig)) {
             continue;
+        }
         if (sig == SIGHUP) {
+            sd_notify_send("RELOADING=1\nSTATUS=reloading tokens");
             sd_log_msg(SD_LOG_INFO, "reloading tokens");
             sd_auth_reload();
+            sd_notify_send("READY=1\nSTATUS=serving on %s, %d threads, redis %s", sd_cfg.listen,
+                           sd_cfg.threads, sd_cfg.redis);
             continue;
         }
         log_info("stopping", "signal=%s", sig == SIGTERM ? "TERM" : "INT");
+        sd_notify_send("STOPPING=1\nSTATUS=stopping on SIG%s, finishing in-flight requests",
+                       sig == SIGTERM ? "TERM" : "INT");
         break;
     }
     sd_master_udp_stop();
