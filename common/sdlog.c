@@ -138,7 +138,7 @@ size_t sd_logfmt_format(char *buf, size_t cap, const char *f, va_list ap)
         case 'u':
         case 'o':
         case 'x': {
-            const char *conv = *f == 'x' ? "%llx" : *f == 'o' ? "%llo" : "%llu";
+            char conv = *f;
             unsigned long long v;
             if (sz)
                 v = va_arg(ap, size_t);
@@ -148,7 +148,12 @@ size_t sd_logfmt_format(char *buf, size_t cap, const char *f, va_list ap)
                 v = va_arg(ap, unsigned long);
             else
                 v = va_arg(ap, unsigned int);
-            n = snprintf(tmp, sizeof tmp, conv, v);
+            if (conv == 'x')
+                n = snprintf(tmp, sizeof tmp, "%llx", v);
+            else if (conv == 'o')
+                n = snprintf(tmp, sizeof tmp, "%llo", v);
+            else
+                n = snprintf(tmp, sizeof tmp, "%llu", v);
             break;
         }
         case 'f':
