@@ -27,7 +27,9 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: serverdir [options]\n"
             "  --listen HOST:PORT   address to serve HTTP on (default 127.0.0.1:7700)\n"
-            "  --redis URL          redis://[:pw@]host:port/db or unix:///path (default redis://127.0.0.1:6379/0)\n"
+            "  --redis URL          redis://[:pw@]host:port/db, unix:///path[?db=N] or\n"
+            "                       sentinel://[:pw@]h1:p1,h2:p2/mastername[?db=N]\n"
+            "                       (default redis://127.0.0.1:6379/0)\n"
             "  --tokens FILE        token file, `ROLE TOKEN` per line (default: open access)\n"
             "  --config FILE        JSON config file; flags override it\n"
             "  --threads N          HTTP worker threads, one Redis connection each (default 8)\n"
@@ -165,7 +167,8 @@ int main(int argc, char **argv)
 
     if (sd_store_init(sd_cfg.redis, sd_cfg.key_prefix))
         sd_die(SD_EXIT_USAGE, "bad redis url", "url=%s want=%s", sd_cfg.redis,
-               "redis://[:password@]host:port[/db] or unix:///path[?db=N]");
+               "redis://[:password@]host:port[/db], unix:///path[?db=N] or "
+               "sentinel://[:password@]h1:p1,h2:p2/mastername[?db=N]");
     if (sd_auth_load(sd_cfg.tokens[0] ? sd_cfg.tokens : NULL))
         sd_die(SD_EXIT_USAGE, "cannot load tokens", "path=%s", sd_cfg.tokens);
     sd_metrics_init(sd_nroutes);
