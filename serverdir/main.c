@@ -172,6 +172,7 @@ int main(int argc, char **argv)
     if (sd_auth_load(sd_cfg.tokens[0] ? sd_cfg.tokens : NULL))
         sd_die(SD_EXIT_USAGE, "cannot load tokens", "path=%s", sd_cfg.tokens);
     sd_metrics_init(sd_nroutes);
+    sd_master_metrics_init();
     sd_locks_init();
 
     /* Block the signals before any thread starts so only sigwait below sees them. */

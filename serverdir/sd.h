@@ -187,6 +187,13 @@ _Atomic int64_t *sd_metric_counter(const char *series, const char *help);
         }                                                                                \
         atomic_fetch_add(p__, (n));                                                      \
     } while (0)
+/* A gauge read at scrape time: fn runs on the worker thread serving /metrics (it may use
+ * the store; keep it cheap or cached) and returns 0 with *value, or -1 to leave the
+ * sample out of this scrape. series is one whole series (one gauge per family); series
+ * and help must live for the life of the process.
+ * Returns 0, or -1 when the gauge table is full. */
+typedef int (*sd_gauge_fn)(double *value);
+int sd_metric_gauge(const char *series, const char *help, sd_gauge_fn fn);
 void sd_metrics_render(sd_buf_t *out);
 
 /* ---- config (main.c) ---- */

@@ -10,8 +10,7 @@
 
 #include <hiredis/hiredis.h>
 
-#include "sdlog.h"
-#include "sdutil.h"
+#include "sd.h"
 #include "sentinel.h"
 
 #define SENTINEL_MAX 8
@@ -164,6 +163,8 @@ static void maybe_discover(void)
             sd_strlcpy(cur.host, host, sizeof cur.host);
             cur.port = port;
             atomic_fetch_add(&generation, 1);
+            SD_COUNT("serverdir_redis_primary_changes_total",
+                     "Times Sentinel discovery moved serverdir to a new Redis primary", 1);
             log_info("redis primary found", "master=%s addr=%s port=%d", cfg.name, host, port);
         }
         cur.known = 1;

@@ -243,6 +243,7 @@ static redisContext *get_ctx(void)
         char host[256];
         int port;
         if (sd__sentinel_master(host, sizeof host, &port, &gen)) {
+            SD_COUNT("serverdir_redis_errors_total{kind=\"no_primary\"}", "Redis calls that failed", 1);
             if (!atomic_exchange(&down_logged, 1))
                 log_error("redis unreachable", "err=%s", "no primary known to the sentinels");
             tl_last_fail_ms = sd_mono_ms();
@@ -254,6 +255,7 @@ static redisContext *get_ctx(void)
                              : redisConnectWithTimeout(target.host, target.port, ct);
     }
     if (!c || c->err) {
+        SD_COUNT("serverdir_redis_errors_total{kind=\"connect\"}", "Redis calls that failed", 1);
         if (target.sentinel)
             sd__sentinel_failed(gen, 0);
         if (!atomic_exchange(&down_logged, 1))
@@ -348,6 +350,7 @@ static redisReply *roundtrip(int argc, const char **argv, const size_t *argl)
     } else if (r->type == REDIS_REPLY_ERROR && strstr(r->str, "READONLY")) {
         /* A replica (a demoted primary after a failover): no write can succeed here. */
         log_warn("redis refused a write", "err=%s", "READONLY: the server is a replica");
+        SD_COUNT("serverdir_redis_errors_total{kind=\"readonly\"}", "Redis calls that failed", 1);
         freeReplyObject(r);
         r = NULL;
         drop_ctx_failed(1);
