@@ -9,6 +9,12 @@ static int pattern_match(const char *pat, char **segs, int nsegs, const char **p
 {
     int i = 0, np = 0;
     const char *p = pat;
+    if (strcmp(pat, "/") == 0) { /* the root: the path has no segment at all */
+        if (nsegs)
+            return 0;
+        *nparams = 0;
+        return 1;
+    }
     while (*p) {
         if (*p != '/')
             return 0;

@@ -24,6 +24,7 @@ static const sd_route_t table[] = {
     {"GET", "/v1/clusters/{c}/machines/{m}", SD_R_READERS, 0, h_dummy},
     {"GET", "/v1/clusters/{c}/machines/{m}/assignments", SD_R_READERS, 0, h_dummy},
     {"DELETE", "/v1/clusters/{c}/machines/{m}", SD_R_OPS, 0, h_dummy},
+    {"GET", "/", SD_PUBLIC, 0, h_dummy},
 };
 
 static int match(const char *m, const char *p, const char **params, int *np, char *allow)
@@ -46,6 +47,11 @@ static void router_matches_params(void **state)
     assert_int_equal(match("HEAD", "/healthz", params, &np, allow), 0);
     assert_int_equal(match("PUT", "/v1/locks/player:42", params, &np, allow), 1);
     assert_string_equal(params[0], "player:42");
+    /* The root (the dashboard) matches "/" and nothing else. */
+    assert_int_equal(match("GET", "/", params, &np, allow), 7);
+    assert_int_equal(np, 0);
+    assert_int_equal(match("POST", "/", params, &np, allow), SD_ROUTE_BAD_METHOD);
+    assert_int_equal(match("GET", "/v1", params, &np, allow), SD_ROUTE_NOT_FOUND);
 }
 
 static void router_prefers_literal_segments(void **state)
