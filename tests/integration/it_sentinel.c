@@ -383,6 +383,76 @@ static void test_failover_keeps_acknowledged_grants(void **state)
         }
 }
 
+static int primary_moved(void *arg)
+{
+    int p = sentinel_master_port();
+    return p != 0 && p != *(int *)arg;
+}
+
+/* A planned failover (SENTINEL FAILOVER): the old primary is not dead but demoted to a
+ * replica, so serverdir learns it from READONLY replies (or ROLE on reconnect) instead of
+ * connection errors, and follows to the new primary. Runs after the kill test (the
+ * cluster then has a primary and one replica). */
+static void test_planned_failover_followed(void **state)
+{
+    (void)state;
+    int old = sentinel_master_port();
+    assert_true(old != 0);
+    /* A grant on the current primary first: the worker connections point at it. */
+    h_resp_t r;
+    assert_int_equal(h_http_json("PUT", sd.url, H_TOK_GAME, "{\"holder\": \"planned\"}", &r,
+                                 "/v1/locks/planned-0"), 0);
+    assert_int_equal(r.status, 200);
+    h_resp_free(&r);
+
+    redisReply *f = node_cmd(sentinels[0].port, "SENTINEL FAILOVER mymaster");
+    assert_non_null(f);
+    assert_int_equal(f->type, REDIS_REPLY_STATUS);
+    freeReplyObject(f);
+    int64_t t0 = h_now_ms();
+    assert_true(h_wait_until(primary_moved, &old, 30000));
+    int64_t moved = h_now_ms();
+
+    /* serverdir writes to the new primary within a bounded time: first the grant lands
+     * there but WAIT 1 may time out (503 replication_timeout: Sentinel converts the
+     * demoted primary into a replica on its next INFO round, up to ~10 s later), then it
+     * is confirmed (200). 503 store_unavailable only while no primary is known. */
+    int64_t until = h_now_ms() + 40000, landed = 0, served = 0;
+    for (int i = 1; h_now_ms() < until && !served; i++) {
+        assert_int_equal(h_http_json("PUT", sd.url, H_TOK_GAME, "{\"holder\": \"planned\"}", &r,
+                                     "/v1/locks/planned-%d", i), 0);
+        if (r.status == 200)
+            served = h_now_ms();
+        else
+            assert_int_equal(r.status, 503);
+        if (!landed && (r.status == 200 || !strcmp(h_err_code(&r), "replication_timeout")))
+            landed = h_now_ms();
+        h_resp_free(&r);
+        if (!served)
+            h_sleep_ms(50);
+    }
+    assert_true(landed > 0 && served > 0);
+    assert_true(landed - moved < 10000);
+    printf("sentinel planned failover: the sentinels named the new primary after %lld ms; "
+           "serverdir's grants landed on it after %lld ms and were confirmed by a replica "
+           "after %lld ms\n",
+           (long long)(moved - t0), (long long)(landed - t0), (long long)(served - t0));
+    assert_int_equal(h_http_json("GET", sd.url, H_TOK_VIEWER, NULL, &r, "/v1/locks/planned-0"), 0);
+    json_t *j = h_resp_json(&r);
+    assert_string_equal(json_string_value(json_object_get(j, "holder")), "planned");
+    json_decref(j);
+    h_resp_free(&r);
+
+    /* The moves are counted: the first discovery, the kill, the planned failover. */
+    char url[256];
+    snprintf(url, sizeof url, "%s/metrics", sd.url);
+    assert_int_equal(h_http("GET", url, NULL, NULL, NULL, 0, NULL, &r), 0);
+    const char *m = strstr(r.body, "\nserverdir_redis_primary_changes_total ");
+    assert_non_null(m);
+    assert_true(atoi(m + strlen("\nserverdir_redis_primary_changes_total ")) >= 3);
+    h_resp_free(&r);
+}
+
 /* A bad sentinel URL is refused at start with a usage error. */
 static void test_bad_sentinel_url(void **state)
 {
@@ -411,6 +481,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_sentinel_url),
         cmocka_unit_test(test_failover_keeps_acknowledged_grants),
+        cmocka_unit_test(test_planned_failover_followed),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
