@@ -47,6 +47,8 @@ int sd__sentinel_init(const char *spec, const char *password)
         return -EINVAL;
     sd_strlcpy(cfg.name, slash + 1, sizeof cfg.name);
     sd_strlcpy(cfg.password, password, sizeof cfg.password);
+    if (slash == spec || slash[-1] == ',') /* no sentinel, or an empty last one */
+        return -EINVAL;
     const char *p = spec;
     while (p < slash) {
         const char *comma = memchr(p, ',', (size_t)(slash - p));

@@ -297,6 +297,7 @@ int sd_store_init(const char *url, const char *key_prefix)
     if (parse_url(url))
         return -EINVAL;
     sd_strlcpy(target.prefix, key_prefix, sizeof target.prefix);
+    free(script_sha);
     script_sha = calloc(sd_nscripts ? sd_nscripts : 1, sizeof *script_sha);
     return script_sha ? 0 : -ENOMEM;
 }
