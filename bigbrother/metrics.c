@@ -35,6 +35,7 @@ typedef struct {
 } svc_metrics_t;
 
 static svc_metrics_t *svcm;
+static int64_t *counts; /* bb_metrics_publish's scratch */
 static _Atomic int64_t agent_conns;
 static struct MHD_Daemon *httpd;
 
@@ -79,22 +80,26 @@ void bb_metrics_spawn(const bb_inst_t *in)
         atomic_fetch_add_explicit(&m->spawns, 1, memory_order_relaxed);
 }
 
+/* One pass over the instances (this runs before every sleep of the loop), counting into
+ * `counts` (nservices x ST__COUNT, supervision thread only), then one store per gauge. */
 void bb_metrics_publish(void)
 {
     if (!svcm)
         return;
-    int64_t counts[ST__COUNT];
+    int n = bb.cfg.nservices;
+    memset(counts, 0, (size_t)n * ST__COUNT * sizeof(*counts));
     int64_t conns = 0;
-    for (int s = 0; s < bb.cfg.nservices; s++) {
-        memset(counts, 0, sizeof(counts));
-        for (int i = 0; i < bb.ninst; i++)
-            if (bb.inst[i].svc == &bb.cfg.services[s] && (unsigned)bb.inst[i].state < ST__COUNT)
-                counts[bb.inst[i].state]++;
-        for (int k = 0; k < ST__COUNT; k++)
-            atomic_store_explicit(&svcm[s].state[k], counts[k], memory_order_relaxed);
+    for (int i = 0; i < bb.ninst; i++) {
+        const bb_inst_t *in = &bb.inst[i];
+        ptrdiff_t s = in->svc - bb.cfg.services;
+        if (s >= 0 && s < n && (unsigned)in->state < ST__COUNT)
+            counts[s * ST__COUNT + in->state]++;
+        conns += in->conn != NULL;
     }
-    for (int i = 0; i < bb.ninst; i++)
-        conns += bb.inst[i].conn != NULL;
+    for (int s = 0; s < n; s++)
+        for (int k = 0; k < ST__COUNT; k++)
+            atomic_store_explicit(&svcm[s].state[k], counts[s * ST__COUNT + k],
+                                  memory_order_relaxed);
     atomic_store_explicit(&agent_conns, conns, memory_order_relaxed);
 }
 
@@ -241,8 +246,10 @@ static int listen_on(const char *host, int port)
 
 int bb_metrics_start(void)
 {
-    svcm = calloc(bb.cfg.nservices ? (size_t)bb.cfg.nservices : 1, sizeof(*svcm));
-    if (!svcm)
+    size_t n = bb.cfg.nservices ? (size_t)bb.cfg.nservices : 1;
+    svcm = calloc(n, sizeof(*svcm));
+    counts = calloc(n * ST__COUNT, sizeof(*counts));
+    if (!svcm || !counts)
         return -ENOMEM;
     if (!bb.cfg.metrics_host[0])
         return 0;
@@ -275,4 +282,6 @@ void bb_metrics_stop(void)
     }
     free(svcm);
     svcm = NULL;
+    free(counts);
+    counts = NULL;
 }
