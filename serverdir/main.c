@@ -184,7 +184,10 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    int rc = sd_http_start(sd_cfg.listen, sd_cfg.threads, sd_cfg.conn_timeout_s);
+    int rc = sd_store_start();
+    if (rc)
+        sd_die(SD_EXIT_SYSTEM, "cannot start the store", "err=%s", strerror(-rc));
+    rc = sd_http_start(sd_cfg.listen, sd_cfg.threads, sd_cfg.conn_timeout_s);
     if (rc)
         sd_die(SD_EXIT_SYSTEM, "cannot listen", "addr=%s err=%s", sd_cfg.listen, strerror(-rc));
     int nudp = nudp_flags ? nudp_flags : sd_master_cfg.nudp;
@@ -212,6 +215,7 @@ int main(int argc, char **argv)
     }
     sd_master_udp_stop();
     sd_http_stop(10000);
+    sd_store_stop();
     json_decref(sd_cfg.file);
     sd_log_msg(SD_LOG_INFO, "serverdir stopped");
     return 0;

@@ -138,6 +138,10 @@ void sd_argv_addf(sd_argv_t *a, const char *fmt, ...) __attribute__((format(prin
 void sd_argv_free(sd_argv_t *a);
 
 int sd_store_init(const char *url, const char *key_prefix);
+/* Starts the store's background thread (Sentinel mode: the failover subscriber) after
+ * sd_store_init, with the signals blocked; sd_store_stop joins it. 0 or -errno. */
+int sd_store_start(void);
+void sd_store_stop(void);
 void sd_store_thread_close(void);
 /* Runs the embedded script `name` with the first nkeys entries of a as KEYS and the rest
  * as ARGV (EVALSHA, loading it after NOSCRIPT). On success *out is a reply the caller

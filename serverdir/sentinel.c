@@ -3,10 +3,12 @@
  * the old primary (it died) or READONLY replies (it was demoted); both report here, and
  * the next discovery moves every worker to the address the sentinels agree on. */
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <hiredis/hiredis.h>
 
@@ -35,6 +37,13 @@ static struct {
     int64_t last_try_ms;
 } cur;
 static _Atomic uint64_t generation = 1;
+
+/* The +switch-master subscriber thread. */
+static pthread_t sub_thread;
+static int sub_running;
+static pthread_mutex_t sub_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t sub_cond = PTHREAD_COND_INITIALIZER;
+static int sub_stop; /* under sub_mu */
 
 int sd__sentinel_init(const char *spec, const char *password)
 {
@@ -212,4 +221,113 @@ void sd__sentinel_failed(uint64_t gen, int lost)
         }
     }
     pthread_mutex_unlock(&mu);
+}
+
+/* ---- the +switch-master subscriber ---- */
+
+/* A sentinel announced that `name` moved: forget the primary so the next command of
+ * every worker asks the sentinels (at once, not after the retry interval). */
+static void switch_announced(const char *msg)
+{
+    size_t n = strlen(cfg.name);
+    if (strncmp(msg, cfg.name, n) != 0 || msg[n] != ' ')
+        return;
+    pthread_mutex_lock(&mu);
+    if (cur.known) {
+        cur.known = 0;
+        atomic_fetch_add(&generation, 1);
+    }
+    cur.stale = 1;
+    cur.last_try_ms = 0;
+    pthread_mutex_unlock(&mu);
+    log_info("sentinel announced a failover", "switch=%s", msg);
+}
+
+/* Waits up to ms for sd__sentinel_stop; 1 when stopping. */
+static int sub_wait(int ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&sub_mu);
+    while (!sub_stop && pthread_cond_timedwait(&sub_cond, &sub_mu, &ts) == 0)
+        ;
+    int stop = sub_stop;
+    pthread_mutex_unlock(&sub_mu);
+    return stop;
+}
+
+/* Reads +switch-master messages from one sentinel until the connection fails or a stop
+ * is asked (checked every SUB_POLL_MS). */
+#define SUB_POLL_MS 250
+static void sub_listen(redisContext *c)
+{
+    redisReply *r = redisCommand(c, "SUBSCRIBE +switch-master");
+    int ok = r && r->type == REDIS_REPLY_ARRAY;
+    if (r)
+        freeReplyObject(r);
+    while (ok && !sub_wait(0)) {
+        struct pollfd p = {.fd = c->fd, .events = POLLIN};
+        int n = poll(&p, 1, SUB_POLL_MS);
+        if (n < 0 && errno != EINTR)
+            break;
+        if (n <= 0)
+            continue;
+        if (redisBufferRead(c) != REDIS_OK)
+            break;
+        void *reply = NULL;
+        while (redisGetReplyFromReader(c, &reply) == REDIS_OK && reply) {
+            redisReply *m = reply;
+            if (m->type == REDIS_REPLY_ARRAY && m->elements == 3 &&
+                m->element[2]->type == REDIS_REPLY_STRING)
+                switch_announced(m->element[2]->str);
+            freeReplyObject(m);
+            reply = NULL;
+        }
+        if (c->err)
+            break;
+    }
+}
+
+/* The subscriber: one sentinel at a time, the next one after a failure. */
+static void *subscriber(void *arg)
+{
+    (void)arg;
+    for (int i = 0; !sub_wait(0); i = (i + 1) % cfg.n) {
+        redisContext *c = probe_connect(cfg.host[i], cfg.port[i]);
+        if (c) {
+            sub_listen(c);
+            redisFree(c);
+        }
+        if (sub_wait(SD_SENTINEL_RETRY_MS * 5))
+            break;
+    }
+    return NULL;
+}
+
+int sd__sentinel_start(void)
+{
+    sub_stop = 0;
+    int rc = pthread_create(&sub_thread, NULL, subscriber, NULL);
+    if (rc)
+        return -rc;
+    sub_running = 1;
+    return 0;
+}
+
+void sd__sentinel_stop(void)
+{
+    if (!sub_running)
+        return;
+    pthread_mutex_lock(&sub_mu);
+    sub_stop = 1;
+    pthread_cond_broadcast(&sub_cond);
+    pthread_mutex_unlock(&sub_mu);
+    pthread_join(sub_thread, NULL);
+    sub_running = 0;
 }

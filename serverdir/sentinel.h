@@ -7,7 +7,8 @@
  * each sentinel in turn (SENTINEL get-master-addr-by-name) and verifies the answer with
  * ROLE on the primary itself; it runs on the worker that first needs it, at most once per
  * SD_SENTINEL_RETRY_MS, and never while another discovery is in flight (other workers
- * answer 503 meanwhile instead of waiting). */
+ * answer 503 meanwhile instead of waiting). A subscriber thread also listens for the
+ * sentinels' +switch-master announcements. */
 #ifndef SD_SENTINEL_H
 #define SD_SENTINEL_H
 
@@ -32,5 +33,11 @@ uint64_t sd__sentinel_gen(void);
  * on connect): the next sd__sentinel_master runs a discovery. lost: the address is known
  * to be no primary any more, so no worker should use it until a discovery confirms one. */
 void sd__sentinel_failed(uint64_t gen, int lost);
+
+/* Starts / stops the thread that subscribes to +switch-master on one sentinel at a time
+ * and sends the workers back to the sentinels as soon as a failover is announced (a
+ * demoted primary still answers reads; this moves them too). 0 or -errno. */
+int sd__sentinel_start(void);
+void sd__sentinel_stop(void);
 
 #endif

@@ -304,6 +304,14 @@ int sd_store_init(const char *url, const char *key_prefix)
 
 void sd_store_thread_close(void) { drop_ctx(); }
 
+int sd_store_start(void) { return target.sentinel ? sd__sentinel_start() : 0; }
+
+void sd_store_stop(void)
+{
+    if (target.sentinel)
+        sd__sentinel_stop();
+}
+
 const char *sd_store_prefix(void) { return target.prefix; }
 
 const char *sd_key(char *buf, size_t cap, const char *cluster, const char *fmt, ...)

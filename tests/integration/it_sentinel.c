@@ -443,6 +443,16 @@ static void test_planned_failover_followed(void **state)
     json_decref(j);
     h_resp_free(&r);
 
+    /* serverdir heard the announcement (+switch-master) and logged it. */
+    FILE *lf = fopen(sd.log, "r");
+    assert_non_null(lf);
+    char line[2048];
+    int announced = 0;
+    while (fgets(line, sizeof line, lf))
+        announced |= strstr(line, "sentinel announced a failover") != NULL;
+    fclose(lf);
+    assert_true(announced);
+
     /* The moves are counted: the first discovery, the kill, the planned failover. */
     char url[256];
     snprintf(url, sizeof url, "%s/metrics", sd.url);
