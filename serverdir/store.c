@@ -187,17 +187,22 @@ static int parse_url(const char *url)
     return 0;
 }
 
+static void close_ctx(void)
+{
+    if (tl_ctx) {
+        redisFree(tl_ctx);
+        tl_ctx = NULL;
+        pthread_setspecific(ctx_key, NULL);
+    }
+}
+
 /* Closes this thread's connection after a failure; with Sentinel, also reports the
  * primary as failing (lost: it is known not to be the primary any more). */
 static void drop_ctx_failed(int lost)
 {
     if (tl_ctx && target.sentinel)
         sd__sentinel_failed(tl_gen, lost);
-    if (tl_ctx) {
-        redisFree(tl_ctx);
-        tl_ctx = NULL;
-        pthread_setspecific(ctx_key, NULL);
-    }
+    close_ctx();
     tl_last_fail_ms = sd_mono_ms();
 }
 
@@ -226,9 +231,7 @@ static redisContext *get_ctx(void)
 {
     if (tl_ctx && target.sentinel && tl_gen != sd__sentinel_gen()) {
         /* The primary changed under this connection: move to the new one now. */
-        redisFree(tl_ctx);
-        tl_ctx = NULL;
-        pthread_setspecific(ctx_key, NULL);
+        close_ctx();
         tl_last_fail_ms = 0;
     }
     if (tl_ctx)
@@ -276,7 +279,9 @@ static redisContext *get_ctx(void)
         return NULL;
     }
     if (target.sentinel && !role_is_master(c)) {
-        log_warn("redis primary demoted", "err=%s", "ROLE is not master; asking the sentinels");
+        static _Atomic uint64_t logged_gen;
+        if (atomic_exchange(&logged_gen, gen) != gen) /* once per primary, not per worker */
+            log_warn("redis primary demoted", "err=%s", "ROLE is not master; asking the sentinels");
         sd__sentinel_failed(gen, 1);
         redisFree(c);
         tl_last_fail_ms = 0;
@@ -302,7 +307,7 @@ int sd_store_init(const char *url, const char *key_prefix)
     return script_sha ? 0 : -ENOMEM;
 }
 
-void sd_store_thread_close(void) { drop_ctx(); }
+void sd_store_thread_close(void) { close_ctx(); }
 
 int sd_store_start(void) { return target.sentinel ? sd__sentinel_start() : 0; }
 
