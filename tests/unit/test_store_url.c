@@ -39,8 +39,8 @@ static void bad_urls(void **state)
         "sentinel://127.0.0.1:26379,/m", "sentinel://127.0.0.1:26379/bad name",
         "sentinel://127.0.0.1:26379/m/x", "sentinel://127.0.0.1:26379/m?db=1001",
         "sentinel://127.0.0.1:26379/m?database=1",
-        "sentinel://1.1.1.1:1,1.1.1.1:2,1.1.1.1:3,1.1.1.1:4,1.1.1.1:5,1.1.1.1:6,1.1.1.1:7,"
-        "1.1.1.1:8,1.1.1.1:9/too-many"};
+        ("sentinel://1.1.1.1:1,1.1.1.1:2,1.1.1.1:3,1.1.1.1:4,1.1.1.1:5,1.1.1.1:6,1.1.1.1:7,"
+         "1.1.1.1:8,1.1.1.1:9/too-many")};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         if (sd_store_init(bad[i], "sd:") != -EINVAL)
             fail_msg("accepted a bad URL: %s", bad[i]);
