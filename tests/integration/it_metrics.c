@@ -12,8 +12,10 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <math.h>
+#include <netinet/in.h>
 
 #include "bbtest.h"
 #include "harness.h"
@@ -549,6 +551,54 @@ static void bigbrother_metrics_move(void **state)
     h_resp_free(&r);
 }
 
+/* 1 when bigbrother's /metrics answers 200 (transport errors allowed while waiting). */
+static int bb_metrics_answer(void *arg)
+{
+    (void)arg;
+    char url[256];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/metrics", bb_metrics_port);
+    h_resp_t r;
+    int ok = h_http("GET", url, NULL, NULL, NULL, 0, NULL, &r) == 0 && r.status == 200;
+    h_resp_free(&r);
+    return ok;
+}
+
+/* Stuck scrapers (connections that send half a request and never finish, more than the
+ * metrics server's connection limit) do not delay supervision: a killed gameproc is
+ * restarted as fast as ever, and /metrics answers again once they go away. */
+static void stuck_scrapers_do_not_block_supervision(void **state)
+{
+    (void)state;
+    enum { NSTUCK = 24 };
+    int fds[NSTUCK];
+    for (int i = 0; i < NSTUCK; i++) {
+        fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        assert_true(fds[i] >= 0);
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)bb_metrics_port)};
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        assert_int_equal(connect(fds[i], (struct sockaddr *)&sa, sizeof sa), 0);
+        static const char half[] = "GET /metr";
+        assert_int_equal(send(fds[i], half, sizeof half - 1, MSG_NOSIGNAL), (ssize_t)(sizeof half - 1));
+    }
+    json_t *in = bbt_wait(&bbt, "g", 0, "ready", 1, 10000);
+    assert_non_null(in);
+    pid_t pid = (pid_t)bbt_int(in, "pid");
+    long long gen = bbt_int(in, "generation");
+    json_decref(in);
+    int64_t t0 = h_now_ms();
+    assert_int_equal(kill(pid, SIGKILL), 0);
+    in = bbt_wait(&bbt, "g", 0, "ready", (int)gen + 1, 10000);
+    assert_non_null(in);
+    json_decref(in);
+    int64_t took = h_now_ms() - t0;
+    printf("metrics: restart with %d stuck scrapers took %lld ms\n", NSTUCK, (long long)took);
+    assert_true(took < (h_valgrind() ? 8000 : 3000));
+    for (int i = 0; i < NSTUCK; i++)
+        close(fds[i]);
+    assert_true(h_wait_until(bb_metrics_answer, NULL, 5000));
+    assert_true(h_wait_until(bb_ready_gauge, NULL, 5000));
+}
+
 /* A bad metrics_listen is a config error naming the field. */
 static void bad_metrics_listen(void **state)
 {
@@ -569,6 +619,7 @@ int main(void)
         cmocka_unit_test(parser_rejects_bad_expositions),
         cmocka_unit_test(serverdir_metrics_move),
         cmocka_unit_test(bigbrother_metrics_move),
+        cmocka_unit_test(stuck_scrapers_do_not_block_supervision),
         cmocka_unit_test(bad_metrics_listen),
         cmocka_unit_test(serverdir_redis_errors_counted),
     };
