@@ -74,6 +74,8 @@ typedef struct {
         control_socket[BB_SOCK_PATH_MAX];
     int64_t log_max_bytes;
     int log_keep;
+    char metrics_host[64];  /* metrics_listen: "" when /metrics is not served */
+    int metrics_port;
     bb_service_t *services;
     int nservices;
 } bb_config_t;
@@ -275,5 +277,21 @@ void bb_report(bb_inst_t *in, const char *type);
 void bb_systemd_start(void);
 /* STOPPING=1 (SIGTERM/SIGINT) or RELOADING=1 (SIGHUP re-exec) with a STATUS= line. */
 void bb_systemd_stopping(int sig, int running);
+
+/* ---------------------------------------------------------------- metrics.c
+ * The counters are written by the supervision thread only, as relaxed atomics, and read
+ * by the /metrics HTTP thread: supervision never takes a lock or waits for a scrape. */
+
+/* Allocates the per-service counters (after bb_supervisor_init) and, when metrics_listen
+ * is set, starts the HTTP thread serving /metrics there. Returns 0 or -errno. */
+int bb_metrics_start(void);
+void bb_metrics_stop(void);
+/* An instance exited with in->reason; restarting: a restart follows (backoff). */
+void bb_metrics_exit(const bb_inst_t *in, int restarting);
+/* A hang kill: the instance missed its start (start = 1) or liveness deadline. */
+void bb_metrics_hang(const bb_inst_t *in, int start);
+void bb_metrics_spawn(const bb_inst_t *in);
+/* Before-sleep hook of the loop: republishes the processes-by-state and agent gauges. */
+void bb_metrics_publish(void);
 
 #endif

@@ -463,7 +463,7 @@ static int parse_root(ctx_t *c, bb_config_t *cfg)
     static const char *const keys[] = {
         "machine", "cluster", "serverdir", "state_dir", "agent_socket", "notify_socket",
         "control_socket", "log_max_bytes", "log_keep", "services", "address", "labels",
-        "capacity", "lease_ttl_ms", NULL};
+        "capacity", "lease_ttl_ms", "metrics_listen", NULL};
     json_t *root = cfg->root, *o = NULL;
     if (!json_is_object(root))
         return fail(c, "(top level)", "must be a JSON object");
@@ -474,6 +474,13 @@ static int parse_root(ctx_t *c, bb_config_t *cfg)
         return -1;
     if (cfg->state_dir[0] != '/')
         return fail(c, "state_dir", "must be an absolute path");
+    const char *ml = NULL;
+    if (get_str(c, root, "", "metrics_listen", 0, 127, &ml) < 0)
+        return -1;
+    if (ml && (sd_parse_hostport(ml, cfg->metrics_host, sizeof(cfg->metrics_host),
+                                 &cfg->metrics_port) ||
+               !cfg->metrics_host[0] || cfg->metrics_port <= 0))
+        return fail(c, "metrics_listen", "must be HOST:PORT (an IP address and a port)");
     int rc = get_obj(c, root, "", "serverdir", 0, &o);
     if (rc < 0)
         return -1;

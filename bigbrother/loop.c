@@ -228,6 +228,7 @@ int bb_loop_run(void)
 {
     struct epoll_event evs[MAX_EVENTS];
     while (!quit_sig) {
+        bb_metrics_publish();
         bb_state_save();
         arm_timerfd();
         int n = epoll_wait(epfd, evs, MAX_EVENTS, -1);

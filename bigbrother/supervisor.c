@@ -131,6 +131,7 @@ static void a_spawn(bb_inst_t *in)
     in->spawned_wall = sd_wall_ms();
     in->ready_mono = 0;
     set_state(in, ST_STARTING);
+    bb_metrics_spawn(in);
     log_info("instance started", "instance=%s service=%s slot=%d pid=%d generation=%d", in->id,
              in->svc->name, in->slot, (int)in->pid, in->generation);
     bb_report(in, "started");
@@ -179,6 +180,7 @@ static void a_hang(bb_inst_t *in)
     log_warn("instance hung", "instance=%s pid=%d state=%s silent_ms=%lld detail=%s signal=%d",
              in->id, (int)in->pid, bb_state_name(in->state), (long long)in->why_silent_ms,
              in->why_detail, s->stop.hang_signal);
+    bb_metrics_hang(in, in->state == ST_STARTING);
     bb_probe_stop(in);
     bb_signal_group(in, s->stop.hang_signal);
     bb_signal_group(in, SIGCONT); /* a stopped process takes the signal now */
@@ -341,6 +343,7 @@ static void a_exit(bb_inst_t *in)
                  in->nrestart_mono, s->restart.window_s, last);
         sd_strlcpy(in->reason, "crash_loop", sizeof(in->reason));
     }
+    bb_metrics_exit(in, next == ST_BACKOFF);
     log_info("instance stopped",
              "instance=%s pid=%d reason=%s code=%d signal=%d silent_ms=%lld detail=%s next=%s "
              "restart_in_ms=%lld",

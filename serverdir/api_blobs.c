@@ -44,13 +44,17 @@ static int unexpected(sd_resp_t *resp, const char *script, redisReply *r)
     return sd_resp_error(resp, 500, "internal", "unexpected reply from the store");
 }
 
-/* Answers 409 fenced with the key's current lock_seq (null when nobody holds it). */
-static int fenced(sd_resp_t *resp, const char *name, const char *cur, int64_t given)
+/* Answers 409 fenced with the key's current lock_seq (null when nobody holds it). save:
+ * the refused request was a save (else a read), for the metric's op label. */
+static int fenced(sd_resp_t *resp, int save, const char *name, const char *cur, int64_t given)
 {
     json_t *extra = json_pack("{s:s}", "key", name);
     json_object_set_new(extra, "lock_seq",
                         strcmp(cur, "0") ? json_integer(strtoll(cur, NULL, 10)) : json_null());
-    SD_COUNT("serverdir_blob_fenced_total", "Blob reads and saves refused by the fence", 1);
+    if (save)
+        SD_COUNT("serverdir_blob_fenced_total{op=\"save\"}", "Blob reads and saves refused by the fence", 1);
+    else
+        SD_COUNT("serverdir_blob_fenced_total{op=\"read\"}", "Blob reads and saves refused by the fence", 1);
     return sd_resp_error_extra(resp, 409, "fenced", extra,
                                "Lock-Seq %lld is not the current lock of '%s' (%s)", (long long)given,
                                name, strcmp(cur, "0") ? cur : "nobody holds it");
@@ -86,7 +90,7 @@ int h_blob_get(sd_req_t *req, sd_resp_t *resp)
         return unexpected(resp, "blob_get", r);
     const char *st = rstr(r, 0);
     if (strcmp(st, "fenced") == 0) {
-        fenced(resp, name, rstr(r, 1), lock_seq);
+        fenced(resp, 0, name, rstr(r, 1), lock_seq);
     } else if (strcmp(st, "no_blob") == 0) {
         sd_resp_error_extra(resp, 404, "no_blob", json_pack("{s:s}", "key", name),
                             "no blob is stored under '%s'", name);
@@ -146,7 +150,7 @@ int h_blob_put(sd_req_t *req, sd_resp_t *resp)
         return unexpected(resp, "blob_save", r);
     const char *st = rstr(r, 0);
     if (strcmp(st, "fenced") == 0) {
-        fenced(resp, name, rstr(r, 1), lock_seq);
+        fenced(resp, 1, name, rstr(r, 1), lock_seq);
     } else if (strcmp(st, "stale_seq") == 0) {
         SD_COUNT("serverdir_blob_stale_total", "Blob saves refused for a stale Blob-Seq", 1);
         sd_resp_error_extra(resp, 409, "stale_seq",

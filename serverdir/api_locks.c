@@ -796,12 +796,109 @@ int h_lock_get(sd_req_t *req, sd_resp_t *resp)
     return sd_resp_json(resp, 200, out);
 }
 
-/* GET /v1/locks?holder=H -> {holder, locks:[{key, lock_seq, since_ms, expires_in_ms}]}. */
+/* The held locks of one SCAN step's keys (lock records only: index keys hold a '#')
+ * appended to locks, at most `room`. Returns 0 or a store error. */
+static int scan_collect(const redisReply *keys, size_t plen, int64_t now, json_t *locks,
+                        size_t room)
+{
+    for (size_t i = 0; i < keys->elements && json_array_size(locks) < room; i++) {
+        const redisReply *k = keys->element[i];
+        if (k->type != REDIS_REPLY_STRING || k->len <= plen || memchr(k->str, '#', k->len))
+            continue;
+        sd_argv_t av;
+        sd_argv_init(&av);
+        sd_argv_add(&av, "HMGET");
+        sd_argv_addn(&av, k->str, k->len);
+        sd_argv_add(&av, "holder");
+        sd_argv_add(&av, "seq");
+        sd_argv_add(&av, "since");
+        sd_argv_add(&av, "expires");
+        redisReply *h;
+        int rc = sd_store_command(&av, &h);
+        sd_argv_free(&av);
+        if (rc != SD_STORE_OK)
+            return rc;
+        int64_t expires = rnum(h, 3);
+        if (h->type == REDIS_REPLY_ARRAY && *rstr(h, 0) && (expires <= 0 || expires > now)) {
+            json_t *o = json_pack("{s:s%, s:s, s:I, s:I}", "key", k->str + plen, k->len - plen,
+                                  "holder", rstr(h, 0), "lock_seq", (json_int_t)rnum(h, 1),
+                                  "since_ms", (json_int_t)rnum(h, 2));
+            json_object_set_new(o, "expires_in_ms",
+                                expires > 0 ? json_integer(expires - now) : json_null());
+            json_array_append_new(locks, o);
+        }
+        freeReplyObject(h);
+    }
+    return SD_STORE_OK;
+}
+
+/* GET /v1/locks without holder [?limit=N&cursor=C] -> {locks:[{key, holder, lock_seq,
+ * since_ms, expires_in_ms}], cursor}: held locks found by a bounded walk (SCAN_ROUNDS
+ * SCAN steps) over the lock records, for dashboards and operators. cursor continues
+ * the walk and is null when it is complete; a walk may return fewer than limit locks
+ * (even none) with a cursor to go on. Order is Redis's SCAN order. */
+#define SCAN_ROUNDS 8
+#define SCAN_COUNT 500
+static int lock_list_all(sd_req_t *req, sd_resp_t *resp)
+{
+    int64_t limit;
+    if (sd_req_query_int(req, resp, "limit", 1, LIST_MAX, 100, &limit))
+        return 0;
+    const char *cur = sd_req_query(req, "cursor");
+    int64_t cursor = 0;
+    if (cur && sd_parse_i64(cur, 0, INT64_MAX, &cursor))
+        return sd_resp_error(resp, 400, "bad_cursor", "query parameter 'cursor' must be a "
+                                                      "cursor returned by this call");
+    char prefix[128];
+    sd_lock_key(prefix, sizeof prefix, "");
+    size_t plen = strlen(prefix);
+    int64_t now = sd_wall_ms();
+    json_t *locks = json_array();
+    int rc = SD_STORE_OK;
+    for (int round = 0; round < SCAN_ROUNDS && json_array_size(locks) < (size_t)limit; round++) {
+        sd_argv_t av;
+        sd_argv_init(&av);
+        sd_argv_add(&av, "SCAN");
+        sd_argv_addf(&av, "%lld", (long long)cursor);
+        sd_argv_add(&av, "MATCH");
+        sd_argv_addf(&av, "%s*", prefix);
+        sd_argv_add(&av, "COUNT");
+        sd_argv_addf(&av, "%d", SCAN_COUNT);
+        sd_argv_add(&av, "TYPE");
+        sd_argv_add(&av, "hash");
+        redisReply *r;
+        rc = sd_store_command(&av, &r);
+        sd_argv_free(&av);
+        if (rc != SD_STORE_OK)
+            break;
+        if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+            r->element[1]->type != REDIS_REPLY_ARRAY) {
+            freeReplyObject(r);
+            rc = SD_STORE_ERROR;
+            break;
+        }
+        cursor = strtoll(rstr(r, 0), NULL, 10);
+        rc = scan_collect(r->element[1], plen, now, locks, (size_t)limit);
+        freeReplyObject(r);
+        if (rc != SD_STORE_OK || cursor == 0)
+            break;
+    }
+    if (rc != SD_STORE_OK) {
+        json_decref(locks);
+        return sd_resp_store_error(resp, rc);
+    }
+    json_t *out = json_pack("{s:o}", "locks", locks);
+    json_object_set_new(out, "cursor", cursor ? json_sprintf("%lld", (long long)cursor) : json_null());
+    return sd_resp_json(resp, 200, out);
+}
+
+/* GET /v1/locks?holder=H -> {holder, locks:[{key, lock_seq, since_ms, expires_in_ms}]};
+ * without holder, every held lock (lock_list_all). */
 int h_lock_list(sd_req_t *req, sd_resp_t *resp)
 {
     const char *holder = sd_req_query(req, "holder");
     if (!holder)
-        return sd_resp_error(resp, 400, "missing_holder", "query parameter 'holder' is required");
+        return lock_list_all(req, resp);
     if (!sd_name_valid(holder, SD_NAME_MAX))
         return sd_resp_error(resp, 400, "bad_holder", "query parameter 'holder' must be a name");
     char key[SD_NAME_MAX + 96];

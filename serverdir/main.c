@@ -32,7 +32,9 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: serverdir [options]\n"
             "  --listen HOST:PORT   address to serve HTTP on (default 127.0.0.1:7700)\n"
-            "  --redis URL          redis://[:pw@]host:port/db or unix:///path (default redis://127.0.0.1:6379/0)\n"
+            "  --redis URL          redis://[:pw@]host:port/db, unix:///path[?db=N] or\n"
+            "                       sentinel://[:pw@]h1:p1,h2:p2/mastername[?db=N]\n"
+            "                       (default redis://127.0.0.1:6379/0)\n"
             "  --tokens FILE        token file, `ROLE TOKEN` per line (default: open access)\n"
             "  --config FILE        JSON config file; flags override it\n"
             "  --threads N          HTTP worker threads, one Redis connection each (default 8)\n"
@@ -170,7 +172,8 @@ int main(int argc, char **argv)
 
     if (sd_store_init(sd_cfg.redis, sd_cfg.key_prefix))
         sd_die(SD_EXIT_USAGE, "bad redis url", "url=%s want=%s", sd_cfg.redis,
-               "redis://[:password@]host:port[/db] or unix:///path[?db=N]");
+               "redis://[:password@]host:port[/db], unix:///path[?db=N] or "
+               "sentinel://[:password@]h1:p1,h2:p2/mastername[?db=N]");
     if (sd_auth_load(sd_cfg.tokens[0] ? sd_cfg.tokens : NULL))
         sd_die(SD_EXIT_USAGE, "cannot load tokens", "path=%s", sd_cfg.tokens);
     int nrc = sd_notify_init();
@@ -178,6 +181,7 @@ int main(int argc, char **argv)
         log_warn("cannot talk to the service manager", "NOTIFY_SOCKET=%s err=%s",
                  getenv("NOTIFY_SOCKET"), strerror(-nrc));
     sd_metrics_init(sd_nroutes);
+    sd_master_metrics_init();
     sd_locks_init();
 
     /* Block the signals before any thread starts so only sigwait below sees them. */
@@ -189,7 +193,10 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    int rc = sd_http_start(sd_cfg.listen, sd_cfg.threads, sd_cfg.conn_timeout_s);
+    int rc = sd_store_start();
+    if (rc)
+        sd_die(SD_EXIT_SYSTEM, "cannot start the store", "err=%s", strerror(-rc));
+    rc = sd_http_start(sd_cfg.listen, sd_cfg.threads, sd_cfg.conn_timeout_s);
     if (rc)
         sd_die(SD_EXIT_SYSTEM, "cannot listen", "addr=%s err=%s", sd_cfg.listen, strerror(-rc));
     int nudp = nudp_flags ? nudp_flags : sd_master_cfg.nudp;
@@ -243,6 +250,7 @@ int main(int argc, char **argv)
     }
     sd_master_udp_stop();
     sd_http_stop(10000);
+    sd_store_stop();
     json_decref(sd_cfg.file);
     sd_log_msg(SD_LOG_INFO, "serverdir stopped");
     return 0;

@@ -183,6 +183,50 @@ static void master_prefix(char *buf, size_t cap)
     snprintf(buf, cap, "%smaster:", sd_store_prefix());
 }
 
+/* The serverdir_master_servers gauge: servers whose listing has not expired (one ZCOUNT
+ * on the expiry index), cached for a second so frequent scrapes cost Redis nothing. */
+static int master_servers_gauge(double *value)
+{
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static int64_t at_ms;
+    static double cached;
+    int64_t now = sd_mono_ms();
+    int rc = 0;
+    pthread_mutex_lock(&mu);
+    if (!at_ms || now - at_ms >= 1000) {
+        char key[128];
+        master_prefix(key, sizeof key);
+        sd_strlcpy(key + strlen(key), "exp", sizeof key - strlen(key));
+        sd_argv_t av;
+        sd_argv_init(&av);
+        sd_argv_add(&av, "ZCOUNT");
+        sd_argv_add(&av, key);
+        sd_argv_addf(&av, "(%lld", (long long)sd_wall_ms());
+        sd_argv_add(&av, "+inf");
+        redisReply *r;
+        rc = sd_store_command(&av, &r) == SD_STORE_OK ? 0 : -1;
+        sd_argv_free(&av);
+        if (rc == 0) {
+            rc = r->type == REDIS_REPLY_INTEGER ? 0 : -1;
+            if (rc == 0) {
+                cached = (double)r->integer;
+                at_ms = now;
+            }
+            freeReplyObject(r);
+        }
+    }
+    *value = cached;
+    pthread_mutex_unlock(&mu);
+    return rc;
+}
+
+void sd_master_metrics_init(void)
+{
+    sd_metric_gauge("serverdir_master_servers",
+                    "Servers listed on the master list now (read at most once a second)",
+                    master_servers_gauge);
+}
+
 /* Turns a script reply into 0 / SD_MASTER_REFUSED (typed error "code [n]") / store error.
  * Frees nothing: the caller owns r. */
 static int script_refusal(redisReply *r, sd_master_refusal_t *why)

@@ -54,6 +54,8 @@ extern sd_master_cfg_t sd_master_cfg;
 /* Reads the "master" section of the config file (sd_cfg.file). Returns 0, or -1 with a
  * message naming the field in err. */
 int sd_master_config_load(char *err, size_t errcap);
+/* Registers the master list's gauges (serverdir_master_servers) with metrics.c. */
+void sd_master_metrics_init(void);
 
 /* One server as a heartbeat describes it. Strings are NUL-terminated and validated by
  * the caller's parser (printable, no backslash). */

@@ -1,6 +1,7 @@
 /* Prometheus metrics: per-route request counts by status and a latency histogram
- * (lock-free atomics on the request path), plus named counters that modules create on
- * first use with SD_COUNT. Rendered as text exposition format 0.0.4. */
+ * (lock-free atomics on the request path), named counters that modules create on first
+ * use with SD_COUNT, and gauges read at scrape time through a callback. Rendered as text
+ * exposition format 0.0.4. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,14 @@ static struct counter {
 static size_t ncounters;
 static pthread_mutex_t counters_mu = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic int64_t overflow_sink;
+
+#define MAX_GAUGES 16
+static struct gauge {
+    const char *series;
+    const char *help;
+    sd_gauge_fn fn;
+} gauges[MAX_GAUGES];
+static size_t ngauges;
 
 void sd_metrics_init(size_t nroutes)
 {
@@ -76,6 +85,18 @@ _Atomic int64_t *sd_metric_counter(const char *series, const char *help)
     }
     pthread_mutex_unlock(&counters_mu);
     return p;
+}
+
+int sd_metric_gauge(const char *series, const char *help, sd_gauge_fn fn)
+{
+    pthread_mutex_lock(&counters_mu);
+    int rc = -1;
+    if (ngauges < MAX_GAUGES) {
+        gauges[ngauges++] = (struct gauge){series, help, fn};
+        rc = 0;
+    }
+    pthread_mutex_unlock(&counters_mu);
+    return rc;
 }
 
 static void render_route(sd_buf_t *out, const char *method, const char *pattern,
@@ -147,8 +168,16 @@ void sd_metrics_render(sd_buf_t *out)
     }
 
     pthread_mutex_lock(&counters_mu);
-    size_t n = ncounters;
+    size_t n = ncounters, ng = ngauges;
     pthread_mutex_unlock(&counters_mu);
+    for (size_t i = 0; i < ng; i++) {
+        double v;
+        size_t fl = family_len(gauges[i].series);
+        sd_buf_printf(out, "# HELP %.*s %s\n# TYPE %.*s gauge\n", (int)fl, gauges[i].series,
+                      gauges[i].help, (int)fl, gauges[i].series);
+        if (gauges[i].fn(&v) == 0)
+            sd_buf_printf(out, "%s %.17g\n", gauges[i].series, v);
+    }
     /* Families are written together: for each family seen first at i, emit all its series. */
     for (size_t i = 0; i < n; i++) {
         size_t fl = family_len(counters[i].series);

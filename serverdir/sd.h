@@ -138,6 +138,10 @@ void sd_argv_addf(sd_argv_t *a, const char *fmt, ...) __attribute__((format(prin
 void sd_argv_free(sd_argv_t *a);
 
 int sd_store_init(const char *url, const char *key_prefix);
+/* Starts the store's background thread (Sentinel mode: the failover subscriber) after
+ * sd_store_init, with the signals blocked; sd_store_stop joins it. 0 or -errno. */
+int sd_store_start(void);
+void sd_store_stop(void);
 void sd_store_thread_close(void);
 /* Runs the embedded script `name` with the first nkeys entries of a as KEYS and the rest
  * as ARGV (EVALSHA, loading it after NOSCRIPT). On success *out is a reply the caller
@@ -187,6 +191,13 @@ _Atomic int64_t *sd_metric_counter(const char *series, const char *help);
         }                                                                                \
         atomic_fetch_add(p__, (n));                                                      \
     } while (0)
+/* A gauge read at scrape time: fn runs on the worker thread serving /metrics (it may use
+ * the store; keep it cheap or cached) and returns 0 with *value, or -1 to leave the
+ * sample out of this scrape. series is one whole series (one gauge per family); series
+ * and help must live for the life of the process.
+ * Returns 0, or -1 when the gauge table is full. */
+typedef int (*sd_gauge_fn)(double *value);
+int sd_metric_gauge(const char *series, const char *help, sd_gauge_fn fn);
 void sd_metrics_render(sd_buf_t *out);
 
 /* ---- config (main.c) ---- */

@@ -1,7 +1,11 @@
 /* Redis access: one synchronous hiredis connection per worker thread (thread-local),
  * created lazily and dropped on any I/O error so the next call reconnects. While Redis
  * is unreachable, calls fail fast with SD_STORE_DOWN (the handler answers 503) and a
- * reconnect is tried at most every RECONNECT_MS per thread. */
+ * reconnect is tried at most every RECONNECT_MS per thread.
+ *
+ * With sentinel:// the address comes from sentinel.c: every new connection is checked
+ * with ROLE, an I/O error or a READONLY reply sends the workers back to the sentinels,
+ * and a worker whose connection belongs to an older primary generation reconnects. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -10,6 +14,7 @@
 #include <string.h>
 
 #include "sd.h"
+#include "sentinel.h"
 
 #define CONNECT_TIMEOUT_MS 500
 #define COMMAND_TIMEOUT_MS 3000
@@ -17,6 +22,7 @@
 
 static struct {
     int unix_sock;
+    int sentinel;
     char host[256];
     int port;
     char path[256];
@@ -26,6 +32,7 @@ static struct {
 } target;
 
 static _Thread_local redisContext *tl_ctx;
+static _Thread_local uint64_t tl_gen; /* sentinel generation tl_ctx was made under */
 /* The same context under a pthread key, whose destructor closes it when a worker
  * thread exits (thread-local storage alone would leak it). */
 static pthread_key_t ctx_key;
@@ -88,10 +95,57 @@ void sd_argv_free(sd_argv_t *a)
 
 /* ---------- connection ---------- */
 
-/* Parses redis://[:password@]host:port[/db] or unix:///path[?db=N]. */
+/* Parses "?db=N" (or nothing) into target.db. */
+static int parse_db_query(const char *q)
+{
+    int64_t db;
+    if (!q || !*q)
+        return 0;
+    if (strncmp(q, "?db=", 4) || sd_parse_i64(q + 4, 0, 1000, &db))
+        return -EINVAL;
+    target.db = (int)db;
+    return 0;
+}
+
+/* Takes an optional "[:]password@" off the front of *p into target.password. */
+static int parse_password(const char **p)
+{
+    const char *at = strchr(*p, '@');
+    if (!at)
+        return 0;
+    const char *pw = *p;
+    if (*pw == ':')
+        pw++;
+    size_t n = (size_t)(at - pw);
+    if (n >= sizeof target.password)
+        return -EINVAL;
+    memcpy(target.password, pw, n);
+    *p = at + 1;
+    return 0;
+}
+
+/* Parses sentinel://[:password@]h1:p1,h2:p2/mastername[?db=N]. */
+static int parse_sentinel_url(const char *p)
+{
+    if (parse_password(&p))
+        return -EINVAL;
+    const char *q = strchr(p, '?');
+    char spec[1024];
+    size_t n = q ? (size_t)(q - p) : strlen(p);
+    if (n >= sizeof spec || parse_db_query(q))
+        return -EINVAL;
+    memcpy(spec, p, n);
+    spec[n] = '\0';
+    target.sentinel = 1;
+    return sd__sentinel_init(spec, target.password);
+}
+
+/* Parses redis://[:password@]host:port[/db], unix:///path[?db=N] or sentinel://... */
 static int parse_url(const char *url)
 {
     memset(&target, 0, sizeof target);
+    if (strncmp(url, "sentinel://", 11) == 0)
+        return parse_sentinel_url(url + 11);
     if (strncmp(url, "unix://", 7) == 0) {
         const char *p = url + 7;
         const char *q = strchr(p, '?');
@@ -100,28 +154,13 @@ static int parse_url(const char *url)
             return -EINVAL;
         memcpy(target.path, p, n);
         target.unix_sock = 1;
-        if (q) {
-            int64_t db;
-            if (strncmp(q, "?db=", 4) || sd_parse_i64(q + 4, 0, 1000, &db))
-                return -EINVAL;
-            target.db = (int)db;
-        }
-        return 0;
+        return parse_db_query(q);
     }
     if (strncmp(url, "redis://", 8) != 0)
         return -EINVAL;
     const char *p = url + 8;
-    const char *at = strchr(p, '@');
-    if (at) {
-        const char *pw = p;
-        if (*pw == ':')
-            pw++;
-        size_t n = (size_t)(at - pw);
-        if (n >= sizeof target.password)
-            return -EINVAL;
-        memcpy(target.password, pw, n);
-        p = at + 1;
-    }
+    if (parse_password(&p))
+        return -EINVAL;
     char hp[300];
     const char *slash = strchr(p, '/');
     size_t n = slash ? (size_t)(slash - p) : strlen(p);
@@ -148,15 +187,26 @@ static int parse_url(const char *url)
     return 0;
 }
 
-static void drop_ctx(void)
+static void close_ctx(void)
 {
     if (tl_ctx) {
         redisFree(tl_ctx);
         tl_ctx = NULL;
         pthread_setspecific(ctx_key, NULL);
     }
+}
+
+/* Closes this thread's connection after a failure; with Sentinel, also reports the
+ * primary as failing (lost: it is known not to be the primary any more). */
+static void drop_ctx_failed(int lost)
+{
+    if (tl_ctx && target.sentinel)
+        sd__sentinel_failed(tl_gen, lost);
+    close_ctx();
     tl_last_fail_ms = sd_mono_ms();
 }
+
+static void drop_ctx(void) { drop_ctx_failed(0); }
 
 static int check_setup_reply(redisReply *r)
 {
@@ -166,17 +216,51 @@ static int check_setup_reply(redisReply *r)
     return ok ? 0 : -1;
 }
 
+/* 1 when the server c is connected to says it is a master (ROLE). */
+static int role_is_master(redisContext *c)
+{
+    redisReply *r = redisCommand(c, "ROLE");
+    int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+             r->element[0]->type == REDIS_REPLY_STRING && strcmp(r->element[0]->str, "master") == 0;
+    if (r)
+        freeReplyObject(r);
+    return ok;
+}
+
 static redisContext *get_ctx(void)
 {
+    if (tl_ctx && target.sentinel && tl_gen != sd__sentinel_gen()) {
+        /* The primary changed under this connection: move to the new one now. */
+        close_ctx();
+        tl_last_fail_ms = 0;
+    }
     if (tl_ctx)
         return tl_ctx;
     if (tl_last_fail_ms && sd_mono_ms() - tl_last_fail_ms < RECONNECT_MS &&
         atomic_load(&last_connect_ok_ms) <= tl_last_fail_ms)
         return NULL;
     struct timeval ct = {0, CONNECT_TIMEOUT_MS * 1000};
-    redisContext *c = target.unix_sock ? redisConnectUnixWithTimeout(target.path, ct)
-                                       : redisConnectWithTimeout(target.host, target.port, ct);
+    redisContext *c;
+    uint64_t gen = 0;
+    if (target.sentinel) {
+        char host[256];
+        int port;
+        if (sd__sentinel_master(host, sizeof host, &port, &gen)) {
+            SD_COUNT("serverdir_redis_errors_total{kind=\"no_primary\"}", "Redis calls that failed", 1);
+            if (!atomic_exchange(&down_logged, 1))
+                log_error("redis unreachable", "err=%s", "no primary known to the sentinels");
+            tl_last_fail_ms = sd_mono_ms();
+            return NULL;
+        }
+        c = redisConnectWithTimeout(host, port, ct);
+    } else {
+        c = target.unix_sock ? redisConnectUnixWithTimeout(target.path, ct)
+                             : redisConnectWithTimeout(target.host, target.port, ct);
+    }
     if (!c || c->err) {
+        SD_COUNT("serverdir_redis_errors_total{kind=\"connect\"}", "Redis calls that failed", 1);
+        if (target.sentinel)
+            sd__sentinel_failed(gen, 0);
         if (!atomic_exchange(&down_logged, 1))
             log_error("redis unreachable", "err=%s", c ? c->errstr : "out of memory");
         if (c)
@@ -194,11 +278,21 @@ static redisContext *get_ctx(void)
         tl_last_fail_ms = sd_mono_ms();
         return NULL;
     }
+    if (target.sentinel && !role_is_master(c)) {
+        static _Atomic uint64_t logged_gen;
+        if (atomic_exchange(&logged_gen, gen) != gen) /* once per primary, not per worker */
+            log_warn("redis primary demoted", "err=%s", "ROLE is not master; asking the sentinels");
+        sd__sentinel_failed(gen, 1);
+        redisFree(c);
+        tl_last_fail_ms = 0;
+        return NULL;
+    }
     if (atomic_exchange(&down_logged, 0))
         sd_log_msg(SD_LOG_INFO, "redis reachable again");
     pthread_once(&ctx_key_once, ctx_key_init);
     pthread_setspecific(ctx_key, c);
     tl_ctx = c;
+    tl_gen = gen;
     atomic_store(&last_connect_ok_ms, sd_mono_ms());
     return c;
 }
@@ -208,11 +302,20 @@ int sd_store_init(const char *url, const char *key_prefix)
     if (parse_url(url))
         return -EINVAL;
     sd_strlcpy(target.prefix, key_prefix, sizeof target.prefix);
+    free(script_sha);
     script_sha = calloc(sd_nscripts ? sd_nscripts : 1, sizeof *script_sha);
     return script_sha ? 0 : -ENOMEM;
 }
 
-void sd_store_thread_close(void) { drop_ctx(); }
+void sd_store_thread_close(void) { close_ctx(); }
+
+int sd_store_start(void) { return target.sentinel ? sd__sentinel_start() : 0; }
+
+void sd_store_stop(void)
+{
+    if (target.sentinel)
+        sd__sentinel_stop();
+}
 
 const char *sd_store_prefix(void) { return target.prefix; }
 
@@ -258,6 +361,14 @@ static redisReply *roundtrip(int argc, const char **argv, const size_t *argl)
     if (!r) {
         log_warn("redis command failed", "err=%s", c->errstr);
         drop_ctx();
+    } else if (r->type == REDIS_REPLY_ERROR && strstr(r->str, "READONLY")) {
+        /* A replica (a demoted primary after a failover): no write can succeed here. */
+        log_warn("redis refused a write", "err=%s", "READONLY: the server is a replica");
+        SD_COUNT("serverdir_redis_errors_total{kind=\"readonly\"}", "Redis calls that failed", 1);
+        freeReplyObject(r);
+        r = NULL;
+        drop_ctx_failed(1);
+        tl_last_fail_ms = 0;
     }
     return r;
 }

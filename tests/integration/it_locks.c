@@ -288,7 +288,8 @@ static void bad_input_is_refused_specifically(void **state)
     refused(&sd, "DELETE", H_TOK_GAME, NULL, "/v1/locks/p-bad?force=true", 403, "forbidden");
     refused(&sd, "PUT", H_TOK_VIEWER, "{\"holder\":\"A\"}", "/v1/locks/p-bad", 403, "forbidden");
     refused(&sd, "PUT", NULL, "{\"holder\":\"A\"}", "/v1/locks/p-bad", 401, "unauthorized");
-    refused(&sd, "GET", H_TOK_VIEWER, NULL, "/v1/locks", 400, "missing_holder");
+    refused(&sd, "GET", H_TOK_VIEWER, NULL, "/v1/locks?cursor=x", 400, "bad_cursor");
+    refused(&sd, "GET", H_TOK_VIEWER, NULL, "/v1/locks?limit=0", 400, "bad_query");
     snprintf(path, sizeof path, "/v1/locks/p-bad/renew");
     refused(&sd, "POST", H_TOK_GAME, "{\"holder\":\"A\"}", path, 400, "bad_field");
     release("p-bad", "A", s);
@@ -535,6 +536,39 @@ static void wait_replicas_knob(void **state)
     h_redis_stop(&replica);
 }
 
+/* The lock_seq of key in the listing of every held lock (GET /v1/locks without holder,
+ * followed through its cursor, a few locks per page), or 0 when it is not listed as held
+ * by holder. */
+static json_int_t all_locks_seq(const char *key, const char *holder)
+{
+    char cursor[32] = "";
+    json_int_t seq = 0;
+    for (int page = 0; page < 1000; page++) {
+        h_resp_t r;
+        char path[96];
+        snprintf(path, sizeof path, "/v1/locks?limit=2%s%s", cursor[0] ? "&cursor=" : "", cursor);
+        assert_int_equal(call(&sd, "GET", H_TOK_VIEWER, NULL, &r, path), 200);
+        json_t *j = h_resp_json(&r);
+        size_t i;
+        json_t *l;
+        assert_true(json_array_size(json_object_get(j, "locks")) <= 2);
+        json_array_foreach(json_object_get(j, "locks"), i, l)
+            if (!strcmp(json_string_value(json_object_get(l, "key")), key) &&
+                !strcmp(json_string_value(json_object_get(l, "holder")), holder))
+                seq = json_integer_value(json_object_get(l, "lock_seq"));
+        json_t *next = json_object_get(j, "cursor");
+        int done = !json_is_string(next);
+        if (!done)
+            snprintf(cursor, sizeof cursor, "%s", json_string_value(next));
+        json_decref(j);
+        h_resp_free(&r);
+        if (done)
+            return seq;
+    }
+    fail_msg("the lock listing did not end");
+    return 0;
+}
+
 static void inspect_list_and_sdctl(void **state)
 {
     json_int_t s1 = acquire(&sd, "inv-b", "H1", "\"ttl_ms\":60000");
@@ -549,6 +583,9 @@ static void inspect_list_and_sdctl(void **state)
     assert_true(json_integer_value(json_object_get(json_array_get(locks, 1), "expires_in_ms")) > 50000);
     json_decref(j);
     h_resp_free(&r);
+    /* Every held lock, for dashboards: both are listed with their holder and lock_seq. */
+    assert_int_equal(all_locks_seq("inv-a", "H1"), s2);
+    assert_int_equal(all_locks_seq("inv-b", "H1"), s1);
 
     /* sdctl, through libsdclient, as an operator. */
     const char *dir = h_tmpdir();
@@ -596,7 +633,9 @@ static void inspect_list_and_sdctl(void **state)
     assert_non_null(strstr(r.body, "inv-b"));
     assert_null(strstr(r.body, "inv-a"));
     h_resp_free(&r);
+    assert_int_equal(all_locks_seq("inv-a", "H1"), 0);
     release("inv-b", "H1", s1);
+    assert_int_equal(all_locks_seq("inv-b", "H1"), 0);
 }
 
 static int save(const char *key, json_int_t lock_seq, json_int_t blob_seq, const char *data,

@@ -47,9 +47,11 @@ static void router_matches_params(void **state)
     assert_int_equal(match("HEAD", "/healthz", params, &np, allow), 0);
     assert_int_equal(match("PUT", "/v1/locks/player:42", params, &np, allow), 1);
     assert_string_equal(params[0], "player:42");
-    /* The root (the dashboard page) matches "/" only. */
+    /* The root (the dashboard) matches "/" and nothing else. */
     assert_int_equal(match("GET", "/", params, &np, allow), 7);
     assert_int_equal(np, 0);
+    assert_int_equal(match("POST", "/", params, &np, allow), SD_ROUTE_BAD_METHOD);
+    assert_int_equal(match("GET", "/v1", params, &np, allow), SD_ROUTE_NOT_FOUND);
     assert_int_equal(match("GET", "/x", params, &np, allow), SD_ROUTE_NOT_FOUND);
 }
 

@@ -1,0 +1,287 @@
+/* bigbrother's Prometheus metrics, served at /metrics on the optional local port
+ * `metrics_listen` by a libmicrohttpd thread of its own.
+ *
+ * The supervision thread is the only writer: it bumps relaxed atomic counters when an
+ * instance exits, restarts, hangs or spawns, and republishes the gauges (processes by
+ * state, agent connections) before each sleep. The HTTP thread only reads atomics, the
+ * service names (fixed after the config is loaded) and the reporter's thread-safe
+ * counters, so a slow or stuck scraper can never delay supervision. */
+#include "bb.h"
+#include "sdlog.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define RENDER_CAP (4 << 20)
+
+/* The exit reasons of supervisor.c's classify_exit, plus crash_loop. */
+static const char *const reasons[] = {"exited", "killed", "hung", "start_timeout",
+                                      "stopped_by_operator", "crash_loop"};
+#define NREASONS (sizeof(reasons) / sizeof(reasons[0]))
+
+typedef struct {
+    _Atomic int64_t exits[NREASONS];
+    _Atomic int64_t restarts[NREASONS];
+    _Atomic int64_t hangs[2]; /* [0] liveness, [1] start */
+    _Atomic int64_t spawns;
+    _Atomic int64_t state[ST__COUNT];
+} svc_metrics_t;
+
+static svc_metrics_t *svcm;
+static int64_t *counts; /* bb_metrics_publish's scratch */
+static _Atomic int64_t agent_conns;
+static struct MHD_Daemon *httpd;
+
+static svc_metrics_t *of(const bb_inst_t *in)
+{
+    if (!svcm)
+        return NULL;
+    ptrdiff_t i = in->svc - bb.cfg.services;
+    return i >= 0 && i < bb.cfg.nservices ? &svcm[i] : NULL;
+}
+
+static size_t reason_index(const char *r)
+{
+    for (size_t i = 0; i < NREASONS; i++)
+        if (!strcmp(reasons[i], r))
+            return i;
+    return 0;
+}
+
+void bb_metrics_exit(const bb_inst_t *in, int restarting)
+{
+    svc_metrics_t *m = of(in);
+    if (!m)
+        return;
+    size_t r = reason_index(in->reason);
+    atomic_fetch_add_explicit(&m->exits[r], 1, memory_order_relaxed);
+    if (restarting)
+        atomic_fetch_add_explicit(&m->restarts[r], 1, memory_order_relaxed);
+}
+
+void bb_metrics_hang(const bb_inst_t *in, int start)
+{
+    svc_metrics_t *m = of(in);
+    if (m)
+        atomic_fetch_add_explicit(&m->hangs[start ? 1 : 0], 1, memory_order_relaxed);
+}
+
+void bb_metrics_spawn(const bb_inst_t *in)
+{
+    svc_metrics_t *m = of(in);
+    if (m)
+        atomic_fetch_add_explicit(&m->spawns, 1, memory_order_relaxed);
+}
+
+/* One pass over the instances (this runs before every sleep of the loop), counting into
+ * `counts` (nservices x ST__COUNT, supervision thread only), then one store per gauge. */
+void bb_metrics_publish(void)
+{
+    if (!svcm)
+        return;
+    int n = bb.cfg.nservices;
+    memset(counts, 0, (size_t)n * ST__COUNT * sizeof(*counts));
+    int64_t conns = 0;
+    for (int i = 0; i < bb.ninst; i++) {
+        const bb_inst_t *in = &bb.inst[i];
+        ptrdiff_t s = in->svc - bb.cfg.services;
+        if (s >= 0 && s < n && (unsigned)in->state < ST__COUNT)
+            counts[s * ST__COUNT + in->state]++;
+        conns += in->conn != NULL;
+    }
+    for (int s = 0; s < n; s++)
+        for (int k = 0; k < ST__COUNT; k++)
+            atomic_store_explicit(&svcm[s].state[k], counts[s * ST__COUNT + k],
+                                  memory_order_relaxed);
+    atomic_store_explicit(&agent_conns, conns, memory_order_relaxed);
+}
+
+/* ---- rendering (HTTP thread) */
+
+static int64_t ld(_Atomic int64_t *p) { return atomic_load_explicit(p, memory_order_relaxed); }
+
+static void family(sd_buf_t *b, const char *name, const char *type, const char *help)
+{
+    sd_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* The whole exposition into b (text format 0.0.4). */
+static void render(sd_buf_t *b)
+{
+    int n = bb.cfg.nservices;
+    const char *mach = bb.cfg.machine;
+    family(b, "bigbrother_build_info", "gauge", "Version of this bigbrother (always 1).");
+    sd_buf_printf(b, "bigbrother_build_info{version=\"%s\",machine=\"%s\"} 1\n", BB_VERSION, mach);
+
+    family(b, "bigbrother_processes", "gauge", "Supervised instances by service and state.");
+    for (int s = 0; s < n; s++)
+        for (int k = 0; k < ST__COUNT; k++)
+            sd_buf_printf(b, "bigbrother_processes{service=\"%s\",state=\"%s\"} %lld\n",
+                          bb.cfg.services[s].name, bb_state_name((enum bb_state)k),
+                          (long long)ld(&svcm[s].state[k]));
+
+    family(b, "bigbrother_process_exits_total", "counter",
+           "Instance exits by service and reason (exited, killed, hung, ...).");
+    for (int s = 0; s < n; s++)
+        for (size_t r = 0; r < NREASONS; r++)
+            sd_buf_printf(b, "bigbrother_process_exits_total{service=\"%s\",reason=\"%s\"} %lld\n",
+                          bb.cfg.services[s].name, reasons[r], (long long)ld(&svcm[s].exits[r]));
+
+    family(b, "bigbrother_restarts_total", "counter",
+           "Restarts scheduled by bigbrother, by service and the reason of the exit.");
+    for (int s = 0; s < n; s++)
+        for (size_t r = 0; r < NREASONS; r++)
+            sd_buf_printf(b, "bigbrother_restarts_total{service=\"%s\",reason=\"%s\"} %lld\n",
+                          bb.cfg.services[s].name, reasons[r],
+                          (long long)ld(&svcm[s].restarts[r]));
+
+    family(b, "bigbrother_hang_kills_total", "counter",
+           "Instances signalled for missing their start or liveness deadline.");
+    for (int s = 0; s < n; s++) {
+        sd_buf_printf(b, "bigbrother_hang_kills_total{service=\"%s\",deadline=\"liveness\"} %lld\n",
+                      bb.cfg.services[s].name, (long long)ld(&svcm[s].hangs[0]));
+        sd_buf_printf(b, "bigbrother_hang_kills_total{service=\"%s\",deadline=\"start\"} %lld\n",
+                      bb.cfg.services[s].name, (long long)ld(&svcm[s].hangs[1]));
+    }
+
+    family(b, "bigbrother_process_starts_total", "counter", "Instances spawned, by service.");
+    for (int s = 0; s < n; s++)
+        sd_buf_printf(b, "bigbrother_process_starts_total{service=\"%s\"} %lld\n",
+                      bb.cfg.services[s].name, (long long)ld(&svcm[s].spawns));
+
+    family(b, "bigbrother_agent_connections", "gauge",
+           "Instances with a live libbbagent connection.");
+    sd_buf_printf(b, "bigbrother_agent_connections %lld\n", (long long)ld(&agent_conns));
+
+    family(b, "bigbrother_outbox_pending_events", "gauge",
+           "Events in the outbox not yet acknowledged by ServerDir.");
+    sd_buf_printf(b, "bigbrother_outbox_pending_events %lld\n",
+                  (long long)(bb.report ? bb_report_pending(bb.report) : 0));
+    family(b, "bigbrother_report_send_failures_total", "counter",
+           "Attempts to send events or the machine lease to ServerDir that failed.");
+    sd_buf_printf(b, "bigbrother_report_send_failures_total %lld\n",
+                  (long long)(bb.report ? bb_report_send_failures(bb.report) : 0));
+}
+
+static enum MHD_Result answer(struct MHD_Connection *conn, unsigned status, const char *ctype,
+                              sd_buf_t *body)
+{
+    struct MHD_Response *r;
+    if (body && body->data) {
+        r = MHD_create_response_from_buffer(body->len, body->data, MHD_RESPMEM_MUST_FREE);
+        body->data = NULL;
+    } else {
+        static const char msg[] = "not found: bigbrother serves /metrics only\n";
+        r = MHD_create_response_from_buffer(sizeof(msg) - 1, (void *)msg, MHD_RESPMEM_PERSISTENT);
+    }
+    if (!r)
+        return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", ctype);
+    enum MHD_Result ret = MHD_queue_response(conn, status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_size, void **con_cls)
+{
+    (void)cls;
+    (void)version;
+    (void)upload_data;
+    if (*upload_size) /* no request here has a body: discard it */
+        return *upload_size = 0, MHD_YES;
+    if (!*con_cls) {
+        *con_cls = (void *)1;
+        return MHD_YES;
+    }
+    if (strcmp(method, "GET") || strcmp(url, "/metrics"))
+        return answer(conn, MHD_HTTP_NOT_FOUND, "text/plain", NULL);
+    sd_buf_t b;
+    sd_buf_init(&b, RENDER_CAP);
+    render(&b);
+    enum MHD_Result ret = answer(conn, MHD_HTTP_OK, "text/plain; version=0.0.4", &b);
+    sd_buf_free(&b);
+    return ret;
+}
+
+/* A listening TCP socket on host:port (numeric IPv4 or IPv6). Returns the fd or -errno. */
+static int listen_on(const char *host, int port)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    memset(&ss, 0, sizeof(ss));
+    struct sockaddr_in *v4 = (struct sockaddr_in *)&ss;
+    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&ss;
+    if (inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
+        v4->sin_family = AF_INET;
+        v4->sin_port = htons((uint16_t)port);
+        len = sizeof(*v4);
+    } else if (inet_pton(AF_INET6, host, &v6->sin6_addr) == 1) {
+        v6->sin6_family = AF_INET6;
+        v6->sin6_port = htons((uint16_t)port);
+        len = sizeof(*v6);
+    } else {
+        return -EINVAL;
+    }
+    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, (struct sockaddr *)&ss, len) || listen(fd, 16)) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    return fd;
+}
+
+int bb_metrics_start(void)
+{
+    size_t n = bb.cfg.nservices ? (size_t)bb.cfg.nservices : 1;
+    svcm = calloc(n, sizeof(*svcm));
+    counts = calloc(n * ST__COUNT, sizeof(*counts));
+    if (!svcm || !counts)
+        return -ENOMEM;
+    if (!bb.cfg.metrics_host[0])
+        return 0;
+    int fd = listen_on(bb.cfg.metrics_host, bb.cfg.metrics_port);
+    if (fd < 0) {
+        log_error("metrics port not opened", "listen=%s port=%d error=%s", bb.cfg.metrics_host,
+                  bb.cfg.metrics_port, strerror(-fd));
+        return fd;
+    }
+    httpd = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL,
+                             on_request, NULL, MHD_OPTION_LISTEN_SOCKET, fd,
+                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)16,
+                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10, MHD_OPTION_END);
+    if (!httpd) {
+        close(fd);
+        log_error("metrics server not started", "listen=%s port=%d", bb.cfg.metrics_host,
+                  bb.cfg.metrics_port);
+        return -EIO;
+    }
+    log_info("metrics served", "listen=%s port=%d path=%s", bb.cfg.metrics_host,
+             bb.cfg.metrics_port, "/metrics");
+    return 0;
+}
+
+void bb_metrics_stop(void)
+{
+    if (httpd) {
+        MHD_stop_daemon(httpd);
+        httpd = NULL;
+    }
+    free(svcm);
+    svcm = NULL;
+    free(counts);
+    counts = NULL;
+}

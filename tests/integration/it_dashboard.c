@@ -1,0 +1,286 @@
+/* The dashboard page in a real headless Chromium: Redis, serverdir with a token file, a
+ * bigbrother supervising two gameprocs and reporting to serverdir, a held lock and a
+ * server on the master list. Chromium opens http://.../?cluster=c1#token=<viewer token>
+ * (the fragment never reaches the server), runs the page's scripts and dumps the DOM;
+ * the test checks it shows what the API answers: the machine, every process instance,
+ * the lock key and holder, the master server's address, and no error box. Then a
+ * screenshot is saved as a test artifact (build/dashboard.png). /usr/bin/chromium is a
+ * dependency (scripts/deps.sh): without it the test fails. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <fcntl.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+
+#include "bbtest.h"
+#include "harness.h"
+
+#define CHROMIUM "/usr/bin/chromium"
+
+static h_redis_t redis;
+static h_serverdir_t sd;
+static bbt_t bbt;
+
+static int setup(void **state)
+{
+    (void)state;
+    if (h_redis_start(&redis) || h_serverdir_start(&sd, redis.url, h_tokens_file(), NULL))
+        return -1;
+    char svc[2048], extra[512];
+    snprintf(svc, sizeof svc,
+             "[{\"name\": \"zone\", \"command\": \"%s\", \"args\": [\"--tick-hz\", \"20\"],"
+             " \"count\": 2, \"health\": {\"type\": \"agent\", \"start_timeout_ms\": 5000,"
+             " \"liveness_timeout_ms\": 3000},"
+             " \"stop\": {\"signal\": \"TERM\", \"grace_ms\": 500}, \"cwd\": \"%s\","
+             " \"rlimits\": {\"core\": 0}}]",
+             GAMEPROC, h_tmpdir());
+    snprintf(extra, sizeof extra,
+             ", \"address\": \"127.0.0.1\", \"serverdir\": {\"urls\": [\"%s\"], \"token\": \"%s\"}",
+             sd.url, H_TOK_BB);
+    bbt_config(&bbt, svc, extra);
+    return bbt_start(&bbt) > 0 ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    json_t *j = bbt_ctl(&bbt, "stop all");
+    json_decref(j);
+    h_stop(bbt.pid, 5000);
+    h_serverdir_stop(&sd);
+    h_redis_stop(&redis);
+    return 0;
+}
+
+/* GET path as the viewer; the parsed body of a 200 (asserted). */
+static json_t *api(const char *path)
+{
+    h_resp_t r;
+    assert_int_equal(h_http_json("GET", sd.url, H_TOK_VIEWER, NULL, &r, "%s", path), 0);
+    assert_int_equal(r.status, 200);
+    json_t *j = h_resp_json(&r);
+    assert_non_null(j);
+    h_resp_free(&r);
+    return j;
+}
+
+static int processes_ready(void *arg)
+{
+    (void)arg;
+    h_resp_t r;
+    int ok = h_http_json("GET", sd.url, H_TOK_VIEWER, NULL, &r,
+                         "/v1/clusters/c1/processes?state=ready") == 0 &&
+             r.status == 200;
+    json_t *j = ok ? h_resp_json(&r) : NULL;
+    ok = ok && json_array_size(json_object_get(j, "processes")) == 2;
+    json_decref(j);
+    h_resp_free(&r);
+    return ok;
+}
+
+/* Runs chromium headless on url with the extra flag (--dump-dom or --screenshot=...),
+ * stdout to out_path, stderr to a log. Returns the exit status (-1 on timeout). */
+static int chromium(const char *url, const char *flag, const char *out_path, int timeout_ms)
+{
+    char profile[512], log[512];
+    snprintf(profile, sizeof profile, "%s/chromium-profile", h_tmpdir());
+    snprintf(log, sizeof log, "%s/chromium.log", h_tmpdir());
+    mkdir(profile, 0700);
+    char udd[600];
+    snprintf(udd, sizeof udd, "--user-data-dir=%s", profile);
+    const char *argv[] = {CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
+                          "--disable-quic", "--no-first-run", "--disable-background-networking",
+                          "--disable-component-update", "--disable-sync",
+                          "--disable-dev-shm-usage", "--hide-scrollbars",
+                          "--window-size=1400,1000", "--virtual-time-budget=3000", udd, flag,
+                          url, NULL};
+    pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        setpgid(0, 0);
+        int out = open(out_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        int err = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (out < 0 || err < 0 || null < 0)
+            _exit(127);
+        dup2(null, 0);
+        dup2(out, 1);
+        dup2(err, 2);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    assert_true(pid > 0);
+    int st = 0;
+    int64_t until = h_now_ms() + timeout_ms;
+    while (!h_exited(pid, &st)) {
+        if (h_now_ms() > until) {
+            kill(-pid, SIGKILL);
+            h_stop(pid, 100);
+            fprintf(stderr, "chromium timed out (log: %s)\n", log);
+            return -1;
+        }
+        h_sleep_ms(50);
+    }
+    if (!WIFEXITED(st) || WEXITSTATUS(st))
+        fprintf(stderr, "chromium failed (log: %s)\n", log);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* The whole file as a NUL-terminated string (caller frees). */
+static char *slurp(const char *path)
+{
+    struct stat sb;
+    assert_int_equal(stat(path, &sb), 0);
+    assert_true(sb.st_size > 0 && sb.st_size < (64 << 20));
+    char *text = malloc((size_t)sb.st_size + 1);
+    FILE *f = fopen(path, "r");
+    assert_non_null(text);
+    assert_non_null(f);
+    size_t n = fread(text, 1, (size_t)sb.st_size, f);
+    fclose(f);
+    text[n] = 0;
+    return text;
+}
+
+/* 1 if the DOM has a table cell whose text is exactly `text`. */
+static int has_cell(const char *dom, const char *text)
+{
+    char want[512];
+    snprintf(want, sizeof want, ">%s</td>", text);
+    return strstr(dom, want) != NULL;
+}
+
+static void dashboard_shows_the_cluster(void **state)
+{
+    (void)state;
+    struct stat sb;
+    assert_int_equal(stat(CHROMIUM, &sb), 0); /* missing chromium: run scripts/deps.sh */
+
+    /* The cluster: processes ready and reported, a lock, a listed server. */
+    assert_true(h_wait_until(processes_ready, NULL, h_valgrind() ? 60000 : 20000));
+    h_resp_t r;
+    assert_int_equal(h_http_json("PUT", sd.url, H_TOK_GAME, "{\"holder\": \"zone-holder\"}", &r,
+                                 "/v1/locks/player-dash-42"), 0);
+    assert_int_equal(r.status, 200);
+    h_resp_free(&r);
+    char url[512], body[512];
+    snprintf(url, sizeof url, "%s/v1/master/challenge", sd.url);
+    assert_int_equal(h_http("POST", url, NULL, NULL, NULL, 0, NULL, &r), 0);
+    json_t *j = h_resp_json(&r);
+    snprintf(body, sizeof body,
+             "{\"challenge\":\"%s\",\"port\":27961,\"game\":\"DashGame\",\"map\":\"dm6\","
+             "\"players\":3,\"max_players\":12}",
+             json_string_value(json_object_get(j, "challenge")));
+    json_decref(j);
+    h_resp_free(&r);
+    snprintf(url, sizeof url, "%s/v1/master/heartbeat", sd.url);
+    assert_int_equal(h_http("POST", url, NULL, NULL, body, strlen(body), NULL, &r), 0);
+    assert_int_equal(r.status, 200);
+    h_resp_free(&r);
+
+    /* What the API says. */
+    json_t *machines = api("/v1/clusters/c1/machines");
+    json_t *procs = api("/v1/clusters/c1/processes");
+    json_t *lock = api("/v1/locks/player-dash-42");
+    json_t *servers = api("/v1/master/servers");
+    assert_int_equal(json_array_size(json_object_get(machines, "machines")), 1);
+    assert_int_equal(json_array_size(json_object_get(procs, "processes")), 2);
+    assert_int_equal(json_array_size(json_object_get(servers, "servers")), 1);
+
+    /* What the page shows. */
+    char page[512], dom_path[512];
+    snprintf(page, sizeof page, "%s/?cluster=c1#token=%s", sd.url, H_TOK_VIEWER);
+    snprintf(dom_path, sizeof dom_path, "%s/dom.html", h_tmpdir());
+    int64_t t0 = h_now_ms();
+    assert_int_equal(chromium(page, "--dump-dom", dom_path, 20000), 0);
+    char *dom = slurp(dom_path);
+    char *script = strstr(dom, "<script");
+    assert_non_null(script);
+    *script = 0; /* check the rendered elements only, not the page's own code */
+    printf("dashboard: chromium dumped %zu bytes of DOM in %lld ms\n", strlen(dom),
+           (long long)(h_now_ms() - t0));
+
+    assert_non_null(strstr(dom, "updated "));        /* a refresh completed */
+    const char *err = strstr(dom, "class=\"err\"");
+    if (err)
+        fprintf(stderr, "the page shows an error: %.200s\n", err);
+    assert_null(err); /* no API call failed */
+    assert_null(strstr(dom, "unauthorized"));
+    size_t i;
+    json_t *o;
+    json_array_foreach(json_object_get(machines, "machines"), i, o) {
+        assert_true(has_cell(dom, json_string_value(json_object_get(o, "machine"))));
+        assert_true(has_cell(dom, json_string_value(json_object_get(o, "state"))));
+    }
+    json_array_foreach(json_object_get(procs, "processes"), i, o) {
+        assert_true(has_cell(dom, json_string_value(json_object_get(o, "instance"))));
+        char pid[32];
+        snprintf(pid, sizeof pid, "%lld", (long long)json_integer_value(json_object_get(o, "pid")));
+        assert_true(has_cell(dom, pid));
+    }
+    assert_true(has_cell(dom, "player-dash-42"));
+    assert_true(has_cell(dom, json_string_value(json_object_get(lock, "holder"))));
+    char seq[32];
+    snprintf(seq, sizeof seq, "%lld", (long long)json_integer_value(json_object_get(lock, "lock_seq")));
+    assert_true(has_cell(dom, seq));
+    json_array_foreach(json_object_get(servers, "servers"), i, o)
+        assert_true(has_cell(dom, json_string_value(json_object_get(o, "address"))));
+    assert_true(has_cell(dom, "DashGame"));
+    /* The services summary: zone with both instances ready. */
+    assert_true(has_cell(dom, "zone"));
+    assert_non_null(strstr(dom, "<td class=\"ok\">2 / 2</td>"));
+    /* The started events of both processes are in the history. */
+    assert_true(has_cell(dom, "started"));
+    free(dom);
+    json_decref(machines);
+    json_decref(procs);
+    json_decref(lock);
+    json_decref(servers);
+
+    /* The screenshot, kept in the build dir as the test artifact. */
+    char png[600], flag[640], out[512];
+    snprintf(png, sizeof png, "%s/../dashboard.png", SD_BIN_DIR);
+    snprintf(flag, sizeof flag, "--screenshot=%s", png);
+    snprintf(out, sizeof out, "%s/screenshot.out", h_tmpdir());
+    unlink(png);
+    assert_int_equal(chromium(page, flag, out, 20000), 0);
+    assert_int_equal(stat(png, &sb), 0);
+    assert_true(sb.st_size > 10000);
+    char *real = realpath(png, NULL);
+    printf("dashboard: screenshot saved to %s (%lld bytes)\n", real ? real : png,
+           (long long)sb.st_size);
+    free(real);
+}
+
+/* The page is served without a token, with a strict CSP; the API it reads needs one. */
+static void page_public_api_guarded(void **state)
+{
+    (void)state;
+    h_resp_t r;
+    char url[256];
+    snprintf(url, sizeof url, "%s/", sd.url);
+    assert_int_equal(h_http("GET", url, NULL, NULL, NULL, 0, NULL, &r), 0);
+    assert_int_equal(r.status, 200);
+    char csp[512];
+    assert_int_equal(h_resp_header(&r, "Content-Security-Policy", csp, sizeof csp), 0);
+    assert_non_null(strstr(csp, "default-src 'self'"));
+    assert_non_null(strstr(r.body, "location.hash")); /* reads #token= */
+    h_resp_free(&r);
+    assert_int_equal(h_http_json("GET", sd.url, NULL, NULL, &r, "/v1/clusters/c1/processes"), 0);
+    assert_int_equal(r.status, 401);
+    h_resp_free(&r);
+}
+
+int main(void)
+{
+    h_init(60);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(page_public_api_guarded),
+        cmocka_unit_test(dashboard_shows_the_cluster),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
