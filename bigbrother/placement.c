@@ -23,6 +23,7 @@ typedef struct {
 typedef struct {
     const char *name;
     const json_t *spec, *labels;
+    const json_t *slot_tokens; /* "slot" -> restart token of that one slot */
     json_t *proc;
     int count, max_per_machine, max_unavailable;
     json_int_t version, token;
@@ -104,10 +105,20 @@ static void put_slot(plan_t *p, int si, int slot, int mi, json_t *entry)
     p->m[mi].total++;
 }
 
+/* The restart token a slot must run with: the service's (rolling restarts) plus the
+ * slot's own (restart of one instance); both only grow. */
+static json_int_t slot_token(const svc_t *s, int slot)
+{
+    char k[24];
+    snprintf(k, sizeof(k), "%d", slot);
+    return s->token + json_integer_value(json_object_get(s->slot_tokens, k));
+}
+
 static json_t *new_entry(const svc_t *s, int slot)
 {
     return json_pack("{s:s, s:i, s:I, s:I, s:O}", "service", s->name, "slot", slot,
-                     "spec_version", s->version, "restart_token", s->token, "spec", s->spec);
+                     "spec_version", s->version, "restart_token", slot_token(s, slot), "spec",
+                     s->spec);
 }
 
 static void free_plan(plan_t *p)
@@ -151,6 +162,7 @@ static int load_services(plan_t *p, const json_t *state)
         s->max_unavailable = mu > 0 ? (int)mu : 1;
         s->version = json_integer_value(json_object_get(e, "version"));
         s->token = json_integer_value(json_object_get(e, "restart_token"));
+        s->slot_tokens = json_object_get(e, "slot_restart_tokens");
         json_int_t count = json_integer_value(json_object_get(spec, "count"));
         if (count < 0 || count > 1000000)
             return -1;
@@ -299,7 +311,8 @@ static void roll(plan_t *p, const json_t *ready, json_t *inflight, bb_place_stat
             if (!e)
                 continue;
             json_t *proc = bb_spec_process_part(json_object_get(e, "spec"));
-            int needs = json_integer_value(json_object_get(e, "restart_token")) != s->token ||
+            json_int_t token = slot_token(s, slot);
+            int needs = json_integer_value(json_object_get(e, "restart_token")) != token ||
                         !json_equal(proc, s->proc);
             json_decref(proc);
             if (!needs || (!down_flag[slot] && budget <= 0))
@@ -309,7 +322,7 @@ static void roll(plan_t *p, const json_t *ready, json_t *inflight, bb_place_stat
             const char *rid = ready_id(p, ready, si, slot);
             snprintf(key, sizeof(key), "%s|%d", s->name, slot);
             json_object_set_new(inflight, key, json_string(rid ? rid : ""));
-            json_object_set_new(e, "restart_token", json_integer(s->token));
+            json_object_set_new(e, "restart_token", json_integer(token));
             json_object_set_new(e, "spec_version", json_integer(s->version));
             json_object_set(e, "spec", (json_t *)s->spec);
             st->rolled++;

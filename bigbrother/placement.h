@@ -17,7 +17,7 @@ typedef struct {
 /* Computes the assignments.
  *
  * state: the GET /state document: "services" [{service, version, spec, stopped,
- *   restart_token, max_unavailable?}], "machines" [{machine, labels, capacity, state,
+ *   restart_token, max_unavailable?, slot_restart_tokens? {"3": n}}], "machines" [{machine, labels, capacity, state,
  *   draining}], "assignments" {machine: {slots: [...]}}, "cluster_stopped".
  * ready: object "machine|service|slot" -> instance id of the READY process the directory
  *   shows for that slot on that machine.
@@ -29,8 +29,9 @@ typedef struct {
  * placement.labels are a subset of their labels, within capacity (0: unlimited) and the
  * service's placement.max_per_machine (0: unlimited). A slot stays on its machine while
  * that machine is eligible (stable); missing slots go to the eligible machine with the
- * fewest slots of that service, then the fewest slots, then the smallest name. A slot
- * whose restart_token or process spec differs from the service's is advanced only while
+ * fewest slots of that service, then the fewest slots, then the smallest name. A slot's
+ * restart token is the service's plus the slot's own. A slot whose restart token or
+ * process spec differs from the desired one is advanced only while
  * fewer than max_unavailable (default 1) slots of the service are not ready. A stopped
  * service or a stopped cluster has no slots.
  *

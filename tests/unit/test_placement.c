@@ -241,6 +241,28 @@ static void rolling_restart_keeps_max_unavailable(void **unused)
     json_decref(inf);
 }
 
+static void instance_restart_bumps_one_slot(void **unused)
+{
+    (void)unused;
+    json_t *st = mkstate(THREE, 3, NULL, ", \"restart_token\":4"), *ready = json_object();
+    json_t *inf = json_object();
+    bb_place_stats_t s;
+    place(st, ready, inf, &s);
+    all_ready(st, ready, 0);
+    json_object_set_new(json_array_get(json_object_get(st, "services"), 0),
+                        "slot_restart_tokens", json_pack("{s:i}", "2", 1));
+    assert_int_equal(place(st, ready, inf, &s), 1);
+    assert_int_equal(s.rolled, 1);
+    json_t *slots = json_object_get(json_object_get(json_object_get(st, "assignments"),
+                                                    where(st, 2)), "slots");
+    json_t *e = json_array_get(slots, 0);
+    assert_int_equal(json_integer_value(json_object_get(e, "slot")), 2);
+    assert_int_equal(json_integer_value(json_object_get(e, "restart_token")), 5);
+    json_decref(st);
+    json_decref(ready);
+    json_decref(inf);
+}
+
 static void stopped_service_and_cluster(void **unused)
 {
     (void)unused;
@@ -286,6 +308,7 @@ int main(void)
         cmocka_unit_test(ineligible_machines_lose_their_slots),
         cmocka_unit_test(capacity_and_max_per_machine),
         cmocka_unit_test(rolling_restart_keeps_max_unavailable),
+        cmocka_unit_test(instance_restart_bumps_one_slot),
         cmocka_unit_test(stopped_service_and_cluster),
         cmocka_unit_test(bad_state_is_refused),
     };
