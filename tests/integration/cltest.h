@@ -195,11 +195,12 @@ static inline int cl_wait(cl_t *c, int (*fn)(cl_t *, void *), void *arg, int tim
 }
 
 /* Target for cl_converged: the service has `want` ready in the directory and exactly that
- * many live processes across the running bigbrothers (skip: a stopped one). */
+ * many live processes across the bigbrothers not in `skip` (bit i: bigbrother i is
+ * killed or paused). */
 typedef struct {
     const char *service;
     int want;
-    int skip;
+    unsigned skip;
 } cl_conv_t;
 
 static inline int cl_converged(cl_t *c, void *arg)
@@ -210,7 +211,7 @@ static inline int cl_converged(cl_t *c, void *arg)
         return 0;
     int n = 0;
     for (int i = 0; i < c->n; i++)
-        if (i != w->skip)
+        if (!(w->skip & (1u << i)))
             n += cl_running(c, i, w->service);
     return n == w->want;
 }

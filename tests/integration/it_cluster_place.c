@@ -57,7 +57,7 @@ static void scale_0_30_5(void **state)
                    NULL),
         200);
     assert_int_equal(cl_scale(&C, "zone", 30), 200);
-    cl_conv_t w = {"zone", 30, -1};
+    cl_conv_t w = {"zone", 30, 0};
     assert_true(cl_wait(&C, cl_converged, &w, cl_ms(60000)));
     for (int i = 0; i < 3; i++) {
         assert_int_equal(cl_dir_count(&C, "zone", "ready", C.name[i]), 10);
@@ -124,7 +124,7 @@ static void rolling_restart_bounded(void **state)
     assert_true(done);
     assert_true(min_ready >= 3);
     assert_true(min_ready <= 4); /* it did restart them, a few at a time */
-    cl_conv_t w = {"zone", 5, -1};
+    cl_conv_t w = {"zone", 5, 0};
     assert_true(cl_wait(&C, cl_converged, &w, cl_ms(10000)));
 }
 
@@ -133,7 +133,7 @@ static void cluster_stop_and_start(void **state)
     (void)state;
     int before = shutdowns(&C);
     assert_int_equal(cl_op(&C, "POST", "/stop", NULL), 200);
-    cl_conv_t w = {"zone", 0, -1};
+    cl_conv_t w = {"zone", 0, 0};
     assert_true(cl_wait(&C, cl_converged, &w, cl_ms(30000)));
     assert_int_equal(shutdowns(&C) - before, 5);
     h_sleep_ms(1000); /* and it stays stopped */
