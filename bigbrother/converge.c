@@ -30,6 +30,7 @@ typedef struct bb_cspec {
     json_t *proc;      /* bb_spec_process_part of the spec: what the process runs */
     bb_config_t cfg;   /* cfg.services[0] is the service; NULL cfg.root: a refused spec */
     int refs;
+    int listed;        /* the document being applied names it (keeps a refused spec) */
 } bb_cspec_t;
 
 static bb_cspec_t *specs;
@@ -85,13 +86,14 @@ static void spec_ref(bb_cspec_t *c, int d)
         c->refs += d;
 }
 
-/* Frees the specs no entry uses any more. */
+/* Frees the specs no entry uses and the last document did not name (a refused spec
+ * stays while it is assigned, so it is reported once). */
 static void specs_gc(void)
 {
     bb_cspec_t **pp = &specs;
     while (*pp) {
         bb_cspec_t *c = *pp;
-        if (c->refs > 0) {
+        if (c->refs > 0 || c->listed) {
             pp = &c->next;
             continue;
         }
@@ -106,7 +108,7 @@ static void specs_gc(void)
 void bb_converge_free(void)
 {
     for (bb_cspec_t *c = specs; c; c = c->next)
-        c->refs = 0;
+        c->refs = c->listed = 0;
     specs_gc();
 }
 
@@ -205,6 +207,8 @@ void bb_converge_apply(const json_t *doc, int draining)
     for (int i = 0; i < bb.ninst; i++)
         if (bb.inst[i].cspec)
             bb.inst[i].assigned = -bb.inst[i].assigned; /* 1 -> -1: not yet seen */
+    for (bb_cspec_t *c = specs; c; c = c->next)
+        c->listed = 0;
     size_t k;
     json_t *e;
     json_array_foreach(stopped_all ? NULL : slots, k, e) {
@@ -214,7 +218,10 @@ void bb_converge_apply(const json_t *doc, int draining)
             continue;
         bb_cspec_t *c = spec_get(service, json_integer_value(json_object_get(e, "spec_version")),
                                  json_object_get(e, "spec"));
-        if (!c || !c->cfg.root)
+        if (!c)
+            continue;
+        c->listed = 1;
+        if (!c->cfg.root)
             continue;
         bb_inst_t *in = NULL;
         for (int i = 0; i < bb.ninst && !in; i++)
