@@ -43,8 +43,6 @@ static atomic_int nwaiting;
 static waiter_t *list;
 static redisContext *sub;
 
-int sd_assign_waiting(void) { return atomic_load(&nwaiting); }
-
 /* Subscribes a fresh connection to the assignments channel; NULL on failure. */
 static redisContext *subscribe(void)
 {
@@ -164,6 +162,8 @@ static void *waiter_main(void *arg)
         for (waiter_t **pp = &list; *pp;) {
             waiter_t *w = *pp;
             if (waiter_try(w, now, stopping)) {
+                SD_COUNT("serverdir_assign_longpolls_answered_total",
+                         "parked assignment long-polls answered", 1);
                 *pp = w->next;
                 free(w);
                 atomic_fetch_sub(&nwaiting, 1);
@@ -252,6 +252,7 @@ void sd_assign_park(sd_req_t *req, sd_resp_t *resp, const char *cluster, const c
         return;
     }
     sd_req_park(req);
+    SD_COUNT("serverdir_assign_longpolls_parked_total", "assignment long-polls parked", 1);
     w->next = incoming;
     incoming = w;
     pthread_mutex_unlock(&mu);
