@@ -237,6 +237,12 @@ void bb_converge_apply(const json_t *doc, int draining);
 /* supervisor.c calls it before a slot is spawned again after a stop: a restart for a
  * new spec switches the instance to it. */
 void bb_converge_respawn(bb_inst_t *in);
+/* For state.c: the process spec of a cluster slot (borrowed; NULL for a static one), and
+ * re-creating a cluster slot's entry from the persisted table (not started; NULL when
+ * the spec is refused or the table is full). */
+const json_t *bb_converge_spec(const bb_inst_t *in);
+bb_inst_t *bb_converge_restore(const char *service, int slot, const json_t *spec,
+                               int64_t restart_token, int assigned);
 /* Frees every cluster spec (at exit). */
 void bb_converge_free(void);
 

@@ -199,6 +199,32 @@ static void slot_update(bb_inst_t *in, const json_t *e, bb_cspec_t *c)
     bb_inst_event(in, EV_RESTART);
 }
 
+const json_t *bb_converge_spec(const bb_inst_t *in)
+{
+    return in->cspec ? in->cspec->proc : NULL;
+}
+
+bb_inst_t *bb_converge_restore(const char *service, int slot, const json_t *spec,
+                               int64_t restart_token, int assigned)
+{
+    if (!bb.cfg.cluster_mode || bb.ninst >= bb.inst_cap)
+        return NULL;
+    bb_cspec_t *c = spec_get(service, 0, spec);
+    if (!c || !c->cfg.root) {
+        specs_gc();
+        return NULL;
+    }
+    bb_inst_t *in = &bb.inst[bb.ninst++];
+    bb_inst_init_entry(in);
+    in->cspec = c;
+    spec_ref(c, 1);
+    in->svc = &c->cfg.services[0];
+    in->slot = slot;
+    in->assigned = assigned != 0; /* until the first assignment says otherwise */
+    in->restart_token = restart_token;
+    return in;
+}
+
 void bb_converge_apply(const json_t *doc, int draining)
 {
     const json_t *slots = json_object_get(doc, "slots");

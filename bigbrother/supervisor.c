@@ -450,7 +450,7 @@ int bb_supervisor_init(void)
 void bb_supervisor_start_all(void)
 {
     for (int i = 0; i < bb.ninst; i++)
-        if (!bb.inst[i].loaded)
+        if (!bb.inst[i].loaded && (!bb.inst[i].cspec || bb.inst[i].assigned))
             bb_inst_event(&bb.inst[i], EV_START);
 }
 

@@ -4,7 +4,9 @@
  *   - restart one instance: only that slot gets a new instance (same machine, higher
  *     generation), every other instance keeps running;
  *   - a spec bigbrother refuses (command not executable) is reported as a stopped event
- *     with reason exited and detail "bad spec: ..." and starts nothing; bigbrother lives. */
+ *     with reason exited and detail "bad spec: ..." and starts nothing; bigbrother lives;
+ *   - a bigbrother restarted (SIGTERM, start again on the same state dir) re-adopts its
+ *     cluster slots: same processes, same instance ids, nothing restarted. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -143,6 +145,30 @@ static void refused_spec_is_reported(void **state)
         assert_true(bbt_alive(C.bb[i].pid));
 }
 
+static void restarted_bigbrother_readopts(void **state)
+{
+    (void)state;
+    json_t *before = cl_get(&C, "/processes?service=zone&machine=m3");
+    size_t n = json_array_size(json_object_get(before, "processes"));
+    assert_true(n >= 2);
+    assert_int_equal(h_stop(C.bb[2].pid, cl_ms(10000)) >= 0, 1);
+    assert_true(bbt_start(&C.bb[2]) > 0);
+    h_sleep_ms(2000); /* an assignment round trip and a few placement rounds */
+    cl_conv_t w = {"zone", 8, 0};
+    assert_true(cl_wait(&C, cl_converged, &w, cl_ms(20000)));
+    json_t *after = cl_get(&C, "/processes?service=zone&machine=m3");
+    size_t i, k, same = 0;
+    json_t *a, *b;
+    json_array_foreach(json_object_get(after, "processes"), i, a)
+        json_array_foreach(json_object_get(before, "processes"), k, b)
+            same += !strcmp(bbt_str(a, "instance"), bbt_str(b, "instance")) &&
+                    bbt_int(a, "pid") == bbt_int(b, "pid");
+    json_decref(before);
+    json_decref(after);
+    assert_int_equal(same, n);
+    assert_true(bbt_file_has(C.bb[2].log, "instance re-adopted"));
+}
+
 int main(void)
 {
     h_init(h_valgrind() ? 400 : 150);
@@ -151,6 +177,7 @@ int main(void)
         cmocka_unit_test(drain_moves_instances_off),
         cmocka_unit_test(restart_one_instance),
         cmocka_unit_test(refused_spec_is_reported),
+        cmocka_unit_test(restarted_bigbrother_readopts),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     cl_stop(&C);
