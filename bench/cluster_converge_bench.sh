@@ -59,9 +59,9 @@ free_port() {
 
 now_ms() { date +%s%3N; }
 
-OPS=ops-bench-token
-BBT=bigbrother-bench-token
-printf 'ops %s\nbigbrother %s\n' "$OPS" "$BBT" >"$WORK/tokens"
+OPS=ops-bench-token-0123456789
+BBT=bigbrother-bench-token-0123456789
+(umask 077; printf 'ops %s\nbigbrother %s\n' "$OPS" "$BBT" >"$WORK/tokens")
 
 api() { # method path [body]
     curl -sf -X "$1" -H "Authorization: Bearer $OPS" -H 'Content-Type: application/json' \
