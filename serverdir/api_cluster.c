@@ -217,27 +217,6 @@ int h_primary_release(sd_req_t *req, sd_resp_t *resp)
 
 /* ---------- the state read ---------- */
 
-/* One service entry of service_list / state_get ({name, spec, version, stopped,
- * restart_token, max_unavailable, {slot, token, ...}}) as API JSON; NULL if malformed. */
-json_t *sd_service_json(const redisReply *e)
-{
-    if (e->type != REDIS_REPLY_ARRAY || e->elements != 7 ||
-        e->element[6]->type != REDIS_REPLY_ARRAY)
-        return NULL;
-    char num[32];
-    json_t *spec = json_loads(rs(e, 1, num, sizeof num), 0, NULL);
-    json_t *o = json_pack("{s:s, s:I, s:o, s:b, s:I, s:I}", "service", rs(e, 0, num, sizeof num),
-                          "version", (json_int_t)rn(e, 2), "spec", spec ? spec : json_object(),
-                          "stopped", rn(e, 3) == 1, "restart_token", (json_int_t)rn(e, 4),
-                          "max_unavailable", (json_int_t)rn(e, 5));
-    json_t *slots = json_object();
-    const redisReply *st = e->element[6];
-    for (size_t i = 0; i + 1 < st->elements; i += 2)
-        json_object_set_new(slots, rs(st, i, num, sizeof num), json_integer(rn(st, i + 1)));
-    json_object_set_new(o, "slot_restart_tokens", slots);
-    return o;
-}
-
 static json_t *doc_json(const char *machine, int64_t version, int64_t epoch, int stopped,
                         const char *slots_text)
 {

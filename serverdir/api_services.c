@@ -173,6 +173,25 @@ static int dry_run_flag(const sd_req_t *req, sd_resp_t *resp)
 
 /* ---------- specs ---------- */
 
+json_t *sd_service_json(const redisReply *e)
+{
+    if (e->type != REDIS_REPLY_ARRAY || e->elements != 7 ||
+        e->element[6]->type != REDIS_REPLY_ARRAY)
+        return NULL;
+    json_t *spec = json_loads(rstr(e, 1), 0, NULL);
+    json_t *o = json_pack("{s:s, s:I, s:o, s:b, s:I, s:I}", "service", rstr(e, 0),
+                          "version", (json_int_t)rnum(e, 2), "spec", spec ? spec : json_object(),
+                          "stopped", rnum(e, 3) == 1, "restart_token", (json_int_t)rnum(e, 4),
+                          "max_unavailable", (json_int_t)rnum(e, 5));
+    json_t *slots = json_object();
+    const redisReply *st = e->element[6];
+    for (size_t i = 0; i + 1 < st->elements; i += 2)
+        json_object_set_new(slots, rstr(st, i), json_integer(rnum(st, i + 1)));
+    json_object_set_new(o, "slot_restart_tokens", slots);
+    return o;
+}
+
+
 /* PUT /services/{s}[?dry_run=1] body = spec -> 200 {service, version, changed, changes}. */
 int h_service_put(sd_req_t *req, sd_resp_t *resp)
 {

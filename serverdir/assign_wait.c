@@ -81,9 +81,8 @@ static void mark_message(const char *payload)
         if (strcmp(w->cluster, cluster) != 0)
             continue;
         for (size_t i = 0; i < n && !w->check; i++)
-            w->check = all || strcmp(names[i], "*") == 0 || strcmp(names[i], w->machine) == 0;
-        if (all)
-            w->check = 1;
+            w->check = strcmp(names[i], "*") == 0 || strcmp(names[i], w->machine) == 0;
+        w->check |= all;
     }
 }
 
