@@ -52,7 +52,7 @@ trap 'exit 130' INT TERM
 free_port() {
     local p
     while :; do
-        p=$((20000 + RANDOM % 40000))
+        p=$((10000 + RANDOM % 22000)) # below the ephemeral range of outgoing connections
         (echo >/dev/tcp/127.0.0.1/$p) 2>/dev/null || { echo $p; return; }
     done
 }
@@ -84,11 +84,15 @@ wait_for() { # what-function want
 }
 
 start_stack() { # run
-    local rp sp
-    rp=$(free_port)
+    local rp sp try
     mkdir -p "$WORK/$1"
-    redis-server --port "$rp" --bind 127.0.0.1 --save '' --appendonly no \
-        --dir "$WORK/$1" >"$WORK/$1/redis.log" 2>&1 &
+    for try in 1 2 3 4 5; do
+        rp=$(free_port)
+        redis-server --port "$rp" --bind 127.0.0.1 --save '' --appendonly no \
+            --dir "$WORK/$1" >"$WORK/$1/redis.log" 2>&1 &
+        sleep 0.3
+        kill -0 $! 2>/dev/null && break
+    done
     PIDS+=($!)
     sp=$(free_port)
     SD=http://127.0.0.1:$sp
