@@ -88,19 +88,11 @@ static void *poll_main(void *arg)
     (void)arg;
     json_int_t version = -1;
     int failing = 0;
-    char path[1024], cl_esc[400], m_esc[400];
-    sdc_escape(bb.cfg.cluster, cl_esc, sizeof(cl_esc));
-    sdc_escape(bb.cfg.machine, m_esc, sizeof(m_esc));
     while (!stopping()) {
-        if (version < 0)
-            snprintf(path, sizeof(path), "/v1/clusters/%s/machines/%s/assignments", cl_esc,
-                     m_esc);
-        else
-            snprintf(path, sizeof(path), "/v1/clusters/%s/machines/%s/assignments?version=%lld"
-                     "&wait=%d", cl_esc, m_esc, (long long)version, bb.cfg.assignment_wait_ms);
         json_t *doc = NULL;
         sdc_err_t err = {0};
-        int rc = sdc_request(cl.poll_client, "GET", path, NULL, &doc, &err);
+        int rc = sdc_assignments_get(cl.poll_client, bb.cfg.cluster, bb.cfg.machine, version,
+                                     version < 0 ? 0 : bb.cfg.assignment_wait_ms, &doc, &err);
         if (rc != SDC_OK || !json_is_object(doc)) {
             char why[320];
             if (!failing++)
@@ -158,7 +150,6 @@ typedef struct {
     json_int_t epoch;
     int64_t lease_until;   /* monotonic ms: the lease surely holds until then */
     json_t *inflight;      /* rolling restarts under way (placement.h) */
-    char base[400];        /* /v1/clusters/{c} */
 } prim_t;
 
 static void step_down(prim_t *p, const char *reason)
@@ -184,30 +175,24 @@ static int fenced(prim_t *p, int rc, const sdc_err_t *err)
 
 static void renew(prim_t *p)
 {
-    char path[450];
-    snprintf(path, sizeof(path), "%s/primary", p->base);
-    json_t *body = json_pack("{s:s, s:i}", "machine", bb.cfg.machine, "ttl_ms",
-                             bb.cfg.primary_ttl_ms);
-    json_t *out = NULL;
+    sdc_primary_t out;
+    memset(&out, 0, sizeof(out));
     sdc_err_t err = {0};
     int64_t t0 = sd_mono_ms();
-    int rc = sdc_request(cl.prim_client, "POST", path, body, &out, &err);
-    json_decref(body);
-    const char *holder = json_string_value(json_object_get(out, "holder"));
-    if (rc == SDC_OK && holder && !strcmp(holder, bb.cfg.machine)) {
-        json_int_t epoch = json_integer_value(json_object_get(out, "epoch"));
-        if (!p->is_primary || epoch != p->epoch)
+    int rc = sdc_primary_acquire(cl.prim_client, bb.cfg.cluster, bb.cfg.machine,
+                                 bb.cfg.primary_ttl_ms, &out, &err);
+    if (rc == SDC_OK && !strcmp(out.holder, bb.cfg.machine)) {
+        if (!p->is_primary || out.epoch != p->epoch)
             log_info("primary role acquired", "machine=%s epoch=%lld ttl_ms=%d",
-                     bb.cfg.machine, (long long)epoch, bb.cfg.primary_ttl_ms);
+                     bb.cfg.machine, (long long)out.epoch, bb.cfg.primary_ttl_ms);
         p->is_primary = 1;
-        p->epoch = epoch;
-        p->lease_until = t0 + json_integer_value(json_object_get(out, "expires_in_ms"));
+        p->epoch = out.epoch;
+        p->lease_until = t0 + out.expires_in_ms;
     } else if (rc == SDC_OK) {
         step_down(p, "held_by_other");
     } else if (!fenced(p, rc, &err) && p->is_primary && sd_mono_ms() >= p->lease_until) {
         step_down(p, "lease_expired");
     }
-    json_decref(out);
     sdc_err_clear(&err);
 }
 
@@ -251,13 +236,8 @@ static int declare_lost(prim_t *p, json_t *state, const json_t *live)
         json_int_t nlive = json_integer_value(json_object_get(live, name));
         if (!nslots && !nlive)
             continue;
-        char path[900], esc[400];
-        snprintf(path, sizeof(path), "%s/machines/%s/lost", p->base,
-                 sdc_escape(name, esc, sizeof(esc)));
-        json_t *body = json_pack("{s:I}", "epoch", p->epoch);
         sdc_err_t err = {0};
-        int rc = sdc_request(cl.prim_client, "POST", path, body, NULL, &err);
-        json_decref(body);
+        int rc = sdc_machine_lost(cl.prim_client, bb.cfg.cluster, name, p->epoch, NULL, &err);
         if (fenced(p, rc, &err)) {
             sdc_err_clear(&err);
             return -1;
@@ -279,15 +259,16 @@ static int declare_lost(prim_t *p, json_t *state, const json_t *live)
 /* One placement round of the primary. */
 static void place_round(prim_t *p)
 {
-    char path[450], why[320];
-    json_t *state = NULL, *procs = NULL, *lists = NULL, *out = NULL;
+    char path[450], why[320], esc[400];
+    json_t *state = NULL, *procs = NULL, *lists = NULL;
     json_t *ready = json_object(), *live = json_object();
     sdc_err_t err = {0};
-    snprintf(path, sizeof(path), "%s/state", p->base);
-    int rc = sdc_request(cl.prim_client, "GET", path, NULL, &state, &err);
+    int rc = sdc_state_get(cl.prim_client, bb.cfg.cluster, &state, &err);
     if (rc == SDC_OK) {
+        /* the whole live directory, past sdc_processes_list's default limit */
         sdc_err_clear(&err);
-        snprintf(path, sizeof(path), "%s/processes?limit=100000", p->base);
+        snprintf(path, sizeof(path), "/v1/clusters/%s/processes?limit=100000",
+                 sdc_escape(bb.cfg.cluster, esc, sizeof(esc)));
         rc = sdc_request(cl.prim_client, "GET", path, NULL, &procs, &err);
     }
     if (rc != SDC_OK) {
@@ -300,16 +281,15 @@ static void place_round(prim_t *p)
         goto out;
     bb_place_stats_t st;
     if (bb_place(state, ready, p->inflight, &lists, &st)) {
-        log_error("placement skipped: state not understood", "path=%s", path);
+        log_error("placement skipped: state not understood", "cluster=%s", bb.cfg.cluster);
         goto out;
     }
     if (!json_object_size(lists))
         goto out;
-    json_t *body = json_pack("{s:I, s:O}", "epoch", p->epoch, "machines", lists);
-    snprintf(path, sizeof(path), "%s/assignments", p->base);
+    int64_t version = 0;
     sdc_err_clear(&err);
-    rc = sdc_request(cl.prim_client, "PUT", path, body, &out, &err);
-    json_decref(body);
+    rc = sdc_assignments_put(cl.prim_client, bb.cfg.cluster, p->epoch, lists, &version, NULL,
+                             &err);
     if (fenced(p, rc, &err))
         goto out;
     if (rc != SDC_OK) {
@@ -320,14 +300,13 @@ static void place_round(prim_t *p)
     log_info("placement changed",
              "epoch=%lld version=%lld machines=%zu kept=%d placed=%d removed=%d rolled=%d "
              "unplaced=%d",
-             (long long)p->epoch, (long long)json_integer_value(json_object_get(out, "version")),
+             (long long)p->epoch, (long long)version,
              json_object_size(lists), st.kept, st.placed, st.removed, st.rolled, st.unplaced);
 out:
     sdc_err_clear(&err);
     json_decref(state);
     json_decref(procs);
     json_decref(lists);
-    json_decref(out);
     json_decref(ready);
     json_decref(live);
 }
@@ -336,9 +315,6 @@ static void *prim_main(void *arg)
 {
     (void)arg;
     prim_t p = {.inflight = json_object()};
-    char esc[400];
-    snprintf(p.base, sizeof(p.base), "/v1/clusters/%s",
-             sdc_escape(bb.cfg.cluster, esc, sizeof(esc)));
     int64_t next_renew = 0;
     int renew_every = bb.cfg.primary_ttl_ms / 3;
     do {
@@ -354,11 +330,9 @@ static void *prim_main(void *arg)
     } while (!pause_ms(bb.cfg.placement_interval_ms < renew_every ? bb.cfg.placement_interval_ms
                                                                    : renew_every));
     if (p.is_primary) {
-        char path[900], m[400];
-        snprintf(path, sizeof(path), "%s/primary?machine=%s", p.base,
-                 sdc_escape(bb.cfg.machine, m, sizeof(m)));
         sdc_err_t err = {0};
-        if (sdc_request(cl.prim_client, "DELETE", path, NULL, NULL, &err) == SDC_OK)
+        if (sdc_primary_release(cl.prim_client, bb.cfg.cluster, bb.cfg.machine, &err) ==
+            SDC_OK)
             log_info("primary role released", "machine=%s epoch=%lld", bb.cfg.machine,
                      (long long)p.epoch);
         sdc_err_clear(&err);
