@@ -531,7 +531,7 @@ static int parse_root(ctx_t *c, bb_config_t *cfg)
     GET_INT(c, root, "", "lease_ttl_ms", 1000, 300000, 15000, cfg->lease_ttl_ms);
     GET_INT(c, root, "", "primary_ttl_ms", 1000, 300000, 10000, cfg->primary_ttl_ms);
     GET_INT(c, root, "", "placement_interval_ms", 100, 60000, 1000, cfg->placement_interval_ms);
-    GET_INT(c, root, "", "assignment_wait_ms", 500, 60000, 20000, cfg->assignment_wait_ms);
+    GET_INT(c, root, "", "assignment_wait_ms", 500, 60000, 10000, cfg->assignment_wait_ms);
     GET_INT(c, root, "", "log_max_bytes", 4096, (int64_t)1 << 40, 10 << 20, cfg->log_max_bytes);
     GET_INT(c, root, "", "log_keep", 0, 100, 3, cfg->log_keep);
     if (sock_path(c, root, "agent_socket", cfg->state_dir, "agent.sock", cfg->agent_socket) ||

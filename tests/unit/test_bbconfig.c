@@ -165,7 +165,7 @@ static void cluster_mode_defaults(void **state)
     assert_int_equal(c.capacity, 1000);
     assert_int_equal(c.primary_ttl_ms, 10000);
     assert_int_equal(c.placement_interval_ms, 1000);
-    assert_int_equal(c.assignment_wait_ms, 20000);
+    assert_int_equal(c.assignment_wait_ms, 10000);
     bb_config_free(&c);
     assert_int_equal(bb_config_parse(HEAD "\"capacity\": 0}", "t.json", &c, err, sizeof(err)), 0);
     assert_int_equal(c.cluster_mode, 0);
