@@ -149,8 +149,8 @@ static int load_services(plan_t *p, const json_t *state)
     json_array_foreach(svcs, i, e) {
         const char *name = json_string_value(json_object_get(e, "service"));
         const json_t *spec = json_object_get(e, "spec");
-        if (!name || !json_is_object(spec))
-            return -1;
+        if (!name || !json_is_object(spec) || find_svc(p, name) >= 0)
+            return -1; /* a service named twice: not a state ServerDir gives */
         const json_t *pl = json_object_get(spec, "placement");
         svc_t *s = &p->s[p->ns++];
         s->name = name;
@@ -164,7 +164,7 @@ static int load_services(plan_t *p, const json_t *state)
         s->token = json_integer_value(json_object_get(e, "restart_token"));
         s->slot_tokens = json_object_get(e, "slot_restart_tokens");
         json_int_t count = json_integer_value(json_object_get(spec, "count"));
-        if (count < 0 || count > 1000000)
+        if (count < 0 || count > 100000) /* ServerDir caps a service at 100000 */
             return -1;
         s->count = stopped_all || json_is_true(json_object_get(e, "stopped")) ? 0 : (int)count;
         s->where = malloc(((size_t)s->count + 1) * sizeof(int));
@@ -225,7 +225,8 @@ static int keep_current(plan_t *p, const json_t *assignments, int *kept)
         json_t *e;
         json_array_foreach(slots, i, e) {
             int si = find_svc(p, json_string_value(json_object_get(e, "service")) ?: "");
-            json_int_t slot = json_integer_value(json_object_get(e, "slot"));
+            json_t *jslot = json_object_get(e, "slot");
+            json_int_t slot = json_is_integer(jslot) ? json_integer_value(jslot) : -1;
             if (mi < 0 || si < 0 || slot < 0 || slot >= p->s[si].count ||
                 p->s[si].where[slot] >= 0 || !fits(p, si, mi)) {
                 removed++;

@@ -297,6 +297,20 @@ static void bad_state_is_refused(void **unused)
     bad = json_pack("{s:[{s:s}], s:[]}", "services", "service", "x", "machines");
     assert_int_equal(bb_place(bad, ready, inf, &out, &s), -1);
     json_decref(bad);
+    /* a service named twice */
+    bad = json_pack("{s:[{s:s, s:{s:i}}, {s:s, s:{s:i}}], s:[]}", "services", "service", "x",
+                    "spec", "count", 1, "service", "x", "spec", "count", 2, "machines");
+    assert_int_equal(bb_place(bad, ready, inf, &out, &s), -1);
+    json_decref(bad);
+    /* a current slot entry without a slot number is dropped, not taken for slot 0 */
+    json_t *st = mkstate(THREE, 1, NULL, NULL);
+    json_object_set_new(json_object_get(st, "assignments"), "m3",
+                        json_pack("{s:[{s:s}]}", "slots", "service", "zone"));
+    assert_int_equal(bb_place(st, ready, inf, &out, &s), 0);
+    assert_int_equal(s.removed, 1);
+    assert_int_equal(s.placed, 1);
+    json_decref(out);
+    json_decref(st);
     json_decref(inf);
     json_decref(ready);
 }
