@@ -91,6 +91,7 @@ static void *poll_main(void *arg)
     while (!stopping()) {
         json_t *doc = NULL;
         sdc_err_t err = {0};
+        int64_t t0 = sd_mono_ms();
         int rc = sdc_assignments_get(cl.poll_client, bb.cfg.cluster, bb.cfg.machine, version,
                                      version < 0 ? 0 : bb.cfg.assignment_wait_ms, &doc, &err);
         if (rc != SDC_OK || !json_is_object(doc)) {
@@ -110,6 +111,8 @@ static void *poll_main(void *arg)
         json_int_t v = json_integer_value(json_object_get(doc, "version"));
         if (v == version) {
             json_decref(doc);
+            if (sd_mono_ms() - t0 < 100)
+                pause_ms(RETRY_MS); /* the wait was not honoured: do not spin */
             continue;
         }
         version = v;
