@@ -70,6 +70,10 @@ typedef struct {
     const char *token, *address;
     json_t *labels;
     int capacity, lease_ttl_ms;
+    int cluster_mode;          /* "mode": "cluster": services also come from ServerDir */
+    int primary_ttl_ms;        /* primary lease TTL (cluster mode) */
+    int placement_interval_ms; /* how often the primary re-reads the state and places */
+    int assignment_wait_ms;    /* long-poll wait of the assignments request */
     char agent_socket[BB_SOCK_PATH_MAX], notify_socket[BB_SOCK_PATH_MAX],
         control_socket[BB_SOCK_PATH_MAX];
     int64_t log_max_bytes;
@@ -137,9 +141,11 @@ enum bb_state { ST_BACKOFF, ST_STARTING, ST_READY, ST_STOPPING, ST_EXITED, ST_FA
 enum bb_event { EV_START, EV_READY, EV_ALIVE, EV_DEADLINE, EV_EXIT, EV_STOP, EV_RESTART,
                 EV__COUNT };
 /* Why a process is being stopped by bigbrother (decides the reported reason). */
-enum bb_why { WHY_NONE, WHY_HUNG, WHY_START_TIMEOUT, WHY_OPERATOR, WHY_RESTART };
+enum bb_why { WHY_NONE, WHY_HUNG, WHY_START_TIMEOUT, WHY_OPERATOR, WHY_RESTART, WHY_REPLACED,
+              WHY_DRAINED };
 
 struct bb_conn;
+struct bb_cspec;
 
 typedef struct bb_inst {
     bb_service_t *svc;
@@ -176,12 +182,18 @@ typedef struct bb_inst {
     pid_t probe_pid;
     int probe_failures;
     int64_t probe_ok_mono, probe_started_mono;
+    /* cluster mode (converge.c): a slot given by the assignment, not by the config */
+    struct bb_cspec *cspec;      /* the spec svc points into; NULL for a static service */
+    struct bb_cspec *next_cspec; /* the spec of the next spawn (a restart for a new spec) */
+    int assigned;                /* the current assignment has this slot */
+    int64_t restart_token;       /* the slot's restart token last acted on */
 } bb_inst_t;
 
 typedef struct {
     bb_config_t cfg;
     bb_inst_t *inst;
     int ninst;
+    int inst_cap;         /* entries allocated: the table never moves (pointers into it) */
     bb_report_t *report;
     char run_id[8];       /* 6 hex chars, new each start: part of instance ids */
     uint64_t counter;     /* instance id counter, persisted */
@@ -193,6 +205,8 @@ extern bb_daemon_t bb;
 const char *bb_state_name(enum bb_state s);
 /* Creates the instance table from the config (state ST_STOPPED, no process). */
 int bb_supervisor_init(void);
+/* Sets up a zeroed table entry: stopped, no process, deadline handler. */
+void bb_inst_init_entry(bb_inst_t *in);
 /* Starts every instance that is not adopted, failed or stopped by an operator. */
 void bb_supervisor_start_all(void);
 /* Feeds one event to the instance's state machine. */
@@ -207,6 +221,32 @@ bb_inst_t *bb_inst_by_pid(pid_t pid);
 /* Applies an operator command to TARGET (instance id, service name or "all").
  * Returns how many instances it touched. */
 int bb_operator(const char *cmd, const char *target);
+/* Stops the instance for `why` (WHY_OPERATOR, WHY_REPLACED, WHY_DRAINED): SHUTDOWN, stop
+ * signal, SIGKILL as for an operator stop; it ends in ST_STOPPED and is not restarted. */
+void bb_inst_stop(bb_inst_t *in, enum bb_why why);
+
+/* ---------------------------------------------------------------- cluster mode */
+
+/* cluster.c: starts the assignments and primary threads (cluster mode only) and the
+ * eventfd through which a new assignment reaches the supervision thread. 0 or -errno. */
+int bb_cluster_start(void);
+/* Stops both threads (releases the primary lease if held). */
+void bb_cluster_stop(void);
+/* converge.c: makes the cluster slots of the table match the assignment document `doc`
+ * (borrowed); draining says why removed slots stop (drained or replaced). Runs on the
+ * supervision thread; never blocks. */
+void bb_converge_apply(const json_t *doc, int draining);
+/* supervisor.c calls it before a slot is spawned again after a stop: a restart for a
+ * new spec switches the instance to it. */
+void bb_converge_respawn(bb_inst_t *in);
+/* For state.c: the process spec of a cluster slot (borrowed; NULL for a static one), and
+ * re-creating a cluster slot's entry from the persisted table (not started; NULL when
+ * the spec is refused or the table is full). */
+const json_t *bb_converge_spec(const bb_inst_t *in);
+bb_inst_t *bb_converge_restore(const char *service, int slot, const json_t *spec,
+                               int64_t restart_token, int assigned);
+/* Frees every cluster spec (at exit). */
+void bb_converge_free(void);
 
 /* ---------------------------------------------------------------- spawn.c */
 

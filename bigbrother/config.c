@@ -463,7 +463,8 @@ static int parse_root(ctx_t *c, bb_config_t *cfg)
     static const char *const keys[] = {
         "machine", "cluster", "serverdir", "state_dir", "agent_socket", "notify_socket",
         "control_socket", "log_max_bytes", "log_keep", "services", "address", "labels",
-        "capacity", "lease_ttl_ms", "metrics_listen", NULL};
+        "capacity", "lease_ttl_ms", "metrics_listen", "mode", "primary_ttl_ms",
+        "placement_interval_ms", "assignment_wait_ms", NULL};
     json_t *root = cfg->root, *o = NULL;
     if (!json_is_object(root))
         return fail(c, "(top level)", "must be a JSON object");
@@ -522,8 +523,22 @@ static int parse_root(ctx_t *c, bb_config_t *cfg)
                 return fail(c, sub(p, sizeof(p), "labels", k), "must be a string");
         }
     }
-    GET_INT(c, root, "", "capacity", 0, 1000000, 0, cfg->capacity);
+    const char *mode = "standalone";
+    if (get_str(c, root, "", "mode", 0, 16, &mode) < 0)
+        return -1;
+    if (strcmp(mode, "standalone") && strcmp(mode, "cluster"))
+        return fail(c, "mode", "'%s' must be standalone or cluster", mode);
+    cfg->cluster_mode = !strcmp(mode, "cluster");
+    if (cfg->cluster_mode && !cfg->urls)
+        return fail(c, "mode", "cluster mode needs serverdir.urls");
+    /* in cluster mode the capacity also sizes the slot table: default 1000 */
+    GET_INT(c, root, "", "capacity", 0, 1000000, cfg->cluster_mode ? 1000 : 0, cfg->capacity);
+    if (cfg->cluster_mode && cfg->capacity == 0)
+        return fail(c, "capacity", "must be at least 1 in cluster mode");
     GET_INT(c, root, "", "lease_ttl_ms", 1000, 300000, 15000, cfg->lease_ttl_ms);
+    GET_INT(c, root, "", "primary_ttl_ms", 1000, 300000, 10000, cfg->primary_ttl_ms);
+    GET_INT(c, root, "", "placement_interval_ms", 100, 60000, 1000, cfg->placement_interval_ms);
+    GET_INT(c, root, "", "assignment_wait_ms", 500, 60000, 10000, cfg->assignment_wait_ms);
     GET_INT(c, root, "", "log_max_bytes", 4096, (int64_t)1 << 40, 10 << 20, cfg->log_max_bytes);
     GET_INT(c, root, "", "log_keep", 0, 100, 3, cfg->log_keep);
     if (sock_path(c, root, "agent_socket", cfg->state_dir, "agent.sock", cfg->agent_socket) ||

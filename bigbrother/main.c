@@ -100,6 +100,8 @@ int main(int argc, char **argv)
              bb.ninst, bb.cfg.urls ? bb.cfg.urls : "none (standalone)");
     bb_state_load();
     bb_supervisor_start_all();
+    if ((rc = bb_cluster_start()))
+        sd_die(SD_EXIT_SYSTEM, "cannot start cluster mode", "error=%s", strerror(-rc));
     bb_systemd_start();
     int sig = bb_loop_run();
 
@@ -110,6 +112,7 @@ int main(int argc, char **argv)
     bb_ctl_close();
     bb_agentsrv_close();
     bb_notify_close();
+    bb_cluster_stop();
     bb_metrics_stop();
     bb_report_stop(bb.report);
     log_info("bigbrother exiting", "signal=%d processes_left_running=%d then=%s", sig, running,
@@ -118,6 +121,7 @@ int main(int argc, char **argv)
         execv(self[0] ? self : argv[0], argv);
         sd_die(SD_EXIT_SYSTEM, "re-exec failed", "error=%s", strerror(errno));
     }
+    bb_converge_free();
     bb_config_free(&bb.cfg);
     free(bb.inst);
     return 0;

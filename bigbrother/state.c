@@ -7,7 +7,11 @@
  * a pidfd, keeps its instance id and state, and is given its start or liveness deadline
  * afresh; its agent reconnects by itself. It is never killed or restarted for the
  * restart of bigbrother. An instance whose process died meanwhile is reported stopped
- * (exit status unknown) and restarted by its policy. */
+ * (exit status unknown) and restarted by its policy.
+ *
+ * A cluster slot (cluster mode) is saved with its spec, restart token and whether it was
+ * assigned, and restored from them (converge.c) before the first assignment arrives;
+ * that assignment then decides whether it keeps running. */
 #include "bb.h"
 #include "sdjson.h"
 #include "sdlog.h"
@@ -68,7 +72,8 @@ void bb_state_lock(void)
 
 static json_t *inst_json(const bb_inst_t *in)
 {
-    return json_pack("{s:s, s:i, s:s, s:s, s:i, s:I, s:I, s:i, s:i, s:i, s:s, s:i, s:i, s:s,"
+    const json_t *spec = bb_converge_spec(in);
+    json_t *o = json_pack("{s:s, s:i, s:s, s:s, s:i, s:I, s:I, s:i, s:i, s:i, s:s, s:i, s:i, s:s,"
                      " s:i}",
                      "service", in->svc->name, "slot", in->slot, "id", in->id, "state",
                      bb_state_name(in->state), "pid", (int)in->pid, "start_ticks",
@@ -77,6 +82,12 @@ static json_t *inst_json(const bb_inst_t *in)
                      in->restarts, "fail_streak", in->fail_streak, "reason", in->reason,
                      "code", in->code, "signal", in->sig, "detail", in->detail, "why",
                      (int)in->why);
+    if (o && spec) /* a cluster slot: what it runs comes from the assignment */
+        json_object_set_new(o, "cluster",
+                            json_pack("{s:O, s:I, s:b}", "spec", spec, "restart_token",
+                                      (json_int_t)in->restart_token, "assigned",
+                                      in->assigned != 0));
+    return o;
 }
 
 void bb_state_save(void)
@@ -148,7 +159,15 @@ static void load_one(json_t *e)
     int state = st ? parse_state(st) : -1;
     if (!service || !id || state < 0 || strlen(id) > SD_NAME_MAX)
         return;
-    bb_inst_t *in = find_slot(service, (int)json_integer_value(json_object_get(e, "slot")));
+    int slot = (int)json_integer_value(json_object_get(e, "slot"));
+    json_t *cl = json_object_get(e, "cluster");
+    bb_inst_t *in = NULL;
+    if (json_is_object(cl) && sd_name_valid(service, SD_NAME_MAX) && slot >= 0)
+        in = bb_converge_restore(service, slot, json_object_get(cl, "spec"),
+                                 json_integer_value(json_object_get(cl, "restart_token")),
+                                 json_is_true(json_object_get(cl, "assigned")));
+    else if (!cl)
+        in = find_slot(service, slot);
     if (!in) {
         stop_unconfigured(id, pid, ticks);
         return;

@@ -24,6 +24,9 @@
  *            backoff (exponential + jitter, deadline = the restart), exited (no restart),
  *            failed (crash loop: max_restarts within window_s), stopped (operator)
  *  again     operator restart during a stop: spawn as soon as the process is gone
+ *
+ *  bb_inst_stop() is the STOP event with another reason: replaced / drained (cluster
+ *  mode: the slot left this machine's assignment) end in stopped like an operator stop.
  */
 #include "bb.h"
 #include "sdlog.h"
@@ -221,7 +224,7 @@ static void a_restart(bb_inst_t *in)
 
 static void a_again(bb_inst_t *in)
 {
-    if (in->why == WHY_OPERATOR)
+    if (in->why == WHY_OPERATOR || in->why == WHY_REPLACED || in->why == WHY_DRAINED)
         in->why = WHY_RESTART;
 }
 
@@ -269,6 +272,12 @@ static void classify_exit(bb_inst_t *in, int code, int sig)
     case WHY_RESTART:
         sd_strlcpy(in->reason, "stopped_by_operator", sizeof(in->reason));
         break;
+    case WHY_REPLACED:
+        sd_strlcpy(in->reason, "replaced", sizeof(in->reason));
+        break;
+    case WHY_DRAINED:
+        sd_strlcpy(in->reason, "drained", sizeof(in->reason));
+        break;
     case WHY_NONE:
         if (sig > 0) {
             sd_strlcpy(in->reason, "killed", sizeof(in->reason));
@@ -314,7 +323,7 @@ static void a_exit(bb_inst_t *in)
 
     enum bb_state next;
     int64_t delay = 0;
-    if (in->why == WHY_OPERATOR) {
+    if (in->why == WHY_OPERATOR || in->why == WHY_REPLACED || in->why == WHY_DRAINED) {
         next = ST_STOPPED;
     } else if (in->why == WHY_RESTART) {
         in->fail_streak = 0;
@@ -360,6 +369,8 @@ static void a_exit(bb_inst_t *in)
     in->conn = NULL;
     set_state(in, next);
     if (next == ST_BACKOFF) {
+        if (in->cspec)
+            bb_converge_respawn(in);
         if (in->generation > 0)
             in->restarts++;
         arm_deadline(in, delay);
@@ -408,12 +419,22 @@ void bb_inst_arm(bb_inst_t *in)
         bb_probe_start(in);
 }
 
+void bb_inst_init_entry(bb_inst_t *in)
+{
+    in->state = ST_STOPPED;
+    in->pidw.fd = in->probew.fd = -1;
+    in->code = in->sig = -1;
+    in->deadline.fn = on_deadline;
+}
+
 int bb_supervisor_init(void)
 {
     int n = 0;
     for (int i = 0; i < bb.cfg.nservices; i++)
         n += bb.cfg.services[i].count;
-    bb.inst = calloc(n ? (size_t)n : 1, sizeof(bb_inst_t));
+    /* cluster slots get entries after the static ones, up to the capacity */
+    bb.inst_cap = n + (bb.cfg.cluster_mode ? bb.cfg.capacity : 0);
+    bb.inst = calloc(bb.inst_cap ? (size_t)bb.inst_cap : 1, sizeof(bb_inst_t));
     if (!bb.inst)
         return -ENOMEM;
     bb.ninst = n;
@@ -421,12 +442,9 @@ int bb_supervisor_init(void)
     for (int i = 0; i < bb.cfg.nservices; i++)
         for (int k = 0; k < bb.cfg.services[i].count; k++) {
             bb_inst_t *in = &bb.inst[n++];
+            bb_inst_init_entry(in);
             in->svc = &bb.cfg.services[i];
             in->slot = k;
-            in->state = ST_STOPPED;
-            in->pidw.fd = in->probew.fd = -1;
-            in->code = in->sig = -1;
-            in->deadline.fn = on_deadline;
             snprintf(in->id, sizeof(in->id), "%s-%s-slot%d", in->svc->name, bb.cfg.machine, k);
         }
     return 0;
@@ -435,7 +453,7 @@ int bb_supervisor_init(void)
 void bb_supervisor_start_all(void)
 {
     for (int i = 0; i < bb.ninst; i++)
-        if (!bb.inst[i].loaded)
+        if (!bb.inst[i].loaded && (!bb.inst[i].cspec || bb.inst[i].assigned))
             bb_inst_event(&bb.inst[i], EV_START);
 }
 
@@ -454,6 +472,16 @@ bb_inst_t *bb_inst_by_pid(pid_t pid)
         if (bb.inst[i].pid > 0 && (bb.inst[i].pid == pid || bb.inst[i].pid == pgid))
             return &bb.inst[i];
     return NULL;
+}
+
+void bb_inst_stop(bb_inst_t *in, enum bb_why why)
+{
+    switch (in->state) {
+    case ST_STARTING:
+    case ST_READY: begin_stop(in, why); break;
+    case ST_STOPPING: in->why = why; break; /* ends stopped, whatever was under way */
+    default: bb_inst_event(in, EV_STOP); break;
+    }
 }
 
 int bb_operator(const char *cmd, const char *target)

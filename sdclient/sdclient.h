@@ -227,6 +227,75 @@ int sdc_master_query(sdc_t *c, const sdc_master_filter_t *f, const char *after, 
 
 /* ---- clusters, services, assignments, primary ---- */
 
+/* Desired state (docs/cluster.md). Every function takes the cluster name and validates
+ * the names it is given before any request. *out (where there is one) is the parsed
+ * answer, owned by the caller (json_decref); see docs/openapi.yaml for its shape. */
+
+/* PUT .../services/{svc} with spec (not stolen); dry_run: compute the changes without
+ * writing. *out: {service, version, changed, changes:[...], dry_run?}. */
+int sdc_service_put(sdc_t *c, const char *cluster, const char *svc, const json_t *spec,
+                    int dry_run, json_t **out, sdc_err_t *err);
+/* GET .../services: *out is {version, services:[...]}. */
+int sdc_services_list(sdc_t *c, const char *cluster, json_t **out, sdc_err_t *err);
+/* GET .../services/{svc}: *out is {service, version, spec, stopped, restart_token, ...}. */
+int sdc_service_get(sdc_t *c, const char *cluster, const char *svc, json_t **out,
+                    sdc_err_t *err);
+/* DELETE .../services/{svc}. */
+int sdc_service_delete(sdc_t *c, const char *cluster, const char *svc, sdc_err_t *err);
+/* POST .../services/{svc}/scale {count}; *out like sdc_service_put. */
+int sdc_service_scale(sdc_t *c, const char *cluster, const char *svc, int64_t count,
+                      int dry_run, json_t **out, sdc_err_t *err);
+/* POST .../services/{svc}/stop (stop != 0) or /start; *out {service, stopped, changed}. */
+int sdc_service_stop(sdc_t *c, const char *cluster, const char *svc, int stop, json_t **out,
+                     sdc_err_t *err);
+/* POST .../services/{svc}/restart {max_unavailable} (<= 0: the server default, 1);
+ * *out {service, restart_token, max_unavailable, version}. */
+int sdc_service_restart(sdc_t *c, const char *cluster, const char *svc, int64_t max_unavailable,
+                        json_t **out, sdc_err_t *err);
+/* POST .../restart-instance {instance}; *out {instance, service, slot, restart_token}. */
+int sdc_instance_restart(sdc_t *c, const char *cluster, const char *instance, json_t **out,
+                         sdc_err_t *err);
+/* POST .../stop (stop != 0) or .../start: the realm stop flag; *out {cluster_stopped,
+ * changed, version}. */
+int sdc_cluster_stop(sdc_t *c, const char *cluster, int stop, json_t **out, sdc_err_t *err);
+/* POST .../machines/{machine}/drain (drain != 0) or /undrain; *out {machine, draining,
+ * changed}. */
+int sdc_machine_drain(sdc_t *c, const char *cluster, const char *machine, int drain,
+                      json_t **out, sdc_err_t *err);
+
+/* The primary lease as ServerDir reports it. holder is "" when nobody holds it. */
+typedef struct {
+    char holder[129];
+    int64_t epoch;
+    int64_t expires_in_ms;
+} sdc_primary_t;
+
+/* POST .../primary {machine, ttl_ms}: acquire or renew. On 409 primary_held the call
+ * returns SDC_E_HTTP and still fills *out with the current holder. */
+int sdc_primary_acquire(sdc_t *c, const char *cluster, const char *machine, int ttl_ms,
+                        sdc_primary_t *out, sdc_err_t *err);
+/* GET .../primary. */
+int sdc_primary_get(sdc_t *c, const char *cluster, sdc_primary_t *out, sdc_err_t *err);
+/* DELETE .../primary?machine=M (only the holder; 409 not_primary otherwise). */
+int sdc_primary_release(sdc_t *c, const char *cluster, const char *machine, sdc_err_t *err);
+
+/* GET .../state: *out {version, cluster_stopped, services, machines, assignments_version,
+ * assignments}. */
+int sdc_state_get(sdc_t *c, const char *cluster, json_t **out, sdc_err_t *err);
+/* PUT .../assignments {epoch, machines} (machines: object of machine -> slot array, not
+ * stolen). version/changed may be NULL. 409 stale_epoch: no longer primary. */
+int sdc_assignments_put(sdc_t *c, const char *cluster, int64_t epoch, const json_t *machines,
+                        int64_t *version, int *changed, sdc_err_t *err);
+/* GET .../machines/{machine}/assignments; with version >= 0 and wait_ms > 0 a long-poll
+ * that answers when the document's version differs from `version` or wait_ms passed
+ * (the client's timeout must be longer than wait_ms). *out is the document. */
+int sdc_assignments_get(sdc_t *c, const char *cluster, const char *machine, int64_t version,
+                        int wait_ms, json_t **out, sdc_err_t *err);
+/* POST .../machines/{machine}/lost {epoch}: its live processes are marked stopped
+ * (machine_lost) and its slots removed. stopped (may be NULL): processes marked. */
+int sdc_machine_lost(sdc_t *c, const char *cluster, const char *machine, int64_t epoch,
+                     int *stopped, sdc_err_t *err);
+
 #ifdef __cplusplus
 }
 #endif

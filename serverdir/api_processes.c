@@ -39,29 +39,12 @@ int h_events_post(sd_req_t *req, sd_resp_t *resp)
         return sd_resp_error(resp, 400, "bad_field", "%s", err);
     }
 
-    char base[256];
-    sd_argv_t a;
-    sd_argv_init(&a);
-    sd_argv_add(&a, sd_key(base, sizeof base, cluster, "%s", ""));
-    sd_argv_add(&a, batch);
-    sd_argv_addf(&a, "%lld", (long long)sd_dir_cfg.event_id_ttl_ms);
-    sd_argv_addf(&a, "%lld", (long long)sd_dir_cfg.history_max);
-    sd_argv_addf(&a, "%lld", (long long)sd_dir_cfg.stopped_keep);
-    sd_argv_addf(&a, "%lld", (long long)sd_dir_cfg.stopped_ttl_ms);
-    redisReply *r = NULL;
-    rc = sd_store_script("events_apply", 1, &a, &r);
-    sd_argv_free(&a);
+    long long counts[3];
+    rc = sd_dir_events_apply(cluster, batch, counts);
     free(batch);
     if (rc)
         return sd_resp_store_error(resp, rc);
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 3) {
-        log_error("unexpected script reply", "script=%s type=%d", "events_apply", r->type);
-        freeReplyObject(r);
-        return sd_resp_store_error(resp, SD_STORE_ERROR);
-    }
-    long long accepted = r->element[0]->integer, dups = r->element[1]->integer;
-    long long stale = r->element[2]->integer;
-    freeReplyObject(r);
+    long long accepted = counts[0], dups = counts[1], stale = counts[2];
     SD_COUNT("serverdir_events_accepted_total", "process events applied (new ids)", accepted);
     SD_COUNT("serverdir_events_duplicate_total", "process events ignored as already applied", dups);
     SD_COUNT("serverdir_events_stale_total", "process events older than the record they name", stale);

@@ -392,6 +392,33 @@ int sd_dir_machine_args(const json_t *body, sd_argv_t *a, char *err, size_t errc
     return 0;
 }
 
+int sd_dir_events_apply(const char *cluster, const char *batch, long long counts[3])
+{
+    char base[256];
+    sd_argv_t a;
+    sd_argv_init(&a);
+    sd_argv_add(&a, sd_key(base, sizeof base, cluster, "%s", ""));
+    sd_argv_add(&a, batch);
+    sd_argv_addf(&a, "%lld", (long long)sd_dir_cfg.event_id_ttl_ms);
+    sd_argv_addf(&a, "%lld", (long long)sd_dir_cfg.history_max);
+    sd_argv_addf(&a, "%lld", (long long)sd_dir_cfg.stopped_keep);
+    sd_argv_addf(&a, "%lld", (long long)sd_dir_cfg.stopped_ttl_ms);
+    redisReply *r = NULL;
+    int rc = sd_store_script("events_apply", 1, &a, &r);
+    sd_argv_free(&a);
+    if (rc)
+        return rc;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 3) {
+        log_error("unexpected script reply", "script=%s type=%d", "events_apply", r->type);
+        freeReplyObject(r);
+        return SD_STORE_ERROR;
+    }
+    for (int i = 0; i < 3; i++)
+        counts[i] = r->element[i]->integer;
+    freeReplyObject(r);
+    return SD_STORE_OK;
+}
+
 /* ---------- stored -> API JSON ---------- */
 
 static const char *flat_get(const redisReply *flat, const char *key)
@@ -452,6 +479,7 @@ json_t *sd_dir_machine_json(const char *name, const redisReply *flat, int64_t no
     json_object_set_new(o, "capacity", int_or_null(flat_get(flat, "capacity")));
     json_object_set_new(o, "version", str_or_null(flat_get(flat, "version")));
     json_object_set_new(o, "state", json_string(left > 0 ? "live" : "lost"));
+    json_object_set_new(o, "draining", json_boolean(flat_get(flat, "draining") != NULL));
     json_object_set_new(o, "expires_in_ms", json_integer(left > 0 ? left : 0));
     json_object_set_new(o, "ttl_ms", int_or_null(flat_get(flat, "ttl_ms")));
     json_object_set_new(o, "registered_at_ms", int_or_null(flat_get(flat, "registered_at_ms")));

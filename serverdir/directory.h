@@ -7,6 +7,7 @@
  *                           registered_at_ms, renewed_at_ms, expires_at_ms (Redis TIME);
  *                           expires machine_keep_ms after the lease ran out
  *   machines         set    machine names
+ *   draining         set    machines being drained (cluster.h; shown as "draining")
  *   proc:<instance>  hash   the process record (field `state`: starting|ready|stopped)
  *   live             set    instances starting or ready
  *   live:m:<m>       set    ... on machine m
@@ -53,6 +54,12 @@ int sd_dir_config_load(const json_t *section, char *err, size_t errcap);
  * names the field ("events[3].type must be ..."). */
 int sd_dir_events_normalize(const json_t *body, char **out, size_t *nevents, char *err,
                             size_t errcap);
+
+/* Applies a normalized batch (sd_dir_events_normalize) with events_apply.lua: the one
+ * path by which process records change (POST .../events, and the primary's
+ * POST .../machines/{m}/lost). Returns SD_STORE_OK with counts {accepted, duplicates,
+ * stale}, or a SD_STORE_* error. */
+int sd_dir_events_apply(const char *cluster, const char *batch, long long counts[3]);
 
 /* Validates the body of PUT .../machines/{m} (NULL or {} allowed) and appends to a the
  * lease ttl_ms and the given fields as field/value pairs (labels as compact JSON).

@@ -297,6 +297,27 @@ static redisContext *get_ctx(void)
     return c;
 }
 
+redisContext *sd_store_connect(void)
+{
+    struct timeval ct = {0, CONNECT_TIMEOUT_MS * 1000};
+    redisContext *c = target.unix_sock ? redisConnectUnixWithTimeout(target.path, ct)
+                                       : redisConnectWithTimeout(target.host, target.port, ct);
+    if (!c || c->err) {
+        if (c)
+            redisFree(c);
+        return NULL;
+    }
+    struct timeval tv = {COMMAND_TIMEOUT_MS / 1000, (COMMAND_TIMEOUT_MS % 1000) * 1000};
+    redisSetTimeout(c, tv);
+    redisEnableKeepAlive(c);
+    if ((target.password[0] && check_setup_reply(redisCommand(c, "AUTH %s", target.password))) ||
+        (target.db && check_setup_reply(redisCommand(c, "SELECT %d", target.db)))) {
+        redisFree(c);
+        return NULL;
+    }
+    return c;
+}
+
 int sd_store_init(const char *url, const char *key_prefix)
 {
     if (parse_url(url))

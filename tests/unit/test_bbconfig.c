@@ -131,6 +131,12 @@ static void errors_name_the_field(void **state)
          "t.json: services[1].name: 'g' is already the name of services[0]"},
         {HEAD "\"services\": [{\"name\": \"g\", \"command\": \"/bin/true\", \"args\": [1], \"health\": {\"type\": \"none\"}}]}",
          "t.json: services[0].args[0]: must be a string"},
+        {HEAD "\"mode\": \"swarm\"}", "t.json: mode: 'swarm' must be standalone or cluster"},
+        {HEAD "\"mode\": \"cluster\"}", "t.json: mode: cluster mode needs serverdir.urls"},
+        {HEAD "\"mode\": \"cluster\", \"serverdir\": {\"urls\": [\"http://a:1\"]},"
+              " \"capacity\": 0}",
+         "t.json: capacity: must be at least 1 in cluster mode"},
+        {HEAD "\"primary_ttl_ms\": 10}", "t.json: primary_ttl_ms: must be between 1000 and 300000"},
         {"{\"machine\": \"m\", \"cluster\": \"c\", \"state_dir\": "
          "\"/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}",
          "t.json: agent_socket: socket path"},
@@ -144,6 +150,27 @@ static void errors_name_the_field(void **state)
             fail();
         }
     }
+}
+
+static void cluster_mode_defaults(void **state)
+{
+    (void)state;
+    bb_config_t c;
+    char err[512] = "";
+    assert_int_equal(bb_config_parse(HEAD "\"mode\": \"cluster\","
+                                     " \"serverdir\": {\"urls\": [\"http://a:1\"]}}",
+                                     "t.json", &c, err, sizeof(err)),
+                     0);
+    assert_int_equal(c.cluster_mode, 1);
+    assert_int_equal(c.capacity, 1000);
+    assert_int_equal(c.primary_ttl_ms, 10000);
+    assert_int_equal(c.placement_interval_ms, 1000);
+    assert_int_equal(c.assignment_wait_ms, 10000);
+    bb_config_free(&c);
+    assert_int_equal(bb_config_parse(HEAD "\"capacity\": 0}", "t.json", &c, err, sizeof(err)), 0);
+    assert_int_equal(c.cluster_mode, 0);
+    assert_int_equal(c.capacity, 0);
+    bb_config_free(&c);
 }
 
 static void unescape_signals_and_text(void **state)
@@ -195,6 +222,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(full_config_and_defaults),
         cmocka_unit_test(errors_name_the_field),
+        cmocka_unit_test(cluster_mode_defaults),
         cmocka_unit_test(unescape_signals_and_text),
         cmocka_unit_test(backoff_grows_with_jitter_and_caps),
     };

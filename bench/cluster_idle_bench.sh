@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Cluster idle benchmark (bench/README.md "## cluster idle").
+#
+# Starts its own redis-server and serverdir on free loopback ports, then simulates
+# MACHINES machines (default 500), each renewing its machine lease every LEASE_MS (5000)
+# and long-polling its assignments with wait=WAIT_MS (30000), as an idle cluster of
+# Big Brothers does. After a warm-up it counts, for DUR seconds (default 30), the leases
+# and long-poll answers per second serverdir served and the CPU of serverdir and Redis
+# (% of one core). The anchor, measured in the same run: the same machines polling their
+# assignments with a plain GET every POLL_MS (1000) instead of long-polling (the lease
+# traffic is the same). Runs ROUNDS rounds (default 3) and prints medians with ratios.
+# Needs a build (BUILD, default ./build).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${BUILD:-$ROOT/build}
+MACHINES=${MACHINES:-500}
+DUR=${DUR:-30}
+WARMUP=${WARMUP:-5}
+ANCHOR_DUR=${ANCHOR_DUR:-15}
+LEASE_MS=${LEASE_MS:-5000}
+WAIT_MS=${WAIT_MS:-30000}
+POLL_MS=${POLL_MS:-1000}
+ROUNDS=${ROUNDS:-3}
+SD_THREADS=${SD_THREADS:-8}
+
+[ -x "$BUILD/bin/serverdir" ] || { echo "build serverdir first (cmake --build build)"; exit 1; }
+tmp=$(mktemp -d /tmp/cluster-bench.XXXXXX)
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    [ -n "${KEEP:-}" ] || rm -rf "$tmp"
+}
+trap cleanup EXIT INT TERM
+
+free_port() {
+    local p
+    while :; do
+        p=$((20000 + RANDOM % 40000))
+        ss -ltnH "sport = :$p" | grep -q . || { echo "$p"; return; }
+    done
+}
+
+cc -O2 -o "$tmp/cluster_idle_load" "$ROOT/bench/cluster_idle_load.c" -lcurl
+
+rport=$(free_port)
+redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no --dir "$tmp" \
+    >"$tmp/redis.log" 2>&1 &
+rpid=$!
+pids+=($rpid)
+for _ in $(seq 100); do redis-cli -p "$rport" ping >/dev/null 2>&1 && break; sleep 0.05; done
+
+sport=$(free_port)
+echo "bigbrother bench-bigbrother-token-0123" >"$tmp/tokens"
+chmod 600 "$tmp/tokens"
+"$BUILD/bin/serverdir" --listen "127.0.0.1:$sport" --redis "redis://127.0.0.1:$rport/0" \
+    --tokens "$tmp/tokens" --threads "$SD_THREADS" --log-level warn >"$tmp/serverdir.log" 2>&1 &
+spid=$!
+pids+=($spid)
+sd="http://127.0.0.1:$sport"
+for _ in $(seq 100); do curl -fs "$sd/readyz" >/dev/null 2>&1 && break; sleep 0.05; done
+
+echo "cluster idle: $MACHINES machines, lease every ${LEASE_MS} ms, long-poll wait ${WAIT_MS} ms;"
+echo "anchor: the same machines polling every ${POLL_MS} ms; serverdir --threads $SD_THREADS; $(nproc) cores (shared)"
+printf '%-7s %-9s %10s %12s %10s %8s %10s %10s\n' round mode leases/s longpolls/s polls/s errors sd_cpu% redis_cpu%
+declare -a lp_sd lp_rd lp_lease lp_lp an_sd an_rd an_poll
+for r in $(seq "$ROUNDS"); do
+    read -r l p q e c1 c2 < <("$tmp/cluster_idle_load" "$sd" bench-bigbrother-token-0123 "idle$r" "$MACHINES" \
+        longpoll "$WARMUP" "$DUR" "$LEASE_MS" "$WAIT_MS" "$POLL_MS" "$spid" "$rpid")
+    printf '%-7s %-9s %10s %12s %10s %8s %10s %10s\n' "$r" longpoll "$l" "$p" "$q" "$e" "$c1" "$c2"
+    lp_lease+=("$l"); lp_lp+=("$p"); lp_sd+=("$c1"); lp_rd+=("$c2")
+    read -r l p q e c1 c2 < <("$tmp/cluster_idle_load" "$sd" bench-bigbrother-token-0123 "poll$r" "$MACHINES" \
+        poll 3 "$ANCHOR_DUR" "$LEASE_MS" "$WAIT_MS" "$POLL_MS" "$spid" "$rpid")
+    printf '%-7s %-9s %10s %12s %10s %8s %10s %10s\n' "$r" poll-1s "$l" "$p" "$q" "$e" "$c1" "$c2"
+    an_poll+=("$q"); an_sd+=("$c1"); an_rd+=("$c2")
+done
+median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+m_lease=$(median "${lp_lease[@]}"); m_lp=$(median "${lp_lp[@]}")
+m_sd=$(median "${lp_sd[@]}"); m_rd=$(median "${lp_rd[@]}")
+a_poll=$(median "${an_poll[@]}"); a_sd=$(median "${an_sd[@]}"); a_rd=$(median "${an_rd[@]}")
+echo
+echo "medians of $ROUNDS rounds:"
+echo "  long-poll idle: $m_lease leases/s + $m_lp long-poll answers/s; serverdir ${m_sd}% of a core, redis ${m_rd}%"
+echo "  anchor (poll every ${POLL_MS} ms): $a_poll polls/s; serverdir ${a_sd}% of a core, redis ${a_rd}%"
+awk -v a="$a_sd" -v b="$m_sd" -v c="$a_rd" -v d="$m_rd" 'BEGIN {
+    printf "  ratio: serverdir CPU long-poll/anchor = %.2f, redis CPU long-poll/anchor = %.2f\n",
+           (a > 0 ? b / a : 0), (c > 0 ? d / c : 0) }'

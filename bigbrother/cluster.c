@@ -1,0 +1,403 @@
+/* Cluster mode: the network side, on two threads of its own (the supervision thread
+ * never waits on ServerDir).
+ *
+ * The assignments thread long-polls GET .../machines/{me}/assignments?version=V&wait=W.
+ * A document with a new version is handed to the supervision thread: it replaces the
+ * pending one under a mutex and the thread writes to an eventfd that the supervision
+ * loop watches; the loop then applies it (converge.c). Only the latest document counts.
+ *
+ * The primary thread competes for the primary lease (POST .../primary every ttl/3).
+ * While it holds it, every placement_interval_ms it reads GET .../state and the live
+ * directory, declares lost the machines whose lease expired that still have slots or
+ * live processes (POST .../machines/{m}/lost, with its epoch), computes the placement
+ * (placement.c) and PUTs the lists that changed with its epoch. Any 409 stale_epoch or
+ * primary_held, or a lease that ran out without a renewal, makes it step down at once.
+ * One log line per role change and per placement change. */
+#include "bb.h"
+#include "placement.h"
+#include "sdclient.h"
+#include "sdlog.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#define RETRY_MS 1000
+
+static struct {
+    pthread_t poll_thr, prim_thr;
+    int started;
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+    int stopping;
+    json_t *pending;       /* the newest document not yet applied */
+    int pending_draining;
+    bb_watch_t evw;        /* eventfd: a document is pending */
+    sdc_t *poll_client, *prim_client;
+} cl = {.mu = PTHREAD_MUTEX_INITIALIZER, .evw = {-1, NULL}};
+
+/* Waits up to ms or until bb_cluster_stop; returns 1 when stopping. */
+static int pause_ms(int ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&cl.mu);
+    while (!cl.stopping && pthread_cond_timedwait(&cl.cond, &cl.mu, &ts) != ETIMEDOUT)
+        ;
+    int s = cl.stopping;
+    pthread_mutex_unlock(&cl.mu);
+    return s;
+}
+
+static int stopping(void)
+{
+    pthread_mutex_lock(&cl.mu);
+    int s = cl.stopping;
+    pthread_mutex_unlock(&cl.mu);
+    return s;
+}
+
+/* ---------------------------------------------------------------- assignments */
+
+static int machine_draining(sdc_t *c)
+{
+    json_t *m = NULL;
+    sdc_err_t err = {0};
+    int draining = 0;
+    if (sdc_machine_get(c, bb.cfg.cluster, bb.cfg.machine, &m, &err) == SDC_OK)
+        draining = json_is_true(json_object_get(m, "draining"));
+    json_decref(m);
+    sdc_err_clear(&err);
+    return draining;
+}
+
+static void *poll_main(void *arg)
+{
+    (void)arg;
+    json_int_t version = -1;
+    int failing = 0;
+    while (!stopping()) {
+        json_t *doc = NULL;
+        sdc_err_t err = {0};
+        int64_t t0 = sd_mono_ms();
+        int rc = sdc_assignments_get(cl.poll_client, bb.cfg.cluster, bb.cfg.machine, version,
+                                     version < 0 ? 0 : bb.cfg.assignment_wait_ms, &doc, &err);
+        if (rc != SDC_OK || !json_is_object(doc)) {
+            char why[320];
+            if (!failing++)
+                log_warn("assignments not readable: keeping what runs", "error=%s",
+                         rc != SDC_OK ? sdc_strerror(rc, &err, why, sizeof(why))
+                                      : "not a JSON object");
+            sdc_err_clear(&err);
+            json_decref(doc);
+            pause_ms(RETRY_MS);
+            continue;
+        }
+        if (failing)
+            log_info("assignments readable again", "failed_attempts=%d", failing);
+        failing = 0;
+        json_int_t v = json_integer_value(json_object_get(doc, "version"));
+        if (v == version) {
+            json_decref(doc);
+            if (sd_mono_ms() - t0 < 100)
+                pause_ms(RETRY_MS); /* the wait was not honoured: do not spin */
+            continue;
+        }
+        version = v;
+        int draining = machine_draining(cl.poll_client);
+        pthread_mutex_lock(&cl.mu);
+        json_decref(cl.pending);
+        cl.pending = doc;
+        cl.pending_draining = draining;
+        pthread_mutex_unlock(&cl.mu);
+        uint64_t one = 1;
+        if (write(cl.evw.fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+            log_error("cannot wake the supervision loop", "error=%s", strerror(errno));
+    }
+    return NULL;
+}
+
+/* Supervision thread: apply the newest pending document. */
+static void on_assignment(bb_watch_t *w, uint32_t events)
+{
+    (void)events;
+    uint64_t n;
+    if (read(w->fd, &n, sizeof(n)) < 0)
+        return;
+    pthread_mutex_lock(&cl.mu);
+    json_t *doc = cl.pending;
+    int draining = cl.pending_draining;
+    cl.pending = NULL;
+    pthread_mutex_unlock(&cl.mu);
+    if (doc)
+        bb_converge_apply(doc, draining);
+    json_decref(doc);
+}
+
+/* ---------------------------------------------------------------- primary */
+
+typedef struct {
+    int is_primary;
+    json_int_t epoch;
+    int64_t lease_until;   /* monotonic ms: the lease surely holds until then */
+    json_t *inflight;      /* rolling restarts under way (placement.h) */
+} prim_t;
+
+static void step_down(prim_t *p, const char *reason)
+{
+    if (!p->is_primary)
+        return;
+    log_warn("primary role lost", "machine=%s epoch=%lld reason=%s", bb.cfg.machine,
+             (long long)p->epoch, reason);
+    p->is_primary = 0;
+    json_object_clear(p->inflight);
+}
+
+/* A 409 that says another primary exists: step down and answer 1. */
+static int fenced(prim_t *p, int rc, const sdc_err_t *err)
+{
+    if (rc == SDC_E_HTTP && err->status == 409 &&
+        (!strcmp(err->code, "stale_epoch") || !strcmp(err->code, "primary_held"))) {
+        step_down(p, err->code);
+        return 1;
+    }
+    return 0;
+}
+
+static void renew(prim_t *p)
+{
+    sdc_primary_t out;
+    memset(&out, 0, sizeof(out));
+    sdc_err_t err = {0};
+    int64_t t0 = sd_mono_ms();
+    int rc = sdc_primary_acquire(cl.prim_client, bb.cfg.cluster, bb.cfg.machine,
+                                 bb.cfg.primary_ttl_ms, &out, &err);
+    if (rc == SDC_OK && !strcmp(out.holder, bb.cfg.machine)) {
+        if (!p->is_primary || out.epoch != p->epoch)
+            log_info("primary role acquired", "machine=%s epoch=%lld ttl_ms=%d",
+                     bb.cfg.machine, (long long)out.epoch, bb.cfg.primary_ttl_ms);
+        p->is_primary = 1;
+        p->epoch = out.epoch;
+        p->lease_until = t0 + out.expires_in_ms;
+    } else if (rc == SDC_OK) {
+        step_down(p, "held_by_other");
+    } else if (!fenced(p, rc, &err) && p->is_primary && sd_mono_ms() >= p->lease_until) {
+        step_down(p, "lease_expired");
+    }
+    sdc_err_clear(&err);
+}
+
+/* "machine|service|slot" -> instance of every ready process; live[machine] = count. */
+static void read_directory(const json_t *procs, json_t *ready, json_t *live)
+{
+    size_t i;
+    json_t *e;
+    json_array_foreach(json_object_get(procs, "processes"), i, e) {
+        const char *m = json_string_value(json_object_get(e, "machine"));
+        const char *s = json_string_value(json_object_get(e, "service"));
+        const char *st = json_string_value(json_object_get(e, "state"));
+        const char *id = json_string_value(json_object_get(e, "instance"));
+        json_t *slot = json_object_get(e, "slot");
+        if (!m || !s || !st || !id)
+            continue;
+        json_object_set_new(live, m,
+                            json_integer(json_integer_value(json_object_get(live, m)) + 1));
+        if (strcmp(st, "ready") || !json_is_integer(slot))
+            continue;
+        char key[420];
+        snprintf(key, sizeof(key), "%s|%s|%lld", m, s, (long long)json_integer_value(slot));
+        json_object_set_new(ready, key, json_string(id));
+    }
+}
+
+/* Marks lost the machines whose lease expired and that still have slots or processes;
+ * removes their assignments from `state`. 0, or -1 when this primary was fenced. */
+static int declare_lost(prim_t *p, json_t *state, const json_t *live)
+{
+    size_t i;
+    json_t *m;
+    json_t *assignments = json_object_get(state, "assignments");
+    json_array_foreach(json_object_get(state, "machines"), i, m) {
+        const char *name = json_string_value(json_object_get(m, "machine"));
+        const char *st = json_string_value(json_object_get(m, "state"));
+        if (!name || !st || !strcmp(st, "live"))
+            continue;
+        size_t nslots = json_array_size(
+            json_object_get(json_object_get(assignments, name), "slots"));
+        json_int_t nlive = json_integer_value(json_object_get(live, name));
+        if (!nslots && !nlive)
+            continue;
+        sdc_err_t err = {0};
+        int rc = sdc_machine_lost(cl.prim_client, bb.cfg.cluster, name, p->epoch, NULL, &err);
+        if (fenced(p, rc, &err)) {
+            sdc_err_clear(&err);
+            return -1;
+        }
+        if (rc == SDC_OK) {
+            log_warn("machine declared lost", "machine=%s slots_moved=%zu processes=%lld",
+                     name, nslots, (long long)nlive);
+            json_object_del(assignments, name);
+        } else {
+            char why[320];
+            log_error("machine not declared lost", "machine=%s error=%s", name,
+                      sdc_strerror(rc, &err, why, sizeof(why)));
+        }
+        sdc_err_clear(&err);
+    }
+    return 0;
+}
+
+/* One placement round of the primary. */
+static void place_round(prim_t *p)
+{
+    char path[450], why[320], esc[400];
+    json_t *state = NULL, *procs = NULL, *lists = NULL;
+    json_t *ready = json_object(), *live = json_object();
+    sdc_err_t err = {0};
+    int rc = sdc_state_get(cl.prim_client, bb.cfg.cluster, &state, &err);
+    if (rc == SDC_OK) {
+        /* the whole live directory, past sdc_processes_list's default limit */
+        sdc_err_clear(&err);
+        snprintf(path, sizeof(path), "/v1/clusters/%s/processes?limit=100000",
+                 sdc_escape(bb.cfg.cluster, esc, sizeof(esc)));
+        rc = sdc_request(cl.prim_client, "GET", path, NULL, &procs, &err);
+    }
+    if (rc != SDC_OK) {
+        log_warn("placement skipped: state not readable", "error=%s",
+                 sdc_strerror(rc, &err, why, sizeof(why)));
+        goto out;
+    }
+    read_directory(procs, ready, live);
+    if (declare_lost(p, state, live))
+        goto out;
+    bb_place_stats_t st;
+    if (bb_place(state, ready, p->inflight, &lists, &st)) {
+        log_error("placement skipped: state not understood", "cluster=%s", bb.cfg.cluster);
+        goto out;
+    }
+    if (!json_object_size(lists))
+        goto out;
+    int64_t version = 0;
+    sdc_err_clear(&err);
+    rc = sdc_assignments_put(cl.prim_client, bb.cfg.cluster, p->epoch, lists, &version, NULL,
+                             &err);
+    if (fenced(p, rc, &err))
+        goto out;
+    if (rc != SDC_OK) {
+        log_error("assignments not written", "error=%s",
+                  sdc_strerror(rc, &err, why, sizeof(why)));
+        goto out;
+    }
+    log_info("placement changed",
+             "epoch=%lld version=%lld machines=%zu kept=%d placed=%d removed=%d rolled=%d "
+             "unplaced=%d",
+             (long long)p->epoch, (long long)version,
+             json_object_size(lists), st.kept, st.placed, st.removed, st.rolled, st.unplaced);
+out:
+    sdc_err_clear(&err);
+    json_decref(state);
+    json_decref(procs);
+    json_decref(lists);
+    json_decref(ready);
+    json_decref(live);
+}
+
+static void *prim_main(void *arg)
+{
+    (void)arg;
+    prim_t p = {.inflight = json_object()};
+    int64_t next_renew = 0;
+    int renew_every = bb.cfg.primary_ttl_ms / 3;
+    do {
+        int64_t now = sd_mono_ms();
+        if (now >= next_renew) {
+            renew(&p);
+            next_renew = now + renew_every;
+        }
+        if (p.is_primary && sd_mono_ms() < p.lease_until)
+            place_round(&p);
+        else if (p.is_primary)
+            next_renew = 0; /* the lease ran out between renewals: renew before acting */
+    } while (!pause_ms(bb.cfg.placement_interval_ms < renew_every ? bb.cfg.placement_interval_ms
+                                                                   : renew_every));
+    if (p.is_primary) {
+        sdc_err_t err = {0};
+        if (sdc_primary_release(cl.prim_client, bb.cfg.cluster, bb.cfg.machine, &err) ==
+            SDC_OK)
+            log_info("primary role released", "machine=%s epoch=%lld", bb.cfg.machine,
+                     (long long)p.epoch);
+        sdc_err_clear(&err);
+    }
+    json_decref(p.inflight);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- start / stop */
+
+int bb_cluster_start(void)
+{
+    if (!bb.cfg.cluster_mode)
+        return 0;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&cl.cond, &ca);
+    pthread_condattr_destroy(&ca);
+    int timeout = bb.cfg.primary_ttl_ms / 2;
+    timeout = timeout < 1000 ? 1000 : timeout > 5000 ? 5000 : timeout;
+    cl.poll_client = sdc_new(bb.cfg.urls, bb.cfg.token, bb.cfg.assignment_wait_ms + 5000);
+    cl.prim_client = sdc_new(bb.cfg.urls, bb.cfg.token, timeout);
+    if (!cl.poll_client || !cl.prim_client)
+        return -EINVAL;
+    cl.evw.fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (cl.evw.fd < 0)
+        return -errno;
+    cl.evw.fn = on_assignment;
+    int rc = bb_watch_add(&cl.evw, EPOLLIN);
+    if (rc)
+        return rc;
+    if ((rc = -pthread_create(&cl.poll_thr, NULL, poll_main, NULL)))
+        return rc;
+    cl.started = 1;
+    if ((rc = -pthread_create(&cl.prim_thr, NULL, prim_main, NULL))) {
+        bb_cluster_stop();
+        return rc;
+    }
+    cl.started = 2;
+    log_info("cluster mode on", "machine=%s primary_ttl_ms=%d placement_interval_ms=%d "
+             "capacity=%d", bb.cfg.machine, bb.cfg.primary_ttl_ms,
+             bb.cfg.placement_interval_ms, bb.cfg.capacity);
+    return 0;
+}
+
+void bb_cluster_stop(void)
+{
+    if (!bb.cfg.cluster_mode)
+        return;
+    pthread_mutex_lock(&cl.mu);
+    cl.stopping = 1;
+    pthread_cond_broadcast(&cl.cond);
+    pthread_mutex_unlock(&cl.mu);
+    if (cl.started >= 1)
+        pthread_join(cl.poll_thr, NULL);
+    if (cl.started == 2)
+        pthread_join(cl.prim_thr, NULL);
+    bb_watch_close(&cl.evw);
+    json_decref(cl.pending);
+    cl.pending = NULL;
+    sdc_free(cl.poll_client);
+    sdc_free(cl.prim_client);
+    cl.poll_client = cl.prim_client = NULL;
+}

@@ -1,0 +1,282 @@
+/* Converging on an assignment (cluster mode), on the supervision thread.
+ *
+ * The assignment document lists the slots (service, slot) this machine must run, each
+ * with its spec and restart token. Applying it:
+ *   - a listed slot with no running entry gets one (a free entry of the table, the same
+ *     (service, slot) first so its log file continues) and is started;
+ *   - a listed slot whose restart_token grew, or whose process spec changed, is restarted
+ *     (the new spec takes effect at the respawn, see bb_converge_respawn);
+ *   - a running slot no longer listed gets SHUTDOWN, then the stop signal, then SIGKILL,
+ *     and is reported stopped with reason `drained` (this machine is draining) or
+ *     `replaced` (the slot moved, e.g. after this machine was declared lost);
+ *   - cluster_stopped: every cluster slot is stopped that way, reason stopped_by_operator.
+ *
+ * Specs are parsed with the config parser (bb_config_parse), one bb_cspec_t per service
+ * and spec version, shared by the entries that use it and freed when none does. A spec
+ * the parser refuses is reported as a `stopped` event with reason `exited` and detail
+ * `bad spec: ...`, once per service and version; nothing is started for it. */
+#include "bb.h"
+#include "placement.h"
+#include "sdlog.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct bb_cspec {
+    struct bb_cspec *next;
+    char service[SD_NAME_MAX + 1];
+    json_int_t version;
+    json_t *proc;      /* bb_spec_process_part of the spec: what the process runs */
+    bb_config_t cfg;   /* cfg.services[0] is the service; NULL cfg.root: a refused spec */
+    int refs;
+    int listed;        /* the document being applied names it (keeps a refused spec) */
+} bb_cspec_t;
+
+static bb_cspec_t *specs;
+
+static bb_cspec_t *spec_get(const char *service, json_int_t version, const json_t *spec)
+{
+    json_t *proc = bb_spec_process_part(spec);
+    for (bb_cspec_t *c = specs; c; c = c->next)
+        if (!strcmp(c->service, service) && json_equal(c->proc, proc)) {
+            json_decref(proc);
+            return c;
+        }
+    bb_cspec_t *c = calloc(1, sizeof(*c));
+    if (!c) {
+        json_decref(proc);
+        return NULL;
+    }
+    sd_strlcpy(c->service, service, sizeof(c->service));
+    c->version = version;
+    c->proc = proc;
+    /* the spec as a one-service config, so bigbrother's own parser validates it */
+    json_t *svc = json_deep_copy(proc);
+    json_object_set_new(svc, "name", json_string(service));
+    json_object_set_new(svc, "count", json_integer(1));
+    json_t *conf = json_pack("{s:s, s:s, s:s, s:[o]}", "machine", bb.cfg.machine, "cluster",
+                             bb.cfg.cluster, "state_dir", bb.cfg.state_dir, "services", svc);
+    char *text = conf ? json_dumps(conf, JSON_COMPACT) : NULL;
+    char err[512] = "out of memory";
+    json_decref(conf);
+    if (!text || bb_config_parse(text, "spec", &c->cfg, err, sizeof(err))) {
+        log_error("assigned spec refused", "service=%s spec_version=%lld error=%s", service,
+                  (long long)version, err);
+        char id[SD_NAME_MAX + 1];
+        snprintf(id, sizeof(id), "%.60s-%.50s-spec%lld", service, bb.cfg.machine,
+                 (long long)version);
+        char detail[256];
+        snprintf(detail, sizeof(detail), "bad spec: %s", err);
+        json_t *ev = json_pack("{s:s, s:s, s:s, s:s, s:s}", "type", "stopped", "instance", id,
+                               "service", service, "reason", "exited", "detail", detail);
+        if (ev && bb.report)
+            bb_report_event(bb.report, ev);
+        json_decref(ev);
+    }
+    free(text);
+    c->next = specs;
+    specs = c;
+    return c;
+}
+
+static void spec_ref(bb_cspec_t *c, int d)
+{
+    if (c)
+        c->refs += d;
+}
+
+/* Frees the specs no entry uses and the last document did not name (a refused spec
+ * stays while it is assigned, so it is reported once). */
+static void specs_gc(void)
+{
+    bb_cspec_t **pp = &specs;
+    while (*pp) {
+        bb_cspec_t *c = *pp;
+        if (c->refs > 0 || c->listed) {
+            pp = &c->next;
+            continue;
+        }
+        *pp = c->next;
+        if (c->cfg.root)
+            bb_config_free(&c->cfg);
+        json_decref(c->proc);
+        free(c);
+    }
+}
+
+void bb_converge_free(void)
+{
+    for (bb_cspec_t *c = specs; c; c = c->next)
+        c->refs = c->listed = 0;
+    specs_gc();
+}
+
+static int running(const bb_inst_t *in)
+{
+    return in->state == ST_STARTING || in->state == ST_READY || in->state == ST_STOPPING ||
+           in->state == ST_BACKOFF;
+}
+
+void bb_converge_respawn(bb_inst_t *in)
+{
+    if (!in->next_cspec)
+        return;
+    spec_ref(in->cspec, -1);
+    in->cspec = in->next_cspec;
+    in->next_cspec = NULL;
+    in->svc = &in->cspec->cfg.services[0];
+}
+
+/* The entry for a newly assigned slot: its old entry, any stopped cluster entry, or a
+ * new one at the end of the table. NULL when the table is full. */
+static bb_inst_t *entry_for(const char *service, int slot)
+{
+    bb_inst_t *free_in = NULL;
+    for (int i = 0; i < bb.ninst; i++) {
+        bb_inst_t *in = &bb.inst[i];
+        if (!in->cspec || in->assigned || running(in))
+            continue;
+        if (in->slot == slot && !strcmp(in->svc->name, service))
+            return in;
+        if (!free_in)
+            free_in = in;
+    }
+    if (free_in)
+        return free_in;
+    if (bb.ninst >= bb.inst_cap)
+        return NULL;
+    return &bb.inst[bb.ninst++];
+}
+
+static void slot_start(const json_t *e, const char *service, int slot, bb_cspec_t *c)
+{
+    bb_inst_t *in = entry_for(service, slot);
+    if (!in) {
+        log_error("slot table full: assigned slot not started", "service=%s slot=%d capacity=%d",
+                  service, slot, bb.cfg.capacity);
+        return;
+    }
+    int same = in->cspec && in->slot == slot && !strcmp(in->svc->name, service);
+    if (!in->cspec)
+        bb_inst_init_entry(in); /* a new entry at the end of the table */
+    if (!same) {
+        in->generation = 0;
+        in->restarts = 0;
+        in->reason[0] = in->detail[0] = 0;
+    }
+    spec_ref(in->cspec, -1);
+    spec_ref(in->next_cspec, -1);
+    in->next_cspec = NULL;
+    in->cspec = c;
+    spec_ref(c, 1);
+    in->svc = &c->cfg.services[0];
+    in->slot = slot;
+    in->assigned = 1;
+    in->restart_token = json_integer_value(json_object_get(e, "restart_token"));
+    bb_inst_event(in, EV_START);
+}
+
+static void slot_update(bb_inst_t *in, const json_t *e, bb_cspec_t *c)
+{
+    json_int_t token = json_integer_value(json_object_get(e, "restart_token"));
+    int new_spec = c != in->cspec && c != in->next_cspec;
+    if (token <= in->restart_token && !new_spec)
+        return;
+    in->restart_token = token > in->restart_token ? token : in->restart_token;
+    if (new_spec) {
+        spec_ref(in->next_cspec, -1);
+        in->next_cspec = c;
+        spec_ref(c, 1);
+    }
+    if (in->state == ST_STARTING || in->state == ST_READY || in->state == ST_STOPPING) {
+        log_info("slot restarting for its assignment", "instance=%s restart_token=%lld new_spec=%d",
+                 in->id, (long long)token, new_spec);
+        bb_inst_event(in, EV_RESTART);
+        return;
+    }
+    bb_converge_respawn(in);
+    bb_inst_event(in, EV_RESTART);
+}
+
+const json_t *bb_converge_spec(const bb_inst_t *in)
+{
+    return in->cspec ? in->cspec->proc : NULL;
+}
+
+bb_inst_t *bb_converge_restore(const char *service, int slot, const json_t *spec,
+                               int64_t restart_token, int assigned)
+{
+    if (!bb.cfg.cluster_mode || bb.ninst >= bb.inst_cap)
+        return NULL;
+    bb_cspec_t *c = spec_get(service, 0, spec);
+    if (!c || !c->cfg.root) {
+        specs_gc();
+        return NULL;
+    }
+    bb_inst_t *in = &bb.inst[bb.ninst++];
+    bb_inst_init_entry(in);
+    in->cspec = c;
+    spec_ref(c, 1);
+    in->svc = &c->cfg.services[0];
+    in->slot = slot;
+    in->assigned = assigned != 0; /* until the first assignment says otherwise */
+    in->restart_token = restart_token;
+    return in;
+}
+
+void bb_converge_apply(const json_t *doc, int draining)
+{
+    const json_t *slots = json_object_get(doc, "slots");
+    int stopped_all = json_is_true(json_object_get(doc, "cluster_stopped"));
+    int started = 0, stopped = 0;
+    for (int i = 0; i < bb.ninst; i++)
+        if (bb.inst[i].cspec)
+            bb.inst[i].assigned = -bb.inst[i].assigned; /* 1 -> -1: not yet seen */
+    for (bb_cspec_t *c = specs; c; c = c->next)
+        c->listed = 0;
+    size_t k;
+    json_t *e;
+    json_array_foreach(stopped_all ? NULL : slots, k, e) {
+        const char *service = json_string_value(json_object_get(e, "service"));
+        json_int_t slot = json_integer_value(json_object_get(e, "slot"));
+        if (!service || !sd_name_valid(service, SD_NAME_MAX) || slot < 0 || slot > 1000000)
+            continue;
+        bb_cspec_t *c = spec_get(service, json_integer_value(json_object_get(e, "spec_version")),
+                                 json_object_get(e, "spec"));
+        if (!c)
+            continue;
+        c->listed = 1;
+        if (!c->cfg.root)
+            continue;
+        bb_inst_t *in = NULL;
+        for (int i = 0; i < bb.ninst && !in; i++)
+            if (bb.inst[i].cspec && bb.inst[i].assigned < 0 && bb.inst[i].slot == slot &&
+                !strcmp(bb.inst[i].svc->name, service))
+                in = &bb.inst[i];
+        if (in) {
+            in->assigned = 1;
+            slot_update(in, e, c);
+        } else {
+            slot_start(e, service, (int)slot, c);
+            started++;
+        }
+    }
+    for (int i = 0; i < bb.ninst; i++) {
+        bb_inst_t *in = &bb.inst[i];
+        if (!in->cspec || in->assigned >= 0)
+            continue;
+        in->assigned = 0;
+        if (running(in))
+            stopped++;
+        bb_inst_stop(in, stopped_all ? WHY_OPERATOR : draining ? WHY_DRAINED : WHY_REPLACED);
+    }
+    specs_gc();
+    log_info("assignment applied",
+             "version=%lld epoch=%lld slots=%d started=%d stopping=%d cluster_stopped=%d "
+             "draining=%d",
+             (long long)json_integer_value(json_object_get(doc, "version")),
+             (long long)json_integer_value(json_object_get(doc, "epoch")),
+             stopped_all ? 0 : (int)json_array_size(slots), started, stopped, stopped_all,
+             draining);
+}

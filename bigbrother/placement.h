@@ -1,0 +1,47 @@
+/* Placement: the primary's pure function from the desired state to per-machine slot
+ * lists. No I/O, no clock: the same inputs always give the same answer (unit-tested in
+ * tests/unit/test_placement.c). */
+#ifndef BB_PLACEMENT_H
+#define BB_PLACEMENT_H
+
+#include <jansson.h>
+
+typedef struct {
+    int kept;      /* slots that stay where they are */
+    int placed;    /* slots given a machine (new, or moved off an ineligible one) */
+    int removed;   /* slot entries dropped from a machine */
+    int rolled;    /* slots whose restart token or spec was advanced (rolling restart) */
+    int unplaced;  /* slots with no eligible machine (labels, capacity, max_per_machine) */
+} bb_place_stats_t;
+
+/* Computes the assignments.
+ *
+ * state: the GET /state document: "services" [{service, version, spec, stopped,
+ *   restart_token, max_unavailable?, slot_restart_tokens? {"3": n}}], "machines" [{machine, labels, capacity, state,
+ *   draining}], "assignments" {machine: {slots: [...]}}, "cluster_stopped".
+ * ready: object "machine|service|slot" -> instance id of the READY process the directory
+ *   shows for that slot on that machine.
+ * inflight: object "service|slot" -> the instance id that was ready when this primary
+ *   advanced the slot's restart (""): owned by the caller, kept between calls, updated
+ *   here. A slot counts as unavailable until a different instance is ready for it.
+ *
+ * Rules: only machines with state "live" and not draining get slots, when the service's
+ * placement.labels are a subset of their labels, within capacity (0: unlimited) and the
+ * service's placement.max_per_machine (0: unlimited). A slot stays on its machine while
+ * that machine is eligible (stable); missing slots go to the eligible machine with the
+ * fewest slots of that service, then the fewest slots, then the smallest name. A slot's
+ * restart token is the service's plus the slot's own. A slot whose restart token or
+ * process spec differs from the desired one is advanced only while
+ * fewer than max_unavailable (default 1) slots of the service are not ready. A stopped
+ * service or a stopped cluster has no slots.
+ *
+ * *out: a new object machine -> slot array, holding only the machines whose list changed
+ * (caller decrefs). Returns 0, or -1 when state is not shaped as above. */
+int bb_place(const json_t *state, const json_t *ready, json_t *inflight, json_t **out,
+             bb_place_stats_t *st);
+
+/* The parts of a service spec that decide how a process runs (spec without count and
+ * placement): two specs run the same process when these are json_equal. New reference. */
+json_t *bb_spec_process_part(const json_t *spec);
+
+#endif

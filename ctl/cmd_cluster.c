@@ -1,0 +1,41 @@
+/* sdctl cluster stop|start: the realm stop-and-restore switch. */
+#include <stdio.h>
+#include <string.h>
+
+#include "ctl.h"
+
+SDCTL_CMD("cluster", cmd_cluster, "stop the whole realm (players saved) or start it again");
+
+static const char usage_text[] =
+    "usage: sdctl cluster stop\n"
+    "       sdctl cluster start\n"
+    "  stop: every Big Brother sends SHUTDOWN to all its game processes (they save their\n"
+    "  players), waits their grace and stops them; the services stay declared. start:\n"
+    "  the desired state is brought back. sdctl status shows the realm as STOPPED.\n";
+
+int cmd_cluster(ctl_t *ctl, int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(usage_text, stdout);
+            return CTL_EXIT_OK;
+        }
+    if (argc != 2 || (strcmp(argv[1], "stop") && strcmp(argv[1], "start")))
+        return ctl_usage("cluster", "expected stop or start");
+    int stop = !strcmp(argv[1], "stop");
+    json_t *ans = NULL;
+    sdc_err_t err;
+    int rc = sdc_cluster_stop(ctl->client, ctl->cluster, stop, &ans, &err);
+    if (rc != SDC_OK) {
+        rc = ctl_fail(rc, &err);
+        sdc_err_clear(&err);
+        return rc;
+    }
+    if (ctl->json)
+        ctl_print_json(ans);
+    else
+        printf("cluster %s: %s%s\n", ctl->cluster, stop ? "stopping" : "starting",
+               json_is_true(json_object_get(ans, "changed")) ? "" : " (already)");
+    json_decref(ans);
+    return CTL_EXIT_OK;
+}

@@ -1,0 +1,47 @@
+/* sdctl drain, undrain: take a machine out of placement (its instances move off
+ * gracefully) and put it back. */
+#include <stdio.h>
+#include <string.h>
+
+#include "ctl.h"
+
+SDCTL_CMD("drain", cmd_drain, "move every instance off a machine and keep it empty");
+SDCTL_CMD("undrain", cmd_undrain, "let the primary place instances on a drained machine again");
+
+static const char usage_text[] =
+    "usage: sdctl drain MACHINE\n"
+    "       sdctl undrain MACHINE\n"
+    "  drain marks the machine draining (sdctl status and sdctl machines -o json show it):\n"
+    "  the primary moves its instances to other machines, which stop gracefully there\n"
+    "  (reason drained), and places nothing new on it. undrain makes it eligible again.\n"
+    "  Exit code 4 when the machine is not registered.\n";
+
+static int drain_set(ctl_t *ctl, int argc, char **argv, int drain)
+{
+    const char *cmd = drain ? "drain" : "undrain";
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(usage_text, stdout);
+            return CTL_EXIT_OK;
+        }
+    if (argc != 2 || argv[1][0] == '-')
+        return ctl_usage(cmd, "expected MACHINE");
+    json_t *ans = NULL;
+    sdc_err_t err;
+    int rc = sdc_machine_drain(ctl->client, ctl->cluster, argv[1], drain, &ans, &err);
+    if (rc != SDC_OK) {
+        rc = ctl_fail(rc, &err);
+        sdc_err_clear(&err);
+        return rc;
+    }
+    if (ctl->json)
+        ctl_print_json(ans);
+    else
+        printf("%s: %s%s\n", argv[1], drain ? "draining" : "undrained",
+               json_is_true(json_object_get(ans, "changed")) ? "" : " (already)");
+    json_decref(ans);
+    return CTL_EXIT_OK;
+}
+
+int cmd_drain(ctl_t *ctl, int argc, char **argv) { return drain_set(ctl, argc, argv, 1); }
+int cmd_undrain(ctl_t *ctl, int argc, char **argv) { return drain_set(ctl, argc, argv, 0); }

@@ -1,0 +1,244 @@
+/* sdctl services, scale, delete, stop, start, restart: the desired services of the
+ * cluster and the operator actions on them (docs/cluster.md). ServerDir records what is
+ * wanted; the primary Big Brother makes it so. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctl.h"
+#include "sdutil.h"
+
+SDCTL_CMD("services", cmd_services, "list the desired services (count, version, stopped)");
+SDCTL_CMD("scale", cmd_scale, "set the instance count of a service");
+SDCTL_CMD("delete", cmd_delete, "delete a service (its instances are stopped)");
+SDCTL_CMD("stop", cmd_stop, "stop a service (it keeps its count, runs no instance)");
+SDCTL_CMD("start", cmd_start, "start a stopped service again");
+SDCTL_CMD("restart", cmd_restart, "rolling restart of a service, or restart one instance");
+
+static int fail(int rc, sdc_err_t *err)
+{
+    rc = ctl_fail(rc, err);
+    sdc_err_clear(err);
+    return rc;
+}
+
+static int wants_help(int argc, char **argv, const char *text)
+{
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(text, stdout);
+            return 1;
+        }
+    return 0;
+}
+
+/* ---------- services ---------- */
+
+static const char services_usage[] =
+    "usage: sdctl services [SERVICE]\n"
+    "  Lists the desired services: COUNT instances wanted, the spec VERSION, whether the\n"
+    "  service is STOPPED, its RESTART token (grows with each sdctl restart), PLACEMENT\n"
+    "  labels and the COMMAND. With SERVICE, that service's whole spec as JSON (exit code 4\n"
+    "  when it does not exist). -o json prints the API answer.\n";
+
+static void service_row(ctl_table_t *t, const json_t *s)
+{
+    const json_t *spec = json_object_get(s, "spec");
+    char name[160], count[24], ver[24], tok[24], cmd[300], lab[300] = "";
+    size_t o = 0;
+    const char *k;
+    const json_t *v;
+    json_object_foreach(json_object_get(json_object_get(spec, "placement"), "labels"), k, v) {
+        int n = snprintf(lab + o, sizeof lab - o, "%s%s=%s", o ? "," : "", k,
+                         json_is_string(v) ? json_string_value(v) : "?");
+        if (n < 0 || (size_t)n >= sizeof lab - o)
+            break;
+        o += (size_t)n;
+    }
+    ctl_table_row(t, ctl_jstr(json_object_get(s, "service"), name, sizeof name),
+                  ctl_jstr(json_object_get(spec, "count"), count, sizeof count),
+                  ctl_jstr(json_object_get(s, "version"), ver, sizeof ver),
+                  json_is_true(json_object_get(s, "stopped")) ? "yes" : "no",
+                  ctl_jstr(json_object_get(s, "restart_token"), tok, sizeof tok),
+                  *lab ? lab : NULL, ctl_jstr(json_object_get(spec, "command"), cmd, sizeof cmd));
+}
+
+int cmd_services(ctl_t *ctl, int argc, char **argv)
+{
+    if (wants_help(argc, argv, services_usage))
+        return CTL_EXIT_OK;
+    if (argc > 2 || (argc == 2 && argv[1][0] == '-'))
+        return ctl_usage("services", "unexpected argument '%s'", argv[argc - 1]);
+    json_t *ans = NULL;
+    sdc_err_t err;
+    int rc = argc == 2 ? sdc_service_get(ctl->client, ctl->cluster, argv[1], &ans, &err)
+                       : sdc_services_list(ctl->client, ctl->cluster, &ans, &err);
+    if (rc != SDC_OK)
+        return fail(rc, &err);
+    if (ctl->json || argc == 2) {
+        ctl_print_json(ans);
+    } else {
+        ctl_table_t *t = ctl_table_new(7, "SERVICE", "COUNT", "VERSION", "STOPPED", "RESTART",
+                                       "PLACEMENT", "COMMAND");
+        size_t i;
+        const json_t *s;
+        json_array_foreach(json_object_get(ans, "services"), i, s) service_row(t, s);
+        ctl_table_print(t, stdout, ctl->color);
+    }
+    json_decref(ans);
+    return CTL_EXIT_OK;
+}
+
+/* ---------- scale, delete ---------- */
+
+static const char scale_usage[] =
+    "usage: sdctl scale SERVICE COUNT [--dry-run]\n"
+    "  Sets how many instances of SERVICE should run (0-100000) and prints the change.\n"
+    "  The primary Big Brother places new instances or stops surplus ones.\n";
+
+int cmd_scale(ctl_t *ctl, int argc, char **argv)
+{
+    if (wants_help(argc, argv, scale_usage))
+        return CTL_EXIT_OK;
+    int dry = argc == 4 && !strcmp(argv[3], "--dry-run");
+    int64_t count;
+    if (argc != 3 + dry)
+        return ctl_usage("scale", "expected SERVICE COUNT");
+    if (sd_parse_i64(argv[2], 0, 100000, &count))
+        return ctl_usage("scale", "COUNT must be a number 0-100000, not '%s'", argv[2]);
+    json_t *ans = NULL;
+    sdc_err_t err;
+    int rc = sdc_service_scale(ctl->client, ctl->cluster, argv[1], count, dry, &ans, &err);
+    if (rc != SDC_OK)
+        return fail(rc, &err);
+    if (ctl->json) {
+        ctl_print_json(ans);
+    } else {
+        const json_t *changes = json_object_get(ans, "changes");
+        if (json_array_size(changes) == 0)
+            printf("%s: already at %lld\n", argv[1], (long long)count);
+        else
+            printf("%s: %s%s (version %lld)\n", argv[1],
+                   json_string_value(json_array_get(changes, 0)), dry ? " [dry run]" : "",
+                   (long long)json_integer_value(json_object_get(ans, "version")));
+    }
+    json_decref(ans);
+    return CTL_EXIT_OK;
+}
+
+static const char delete_usage[] =
+    "usage: sdctl delete SERVICE\n"
+    "  Deletes the service; the primary removes its slots and the Big Brothers stop its\n"
+    "  instances gracefully. Exit code 4 when it does not exist.\n";
+
+int cmd_delete(ctl_t *ctl, int argc, char **argv)
+{
+    if (wants_help(argc, argv, delete_usage))
+        return CTL_EXIT_OK;
+    if (argc != 2 || argv[1][0] == '-')
+        return ctl_usage("delete", "expected SERVICE");
+    sdc_err_t err;
+    int rc = sdc_service_delete(ctl->client, ctl->cluster, argv[1], &err);
+    if (rc != SDC_OK)
+        return fail(rc, &err);
+    if (ctl->json) {
+        json_t *o = json_pack("{s:s, s:b}", "service", argv[1], "deleted", 1);
+        ctl_print_json(o);
+        json_decref(o);
+    } else {
+        printf("%s: deleted\n", argv[1]);
+    }
+    return CTL_EXIT_OK;
+}
+
+/* ---------- stop, start ---------- */
+
+static const char stop_usage[] =
+    "usage: sdctl stop SERVICE\n"
+    "       sdctl start SERVICE\n"
+    "  stop: the service keeps its count but runs no instance (they are stopped\n"
+    "  gracefully); start: it runs again. For the whole realm see sdctl cluster stop.\n";
+
+static int stop_start(ctl_t *ctl, int argc, char **argv, int stop)
+{
+    const char *cmd = stop ? "stop" : "start";
+    if (wants_help(argc, argv, stop_usage))
+        return CTL_EXIT_OK;
+    if (argc != 2 || argv[1][0] == '-')
+        return ctl_usage(cmd, "expected SERVICE");
+    json_t *ans = NULL;
+    sdc_err_t err;
+    int rc = sdc_service_stop(ctl->client, ctl->cluster, argv[1], stop, &ans, &err);
+    if (rc != SDC_OK)
+        return fail(rc, &err);
+    if (ctl->json)
+        ctl_print_json(ans);
+    else
+        printf("%s: %s%s\n", argv[1], stop ? "stopped" : "started",
+               json_is_true(json_object_get(ans, "changed")) ? "" : " (already)");
+    json_decref(ans);
+    return CTL_EXIT_OK;
+}
+
+int cmd_stop(ctl_t *ctl, int argc, char **argv) { return stop_start(ctl, argc, argv, 1); }
+int cmd_start(ctl_t *ctl, int argc, char **argv) { return stop_start(ctl, argc, argv, 0); }
+
+/* ---------- restart ---------- */
+
+static const char restart_usage[] =
+    "usage: sdctl restart SERVICE [--max-unavailable N]\n"
+    "       sdctl restart INSTANCE\n"
+    "  SERVICE: a rolling restart; the primary restarts at most N instances at a time\n"
+    "  (default 1), waiting for each to be ready. INSTANCE (a name from sdctl ps): that\n"
+    "  one instance is restarted in its slot.\n";
+
+int cmd_restart(ctl_t *ctl, int argc, char **argv)
+{
+    if (wants_help(argc, argv, restart_usage))
+        return CTL_EXIT_OK;
+    const char *target = NULL;
+    int64_t max_unavailable = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--max-unavailable") && i + 1 < argc) {
+            if (sd_parse_i64(argv[++i], 1, 100000, &max_unavailable))
+                return ctl_usage("restart", "--max-unavailable must be 1-100000");
+        } else if (argv[i][0] == '-' || target) {
+            return ctl_usage("restart", "unexpected argument '%s'", argv[i]);
+        } else {
+            target = argv[i];
+        }
+    }
+    if (!target)
+        return ctl_usage("restart", "expected SERVICE or INSTANCE");
+    json_t *ans = NULL;
+    sdc_err_t err;
+    /* A service name wins; anything else is taken as an instance. */
+    int rc = sdc_service_get(ctl->client, ctl->cluster, target, &ans, &err);
+    int is_service = rc == SDC_OK;
+    json_decref(ans);
+    ans = NULL;
+    if (rc != SDC_OK && !(rc == SDC_E_HTTP && err.status == 404))
+        return fail(rc, &err);
+    if (rc != SDC_OK)
+        sdc_err_clear(&err);
+    if (!is_service && max_unavailable > 0)
+        return ctl_usage("restart", "'%s' is not a service; --max-unavailable is for services",
+                         target);
+    rc = is_service ? sdc_service_restart(ctl->client, ctl->cluster, target, max_unavailable, &ans,
+                                          &err)
+                    : sdc_instance_restart(ctl->client, ctl->cluster, target, &ans, &err);
+    if (rc != SDC_OK)
+        return fail(rc, &err);
+    if (ctl->json)
+        ctl_print_json(ans);
+    else if (is_service)
+        printf("%s: rolling restart requested (restart token %lld, at most %lld at a time)\n",
+               target, (long long)json_integer_value(json_object_get(ans, "restart_token")),
+               (long long)json_integer_value(json_object_get(ans, "max_unavailable")));
+    else
+        printf("%s: restart requested (service %s, slot %lld)\n", target,
+               json_string_value(json_object_get(ans, "service")),
+               (long long)json_integer_value(json_object_get(ans, "slot")));
+    json_decref(ans);
+    return CTL_EXIT_OK;
+}

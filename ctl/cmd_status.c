@@ -1,0 +1,210 @@
+/* sdctl status: one screen on the cluster: the primary, the machines (lease, draining,
+ * which one is primary, instances), the services (desired vs running vs ready) and the
+ * recent failures from the event history. Four reads, all through libsdclient. */
+#include <stdio.h>
+#include <string.h>
+
+#include "ctl.h"
+#include "sdutil.h"
+
+SDCTL_CMD("status", cmd_status, "one screen: primary, machines, services desired/running/ready, failures");
+
+#define FAILURES_SHOWN 10
+#define HISTORY_READ 500
+
+static const char usage_text[] =
+    "usage: sdctl status\n"
+    "  The primary Big Brother and its epoch; whether the realm is stopped; each machine\n"
+    "  with its lease, DRAINING flag, a * for the primary and its live instances; each\n"
+    "  service with the DESIRED count (0 while stopped), RUNNING (starting or ready) and\n"
+    "  READY instances from the directory; the last failures from the event history\n"
+    "  (exits, kills, hangs, start timeouts, crash loops, lost machines).\n"
+    "  -o json prints the same as one object.\n";
+
+static int is_failure(const char *reason)
+{
+    static const char *const r[] = {"exited", "killed", "hung", "start_timeout", "crash_loop",
+                                    "machine_lost"};
+    for (size_t i = 0; reason && i < SD_ARRAY_LEN(r); i++)
+        if (!strcmp(reason, r[i]))
+            return 1;
+    return 0;
+}
+
+/* Counts of live processes by `key` ("service" or "machine"): {name: {running, ready}}. */
+static json_t *count_by(const json_t *procs, const char *key)
+{
+    json_t *out = json_object();
+    size_t i;
+    const json_t *p;
+    json_array_foreach(procs, i, p) {
+        const char *k = json_string_value(json_object_get(p, key));
+        if (!k)
+            continue;
+        json_t *c = json_object_get(out, k);
+        if (!c) {
+            c = json_pack("{s:i, s:i}", "running", 0, "ready", 0);
+            json_object_set_new(out, k, c);
+        }
+        json_object_set_new(c, "running",
+                            json_integer(json_integer_value(json_object_get(c, "running")) + 1));
+        const char *st = json_string_value(json_object_get(p, "state"));
+        if (st && !strcmp(st, "ready"))
+            json_object_set_new(c, "ready",
+                                json_integer(json_integer_value(json_object_get(c, "ready")) + 1));
+    }
+    return out;
+}
+
+static long long cnt(const json_t *counts, const char *name, const char *field)
+{
+    return (long long)json_integer_value(json_object_get(json_object_get(counts, name), field));
+}
+
+/* Builds the status object from the four answers. */
+static json_t *status_build(ctl_t *ctl, const json_t *state, const sdc_primary_t *p,
+                            const json_t *procs, const json_t *history)
+{
+    json_t *by_svc = count_by(procs, "service"), *by_m = count_by(procs, "machine");
+    json_t *machines = json_array(), *services = json_array(), *failures = json_array();
+    size_t i;
+    const json_t *x;
+    json_array_foreach(json_object_get(state, "machines"), i, x) {
+        const char *m = json_string_value(json_object_get(x, "machine"));
+        json_array_append_new(
+            machines,
+            json_pack("{s:s, s:O, s:b, s:b, s:O, s:I}", "machine", m ? m : "?", "state",
+                      json_object_get(x, "state"), "draining",
+                      json_is_true(json_object_get(x, "draining")), "primary",
+                      m && !strcmp(m, p->holder), "expires_in_ms",
+                      json_object_get(x, "expires_in_ms"), "instances",
+                      (json_int_t)cnt(by_m, m ? m : "", "running")));
+    }
+    int stopped_realm = json_is_true(json_object_get(state, "cluster_stopped"));
+    json_array_foreach(json_object_get(state, "services"), i, x) {
+        const char *s = json_string_value(json_object_get(x, "service"));
+        int stopped = json_is_true(json_object_get(x, "stopped"));
+        json_int_t want = json_integer_value(json_object_get(json_object_get(x, "spec"), "count"));
+        json_array_append_new(
+            services, json_pack("{s:s, s:I, s:I, s:I, s:I, s:b}", "service", s ? s : "?",
+                                "count", want, "desired",
+                                (json_int_t)(stopped || stopped_realm ? 0 : want), "running",
+                                (json_int_t)cnt(by_svc, s ? s : "", "running"), "ready",
+                                (json_int_t)cnt(by_svc, s ? s : "", "ready"), "stopped",
+                                stopped));
+    }
+    const json_t *events = json_object_get(history, "events");
+    for (size_t n = json_array_size(events); n > 0 && json_array_size(failures) < FAILURES_SHOWN;
+         n--) {
+        const json_t *e = json_array_get(events, n - 1);
+        if (is_failure(json_string_value(json_object_get(e, "reason"))))
+            json_array_insert(failures, 0, (json_t *)e);
+    }
+    json_t *prim = json_pack("{s:I, s:I}", "epoch", (json_int_t)p->epoch, "expires_in_ms",
+                             (json_int_t)p->expires_in_ms);
+    json_object_set_new(prim, "holder", p->holder[0] ? json_string(p->holder) : json_null());
+    json_decref(by_svc);
+    json_decref(by_m);
+    return json_pack("{s:s, s:o, s:b, s:o, s:o, s:o}", "cluster", ctl->cluster, "primary", prim,
+                     "cluster_stopped", stopped_realm, "machines", machines, "services",
+                     services, "failures", failures);
+}
+
+static void status_print(ctl_t *ctl, const json_t *st)
+{
+    const json_t *prim = json_object_get(st, "primary");
+    const char *holder = json_string_value(json_object_get(prim, "holder"));
+    char left[32], a[32], b[32], c[32], d[32];
+    if (holder)
+        printf("cluster %s   primary %s (epoch %lld, lease %s left)   realm %s\n\n", ctl->cluster,
+               holder, (long long)json_integer_value(json_object_get(prim, "epoch")),
+               ctl_fmt_ms(json_integer_value(json_object_get(prim, "expires_in_ms")), left,
+                          sizeof left),
+               json_is_true(json_object_get(st, "cluster_stopped")) ? "STOPPED" : "running");
+    else
+        printf("cluster %s   primary: none   realm %s\n\n", ctl->cluster,
+               json_is_true(json_object_get(st, "cluster_stopped")) ? "STOPPED" : "running");
+    ctl_table_t *t = ctl_table_new(6, "MACHINE", "STATE", "DRAINING", "PRIMARY", "EXPIRES_IN",
+                                   "INSTANCES");
+    size_t i;
+    const json_t *x;
+    json_array_foreach(json_object_get(st, "machines"), i, x) {
+        char name[160], state[16];
+        ctl_table_row(t, ctl_jstr(json_object_get(x, "machine"), name, sizeof name),
+                      ctl_jstr(json_object_get(x, "state"), state, sizeof state),
+                      json_is_true(json_object_get(x, "draining")) ? "yes" : "no",
+                      json_is_true(json_object_get(x, "primary")) ? "*" : "",
+                      ctl_fmt_ms(json_integer_value(json_object_get(x, "expires_in_ms")), a,
+                                 sizeof a),
+                      ctl_jstr(json_object_get(x, "instances"), b, sizeof b));
+    }
+    ctl_table_print(t, stdout, ctl->color);
+    printf("\n");
+    t = ctl_table_new(5, "SERVICE", "DESIRED", "RUNNING", "READY", "STATE");
+    json_array_foreach(json_object_get(st, "services"), i, x) {
+        char name[160];
+        long long want = json_integer_value(json_object_get(x, "desired"));
+        long long ready = json_integer_value(json_object_get(x, "ready"));
+        ctl_table_row(t, ctl_jstr(json_object_get(x, "service"), name, sizeof name),
+                      ctl_jstr(json_object_get(x, "desired"), a, sizeof a),
+                      ctl_jstr(json_object_get(x, "running"), b, sizeof b),
+                      ctl_jstr(json_object_get(x, "ready"), c, sizeof c),
+                      json_is_true(json_object_get(x, "stopped")) ? "stopped"
+                      : ready == want                              ? "ok"
+                                                                   : "converging");
+    }
+    ctl_table_print(t, stdout, ctl->color);
+    const json_t *failures = json_object_get(st, "failures");
+    printf("\nrecent failures: %s\n", json_array_size(failures) ? "" : "none");
+    if (!json_array_size(failures))
+        return;
+    int64_t now = sd_wall_ms();
+    t = ctl_table_new(5, "AGE", "INSTANCE", "MACHINE", "REASON", "DETAIL");
+    json_array_foreach(failures, i, x) {
+        char inst[160], m[160], reason[32], det[300];
+        const json_t *ts = json_object_get(x, "ts_ms");
+        ctl_table_row(t, json_is_integer(ts) ? ctl_fmt_ms(now - json_integer_value(ts), d, sizeof d)
+                                             : NULL,
+                      ctl_jstr(json_object_get(x, "instance"), inst, sizeof inst),
+                      ctl_jstr(json_object_get(x, "machine"), m, sizeof m),
+                      ctl_jstr(json_object_get(x, "reason"), reason, sizeof reason),
+                      ctl_jstr(json_object_get(x, "detail"), det, sizeof det));
+    }
+    ctl_table_print(t, stdout, ctl->color);
+}
+
+int cmd_status(ctl_t *ctl, int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(usage_text, stdout);
+            return CTL_EXIT_OK;
+        }
+        return ctl_usage("status", "unexpected argument '%s'", argv[i]);
+    }
+    json_t *state = NULL, *procs = NULL, *history = NULL;
+    sdc_primary_t p;
+    sdc_err_t err;
+    int rc = sdc_state_get(ctl->client, ctl->cluster, &state, &err);
+    if (rc == SDC_OK)
+        rc = sdc_primary_get(ctl->client, ctl->cluster, &p, &err);
+    if (rc == SDC_OK)
+        rc = sdc_processes_list(ctl->client, ctl->cluster, NULL, &procs, &err);
+    if (rc == SDC_OK)
+        rc = sdc_events_list(ctl->client, ctl->cluster, NULL, HISTORY_READ, &history, &err);
+    if (rc == SDC_OK) {
+        json_t *st = status_build(ctl, state, &p, json_object_get(procs, "processes"), history);
+        if (ctl->json)
+            ctl_print_json(st);
+        else
+            status_print(ctl, st);
+        json_decref(st);
+    } else {
+        rc = ctl_fail(rc, &err);
+        sdc_err_clear(&err);
+    }
+    json_decref(state);
+    json_decref(procs);
+    json_decref(history);
+    return rc;
+}

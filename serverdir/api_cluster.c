@@ -1,0 +1,610 @@
+/* The primary lease, the cluster state read, and the per-machine assignments
+ * (docs/cluster.md). The primary lease hands out an epoch that never repeats; every
+ * primary-only write (PUT /assignments, POST /machines/{m}/lost) carries it and is
+ * checked inside the script that makes the change, against the Redis clock, so a
+ * primary that was paused past its lease has its writes refused (409 stale_epoch).
+ * Assignment reads are conditional (ETag, If-None-Match) and long-poll (assign_wait.c).
+ * See cluster.h for the Redis layout. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cluster.h"
+#include "directory.h"
+
+SD_ROUTE(POST, "/v1/clusters/{c}/primary", SD_R_BB, 0, h_primary_acquire);
+SD_ROUTE(GET, "/v1/clusters/{c}/primary", SD_R_READERS, 0, h_primary_get);
+SD_ROUTE(DELETE, "/v1/clusters/{c}/primary", SD_R_BB, 0, h_primary_release);
+SD_ROUTE(GET, "/v1/clusters/{c}/state", SD_R_READERS, 0, h_state_get);
+SD_ROUTE(PUT, "/v1/clusters/{c}/assignments", SD_R_BB, 0, h_assignments_put);
+SD_ROUTE(GET, "/v1/clusters/{c}/machines/{m}/assignments", SD_R_BB | SD_R_VIEWER, 0, h_assignments_get);
+SD_ROUTE(POST, "/v1/clusters/{c}/machines/{m}/lost", SD_R_BB, 0, h_machine_lost);
+
+#define PRIMARY_TTL_MIN_MS 1000
+#define PRIMARY_TTL_MAX_MS 300000
+#define SLOTS_PER_MACHINE_MAX 10000
+#define MACHINES_PER_PUT_MAX 10000
+
+/* ---------- reply helpers ---------- */
+
+/* Element i of an array reply as text ("" when absent); an integer element is printed
+ * into the caller's buffer num. */
+static const char *rs(const redisReply *r, size_t i, char *num, size_t cap)
+{
+    if (!r || r->type != REDIS_REPLY_ARRAY || i >= r->elements)
+        return "";
+    const redisReply *e = r->element[i];
+    if (e->type == REDIS_REPLY_STRING || e->type == REDIS_REPLY_STATUS)
+        return e->str;
+    if (e->type == REDIS_REPLY_INTEGER) {
+        snprintf(num, cap, "%lld", e->integer);
+        return num;
+    }
+    return "";
+}
+
+static int64_t rn(const redisReply *r, size_t i)
+{
+    char num[32];
+    return strtoll(rs(r, i, num, sizeof num), NULL, 10);
+}
+
+static int status_is(const redisReply *r, const char *st)
+{
+    char num[32];
+    return r && r->type == REDIS_REPLY_ARRAY && r->elements >= 1 &&
+           strcmp(rs(r, 0, num, sizeof num), st) == 0;
+}
+
+static int bad_reply(sd_resp_t *resp, const char *script, redisReply *r)
+{
+    log_error("unexpected script reply", "script=%s type=%d err=%s", script, r ? r->type : -1,
+              r && r->type == REDIS_REPLY_ERROR ? r->str : "");
+    return sd_resp_error(resp, 500, "internal", "unexpected reply from the store");
+}
+
+/* Runs a script with the cluster's key base as its one key and the given string args. */
+static int run(const char *script, const char *cluster, redisReply **out, int nargs, ...)
+{
+    char base[256];
+    sd_argv_t a;
+    sd_argv_init(&a);
+    sd_argv_add(&a, sd_key(base, sizeof base, cluster, "%s", ""));
+    va_list ap;
+    va_start(ap, nargs);
+    for (int i = 0; i < nargs; i++)
+        sd_argv_add(&a, va_arg(ap, const char *));
+    va_end(ap);
+    int rc = sd_store_script(script, 1, &a, out);
+    sd_argv_free(&a);
+    return rc;
+}
+
+const char *sd_assign_channel(char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%sassign", sd_store_prefix());
+    return buf;
+}
+
+/* Answers 409 stale_epoch from a {'stale_epoch', epoch, holder} reply. */
+static int stale_epoch(sd_resp_t *resp, const redisReply *r, int64_t epoch)
+{
+    char num[32];
+    const char *holder = rs(r, 2, num, sizeof num);
+    SD_COUNT("serverdir_primary_stale_epoch_total",
+             "primary-only writes refused for a stale epoch or an expired lease", 1);
+    json_t *extra = json_pack("{s:I, s:I}", "epoch", (json_int_t)epoch, "current_epoch",
+                              (json_int_t)rn(r, 1));
+    json_object_set_new(extra, "holder", *holder ? json_string(holder) : json_null());
+    return sd_resp_error_extra(resp, 409, "stale_epoch", extra,
+                               "epoch %lld is not the current primary's (current %lld, %s%s%s)",
+                               (long long)epoch, (long long)rn(r, 1),
+                               *holder ? "held by '" : "no live holder", holder,
+                               *holder ? "'" : "");
+}
+
+/* ---------- primary lease ---------- */
+
+static json_t *primary_json(const char *holder, int64_t epoch, int64_t left)
+{
+    json_t *o = json_pack("{s:I, s:I}", "epoch", (json_int_t)epoch, "expires_in_ms",
+                          (json_int_t)left);
+    json_object_set_new(o, "holder", *holder ? json_string(holder) : json_null());
+    return o;
+}
+
+/* POST /primary {machine, ttl_ms} -> 200 {holder, epoch, expires_in_ms} (acquired or
+ * renewed), 409 primary_held with the same fields for the current holder. */
+int h_primary_acquire(sd_req_t *req, sd_resp_t *resp)
+{
+    static const char *const allowed[] = {"machine", "ttl_ms", NULL};
+    const char *cluster, *machine;
+    int64_t ttl = 10000;
+    if (sd_req_name(req, resp, 0, "cluster", &cluster))
+        return 0;
+    json_t *body = sd_req_json(req, resp);
+    if (!body)
+        return 0;
+    char err[SD_ERRMSG_MAX], ttls[24], num[32];
+    if (sd_json_only_keys(body, allowed, err, sizeof err) ||
+        sd_json_name(body, "machine", 1, &machine, err, sizeof err) < 0 ||
+        sd_json_int(body, "ttl_ms", 0, PRIMARY_TTL_MIN_MS, PRIMARY_TTL_MAX_MS, &ttl, err,
+                    sizeof err) < 0) {
+        json_decref(body);
+        return sd_resp_error(resp, 400, "bad_field", "%s", err);
+    }
+    snprintf(ttls, sizeof ttls, "%lld", (long long)ttl);
+    redisReply *r = NULL;
+    int rc = run("primary_acquire", cluster, &r, 2, machine, ttls);
+    if (rc) {
+        json_decref(body);
+        return sd_resp_store_error(resp, rc);
+    }
+    if (status_is(r, "ok") && r->elements == 5) {
+        int fresh = strcmp(rs(r, 4, num, sizeof num), "acquired") == 0;
+        if (fresh) {
+            log_info("primary acquired", "cluster=%s machine=%s epoch=%lld ttl_ms=%lld", cluster,
+                     machine, (long long)rn(r, 2), (long long)ttl);
+            SD_COUNT("serverdir_primary_changes_total", "primary lease changes of holder", 1);
+        }
+        sd_resp_json(resp, 200, primary_json(machine, rn(r, 2), rn(r, 3)));
+    } else if (status_is(r, "primary_held") && r->elements == 4) {
+        const char *holder = rs(r, 1, num, sizeof num);
+        sd_resp_error_extra(resp, 409, "primary_held", primary_json(holder, rn(r, 2), rn(r, 3)),
+                            "the primary lease is held by '%s' (epoch %lld) for %lld ms more",
+                            holder, (long long)rn(r, 2), (long long)rn(r, 3));
+    } else {
+        bad_reply(resp, "primary_acquire", r);
+    }
+    freeReplyObject(r);
+    json_decref(body);
+    return 0;
+}
+
+/* GET /primary -> {holder (null when none), epoch, expires_in_ms}. */
+int h_primary_get(sd_req_t *req, sd_resp_t *resp)
+{
+    const char *cluster;
+    if (sd_req_name(req, resp, 0, "cluster", &cluster))
+        return 0;
+    redisReply *r = NULL;
+    int rc = run("primary_get", cluster, &r, 0);
+    if (rc)
+        return sd_resp_store_error(resp, rc);
+    char num[32];
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 3)
+        sd_resp_json(resp, 200, primary_json(rs(r, 0, num, sizeof num), rn(r, 1), rn(r, 2)));
+    else
+        bad_reply(resp, "primary_get", r);
+    freeReplyObject(r);
+    return 0;
+}
+
+/* DELETE /primary?machine=M -> 204 when M held it; 409 not_primary otherwise. */
+int h_primary_release(sd_req_t *req, sd_resp_t *resp)
+{
+    const char *cluster;
+    if (sd_req_name(req, resp, 0, "cluster", &cluster))
+        return 0;
+    const char *machine = sd_req_query(req, "machine");
+    if (!machine)
+        return sd_resp_error(resp, 400, "missing_machine", "query parameter 'machine' is required");
+    if (!sd_name_valid(machine, SD_NAME_MAX))
+        return sd_resp_error(resp, 400, "bad_machine", "query parameter 'machine' must be a name");
+    redisReply *r = NULL;
+    int rc = run("primary_release", cluster, &r, 1, machine);
+    if (rc)
+        return sd_resp_store_error(resp, rc);
+    char num[32];
+    if (status_is(r, "ok")) {
+        log_info("primary released", "cluster=%s machine=%s epoch=%lld", cluster, machine,
+                 (long long)rn(r, 1));
+        SD_COUNT("serverdir_primary_changes_total", "primary lease changes of holder", 1);
+        sd_resp_empty(resp, 204);
+    } else if (status_is(r, "not_primary")) {
+        const char *holder = rs(r, 1, num, sizeof num);
+        json_t *extra = json_object();
+        json_object_set_new(extra, "holder", *holder ? json_string(holder) : json_null());
+        sd_resp_error_extra(resp, 409, "not_primary", extra, "'%s' does not hold the primary lease",
+                            machine);
+    } else {
+        bad_reply(resp, "primary_release", r);
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+/* ---------- the state read ---------- */
+
+static json_t *doc_json(const char *machine, int64_t version, int64_t epoch, int stopped,
+                        const char *slots_text)
+{
+    json_t *slots = stopped ? NULL : json_loads(slots_text, 0, NULL);
+    return json_pack("{s:s, s:I, s:I, s:b, s:o}", "machine", machine, "version",
+                     (json_int_t)version, "epoch", (json_int_t)epoch, "cluster_stopped", stopped,
+                     "slots", json_is_array(slots) ? slots : (json_decref(slots), json_array()));
+}
+
+/* GET /state -> {version, cluster_stopped, services, machines, assignments_version,
+ * assignments: {m: doc}} read at one instant (one script). */
+int h_state_get(sd_req_t *req, sd_resp_t *resp)
+{
+    const char *cluster;
+    if (sd_req_name(req, resp, 0, "cluster", &cluster))
+        return 0;
+    redisReply *r = NULL;
+    int rc = run("state_get", cluster, &r, 0);
+    if (rc)
+        return sd_resp_store_error(resp, rc);
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 7 ||
+        r->element[4]->type != REDIS_REPLY_ARRAY || r->element[5]->type != REDIS_REPLY_ARRAY ||
+        r->element[6]->type != REDIS_REPLY_ARRAY) {
+        bad_reply(resp, "state_get", r);
+        freeReplyObject(r);
+        return 0;
+    }
+    int64_t now = rn(r, 0);
+    int stopped = rn(r, 2) == 1;
+    char num[32];
+    json_t *services = json_array(), *machines = json_array(), *assignments = json_object();
+    for (size_t i = 0; i < r->element[4]->elements; i++) {
+        json_t *s = sd_service_json(r->element[4]->element[i]);
+        if (s)
+            json_array_append_new(services, s);
+    }
+    for (size_t i = 0; i < r->element[5]->elements; i++) {
+        const redisReply *h = r->element[5]->element[i];
+        if (h->type != REDIS_REPLY_ARRAY || h->elements < 1 ||
+            h->element[0]->type != REDIS_REPLY_STRING)
+            continue;
+        /* The flat field list starts after the name; sd_dir_machine_json scans pairs. */
+        redisReply flat = *h;
+        flat.element = h->element + 1;
+        flat.elements = h->elements - 1;
+        json_array_append_new(machines, sd_dir_machine_json(h->element[0]->str, &flat, now));
+    }
+    for (size_t i = 0; i < r->element[6]->elements; i++) {
+        const redisReply *a = r->element[6]->element[i];
+        if (a->type != REDIS_REPLY_ARRAY || a->elements != 4)
+            continue;
+        const char *m = rs(a, 0, num, sizeof num);
+        json_object_set_new(assignments, m,
+                            doc_json(m, rn(a, 1), rn(a, 2), stopped, rs(a, 3, num, sizeof num)));
+    }
+    json_t *out = json_pack("{s:I, s:b, s:o, s:o, s:I, s:o}", "version", (json_int_t)rn(r, 1),
+                            "cluster_stopped", stopped, "services", services, "machines",
+                            machines, "assignments_version", (json_int_t)rn(r, 3),
+                            "assignments", assignments);
+    freeReplyObject(r);
+    return sd_resp_json(resp, 200, out);
+}
+
+/* ---------- assignments ---------- */
+
+static int slot_cmp(const void *a, const void *b)
+{
+    const json_t *x = *(json_t *const *)a, *y = *(json_t *const *)b;
+    int c = strcmp(json_string_value(json_object_get(x, "service")),
+                   json_string_value(json_object_get(y, "service")));
+    if (c)
+        return c;
+    json_int_t i = json_integer_value(json_object_get(x, "slot"));
+    json_int_t j = json_integer_value(json_object_get(y, "slot"));
+    return (i > j) - (i < j);
+}
+
+/* Validates one machine's slot list and returns its canonical text (slots sorted by
+ * service and slot, keys sorted), malloc'd; NULL with err. seen collects
+ * "service#slot" across the whole request so a slot is on one machine only. */
+static char *slots_canonical(const char *machine, const json_t *slots, json_t *seen, char *err,
+                             size_t errcap)
+{
+    static const char *const allowed[] = {"service", "slot", "spec_version", "restart_token",
+                                          "spec", NULL};
+    if (!json_is_array(slots) || json_array_size(slots) > SLOTS_PER_MACHINE_MAX) {
+        snprintf(err, errcap, "machines['%s'] must be an array of at most %d slots", machine,
+                 SLOTS_PER_MACHINE_MAX);
+        return NULL;
+    }
+    size_t n = json_array_size(slots);
+    json_t **v = calloc(n ? n : 1, sizeof *v);
+    if (!v) {
+        snprintf(err, errcap, "out of memory");
+        return NULL;
+    }
+    char *out = NULL;
+    for (size_t i = 0; i < n; i++) {
+        json_t *s = json_array_get(slots, i);
+        char e2[SD_ERRMSG_MAX];
+        const char *svc;
+        int64_t x;
+        if (!json_is_object(s) || sd_json_only_keys(s, allowed, e2, sizeof e2) ||
+            sd_json_name(s, "service", 1, &svc, e2, sizeof e2) < 0 ||
+            sd_json_int(s, "slot", 1, 0, SD_COUNT_MAX - 1, &x, e2, sizeof e2) < 0 ||
+            sd_json_int(s, "spec_version", 0, 0, INT64_C(1) << 53, &x, e2, sizeof e2) < 0 ||
+            sd_json_int(s, "restart_token", 0, 0, INT64_C(1) << 53, &x, e2, sizeof e2) < 0) {
+            snprintf(err, errcap, "machines['%.64s'][%zu]: %.150s", machine, i,
+                     json_is_object(s) ? e2 : "must be an object");
+            goto out;
+        }
+        const json_t *spec = json_object_get(s, "spec");
+        if (spec && !json_is_object(spec)) {
+            snprintf(err, errcap, "machines['%s'][%zu].spec must be an object", machine, i);
+            goto out;
+        }
+        char id[SD_NAME_MAX + 24];
+        snprintf(id, sizeof id, "%s#%lld", svc,
+                 (long long)json_integer_value(json_object_get(s, "slot")));
+        if (json_object_get(seen, id)) {
+            snprintf(err, errcap, "machines['%s'][%zu]: slot %s is assigned twice", machine, i,
+                     id);
+            goto out;
+        }
+        json_object_set_new(seen, id, json_true());
+        v[i] = s;
+    }
+    qsort(v, n, sizeof *v, slot_cmp);
+    json_t *sorted = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append(sorted, v[i]);
+    out = sd_json_canonical(sorted);
+    json_decref(sorted);
+    if (!out)
+        snprintf(err, errcap, "out of memory");
+out:
+    free(v);
+    return out;
+}
+
+/* PUT /assignments {epoch, machines: {m: [slots]}} (primary only) -> 200 {version,
+ * changed}; 409 stale_epoch. All named machines are replaced by one script. */
+int h_assignments_put(sd_req_t *req, sd_resp_t *resp)
+{
+    static const char *const allowed[] = {"epoch", "machines", NULL};
+    const char *cluster;
+    if (sd_req_name(req, resp, 0, "cluster", &cluster))
+        return 0;
+    json_t *body = sd_req_json(req, resp);
+    if (!body)
+        return 0;
+    char err[SD_ERRMSG_MAX];
+    int64_t epoch;
+    json_t *pairs = json_array(), *seen = json_object();
+    const json_t *machines = json_object_get(body, "machines");
+    if (sd_json_only_keys(body, allowed, err, sizeof err) ||
+        sd_json_int(body, "epoch", 1, 1, INT64_C(1) << 53, &epoch, err, sizeof err) < 0) {
+        sd_resp_error(resp, 400, "bad_field", "%s", err);
+        goto out;
+    }
+    if (!json_is_object(machines) || json_object_size(machines) > MACHINES_PER_PUT_MAX) {
+        sd_resp_error(resp, 400, "bad_field",
+                      "field 'machines' must be an object of at most %d machine -> slot lists",
+                      MACHINES_PER_PUT_MAX);
+        goto out;
+    }
+    const char *m;
+    json_t *slots;
+    json_object_foreach((json_t *)machines, m, slots) {
+        if (!sd_name_valid(m, SD_NAME_MAX)) {
+            sd_resp_error(resp, 400, "bad_name", "machines: '%.64s' is not a machine name", m);
+            goto out;
+        }
+        char *text = slots_canonical(m, slots, seen, err, sizeof err);
+        if (!text) {
+            sd_resp_error(resp, 400, "bad_field", "%s", err);
+            goto out;
+        }
+        json_array_append_new(pairs, json_string(m));
+        json_array_append_new(pairs, json_string(text));
+        free(text);
+    }
+    char *pairs_text = sd_json_canonical(pairs), chan[96], epochs[24];
+    snprintf(epochs, sizeof epochs, "%lld", (long long)epoch);
+    redisReply *r = NULL;
+    int rc = pairs_text ? run("assign_put", cluster, &r, 4, epochs,
+                              sd_assign_channel(chan, sizeof chan), cluster, pairs_text)
+                        : SD_STORE_ERROR;
+    free(pairs_text);
+    if (rc) {
+        sd_resp_store_error(resp, rc);
+        goto out;
+    }
+    if (status_is(r, "stale_epoch") && r->elements == 3) {
+        log_info("assignments refused", "cluster=%s epoch=%lld current=%lld", cluster,
+                 (long long)epoch, (long long)rn(r, 1));
+        stale_epoch(resp, r, epoch);
+    } else if (status_is(r, "ok") && r->elements == 3) {
+        int changed = rn(r, 2) == 1;
+        if (changed)
+            SD_COUNT("serverdir_assignment_writes_total",
+                     "assignment PUTs that changed some machine's document", 1);
+        sd_resp_json(resp, 200, json_pack("{s:I, s:b}", "version", (json_int_t)rn(r, 1),
+                                          "changed", changed));
+    } else {
+        bad_reply(resp, "assign_put", r);
+    }
+    freeReplyObject(r);
+out:
+    json_decref(seen);
+    json_decref(pairs);
+    json_decref(body);
+    return 0;
+}
+
+int sd_assign_read(const char *cluster, const char *machine, json_t **doc, int64_t *version)
+{
+    redisReply *r = NULL;
+    int rc = run("assign_get", cluster, &r, 1, machine);
+    if (rc)
+        return rc;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 4) {
+        log_error("unexpected script reply", "script=%s type=%d", "assign_get", r->type);
+        freeReplyObject(r);
+        return SD_STORE_ERROR;
+    }
+    char num[32];
+    *version = rn(r, 0);
+    *doc = doc_json(machine, *version, rn(r, 1), rn(r, 3) == 1, rs(r, 2, num, sizeof num));
+    freeReplyObject(r);
+    return SD_STORE_OK;
+}
+
+/* The version an If-None-Match value names ("\"42\"", "42" or W/"42"), or -1. */
+static int64_t etag_version(const char *v)
+{
+    if (!v)
+        return -1;
+    if (strncmp(v, "W/", 2) == 0)
+        v += 2;
+    char buf[32];
+    size_t n = strlen(v);
+    if (n >= 2 && v[0] == '"' && v[n - 1] == '"') {
+        v++;
+        n -= 2;
+    }
+    if (n == 0 || n >= sizeof buf)
+        return -1;
+    memcpy(buf, v, n);
+    buf[n] = '\0';
+    int64_t out;
+    return sd_parse_i64(buf, 0, INT64_MAX, &out) ? -1 : out;
+}
+
+void sd_assign_answer(sd_resp_t *resp, json_t *doc, int64_t version, const char *if_none_match)
+{
+    char etag[32];
+    snprintf(etag, sizeof etag, "\"%lld\"", (long long)version);
+    sd_resp_header(resp, "ETag", etag);
+    if (etag_version(if_none_match) == version) {
+        json_decref(doc);
+        sd_resp_empty(resp, 304);
+        return;
+    }
+    sd_resp_json(resp, 200, doc);
+}
+
+/* GET /machines/{m}/assignments[?version=V&wait=MS] -> the machine's document. With
+ * version equal to the current one and wait > 0 the request is parked until the
+ * document changes or the wait ends (200 either way). If-None-Match -> 304. */
+int h_assignments_get(sd_req_t *req, sd_resp_t *resp)
+{
+    const char *cluster, *machine;
+    int64_t version, wait;
+    if (sd_req_name(req, resp, 0, "cluster", &cluster) ||
+        sd_req_name(req, resp, 1, "machine", &machine) ||
+        sd_req_query_int(req, resp, "version", 0, INT64_MAX, -1, &version) ||
+        sd_req_query_int(req, resp, "wait", 0, SD_ASSIGN_WAIT_MAX_MS, 0, &wait))
+        return 0;
+    json_t *doc = NULL;
+    int64_t cur = 0;
+    int rc = sd_assign_read(cluster, machine, &doc, &cur);
+    if (rc)
+        return sd_resp_store_error(resp, rc);
+    if (wait > 0 && version == cur && !sd_http_stopping()) {
+        json_decref(doc);
+        sd_assign_park(req, resp, cluster, machine, version, wait);
+        return 0;
+    }
+    sd_assign_answer(resp, doc, cur, sd_req_header(req, "If-None-Match"));
+    return 0;
+}
+
+/* Builds the stopped events (reason machine_lost) for the instance/service pairs of a
+ * machine_lost reply from index `from`, applies them through events_apply in batches
+ * of SD_EVENTS_MAX, and returns the number applied or a SD_STORE_* error. */
+static long long lost_events(const char *cluster, const char *machine, int64_t epoch,
+                             const redisReply *r, size_t from)
+{
+    long long applied = 0;
+    char num[32];
+    for (size_t i = from; i + 1 < r->elements;) {
+        json_t *events = json_array();
+        for (; i + 1 < r->elements && json_array_size(events) < SD_EVENTS_MAX; i += 2) {
+            const char *inst = rs(r, i, num, sizeof num);
+            char svc[SD_NAME_MAX + 1];
+            sd_strlcpy(svc, rs(r, i + 1, num, sizeof num), sizeof svc);
+            /* The id names the epoch and the instance, so a repeated declaration by the
+             * same primary is a duplicate; names longer than the id allows are hashed. */
+            char id[SD_NAME_MAX + 1];
+            int n = snprintf(id, sizeof id, "lost.%lld.%s", (long long)epoch, inst);
+            if (n < 0 || (size_t)n >= sizeof id) {
+                uint64_t h = 1469598103934665603ULL;
+                for (const char *p = inst; *p; p++)
+                    h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+                snprintf(id, sizeof id, "lost.%lld.%016llx", (long long)epoch,
+                         (unsigned long long)h);
+            }
+            json_array_append_new(
+                events, json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s}", "id", id, "type",
+                                  "stopped", "instance", inst, "machine", machine, "service",
+                                  *svc ? svc : "unknown", "reason", "machine_lost", "detail",
+                                  "the machine's lease expired; declared lost by the primary"));
+        }
+        json_t *body = json_pack("{s:o}", "events", events);
+        char *batch = NULL, err[SD_ERRMSG_MAX];
+        size_t nev = 0;
+        int rc = sd_dir_events_normalize(body, &batch, &nev, err, sizeof err);
+        json_decref(body);
+        if (rc) {
+            log_error("machine_lost events invalid", "cluster=%s machine=%s err=%s", cluster,
+                      machine, err);
+            return SD_STORE_ERROR;
+        }
+        long long counts[3];
+        rc = sd_dir_events_apply(cluster, batch, counts);
+        free(batch);
+        if (rc)
+            return rc;
+        applied += counts[0];
+    }
+    return applied;
+}
+
+/* POST /machines/{m}/lost {epoch} (primary only) -> 200 {machine, stopped, version,
+ * changed}: m's slots are removed from the assignments (fenced by the epoch) and its
+ * live processes are marked stopped with reason machine_lost through events_apply, so
+ * the directory and the history show them. 409 stale_epoch. */
+int h_machine_lost(sd_req_t *req, sd_resp_t *resp)
+{
+    static const char *const allowed[] = {"epoch", NULL};
+    const char *cluster, *machine;
+    if (sd_req_name(req, resp, 0, "cluster", &cluster) ||
+        sd_req_name(req, resp, 1, "machine", &machine))
+        return 0;
+    json_t *body = sd_req_json(req, resp);
+    if (!body)
+        return 0;
+    char err[SD_ERRMSG_MAX], chan[96], epochs[24];
+    int64_t epoch;
+    int bad = sd_json_only_keys(body, allowed, err, sizeof err) ||
+              sd_json_int(body, "epoch", 1, 1, INT64_C(1) << 53, &epoch, err, sizeof err) < 0;
+    json_decref(body);
+    if (bad)
+        return sd_resp_error(resp, 400, "bad_field", "%s", err);
+    snprintf(epochs, sizeof epochs, "%lld", (long long)epoch);
+    redisReply *r = NULL;
+    int rc = run("machine_lost", cluster, &r, 4, epochs, machine,
+                 sd_assign_channel(chan, sizeof chan), cluster);
+    if (rc)
+        return sd_resp_store_error(resp, rc);
+    if (status_is(r, "stale_epoch") && r->elements == 3) {
+        stale_epoch(resp, r, epoch);
+    } else if (status_is(r, "ok") && r->elements >= 3 && (r->elements - 3) % 2 == 0) {
+        long long stopped = lost_events(cluster, machine, epoch, r, 3);
+        if (stopped < 0) {
+            sd_resp_store_error(resp, (int)stopped);
+        } else {
+            log_info("machine declared lost", "cluster=%s machine=%s epoch=%lld stopped=%lld",
+                     cluster, machine, (long long)epoch, stopped);
+            SD_COUNT("serverdir_machines_lost_total", "machines declared lost by the primary", 1);
+            sd_resp_json(resp, 200, json_pack("{s:s, s:I, s:I, s:b}", "machine", machine,
+                                              "stopped", (json_int_t)stopped, "version",
+                                              (json_int_t)rn(r, 1), "changed", rn(r, 2) == 1));
+        }
+    } else {
+        bad_reply(resp, "machine_lost", r);
+    }
+    freeReplyObject(r);
+    return 0;
+}

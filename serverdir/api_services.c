@@ -1,0 +1,514 @@
+/* Desired state (docs/cluster.md): service specs and the operator actions on them
+ * (scale, stop/start, rolling restart, restart of one instance), the realm stop flag and
+ * machine draining. serverdir only records what is wanted; the primary Big Brother reads
+ * it (GET /state) and turns it into assignments. Every change is one script; a change
+ * that changes nothing keeps the versions. See cluster.h for the Redis layout. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cluster.h"
+
+SD_ROUTE(PUT, "/v1/clusters/{c}/services/{s}", SD_R_OPS, 0, h_service_put);
+SD_ROUTE(GET, "/v1/clusters/{c}/services", SD_R_READERS, 0, h_services_list);
+SD_ROUTE(GET, "/v1/clusters/{c}/services/{s}", SD_R_READERS, 0, h_service_get);
+SD_ROUTE(DELETE, "/v1/clusters/{c}/services/{s}", SD_R_OPS, 0, h_service_delete);
+SD_ROUTE(POST, "/v1/clusters/{c}/services/{s}/scale", SD_R_OPS, 0, h_service_scale);
+SD_ROUTE(POST, "/v1/clusters/{c}/services/{s}/stop", SD_R_OPS, 0, h_service_stop);
+SD_ROUTE(POST, "/v1/clusters/{c}/services/{s}/start", SD_R_OPS, 0, h_service_start);
+SD_ROUTE(POST, "/v1/clusters/{c}/services/{s}/restart", SD_R_OPS, 0, h_service_restart);
+SD_ROUTE(POST, "/v1/clusters/{c}/restart-instance", SD_R_OPS, 0, h_instance_restart);
+SD_ROUTE(POST, "/v1/clusters/{c}/stop", SD_R_OPS, 0, h_cluster_stop);
+SD_ROUTE(POST, "/v1/clusters/{c}/start", SD_R_OPS, 0, h_cluster_start);
+SD_ROUTE(POST, "/v1/clusters/{c}/machines/{m}/drain", SD_R_OPS, 0, h_machine_drain);
+SD_ROUTE(POST, "/v1/clusters/{c}/machines/{m}/undrain", SD_R_OPS, 0, h_machine_undrain);
+
+#define CAS_TRIES 3 /* scale: read-modify-write attempts against concurrent changes */
+
+/* ---------- helpers ---------- */
+
+static const char *rstr(const redisReply *r, size_t i)
+{
+    if (!r || r->type != REDIS_REPLY_ARRAY || i >= r->elements)
+        return "";
+    const redisReply *e = r->element[i];
+    return e->type == REDIS_REPLY_STRING || e->type == REDIS_REPLY_STATUS ? e->str : "";
+}
+
+/* Element i as a number (integer or decimal text). */
+static int64_t rnum(const redisReply *r, size_t i)
+{
+    if (r && r->type == REDIS_REPLY_ARRAY && i < r->elements &&
+        r->element[i]->type == REDIS_REPLY_INTEGER)
+        return r->element[i]->integer;
+    return strtoll(rstr(r, i), NULL, 10);
+}
+
+static int is_status(const redisReply *r, const char *st)
+{
+    return r && r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && strcmp(rstr(r, 0), st) == 0;
+}
+
+static int bad_reply(sd_resp_t *resp, const char *script, redisReply *r)
+{
+    log_error("unexpected script reply", "script=%s type=%d err=%s", script, r ? r->type : -1,
+              r && r->type == REDIS_REPLY_ERROR ? r->str : "");
+    return sd_resp_error(resp, 500, "internal", "unexpected reply from the store");
+}
+
+/* Runs a script with the cluster's key base as its one key and up to 4 string args. */
+static int run(const char *script, const char *cluster, redisReply **out, const char *a1,
+               const char *a2, const char *a3, const char *a4)
+{
+    char base[256];
+    sd_argv_t a;
+    sd_argv_init(&a);
+    sd_argv_add(&a, sd_key(base, sizeof base, cluster, "%s", ""));
+    const char *args[] = {a1, a2, a3, a4};
+    for (size_t i = 0; i < SD_ARRAY_LEN(args) && args[i]; i++)
+        sd_argv_add(&a, args[i]);
+    int rc = sd_store_script(script, 1, &a, out);
+    sd_argv_free(&a);
+    return rc;
+}
+
+static int unknown_service(sd_resp_t *resp, const char *svc)
+{
+    return sd_resp_error_extra(resp, 404, "unknown_service", json_pack("{s:s}", "service", svc),
+                               "service '%s' does not exist", svc);
+}
+
+/* Reads one service as API JSON into *out (NULL when it does not exist). Returns 0, or
+ * -1 with resp set. */
+static int service_read(sd_resp_t *resp, const char *cluster, const char *svc, json_t **out)
+{
+    redisReply *r = NULL;
+    *out = NULL;
+    int rc = run("service_list", cluster, &r, svc, NULL, NULL, NULL);
+    if (rc)
+        return sd_resp_store_error(resp, rc), -1;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
+        bad_reply(resp, "service_list", r);
+        freeReplyObject(r);
+        return -1;
+    }
+    if (r->elements == 2 && !(*out = sd_service_json(r->element[1]))) {
+        bad_reply(resp, "service_list", r);
+        freeReplyObject(r);
+        return -1;
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+/* Stores spec (validated) for svc based on version `expect` ("" any) and fills the PUT
+ * answer {service, version, changed, changes}. Returns 1 when the script reported a
+ * version conflict (resp untouched), else 0. */
+static int spec_store(sd_resp_t *resp, const char *cluster, const char *svc, const json_t *spec,
+                      const char *expect)
+{
+    char *text = sd_json_canonical(spec);
+    if (!text)
+        return sd_resp_error(resp, 500, "internal", "out of memory"), 0;
+    redisReply *r = NULL;
+    int rc = run("service_put", cluster, &r, svc, text, expect, NULL);
+    free(text);
+    if (rc)
+        return sd_resp_store_error(resp, rc), 0;
+    if (is_status(r, "conflict")) {
+        freeReplyObject(r);
+        return 1;
+    }
+    json_t *changes = json_array();
+    int changed = is_status(r, "changed") && r->elements == 3;
+    if (!changed && !(is_status(r, "unchanged") && r->elements == 2)) {
+        json_decref(changes);
+        bad_reply(resp, "service_put", r);
+        freeReplyObject(r);
+        return 0;
+    }
+    if (changed) {
+        json_t *old = *rstr(r, 2) ? json_loads(rstr(r, 2), 0, NULL) : NULL;
+        sd_spec_diff(old, spec, changes);
+        json_decref(old);
+        log_info("service changed", "cluster=%s service=%s version=%lld changes=%zu", cluster, svc,
+                 (long long)rnum(r, 1), json_array_size(changes));
+        SD_COUNT("serverdir_service_changes_total", "service specs created or changed", 1);
+    }
+    sd_resp_json(resp, 200, json_pack("{s:s, s:I, s:b, s:o}", "service", svc, "version",
+                                      (json_int_t)rnum(r, 1), "changed", changed, "changes",
+                                      changes));
+    freeReplyObject(r);
+    return 0;
+}
+
+/* Answers a dry run: what storing spec would change, without writing. */
+static int spec_dry_run(sd_resp_t *resp, const char *cluster, const char *svc,
+                        const json_t *spec)
+{
+    json_t *cur;
+    if (service_read(resp, cluster, svc, &cur))
+        return 0;
+    json_t *changes = json_array();
+    sd_spec_diff(cur ? json_object_get(cur, "spec") : NULL, spec, changes);
+    int64_t version = cur ? json_integer_value(json_object_get(cur, "version")) : 0;
+    json_decref(cur);
+    return sd_resp_json(resp, 200, json_pack("{s:s, s:I, s:b, s:o, s:b}", "service", svc,
+                                             "version", (json_int_t)version, "changed",
+                                             json_array_size(changes) > 0, "changes", changes,
+                                             "dry_run", 1));
+}
+
+/* ?dry_run=1|true|0|false -> 1/0; -1 with 400 on anything else. */
+static int dry_run_flag(const sd_req_t *req, sd_resp_t *resp)
+{
+    const char *d = sd_req_query(req, "dry_run");
+    if (!d || !strcmp(d, "0") || !strcmp(d, "false"))
+        return 0;
+    if (!strcmp(d, "1") || !strcmp(d, "true"))
+        return 1;
+    sd_resp_error(resp, 400, "bad_query", "query parameter 'dry_run' must be 1, true, 0 or false");
+    return -1;
+}
+
+/* ---------- specs ---------- */
+
+json_t *sd_service_json(const redisReply *e)
+{
+    if (e->type != REDIS_REPLY_ARRAY || e->elements != 7 ||
+        e->element[6]->type != REDIS_REPLY_ARRAY)
+        return NULL;
+    json_t *spec = json_loads(rstr(e, 1), 0, NULL);
+    json_t *o = json_pack("{s:s, s:I, s:o, s:b, s:I, s:I}", "service", rstr(e, 0),
+                          "version", (json_int_t)rnum(e, 2), "spec", spec ? spec : json_object(),
+                          "stopped", rnum(e, 3) == 1, "restart_token", (json_int_t)rnum(e, 4),
+                          "max_unavailable", (json_int_t)rnum(e, 5));
+    json_t *slots = json_object();
+    const redisReply *st = e->element[6];
+    for (size_t i = 0; i + 1 < st->elements; i += 2)
+        json_object_set_new(slots, rstr(st, i), json_integer(rnum(st, i + 1)));
+    json_object_set_new(o, "slot_restart_tokens", slots);
+    return o;
+}
+
+
+/* PUT /services/{s}[?dry_run=1] body = spec -> 200 {service, version, changed, changes}. */
+int h_service_put(sd_req_t *req, sd_resp_t *resp)
+{
+    const char *cluster, *svc;
+    int dry;
+    if (sd_req_name(req, resp, 0, "cluster", &cluster) ||
+        sd_req_name(req, resp, 1, "service", &svc) || (dry = dry_run_flag(req, resp)) < 0)
+        return 0;
+    json_t *spec = sd_req_json(req, resp);
+    if (!spec)
+        return 0;
+    char err[SD_ERRMSG_MAX];
+    if (sd_spec_validate(spec, err, sizeof err)) {
+        SD_COUNT("serverdir_service_rejected_total", "service specs rejected as invalid", 1);
+        sd_resp_error(resp, 400, "bad_spec", "%s", err);
+    } else if (dry) {
+        spec_dry_run(resp, cluster, svc, spec);
+    } else {
+        spec_store(resp, cluster, svc, spec, "");
+    }
+    json_decref(spec);
+    return 0;
+}
+
+/* GET /services -> {version, services: [...]}. */
+int h_services_list(sd_req_t *req, sd_resp_t *resp)
+{
+    const char *cluster;
+    if (sd_req_name(req, resp, 0, "cluster", &cluster))
+        return 0;
+    redisReply *r = NULL;
+    int rc = run("service_list", cluster, &r, "", NULL, NULL, NULL);
+    if (rc)
+        return sd_resp_store_error(resp, rc);
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
+        bad_reply(resp, "service_list", r);
+        freeReplyObject(r);
+        return 0;
+    }
+    json_t *list = json_array();
+    for (size_t i = 1; i < r->elements; i++) {
+        json_t *s = sd_service_json(r->element[i]);
+        if (s)
+            json_array_append_new(list, s);
+    }
+    json_t *out = json_pack("{s:I, s:o}", "version", (json_int_t)rnum(r, 0), "services", list);
+    freeReplyObject(r);
+    return sd_resp_json(resp, 200, out);
+}
+
+/* GET /services/{s} -> the service; 404 unknown_service. */
+int h_service_get(sd_req_t *req, sd_resp_t *resp)
+{
+    const char *cluster, *svc;
+    json_t *cur;
+    if (sd_req_name(req, resp, 0, "cluster", &cluster) ||
+        sd_req_name(req, resp, 1, "service", &svc) || service_read(resp, cluster, svc, &cur))
+        return 0;
+    return cur ? sd_resp_json(resp, 200, cur) : unknown_service(resp, svc);
+}
+
+/* DELETE /services/{s} -> 204; 404 unknown_service. */
+int h_service_delete(sd_req_t *req, sd_resp_t *resp)
+{
+    const char *cluster, *svc;
+    if (sd_req_name(req, resp, 0, "cluster", &cluster) ||
+        sd_req_name(req, resp, 1, "service", &svc))
+        return 0;
+    redisReply *r = NULL;
+    int rc = run("service_delete", cluster, &r, svc, NULL, NULL, NULL);
+    if (rc)
+        return sd_resp_store_error(resp, rc);
+    if (is_status(r, "unknown_service")) {
+        unknown_service(resp, svc);
+    } else if (is_status(r, "ok")) {
+        log_info("service deleted", "cluster=%s service=%s", cluster, svc);
+        SD_COUNT("serverdir_service_changes_total", "service specs created or changed", 1);
+        sd_resp_empty(resp, 204);
+    } else {
+        bad_reply(resp, "service_delete", r);
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+/* POST /services/{s}/scale[?dry_run=1] {count} -> like PUT. The spec is read, its count
+ * replaced and stored only if nobody changed it in between (retried a few times). */
+int h_service_scale(sd_req_t *req, sd_resp_t *resp)
+{
+    static const char *const allowed[] = {"count", NULL};
+    const char *cluster, *svc;
+    int dry;
+    if (sd_req_name(req, resp, 0, "cluster", &cluster) ||
+        sd_req_name(req, resp, 1, "service", &svc) || (dry = dry_run_flag(req, resp)) < 0)
+        return 0;
+    json_t *body = sd_req_json(req, resp);
+    if (!body)
+        return 0;
+    char err[SD_ERRMSG_MAX];
+    int64_t count;
+    if (sd_json_only_keys(body, allowed, err, sizeof err) ||
+        sd_json_int(body, "count", 1, 0, SD_COUNT_MAX, &count, err, sizeof err) < 0) {
+        json_decref(body);
+        return sd_resp_error(resp, 400, "bad_field", "%s", err);
+    }
+    json_decref(body);
+    for (int attempt = 0; attempt < CAS_TRIES; attempt++) {
+        json_t *cur;
+        if (service_read(resp, cluster, svc, &cur))
+            return 0;
+        if (!cur)
+            return unknown_service(resp, svc);
+        json_t *spec = json_deep_copy(json_object_get(cur, "spec"));
+        json_object_set_new(spec, "count", json_integer(count));
+        char expect[24];
+        snprintf(expect, sizeof expect, "%lld",
+                 (long long)json_integer_value(json_object_get(cur, "version")));
+        json_decref(cur);
+        int conflict = dry ? (spec_dry_run(resp, cluster, svc, spec), 0)
+                           : spec_store(resp, cluster, svc, spec, expect);
+        json_decref(spec);
+        if (!conflict)
+            return 0;
+    }
+    return sd_resp_error(resp, 409, "conflict",
+                         "service '%s' kept changing while it was being scaled; retry", svc);
+}
+
+/* ---------- operator actions ---------- */
+
+/* POST /services/{s}/stop and /start: the stopped flag -> 200 {service, stopped, changed,
+ * version}. */
+static int service_stop_set(sd_req_t *req, sd_resp_t *resp, int stop)
+{
+    const char *cluster, *svc;
+    if (sd_req_name(req, resp, 0, "cluster", &cluster) ||
+        sd_req_name(req, resp, 1, "service", &svc))
+        return 0;
+    redisReply *r = NULL;
+    int rc = run("service_stop", cluster, &r, svc, stop ? "1" : "0", NULL, NULL);
+    if (rc)
+        return sd_resp_store_error(resp, rc);
+    if (is_status(r, "unknown_service")) {
+        unknown_service(resp, svc);
+    } else if (is_status(r, "ok") && r->elements == 3) {
+        if (rnum(r, 1) == 1)
+            log_info(stop ? "service stopped" : "service started", "cluster=%s service=%s",
+                     cluster, svc);
+        sd_resp_json(resp, 200, json_pack("{s:s, s:b, s:b, s:I}", "service", svc, "stopped", stop,
+                                          "changed", rnum(r, 1) == 1, "version",
+                                          (json_int_t)rnum(r, 2)));
+    } else {
+        bad_reply(resp, "service_stop", r);
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+int h_service_stop(sd_req_t *req, sd_resp_t *resp) { return service_stop_set(req, resp, 1); }
+int h_service_start(sd_req_t *req, sd_resp_t *resp) { return service_stop_set(req, resp, 0); }
+
+/* An optional JSON body: absent or empty means {}. Returns NULL with resp set on error. */
+static json_t *optional_body(sd_req_t *req, sd_resp_t *resp)
+{
+    return req->body.len ? sd_req_json(req, resp) : json_object();
+}
+
+/* POST /services/{s}/restart {max_unavailable?: N (default 1)} -> 200 {service,
+ * restart_token, max_unavailable, version}. The primary rolls the restart. */
+int h_service_restart(sd_req_t *req, sd_resp_t *resp)
+{
+    static const char *const allowed[] = {"max_unavailable", NULL};
+    const char *cluster, *svc;
+    if (sd_req_name(req, resp, 0, "cluster", &cluster) ||
+        sd_req_name(req, resp, 1, "service", &svc))
+        return 0;
+    json_t *body = optional_body(req, resp);
+    if (!body)
+        return 0;
+    char err[SD_ERRMSG_MAX], mu[24];
+    int64_t max_unavailable = 1;
+    int bad = sd_json_only_keys(body, allowed, err, sizeof err) ||
+              sd_json_int(body, "max_unavailable", 0, 1, SD_COUNT_MAX, &max_unavailable, err,
+                          sizeof err) < 0;
+    json_decref(body);
+    if (bad)
+        return sd_resp_error(resp, 400, "bad_field", "%s", err);
+    snprintf(mu, sizeof mu, "%lld", (long long)max_unavailable);
+    redisReply *r = NULL;
+    int rc = run("service_restart", cluster, &r, svc, mu, NULL, NULL);
+    if (rc)
+        return sd_resp_store_error(resp, rc);
+    if (is_status(r, "unknown_service")) {
+        unknown_service(resp, svc);
+    } else if (is_status(r, "ok") && r->elements == 3) {
+        log_info("service restart requested", "cluster=%s service=%s restart_token=%lld "
+                 "max_unavailable=%lld", cluster, svc, (long long)rnum(r, 1),
+                 (long long)max_unavailable);
+        SD_COUNT("serverdir_restarts_requested_total{kind=\"service\"}",
+                 "restarts requested by operators", 1);
+        sd_resp_json(resp, 200, json_pack("{s:s, s:I, s:I, s:I}", "service", svc,
+                                          "restart_token", (json_int_t)rnum(r, 1),
+                                          "max_unavailable", (json_int_t)max_unavailable,
+                                          "version", (json_int_t)rnum(r, 2)));
+    } else {
+        bad_reply(resp, "service_restart", r);
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+/* POST /restart-instance {instance} -> 200 {instance, service, slot, restart_token,
+ * version}: bumps the restart token of the instance's slot. */
+int h_instance_restart(sd_req_t *req, sd_resp_t *resp)
+{
+    static const char *const allowed[] = {"instance", NULL};
+    const char *cluster, *inst;
+    if (sd_req_name(req, resp, 0, "cluster", &cluster))
+        return 0;
+    json_t *body = sd_req_json(req, resp);
+    if (!body)
+        return 0;
+    char err[SD_ERRMSG_MAX];
+    if (sd_json_only_keys(body, allowed, err, sizeof err) ||
+        sd_json_name(body, "instance", 1, &inst, err, sizeof err) < 0) {
+        json_decref(body);
+        return sd_resp_error(resp, 400, "bad_field", "%s", err);
+    }
+    redisReply *r = NULL;
+    int rc = run("instance_restart", cluster, &r, inst, NULL, NULL, NULL);
+    if (rc) {
+        json_decref(body);
+        return sd_resp_store_error(resp, rc);
+    }
+    if (is_status(r, "unknown_instance")) {
+        sd_resp_error_extra(resp, 404, "unknown_instance", json_pack("{s:s}", "instance", inst),
+                            "instance '%s' is not in the directory", inst);
+    } else if (is_status(r, "no_slot")) {
+        sd_resp_error_extra(resp, 409, "no_slot", json_pack("{s:s}", "instance", inst),
+                            "instance '%s' has no slot (not placed by the primary)", inst);
+    } else if (is_status(r, "unknown_service")) {
+        unknown_service(resp, rstr(r, 1));
+    } else if (is_status(r, "ok") && r->elements == 5) {
+        log_info("instance restart requested", "cluster=%s instance=%s service=%s slot=%s",
+                 cluster, inst, rstr(r, 1), rstr(r, 2));
+        SD_COUNT("serverdir_restarts_requested_total{kind=\"instance\"}",
+                 "restarts requested by operators", 1);
+        sd_resp_json(resp, 200, json_pack("{s:s, s:s, s:I, s:I, s:I}", "instance", inst,
+                                          "service", rstr(r, 1), "slot", (json_int_t)rnum(r, 2),
+                                          "restart_token", (json_int_t)rnum(r, 3), "version",
+                                          (json_int_t)rnum(r, 4)));
+    } else {
+        bad_reply(resp, "instance_restart", r);
+    }
+    freeReplyObject(r);
+    json_decref(body);
+    return 0;
+}
+
+/* POST /stop and /start: the realm stop flag -> 200 {cluster_stopped, changed, version}. */
+static int cluster_stop_set(sd_req_t *req, sd_resp_t *resp, int stop)
+{
+    const char *cluster;
+    if (sd_req_name(req, resp, 0, "cluster", &cluster))
+        return 0;
+    char chan[96];
+    redisReply *r = NULL;
+    int rc = run("cluster_stop", cluster, &r, stop ? "1" : "0",
+                 sd_assign_channel(chan, sizeof chan), cluster, NULL);
+    if (rc)
+        return sd_resp_store_error(resp, rc);
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2) {
+        if (rnum(r, 0) == 1) {
+            log_info(stop ? "cluster stopped" : "cluster started", "cluster=%s peer=%s", cluster,
+                     req->peer_ip);
+            SD_COUNT("serverdir_cluster_stop_changes_total", "realm stop/start flag changes", 1);
+        }
+        sd_resp_json(resp, 200, json_pack("{s:b, s:b, s:I}", "cluster_stopped", stop, "changed",
+                                          rnum(r, 0) == 1, "version", (json_int_t)rnum(r, 1)));
+    } else {
+        bad_reply(resp, "cluster_stop", r);
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+int h_cluster_stop(sd_req_t *req, sd_resp_t *resp) { return cluster_stop_set(req, resp, 1); }
+int h_cluster_start(sd_req_t *req, sd_resp_t *resp) { return cluster_stop_set(req, resp, 0); }
+
+/* POST /machines/{m}/drain and /undrain -> 200 {machine, draining, changed, version};
+ * 404 unknown_machine. */
+static int machine_drain_set(sd_req_t *req, sd_resp_t *resp, int drain)
+{
+    const char *cluster, *machine;
+    if (sd_req_name(req, resp, 0, "cluster", &cluster) ||
+        sd_req_name(req, resp, 1, "machine", &machine))
+        return 0;
+    redisReply *r = NULL;
+    int rc = run("machine_drain", cluster, &r, machine, drain ? "1" : "0", NULL, NULL);
+    if (rc)
+        return sd_resp_store_error(resp, rc);
+    if (is_status(r, "unknown_machine")) {
+        sd_resp_error_extra(resp, 404, "unknown_machine", json_pack("{s:s}", "machine", machine),
+                            "machine '%s' is not registered", machine);
+    } else if (is_status(r, "ok") && r->elements == 3) {
+        if (rnum(r, 1) == 1)
+            log_info(drain ? "machine draining" : "machine undrained", "cluster=%s machine=%s",
+                     cluster, machine);
+        sd_resp_json(resp, 200, json_pack("{s:s, s:b, s:b, s:I}", "machine", machine, "draining",
+                                          drain, "changed", rnum(r, 1) == 1, "version",
+                                          (json_int_t)rnum(r, 2)));
+    } else {
+        bad_reply(resp, "machine_drain", r);
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+int h_machine_drain(sd_req_t *req, sd_resp_t *resp) { return machine_drain_set(req, resp, 1); }
+int h_machine_undrain(sd_req_t *req, sd_resp_t *resp) { return machine_drain_set(req, resp, 0); }

@@ -1,0 +1,32 @@
+-- The primary declares machine ARGV[2] lost: fenced by the epoch, removes its slots from
+-- the assignments and lists its live processes, which the caller then marks stopped
+-- (reason machine_lost) through events_apply, like any event.
+-- KEYS[1]: the cluster's key base; ARGV[1]: epoch, ARGV[2]: machine, ARGV[3]: channel,
+-- ARGV[4]: cluster name.
+-- Returns {'ok', assignments_version, changed (0|1), instance, service, ...} or
+-- {'stale_epoch', current_epoch, holder}.
+local base = KEYS[1]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local p = redis.call('HMGET', base .. 'primary', 'holder', 'epoch', 'expires_at_ms')
+local holder = p[1] or ''
+if tonumber(p[3] or '0') <= now then holder = '' end
+if holder == '' or p[2] ~= ARGV[1] then
+  return {'stale_epoch', p[2] or '0', holder}
+end
+local m = ARGV[2]
+local out = {'ok', redis.call('GET', base .. 'assign:version') or '0', 0}
+local cur = redis.call('HGET', base .. 'assign:' .. m, 'slots') or '[]'
+if cur ~= '[]' then
+  local v = string.format('%d', redis.call('INCR', base .. 'assign:version'))
+  redis.call('HSET', base .. 'assign:' .. m, 'slots', '[]', 'version', v, 'epoch', ARGV[1])
+  redis.call('PUBLISH', ARGV[3], ARGV[4] .. ' ' .. m)
+  out[2], out[3] = v, 1
+end
+local live = redis.call('SMEMBERS', base .. 'live:m:' .. m)
+table.sort(live)
+for _, inst in ipairs(live) do
+  out[#out + 1] = inst
+  out[#out + 1] = redis.call('HGET', base .. 'proc:' .. inst, 'service') or ''
+end
+return out

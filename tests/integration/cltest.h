@@ -1,0 +1,233 @@
+/* Helpers of the cluster-mode integration tests (it_cluster_*.c): one redis-server, one
+ * serverdir and N bigbrothers in cluster mode (machines m1..mN, each with its own state
+ * dir, sockets and log) on this host; the ServerDir API as the operator uses it; what the
+ * directory and the bigbrothers show. Header-only (static inline) like bbtest.h. */
+#ifndef CLTEST_H
+#define CLTEST_H
+
+#include "bbtest.h"
+
+#define CL_MAX 6
+#define CL_BASE "/v1/clusters/c1"
+
+typedef struct {
+    h_redis_t redis;
+    h_serverdir_t sd;
+    int n;
+    bbt_t bb[CL_MAX];
+    char name[CL_MAX][8];
+} cl_t;
+
+/* Slow machines (valgrind) get every timing multiplied. */
+static inline int cl_ms(int ms)
+{
+    return h_valgrind() ? ms * 4 : ms;
+}
+
+/* Writes machine i's config: cluster mode, short leases for the tests. */
+static inline void cl_config(cl_t *c, int i)
+{
+    bbt_t *b = &c->bb[i];
+    snprintf(c->name[i], sizeof(c->name[i]), "m%d", i + 1);
+    snprintf(b->dir, sizeof(b->dir), "%s", h_tmpdir());
+    snprintf(b->state, sizeof(b->state), "%s/st", b->dir);
+    snprintf(b->sock, sizeof(b->sock), "%s/control.sock", b->state);
+    snprintf(b->agent, sizeof(b->agent), "%s/agent.sock", b->state);
+    char *text = NULL;
+    if (asprintf(&text,
+                 "{\"machine\": \"%s\", \"cluster\": \"c1\", \"state_dir\": \"%s\","
+                 " \"mode\": \"cluster\", \"capacity\": 100, \"labels\": {\"zone\": \"eu\"},"
+                 " \"serverdir\": {\"urls\": [\"%s\"], \"token\": \"%s\"},"
+                 " \"lease_ttl_ms\": %d, \"primary_ttl_ms\": %d,"
+                 " \"placement_interval_ms\": 300, \"assignment_wait_ms\": 2000,"
+                 " \"services\": []}",
+                 c->name[i], b->state, c->sd.url, H_TOK_BB, cl_ms(3000), cl_ms(3000)) < 0)
+        abort();
+    snprintf(b->cfg, sizeof(b->cfg), "%s", h_write_file(b->dir, "bb.json", text, 0644));
+    free(text);
+}
+
+/* Starts redis, serverdir and n bigbrothers. */
+static inline void cl_start(cl_t *c, int n)
+{
+    memset(c, 0, sizeof(*c));
+    if (h_redis_start(&c->redis) || h_serverdir_start(&c->sd, c->redis.url, h_tokens_file(),
+                                                      NULL))
+        fail_msg("cannot start redis / serverdir");
+    c->n = n;
+    for (int i = 0; i < n; i++) {
+        cl_config(c, i);
+        if (bbt_start(&c->bb[i]) <= 0)
+            fail_msg("bigbrother %d did not start (log %s)", i + 1, c->bb[i].log);
+    }
+}
+
+/* An operator request; the parsed answer (NULL if none); *status gets the HTTP status. */
+static inline json_t *cl_api(const char *method, const char *path, const char *body,
+                             long *status)
+{
+    h_resp_t r = {0};
+    json_t *j = NULL;
+    if (h_http_json(method, "", H_TOK_OPS, body, &r, "%s", path) == 0)
+        j = h_resp_json(&r);
+    if (status)
+        *status = r.status;
+    h_resp_free(&r);
+    return j;
+}
+
+static inline long cl_op(const cl_t *c, const char *method, const char *path, const char *body)
+{
+    char url[512];
+    long st = 0;
+    snprintf(url, sizeof(url), "%s%s%s", c->sd.url, CL_BASE, path);
+    json_decref(cl_api(method, url, body, &st));
+    return st;
+}
+
+static inline json_t *cl_get(const cl_t *c, const char *path)
+{
+    char url[512];
+    long st = 0;
+    snprintf(url, sizeof(url), "%s%s%s", c->sd.url, CL_BASE, path);
+    json_t *j = cl_api("GET", url, NULL, &st);
+    if (st != 200) {
+        json_decref(j);
+        return NULL;
+    }
+    return j;
+}
+
+/* PUT a test service: gameproc (args: a JSON array text, NULL for a plain one) with the
+ * agent health check, count n; extra: more members (",\"placement\": ..." or NULL). */
+static inline long cl_service(const cl_t *c, const char *name, int n, const char *args,
+                              const char *extra)
+{
+    char body[1024], path[128];
+    snprintf(body, sizeof(body),
+             "{\"command\": \"%s\", \"args\": %s, \"count\": %d,"
+             " \"health\": {\"type\": \"agent\", \"start_timeout_ms\": %d,"
+             " \"liveness_timeout_ms\": %d}, \"stop\": {\"signal\": \"TERM\", \"grace_ms\": 3000}"
+             " %s}",
+             GAMEPROC, args ? args : "[\"--tick-hz\", \"10\"]", n, cl_ms(15000), cl_ms(8000), extra ? extra : "");
+    snprintf(path, sizeof(path), "/services/%s", name);
+    return cl_op(c, "PUT", path, body);
+}
+
+static inline long cl_scale(const cl_t *c, const char *name, int n)
+{
+    char body[64], path[128];
+    snprintf(body, sizeof(body), "{\"count\": %d}", n);
+    snprintf(path, sizeof(path), "/services/%s/scale", name);
+    return cl_op(c, "POST", path, body);
+}
+
+/* Live directory records of service (state "ready" or "starting", or NULL for both) on
+ * machine (NULL: any). */
+static inline int cl_dir_count(const cl_t *c, const char *service, const char *state,
+                               const char *machine)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "/processes?service=%s%s%s", service,
+             state ? "&state=" : "", state ? state : "");
+    json_t *j = cl_get(c, path);
+    if (!j)
+        return -1;
+    int n = 0;
+    size_t i;
+    json_t *p;
+    json_array_foreach(json_object_get(j, "processes"), i, p)
+        if (!machine || !strcmp(bbt_str(p, "machine"), machine))
+            n++;
+    json_decref(j);
+    return n;
+}
+
+/* Processes of service that bigbrother i runs and that really exist (pid alive). */
+static inline int cl_running(const cl_t *c, int i, const char *service)
+{
+    json_t *st = bbt_ctl(&c->bb[i], "status");
+    int n = 0;
+    size_t k;
+    json_t *in;
+    json_array_foreach(json_object_get(st, "instances"), k, in)
+        if (!strcmp(bbt_str(in, "service"), service) && bbt_int(in, "pid") > 0 &&
+            bbt_alive((pid_t)bbt_int(in, "pid")))
+            n++;
+    json_decref(st);
+    return n;
+}
+
+/* The primary holder's name ("" when none). */
+static inline const char *cl_primary(const cl_t *c, long long *epoch)
+{
+    static char holder[64];
+    holder[0] = 0;
+    json_t *j = cl_get(c, "/primary");
+    const char *h = json_string_value(json_object_get(j, "holder"));
+    if (h)
+        snprintf(holder, sizeof(holder), "%s", h);
+    if (epoch)
+        *epoch = json_integer_value(json_object_get(j, "epoch"));
+    json_decref(j);
+    return holder;
+}
+
+/* Index of machine name, -1 if none. */
+static inline int cl_index(const cl_t *c, const char *name)
+{
+    for (int i = 0; i < c->n; i++)
+        if (!strcmp(c->name[i], name))
+            return i;
+    return -1;
+}
+
+/* Polls until fn(c, arg) is true; bounded by timeout_ms. */
+static inline int cl_wait(cl_t *c, int (*fn)(cl_t *, void *), void *arg, int timeout_ms)
+{
+    int64_t end = h_now_ms() + timeout_ms;
+    while (h_now_ms() < end) {
+        if (fn(c, arg))
+            return 1;
+        h_sleep_ms(100);
+    }
+    return fn(c, arg);
+}
+
+/* Target for cl_converged: the service has `want` ready in the directory and exactly that
+ * many live processes across the bigbrothers not in `skip` (bit i: bigbrother i is
+ * killed or paused). */
+typedef struct {
+    const char *service;
+    int want;
+    unsigned skip;
+} cl_conv_t;
+
+static inline int cl_converged(cl_t *c, void *arg)
+{
+    cl_conv_t *w = arg;
+    if (cl_dir_count(c, w->service, "ready", NULL) != w->want ||
+        cl_dir_count(c, w->service, NULL, NULL) != w->want)
+        return 0;
+    int n = 0;
+    for (int i = 0; i < c->n; i++)
+        if (!(w->skip & (1u << i)))
+            n += cl_running(c, i, w->service);
+    return n == w->want;
+}
+
+/* Stops every bigbrother (their processes first: bbctl stop all), serverdir, redis. */
+static inline void cl_stop(cl_t *c)
+{
+    for (int i = 0; i < c->n; i++) {
+        if (c->bb[i].pid <= 0)
+            continue;
+        kill(c->bb[i].pid, SIGCONT);
+        json_decref(bbt_ctl(&c->bb[i], "stop all"));
+        h_stop(c->bb[i].pid, cl_ms(10000));
+    }
+    h_serverdir_stop(&c->sd);
+    h_redis_stop(&c->redis);
+}
+
+#endif
