@@ -60,6 +60,7 @@ typedef struct {
     struct {
         int signal, grace_ms, hang_signal;
     } stop;
+    int metrics_slot; /* metrics.c's row for this service name, plus one (0: not yet) */
 } bb_service_t;
 
 typedef struct {

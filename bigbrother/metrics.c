@@ -4,8 +4,13 @@
  * The supervision thread is the only writer: it bumps relaxed atomic counters when an
  * instance exits, restarts, hangs or spawns, and republishes the gauges (processes by
  * state, agent connections) before each sleep. The HTTP thread only reads atomics, the
- * service names (fixed after the config is loaded) and the reporter's thread-safe
- * counters, so a slow or stuck scraper can never delay supervision. */
+ * service names and the reporter's thread-safe counters, so a slow or stuck scraper can
+ * never delay supervision.
+ *
+ * Rows are per service NAME, static or assigned in cluster mode (those come and go): a
+ * fixed table that only the supervision thread appends to; it writes the row, then
+ * publishes the new count with release order, and the HTTP thread reads the count with
+ * acquire order, so it never sees a half-written row and nothing is ever moved. */
 #include "bb.h"
 #include "sdlog.h"
 
@@ -26,7 +31,10 @@ static const char *const reasons[] = {"exited", "killed", "hung", "start_timeout
                                       "stopped_by_operator", "crash_loop"};
 #define NREASONS (sizeof(reasons) / sizeof(reasons[0]))
 
+#define MAX_SERVICES 512 /* rows; the services past it are not broken down */
+
 typedef struct {
+    char name[128];
     _Atomic int64_t exits[NREASONS];
     _Atomic int64_t restarts[NREASONS];
     _Atomic int64_t hangs[2]; /* [0] liveness, [1] start */
@@ -34,17 +42,34 @@ typedef struct {
     _Atomic int64_t state[ST__COUNT];
 } svc_metrics_t;
 
-static svc_metrics_t *svcm;
-static int64_t *counts; /* bb_metrics_publish's scratch */
+static svc_metrics_t *svcm; /* MAX_SERVICES rows */
+static atomic_int nsvc;     /* rows published */
+static int64_t *counts;     /* bb_metrics_publish's scratch: MAX_SERVICES x ST__COUNT */
 static _Atomic int64_t agent_conns;
 static struct MHD_Daemon *httpd;
 
+/* The row of in's service (supervision thread only): cached in the service, else found
+ * by name, else appended. NULL when the table is full. */
 static svc_metrics_t *of(const bb_inst_t *in)
 {
-    if (!svcm)
+    if (!svcm || !in->svc)
         return NULL;
-    ptrdiff_t i = in->svc - bb.cfg.services;
-    return i >= 0 && i < bb.cfg.nservices ? &svcm[i] : NULL;
+    bb_service_t *svc = in->svc;
+    int n = atomic_load_explicit(&nsvc, memory_order_relaxed);
+    if (svc->metrics_slot > 0 && svc->metrics_slot <= n &&
+        !strcmp(svcm[svc->metrics_slot - 1].name, svc->name))
+        return &svcm[svc->metrics_slot - 1];
+    for (int i = 0; i < n; i++)
+        if (!strcmp(svcm[i].name, svc->name)) {
+            svc->metrics_slot = i + 1;
+            return &svcm[i];
+        }
+    if (n == MAX_SERVICES)
+        return NULL;
+    sd_strlcpy(svcm[n].name, svc->name, sizeof(svcm[n].name));
+    atomic_store_explicit(&nsvc, n + 1, memory_order_release);
+    svc->metrics_slot = n + 1;
+    return &svcm[n];
 }
 
 static size_t reason_index(const char *r)
@@ -86,14 +111,17 @@ void bb_metrics_publish(void)
 {
     if (!svcm)
         return;
-    int n = bb.cfg.nservices;
-    memset(counts, 0, (size_t)n * ST__COUNT * sizeof(*counts));
     int64_t conns = 0;
+    for (int i = 0; i < bb.ninst; i++) /* rows first: a new service adds one */
+        if (bb.inst[i].svc)
+            of(&bb.inst[i]);
+    int n = atomic_load_explicit(&nsvc, memory_order_relaxed);
+    memset(counts, 0, (size_t)n * ST__COUNT * sizeof(*counts));
     for (int i = 0; i < bb.ninst; i++) {
         const bb_inst_t *in = &bb.inst[i];
-        ptrdiff_t s = in->svc - bb.cfg.services;
-        if (s >= 0 && s < n && (unsigned)in->state < ST__COUNT)
-            counts[s * ST__COUNT + in->state]++;
+        svc_metrics_t *m = in->svc ? of(in) : NULL;
+        if (m && (unsigned)in->state < ST__COUNT)
+            counts[(m - svcm) * ST__COUNT + in->state]++;
         conns += in->conn != NULL;
     }
     for (int s = 0; s < n; s++)
@@ -115,7 +143,7 @@ static void family(sd_buf_t *b, const char *name, const char *type, const char *
 /* The whole exposition into b (text format 0.0.4). */
 static void render(sd_buf_t *b)
 {
-    int n = bb.cfg.nservices;
+    int n = atomic_load_explicit(&nsvc, memory_order_acquire);
     const char *mach = bb.cfg.machine;
     family(b, "bigbrother_build_info", "gauge", "Version of this bigbrother (always 1).");
     sd_buf_printf(b, "bigbrother_build_info{version=\"%s\",machine=\"%s\"} 1\n", BB_VERSION, mach);
@@ -124,7 +152,7 @@ static void render(sd_buf_t *b)
     for (int s = 0; s < n; s++)
         for (int k = 0; k < ST__COUNT; k++)
             sd_buf_printf(b, "bigbrother_processes{service=\"%s\",state=\"%s\"} %lld\n",
-                          bb.cfg.services[s].name, bb_state_name((enum bb_state)k),
+                          svcm[s].name, bb_state_name((enum bb_state)k),
                           (long long)ld(&svcm[s].state[k]));
 
     family(b, "bigbrother_process_exits_total", "counter",
@@ -132,29 +160,29 @@ static void render(sd_buf_t *b)
     for (int s = 0; s < n; s++)
         for (size_t r = 0; r < NREASONS; r++)
             sd_buf_printf(b, "bigbrother_process_exits_total{service=\"%s\",reason=\"%s\"} %lld\n",
-                          bb.cfg.services[s].name, reasons[r], (long long)ld(&svcm[s].exits[r]));
+                          svcm[s].name, reasons[r], (long long)ld(&svcm[s].exits[r]));
 
     family(b, "bigbrother_restarts_total", "counter",
            "Restarts scheduled by bigbrother, by service and the reason of the exit.");
     for (int s = 0; s < n; s++)
         for (size_t r = 0; r < NREASONS; r++)
             sd_buf_printf(b, "bigbrother_restarts_total{service=\"%s\",reason=\"%s\"} %lld\n",
-                          bb.cfg.services[s].name, reasons[r],
+                          svcm[s].name, reasons[r],
                           (long long)ld(&svcm[s].restarts[r]));
 
     family(b, "bigbrother_hang_kills_total", "counter",
            "Instances signalled for missing their start or liveness deadline.");
     for (int s = 0; s < n; s++) {
         sd_buf_printf(b, "bigbrother_hang_kills_total{service=\"%s\",deadline=\"liveness\"} %lld\n",
-                      bb.cfg.services[s].name, (long long)ld(&svcm[s].hangs[0]));
+                      svcm[s].name, (long long)ld(&svcm[s].hangs[0]));
         sd_buf_printf(b, "bigbrother_hang_kills_total{service=\"%s\",deadline=\"start\"} %lld\n",
-                      bb.cfg.services[s].name, (long long)ld(&svcm[s].hangs[1]));
+                      svcm[s].name, (long long)ld(&svcm[s].hangs[1]));
     }
 
     family(b, "bigbrother_process_starts_total", "counter", "Instances spawned, by service.");
     for (int s = 0; s < n; s++)
         sd_buf_printf(b, "bigbrother_process_starts_total{service=\"%s\"} %lld\n",
-                      bb.cfg.services[s].name, (long long)ld(&svcm[s].spawns));
+                      svcm[s].name, (long long)ld(&svcm[s].spawns));
 
     family(b, "bigbrother_agent_connections", "gauge",
            "Instances with a live libbbagent connection.");
@@ -246,9 +274,8 @@ static int listen_on(const char *host, int port)
 
 int bb_metrics_start(void)
 {
-    size_t n = bb.cfg.nservices ? (size_t)bb.cfg.nservices : 1;
-    svcm = calloc(n, sizeof(*svcm));
-    counts = calloc(n * ST__COUNT, sizeof(*counts));
+    svcm = calloc(MAX_SERVICES, sizeof(*svcm));
+    counts = calloc((size_t)MAX_SERVICES * ST__COUNT, sizeof(*counts));
     if (!svcm || !counts)
         return -ENOMEM;
     if (!bb.cfg.metrics_host[0])
@@ -282,6 +309,7 @@ void bb_metrics_stop(void)
     }
     free(svcm);
     svcm = NULL;
+    atomic_store(&nsvc, 0);
     free(counts);
     counts = NULL;
 }

@@ -150,9 +150,10 @@ void sd_store_thread_close(void);
 int sd_store_script(const char *name, int nkeys, sd_argv_t *a, redisReply **out);
 /* Runs one plain command (argv form). Same reply ownership as sd_store_script. */
 int sd_store_command(sd_argv_t *a, redisReply **out);
-/* Opens a connection of the caller's own (AUTH and SELECT done), for a subscriber that
- * cannot share the thread's command connection. NULL when Redis is unreachable; the
- * caller frees it with redisFree. */
+/* Opens a connection of the caller's own to the current primary (under Sentinel, the one
+ * the sentinels name; AUTH and SELECT done), for a subscriber that cannot share the
+ * thread's command connection. NULL when Redis is unreachable; the caller frees it with
+ * redisFree. */
 redisContext *sd_store_connect(void);
 /* PING with the thread's connection; 0 if Redis answers. */
 int sd_store_ping(void);

@@ -227,6 +227,58 @@ static int role_is_master(redisContext *c)
     return ok;
 }
 
+/* Why open_conn failed, for the caller's one log line and metric. */
+enum conn_fail { CONN_OK, CONN_NO_PRIMARY, CONN_CONNECT, CONN_SETUP, CONN_NOT_MASTER };
+
+/* Opens a connection to the current primary (the configured server, or the one the
+ * sentinels name) with the timeouts, AUTH and SELECT every connection gets, and, under
+ * Sentinel, checks with ROLE that it is still the master. Returns NULL with *why set
+ * (and errstr filled for CONN_CONNECT); *gen gets the Sentinel generation used. */
+static redisContext *open_conn(uint64_t *gen, enum conn_fail *why, char *errstr, size_t cap)
+{
+    struct timeval ct = {0, CONNECT_TIMEOUT_MS * 1000};
+    redisContext *c;
+    *gen = 0;
+    if (target.sentinel) {
+        char host[256];
+        int port;
+        if (sd__sentinel_master(host, sizeof host, &port, gen)) {
+            *why = CONN_NO_PRIMARY;
+            return NULL;
+        }
+        c = redisConnectWithTimeout(host, port, ct);
+    } else {
+        c = target.unix_sock ? redisConnectUnixWithTimeout(target.path, ct)
+                             : redisConnectWithTimeout(target.host, target.port, ct);
+    }
+    if (!c || c->err) {
+        snprintf(errstr, cap, "%s", c ? c->errstr : "out of memory");
+        if (c)
+            redisFree(c);
+        if (target.sentinel)
+            sd__sentinel_failed(*gen, 0);
+        *why = CONN_CONNECT;
+        return NULL;
+    }
+    struct timeval tv = {COMMAND_TIMEOUT_MS / 1000, (COMMAND_TIMEOUT_MS % 1000) * 1000};
+    redisSetTimeout(c, tv);
+    redisEnableKeepAlive(c);
+    if ((target.password[0] && check_setup_reply(redisCommand(c, "AUTH %s", target.password))) ||
+        (target.db && check_setup_reply(redisCommand(c, "SELECT %d", target.db)))) {
+        redisFree(c);
+        *why = CONN_SETUP;
+        return NULL;
+    }
+    if (target.sentinel && !role_is_master(c)) {
+        sd__sentinel_failed(*gen, 1);
+        redisFree(c);
+        *why = CONN_NOT_MASTER;
+        return NULL;
+    }
+    *why = CONN_OK;
+    return c;
+}
+
 static redisContext *get_ctx(void)
 {
     if (tl_ctx && target.sentinel && tl_gen != sd__sentinel_gen()) {
@@ -239,53 +291,36 @@ static redisContext *get_ctx(void)
     if (tl_last_fail_ms && sd_mono_ms() - tl_last_fail_ms < RECONNECT_MS &&
         atomic_load(&last_connect_ok_ms) <= tl_last_fail_ms)
         return NULL;
-    struct timeval ct = {0, CONNECT_TIMEOUT_MS * 1000};
-    redisContext *c;
-    uint64_t gen = 0;
-    if (target.sentinel) {
-        char host[256];
-        int port;
-        if (sd__sentinel_master(host, sizeof host, &port, &gen)) {
-            SD_COUNT("serverdir_redis_errors_total{kind=\"no_primary\"}", "Redis calls that failed", 1);
-            if (!atomic_exchange(&down_logged, 1))
-                log_error("redis unreachable", "err=%s", "no primary known to the sentinels");
-            tl_last_fail_ms = sd_mono_ms();
-            return NULL;
-        }
-        c = redisConnectWithTimeout(host, port, ct);
-    } else {
-        c = target.unix_sock ? redisConnectUnixWithTimeout(target.path, ct)
-                             : redisConnectWithTimeout(target.host, target.port, ct);
-    }
-    if (!c || c->err) {
-        SD_COUNT("serverdir_redis_errors_total{kind=\"connect\"}", "Redis calls that failed", 1);
-        if (target.sentinel)
-            sd__sentinel_failed(gen, 0);
+    uint64_t gen;
+    enum conn_fail why;
+    char errstr[128];
+    redisContext *c = open_conn(&gen, &why, errstr, sizeof errstr);
+    switch (why) {
+    case CONN_OK:
+        break;
+    case CONN_NO_PRIMARY:
+        SD_COUNT("serverdir_redis_errors_total{kind=\"no_primary\"}", "Redis calls that failed", 1);
         if (!atomic_exchange(&down_logged, 1))
-            log_error("redis unreachable", "err=%s", c ? c->errstr : "out of memory");
-        if (c)
-            redisFree(c);
+            log_error("redis unreachable", "err=%s", "no primary known to the sentinels");
         tl_last_fail_ms = sd_mono_ms();
         return NULL;
-    }
-    struct timeval tv = {COMMAND_TIMEOUT_MS / 1000, (COMMAND_TIMEOUT_MS % 1000) * 1000};
-    redisSetTimeout(c, tv);
-    redisEnableKeepAlive(c);
-    if ((target.password[0] && check_setup_reply(redisCommand(c, "AUTH %s", target.password))) ||
-        (target.db && check_setup_reply(redisCommand(c, "SELECT %d", target.db)))) {
+    case CONN_CONNECT:
+        SD_COUNT("serverdir_redis_errors_total{kind=\"connect\"}", "Redis calls that failed", 1);
+        if (!atomic_exchange(&down_logged, 1))
+            log_error("redis unreachable", "err=%s", errstr);
+        tl_last_fail_ms = sd_mono_ms();
+        return NULL;
+    case CONN_SETUP:
         log_error("redis setup failed", "err=%s", "AUTH or SELECT refused");
-        redisFree(c);
         tl_last_fail_ms = sd_mono_ms();
         return NULL;
-    }
-    if (target.sentinel && !role_is_master(c)) {
+    case CONN_NOT_MASTER: {
         static _Atomic uint64_t logged_gen;
         if (atomic_exchange(&logged_gen, gen) != gen) /* once per primary, not per worker */
             log_warn("redis primary demoted", "err=%s", "ROLE is not master; asking the sentinels");
-        sd__sentinel_failed(gen, 1);
-        redisFree(c);
         tl_last_fail_ms = 0;
         return NULL;
+    }
     }
     if (atomic_exchange(&down_logged, 0))
         sd_log_msg(SD_LOG_INFO, "redis reachable again");
@@ -299,23 +334,10 @@ static redisContext *get_ctx(void)
 
 redisContext *sd_store_connect(void)
 {
-    struct timeval ct = {0, CONNECT_TIMEOUT_MS * 1000};
-    redisContext *c = target.unix_sock ? redisConnectUnixWithTimeout(target.path, ct)
-                                       : redisConnectWithTimeout(target.host, target.port, ct);
-    if (!c || c->err) {
-        if (c)
-            redisFree(c);
-        return NULL;
-    }
-    struct timeval tv = {COMMAND_TIMEOUT_MS / 1000, (COMMAND_TIMEOUT_MS % 1000) * 1000};
-    redisSetTimeout(c, tv);
-    redisEnableKeepAlive(c);
-    if ((target.password[0] && check_setup_reply(redisCommand(c, "AUTH %s", target.password))) ||
-        (target.db && check_setup_reply(redisCommand(c, "SELECT %d", target.db)))) {
-        redisFree(c);
-        return NULL;
-    }
-    return c;
+    uint64_t gen;
+    enum conn_fail why;
+    char errstr[128];
+    return open_conn(&gen, &why, errstr, sizeof errstr);
 }
 
 int sd_store_init(const char *url, const char *key_prefix)
