@@ -36,16 +36,18 @@ static int other_primary(cl_t *c, void *arg)
 /* kill -9 of bigbrother i and of every process it runs. */
 static void kill_machine(int i)
 {
+    /* A machine dies all at once: bigbrother first, so that it cannot report the exits
+     * of its processes (they must be declared machine_lost by the primary). */
     json_t *st = bbt_ctl(&C.bb[i], "status");
+    kill(C.bb[i].pid, SIGKILL);
+    h_stop(C.bb[i].pid, 1000);
+    C.bb[i].pid = -1;
     size_t k;
     json_t *in;
     json_array_foreach(json_object_get(st, "instances"), k, in)
         if (bbt_int(in, "pid") > 0)
             kill((pid_t)bbt_int(in, "pid"), SIGKILL);
     json_decref(st);
-    kill(C.bb[i].pid, SIGKILL);
-    h_stop(C.bb[i].pid, 1000);
-    C.bb[i].pid = -1;
     down |= 1u << i;
 }
 
