@@ -164,18 +164,38 @@ const char *h_tmpdir(void)
     return tmpdirs[ntmpdirs++];
 }
 
+/* 1 if port is free for TCP and UDP on 127.0.0.1 right now. */
+static int port_free(int port)
+{
+    static const int types[] = {SOCK_STREAM, SOCK_DGRAM};
+    for (int t = 0; t < 2; t++) {
+        int fd = socket(AF_INET, types[t] | SOCK_CLOEXEC, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        int ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+        if (fd >= 0)
+            close(fd);
+        if (!ok)
+            return 0;
+    }
+    return 1;
+}
+
+/* Ports come from 20000-31999, below Linux's ephemeral range (32768-60999): a daemon a
+ * test restarts on the same port (an outage test) cannot lose it meanwhile to an
+ * outgoing connection's source port or to a bind to port 0 elsewhere. */
 int h_free_port(void)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t l = sizeof a;
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) || getsockname(fd, (struct sockaddr *)&a, &l)) {
-        perror("h_free_port");
-        exit(1);
+    static unsigned seed;
+    if (!seed)
+        seed = (unsigned)getpid() * 2654435761u ^ (unsigned)h_now_ms();
+    for (int attempt = 0; attempt < 1000; attempt++) {
+        int port = 20000 + (int)(rand_r(&seed) % 12000);
+        if (port_free(port))
+            return port;
     }
-    int port = ntohs(a.sin_port);
-    close(fd);
-    return port;
+    fprintf(stderr, "harness: no free port in 20000-31999\n");
+    exit(1);
 }
 
 const char *h_write_file(const char *dir, const char *name, const char *text, int mode)

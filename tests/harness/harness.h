@@ -24,7 +24,7 @@ void h_init(int timeout_s);
 
 /* A fresh temp dir removed at exit; returns a static-lifetime path. */
 const char *h_tmpdir(void);
-/* A TCP port on 127.0.0.1 that was free a moment ago. */
+/* A port on 127.0.0.1, free for TCP and UDP a moment ago, below the ephemeral range. */
 int h_free_port(void);
 /* Writes text to dir/name and returns the path (malloc'd, freed at exit). */
 const char *h_write_file(const char *dir, const char *name, const char *text, int mode);
