@@ -191,6 +191,19 @@ static void dashboard_shows_the_cluster(void **state)
     assert_int_equal(json_array_size(json_object_get(procs, "processes")), 2);
     assert_int_equal(json_array_size(json_object_get(servers, "servers")), 1);
 
+    /* Desired state and the primary: a declared service no machine runs yet, and this
+     * machine holding the primary lease. */
+    const char *mname =
+        json_string_value(json_object_get(json_array_get(json_object_get(machines, "machines"), 0), "machine"));
+    assert_int_equal(h_http_json("PUT", sd.url, H_TOK_OPS, "{\"command\": \"/bin/true\", \"count\": 3}",
+                                 &r, "/v1/clusters/c1/services/lobby"), 0);
+    assert_int_equal(r.status, 200);
+    h_resp_free(&r);
+    snprintf(body, sizeof body, "{\"machine\": \"%s\", \"ttl_ms\": 60000}", mname);
+    assert_int_equal(h_http_json("POST", sd.url, H_TOK_BB, body, &r, "/v1/clusters/c1/primary"), 0);
+    assert_int_equal(r.status, 200);
+    h_resp_free(&r);
+
     /* What the page shows. */
     char page[512], dom_path[512];
     snprintf(page, sizeof page, "%s/?cluster=c1#token=%s", sd.url, H_TOK_VIEWER);
@@ -233,6 +246,10 @@ static void dashboard_shows_the_cluster(void **state)
     /* The services summary: zone with both instances ready. */
     assert_true(has_cell(dom, "zone"));
     assert_non_null(strstr(dom, "<td class=\"ok\">2 / 2</td>"));
+    assert_true(has_cell(dom, "static")); /* zone comes from bigbrother's own config */
+    assert_true(has_cell(dom, "lobby"));  /* declared through the API, not running */
+    assert_non_null(strstr(dom, "<td class=\"warn\">3</td>"));
+    assert_true(has_cell(dom, "primary (epoch 1)"));
     /* The started events of both processes are in the history. */
     assert_true(has_cell(dom, "started"));
     free(dom);
