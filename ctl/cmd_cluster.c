@@ -26,11 +26,8 @@ int cmd_cluster(ctl_t *ctl, int argc, char **argv)
     json_t *ans = NULL;
     sdc_err_t err;
     int rc = sdc_cluster_stop(ctl->client, ctl->cluster, stop, &ans, &err);
-    if (rc != SDC_OK) {
-        rc = ctl_fail(rc, &err);
-        sdc_err_clear(&err);
-        return rc;
-    }
+    if (rc != SDC_OK)
+        return ctl_fail_clear(rc, &err);
     if (ctl->json)
         ctl_print_json(ans);
     else

@@ -29,11 +29,8 @@ static int drain_set(ctl_t *ctl, int argc, char **argv, int drain)
     json_t *ans = NULL;
     sdc_err_t err;
     int rc = sdc_machine_drain(ctl->client, ctl->cluster, argv[1], drain, &ans, &err);
-    if (rc != SDC_OK) {
-        rc = ctl_fail(rc, &err);
-        sdc_err_clear(&err);
-        return rc;
-    }
+    if (rc != SDC_OK)
+        return ctl_fail_clear(rc, &err);
     if (ctl->json)
         ctl_print_json(ans);
     else

@@ -61,11 +61,8 @@ int cmd_machines(ctl_t *ctl, int argc, char **argv)
     sdc_err_t err;
     int rc = one ? sdc_machine_get(ctl->client, ctl->cluster, one, &ans, &err)
                  : sdc_machines_list(ctl->client, ctl->cluster, &ans, &err);
-    if (rc != SDC_OK) {
-        rc = ctl_fail(rc, &err);
-        sdc_err_clear(&err);
-        return rc;
-    }
+    if (rc != SDC_OK)
+        return ctl_fail_clear(rc, &err);
     if (ctl->json) {
         ctl_print_json(ans);
     } else {

@@ -15,13 +15,6 @@ SDCTL_CMD("stop", cmd_stop, "stop a service (it keeps its count, runs no instanc
 SDCTL_CMD("start", cmd_start, "start a stopped service again");
 SDCTL_CMD("restart", cmd_restart, "rolling restart of a service, or restart one instance");
 
-static int fail(int rc, sdc_err_t *err)
-{
-    rc = ctl_fail(rc, err);
-    sdc_err_clear(err);
-    return rc;
-}
-
 static int wants_help(int argc, char **argv, const char *text)
 {
     for (int i = 1; i < argc; i++)
@@ -74,7 +67,7 @@ int cmd_services(ctl_t *ctl, int argc, char **argv)
     int rc = argc == 2 ? sdc_service_get(ctl->client, ctl->cluster, argv[1], &ans, &err)
                        : sdc_services_list(ctl->client, ctl->cluster, &ans, &err);
     if (rc != SDC_OK)
-        return fail(rc, &err);
+        return ctl_fail_clear(rc, &err);
     if (ctl->json || argc == 2) {
         ctl_print_json(ans);
     } else {
@@ -110,7 +103,7 @@ int cmd_scale(ctl_t *ctl, int argc, char **argv)
     sdc_err_t err;
     int rc = sdc_service_scale(ctl->client, ctl->cluster, argv[1], count, dry, &ans, &err);
     if (rc != SDC_OK)
-        return fail(rc, &err);
+        return ctl_fail_clear(rc, &err);
     if (ctl->json) {
         ctl_print_json(ans);
     } else {
@@ -140,7 +133,7 @@ int cmd_delete(ctl_t *ctl, int argc, char **argv)
     sdc_err_t err;
     int rc = sdc_service_delete(ctl->client, ctl->cluster, argv[1], &err);
     if (rc != SDC_OK)
-        return fail(rc, &err);
+        return ctl_fail_clear(rc, &err);
     if (ctl->json) {
         json_t *o = json_pack("{s:s, s:b}", "service", argv[1], "deleted", 1);
         ctl_print_json(o);
@@ -170,7 +163,7 @@ static int stop_start(ctl_t *ctl, int argc, char **argv, int stop)
     sdc_err_t err;
     int rc = sdc_service_stop(ctl->client, ctl->cluster, argv[1], stop, &ans, &err);
     if (rc != SDC_OK)
-        return fail(rc, &err);
+        return ctl_fail_clear(rc, &err);
     if (ctl->json)
         ctl_print_json(ans);
     else
@@ -218,7 +211,7 @@ int cmd_restart(ctl_t *ctl, int argc, char **argv)
     json_decref(ans);
     ans = NULL;
     if (rc != SDC_OK && !(rc == SDC_E_HTTP && err.status == 404))
-        return fail(rc, &err);
+        return ctl_fail_clear(rc, &err);
     if (rc != SDC_OK)
         sdc_err_clear(&err);
     if (!is_service && max_unavailable > 0)
@@ -228,7 +221,7 @@ int cmd_restart(ctl_t *ctl, int argc, char **argv)
                                           &err)
                     : sdc_instance_restart(ctl->client, ctl->cluster, target, &ans, &err);
     if (rc != SDC_OK)
-        return fail(rc, &err);
+        return ctl_fail_clear(rc, &err);
     if (ctl->json)
         ctl_print_json(ans);
     else if (is_service)

@@ -48,6 +48,8 @@ extern const size_t ctl_ncmds;
 /* Maps a libsdclient result to an exit code, printing the error to stderr
  * ("sdctl: 409 lock_held: ..."). Returns CTL_EXIT_OK for SDC_OK. */
 int ctl_fail(int rc, const sdc_err_t *err);
+/* ctl_fail, then frees what err holds (sdc_err_clear): the end of a failed call. */
+int ctl_fail_clear(int rc, sdc_err_t *err);
 /* Prints a usage error for cmd and returns CTL_EXIT_USAGE. */
 int ctl_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Prints v as indented JSON on stdout (for -o json). Does not steal v. */

@@ -24,6 +24,13 @@ int ctl_fail(int rc, const sdc_err_t *err)
     }
 }
 
+int ctl_fail_clear(int rc, sdc_err_t *err)
+{
+    int ex = ctl_fail(rc, err);
+    sdc_err_clear(err);
+    return ex;
+}
+
 int ctl_usage(const char *cmd, const char *fmt, ...)
 {
     va_list ap;
