@@ -15,11 +15,8 @@ static const char usage_text[] =
 
 int cmd_cluster(ctl_t *ctl, int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            fputs(usage_text, stdout);
-            return CTL_EXIT_OK;
-        }
+    if (ctl_wants_help(argc, argv, usage_text))
+        return CTL_EXIT_OK;
     if (argc != 2 || (strcmp(argv[1], "stop") && strcmp(argv[1], "start")))
         return ctl_usage("cluster", "expected stop or start");
     int stop = !strcmp(argv[1], "stop");

@@ -15,16 +15,6 @@ SDCTL_CMD("stop", cmd_stop, "stop a service (it keeps its count, runs no instanc
 SDCTL_CMD("start", cmd_start, "start a stopped service again");
 SDCTL_CMD("restart", cmd_restart, "rolling restart of a service, or restart one instance");
 
-static int wants_help(int argc, char **argv, const char *text)
-{
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            fputs(text, stdout);
-            return 1;
-        }
-    return 0;
-}
-
 /* ---------- services ---------- */
 
 static const char services_usage[] =
@@ -58,7 +48,7 @@ static void service_row(ctl_table_t *t, const json_t *s)
 
 int cmd_services(ctl_t *ctl, int argc, char **argv)
 {
-    if (wants_help(argc, argv, services_usage))
+    if (ctl_wants_help(argc, argv, services_usage))
         return CTL_EXIT_OK;
     if (argc > 2 || (argc == 2 && argv[1][0] == '-'))
         return ctl_usage("services", "unexpected argument '%s'", argv[argc - 1]);
@@ -91,7 +81,7 @@ static const char scale_usage[] =
 
 int cmd_scale(ctl_t *ctl, int argc, char **argv)
 {
-    if (wants_help(argc, argv, scale_usage))
+    if (ctl_wants_help(argc, argv, scale_usage))
         return CTL_EXIT_OK;
     int dry = argc == 4 && !strcmp(argv[3], "--dry-run");
     int64_t count;
@@ -126,7 +116,7 @@ static const char delete_usage[] =
 
 int cmd_delete(ctl_t *ctl, int argc, char **argv)
 {
-    if (wants_help(argc, argv, delete_usage))
+    if (ctl_wants_help(argc, argv, delete_usage))
         return CTL_EXIT_OK;
     if (argc != 2 || argv[1][0] == '-')
         return ctl_usage("delete", "expected SERVICE");
@@ -155,7 +145,7 @@ static const char stop_usage[] =
 static int stop_start(ctl_t *ctl, int argc, char **argv, int stop)
 {
     const char *cmd = stop ? "stop" : "start";
-    if (wants_help(argc, argv, stop_usage))
+    if (ctl_wants_help(argc, argv, stop_usage))
         return CTL_EXIT_OK;
     if (argc != 2 || argv[1][0] == '-')
         return ctl_usage(cmd, "expected SERVICE");
@@ -187,7 +177,7 @@ static const char restart_usage[] =
 
 int cmd_restart(ctl_t *ctl, int argc, char **argv)
 {
-    if (wants_help(argc, argv, restart_usage))
+    if (ctl_wants_help(argc, argv, restart_usage))
         return CTL_EXIT_OK;
     const char *target = NULL;
     int64_t max_unavailable = 0;

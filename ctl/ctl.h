@@ -50,6 +50,8 @@ extern const size_t ctl_ncmds;
 int ctl_fail(int rc, const sdc_err_t *err);
 /* ctl_fail, then frees what err holds (sdc_err_clear): the end of a failed call. */
 int ctl_fail_clear(int rc, sdc_err_t *err);
+/* When any of argv[1..argc-1] is --help or -h: prints text on stdout and returns 1. */
+int ctl_wants_help(int argc, char **argv, const char *text);
 /* Prints a usage error for cmd and returns CTL_EXIT_USAGE. */
 int ctl_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Prints v as indented JSON on stdout (for -o json). Does not steal v. */

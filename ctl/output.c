@@ -31,6 +31,16 @@ int ctl_fail_clear(int rc, sdc_err_t *err)
     return ex;
 }
 
+int ctl_wants_help(int argc, char **argv, const char *text)
+{
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(text, stdout);
+            return 1;
+        }
+    return 0;
+}
+
 int ctl_usage(const char *cmd, const char *fmt, ...)
 {
     va_list ap;
