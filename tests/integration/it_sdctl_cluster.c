@@ -16,25 +16,6 @@
 #include "clustertest.h"
 #include "harness_sdctl.h"
 
-static h_redis_t redis;
-static h_serverdir_t sd;
-
-static int setup(void **state)
-{
-    (void)state;
-    if (h_redis_start(&redis) || h_serverdir_start(&sd, redis.url, h_tokens_file(), NULL))
-        return -1;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    h_serverdir_stop(&sd);
-    h_redis_stop(&redis);
-    return 0;
-}
-
 /* Runs sdctl (args NULL-terminated) in cluster `cl` with token; returns its exit code and
  * what it printed (stdout then stderr) in out. */
 static int sdctl(const char *cl, const char *token, char *out, size_t cap, ...)
@@ -251,5 +232,5 @@ int main(void)
         cmocka_unit_test(drain_primary_cluster_and_status),
         cmocka_unit_test(every_command_has_help),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, ct_setup, ct_teardown);
 }
