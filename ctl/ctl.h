@@ -67,5 +67,8 @@ void ctl_table_print(ctl_table_t *t, FILE *out, int color);
 const char *ctl_fmt_ms(long long ms, char *buf, size_t cap);
 /* A JSON scalar as text (strings as is, numbers, true/false), or "-" for null/absent. */
 const char *ctl_jstr(const json_t *v, char *buf, size_t cap);
+/* An object of strings or integers as "k=v,k=v" ("zone=eu,rack=3", "game=27960"; "?" for
+ * another value), cut where the next pair would not fit in cap. */
+const char *ctl_kv_text(const json_t *obj, char *buf, size_t cap);
 
 #endif

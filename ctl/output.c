@@ -162,3 +162,24 @@ const char *ctl_jstr(const json_t *v, char *buf, size_t cap)
         snprintf(buf, cap, "-");
     return buf;
 }
+
+const char *ctl_kv_text(const json_t *obj, char *buf, size_t cap)
+{
+    size_t o = 0;
+    const char *k;
+    const json_t *v;
+    buf[0] = '\0';
+    json_object_foreach((json_t *)obj, k, v) {
+        char num[24];
+        const char *val = json_is_string(v) ? json_string_value(v) : "?";
+        if (json_is_integer(v)) {
+            snprintf(num, sizeof num, "%lld", (long long)json_integer_value(v));
+            val = num;
+        }
+        int n = snprintf(buf + o, cap - o, "%s%s=%s", o ? "," : "", k, val);
+        if (n < 0 || (size_t)n >= cap - o)
+            break;
+        o += (size_t)n;
+    }
+    return buf;
+}
