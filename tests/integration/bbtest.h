@@ -150,6 +150,14 @@ static inline json_t *bbt_wait(const bbt_t *b, const char *service, int slot, co
     return NULL;
 }
 
+/* Stops every process b supervises (bbctl stop all), then b itself: SIGTERM, SIGKILL
+ * after grace_ms. */
+static inline void bbt_stop(const bbt_t *b, int grace_ms)
+{
+    json_decref(bbt_ctl(b, "stop all"));
+    h_stop(b->pid, grace_ms);
+}
+
 /* 1 if pid runs (exists and is not a zombie). */
 static inline int bbt_alive(pid_t pid)
 {

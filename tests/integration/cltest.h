@@ -223,8 +223,7 @@ static inline void cl_stop(cl_t *c)
         if (c->bb[i].pid <= 0)
             continue;
         kill(c->bb[i].pid, SIGCONT);
-        json_decref(bbt_ctl(&c->bb[i], "stop all"));
-        h_stop(c->bb[i].pid, cl_ms(10000));
+        bbt_stop(&c->bb[i], cl_ms(10000));
     }
     h_serverdir_stop(&c->sd);
     h_redis_stop(&c->redis);
