@@ -1,7 +1,8 @@
 /* Cluster orchestration (issue 6, docs/cluster.md): desired services, the primary lease,
  * per-machine assignments and their long-poll. api_services.c and api_cluster.c are the
- * handlers, cluster_spec.c validates and compares service specs, assign_wait.c parks
- * assignment long-polls on one waiter thread.
+ * handlers, cluster_spec.c validates and compares service specs (and holds the script
+ * reply helpers both handler files use), assign_wait.c parks assignment long-polls on
+ * one waiter thread.
  *
  * Redis layout, all under the cluster's key base "<prefix>{<cluster>}:" (one hash slot):
  *   services           set    service names
