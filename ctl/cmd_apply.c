@@ -131,8 +131,7 @@ int cmd_apply(ctl_t *ctl, int argc, char **argv)
         int r = sdc_service_put(ctl->client, ctl->cluster, name, spec, 1, &ans, &err);
         if (r != SDC_OK) {
             fprintf(stderr, "sdctl apply: service %s: ", name);
-            rc = ctl_fail(r, &err);
-            sdc_err_clear(&err);
+            rc = ctl_fail_clear(r, &err);
             goto out;
         }
         json_object_set_new(plans, name, ans);
@@ -152,8 +151,7 @@ int cmd_apply(ctl_t *ctl, int argc, char **argv)
         int r = sdc_service_put(ctl->client, ctl->cluster, name, spec, 0, &ans, &err);
         if (r != SDC_OK) {
             fprintf(stderr, "sdctl apply: service %s: ", name);
-            rc = ctl_fail(r, &err);
-            sdc_err_clear(&err);
+            rc = ctl_fail_clear(r, &err);
             goto out;
         }
         changed++;

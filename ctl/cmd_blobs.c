@@ -33,11 +33,8 @@ int cmd_blobs(ctl_t *ctl, int argc, char **argv)
     int64_t seq = 0;
     sdc_err_t err;
     int rc = sdc_blob_get(ctl->client, key, 0, &data, &len, &seq, &err);
-    if (rc != SDC_OK) {
-        rc = ctl_fail(rc, &err);
-        sdc_err_clear(&err);
-        return rc;
-    }
+    if (rc != SDC_OK)
+        return ctl_fail_clear(rc, &err);
     rc = CTL_EXIT_OK;
     if (ctl->json && !file) {
         json_t *o = json_pack("{s:s, s:I, s:I}", "key", key, "blob_seq", (json_int_t)seq, "bytes",

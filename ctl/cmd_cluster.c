@@ -15,22 +15,16 @@ static const char usage_text[] =
 
 int cmd_cluster(ctl_t *ctl, int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            fputs(usage_text, stdout);
-            return CTL_EXIT_OK;
-        }
+    if (ctl_wants_help(argc, argv, usage_text))
+        return CTL_EXIT_OK;
     if (argc != 2 || (strcmp(argv[1], "stop") && strcmp(argv[1], "start")))
         return ctl_usage("cluster", "expected stop or start");
     int stop = !strcmp(argv[1], "stop");
     json_t *ans = NULL;
     sdc_err_t err;
     int rc = sdc_cluster_stop(ctl->client, ctl->cluster, stop, &ans, &err);
-    if (rc != SDC_OK) {
-        rc = ctl_fail(rc, &err);
-        sdc_err_clear(&err);
-        return rc;
-    }
+    if (rc != SDC_OK)
+        return ctl_fail_clear(rc, &err);
     if (ctl->json)
         ctl_print_json(ans);
     else

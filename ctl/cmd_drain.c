@@ -1,7 +1,6 @@
 /* sdctl drain, undrain: take a machine out of placement (its instances move off
  * gracefully) and put it back. */
 #include <stdio.h>
-#include <string.h>
 
 #include "ctl.h"
 
@@ -19,21 +18,15 @@ static const char usage_text[] =
 static int drain_set(ctl_t *ctl, int argc, char **argv, int drain)
 {
     const char *cmd = drain ? "drain" : "undrain";
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            fputs(usage_text, stdout);
-            return CTL_EXIT_OK;
-        }
+    if (ctl_wants_help(argc, argv, usage_text))
+        return CTL_EXIT_OK;
     if (argc != 2 || argv[1][0] == '-')
         return ctl_usage(cmd, "expected MACHINE");
     json_t *ans = NULL;
     sdc_err_t err;
     int rc = sdc_machine_drain(ctl->client, ctl->cluster, argv[1], drain, &ans, &err);
-    if (rc != SDC_OK) {
-        rc = ctl_fail(rc, &err);
-        sdc_err_clear(&err);
-        return rc;
-    }
+    if (rc != SDC_OK)
+        return ctl_fail_clear(rc, &err);
     if (ctl->json)
         ctl_print_json(ans);
     else

@@ -94,9 +94,7 @@ static int follow(ctl_t *ctl, const char *since, int limit)
             }
             down = 1;
         } else if (rc != SDC_OK) {
-            rc = ctl_fail(rc, &err);
-            sdc_err_clear(&err);
-            return rc;
+            return ctl_fail_clear(rc, &err);
         } else {
             down = 0;
             int64_t now = sd_wall_ms();
@@ -150,11 +148,8 @@ int cmd_events(ctl_t *ctl, int argc, char **argv)
     json_t *ans = NULL;
     sdc_err_t err;
     int rc = sdc_events_list(ctl->client, ctl->cluster, since, (int)limit, &ans, &err);
-    if (rc != SDC_OK) {
-        rc = ctl_fail(rc, &err);
-        sdc_err_clear(&err);
-        return rc;
-    }
+    if (rc != SDC_OK)
+        return ctl_fail_clear(rc, &err);
     if (ctl->json)
         ctl_print_json(ans);
     else

@@ -18,11 +18,8 @@ static int locks_get(ctl_t *ctl, const char *key)
     json_t *raw = NULL;
     sdc_err_t err;
     int rc = sdc_lock_get(ctl->client, key, &li, &raw, &err);
-    if (rc != SDC_OK) {
-        rc = ctl_fail(rc, &err);
-        sdc_err_clear(&err);
-        return rc;
-    }
+    if (rc != SDC_OK)
+        return ctl_fail_clear(rc, &err);
     if (ctl->json) {
         ctl_print_json(raw);
     } else {
@@ -47,11 +44,8 @@ static int locks_list(ctl_t *ctl, const char *holder)
     json_t *ans = NULL;
     sdc_err_t err;
     int rc = sdc_lock_list_by_holder(ctl->client, holder, &ans, &err);
-    if (rc != SDC_OK) {
-        rc = ctl_fail(rc, &err);
-        sdc_err_clear(&err);
-        return rc;
-    }
+    if (rc != SDC_OK)
+        return ctl_fail_clear(rc, &err);
     if (ctl->json) {
         ctl_print_json(ans);
     } else {
@@ -77,11 +71,8 @@ static int locks_force(ctl_t *ctl, const char *key)
     json_t *ans = NULL;
     sdc_err_t err;
     int rc = sdc_lock_force_unlock(ctl->client, key, &ans, &err);
-    if (rc != SDC_OK) {
-        rc = ctl_fail(rc, &err);
-        sdc_err_clear(&err);
-        return rc;
-    }
+    if (rc != SDC_OK)
+        return ctl_fail_clear(rc, &err);
     if (ctl->json) {
         ctl_print_json(ans);
     } else {

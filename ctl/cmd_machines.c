@@ -13,23 +13,6 @@ static const char usage_text[] =
     "  machine's Big Brother renews its lease, lost after it ran out. With MACHINE, only\n"
     "  that machine (exit code 4 when it is unknown). -o json prints the API answer.\n";
 
-/* "zone=eu,rack=3" from a labels object. */
-static const char *labels_text(const json_t *labels, char *buf, size_t cap)
-{
-    size_t o = 0;
-    const char *k;
-    const json_t *v;
-    buf[0] = '\0';
-    json_object_foreach((json_t *)labels, k, v) {
-        int n = snprintf(buf + o, cap - o, "%s%s=%s", o ? "," : "", k,
-                         json_is_string(v) ? json_string_value(v) : "?");
-        if (n < 0 || (size_t)n >= cap - o)
-            break;
-        o += (size_t)n;
-    }
-    return buf;
-}
-
 static void machine_row(ctl_table_t *t, const json_t *m, int64_t now)
 {
     char name[160], state[16], addr[300], capa[24], ver[80], exp[32], age[32], lab[512];
@@ -42,7 +25,7 @@ static void machine_row(ctl_table_t *t, const json_t *m, int64_t now)
                   ctl_jstr(json_object_get(m, "version"), ver, sizeof ver),
                   json_is_integer(left) ? ctl_fmt_ms(json_integer_value(left), exp, sizeof exp) : NULL,
                   json_is_integer(reg) ? ctl_fmt_ms(now - json_integer_value(reg), age, sizeof age) : NULL,
-                  labels_text(json_object_get(m, "labels"), lab, sizeof lab));
+                  ctl_kv_text(json_object_get(m, "labels"), lab, sizeof lab));
 }
 
 int cmd_machines(ctl_t *ctl, int argc, char **argv)
@@ -61,11 +44,8 @@ int cmd_machines(ctl_t *ctl, int argc, char **argv)
     sdc_err_t err;
     int rc = one ? sdc_machine_get(ctl->client, ctl->cluster, one, &ans, &err)
                  : sdc_machines_list(ctl->client, ctl->cluster, &ans, &err);
-    if (rc != SDC_OK) {
-        rc = ctl_fail(rc, &err);
-        sdc_err_clear(&err);
-        return rc;
-    }
+    if (rc != SDC_OK)
+        return ctl_fail_clear(rc, &err);
     if (ctl->json) {
         ctl_print_json(ans);
     } else {

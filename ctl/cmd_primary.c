@@ -24,11 +24,8 @@ int cmd_primary(ctl_t *ctl, int argc, char **argv)
     sdc_primary_t p;
     sdc_err_t err;
     int rc = sdc_primary_get(ctl->client, ctl->cluster, &p, &err);
-    if (rc != SDC_OK) {
-        rc = ctl_fail(rc, &err);
-        sdc_err_clear(&err);
-        return rc;
-    }
+    if (rc != SDC_OK)
+        return ctl_fail_clear(rc, &err);
     if (ctl->json) {
         json_t *o = json_pack("{s:I, s:I}", "epoch", (json_int_t)p.epoch, "expires_in_ms",
                               (json_int_t)p.expires_in_ms);

@@ -14,23 +14,6 @@ static const char usage_text[] =
     "  With INSTANCE, that one process record (exit code 4 when it is unknown).\n"
     "  AGE is the time since the process started (stopped: since it stopped).\n";
 
-/* "game=27960,query=27961" from a ports object. */
-static const char *ports_text(const json_t *ports, char *buf, size_t cap)
-{
-    size_t o = 0;
-    const char *k;
-    const json_t *v;
-    buf[0] = '\0';
-    json_object_foreach((json_t *)ports, k, v) {
-        int n = snprintf(buf + o, cap - o, "%s%s=%lld", o ? "," : "", k,
-                         (long long)json_integer_value(v));
-        if (n < 0 || (size_t)n >= cap - o)
-            break;
-        o += (size_t)n;
-    }
-    return buf;
-}
-
 /* The exit reason with its detail: "killed(9)", "exited(3)", "hung(3012ms)". */
 static const char *reason_text(const json_t *p, char *buf, size_t cap)
 {
@@ -63,7 +46,7 @@ static void proc_row(ctl_table_t *t, const json_t *p, int64_t now)
                   ctl_jstr(json_object_get(p, "state"), state, sizeof state),
                   ctl_jstr(json_object_get(p, "pid"), pid, sizeof pid),
                   ctl_jstr(json_object_get(p, "generation"), gen, sizeof gen),
-                  ports_text(json_object_get(p, "ports"), ports, sizeof ports),
+                  ctl_kv_text(json_object_get(p, "ports"), ports, sizeof ports),
                   json_is_integer(since) ? ctl_fmt_ms(now - json_integer_value(since), age, sizeof age)
                                          : NULL,
                   reason_text(p, reason, sizeof reason));
@@ -101,11 +84,8 @@ int cmd_ps(ctl_t *ctl, int argc, char **argv)
     sdc_err_t err;
     int rc = one ? sdc_process_get(ctl->client, ctl->cluster, one, &ans, &err)
                  : sdc_processes_list(ctl->client, ctl->cluster, &f, &ans, &err);
-    if (rc != SDC_OK) {
-        rc = ctl_fail(rc, &err);
-        sdc_err_clear(&err);
-        return rc;
-    }
+    if (rc != SDC_OK)
+        return ctl_fail_clear(rc, &err);
     if (ctl->json) {
         ctl_print_json(ans);
     } else {

@@ -88,9 +88,7 @@ int cmd_servers(ctl_t *ctl, int argc, char **argv)
     }
     if (rc) {
         json_decref(collected);
-        int ex = ctl_fail(rc, &err);
-        sdc_err_clear(&err);
-        return ex;
+        return ctl_fail_clear(rc, &err);
     }
     if (ctl->json) {
         json_t *o = json_pack("{s:O, s:s?}", "servers", collected, "next", all || !next[0] ? NULL : next);

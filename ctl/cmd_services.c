@@ -15,23 +15,6 @@ SDCTL_CMD("stop", cmd_stop, "stop a service (it keeps its count, runs no instanc
 SDCTL_CMD("start", cmd_start, "start a stopped service again");
 SDCTL_CMD("restart", cmd_restart, "rolling restart of a service, or restart one instance");
 
-static int fail(int rc, sdc_err_t *err)
-{
-    rc = ctl_fail(rc, err);
-    sdc_err_clear(err);
-    return rc;
-}
-
-static int wants_help(int argc, char **argv, const char *text)
-{
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            fputs(text, stdout);
-            return 1;
-        }
-    return 0;
-}
-
 /* ---------- services ---------- */
 
 static const char services_usage[] =
@@ -65,7 +48,7 @@ static void service_row(ctl_table_t *t, const json_t *s)
 
 int cmd_services(ctl_t *ctl, int argc, char **argv)
 {
-    if (wants_help(argc, argv, services_usage))
+    if (ctl_wants_help(argc, argv, services_usage))
         return CTL_EXIT_OK;
     if (argc > 2 || (argc == 2 && argv[1][0] == '-'))
         return ctl_usage("services", "unexpected argument '%s'", argv[argc - 1]);
@@ -74,7 +57,7 @@ int cmd_services(ctl_t *ctl, int argc, char **argv)
     int rc = argc == 2 ? sdc_service_get(ctl->client, ctl->cluster, argv[1], &ans, &err)
                        : sdc_services_list(ctl->client, ctl->cluster, &ans, &err);
     if (rc != SDC_OK)
-        return fail(rc, &err);
+        return ctl_fail_clear(rc, &err);
     if (ctl->json || argc == 2) {
         ctl_print_json(ans);
     } else {
@@ -98,7 +81,7 @@ static const char scale_usage[] =
 
 int cmd_scale(ctl_t *ctl, int argc, char **argv)
 {
-    if (wants_help(argc, argv, scale_usage))
+    if (ctl_wants_help(argc, argv, scale_usage))
         return CTL_EXIT_OK;
     int dry = argc == 4 && !strcmp(argv[3], "--dry-run");
     int64_t count;
@@ -110,7 +93,7 @@ int cmd_scale(ctl_t *ctl, int argc, char **argv)
     sdc_err_t err;
     int rc = sdc_service_scale(ctl->client, ctl->cluster, argv[1], count, dry, &ans, &err);
     if (rc != SDC_OK)
-        return fail(rc, &err);
+        return ctl_fail_clear(rc, &err);
     if (ctl->json) {
         ctl_print_json(ans);
     } else {
@@ -133,14 +116,14 @@ static const char delete_usage[] =
 
 int cmd_delete(ctl_t *ctl, int argc, char **argv)
 {
-    if (wants_help(argc, argv, delete_usage))
+    if (ctl_wants_help(argc, argv, delete_usage))
         return CTL_EXIT_OK;
     if (argc != 2 || argv[1][0] == '-')
         return ctl_usage("delete", "expected SERVICE");
     sdc_err_t err;
     int rc = sdc_service_delete(ctl->client, ctl->cluster, argv[1], &err);
     if (rc != SDC_OK)
-        return fail(rc, &err);
+        return ctl_fail_clear(rc, &err);
     if (ctl->json) {
         json_t *o = json_pack("{s:s, s:b}", "service", argv[1], "deleted", 1);
         ctl_print_json(o);
@@ -162,7 +145,7 @@ static const char stop_usage[] =
 static int stop_start(ctl_t *ctl, int argc, char **argv, int stop)
 {
     const char *cmd = stop ? "stop" : "start";
-    if (wants_help(argc, argv, stop_usage))
+    if (ctl_wants_help(argc, argv, stop_usage))
         return CTL_EXIT_OK;
     if (argc != 2 || argv[1][0] == '-')
         return ctl_usage(cmd, "expected SERVICE");
@@ -170,7 +153,7 @@ static int stop_start(ctl_t *ctl, int argc, char **argv, int stop)
     sdc_err_t err;
     int rc = sdc_service_stop(ctl->client, ctl->cluster, argv[1], stop, &ans, &err);
     if (rc != SDC_OK)
-        return fail(rc, &err);
+        return ctl_fail_clear(rc, &err);
     if (ctl->json)
         ctl_print_json(ans);
     else
@@ -194,7 +177,7 @@ static const char restart_usage[] =
 
 int cmd_restart(ctl_t *ctl, int argc, char **argv)
 {
-    if (wants_help(argc, argv, restart_usage))
+    if (ctl_wants_help(argc, argv, restart_usage))
         return CTL_EXIT_OK;
     const char *target = NULL;
     int64_t max_unavailable = 0;
@@ -218,7 +201,7 @@ int cmd_restart(ctl_t *ctl, int argc, char **argv)
     json_decref(ans);
     ans = NULL;
     if (rc != SDC_OK && !(rc == SDC_E_HTTP && err.status == 404))
-        return fail(rc, &err);
+        return ctl_fail_clear(rc, &err);
     if (rc != SDC_OK)
         sdc_err_clear(&err);
     if (!is_service && max_unavailable > 0)
@@ -228,7 +211,7 @@ int cmd_restart(ctl_t *ctl, int argc, char **argv)
                                           &err)
                     : sdc_instance_restart(ctl->client, ctl->cluster, target, &ans, &err);
     if (rc != SDC_OK)
-        return fail(rc, &err);
+        return ctl_fail_clear(rc, &err);
     if (ctl->json)
         ctl_print_json(ans);
     else if (is_service)

@@ -200,8 +200,7 @@ int cmd_status(ctl_t *ctl, int argc, char **argv)
             status_print(ctl, st);
         json_decref(st);
     } else {
-        rc = ctl_fail(rc, &err);
-        sdc_err_clear(&err);
+        rc = ctl_fail_clear(rc, &err);
     }
     json_decref(state);
     json_decref(procs);

@@ -48,6 +48,10 @@ extern const size_t ctl_ncmds;
 /* Maps a libsdclient result to an exit code, printing the error to stderr
  * ("sdctl: 409 lock_held: ..."). Returns CTL_EXIT_OK for SDC_OK. */
 int ctl_fail(int rc, const sdc_err_t *err);
+/* ctl_fail, then frees what err holds (sdc_err_clear): the end of a failed call. */
+int ctl_fail_clear(int rc, sdc_err_t *err);
+/* When any of argv[1..argc-1] is --help or -h: prints text on stdout and returns 1. */
+int ctl_wants_help(int argc, char **argv, const char *text);
 /* Prints a usage error for cmd and returns CTL_EXIT_USAGE. */
 int ctl_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Prints v as indented JSON on stdout (for -o json). Does not steal v. */
@@ -63,5 +67,8 @@ void ctl_table_print(ctl_table_t *t, FILE *out, int color);
 const char *ctl_fmt_ms(long long ms, char *buf, size_t cap);
 /* A JSON scalar as text (strings as is, numbers, true/false), or "-" for null/absent. */
 const char *ctl_jstr(const json_t *v, char *buf, size_t cap);
+/* An object of strings or integers as "k=v,k=v" ("zone=eu,rack=3", "game=27960"; "?" for
+ * another value), cut where the next pair would not fit in cap. */
+const char *ctl_kv_text(const json_t *obj, char *buf, size_t cap);
 
 #endif

@@ -24,6 +24,23 @@ int ctl_fail(int rc, const sdc_err_t *err)
     }
 }
 
+int ctl_fail_clear(int rc, sdc_err_t *err)
+{
+    int ex = ctl_fail(rc, err);
+    sdc_err_clear(err);
+    return ex;
+}
+
+int ctl_wants_help(int argc, char **argv, const char *text)
+{
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(text, stdout);
+            return 1;
+        }
+    return 0;
+}
+
 int ctl_usage(const char *cmd, const char *fmt, ...)
 {
     va_list ap;
@@ -143,5 +160,26 @@ const char *ctl_jstr(const json_t *v, char *buf, size_t cap)
         snprintf(buf, cap, "%s", json_is_true(v) ? "true" : "false");
     else
         snprintf(buf, cap, "-");
+    return buf;
+}
+
+const char *ctl_kv_text(const json_t *obj, char *buf, size_t cap)
+{
+    size_t o = 0;
+    const char *k;
+    const json_t *v;
+    buf[0] = '\0';
+    json_object_foreach((json_t *)obj, k, v) {
+        char num[24];
+        const char *val = json_is_string(v) ? json_string_value(v) : "?";
+        if (json_is_integer(v)) {
+            snprintf(num, sizeof num, "%lld", (long long)json_integer_value(v));
+            val = num;
+        }
+        int n = snprintf(buf + o, cap - o, "%s%s=%s", o ? "," : "", k, val);
+        if (n < 0 || (size_t)n >= cap - o)
+            break;
+        o += (size_t)n;
+    }
     return buf;
 }

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <sys/random.h>
 
-#include "sdclient.h"
+#include "sdc_internal.h"
 
 #define MAX_URLS 16
 #define MAX_RESPONSE (64u << 20)
@@ -89,6 +89,22 @@ void sdc_err_clear(sdc_err_t *err)
         return;
     json_decref(err->body);
     memset(err, 0, sizeof *err);
+}
+
+int sdc__inval(sdc_err_t *err, const char *what)
+{
+    if (err) {
+        memset(err, 0, sizeof *err);
+        snprintf(err->message, sizeof err->message, "%s", what);
+    }
+    return SDC_E_INVAL;
+}
+
+int sdc__proto(sdc_err_t *err, const char *what)
+{
+    if (err)
+        snprintf(err->message, sizeof err->message, "%s", what);
+    return SDC_E_PROTO;
 }
 
 const char *sdc_strerror(int rc, const sdc_err_t *err, char *buf, size_t cap)

@@ -7,26 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sdclient.h"
+#include "sdc_internal.h"
 #include "sdutil.h"
 
 #define PATH_MAX_LEN 1024
-
-static int inval(sdc_err_t *err, const char *what)
-{
-    if (err) {
-        memset(err, 0, sizeof *err);
-        snprintf(err->message, sizeof err->message, "%s", what);
-    }
-    return SDC_E_INVAL;
-}
-
-static int proto(sdc_err_t *err, const char *what)
-{
-    if (err)
-        snprintf(err->message, sizeof err->message, "%s", what);
-    return SDC_E_PROTO;
-}
 
 static int names_ok(const char *cluster, const char *name)
 {
@@ -59,7 +43,7 @@ static int call(sdc_t *c, const char *method, const char *path, const json_t *bo
         return rc;
     if (!json_is_object(res)) {
         json_decref(res);
-        return proto(err, "the answer is not a JSON object");
+        return sdc__proto(err, "the answer is not a JSON object");
     }
     if (out)
         *out = res;
@@ -74,7 +58,7 @@ int sdc_service_put(sdc_t *c, const char *cluster, const char *svc, const json_t
                     int dry_run, json_t **out, sdc_err_t *err)
 {
     if (!names_ok(cluster, svc) || !json_is_object(spec))
-        return inval(err, "bad cluster or service name, or the spec is not an object");
+        return sdc__inval(err, "bad cluster or service name, or the spec is not an object");
     char path[PATH_MAX_LEN];
     cpath(path, sizeof path, cluster, "/services/%s%s", svc, dry_run ? "?dry_run=1" : "");
     return call(c, "PUT", path, spec, out, err);
@@ -83,7 +67,7 @@ int sdc_service_put(sdc_t *c, const char *cluster, const char *svc, const json_t
 int sdc_services_list(sdc_t *c, const char *cluster, json_t **out, sdc_err_t *err)
 {
     if (!names_ok(cluster, NULL))
-        return inval(err, "bad cluster name");
+        return sdc__inval(err, "bad cluster name");
     char path[PATH_MAX_LEN];
     return call(c, "GET", cpath(path, sizeof path, cluster, "/services"), NULL, out, err);
 }
@@ -92,7 +76,7 @@ int sdc_service_get(sdc_t *c, const char *cluster, const char *svc, json_t **out
                     sdc_err_t *err)
 {
     if (!names_ok(cluster, svc))
-        return inval(err, "bad cluster or service name");
+        return sdc__inval(err, "bad cluster or service name");
     char path[PATH_MAX_LEN];
     return call(c, "GET", cpath(path, sizeof path, cluster, "/services/%s", svc), NULL, out,
                 err);
@@ -101,7 +85,7 @@ int sdc_service_get(sdc_t *c, const char *cluster, const char *svc, json_t **out
 int sdc_service_delete(sdc_t *c, const char *cluster, const char *svc, sdc_err_t *err)
 {
     if (!names_ok(cluster, svc))
-        return inval(err, "bad cluster or service name");
+        return sdc__inval(err, "bad cluster or service name");
     char path[PATH_MAX_LEN];
     json_t *res = NULL;
     int rc = sdc_request(c, "DELETE", cpath(path, sizeof path, cluster, "/services/%s", svc),
@@ -114,7 +98,7 @@ int sdc_service_scale(sdc_t *c, const char *cluster, const char *svc, int64_t co
                       int dry_run, json_t **out, sdc_err_t *err)
 {
     if (!names_ok(cluster, svc) || count < 0)
-        return inval(err, "bad cluster or service name, or a negative count");
+        return sdc__inval(err, "bad cluster or service name, or a negative count");
     char path[PATH_MAX_LEN];
     cpath(path, sizeof path, cluster, "/services/%s/scale%s", svc, dry_run ? "?dry_run=1" : "");
     json_t *body = json_pack("{s:I}", "count", (json_int_t)count);
@@ -127,7 +111,7 @@ int sdc_service_stop(sdc_t *c, const char *cluster, const char *svc, int stop, j
                      sdc_err_t *err)
 {
     if (!names_ok(cluster, svc))
-        return inval(err, "bad cluster or service name");
+        return sdc__inval(err, "bad cluster or service name");
     char path[PATH_MAX_LEN];
     cpath(path, sizeof path, cluster, "/services/%s/%s", svc, stop ? "stop" : "start");
     return call(c, "POST", path, NULL, out, err);
@@ -137,7 +121,7 @@ int sdc_service_restart(sdc_t *c, const char *cluster, const char *svc, int64_t 
                         json_t **out, sdc_err_t *err)
 {
     if (!names_ok(cluster, svc))
-        return inval(err, "bad cluster or service name");
+        return sdc__inval(err, "bad cluster or service name");
     char path[PATH_MAX_LEN];
     json_t *body = json_object();
     if (max_unavailable > 0)
@@ -152,7 +136,7 @@ int sdc_instance_restart(sdc_t *c, const char *cluster, const char *instance, js
                          sdc_err_t *err)
 {
     if (!names_ok(cluster, instance))
-        return inval(err, "bad cluster or instance name");
+        return sdc__inval(err, "bad cluster or instance name");
     char path[PATH_MAX_LEN];
     json_t *body = json_pack("{s:s}", "instance", instance);
     int rc = call(c, "POST", cpath(path, sizeof path, cluster, "/restart-instance"), body, out,
@@ -164,7 +148,7 @@ int sdc_instance_restart(sdc_t *c, const char *cluster, const char *instance, js
 int sdc_cluster_stop(sdc_t *c, const char *cluster, int stop, json_t **out, sdc_err_t *err)
 {
     if (!names_ok(cluster, NULL))
-        return inval(err, "bad cluster name");
+        return sdc__inval(err, "bad cluster name");
     char path[PATH_MAX_LEN];
     return call(c, "POST", cpath(path, sizeof path, cluster, "/%s", stop ? "stop" : "start"),
                 NULL, out, err);
@@ -174,7 +158,7 @@ int sdc_machine_drain(sdc_t *c, const char *cluster, const char *machine, int dr
                       json_t **out, sdc_err_t *err)
 {
     if (!names_ok(cluster, machine))
-        return inval(err, "bad cluster or machine name");
+        return sdc__inval(err, "bad cluster or machine name");
     char path[PATH_MAX_LEN];
     cpath(path, sizeof path, cluster, "/machines/%s/%s", machine, drain ? "drain" : "undrain");
     return call(c, "POST", path, NULL, out, err);
@@ -200,7 +184,7 @@ int sdc_primary_acquire(sdc_t *c, const char *cluster, const char *machine, int 
                         sdc_primary_t *out, sdc_err_t *err)
 {
     if (!names_ok(cluster, machine) || ttl_ms < 0)
-        return inval(err, "bad cluster or machine name, or a negative ttl");
+        return sdc__inval(err, "bad cluster or machine name, or a negative ttl");
     char path[PATH_MAX_LEN];
     json_t *body = json_pack("{s:s}", "machine", machine);
     if (ttl_ms > 0)
@@ -212,7 +196,7 @@ int sdc_primary_acquire(sdc_t *c, const char *cluster, const char *machine, int 
         primary_fill(json_object_get(err->body, "error"), out);
     if (rc)
         return rc;
-    rc = out && primary_fill(res, out) ? proto(err, "the primary answer lacks holder/epoch")
+    rc = out && primary_fill(res, out) ? sdc__proto(err, "the primary answer lacks holder/epoch")
                                        : SDC_OK;
     json_decref(res);
     return rc;
@@ -221,13 +205,13 @@ int sdc_primary_acquire(sdc_t *c, const char *cluster, const char *machine, int 
 int sdc_primary_get(sdc_t *c, const char *cluster, sdc_primary_t *out, sdc_err_t *err)
 {
     if (!names_ok(cluster, NULL) || !out)
-        return inval(err, "bad cluster name");
+        return sdc__inval(err, "bad cluster name");
     char path[PATH_MAX_LEN];
     json_t *res = NULL;
     int rc = call(c, "GET", cpath(path, sizeof path, cluster, "/primary"), NULL, &res, err);
     if (rc)
         return rc;
-    rc = primary_fill(res, out) ? proto(err, "the primary answer lacks holder/epoch") : SDC_OK;
+    rc = primary_fill(res, out) ? sdc__proto(err, "the primary answer lacks holder/epoch") : SDC_OK;
     json_decref(res);
     return rc;
 }
@@ -235,7 +219,7 @@ int sdc_primary_get(sdc_t *c, const char *cluster, sdc_primary_t *out, sdc_err_t
 int sdc_primary_release(sdc_t *c, const char *cluster, const char *machine, sdc_err_t *err)
 {
     if (!names_ok(cluster, machine))
-        return inval(err, "bad cluster or machine name");
+        return sdc__inval(err, "bad cluster or machine name");
     char path[PATH_MAX_LEN];
     json_t *res = NULL;
     int rc = sdc_request(c, "DELETE", cpath(path, sizeof path, cluster, "/primary?machine=%s",
@@ -249,7 +233,7 @@ int sdc_primary_release(sdc_t *c, const char *cluster, const char *machine, sdc_
 int sdc_state_get(sdc_t *c, const char *cluster, json_t **out, sdc_err_t *err)
 {
     if (!names_ok(cluster, NULL))
-        return inval(err, "bad cluster name");
+        return sdc__inval(err, "bad cluster name");
     char path[PATH_MAX_LEN];
     return call(c, "GET", cpath(path, sizeof path, cluster, "/state"), NULL, out, err);
 }
@@ -258,7 +242,7 @@ int sdc_assignments_put(sdc_t *c, const char *cluster, int64_t epoch, const json
                         int64_t *version, int *changed, sdc_err_t *err)
 {
     if (!names_ok(cluster, NULL) || epoch < 1 || !json_is_object(machines))
-        return inval(err, "bad cluster name, epoch or machines object");
+        return sdc__inval(err, "bad cluster name, epoch or machines object");
     char path[PATH_MAX_LEN];
     json_t *body = json_pack("{s:I, s:O}", "epoch", (json_int_t)epoch, "machines", machines);
     json_t *res = NULL;
@@ -278,7 +262,7 @@ int sdc_assignments_get(sdc_t *c, const char *cluster, const char *machine, int6
                         int wait_ms, json_t **out, sdc_err_t *err)
 {
     if (!names_ok(cluster, machine) || wait_ms < 0)
-        return inval(err, "bad cluster or machine name, or a negative wait");
+        return sdc__inval(err, "bad cluster or machine name, or a negative wait");
     char path[PATH_MAX_LEN];
     if (version >= 0 && wait_ms > 0)
         cpath(path, sizeof path, cluster, "/machines/%s/assignments?version=%" PRId64 "&wait=%d",
@@ -292,7 +276,7 @@ int sdc_machine_lost(sdc_t *c, const char *cluster, const char *machine, int64_t
                      int *stopped, sdc_err_t *err)
 {
     if (!names_ok(cluster, machine) || epoch < 1)
-        return inval(err, "bad cluster or machine name, or epoch");
+        return sdc__inval(err, "bad cluster or machine name, or epoch");
     char path[PATH_MAX_LEN];
     json_t *body = json_pack("{s:I}", "epoch", (json_int_t)epoch);
     json_t *res = NULL;

@@ -4,17 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "sdclient.h"
+#include "sdc_internal.h"
 #include "sdutil.h"
-
-static int bad_arg(sdc_err_t *err, const char *what)
-{
-    if (err) {
-        memset(err, 0, sizeof *err);
-        snprintf(err->message, sizeof err->message, "%s", what);
-    }
-    return SDC_E_INVAL;
-}
 
 /* Checks that each of the n names is valid; returns 0 or SDC_E_INVAL naming it. */
 static int check_names(sdc_err_t *err, int n, ...)
@@ -28,7 +19,7 @@ static int check_names(sdc_err_t *err, int n, ...)
         if (!sd_name_valid(s, SD_NAME_MAX)) {
             char msg[96];
             snprintf(msg, sizeof msg, "%s is not a valid name", what);
-            rc = bad_arg(err, msg);
+            rc = sdc__inval(err, msg);
         }
     }
     va_end(ap);
@@ -61,13 +52,10 @@ int sdc_machine_put(sdc_t *c, const char *cluster, const char *machine,
     json_decref(body);
     if (rc == SDC_OK) {
         json_t *e = json_object_get(out, "expires_in_ms");
-        if (!json_is_integer(e)) {
-            rc = SDC_E_PROTO;
-            if (err)
-                snprintf(err->message, sizeof err->message, "no expires_in_ms in the answer");
-        } else if (expires_in_ms) {
+        if (!json_is_integer(e))
+            rc = sdc__proto(err, "no expires_in_ms in the answer");
+        else if (expires_in_ms)
             *expires_in_ms = json_integer_value(e);
-        }
     }
     json_decref(out);
     return rc;
@@ -114,7 +102,7 @@ int sdc_events_post(sdc_t *c, const char *cluster, const json_t *events, int *ac
         return rc;
     if (!json_is_array(events) || json_array_size(events) == 0 ||
         json_array_size(events) > 1000)
-        return bad_arg(err, "events must be an array of 1 to 1000 events");
+        return sdc__inval(err, "events must be an array of 1 to 1000 events");
     char path[256];
     snprintf(path, sizeof path, "/v1/clusters/%s/events", cluster);
     json_t *body = json_pack("{s:O}", "events", (json_t *)events);
@@ -124,9 +112,7 @@ int sdc_events_post(sdc_t *c, const char *cluster, const json_t *events, int *ac
     if (rc == SDC_OK) {
         json_t *a = json_object_get(out, "accepted"), *d = json_object_get(out, "duplicates");
         if (!json_is_integer(a) || !json_is_integer(d)) {
-            rc = SDC_E_PROTO;
-            if (err)
-                snprintf(err->message, sizeof err->message, "no accepted/duplicates in the answer");
+            rc = sdc__proto(err, "no accepted/duplicates in the answer");
         } else {
             if (accepted)
                 *accepted = (int)json_integer_value(a);
@@ -155,7 +141,7 @@ int sdc_processes_list(sdc_t *c, const char *cluster, const sdc_proc_filter_t *f
         if (!vals[i])
             continue;
         if (strlen(vals[i]) > SD_NAME_MAX)
-            return bad_arg(err, "filter value too long");
+            return sdc__inval(err, "filter value too long");
         n += snprintf(path + n, sizeof path - (size_t)n, "%c%s=%s", sep, keys[i],
                       sdc_escape(vals[i], esc, sizeof esc));
         sep = '&';
@@ -187,7 +173,7 @@ int sdc_events_list(sdc_t *c, const char *cluster, const char *since, int limit,
     char sep = '?';
     if (since) {
         if (strlen(since) > 64)
-            return bad_arg(err, "since is too long");
+            return sdc__inval(err, "since is too long");
         n += snprintf(path + n, sizeof path - (size_t)n, "?since=%s",
                       sdc_escape(since, esc, sizeof esc));
         sep = '&';

@@ -6,27 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sdclient.h"
+#include "sdc_internal.h"
 #include "sdutil.h"
 
 #define KEY_MAX 128
 #define MANY_MAX 16
-
-static int inval(sdc_err_t *err, const char *what)
-{
-    if (err) {
-        memset(err, 0, sizeof *err);
-        snprintf(err->message, sizeof err->message, "%s", what);
-    }
-    return SDC_E_INVAL;
-}
-
-static int proto(sdc_err_t *err, const char *what)
-{
-    if (err)
-        snprintf(err->message, sizeof err->message, "%s", what);
-    return SDC_E_PROTO;
-}
 
 static int64_t jint(const json_t *o, const char *k, int64_t dflt)
 {
@@ -75,7 +59,7 @@ int sdc_lock_acquire(sdc_t *c, const char *key, const char *holder, const sdc_lo
                      sdc_lock_t *out, sdc_err_t *err)
 {
     if (!sd_name_valid(key, KEY_MAX) || !sd_name_valid(holder, KEY_MAX))
-        return inval(err, "key and holder must be names");
+        return sdc__inval(err, "key and holder must be names");
     char esc[3 * KEY_MAX + 1], path[3 * KEY_MAX + 32];
     snprintf(path, sizeof path, "/v1/locks/%s", sdc_escape(key, esc, sizeof esc));
     json_t *body = json_object();
@@ -84,7 +68,7 @@ int sdc_lock_acquire(sdc_t *c, const char *key, const char *holder, const sdc_lo
     int rc = sdc_request(c, "PUT", path, body, &ans, err);
     json_decref(body);
     if (rc == SDC_OK && grant_parse(ans, out))
-        rc = proto(err, "the grant has no lock_seq");
+        rc = sdc__proto(err, "the grant has no lock_seq");
     json_decref(ans);
     return rc;
 }
@@ -93,12 +77,12 @@ int sdc_lock_acquire_many(sdc_t *c, const char *const *keys, int n, const char *
                           const sdc_lock_opts_t *opts, sdc_lock_t *out, sdc_err_t *err)
 {
     if (n < 1 || n > MANY_MAX || !sd_name_valid(holder, KEY_MAX))
-        return inval(err, "1 to 16 keys and a holder name are needed");
+        return sdc__inval(err, "1 to 16 keys and a holder name are needed");
     json_t *arr = json_array();
     for (int i = 0; i < n; i++) {
         if (!sd_name_valid(keys[i], KEY_MAX)) {
             json_decref(arr);
-            return inval(err, "every key must be a name");
+            return sdc__inval(err, "every key must be a name");
         }
         json_array_append_new(arr, json_string(keys[i]));
     }
@@ -110,11 +94,11 @@ int sdc_lock_acquire_many(sdc_t *c, const char *const *keys, int n, const char *
     if (rc == SDC_OK) {
         const json_t *locks = json_object_get(ans, "locks");
         if (json_array_size(locks) != (size_t)n)
-            rc = proto(err, "the answer does not list every key");
+            rc = sdc__proto(err, "the answer does not list every key");
         for (int i = 0; rc == SDC_OK && i < n; i++)
             if (grant_parse(json_array_get(locks, (size_t)i), &out[i]) ||
                 strcmp(out[i].key, keys[i]) != 0)
-                rc = proto(err, "a grant has no lock_seq or names another key");
+                rc = sdc__proto(err, "a grant has no lock_seq or names another key");
     }
     json_decref(ans);
     return rc;
@@ -124,7 +108,7 @@ int sdc_lock_release(sdc_t *c, const char *key, const char *holder, int64_t lock
                      sdc_err_t *err)
 {
     if (!sd_name_valid(key, KEY_MAX) || !sd_name_valid(holder, KEY_MAX) || lock_seq < 1)
-        return inval(err, "key and holder must be names, lock_seq positive");
+        return sdc__inval(err, "key and holder must be names, lock_seq positive");
     char ek[3 * KEY_MAX + 1], eh[3 * KEY_MAX + 1], path[6 * KEY_MAX + 64];
     snprintf(path, sizeof path, "/v1/locks/%s?holder=%s&lock_seq=%" PRId64,
              sdc_escape(key, ek, sizeof ek), sdc_escape(holder, eh, sizeof eh), lock_seq);
@@ -135,7 +119,7 @@ int sdc_lock_release_many(sdc_t *c, const sdc_lock_t *locks, int n, const char *
                           sdc_err_t *err)
 {
     if (n < 1 || n > MANY_MAX || !sd_name_valid(holder, KEY_MAX))
-        return inval(err, "1 to 16 locks and a holder name are needed");
+        return sdc__inval(err, "1 to 16 locks and a holder name are needed");
     json_t *keys = json_array(), *seqs = json_object();
     for (int i = 0; i < n; i++) {
         json_array_append_new(keys, json_string(locks[i].key));
@@ -151,7 +135,7 @@ int sdc_lock_renew(sdc_t *c, const char *key, const char *holder, int64_t lock_s
                    int64_t ttl_ms, int64_t *expires_in_ms, sdc_err_t *err)
 {
     if (!sd_name_valid(key, KEY_MAX) || !sd_name_valid(holder, KEY_MAX) || lock_seq < 1)
-        return inval(err, "key and holder must be names, lock_seq positive");
+        return sdc__inval(err, "key and holder must be names, lock_seq positive");
     char esc[3 * KEY_MAX + 1], path[3 * KEY_MAX + 32];
     snprintf(path, sizeof path, "/v1/locks/%s/renew", sdc_escape(key, esc, sizeof esc));
     json_t *body = json_pack("{s:s, s:I}", "holder", holder, "lock_seq", (json_int_t)lock_seq);
@@ -172,7 +156,7 @@ int sdc_lock_get(sdc_t *c, const char *key, sdc_lock_info_t *out, json_t **raw,
     if (raw)
         *raw = NULL;
     if (!sd_name_valid(key, KEY_MAX))
-        return inval(err, "key must be a name");
+        return sdc__inval(err, "key must be a name");
     char esc[3 * KEY_MAX + 1], path[3 * KEY_MAX + 32];
     snprintf(path, sizeof path, "/v1/locks/%s", sdc_escape(key, esc, sizeof esc));
     json_t *ans = NULL;
@@ -191,7 +175,7 @@ int sdc_lock_get(sdc_t *c, const char *key, sdc_lock_info_t *out, json_t **raw,
         out->expires_in_ms = jint(ans, "expires_in_ms", -1);
         out->lock_delay_ms = jint(ans, "lock_delay_ms", 0);
         if (!state)
-            rc = proto(err, "the answer has no state");
+            rc = sdc__proto(err, "the answer has no state");
     }
     if (raw && rc == SDC_OK)
         *raw = ans;
@@ -204,14 +188,14 @@ int sdc_lock_list_by_holder(sdc_t *c, const char *holder, json_t **out, sdc_err_
 {
     *out = NULL;
     if (!sd_name_valid(holder, KEY_MAX))
-        return inval(err, "holder must be a name");
+        return sdc__inval(err, "holder must be a name");
     char esc[3 * KEY_MAX + 1], path[3 * KEY_MAX + 32];
     snprintf(path, sizeof path, "/v1/locks?holder=%s", sdc_escape(holder, esc, sizeof esc));
     int rc = sdc_request(c, "GET", path, NULL, out, err);
     if (rc == SDC_OK && !json_is_array(json_object_get(*out, "locks"))) {
         json_decref(*out);
         *out = NULL;
-        rc = proto(err, "the answer has no locks array");
+        rc = sdc__proto(err, "the answer has no locks array");
     }
     return rc;
 }
@@ -221,7 +205,7 @@ int sdc_lock_force_unlock(sdc_t *c, const char *key, json_t **out, sdc_err_t *er
     if (out)
         *out = NULL;
     if (!sd_name_valid(key, KEY_MAX))
-        return inval(err, "key must be a name");
+        return sdc__inval(err, "key must be a name");
     char esc[3 * KEY_MAX + 1], path[3 * KEY_MAX + 32];
     snprintf(path, sizeof path, "/v1/locks/%s?force=true", sdc_escape(key, esc, sizeof esc));
     return sdc_request(c, "DELETE", path, NULL, out, err);
@@ -233,7 +217,7 @@ int sdc_blob_get(sdc_t *c, const char *key, int64_t lock_seq, void **data, size_
     *data = NULL;
     *len = 0;
     if (!sd_name_valid(key, KEY_MAX) || lock_seq < 0)
-        return inval(err, "key must be a name");
+        return sdc__inval(err, "key must be a name");
     char esc[3 * KEY_MAX + 1], path[3 * KEY_MAX + 32], hdr[48], seq[32];
     snprintf(path, sizeof path, "/v1/blobs/%s", sdc_escape(key, esc, sizeof esc));
     snprintf(hdr, sizeof hdr, "Lock-Seq: %" PRId64, lock_seq);
@@ -247,7 +231,7 @@ int sdc_blob_get(sdc_t *c, const char *key, int64_t lock_seq, void **data, size_
         free(*data);
         *data = NULL;
         *len = 0;
-        return proto(err, "the answer has no Blob-Seq header");
+        return sdc__proto(err, "the answer has no Blob-Seq header");
     }
     if (blob_seq)
         *blob_seq = bs;
@@ -258,7 +242,7 @@ int sdc_blob_put(sdc_t *c, const char *key, int64_t lock_seq, int64_t blob_seq,
                  const void *data, size_t len, sdc_err_t *err)
 {
     if (!sd_name_valid(key, KEY_MAX) || lock_seq < 1 || blob_seq < 1 || (len && !data))
-        return inval(err, "key must be a name, lock_seq and blob_seq positive");
+        return sdc__inval(err, "key must be a name, lock_seq and blob_seq positive");
     char esc[3 * KEY_MAX + 1], path[3 * KEY_MAX + 32], h1[48], h2[48];
     snprintf(path, sizeof path, "/v1/blobs/%s", sdc_escape(key, esc, sizeof esc));
     snprintf(h1, sizeof h1, "Lock-Seq: %" PRId64, lock_seq);

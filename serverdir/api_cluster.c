@@ -5,7 +5,6 @@
  * primary that was paused past its lease has its writes refused (409 stale_epoch).
  * Assignment reads are conditional (ETag, If-None-Match) and long-poll (assign_wait.c).
  * See cluster.h for the Redis layout. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,53 +31,12 @@ SD_ROUTE(POST, "/v1/clusters/{c}/machines/{m}/lost", SD_R_BB, 0, h_machine_lost)
  * into the caller's buffer num. */
 static const char *rs(const redisReply *r, size_t i, char *num, size_t cap)
 {
-    if (!r || r->type != REDIS_REPLY_ARRAY || i >= r->elements)
-        return "";
-    const redisReply *e = r->element[i];
-    if (e->type == REDIS_REPLY_STRING || e->type == REDIS_REPLY_STATUS)
-        return e->str;
-    if (e->type == REDIS_REPLY_INTEGER) {
-        snprintf(num, cap, "%lld", e->integer);
+    if (r && r->type == REDIS_REPLY_ARRAY && i < r->elements &&
+        r->element[i]->type == REDIS_REPLY_INTEGER) {
+        snprintf(num, cap, "%lld", r->element[i]->integer);
         return num;
     }
-    return "";
-}
-
-static int64_t rn(const redisReply *r, size_t i)
-{
-    char num[32];
-    return strtoll(rs(r, i, num, sizeof num), NULL, 10);
-}
-
-static int status_is(const redisReply *r, const char *st)
-{
-    char num[32];
-    return r && r->type == REDIS_REPLY_ARRAY && r->elements >= 1 &&
-           strcmp(rs(r, 0, num, sizeof num), st) == 0;
-}
-
-static int bad_reply(sd_resp_t *resp, const char *script, redisReply *r)
-{
-    log_error("unexpected script reply", "script=%s type=%d err=%s", script, r ? r->type : -1,
-              r && r->type == REDIS_REPLY_ERROR ? r->str : "");
-    return sd_resp_error(resp, 500, "internal", "unexpected reply from the store");
-}
-
-/* Runs a script with the cluster's key base as its one key and the given string args. */
-static int run(const char *script, const char *cluster, redisReply **out, int nargs, ...)
-{
-    char base[256];
-    sd_argv_t a;
-    sd_argv_init(&a);
-    sd_argv_add(&a, sd_key(base, sizeof base, cluster, "%s", ""));
-    va_list ap;
-    va_start(ap, nargs);
-    for (int i = 0; i < nargs; i++)
-        sd_argv_add(&a, va_arg(ap, const char *));
-    va_end(ap);
-    int rc = sd_store_script(script, 1, &a, out);
-    sd_argv_free(&a);
-    return rc;
+    return sd__rstr(r, i);
 }
 
 const char *sd_assign_channel(char *buf, size_t cap)
@@ -95,11 +53,11 @@ static int stale_epoch(sd_resp_t *resp, const redisReply *r, int64_t epoch)
     SD_COUNT("serverdir_primary_stale_epoch_total",
              "primary-only writes refused for a stale epoch or an expired lease", 1);
     json_t *extra = json_pack("{s:I, s:I}", "epoch", (json_int_t)epoch, "current_epoch",
-                              (json_int_t)rn(r, 1));
+                              (json_int_t)sd__rnum(r, 1));
     json_object_set_new(extra, "holder", *holder ? json_string(holder) : json_null());
     return sd_resp_error_extra(resp, 409, "stale_epoch", extra,
                                "epoch %lld is not the current primary's (current %lld, %s%s%s)",
-                               (long long)epoch, (long long)rn(r, 1),
+                               (long long)epoch, (long long)sd__rnum(r, 1),
                                *holder ? "held by '" : "no live holder", holder,
                                *holder ? "'" : "");
 }
@@ -136,26 +94,27 @@ int h_primary_acquire(sd_req_t *req, sd_resp_t *resp)
     }
     snprintf(ttls, sizeof ttls, "%lld", (long long)ttl);
     redisReply *r = NULL;
-    int rc = run("primary_acquire", cluster, &r, 2, machine, ttls);
+    int rc = sd__cluster_run("primary_acquire", cluster, &r, machine, ttls, NULL);
     if (rc) {
         json_decref(body);
         return sd_resp_store_error(resp, rc);
     }
-    if (status_is(r, "ok") && r->elements == 5) {
+    if (sd__rstatus_is(r, "ok") && r->elements == 5) {
         int fresh = strcmp(rs(r, 4, num, sizeof num), "acquired") == 0;
         if (fresh) {
             log_info("primary acquired", "cluster=%s machine=%s epoch=%lld ttl_ms=%lld", cluster,
-                     machine, (long long)rn(r, 2), (long long)ttl);
+                     machine, (long long)sd__rnum(r, 2), (long long)ttl);
             SD_COUNT("serverdir_primary_changes_total", "primary lease changes of holder", 1);
         }
-        sd_resp_json(resp, 200, primary_json(machine, rn(r, 2), rn(r, 3)));
-    } else if (status_is(r, "primary_held") && r->elements == 4) {
+        sd_resp_json(resp, 200, primary_json(machine, sd__rnum(r, 2), sd__rnum(r, 3)));
+    } else if (sd__rstatus_is(r, "primary_held") && r->elements == 4) {
         const char *holder = rs(r, 1, num, sizeof num);
-        sd_resp_error_extra(resp, 409, "primary_held", primary_json(holder, rn(r, 2), rn(r, 3)),
+        sd_resp_error_extra(resp, 409, "primary_held",
+                            primary_json(holder, sd__rnum(r, 2), sd__rnum(r, 3)),
                             "the primary lease is held by '%s' (epoch %lld) for %lld ms more",
-                            holder, (long long)rn(r, 2), (long long)rn(r, 3));
+                            holder, (long long)sd__rnum(r, 2), (long long)sd__rnum(r, 3));
     } else {
-        bad_reply(resp, "primary_acquire", r);
+        sd__bad_reply(resp, "primary_acquire", r);
     }
     freeReplyObject(r);
     json_decref(body);
@@ -169,14 +128,15 @@ int h_primary_get(sd_req_t *req, sd_resp_t *resp)
     if (sd_req_name(req, resp, 0, "cluster", &cluster))
         return 0;
     redisReply *r = NULL;
-    int rc = run("primary_get", cluster, &r, 0);
+    int rc = sd__cluster_run("primary_get", cluster, &r, NULL);
     if (rc)
         return sd_resp_store_error(resp, rc);
     char num[32];
     if (r->type == REDIS_REPLY_ARRAY && r->elements == 3)
-        sd_resp_json(resp, 200, primary_json(rs(r, 0, num, sizeof num), rn(r, 1), rn(r, 2)));
+        sd_resp_json(resp, 200,
+                     primary_json(rs(r, 0, num, sizeof num), sd__rnum(r, 1), sd__rnum(r, 2)));
     else
-        bad_reply(resp, "primary_get", r);
+        sd__bad_reply(resp, "primary_get", r);
     freeReplyObject(r);
     return 0;
 }
@@ -193,23 +153,23 @@ int h_primary_release(sd_req_t *req, sd_resp_t *resp)
     if (!sd_name_valid(machine, SD_NAME_MAX))
         return sd_resp_error(resp, 400, "bad_machine", "query parameter 'machine' must be a name");
     redisReply *r = NULL;
-    int rc = run("primary_release", cluster, &r, 1, machine);
+    int rc = sd__cluster_run("primary_release", cluster, &r, machine, NULL);
     if (rc)
         return sd_resp_store_error(resp, rc);
     char num[32];
-    if (status_is(r, "ok")) {
+    if (sd__rstatus_is(r, "ok")) {
         log_info("primary released", "cluster=%s machine=%s epoch=%lld", cluster, machine,
-                 (long long)rn(r, 1));
+                 (long long)sd__rnum(r, 1));
         SD_COUNT("serverdir_primary_changes_total", "primary lease changes of holder", 1);
         sd_resp_empty(resp, 204);
-    } else if (status_is(r, "not_primary")) {
+    } else if (sd__rstatus_is(r, "not_primary")) {
         const char *holder = rs(r, 1, num, sizeof num);
         json_t *extra = json_object();
         json_object_set_new(extra, "holder", *holder ? json_string(holder) : json_null());
         sd_resp_error_extra(resp, 409, "not_primary", extra, "'%s' does not hold the primary lease",
                             machine);
     } else {
-        bad_reply(resp, "primary_release", r);
+        sd__bad_reply(resp, "primary_release", r);
     }
     freeReplyObject(r);
     return 0;
@@ -234,18 +194,18 @@ int h_state_get(sd_req_t *req, sd_resp_t *resp)
     if (sd_req_name(req, resp, 0, "cluster", &cluster))
         return 0;
     redisReply *r = NULL;
-    int rc = run("state_get", cluster, &r, 0);
+    int rc = sd__cluster_run("state_get", cluster, &r, NULL);
     if (rc)
         return sd_resp_store_error(resp, rc);
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 7 ||
         r->element[4]->type != REDIS_REPLY_ARRAY || r->element[5]->type != REDIS_REPLY_ARRAY ||
         r->element[6]->type != REDIS_REPLY_ARRAY) {
-        bad_reply(resp, "state_get", r);
+        sd__bad_reply(resp, "state_get", r);
         freeReplyObject(r);
         return 0;
     }
-    int64_t now = rn(r, 0);
-    int stopped = rn(r, 2) == 1;
+    int64_t now = sd__rnum(r, 0);
+    int stopped = sd__rnum(r, 2) == 1;
     char num[32];
     json_t *services = json_array(), *machines = json_array(), *assignments = json_object();
     for (size_t i = 0; i < r->element[4]->elements; i++) {
@@ -270,11 +230,12 @@ int h_state_get(sd_req_t *req, sd_resp_t *resp)
             continue;
         const char *m = rs(a, 0, num, sizeof num);
         json_object_set_new(assignments, m,
-                            doc_json(m, rn(a, 1), rn(a, 2), stopped, rs(a, 3, num, sizeof num)));
+                            doc_json(m, sd__rnum(a, 1), sd__rnum(a, 2), stopped,
+                                     rs(a, 3, num, sizeof num)));
     }
-    json_t *out = json_pack("{s:I, s:b, s:o, s:o, s:I, s:o}", "version", (json_int_t)rn(r, 1),
+    json_t *out = json_pack("{s:I, s:b, s:o, s:o, s:I, s:o}", "version", (json_int_t)sd__rnum(r, 1),
                             "cluster_stopped", stopped, "services", services, "machines",
-                            machines, "assignments_version", (json_int_t)rn(r, 3),
+                            machines, "assignments_version", (json_int_t)sd__rnum(r, 3),
                             "assignments", assignments);
     freeReplyObject(r);
     return sd_resp_json(resp, 200, out);
@@ -402,27 +363,28 @@ int h_assignments_put(sd_req_t *req, sd_resp_t *resp)
     char *pairs_text = sd_json_canonical(pairs), chan[96], epochs[24];
     snprintf(epochs, sizeof epochs, "%lld", (long long)epoch);
     redisReply *r = NULL;
-    int rc = pairs_text ? run("assign_put", cluster, &r, 4, epochs,
-                              sd_assign_channel(chan, sizeof chan), cluster, pairs_text)
+    int rc = pairs_text ? sd__cluster_run("assign_put", cluster, &r, epochs,
+                                          sd_assign_channel(chan, sizeof chan), cluster,
+                                          pairs_text, NULL)
                         : SD_STORE_ERROR;
     free(pairs_text);
     if (rc) {
         sd_resp_store_error(resp, rc);
         goto out;
     }
-    if (status_is(r, "stale_epoch") && r->elements == 3) {
+    if (sd__rstatus_is(r, "stale_epoch") && r->elements == 3) {
         log_info("assignments refused", "cluster=%s epoch=%lld current=%lld", cluster,
-                 (long long)epoch, (long long)rn(r, 1));
+                 (long long)epoch, (long long)sd__rnum(r, 1));
         stale_epoch(resp, r, epoch);
-    } else if (status_is(r, "ok") && r->elements == 3) {
-        int changed = rn(r, 2) == 1;
+    } else if (sd__rstatus_is(r, "ok") && r->elements == 3) {
+        int changed = sd__rnum(r, 2) == 1;
         if (changed)
             SD_COUNT("serverdir_assignment_writes_total",
                      "assignment PUTs that changed some machine's document", 1);
-        sd_resp_json(resp, 200, json_pack("{s:I, s:b}", "version", (json_int_t)rn(r, 1),
+        sd_resp_json(resp, 200, json_pack("{s:I, s:b}", "version", (json_int_t)sd__rnum(r, 1),
                                           "changed", changed));
     } else {
-        bad_reply(resp, "assign_put", r);
+        sd__bad_reply(resp, "assign_put", r);
     }
     freeReplyObject(r);
 out:
@@ -435,7 +397,7 @@ out:
 int sd_assign_read(const char *cluster, const char *machine, json_t **doc, int64_t *version)
 {
     redisReply *r = NULL;
-    int rc = run("assign_get", cluster, &r, 1, machine);
+    int rc = sd__cluster_run("assign_get", cluster, &r, machine, NULL);
     if (rc)
         return rc;
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 4) {
@@ -444,8 +406,9 @@ int sd_assign_read(const char *cluster, const char *machine, json_t **doc, int64
         return SD_STORE_ERROR;
     }
     char num[32];
-    *version = rn(r, 0);
-    *doc = doc_json(machine, *version, rn(r, 1), rn(r, 3) == 1, rs(r, 2, num, sizeof num));
+    *version = sd__rnum(r, 0);
+    *doc = doc_json(machine, *version, sd__rnum(r, 1), sd__rnum(r, 3) == 1,
+                    rs(r, 2, num, sizeof num));
     freeReplyObject(r);
     return SD_STORE_OK;
 }
@@ -584,13 +547,13 @@ int h_machine_lost(sd_req_t *req, sd_resp_t *resp)
         return sd_resp_error(resp, 400, "bad_field", "%s", err);
     snprintf(epochs, sizeof epochs, "%lld", (long long)epoch);
     redisReply *r = NULL;
-    int rc = run("machine_lost", cluster, &r, 4, epochs, machine,
-                 sd_assign_channel(chan, sizeof chan), cluster);
+    int rc = sd__cluster_run("machine_lost", cluster, &r, epochs, machine,
+                             sd_assign_channel(chan, sizeof chan), cluster, NULL);
     if (rc)
         return sd_resp_store_error(resp, rc);
-    if (status_is(r, "stale_epoch") && r->elements == 3) {
+    if (sd__rstatus_is(r, "stale_epoch") && r->elements == 3) {
         stale_epoch(resp, r, epoch);
-    } else if (status_is(r, "ok") && r->elements >= 3 && (r->elements - 3) % 2 == 0) {
+    } else if (sd__rstatus_is(r, "ok") && r->elements >= 3 && (r->elements - 3) % 2 == 0) {
         long long stopped = lost_events(cluster, machine, epoch, r, 3);
         if (stopped < 0) {
             sd_resp_store_error(resp, (int)stopped);
@@ -600,10 +563,11 @@ int h_machine_lost(sd_req_t *req, sd_resp_t *resp)
             SD_COUNT("serverdir_machines_lost_total", "machines declared lost by the primary", 1);
             sd_resp_json(resp, 200, json_pack("{s:s, s:I, s:I, s:b}", "machine", machine,
                                               "stopped", (json_int_t)stopped, "version",
-                                              (json_int_t)rn(r, 1), "changed", rn(r, 2) == 1));
+                                              (json_int_t)sd__rnum(r, 1), "changed",
+                                              sd__rnum(r, 2) == 1));
         }
     } else {
-        bad_reply(resp, "machine_lost", r);
+        sd__bad_reply(resp, "machine_lost", r);
     }
     freeReplyObject(r);
     return 0;

@@ -27,51 +27,6 @@ SD_ROUTE(POST, "/v1/clusters/{c}/machines/{m}/undrain", SD_R_OPS, 0, h_machine_u
 
 /* ---------- helpers ---------- */
 
-static const char *rstr(const redisReply *r, size_t i)
-{
-    if (!r || r->type != REDIS_REPLY_ARRAY || i >= r->elements)
-        return "";
-    const redisReply *e = r->element[i];
-    return e->type == REDIS_REPLY_STRING || e->type == REDIS_REPLY_STATUS ? e->str : "";
-}
-
-/* Element i as a number (integer or decimal text). */
-static int64_t rnum(const redisReply *r, size_t i)
-{
-    if (r && r->type == REDIS_REPLY_ARRAY && i < r->elements &&
-        r->element[i]->type == REDIS_REPLY_INTEGER)
-        return r->element[i]->integer;
-    return strtoll(rstr(r, i), NULL, 10);
-}
-
-static int is_status(const redisReply *r, const char *st)
-{
-    return r && r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && strcmp(rstr(r, 0), st) == 0;
-}
-
-static int bad_reply(sd_resp_t *resp, const char *script, redisReply *r)
-{
-    log_error("unexpected script reply", "script=%s type=%d err=%s", script, r ? r->type : -1,
-              r && r->type == REDIS_REPLY_ERROR ? r->str : "");
-    return sd_resp_error(resp, 500, "internal", "unexpected reply from the store");
-}
-
-/* Runs a script with the cluster's key base as its one key and up to 4 string args. */
-static int run(const char *script, const char *cluster, redisReply **out, const char *a1,
-               const char *a2, const char *a3, const char *a4)
-{
-    char base[256];
-    sd_argv_t a;
-    sd_argv_init(&a);
-    sd_argv_add(&a, sd_key(base, sizeof base, cluster, "%s", ""));
-    const char *args[] = {a1, a2, a3, a4};
-    for (size_t i = 0; i < SD_ARRAY_LEN(args) && args[i]; i++)
-        sd_argv_add(&a, args[i]);
-    int rc = sd_store_script(script, 1, &a, out);
-    sd_argv_free(&a);
-    return rc;
-}
-
 static int unknown_service(sd_resp_t *resp, const char *svc)
 {
     return sd_resp_error_extra(resp, 404, "unknown_service", json_pack("{s:s}", "service", svc),
@@ -84,16 +39,16 @@ static int service_read(sd_resp_t *resp, const char *cluster, const char *svc, j
 {
     redisReply *r = NULL;
     *out = NULL;
-    int rc = run("service_list", cluster, &r, svc, NULL, NULL, NULL);
+    int rc = sd__cluster_run("service_list", cluster, &r, svc, NULL);
     if (rc)
         return sd_resp_store_error(resp, rc), -1;
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
-        bad_reply(resp, "service_list", r);
+        sd__bad_reply(resp, "service_list", r);
         freeReplyObject(r);
         return -1;
     }
     if (r->elements == 2 && !(*out = sd_service_json(r->element[1]))) {
-        bad_reply(resp, "service_list", r);
+        sd__bad_reply(resp, "service_list", r);
         freeReplyObject(r);
         return -1;
     }
@@ -111,32 +66,32 @@ static int spec_store(sd_resp_t *resp, const char *cluster, const char *svc, con
     if (!text)
         return sd_resp_error(resp, 500, "internal", "out of memory"), 0;
     redisReply *r = NULL;
-    int rc = run("service_put", cluster, &r, svc, text, expect, NULL);
+    int rc = sd__cluster_run("service_put", cluster, &r, svc, text, expect, NULL);
     free(text);
     if (rc)
         return sd_resp_store_error(resp, rc), 0;
-    if (is_status(r, "conflict")) {
+    if (sd__rstatus_is(r, "conflict")) {
         freeReplyObject(r);
         return 1;
     }
     json_t *changes = json_array();
-    int changed = is_status(r, "changed") && r->elements == 3;
-    if (!changed && !(is_status(r, "unchanged") && r->elements == 2)) {
+    int changed = sd__rstatus_is(r, "changed") && r->elements == 3;
+    if (!changed && !(sd__rstatus_is(r, "unchanged") && r->elements == 2)) {
         json_decref(changes);
-        bad_reply(resp, "service_put", r);
+        sd__bad_reply(resp, "service_put", r);
         freeReplyObject(r);
         return 0;
     }
     if (changed) {
-        json_t *old = *rstr(r, 2) ? json_loads(rstr(r, 2), 0, NULL) : NULL;
+        json_t *old = *sd__rstr(r, 2) ? json_loads(sd__rstr(r, 2), 0, NULL) : NULL;
         sd_spec_diff(old, spec, changes);
         json_decref(old);
         log_info("service changed", "cluster=%s service=%s version=%lld changes=%zu", cluster, svc,
-                 (long long)rnum(r, 1), json_array_size(changes));
+                 (long long)sd__rnum(r, 1), json_array_size(changes));
         SD_COUNT("serverdir_service_changes_total", "service specs created or changed", 1);
     }
     sd_resp_json(resp, 200, json_pack("{s:s, s:I, s:b, s:o}", "service", svc, "version",
-                                      (json_int_t)rnum(r, 1), "changed", changed, "changes",
+                                      (json_int_t)sd__rnum(r, 1), "changed", changed, "changes",
                                       changes));
     freeReplyObject(r);
     return 0;
@@ -178,15 +133,17 @@ json_t *sd_service_json(const redisReply *e)
     if (e->type != REDIS_REPLY_ARRAY || e->elements != 7 ||
         e->element[6]->type != REDIS_REPLY_ARRAY)
         return NULL;
-    json_t *spec = json_loads(rstr(e, 1), 0, NULL);
-    json_t *o = json_pack("{s:s, s:I, s:o, s:b, s:I, s:I}", "service", rstr(e, 0),
-                          "version", (json_int_t)rnum(e, 2), "spec", spec ? spec : json_object(),
-                          "stopped", rnum(e, 3) == 1, "restart_token", (json_int_t)rnum(e, 4),
-                          "max_unavailable", (json_int_t)rnum(e, 5));
+    json_t *spec = json_loads(sd__rstr(e, 1), 0, NULL);
+    json_t *o = json_pack("{s:s, s:I, s:o, s:b, s:I, s:I}", "service", sd__rstr(e, 0),
+                          "version", (json_int_t)sd__rnum(e, 2),
+                          "spec", spec ? spec : json_object(),
+                          "stopped", sd__rnum(e, 3) == 1,
+                          "restart_token", (json_int_t)sd__rnum(e, 4),
+                          "max_unavailable", (json_int_t)sd__rnum(e, 5));
     json_t *slots = json_object();
     const redisReply *st = e->element[6];
     for (size_t i = 0; i + 1 < st->elements; i += 2)
-        json_object_set_new(slots, rstr(st, i), json_integer(rnum(st, i + 1)));
+        json_object_set_new(slots, sd__rstr(st, i), json_integer(sd__rnum(st, i + 1)));
     json_object_set_new(o, "slot_restart_tokens", slots);
     return o;
 }
@@ -223,11 +180,11 @@ int h_services_list(sd_req_t *req, sd_resp_t *resp)
     if (sd_req_name(req, resp, 0, "cluster", &cluster))
         return 0;
     redisReply *r = NULL;
-    int rc = run("service_list", cluster, &r, "", NULL, NULL, NULL);
+    int rc = sd__cluster_run("service_list", cluster, &r, "", NULL);
     if (rc)
         return sd_resp_store_error(resp, rc);
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
-        bad_reply(resp, "service_list", r);
+        sd__bad_reply(resp, "service_list", r);
         freeReplyObject(r);
         return 0;
     }
@@ -237,7 +194,7 @@ int h_services_list(sd_req_t *req, sd_resp_t *resp)
         if (s)
             json_array_append_new(list, s);
     }
-    json_t *out = json_pack("{s:I, s:o}", "version", (json_int_t)rnum(r, 0), "services", list);
+    json_t *out = json_pack("{s:I, s:o}", "version", (json_int_t)sd__rnum(r, 0), "services", list);
     freeReplyObject(r);
     return sd_resp_json(resp, 200, out);
 }
@@ -261,17 +218,17 @@ int h_service_delete(sd_req_t *req, sd_resp_t *resp)
         sd_req_name(req, resp, 1, "service", &svc))
         return 0;
     redisReply *r = NULL;
-    int rc = run("service_delete", cluster, &r, svc, NULL, NULL, NULL);
+    int rc = sd__cluster_run("service_delete", cluster, &r, svc, NULL);
     if (rc)
         return sd_resp_store_error(resp, rc);
-    if (is_status(r, "unknown_service")) {
+    if (sd__rstatus_is(r, "unknown_service")) {
         unknown_service(resp, svc);
-    } else if (is_status(r, "ok")) {
+    } else if (sd__rstatus_is(r, "ok")) {
         log_info("service deleted", "cluster=%s service=%s", cluster, svc);
         SD_COUNT("serverdir_service_changes_total", "service specs created or changed", 1);
         sd_resp_empty(resp, 204);
     } else {
-        bad_reply(resp, "service_delete", r);
+        sd__bad_reply(resp, "service_delete", r);
     }
     freeReplyObject(r);
     return 0;
@@ -331,20 +288,20 @@ static int service_stop_set(sd_req_t *req, sd_resp_t *resp, int stop)
         sd_req_name(req, resp, 1, "service", &svc))
         return 0;
     redisReply *r = NULL;
-    int rc = run("service_stop", cluster, &r, svc, stop ? "1" : "0", NULL, NULL);
+    int rc = sd__cluster_run("service_stop", cluster, &r, svc, stop ? "1" : "0", NULL);
     if (rc)
         return sd_resp_store_error(resp, rc);
-    if (is_status(r, "unknown_service")) {
+    if (sd__rstatus_is(r, "unknown_service")) {
         unknown_service(resp, svc);
-    } else if (is_status(r, "ok") && r->elements == 3) {
-        if (rnum(r, 1) == 1)
+    } else if (sd__rstatus_is(r, "ok") && r->elements == 3) {
+        if (sd__rnum(r, 1) == 1)
             log_info(stop ? "service stopped" : "service started", "cluster=%s service=%s",
                      cluster, svc);
         sd_resp_json(resp, 200, json_pack("{s:s, s:b, s:b, s:I}", "service", svc, "stopped", stop,
-                                          "changed", rnum(r, 1) == 1, "version",
-                                          (json_int_t)rnum(r, 2)));
+                                          "changed", sd__rnum(r, 1) == 1, "version",
+                                          (json_int_t)sd__rnum(r, 2)));
     } else {
-        bad_reply(resp, "service_stop", r);
+        sd__bad_reply(resp, "service_stop", r);
     }
     freeReplyObject(r);
     return 0;
@@ -381,23 +338,23 @@ int h_service_restart(sd_req_t *req, sd_resp_t *resp)
         return sd_resp_error(resp, 400, "bad_field", "%s", err);
     snprintf(mu, sizeof mu, "%lld", (long long)max_unavailable);
     redisReply *r = NULL;
-    int rc = run("service_restart", cluster, &r, svc, mu, NULL, NULL);
+    int rc = sd__cluster_run("service_restart", cluster, &r, svc, mu, NULL);
     if (rc)
         return sd_resp_store_error(resp, rc);
-    if (is_status(r, "unknown_service")) {
+    if (sd__rstatus_is(r, "unknown_service")) {
         unknown_service(resp, svc);
-    } else if (is_status(r, "ok") && r->elements == 3) {
+    } else if (sd__rstatus_is(r, "ok") && r->elements == 3) {
         log_info("service restart requested", "cluster=%s service=%s restart_token=%lld "
-                 "max_unavailable=%lld", cluster, svc, (long long)rnum(r, 1),
+                 "max_unavailable=%lld", cluster, svc, (long long)sd__rnum(r, 1),
                  (long long)max_unavailable);
         SD_COUNT("serverdir_restarts_requested_total{kind=\"service\"}",
                  "restarts requested by operators", 1);
         sd_resp_json(resp, 200, json_pack("{s:s, s:I, s:I, s:I}", "service", svc,
-                                          "restart_token", (json_int_t)rnum(r, 1),
+                                          "restart_token", (json_int_t)sd__rnum(r, 1),
                                           "max_unavailable", (json_int_t)max_unavailable,
-                                          "version", (json_int_t)rnum(r, 2)));
+                                          "version", (json_int_t)sd__rnum(r, 2)));
     } else {
-        bad_reply(resp, "service_restart", r);
+        sd__bad_reply(resp, "service_restart", r);
     }
     freeReplyObject(r);
     return 0;
@@ -421,30 +378,31 @@ int h_instance_restart(sd_req_t *req, sd_resp_t *resp)
         return sd_resp_error(resp, 400, "bad_field", "%s", err);
     }
     redisReply *r = NULL;
-    int rc = run("instance_restart", cluster, &r, inst, NULL, NULL, NULL);
+    int rc = sd__cluster_run("instance_restart", cluster, &r, inst, NULL);
     if (rc) {
         json_decref(body);
         return sd_resp_store_error(resp, rc);
     }
-    if (is_status(r, "unknown_instance")) {
+    if (sd__rstatus_is(r, "unknown_instance")) {
         sd_resp_error_extra(resp, 404, "unknown_instance", json_pack("{s:s}", "instance", inst),
                             "instance '%s' is not in the directory", inst);
-    } else if (is_status(r, "no_slot")) {
+    } else if (sd__rstatus_is(r, "no_slot")) {
         sd_resp_error_extra(resp, 409, "no_slot", json_pack("{s:s}", "instance", inst),
                             "instance '%s' has no slot (not placed by the primary)", inst);
-    } else if (is_status(r, "unknown_service")) {
-        unknown_service(resp, rstr(r, 1));
-    } else if (is_status(r, "ok") && r->elements == 5) {
+    } else if (sd__rstatus_is(r, "unknown_service")) {
+        unknown_service(resp, sd__rstr(r, 1));
+    } else if (sd__rstatus_is(r, "ok") && r->elements == 5) {
         log_info("instance restart requested", "cluster=%s instance=%s service=%s slot=%s",
-                 cluster, inst, rstr(r, 1), rstr(r, 2));
+                 cluster, inst, sd__rstr(r, 1), sd__rstr(r, 2));
         SD_COUNT("serverdir_restarts_requested_total{kind=\"instance\"}",
                  "restarts requested by operators", 1);
         sd_resp_json(resp, 200, json_pack("{s:s, s:s, s:I, s:I, s:I}", "instance", inst,
-                                          "service", rstr(r, 1), "slot", (json_int_t)rnum(r, 2),
-                                          "restart_token", (json_int_t)rnum(r, 3), "version",
-                                          (json_int_t)rnum(r, 4)));
+                                          "service", sd__rstr(r, 1),
+                                          "slot", (json_int_t)sd__rnum(r, 2),
+                                          "restart_token", (json_int_t)sd__rnum(r, 3), "version",
+                                          (json_int_t)sd__rnum(r, 4)));
     } else {
-        bad_reply(resp, "instance_restart", r);
+        sd__bad_reply(resp, "instance_restart", r);
     }
     freeReplyObject(r);
     json_decref(body);
@@ -459,20 +417,21 @@ static int cluster_stop_set(sd_req_t *req, sd_resp_t *resp, int stop)
         return 0;
     char chan[96];
     redisReply *r = NULL;
-    int rc = run("cluster_stop", cluster, &r, stop ? "1" : "0",
-                 sd_assign_channel(chan, sizeof chan), cluster, NULL);
+    int rc = sd__cluster_run("cluster_stop", cluster, &r, stop ? "1" : "0",
+                             sd_assign_channel(chan, sizeof chan), cluster, NULL);
     if (rc)
         return sd_resp_store_error(resp, rc);
     if (r->type == REDIS_REPLY_ARRAY && r->elements == 2) {
-        if (rnum(r, 0) == 1) {
+        if (sd__rnum(r, 0) == 1) {
             log_info(stop ? "cluster stopped" : "cluster started", "cluster=%s peer=%s", cluster,
                      req->peer_ip);
             SD_COUNT("serverdir_cluster_stop_changes_total", "realm stop/start flag changes", 1);
         }
         sd_resp_json(resp, 200, json_pack("{s:b, s:b, s:I}", "cluster_stopped", stop, "changed",
-                                          rnum(r, 0) == 1, "version", (json_int_t)rnum(r, 1)));
+                                          sd__rnum(r, 0) == 1,
+                                          "version", (json_int_t)sd__rnum(r, 1)));
     } else {
-        bad_reply(resp, "cluster_stop", r);
+        sd__bad_reply(resp, "cluster_stop", r);
     }
     freeReplyObject(r);
     return 0;
@@ -490,21 +449,21 @@ static int machine_drain_set(sd_req_t *req, sd_resp_t *resp, int drain)
         sd_req_name(req, resp, 1, "machine", &machine))
         return 0;
     redisReply *r = NULL;
-    int rc = run("machine_drain", cluster, &r, machine, drain ? "1" : "0", NULL, NULL);
+    int rc = sd__cluster_run("machine_drain", cluster, &r, machine, drain ? "1" : "0", NULL);
     if (rc)
         return sd_resp_store_error(resp, rc);
-    if (is_status(r, "unknown_machine")) {
+    if (sd__rstatus_is(r, "unknown_machine")) {
         sd_resp_error_extra(resp, 404, "unknown_machine", json_pack("{s:s}", "machine", machine),
                             "machine '%s' is not registered", machine);
-    } else if (is_status(r, "ok") && r->elements == 3) {
-        if (rnum(r, 1) == 1)
+    } else if (sd__rstatus_is(r, "ok") && r->elements == 3) {
+        if (sd__rnum(r, 1) == 1)
             log_info(drain ? "machine draining" : "machine undrained", "cluster=%s machine=%s",
                      cluster, machine);
         sd_resp_json(resp, 200, json_pack("{s:s, s:b, s:b, s:I}", "machine", machine, "draining",
-                                          drain, "changed", rnum(r, 1) == 1, "version",
-                                          (json_int_t)rnum(r, 2)));
+                                          drain, "changed", sd__rnum(r, 1) == 1, "version",
+                                          (json_int_t)sd__rnum(r, 2)));
     } else {
-        bad_reply(resp, "machine_drain", r);
+        sd__bad_reply(resp, "machine_drain", r);
     }
     freeReplyObject(r);
     return 0;

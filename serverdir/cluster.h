@@ -1,7 +1,8 @@
 /* Cluster orchestration (issue 6, docs/cluster.md): desired services, the primary lease,
  * per-machine assignments and their long-poll. api_services.c and api_cluster.c are the
- * handlers, cluster_spec.c validates and compares service specs, assign_wait.c parks
- * assignment long-polls on one waiter thread.
+ * handlers, cluster_spec.c validates and compares service specs (and holds the script
+ * reply helpers both handler files use), assign_wait.c parks assignment long-polls on
+ * one waiter thread.
  *
  * Redis layout, all under the cluster's key base "<prefix>{<cluster>}:" (one hash slot):
  *   services           set    service names
@@ -73,5 +74,26 @@ void sd_assign_park(sd_req_t *req, sd_resp_t *resp, const char *cluster, const c
 /* Fills resp with an assignment document answer: 200 + ETag "<version>", or 304 when
  * if_none_match names the current version. Steals doc. */
 void sd_assign_answer(sd_resp_t *resp, json_t *doc, int64_t version, const char *if_none_match);
+
+/* ---------- script reply helpers of api_cluster.c and api_services.c ---------- */
+
+/* Element i of an array reply as text: a string or status element, else "" (absent or
+ * another type). Points into r. */
+const char *sd__rstr(const redisReply *r, size_t i);
+
+/* Element i of an array reply as a number (integer, or decimal text; 0 otherwise). */
+int64_t sd__rnum(const redisReply *r, size_t i);
+
+/* Whether r is an array reply whose first element is the status word st. */
+int sd__rstatus_is(const redisReply *r, const char *st);
+
+/* Logs a script reply the handler does not understand and answers 500 internal. */
+int sd__bad_reply(sd_resp_t *resp, const char *script, redisReply *r);
+
+/* Runs a cluster script with the cluster's key base as its one key and the string args
+ * that follow, up to a terminating NULL. Returns a SD_STORE_* code, *out as
+ * sd_store_script. */
+int sd__cluster_run(const char *script, const char *cluster, redisReply **out, ...)
+    __attribute__((sentinel));
 
 #endif

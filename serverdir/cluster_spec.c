@@ -1,6 +1,7 @@
 /* Service specs: the envelope check serverdir does before storing one (bigbrother checks
  * the process parts when it applies it), the canonical text they are stored and compared
  * as, and the human-readable diff shown by PUT (and its dry run). */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -175,4 +176,50 @@ void sd_spec_diff(const json_t *old_spec, const json_t *new_spec, json_t *change
         return;
     }
     diff_value("", old_spec, new_spec, changes);
+}
+
+/* ---------- script reply helpers ---------- */
+
+const char *sd__rstr(const redisReply *r, size_t i)
+{
+    if (!r || r->type != REDIS_REPLY_ARRAY || i >= r->elements)
+        return "";
+    const redisReply *e = r->element[i];
+    return e->type == REDIS_REPLY_STRING || e->type == REDIS_REPLY_STATUS ? e->str : "";
+}
+
+int64_t sd__rnum(const redisReply *r, size_t i)
+{
+    if (r && r->type == REDIS_REPLY_ARRAY && i < r->elements &&
+        r->element[i]->type == REDIS_REPLY_INTEGER)
+        return r->element[i]->integer;
+    return strtoll(sd__rstr(r, i), NULL, 10);
+}
+
+int sd__rstatus_is(const redisReply *r, const char *st)
+{
+    return r && r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && strcmp(sd__rstr(r, 0), st) == 0;
+}
+
+int sd__bad_reply(sd_resp_t *resp, const char *script, redisReply *r)
+{
+    log_error("unexpected script reply", "script=%s type=%d err=%s", script, r ? r->type : -1,
+              r && r->type == REDIS_REPLY_ERROR ? r->str : "");
+    return sd_resp_error(resp, 500, "internal", "unexpected reply from the store");
+}
+
+int sd__cluster_run(const char *script, const char *cluster, redisReply **out, ...)
+{
+    char base[256];
+    sd_argv_t a;
+    sd_argv_init(&a);
+    sd_argv_add(&a, sd_key(base, sizeof base, cluster, "%s", ""));
+    va_list ap;
+    va_start(ap, out);
+    for (const char *arg = va_arg(ap, const char *); arg; arg = va_arg(ap, const char *))
+        sd_argv_add(&a, arg);
+    va_end(ap);
+    int rc = sd_store_script(script, 1, &a, out);
+    sd_argv_free(&a);
+    return rc;
 }

@@ -178,9 +178,13 @@ int sd_master_rate_take(int which, const char *ip, int64_t cost)
 
 /* ---------- store calls ---------- */
 
-static void master_prefix(char *buf, size_t cap)
+/* Starts the argv of a master script: the key base "<prefix>master:" as its one key,
+ * then now (wall ms) as its first argument. The caller frees a with sd_argv_free. */
+static void master_argv_init(sd_argv_t *a, int64_t now)
 {
-    snprintf(buf, cap, "%smaster:", sd_store_prefix());
+    sd_argv_init(a);
+    sd_argv_addf(a, "%smaster:", sd_store_prefix());
+    sd_argv_addf(a, "%lld", (long long)now);
 }
 
 /* The serverdir_master_servers gauge: servers whose listing has not expired (one ZCOUNT
@@ -195,8 +199,7 @@ static int master_servers_gauge(double *value)
     pthread_mutex_lock(&mu);
     if (!at_ms || now - at_ms >= 1000) {
         char key[128];
-        master_prefix(key, sizeof key);
-        sd_strlcpy(key + strlen(key), "exp", sizeof key - strlen(key));
+        snprintf(key, sizeof key, "%smaster:exp", sd_store_prefix());
         sd_argv_t av;
         sd_argv_init(&av);
         sd_argv_add(&av, "ZCOUNT");
@@ -256,12 +259,8 @@ int sd_master_challenge(const char *bind, const char *ip, char *chal, size_t cha
                 return SD_STORE_ERROR;
             sd_strlcpy(chal, hex, chalcap);
         }
-        char p[96];
-        master_prefix(p, sizeof p);
         sd_argv_t a;
-        sd_argv_init(&a);
-        sd_argv_add(&a, p);
-        sd_argv_addf(&a, "%lld", (long long)sd_wall_ms());
+        master_argv_init(&a, sd_wall_ms());
         sd_argv_add(&a, bind);
         sd_argv_add(&a, ip);
         sd_argv_add(&a, chal);
@@ -330,8 +329,7 @@ int sd_master_accept(const char *bind, const char *challenge, const sd_master_se
     char *json = server_json(s, now, now + ttl);
     if (!json)
         return SD_STORE_ERROR;
-    char p[96], tags[16 * 34 + 2] = ",", g[65], m[65];
-    master_prefix(p, sizeof p);
+    char tags[16 * 34 + 2] = ",", g[65], m[65];
     for (int i = 0; i < s->ntags; i++) {
         char t[33];
         lower(t, s->tags[i], sizeof t);
@@ -341,9 +339,7 @@ int sd_master_accept(const char *bind, const char *challenge, const sd_master_se
     lower(m, s->map, sizeof m);
 
     sd_argv_t a;
-    sd_argv_init(&a);
-    sd_argv_add(&a, p);
-    sd_argv_addf(&a, "%lld", (long long)now);
+    master_argv_init(&a, now);
     sd_argv_add(&a, bind);
     sd_argv_add(&a, challenge);
     sd_argv_add(&a, s->addr);
@@ -392,12 +388,8 @@ int sd_master_accept(const char *bind, const char *challenge, const sd_master_se
 
 int sd_master_terminate(const char *addr, const char *ip, sd_master_refusal_t *why)
 {
-    char p[96];
-    master_prefix(p, sizeof p);
     sd_argv_t a;
-    sd_argv_init(&a);
-    sd_argv_add(&a, p);
-    sd_argv_addf(&a, "%lld", (long long)sd_wall_ms());
+    master_argv_init(&a, sd_wall_ms());
     sd_argv_add(&a, addr);
     sd_argv_add(&a, ip);
     redisReply *r;
@@ -519,12 +511,8 @@ int sd_master_query(const sd_master_filter_t *f, const char *after, int limit,
     if (f->n == 0)
         return query_jlist(after, limit, want_json, out);
     int gi = game_index_term(f);
-    char p[96];
-    master_prefix(p, sizeof p);
     sd_argv_t a;
-    sd_argv_init(&a);
-    sd_argv_add(&a, p);
-    sd_argv_addf(&a, "%lld", (long long)sd_wall_ms());
+    master_argv_init(&a, sd_wall_ms());
     sd_argv_add(&a, after);
     sd_argv_addf(&a, "%d", limit);
     sd_argv_addf(&a, "%lld", (long long)sd_master_cfg.scan_budget);

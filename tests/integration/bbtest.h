@@ -35,16 +35,22 @@ typedef struct {
     int runs;
 } bbt_t;
 
+/* Gives b a fresh directory (h_tmpdir) and, below it, its state dir and its control
+ * and agent socket paths. */
+static inline void bbt_dirs(bbt_t *b)
+{
+    snprintf(b->dir, sizeof(b->dir), "%s", h_tmpdir());
+    snprintf(b->state, sizeof(b->state), "%s/st", b->dir);
+    snprintf(b->sock, sizeof(b->sock), "%s/control.sock", b->state);
+    snprintf(b->agent, sizeof(b->agent), "%s/agent.sock", b->state);
+}
+
 /* Writes the config: machine m1, cluster c1, the given services JSON array, plus extra
  * top-level members (a JSON fragment starting with ',' or ""). */
 static inline void bbt_config(bbt_t *b, const char *services, const char *extra)
 {
-    if (!b->dir[0]) {
-        snprintf(b->dir, sizeof(b->dir), "%s", h_tmpdir());
-        snprintf(b->state, sizeof(b->state), "%s/st", b->dir);
-        snprintf(b->sock, sizeof(b->sock), "%s/control.sock", b->state);
-        snprintf(b->agent, sizeof(b->agent), "%s/agent.sock", b->state);
-    }
+    if (!b->dir[0])
+        bbt_dirs(b);
     char *text = NULL;
     if (asprintf(&text,
                  "{\"machine\": \"m1\", \"cluster\": \"c1\", \"state_dir\": \"%s\","
@@ -148,6 +154,14 @@ static inline json_t *bbt_wait(const bbt_t *b, const char *service, int slot, co
         h_sleep_ms(20);
     }
     return NULL;
+}
+
+/* Stops every process b supervises (bbctl stop all), then b itself: SIGTERM, SIGKILL
+ * after grace_ms. */
+static inline void bbt_stop(const bbt_t *b, int grace_ms)
+{
+    json_decref(bbt_ctl(b, "stop all"));
+    h_stop(b->pid, grace_ms);
 }
 
 /* 1 if pid runs (exists and is not a zombie). */

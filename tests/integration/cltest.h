@@ -29,10 +29,7 @@ static inline void cl_config(cl_t *c, int i)
 {
     bbt_t *b = &c->bb[i];
     snprintf(c->name[i], sizeof(c->name[i]), "m%d", i + 1);
-    snprintf(b->dir, sizeof(b->dir), "%s", h_tmpdir());
-    snprintf(b->state, sizeof(b->state), "%s/st", b->dir);
-    snprintf(b->sock, sizeof(b->sock), "%s/control.sock", b->state);
-    snprintf(b->agent, sizeof(b->agent), "%s/agent.sock", b->state);
+    bbt_dirs(b);
     char *text = NULL;
     if (asprintf(&text,
                  "{\"machine\": \"%s\", \"cluster\": \"c1\", \"state_dir\": \"%s\","
@@ -223,8 +220,7 @@ static inline void cl_stop(cl_t *c)
         if (c->bb[i].pid <= 0)
             continue;
         kill(c->bb[i].pid, SIGCONT);
-        json_decref(bbt_ctl(&c->bb[i], "stop all"));
-        h_stop(c->bb[i].pid, cl_ms(10000));
+        bbt_stop(&c->bb[i], cl_ms(10000));
     }
     h_serverdir_stop(&c->sd);
     h_redis_stop(&c->redis);

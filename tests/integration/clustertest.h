@@ -1,6 +1,7 @@
 /* Helpers shared by the cluster-orchestration tests (it_services, it_primary,
- * it_assignments, it_sdctl_cluster): one JSON call against a serverdir with a token,
- * returning the status and the parsed body. */
+ * it_assignments, it_sdctl_cluster): the redis-server and serverdir of the test file,
+ * and one JSON call against a serverdir with a token, returning the status and the
+ * parsed body. */
 #ifndef SD_CLUSTERTEST_H
 #define SD_CLUSTERTEST_H
 
@@ -9,6 +10,35 @@
 #include <string.h>
 
 #include "harness.h"
+
+/* The redis-server and serverdir the test file runs against (ct_start). */
+static h_redis_t redis;
+static h_serverdir_t sd;
+
+/* Starts redis-server, then serverdir on it with the test tokens and the extra flags
+ * (NULL-terminated, or NULL). Returns 0, or -1 when either does not start. */
+static inline int ct_start(const char *const *extra)
+{
+    if (h_redis_start(&redis) || h_serverdir_start(&sd, redis.url, h_tokens_file(), extra))
+        return -1;
+    return 0;
+}
+
+/* cmocka group setup: ct_start without extra flags. */
+static inline int ct_setup(void **state)
+{
+    (void)state;
+    return ct_start(NULL);
+}
+
+/* cmocka group teardown: stops serverdir, then redis-server. */
+static inline int ct_teardown(void **state)
+{
+    (void)state;
+    h_serverdir_stop(&sd);
+    h_redis_stop(&redis);
+    return 0;
+}
 
 /* METHOD base+path (printf) with token and an optional JSON body. Returns the HTTP
  * status (-1 on a transport error); *out (when given) is the parsed body or NULL, and

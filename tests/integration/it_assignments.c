@@ -19,24 +19,11 @@
 
 #define WAITERS 500
 
-static h_redis_t redis;
-static h_serverdir_t sd;
-
 static int setup(void **state)
 {
     (void)state;
     static const char *const extra[] = {"--threads", "2", NULL};
-    if (h_redis_start(&redis) || h_serverdir_start(&sd, redis.url, h_tokens_file(), extra))
-        return -1;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    h_serverdir_stop(&sd);
-    h_redis_stop(&redis);
-    return 0;
+    return ct_start(extra);
 }
 
 /* Takes the primary lease of cluster c for m1; returns the epoch. */
@@ -462,7 +449,7 @@ int main(void)
         cmocka_unit_test(bad_assignments_change_nothing),
         cmocka_unit_test(lost_machine_processes_stop_as_machine_lost),
     };
-    int rc = cmocka_run_group_tests(tests, setup, teardown);
+    int rc = cmocka_run_group_tests(tests, setup, ct_teardown);
     curl_global_cleanup();
     return rc;
 }

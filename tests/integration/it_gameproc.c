@@ -24,9 +24,7 @@
 #include <unistd.h>
 
 #include "bbproto.h"
-#include "harness.h"
-
-#define GAMEPROC SD_BIN_DIR "/gameproc"
+#include "gptest.h"
 
 static const char *dir;
 
@@ -78,19 +76,6 @@ static int log_wait(const gp_run_t *g, const char *needle, int ms)
     return h_wait_until(log_cond, &w, ms) == 0 || log_has_(g->log, needle);
 }
 
-/* Waits up to ms for the process to exit; returns its wait status or -1. */
-static int wait_exit(const gp_run_t *g, int ms)
-{
-    int64_t end = h_now_ms() + ms;
-    int st;
-    do {
-        if (h_exited(g->pid, &st))
-            return st;
-        h_sleep_ms(10);
-    } while (h_now_ms() < end);
-    return -1;
-}
-
 static void gp_kill(gp_run_t *g)
 {
     kill(g->pid, SIGKILL);
@@ -98,17 +83,6 @@ static void gp_kill(gp_run_t *g)
 }
 
 /* ---- a supervisor end for the agent protocol --------------------------------------- */
-
-static int agent_listen(const char *path)
-{
-    struct sockaddr_un a = { .sun_family = AF_UNIX };
-    snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
-    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    assert_true(fd >= 0);
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    assert_int_equal(listen(fd, 4), 0);
-    return fd;
-}
 
 static int wait_readable(int fd, int ms)
 {
@@ -167,7 +141,7 @@ static void runs_alone_and_stops_on_sigterm(void **state)
 
     int64_t t0 = h_now_ms();
     kill(g.pid, SIGTERM);
-    st = wait_exit(&g, 3000);
+    st = gp_wait_exit(g.pid, 3000);
     assert_true(st != -1);
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
@@ -182,7 +156,7 @@ static void crash_with_exit_code(void **state)
     const char *args[] = { "--crash-after", "1", "--exit-code", "7", NULL };
     int64_t t0 = h_now_ms();
     gp_start(&g, "crash7", args, NULL);
-    int st = wait_exit(&g, 5000);
+    int st = gp_wait_exit(g.pid, 5000);
     int64_t took = h_now_ms() - t0;
     assert_true(st != -1);
     assert_true(WIFEXITED(st));
@@ -196,7 +170,7 @@ static void crash_by_abort(void **state)
     gp_run_t g;
     const char *args[] = { "--crash-after", "1", NULL };
     gp_start(&g, "abort", args, NULL);
-    int st = wait_exit(&g, 5000);
+    int st = gp_wait_exit(g.pid, 5000);
     assert_true(st != -1);
     assert_true(WIFSIGNALED(st));
     assert_int_equal(WTERMSIG(st), SIGABRT);
@@ -231,7 +205,7 @@ static void bad_options_are_usage_errors(void **state)
         char tag[32];
         snprintf(tag, sizeof tag, "usage%zu", i);
         gp_start(&g, tag, cases[i], NULL);
-        int st = wait_exit(&g, 3000);
+        int st = gp_wait_exit(g.pid, 3000);
         if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 100)
             fail_msg("case %zu (%s): want exit 100", i, cases[i][0]);
     }
@@ -482,7 +456,7 @@ static void notify_ready_watchdog_stopping(void **state)
         stopping = strcmp(buf, "STOPPING=1") == 0;
     }
     assert_true(stopping);
-    int st = wait_exit(&g, 3000);
+    int st = gp_wait_exit(g.pid, 3000);
     assert_true(st != -1 && WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
     close(fd);
@@ -495,7 +469,7 @@ static void agent_ready_heartbeat_shutdown(void **state)
     char path[100], env_sock[120];
     snprintf(path, sizeof path, "%s/agent.sock", dir);
     snprintf(env_sock, sizeof env_sock, "BB_SOCKET=%s", path);
-    int lfd = agent_listen(path);
+    int lfd = gp_agent_listen(path);
     const char *env[] = { env_sock, "BB_INSTANCE=zone-it-1", NULL };
     const char *args[] = { "--players", "6", "--slow-start", "0.5", "--save-ms", "300", NULL };
     gp_run_t g;
@@ -536,7 +510,7 @@ static void agent_ready_heartbeat_shutdown(void **state)
     send(c, "SHUTDOWN=1\nGRACE_MS=2000\n", 25, 0);
     assert_true(wait_key(c, "BYE", 3000, msg, sizeof msg, NULL));
     assert_non_null(strstr(msg, "BYE=shutdown"));
-    int st = wait_exit(&g, 3000);
+    int st = gp_wait_exit(g.pid, 3000);
     int64_t took = h_now_ms() - t0;
     assert_true(st != -1 && WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
@@ -551,7 +525,7 @@ static void hang_stops_heartbeats(void **state)
     char path[100], env_sock[120];
     snprintf(path, sizeof path, "%s/hang.sock", dir);
     snprintf(env_sock, sizeof env_sock, "BB_SOCKET=%s", path);
-    int lfd = agent_listen(path);
+    int lfd = gp_agent_listen(path);
     const char *env[] = { env_sock, NULL };
     const char *args[] = { "--hang-after", "0.7", NULL };
     gp_run_t g;
@@ -573,7 +547,7 @@ static void hang_stops_heartbeats(void **state)
     h_sleep_ms(300);
     assert_int_equal(h_exited(g.pid, &st), 0);
     kill(g.pid, SIGABRT);
-    st = wait_exit(&g, 3000);
+    st = gp_wait_exit(g.pid, 3000);
     assert_true(st != -1 && WIFSIGNALED(st));
     assert_int_equal(WTERMSIG(st), SIGABRT);
     close(c);
@@ -585,7 +559,7 @@ static void no_agent_never_connects(void **state)
     char path[100], env_sock[120];
     snprintf(path, sizeof path, "%s/noagent.sock", dir);
     snprintf(env_sock, sizeof env_sock, "BB_SOCKET=%s", path);
-    int lfd = agent_listen(path);
+    int lfd = gp_agent_listen(path);
     const char *env[] = { env_sock, NULL };
     const char *args[] = { "--no-agent", NULL };
     gp_run_t g;

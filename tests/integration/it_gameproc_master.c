@@ -21,9 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "harness.h"
-
-#define GAMEPROC SD_BIN_DIR "/gameproc"
+#include "gptest.h"
 
 static h_redis_t redis;
 static h_serverdir_t sd;
@@ -87,18 +85,6 @@ static void gp_start(gp_run_t *g, const char *name, const char *const *extra)
     if (f)
         fclose(f);
     assert_true(g->port > 0);
-}
-
-static int wait_exit(const gp_run_t *g, int ms)
-{
-    int64_t end = h_now_ms() + ms;
-    int st;
-    do {
-        if (h_exited(g->pid, &st))
-            return st;
-        h_sleep_ms(10);
-    } while (h_now_ms() < end);
-    return -1;
 }
 
 /* The master-list entry for 127.0.0.1:port (caller decrefs), or NULL. */
@@ -228,7 +214,7 @@ static void rest_announce_and_terminate(void **state)
     json_decref(s);
 
     assert_int_equal(kill(g.pid, SIGTERM), 0);
-    int st = wait_exit(&g, 8000);
+    int st = gp_wait_exit(g.pid, 8000);
     assert_true(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
     assert_true(log_has(g.log, "msg=\"removed from master list\""));
     /* Gone at once, not after the 3-interval expiry. */
@@ -267,7 +253,7 @@ static void udp_master_dance(void **state)
     close(fd);
 
     assert_int_equal(kill(g.pid, SIGTERM), 0);
-    int st = wait_exit(&g, 8000);
+    int st = gp_wait_exit(g.pid, 8000);
     assert_true(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
     assert_true(log_has(g.log, "msg=\"udp master heartbeat\" master="));
     assert_true(log_has(g.log, "last=1"));

@@ -20,9 +20,7 @@
 #include <unistd.h>
 
 #include "bbproto.h"
-#include "harness.h"
-
-#define GAMEPROC SD_BIN_DIR "/gameproc"
+#include "gptest.h"
 
 static h_redis_t redis;
 static h_serverdir_t sd;
@@ -82,18 +80,6 @@ static int log_wait_n(const gp_run_t *g, const char *needle, int count, int ms)
 {
     log_wait_t w = { g->log, needle, count };
     return h_wait_until(log_cond, &w, ms);
-}
-
-static int wait_exit(const gp_run_t *g, int ms)
-{
-    int64_t end = h_now_ms() + ms;
-    int st;
-    do {
-        if (h_exited(g->pid, &st))
-            return st;
-        h_sleep_ms(10);
-    } while (h_now_ms() < end);
-    return -1;
 }
 
 /* GET /v1/locks/{key}: holder ("" when free) and lock_seq. */
@@ -233,7 +219,7 @@ static void fencing_end_to_end(void **state)
     int st = h_stop(a.pid, 5000);
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     assert_int_equal(kill(b.pid, SIGTERM), 0);
-    st = wait_exit(&b, 8000);
+    st = gp_wait_exit(b.pid, 8000);
     assert_true(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
     assert_true(log_wait_n(&b, "msg=\"player left\" key=player:7", 1, 100));
     blob_get("player:7", &now);
@@ -262,7 +248,7 @@ static void sigterm_saves_then_releases(void **state)
     h_sleep_ms(500);
 
     assert_int_equal(kill(c.pid, SIGTERM), 0);
-    int st = wait_exit(&c, 8000);
+    int st = gp_wait_exit(c.pid, 8000);
     assert_true(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
     assert_int_equal(log_count(c.log, "saved=1 released=1"), 2);
     const char *keys[] = { "player:20", "player:21" };
@@ -278,17 +264,6 @@ static void sigterm_saves_then_releases(void **state)
 }
 
 /* ---- a fake Big Brother at the agent socket --------------------------------------- */
-
-static int agent_listen(const char *path)
-{
-    struct sockaddr_un a = { .sun_family = AF_UNIX };
-    snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
-    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    assert_true(fd >= 0);
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    assert_int_equal(listen(fd, 4), 0);
-    return fd;
-}
 
 /* Reads agent messages for ms; returns the number of heartbeats seen. */
 static int count_heartbeats(int fd, int ms)
@@ -345,7 +320,7 @@ static void serverdir_outage_does_not_stall_the_tick(void **state)
     char path[100], env_sock[120];
     snprintf(path, sizeof path, "%s/agent.sock", dir);
     snprintf(env_sock, sizeof env_sock, "BB_SOCKET=%s", path);
-    int lfd = agent_listen(path);
+    int lfd = gp_agent_listen(path);
     const char *env[] = { env_sock, "BB_INSTANCE=zone-d-1", NULL };
     const char *fast[] = { "--save-every-ms", "300", NULL };
     gp_run_t d;
@@ -375,7 +350,7 @@ static void serverdir_outage_does_not_stall_the_tick(void **state)
     assert_true(blob_wait("player:30", "holder=zone-d-1", gap.blob_seq + 1, 5000));
 
     send(c, "SHUTDOWN=1\nGRACE_MS=4000\n", 25, 0);
-    int st = wait_exit(&d, 6000);
+    int st = gp_wait_exit(d.pid, 6000);
     assert_true(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
     assert_true(log_wait_n(&d, "msg=\"player left\" key=player:30", 1, 100));
     assert_true(log_count(d.log, "saved=1 released=1") == 1);

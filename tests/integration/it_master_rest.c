@@ -21,6 +21,7 @@
 #include <sys/wait.h>
 
 #include "harness.h"
+#include "harness_sdctl.h"
 #include "sdclient.h"
 
 static h_redis_t redis;
@@ -494,24 +495,12 @@ static void cursor_walk_1200(void **state)
 /* Runs sdctl with args against copy A; returns its exit status, output in out. */
 static int run_sdctl(const char *const *args, char *out, size_t cap)
 {
-    char log[300];
-    snprintf(log, sizeof log, "%s/sdctl.out", h_tmpdir());
-    const char *argv[24] = {SD_BIN_DIR "/sdctl", "--url", A.url};
-    int n = 3;
-    for (const char *const *a = args; *a && n < 23; a++)
+    const char *argv[23] = {"--url", A.url};
+    int n = 2;
+    for (const char *const *a = args; *a && n < 22; a++)
         argv[n++] = *a;
     argv[n] = NULL;
-    pid_t pid = h_spawn(argv, log, NULL);
-    int st = -1;
-    int64_t until = h_now_ms() + 10000;
-    while (!h_exited(pid, &st) && h_now_ms() < until)
-        h_sleep_ms(10);
-    FILE *f = fopen(log, "r");
-    size_t got = f ? fread(out, 1, cap - 1, f) : 0;
-    out[got] = '\0';
-    if (f)
-        fclose(f);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return h_sdctl_run(argv, NULL, 10000, out, cap);
 }
 
 /* sdctl servers walks every batch with --all and applies the filters. */

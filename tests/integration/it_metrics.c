@@ -349,9 +349,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    json_t *j = bbt_ctl(&bbt, "stop all");
-    json_decref(j);
-    h_stop(bbt.pid, 5000);
+    bbt_stop(&bbt, 5000);
     h_serverdir_stop(&sd);
     h_redis_stop(&redis);
     return 0;

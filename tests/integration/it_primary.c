@@ -13,25 +13,6 @@
 
 #include "clustertest.h"
 
-static h_redis_t redis;
-static h_serverdir_t sd;
-
-static int setup(void **state)
-{
-    (void)state;
-    if (h_redis_start(&redis) || h_serverdir_start(&sd, redis.url, h_tokens_file(), NULL))
-        return -1;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    h_serverdir_stop(&sd);
-    h_redis_stop(&redis);
-    return 0;
-}
-
 /* POST /primary for machine m with ttl; returns the status, *epoch and holder. */
 static long acquire(const char *cluster, const char *m, int ttl, long long *epoch, char *holder)
 {
@@ -224,5 +205,5 @@ int main(void)
         cmocka_unit_test(roles_and_bad_input),
         cmocka_unit_test(metrics_count_changes_and_refusals),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, ct_setup, ct_teardown);
 }

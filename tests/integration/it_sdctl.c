@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 
 #include "harness.h"
+#include "harness_sdctl.h"
 
 static h_redis_t redis;
 static h_serverdir_t sd;
@@ -56,48 +57,15 @@ static int teardown(void **state)
  * and fills out with what it printed (stdout then stderr, NUL-terminated). */
 static int sdctl(const char *url, const char *token, char *out, size_t cap, ...)
 {
-    const char *argv[32] = {SD_BIN_DIR "/sdctl"};
-    int n = 1;
-    va_list ap;
-    va_start(ap, cap);
-    for (const char *a; (a = va_arg(ap, const char *)) && n < 31;)
-        argv[n++] = a;
-    va_end(ap);
-    argv[n] = NULL;
-    char env_url[256], env_tok[128], logpath[300];
+    char env_url[256], env_tok[128];
     snprintf(env_url, sizeof env_url, "SERVERDIR_URL=%s", url);
     snprintf(env_tok, sizeof env_tok, "SERVERDIR_TOKEN=%s", token ? token : "");
     const char *env[] = {env_url, env_tok, "SERVERDIR_CLUSTER=prod", "NO_COLOR=1", NULL};
-    snprintf(logpath, sizeof logpath, "%s/sdctl.out", h_tmpdir());
-    pid_t pid = h_spawn(argv, logpath, env);
-    int st = 0;
-    int64_t until = h_now_ms() + 15000;
-    while (!h_exited(pid, &st) && h_now_ms() < until)
-        h_sleep_ms(5);
-    FILE *f = fopen(logpath, "r");
-    size_t got = f ? fread(out, 1, cap - 1, f) : 0;
-    out[got] = '\0';
-    if (f)
-        fclose(f);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-/* The first line of text that contains needle, or NULL. */
-static const char *line_with(const char *text, const char *needle, char *line, size_t cap)
-{
-    const char *p = strstr(text, needle);
-    if (!p)
-        return NULL;
-    const char *b = p;
-    while (b > text && b[-1] != '\n')
-        b--;
-    const char *e = strchr(p, '\n');
-    size_t n = e ? (size_t)(e - b) : strlen(b);
-    if (n >= cap)
-        n = cap - 1;
-    memcpy(line, b, n);
-    line[n] = '\0';
-    return line;
+    va_list ap;
+    va_start(ap, cap);
+    int rc = h_sdctl_vrun(env, 15000, out, cap, ap);
+    va_end(ap);
+    return rc;
 }
 
 static void machines_table_and_json(void **state)
@@ -105,7 +73,7 @@ static void machines_table_and_json(void **state)
     char out[8192], line[512];
     assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "machines", NULL), 0);
     assert_non_null(strstr(out, "MACHINE"));
-    assert_non_null(line_with(out, "m1", line, sizeof line));
+    assert_non_null(h_line_with(out, "m1", line, sizeof line));
     assert_non_null(strstr(line, "live"));
     assert_non_null(strstr(line, "10.1.2.3"));
     assert_non_null(strstr(line, "64"));
@@ -127,11 +95,11 @@ static void ps_table_filters_and_json(void **state)
 {
     char out[8192], line[512];
     assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "ps", NULL), 0);
-    assert_non_null(line_with(out, "zone-m1-1", line, sizeof line));
+    assert_non_null(h_line_with(out, "zone-m1-1", line, sizeof line));
     assert_non_null(strstr(line, "ready"));
     assert_non_null(strstr(line, "4242"));
     assert_non_null(strstr(line, "game=27960"));
-    assert_non_null(line_with(out, "lobby-m2-1", line, sizeof line));
+    assert_non_null(h_line_with(out, "lobby-m2-1", line, sizeof line));
     assert_non_null(strstr(line, "starting"));
     assert_null(strstr(out, "zone-m2-9"));
 
@@ -143,7 +111,7 @@ static void ps_table_filters_and_json(void **state)
     assert_null(strstr(out, "lobby-m2-1"));
 
     assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "ps", "--state", "stopped", NULL), 0);
-    assert_non_null(line_with(out, "zone-m2-9", line, sizeof line));
+    assert_non_null(h_line_with(out, "zone-m2-9", line, sizeof line));
     assert_non_null(strstr(line, "killed(signal 9)"));
 
     assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "-o", "json", "ps", NULL), 0);
@@ -164,10 +132,10 @@ static void events_table_since_and_json(void **state)
 {
     char out[8192], line[512];
     assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "events", NULL), 0);
-    assert_non_null(line_with(out, "zone-m2-9", line, sizeof line));
+    assert_non_null(h_line_with(out, "zone-m2-9", line, sizeof line));
     assert_non_null(strstr(line, "stopped"));
     assert_non_null(strstr(line, "killed"));
-    assert_non_null(line_with(out, "lobby-m2-1", line, sizeof line));
+    assert_non_null(h_line_with(out, "lobby-m2-1", line, sizeof line));
     assert_non_null(strstr(line, "pid 5151"));
     /* Newest last. */
     assert_true(strstr(out, "zone-m2-9") > strstr(out, "lobby-m2-1"));

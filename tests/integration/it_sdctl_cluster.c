@@ -14,76 +14,22 @@
 #include <sys/wait.h>
 
 #include "clustertest.h"
-
-static h_redis_t redis;
-static h_serverdir_t sd;
-
-static int setup(void **state)
-{
-    (void)state;
-    if (h_redis_start(&redis) || h_serverdir_start(&sd, redis.url, h_tokens_file(), NULL))
-        return -1;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    h_serverdir_stop(&sd);
-    h_redis_stop(&redis);
-    return 0;
-}
+#include "harness_sdctl.h"
 
 /* Runs sdctl (args NULL-terminated) in cluster `cl` with token; returns its exit code and
  * what it printed (stdout then stderr) in out. */
 static int sdctl(const char *cl, const char *token, char *out, size_t cap, ...)
 {
-    const char *argv[32] = {SD_BIN_DIR "/sdctl"};
-    int n = 1;
-    va_list ap;
-    va_start(ap, cap);
-    for (const char *a; (a = va_arg(ap, const char *)) && n < 31;)
-        argv[n++] = a;
-    va_end(ap);
-    argv[n] = NULL;
-    char env_url[256], env_tok[128], env_cl[160], logpath[300];
+    char env_url[256], env_tok[128], env_cl[160];
     snprintf(env_url, sizeof env_url, "SERVERDIR_URL=%s", sd.url);
     snprintf(env_tok, sizeof env_tok, "SERVERDIR_TOKEN=%s", token);
     snprintf(env_cl, sizeof env_cl, "SERVERDIR_CLUSTER=%s", cl);
     const char *env[] = {env_url, env_tok, env_cl, "NO_COLOR=1", NULL};
-    snprintf(logpath, sizeof logpath, "%s/sdctl.out", h_tmpdir());
-    pid_t pid = h_spawn(argv, logpath, env);
-    int st = 0;
-    int64_t until = h_now_ms() + 20000;
-    while (!h_exited(pid, &st) && h_now_ms() < until)
-        h_sleep_ms(5);
-    FILE *f = fopen(logpath, "r");
-    size_t got = f ? fread(out, 1, cap - 1, f) : 0;
-    out[got] = '\0';
-    if (f)
-        fclose(f);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-/* The line of text holding needle into line; NULL when absent. A needle starting with
- * a newline matches at the start of a line. */
-static const char *line_with(const char *text, const char *needle, char *line, size_t cap)
-{
-    const char *p = strstr(text, needle);
-    if (!p)
-        return NULL;
-    if (needle[0] == '\n')
-        p++;
-    const char *b = p;
-    while (b > text && b[-1] != '\n')
-        b--;
-    const char *e = strchr(p, '\n');
-    size_t n = e ? (size_t)(e - b) : strlen(b);
-    if (n >= cap)
-        n = cap - 1;
-    memcpy(line, b, n);
-    line[n] = '\0';
-    return line;
+    va_list ap;
+    va_start(ap, cap);
+    int rc = h_sdctl_vrun(env, 20000, out, cap, ap);
+    va_end(ap);
+    return rc;
 }
 
 static size_t services_stored(const char *cl)
@@ -116,7 +62,7 @@ static void apply_dry_run_apply_unchanged(void **state)
     assert_int_equal(services_stored("k1"), 2);
     /* Again: nothing changes. */
     assert_int_equal(sdctl("k1", H_TOK_OPS, out, sizeof out, "apply", "-f", file, NULL), 0);
-    assert_non_null(line_with(out, "zone:", line, sizeof line));
+    assert_non_null(h_line_with(out, "zone:", line, sizeof line));
     assert_non_null(strstr(line, "unchanged"));
     assert_non_null(strstr(out, "applied 0 service(s), 2 unchanged"));
     /* The array form, with a change shown field by field. */
@@ -161,7 +107,7 @@ static void services_scale_stop_restart_delete(void **state)
                              NULL, NULL, "/v1/clusters/k2/services/zone"), 200);
     assert_int_equal(sdctl("k2", H_TOK_VIEWER, out, sizeof out, "services", NULL), 0);
     assert_non_null(strstr(out, "SERVICE"));
-    assert_non_null(line_with(out, "zone ", line, sizeof line));
+    assert_non_null(h_line_with(out, "zone ", line, sizeof line));
     assert_non_null(strstr(line, " 3 "));
     assert_non_null(strstr(line, "zone=eu"));
     assert_non_null(strstr(line, "/usr/bin/gameproc"));
@@ -226,7 +172,7 @@ static void drain_primary_cluster_and_status(void **state)
     assert_int_equal(ct_call(sd.url, H_TOK_BB, "POST", "{\"machine\":\"m1\",\"ttl_ms\":60000}",
                              NULL, NULL, "/v1/clusters/k3/primary"), 200);
     assert_int_equal(sdctl("k3", H_TOK_VIEWER, out, sizeof out, "primary", NULL), 0);
-    assert_non_null(line_with(out, "m1", line, sizeof line));
+    assert_non_null(h_line_with(out, "m1", line, sizeof line));
     assert_non_null(strstr(line, " 1 "));
     /* drain */
     assert_int_equal(sdctl("k3", H_TOK_OPS, out, sizeof out, "drain", "m2", NULL), 0);
@@ -236,13 +182,13 @@ static void drain_primary_cluster_and_status(void **state)
     assert_int_equal(sdctl("k3", H_TOK_VIEWER, out, sizeof out, "status", NULL), 0);
     assert_non_null(strstr(out, "primary m1 (epoch 1"));
     assert_non_null(strstr(out, "realm running"));
-    assert_non_null(line_with(out, "\nm1 ", line, sizeof line));
+    assert_non_null(h_line_with(out, "\nm1 ", line, sizeof line));
     assert_non_null(strstr(line, "*"));
-    assert_non_null(line_with(out, "\nm2 ", line, sizeof line));
+    assert_non_null(h_line_with(out, "\nm2 ", line, sizeof line));
     assert_non_null(strstr(line, "yes"));
-    assert_non_null(line_with(out, "\nzone ", line, sizeof line));
+    assert_non_null(h_line_with(out, "\nzone ", line, sizeof line));
     assert_non_null(strstr(line, "converging"));
-    assert_non_null(line_with(out, "crash_loop", line, sizeof line));
+    assert_non_null(h_line_with(out, "crash_loop", line, sizeof line));
     assert_non_null(strstr(line, "zone-9"));
     assert_int_equal(sdctl("k3", H_TOK_VIEWER, out, sizeof out, "-o", "json", "status", NULL), 0);
     json_t *o = json_loads(out, 0, NULL);
@@ -286,5 +232,5 @@ int main(void)
         cmocka_unit_test(drain_primary_cluster_and_status),
         cmocka_unit_test(every_command_has_help),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, ct_setup, ct_teardown);
 }

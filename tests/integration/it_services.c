@@ -14,25 +14,6 @@
 
 #include "clustertest.h"
 
-static h_redis_t redis;
-static h_serverdir_t sd;
-
-static int setup(void **state)
-{
-    (void)state;
-    if (h_redis_start(&redis) || h_serverdir_start(&sd, redis.url, h_tokens_file(), NULL))
-        return -1;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    h_serverdir_stop(&sd);
-    h_redis_stop(&redis);
-    return 0;
-}
-
 #define ZONE "{\"command\":\"/usr/bin/gameproc\",\"args\":[\"--tick-hz\",\"20\"],\"count\":3," \
              "\"placement\":{\"labels\":{\"zone\":\"eu\"},\"max_per_machine\":2}," \
              "\"health\":{\"type\":\"agent\"},\"stop\":{\"signal\":\"TERM\",\"grace_ms\":5000}}"
@@ -377,5 +358,5 @@ int main(void)
         cmocka_unit_test(operator_actions),
         cmocka_unit_test(drain_shows_in_machines_list),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, ct_setup, ct_teardown);
 }

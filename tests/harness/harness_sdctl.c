@@ -1,0 +1,61 @@
+/* Harness additions for the sdctl tests (harness_sdctl.h). */
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "harness.h"
+#include "harness_sdctl.h"
+
+#define SDCTL_ARGS_MAX 30
+
+int h_sdctl_run(const char *const *args, const char *const *env, int timeout_ms, char *out,
+                size_t cap)
+{
+    const char *argv[SDCTL_ARGS_MAX + 2] = {SD_BIN_DIR "/sdctl"};
+    int n = 1;
+    for (; *args && n <= SDCTL_ARGS_MAX; args++)
+        argv[n++] = *args;
+    argv[n] = NULL;
+    char logpath[300];
+    snprintf(logpath, sizeof logpath, "%s/sdctl.out", h_tmpdir());
+    pid_t pid = h_spawn(argv, logpath, env);
+    int st = -1;
+    int64_t until = h_now_ms() + timeout_ms;
+    while (!h_exited(pid, &st) && h_now_ms() < until)
+        h_sleep_ms(5);
+    FILE *f = fopen(logpath, "r");
+    size_t got = f ? fread(out, 1, cap - 1, f) : 0;
+    out[got] = '\0';
+    if (f)
+        fclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+int h_sdctl_vrun(const char *const *env, int timeout_ms, char *out, size_t cap, va_list ap)
+{
+    const char *args[SDCTL_ARGS_MAX + 1];
+    int n = 0;
+    for (const char *a; n < SDCTL_ARGS_MAX && (a = va_arg(ap, const char *));)
+        args[n++] = a;
+    args[n] = NULL;
+    return h_sdctl_run(args, env, timeout_ms, out, cap);
+}
+
+const char *h_line_with(const char *text, const char *needle, char *line, size_t cap)
+{
+    const char *p = strstr(text, needle);
+    if (!p)
+        return NULL;
+    if (needle[0] == '\n')
+        p++;
+    const char *b = p;
+    while (b > text && b[-1] != '\n')
+        b--;
+    const char *e = strchr(p, '\n');
+    size_t n = e ? (size_t)(e - b) : strlen(b);
+    if (n >= cap)
+        n = cap - 1;
+    memcpy(line, b, n);
+    line[n] = '\0';
+    return line;
+}
