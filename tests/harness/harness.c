@@ -504,7 +504,10 @@ int h_http(const char *method, const char *url, const char *token, const char *c
         curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
         curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
     }
-    hl = curl_slist_append(hl, "Expect:");
+    /* Large bodies go with "Expect: 100-continue" as real clients send them: a refusal
+     * decided from the headers (413, 401, 415) then arrives before any body byte is sent,
+     * instead of racing the server's close while the client is still writing. */
+    hl = curl_slist_append(hl, body && len > 64 * 1024 ? "Expect: 100-continue" : "Expect:");
     for (const char *const *e = extra_headers; e && *e; e++)
         hl = curl_slist_append(hl, *e);
     curl_easy_setopt(c, CURLOPT_URL, url);
