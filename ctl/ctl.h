@@ -64,4 +64,9 @@ const char *ctl_fmt_ms(long long ms, char *buf, size_t cap);
 /* A JSON scalar as text (strings as is, numbers, true/false), or "-" for null/absent. */
 const char *ctl_jstr(const json_t *v, char *buf, size_t cap);
 
+/* sdctl apply's file format: {"services": {NAME: SPEC, ...}} or [{"name": NAME, ...}, ...]
+ * into a new {NAME: SPEC} object (specs are checked by ServerDir, not here), or NULL with
+ * why in err. Pure, for tests and fuzzing. */
+json_t *ctl_apply_parse(const char *text, size_t len, char *err, size_t errcap);
+
 #endif
