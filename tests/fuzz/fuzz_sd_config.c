@@ -1,7 +1,8 @@
 /* libFuzzer target: serverdir's --config sections as the loaders see them: "directory"
  * (sd_dir_config_load), "locks" (sd_locks_cfg_parse) and "master"
- * (sd_master_config_load, read from sd_cfg.file). Property: an accepted locks section
- * holds values within the documented bounds; a refusal always says why. */
+ * (sd_master_config_load, read from sd_cfg.file). Properties: an accepted locks section
+ * holds values within the documented bounds, loading a master section twice gives the
+ * same lists, a refusal always says why. */
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -34,12 +35,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     json_t *saved = sd_cfg.file;
     sd_cfg.file = json_is_object(root) ? root : NULL;
-    err[0] = '\0';
-    if (sd_master_config_load(err, sizeof err) && !err[0])
-        __builtin_trap();
-    if (sd_master_cfg.ntrusted < 0 || sd_master_cfg.ntrusted > 16 || sd_master_cfg.nudp < 0 ||
-        sd_master_cfg.nudp > SD_MASTER_MAX_UDP)
-        __builtin_trap();
+    /* loading the same section twice gives the same lists (they are set, not appended
+     * to: an appending loader overflowed udp[] across loads, the regression input) */
+    for (int pass = 0; pass < 2; pass++) {
+        int ntrusted = sd_master_cfg.ntrusted, nudp = sd_master_cfg.nudp;
+        err[0] = '\0';
+        int rc = sd_master_config_load(err, sizeof err);
+        if (rc && !err[0])
+            __builtin_trap();
+        if (sd_master_cfg.ntrusted < 0 || sd_master_cfg.ntrusted > 16 || sd_master_cfg.nudp < 0 ||
+            sd_master_cfg.nudp > SD_MASTER_MAX_UDP)
+            __builtin_trap();
+        if (pass == 1 && rc == 0 &&
+            (sd_master_cfg.ntrusted != ntrusted || sd_master_cfg.nudp != nudp))
+            __builtin_trap();
+    }
     sd_cfg.file = saved;
     json_decref(root);
     return 0;
