@@ -2,6 +2,7 @@
  * field as a path (services[0].restart.policy) and why; the daemon exits 100 on it. */
 #include "bb.h"
 #include "sdjson.h"
+#include "sdlog.h"
 
 #include <errno.h>
 #include <pwd.h>
@@ -10,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define CONFIG_MAX_BYTES (1 << 20)
@@ -607,6 +609,10 @@ int bb_config_load(const char *path, bb_config_t *cfg, char *err, size_t errcap)
     }
     rc = bb_config_parse(text, path, cfg, err, errcap);
     free(text);
+    struct stat st;
+    if (rc == 0 && cfg->token && stat(path, &st) == 0 && (st.st_mode & 0044))
+        log_warn("config file holds a serverdir token and is readable by group or others",
+                 "path=%s mode=%o", path, (unsigned)(st.st_mode & 0777));
     return rc;
 }
 

@@ -46,12 +46,18 @@ static json_t *load_services(const char *path)
         free(text);
         return NULL;
     }
-    json_t *doc = sd_json_parse(text, len, SD_JSON_MAX_DEPTH, err, sizeof err);
+    json_t *out = ctl_apply_parse(text, len, err, sizeof err);
     free(text);
-    if (!doc) {
+    if (!out)
         fprintf(stderr, "sdctl apply: %s: %s\n", path, err);
+    return out;
+}
+
+json_t *ctl_apply_parse(const char *text, size_t len, char *err, size_t errcap)
+{
+    json_t *doc = sd_json_parse(text, len, SD_JSON_MAX_DEPTH, err, errcap);
+    if (!doc)
         return NULL;
-    }
     json_t *out = json_object();
     if (json_is_object(doc) && json_is_object(json_object_get(doc, "services")) &&
         json_object_size(doc) == 1) {
@@ -62,8 +68,7 @@ static json_t *load_services(const char *path)
         json_array_foreach(doc, i, s) {
             const char *name = json_string_value(json_object_get(s, "name"));
             if (!json_is_object(s) || !name) {
-                fprintf(stderr, "sdctl apply: %s: element %zu is not a spec with a \"name\"\n",
-                        path, i);
+                snprintf(err, errcap, "element %zu is not a spec with a \"name\"", i);
                 goto bad;
             }
             json_t *spec = json_deep_copy(s);
@@ -71,8 +76,7 @@ static json_t *load_services(const char *path)
             json_object_set_new(out, name, spec);
         }
     } else {
-        fprintf(stderr, "sdctl apply: %s: expected {\"services\": {...}} or an array of specs\n",
-                path);
+        snprintf(err, errcap, "expected {\"services\": {...}} or an array of specs");
         goto bad;
     }
     json_decref(doc);

@@ -71,4 +71,9 @@ const char *ctl_jstr(const json_t *v, char *buf, size_t cap);
  * another value), cut where the next pair would not fit in cap. */
 const char *ctl_kv_text(const json_t *obj, char *buf, size_t cap);
 
+/* sdctl apply's file format: {"services": {NAME: SPEC, ...}} or [{"name": NAME, ...}, ...]
+ * into a new {NAME: SPEC} object (specs are checked by ServerDir, not here), or NULL with
+ * why in err. Pure, for tests and fuzzing. */
+json_t *ctl_apply_parse(const char *text, size_t len, char *err, size_t errcap);
+
 #endif

@@ -13,9 +13,9 @@
 #include "directory.h"
 
 SD_ROUTE(POST, "/v1/clusters/{c}/primary", SD_R_BB, 0, h_primary_acquire);
-SD_ROUTE(GET, "/v1/clusters/{c}/primary", SD_R_READERS, 0, h_primary_get);
+SD_ROUTE(GET, "/v1/clusters/{c}/primary", SD_R_BB | SD_R_VIEWER, 0, h_primary_get);
 SD_ROUTE(DELETE, "/v1/clusters/{c}/primary", SD_R_BB, 0, h_primary_release);
-SD_ROUTE(GET, "/v1/clusters/{c}/state", SD_R_READERS, 0, h_state_get);
+SD_ROUTE(GET, "/v1/clusters/{c}/state", SD_R_BB | SD_R_VIEWER, 0, h_state_get);
 SD_ROUTE(PUT, "/v1/clusters/{c}/assignments", SD_R_BB, 0, h_assignments_put);
 SD_ROUTE(GET, "/v1/clusters/{c}/machines/{m}/assignments", SD_R_BB | SD_R_VIEWER, 0, h_assignments_get);
 SD_ROUTE(POST, "/v1/clusters/{c}/machines/{m}/lost", SD_R_BB, 0, h_machine_lost);

@@ -24,8 +24,8 @@ SD_ROUTE(PUT, "/v1/locks/{key}", SD_R_GAME, 0, h_lock_put);
 SD_ROUTE(POST, "/v1/locks/acquire", SD_R_GAME, 0, h_lock_acquire_many);
 SD_ROUTE(POST, "/v1/locks/release", SD_R_GAME, 0, h_lock_release_many);
 SD_ROUTE(POST, "/v1/locks/{key}/renew", SD_R_GAME, 0, h_lock_renew);
-SD_ROUTE(GET, "/v1/locks/{key}", SD_R_READERS, 0, h_lock_get);
-SD_ROUTE(GET, "/v1/locks", SD_R_READERS, 0, h_lock_list);
+SD_ROUTE(GET, "/v1/locks/{key}", SD_R_GAME | SD_R_VIEWER, 0, h_lock_get);
+SD_ROUTE(GET, "/v1/locks", SD_R_GAME | SD_R_VIEWER, 0, h_lock_list);
 SD_ROUTE(DELETE, "/v1/locks/{key}", SD_R_GAME, 0, h_lock_delete);
 
 #define LIST_MAX 1000

@@ -7,8 +7,8 @@
 #include "sd.h"
 
 SD_ROUTE(PUT, "/v1/clusters/{c}/machines/{m}", SD_R_BB, 0, h_machine_put);
-SD_ROUTE(GET, "/v1/clusters/{c}/machines", SD_R_READERS, 0, h_machines_list);
-SD_ROUTE(GET, "/v1/clusters/{c}/machines/{m}", SD_R_READERS, 0, h_machine_get);
+SD_ROUTE(GET, "/v1/clusters/{c}/machines", SD_R_BB | SD_R_VIEWER, 0, h_machines_list);
+SD_ROUTE(GET, "/v1/clusters/{c}/machines/{m}", SD_R_BB | SD_R_VIEWER, 0, h_machine_get);
 SD_ROUTE(DELETE, "/v1/clusters/{c}/machines/{m}", SD_R_OPS, 0, h_machine_delete);
 
 /* Registers or renews; the body is optional (an empty renewal keeps the stored fields). */

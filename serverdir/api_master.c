@@ -177,9 +177,8 @@ static int get_text(json_t *body, const char *key, int required, size_t max, int
     return 0;
 }
 
-/* Fills s from the heartbeat body; returns -1 with a message naming the field. */
-static int parse_heartbeat(json_t *body, sd_master_server_t *s, const char **chal, char *err,
-                           size_t errcap)
+int sd_master_heartbeat_parse(json_t *body, sd_master_server_t *s, const char **chal, char *err,
+                              size_t errcap)
 {
     static const char *const keys[] = {
         "challenge", "port", "game", "map", "name", "players", "max_players", "bots",
@@ -265,7 +264,7 @@ int h_master_heartbeat(sd_req_t *req, sd_resp_t *resp)
     memset(&s, 0, sizeof s);
     const char *chal = NULL;
     char err[SD_ERRMSG_MAX];
-    if (parse_heartbeat(body, &s, &chal, err, sizeof err)) {
+    if (sd_master_heartbeat_parse(body, &s, &chal, err, sizeof err)) {
         json_decref(body);
         return sd_resp_error(resp, 400, "bad_field", "%s", err);
     }

@@ -9,9 +9,9 @@
 #include "sd.h"
 
 SD_ROUTE(POST, "/v1/clusters/{c}/events", SD_R_BB, 0, h_events_post);
-SD_ROUTE(GET, "/v1/clusters/{c}/events", SD_R_READERS, 0, h_events_list);
-SD_ROUTE(GET, "/v1/clusters/{c}/processes", SD_R_READERS, 0, h_processes_list);
-SD_ROUTE(GET, "/v1/clusters/{c}/processes/{instance}", SD_R_READERS, 0, h_process_get);
+SD_ROUTE(GET, "/v1/clusters/{c}/events", SD_R_BB | SD_R_VIEWER, 0, h_events_list);
+SD_ROUTE(GET, "/v1/clusters/{c}/processes", SD_R_BB | SD_R_VIEWER, 0, h_processes_list);
+SD_ROUTE(GET, "/v1/clusters/{c}/processes/{instance}", SD_R_BB | SD_R_VIEWER, 0, h_process_get);
 
 #define PROCS_LIMIT_DEFAULT 10000
 #define PROCS_LIMIT_MAX 100000

@@ -10,8 +10,8 @@
 #include "cluster.h"
 
 SD_ROUTE(PUT, "/v1/clusters/{c}/services/{s}", SD_R_OPS, 0, h_service_put);
-SD_ROUTE(GET, "/v1/clusters/{c}/services", SD_R_READERS, 0, h_services_list);
-SD_ROUTE(GET, "/v1/clusters/{c}/services/{s}", SD_R_READERS, 0, h_service_get);
+SD_ROUTE(GET, "/v1/clusters/{c}/services", SD_R_BB | SD_R_VIEWER, 0, h_services_list);
+SD_ROUTE(GET, "/v1/clusters/{c}/services/{s}", SD_R_BB | SD_R_VIEWER, 0, h_service_get);
 SD_ROUTE(DELETE, "/v1/clusters/{c}/services/{s}", SD_R_OPS, 0, h_service_delete);
 SD_ROUTE(POST, "/v1/clusters/{c}/services/{s}/scale", SD_R_OPS, 0, h_service_scale);
 SD_ROUTE(POST, "/v1/clusters/{c}/services/{s}/stop", SD_R_OPS, 0, h_service_stop);

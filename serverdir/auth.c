@@ -91,6 +91,14 @@ static long parse_tokens(char *text, struct token **out, int *bad_line, const ch
     return (long)n;
 }
 
+long sd_auth_parse(char *text, int *bad_line, const char **why)
+{
+    struct token *arr = NULL;
+    long n = parse_tokens(text, &arr, bad_line, why);
+    free(arr);
+    return n;
+}
+
 static int load(const char *path)
 {
     struct stat st;

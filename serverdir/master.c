@@ -110,8 +110,9 @@ int sd_master_config_load(char *err, size_t errcap)
                 snprintf(err, errcap, "master: udp[%zu] must be HOST:PORT", i);
                 return -1;
             }
-            sd_strlcpy(c->udp[c->nudp++], json_string_value(v), sizeof c->udp[0]);
+            sd_strlcpy(c->udp[i], json_string_value(v), sizeof c->udp[0]);
         }
+        c->nudp = (int)json_array_size(udp);
     }
     return 0;
 }

@@ -24,6 +24,7 @@
 #ifndef SD_MASTER_H
 #define SD_MASTER_H
 
+#include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -78,6 +79,12 @@ typedef struct {
     int gametype;                  /* -1 when unknown */
     const char *source;            /* "rest", "q3" or "goldsrc" */
 } sd_master_server_t;
+
+/* Fills s from a POST /v1/master/heartbeat body (the address is not in it: the caller
+ * sets it from the connection) and points *chal into the body. Returns 0, or -1 with a
+ * message naming the field. */
+int sd_master_heartbeat_parse(json_t *body, sd_master_server_t *s, const char **chal, char *err,
+                              size_t errcap);
 
 /* A filter program: terms ANDed at top level; "nor N"/"nand N" combine the next N terms.
  * Ops: eq FIELD VALUE (string equality on a stored field), notempty, notfull,

@@ -176,6 +176,9 @@ extern const size_t sd_nwww;
 int sd_auth_load(const char *path); /* NULL: open mode. 0 or negative errno */
 int sd_auth_reload(void);
 int sd_auth_open_mode(void);
+/* The token file parser alone (text is modified): the number of `ROLE TOKEN` lines, or
+ * -1 with the 1-based line and the reason. For tests and fuzzing; loads nothing. */
+long sd_auth_parse(char *text, int *bad_line, const char **why);
 /* Returns the role bit of a bearer token, or 0 when unknown. */
 unsigned sd_auth_role(const char *token);
 const char *sd_role_name(unsigned role);

@@ -649,7 +649,7 @@ static void auth_roles(void **state)
     h_resp_free(&r);
     assert_int_equal(req("GET", H_TOK_VIEWER, NULL, &r, "/v1/clusters/ca/processes"), 200);
     h_resp_free(&r);
-    assert_int_equal(req("GET", H_TOK_GAME, NULL, &r, "/v1/clusters/ca/machines"), 200);
+    assert_int_equal(req("GET", H_TOK_BB, NULL, &r, "/v1/clusters/ca/machines"), 200);
     h_resp_free(&r);
 }
 

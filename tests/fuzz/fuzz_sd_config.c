@@ -1,0 +1,56 @@
+/* libFuzzer target: serverdir's --config sections as the loaders see them: "directory"
+ * (sd_dir_config_load), "locks" (sd_locks_cfg_parse) and "master"
+ * (sd_master_config_load, read from sd_cfg.file). Properties: an accepted locks section
+ * holds values within the documented bounds, loading a master section twice gives the
+ * same lists, a refusal always says why. */
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "directory.h"
+#include "locks.h"
+#include "master.h"
+#include "sd.h"
+#include "sdjson.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    char err[SD_ERRMSG_MAX];
+    json_t *root = sd_json_parse((const char *)data, size, SD_JSON_MAX_DEPTH, err, sizeof err);
+    if (!root)
+        return 0;
+    err[0] = '\0';
+    if (sd_dir_config_load(json_object_get(root, "directory"), err, sizeof err) && !err[0])
+        __builtin_trap();
+    sd_locks_cfg_t lc = {.lock_delay_ms = 0, .wait_timeout_ms = 1000, .max_wait_ms = 0,
+                         .max_waiters = 64, .retain_s = 86400};
+    err[0] = '\0';
+    if (sd_locks_cfg_parse(json_object_get(root, "locks"), &lc, err, sizeof err) == 0) {
+        if (lc.lock_delay_ms < 0 || lc.lock_delay_ms > 600000 || lc.wait_replicas < 0 ||
+            lc.wait_replicas > 16 || lc.max_waiters < 1 || lc.max_waiters > 4096 ||
+            lc.max_wait_ms < 0 || lc.max_wait_ms > SD_LOCKS_WAIT_CAP_MS)
+            __builtin_trap();
+    } else if (!err[0]) {
+        __builtin_trap();
+    }
+    json_t *saved = sd_cfg.file;
+    sd_cfg.file = json_is_object(root) ? root : NULL;
+    /* loading the same section twice gives the same lists (they are set, not appended
+     * to: an appending loader overflowed udp[] across loads, the regression input) */
+    for (int pass = 0; pass < 2; pass++) {
+        int ntrusted = sd_master_cfg.ntrusted, nudp = sd_master_cfg.nudp;
+        err[0] = '\0';
+        int rc = sd_master_config_load(err, sizeof err);
+        if (rc && !err[0])
+            __builtin_trap();
+        if (sd_master_cfg.ntrusted < 0 || sd_master_cfg.ntrusted > 16 || sd_master_cfg.nudp < 0 ||
+            sd_master_cfg.nudp > SD_MASTER_MAX_UDP)
+            __builtin_trap();
+        if (pass == 1 && rc == 0 &&
+            (sd_master_cfg.ntrusted != ntrusted || sd_master_cfg.nudp != nudp))
+            __builtin_trap();
+    }
+    sd_cfg.file = saved;
+    json_decref(root);
+    return 0;
+}
