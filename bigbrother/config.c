@@ -610,8 +610,8 @@ int bb_config_load(const char *path, bb_config_t *cfg, char *err, size_t errcap)
     rc = bb_config_parse(text, path, cfg, err, errcap);
     free(text);
     struct stat st;
-    if (rc == 0 && cfg->token && stat(path, &st) == 0 && (st.st_mode & 0044))
-        log_warn("config file holds a serverdir token and is readable by group or others",
+    if (rc == 0 && cfg->token && stat(path, &st) == 0 && (st.st_mode & 0004))
+        log_warn("config file holds a serverdir token and is readable by others",
                  "path=%s mode=%o", path, (unsigned)(st.st_mode & 0777));
     return rc;
 }

@@ -102,8 +102,8 @@ long sd_auth_parse(char *text, int *bad_line, const char **why)
 static int load(const char *path)
 {
     struct stat st;
-    if (stat(path, &st) == 0 && (st.st_mode & 0044))
-        log_warn("token file is readable by group or others", "path=%s mode=%o", path,
+    if (stat(path, &st) == 0 && (st.st_mode & 0004))
+        log_warn("token file is readable by others", "path=%s mode=%o", path,
                  (unsigned)(st.st_mode & 0777));
     char *text;
     int rc = sd_read_file(path, TOKEN_FILE_MAX, &text, NULL);
