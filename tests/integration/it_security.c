@@ -378,7 +378,7 @@ static void unsafe_bigbrother_config_warned(void **state)
     assert_int_equal(chmod(b.cfg, 0644), 0);
     assert_true(bbt_start(&b) > 0);
     assert_int_equal(h_stop(b.pid, 10000), 0);
-    assert_true(file_has(b.log, "config file holds a serverdir token and is readable by group"));
+    assert_true(file_has(b.log, "config file holds a serverdir token and is readable by others"));
 
     assert_int_equal(chmod(b.cfg, 0600), 0);
     assert_true(bbt_start(&b) > 0);
