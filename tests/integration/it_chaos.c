@@ -3,7 +3,8 @@
  * running a service of a dozen gameprocs that simulate players (locks and fenced saves
  * every 500 ms). For SD_CHAOS_SECONDS (default 40; valgrind: 30) a PRNG seeded from
  * SD_CHAOS_SEED (default: the clock; printed) injects faults: SIGKILL and SIGSTOP (+SIGCONT)
- * of gameprocs, kill -9 and restart of a bigbrother (same config and state dir), restart of
+ * of gameprocs, kill -9 and restart of a bigbrother (same config and state dir; one time
+ * in three it stays down past its machine lease, so its machine is declared lost), restart of
  * redis (SIGTERM, then again on the same port and dir), kill -9 and restart of a serverdir
  * copy. Then everything settles (bounded) and the invariants are checked and printed:
  *   desired    every desired instance is running and ready (directory and real processes)
@@ -84,6 +85,21 @@ static int slow(int ms)
     return h_valgrind() ? ms * 4 : ms;
 }
 
+static void thaw_due(int64_t now);
+static void sample_blobs(void);
+
+/* Waits ms while keeping the frozen processes' schedule and the blob samples going. */
+static void pause_ms(int ms)
+{
+    int64_t end = h_now_ms() + ms;
+    for (int k = 0; k < 10000 && h_now_ms() < end; k++) {
+        thaw_due(h_now_ms());
+        sample_blobs();
+        int64_t left = end - h_now_ms();
+        h_sleep_ms(left > 100 ? 100 : left > 0 ? (int)left : 0);
+    }
+}
+
 /* ---------- redis with persistence ---------- */
 
 static int redis_pings(void *arg)
@@ -116,7 +132,7 @@ static void redis_restart(void)
         redisFree(C.redis.ctl);
         C.redis.ctl = NULL;
     }
-    h_sleep_ms(rnd_in(100, 1000));
+    pause_ms(rnd_in(100, 1000));
     redis_start();
 }
 
@@ -271,7 +287,10 @@ static void inject(void)
         kill(C.bb[i].pid, SIGKILL);
         h_stop(C.bb[i].pid, 2000);
         bb_kills[i]++;
-        h_sleep_ms(rnd_in(50, 800));
+        /* one time in three it stays down past its machine lease: the primary (another
+         * one if it was the primary) declares the machine lost and moves its slots; on
+         * its return it stops its old instances (replaced) */
+        pause_ms(rnd_in(0, 2) ? rnd_in(50, 800) : slow(3000) + rnd_in(500, 2000));
         bb_start(&C.bb[i]);
         break;
     }
@@ -282,7 +301,7 @@ static void inject(void)
         int i = rnd_in(0, NCOPIES - 1);
         kill(copies[i].pid, SIGKILL);
         h_stop(copies[i].pid, 2000);
-        h_sleep_ms(rnd_in(100, 1500));
+        pause_ms(rnd_in(100, 1500));
         copy_start(i);
         break;
     }
