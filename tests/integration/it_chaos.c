@@ -25,6 +25,7 @@
 #include <cmocka.h>
 
 #include <glob.h>
+#include <time.h>
 
 #include "cltest.h"
 
@@ -593,7 +594,11 @@ static void chaos_soak(void **state)
 {
     (void)state;
     const char *s = getenv("SD_CHAOS_SEED");
-    rng = s && *s ? strtoull(s, NULL, 0) : (uint64_t)h_now_ms() ^ (uint64_t)getpid();
+    struct timespec wall;
+    clock_gettime(CLOCK_REALTIME, &wall);
+    rng = s && *s ? strtoull(s, NULL, 0)
+                  : ((uint64_t)wall.tv_nsec ^ (uint64_t)wall.tv_sec * 1000003u ^
+                     (uint64_t)getpid() << 32) % 1000000000000u;
     if (!rng)
         rng = 1;
     uint64_t seed = rng;
