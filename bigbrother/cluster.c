@@ -152,8 +152,21 @@ typedef struct {
     int is_primary;
     json_int_t epoch;
     int64_t lease_until;   /* monotonic ms: the lease surely holds until then */
+    int64_t ok_since;      /* monotonic ms since ServerDir answered every call; 0 after a failure */
     json_t *inflight;      /* rolling restarts under way (placement.h) */
 } prim_t;
+
+/* Whether a call reached ServerDir and Redis (any answer but a transport error or a 5xx):
+ * a failure means the other machines may not have reached them either, so their leases
+ * may have run out through no fault of theirs. */
+static void reached(prim_t *p, int rc, const sdc_err_t *err)
+{
+    int ok = rc == SDC_OK || (rc == SDC_E_HTTP && err->status < 500);
+    if (!ok)
+        p->ok_since = 0;
+    else if (!p->ok_since)
+        p->ok_since = sd_mono_ms();
+}
 
 static void step_down(prim_t *p, const char *reason)
 {
@@ -184,6 +197,7 @@ static void renew(prim_t *p)
     int64_t t0 = sd_mono_ms();
     int rc = sdc_primary_acquire(cl.prim_client, bb.cfg.cluster, bb.cfg.machine,
                                  bb.cfg.primary_ttl_ms, &out, &err);
+    reached(p, rc, &err);
     if (rc == SDC_OK && !strcmp(out.holder, bb.cfg.machine)) {
         if (!p->is_primary || out.epoch != p->epoch)
             log_info("primary role acquired", "machine=%s epoch=%lld ttl_ms=%d",
@@ -223,11 +237,17 @@ static void read_directory(const json_t *procs, json_t *ready, json_t *live)
 }
 
 /* Marks lost the machines whose lease expired and that still have slots or processes;
- * removes their assignments from `state`. 0, or -1 when this primary was fenced. */
+ * removes their assignments from `state`. 0, or -1 when this primary was fenced.
+ * Nobody is declared lost until ServerDir has answered this bigbrother without a failure
+ * for a whole machine lease: after an outage of ServerDir or Redis longer than the lease
+ * every lease has run out, and the machines get that long to renew before their healthy
+ * processes are replaced. */
 static int declare_lost(prim_t *p, json_t *state, const json_t *live)
 {
     size_t i;
     json_t *m;
+    if (!p->ok_since || sd_mono_ms() - p->ok_since < bb.cfg.lease_ttl_ms)
+        return 0;
     json_t *assignments = json_object_get(state, "assignments");
     json_array_foreach(json_object_get(state, "machines"), i, m) {
         const char *name = json_string_value(json_object_get(m, "machine"));
@@ -274,6 +294,7 @@ static void place_round(prim_t *p)
                  sdc_escape(bb.cfg.cluster, esc, sizeof(esc)));
         rc = sdc_request(cl.prim_client, "GET", path, NULL, &procs, &err);
     }
+    reached(p, rc, &err);
     if (rc != SDC_OK) {
         log_warn("placement skipped: state not readable", "error=%s",
                  sdc_strerror(rc, &err, why, sizeof(why)));

@@ -1,0 +1,714 @@
+/* Chaos soak: redis-server with persistence (appendonly, appendfsync always), two
+ * serverdir copies behind the shipped haproxy config, three bigbrothers in cluster mode
+ * running a service of a dozen gameprocs that simulate players (locks and fenced saves
+ * every 500 ms). For SD_CHAOS_SECONDS (default 40; valgrind: 30) a PRNG seeded from
+ * SD_CHAOS_SEED (default: the clock; printed) injects faults: SIGKILL and SIGSTOP (+SIGCONT)
+ * of gameprocs, kill -9 and restart of a bigbrother (same config and state dir; one time
+ * in three it stays down past its machine lease, so its machine is declared lost), restart of
+ * redis (SIGTERM, then again on the same port and dir), kill -9 and restart of a serverdir
+ * copy. Then everything settles (bounded) and the invariants are checked and printed:
+ *   desired    every desired instance is running and ready (directory and real processes)
+ *   directory  every live record's pid runs and belongs to its bigbrother; every running
+ *              instance is in the directory
+ *   outbox     every event of every outbox is in the history exactly once
+ *   locks      no two holders were granted a key with the same lock_seq (gameproc logs)
+ *   blobs      no player blob's Blob-Seq, nor the lock_seq of its last accepted save, ever
+ *              went down (sampled in Redis during the run)
+ *   stops      every stopped event is explained by an injected fault: killed (signal 9)
+ *              or gone at re-adoption for an instance the test killed, hung for one it
+ *              froze, machine_lost / replaced on a machine whose bigbrother it killed
+ * The test fails unless violations == 0. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <glob.h>
+#include <time.h>
+
+#include "cltest.h"
+
+#ifndef SD_SOURCE_DIR
+#define SD_SOURCE_DIR SD_BIN_DIR "/../.."
+#endif
+#define HAPROXY_CFG SD_SOURCE_DIR "/packaging/haproxy/haproxy.cfg"
+#define SVC "zone"
+#define NBB 3
+#define NCOPIES 2
+#define NKEYS 30
+#define MAXFROZEN 64
+
+static cl_t C;               /* C.sd.url is the haproxy front; C.bb[] the bigbrothers */
+static char redis_dir[256];
+static int redis_runs;
+static struct {
+    pid_t pid;
+    int port, runs;
+} copies[NCOPIES];
+static pid_t haproxy_pid;
+static uint64_t rng;
+static int nprocs;
+
+/* Fault bookkeeping: instances the test killed or froze; bigbrothers it killed. */
+static json_t *hit;          /* instance id -> "kill" | "stop" */
+static int bb_kills[NBB];
+static struct {
+    pid_t pid;
+    int64_t cont_at;
+} frozen[MAXFROZEN];
+static int nfrozen;
+static int faults, faults_by[5];
+static const char *const fault_names[5] = {"gameproc_kill", "gameproc_stop", "bigbrother_kill",
+                                           "redis_restart", "serverdir_kill"};
+
+/* Blob samples: the highest Blob-Seq and save lock_seq seen per key, how many times one
+ * went down (lock_seq grows per key, so a save accepted under an older grant after one
+ * under a newer grant would show as a lock_seq going down). */
+static long long blob_max[NKEYS + 1], blob_lock_max[NKEYS + 1];
+static long long blob_samples, blob_backwards, blob_lock_backwards;
+
+static uint64_t rnd(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+static int rnd_in(int lo, int hi)
+{
+    return lo + (int)(rnd() % (uint64_t)(hi - lo + 1));
+}
+
+static int slow(int ms)
+{
+    return h_valgrind() ? ms * 4 : ms;
+}
+
+static void thaw_due(int64_t now);
+static void sample_blobs(void);
+
+/* Waits ms while keeping the frozen processes' schedule and the blob samples going. */
+static void pause_ms(int ms)
+{
+    int64_t end = h_now_ms() + ms;
+    for (int k = 0; k < 10000 && h_now_ms() < end; k++) {
+        thaw_due(h_now_ms());
+        sample_blobs();
+        int64_t left = end - h_now_ms();
+        h_sleep_ms(left > 100 ? 100 : left > 0 ? (int)left : 0);
+    }
+}
+
+/* ---------- redis with persistence ---------- */
+
+static int redis_pings(void *arg)
+{
+    (void)arg;
+    redisReply *r = h_redis(&C.redis, "PING");
+    int ok = r && r->type == REDIS_REPLY_STATUS;
+    if (r)
+        freeReplyObject(r);
+    return ok;
+}
+
+static void redis_start(void)
+{
+    char port[16], log[400];
+    snprintf(port, sizeof port, "%d", C.redis.port);
+    snprintf(log, sizeof log, "%s/redis-%d.log", redis_dir, ++redis_runs);
+    const char *argv[] = {"redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "",
+                          "--appendonly", "yes", "--appendfsync", "always", "--dir", redis_dir,
+                          "--daemonize", "no", NULL};
+    C.redis.pid = h_spawn(argv, log, NULL);
+    assert_true(C.redis.pid > 0);
+    assert_true(h_wait_until(redis_pings, NULL, 10000));
+}
+
+static void redis_restart(void)
+{
+    h_stop(C.redis.pid, 10000);
+    if (C.redis.ctl) {
+        redisFree(C.redis.ctl);
+        C.redis.ctl = NULL;
+    }
+    pause_ms(rnd_in(100, 1000));
+    redis_start();
+}
+
+/* ---------- serverdir copies and haproxy ---------- */
+
+static int healthy(void *arg)
+{
+    h_resp_t r;
+    int ok = h_http("GET", arg, NULL, NULL, NULL, 0, NULL, &r) == 0 && r.status == 200;
+    h_resp_free(&r);
+    return ok;
+}
+
+static void copy_start(int i)
+{
+    char listen[64], url[128], log[400];
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", copies[i].port);
+    snprintf(log, sizeof log, "%s/serverdir-%d-%d.log", redis_dir, i, ++copies[i].runs);
+    const char *argv[] = {SD_BIN_DIR "/serverdir", "--listen", listen, "--redis", C.redis.url,
+                          "--tokens", h_tokens_file(), "--threads", "4", NULL};
+    copies[i].pid = h_spawn(argv, log, NULL);
+    assert_true(copies[i].pid > 0);
+    snprintf(url, sizeof url, "http://%s/healthz", listen);
+    assert_true(h_wait_until(healthy, url, slow(15000)));
+}
+
+static void haproxy_start(void)
+{
+    int fport = h_free_port(), sport = h_free_port();
+    char env_front[80], env_stats[80], env_sd[3][80], log[400], url[160];
+    snprintf(C.sd.url, sizeof C.sd.url, "http://127.0.0.1:%d", fport);
+    snprintf(env_front, sizeof env_front, "SERVERDIR_FRONT=127.0.0.1:%d", fport);
+    snprintf(env_stats, sizeof env_stats, "HAPROXY_STATS=127.0.0.1:%d", sport);
+    /* the shipped config names three servers: the third is copy 1 again */
+    for (int i = 0; i < 3; i++)
+        snprintf(env_sd[i], sizeof env_sd[i], "SERVERDIR_%d=127.0.0.1:%d", i + 1,
+                 copies[i % NCOPIES].port);
+    const char *env[] = {env_front, env_stats, env_sd[0], env_sd[1], env_sd[2], NULL};
+    snprintf(log, sizeof log, "%s/haproxy.log", redis_dir);
+    const char *argv[] = {"haproxy", "-db", "-f", HAPROXY_CFG, NULL};
+    haproxy_pid = h_spawn(argv, log, env);
+    assert_true(haproxy_pid > 0);
+    snprintf(url, sizeof url, "%s/readyz", C.sd.url);
+    assert_true(h_wait_until(healthy, url, 15000));
+}
+
+/* ---------- bigbrothers ---------- */
+
+static void bb_config(int i)
+{
+    bbt_t *b = &C.bb[i];
+    snprintf(C.name[i], sizeof C.name[i], "m%d", i + 1);
+    snprintf(b->dir, sizeof b->dir, "%s", h_tmpdir());
+    snprintf(b->state, sizeof b->state, "%s/st", b->dir);
+    snprintf(b->sock, sizeof b->sock, "%s/control.sock", b->state);
+    snprintf(b->agent, sizeof b->agent, "%s/agent.sock", b->state);
+    char *text = NULL;
+    if (asprintf(&text,
+                 "{\"machine\": \"%s\", \"cluster\": \"c1\", \"state_dir\": \"%s\","
+                 " \"mode\": \"cluster\", \"capacity\": 100, \"labels\": {\"zone\": \"eu\"},"
+                 " \"serverdir\": {\"urls\": [\"%s\"], \"token\": \"%s\"},"
+                 " \"lease_ttl_ms\": %d, \"primary_ttl_ms\": %d, \"log_keep\": 100,"
+                 " \"placement_interval_ms\": 300, \"assignment_wait_ms\": 2000,"
+                 " \"services\": []}",
+                 C.name[i], b->state, C.sd.url, H_TOK_BB, slow(3000), slow(3000)) < 0)
+        abort();
+    snprintf(b->cfg, sizeof b->cfg, "%s", h_write_file(b->dir, "bb.json", text, 0644));
+    free(text);
+}
+
+/* Not inlined: GCC's -Wrestrict misreads bbt_start's snprintf of one member of C.bb[i]
+ * into another once the index is a random number. */
+static __attribute__((noinline)) void bb_start(bbt_t *b)
+{
+    if (bbt_start(b) <= 0)
+        fail_msg("bigbrother did not start (log %s)", b->log);
+}
+
+/* ---------- faults ---------- */
+
+/* A random live gameproc of the service (pid > 0 and running); 0 if none. */
+static pid_t pick_gameproc(char *instance, size_t cap)
+{
+    int i = rnd_in(0, NBB - 1);
+    json_t *st = bbt_ctl(&C.bb[i], "status"), *in;
+    size_t k, n = 0;
+    pid_t pids[64];
+    const char *ids[64];
+    json_array_foreach(json_object_get(st, "instances"), k, in)
+        if (n < 64 && !strcmp(bbt_str(in, "service"), SVC) && bbt_int(in, "pid") > 0 &&
+            bbt_alive((pid_t)bbt_int(in, "pid"))) {
+            pids[n] = (pid_t)bbt_int(in, "pid");
+            ids[n++] = bbt_str(in, "instance");
+        }
+    pid_t pid = 0;
+    if (n) {
+        size_t pick = (size_t)(rnd() % n);
+        pid = pids[pick];
+        snprintf(instance, cap, "%s", ids[pick]);
+    }
+    json_decref(st);
+    return pid;
+}
+
+static void thaw_due(int64_t now)
+{
+    for (int i = 0; i < nfrozen;) {
+        if (frozen[i].cont_at <= now) {
+            kill(frozen[i].pid, SIGCONT);
+            frozen[i] = frozen[--nfrozen];
+        } else {
+            i++;
+        }
+    }
+}
+
+/* The first five faults are the five kinds in a seeded order, so every run exercises each
+ * kind; then kinds are drawn with weights 30/20/15/15/20. */
+static void inject(void)
+{
+    static int order[5] = {0, 1, 2, 3, 4}, shuffled;
+    if (!shuffled) {
+        for (int k = 4; k > 0; k--) {
+            int j = rnd_in(0, k), t = order[k];
+            order[k] = order[j];
+            order[j] = t;
+        }
+        shuffled = 1;
+    }
+    int r = rnd_in(0, 99), kind = r < 30 ? 0 : r < 50 ? 1 : r < 65 ? 2 : r < 80 ? 3 : 4;
+    if (faults < 5)
+        kind = order[faults];
+    char inst[128];
+    pid_t pid;
+    switch (kind) {
+    case 0:
+    case 1:
+        pid = pick_gameproc(inst, sizeof inst);
+        if (!pid || (kind == 1 && nfrozen == MAXFROZEN))
+            return;
+        json_object_set_new(hit, inst, json_string(kind ? "stop" : "kill"));
+        if (kind == 0) {
+            kill(pid, SIGKILL);
+        } else {
+            kill(pid, SIGSTOP);
+            frozen[nfrozen].pid = pid;
+            frozen[nfrozen++].cont_at = h_now_ms() + rnd_in(300, 2500);
+        }
+        break;
+    case 2: {
+        int i = rnd_in(0, NBB - 1);
+        kill(C.bb[i].pid, SIGKILL);
+        h_stop(C.bb[i].pid, 2000);
+        bb_kills[i]++;
+        /* one time in three it stays down past its machine lease: the primary (another
+         * one if it was the primary) declares the machine lost and moves its slots; on
+         * its return it stops its old instances (replaced) */
+        pause_ms(rnd_in(0, 2) ? rnd_in(50, 800) : slow(3000) + rnd_in(500, 2000));
+        bb_start(&C.bb[i]);
+        break;
+    }
+    case 3:
+        redis_restart();
+        break;
+    default: {
+        int i = rnd_in(0, NCOPIES - 1);
+        kill(copies[i].pid, SIGKILL);
+        h_stop(copies[i].pid, 2000);
+        pause_ms(rnd_in(100, 1500));
+        copy_start(i);
+        break;
+    }
+    }
+    faults++;
+    faults_by[kind]++;
+}
+
+/* Blob-Seq of every player key, straight from Redis (no effect on the system). */
+static void sample_blobs(void)
+{
+    for (int k = 1; k <= NKEYS; k++) {
+        redisReply *r = h_redis(&C.redis, "HMGET sd:blob:player:%d seq lock_seq", k);
+        if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+            r->element[0]->type == REDIS_REPLY_STRING &&
+            r->element[1]->type == REDIS_REPLY_STRING) {
+            long long seq = strtoll(r->element[0]->str, NULL, 10),
+                      lseq = strtoll(r->element[1]->str, NULL, 10);
+            blob_samples++;
+            if (seq < blob_max[k]) {
+                blob_backwards++;
+                print_message("VIOLATION blob player:%d Blob-Seq %lld after %lld\n", k, seq,
+                              blob_max[k]);
+            }
+            if (lseq < blob_lock_max[k]) {
+                blob_lock_backwards++;
+                print_message("VIOLATION blob player:%d saved under lock_seq %lld after a save "
+                              "under %lld\n", k, lseq, blob_lock_max[k]);
+            }
+            if (seq > blob_max[k])
+                blob_max[k] = seq;
+            if (lseq > blob_lock_max[k])
+                blob_lock_max[k] = lseq;
+        }
+        if (r)
+            freeReplyObject(r);
+        else
+            break; /* redis restarting */
+    }
+}
+
+/* ---------- what the system shows ---------- */
+
+/* The whole history (oldest first), as a new array; NULL on failure. */
+static json_t *history(void)
+{
+    json_t *all = json_array();
+    char since[64] = "0-0";
+    for (int page = 0; page < 200; page++) {
+        char url[256];
+        snprintf(url, sizeof url, "%s%s/events?limit=1000&since=%s", C.sd.url, CL_BASE, since);
+        long st = 0;
+        json_t *j = cl_api("GET", url, NULL, &st), *evs = json_object_get(j, "events"), *e;
+        if (st != 200) {
+            json_decref(j);
+            json_decref(all);
+            return NULL;
+        }
+        size_t i;
+        json_array_foreach(evs, i, e) json_array_append(all, e);
+        size_t n = json_array_size(evs);
+        const char *last = json_string_value(json_object_get(j, "last"));
+        if (last)
+            snprintf(since, sizeof since, "%s", last);
+        json_decref(j);
+        if (n == 0)
+            return all;
+    }
+    return all;
+}
+
+/* Outbox ids missing from the history and ids the history holds twice. */
+typedef struct {
+    int outbox, missing, dups, history;
+} delivery_t;
+
+static int delivery(delivery_t *d, int verbose)
+{
+    memset(d, 0, sizeof *d);
+    json_t *h = history();
+    if (!h)
+        return -1;
+    json_t *seen = json_object(), *e;
+    size_t i;
+    json_array_foreach(h, i, e) {
+        const char *id = bbt_str(e, "id");
+        if (!id[0])
+            continue;
+        d->history++;
+        if (json_object_get(seen, id)) {
+            d->dups++;
+            if (verbose)
+                print_message("VIOLATION event %s twice in the history\n", id);
+        }
+        json_object_set_new(seen, id, json_true());
+    }
+    for (int b = 0; b < NBB; b++) {
+        json_t *evs = bbt_events(&C.bb[b]);
+        json_array_foreach(evs, i, e) {
+            d->outbox++;
+            if (!json_object_get(seen, bbt_str(e, "id"))) {
+                d->missing++;
+                if (verbose)
+                    print_message("VIOLATION outbox event %s of m%d (%s %s) not in the history\n",
+                                  bbt_str(e, "id"), b + 1, bbt_str(e, "type"),
+                                  bbt_str(e, "instance"));
+            }
+        }
+        json_decref(evs);
+    }
+    json_decref(seen);
+    json_decref(h);
+    return 0;
+}
+
+static int settled(cl_t *c, void *arg)
+{
+    (void)arg;
+    cl_conv_t w = {SVC, nprocs, 0};
+    delivery_t d;
+    return cl_converged(c, &w) && delivery(&d, 0) == 0 && d.missing == 0;
+}
+
+/* Directory vs real processes: violations counted and printed. */
+static int directory_mismatches(int *live_records, int *running)
+{
+    int bad = 0;
+    json_t *st[NBB];
+    for (int b = 0; b < NBB; b++)
+        st[b] = bbt_ctl(&C.bb[b], "status");
+    json_t *dir = cl_get(&C, "/processes?service=" SVC), *p, *in;
+    size_t i, k;
+    json_t *live = json_object();
+    *live_records = *running = 0;
+    json_array_foreach(json_object_get(dir, "processes"), i, p) {
+        const char *state = bbt_str(p, "state");
+        if (strcmp(state, "ready") && strcmp(state, "starting"))
+            continue;
+        (*live_records)++;
+        json_object_set_new(live, bbt_str(p, "instance"), json_true());
+        pid_t pid = (pid_t)bbt_int(p, "pid");
+        int b = cl_index(&C, bbt_str(p, "machine")), owned = 0;
+        if (b >= 0)
+            json_array_foreach(json_object_get(st[b], "instances"), k, in)
+                owned |= !strcmp(bbt_str(in, "instance"), bbt_str(p, "instance")) &&
+                         bbt_int(in, "pid") == pid;
+        if (pid <= 0 || !bbt_alive(pid) || !owned) {
+            bad++;
+            print_message("VIOLATION directory record %s (%s, pid %d on %s): %s\n",
+                          bbt_str(p, "instance"), state, (int)pid, bbt_str(p, "machine"),
+                          owned ? "pid not running" : "not owned by that bigbrother");
+        }
+    }
+    for (int b = 0; b < NBB; b++) {
+        json_array_foreach(json_object_get(st[b], "instances"), k, in) {
+            pid_t pid = (pid_t)bbt_int(in, "pid");
+            if (strcmp(bbt_str(in, "service"), SVC) || pid <= 0 || !bbt_alive(pid))
+                continue;
+            (*running)++;
+            if (!json_object_get(live, bbt_str(in, "instance"))) {
+                bad++;
+                print_message("VIOLATION m%d runs %s (pid %d) but the directory has no live "
+                              "record of it\n", b + 1, bbt_str(in, "instance"), (int)pid);
+            }
+        }
+        json_decref(st[b]);
+    }
+    json_decref(live);
+    json_decref(dir);
+    return bad;
+}
+
+/* Value of `key=` in a logfmt line into out (quotes stripped); 0 if found. */
+static int logfmt_get(const char *line, const char *key, char *out, size_t cap)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, " %s=", key);
+    const char *p = strstr(line, pat);
+    if (!p)
+        return -1;
+    p += strlen(pat);
+    int quoted = *p == '"';
+    p += quoted;
+    size_t n = quoted ? strcspn(p, "\"") : strcspn(p, " \n");
+    if (n >= cap)
+        return -1;
+    memcpy(out, p, n);
+    out[n] = 0;
+    return 0;
+}
+
+/* Lock grants ("player joined key=K lock_seq=S") from every gameproc log, attributed to the
+ * instance named by bigbrother's spawn header; a (key, lock_seq) granted to two instances
+ * is a violation. */
+static int lock_violations(int *grants)
+{
+    json_t *holder = json_object();
+    int bad = 0;
+    *grants = 0;
+    for (int b = 0; b < NBB; b++) {
+        for (int slot = 0; slot < 64; slot++) {
+            char base[400], pattern[420];
+            snprintf(base, sizeof base, "%s/logs/%s-%d.log", C.bb[b].state, SVC, slot);
+            snprintf(pattern, sizeof pattern, "%s*", base);
+            glob_t g;
+            if (glob(pattern, 0, NULL, &g))
+                continue;
+            char cur[200] = "";
+            /* oldest first: .100 ... .1, then the file itself */
+            for (int r = 100; r >= 0; r--) {
+                char path[440];
+                if (r)
+                    snprintf(path, sizeof path, "%s.%d", base, r);
+                else
+                    snprintf(path, sizeof path, "%s", base);
+                FILE *f = fopen(path, "r");
+                char line[4096];
+                while (f && fgets(line, sizeof line, f)) {
+                    const char *s = strstr(line, "starting instance ");
+                    if (!strncmp(line, "=== bigbrother", 14) && s) {
+                        sscanf(s + 18, "%199s", cur);
+                        continue;
+                    }
+                    char key[128], seq[32], k2[200];
+                    if (!strstr(line, "player joined") || logfmt_get(line, "key", key, sizeof key) ||
+                        logfmt_get(line, "lock_seq", seq, sizeof seq))
+                        continue;
+                    (*grants)++;
+                    snprintf(k2, sizeof k2, "%s#%s", key, seq);
+                    const char *prev = json_string_value(json_object_get(holder, k2));
+                    if (prev && strcmp(prev, cur)) {
+                        bad++;
+                        print_message("VIOLATION %s lock_seq %s granted to %s and to %s\n", key,
+                                      seq, prev, cur);
+                    } else if (!prev) {
+                        json_object_set_new(holder, k2, json_string(cur));
+                    }
+                }
+                if (f)
+                    fclose(f);
+            }
+            globfree(&g);
+        }
+    }
+    json_decref(holder);
+    return bad;
+}
+
+/* Stopped events in the history not explained by an injected fault. */
+static int unexplained_stops(int *stops)
+{
+    json_t *h = history(), *e;
+    assert_non_null(h);
+    int bad = 0;
+    size_t i;
+    *stops = 0;
+    json_array_foreach(h, i, e) {
+        if (strcmp(bbt_str(e, "type"), "stopped"))
+            continue;
+        (*stops)++;
+        const char *inst = bbt_str(e, "instance"), *reason = bbt_str(e, "reason");
+        int b = cl_index(&C, bbt_str(e, "machine"));
+        /* killed: SIGKILL seen by its bigbrother (killed, signal 9), or its death seen at
+         * re-adoption after a bigbrother restart (exited, status unknown); frozen: hung if
+         * a slow fault step kept it frozen past the liveness timeout; any instance of a
+         * machine whose bigbrother was killed: machine_lost, or replaced on its return. */
+        const char *how = json_string_value(json_object_get(hit, inst));
+        int ok = (how && !strcmp(how, "kill") &&
+                  ((!strcmp(reason, "killed") && bbt_int(e, "signal") == SIGKILL) ||
+                   (!strcmp(reason, "exited") && strstr(bbt_str(e, "detail"), "re-adopted")))) ||
+                 (how && !strcmp(how, "stop") && !strcmp(reason, "hung")) ||
+                 ((!strcmp(reason, "machine_lost") || !strcmp(reason, "replaced")) && b >= 0 &&
+                  bb_kills[b] > 0);
+        if (!ok) {
+            bad++;
+            print_message("VIOLATION %s stopped (reason %s, signal %lld, code %lld, detail %s) "
+                          "with no fault to explain it\n",
+                          inst, reason, bbt_int(e, "signal"), bbt_int(e, "code"),
+                          bbt_str(e, "detail"));
+        }
+    }
+    json_decref(h);
+    return bad;
+}
+
+/* ---------- the soak ---------- */
+
+static void chaos_soak(void **state)
+{
+    (void)state;
+    const char *s = getenv("SD_CHAOS_SEED");
+    struct timespec wall;
+    clock_gettime(CLOCK_REALTIME, &wall);
+    rng = s && *s ? strtoull(s, NULL, 0)
+                  : ((uint64_t)wall.tv_nsec ^ (uint64_t)wall.tv_sec * 1000003u ^
+                     (uint64_t)getpid() << 32) % 1000000000000u;
+    if (!rng)
+        rng = 1;
+    uint64_t seed = rng;
+    const char *secs = getenv("SD_CHAOS_SECONDS");
+    int seconds = secs && *secs ? atoi(secs) : h_valgrind() ? 30 : 40;
+    nprocs = h_valgrind() ? 6 : 12;
+    print_message("chaos: seed=%llu seconds=%d gameprocs=%d (SD_CHAOS_SEED=%llu reproduces "
+                  "the fault sequence)\n",
+                  (unsigned long long)seed, seconds, nprocs, (unsigned long long)seed);
+    hit = json_object();
+
+    snprintf(redis_dir, sizeof redis_dir, "%s", h_tmpdir());
+    C.redis.port = h_free_port();
+    snprintf(C.redis.url, sizeof C.redis.url, "redis://127.0.0.1:%d/0", C.redis.port);
+    redis_start();
+    for (int i = 0; i < NCOPIES; i++) {
+        copies[i].port = h_free_port();
+        copy_start(i);
+    }
+    haproxy_start();
+    C.n = NBB;
+    for (int i = 0; i < NBB; i++) {
+        bb_config(i);
+        bb_start(&C.bb[i]);
+    }
+    char args[512];
+    snprintf(args, sizeof args,
+             "[\"--tick-hz\", \"10\", \"--serverdir\", \"%s\", \"--token\", \"%s\","
+             " \"--players\", \"2\", \"--player-keys\", \"1-%d\", \"--save-every-ms\", \"500\","
+             " \"--session-s\", \"4\"]",
+             C.sd.url, H_TOK_GAME, NKEYS);
+    assert_int_equal(cl_service(&C, SVC, nprocs, args, NULL), 200);
+    cl_conv_t w = {SVC, nprocs, 0};
+    assert_true(cl_wait(&C, cl_converged, &w, slow(40000)));
+
+    /* chaos */
+    int64_t t0 = h_now_ms(), end = t0 + seconds * 1000LL;
+    int64_t next = t0 + rnd_in(300, 1200);
+    int gap_lo = h_valgrind() ? 1500 : 600, gap_hi = h_valgrind() ? 3000 : 1600;
+    for (int it = 0; it < 100000 && h_now_ms() < end; it++) {
+        int64_t now = h_now_ms();
+        thaw_due(now);
+        if (now >= next) {
+            inject();
+            next = h_now_ms() + rnd_in(gap_lo, gap_hi);
+        }
+        sample_blobs();
+        h_sleep_ms(100);
+    }
+    thaw_due(INT64_MAX);
+    print_message("chaos: %d faults in %lld ms:", faults, (long long)(h_now_ms() - t0));
+    for (int k = 0; k < 5; k++)
+        print_message(" %s=%d", fault_names[k], faults_by[k]);
+    print_message("\n");
+
+    /* settle */
+    int64_t t1 = h_now_ms();
+    int ok = cl_wait(&C, settled, NULL, slow(45000));
+    print_message("chaos: settled=%s after %lld ms\n", ok ? "yes" : "NO",
+                  (long long)(h_now_ms() - t1));
+    sample_blobs();
+
+    /* invariants */
+    int ready = cl_dir_count(&C, SVC, "ready", NULL), live = 0, running = 0, grants = 0,
+        stops = 0;
+    int mism = directory_mismatches(&live, &running);
+    int v_desired = (ready != nprocs) + (live != nprocs) + (running != nprocs);
+    delivery_t d;
+    assert_int_equal(delivery(&d, 1), 0);
+    int v_locks = lock_violations(&grants);
+    int v_stops = unexplained_stops(&stops);
+    long long saved_keys = 0;
+    for (int k = 1; k <= NKEYS; k++)
+        saved_keys += blob_max[k] > 0;
+    int violations = v_desired + mism + d.missing + d.dups + v_locks + (int)blob_backwards +
+                     (int)blob_lock_backwards + v_stops;
+    print_message("faults=%d violations=%d seed=%llu\n", faults, violations,
+                  (unsigned long long)seed);
+    print_message("desired: want=%d ready_in_directory=%d live_records=%d running=%d "
+                  "violations=%d\n", nprocs, ready, live, running, v_desired);
+    print_message("directory: live_records=%d running=%d mismatches=%d\n", live, running, mism);
+    print_message("outbox: events=%d history=%d missing=%d duplicates=%d\n", d.outbox,
+                  d.history, d.missing, d.dups);
+    print_message("locks: grants=%d same_seq_two_holders=%d\n", grants, v_locks);
+    print_message("blobs: samples=%lld keys_saved=%lld seq_went_down=%lld "
+                  "lock_seq_went_down=%lld\n",
+                  blob_samples, saved_keys, blob_backwards, blob_lock_backwards);
+    print_message("stops: stopped_events=%d unexplained=%d\n", stops, v_stops);
+    assert_true(d.history < 10000); /* the history (history_max 10000) was not trimmed */
+    assert_true(grants > 0 && saved_keys > 0 && d.outbox > 0);
+    assert_int_equal(violations, 0);
+
+    for (int i = 0; i < NBB; i++) {
+        json_decref(bbt_ctl(&C.bb[i], "stop all"));
+        h_stop(C.bb[i].pid, slow(10000));
+    }
+    h_stop(haproxy_pid, 2000);
+    for (int i = 0; i < NCOPIES; i++)
+        h_stop(copies[i].pid, slow(5000));
+    h_stop(C.redis.pid, 5000);
+    json_decref(hit);
+}
+
+int main(void)
+{
+    const char *secs = getenv("SD_CHAOS_SECONDS");
+    int seconds = secs && *secs ? atoi(secs) : 40;
+    h_init((h_valgrind() ? 280 : 150) + seconds);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(chaos_soak),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
