@@ -224,7 +224,8 @@ static int keep_current(plan_t *p, const json_t *assignments, int *kept)
         size_t i;
         json_t *e;
         json_array_foreach(slots, i, e) {
-            int si = find_svc(p, json_string_value(json_object_get(e, "service")) ?: "");
+            const char *sname = json_string_value(json_object_get(e, "service"));
+            int si = sname ? find_svc(p, sname) : -1;
             json_t *jslot = json_object_get(e, "slot");
             json_int_t slot = json_is_integer(jslot) ? json_integer_value(jslot) : -1;
             if (mi < 0 || si < 0 || slot < 0 || slot >= p->s[si].count ||

@@ -311,6 +311,18 @@ static void bad_state_is_refused(void **unused)
     assert_int_equal(s.placed, 1);
     json_decref(out);
     json_decref(st);
+    /* nor is one without a service name taken for a service named "" (found by
+     * fuzz.placement; regression input in tests/fuzz/regressions/placement/) */
+    st = mkstate(THREE, 1, NULL, NULL);
+    json_object_set_new(json_array_get(json_object_get(st, "services"), 0), "service",
+                        json_string(""));
+    json_object_set_new(json_object_get(st, "assignments"), "m3",
+                        json_pack("{s:[{s:i}]}", "slots", "slot", 0));
+    assert_int_equal(bb_place(st, ready, inf, &out, &s), 0);
+    assert_int_equal(s.removed, 1);
+    assert_int_equal(s.placed, 1);
+    json_decref(out);
+    json_decref(st);
     json_decref(inf);
     json_decref(ready);
 }
