@@ -16,7 +16,8 @@
 
 #define BB_VERSION "0.1.0"
 #define BB_SOCK_PATH_MAX 108   /* sizeof(sun_path) */
-#define BB_PROBE_BYTES_MAX 512 /* udp query / expect */
+#define BB_PROBE_BYTES_MAX 512 /* udp query / expect, http request */
+#define BB_HTTP_PATH_MAX 400   /* http probe path: the request still fits the query buffer */
 #define BB_MAX_RLIMITS 8
 #define BB_WINDOW_MAX 64       /* max_restarts cap: restart times kept per instance */
 
@@ -24,7 +25,7 @@
 
 /* ---------------------------------------------------------------- config (config.c) */
 
-enum bb_health { BB_H_AGENT, BB_H_NOTIFY, BB_H_TCP, BB_H_UDP, BB_H_EXEC, BB_H_NONE };
+enum bb_health { BB_H_AGENT, BB_H_NOTIFY, BB_H_TCP, BB_H_UDP, BB_H_EXEC, BB_H_NONE, BB_H_HTTP };
 enum bb_policy { BB_P_ALWAYS, BB_P_ON_FAILURE, BB_P_NEVER };
 
 typedef struct {
@@ -47,8 +48,9 @@ typedef struct {
     struct {
         enum bb_health type;
         int start_timeout_ms, liveness_timeout_ms; /* agent, notify */
-        int period_ms, failure_threshold, timeout_ms; /* tcp, udp, exec */
+        int period_ms, failure_threshold, timeout_ms; /* tcp, udp, http, exec */
         int port;
+        /* udp: the query datagram; http: the whole GET request, built from "path" */
         unsigned char query[BB_PROBE_BYTES_MAX], expect[BB_PROBE_BYTES_MAX];
         size_t query_len, expect_len;
         const char *command; /* exec: run with /bin/sh -c */
@@ -182,6 +184,9 @@ typedef struct bb_inst {
     int probe_busy;
     pid_t probe_pid;
     int probe_failures;
+    int probe_sent;          /* http: the request is written, the status line is awaited */
+    char probe_head[16];     /* http: the first bytes of the reply, "HTTP/1.1 200 " */
+    int probe_head_len;
     int64_t probe_ok_mono, probe_started_mono;
     /* cluster mode (converge.c): a slot given by the assignment, not by the config */
     struct bb_cspec *cspec;      /* the spec svc points into; NULL for a static service */

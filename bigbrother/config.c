@@ -235,8 +235,9 @@ static int parse_health(ctx_t *c, const json_t *h, const char *at, bb_service_t 
 {
     static const char *const keys[] = {"type", "start_timeout_ms", "liveness_timeout_ms",
                                        "period_ms", "failure_threshold", "timeout_ms", "port",
-                                       "query", "expect", "command", NULL};
-    static const char *const types[] = {"agent", "notify", "tcp", "udp", "exec", "none"};
+                                       "query", "expect", "command", "path", NULL};
+    /* in the order of enum bb_health */
+    static const char *const types[] = {"agent", "notify", "tcp", "udp", "exec", "none", "http"};
     char p[160];
     const char *type = "none";
     if (only_keys(c, h, at, keys) || get_str(c, h, at, "type", 1, 16, &type) < 0)
@@ -246,7 +247,7 @@ static int parse_health(ctx_t *c, const json_t *h, const char *at, bb_service_t 
         t++;
     if (t == SD_ARRAY_LEN(types))
         return fail(c, sub(p, sizeof(p), at, "type"),
-                    "'%s' must be one of agent, notify, tcp, udp, exec, none", type);
+                    "'%s' must be one of agent, notify, tcp, udp, http, exec, none", type);
     s->health.type = (enum bb_health)t;
     GET_INT(c, h, at, "start_timeout_ms", 100, 3600000, 10000, s->health.start_timeout_ms);
     GET_INT(c, h, at, "liveness_timeout_ms", 100, 3600000, 3000,
@@ -254,7 +255,8 @@ static int parse_health(ctx_t *c, const json_t *h, const char *at, bb_service_t 
     GET_INT(c, h, at, "period_ms", 50, 3600000, 1000, s->health.period_ms);
     GET_INT(c, h, at, "failure_threshold", 1, 100, 3, s->health.failure_threshold);
     GET_INT(c, h, at, "timeout_ms", 10, 3600000, s->health.period_ms, s->health.timeout_ms);
-    int needs_port = s->health.type == BB_H_TCP || s->health.type == BB_H_UDP;
+    int needs_port = s->health.type == BB_H_TCP || s->health.type == BB_H_UDP ||
+                     s->health.type == BB_H_HTTP;
     if (needs_port && !json_object_get(h, "port"))
         return fail(c, sub(p, sizeof(p), at, "port"), "is required for type %s", type);
     GET_INT(c, h, at, "port", 1, 65535, 0, s->health.port);
@@ -275,6 +277,23 @@ static int parse_health(ctx_t *c, const json_t *h, const char *at, bb_service_t 
                         "must be at most %d bytes; escapes allowed: \\xHH \\n \\r \\t \\0 \\\\",
                         BB_PROBE_BYTES_MAX);
         s->health.expect_len = (size_t)n;
+    }
+    if (s->health.type == BB_H_HTTP) {
+        const char *path = "/";
+        if (get_str(c, h, at, "path", 0, BB_HTTP_PATH_MAX, &path) < 0)
+            return -1;
+        int okpath = path[0] == '/';
+        for (const char *q = path; *q && okpath; q++)
+            okpath = *q > 0x20 && *q < 0x7f;
+        if (!okpath)
+            return fail(c, sub(p, sizeof(p), at, "path"),
+                        "must start with '/' and be at most %d printable characters without"
+                        " spaces (percent-encode others)", BB_HTTP_PATH_MAX);
+        int n = snprintf((char *)s->health.query, sizeof(s->health.query),
+                         "GET %s HTTP/1.0\r\nHost: 127.0.0.1:%d\r\nUser-Agent: bigbrother\r\n"
+                         "Connection: close\r\n\r\n",
+                         path, s->health.port);
+        s->health.query_len = (size_t)n; /* fits: path <= BB_HTTP_PATH_MAX */
     }
     if (s->health.type == BB_H_EXEC &&
         get_str(c, h, at, "command", 1, 4096, &s->health.command))

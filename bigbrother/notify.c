@@ -77,6 +77,10 @@ static void notify_message(pid_t pid, const char *buf, size_t len)
         bb__copy_printable(in->status, sizeof(in->status), v, vlen);
     if (bbproto_get(f, n, "STOPPING", NULL))
         log_info("instance stopping on its own", "instance=%s", in->id);
+    /* readiness and liveness come from the configured health type only: a program that
+     * speaks sd_notify but is checked by a probe is ready when the probe says so */
+    if (in->svc->health.type != BB_H_NOTIFY)
+        return;
     if ((v = bbproto_get(f, n, "READY", &vlen)) && vlen == 1 && v[0] == '1')
         bb_inst_event(in, EV_READY);
     else if ((v = bbproto_get(f, n, "WATCHDOG", &vlen)) && vlen == 1 && v[0] == '1')

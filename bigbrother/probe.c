@@ -1,6 +1,6 @@
 /* Health probes for programs without the shim: tcp connect, udp query / expected reply
- * prefix (a game's status query such as Quake III getstatus or Valve A2S_INFO), and a
- * command run with a timeout. All non-blocking inside the loop: a probe is an fd in the
+ * prefix (a game's status query such as Quake III getstatus or Valve A2S_INFO), http GET
+ * (a status 200-399 within the timeout), and a command run with a timeout. All non-blocking inside the loop: a probe is an fd in the
  * epoll set (socket or pidfd) plus the instance's probe timer, which is the probe's
  * timeout while one runs and the next probe time otherwise.
  *
@@ -29,7 +29,7 @@ extern char **environ;
 static int probing(const bb_inst_t *in)
 {
     enum bb_health t = in->svc->health.type;
-    return t == BB_H_TCP || t == BB_H_UDP || t == BB_H_EXEC;
+    return t == BB_H_TCP || t == BB_H_UDP || t == BB_H_HTTP || t == BB_H_EXEC;
 }
 
 /* An exec probe given up while running: killed, and reaped when its pidfd says so. */
@@ -98,11 +98,65 @@ static void probe_result(bb_inst_t *in, int ok, const char *why)
         bb_inst_event(in, EV_DEADLINE);
 }
 
+/* http: connected -> write the request; then read until the status line's code is in.
+ * Only "HTTP/1.x NNN" is looked at; the rest of the reply is not read. */
+static void http_step(bb_inst_t *in, bb_watch_t *w)
+{
+    const bb_service_t *s = in->svc;
+    if (!in->probe_sent) {
+        int err = 0;
+        socklen_t len = sizeof(err);
+        getsockopt(w->fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        if (err) {
+            probe_result(in, 0, strerror(err));
+            return;
+        }
+        ssize_t n = send(w->fd, s->health.query, s->health.query_len,
+                         MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n != (ssize_t)s->health.query_len) {
+            probe_result(in, 0, n < 0 ? strerror(errno) : "short write of the request");
+            return;
+        }
+        in->probe_sent = 1;
+        if (bb_watch_mod(w, EPOLLIN))
+            probe_result(in, 0, strerror(errno));
+        return;
+    }
+    const int need = 12; /* "HTTP/1.1 200" */
+    ssize_t n = recv(w->fd, in->probe_head + in->probe_head_len,
+                     (size_t)(need - in->probe_head_len), MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
+    if (n < 0) {
+        probe_result(in, 0, strerror(errno));
+        return;
+    }
+    if (n == 0) {
+        probe_result(in, 0, "connection closed before the status line");
+        return;
+    }
+    in->probe_head_len += (int)n;
+    if (in->probe_head_len < need)
+        return;
+    const char *h = in->probe_head;
+    if (memcmp(h, "HTTP/1.", 7) || (h[7] != '0' && h[7] != '1') || h[8] != ' ' ||
+        h[9] < '1' || h[9] > '5' || h[10] < '0' || h[10] > '9' || h[11] < '0' || h[11] > '9') {
+        probe_result(in, 0, "reply is not an HTTP/1.x status line");
+        return;
+    }
+    int code = (h[9] - '0') * 100 + (h[10] - '0') * 10 + (h[11] - '0');
+    char why[32];
+    snprintf(why, sizeof(why), "status %d", code);
+    probe_result(in, code >= 200 && code < 400, why);
+}
+
 static void on_probe_fd(bb_watch_t *w, uint32_t events)
 {
     bb_inst_t *in = container_of(w, bb_inst_t, probew);
     const bb_service_t *s = in->svc;
-    if (s->health.type == BB_H_TCP) {
+    if (s->health.type == BB_H_HTTP) {
+        http_step(in, w);
+    } else if (s->health.type == BB_H_TCP) {
         int err = 0;
         socklen_t len = sizeof(err);
         getsockopt(w->fd, SOL_SOCKET, SO_ERROR, &err, &len);
@@ -182,6 +236,7 @@ static void on_probe_timer(bb_timer_t *t)
         return;
     }
     in->probe_busy = 1;
+    in->probe_sent = in->probe_head_len = 0;
     in->probe_started_mono = sd_mono_ms();
     in->probew.fn = on_probe_fd;
     int rc = in->svc->health.type == BB_H_EXEC ? start_exec_probe(in) : start_socket_probe(in);

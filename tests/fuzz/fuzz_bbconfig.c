@@ -52,10 +52,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             s->nrlimits > BB_MAX_RLIMITS || s->health.query_len > BB_PROBE_BYTES_MAX ||
             s->health.expect_len > BB_PROBE_BYTES_MAX || s->count < 0)
             __builtin_trap();
-        if ((s->health.type == BB_H_TCP || s->health.type == BB_H_UDP) &&
+        if ((s->health.type == BB_H_TCP || s->health.type == BB_H_UDP ||
+             s->health.type == BB_H_HTTP) &&
             (s->health.port < 1 || s->health.port > 65535))
             __builtin_trap();
         if (s->health.type == BB_H_UDP && s->health.query_len == 0)
+            __builtin_trap();
+        if (s->health.type == BB_H_HTTP &&
+            (s->health.query_len < 16 || s->health.query_len >= sizeof(s->health.query) ||
+             memcmp(s->health.query, "GET /", 5)))
             __builtin_trap();
         if (s->health.type == BB_H_EXEC && !s->health.command)
             __builtin_trap();

@@ -2,7 +2,7 @@
  * restarted within liveness + grace + 1 s with reason hung; kill -9 gives killed(9); a
  * process that never gets ready gives start_timeout; a crash loop ends in failed and
  * stays there until an operator starts it; --ignore-term is SIGKILLed after the grace;
- * an sd_notify program and probe-checked programs (udp query, exec) are supervised
+ * an sd_notify program and probe-checked programs (udp query, http, exec) are supervised
  * without the shim. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -247,6 +247,58 @@ static void udp_query_probe(void **state)
     h_stop(b.pid, 3000);
 }
 
+/* The http probe against a real HTTP program: serverdir with no Redis answers /healthz
+ * 200 (alive) and /readyz 503 (Redis unreachable). */
+static void start_http(bbt_t *b, int port, const char *path)
+{
+    char svc[2048];
+    snprintf(svc, sizeof(svc),
+             "[{\"name\": \"g\", \"command\": \"%s/serverdir\", \"args\": [\"--listen\","
+             " \"127.0.0.1:%d\", \"--redis\", \"redis://127.0.0.1:%d\", \"--threads\", \"1\"],"
+             " \"health\": {\"type\": \"http\", \"port\": %d, \"path\": \"%s\", \"period_ms\": 100,"
+             " \"failure_threshold\": 2, \"timeout_ms\": 300, \"start_timeout_ms\": 1500},"
+             " \"restart\": %s, \"stop\": %s, \"cwd\": \"%s\", \"rlimits\": {\"core\": 0}}]",
+             SD_BIN_DIR, port, h_free_port(), port, path, FAST_RESTART, STOP_1S, h_tmpdir());
+    bbt_config(b, svc, NULL);
+    assert_true(bbt_start(b) > 0);
+}
+
+static void http_probe(void **state)
+{
+    bbt_t b = {0};
+    int port = h_free_port();
+    start_http(&b, port, "/healthz");
+    json_t *in = bbt_wait(&b, "g", 0, "ready", 1, 5000);
+    assert_non_null(in);
+    pid_t pid = (pid_t)bbt_int(in, "pid");
+    json_decref(in);
+    kill(pid, SIGSTOP); /* accepts (the kernel does) but never answers: the timeouts count */
+    in = bbt_wait(&b, "g", 0, "ready", 2, 100 * 2 + 300 * 2 + 1000 + 3000);
+    assert_non_null(in);
+    assert_string_equal(bbt_str(in, "reason"), "hung");
+    assert_non_null(strstr(bbt_str(in, "detail"), "consecutive probe failures"));
+    assert_int_not_equal(bbt_int(in, "pid"), pid);
+    json_decref(in);
+    bbt_stop(&b, 3000);
+}
+
+static void http_probe_wants_2xx_3xx(void **state)
+{
+    bbt_t b = {0};
+    start_http(&b, h_free_port(), "/readyz"); /* 503 while Redis is unreachable */
+    h_sleep_ms(700);
+    json_t *in = bbt_inst(&b, "g", 0);
+    assert_non_null(in);
+    /* answered, but 503; and serverdir's own sd_notify READY=1 does not count either */
+    assert_string_equal(bbt_str(in, "state"), "starting");
+    json_decref(in);
+    in = bbt_wait(&b, "g", 0, "starting", 2, 1500 + 1000 + 3000);
+    assert_non_null(in);
+    assert_string_equal(bbt_str(in, "reason"), "start_timeout");
+    json_decref(in);
+    bbt_stop(&b, 3000);
+}
+
 static void exec_probe(void **state)
 {
     bbt_t b = {0};
@@ -335,7 +387,7 @@ static void env_cwd_logs_and_on_failure(void **state)
 
 int main(void)
 {
-    h_init(58);
+    h_init(90);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(hang_is_killed_and_restarted),
         cmocka_unit_test(kill9_is_reported_and_restarted),
@@ -344,6 +396,8 @@ int main(void)
         cmocka_unit_test(ignore_term_is_killed_after_the_grace),
         cmocka_unit_test(sd_notify_program_is_supervised),
         cmocka_unit_test(udp_query_probe),
+        cmocka_unit_test(http_probe),
+        cmocka_unit_test(http_probe_wants_2xx_3xx),
         cmocka_unit_test(exec_probe),
         cmocka_unit_test(env_cwd_logs_and_on_failure),
     };

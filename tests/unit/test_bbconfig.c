@@ -30,7 +30,9 @@ static void full_config_and_defaults(void **state)
              "  \"stop\": {\"signal\": \"INT\", \"grace_ms\": 5000, \"hang_signal\": \"SIGQUIT\"}},"
              " {\"name\": \"q3\", \"command\": \"/bin/true\","
              "  \"health\": {\"type\": \"udp\", \"port\": 27960, \"query\": \"\\\\xff\\\\xff\\\\xff\\\\xffgetstatus\","
-             "   \"expect\": \"\\\\xff\\\\xff\\\\xff\\\\xffstatusResponse\"}}]}";
+             "   \"expect\": \"\\\\xff\\\\xff\\\\xff\\\\xffstatusResponse\"}},"
+             " {\"name\": \"web\", \"command\": \"/bin/true\","
+             "  \"health\": {\"type\": \"http\", \"port\": 8080, \"path\": \"/healthz?deep=1\"}}]}";
     bb_config_t c;
     char err[512] = "";
     if (bb_config_parse(text, "t.json", &c, err, sizeof(err)))
@@ -40,7 +42,7 @@ static void full_config_and_defaults(void **state)
     assert_string_equal(c.notify_socket, "/var/lib/bb/notify.sock");
     assert_string_equal(c.control_socket, "/run/bb.sock");
     assert_int_equal(c.log_max_bytes, 65536);
-    assert_int_equal(c.nservices, 2);
+    assert_int_equal(c.nservices, 3);
     bb_service_t *z = &c.services[0];
     assert_string_equal(z->argv[0], "/bin/sh");
     assert_string_equal(z->argv[2], "20");
@@ -67,6 +69,12 @@ static void full_config_and_defaults(void **state)
     assert_int_equal(q->stop.grace_ms, 5000);
     assert_int_equal(q->health.period_ms, 1000);
     assert_int_equal(q->health.failure_threshold, 3);
+    bb_service_t *w = &c.services[2];
+    assert_int_equal(w->health.type, BB_H_HTTP);
+    const char *req = "GET /healthz?deep=1 HTTP/1.0\r\nHost: 127.0.0.1:8080\r\n"
+                      "User-Agent: bigbrother\r\nConnection: close\r\n\r\n";
+    assert_int_equal(w->health.query_len, strlen(req));
+    assert_memory_equal(w->health.query, req, strlen(req));
     bb_config_free(&c);
 
     /* standalone: no serverdir, no services */
@@ -100,8 +108,16 @@ static void errors_name_the_field(void **state)
          "t.json: services[0].health: is required"},
         {HEAD "\"services\": [{\"name\": \"g\", \"command\": \"/no/such/bin\", \"health\": {\"type\": \"none\"}}]}",
          "t.json: services[0].command: '/no/such/bin' is not executable: No such file or directory"},
+        {HEAD "\"services\": [{\"name\": \"g\", \"command\": \"/bin/true\", \"health\": {\"type\": \"grpc\"}}]}",
+         "t.json: services[0].health.type: 'grpc' must be one of agent, notify, tcp, udp, http, exec, none"},
         {HEAD "\"services\": [{\"name\": \"g\", \"command\": \"/bin/true\", \"health\": {\"type\": \"http\"}}]}",
-         "t.json: services[0].health.type: 'http' must be one of agent, notify, tcp, udp, exec, none"},
+         "t.json: services[0].health.port: is required for type http"},
+        {HEAD "\"services\": [{\"name\": \"g\", \"command\": \"/bin/true\", \"health\": {\"type\": \"http\", \"port\": 80,"
+              " \"path\": \"healthz\"}}]}",
+         "t.json: services[0].health.path: must start with '/' and be at most 400 printable characters"},
+        {HEAD "\"services\": [{\"name\": \"g\", \"command\": \"/bin/true\", \"health\": {\"type\": \"http\", \"port\": 80,"
+              " \"path\": \"/a b\"}}]}",
+         "t.json: services[0].health.path: must start with '/'"},
         {HEAD "\"services\": [{\"name\": \"g\", \"command\": \"/bin/true\", \"health\": {\"type\": \"udp\", \"port\": 1}}]}",
          "t.json: services[0].health.query: is required"},
         {HEAD "\"services\": [{\"name\": \"g\", \"command\": \"/bin/true\", \"health\": {\"type\": \"udp\", \"port\": 1,"
