@@ -43,28 +43,6 @@ static void usage(FILE *f)
             "  --version, --help\n");
 }
 
-/* Copies a string field of the config file into dst; dies naming the file and field. */
-static void cfg_str(const char *file, json_t *root, const char *key, char *dst, size_t cap)
-{
-    const char *s = NULL;
-    char err[SD_ERRMSG_MAX];
-    int rc = sd_json_str(root, key, 0, cap - 1, &s, err, sizeof err);
-    if (rc < 0)
-        sd_die(SD_EXIT_USAGE, "bad config", "file=%s err=%s", file, err);
-    if (rc == 0)
-        sd_strlcpy(dst, s, cap);
-}
-
-static int64_t cfg_int(const char *file, json_t *root, const char *key, int64_t min,
-                       int64_t max, int64_t dflt)
-{
-    int64_t v = dflt;
-    char err[SD_ERRMSG_MAX];
-    if (sd_json_int(root, key, 0, min, max, &v, err, sizeof err) < 0)
-        sd_die(SD_EXIT_USAGE, "bad config", "file=%s err=%s", file, err);
-    return v;
-}
-
 static void load_config_file(const char *path)
 {
     char *text;
@@ -76,34 +54,11 @@ static void load_config_file(const char *path)
     char err[SD_ERRMSG_MAX];
     json_t *root = sd_json_parse(text, len, SD_JSON_MAX_DEPTH, err, sizeof err);
     free(text);
-    if (!root || !json_is_object(root))
-        sd_die(SD_EXIT_USAGE, "bad config", "file=%s err=%s", path,
-               root ? "the top level must be a JSON object" : err);
-    static const char *const known[] = {
-        "listen", "redis", "tokens", "key_prefix", "threads", "body_max_bytes",
-        "blob_max_bytes", "conn_timeout_s", "log_level", "master", "locks", "directory", NULL};
-    if (sd_json_only_keys(root, known, err, sizeof err))
+    int level;
+    if (!root || sd_config_apply(root, &sd_cfg, &level, err, sizeof err))
         sd_die(SD_EXIT_USAGE, "bad config", "file=%s err=%s", path, err);
-    cfg_str(path, root, "listen", sd_cfg.listen, sizeof sd_cfg.listen);
-    cfg_str(path, root, "redis", sd_cfg.redis, sizeof sd_cfg.redis);
-    cfg_str(path, root, "tokens", sd_cfg.tokens, sizeof sd_cfg.tokens);
-    cfg_str(path, root, "key_prefix", sd_cfg.key_prefix, sizeof sd_cfg.key_prefix);
-    sd_cfg.threads = (int)cfg_int(path, root, "threads", 1, 1024, sd_cfg.threads);
-    sd_cfg.body_max = (size_t)cfg_int(path, root, "body_max_bytes", 1024, 64 << 20, (int64_t)sd_cfg.body_max);
-    sd_cfg.blob_max = (size_t)cfg_int(path, root, "blob_max_bytes", 1024, 64 << 20, (int64_t)sd_cfg.blob_max);
-    sd_cfg.conn_timeout_s = (int)cfg_int(path, root, "conn_timeout_s", 1, 3600, sd_cfg.conn_timeout_s);
-    char level[16] = "";
-    cfg_str(path, root, "log_level", level, sizeof level);
-    if (level[0]) {
-        int l = sd_log_parse_level(level);
-        if (l < 0)
-            sd_die(SD_EXIT_USAGE, "bad config", "file=%s err=%s", path,
-                   "field 'log_level' must be debug, info, warn or error");
-        sd_log_set_level((enum sd_log_level)l);
-    }
-    if (sd_dir_config_load(json_object_get(root, "directory"), err, sizeof err))
-        sd_die(SD_EXIT_USAGE, "bad config", "file=%s section=directory err=%s", path, err);
-    sd_cfg.file = root;
+    if (level >= 0)
+        sd_log_set_level((enum sd_log_level)level);
 }
 
 int main(int argc, char **argv)

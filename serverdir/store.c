@@ -169,11 +169,15 @@ static int parse_url(const char *url)
     memcpy(hp, p, n);
     hp[n] = '\0';
     if (!strchr(hp, ':') || hp[n - 1] == ']') {
+        /* a host without a port: "name", "1.2.3.4" or "[v6]" (not "[", "[]" or "[x") */
         target.port = 6379;
-        sd_strlcpy(target.host, hp, sizeof target.host);
-        if (target.host[0] == '[') {
-            memmove(target.host, target.host + 1, strlen(target.host));
-            target.host[strlen(target.host) - 1] = '\0';
+        if (hp[0] == '[') {
+            if (n < 3 || hp[n - 1] != ']' || n - 2 >= sizeof target.host)
+                return -EINVAL;
+            memcpy(target.host, hp + 1, n - 2);
+            target.host[n - 2] = '\0';
+        } else if (sd_strlcpy(target.host, hp, sizeof target.host) >= sizeof target.host) {
+            return -EINVAL;
         }
     } else if (sd_parse_hostport(hp, target.host, sizeof target.host, &target.port)) {
         return -EINVAL;

@@ -1,8 +1,11 @@
-/* libFuzzer target: serverdir's --config sections as the loaders see them: "directory"
- * (sd_dir_config_load), "locks" (sd_locks_cfg_parse) and "master"
- * (sd_master_config_load, read from sd_cfg.file). Properties: an accepted locks section
- * holds values within the documented bounds, loading a master section twice gives the
- * same lists, a refusal always says why. */
+/* libFuzzer target: serverdir's --config file as serverdir reads it: the top level
+ * (sd_config_apply: known keys, bounds, then the Redis URL it names through
+ * sd_store_init) and the sections "directory" (sd_dir_config_load), "locks"
+ * (sd_locks_cfg_parse) and "master" (sd_master_config_load, read from sd_cfg.file).
+ * Properties: an accepted top level or locks section holds values within the documented
+ * bounds, a refused one changes nothing, loading a master section twice gives the same
+ * lists, a refusal always says why. */
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -19,6 +22,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     json_t *root = sd_json_parse((const char *)data, size, SD_JSON_MAX_DEPTH, err, sizeof err);
     if (!root)
         return 0;
+    sd_config_t c, before;
+    memcpy(&c, &sd_cfg, sizeof c);
+    memcpy(&before, &sd_cfg, sizeof before);
+    int level = -2;
+    err[0] = '\0';
+    if (sd_config_apply(root, &c, &level, err, sizeof err)) {
+        if (!err[0] || memcmp(&c, &before, sizeof c) || level != -2)
+            __builtin_trap();
+    } else {
+        if (c.threads < 1 || c.threads > 1024 || c.body_max < 1024 || c.body_max > 64 << 20 ||
+            c.blob_max < 1024 || c.blob_max > 64 << 20 || c.conn_timeout_s < 1 ||
+            c.conn_timeout_s > 3600 || level < -1 || level > 3 || c.file != root ||
+            strnlen(c.listen, sizeof c.listen) == sizeof c.listen ||
+            strnlen(c.redis, sizeof c.redis) == sizeof c.redis ||
+            strnlen(c.tokens, sizeof c.tokens) == sizeof c.tokens ||
+            strnlen(c.key_prefix, sizeof c.key_prefix) == sizeof c.key_prefix)
+            __builtin_trap();
+        int rc = sd_store_init(c.redis, c.key_prefix);
+        if (rc != 0 && rc != -EINVAL)
+            __builtin_trap();
+    }
     err[0] = '\0';
     if (sd_dir_config_load(json_object_get(root, "directory"), err, sizeof err) && !err[0])
         __builtin_trap();

@@ -18,7 +18,8 @@ static void good_urls(void **state)
     (void)state;
     static const char *const good[] = {
         "redis://127.0.0.1:6379/0", "redis://:secret@127.0.0.1:6380", "redis://[::1]:6379/2",
-        "unix:///run/redis.sock", "unix:///run/redis.sock?db=3",
+        "unix:///run/redis.sock", "unix:///run/redis.sock?db=3", "redis://[::1]",
+        "redis://localhost", "redis://10.0.0.5/3",
         "sentinel://127.0.0.1:26379/mymaster",
         "sentinel://127.0.0.1:26379,127.0.0.1:26380,[::1]:26381/mymaster",
         "sentinel://:pw@127.0.0.1:26379/mymaster?db=2",
@@ -34,6 +35,9 @@ static void bad_urls(void **state)
     (void)state;
     static const char *const bad[] = {
         "", "http://127.0.0.1:6379", "unix://relative.sock", "unix:///x?db=y",
+        /* a lone or unclosed bracket (fuzz.sd_config found "redis://[/d5" writing
+         * before the host buffer) */
+        "redis://[", "redis://[/0", "redis://[]", "redis://[::1", "redis://[x",
         "sentinel://", "sentinel://127.0.0.1:26379", "sentinel://127.0.0.1:26379/",
         "sentinel:///mymaster", "sentinel://127.0.0.1/mymaster", "sentinel://127.0.0.1:0/m",
         "sentinel://127.0.0.1:26379,/m", "sentinel://127.0.0.1:26379/bad name",
