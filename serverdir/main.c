@@ -55,7 +55,11 @@ static void load_config_file(const char *path)
     json_t *root = sd_json_parse(text, len, SD_JSON_MAX_DEPTH, err, sizeof err);
     free(text);
     int level;
-    if (!root || sd_config_apply(root, &sd_cfg, &level, err, sizeof err))
+    if (root && sd_config_apply(root, &sd_cfg, &level, err, sizeof err)) {
+        json_decref(root);
+        root = NULL;
+    }
+    if (!root)
         sd_die(SD_EXIT_USAGE, "bad config", "file=%s err=%s", path, err);
     if (level >= 0)
         sd_log_set_level((enum sd_log_level)level);
