@@ -25,10 +25,13 @@ bb_pid=""
 
 # Every daemon runs in its own session (setsid), so a Ctrl-C reaches this script only and
 # the order below holds: the game processes must not outlive their bigbrother.
+# Output is best effort here: when stdout is a pipe whose reader died with the same Ctrl-C
+# (`cluster.sh | tee log`), a write must not end the script before the processes are stopped.
 stop_all() {
     trap - INT TERM EXIT
-    echo
-    echo "stopping local cluster"
+    trap '' PIPE
+    set +e
+    { echo; echo "stopping local cluster"; } 2>/dev/null
     if [[ -n $bb_pid ]] && kill -0 "$bb_pid" 2>/dev/null; then
         "$bin/bbctl" --socket "$ctl_sock" stop all >/dev/null 2>&1 || true
         # Bounded wait until no instance runs (each gets its stop grace).
@@ -82,6 +85,14 @@ JSON
 setsid "$bin/bigbrother" --config "$state/bigbrother.json" >"$state/bigbrother.log" 2>&1 &
 bb_pid=$!
 pids+=("$bb_pid")
+# The last run's Ctrl-C stopped the zone servers with `bbctl stop all`, and bigbrother
+# keeps an operator's stop across its restarts (state_dir/state.json): start them again.
+started=""
+for _ in $(seq 100); do
+    "$bin/bbctl" --socket "$ctl_sock" start all >/dev/null 2>&1 && { started=1; break; }
+    sleep 0.05
+done
+[[ -n $started ]] || { echo "bigbrother did not start: see $state/bigbrother.log"; exit 1; }
 
 # What the dashboard will show, once the zone servers are up (bounded wait).
 count() { curl -fs "$url$1" 2>/dev/null | grep -o "\"$2\":" | wc -l || true; }
@@ -108,7 +119,7 @@ ServerDir local cluster is up.
   processes ready:    $(count /v1/clusters/local/processes?state=ready instance) (zone servers, gameproc)
   player locks held:  $(locks) (holder: the zone server's instance id)
   master servers:     $(count /v1/master/servers address)
-  sdctl:              SERVERDIR_URL=$url $bin/sdctl ps
+  sdctl:              SERVERDIR_URL=$url SERVERDIR_CLUSTER=local $bin/sdctl ps
   bbctl:              $bin/bbctl --socket $ctl_sock status
   logs:               $state/*.log, $state/bb/
 Press Ctrl-C to stop.
