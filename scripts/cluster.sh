@@ -5,17 +5,20 @@
 # the master list. State and logs under .cluster/. Ctrl-C stops everything it started:
 # the game processes first (bbctl stop all), then bigbrother, serverdir and redis.
 # Ports: SD_PORT (default 7700), SD_REDIS_PORT (default 7379); state dir: SD_CLUSTER_DIR
-# (default .cluster in the repository).
+# (default .cluster in the repository). SD_BIN: run the binaries of that directory and skip
+# the package check and the build (it.cluster_script runs this script that way).
 set -euo pipefail
 SD_ROOT=$(cd "$(dirname "$0")/.." && pwd)
 . "$SD_ROOT/scripts/deps.sh"
-sd_install_deps
-sd_build build
+if [[ -z ${SD_BIN:-} ]]; then
+    sd_install_deps
+    sd_build build
+fi
 
 port=${SD_PORT:-7700}
 rport=${SD_REDIS_PORT:-7379}
 state=${SD_CLUSTER_DIR:-$SD_ROOT/.cluster}
-bin="$SD_ROOT/build/bin"
+bin=${SD_BIN:-$SD_ROOT/build/bin}
 url="http://127.0.0.1:$port"
 mkdir -p "$state/redis" "$state/bb"
 state=$(cd "$state" && pwd)
