@@ -167,12 +167,9 @@ static int agent_message(bb_conn_t *c, const char *buf, size_t len)
         in->max_players = (int)max_players;
     if (bbproto_get(f, n, "STOPPING", NULL))
         log_info("instance stopping on its own", "instance=%s", in->id);
-    if (in->svc->health.type != BB_H_AGENT)
-        ; /* readiness and liveness come from the configured health type only */
-    else if (bbproto_get(f, n, "READY", NULL))
-        bb_inst_event(in, EV_READY);
-    else
-        bb_inst_event(in, EV_ALIVE);
+    /* readiness and liveness come from the configured health type only */
+    if (in->svc->health.type == BB_H_AGENT)
+        bb_inst_event(in, bbproto_get(f, n, "READY", NULL) ? EV_READY : EV_ALIVE);
     if ((v = bbproto_get(f, n, "BYE", &vlen))) {
         conn_close(c, "bye");
         return -1;

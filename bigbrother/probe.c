@@ -1,8 +1,9 @@
 /* Health probes for programs without the shim: tcp connect, udp query / expected reply
  * prefix (a game's status query such as Quake III getstatus or Valve A2S_INFO), http GET
- * (a status 200-399 within the timeout), and a command run with a timeout. All non-blocking inside the loop: a probe is an fd in the
- * epoll set (socket or pidfd) plus the instance's probe timer, which is the probe's
- * timeout while one runs and the next probe time otherwise.
+ * (a status 200-399 within the timeout), and a command run with a timeout. All
+ * non-blocking inside the loop: a probe is an fd in the epoll set (socket or pidfd) plus
+ * the instance's probe timer, which is the probe's timeout while one runs and the next
+ * probe time otherwise.
  *
  * While starting, the first success makes the instance ready (the start deadline covers
  * the failures); once ready, failure_threshold consecutive failures are a hang. */
@@ -98,15 +99,22 @@ static void probe_result(bb_inst_t *in, int ok, const char *why)
         bb_inst_event(in, EV_DEADLINE);
 }
 
+/* The outcome of a non-blocking connect once the socket is writable: 0 or an errno. */
+static int connect_error(int fd)
+{
+    int err = 0;
+    socklen_t len = sizeof(err);
+    getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+    return err;
+}
+
 /* http: connected -> write the request; then read until the status line's code is in.
  * Only "HTTP/1.x NNN" is looked at; the rest of the reply is not read. */
 static void http_step(bb_inst_t *in, bb_watch_t *w)
 {
     const bb_service_t *s = in->svc;
     if (!in->probe_sent) {
-        int err = 0;
-        socklen_t len = sizeof(err);
-        getsockopt(w->fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        int err = connect_error(w->fd);
         if (err) {
             probe_result(in, 0, strerror(err));
             return;
@@ -157,9 +165,7 @@ static void on_probe_fd(bb_watch_t *w, uint32_t events)
     if (s->health.type == BB_H_HTTP) {
         http_step(in, w);
     } else if (s->health.type == BB_H_TCP) {
-        int err = 0;
-        socklen_t len = sizeof(err);
-        getsockopt(w->fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        int err = connect_error(w->fd);
         probe_result(in, err == 0, err ? strerror(err) : "");
     } else if (s->health.type == BB_H_UDP) {
         unsigned char buf[2048];
