@@ -154,8 +154,8 @@ declare -a EV_RATIO RD_RATIO EV_SATP99 EV_LOAD RD_SATP99 RD_LOAD EV_SD EV_SD50 E
 
 # events_apply.lua with a per-call nonce (ARGV[6]) appended to ids and instances.
 sed 's/^  events\[i\] = f$/  f.id = f.id .. ARGV[6]; f.instance = f.instance .. ARGV[6]\n  events[i] = f/' \
-    "$ROOT/serverdir/lua/events_apply.lua" >"$WORK/events_anchor.lua"
-if cmp -s "$WORK/events_anchor.lua" "$ROOT/serverdir/lua/events_apply.lua"; then
+    "$ROOT/serverdir/directory/lua/events_apply.lua" >"$WORK/events_anchor.lua"
+if cmp -s "$WORK/events_anchor.lua" "$ROOT/serverdir/directory/lua/events_apply.lua"; then
     echo "could not derive the anchor script from events_apply.lua" >&2
     exit 1
 fi
@@ -196,7 +196,7 @@ for run in $(seq 1 "$RUNS"); do
     RD_SATP99+=("$P99")
     run_wrk "$ROOT/bench/procs_get.lua" "$SD/v1/clusters/bench/processes" "$(delay_for "$RPS")"
     RD_LOAD+=("$RPS"); RD_SD50+=("$P50"); RD_SD99+=("$P99")
-    PSHA=$(redis-cli -p "$RPORT" SCRIPT LOAD "$(cat "$ROOT/serverdir/lua/proc_list.lua")")
+    PSHA=$(redis-cli -p "$RPORT" SCRIPT LOAD "$(cat "$ROOT/serverdir/directory/lua/proc_list.lua")")
     run_rb -r "$MACHINES" EVALSHA "$PSHA" 1 'sd:{bench}:' '' 'm__rand_int__' '' 10000
     RD_RB+=("$RPS"); RD_RB50+=("$P50"); RD_RB99+=("$P99")
 

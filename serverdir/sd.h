@@ -7,7 +7,7 @@
  *
  * The build scans serverdir/api_*.c for these lines and generates the route table
  * (routes_gen.c), so adding a route is one line beside its handler. Lua scripts in
- * serverdir/lua/NAME.lua are embedded by the build and called by NAME. */
+ * serverdir/*/lua/NAME.lua are embedded by the build and called by NAME. */
 #ifndef SD_SD_H
 #define SD_SD_H
 
@@ -168,7 +168,7 @@ typedef struct {
 } sd_script_src_t;
 extern const sd_script_src_t sd_script_srcs[];
 extern const size_t sd_nscripts;
-/* Static web files (serverdir/www/NAME.html), embedded the same way. */
+/* Static web files (serverdir/http/www/NAME.html), embedded the same way. */
 extern const sd_script_src_t sd_www_srcs[];
 extern const size_t sd_nwww;
 

@@ -1,4 +1,4 @@
-/* libFuzzer target: the token file parser (serverdir/auth.c, sd_auth_parse). Property:
+/* libFuzzer target: the token file parser (serverdir/http/auth.c, sd_auth_parse). Property:
  * the count never exceeds the number of lines; a refusal names a line within the text
  * and a reason. */
 #include <stddef.h>

@@ -1,4 +1,4 @@
-/* Unit tests of service specs (serverdir/cluster_spec.c): the envelope check with the
+/* Unit tests of service specs (serverdir/cluster/cluster_spec.c): the envelope check with the
  * field named in each refusal, the canonical form equal specs share, and the
  * human-readable diff. */
 #include <setjmp.h>

@@ -1,4 +1,4 @@
-/* Unit tests of the directory's validation and conversions (serverdir/directory.c):
+/* Unit tests of the directory's validation and conversions (serverdir/directory/directory.c):
  * event batches, machine lease bodies, the config section, stream cursors, and stored
  * strings back to typed JSON. */
 #include <setjmp.h>

@@ -19,7 +19,7 @@
  *   P ip:<ip>       zset, address keys listed from one IP -> expiry (servers per address)
  *   P ch:<c>        hash, one challenge {b: bound address, i: ip, e: expiry, u: used}
  *   P chn:<ip>      zset, outstanding challenges of one IP -> expiry
- * Every change is one Lua script (serverdir/lua/master_*.lua). Typed script errors are
+ * Every change is one Lua script (master/lua/master_*.lua). Typed script errors are
  * "code n" (always with a space: Redis 7 prefixes a lone word with ERR). */
 #ifndef SD_MASTER_H
 #define SD_MASTER_H

@@ -1,4 +1,4 @@
-/* The dashboard: one static page (serverdir/www/dashboard.html, embedded by the build)
+/* The dashboard: one static page (http/www/dashboard.html, embedded by the build)
  * that reads the REST API from the browser, with a viewer token if auth is on. */
 #include <string.h>
 

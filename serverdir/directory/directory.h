@@ -16,7 +16,7 @@
  *                           stopped_ttl_ms, the records of trimmed ones are deleted
  *   evid:<id>        string an applied event id, expires after event_id_ttl_ms
  *   events           stream the event history, MAXLEN history_max
- * Every change is one Lua script in serverdir/lua/ (machine_put, machine_delete,
+ * Every change is one Lua script in directory/lua/ (machine_put, machine_delete,
  * events_apply); reads use read scripts or single commands. */
 #ifndef SD_DIRECTORY_H
 #define SD_DIRECTORY_H

@@ -1,6 +1,6 @@
 /* The lock table (docs/locks.md): acquire one key or several all or nothing, release,
  * renew, inspect, list by holder, forced unlock. Every change is one Lua script in
- * serverdir/lua/lock_*.lua; this file validates input, turns script replies into HTTP
+ * locks/lua/lock_*.lua; this file validates input, turns script replies into HTTP
  * answers, and runs the bounded wait: a refused acquire with wait_ms is parked (its
  * worker thread goes on serving) and a waiter thread with its own Redis connection
  * blocks on the key's release notifications until it can answer.
