@@ -7,7 +7,7 @@
  *
  * The build scans serverdir/api_*.c for these lines and generates the route table
  * (routes_gen.c), so adding a route is one line beside its handler. Lua scripts in
- * serverdir/*/lua/NAME.lua are embedded by the build and called by NAME. */
+ * serverdir/<part>/lua/NAME.lua are embedded by the build and called by NAME. */
 #ifndef SD_SD_H
 #define SD_SD_H
 
