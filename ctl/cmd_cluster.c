@@ -23,13 +23,7 @@ int cmd_cluster(ctl_t *ctl, int argc, char **argv)
     json_t *ans = NULL;
     sdc_err_t err;
     int rc = sdc_cluster_stop(ctl->client, ctl->cluster, stop, &ans, &err);
-    if (rc != SDC_OK)
-        return ctl_fail_clear(rc, &err);
-    if (ctl->json)
-        ctl_print_json(ans);
-    else
-        printf("cluster %s: %s%s\n", ctl->cluster, stop ? "stopping" : "starting",
-               json_is_true(json_object_get(ans, "changed")) ? "" : " (already)");
-    json_decref(ans);
-    return CTL_EXIT_OK;
+    char what[160];
+    snprintf(what, sizeof what, "cluster %s", ctl->cluster);
+    return ctl_switch_answer(ctl, rc, &err, ans, what, stop ? "stopping" : "starting");
 }

@@ -1,7 +1,5 @@
 /* sdctl drain, undrain: take a machine out of placement (its instances move off
  * gracefully) and put it back. */
-#include <stdio.h>
-
 #include "ctl.h"
 
 SDCTL_CMD("drain", cmd_drain, "move every instance off a machine and keep it empty");
@@ -25,15 +23,7 @@ static int drain_set(ctl_t *ctl, int argc, char **argv, int drain)
     json_t *ans = NULL;
     sdc_err_t err;
     int rc = sdc_machine_drain(ctl->client, ctl->cluster, argv[1], drain, &ans, &err);
-    if (rc != SDC_OK)
-        return ctl_fail_clear(rc, &err);
-    if (ctl->json)
-        ctl_print_json(ans);
-    else
-        printf("%s: %s%s\n", argv[1], drain ? "draining" : "undrained",
-               json_is_true(json_object_get(ans, "changed")) ? "" : " (already)");
-    json_decref(ans);
-    return CTL_EXIT_OK;
+    return ctl_switch_answer(ctl, rc, &err, ans, argv[1], drain ? "draining" : "undrained");
 }
 
 int cmd_drain(ctl_t *ctl, int argc, char **argv) { return drain_set(ctl, argc, argv, 1); }

@@ -39,31 +39,36 @@ static int locks_get(ctl_t *ctl, const char *key)
     return CTL_EXIT_OK;
 }
 
+static void locks_table(const ctl_t *ctl, const json_t *ans, const void *arg)
+{
+    ctl_table_t *t = ctl_table_new(4, "KEY", "LOCK_SEQ", "SINCE_MS", "EXPIRES_IN");
+    size_t i;
+    const json_t *l;
+    json_array_foreach(json_object_get(ans, "locks"), i, l) {
+        char a[160], b[32], c[32], d[32];
+        const json_t *exp = json_object_get(l, "expires_in_ms");
+        ctl_table_row(t, ctl_jstr(json_object_get(l, "key"), a, sizeof a),
+                      ctl_jstr(json_object_get(l, "lock_seq"), b, sizeof b),
+                      ctl_jstr(json_object_get(l, "since_ms"), c, sizeof c),
+                      json_is_integer(exp) ? ctl_fmt_ms(json_integer_value(exp), d, sizeof d) : NULL);
+    }
+    ctl_table_print(t, stdout, ctl->color);
+}
+
 static int locks_list(ctl_t *ctl, const char *holder)
 {
     json_t *ans = NULL;
     sdc_err_t err;
     int rc = sdc_lock_list_by_holder(ctl->client, holder, &ans, &err);
-    if (rc != SDC_OK)
-        return ctl_fail_clear(rc, &err);
-    if (ctl->json) {
-        ctl_print_json(ans);
-    } else {
-        ctl_table_t *t = ctl_table_new(4, "KEY", "LOCK_SEQ", "SINCE_MS", "EXPIRES_IN");
-        size_t i;
-        const json_t *l;
-        json_array_foreach(json_object_get(ans, "locks"), i, l) {
-            char a[160], b[32], c[32], d[32];
-            const json_t *exp = json_object_get(l, "expires_in_ms");
-            ctl_table_row(t, ctl_jstr(json_object_get(l, "key"), a, sizeof a),
-                          ctl_jstr(json_object_get(l, "lock_seq"), b, sizeof b),
-                          ctl_jstr(json_object_get(l, "since_ms"), c, sizeof c),
-                          json_is_integer(exp) ? ctl_fmt_ms(json_integer_value(exp), d, sizeof d) : NULL);
-        }
-        ctl_table_print(t, stdout, ctl->color);
-    }
-    json_decref(ans);
-    return CTL_EXIT_OK;
+    return ctl_answer(ctl, rc, &err, ans, locks_table, NULL);
+}
+
+static void force_print(const ctl_t *ctl, const json_t *ans, const void *key)
+{
+    char seq[32];
+    printf("unlocked %s (was held by %s with lock_seq %s)\n", (const char *)key,
+           json_string_value(json_object_get(ans, "previous_holder")),
+           ctl_jstr(json_object_get(ans, "lock_seq"), seq, sizeof seq));
 }
 
 static int locks_force(ctl_t *ctl, const char *key)
@@ -71,18 +76,7 @@ static int locks_force(ctl_t *ctl, const char *key)
     json_t *ans = NULL;
     sdc_err_t err;
     int rc = sdc_lock_force_unlock(ctl->client, key, &ans, &err);
-    if (rc != SDC_OK)
-        return ctl_fail_clear(rc, &err);
-    if (ctl->json) {
-        ctl_print_json(ans);
-    } else {
-        char seq[32];
-        printf("unlocked %s (was held by %s with lock_seq %s)\n", key,
-               json_string_value(json_object_get(ans, "previous_holder")),
-               ctl_jstr(json_object_get(ans, "lock_seq"), seq, sizeof seq));
-    }
-    json_decref(ans);
-    return CTL_EXIT_OK;
+    return ctl_answer(ctl, rc, &err, ans, force_print, key);
 }
 
 int cmd_locks(ctl_t *ctl, int argc, char **argv)

@@ -14,13 +14,9 @@ static const char usage_text[] =
 
 int cmd_primary(ctl_t *ctl, int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            fputs(usage_text, stdout);
-            return CTL_EXIT_OK;
-        }
-        return ctl_usage("primary", "unexpected argument '%s'", argv[i]);
-    }
+    int early = ctl_no_args(argc, argv, "primary", usage_text);
+    if (early >= 0)
+        return early;
     sdc_primary_t p;
     sdc_err_t err;
     int rc = sdc_primary_get(ctl->client, ctl->cluster, &p, &err);

@@ -46,6 +46,22 @@ static void service_row(ctl_table_t *t, const json_t *s)
                   *lab ? lab : NULL, ctl_jstr(json_object_get(spec, "command"), cmd, sizeof cmd));
 }
 
+/* One service's whole spec is JSON for people too. */
+static void services_json(const ctl_t *ctl, const json_t *ans, const void *arg)
+{
+    ctl_print_json(ans);
+}
+
+static void services_table(const ctl_t *ctl, const json_t *ans, const void *arg)
+{
+    ctl_table_t *t = ctl_table_new(7, "SERVICE", "COUNT", "VERSION", "STOPPED", "RESTART",
+                                   "PLACEMENT", "COMMAND");
+    size_t i;
+    const json_t *s;
+    json_array_foreach(json_object_get(ans, "services"), i, s) service_row(t, s);
+    ctl_table_print(t, stdout, ctl->color);
+}
+
 int cmd_services(ctl_t *ctl, int argc, char **argv)
 {
     if (ctl_wants_help(argc, argv, services_usage))
@@ -54,22 +70,12 @@ int cmd_services(ctl_t *ctl, int argc, char **argv)
         return ctl_usage("services", "unexpected argument '%s'", argv[argc - 1]);
     json_t *ans = NULL;
     sdc_err_t err;
-    int rc = argc == 2 ? sdc_service_get(ctl->client, ctl->cluster, argv[1], &ans, &err)
-                       : sdc_services_list(ctl->client, ctl->cluster, &ans, &err);
-    if (rc != SDC_OK)
-        return ctl_fail_clear(rc, &err);
-    if (ctl->json || argc == 2) {
-        ctl_print_json(ans);
-    } else {
-        ctl_table_t *t = ctl_table_new(7, "SERVICE", "COUNT", "VERSION", "STOPPED", "RESTART",
-                                       "PLACEMENT", "COMMAND");
-        size_t i;
-        const json_t *s;
-        json_array_foreach(json_object_get(ans, "services"), i, s) service_row(t, s);
-        ctl_table_print(t, stdout, ctl->color);
+    if (argc == 2) {
+        int rc = sdc_service_get(ctl->client, ctl->cluster, argv[1], &ans, &err);
+        return ctl_answer(ctl, rc, &err, ans, services_json, NULL);
     }
-    json_decref(ans);
-    return CTL_EXIT_OK;
+    int rc = sdc_services_list(ctl->client, ctl->cluster, &ans, &err);
+    return ctl_answer(ctl, rc, &err, ans, services_table, NULL);
 }
 
 /* ---------- scale, delete ---------- */
@@ -78,6 +84,24 @@ static const char scale_usage[] =
     "usage: sdctl scale SERVICE COUNT [--dry-run]\n"
     "  Sets how many instances of SERVICE should run (0-100000) and prints the change.\n"
     "  The primary Big Brother places new instances or stops surplus ones.\n";
+
+struct scale_req {
+    const char *service;
+    int64_t count;
+    int dry;
+};
+
+static void scale_print(const ctl_t *ctl, const json_t *ans, const void *arg)
+{
+    const struct scale_req *r = arg;
+    const json_t *changes = json_object_get(ans, "changes");
+    if (json_array_size(changes) == 0)
+        printf("%s: already at %lld\n", r->service, (long long)r->count);
+    else
+        printf("%s: %s%s (version %lld)\n", r->service,
+               json_string_value(json_array_get(changes, 0)), r->dry ? " [dry run]" : "",
+               (long long)json_integer_value(json_object_get(ans, "version")));
+}
 
 int cmd_scale(ctl_t *ctl, int argc, char **argv)
 {
@@ -92,21 +116,8 @@ int cmd_scale(ctl_t *ctl, int argc, char **argv)
     json_t *ans = NULL;
     sdc_err_t err;
     int rc = sdc_service_scale(ctl->client, ctl->cluster, argv[1], count, dry, &ans, &err);
-    if (rc != SDC_OK)
-        return ctl_fail_clear(rc, &err);
-    if (ctl->json) {
-        ctl_print_json(ans);
-    } else {
-        const json_t *changes = json_object_get(ans, "changes");
-        if (json_array_size(changes) == 0)
-            printf("%s: already at %lld\n", argv[1], (long long)count);
-        else
-            printf("%s: %s%s (version %lld)\n", argv[1],
-                   json_string_value(json_array_get(changes, 0)), dry ? " [dry run]" : "",
-                   (long long)json_integer_value(json_object_get(ans, "version")));
-    }
-    json_decref(ans);
-    return CTL_EXIT_OK;
+    struct scale_req r = {argv[1], count, dry};
+    return ctl_answer(ctl, rc, &err, ans, scale_print, &r);
 }
 
 static const char delete_usage[] =
@@ -152,15 +163,7 @@ static int stop_start(ctl_t *ctl, int argc, char **argv, int stop)
     json_t *ans = NULL;
     sdc_err_t err;
     int rc = sdc_service_stop(ctl->client, ctl->cluster, argv[1], stop, &ans, &err);
-    if (rc != SDC_OK)
-        return ctl_fail_clear(rc, &err);
-    if (ctl->json)
-        ctl_print_json(ans);
-    else
-        printf("%s: %s%s\n", argv[1], stop ? "stopped" : "started",
-               json_is_true(json_object_get(ans, "changed")) ? "" : " (already)");
-    json_decref(ans);
-    return CTL_EXIT_OK;
+    return ctl_switch_answer(ctl, rc, &err, ans, argv[1], stop ? "stopped" : "started");
 }
 
 int cmd_stop(ctl_t *ctl, int argc, char **argv) { return stop_start(ctl, argc, argv, 1); }
@@ -174,6 +177,21 @@ static const char restart_usage[] =
     "  SERVICE: a rolling restart; the primary restarts at most N instances at a time\n"
     "  (default 1), waiting for each to be ready. INSTANCE (a name from sdctl ps): that\n"
     "  one instance is restarted in its slot.\n";
+
+static void restart_service_print(const ctl_t *ctl, const json_t *ans, const void *target)
+{
+    printf("%s: rolling restart requested (restart token %lld, at most %lld at a time)\n",
+           (const char *)target,
+           (long long)json_integer_value(json_object_get(ans, "restart_token")),
+           (long long)json_integer_value(json_object_get(ans, "max_unavailable")));
+}
+
+static void restart_instance_print(const ctl_t *ctl, const json_t *ans, const void *target)
+{
+    printf("%s: restart requested (service %s, slot %lld)\n", (const char *)target,
+           json_string_value(json_object_get(ans, "service")),
+           (long long)json_integer_value(json_object_get(ans, "slot")));
+}
 
 int cmd_restart(ctl_t *ctl, int argc, char **argv)
 {
@@ -207,21 +225,10 @@ int cmd_restart(ctl_t *ctl, int argc, char **argv)
     if (!is_service && max_unavailable > 0)
         return ctl_usage("restart", "'%s' is not a service; --max-unavailable is for services",
                          target);
-    rc = is_service ? sdc_service_restart(ctl->client, ctl->cluster, target, max_unavailable, &ans,
-                                          &err)
-                    : sdc_instance_restart(ctl->client, ctl->cluster, target, &ans, &err);
-    if (rc != SDC_OK)
-        return ctl_fail_clear(rc, &err);
-    if (ctl->json)
-        ctl_print_json(ans);
-    else if (is_service)
-        printf("%s: rolling restart requested (restart token %lld, at most %lld at a time)\n",
-               target, (long long)json_integer_value(json_object_get(ans, "restart_token")),
-               (long long)json_integer_value(json_object_get(ans, "max_unavailable")));
-    else
-        printf("%s: restart requested (service %s, slot %lld)\n", target,
-               json_string_value(json_object_get(ans, "service")),
-               (long long)json_integer_value(json_object_get(ans, "slot")));
-    json_decref(ans);
-    return CTL_EXIT_OK;
+    if (is_service) {
+        rc = sdc_service_restart(ctl->client, ctl->cluster, target, max_unavailable, &ans, &err);
+        return ctl_answer(ctl, rc, &err, ans, restart_service_print, target);
+    }
+    rc = sdc_instance_restart(ctl->client, ctl->cluster, target, &ans, &err);
+    return ctl_answer(ctl, rc, &err, ans, restart_instance_print, target);
 }

@@ -175,13 +175,9 @@ static void status_print(ctl_t *ctl, const json_t *st)
 
 int cmd_status(ctl_t *ctl, int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            fputs(usage_text, stdout);
-            return CTL_EXIT_OK;
-        }
-        return ctl_usage("status", "unexpected argument '%s'", argv[i]);
-    }
+    int early = ctl_no_args(argc, argv, "status", usage_text);
+    if (early >= 0)
+        return early;
     json_t *state = NULL, *procs = NULL, *history = NULL;
     sdc_primary_t p;
     sdc_err_t err;

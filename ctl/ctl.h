@@ -54,6 +54,22 @@ int ctl_fail_clear(int rc, sdc_err_t *err);
 int ctl_wants_help(int argc, char **argv, const char *text);
 /* Prints a usage error for cmd and returns CTL_EXIT_USAGE. */
 int ctl_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* For a command that takes no argument: --help or -h prints usage on stdout and returns
+ * CTL_EXIT_OK, any other argument is a usage error (CTL_EXIT_USAGE); -1 when argv holds
+ * nothing else and the command goes on. */
+int ctl_no_args(int argc, char **argv, const char *cmd, const char *usage);
+
+/* Prints the answer `ans` for people (ctl_answer calls it without -o json). */
+typedef void (*ctl_human_fn)(const ctl_t *ctl, const json_t *ans, const void *arg);
+/* The end of a command that prints one answer: on failure (rc != SDC_OK) the error and
+ * its exit code (ctl_fail_clear); with -o json the answer as JSON; otherwise
+ * human(ctl, ans, arg). Frees ans in every case. */
+int ctl_answer(const ctl_t *ctl, int rc, sdc_err_t *err, json_t *ans, ctl_human_fn human,
+               const void *arg);
+/* ctl_answer for an on/off switch (drain, stop/start, cluster stop): prints
+ * "<what>: <word>", with " (already)" when the answer says nothing changed. */
+int ctl_switch_answer(const ctl_t *ctl, int rc, sdc_err_t *err, json_t *ans, const char *what,
+                      const char *word);
 /* Prints v as indented JSON on stdout (for -o json). Does not steal v. */
 void ctl_print_json(const json_t *v);
 

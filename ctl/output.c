@@ -52,6 +52,48 @@ int ctl_usage(const char *cmd, const char *fmt, ...)
     return CTL_EXIT_USAGE;
 }
 
+int ctl_no_args(int argc, char **argv, const char *cmd, const char *usage)
+{
+    if (argc < 2)
+        return -1;
+    if (ctl_wants_help(argc, argv, usage))
+        return CTL_EXIT_OK;
+    return ctl_usage(cmd, "unexpected argument '%s'", argv[1]);
+}
+
+int ctl_answer(const ctl_t *ctl, int rc, sdc_err_t *err, json_t *ans, ctl_human_fn human,
+               const void *arg)
+{
+    if (rc != SDC_OK) {
+        json_decref(ans);
+        return ctl_fail_clear(rc, err);
+    }
+    if (ctl->json)
+        ctl_print_json(ans);
+    else
+        human(ctl, ans, arg);
+    json_decref(ans);
+    return CTL_EXIT_OK;
+}
+
+struct switch_words {
+    const char *what, *word;
+};
+
+static void switch_print(const ctl_t *ctl, const json_t *ans, const void *arg)
+{
+    const struct switch_words *w = arg;
+    printf("%s: %s%s\n", w->what, w->word,
+           json_is_true(json_object_get(ans, "changed")) ? "" : " (already)");
+}
+
+int ctl_switch_answer(const ctl_t *ctl, int rc, sdc_err_t *err, json_t *ans, const char *what,
+                      const char *word)
+{
+    struct switch_words w = {what, word};
+    return ctl_answer(ctl, rc, err, ans, switch_print, &w);
+}
+
 void ctl_print_json(const json_t *v)
 {
     char *s = json_dumps(v, JSON_INDENT(2) | JSON_ENCODE_ANY);
