@@ -16,10 +16,9 @@ static const char usage_text[] =
 static int drain_set(ctl_t *ctl, int argc, char **argv, int drain)
 {
     const char *cmd = drain ? "drain" : "undrain";
-    if (ctl_wants_help(argc, argv, usage_text))
-        return CTL_EXIT_OK;
-    if (argc != 2 || argv[1][0] == '-')
-        return ctl_usage(cmd, "expected MACHINE");
+    int early = ctl_one_arg(argc, argv, cmd, usage_text, "MACHINE");
+    if (early >= 0)
+        return early;
     json_t *ans = NULL;
     sdc_err_t err;
     int rc = sdc_machine_drain(ctl->client, ctl->cluster, argv[1], drain, &ans, &err);

@@ -127,10 +127,9 @@ static const char delete_usage[] =
 
 int cmd_delete(ctl_t *ctl, int argc, char **argv)
 {
-    if (ctl_wants_help(argc, argv, delete_usage))
-        return CTL_EXIT_OK;
-    if (argc != 2 || argv[1][0] == '-')
-        return ctl_usage("delete", "expected SERVICE");
+    int early = ctl_one_arg(argc, argv, "delete", delete_usage, "SERVICE");
+    if (early >= 0)
+        return early;
     sdc_err_t err;
     int rc = sdc_service_delete(ctl->client, ctl->cluster, argv[1], &err);
     if (rc != SDC_OK)
@@ -156,10 +155,9 @@ static const char stop_usage[] =
 static int stop_start(ctl_t *ctl, int argc, char **argv, int stop)
 {
     const char *cmd = stop ? "stop" : "start";
-    if (ctl_wants_help(argc, argv, stop_usage))
-        return CTL_EXIT_OK;
-    if (argc != 2 || argv[1][0] == '-')
-        return ctl_usage(cmd, "expected SERVICE");
+    int early = ctl_one_arg(argc, argv, cmd, stop_usage, "SERVICE");
+    if (early >= 0)
+        return early;
     json_t *ans = NULL;
     sdc_err_t err;
     int rc = sdc_service_stop(ctl->client, ctl->cluster, argv[1], stop, &ans, &err);

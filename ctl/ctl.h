@@ -59,6 +59,11 @@ int ctl_usage(const char *cmd, const char *fmt, ...) __attribute__((format(print
  * nothing else and the command goes on. */
 int ctl_no_args(int argc, char **argv, const char *cmd, const char *usage);
 
+/* For a command that takes one operand (e.g. MACHINE): --help or -h prints usage and
+ * returns CTL_EXIT_OK; anything but one operand is a usage error naming `what`
+ * ("expected MACHINE"); -1 when argv[1] is the operand and the command goes on. */
+int ctl_one_arg(int argc, char **argv, const char *cmd, const char *usage, const char *what);
+
 /* Prints the answer `ans` for people (ctl_answer calls it without -o json). */
 typedef void (*ctl_human_fn)(const ctl_t *ctl, const json_t *ans, const void *arg);
 /* The end of a command that prints one answer: on failure (rc != SDC_OK) the error and

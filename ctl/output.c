@@ -61,6 +61,15 @@ int ctl_no_args(int argc, char **argv, const char *cmd, const char *usage)
     return ctl_usage(cmd, "unexpected argument '%s'", argv[1]);
 }
 
+int ctl_one_arg(int argc, char **argv, const char *cmd, const char *usage, const char *what)
+{
+    if (ctl_wants_help(argc, argv, usage))
+        return CTL_EXIT_OK;
+    if (argc != 2 || argv[1][0] == '-')
+        return ctl_usage(cmd, "expected %s", what);
+    return -1;
+}
+
 int ctl_answer(const ctl_t *ctl, int rc, sdc_err_t *err, json_t *ans, ctl_human_fn human,
                const void *arg)
 {

@@ -1,12 +1,14 @@
 /* Transport of libsdclient: URL list, failover, request/response plumbing. */
 #include <curl/curl.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 
 #include "sdc_internal.h"
+#include "sdutil.h"
 
 #define MAX_URLS 16
 #define MAX_RESPONSE (64u << 20)
@@ -105,6 +107,53 @@ int sdc__proto(sdc_err_t *err, const char *what)
     if (err)
         snprintf(err->message, sizeof err->message, "%s", what);
     return SDC_E_PROTO;
+}
+
+int sdc__names(sdc_err_t *err, int n, ...)
+{
+    va_list ap;
+    va_start(ap, n);
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        const char *what = va_arg(ap, const char *);
+        const char *s = va_arg(ap, const char *);
+        if (!s || !sd_name_valid(s, SD_NAME_MAX)) {
+            char msg[96];
+            snprintf(msg, sizeof msg, "%s is not a valid name", what);
+            rc = sdc__inval(err, msg);
+        }
+    }
+    va_end(ap);
+    return rc;
+}
+
+const char *sdc__cpath(char *path, size_t cap, const char *cluster, const char *fmt, ...)
+{
+    int n = snprintf(path, cap, "/v1/clusters/%s", cluster);
+    va_list ap;
+    va_start(ap, fmt);
+    if (n > 0 && (size_t)n < cap)
+        vsnprintf(path + n, cap - (size_t)n, fmt, ap);
+    va_end(ap);
+    return path;
+}
+
+int sdc__call_object(sdc_t *c, const char *method, const char *path, const json_t *body,
+                     json_t **out, sdc_err_t *err)
+{
+    json_t *res = NULL;
+    int rc = sdc_request(c, method, path, body, &res, err);
+    if (rc)
+        return rc;
+    if (!json_is_object(res)) {
+        json_decref(res);
+        return sdc__proto(err, "the answer is not a JSON object");
+    }
+    if (out)
+        *out = res;
+    else
+        json_decref(res);
+    return SDC_OK;
 }
 
 const char *sdc_strerror(int rc, const sdc_err_t *err, char *buf, size_t cap)

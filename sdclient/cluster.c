@@ -10,85 +10,47 @@
 #include "sdc_internal.h"
 #include "sdutil.h"
 
-#define PATH_MAX_LEN 1024
-
-static int names_ok(const char *cluster, const char *name)
-{
-    return cluster && sd_name_valid(cluster, SD_NAME_MAX) &&
-           (!name || sd_name_valid(name, SD_NAME_MAX));
-}
-
-/* "/v1/clusters/<cluster><suffix>" with the suffix printf-formatted into path. Names
- * passed here are valid names, which need no escaping. */
-static const char *cpath(char *path, size_t cap, const char *cluster, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static const char *cpath(char *path, size_t cap, const char *cluster, const char *fmt, ...)
-{
-    int n = snprintf(path, cap, "/v1/clusters/%s", cluster);
-    va_list ap;
-    va_start(ap, fmt);
-    if (n > 0 && (size_t)n < cap)
-        vsnprintf(path + n, cap - (size_t)n, fmt, ap);
-    va_end(ap);
-    return path;
-}
-
-/* A request whose answer must be a JSON object (stored in *out when out is given). */
-static int call(sdc_t *c, const char *method, const char *path, const json_t *body, json_t **out,
-                sdc_err_t *err)
-{
-    json_t *res = NULL;
-    int rc = sdc_request(c, method, path, body, &res, err);
-    if (rc)
-        return rc;
-    if (!json_is_object(res)) {
-        json_decref(res);
-        return sdc__proto(err, "the answer is not a JSON object");
-    }
-    if (out)
-        *out = res;
-    else
-        json_decref(res);
-    return SDC_OK;
-}
+#define PATH_MAX_LEN SDC__PATH_MAX
 
 /* ---------- services ---------- */
 
 int sdc_service_put(sdc_t *c, const char *cluster, const char *svc, const json_t *spec,
                     int dry_run, json_t **out, sdc_err_t *err)
 {
-    if (!names_ok(cluster, svc) || !json_is_object(spec))
-        return sdc__inval(err, "bad cluster or service name, or the spec is not an object");
+    if (sdc__names(err, 2, "cluster", cluster, "service", svc))
+        return SDC_E_INVAL;
+    if (!json_is_object(spec))
+        return sdc__inval(err, "the spec is not an object");
     char path[PATH_MAX_LEN];
-    cpath(path, sizeof path, cluster, "/services/%s%s", svc, dry_run ? "?dry_run=1" : "");
-    return call(c, "PUT", path, spec, out, err);
+    sdc__cpath(path, sizeof path, cluster, "/services/%s%s", svc, dry_run ? "?dry_run=1" : "");
+    return sdc__call_object(c, "PUT", path, spec, out, err);
 }
 
 int sdc_services_list(sdc_t *c, const char *cluster, json_t **out, sdc_err_t *err)
 {
-    if (!names_ok(cluster, NULL))
-        return sdc__inval(err, "bad cluster name");
+    if (sdc__names(err, 1, "cluster", cluster))
+        return SDC_E_INVAL;
     char path[PATH_MAX_LEN];
-    return call(c, "GET", cpath(path, sizeof path, cluster, "/services"), NULL, out, err);
+    return sdc__call_object(c, "GET", sdc__cpath(path, sizeof path, cluster, "/services"), NULL, out, err);
 }
 
 int sdc_service_get(sdc_t *c, const char *cluster, const char *svc, json_t **out,
                     sdc_err_t *err)
 {
-    if (!names_ok(cluster, svc))
-        return sdc__inval(err, "bad cluster or service name");
+    if (sdc__names(err, 2, "cluster", cluster, "service", svc))
+        return SDC_E_INVAL;
     char path[PATH_MAX_LEN];
-    return call(c, "GET", cpath(path, sizeof path, cluster, "/services/%s", svc), NULL, out,
+    return sdc__call_object(c, "GET", sdc__cpath(path, sizeof path, cluster, "/services/%s", svc), NULL, out,
                 err);
 }
 
 int sdc_service_delete(sdc_t *c, const char *cluster, const char *svc, sdc_err_t *err)
 {
-    if (!names_ok(cluster, svc))
-        return sdc__inval(err, "bad cluster or service name");
+    if (sdc__names(err, 2, "cluster", cluster, "service", svc))
+        return SDC_E_INVAL;
     char path[PATH_MAX_LEN];
     json_t *res = NULL;
-    int rc = sdc_request(c, "DELETE", cpath(path, sizeof path, cluster, "/services/%s", svc),
+    int rc = sdc_request(c, "DELETE", sdc__cpath(path, sizeof path, cluster, "/services/%s", svc),
                          NULL, &res, err);
     json_decref(res);
     return rc;
@@ -97,12 +59,14 @@ int sdc_service_delete(sdc_t *c, const char *cluster, const char *svc, sdc_err_t
 int sdc_service_scale(sdc_t *c, const char *cluster, const char *svc, int64_t count,
                       int dry_run, json_t **out, sdc_err_t *err)
 {
-    if (!names_ok(cluster, svc) || count < 0)
-        return sdc__inval(err, "bad cluster or service name, or a negative count");
+    if (sdc__names(err, 2, "cluster", cluster, "service", svc))
+        return SDC_E_INVAL;
+    if (count < 0)
+        return sdc__inval(err, "the count is negative");
     char path[PATH_MAX_LEN];
-    cpath(path, sizeof path, cluster, "/services/%s/scale%s", svc, dry_run ? "?dry_run=1" : "");
+    sdc__cpath(path, sizeof path, cluster, "/services/%s/scale%s", svc, dry_run ? "?dry_run=1" : "");
     json_t *body = json_pack("{s:I}", "count", (json_int_t)count);
-    int rc = call(c, "POST", path, body, out, err);
+    int rc = sdc__call_object(c, "POST", path, body, out, err);
     json_decref(body);
     return rc;
 }
@@ -110,23 +74,23 @@ int sdc_service_scale(sdc_t *c, const char *cluster, const char *svc, int64_t co
 int sdc_service_stop(sdc_t *c, const char *cluster, const char *svc, int stop, json_t **out,
                      sdc_err_t *err)
 {
-    if (!names_ok(cluster, svc))
-        return sdc__inval(err, "bad cluster or service name");
+    if (sdc__names(err, 2, "cluster", cluster, "service", svc))
+        return SDC_E_INVAL;
     char path[PATH_MAX_LEN];
-    cpath(path, sizeof path, cluster, "/services/%s/%s", svc, stop ? "stop" : "start");
-    return call(c, "POST", path, NULL, out, err);
+    sdc__cpath(path, sizeof path, cluster, "/services/%s/%s", svc, stop ? "stop" : "start");
+    return sdc__call_object(c, "POST", path, NULL, out, err);
 }
 
 int sdc_service_restart(sdc_t *c, const char *cluster, const char *svc, int64_t max_unavailable,
                         json_t **out, sdc_err_t *err)
 {
-    if (!names_ok(cluster, svc))
-        return sdc__inval(err, "bad cluster or service name");
+    if (sdc__names(err, 2, "cluster", cluster, "service", svc))
+        return SDC_E_INVAL;
     char path[PATH_MAX_LEN];
     json_t *body = json_object();
     if (max_unavailable > 0)
         json_object_set_new(body, "max_unavailable", json_integer(max_unavailable));
-    int rc = call(c, "POST", cpath(path, sizeof path, cluster, "/services/%s/restart", svc),
+    int rc = sdc__call_object(c, "POST", sdc__cpath(path, sizeof path, cluster, "/services/%s/restart", svc),
                   body, out, err);
     json_decref(body);
     return rc;
@@ -135,11 +99,11 @@ int sdc_service_restart(sdc_t *c, const char *cluster, const char *svc, int64_t 
 int sdc_instance_restart(sdc_t *c, const char *cluster, const char *instance, json_t **out,
                          sdc_err_t *err)
 {
-    if (!names_ok(cluster, instance))
-        return sdc__inval(err, "bad cluster or instance name");
+    if (sdc__names(err, 2, "cluster", cluster, "instance", instance))
+        return SDC_E_INVAL;
     char path[PATH_MAX_LEN];
     json_t *body = json_pack("{s:s}", "instance", instance);
-    int rc = call(c, "POST", cpath(path, sizeof path, cluster, "/restart-instance"), body, out,
+    int rc = sdc__call_object(c, "POST", sdc__cpath(path, sizeof path, cluster, "/restart-instance"), body, out,
                   err);
     json_decref(body);
     return rc;
@@ -147,21 +111,21 @@ int sdc_instance_restart(sdc_t *c, const char *cluster, const char *instance, js
 
 int sdc_cluster_stop(sdc_t *c, const char *cluster, int stop, json_t **out, sdc_err_t *err)
 {
-    if (!names_ok(cluster, NULL))
-        return sdc__inval(err, "bad cluster name");
+    if (sdc__names(err, 1, "cluster", cluster))
+        return SDC_E_INVAL;
     char path[PATH_MAX_LEN];
-    return call(c, "POST", cpath(path, sizeof path, cluster, "/%s", stop ? "stop" : "start"),
+    return sdc__call_object(c, "POST", sdc__cpath(path, sizeof path, cluster, "/%s", stop ? "stop" : "start"),
                 NULL, out, err);
 }
 
 int sdc_machine_drain(sdc_t *c, const char *cluster, const char *machine, int drain,
                       json_t **out, sdc_err_t *err)
 {
-    if (!names_ok(cluster, machine))
-        return sdc__inval(err, "bad cluster or machine name");
+    if (sdc__names(err, 2, "cluster", cluster, "machine", machine))
+        return SDC_E_INVAL;
     char path[PATH_MAX_LEN];
-    cpath(path, sizeof path, cluster, "/machines/%s/%s", machine, drain ? "drain" : "undrain");
-    return call(c, "POST", path, NULL, out, err);
+    sdc__cpath(path, sizeof path, cluster, "/machines/%s/%s", machine, drain ? "drain" : "undrain");
+    return sdc__call_object(c, "POST", path, NULL, out, err);
 }
 
 /* ---------- primary lease ---------- */
@@ -183,14 +147,16 @@ static int primary_fill(const json_t *o, sdc_primary_t *p)
 int sdc_primary_acquire(sdc_t *c, const char *cluster, const char *machine, int ttl_ms,
                         sdc_primary_t *out, sdc_err_t *err)
 {
-    if (!names_ok(cluster, machine) || ttl_ms < 0)
-        return sdc__inval(err, "bad cluster or machine name, or a negative ttl");
+    if (sdc__names(err, 2, "cluster", cluster, "machine", machine))
+        return SDC_E_INVAL;
+    if (ttl_ms < 0)
+        return sdc__inval(err, "the ttl is negative");
     char path[PATH_MAX_LEN];
     json_t *body = json_pack("{s:s}", "machine", machine);
     if (ttl_ms > 0)
         json_object_set_new(body, "ttl_ms", json_integer(ttl_ms));
     json_t *res = NULL;
-    int rc = call(c, "POST", cpath(path, sizeof path, cluster, "/primary"), body, &res, err);
+    int rc = sdc__call_object(c, "POST", sdc__cpath(path, sizeof path, cluster, "/primary"), body, &res, err);
     json_decref(body);
     if (rc == SDC_E_HTTP && err && err->body && out && strcmp(err->code, "primary_held") == 0)
         primary_fill(json_object_get(err->body, "error"), out);
@@ -204,11 +170,13 @@ int sdc_primary_acquire(sdc_t *c, const char *cluster, const char *machine, int 
 
 int sdc_primary_get(sdc_t *c, const char *cluster, sdc_primary_t *out, sdc_err_t *err)
 {
-    if (!names_ok(cluster, NULL) || !out)
-        return sdc__inval(err, "bad cluster name");
+    if (sdc__names(err, 1, "cluster", cluster))
+        return SDC_E_INVAL;
+    if (!out)
+        return sdc__inval(err, "no place for the answer");
     char path[PATH_MAX_LEN];
     json_t *res = NULL;
-    int rc = call(c, "GET", cpath(path, sizeof path, cluster, "/primary"), NULL, &res, err);
+    int rc = sdc__call_object(c, "GET", sdc__cpath(path, sizeof path, cluster, "/primary"), NULL, &res, err);
     if (rc)
         return rc;
     rc = primary_fill(res, out) ? sdc__proto(err, "the primary answer lacks holder/epoch") : SDC_OK;
@@ -218,11 +186,11 @@ int sdc_primary_get(sdc_t *c, const char *cluster, sdc_primary_t *out, sdc_err_t
 
 int sdc_primary_release(sdc_t *c, const char *cluster, const char *machine, sdc_err_t *err)
 {
-    if (!names_ok(cluster, machine))
-        return sdc__inval(err, "bad cluster or machine name");
+    if (sdc__names(err, 2, "cluster", cluster, "machine", machine))
+        return SDC_E_INVAL;
     char path[PATH_MAX_LEN];
     json_t *res = NULL;
-    int rc = sdc_request(c, "DELETE", cpath(path, sizeof path, cluster, "/primary?machine=%s",
+    int rc = sdc_request(c, "DELETE", sdc__cpath(path, sizeof path, cluster, "/primary?machine=%s",
                                             machine), NULL, &res, err);
     json_decref(res);
     return rc;
@@ -232,21 +200,23 @@ int sdc_primary_release(sdc_t *c, const char *cluster, const char *machine, sdc_
 
 int sdc_state_get(sdc_t *c, const char *cluster, json_t **out, sdc_err_t *err)
 {
-    if (!names_ok(cluster, NULL))
-        return sdc__inval(err, "bad cluster name");
+    if (sdc__names(err, 1, "cluster", cluster))
+        return SDC_E_INVAL;
     char path[PATH_MAX_LEN];
-    return call(c, "GET", cpath(path, sizeof path, cluster, "/state"), NULL, out, err);
+    return sdc__call_object(c, "GET", sdc__cpath(path, sizeof path, cluster, "/state"), NULL, out, err);
 }
 
 int sdc_assignments_put(sdc_t *c, const char *cluster, int64_t epoch, const json_t *machines,
                         int64_t *version, int *changed, sdc_err_t *err)
 {
-    if (!names_ok(cluster, NULL) || epoch < 1 || !json_is_object(machines))
-        return sdc__inval(err, "bad cluster name, epoch or machines object");
+    if (sdc__names(err, 1, "cluster", cluster))
+        return SDC_E_INVAL;
+    if (epoch < 1 || !json_is_object(machines))
+        return sdc__inval(err, "bad epoch or machines object");
     char path[PATH_MAX_LEN];
     json_t *body = json_pack("{s:I, s:O}", "epoch", (json_int_t)epoch, "machines", machines);
     json_t *res = NULL;
-    int rc = call(c, "PUT", cpath(path, sizeof path, cluster, "/assignments"), body, &res, err);
+    int rc = sdc__call_object(c, "PUT", sdc__cpath(path, sizeof path, cluster, "/assignments"), body, &res, err);
     json_decref(body);
     if (rc)
         return rc;
@@ -261,26 +231,30 @@ int sdc_assignments_put(sdc_t *c, const char *cluster, int64_t epoch, const json
 int sdc_assignments_get(sdc_t *c, const char *cluster, const char *machine, int64_t version,
                         int wait_ms, json_t **out, sdc_err_t *err)
 {
-    if (!names_ok(cluster, machine) || wait_ms < 0)
-        return sdc__inval(err, "bad cluster or machine name, or a negative wait");
+    if (sdc__names(err, 2, "cluster", cluster, "machine", machine))
+        return SDC_E_INVAL;
+    if (wait_ms < 0)
+        return sdc__inval(err, "the wait is negative");
     char path[PATH_MAX_LEN];
     if (version >= 0 && wait_ms > 0)
-        cpath(path, sizeof path, cluster, "/machines/%s/assignments?version=%" PRId64 "&wait=%d",
+        sdc__cpath(path, sizeof path, cluster, "/machines/%s/assignments?version=%" PRId64 "&wait=%d",
               machine, version, wait_ms);
     else
-        cpath(path, sizeof path, cluster, "/machines/%s/assignments", machine);
-    return call(c, "GET", path, NULL, out, err);
+        sdc__cpath(path, sizeof path, cluster, "/machines/%s/assignments", machine);
+    return sdc__call_object(c, "GET", path, NULL, out, err);
 }
 
 int sdc_machine_lost(sdc_t *c, const char *cluster, const char *machine, int64_t epoch,
                      int *stopped, sdc_err_t *err)
 {
-    if (!names_ok(cluster, machine) || epoch < 1)
-        return sdc__inval(err, "bad cluster or machine name, or epoch");
+    if (sdc__names(err, 2, "cluster", cluster, "machine", machine))
+        return SDC_E_INVAL;
+    if (epoch < 1)
+        return sdc__inval(err, "bad epoch");
     char path[PATH_MAX_LEN];
     json_t *body = json_pack("{s:I}", "epoch", (json_int_t)epoch);
     json_t *res = NULL;
-    int rc = call(c, "POST", cpath(path, sizeof path, cluster, "/machines/%s/lost", machine),
+    int rc = sdc__call_object(c, "POST", sdc__cpath(path, sizeof path, cluster, "/machines/%s/lost", machine),
                   body, &res, err);
     json_decref(body);
     if (rc)

@@ -7,29 +7,10 @@
 #include "sdc_internal.h"
 #include "sdutil.h"
 
-/* Checks that each of the n names is valid; returns 0 or SDC_E_INVAL naming it. */
-static int check_names(sdc_err_t *err, int n, ...)
-{
-    va_list ap;
-    va_start(ap, n);
-    int rc = 0;
-    for (int i = 0; i < n && !rc; i++) {
-        const char *what = va_arg(ap, const char *);
-        const char *s = va_arg(ap, const char *);
-        if (!sd_name_valid(s, SD_NAME_MAX)) {
-            char msg[96];
-            snprintf(msg, sizeof msg, "%s is not a valid name", what);
-            rc = sdc__inval(err, msg);
-        }
-    }
-    va_end(ap);
-    return rc;
-}
-
 int sdc_machine_put(sdc_t *c, const char *cluster, const char *machine,
                     const sdc_machine_lease_t *lease, int64_t *expires_in_ms, sdc_err_t *err)
 {
-    int rc = check_names(err, 2, "cluster", cluster, "machine", machine);
+    int rc = sdc__names(err, 2, "cluster", cluster, "machine", machine);
     if (rc)
         return rc;
     json_t *body = json_object();
@@ -45,8 +26,8 @@ int sdc_machine_put(sdc_t *c, const char *cluster, const char *machine,
         if (lease->ttl_ms > 0)
             json_object_set_new(body, "ttl_ms", json_integer(lease->ttl_ms));
     }
-    char path[512];
-    snprintf(path, sizeof path, "/v1/clusters/%s/machines/%s", cluster, machine);
+    char path[SDC__PATH_MAX];
+    sdc__cpath(path, sizeof path, cluster, "/machines/%s", machine);
     json_t *out = NULL;
     rc = sdc_request(c, "PUT", path, body, &out, err);
     json_decref(body);
@@ -64,47 +45,41 @@ int sdc_machine_put(sdc_t *c, const char *cluster, const char *machine,
 int sdc_machines_list(sdc_t *c, const char *cluster, json_t **out, sdc_err_t *err)
 {
     *out = NULL;
-    int rc = check_names(err, 1, "cluster", cluster);
-    if (rc)
-        return rc;
-    char path[256];
-    snprintf(path, sizeof path, "/v1/clusters/%s/machines", cluster);
-    return sdc_request(c, "GET", path, NULL, out, err);
+    if (sdc__names(err, 1, "cluster", cluster))
+        return SDC_E_INVAL;
+    char path[SDC__PATH_MAX];
+    return sdc_request(c, "GET", sdc__cpath(path, sizeof path, cluster, "/machines"), NULL, out, err);
 }
 
 int sdc_machine_get(sdc_t *c, const char *cluster, const char *machine, json_t **out,
                     sdc_err_t *err)
 {
     *out = NULL;
-    int rc = check_names(err, 2, "cluster", cluster, "machine", machine);
-    if (rc)
-        return rc;
-    char path[512];
-    snprintf(path, sizeof path, "/v1/clusters/%s/machines/%s", cluster, machine);
-    return sdc_request(c, "GET", path, NULL, out, err);
+    if (sdc__names(err, 2, "cluster", cluster, "machine", machine))
+        return SDC_E_INVAL;
+    char path[SDC__PATH_MAX];
+    return sdc_request(c, "GET", sdc__cpath(path, sizeof path, cluster, "/machines/%s", machine), NULL, out, err);
 }
 
 int sdc_machine_delete(sdc_t *c, const char *cluster, const char *machine, sdc_err_t *err)
 {
-    int rc = check_names(err, 2, "cluster", cluster, "machine", machine);
-    if (rc)
-        return rc;
-    char path[512];
-    snprintf(path, sizeof path, "/v1/clusters/%s/machines/%s", cluster, machine);
-    return sdc_request(c, "DELETE", path, NULL, NULL, err);
+    if (sdc__names(err, 2, "cluster", cluster, "machine", machine))
+        return SDC_E_INVAL;
+    char path[SDC__PATH_MAX];
+    return sdc_request(c, "DELETE", sdc__cpath(path, sizeof path, cluster, "/machines/%s", machine), NULL, NULL, err);
 }
 
 int sdc_events_post(sdc_t *c, const char *cluster, const json_t *events, int *accepted,
                     int *duplicates, sdc_err_t *err)
 {
-    int rc = check_names(err, 1, "cluster", cluster);
+    int rc = sdc__names(err, 1, "cluster", cluster);
     if (rc)
         return rc;
     if (!json_is_array(events) || json_array_size(events) == 0 ||
         json_array_size(events) > 1000)
         return sdc__inval(err, "events must be an array of 1 to 1000 events");
-    char path[256];
-    snprintf(path, sizeof path, "/v1/clusters/%s/events", cluster);
+    char path[SDC__PATH_MAX];
+    sdc__cpath(path, sizeof path, cluster, "/events");
     json_t *body = json_pack("{s:O}", "events", (json_t *)events);
     json_t *out = NULL;
     rc = sdc_request(c, "POST", path, body, &out, err);
@@ -128,7 +103,7 @@ int sdc_processes_list(sdc_t *c, const char *cluster, const sdc_proc_filter_t *f
                        json_t **out, sdc_err_t *err)
 {
     *out = NULL;
-    int rc = check_names(err, 1, "cluster", cluster);
+    int rc = sdc__names(err, 1, "cluster", cluster);
     if (rc)
         return rc;
     char path[1024], esc[400];
@@ -153,19 +128,17 @@ int sdc_process_get(sdc_t *c, const char *cluster, const char *instance, json_t 
                     sdc_err_t *err)
 {
     *out = NULL;
-    int rc = check_names(err, 2, "cluster", cluster, "instance", instance);
-    if (rc)
-        return rc;
-    char path[512];
-    snprintf(path, sizeof path, "/v1/clusters/%s/processes/%s", cluster, instance);
-    return sdc_request(c, "GET", path, NULL, out, err);
+    if (sdc__names(err, 2, "cluster", cluster, "instance", instance))
+        return SDC_E_INVAL;
+    char path[SDC__PATH_MAX];
+    return sdc_request(c, "GET", sdc__cpath(path, sizeof path, cluster, "/processes/%s", instance), NULL, out, err);
 }
 
 int sdc_events_list(sdc_t *c, const char *cluster, const char *since, int limit,
                     json_t **out, sdc_err_t *err)
 {
     *out = NULL;
-    int rc = check_names(err, 1, "cluster", cluster);
+    int rc = sdc__names(err, 1, "cluster", cluster);
     if (rc)
         return rc;
     char path[512], esc[200];

@@ -12,4 +12,21 @@ int sdc__inval(sdc_err_t *err, const char *what);
  * does not have the shape the API documents. */
 int sdc__proto(sdc_err_t *err, const char *what);
 
+/* Checks that each of the n (what, name) pairs is a valid name (sd_name_valid); returns
+ * 0, or SDC_E_INVAL with err naming the first bad one ("machine is not a valid name"). */
+int sdc__names(sdc_err_t *err, int n, ...);
+
+/* Room for a request path: "/v1/clusters/<name>" and a suffix of names and query. */
+#define SDC__PATH_MAX 1024
+
+/* "/v1/clusters/<cluster><suffix>" with the suffix printf-formatted into path; returns
+ * path. The names in it must have passed sdc__names (valid names need no escaping). */
+const char *sdc__cpath(char *path, size_t cap, const char *cluster, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* sdc_request for an answer that must be a JSON object, stored in *out when out is
+ * given (the caller frees it) and dropped otherwise; SDC_E_PROTO for any other shape. */
+int sdc__call_object(sdc_t *c, const char *method, const char *path, const json_t *body,
+                     json_t **out, sdc_err_t *err);
+
 #endif
