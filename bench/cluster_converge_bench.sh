@@ -20,6 +20,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+. "$ROOT/bench/lib.sh"
 BUILD_DIR=${BUILD_DIR:-$ROOT/build}
 RUNS=${1:-3}
 N=${N:-1000}
@@ -48,14 +49,6 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-
-free_port() {
-    local p
-    while :; do
-        p=$((10000 + RANDOM % 22000)) # below the ephemeral range of outgoing connections
-        (echo >/dev/tcp/127.0.0.1/$p) 2>/dev/null || { echo $p; return; }
-    done
-}
 
 now_ms() { date +%s%3N; }
 
@@ -87,14 +80,14 @@ start_stack() { # run
     local rp sp try
     mkdir -p "$WORK/$1"
     for try in 1 2 3 4 5; do
-        rp=$(free_port)
+        rp=$(bench_free_port)
         redis-server --port "$rp" --bind 127.0.0.1 --save '' --appendonly no \
             --dir "$WORK/$1" >"$WORK/$1/redis.log" 2>&1 &
         sleep 0.3
         kill -0 $! 2>/dev/null && break
     done
     PIDS+=($!)
-    sp=$(free_port)
+    sp=$(bench_free_port)
     SD=http://127.0.0.1:$sp
     "$BIN/serverdir" --listen "127.0.0.1:$sp" --redis "redis://127.0.0.1:$rp/0" \
         --tokens "$WORK/tokens" >"$WORK/$1/serverdir.log" 2>&1 &
@@ -178,7 +171,6 @@ run_anchor() { # run -> "up_ms events_per_s"
     awk -v a=$((t1 - t0)) -v ea=$((e1 - e0)) 'BEGIN{printf "%d %.0f\n", a, ea / (a / 1000)}'
 }
 
-median() { sort -n | awk '{v[NR]=$1} END{print v[int((NR+1)/2)]}'; }
 
 echo "cluster convergence: $N instances of sleep (health none) across $B bigbrothers," \
      "$RUNS runs, $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg)"
@@ -194,12 +186,12 @@ for r in $(seq "$RUNS"); do
     echo "run $r: cluster 0->$N ${up} ms (${ups} events/s), $N->0 ${down} ms" \
          "(${downs} events/s); anchor static start ${aup} ms (${aups} events/s)"
 done
-mu=$(awk '{print $1}' "$WORK/c.txt" | median)
-mue=$(awk '{print $2}' "$WORK/c.txt" | median)
-md=$(awk '{print $3}' "$WORK/c.txt" | median)
-mde=$(awk '{print $4}' "$WORK/c.txt" | median)
-ma=$(awk '{print $1}' "$WORK/a.txt" | median)
-mae=$(awk '{print $2}' "$WORK/a.txt" | median)
+mu=$(awk '{print $1}' "$WORK/c.txt" | bench_median)
+mue=$(awk '{print $2}' "$WORK/c.txt" | bench_median)
+md=$(awk '{print $3}' "$WORK/c.txt" | bench_median)
+mde=$(awk '{print $4}' "$WORK/c.txt" | bench_median)
+ma=$(awk '{print $1}' "$WORK/a.txt" | bench_median)
+mae=$(awk '{print $2}' "$WORK/a.txt" | bench_median)
 echo "median: cluster 0->$N converged in $mu ms, serverdir took $mue events/s"
 echo "median: cluster $N->0 converged in $md ms, serverdir took $mde events/s"
 echo "median: anchor (static config, same spawns and events) $ma ms, $mae events/s"

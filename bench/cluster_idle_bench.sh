@@ -12,6 +12,7 @@
 # Needs a build (BUILD, default ./build).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+. "$ROOT/bench/lib.sh"
 BUILD=${BUILD:-$ROOT/build}
 MACHINES=${MACHINES:-500}
 DUR=${DUR:-30}
@@ -24,39 +25,23 @@ ROUNDS=${ROUNDS:-3}
 SD_THREADS=${SD_THREADS:-8}
 
 [ -x "$BUILD/bin/serverdir" ] || { echo "build serverdir first (cmake --build build)"; exit 1; }
-tmp=$(mktemp -d /tmp/cluster-bench.XXXXXX)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    [ -n "${KEEP:-}" ] || rm -rf "$tmp"
-}
-trap cleanup EXIT INT TERM
+WORK=$(mktemp -d /tmp/cluster-bench.XXXXXX)
+PIDS=()
+bench_trap_cleanup
 
-free_port() {
-    local p
-    while :; do
-        p=$((20000 + RANDOM % 40000))
-        ss -ltnH "sport = :$p" | grep -q . || { echo "$p"; return; }
-    done
-}
+[ -x "$BUILD/bench/cluster_idle_load" ] || cmake --build "$BUILD" -j2 --target cluster_idle_load >/dev/null
 
-cc -O2 -o "$tmp/cluster_idle_load" "$ROOT/bench/cluster_idle_load.c" -lcurl
+rport=$(bench_free_port)
+bench_start_redis "$rport" "$WORK"
+rpid=${PIDS[-1]}
 
-rport=$(free_port)
-redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no --dir "$tmp" \
-    >"$tmp/redis.log" 2>&1 &
-rpid=$!
-pids+=($rpid)
-for _ in $(seq 100); do redis-cli -p "$rport" ping >/dev/null 2>&1 && break; sleep 0.05; done
-
-sport=$(free_port)
-echo "bigbrother bench-bigbrother-token-0123" >"$tmp/tokens"
-chmod 600 "$tmp/tokens"
+sport=$(bench_free_port)
+echo "bigbrother bench-bigbrother-token-0123" >"$WORK/tokens"
+chmod 600 "$WORK/tokens"
 "$BUILD/bin/serverdir" --listen "127.0.0.1:$sport" --redis "redis://127.0.0.1:$rport/0" \
-    --tokens "$tmp/tokens" --threads "$SD_THREADS" --log-level warn >"$tmp/serverdir.log" 2>&1 &
+    --tokens "$WORK/tokens" --threads "$SD_THREADS" --log-level warn >"$WORK/serverdir.log" 2>&1 &
 spid=$!
-pids+=($spid)
+PIDS+=($spid)
 sd="http://127.0.0.1:$sport"
 for _ in $(seq 100); do curl -fs "$sd/readyz" >/dev/null 2>&1 && break; sleep 0.05; done
 
@@ -65,19 +50,18 @@ echo "anchor: the same machines polling every ${POLL_MS} ms; serverdir --threads
 printf '%-7s %-9s %10s %12s %10s %8s %10s %10s\n' round mode leases/s longpolls/s polls/s errors sd_cpu% redis_cpu%
 declare -a lp_sd lp_rd lp_lease lp_lp an_sd an_rd an_poll
 for r in $(seq "$ROUNDS"); do
-    read -r l p q e c1 c2 < <("$tmp/cluster_idle_load" "$sd" bench-bigbrother-token-0123 "idle$r" "$MACHINES" \
+    read -r l p q e c1 c2 < <("$BUILD/bench/cluster_idle_load" "$sd" bench-bigbrother-token-0123 "idle$r" "$MACHINES" \
         longpoll "$WARMUP" "$DUR" "$LEASE_MS" "$WAIT_MS" "$POLL_MS" "$spid" "$rpid")
     printf '%-7s %-9s %10s %12s %10s %8s %10s %10s\n' "$r" longpoll "$l" "$p" "$q" "$e" "$c1" "$c2"
     lp_lease+=("$l"); lp_lp+=("$p"); lp_sd+=("$c1"); lp_rd+=("$c2")
-    read -r l p q e c1 c2 < <("$tmp/cluster_idle_load" "$sd" bench-bigbrother-token-0123 "poll$r" "$MACHINES" \
+    read -r l p q e c1 c2 < <("$BUILD/bench/cluster_idle_load" "$sd" bench-bigbrother-token-0123 "poll$r" "$MACHINES" \
         poll 3 "$ANCHOR_DUR" "$LEASE_MS" "$WAIT_MS" "$POLL_MS" "$spid" "$rpid")
     printf '%-7s %-9s %10s %12s %10s %8s %10s %10s\n' "$r" poll-1s "$l" "$p" "$q" "$e" "$c1" "$c2"
     an_poll+=("$q"); an_sd+=("$c1"); an_rd+=("$c2")
 done
-median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-m_lease=$(median "${lp_lease[@]}"); m_lp=$(median "${lp_lp[@]}")
-m_sd=$(median "${lp_sd[@]}"); m_rd=$(median "${lp_rd[@]}")
-a_poll=$(median "${an_poll[@]}"); a_sd=$(median "${an_sd[@]}"); a_rd=$(median "${an_rd[@]}")
+m_lease=$(bench_median "${lp_lease[@]}"); m_lp=$(bench_median "${lp_lp[@]}")
+m_sd=$(bench_median "${lp_sd[@]}"); m_rd=$(bench_median "${lp_rd[@]}")
+a_poll=$(bench_median "${an_poll[@]}"); a_sd=$(bench_median "${an_sd[@]}"); a_rd=$(bench_median "${an_rd[@]}")
 echo
 echo "medians of $ROUNDS rounds:"
 echo "  long-poll idle: $m_lease leases/s + $m_lp long-poll answers/s; serverdir ${m_sd}% of a core, redis ${m_rd}%"

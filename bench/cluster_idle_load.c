@@ -16,6 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "sdutil.h"
+
 typedef struct {
     CURL *h;
     int busy;
@@ -28,13 +30,6 @@ typedef struct {
     xfer_t lease, poll;
     long long version;
 } machine_t;
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static size_t sink(char *p, size_t n, size_t m, void *u)
 {
@@ -85,7 +80,7 @@ int main(int argc, char **argv)
     struct curl_slist *hl = curl_slist_append(NULL, auth);
     hl = curl_slist_append(hl, "Content-Type: application/json");
     machine_t *ms = calloc((size_t)n, sizeof *ms);
-    int64_t t0 = now_ms();
+    int64_t t0 = sd_mono_ms();
     srand(42);
     for (int i = 0; i < n; i++) {
         ms[i].lease.h = curl_easy_init();
@@ -99,7 +94,7 @@ int main(int argc, char **argv)
     double sd0 = 0, rd0 = 0;
     int measuring = 0;
     for (;;) {
-        int64_t now = now_ms();
+        int64_t now = sd_mono_ms();
         if (!measuring && now >= w0) {
             measuring = 1;
             sd0 = cpu_s(pid_sd);
@@ -170,7 +165,7 @@ int main(int argc, char **argv)
             int ok = msg->data.result == CURLE_OK && st == 200;
             curl_multi_remove_handle(multi, msg->easy_handle);
             x->busy = 0;
-            int64_t t = now_ms();
+            int64_t t = sd_mono_ms();
             int in_window = t >= w0 && t < w1;
             machine_t *m = NULL;
             for (int i = 0; i < n && !m; i++)

@@ -23,6 +23,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+. "$ROOT/bench/lib.sh"
 BUILD_DIR=${BUILD_DIR:-$ROOT/build}
 RUNS=${1:-3}
 DURATION=${DURATION:-8}
@@ -50,25 +51,7 @@ fi
 
 WORK=$(mktemp -d /tmp/events_bench.XXXXXX)
 PIDS=()
-cleanup() {
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$WORK"
-}
-trap cleanup EXIT INT TERM
-
-free_port() {
-    local p
-    for _ in $(seq 1 100); do
-        p=$((20000 + RANDOM % 12000)) # below the ephemeral range (32768+)
-        if ! (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null; then
-            echo "$p"
-            return
-        fi
-    done
-    echo "no free port" >&2
-    exit 1
-}
+bench_trap_cleanup
 
 wait_for() { # url log
     for _ in $(seq 1 200); do
@@ -164,9 +147,9 @@ BATCH_JSON=$(anchor_batch)
 echo "events bench: $RUNS runs, ${DURATION}s per wrk phase, $CONNS connections, batches of $BATCH events,"
 echo "live directory $MACHINES machines x $PER_MACHINE processes, serverdir --threads $THREADS, $(nproc) CPUs (shared)"
 for run in $(seq 1 "$RUNS"); do
-    RPORT=$(free_port)
-    HPORT=$(free_port)
-    while [ "$HPORT" = "$RPORT" ]; do HPORT=$(free_port); done
+    RPORT=$(bench_free_port)
+    HPORT=$(bench_free_port)
+    while [ "$HPORT" = "$RPORT" ]; do HPORT=$(bench_free_port); done
     redis-server --port "$RPORT" --bind 127.0.0.1 --save '' --appendonly no \
         --dir "$WORK" >"$WORK/redis.log" 2>&1 &
     RPID=$!
@@ -215,15 +198,14 @@ for run in $(seq 1 "$RUNS"); do
     PIDS=()
 done
 
-median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
-ev_sd=$(median "${EV_SD[@]}"); ev_rb=$(median "${EV_RB[@]}")
-rd_sd=$(median "${RD_SD[@]}"); rd_rb=$(median "${RD_RB[@]}")
+ev_sd=$(bench_median "${EV_SD[@]}"); ev_rb=$(bench_median "${EV_RB[@]}")
+rd_sd=$(bench_median "${RD_SD[@]}"); rd_rb=$(bench_median "${RD_RB[@]}")
 echo "medians of $RUNS runs ($CONNS connections, batches of $BATCH events; latency at $LOAD of the measured rate):"
 printf '  events: serverdir %s events/s, redis-benchmark %s events/s (p50 %s ms, p99 %s ms), ratio %s (median of the runs; target >= 0.40)\n' \
-    "$ev_sd" "$ev_rb" "$(median "${EV_RB50[@]}")" "$(median "${EV_RB99[@]}")" "$(median "${EV_RATIO[@]}")"
+    "$ev_sd" "$ev_rb" "$(bench_median "${EV_RB50[@]}")" "$(bench_median "${EV_RB99[@]}")" "$(bench_median "${EV_RATIO[@]}")"
 printf '          serverdir at %s events/s: p50 %s ms, p99 %s ms per batch (target p99 < 5 ms); saturated p99 %s ms\n' \
-    "$(median "${EV_LOAD[@]}")" "$(median "${EV_SD50[@]}")" "$(median "${EV_SD99[@]}")" "$(median "${EV_SATP99[@]}")"
+    "$(bench_median "${EV_LOAD[@]}")" "$(bench_median "${EV_SD50[@]}")" "$(bench_median "${EV_SD99[@]}")" "$(bench_median "${EV_SATP99[@]}")"
 printf '  reads:  serverdir %s req/s, redis-benchmark %s req/s (p50 %s ms, p99 %s ms), ratio %s (median of the runs)\n' \
-    "$rd_sd" "$rd_rb" "$(median "${RD_RB50[@]}")" "$(median "${RD_RB99[@]}")" "$(median "${RD_RATIO[@]}")"
+    "$rd_sd" "$rd_rb" "$(bench_median "${RD_RB50[@]}")" "$(bench_median "${RD_RB99[@]}")" "$(bench_median "${RD_RATIO[@]}")"
 printf '          serverdir at %s req/s: p50 %s ms, p99 %s ms; saturated p99 %s ms\n' \
-    "$(median "${RD_LOAD[@]}")" "$(median "${RD_SD50[@]}")" "$(median "${RD_SD99[@]}")" "$(median "${RD_SATP99[@]}")"
+    "$(bench_median "${RD_LOAD[@]}")" "$(bench_median "${RD_SD50[@]}")" "$(bench_median "${RD_SD99[@]}")" "$(bench_median "${RD_SATP99[@]}")"

@@ -12,6 +12,7 @@
 # Needs a build (BUILD, default ./build); installs etcd-server and redis-tools when missing.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+. "$ROOT/bench/lib.sh"
 BUILD=${BUILD:-$ROOT/build}
 CLIENTS=${CLIENTS:-64}
 DUR=${DUR:-5}
@@ -28,53 +29,37 @@ if [ ${#need[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y "${need[@]}" >/dev/null
 fi
 
-tmp=$(mktemp -d /tmp/locks-bench.XXXXXX)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$tmp"
-}
-trap cleanup EXIT INT TERM
+WORK=$(mktemp -d /tmp/locks-bench.XXXXXX)
+PIDS=()
+bench_trap_cleanup
 
-free_port() {
-    local p
-    while :; do
-        p=$((20000 + RANDOM % 40000))
-        ss -ltnH "sport = :$p" | grep -q . || { echo "$p"; return; }
-    done
-}
+[ -x "$BUILD/bench/locks_load" ] || cmake --build "$BUILD" -j2 --target locks_load >/dev/null
 
-cc -O2 -o "$tmp/locks_load" "$ROOT/bench/locks_load.c" -lcurl -lhiredis -lpthread
+rport=$(bench_free_port)
+bench_start_redis "$rport" "$WORK"
 
-rport=$(free_port)
-redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no --dir "$tmp" \
-    >"$tmp/redis.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 100); do redis-cli -p "$rport" ping >/dev/null 2>&1 && break; sleep 0.05; done
-
-sport=$(free_port)
-echo "game bench-game-token" >"$tmp/tokens"
+sport=$(bench_free_port)
+echo "game bench-game-token" >"$WORK/tokens"
 "$BUILD/bin/serverdir" --listen "127.0.0.1:$sport" --redis "redis://127.0.0.1:$rport/0" \
-    --tokens "$tmp/tokens" --threads "$SD_THREADS" --log-level warn >"$tmp/serverdir.log" 2>&1 &
-pids+=($!)
+    --tokens "$WORK/tokens" --threads "$SD_THREADS" --log-level warn >"$WORK/serverdir.log" 2>&1 &
+PIDS+=($!)
 sd="http://127.0.0.1:$sport"
 for _ in $(seq 100); do curl -fs "$sd/readyz" >/dev/null 2>&1 && break; sleep 0.05; done
 
-eport=$(free_port)
-epeer=$(free_port)
-etcd --name bench --data-dir "$tmp/etcd" --listen-client-urls "http://127.0.0.1:$eport" \
+eport=$(bench_free_port)
+epeer=$(bench_free_port)
+etcd --name bench --data-dir "$WORK/etcd" --listen-client-urls "http://127.0.0.1:$eport" \
     --advertise-client-urls "http://127.0.0.1:$eport" --listen-peer-urls "http://127.0.0.1:$epeer" \
     --initial-advertise-peer-urls "http://127.0.0.1:$epeer" \
-    --initial-cluster "bench=http://127.0.0.1:$epeer" >"$tmp/etcd.log" 2>&1 &
-pids+=($!)
+    --initial-cluster "bench=http://127.0.0.1:$epeer" >"$WORK/etcd.log" 2>&1 &
+PIDS+=($!)
 etcd_url="http://127.0.0.1:$eport"
 for _ in $(seq 200); do curl -fs "$etcd_url/health" >/dev/null 2>&1 && break; sleep 0.05; done
 
 lua="$ROOT/serverdir/locks/lua"
 acq_sha=$(redis-cli -p "$rport" SCRIPT LOAD "$(cat "$lua/lock_acquire.lua")")
 save_sha=$(redis-cli -p "$rport" SCRIPT LOAD "$(cat "$lua/blob_save.lua")")
-head -c "$BLOB" /dev/zero | tr '\0' 'x' >"$tmp/blob"
+head -c "$BLOB" /dev/zero | tr '\0' 'x' >"$WORK/blob"
 
 declare -A rates p99s
 run() { # name, locks_load args...
@@ -82,7 +67,7 @@ run() { # name, locks_load args...
     shift
     redis-cli -p "$rport" FLUSHALL >/dev/null
     local out
-    out=$("$tmp/locks_load" -c "$CLIENTS" -d "$DUR" "$@")
+    out=$("$BUILD/bench/locks_load" -c "$CLIENTS" -d "$DUR" "$@")
     echo "  $out"
     rates[$name]+="$(sed -n 's/.* rate=\([0-9]*\).*/\1/p' <<<"$out") "
     p99s[$name]+="$(sed -n 's/.* p99_ms=\([0-9.]*\).*/\1/p' <<<"$out") "
@@ -102,7 +87,6 @@ rb() { # name, redis-benchmark command...
     rates[$name]+="$rps "
     p99s[$name]+="$p99 "
 }
-median() { tr ' ' '\n' <<<"$1" | grep . | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 echo "locks benchmark: $CLIENTS clients, ${DUR}s per run, $ROUNDS rounds, blob $BLOB bytes," \
     "serverdir --threads $SD_THREADS, $(nproc) cores (shared machine: figures are noisy)"
@@ -114,21 +98,20 @@ for round in $(seq "$ROUNDS"); do
     run sd-blob sd-blob "$sd" bench-game-token "$BLOB"
     run redis-blob redis-blob 127.0.0.1 "$rport" "$lua" sd: "$BLOB"
     rb rb-acquire EVALSHA "$acq_sha" 2 sd:lock:rb-__rand_int__ 'sd:lock:rb#h' rb 0 0 604800000 '' 0 sd:
-    rb rb-save EVALSHA "$save_sha" 2 sd:blob:rb sd:lock:rb 1 __rand_int__ "$(cat "$tmp/blob")"
+    rb rb-save EVALSHA "$save_sha" 2 sd:blob:rb sd:lock:rb 1 __rand_int__ "$(cat "$WORK/blob")"
 done
 
 echo
 echo "medians of $ROUNDS rounds ($CLIENTS concurrent clients):"
 for m in sd-lock redis-lock etcd-lock sd-blob redis-blob rb-acquire rb-save; do
-    printf '  %-11s %8s ops/s   p99 %6s ms   (runs: %s)\n' "$m" "$(median "${rates[$m]}")" \
-        "$(median "${p99s[$m]}")" "${rates[$m]% }"
+    printf '  %-11s %8s ops/s   p99 %6s ms   (runs: %s)\n' "$m" "$(bench_median ${rates[$m]})" \
+        "$(bench_median ${p99s[$m]})" "${rates[$m]% }"
 done
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
-sdl=$(median "${rates[sd-lock]}")
-sdb=$(median "${rates[sd-blob]}")
+sdl=$(bench_median ${rates[sd-lock]})
+sdb=$(bench_median ${rates[sd-blob]})
 echo "ratios:"
-echo "  lock pairs: serverdir / raw Redis (same scripts)  = $(ratio "$sdl" "$(median "${rates[redis-lock]}")")  (target >= 0.40)"
-echo "  lock pairs: serverdir / etcd v3 lock+unlock       = $(ratio "$sdl" "$(median "${rates[etcd-lock]}")")  (target: several times)"
-echo "  blob saves: serverdir / raw Redis (same script)   = $(ratio "$sdb" "$(median "${rates[redis-blob]}")")"
-echo "  blob saves: serverdir / redis-benchmark blob_save = $(ratio "$sdb" "$(median "${rates[rb-save]}")")"
-echo "  lock pairs: serverdir / redis-benchmark acquire   = $(ratio "$sdl" "$(median "${rates[rb-acquire]}")")  (one script per op there, two per pair here)"
+echo "  lock pairs: serverdir / raw Redis (same scripts)  = $(bench_ratio "$sdl" "$(bench_median ${rates[redis-lock]})")  (target >= 0.40)"
+echo "  lock pairs: serverdir / etcd v3 lock+unlock       = $(bench_ratio "$sdl" "$(bench_median ${rates[etcd-lock]})")  (target: several times)"
+echo "  blob saves: serverdir / raw Redis (same script)   = $(bench_ratio "$sdb" "$(bench_median ${rates[redis-blob]})")"
+echo "  blob saves: serverdir / redis-benchmark blob_save = $(bench_ratio "$sdb" "$(bench_median ${rates[rb-save]})")"
+echo "  lock pairs: serverdir / redis-benchmark acquire   = $(bench_ratio "$sdl" "$(bench_median ${rates[rb-acquire]})")  (one script per op there, two per pair here)"

@@ -18,8 +18,7 @@
  *   redis-blob HOST PORT LUADIR PREFIX SIZE
  *                                blob_save.lua by EVALSHA with the same arguments
  *
- * Build: cc -O2 -o locks_load locks_load.c -lcurl -lhiredis -lpthread */
-#define _GNU_SOURCE
+ * Built by bench/CMakeLists.txt (target locks_load). */
 #include <curl/curl.h>
 #include <hiredis/hiredis.h>
 #include <pthread.h>
@@ -28,6 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include "sdutil.h"
 
 #define MAX_CLIENTS 512
 #define MAX_SAMPLES (1 << 20)
@@ -54,13 +55,6 @@ typedef struct {
     char body[64 << 10];
     size_t blen;
 } client_t;
-
-static int64_t now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
 
 static size_t sink(char *p, size_t size, size_t nmemb, void *ud)
 {
@@ -150,7 +144,7 @@ static void b64(const char *in, char *out)
 static void record(client_t *c, int64_t t0)
 {
     if (c->n < MAX_SAMPLES)
-        c->lat_us[c->n++] = (uint32_t)(now_us() - t0);
+        c->lat_us[c->n++] = (uint32_t)(sd_mono_us() - t0);
 }
 
 static redisReply *evalsha(redisContext *r, const char *sha, int nkeys, int argc,
@@ -264,11 +258,11 @@ static void *client_main(void *arg)
         }
     }
 
-    int64_t end = now_us() + (int64_t)(cfg.secs * 1e6);
+    int64_t end = sd_mono_us() + (int64_t)(cfg.secs * 1e6);
     long long blob_seq = 0;
-    for (unsigned i = 0; now_us() < end; i++) {
+    for (unsigned i = 0; sd_mono_us() < end; i++) {
         snprintf(key, sizeof key, "bench-k%d-%u", c->id, i % KEYS_PER_CLIENT);
-        int64_t t0 = now_us();
+        int64_t t0 = sd_mono_us();
         int ok = 0;
         switch (cfg.mode) {
         case SD_LOCK: {
@@ -430,7 +424,7 @@ int main(int argc, char **argv)
 
     client_t *cs = calloc((size_t)cfg.clients, sizeof *cs);
     pthread_t *th = calloc((size_t)cfg.clients, sizeof *th);
-    int64_t t0 = now_us();
+    int64_t t0 = sd_mono_us();
     for (int k = 0; k < cfg.clients; k++) {
         cs[k].id = k;
         cs[k].lat_us = malloc(MAX_SAMPLES * sizeof(uint32_t));
@@ -443,7 +437,7 @@ int main(int argc, char **argv)
         total += cs[k].n;
         errors += cs[k].errors;
     }
-    double secs = (double)(now_us() - t0) / 1e6;
+    double secs = (double)(sd_mono_us() - t0) / 1e6;
     uint32_t *all = malloc((total ? total : 1) * sizeof *all);
     size_t o = 0;
     for (int k = 0; k < cfg.clients; k++) {

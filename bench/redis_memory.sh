@@ -14,6 +14,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+. "$ROOT/bench/lib.sh"
 BUILD_DIR=${BUILD_DIR:-$ROOT/build}
 RUNS=${1:-3}
 N_PROC=${N_PROC:-20000}
@@ -26,26 +27,12 @@ command -v redis-cli >/dev/null || apt-get install -y redis-tools >/dev/null
 
 WORK=$(mktemp -d /tmp/redis_memory.XXXXXX)
 PIDS=()
-cleanup() {
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$WORK"
-}
-trap cleanup EXIT INT TERM
-
-free_port() {
-    local p
-    for _ in $(seq 1 100); do
-        p=$((20000 + RANDOM % 12000))
-        if ! (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null; then echo "$p"; return; fi
-    done
-    echo "no free port" >&2; exit 1
-}
+bench_trap_cleanup
 
 used() { redis-cli -p "$RP" info memory | tr -d '\r' | awk -F: '$1=="used_memory"{print $2}'; }
 
 one_run() {
-    RP=$(free_port); SP=$(free_port)
+    RP=$(bench_free_port); SP=$(bench_free_port)
     redis-server --port "$RP" --bind 127.0.0.1 --save '' --appendonly no --dir "$WORK" \
         >"$WORK/redis.log" 2>&1 & PIDS+=($!)
     for _ in $(seq 1 100); do redis-cli -p "$RP" ping >/dev/null 2>&1 && break; sleep 0.05; done
@@ -100,8 +87,7 @@ for ((r = 1; r <= RUNS; r++)); do
     echo "run $r: empty=${line%% *} B; per process / lock / machine / server (B): ${line#* }"
     results+=("$line")
 done
-median() { sort -n | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
 for col in 1 2 3 4 5; do
-    med[col]=$(printf '%s\n' "${results[@]}" | awk -v c=$col '{print $c}' | median)
+    med[col]=$(printf '%s\n' "${results[@]}" | awk -v c=$col '{print $c}' | bench_median)
 done
 echo "median: empty Redis ${med[1]} B (anchor); per process ${med[2]} B (incl. 2 history entries), per lock ${med[3]} B, per machine ${med[4]} B, per master server ${med[5]} B"
