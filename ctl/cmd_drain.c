@@ -13,17 +13,12 @@ static const char usage_text[] =
     "  (reason drained), and places nothing new on it. undrain makes it eligible again.\n"
     "  Exit code 4 when the machine is not registered.\n";
 
-static int drain_set(ctl_t *ctl, int argc, char **argv, int drain)
+int cmd_drain(ctl_t *ctl, int argc, char **argv)
 {
-    const char *cmd = drain ? "drain" : "undrain";
-    int early = ctl_one_arg(argc, argv, cmd, usage_text, "MACHINE");
-    if (early >= 0)
-        return early;
-    json_t *ans = NULL;
-    sdc_err_t err;
-    int rc = sdc_machine_drain(ctl->client, ctl->cluster, argv[1], drain, &ans, &err);
-    return ctl_switch_answer(ctl, rc, &err, ans, argv[1], drain ? "draining" : "undrained");
+    return ctl_switch_cmd(ctl, argc, argv, usage_text, "MACHINE", sdc_machine_drain, 1, "draining");
 }
 
-int cmd_drain(ctl_t *ctl, int argc, char **argv) { return drain_set(ctl, argc, argv, 1); }
-int cmd_undrain(ctl_t *ctl, int argc, char **argv) { return drain_set(ctl, argc, argv, 0); }
+int cmd_undrain(ctl_t *ctl, int argc, char **argv)
+{
+    return ctl_switch_cmd(ctl, argc, argv, usage_text, "MACHINE", sdc_machine_drain, 0, "undrained");
+}

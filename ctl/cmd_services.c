@@ -152,20 +152,15 @@ static const char stop_usage[] =
     "  stop: the service keeps its count but runs no instance (they are stopped\n"
     "  gracefully); start: it runs again. For the whole realm see sdctl cluster stop.\n";
 
-static int stop_start(ctl_t *ctl, int argc, char **argv, int stop)
+int cmd_stop(ctl_t *ctl, int argc, char **argv)
 {
-    const char *cmd = stop ? "stop" : "start";
-    int early = ctl_one_arg(argc, argv, cmd, stop_usage, "SERVICE");
-    if (early >= 0)
-        return early;
-    json_t *ans = NULL;
-    sdc_err_t err;
-    int rc = sdc_service_stop(ctl->client, ctl->cluster, argv[1], stop, &ans, &err);
-    return ctl_switch_answer(ctl, rc, &err, ans, argv[1], stop ? "stopped" : "started");
+    return ctl_switch_cmd(ctl, argc, argv, stop_usage, "SERVICE", sdc_service_stop, 1, "stopped");
 }
 
-int cmd_stop(ctl_t *ctl, int argc, char **argv) { return stop_start(ctl, argc, argv, 1); }
-int cmd_start(ctl_t *ctl, int argc, char **argv) { return stop_start(ctl, argc, argv, 0); }
+int cmd_start(ctl_t *ctl, int argc, char **argv)
+{
+    return ctl_switch_cmd(ctl, argc, argv, stop_usage, "SERVICE", sdc_service_stop, 0, "started");
+}
 
 /* ---------- restart ---------- */
 
