@@ -31,7 +31,8 @@ int sdc_services_list(sdc_t *c, const char *cluster, json_t **out, sdc_err_t *er
     if (sdc__names(err, 1, "cluster", cluster))
         return SDC_E_INVAL;
     char path[PATH_MAX_LEN];
-    return sdc__call_object(c, "GET", sdc__cpath(path, sizeof path, cluster, "/services"), NULL, out, err);
+    return sdc__call_object(c, "GET", sdc__cpath(path, sizeof path, cluster, "/services"), NULL,
+                            out, err);
 }
 
 int sdc_service_get(sdc_t *c, const char *cluster, const char *svc, json_t **out,
@@ -40,8 +41,8 @@ int sdc_service_get(sdc_t *c, const char *cluster, const char *svc, json_t **out
     if (sdc__names(err, 2, "cluster", cluster, "service", svc))
         return SDC_E_INVAL;
     char path[PATH_MAX_LEN];
-    return sdc__call_object(c, "GET", sdc__cpath(path, sizeof path, cluster, "/services/%s", svc), NULL, out,
-                err);
+    return sdc__call_object(c, "GET", sdc__cpath(path, sizeof path, cluster, "/services/%s", svc),
+                            NULL, out, err);
 }
 
 int sdc_service_delete(sdc_t *c, const char *cluster, const char *svc, sdc_err_t *err)
@@ -64,7 +65,8 @@ int sdc_service_scale(sdc_t *c, const char *cluster, const char *svc, int64_t co
     if (count < 0)
         return sdc__inval(err, "the count is negative");
     char path[PATH_MAX_LEN];
-    sdc__cpath(path, sizeof path, cluster, "/services/%s/scale%s", svc, dry_run ? "?dry_run=1" : "");
+    sdc__cpath(path, sizeof path, cluster, "/services/%s/scale%s", svc,
+               dry_run ? "?dry_run=1" : "");
     json_t *body = json_pack("{s:I}", "count", (json_int_t)count);
     int rc = sdc__call_object(c, "POST", path, body, out, err);
     json_decref(body);
@@ -90,8 +92,9 @@ int sdc_service_restart(sdc_t *c, const char *cluster, const char *svc, int64_t 
     json_t *body = json_object();
     if (max_unavailable > 0)
         json_object_set_new(body, "max_unavailable", json_integer(max_unavailable));
-    int rc = sdc__call_object(c, "POST", sdc__cpath(path, sizeof path, cluster, "/services/%s/restart", svc),
-                  body, out, err);
+    int rc = sdc__call_object(c, "POST",
+                              sdc__cpath(path, sizeof path, cluster, "/services/%s/restart", svc),
+                              body, out, err);
     json_decref(body);
     return rc;
 }
@@ -103,8 +106,8 @@ int sdc_instance_restart(sdc_t *c, const char *cluster, const char *instance, js
         return SDC_E_INVAL;
     char path[PATH_MAX_LEN];
     json_t *body = json_pack("{s:s}", "instance", instance);
-    int rc = sdc__call_object(c, "POST", sdc__cpath(path, sizeof path, cluster, "/restart-instance"), body, out,
-                  err);
+    int rc = sdc__call_object(
+        c, "POST", sdc__cpath(path, sizeof path, cluster, "/restart-instance"), body, out, err);
     json_decref(body);
     return rc;
 }
@@ -114,8 +117,9 @@ int sdc_cluster_stop(sdc_t *c, const char *cluster, int stop, json_t **out, sdc_
     if (sdc__names(err, 1, "cluster", cluster))
         return SDC_E_INVAL;
     char path[PATH_MAX_LEN];
-    return sdc__call_object(c, "POST", sdc__cpath(path, sizeof path, cluster, "/%s", stop ? "stop" : "start"),
-                NULL, out, err);
+    return sdc__call_object(c, "POST",
+                            sdc__cpath(path, sizeof path, cluster, "/%s", stop ? "stop" : "start"),
+                            NULL, out, err);
 }
 
 int sdc_machine_drain(sdc_t *c, const char *cluster, const char *machine, int drain,
@@ -156,7 +160,8 @@ int sdc_primary_acquire(sdc_t *c, const char *cluster, const char *machine, int 
     if (ttl_ms > 0)
         json_object_set_new(body, "ttl_ms", json_integer(ttl_ms));
     json_t *res = NULL;
-    int rc = sdc__call_object(c, "POST", sdc__cpath(path, sizeof path, cluster, "/primary"), body, &res, err);
+    int rc = sdc__call_object(c, "POST", sdc__cpath(path, sizeof path, cluster, "/primary"), body,
+                              &res, err);
     json_decref(body);
     if (rc == SDC_E_HTTP && err && err->body && out && strcmp(err->code, "primary_held") == 0)
         primary_fill(json_object_get(err->body, "error"), out);
@@ -176,7 +181,8 @@ int sdc_primary_get(sdc_t *c, const char *cluster, sdc_primary_t *out, sdc_err_t
         return sdc__inval(err, "no place for the answer");
     char path[PATH_MAX_LEN];
     json_t *res = NULL;
-    int rc = sdc__call_object(c, "GET", sdc__cpath(path, sizeof path, cluster, "/primary"), NULL, &res, err);
+    int rc = sdc__call_object(c, "GET", sdc__cpath(path, sizeof path, cluster, "/primary"), NULL,
+                              &res, err);
     if (rc)
         return rc;
     rc = primary_fill(res, out) ? sdc__proto(err, "the primary answer lacks holder/epoch") : SDC_OK;
@@ -203,7 +209,8 @@ int sdc_state_get(sdc_t *c, const char *cluster, json_t **out, sdc_err_t *err)
     if (sdc__names(err, 1, "cluster", cluster))
         return SDC_E_INVAL;
     char path[PATH_MAX_LEN];
-    return sdc__call_object(c, "GET", sdc__cpath(path, sizeof path, cluster, "/state"), NULL, out, err);
+    return sdc__call_object(c, "GET", sdc__cpath(path, sizeof path, cluster, "/state"), NULL, out,
+                            err);
 }
 
 int sdc_assignments_put(sdc_t *c, const char *cluster, int64_t epoch, const json_t *machines,
@@ -216,7 +223,8 @@ int sdc_assignments_put(sdc_t *c, const char *cluster, int64_t epoch, const json
     char path[PATH_MAX_LEN];
     json_t *body = json_pack("{s:I, s:O}", "epoch", (json_int_t)epoch, "machines", machines);
     json_t *res = NULL;
-    int rc = sdc__call_object(c, "PUT", sdc__cpath(path, sizeof path, cluster, "/assignments"), body, &res, err);
+    int rc = sdc__call_object(c, "PUT", sdc__cpath(path, sizeof path, cluster, "/assignments"),
+                              body, &res, err);
     json_decref(body);
     if (rc)
         return rc;
@@ -237,8 +245,9 @@ int sdc_assignments_get(sdc_t *c, const char *cluster, const char *machine, int6
         return sdc__inval(err, "the wait is negative");
     char path[PATH_MAX_LEN];
     if (version >= 0 && wait_ms > 0)
-        sdc__cpath(path, sizeof path, cluster, "/machines/%s/assignments?version=%" PRId64 "&wait=%d",
-              machine, version, wait_ms);
+        sdc__cpath(path, sizeof path, cluster,
+                   "/machines/%s/assignments?version=%" PRId64 "&wait=%d", machine, version,
+                   wait_ms);
     else
         sdc__cpath(path, sizeof path, cluster, "/machines/%s/assignments", machine);
     return sdc__call_object(c, "GET", path, NULL, out, err);
@@ -254,8 +263,9 @@ int sdc_machine_lost(sdc_t *c, const char *cluster, const char *machine, int64_t
     char path[PATH_MAX_LEN];
     json_t *body = json_pack("{s:I}", "epoch", (json_int_t)epoch);
     json_t *res = NULL;
-    int rc = sdc__call_object(c, "POST", sdc__cpath(path, sizeof path, cluster, "/machines/%s/lost", machine),
-                  body, &res, err);
+    int rc = sdc__call_object(c, "POST",
+                              sdc__cpath(path, sizeof path, cluster, "/machines/%s/lost", machine),
+                              body, &res, err);
     json_decref(body);
     if (rc)
         return rc;

@@ -48,7 +48,8 @@ int sdc_machines_list(sdc_t *c, const char *cluster, json_t **out, sdc_err_t *er
     if (sdc__names(err, 1, "cluster", cluster))
         return SDC_E_INVAL;
     char path[SDC__PATH_MAX];
-    return sdc_request(c, "GET", sdc__cpath(path, sizeof path, cluster, "/machines"), NULL, out, err);
+    return sdc_request(c, "GET", sdc__cpath(path, sizeof path, cluster, "/machines"), NULL, out,
+                       err);
 }
 
 int sdc_machine_get(sdc_t *c, const char *cluster, const char *machine, json_t **out,
@@ -58,7 +59,8 @@ int sdc_machine_get(sdc_t *c, const char *cluster, const char *machine, json_t *
     if (sdc__names(err, 2, "cluster", cluster, "machine", machine))
         return SDC_E_INVAL;
     char path[SDC__PATH_MAX];
-    return sdc_request(c, "GET", sdc__cpath(path, sizeof path, cluster, "/machines/%s", machine), NULL, out, err);
+    return sdc_request(c, "GET", sdc__cpath(path, sizeof path, cluster, "/machines/%s", machine),
+                       NULL, out, err);
 }
 
 int sdc_machine_delete(sdc_t *c, const char *cluster, const char *machine, sdc_err_t *err)
@@ -66,7 +68,8 @@ int sdc_machine_delete(sdc_t *c, const char *cluster, const char *machine, sdc_e
     if (sdc__names(err, 2, "cluster", cluster, "machine", machine))
         return SDC_E_INVAL;
     char path[SDC__PATH_MAX];
-    return sdc_request(c, "DELETE", sdc__cpath(path, sizeof path, cluster, "/machines/%s", machine), NULL, NULL, err);
+    return sdc_request(c, "DELETE", sdc__cpath(path, sizeof path, cluster, "/machines/%s", machine),
+                       NULL, NULL, err);
 }
 
 int sdc_events_post(sdc_t *c, const char *cluster, const json_t *events, int *accepted,
@@ -131,7 +134,8 @@ int sdc_process_get(sdc_t *c, const char *cluster, const char *instance, json_t 
     if (sdc__names(err, 2, "cluster", cluster, "instance", instance))
         return SDC_E_INVAL;
     char path[SDC__PATH_MAX];
-    return sdc_request(c, "GET", sdc__cpath(path, sizeof path, cluster, "/processes/%s", instance), NULL, out, err);
+    return sdc_request(c, "GET", sdc__cpath(path, sizeof path, cluster, "/processes/%s", instance),
+                       NULL, out, err);
 }
 
 int sdc_events_list(sdc_t *c, const char *cluster, const char *since, int limit,
