@@ -127,13 +127,21 @@ int sdc__names(sdc_err_t *err, int n, ...)
     return rc;
 }
 
-const char *sdc__cpath(char *path, size_t cap, const char *cluster, const char *fmt, ...)
+/* "/v1/clusters/<cluster>" and the suffix formatted from fmt and ap, into path. */
+static const char *cpath_v(char *path, size_t cap, const char *cluster, const char *fmt,
+                           va_list ap)
 {
     int n = snprintf(path, cap, "/v1/clusters/%s", cluster);
-    va_list ap;
-    va_start(ap, fmt);
     if (n > 0 && (size_t)n < cap)
         vsnprintf(path + n, cap - (size_t)n, fmt, ap);
+    return path;
+}
+
+const char *sdc__cpath(char *path, size_t cap, const char *cluster, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    cpath_v(path, cap, cluster, fmt, ap);
     va_end(ap);
     return path;
 }
@@ -154,6 +162,29 @@ int sdc__call_object(sdc_t *c, const char *method, const char *path, const json_
     else
         json_decref(res);
     return SDC_OK;
+}
+
+int sdc__cluster_call(sdc_t *c, const char *method, const char *cluster, const char *what,
+                      const char *name, const json_t *body, json_t **out, sdc_err_t *err,
+                      const char *fmt, ...)
+{
+    if (out)
+        *out = NULL;
+    int rc = what ? sdc__names(err, 2, "cluster", cluster, what, name)
+                  : sdc__names(err, 1, "cluster", cluster);
+    if (rc)
+        return rc;
+    char path[SDC__PATH_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    cpath_v(path, sizeof path, cluster, fmt, ap);
+    va_end(ap);
+    if (out)
+        return sdc__call_object(c, method, path, body, out, err);
+    json_t *res = NULL; /* an answer nobody asked for, or none (204) */
+    rc = sdc_request(c, method, path, body, &res, err);
+    json_decref(res);
+    return rc;
 }
 
 const char *sdc_strerror(int rc, const sdc_err_t *err, char *buf, size_t cap)

@@ -10,65 +10,44 @@
 #include "sdc_internal.h"
 #include "sdutil.h"
 
-#define PATH_MAX_LEN SDC__PATH_MAX
 
 /* ---------- services ---------- */
 
 int sdc_service_put(sdc_t *c, const char *cluster, const char *svc, const json_t *spec,
                     int dry_run, json_t **out, sdc_err_t *err)
 {
-    if (sdc__names(err, 2, "cluster", cluster, "service", svc))
-        return SDC_E_INVAL;
     if (!json_is_object(spec))
         return sdc__inval(err, "the spec is not an object");
-    char path[PATH_MAX_LEN];
-    sdc__cpath(path, sizeof path, cluster, "/services/%s%s", svc, dry_run ? "?dry_run=1" : "");
-    return sdc__call_object(c, "PUT", path, spec, out, err);
+    return sdc__cluster_call(c, "PUT", cluster, "service", svc, spec, out, err, "/services/%s%s",
+                             svc, dry_run ? "?dry_run=1" : "");
 }
 
 int sdc_services_list(sdc_t *c, const char *cluster, json_t **out, sdc_err_t *err)
 {
-    if (sdc__names(err, 1, "cluster", cluster))
-        return SDC_E_INVAL;
-    char path[PATH_MAX_LEN];
-    return sdc__call_object(c, "GET", sdc__cpath(path, sizeof path, cluster, "/services"), NULL,
-                            out, err);
+    return sdc__cluster_call(c, "GET", cluster, NULL, NULL, NULL, out, err, "/services");
 }
 
 int sdc_service_get(sdc_t *c, const char *cluster, const char *svc, json_t **out,
                     sdc_err_t *err)
 {
-    if (sdc__names(err, 2, "cluster", cluster, "service", svc))
-        return SDC_E_INVAL;
-    char path[PATH_MAX_LEN];
-    return sdc__call_object(c, "GET", sdc__cpath(path, sizeof path, cluster, "/services/%s", svc),
-                            NULL, out, err);
+    return sdc__cluster_call(c, "GET", cluster, "service", svc, NULL, out, err, "/services/%s",
+                             svc);
 }
 
 int sdc_service_delete(sdc_t *c, const char *cluster, const char *svc, sdc_err_t *err)
 {
-    if (sdc__names(err, 2, "cluster", cluster, "service", svc))
-        return SDC_E_INVAL;
-    char path[PATH_MAX_LEN];
-    json_t *res = NULL;
-    int rc = sdc_request(c, "DELETE", sdc__cpath(path, sizeof path, cluster, "/services/%s", svc),
-                         NULL, &res, err);
-    json_decref(res);
-    return rc;
+    return sdc__cluster_call(c, "DELETE", cluster, "service", svc, NULL, NULL, err,
+                             "/services/%s", svc);
 }
 
 int sdc_service_scale(sdc_t *c, const char *cluster, const char *svc, int64_t count,
                       int dry_run, json_t **out, sdc_err_t *err)
 {
-    if (sdc__names(err, 2, "cluster", cluster, "service", svc))
-        return SDC_E_INVAL;
     if (count < 0)
         return sdc__inval(err, "the count is negative");
-    char path[PATH_MAX_LEN];
-    sdc__cpath(path, sizeof path, cluster, "/services/%s/scale%s", svc,
-               dry_run ? "?dry_run=1" : "");
     json_t *body = json_pack("{s:I}", "count", (json_int_t)count);
-    int rc = sdc__call_object(c, "POST", path, body, out, err);
+    int rc = sdc__cluster_call(c, "POST", cluster, "service", svc, body, out, err,
+                               "/services/%s/scale%s", svc, dry_run ? "?dry_run=1" : "");
     json_decref(body);
     return rc;
 }
@@ -76,25 +55,18 @@ int sdc_service_scale(sdc_t *c, const char *cluster, const char *svc, int64_t co
 int sdc_service_stop(sdc_t *c, const char *cluster, const char *svc, int stop, json_t **out,
                      sdc_err_t *err)
 {
-    if (sdc__names(err, 2, "cluster", cluster, "service", svc))
-        return SDC_E_INVAL;
-    char path[PATH_MAX_LEN];
-    sdc__cpath(path, sizeof path, cluster, "/services/%s/%s", svc, stop ? "stop" : "start");
-    return sdc__call_object(c, "POST", path, NULL, out, err);
+    return sdc__cluster_call(c, "POST", cluster, "service", svc, NULL, out, err, "/services/%s/%s",
+                             svc, stop ? "stop" : "start");
 }
 
 int sdc_service_restart(sdc_t *c, const char *cluster, const char *svc, int64_t max_unavailable,
                         json_t **out, sdc_err_t *err)
 {
-    if (sdc__names(err, 2, "cluster", cluster, "service", svc))
-        return SDC_E_INVAL;
-    char path[PATH_MAX_LEN];
     json_t *body = json_object();
     if (max_unavailable > 0)
         json_object_set_new(body, "max_unavailable", json_integer(max_unavailable));
-    int rc = sdc__call_object(c, "POST",
-                              sdc__cpath(path, sizeof path, cluster, "/services/%s/restart", svc),
-                              body, out, err);
+    int rc = sdc__cluster_call(c, "POST", cluster, "service", svc, body, out, err,
+                               "/services/%s/restart", svc);
     json_decref(body);
     return rc;
 }
@@ -102,34 +74,24 @@ int sdc_service_restart(sdc_t *c, const char *cluster, const char *svc, int64_t 
 int sdc_instance_restart(sdc_t *c, const char *cluster, const char *instance, json_t **out,
                          sdc_err_t *err)
 {
-    if (sdc__names(err, 2, "cluster", cluster, "instance", instance))
-        return SDC_E_INVAL;
-    char path[PATH_MAX_LEN];
-    json_t *body = json_pack("{s:s}", "instance", instance);
-    int rc = sdc__call_object(
-        c, "POST", sdc__cpath(path, sizeof path, cluster, "/restart-instance"), body, out, err);
+    json_t *body = json_pack("{s:s?}", "instance", instance);
+    int rc = sdc__cluster_call(c, "POST", cluster, "instance", instance, body, out, err,
+                               "/restart-instance");
     json_decref(body);
     return rc;
 }
 
 int sdc_cluster_stop(sdc_t *c, const char *cluster, int stop, json_t **out, sdc_err_t *err)
 {
-    if (sdc__names(err, 1, "cluster", cluster))
-        return SDC_E_INVAL;
-    char path[PATH_MAX_LEN];
-    return sdc__call_object(c, "POST",
-                            sdc__cpath(path, sizeof path, cluster, "/%s", stop ? "stop" : "start"),
-                            NULL, out, err);
+    return sdc__cluster_call(c, "POST", cluster, NULL, NULL, NULL, out, err, "/%s",
+                             stop ? "stop" : "start");
 }
 
 int sdc_machine_drain(sdc_t *c, const char *cluster, const char *machine, int drain,
                       json_t **out, sdc_err_t *err)
 {
-    if (sdc__names(err, 2, "cluster", cluster, "machine", machine))
-        return SDC_E_INVAL;
-    char path[PATH_MAX_LEN];
-    sdc__cpath(path, sizeof path, cluster, "/machines/%s/%s", machine, drain ? "drain" : "undrain");
-    return sdc__call_object(c, "POST", path, NULL, out, err);
+    return sdc__cluster_call(c, "POST", cluster, "machine", machine, NULL, out, err,
+                             "/machines/%s/%s", machine, drain ? "drain" : "undrain");
 }
 
 /* ---------- primary lease ---------- */
@@ -155,13 +117,11 @@ int sdc_primary_acquire(sdc_t *c, const char *cluster, const char *machine, int 
         return SDC_E_INVAL;
     if (ttl_ms < 0)
         return sdc__inval(err, "the ttl is negative");
-    char path[PATH_MAX_LEN];
     json_t *body = json_pack("{s:s}", "machine", machine);
     if (ttl_ms > 0)
         json_object_set_new(body, "ttl_ms", json_integer(ttl_ms));
     json_t *res = NULL;
-    int rc = sdc__call_object(c, "POST", sdc__cpath(path, sizeof path, cluster, "/primary"), body,
-                              &res, err);
+    int rc = sdc__cluster_call(c, "POST", cluster, NULL, NULL, body, &res, err, "/primary");
     json_decref(body);
     if (rc == SDC_E_HTTP && err && err->body && out && strcmp(err->code, "primary_held") == 0)
         primary_fill(json_object_get(err->body, "error"), out);
@@ -179,10 +139,8 @@ int sdc_primary_get(sdc_t *c, const char *cluster, sdc_primary_t *out, sdc_err_t
         return SDC_E_INVAL;
     if (!out)
         return sdc__inval(err, "no place for the answer");
-    char path[PATH_MAX_LEN];
     json_t *res = NULL;
-    int rc = sdc__call_object(c, "GET", sdc__cpath(path, sizeof path, cluster, "/primary"), NULL,
-                              &res, err);
+    int rc = sdc__cluster_call(c, "GET", cluster, NULL, NULL, NULL, &res, err, "/primary");
     if (rc)
         return rc;
     rc = primary_fill(res, out) ? sdc__proto(err, "the primary answer lacks holder/epoch") : SDC_OK;
@@ -192,25 +150,15 @@ int sdc_primary_get(sdc_t *c, const char *cluster, sdc_primary_t *out, sdc_err_t
 
 int sdc_primary_release(sdc_t *c, const char *cluster, const char *machine, sdc_err_t *err)
 {
-    if (sdc__names(err, 2, "cluster", cluster, "machine", machine))
-        return SDC_E_INVAL;
-    char path[PATH_MAX_LEN];
-    json_t *res = NULL;
-    int rc = sdc_request(c, "DELETE", sdc__cpath(path, sizeof path, cluster, "/primary?machine=%s",
-                                            machine), NULL, &res, err);
-    json_decref(res);
-    return rc;
+    return sdc__cluster_call(c, "DELETE", cluster, "machine", machine, NULL, NULL, err,
+                             "/primary?machine=%s", machine);
 }
 
 /* ---------- state and assignments ---------- */
 
 int sdc_state_get(sdc_t *c, const char *cluster, json_t **out, sdc_err_t *err)
 {
-    if (sdc__names(err, 1, "cluster", cluster))
-        return SDC_E_INVAL;
-    char path[PATH_MAX_LEN];
-    return sdc__call_object(c, "GET", sdc__cpath(path, sizeof path, cluster, "/state"), NULL, out,
-                            err);
+    return sdc__cluster_call(c, "GET", cluster, NULL, NULL, NULL, out, err, "/state");
 }
 
 int sdc_assignments_put(sdc_t *c, const char *cluster, int64_t epoch, const json_t *machines,
@@ -220,11 +168,9 @@ int sdc_assignments_put(sdc_t *c, const char *cluster, int64_t epoch, const json
         return SDC_E_INVAL;
     if (epoch < 1 || !json_is_object(machines))
         return sdc__inval(err, "bad epoch or machines object");
-    char path[PATH_MAX_LEN];
     json_t *body = json_pack("{s:I, s:O}", "epoch", (json_int_t)epoch, "machines", machines);
     json_t *res = NULL;
-    int rc = sdc__call_object(c, "PUT", sdc__cpath(path, sizeof path, cluster, "/assignments"),
-                              body, &res, err);
+    int rc = sdc__cluster_call(c, "PUT", cluster, NULL, NULL, body, &res, err, "/assignments");
     json_decref(body);
     if (rc)
         return rc;
@@ -243,14 +189,12 @@ int sdc_assignments_get(sdc_t *c, const char *cluster, const char *machine, int6
         return SDC_E_INVAL;
     if (wait_ms < 0)
         return sdc__inval(err, "the wait is negative");
-    char path[PATH_MAX_LEN];
     if (version >= 0 && wait_ms > 0)
-        sdc__cpath(path, sizeof path, cluster,
-                   "/machines/%s/assignments?version=%" PRId64 "&wait=%d", machine, version,
-                   wait_ms);
-    else
-        sdc__cpath(path, sizeof path, cluster, "/machines/%s/assignments", machine);
-    return sdc__call_object(c, "GET", path, NULL, out, err);
+        return sdc__cluster_call(c, "GET", cluster, "machine", machine, NULL, out, err,
+                                 "/machines/%s/assignments?version=%" PRId64 "&wait=%d", machine,
+                                 version, wait_ms);
+    return sdc__cluster_call(c, "GET", cluster, "machine", machine, NULL, out, err,
+                             "/machines/%s/assignments", machine);
 }
 
 int sdc_machine_lost(sdc_t *c, const char *cluster, const char *machine, int64_t epoch,
@@ -260,12 +204,10 @@ int sdc_machine_lost(sdc_t *c, const char *cluster, const char *machine, int64_t
         return SDC_E_INVAL;
     if (epoch < 1)
         return sdc__inval(err, "bad epoch");
-    char path[PATH_MAX_LEN];
     json_t *body = json_pack("{s:I}", "epoch", (json_int_t)epoch);
     json_t *res = NULL;
-    int rc = sdc__call_object(c, "POST",
-                              sdc__cpath(path, sizeof path, cluster, "/machines/%s/lost", machine),
-                              body, &res, err);
+    int rc = sdc__cluster_call(c, "POST", cluster, "machine", machine, body, &res, err,
+                               "/machines/%s/lost", machine);
     json_decref(body);
     if (rc)
         return rc;

@@ -44,32 +44,20 @@ int sdc_machine_put(sdc_t *c, const char *cluster, const char *machine,
 
 int sdc_machines_list(sdc_t *c, const char *cluster, json_t **out, sdc_err_t *err)
 {
-    *out = NULL;
-    if (sdc__names(err, 1, "cluster", cluster))
-        return SDC_E_INVAL;
-    char path[SDC__PATH_MAX];
-    return sdc_request(c, "GET", sdc__cpath(path, sizeof path, cluster, "/machines"), NULL, out,
-                       err);
+    return sdc__cluster_call(c, "GET", cluster, NULL, NULL, NULL, out, err, "/machines");
 }
 
 int sdc_machine_get(sdc_t *c, const char *cluster, const char *machine, json_t **out,
                     sdc_err_t *err)
 {
-    *out = NULL;
-    if (sdc__names(err, 2, "cluster", cluster, "machine", machine))
-        return SDC_E_INVAL;
-    char path[SDC__PATH_MAX];
-    return sdc_request(c, "GET", sdc__cpath(path, sizeof path, cluster, "/machines/%s", machine),
-                       NULL, out, err);
+    return sdc__cluster_call(c, "GET", cluster, "machine", machine, NULL, out, err, "/machines/%s",
+                             machine);
 }
 
 int sdc_machine_delete(sdc_t *c, const char *cluster, const char *machine, sdc_err_t *err)
 {
-    if (sdc__names(err, 2, "cluster", cluster, "machine", machine))
-        return SDC_E_INVAL;
-    char path[SDC__PATH_MAX];
-    return sdc_request(c, "DELETE", sdc__cpath(path, sizeof path, cluster, "/machines/%s", machine),
-                       NULL, NULL, err);
+    return sdc__cluster_call(c, "DELETE", cluster, "machine", machine, NULL, NULL, err,
+                             "/machines/%s", machine);
 }
 
 int sdc_events_post(sdc_t *c, const char *cluster, const json_t *events, int *accepted,
@@ -130,12 +118,8 @@ int sdc_processes_list(sdc_t *c, const char *cluster, const sdc_proc_filter_t *f
 int sdc_process_get(sdc_t *c, const char *cluster, const char *instance, json_t **out,
                     sdc_err_t *err)
 {
-    *out = NULL;
-    if (sdc__names(err, 2, "cluster", cluster, "instance", instance))
-        return SDC_E_INVAL;
-    char path[SDC__PATH_MAX];
-    return sdc_request(c, "GET", sdc__cpath(path, sizeof path, cluster, "/processes/%s", instance),
-                       NULL, out, err);
+    return sdc__cluster_call(c, "GET", cluster, "instance", instance, NULL, out, err,
+                             "/processes/%s", instance);
 }
 
 int sdc_events_list(sdc_t *c, const char *cluster, const char *since, int limit,

@@ -29,4 +29,12 @@ const char *sdc__cpath(char *path, size_t cap, const char *cluster, const char *
 int sdc__call_object(sdc_t *c, const char *method, const char *path, const json_t *body,
                      json_t **out, sdc_err_t *err);
 
+/* The shape of most calls: checks cluster and, when `what` is given, the name `name`
+ * (SDC_E_INVAL naming the bad one), then sends method to "/v1/clusters/<cluster>" plus the
+ * printf-formatted suffix with body (or none). With out, the answer must be a JSON object
+ * (sdc__call_object; *out is NULL on failure); without, any answer or none (204) will do. */
+int sdc__cluster_call(sdc_t *c, const char *method, const char *cluster, const char *what,
+                      const char *name, const json_t *body, json_t **out, sdc_err_t *err,
+                      const char *fmt, ...) __attribute__((format(printf, 9, 10)));
+
 #endif
