@@ -1,9 +1,11 @@
 /* sdctl drain, undrain: take a machine out of placement (its instances move off
  * gracefully) and put it back. */
+#include <string.h>
+
 #include "ctl.h"
 
 SDCTL_CMD("drain", cmd_drain, "move every instance off a machine and keep it empty");
-SDCTL_CMD("undrain", cmd_undrain, "let the primary place instances on a drained machine again");
+SDCTL_CMD("undrain", cmd_drain, "let the primary place instances on a drained machine again");
 
 static const char usage_text[] =
     "usage: sdctl drain MACHINE\n"
@@ -13,12 +15,10 @@ static const char usage_text[] =
     "  (reason drained), and places nothing new on it. undrain makes it eligible again.\n"
     "  Exit code 4 when the machine is not registered.\n";
 
+/* drain and undrain: the name the command was called by says which. */
 int cmd_drain(ctl_t *ctl, int argc, char **argv)
 {
-    return ctl_switch_cmd(ctl, argc, argv, usage_text, "MACHINE", sdc_machine_drain, 1, "draining");
-}
-
-int cmd_undrain(ctl_t *ctl, int argc, char **argv)
-{
-    return ctl_switch_cmd(ctl, argc, argv, usage_text, "MACHINE", sdc_machine_drain, 0, "undrained");
+    int on = strcmp(argv[0], "undrain") != 0;
+    return ctl_switch_cmd(ctl, argc, argv, usage_text, "MACHINE", sdc_machine_drain, on,
+                          on ? "draining" : "undrained");
 }

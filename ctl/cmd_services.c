@@ -12,7 +12,7 @@ SDCTL_CMD("services", cmd_services, "list the desired services (count, version, 
 SDCTL_CMD("scale", cmd_scale, "set the instance count of a service");
 SDCTL_CMD("delete", cmd_delete, "delete a service (its instances are stopped)");
 SDCTL_CMD("stop", cmd_stop, "stop a service (it keeps its count, runs no instance)");
-SDCTL_CMD("start", cmd_start, "start a stopped service again");
+SDCTL_CMD("start", cmd_stop, "start a stopped service again");
 SDCTL_CMD("restart", cmd_restart, "rolling restart of a service, or restart one instance");
 
 /* ---------- services ---------- */
@@ -152,14 +152,12 @@ static const char stop_usage[] =
     "  stop: the service keeps its count but runs no instance (they are stopped\n"
     "  gracefully); start: it runs again. For the whole realm see sdctl cluster stop.\n";
 
+/* stop and start: the name the command was called by says which. */
 int cmd_stop(ctl_t *ctl, int argc, char **argv)
 {
-    return ctl_switch_cmd(ctl, argc, argv, stop_usage, "SERVICE", sdc_service_stop, 1, "stopped");
-}
-
-int cmd_start(ctl_t *ctl, int argc, char **argv)
-{
-    return ctl_switch_cmd(ctl, argc, argv, stop_usage, "SERVICE", sdc_service_stop, 0, "started");
+    int on = strcmp(argv[0], "start") != 0;
+    return ctl_switch_cmd(ctl, argc, argv, stop_usage, "SERVICE", sdc_service_stop, on,
+                          on ? "stopped" : "started");
 }
 
 /* ---------- restart ---------- */
