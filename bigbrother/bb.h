@@ -98,9 +98,6 @@ void bb_config_free(bb_config_t *cfg);
 int bb_signal_parse(const char *s);
 /* Decodes C-style escapes (\xHH \n \r \t \0 \\) of s into out; returns the length or -1. */
 int bb_unescape(const char *s, unsigned char *out, size_t cap);
-/* The delay before restart number `streak` (0 = first failure): min * 2^streak capped at
- * max, with jitter: a value in [d/2, d] chosen by rnd. min 0 gives 0. */
-int64_t bb_backoff_ms(int min_ms, int max_ms, int streak, uint32_t rnd);
 
 /* ---------------------------------------------------------------- event loop (loop.c) */
 

@@ -30,6 +30,7 @@
  */
 #include "bb.h"
 #include "sdlog.h"
+#include "sdtime.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -99,7 +100,7 @@ static void a_none(bb_inst_t *in)
 
 static void arm_deadline(bb_inst_t *in, int64_t in_ms)
 {
-    bb_timer_set(&in->deadline, sd_mono_ms() + in_ms);
+    bb_timer_set(&in->deadline, sd_deadline_ms(sd_mono_ms(), in_ms));
 }
 
 static void a_ready(bb_inst_t *in)
@@ -337,7 +338,7 @@ static void a_exit(bb_inst_t *in)
         uint32_t rnd = 0;
         if (getrandom(&rnd, sizeof(rnd), GRND_NONBLOCK) != (ssize_t)sizeof(rnd))
             rnd = (uint32_t)now;
-        delay = bb_backoff_ms(s->restart.backoff_min_ms, s->restart.backoff_max_ms,
+        delay = sd_backoff_ms(s->restart.backoff_min_ms, s->restart.backoff_max_ms,
                               in->fail_streak, rnd);
         in->fail_streak++;
         next = ST_BACKOFF;

@@ -29,6 +29,7 @@
 #include "gameproc.h"
 #include "sdclient.h"
 #include "sdlog.h"
+#include "sdtime.h"
 #include "sdutil.h"
 
 #define KEY_CAP 48
@@ -217,7 +218,7 @@ static void set_away(gp_t *gp, player_t *p, int64_t now, int64_t again_in_ms)
         gp->players--;
     p->state = P_AWAY;
     p->leaving = 0;
-    p->next_at_ms = now + again_in_ms;
+    p->next_at_ms = sd_deadline_ms(now, again_in_ms);
     if (p->stop_counted) {
         p->stop_counted = 0;
         gp->stop_pending--;
@@ -227,9 +228,8 @@ static void set_away(gp_t *gp, player_t *p, int64_t now, int64_t again_in_ms)
 static void join_done(gp_t *gp, player_t *p, int64_t now)
 {
     if (p->rc) {
-        int64_t backoff = JOIN_BACKOFF_MIN_MS << (p->fails < 5 ? p->fails : 5);
-        if (backoff > JOIN_BACKOFF_MAX_MS)
-            backoff = JOIN_BACKOFF_MAX_MS;
+        int64_t backoff =
+            sd_backoff_step_ms(JOIN_BACKOFF_MIN_MS, JOIN_BACKOFF_MAX_MS, p->fails);
         if (p->fails++ == 0)
             log_info("player cannot join", "key=%s err=%s retry_ms=%lld", p->key, p->msg,
                      (long long)backoff);
