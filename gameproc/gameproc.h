@@ -32,11 +32,9 @@ typedef struct {
 
 typedef void (*gp_fd_cb)(gp_t *gp, void *arg);
 
-/* sd_notify client state (notify.c). */
+/* What supervisor.c keeps of the sd_notify link (the sender is common/sdnotify.c). */
 typedef struct {
-    int fd;                        /* -1 when NOTIFY_SOCKET is not usable */
-    struct sockaddr_storage addr;
-    socklen_t addrlen;
+    int on;                        /* NOTIFY_SOCKET is set and usable, and not closed */
     int64_t watchdog_every_ms;     /* at most one WATCHDOG=1 per this period */
     int64_t last_watchdog_ms;
     int warned;                    /* a send failure was logged once */
@@ -131,12 +129,6 @@ int gp_sup_fd(gp_t *gp);
 void gp_sup_events(gp_t *gp);
 void gp_sup_stopping(gp_t *gp);
 void gp_sup_close(gp_t *gp, const char *reason);
-
-/* notify.c: the sd_notify datagram protocol, written out (no libsystemd). */
-int gp_notify_open(gp_notify_t *n);
-int gp_notify_send(gp_notify_t *n, const char *msg);
-void gp_notify_watchdog(gp_notify_t *n, int64_t now_ms);
-void gp_notify_close(gp_notify_t *n);
 
 /* query.c: the UDP query port (Quake III getstatus/getinfo, Valve A2S_INFO). */
 int gp_query_start(gp_t *gp);
