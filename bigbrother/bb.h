@@ -128,6 +128,10 @@ void bb_timer_cancel(bb_timer_t *t);
 
 /* Sets up epoll, the signalfd and the timerfd. Returns 0 or -errno. */
 int bb_loop_init(void);
+/* Registers fn to run before each sleep in epoll_wait (after the fd handlers and timers
+ * of the previous turn), after the hooks registered before it. Returns 0, or -ENOSPC
+ * when the loop's few hook slots are taken. */
+int bb_loop_before_sleep(void (*fn)(void));
 /* Runs until a stop signal; returns the signal that ended it (SIGTERM, SIGINT, SIGHUP). */
 int bb_loop_run(void);
 /* Asks the loop to return after the current iteration with `sig` (bbctl, tests). */
@@ -263,8 +267,9 @@ void bb_converge_free(void);
 int bb_spawn(bb_inst_t *in);
 /* Signals the instance's process group (falls back to the pid). */
 void bb_signal_group(bb_inst_t *in, int sig);
-/* Rotates instance logs that grew past log_max_bytes (copy + truncate). */
-void bb_logs_rotate(void);
+/* Arms the loop timer that rotates, every 2 s, the instance logs that grew past
+ * log_max_bytes (copy + truncate). */
+void bb_logs_start(void);
 /* Reads starttime (field 22) and the parent pid of /proc/<pid>/stat. Returns 0, or -1
  * when the process is gone or a zombie. */
 int bb_proc_stat(pid_t pid, int64_t *start_ticks, pid_t *ppid);
@@ -311,7 +316,8 @@ void bb_probe_stop(bb_inst_t *in);
 void bb_state_lock(void);
 /* Re-adopts instances of the persisted table whose processes still run. */
 void bb_state_load(void);
-/* Writes the table atomically if it changed (called before each epoll_wait). */
+/* Writes the table atomically if it changed (a before-sleep hook of the loop, and once
+ * more when the loop ends). */
 void bb_state_save(void);
 
 /* Sends one started/ready/stopped event to the reporter. */
