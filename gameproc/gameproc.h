@@ -19,13 +19,22 @@
 
 typedef struct gp gp_t;
 
+/* A bad option found by a module's start: the option's name, the value given and what
+ * it wants (all borrowed: static text or the command line). */
+typedef struct {
+    const char *option, *value, *want;
+} gp_bad_option_t;
+
 /* A module plugged into the loop. Every member may be NULL.
- * start: after the options are parsed, before the first tick; < 0 ends start-up.
+ * start: after the options are parsed, before the first tick. Returns 0 or a negative
+ *        errno. When an option it reads is bad it fills *bad and returns -EINVAL (main
+ *        exits with the usage code); on other failures *bad stays as main passed it,
+ *        zeroed (start-up failed).
  * tick:  once per tick, in list order, with the tick's monotonic time.
  * stop:  once on the way out, after "saving players", before the process exits. */
 typedef struct {
     const char *name;
-    int (*start)(gp_t *gp);
+    int (*start)(gp_t *gp, gp_bad_option_t *bad);
     void (*tick)(gp_t *gp, int64_t now_ms);
     void (*stop)(gp_t *gp);
 } gp_hook_t;
@@ -131,7 +140,7 @@ void gp_sup_stopping(gp_t *gp);
 void gp_sup_close(gp_t *gp, const char *reason);
 
 /* query.c: the UDP query port (Quake III getstatus/getinfo, Valve A2S_INFO). */
-int gp_query_start(gp_t *gp);
+int gp_query_start(gp_t *gp, gp_bad_option_t *bad);
 void gp_query_stop(gp_t *gp);
 /* "PORT" (on default_host; NULL: a port alone is refused), "HOST:PORT", "[V6]:PORT" with
  * a numeric host, into ss. 0 or -EINVAL. */
@@ -140,13 +149,13 @@ int gp_parse_sockaddr(const char *s, const char *default_host, struct sockaddr_s
 
 /* players.c: simulated players with locked, fenced saves in ServerDir (--players with
  * --serverdir). */
-int gp_players_start(gp_t *gp);
+int gp_players_start(gp_t *gp, gp_bad_option_t *bad);
 void gp_players_tick(gp_t *gp, int64_t now_ms);
 void gp_players_stop(gp_t *gp);
 
 /* master.c: master-list heartbeats over REST (--master-rest) and the DarkPlaces UDP
  * protocol (--master-udp). */
-int gp_master_start(gp_t *gp);
+int gp_master_start(gp_t *gp, gp_bad_option_t *bad);
 void gp_master_tick(gp_t *gp, int64_t now_ms);
 void gp_master_stop(gp_t *gp);
 

@@ -302,14 +302,18 @@ static void job_done(gp_t *gp, gp_job_t *j)
     }
 }
 
-int gp_players_start(gp_t *gp)
+/* Starts the player simulation of --players. 0, -EINVAL filling *bad for a
+ * bad --serverdir, or a negative errno. */
+int gp_players_start(gp_t *gp, gp_bad_option_t *bad)
 {
     if (gp->sim_players == 0)
         return 0;
     client = sdc_new(gp->sd_urls, gp->sd_token, SD_TIMEOUT_MS);
-    if (!client)
-        sd_die(SD_EXIT_USAGE, "bad option", "option=serverdir value=%s want=%s", gp->sd_urls,
-               "comma-separated http(s) base URLs");
+    if (!client) {
+        *bad = (gp_bad_option_t){.option = "serverdir", .value = gp->sd_urls,
+                                .want = "comma-separated http(s) base URLs"};
+        return -EINVAL;
+    }
     players = calloc((size_t)gp->sim_players, sizeof *players);
     worker = gp_worker_new();
     if (!players || !worker)
