@@ -98,9 +98,6 @@ void bb_config_free(bb_config_t *cfg);
 int bb_signal_parse(const char *s);
 /* Decodes C-style escapes (\xHH \n \r \t \0 \\) of s into out; returns the length or -1. */
 int bb_unescape(const char *s, unsigned char *out, size_t cap);
-/* The delay before restart number `streak` (0 = first failure): min * 2^streak capped at
- * max, with jitter: a value in [d/2, d] chosen by rnd. min 0 gives 0. */
-int64_t bb_backoff_ms(int min_ms, int max_ms, int streak, uint32_t rnd);
 
 /* ---------------------------------------------------------------- event loop (loop.c) */
 
@@ -131,6 +128,10 @@ void bb_timer_cancel(bb_timer_t *t);
 
 /* Sets up epoll, the signalfd and the timerfd. Returns 0 or -errno. */
 int bb_loop_init(void);
+/* Registers fn to run before each sleep in epoll_wait (after the fd handlers and timers
+ * of the previous turn), after the hooks registered before it. Returns 0, or -ENOSPC
+ * when the loop's few hook slots are taken. */
+int bb_loop_before_sleep(void (*fn)(void));
 /* Runs until a stop signal; returns the signal that ended it (SIGTERM, SIGINT, SIGHUP). */
 int bb_loop_run(void);
 /* Asks the loop to return after the current iteration with `sig` (bbctl, tests). */
@@ -142,7 +143,7 @@ void bb_loop_quit(int sig);
 enum bb_state { ST_BACKOFF, ST_STARTING, ST_READY, ST_STOPPING, ST_EXITED, ST_FAILED,
                 ST_STOPPED, ST__COUNT };
 enum bb_event { EV_START, EV_READY, EV_ALIVE, EV_DEADLINE, EV_EXIT, EV_STOP, EV_RESTART,
-                EV__COUNT };
+                EV_ADOPT, EV__COUNT };
 /* Why a process is being stopped by bigbrother (decides the reported reason). */
 enum bb_why { WHY_NONE, WHY_HUNG, WHY_START_TIMEOUT, WHY_OPERATOR, WHY_RESTART, WHY_REPLACED,
               WHY_DRAINED };
@@ -215,20 +216,25 @@ int bb_supervisor_init(void);
 void bb_inst_init_entry(bb_inst_t *in);
 /* Starts every instance that is not adopted, failed or stopped by an operator. */
 void bb_supervisor_start_all(void);
-/* Feeds one event to the instance's state machine. */
+/* Feeds one event that carries nothing more to the instance's state machine (EV_STOP
+ * this way is a bare operator stop). */
 void bb_inst_event(bb_inst_t *in, enum bb_event ev);
-/* The pidfd reported the exit; code / sig are -1 when unknown (re-adopted process). */
+/* EV_EXIT: the pidfd reported the exit; code / sig are -1 when unknown (re-adopted
+ * process). */
 void bb_inst_exited(bb_inst_t *in, int code, int sig);
-/* Arms the deadline of the instance's current state (after adoption). */
-void bb_inst_arm(bb_inst_t *in);
+/* EV_ADOPT: state.c restored the entry of the previous run, which was in state `was`;
+ * alive: its process still runs and in->pid is watched (0: it died meanwhile, or the
+ * state holds no process). */
+void bb_inst_adopt(bb_inst_t *in, enum bb_state was, int alive);
 bb_inst_t *bb_inst_by_id(const char *id);
 /* The instance whose process is pid or whose process group contains pid. */
 bb_inst_t *bb_inst_by_pid(pid_t pid);
 /* Applies an operator command to TARGET (instance id, service name or "all").
  * Returns how many instances it touched. */
 int bb_operator(const char *cmd, const char *target);
-/* Stops the instance for `why` (WHY_OPERATOR, WHY_REPLACED, WHY_DRAINED): SHUTDOWN, stop
- * signal, SIGKILL as for an operator stop; it ends in ST_STOPPED and is not restarted. */
+/* EV_STOP with its reason (WHY_OPERATOR, WHY_REPLACED, WHY_DRAINED): SHUTDOWN, stop
+ * signal, SIGKILL as for an operator stop; it ends in ST_STOPPED and is not restarted,
+ * also when a stop was already under way. */
 void bb_inst_stop(bb_inst_t *in, enum bb_why why);
 
 /* ---------------------------------------------------------------- cluster mode */
@@ -242,8 +248,8 @@ void bb_cluster_stop(void);
  * (borrowed); draining says why removed slots stop (drained or replaced). Runs on the
  * supervision thread; never blocks. */
 void bb_converge_apply(const json_t *doc, int draining);
-/* supervisor.c calls it before a slot is spawned again after a stop: a restart for a
- * new spec switches the instance to it. */
+/* supervisor.c calls it before each spawn: a restart for a new spec switches the
+ * instance to it (a no-op when no new spec waits). */
 void bb_converge_respawn(bb_inst_t *in);
 /* For state.c: the process spec of a cluster slot (borrowed; NULL for a static one), and
  * re-creating a cluster slot's entry from the persisted table (not started; NULL when
@@ -261,8 +267,9 @@ void bb_converge_free(void);
 int bb_spawn(bb_inst_t *in);
 /* Signals the instance's process group (falls back to the pid). */
 void bb_signal_group(bb_inst_t *in, int sig);
-/* Rotates instance logs that grew past log_max_bytes (copy + truncate). */
-void bb_logs_rotate(void);
+/* Arms the loop timer that rotates, every 2 s, the instance logs that grew past
+ * log_max_bytes (copy + truncate). */
+void bb_logs_start(void);
 /* Reads starttime (field 22) and the parent pid of /proc/<pid>/stat. Returns 0, or -1
  * when the process is gone or a zombie. */
 int bb_proc_stat(pid_t pid, int64_t *start_ticks, pid_t *ppid);
@@ -309,7 +316,8 @@ void bb_probe_stop(bb_inst_t *in);
 void bb_state_lock(void);
 /* Re-adopts instances of the persisted table whose processes still run. */
 void bb_state_load(void);
-/* Writes the table atomically if it changed (called before each epoll_wait). */
+/* Writes the table atomically if it changed (a before-sleep hook of the loop, and once
+ * more when the loop ends). */
 void bb_state_save(void);
 
 /* Sends one started/ready/stopped event to the reporter. */

@@ -218,19 +218,6 @@ int bb_unescape(const char *s, unsigned char *out, size_t cap)
     return (int)n;
 }
 
-int64_t bb_backoff_ms(int min_ms, int max_ms, int streak, uint32_t rnd)
-{
-    if (min_ms <= 0)
-        return 0;
-    int64_t d = min_ms;
-    for (int i = 0; i < streak && d < max_ms; i++)
-        d *= 2;
-    if (d > max_ms)
-        d = max_ms;
-    int64_t half = d / 2;
-    return half + (int64_t)(rnd % (uint32_t)(d - half + 1));
-}
-
 static int parse_health(ctx_t *c, const json_t *h, const char *at, bb_service_t *s)
 {
     static const char *const keys[] = {"type", "start_timeout_ms", "liveness_timeout_ms",

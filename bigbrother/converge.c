@@ -189,13 +189,9 @@ static void slot_update(bb_inst_t *in, const json_t *e, bb_cspec_t *c)
         in->next_cspec = c;
         spec_ref(c, 1);
     }
-    if (in->state == ST_STARTING || in->state == ST_READY || in->state == ST_STOPPING) {
+    if (in->state == ST_STARTING || in->state == ST_READY || in->state == ST_STOPPING)
         log_info("slot restarting for its assignment", "instance=%s restart_token=%lld new_spec=%d",
                  in->id, (long long)token, new_spec);
-        bb_inst_event(in, EV_RESTART);
-        return;
-    }
-    bb_converge_respawn(in);
     bb_inst_event(in, EV_RESTART);
 }
 

@@ -2,9 +2,10 @@
  * pidfds, the agent / notify / control sockets and probe fds. Deadlines live in one
  * min-heap; the timerfd is armed for the earliest. Read top to bottom:
  *
- *   for (;;) { before-sleep (persist the table); arm timerfd; epoll_wait;
- *              run fd handlers; run expired timers; }
+ *   for (;;) { before-sleep hooks (main registers: publish metrics, persist the table);
+ *              arm timerfd; epoll_wait; run fd handlers; run expired timers; }
  *
+ * The loop knows none of its users by name: they come in as watches, timers and hooks.
  * Nothing here sleeps or blocks on the network. */
 #include "bb.h"
 #include "sdlog.h"
@@ -19,7 +20,7 @@
 #include <unistd.h>
 
 #define MAX_EVENTS 64
-#define LOG_ROTATE_EVERY_MS 2000
+#define MAX_HOOKS 8
 
 static int epfd = -1;
 static bb_watch_t sigw = {-1, NULL}, timerw = {-1, NULL};
@@ -27,7 +28,8 @@ static bb_timer_t **heap;
 static int heap_len, heap_cap;
 static int quit_sig;
 static int64_t timerfd_armed = -1; /* the deadline the timerfd holds, -1: none or fired */
-static bb_timer_t rotate_timer;
+static void (*before_sleep[MAX_HOOKS])(void);
+static int nbefore_sleep;
 static void **deferred;
 static int ndeferred, capdeferred;
 
@@ -162,12 +164,6 @@ static void on_timerfd(bb_watch_t *w, uint32_t events)
     timerfd_armed = -1; /* expired: a new deadline equal to the old one must re-arm it */
 }
 
-static void on_rotate(bb_timer_t *t)
-{
-    bb_logs_rotate();
-    bb_timer_set(t, sd_mono_ms() + LOG_ROTATE_EVERY_MS);
-}
-
 void bb_loop_quit(int sig)
 {
     quit_sig = sig;
@@ -194,9 +190,15 @@ int bb_loop_init(void)
     int rc = bb_watch_add(&sigw, EPOLLIN);
     if (!rc)
         rc = bb_watch_add(&timerw, EPOLLIN);
-    rotate_timer.fn = on_rotate;
-    bb_timer_set(&rotate_timer, sd_mono_ms() + LOG_ROTATE_EVERY_MS);
     return rc;
+}
+
+int bb_loop_before_sleep(void (*fn)(void))
+{
+    if (nbefore_sleep == MAX_HOOKS)
+        return -ENOSPC;
+    before_sleep[nbefore_sleep++] = fn;
+    return 0;
 }
 
 /* Arms the timerfd for the earliest deadline (absolute CLOCK_MONOTONIC), with a system
@@ -228,8 +230,8 @@ int bb_loop_run(void)
 {
     struct epoll_event evs[MAX_EVENTS];
     while (!quit_sig) {
-        bb_metrics_publish();
-        bb_state_save();
+        for (int i = 0; i < nbefore_sleep; i++)
+            before_sleep[i]();
         arm_timerfd();
         int n = epoll_wait(epfd, evs, MAX_EVENTS, -1);
         if (n < 0) {
@@ -245,6 +247,5 @@ int bb_loop_run(void)
         bb_loop_free_deferred();
         run_timers();
     }
-    bb_state_save();
     return quit_sig;
 }

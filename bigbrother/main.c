@@ -82,10 +82,16 @@ int main(int argc, char **argv)
     if (sd_random_hex(bb.run_id, 3))
         sd_die(SD_EXIT_SYSTEM, "no randomness", "error=%s", strerror(errno));
     int rc = bb_loop_init();
+    /* before each sleep of the loop: republish the gauges, then persist the table */
+    if (!rc)
+        rc = bb_loop_before_sleep(bb_metrics_publish);
+    if (!rc)
+        rc = bb_loop_before_sleep(bb_state_save);
     if (!rc)
         rc = bb_supervisor_init();
     if (rc)
         sd_die(SD_EXIT_SYSTEM, "cannot set up the event loop", "error=%s", strerror(-rc));
+    bb_logs_start();
     start_reporter();
     if ((rc = bb_metrics_start()))
         sd_die(SD_EXIT_SYSTEM, "cannot serve metrics", "listen=%s port=%d error=%s",
@@ -104,6 +110,7 @@ int main(int argc, char **argv)
         sd_die(SD_EXIT_SYSTEM, "cannot start cluster mode", "error=%s", strerror(-rc));
     bb_systemd_start();
     int sig = bb_loop_run();
+    bb_state_save();
 
     int running = 0;
     for (int i = 0; i < bb.ninst; i++)

@@ -224,8 +224,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     (void)cls;
     (void)version;
     (void)upload_data;
-    if (*upload_size) /* no request here has a body: discard it */
-        return *upload_size = 0, MHD_YES;
+    if (*upload_size) { /* no request here has a body: discard it */
+        *upload_size = 0;
+        return MHD_YES;
+    }
     if (!*con_cls) {
         *con_cls = (void *)1;
         return MHD_YES;

@@ -35,6 +35,7 @@
 #include "report.h"
 #include "sdclient.h"
 #include "sdlog.h"
+#include "sdtime.h"
 #include "sdutil.h"
 
 #define BATCH_MAX 500
@@ -91,16 +92,10 @@ static uint64_t rng_next(bb_report_t *r)
     return r->rng;
 }
 
-/* Backoff with "equal jitter": half the step fixed, half random. */
-static int64_t jitter(bb_report_t *r, int64_t ms)
+/* The jittered delay before retry number `attempt` of a request, at most cap_ms. */
+static int64_t retry_in_ms(bb_report_t *r, int attempt, int64_t cap_ms)
 {
-    return ms / 2 + (int64_t)(rng_next(r) % (uint64_t)(ms / 2 + 1));
-}
-
-static int64_t backoff_next(int64_t cur, int64_t cap)
-{
-    int64_t n = cur ? cur * 2 : BACKOFF_MIN_MS;
-    return n > cap ? cap : n;
+    return sd_backoff_ms(BACKOFF_MIN_MS, cap_ms, attempt, (uint32_t)rng_next(r));
 }
 
 /* ServerDir answered this channel's request: log once if it had been unreachable. */
@@ -278,7 +273,8 @@ static void *reporter_main(void *arg)
     bb_report_t *r = arg;
     sdc_t *events = r->ev_client, *lease = r->lease_client;
     sender_t s = {.batch_max = BATCH_MAX, .size_cap = BATCH_MAX};
-    int64_t lease_due = 0, lease_backoff = 0, retry_at = 0, backoff = 0;
+    int64_t lease_due = 0, retry_at = 0;
+    int lease_fails = 0, fails = 0; /* consecutive failures: the backoff attempt */
     uint64_t seen_kicks = 0;
     for (;;) {
         pthread_mutex_lock(&r->mu);
@@ -289,34 +285,30 @@ static void *reporter_main(void *arg)
         int64_t now = sd_mono_ms();
         if (now >= lease_due) {
             if (lease_renew(r, lease) == SDC_OK) {
-                lease_backoff = 0;
-                lease_due = sd_mono_ms() + r->ttl_ms / 3;
+                lease_fails = 0;
+                lease_due = sd_deadline_ms(sd_mono_ms(), r->ttl_ms / 3);
             } else {
-                lease_backoff = backoff_next(lease_backoff, r->ttl_ms / 3);
-                lease_due = sd_mono_ms() + jitter(r, lease_backoff);
+                lease_due = sd_deadline_ms(sd_mono_ms(),
+                                           retry_in_ms(r, lease_fails++, r->ttl_ms / 3));
             }
             continue;
         }
         if (outbox_pending(r->ob) > 0 && now >= retry_at) {
             int st = send_batch(r, events, &s);
             if (st == SEND_PROGRESS) {
-                backoff = 0;
+                fails = 0;
                 retry_at = 0;
                 continue;
             }
-            if (st == SEND_RETRY) {
-                backoff = backoff_next(backoff, BACKOFF_MAX_MS);
-                retry_at = sd_mono_ms() + jitter(r, backoff);
-            }
+            if (st == SEND_RETRY)
+                retry_at = sd_deadline_ms(sd_mono_ms(), retry_in_ms(r, fails++, BACKOFF_MAX_MS));
         }
         int64_t deadline = lease_due;
         if (outbox_pending(r->ob) > 0 && retry_at < deadline)
             deadline = retry_at;
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
-        int64_t wait = deadline - sd_mono_ms();
-        if (wait < 0)
-            wait = 0;
+        int64_t wait = sd_ms_left(deadline, sd_mono_ms());
         ts.tv_sec += wait / 1000;
         ts.tv_nsec += (wait % 1000) * 1000000;
         if (ts.tv_nsec >= 1000000000) {

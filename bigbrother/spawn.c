@@ -19,6 +19,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#define LOG_ROTATE_EVERY_MS 2000
+
+static bb_timer_t rotate_timer;
+
 extern char **environ;
 
 int bb_proc_stat(pid_t pid, int64_t *start_ticks, pid_t *ppid)
@@ -125,7 +129,8 @@ out:
     close(src);
 }
 
-void bb_logs_rotate(void)
+/* The rotation timer: rotates the logs of the running instances, then re-arms. */
+static void on_rotate(bb_timer_t *t)
 {
     char path[512];
     for (int i = 0; i < bb.ninst; i++)
@@ -133,6 +138,13 @@ void bb_logs_rotate(void)
             log_path(&bb.inst[i], path, sizeof(path));
             rotate_by_copy(path);
         }
+    bb_timer_set(t, sd_mono_ms() + LOG_ROTATE_EVERY_MS);
+}
+
+void bb_logs_start(void)
+{
+    rotate_timer.fn = on_rotate;
+    bb_timer_set(&rotate_timer, sd_mono_ms() + LOG_ROTATE_EVERY_MS);
 }
 
 /* The child's environment: bigbrother's own minus what we set, the service's env, then

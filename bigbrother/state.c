@@ -184,8 +184,8 @@ static void load_one(json_t *e)
     sd_strlcpy(in->detail, json_string_value(json_object_get(e, "detail")) ?: "",
                sizeof(in->detail));
     if (state == ST_EXITED || state == ST_FAILED || state == ST_STOPPED) {
-        in->state = (enum bb_state)state;
         in->loaded = 1;
+        bb_inst_adopt(in, (enum bb_state)state, 0);
         return;
     }
     if (state == ST_BACKOFF || pid <= 0)
@@ -199,18 +199,11 @@ static void load_one(json_t *e)
     if (!alive || bb_adopt_pid(in, ppid)) {
         log_warn("instance died while bigbrother was away", "instance=%s pid=%d", id,
                  (int)pid);
-        in->state = ST_READY;
-        in->why = WHY_NONE;
-        bb_inst_exited(in, -1, -1);
+        bb_inst_adopt(in, (enum bb_state)state, 0);
         return;
     }
     enum bb_why why = (enum bb_why)json_integer_value(json_object_get(e, "why"));
-    in->state = state == ST_STARTING ? ST_STARTING : ST_READY;
-    in->ready_mono = in->state == ST_READY ? sd_mono_ms() : 0;
-    in->spawned_mono = sd_mono_ms();
-    log_info("instance re-adopted", "instance=%s pid=%d state=%s", id, (int)pid,
-             bb_state_name(in->state));
-    bb_inst_arm(in);
+    bb_inst_adopt(in, (enum bb_state)state, 1);
     if (state == ST_STOPPING) /* finish what the previous run began */
         bb_inst_event(in, why == WHY_OPERATOR  ? EV_STOP
                           : why == WHY_RESTART ? EV_RESTART

@@ -1,35 +1,49 @@
 /* The per-instance state machine. Every instance (one slot of a service) is driven by
- * this table and nothing else: actions[state][event].
+ * this table and nothing else: actions[state][event]. Events come in through
+ * bb_inst_event() and its siblings, carrying what they know (the reason of a stop, the
+ * status of an exit, the state a re-adopted process was in); only the actions below
+ * change an instance's state.
  *
- *  state \ event | START    READY   ALIVE   DEADLINE          EXIT    STOP      RESTART
- *  --------------+--------------------------------------------------------------------
- *  backoff       | spawn    -       -       spawn             -       stopped   spawn
- *  starting      | -        ready   alive   hang (start)      exit    stop      restart
- *  ready         | -        alive   alive   hang (liveness)   exit    stop      restart
- *  stopping      | -        -       -       escalate          exit    -         again
- *  exited        | spawn    -       -       -                 -       stopped   spawn
- *  failed        | spawn    -       -       -                 -       stopped   spawn
- *  stopped       | spawn    -       -       -                 -       -         spawn
+ *  state \ event | START  READY  ALIVE  DEADLINE         EXIT  STOP      RESTART  ADOPT
+ *  --------------+-----------------------------------------------------------------------
+ *  backoff       | spawn  -      -      spawn            -     stopped   fresh    -
+ *  starting      | -      ready  alive  hang (start)     exit  stop      restart  -
+ *  ready         | -      alive  alive  hang (liveness)  exit  stop      restart  -
+ *  stopping      | -      -      -      escalate         exit  retarget  again    -
+ *  exited        | fresh  -      -      -                -     stopped   fresh    -
+ *  failed        | fresh  -      -      -                -     stopped   fresh    -
+ *  stopped       | fresh  -      -      -                -     -         fresh    adopt
  *
- *  spawn     fork+exec with a new instance id -> starting (health none: -> ready at once);
- *            arms the start deadline
+ *  spawn     switch a cluster slot to its next spec if it has one; fork+exec with a new
+ *            instance id -> starting (health none: -> ready at once); arms the start
+ *            deadline. A failed fork -> backoff, deadline 1 s
+ *  fresh     an operator's start: forget the crash-loop history, then spawn
  *  ready     report "ready"; arms the liveness deadline (agent / notify heartbeats)
+ *  alive     a heartbeat: moves the liveness deadline
  *  hang      hang_signal (default ABRT, leaves a core) to the process group -> stopping;
  *            the reason will be hung (liveness) or start_timeout, with how long it was silent
- *  stop      operator stop: SHUTDOWN over the agent connection, then the stop signal,
- *            then SIGKILL, each after stop.grace_ms -> stopping
+ *  stop      SHUTDOWN over the agent connection, then the stop signal, then SIGKILL, each
+ *            after stop.grace_ms -> stopping; the reason is the event's (operator,
+ *            replaced, drained), stopped_by_operator for a bare operator stop
+ *  restart   the same sequence for an operator or assignment restart
  *  escalate  the next step of that sequence
- *  exit      classify (exited(code), killed(signal), hung, start_timeout,
- *            stopped_by_operator), report "stopped", then by the restart policy:
- *            backoff (exponential + jitter, deadline = the restart), exited (no restart),
- *            failed (crash loop: max_restarts within window_s), stopped (operator)
+ *  retarget  a stop with a reason of its own (the assignment's operator / replaced /
+ *            drained) makes the stop under way end in stopped with that reason; a bare
+ *            operator stop leaves it as it is
  *  again     operator restart during a stop: spawn as soon as the process is gone
- *
- *  bb_inst_stop() is the STOP event with another reason: replaced / drained (cluster
- *  mode: the slot left this machine's assignment) end in stopped like an operator stop.
+ *  exit      classify the event's status (exited(code), killed(signal), hung,
+ *            start_timeout, stopped_by_operator, replaced, drained), report "stopped",
+ *            then by the restart policy: backoff (exponential + jitter; the deadline,
+ *            through spawn, is the restart), exited (no restart), failed (crash loop:
+ *            max_restarts within window_s), stopped (operator, replaced, drained)
+ *  stopped   held stopped, not restarted
+ *  adopt     the previous bigbrother's table entry: exited / failed / stopped are kept;
+ *            a starting / ready process that still runs is watched again (its deadline
+ *            and probes armed); one that died meanwhile is an exit of unknown status
  */
 #include "bb.h"
 #include "sdlog.h"
+#include "sdtime.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -40,7 +54,16 @@
 
 bb_daemon_t bb;
 
-typedef void (*action_fn)(bb_inst_t *in);
+/* One event and what it carries. */
+typedef struct {
+    enum bb_event type;
+    enum bb_why why;   /* STOP: its reason, WHY_NONE for a bare operator stop */
+    int code, sig;     /* EXIT, ADOPT of a dead process: the status, -1 when unknown */
+    enum bb_state was; /* ADOPT: the state the previous run recorded */
+    int alive;         /* ADOPT: the process still runs and its pidfd is watched */
+} bb_ev_t;
+
+typedef void (*action_fn)(bb_inst_t *in, const bb_ev_t *ev);
 
 static const char *const state_names[ST__COUNT] = {
     "backoff", "starting", "ready", "stopping", "exited", "failed", "stopped"};
@@ -92,17 +115,19 @@ void bb_report(bb_inst_t *in, const char *type)
 
 /* ---- actions */
 
-static void a_none(bb_inst_t *in)
+static void a_none(bb_inst_t *in, const bb_ev_t *ev)
 {
     (void)in;
+    (void)ev;
 }
 
 static void arm_deadline(bb_inst_t *in, int64_t in_ms)
 {
-    bb_timer_set(&in->deadline, sd_mono_ms() + in_ms);
+    bb_timer_set(&in->deadline, sd_deadline_ms(sd_mono_ms(), in_ms));
 }
 
-static void a_ready(bb_inst_t *in)
+/* The process proved it started: arms the liveness deadline and reports "ready". */
+static void become_ready(bb_inst_t *in)
 {
     int64_t now = sd_mono_ms();
     in->ready_mono = in->alive_mono = now;
@@ -115,9 +140,18 @@ static void a_ready(bb_inst_t *in)
     bb_report(in, "ready");
 }
 
-static void a_spawn(bb_inst_t *in)
+static void a_ready(bb_inst_t *in, const bb_ev_t *ev)
+{
+    (void)ev;
+    become_ready(in);
+}
+
+/* Forks and execs the slot's process (with its next spec, for a cluster slot whose spec
+ * changed); on success the instance is starting, or ready at once without health check. */
+static void spawn(bb_inst_t *in)
 {
     bb_timer_cancel(&in->deadline);
+    bb_converge_respawn(in);
     in->why = WHY_NONE;
     in->status[0] = 0;
     int rc = bb_spawn(in);
@@ -139,30 +173,39 @@ static void a_spawn(bb_inst_t *in)
              in->svc->name, in->slot, (int)in->pid, in->generation);
     bb_report(in, "started");
     if (in->svc->health.type == BB_H_NONE) {
-        a_ready(in);
+        become_ready(in);
         return;
     }
     arm_deadline(in, in->svc->health.start_timeout_ms);
     bb_probe_start(in);
 }
 
-/* An operator start: forget the crash-loop history first. */
-static void a_start_fresh(bb_inst_t *in)
+static void a_spawn(bb_inst_t *in, const bb_ev_t *ev)
 {
-    in->fail_streak = 0;
-    in->nrestart_mono = 0;
-    a_spawn(in);
+    (void)ev;
+    spawn(in);
 }
 
-static void a_alive(bb_inst_t *in)
+/* An operator start: forget the crash-loop history first. */
+static void a_fresh(bb_inst_t *in, const bb_ev_t *ev)
 {
+    (void)ev;
+    in->fail_streak = 0;
+    in->nrestart_mono = 0;
+    spawn(in);
+}
+
+static void a_alive(bb_inst_t *in, const bb_ev_t *ev)
+{
+    (void)ev;
     in->alive_mono = sd_mono_ms();
     if (in->state == ST_READY && uses_heartbeats(in))
         arm_deadline(in, in->svc->health.liveness_timeout_ms);
 }
 
-static void a_hang(bb_inst_t *in)
+static void a_hang(bb_inst_t *in, const bb_ev_t *ev)
 {
+    (void)ev;
     int64_t now = sd_mono_ms();
     const bb_service_t *s = in->svc;
     in->why_silent_ms = now - in->alive_mono;
@@ -212,24 +255,33 @@ static void begin_stop(bb_inst_t *in, enum bb_why why)
     arm_deadline(in, in->svc->stop.grace_ms);
 }
 
-static void a_stop(bb_inst_t *in)
+static void a_stop(bb_inst_t *in, const bb_ev_t *ev)
 {
-    begin_stop(in, WHY_OPERATOR);
+    begin_stop(in, ev->why != WHY_NONE ? ev->why : WHY_OPERATOR);
 }
 
-static void a_restart(bb_inst_t *in)
+static void a_restart(bb_inst_t *in, const bb_ev_t *ev)
 {
+    (void)ev;
     begin_stop(in, WHY_RESTART);
 }
 
-static void a_again(bb_inst_t *in)
+static void a_retarget(bb_inst_t *in, const bb_ev_t *ev)
 {
+    if (ev->why != WHY_NONE)
+        in->why = ev->why;
+}
+
+static void a_again(bb_inst_t *in, const bb_ev_t *ev)
+{
+    (void)ev;
     if (in->why == WHY_OPERATOR || in->why == WHY_REPLACED || in->why == WHY_DRAINED)
         in->why = WHY_RESTART;
 }
 
-static void a_escalate(bb_inst_t *in)
+static void a_escalate(bb_inst_t *in, const bb_ev_t *ev)
 {
+    (void)ev;
     if (in->stop_phase == 0) {
         bb_signal_group(in, in->svc->stop.signal);
         in->stop_phase = 1;
@@ -246,8 +298,9 @@ static void a_escalate(bb_inst_t *in)
     arm_deadline(in, 5000);
 }
 
-static void a_to_stopped(bb_inst_t *in)
+static void a_stopped(bb_inst_t *in, const bb_ev_t *ev)
 {
+    (void)ev;
     bb_timer_cancel(&in->deadline);
     set_state(in, ST_STOPPED);
     log_info("instance held stopped", "service=%s slot=%d", in->svc->name, in->slot);
@@ -306,10 +359,14 @@ static int crash_loop(bb_inst_t *in, int64_t now)
     return 0;
 }
 
-static void a_exit(bb_inst_t *in)
+/* The process is gone (ev->code / ev->sig, -1 when unknown): classifies and reports the
+ * exit, then holds the instance or schedules its restart by the policy. The restart
+ * itself is the backoff state's DEADLINE event. */
+static void a_exit(bb_inst_t *in, const bb_ev_t *ev)
 {
     int64_t now = sd_mono_ms();
     const bb_service_t *s = in->svc;
+    classify_exit(in, ev->code, ev->sig);
     bb_timer_cancel(&in->deadline);
     bb_probe_stop(in);
     bb_agent_detach(in);
@@ -337,7 +394,7 @@ static void a_exit(bb_inst_t *in)
         uint32_t rnd = 0;
         if (getrandom(&rnd, sizeof(rnd), GRND_NONBLOCK) != (ssize_t)sizeof(rnd))
             rnd = (uint32_t)now;
-        delay = bb_backoff_ms(s->restart.backoff_min_ms, s->restart.backoff_max_ms,
+        delay = sd_backoff_ms(s->restart.backoff_min_ms, s->restart.backoff_max_ms,
                               in->fail_streak, rnd);
         in->fail_streak++;
         next = ST_BACKOFF;
@@ -369,35 +426,80 @@ static void a_exit(bb_inst_t *in)
     in->conn = NULL;
     set_state(in, next);
     if (next == ST_BACKOFF) {
-        if (in->cspec)
-            bb_converge_respawn(in);
         if (in->generation > 0)
             in->restarts++;
         arm_deadline(in, delay);
     }
 }
 
+/* Takes over the entry the previous bigbrother persisted (state.c restored its fields and,
+ * when ev->alive, watches in->pid): held states stay as they were, a running process is
+ * supervised again from now, a dead one is an exit of unknown status. */
+static void a_adopt(bb_inst_t *in, const bb_ev_t *ev)
+{
+    if (ev->was == ST_EXITED || ev->was == ST_FAILED || ev->was == ST_STOPPED) {
+        set_state(in, ev->was);
+        return;
+    }
+    if (!ev->alive) {
+        in->why = WHY_NONE;
+        a_exit(in, ev);
+        return;
+    }
+    const bb_service_t *s = in->svc;
+    int64_t now = sd_mono_ms();
+    set_state(in, ev->was == ST_STARTING ? ST_STARTING : ST_READY);
+    in->ready_mono = in->state == ST_READY ? now : 0;
+    in->spawned_mono = now;
+    log_info("instance re-adopted", "instance=%s pid=%d state=%s", in->id, (int)in->pid,
+             bb_state_name(in->state));
+    in->alive_mono = now;
+    if (in->state == ST_STARTING && s->health.type != BB_H_NONE) {
+        arm_deadline(in, s->health.start_timeout_ms);
+    } else if (in->state == ST_READY && uses_heartbeats(in)) {
+        /* the agent reconnects by itself on its next call: give it two periods */
+        arm_deadline(in, 2 * (int64_t)s->health.liveness_timeout_ms);
+    }
+    bb_probe_start(in);
+}
+
 /* actions[state][event]: the whole state machine (see the table at the top). */
 static const action_fn actions[ST__COUNT][EV__COUNT] = {
-    /*              START          READY    ALIVE    DEADLINE    EXIT    STOP          RESTART */
-    [ST_BACKOFF] = {a_spawn, a_none, a_none, a_spawn, a_none, a_to_stopped, a_start_fresh},
-    [ST_STARTING] = {a_none, a_ready, a_alive, a_hang, a_exit, a_stop, a_restart},
-    [ST_READY] = {a_none, a_alive, a_alive, a_hang, a_exit, a_stop, a_restart},
-    [ST_STOPPING] = {a_none, a_none, a_none, a_escalate, a_exit, a_none, a_again},
-    [ST_EXITED] = {a_start_fresh, a_none, a_none, a_none, a_none, a_to_stopped, a_start_fresh},
-    [ST_FAILED] = {a_start_fresh, a_none, a_none, a_none, a_none, a_to_stopped, a_start_fresh},
-    [ST_STOPPED] = {a_start_fresh, a_none, a_none, a_none, a_none, a_none, a_start_fresh},
+    /*               START    READY    ALIVE    DEADLINE    EXIT    STOP        RESTART    ADOPT */
+    [ST_BACKOFF] =  {a_spawn, a_none,  a_none,  a_spawn,    a_none, a_stopped,  a_fresh,   a_none},
+    [ST_STARTING] = {a_none,  a_ready, a_alive, a_hang,     a_exit, a_stop,     a_restart, a_none},
+    [ST_READY] =    {a_none,  a_alive, a_alive, a_hang,     a_exit, a_stop,     a_restart, a_none},
+    [ST_STOPPING] = {a_none,  a_none,  a_none,  a_escalate, a_exit, a_retarget, a_again,   a_none},
+    [ST_EXITED] =   {a_fresh, a_none,  a_none,  a_none,     a_none, a_stopped,  a_fresh,   a_none},
+    [ST_FAILED] =   {a_fresh, a_none,  a_none,  a_none,     a_none, a_stopped,  a_fresh,   a_none},
+    [ST_STOPPED] =  {a_fresh, a_none,  a_none,  a_none,     a_none, a_none,     a_fresh,   a_adopt},
 };
 
-void bb_inst_event(bb_inst_t *in, enum bb_event ev)
+/* The one way into the state machine. */
+static void dispatch(bb_inst_t *in, const bb_ev_t *ev)
 {
-    actions[in->state][ev](in);
+    actions[in->state][ev->type](in, ev);
+}
+
+void bb_inst_event(bb_inst_t *in, enum bb_event type)
+{
+    dispatch(in, &(bb_ev_t){.type = type, .code = -1, .sig = -1});
+}
+
+void bb_inst_stop(bb_inst_t *in, enum bb_why why)
+{
+    dispatch(in, &(bb_ev_t){.type = EV_STOP, .why = why, .code = -1, .sig = -1});
 }
 
 void bb_inst_exited(bb_inst_t *in, int code, int sig)
 {
-    classify_exit(in, code, sig);
-    bb_inst_event(in, EV_EXIT);
+    dispatch(in, &(bb_ev_t){.type = EV_EXIT, .code = code, .sig = sig});
+}
+
+void bb_inst_adopt(bb_inst_t *in, enum bb_state was, int alive)
+{
+    dispatch(in, &(bb_ev_t){.type = EV_ADOPT, .code = -1, .sig = -1, .was = was,
+                            .alive = alive});
 }
 
 static void on_deadline(bb_timer_t *t)
@@ -405,26 +507,10 @@ static void on_deadline(bb_timer_t *t)
     bb_inst_event(container_of(t, bb_inst_t, deadline), EV_DEADLINE);
 }
 
-void bb_inst_arm(bb_inst_t *in)
-{
-    const bb_service_t *s = in->svc;
-    in->alive_mono = sd_mono_ms();
-    if (in->state == ST_STARTING && s->health.type != BB_H_NONE) {
-        arm_deadline(in, s->health.start_timeout_ms);
-    } else if (in->state == ST_READY && uses_heartbeats(in)) {
-        /* the agent reconnects by itself on its next call: give it two periods */
-        arm_deadline(in, 2 * (int64_t)s->health.liveness_timeout_ms);
-    }
-    if (in->state == ST_STARTING || in->state == ST_READY)
-        bb_probe_start(in);
-}
-
 void bb_inst_init_entry(bb_inst_t *in)
 {
-    in->state = ST_STOPPED;
-    in->pidw.fd = in->probew.fd = -1;
-    in->code = in->sig = -1;
-    in->deadline.fn = on_deadline;
+    *in = (bb_inst_t){.state = ST_STOPPED, .pidw.fd = -1, .probew.fd = -1, .code = -1,
+                      .sig = -1, .deadline.fn = on_deadline};
 }
 
 int bb_supervisor_init(void)
@@ -472,16 +558,6 @@ bb_inst_t *bb_inst_by_pid(pid_t pid)
         if (bb.inst[i].pid > 0 && (bb.inst[i].pid == pid || bb.inst[i].pid == pgid))
             return &bb.inst[i];
     return NULL;
-}
-
-void bb_inst_stop(bb_inst_t *in, enum bb_why why)
-{
-    switch (in->state) {
-    case ST_STARTING:
-    case ST_READY: begin_stop(in, why); break;
-    case ST_STOPPING: in->why = why; break; /* ends stopped, whatever was under way */
-    default: bb_inst_event(in, EV_STOP); break;
-    }
 }
 
 int bb_operator(const char *cmd, const char *target)

@@ -19,24 +19,31 @@
 
 typedef struct gp gp_t;
 
+/* A bad option found by a module's start: the option's name, the value given and what
+ * it wants (all borrowed: static text or the command line). */
+typedef struct {
+    const char *option, *value, *want;
+} gp_bad_option_t;
+
 /* A module plugged into the loop. Every member may be NULL.
- * start: after the options are parsed, before the first tick; < 0 ends start-up.
+ * start: after the options are parsed, before the first tick. Returns 0 or a negative
+ *        errno. When an option it reads is bad it fills *bad and returns -EINVAL (main
+ *        exits with the usage code); on other failures *bad stays as main passed it,
+ *        zeroed (start-up failed).
  * tick:  once per tick, in list order, with the tick's monotonic time.
  * stop:  once on the way out, after "saving players", before the process exits. */
 typedef struct {
     const char *name;
-    int (*start)(gp_t *gp);
+    int (*start)(gp_t *gp, gp_bad_option_t *bad);
     void (*tick)(gp_t *gp, int64_t now_ms);
     void (*stop)(gp_t *gp);
 } gp_hook_t;
 
 typedef void (*gp_fd_cb)(gp_t *gp, void *arg);
 
-/* sd_notify client state (notify.c). */
+/* What supervisor.c keeps of the sd_notify link (the sender is common/sdnotify.c). */
 typedef struct {
-    int fd;                        /* -1 when NOTIFY_SOCKET is not usable */
-    struct sockaddr_storage addr;
-    socklen_t addrlen;
+    int on;                        /* NOTIFY_SOCKET is set and usable, and not closed */
     int64_t watchdog_every_ms;     /* at most one WATCHDOG=1 per this period */
     int64_t last_watchdog_ms;
     int warned;                    /* a send failure was logged once */
@@ -132,14 +139,8 @@ void gp_sup_events(gp_t *gp);
 void gp_sup_stopping(gp_t *gp);
 void gp_sup_close(gp_t *gp, const char *reason);
 
-/* notify.c: the sd_notify datagram protocol, written out (no libsystemd). */
-int gp_notify_open(gp_notify_t *n);
-int gp_notify_send(gp_notify_t *n, const char *msg);
-void gp_notify_watchdog(gp_notify_t *n, int64_t now_ms);
-void gp_notify_close(gp_notify_t *n);
-
 /* query.c: the UDP query port (Quake III getstatus/getinfo, Valve A2S_INFO). */
-int gp_query_start(gp_t *gp);
+int gp_query_start(gp_t *gp, gp_bad_option_t *bad);
 void gp_query_stop(gp_t *gp);
 /* "PORT" (on default_host; NULL: a port alone is refused), "HOST:PORT", "[V6]:PORT" with
  * a numeric host, into ss. 0 or -EINVAL. */
@@ -148,13 +149,13 @@ int gp_parse_sockaddr(const char *s, const char *default_host, struct sockaddr_s
 
 /* players.c: simulated players with locked, fenced saves in ServerDir (--players with
  * --serverdir). */
-int gp_players_start(gp_t *gp);
+int gp_players_start(gp_t *gp, gp_bad_option_t *bad);
 void gp_players_tick(gp_t *gp, int64_t now_ms);
 void gp_players_stop(gp_t *gp);
 
 /* master.c: master-list heartbeats over REST (--master-rest) and the DarkPlaces UDP
  * protocol (--master-udp). */
-int gp_master_start(gp_t *gp);
+int gp_master_start(gp_t *gp, gp_bad_option_t *bad);
 void gp_master_tick(gp_t *gp, int64_t now_ms);
 void gp_master_stop(gp_t *gp);
 

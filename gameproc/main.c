@@ -488,7 +488,11 @@ int main(int argc, char **argv)
     if (gp_sup_open(&gp) < 0)
         sd_die(SD_EXIT_SYSTEM, "supervisor link failed", "err=%s", strerror(errno));
     for (size_t i = 0; i < GP_NHOOKS; i++) {
-        int r = gp_hooks[i].start ? gp_hooks[i].start(&gp) : 0;
+        gp_bad_option_t bad = {0};
+        int r = gp_hooks[i].start ? gp_hooks[i].start(&gp, &bad) : 0;
+        if (r < 0 && bad.option)
+            sd_die(SD_EXIT_USAGE, "bad option", "option=%s value=%s want=%s", bad.option,
+                   bad.value, bad.want);
         if (r < 0)
             sd_die(SD_EXIT_SYSTEM, "start-up failed", "module=%s err=%s", gp_hooks[i].name,
                    strerror(-r));

@@ -114,18 +114,24 @@ static void submit(mjob_kind_t kind)
     gp_worker_submit(worker, &m.job);
 }
 
-int gp_master_start(gp_t *gp)
+/* Sets up the master-list heartbeats of --master-udp / --master-rest. 0, -EINVAL filling
+ * *bad for a bad --master-udp or --serverdir, or a negative errno. */
+int gp_master_start(gp_t *gp, gp_bad_option_t *bad)
 {
     if (gp->master_udp &&
-        (gp_parse_sockaddr(gp->master_udp, NULL, &m.udp_to, &m.udp_tolen) < 0))
-        sd_die(SD_EXIT_USAGE, "bad option", "option=master-udp value=%s want=%s",
-               gp->master_udp, "HOST:PORT or [V6]:PORT with a numeric host");
+        (gp_parse_sockaddr(gp->master_udp, NULL, &m.udp_to, &m.udp_tolen) < 0)) {
+        *bad = (gp_bad_option_t){.option = "master-udp", .value = gp->master_udp,
+                                .want = "HOST:PORT or [V6]:PORT with a numeric host"};
+        return -EINVAL;
+    }
     if (!gp->master_rest)
         return 0;
     client = sdc_new(gp->sd_urls, gp->sd_token, SD_TIMEOUT_MS);
-    if (!client)
-        sd_die(SD_EXIT_USAGE, "bad option", "option=serverdir value=%s want=%s", gp->sd_urls,
-               "comma-separated http(s) base URLs");
+    if (!client) {
+        *bad = (gp_bad_option_t){.option = "serverdir", .value = gp->sd_urls,
+                                .want = "comma-separated http(s) base URLs"};
+        return -EINVAL;
+    }
     worker = gp_worker_new();
     if (!worker)
         return -ENOMEM;

@@ -29,6 +29,7 @@
 #include "gameproc.h"
 #include "sdclient.h"
 #include "sdlog.h"
+#include "sdtime.h"
 #include "sdutil.h"
 
 #define KEY_CAP 48
@@ -217,7 +218,7 @@ static void set_away(gp_t *gp, player_t *p, int64_t now, int64_t again_in_ms)
         gp->players--;
     p->state = P_AWAY;
     p->leaving = 0;
-    p->next_at_ms = now + again_in_ms;
+    p->next_at_ms = sd_deadline_ms(now, again_in_ms);
     if (p->stop_counted) {
         p->stop_counted = 0;
         gp->stop_pending--;
@@ -227,9 +228,8 @@ static void set_away(gp_t *gp, player_t *p, int64_t now, int64_t again_in_ms)
 static void join_done(gp_t *gp, player_t *p, int64_t now)
 {
     if (p->rc) {
-        int64_t backoff = JOIN_BACKOFF_MIN_MS << (p->fails < 5 ? p->fails : 5);
-        if (backoff > JOIN_BACKOFF_MAX_MS)
-            backoff = JOIN_BACKOFF_MAX_MS;
+        int64_t backoff =
+            sd_backoff_step_ms(JOIN_BACKOFF_MIN_MS, JOIN_BACKOFF_MAX_MS, p->fails);
         if (p->fails++ == 0)
             log_info("player cannot join", "key=%s err=%s retry_ms=%lld", p->key, p->msg,
                      (long long)backoff);
@@ -302,14 +302,18 @@ static void job_done(gp_t *gp, gp_job_t *j)
     }
 }
 
-int gp_players_start(gp_t *gp)
+/* Starts the player simulation of --players. 0, -EINVAL filling *bad for a
+ * bad --serverdir, or a negative errno. */
+int gp_players_start(gp_t *gp, gp_bad_option_t *bad)
 {
     if (gp->sim_players == 0)
         return 0;
     client = sdc_new(gp->sd_urls, gp->sd_token, SD_TIMEOUT_MS);
-    if (!client)
-        sd_die(SD_EXIT_USAGE, "bad option", "option=serverdir value=%s want=%s", gp->sd_urls,
-               "comma-separated http(s) base URLs");
+    if (!client) {
+        *bad = (gp_bad_option_t){.option = "serverdir", .value = gp->sd_urls,
+                                .want = "comma-separated http(s) base URLs"};
+        return -EINVAL;
+    }
     players = calloc((size_t)gp->sim_players, sizeof *players);
     worker = gp_worker_new();
     if (!players || !worker)

@@ -82,15 +82,20 @@ int gp_parse_sockaddr(const char *s, const char *default_host, struct sockaddr_s
     return 0;
 }
 
-int gp_query_start(gp_t *gp)
+/* Binds the UDP query port of --udp-port and watches it. 0, -EINVAL filling *bad for a
+ * bad --udp-port, or a negative errno. */
+int gp_query_start(gp_t *gp, gp_bad_option_t *bad)
 {
     if (!gp->udp_listen)
         return 0;
     struct sockaddr_storage ss;
     socklen_t len;
-    if (gp_parse_sockaddr(gp->udp_listen, "127.0.0.1", &ss, &len) < 0)
-        sd_die(SD_EXIT_USAGE, "bad option", "option=udp-port value=%s want=%s", gp->udp_listen,
-               "PORT, HOST:PORT or [V6]:PORT with a numeric host");
+    if (gp_parse_sockaddr(gp->udp_listen, "127.0.0.1", &ss, &len) < 0) {
+        *bad = (gp_bad_option_t){
+            .option = "udp-port", .value = gp->udp_listen,
+            .want = "PORT, HOST:PORT or [V6]:PORT with a numeric host"};
+        return -EINVAL;
+    }
     char rnd[9];
     if (sd_random_hex(rnd, 4) == 0)
         a2s_secret = (uint32_t)strtoul(rnd, NULL, 16);

@@ -1,13 +1,18 @@
 /* What gameproc tells its supervisor: through libbbagent (the default), through the
  * sd_notify datagram protocol (--notify), or nothing (--no-agent). The rest of gameproc
  * calls these functions and does not care which one is in use. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gameproc.h"
 #include "sdlog.h"
+#include "sdnotify.h"
+
+/* WATCHDOG=1 goes out every quarter of WATCHDOG_USEC (every quarter of this without it),
+ * and never more often than WATCHDOG_MIN_MS. */
+#define WATCHDOG_MIN_MS 50
+#define WATCHDOG_DEFAULT_MS 250
 
 /* The status line both protocols carry; it changes only when the load or mode does, so
  * the supervisor hears it only then. */
@@ -17,25 +22,54 @@ static void status_text(const gp_t *gp, char *out, size_t cap)
              gp->draining ? " draining" : "");
 }
 
+/* Sends one sd_notify message; a failure is logged once (the supervisor may be
+ * restarting) and otherwise ignored, like sd_notify does. */
+static void notify_send(gp_t *gp, const char *msg)
+{
+    int r = sd_notify_send("%s", msg);
+    if (!r) {
+        gp->notify.warned = 0;
+        return;
+    }
+    if (!gp->notify.warned)
+        log_warn("notify send failed", "err=%s", strerror(-r));
+    gp->notify.warned = 1;
+}
+
+/* Opens the sd_notify link (common/sdnotify.c) and picks the WATCHDOG=1 period. */
+static void notify_open(gp_t *gp)
+{
+    int r = sd_notify_init();
+    if (r < 0) {
+        log_warn("NOTIFY_SOCKET unusable, running unsupervised", "err=%s", strerror(-r));
+        return;
+    }
+    if (!sd_notify_enabled()) {
+        sd_log_msg(SD_LOG_WARN, "no NOTIFY_SOCKET, running unsupervised");
+        return;
+    }
+    /* sd_notify_watchdog_ms() is half of WATCHDOG_USEC: half of it is the quarter */
+    int64_t every = sd_notify_watchdog_ms() ? sd_notify_watchdog_ms() / 2
+                                            : WATCHDOG_DEFAULT_MS / 4;
+    gp->notify.watchdog_every_ms = every > WATCHDOG_MIN_MS ? every : WATCHDOG_MIN_MS;
+    gp->notify.last_watchdog_ms = INT64_MIN / 2;
+    gp->notify.on = 1;
+}
+
 const char *gp_sup_kind(const gp_t *gp)
 {
     if (gp->use_notify)
-        return gp->notify.fd >= 0 ? "notify" : "none";
+        return gp->notify.on ? "notify" : "none";
     const char *bb = getenv("BB_SOCKET");
     return gp->agent && bb && *bb ? "agent" : "none";
 }
 
 int gp_sup_open(gp_t *gp)
 {
-    gp->notify.fd = -1;
     if (gp->no_agent)
         return 0;
     if (gp->use_notify) {
-        int r = gp_notify_open(&gp->notify);
-        if (r == -ENOENT)
-            sd_log_msg(SD_LOG_WARN, "no NOTIFY_SOCKET, running unsupervised");
-        else if (r < 0)
-            log_warn("NOTIFY_SOCKET unusable, running unsupervised", "err=%s", strerror(-r));
+        notify_open(gp);
         return 0;
     }
     gp->agent = bbagent_open(NULL);
@@ -46,8 +80,8 @@ void gp_sup_ready(gp_t *gp)
 {
     if (gp->agent)
         bbagent_ready(gp->agent);
-    else if (gp->notify.fd >= 0)
-        gp_notify_send(&gp->notify, "READY=1");
+    else if (gp->notify.on)
+        notify_send(gp, "READY=1");
 }
 
 void gp_sup_tick(gp_t *gp, int64_t now_ms)
@@ -57,12 +91,15 @@ void gp_sup_tick(gp_t *gp, int64_t now_ms)
     if (gp->agent) {
         bbagent_heartbeat(gp->agent);
         bbagent_status(gp->agent, gp->players, gp->max_players, st);
-    } else if (gp->notify.fd >= 0) {
-        gp_notify_watchdog(&gp->notify, now_ms);
+    } else if (gp->notify.on) {
+        if (now_ms - gp->notify.last_watchdog_ms >= gp->notify.watchdog_every_ms) {
+            gp->notify.last_watchdog_ms = now_ms;
+            notify_send(gp, "WATCHDOG=1");
+        }
         if (strcmp(st, gp->notify.last_status) != 0) {
             char msg[sizeof st + 8];
             snprintf(msg, sizeof msg, "STATUS=%s", st);
-            gp_notify_send(&gp->notify, msg);
+            notify_send(gp, msg);
             memcpy(gp->notify.last_status, st, sizeof st);
         }
     }
@@ -96,8 +133,8 @@ void gp_sup_events(gp_t *gp)
 
 void gp_sup_stopping(gp_t *gp)
 {
-    if (gp->notify.fd >= 0)
-        gp_notify_send(&gp->notify, "STOPPING=1");
+    if (gp->notify.on)
+        notify_send(gp, "STOPPING=1");
 }
 
 void gp_sup_close(gp_t *gp, const char *reason)
@@ -106,5 +143,5 @@ void gp_sup_close(gp_t *gp, const char *reason)
         bbagent_close(gp->agent, reason);
         gp->agent = NULL;
     }
-    gp_notify_close(&gp->notify);
+    gp->notify.on = 0; /* the socket itself stays open until exit, in sdnotify.c */
 }

@@ -1,5 +1,5 @@
 /* bigbrother config parsing (defaults, every health type, error messages naming the
- * field), escapes of udp probe bytes, signal names, and the restart backoff. */
+ * field), escapes of udp probe bytes and signal names. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -211,28 +211,6 @@ static void unescape_signals_and_text(void **state)
     assert_string_equal(small, "0123456");
 }
 
-static void backoff_grows_with_jitter_and_caps(void **state)
-{
-    /* zero minimum: restart at once (for measurements) */
-    assert_int_equal(bb_backoff_ms(0, 30000, 5, 12345), 0);
-    /* streak n: delay in [d/2, d] where d = min * 2^n, capped at max */
-    for (int streak = 0; streak < 12; streak++) {
-        int64_t d = 100LL << streak;
-        if (d > 30000)
-            d = 30000;
-        int64_t lo = INT64_MAX, hi = 0;
-        for (uint32_t r = 0; r < 2000; r++) {
-            int64_t v = bb_backoff_ms(100, 30000, streak, r * 2654435761u);
-            assert_true(v >= d / 2 && v <= d);
-            lo = v < lo ? v : lo;
-            hi = v > hi ? v : hi;
-        }
-        assert_true(hi - lo >= d / 4); /* the jitter spreads restarts */
-    }
-    assert_int_equal(bb_backoff_ms(100, 30000, 1000, 0), 15000); /* no overflow */
-    assert_int_equal(bb_backoff_ms(100, 100, 3, 7), 50 + 7 % 51);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -240,7 +218,6 @@ int main(void)
         cmocka_unit_test(errors_name_the_field),
         cmocka_unit_test(cluster_mode_defaults),
         cmocka_unit_test(unescape_signals_and_text),
-        cmocka_unit_test(backoff_grows_with_jitter_and_caps),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,35 @@
+/* Backoff and deadline arithmetic; see sdtime.h. */
+#include "sdtime.h"
+
+int64_t sd_backoff_step_ms(int64_t min_ms, int64_t max_ms, int attempt)
+{
+    if (min_ms <= 0)
+        return 0;
+    int64_t d = min_ms;
+    for (int i = 0; i < attempt && d < max_ms; i++)
+        d *= 2;
+    return d > max_ms ? max_ms : d;
+}
+
+int64_t sd_jitter_ms(int64_t ms, uint32_t rnd)
+{
+    if (ms <= 0)
+        return 0;
+    int64_t half = ms / 2;
+    return half + (int64_t)((uint64_t)rnd % (uint64_t)(ms - half + 1));
+}
+
+int64_t sd_backoff_ms(int64_t min_ms, int64_t max_ms, int attempt, uint32_t rnd)
+{
+    return sd_jitter_ms(sd_backoff_step_ms(min_ms, max_ms, attempt), rnd);
+}
+
+int64_t sd_deadline_ms(int64_t now_ms, int64_t timeout_ms)
+{
+    return timeout_ms > 0 ? now_ms + timeout_ms : now_ms;
+}
+
+int64_t sd_ms_left(int64_t deadline_ms, int64_t now_ms)
+{
+    return deadline_ms > now_ms ? deadline_ms - now_ms : 0;
+}
