@@ -5,9 +5,9 @@
  *
  *     SD_ROUTE(PUT, "/v1/locks/{key}", SD_R_GAME, 0, h_lock_acquire);
  *
- * The build scans serverdir/api_*.c for these lines and generates the route table
- * (routes_gen.c), so adding a route is one line beside its handler. Lua scripts in
- * serverdir/*/lua/NAME.lua are embedded by the build and called by NAME. */
+ * The build scans serverdir/<part>/api_*.c for these lines and generates the route
+ * table (routes_gen.c), so adding a route is one line beside its handler. Lua scripts in
+ * serverdir/<part>/lua/NAME.lua are embedded by the build and called by NAME. */
 #ifndef SD_SD_H
 #define SD_SD_H
 
@@ -65,7 +65,7 @@ typedef struct sd_resp {
     int nheaders;
 } sd_resp_t;
 
-typedef int (*sd_handler_fn)(sd_req_t *req, sd_resp_t *resp);
+typedef void (*sd_handler_fn)(sd_req_t *req, sd_resp_t *resp);
 
 typedef struct sd_route {
     const char *method;
@@ -75,7 +75,7 @@ typedef struct sd_route {
     sd_handler_fn fn;
 } sd_route_t;
 
-#define SD_ROUTE(method, pattern, roles, flags, fn) int fn(sd_req_t *req, sd_resp_t *resp)
+#define SD_ROUTE(method, pattern, roles, flags, fn) void fn(sd_req_t *req, sd_resp_t *resp)
 
 extern const sd_route_t sd_routes[];
 extern const size_t sd_nroutes;
@@ -104,18 +104,19 @@ void sd_req_park(sd_req_t *req);
 void sd_req_resume(sd_req_t *req);
 int sd_http_stopping(void);
 
-/* ---- response helpers (http.c). Each returns 0 so handlers can `return sd_resp_...` ---- */
-int sd_resp_json(sd_resp_t *resp, int status, json_t *v); /* steals v */
-int sd_resp_error(sd_resp_t *resp, int status, const char *code, const char *fmt, ...)
+/* ---- response helpers (http.c): a handler answers by filling resp with one of these,
+ * the last call wins ---- */
+void sd_resp_json(sd_resp_t *resp, int status, json_t *v); /* steals v */
+void sd_resp_error(sd_resp_t *resp, int status, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 /* Like sd_resp_error, adding the fields of `extra` (stolen) to the error object. */
-int sd_resp_error_extra(sd_resp_t *resp, int status, const char *code, json_t *extra,
+void sd_resp_error_extra(sd_resp_t *resp, int status, const char *code, json_t *extra,
                         const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-int sd_resp_bytes(sd_resp_t *resp, int status, const char *ctype, const void *p, size_t n);
-int sd_resp_empty(sd_resp_t *resp, int status);
+void sd_resp_bytes(sd_resp_t *resp, int status, const char *ctype, const void *p, size_t n);
+void sd_resp_empty(sd_resp_t *resp, int status);
 void sd_resp_header(sd_resp_t *resp, const char *name, const char *value);
 /* Maps a store error (SD_STORE_*) to 503 with Retry-After, or 500. */
-int sd_resp_store_error(sd_resp_t *resp, int err);
+void sd_resp_store_error(sd_resp_t *resp, int err);
 
 /* ---- store.c: Redis, one connection per worker thread ---- */
 enum {

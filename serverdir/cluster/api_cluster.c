@@ -46,7 +46,7 @@ const char *sd_assign_channel(char *buf, size_t cap)
 }
 
 /* Answers 409 stale_epoch from a {'stale_epoch', epoch, holder} reply. */
-static int stale_epoch(sd_resp_t *resp, const redisReply *r, int64_t epoch)
+static void stale_epoch(sd_resp_t *resp, const redisReply *r, int64_t epoch)
 {
     char num[32];
     const char *holder = rs(r, 2, num, sizeof num);
@@ -55,11 +55,11 @@ static int stale_epoch(sd_resp_t *resp, const redisReply *r, int64_t epoch)
     json_t *extra = json_pack("{s:I, s:I}", "epoch", (json_int_t)epoch, "current_epoch",
                               (json_int_t)sd__rnum(r, 1));
     json_object_set_new(extra, "holder", *holder ? json_string(holder) : json_null());
-    return sd_resp_error_extra(resp, 409, "stale_epoch", extra,
-                               "epoch %lld is not the current primary's (current %lld, %s%s%s)",
-                               (long long)epoch, (long long)sd__rnum(r, 1),
-                               *holder ? "held by '" : "no live holder", holder,
-                               *holder ? "'" : "");
+    sd_resp_error_extra(resp, 409, "stale_epoch", extra,
+                        "epoch %lld is not the current primary's (current %lld, %s%s%s)",
+                        (long long)epoch, (long long)sd__rnum(r, 1),
+                        *holder ? "held by '" : "no live holder", holder,
+                        *holder ? "'" : "");
 }
 
 /* ---------- primary lease ---------- */
@@ -74,30 +74,32 @@ static json_t *primary_json(const char *holder, int64_t epoch, int64_t left)
 
 /* POST /primary {machine, ttl_ms} -> 200 {holder, epoch, expires_in_ms} (acquired or
  * renewed), 409 primary_held with the same fields for the current holder. */
-int h_primary_acquire(sd_req_t *req, sd_resp_t *resp)
+void h_primary_acquire(sd_req_t *req, sd_resp_t *resp)
 {
     static const char *const allowed[] = {"machine", "ttl_ms", NULL};
     const char *cluster, *machine;
     int64_t ttl = 10000;
     if (sd_req_name(req, resp, 0, "cluster", &cluster))
-        return 0;
+        return;
     json_t *body = sd_req_json(req, resp);
     if (!body)
-        return 0;
+        return;
     char err[SD_ERRMSG_MAX], ttls[24], num[32];
     if (sd_json_only_keys(body, allowed, err, sizeof err) ||
         sd_json_name(body, "machine", 1, &machine, err, sizeof err) < 0 ||
         sd_json_int(body, "ttl_ms", 0, PRIMARY_TTL_MIN_MS, PRIMARY_TTL_MAX_MS, &ttl, err,
                     sizeof err) < 0) {
         json_decref(body);
-        return sd_resp_error(resp, 400, "bad_field", "%s", err);
+        sd_resp_error(resp, 400, "bad_field", "%s", err);
+        return;
     }
     snprintf(ttls, sizeof ttls, "%lld", (long long)ttl);
     redisReply *r = NULL;
     int rc = sd__cluster_run("primary_acquire", cluster, &r, machine, ttls, NULL);
     if (rc) {
         json_decref(body);
-        return sd_resp_store_error(resp, rc);
+        sd_resp_store_error(resp, rc);
+        return;
     }
     if (sd__rstatus_is(r, "ok") && r->elements == 5) {
         int fresh = strcmp(rs(r, 4, num, sizeof num), "acquired") == 0;
@@ -118,19 +120,20 @@ int h_primary_acquire(sd_req_t *req, sd_resp_t *resp)
     }
     freeReplyObject(r);
     json_decref(body);
-    return 0;
 }
 
 /* GET /primary -> {holder (null when none), epoch, expires_in_ms}. */
-int h_primary_get(sd_req_t *req, sd_resp_t *resp)
+void h_primary_get(sd_req_t *req, sd_resp_t *resp)
 {
     const char *cluster;
     if (sd_req_name(req, resp, 0, "cluster", &cluster))
-        return 0;
+        return;
     redisReply *r = NULL;
     int rc = sd__cluster_run("primary_get", cluster, &r, NULL);
-    if (rc)
-        return sd_resp_store_error(resp, rc);
+    if (rc) {
+        sd_resp_store_error(resp, rc);
+        return;
+    }
     char num[32];
     if (r->type == REDIS_REPLY_ARRAY && r->elements == 3)
         sd_resp_json(resp, 200,
@@ -138,24 +141,29 @@ int h_primary_get(sd_req_t *req, sd_resp_t *resp)
     else
         sd__bad_reply(resp, "primary_get", r);
     freeReplyObject(r);
-    return 0;
 }
 
 /* DELETE /primary?machine=M -> 204 when M held it; 409 not_primary otherwise. */
-int h_primary_release(sd_req_t *req, sd_resp_t *resp)
+void h_primary_release(sd_req_t *req, sd_resp_t *resp)
 {
     const char *cluster;
     if (sd_req_name(req, resp, 0, "cluster", &cluster))
-        return 0;
+        return;
     const char *machine = sd_req_query(req, "machine");
-    if (!machine)
-        return sd_resp_error(resp, 400, "missing_machine", "query parameter 'machine' is required");
-    if (!sd_name_valid(machine, SD_NAME_MAX))
-        return sd_resp_error(resp, 400, "bad_machine", "query parameter 'machine' must be a name");
+    if (!machine) {
+        sd_resp_error(resp, 400, "missing_machine", "query parameter 'machine' is required");
+        return;
+    }
+    if (!sd_name_valid(machine, SD_NAME_MAX)) {
+        sd_resp_error(resp, 400, "bad_machine", "query parameter 'machine' must be a name");
+        return;
+    }
     redisReply *r = NULL;
     int rc = sd__cluster_run("primary_release", cluster, &r, machine, NULL);
-    if (rc)
-        return sd_resp_store_error(resp, rc);
+    if (rc) {
+        sd_resp_store_error(resp, rc);
+        return;
+    }
     char num[32];
     if (sd__rstatus_is(r, "ok")) {
         log_info("primary released", "cluster=%s machine=%s epoch=%lld", cluster, machine,
@@ -172,7 +180,6 @@ int h_primary_release(sd_req_t *req, sd_resp_t *resp)
         sd__bad_reply(resp, "primary_release", r);
     }
     freeReplyObject(r);
-    return 0;
 }
 
 /* ---------- the state read ---------- */
@@ -188,21 +195,23 @@ static json_t *doc_json(const char *machine, int64_t version, int64_t epoch, int
 
 /* GET /state -> {version, cluster_stopped, services, machines, assignments_version,
  * assignments: {m: doc}} read at one instant (one script). */
-int h_state_get(sd_req_t *req, sd_resp_t *resp)
+void h_state_get(sd_req_t *req, sd_resp_t *resp)
 {
     const char *cluster;
     if (sd_req_name(req, resp, 0, "cluster", &cluster))
-        return 0;
+        return;
     redisReply *r = NULL;
     int rc = sd__cluster_run("state_get", cluster, &r, NULL);
-    if (rc)
-        return sd_resp_store_error(resp, rc);
+    if (rc) {
+        sd_resp_store_error(resp, rc);
+        return;
+    }
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 7 ||
         r->element[4]->type != REDIS_REPLY_ARRAY || r->element[5]->type != REDIS_REPLY_ARRAY ||
         r->element[6]->type != REDIS_REPLY_ARRAY) {
         sd__bad_reply(resp, "state_get", r);
         freeReplyObject(r);
-        return 0;
+        return;
     }
     int64_t now = sd__rnum(r, 0);
     int stopped = sd__rnum(r, 2) == 1;
@@ -238,7 +247,7 @@ int h_state_get(sd_req_t *req, sd_resp_t *resp)
                             machines, "assignments_version", (json_int_t)sd__rnum(r, 3),
                             "assignments", assignments);
     freeReplyObject(r);
-    return sd_resp_json(resp, 200, out);
+    sd_resp_json(resp, 200, out);
 }
 
 /* ---------- assignments ---------- */
@@ -320,15 +329,15 @@ out:
 
 /* PUT /assignments {epoch, machines: {m: [slots]}} (primary only) -> 200 {version,
  * changed}; 409 stale_epoch. All named machines are replaced by one script. */
-int h_assignments_put(sd_req_t *req, sd_resp_t *resp)
+void h_assignments_put(sd_req_t *req, sd_resp_t *resp)
 {
     static const char *const allowed[] = {"epoch", "machines", NULL};
     const char *cluster;
     if (sd_req_name(req, resp, 0, "cluster", &cluster))
-        return 0;
+        return;
     json_t *body = sd_req_json(req, resp);
     if (!body)
-        return 0;
+        return;
     char err[SD_ERRMSG_MAX];
     int64_t epoch;
     json_t *pairs = json_array(), *seen = json_object();
@@ -391,7 +400,6 @@ out:
     json_decref(seen);
     json_decref(pairs);
     json_decref(body);
-    return 0;
 }
 
 int sd_assign_read(const char *cluster, const char *machine, json_t **doc, int64_t *version)
@@ -450,7 +458,7 @@ void sd_assign_answer(sd_resp_t *resp, json_t *doc, int64_t version, const char 
 /* GET /machines/{m}/assignments[?version=V&wait=MS] -> the machine's document. With
  * version equal to the current one and wait > 0 the request is parked until the
  * document changes or the wait ends (200 either way). If-None-Match -> 304. */
-int h_assignments_get(sd_req_t *req, sd_resp_t *resp)
+void h_assignments_get(sd_req_t *req, sd_resp_t *resp)
 {
     const char *cluster, *machine;
     int64_t version, wait;
@@ -458,19 +466,20 @@ int h_assignments_get(sd_req_t *req, sd_resp_t *resp)
         sd_req_name(req, resp, 1, "machine", &machine) ||
         sd_req_query_int(req, resp, "version", 0, INT64_MAX, -1, &version) ||
         sd_req_query_int(req, resp, "wait", 0, SD_ASSIGN_WAIT_MAX_MS, 0, &wait))
-        return 0;
+        return;
     json_t *doc = NULL;
     int64_t cur = 0;
     int rc = sd_assign_read(cluster, machine, &doc, &cur);
-    if (rc)
-        return sd_resp_store_error(resp, rc);
+    if (rc) {
+        sd_resp_store_error(resp, rc);
+        return;
+    }
     if (wait > 0 && version == cur && !sd_http_stopping()) {
         json_decref(doc);
         sd_assign_park(req, resp, cluster, machine, version, wait);
-        return 0;
+        return;
     }
     sd_assign_answer(resp, doc, cur, sd_req_header(req, "If-None-Match"));
-    return 0;
 }
 
 /* Builds the stopped events (reason machine_lost) for the instance/service pairs of a
@@ -528,29 +537,33 @@ static long long lost_events(const char *cluster, const char *machine, int64_t e
  * changed}: m's slots are removed from the assignments (fenced by the epoch) and its
  * live processes are marked stopped with reason machine_lost through events_apply, so
  * the directory and the history show them. 409 stale_epoch. */
-int h_machine_lost(sd_req_t *req, sd_resp_t *resp)
+void h_machine_lost(sd_req_t *req, sd_resp_t *resp)
 {
     static const char *const allowed[] = {"epoch", NULL};
     const char *cluster, *machine;
     if (sd_req_name(req, resp, 0, "cluster", &cluster) ||
         sd_req_name(req, resp, 1, "machine", &machine))
-        return 0;
+        return;
     json_t *body = sd_req_json(req, resp);
     if (!body)
-        return 0;
+        return;
     char err[SD_ERRMSG_MAX], chan[96], epochs[24];
     int64_t epoch;
     int bad = sd_json_only_keys(body, allowed, err, sizeof err) ||
               sd_json_int(body, "epoch", 1, 1, INT64_C(1) << 53, &epoch, err, sizeof err) < 0;
     json_decref(body);
-    if (bad)
-        return sd_resp_error(resp, 400, "bad_field", "%s", err);
+    if (bad) {
+        sd_resp_error(resp, 400, "bad_field", "%s", err);
+        return;
+    }
     snprintf(epochs, sizeof epochs, "%lld", (long long)epoch);
     redisReply *r = NULL;
     int rc = sd__cluster_run("machine_lost", cluster, &r, epochs, machine,
                              sd_assign_channel(chan, sizeof chan), cluster, NULL);
-    if (rc)
-        return sd_resp_store_error(resp, rc);
+    if (rc) {
+        sd_resp_store_error(resp, rc);
+        return;
+    }
     if (sd__rstatus_is(r, "stale_epoch") && r->elements == 3) {
         stale_epoch(resp, r, epoch);
     } else if (sd__rstatus_is(r, "ok") && r->elements >= 3 && (r->elements - 3) % 2 == 0) {
@@ -570,5 +583,4 @@ int h_machine_lost(sd_req_t *req, sd_resp_t *resp)
         sd__bad_reply(resp, "machine_lost", r);
     }
     freeReplyObject(r);
-    return 0;
 }

@@ -88,7 +88,7 @@ int64_t sd__rnum(const redisReply *r, size_t i);
 int sd__rstatus_is(const redisReply *r, const char *st);
 
 /* Logs a script reply the handler does not understand and answers 500 internal. */
-int sd__bad_reply(sd_resp_t *resp, const char *script, redisReply *r);
+void sd__bad_reply(sd_resp_t *resp, const char *script, redisReply *r);
 
 /* Runs a cluster script with the cluster's key base as its one key and the string args
  * that follow, up to a terminating NULL. Returns a SD_STORE_* code, *out as

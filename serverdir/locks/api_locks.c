@@ -122,11 +122,11 @@ static const char *rstr(const redisReply *r, size_t i)
 static int64_t rnum(const redisReply *r, size_t i) { return strtoll(rstr(r, i), NULL, 10); }
 
 /* A script reply that is not the expected status array: a bug, answered 500. */
-static int bad_reply(sd_resp_t *resp, const char *script, redisReply *r)
+static void bad_reply(sd_resp_t *resp, const char *script, redisReply *r)
 {
     log_error("unexpected script reply", "script=%s type=%d err=%s", script, r ? r->type : -1,
               r && r->type == REDIS_REPLY_ERROR ? r->str : "");
-    return sd_resp_error(resp, 500, "internal", "unexpected reply from the store");
+    sd_resp_error(resp, 500, "internal", "unexpected reply from the store");
 }
 
 static int is_status_reply(const redisReply *r)
@@ -144,9 +144,11 @@ static int keys_parse(const json_t *body, const char **names, int *n, const char
     const json_t *keys = json_object_get(body, "keys");
     *code = "bad_field";
     if (!json_is_array(keys) || json_array_size(keys) < 1 ||
-        json_array_size(keys) > SD_LOCKS_MAX_KEYS)
-        return snprintf(err, errcap, "field 'keys' must be an array of 1 to %d lock keys",
-                        SD_LOCKS_MAX_KEYS), -1;
+        json_array_size(keys) > SD_LOCKS_MAX_KEYS) {
+        snprintf(err, errcap, "field 'keys' must be an array of 1 to %d lock keys",
+                 SD_LOCKS_MAX_KEYS);
+        return -1;
+    }
     *n = 0;
     size_t i;
     const json_t *k;
@@ -154,14 +156,17 @@ static int keys_parse(const json_t *body, const char **names, int *n, const char
         const char *s = json_string_value(k);
         if (!s || !sd_name_valid(s, SD_NAME_MAX)) {
             *code = "bad_name";
-            return snprintf(err, errcap,
-                            "keys[%zu] must be a lock key name (1-%d characters of A-Z a-z 0-9 "
-                            "_ . : @ -)",
-                            i, SD_NAME_MAX), -1;
+            snprintf(err, errcap,
+                     "keys[%zu] must be a lock key name (1-%d characters of A-Z a-z 0-9 "
+                     "_ . : @ -)",
+                     i, SD_NAME_MAX);
+            return -1;
         }
         for (int j = 0; j < *n; j++)
-            if (strcmp(names[j], s) == 0)
-                return snprintf(err, errcap, "keys[%zu] repeats '%s'", i, s), -1;
+            if (strcmp(names[j], s) == 0) {
+                snprintf(err, errcap, "keys[%zu] repeats '%s'", i, s);
+                return -1;
+            }
         names[(*n)++] = s;
     }
     return 0;
@@ -202,14 +207,18 @@ int sd_lock_release_parse(const json_t *body, const char **holder, const char **
         keys_parse(body, names, n, code, err, errcap))
         return -1;
     const json_t *ls = json_object_get(body, "lock_seqs");
-    if (!json_is_object(ls) || json_object_size(ls) != (size_t)*n)
-        return snprintf(err, errcap,
-                        "field 'lock_seqs' must be an object with the lock_seq of each key"), -1;
+    if (!json_is_object(ls) || json_object_size(ls) != (size_t)*n) {
+        snprintf(err, errcap,
+                 "field 'lock_seqs' must be an object with the lock_seq of each key");
+        return -1;
+    }
     for (int i = 0; i < *n; i++) {
         const json_t *v = json_object_get(ls, names[i]);
-        if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > SD_SEQ_MAX)
-            return snprintf(err, errcap, "lock_seqs['%s'] must be a lock_seq (1-2^53)", names[i]),
-                   -1;
+        if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+            json_integer_value(v) > SD_SEQ_MAX) {
+            snprintf(err, errcap, "lock_seqs['%s'] must be a lock_seq (1-2^53)", names[i]);
+            return -1;
+        }
         seqs[i] = json_integer_value(v);
     }
     return 0;
@@ -282,8 +291,10 @@ static int grant_wait_replicas(sd_resp_t *resp)
     redisReply *r;
     int rc = sd_store_command(&av, &r);
     sd_argv_free(&av);
-    if (rc != SD_STORE_OK)
-        return sd_resp_store_error(resp, rc), -1;
+    if (rc != SD_STORE_OK) {
+        sd_resp_store_error(resp, rc);
+        return -1;
+    }
     long long got = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
     freeReplyObject(r);
     if (got < sd_locks_cfg.wait_replicas) {
@@ -303,7 +314,7 @@ static int grant_wait_replicas(sd_resp_t *resp)
 }
 
 /* Answers a refused acquire (lock_held or lock_delayed). */
-static int acquire_refused(sd_resp_t *resp, const redisReply *r, int64_t waited_ms)
+static void acquire_refused(sd_resp_t *resp, const redisReply *r, int64_t waited_ms)
 {
     const char *name = rstr(r, 1);
     if (strcmp(rstr(r, 0), "lock_delayed") == 0) {
@@ -312,12 +323,13 @@ static int acquire_refused(sd_resp_t *resp, const redisReply *r, int64_t waited_
         snprintf(ra, sizeof ra, "%lld", (long long)(after + 999) / 1000);
         sd_resp_header(resp, "Retry-After", ra);
         SD_COUNT("serverdir_lock_conflicts_total{reason=\"lock_delayed\"}", "Refused acquires", 1);
-        return sd_resp_error_extra(resp, 409, "lock_delayed",
-                                   json_pack("{s:s, s:I, s:I}", "key", name, "retry_after_ms",
-                                             (json_int_t)after, "waited_ms", (json_int_t)waited_ms),
-                                   "lock '%s' was force-unlocked or expired; it can be acquired "
-                                   "again in %lld ms",
-                                   name, (long long)after);
+        sd_resp_error_extra(resp, 409, "lock_delayed",
+                            json_pack("{s:s, s:I, s:I}", "key", name, "retry_after_ms",
+                                      (json_int_t)after, "waited_ms", (json_int_t)waited_ms),
+                            "lock '%s' was force-unlocked or expired; it can be acquired "
+                            "again in %lld ms",
+                            name, (long long)after);
+        return;
     }
     int64_t since = rnum(r, 3), expires = rnum(r, 4), now = rnum(r, 5);
     json_t *extra = json_pack("{s:s, s:s, s:I, s:I, s:I}", "key", name, "holder", rstr(r, 2),
@@ -326,9 +338,9 @@ static int acquire_refused(sd_resp_t *resp, const redisReply *r, int64_t waited_
     json_object_set_new(extra, "expires_in_ms",
                         expires > 0 ? json_integer(expires - now) : json_null());
     SD_COUNT("serverdir_lock_conflicts_total{reason=\"lock_held\"}", "Refused acquires", 1);
-    return sd_resp_error_extra(resp, 409, "lock_held", extra,
-                               "lock '%s' is held by '%s' since %lld (for %lld ms)", name,
-                               rstr(r, 2), (long long)since, (long long)(now - since));
+    sd_resp_error_extra(resp, 409, "lock_held", extra,
+                        "lock '%s' is held by '%s' since %lld (for %lld ms)", name,
+                        rstr(r, 2), (long long)since, (long long)(now - since));
 }
 
 /* One granted key of an ok reply (status, now, then 6 fields per key) as JSON. */
@@ -489,36 +501,37 @@ static void acquire_park(const sd_lock_req_t *a, int many, redisReply *r, int64_
 
 /* Acquires once on this worker thread; a refusal with wait_ms parks the request for a
  * waiter thread (the worker goes on serving), everything else is answered at once. */
-static int acquire_answer(const sd_lock_req_t *a, int many, sd_req_t *req, sd_resp_t *resp)
+static void acquire_answer(const sd_lock_req_t *a, int many, sd_req_t *req, sd_resp_t *resp)
 {
     int64_t start = sd_mono_ms();
     redisReply *r = NULL;
     int rc = acquire_once(a, &r);
-    if (rc != SD_STORE_OK)
-        return sd_resp_store_error(resp, rc);
+    if (rc != SD_STORE_OK) {
+        sd_resp_store_error(resp, rc);
+        return;
+    }
     if (a->wait_ms > 0 && is_status_reply(r) &&
         (!strcmp(rstr(r, 0), "lock_held") || !strcmp(rstr(r, 0), "lock_delayed")) &&
         !sd_http_stopping()) {
         acquire_park(a, many, r, start, req, resp);
-        return 0;
+        return;
     }
     acquire_finish(a, many, r, 0, resp);
-    return 0;
 }
 
 /* PUT /v1/locks/{key} {holder, ttl_ms?, wait_ms?, steal_if_holder_stopped?,
  * steal_if_older_than_ms?} -> 200 {key, holder, lock_seq, since_ms, expires_in_ms,
  * reacquired, stolen_from?}; 409 lock_held / lock_delayed. */
-int h_lock_put(sd_req_t *req, sd_resp_t *resp)
+void h_lock_put(sd_req_t *req, sd_resp_t *resp)
 {
     sd_lock_req_t a = {0};
     const char *name, *code;
     char err[SD_ERRMSG_MAX];
     if (sd_req_name(req, resp, 0, "lock key", &name))
-        return 0;
+        return;
     json_t *body = sd_req_json(req, resp);
     if (!body)
-        return 0;
+        return;
     if (sd_lock_req_parse(body, 0, &a, &code, err, sizeof err)) {
         sd_resp_error(resp, 400, code, "%s", err);
     } else {
@@ -527,32 +540,30 @@ int h_lock_put(sd_req_t *req, sd_resp_t *resp)
         acquire_answer(&a, 0, req, resp);
     }
     json_decref(body);
-    return 0;
 }
 
 /* POST /v1/locks/acquire {keys:[...], holder, ...same options} -> 200 {holder, locks:[...]};
  * all or nothing: one refused key refuses the whole request and changes nothing. */
-int h_lock_acquire_many(sd_req_t *req, sd_resp_t *resp)
+void h_lock_acquire_many(sd_req_t *req, sd_resp_t *resp)
 {
     sd_lock_req_t a = {0};
     const char *code;
     char err[SD_ERRMSG_MAX];
     json_t *body = sd_req_json(req, resp);
     if (!body)
-        return 0;
+        return;
     if (sd_lock_req_parse(body, 1, &a, &code, err, sizeof err))
         sd_resp_error(resp, 400, code, "%s", err);
     else
         acquire_answer(&a, 1, req, resp);
     json_decref(body);
-    return 0;
 }
 
 /* ---------- release ---------- */
 
 /* Runs lock_release.lua for names[i] with seqs[i] and answers. */
-static int release_answer(const char *holder, const char **names, const int64_t *seqs, int n,
-                          int many, sd_resp_t *resp)
+static void release_answer(const char *holder, const char **names, const int64_t *seqs, int n,
+                           int many, sd_resp_t *resp)
 {
     char key[SD_NAME_MAX + 96];
     sd_argv_t av;
@@ -567,8 +578,10 @@ static int release_answer(const char *holder, const char **names, const int64_t 
     redisReply *r;
     int rc = sd_store_script("lock_release", n + 1, &av, &r);
     sd_argv_free(&av);
-    if (rc != SD_STORE_OK)
-        return sd_resp_store_error(resp, rc);
+    if (rc != SD_STORE_OK) {
+        sd_resp_store_error(resp, rc);
+        return;
+    }
     const char *st = rstr(r, 0);
     if (!is_status_reply(r)) {
         bad_reply(resp, "lock_release", r);
@@ -600,11 +613,10 @@ static int release_answer(const char *holder, const char **names, const int64_t 
         bad_reply(resp, "lock_release", r);
     }
     freeReplyObject(r);
-    return 0;
 }
 
 /* POST /v1/locks/release {holder, keys:[...], lock_seqs:{key: n}} -> 200; all or nothing. */
-int h_lock_release_many(sd_req_t *req, sd_resp_t *resp)
+void h_lock_release_many(sd_req_t *req, sd_resp_t *resp)
 {
     const char *names[SD_LOCKS_MAX_KEYS];
     int64_t seqs[SD_LOCKS_MAX_KEYS];
@@ -613,31 +625,34 @@ int h_lock_release_many(sd_req_t *req, sd_resp_t *resp)
     char err[SD_ERRMSG_MAX];
     json_t *body = sd_req_json(req, resp);
     if (!body)
-        return 0;
+        return;
     if (sd_lock_release_parse(body, &holder, names, seqs, &n, &code, err, sizeof err))
         sd_resp_error(resp, 400, code, "%s", err);
     else
         release_answer(holder, names, seqs, n, 1, resp);
     json_decref(body);
-    return 0;
 }
 
 /* DELETE /v1/locks/{key}?holder=H&lock_seq=N: release by the holder.
  * DELETE /v1/locks/{key}?force=true: forced unlock, ops only; starts the lock-delay. */
-int h_lock_delete(sd_req_t *req, sd_resp_t *resp)
+void h_lock_delete(sd_req_t *req, sd_resp_t *resp)
 {
     const char *name;
     if (sd_req_name(req, resp, 0, "lock key", &name))
-        return 0;
+        return;
     const char *force = sd_req_query(req, "force");
     const char *holder = sd_req_query(req, "holder");
     const char *seq_s = sd_req_query(req, "lock_seq");
     if (force) {
-        if (strcmp(force, "true") != 0 || holder || seq_s)
-            return sd_resp_error(resp, 400, "bad_query",
-                                 "use either ?force=true (ops) or ?holder=H&lock_seq=N");
-        if (req->role != SD_R_OPS)
-            return sd_resp_error(resp, 403, "forbidden", "only the ops role may force-unlock");
+        if (strcmp(force, "true") != 0 || holder || seq_s) {
+            sd_resp_error(resp, 400, "bad_query",
+                          "use either ?force=true (ops) or ?holder=H&lock_seq=N");
+            return;
+        }
+        if (req->role != SD_R_OPS) {
+            sd_resp_error(resp, 403, "forbidden", "only the ops role may force-unlock");
+            return;
+        }
         char key[SD_NAME_MAX + 96];
         sd_argv_t av;
         sd_argv_init(&av);
@@ -648,8 +663,10 @@ int h_lock_delete(sd_req_t *req, sd_resp_t *resp)
         redisReply *r;
         int rc = sd_store_script("lock_force", 1, &av, &r);
         sd_argv_free(&av);
-        if (rc != SD_STORE_OK)
-            return sd_resp_store_error(resp, rc);
+        if (rc != SD_STORE_OK) {
+            sd_resp_store_error(resp, rc);
+            return;
+        }
         if (is_status_reply(r) && strcmp(rstr(r, 0), "not_held") == 0) {
             sd_resp_error_extra(resp, 404, "not_held", json_pack("{s:s}", "key", name),
                                 "lock '%s' is not held", name);
@@ -665,36 +682,44 @@ int h_lock_delete(sd_req_t *req, sd_resp_t *resp)
             bad_reply(resp, "lock_force", r);
         }
         freeReplyObject(r);
-        return 0;
+        return;
     }
-    if (!holder)
-        return sd_resp_error(resp, 400, "missing_holder", "query parameter 'holder' is required");
-    if (!sd_name_valid(holder, SD_NAME_MAX))
-        return sd_resp_error(resp, 400, "bad_holder", "query parameter 'holder' must be a name");
-    if (!seq_s)
-        return sd_resp_error(resp, 400, "missing_lock_seq",
-                             "query parameter 'lock_seq' (the granted lock_seq) is required");
+    if (!holder) {
+        sd_resp_error(resp, 400, "missing_holder", "query parameter 'holder' is required");
+        return;
+    }
+    if (!sd_name_valid(holder, SD_NAME_MAX)) {
+        sd_resp_error(resp, 400, "bad_holder", "query parameter 'holder' must be a name");
+        return;
+    }
+    if (!seq_s) {
+        sd_resp_error(resp, 400, "missing_lock_seq",
+                      "query parameter 'lock_seq' (the granted lock_seq) is required");
+        return;
+    }
     int64_t seq;
-    if (sd_seq_parse(seq_s, &seq))
-        return sd_resp_error(resp, 400, "bad_lock_seq",
-                             "query parameter 'lock_seq' must be a decimal number 1-2^53");
-    return release_answer(holder, &name, &seq, 1, 0, resp);
+    if (sd_seq_parse(seq_s, &seq)) {
+        sd_resp_error(resp, 400, "bad_lock_seq",
+                      "query parameter 'lock_seq' must be a decimal number 1-2^53");
+        return;
+    }
+    release_answer(holder, &name, &seq, 1, 0, resp);
 }
 
 /* ---------- renew ---------- */
 
 /* POST /v1/locks/{key}/renew {holder, lock_seq, ttl_ms?} -> 200 {key, holder, lock_seq,
  * expires_in_ms}. Without ttl_ms the lease granted last is renewed for the same length. */
-int h_lock_renew(sd_req_t *req, sd_resp_t *resp)
+void h_lock_renew(sd_req_t *req, sd_resp_t *resp)
 {
     static const char *const allowed[] = {"holder", "lock_seq", "ttl_ms", NULL};
     const char *name, *holder;
     int64_t seq = 0, ttl = 0;
     if (sd_req_name(req, resp, 0, "lock key", &name))
-        return 0;
+        return;
     json_t *body = sd_req_json(req, resp);
     if (!body)
-        return 0;
+        return;
     char err[SD_ERRMSG_MAX];
     if (sd_json_only_keys(body, allowed, err, sizeof err) ||
         sd_json_name(body, "holder", 1, &holder, err, sizeof err) < 0 ||
@@ -744,7 +769,6 @@ int h_lock_renew(sd_req_t *req, sd_resp_t *resp)
     freeReplyObject(r);
 out:
     json_decref(body);
-    return 0;
 }
 
 /* ---------- inspect ---------- */
@@ -752,11 +776,11 @@ out:
 /* GET /v1/locks/{key} -> {key, state: held|free, holder, lock_seq, since_ms, held_for_ms,
  * expires_in_ms, lock_delay_ms, stolen_from}; lock_seq is the last granted one (null when
  * the key has no record). */
-int h_lock_get(sd_req_t *req, sd_resp_t *resp)
+void h_lock_get(sd_req_t *req, sd_resp_t *resp)
 {
     const char *name;
     if (sd_req_name(req, resp, 0, "lock key", &name))
-        return 0;
+        return;
     char key[SD_NAME_MAX + 96];
     sd_argv_t av;
     sd_argv_init(&av);
@@ -765,12 +789,14 @@ int h_lock_get(sd_req_t *req, sd_resp_t *resp)
     redisReply *r;
     int rc = sd_store_script("lock_get", 1, &av, &r);
     sd_argv_free(&av);
-    if (rc != SD_STORE_OK)
-        return sd_resp_store_error(resp, rc);
+    if (rc != SD_STORE_OK) {
+        sd_resp_store_error(resp, rc);
+        return;
+    }
     if (!is_status_reply(r)) {
         bad_reply(resp, "lock_get", r);
         freeReplyObject(r);
-        return 0;
+        return;
     }
     json_t *out = json_pack("{s:s}", "key", name);
     if (strcmp(rstr(r, 0), "unknown") == 0 || r->elements != 9) {
@@ -793,7 +819,7 @@ int h_lock_get(sd_req_t *req, sd_resp_t *resp)
             json_object_set_new(out, "stolen_from", json_string(rstr(r, 7)));
     }
     freeReplyObject(r);
-    return sd_resp_json(resp, 200, out);
+    sd_resp_json(resp, 200, out);
 }
 
 /* The held locks of one SCAN step's keys (lock records only: index keys hold a '#')
@@ -839,16 +865,18 @@ static int scan_collect(const redisReply *keys, size_t plen, int64_t now, json_t
  * (even none) with a cursor to go on. Order is Redis's SCAN order. */
 #define SCAN_ROUNDS 8
 #define SCAN_COUNT 500
-static int lock_list_all(sd_req_t *req, sd_resp_t *resp)
+static void lock_list_all(sd_req_t *req, sd_resp_t *resp)
 {
     int64_t limit;
     if (sd_req_query_int(req, resp, "limit", 1, LIST_MAX, 100, &limit))
-        return 0;
+        return;
     const char *cur = sd_req_query(req, "cursor");
     int64_t cursor = 0;
-    if (cur && sd_parse_i64(cur, 0, INT64_MAX, &cursor))
-        return sd_resp_error(resp, 400, "bad_cursor", "query parameter 'cursor' must be a "
-                                                      "cursor returned by this call");
+    if (cur && sd_parse_i64(cur, 0, INT64_MAX, &cursor)) {
+        sd_resp_error(resp, 400, "bad_cursor", "query parameter 'cursor' must be a "
+                                               "cursor returned by this call");
+        return;
+    }
     char prefix[128];
     sd_lock_key(prefix, sizeof prefix, "");
     size_t plen = strlen(prefix);
@@ -885,22 +913,27 @@ static int lock_list_all(sd_req_t *req, sd_resp_t *resp)
     }
     if (rc != SD_STORE_OK) {
         json_decref(locks);
-        return sd_resp_store_error(resp, rc);
+        sd_resp_store_error(resp, rc);
+        return;
     }
     json_t *out = json_pack("{s:o}", "locks", locks);
     json_object_set_new(out, "cursor", cursor ? json_sprintf("%lld", (long long)cursor) : json_null());
-    return sd_resp_json(resp, 200, out);
+    sd_resp_json(resp, 200, out);
 }
 
 /* GET /v1/locks?holder=H -> {holder, locks:[{key, lock_seq, since_ms, expires_in_ms}]};
  * without holder, every held lock (lock_list_all). */
-int h_lock_list(sd_req_t *req, sd_resp_t *resp)
+void h_lock_list(sd_req_t *req, sd_resp_t *resp)
 {
     const char *holder = sd_req_query(req, "holder");
-    if (!holder)
-        return lock_list_all(req, resp);
-    if (!sd_name_valid(holder, SD_NAME_MAX))
-        return sd_resp_error(resp, 400, "bad_holder", "query parameter 'holder' must be a name");
+    if (!holder) {
+        lock_list_all(req, resp);
+        return;
+    }
+    if (!sd_name_valid(holder, SD_NAME_MAX)) {
+        sd_resp_error(resp, 400, "bad_holder", "query parameter 'holder' must be a name");
+        return;
+    }
     char key[SD_NAME_MAX + 96];
     sd_argv_t av;
     sd_argv_init(&av);
@@ -910,12 +943,14 @@ int h_lock_list(sd_req_t *req, sd_resp_t *resp)
     redisReply *r;
     int rc = sd_store_script("lock_list", 1, &av, &r);
     sd_argv_free(&av);
-    if (rc != SD_STORE_OK)
-        return sd_resp_store_error(resp, rc);
+    if (rc != SD_STORE_OK) {
+        sd_resp_store_error(resp, rc);
+        return;
+    }
     if (r->type != REDIS_REPLY_ARRAY || r->elements % 4) {
         bad_reply(resp, "lock_list", r);
         freeReplyObject(r);
-        return 0;
+        return;
     }
     int64_t now = sd_wall_ms();
     json_t *locks = json_array();
@@ -929,5 +964,5 @@ int h_lock_list(sd_req_t *req, sd_resp_t *resp)
         json_array_append_new(locks, o);
     }
     freeReplyObject(r);
-    return sd_resp_json(resp, 200, json_pack("{s:s, s:o}", "holder", holder, "locks", locks));
+    sd_resp_json(resp, 200, json_pack("{s:s, s:o}", "holder", holder, "locks", locks));
 }
