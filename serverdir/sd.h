@@ -1,5 +1,5 @@
 /* serverdir internals: the request/response model every api_*.c handler uses, the
- * route declaration macro, roles, Redis access (store.c) and metrics (metrics.c).
+ * route declaration macro, roles, auth and metrics; Redis access is store/store.h.
  *
  * A handler is declared next to its body with one line at file scope:
  *
@@ -22,6 +22,7 @@
 #include "sdjson.h"
 #include "sdlog.h"
 #include "sdutil.h"
+#include "store.h"
 
 struct MHD_Connection;
 
@@ -117,59 +118,11 @@ void sd_resp_empty(sd_resp_t *resp, int status);
 void sd_resp_header(sd_resp_t *resp, const char *name, const char *value);
 /* Maps a store error (SD_STORE_*) to 503 with Retry-After, or 500. */
 void sd_resp_store_error(sd_resp_t *resp, int err);
+/* Logs a script reply the handler does not understand (a bug) and answers 500 internal.
+ * r (may be NULL) stays the caller's. */
+void sd_resp_bad_reply(sd_resp_t *resp, const char *script, const redisReply *r);
 
-/* ---- store.c: Redis, one connection per worker thread ---- */
-enum {
-    SD_STORE_OK = 0,
-    SD_STORE_DOWN = -1,   /* cannot reach Redis: 503 + Retry-After */
-    SD_STORE_ERROR = -2,  /* Redis answered with an unexpected error */
-};
-
-typedef struct {
-    const char *argv[64];
-    size_t argl[64];
-    char *owned[64];
-    int argc, nowned, overflow;
-} sd_argv_t;
-
-void sd_argv_init(sd_argv_t *a);
-void sd_argv_add(sd_argv_t *a, const char *s);
-void sd_argv_addn(sd_argv_t *a, const char *p, size_t n);
-void sd_argv_addf(sd_argv_t *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void sd_argv_free(sd_argv_t *a);
-
-int sd_store_init(const char *url, const char *key_prefix);
-/* Starts the store's background thread (Sentinel mode: the failover subscriber) after
- * sd_store_init, with the signals blocked; sd_store_stop joins it. 0 or -errno. */
-int sd_store_start(void);
-void sd_store_stop(void);
-void sd_store_thread_close(void);
-/* Runs the embedded script `name` with the first nkeys entries of a as KEYS and the rest
- * as ARGV (EVALSHA, loading it after NOSCRIPT). On success *out is a reply the caller
- * frees with freeReplyObject; a Lua error_reply comes back as *out of type
- * REDIS_REPLY_ERROR with SD_STORE_OK, so scripts can return typed errors. */
-int sd_store_script(const char *name, int nkeys, sd_argv_t *a, redisReply **out);
-/* Runs one plain command (argv form). Same reply ownership as sd_store_script. */
-int sd_store_command(sd_argv_t *a, redisReply **out);
-/* Opens a connection of the caller's own to the current primary (under Sentinel, the one
- * the sentinels name; AUTH and SELECT done), for a subscriber that cannot share the
- * thread's command connection. NULL when Redis is unreachable; the caller frees it with
- * redisFree. */
-redisContext *sd_store_connect(void);
-/* PING with the thread's connection; 0 if Redis answers. */
-int sd_store_ping(void);
-/* "sd:{cluster}:" + formatted suffix into buf; returns buf. */
-const char *sd_key(char *buf, size_t cap, const char *cluster, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-const char *sd_store_prefix(void);
-
-typedef struct {
-    const char *name;
-    const char *body;
-} sd_script_src_t;
-extern const sd_script_src_t sd_script_srcs[];
-extern const size_t sd_nscripts;
-/* Static web files (serverdir/http/www/NAME.html), embedded the same way. */
+/* Static web files (serverdir/http/www/NAME.html), embedded like the Lua scripts. */
 extern const sd_script_src_t sd_www_srcs[];
 extern const size_t sd_nwww;
 

@@ -36,7 +36,7 @@ static const char *rs(const redisReply *r, size_t i, char *num, size_t cap)
         snprintf(num, cap, "%lld", r->element[i]->integer);
         return num;
     }
-    return sd__rstr(r, i);
+    return sd_reply_str(r, i);
 }
 
 const char *sd_assign_channel(char *buf, size_t cap)
@@ -53,11 +53,11 @@ static void stale_epoch(sd_resp_t *resp, const redisReply *r, int64_t epoch)
     SD_COUNT("serverdir_primary_stale_epoch_total",
              "primary-only writes refused for a stale epoch or an expired lease", 1);
     json_t *extra = json_pack("{s:I, s:I}", "epoch", (json_int_t)epoch, "current_epoch",
-                              (json_int_t)sd__rnum(r, 1));
+                              (json_int_t)sd_reply_num(r, 1));
     json_object_set_new(extra, "holder", *holder ? json_string(holder) : json_null());
     sd_resp_error_extra(resp, 409, "stale_epoch", extra,
                         "epoch %lld is not the current primary's (current %lld, %s%s%s)",
-                        (long long)epoch, (long long)sd__rnum(r, 1),
+                        (long long)epoch, (long long)sd_reply_num(r, 1),
                         *holder ? "held by '" : "no live holder", holder,
                         *holder ? "'" : "");
 }
@@ -101,22 +101,22 @@ void h_primary_acquire(sd_req_t *req, sd_resp_t *resp)
         sd_resp_store_error(resp, rc);
         return;
     }
-    if (sd__rstatus_is(r, "ok") && r->elements == 5) {
+    if (sd_reply_status_is(r, "ok") && r->elements == 5) {
         int fresh = strcmp(rs(r, 4, num, sizeof num), "acquired") == 0;
         if (fresh) {
             log_info("primary acquired", "cluster=%s machine=%s epoch=%lld ttl_ms=%lld", cluster,
-                     machine, (long long)sd__rnum(r, 2), (long long)ttl);
+                     machine, (long long)sd_reply_num(r, 2), (long long)ttl);
             SD_COUNT("serverdir_primary_changes_total", "primary lease changes of holder", 1);
         }
-        sd_resp_json(resp, 200, primary_json(machine, sd__rnum(r, 2), sd__rnum(r, 3)));
-    } else if (sd__rstatus_is(r, "primary_held") && r->elements == 4) {
+        sd_resp_json(resp, 200, primary_json(machine, sd_reply_num(r, 2), sd_reply_num(r, 3)));
+    } else if (sd_reply_status_is(r, "primary_held") && r->elements == 4) {
         const char *holder = rs(r, 1, num, sizeof num);
         sd_resp_error_extra(resp, 409, "primary_held",
-                            primary_json(holder, sd__rnum(r, 2), sd__rnum(r, 3)),
+                            primary_json(holder, sd_reply_num(r, 2), sd_reply_num(r, 3)),
                             "the primary lease is held by '%s' (epoch %lld) for %lld ms more",
-                            holder, (long long)sd__rnum(r, 2), (long long)sd__rnum(r, 3));
+                            holder, (long long)sd_reply_num(r, 2), (long long)sd_reply_num(r, 3));
     } else {
-        sd__bad_reply(resp, "primary_acquire", r);
+        sd_resp_bad_reply(resp, "primary_acquire", r);
     }
     freeReplyObject(r);
     json_decref(body);
@@ -137,9 +137,9 @@ void h_primary_get(sd_req_t *req, sd_resp_t *resp)
     char num[32];
     if (r->type == REDIS_REPLY_ARRAY && r->elements == 3)
         sd_resp_json(resp, 200,
-                     primary_json(rs(r, 0, num, sizeof num), sd__rnum(r, 1), sd__rnum(r, 2)));
+                     primary_json(rs(r, 0, num, sizeof num), sd_reply_num(r, 1), sd_reply_num(r, 2)));
     else
-        sd__bad_reply(resp, "primary_get", r);
+        sd_resp_bad_reply(resp, "primary_get", r);
     freeReplyObject(r);
 }
 
@@ -165,19 +165,19 @@ void h_primary_release(sd_req_t *req, sd_resp_t *resp)
         return;
     }
     char num[32];
-    if (sd__rstatus_is(r, "ok")) {
+    if (sd_reply_status_is(r, "ok")) {
         log_info("primary released", "cluster=%s machine=%s epoch=%lld", cluster, machine,
-                 (long long)sd__rnum(r, 1));
+                 (long long)sd_reply_num(r, 1));
         SD_COUNT("serverdir_primary_changes_total", "primary lease changes of holder", 1);
         sd_resp_empty(resp, 204);
-    } else if (sd__rstatus_is(r, "not_primary")) {
+    } else if (sd_reply_status_is(r, "not_primary")) {
         const char *holder = rs(r, 1, num, sizeof num);
         json_t *extra = json_object();
         json_object_set_new(extra, "holder", *holder ? json_string(holder) : json_null());
         sd_resp_error_extra(resp, 409, "not_primary", extra, "'%s' does not hold the primary lease",
                             machine);
     } else {
-        sd__bad_reply(resp, "primary_release", r);
+        sd_resp_bad_reply(resp, "primary_release", r);
     }
     freeReplyObject(r);
 }
@@ -209,12 +209,12 @@ void h_state_get(sd_req_t *req, sd_resp_t *resp)
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 7 ||
         r->element[4]->type != REDIS_REPLY_ARRAY || r->element[5]->type != REDIS_REPLY_ARRAY ||
         r->element[6]->type != REDIS_REPLY_ARRAY) {
-        sd__bad_reply(resp, "state_get", r);
+        sd_resp_bad_reply(resp, "state_get", r);
         freeReplyObject(r);
         return;
     }
-    int64_t now = sd__rnum(r, 0);
-    int stopped = sd__rnum(r, 2) == 1;
+    int64_t now = sd_reply_num(r, 0);
+    int stopped = sd_reply_num(r, 2) == 1;
     char num[32];
     json_t *services = json_array(), *machines = json_array(), *assignments = json_object();
     for (size_t i = 0; i < r->element[4]->elements; i++) {
@@ -239,12 +239,12 @@ void h_state_get(sd_req_t *req, sd_resp_t *resp)
             continue;
         const char *m = rs(a, 0, num, sizeof num);
         json_object_set_new(assignments, m,
-                            doc_json(m, sd__rnum(a, 1), sd__rnum(a, 2), stopped,
+                            doc_json(m, sd_reply_num(a, 1), sd_reply_num(a, 2), stopped,
                                      rs(a, 3, num, sizeof num)));
     }
-    json_t *out = json_pack("{s:I, s:b, s:o, s:o, s:I, s:o}", "version", (json_int_t)sd__rnum(r, 1),
+    json_t *out = json_pack("{s:I, s:b, s:o, s:o, s:I, s:o}", "version", (json_int_t)sd_reply_num(r, 1),
                             "cluster_stopped", stopped, "services", services, "machines",
-                            machines, "assignments_version", (json_int_t)sd__rnum(r, 3),
+                            machines, "assignments_version", (json_int_t)sd_reply_num(r, 3),
                             "assignments", assignments);
     freeReplyObject(r);
     sd_resp_json(resp, 200, out);
@@ -381,19 +381,19 @@ void h_assignments_put(sd_req_t *req, sd_resp_t *resp)
         sd_resp_store_error(resp, rc);
         goto out;
     }
-    if (sd__rstatus_is(r, "stale_epoch") && r->elements == 3) {
+    if (sd_reply_status_is(r, "stale_epoch") && r->elements == 3) {
         log_info("assignments refused", "cluster=%s epoch=%lld current=%lld", cluster,
-                 (long long)epoch, (long long)sd__rnum(r, 1));
+                 (long long)epoch, (long long)sd_reply_num(r, 1));
         stale_epoch(resp, r, epoch);
-    } else if (sd__rstatus_is(r, "ok") && r->elements == 3) {
-        int changed = sd__rnum(r, 2) == 1;
+    } else if (sd_reply_status_is(r, "ok") && r->elements == 3) {
+        int changed = sd_reply_num(r, 2) == 1;
         if (changed)
             SD_COUNT("serverdir_assignment_writes_total",
                      "assignment PUTs that changed some machine's document", 1);
-        sd_resp_json(resp, 200, json_pack("{s:I, s:b}", "version", (json_int_t)sd__rnum(r, 1),
+        sd_resp_json(resp, 200, json_pack("{s:I, s:b}", "version", (json_int_t)sd_reply_num(r, 1),
                                           "changed", changed));
     } else {
-        sd__bad_reply(resp, "assign_put", r);
+        sd_resp_bad_reply(resp, "assign_put", r);
     }
     freeReplyObject(r);
 out:
@@ -414,8 +414,8 @@ int sd_assign_read(const char *cluster, const char *machine, json_t **doc, int64
         return SD_STORE_ERROR;
     }
     char num[32];
-    *version = sd__rnum(r, 0);
-    *doc = doc_json(machine, *version, sd__rnum(r, 1), sd__rnum(r, 3) == 1,
+    *version = sd_reply_num(r, 0);
+    *doc = doc_json(machine, *version, sd_reply_num(r, 1), sd_reply_num(r, 3) == 1,
                     rs(r, 2, num, sizeof num));
     freeReplyObject(r);
     return SD_STORE_OK;
@@ -564,9 +564,9 @@ void h_machine_lost(sd_req_t *req, sd_resp_t *resp)
         sd_resp_store_error(resp, rc);
         return;
     }
-    if (sd__rstatus_is(r, "stale_epoch") && r->elements == 3) {
+    if (sd_reply_status_is(r, "stale_epoch") && r->elements == 3) {
         stale_epoch(resp, r, epoch);
-    } else if (sd__rstatus_is(r, "ok") && r->elements >= 3 && (r->elements - 3) % 2 == 0) {
+    } else if (sd_reply_status_is(r, "ok") && r->elements >= 3 && (r->elements - 3) % 2 == 0) {
         long long stopped = lost_events(cluster, machine, epoch, r, 3);
         if (stopped < 0) {
             sd_resp_store_error(resp, (int)stopped);
@@ -576,11 +576,11 @@ void h_machine_lost(sd_req_t *req, sd_resp_t *resp)
             SD_COUNT("serverdir_machines_lost_total", "machines declared lost by the primary", 1);
             sd_resp_json(resp, 200, json_pack("{s:s, s:I, s:I, s:b}", "machine", machine,
                                               "stopped", (json_int_t)stopped, "version",
-                                              (json_int_t)sd__rnum(r, 1), "changed",
-                                              sd__rnum(r, 2) == 1));
+                                              (json_int_t)sd_reply_num(r, 1), "changed",
+                                              sd_reply_num(r, 2) == 1));
         }
     } else {
-        sd__bad_reply(resp, "machine_lost", r);
+        sd_resp_bad_reply(resp, "machine_lost", r);
     }
     freeReplyObject(r);
 }

@@ -45,12 +45,12 @@ static int service_read(sd_resp_t *resp, const char *cluster, const char *svc, j
         return -1;
     }
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
-        sd__bad_reply(resp, "service_list", r);
+        sd_resp_bad_reply(resp, "service_list", r);
         freeReplyObject(r);
         return -1;
     }
     if (r->elements == 2 && !(*out = sd_service_json(r->element[1]))) {
-        sd__bad_reply(resp, "service_list", r);
+        sd_resp_bad_reply(resp, "service_list", r);
         freeReplyObject(r);
         return -1;
     }
@@ -76,28 +76,28 @@ static int spec_store(sd_resp_t *resp, const char *cluster, const char *svc, con
         sd_resp_store_error(resp, rc);
         return 0;
     }
-    if (sd__rstatus_is(r, "conflict")) {
+    if (sd_reply_status_is(r, "conflict")) {
         freeReplyObject(r);
         return 1;
     }
     json_t *changes = json_array();
-    int changed = sd__rstatus_is(r, "changed") && r->elements == 3;
-    if (!changed && !(sd__rstatus_is(r, "unchanged") && r->elements == 2)) {
+    int changed = sd_reply_status_is(r, "changed") && r->elements == 3;
+    if (!changed && !(sd_reply_status_is(r, "unchanged") && r->elements == 2)) {
         json_decref(changes);
-        sd__bad_reply(resp, "service_put", r);
+        sd_resp_bad_reply(resp, "service_put", r);
         freeReplyObject(r);
         return 0;
     }
     if (changed) {
-        json_t *old = *sd__rstr(r, 2) ? json_loads(sd__rstr(r, 2), 0, NULL) : NULL;
+        json_t *old = *sd_reply_str(r, 2) ? json_loads(sd_reply_str(r, 2), 0, NULL) : NULL;
         sd_spec_diff(old, spec, changes);
         json_decref(old);
         log_info("service changed", "cluster=%s service=%s version=%lld changes=%zu", cluster, svc,
-                 (long long)sd__rnum(r, 1), json_array_size(changes));
+                 (long long)sd_reply_num(r, 1), json_array_size(changes));
         SD_COUNT("serverdir_service_changes_total", "service specs created or changed", 1);
     }
     sd_resp_json(resp, 200, json_pack("{s:s, s:I, s:b, s:o}", "service", svc, "version",
-                                      (json_int_t)sd__rnum(r, 1), "changed", changed, "changes",
+                                      (json_int_t)sd_reply_num(r, 1), "changed", changed, "changes",
                                       changes));
     freeReplyObject(r);
     return 0;
@@ -139,17 +139,17 @@ json_t *sd_service_json(const redisReply *e)
     if (e->type != REDIS_REPLY_ARRAY || e->elements != 7 ||
         e->element[6]->type != REDIS_REPLY_ARRAY)
         return NULL;
-    json_t *spec = json_loads(sd__rstr(e, 1), 0, NULL);
-    json_t *o = json_pack("{s:s, s:I, s:o, s:b, s:I, s:I}", "service", sd__rstr(e, 0),
-                          "version", (json_int_t)sd__rnum(e, 2),
+    json_t *spec = json_loads(sd_reply_str(e, 1), 0, NULL);
+    json_t *o = json_pack("{s:s, s:I, s:o, s:b, s:I, s:I}", "service", sd_reply_str(e, 0),
+                          "version", (json_int_t)sd_reply_num(e, 2),
                           "spec", spec ? spec : json_object(),
-                          "stopped", sd__rnum(e, 3) == 1,
-                          "restart_token", (json_int_t)sd__rnum(e, 4),
-                          "max_unavailable", (json_int_t)sd__rnum(e, 5));
+                          "stopped", sd_reply_num(e, 3) == 1,
+                          "restart_token", (json_int_t)sd_reply_num(e, 4),
+                          "max_unavailable", (json_int_t)sd_reply_num(e, 5));
     json_t *slots = json_object();
     const redisReply *st = e->element[6];
     for (size_t i = 0; i + 1 < st->elements; i += 2)
-        json_object_set_new(slots, sd__rstr(st, i), json_integer(sd__rnum(st, i + 1)));
+        json_object_set_new(slots, sd_reply_str(st, i), json_integer(sd_reply_num(st, i + 1)));
     json_object_set_new(o, "slot_restart_tokens", slots);
     return o;
 }
@@ -191,7 +191,7 @@ void h_services_list(sd_req_t *req, sd_resp_t *resp)
         return;
     }
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
-        sd__bad_reply(resp, "service_list", r);
+        sd_resp_bad_reply(resp, "service_list", r);
         freeReplyObject(r);
         return;
     }
@@ -201,7 +201,7 @@ void h_services_list(sd_req_t *req, sd_resp_t *resp)
         if (s)
             json_array_append_new(list, s);
     }
-    json_t *out = json_pack("{s:I, s:o}", "version", (json_int_t)sd__rnum(r, 0), "services", list);
+    json_t *out = json_pack("{s:I, s:o}", "version", (json_int_t)sd_reply_num(r, 0), "services", list);
     freeReplyObject(r);
     sd_resp_json(resp, 200, out);
 }
@@ -233,14 +233,14 @@ void h_service_delete(sd_req_t *req, sd_resp_t *resp)
         sd_resp_store_error(resp, rc);
         return;
     }
-    if (sd__rstatus_is(r, "unknown_service")) {
+    if (sd_reply_status_is(r, "unknown_service")) {
         unknown_service(resp, svc);
-    } else if (sd__rstatus_is(r, "ok")) {
+    } else if (sd_reply_status_is(r, "ok")) {
         log_info("service deleted", "cluster=%s service=%s", cluster, svc);
         SD_COUNT("serverdir_service_changes_total", "service specs created or changed", 1);
         sd_resp_empty(resp, 204);
     } else {
-        sd__bad_reply(resp, "service_delete", r);
+        sd_resp_bad_reply(resp, "service_delete", r);
     }
     freeReplyObject(r);
 }
@@ -307,17 +307,17 @@ static void service_stop_set(sd_req_t *req, sd_resp_t *resp, int stop)
         sd_resp_store_error(resp, rc);
         return;
     }
-    if (sd__rstatus_is(r, "unknown_service")) {
+    if (sd_reply_status_is(r, "unknown_service")) {
         unknown_service(resp, svc);
-    } else if (sd__rstatus_is(r, "ok") && r->elements == 3) {
-        if (sd__rnum(r, 1) == 1)
+    } else if (sd_reply_status_is(r, "ok") && r->elements == 3) {
+        if (sd_reply_num(r, 1) == 1)
             log_info(stop ? "service stopped" : "service started", "cluster=%s service=%s",
                      cluster, svc);
         sd_resp_json(resp, 200, json_pack("{s:s, s:b, s:b, s:I}", "service", svc, "stopped", stop,
-                                          "changed", sd__rnum(r, 1) == 1, "version",
-                                          (json_int_t)sd__rnum(r, 2)));
+                                          "changed", sd_reply_num(r, 1) == 1, "version",
+                                          (json_int_t)sd_reply_num(r, 2)));
     } else {
-        sd__bad_reply(resp, "service_stop", r);
+        sd_resp_bad_reply(resp, "service_stop", r);
     }
     freeReplyObject(r);
 }
@@ -360,20 +360,20 @@ void h_service_restart(sd_req_t *req, sd_resp_t *resp)
         sd_resp_store_error(resp, rc);
         return;
     }
-    if (sd__rstatus_is(r, "unknown_service")) {
+    if (sd_reply_status_is(r, "unknown_service")) {
         unknown_service(resp, svc);
-    } else if (sd__rstatus_is(r, "ok") && r->elements == 3) {
+    } else if (sd_reply_status_is(r, "ok") && r->elements == 3) {
         log_info("service restart requested", "cluster=%s service=%s restart_token=%lld "
-                 "max_unavailable=%lld", cluster, svc, (long long)sd__rnum(r, 1),
+                 "max_unavailable=%lld", cluster, svc, (long long)sd_reply_num(r, 1),
                  (long long)max_unavailable);
         SD_COUNT("serverdir_restarts_requested_total{kind=\"service\"}",
                  "restarts requested by operators", 1);
         sd_resp_json(resp, 200, json_pack("{s:s, s:I, s:I, s:I}", "service", svc,
-                                          "restart_token", (json_int_t)sd__rnum(r, 1),
+                                          "restart_token", (json_int_t)sd_reply_num(r, 1),
                                           "max_unavailable", (json_int_t)max_unavailable,
-                                          "version", (json_int_t)sd__rnum(r, 2)));
+                                          "version", (json_int_t)sd_reply_num(r, 2)));
     } else {
-        sd__bad_reply(resp, "service_restart", r);
+        sd_resp_bad_reply(resp, "service_restart", r);
     }
     freeReplyObject(r);
 }
@@ -403,26 +403,26 @@ void h_instance_restart(sd_req_t *req, sd_resp_t *resp)
         sd_resp_store_error(resp, rc);
         return;
     }
-    if (sd__rstatus_is(r, "unknown_instance")) {
+    if (sd_reply_status_is(r, "unknown_instance")) {
         sd_resp_error_extra(resp, 404, "unknown_instance", json_pack("{s:s}", "instance", inst),
                             "instance '%s' is not in the directory", inst);
-    } else if (sd__rstatus_is(r, "no_slot")) {
+    } else if (sd_reply_status_is(r, "no_slot")) {
         sd_resp_error_extra(resp, 409, "no_slot", json_pack("{s:s}", "instance", inst),
                             "instance '%s' has no slot (not placed by the primary)", inst);
-    } else if (sd__rstatus_is(r, "unknown_service")) {
-        unknown_service(resp, sd__rstr(r, 1));
-    } else if (sd__rstatus_is(r, "ok") && r->elements == 5) {
+    } else if (sd_reply_status_is(r, "unknown_service")) {
+        unknown_service(resp, sd_reply_str(r, 1));
+    } else if (sd_reply_status_is(r, "ok") && r->elements == 5) {
         log_info("instance restart requested", "cluster=%s instance=%s service=%s slot=%s",
-                 cluster, inst, sd__rstr(r, 1), sd__rstr(r, 2));
+                 cluster, inst, sd_reply_str(r, 1), sd_reply_str(r, 2));
         SD_COUNT("serverdir_restarts_requested_total{kind=\"instance\"}",
                  "restarts requested by operators", 1);
         sd_resp_json(resp, 200, json_pack("{s:s, s:s, s:I, s:I, s:I}", "instance", inst,
-                                          "service", sd__rstr(r, 1),
-                                          "slot", (json_int_t)sd__rnum(r, 2),
-                                          "restart_token", (json_int_t)sd__rnum(r, 3), "version",
-                                          (json_int_t)sd__rnum(r, 4)));
+                                          "service", sd_reply_str(r, 1),
+                                          "slot", (json_int_t)sd_reply_num(r, 2),
+                                          "restart_token", (json_int_t)sd_reply_num(r, 3), "version",
+                                          (json_int_t)sd_reply_num(r, 4)));
     } else {
-        sd__bad_reply(resp, "instance_restart", r);
+        sd_resp_bad_reply(resp, "instance_restart", r);
     }
     freeReplyObject(r);
     json_decref(body);
@@ -443,16 +443,16 @@ static void cluster_stop_set(sd_req_t *req, sd_resp_t *resp, int stop)
         return;
     }
     if (r->type == REDIS_REPLY_ARRAY && r->elements == 2) {
-        if (sd__rnum(r, 0) == 1) {
+        if (sd_reply_num(r, 0) == 1) {
             log_info(stop ? "cluster stopped" : "cluster started", "cluster=%s peer=%s", cluster,
                      req->peer_ip);
             SD_COUNT("serverdir_cluster_stop_changes_total", "realm stop/start flag changes", 1);
         }
         sd_resp_json(resp, 200, json_pack("{s:b, s:b, s:I}", "cluster_stopped", stop, "changed",
-                                          sd__rnum(r, 0) == 1,
-                                          "version", (json_int_t)sd__rnum(r, 1)));
+                                          sd_reply_num(r, 0) == 1,
+                                          "version", (json_int_t)sd_reply_num(r, 1)));
     } else {
-        sd__bad_reply(resp, "cluster_stop", r);
+        sd_resp_bad_reply(resp, "cluster_stop", r);
     }
     freeReplyObject(r);
 }
@@ -474,18 +474,18 @@ static void machine_drain_set(sd_req_t *req, sd_resp_t *resp, int drain)
         sd_resp_store_error(resp, rc);
         return;
     }
-    if (sd__rstatus_is(r, "unknown_machine")) {
+    if (sd_reply_status_is(r, "unknown_machine")) {
         sd_resp_error_extra(resp, 404, "unknown_machine", json_pack("{s:s}", "machine", machine),
                             "machine '%s' is not registered", machine);
-    } else if (sd__rstatus_is(r, "ok") && r->elements == 3) {
-        if (sd__rnum(r, 1) == 1)
+    } else if (sd_reply_status_is(r, "ok") && r->elements == 3) {
+        if (sd_reply_num(r, 1) == 1)
             log_info(drain ? "machine draining" : "machine undrained", "cluster=%s machine=%s",
                      cluster, machine);
         sd_resp_json(resp, 200, json_pack("{s:s, s:b, s:b, s:I}", "machine", machine, "draining",
-                                          drain, "changed", sd__rnum(r, 1) == 1, "version",
-                                          (json_int_t)sd__rnum(r, 2)));
+                                          drain, "changed", sd_reply_num(r, 1) == 1, "version",
+                                          (json_int_t)sd_reply_num(r, 2)));
     } else {
-        sd__bad_reply(resp, "machine_drain", r);
+        sd_resp_bad_reply(resp, "machine_drain", r);
     }
     freeReplyObject(r);
 }

@@ -75,20 +75,7 @@ void sd_assign_park(sd_req_t *req, sd_resp_t *resp, const char *cluster, const c
  * if_none_match names the current version. Steals doc. */
 void sd_assign_answer(sd_resp_t *resp, json_t *doc, int64_t version, const char *if_none_match);
 
-/* ---------- script reply helpers of api_cluster.c and api_services.c ---------- */
-
-/* Element i of an array reply as text: a string or status element, else "" (absent or
- * another type). Points into r. */
-const char *sd__rstr(const redisReply *r, size_t i);
-
-/* Element i of an array reply as a number (integer, or decimal text; 0 otherwise). */
-int64_t sd__rnum(const redisReply *r, size_t i);
-
-/* Whether r is an array reply whose first element is the status word st. */
-int sd__rstatus_is(const redisReply *r, const char *st);
-
-/* Logs a script reply the handler does not understand and answers 500 internal. */
-void sd__bad_reply(sd_resp_t *resp, const char *script, redisReply *r);
+/* ---------- running cluster scripts (cluster_spec.c) ---------- */
 
 /* Runs a cluster script with the cluster's key base as its one key and the string args
  * that follow, up to a terminating NULL. Returns a SD_STORE_* code, *out as

@@ -200,35 +200,7 @@ void sd_spec_diff(const json_t *old_spec, const json_t *new_spec, json_t *change
     diff_value("", old_spec, new_spec, changes);
 }
 
-/* ---------- script reply helpers ---------- */
-
-const char *sd__rstr(const redisReply *r, size_t i)
-{
-    if (!r || r->type != REDIS_REPLY_ARRAY || i >= r->elements)
-        return "";
-    const redisReply *e = r->element[i];
-    return e->type == REDIS_REPLY_STRING || e->type == REDIS_REPLY_STATUS ? e->str : "";
-}
-
-int64_t sd__rnum(const redisReply *r, size_t i)
-{
-    if (r && r->type == REDIS_REPLY_ARRAY && i < r->elements &&
-        r->element[i]->type == REDIS_REPLY_INTEGER)
-        return r->element[i]->integer;
-    return strtoll(sd__rstr(r, i), NULL, 10);
-}
-
-int sd__rstatus_is(const redisReply *r, const char *st)
-{
-    return r && r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && strcmp(sd__rstr(r, 0), st) == 0;
-}
-
-void sd__bad_reply(sd_resp_t *resp, const char *script, redisReply *r)
-{
-    log_error("unexpected script reply", "script=%s type=%d err=%s", script, r ? r->type : -1,
-              r && r->type == REDIS_REPLY_ERROR ? r->str : "");
-    sd_resp_error(resp, 500, "internal", "unexpected reply from the store");
-}
+/* ---------- running cluster scripts ---------- */
 
 int sd__cluster_run(const char *script, const char *cluster, redisReply **out, ...)
 {

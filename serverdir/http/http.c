@@ -141,6 +141,13 @@ void sd_resp_store_error(sd_resp_t *resp, int err)
     sd_resp_error(resp, 500, "store_error", "unexpected reply from the Redis store");
 }
 
+void sd_resp_bad_reply(sd_resp_t *resp, const char *script, const redisReply *r)
+{
+    log_error("unexpected script reply", "script=%s type=%d err=%s", script, r ? r->type : -1,
+              r && r->type == REDIS_REPLY_ERROR ? r->str : "");
+    sd_resp_error(resp, 500, "internal", "unexpected reply from the store");
+}
+
 /* ---------- request helpers ---------- */
 
 const char *sd_req_query(const sd_req_t *req, const char *name)

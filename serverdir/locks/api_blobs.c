@@ -31,21 +31,6 @@ static int seq_header(const sd_req_t *req, sd_resp_t *resp, const char *header,
     return 0;
 }
 
-static const char *rstr(const redisReply *r, size_t i)
-{
-    if (!r || r->type != REDIS_REPLY_ARRAY || i >= r->elements)
-        return "";
-    const redisReply *e = r->element[i];
-    return e->type == REDIS_REPLY_STRING ? e->str : "";
-}
-
-static void unexpected(sd_resp_t *resp, const char *script, redisReply *r)
-{
-    log_error("unexpected script reply", "script=%s type=%d", script, r ? r->type : -1);
-    freeReplyObject(r);
-    sd_resp_error(resp, 500, "internal", "unexpected reply from the store");
-}
-
 /* Answers 409 fenced with the key's current lock_seq (null when nobody holds it). save:
  * the refused request was a save (else a read), for the metric's op label. */
 static void fenced(sd_resp_t *resp, int save, const char *name, const char *cur, int64_t given)
@@ -91,25 +76,25 @@ void h_blob_get(sd_req_t *req, sd_resp_t *resp)
         return;
     }
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 2) {
-        unexpected(resp, "blob_get", r);
+        sd_resp_bad_reply(resp, "blob_get", r);
+        freeReplyObject(r);
         return;
     }
-    const char *st = rstr(r, 0);
+    const char *st = sd_reply_str(r, 0);
     if (strcmp(st, "fenced") == 0) {
-        fenced(resp, 0, name, rstr(r, 1), lock_seq);
+        fenced(resp, 0, name, sd_reply_str(r, 1), lock_seq);
     } else if (strcmp(st, "no_blob") == 0) {
         sd_resp_error_extra(resp, 404, "no_blob", json_pack("{s:s}", "key", name),
                             "no blob is stored under '%s'", name);
-        sd_resp_header(resp, "Lock-Seq", rstr(r, 1));
+        sd_resp_header(resp, "Lock-Seq", sd_reply_str(r, 1));
     } else if (strcmp(st, "ok") == 0 && r->elements == 4 &&
                r->element[1]->type == REDIS_REPLY_STRING) {
         sd_resp_bytes(resp, 200, "application/octet-stream", r->element[1]->str,
                       r->element[1]->len);
-        sd_resp_header(resp, "Blob-Seq", rstr(r, 2));
-        sd_resp_header(resp, "Lock-Seq", rstr(r, 3));
+        sd_resp_header(resp, "Blob-Seq", sd_reply_str(r, 2));
+        sd_resp_header(resp, "Lock-Seq", sd_reply_str(r, 3));
     } else {
-        unexpected(resp, "blob_get", r);
-        return;
+        sd_resp_bad_reply(resp, "blob_get", r);
     }
     freeReplyObject(r);
 }
@@ -161,27 +146,27 @@ void h_blob_put(sd_req_t *req, sd_resp_t *resp)
         return;
     }
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
-        unexpected(resp, "blob_save", r);
+        sd_resp_bad_reply(resp, "blob_save", r);
+        freeReplyObject(r);
         return;
     }
-    const char *st = rstr(r, 0);
+    const char *st = sd_reply_str(r, 0);
     if (strcmp(st, "fenced") == 0) {
-        fenced(resp, 1, name, rstr(r, 1), lock_seq);
+        fenced(resp, 1, name, sd_reply_str(r, 1), lock_seq);
     } else if (strcmp(st, "stale_seq") == 0) {
         SD_COUNT("serverdir_blob_stale_total", "Blob saves refused for a stale Blob-Seq", 1);
         sd_resp_error_extra(resp, 409, "stale_seq",
                             json_pack("{s:s, s:I}", "key", name, "blob_seq",
-                                      (json_int_t)strtoll(rstr(r, 1), NULL, 10)),
+                                      (json_int_t)strtoll(sd_reply_str(r, 1), NULL, 10)),
                             "Blob-Seq %lld is not greater than the stored %s", (long long)blob_seq,
-                            rstr(r, 1));
+                            sd_reply_str(r, 1));
     } else if (strcmp(st, "ok") == 0) {
         SD_COUNT("serverdir_blob_saves_total", "Blob saves accepted", 1);
         sd_resp_json(resp, 200, json_pack("{s:s, s:I, s:I, s:I}", "key", name, "blob_seq",
                                           (json_int_t)blob_seq, "lock_seq", (json_int_t)lock_seq,
                                           "bytes", (json_int_t)req->body.len));
     } else {
-        unexpected(resp, "blob_save", r);
-        return;
+        sd_resp_bad_reply(resp, "blob_save", r);
     }
     freeReplyObject(r);
 }

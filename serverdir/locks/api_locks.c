@@ -110,31 +110,6 @@ static const char *holder_key(char *buf, size_t cap, const char *holder)
     return buf;
 }
 
-/* Element i of an array reply as a string ("" when absent or not a string). */
-static const char *rstr(const redisReply *r, size_t i)
-{
-    if (!r || r->type != REDIS_REPLY_ARRAY || i >= r->elements)
-        return "";
-    const redisReply *e = r->element[i];
-    return e->type == REDIS_REPLY_STRING || e->type == REDIS_REPLY_STATUS ? e->str : "";
-}
-
-static int64_t rnum(const redisReply *r, size_t i) { return strtoll(rstr(r, i), NULL, 10); }
-
-/* A script reply that is not the expected status array: a bug, answered 500. */
-static void bad_reply(sd_resp_t *resp, const char *script, redisReply *r)
-{
-    log_error("unexpected script reply", "script=%s type=%d err=%s", script, r ? r->type : -1,
-              r && r->type == REDIS_REPLY_ERROR ? r->str : "");
-    sd_resp_error(resp, 500, "internal", "unexpected reply from the store");
-}
-
-static int is_status_reply(const redisReply *r)
-{
-    return r && r->type == REDIS_REPLY_ARRAY && r->elements >= 1 &&
-           r->element[0]->type == REDIS_REPLY_STRING;
-}
-
 /* ---------- acquire ---------- */
 
 /* Reads body.keys: 1..SD_LOCKS_MAX_KEYS distinct names into names/n. */
@@ -269,10 +244,10 @@ static int64_t wait_slice(const redisReply *r, int64_t left)
 {
     int64_t ms = left < WAIT_SLICE_MS ? left : WAIT_SLICE_MS;
     int64_t hint = -1;
-    if (strcmp(rstr(r, 0), "lock_delayed") == 0)
-        hint = rnum(r, 2);
-    else if (rnum(r, 4) > 0)
-        hint = rnum(r, 4) - rnum(r, 5) + 1;
+    if (strcmp(sd_reply_str(r, 0), "lock_delayed") == 0)
+        hint = sd_reply_num(r, 2);
+    else if (sd_reply_num(r, 4) > 0)
+        hint = sd_reply_num(r, 4) - sd_reply_num(r, 5) + 1;
     if (hint >= 0 && hint < ms)
         ms = hint;
     return ms;
@@ -316,9 +291,9 @@ static int grant_wait_replicas(sd_resp_t *resp)
 /* Answers a refused acquire (lock_held or lock_delayed). */
 static void acquire_refused(sd_resp_t *resp, const redisReply *r, int64_t waited_ms)
 {
-    const char *name = rstr(r, 1);
-    if (strcmp(rstr(r, 0), "lock_delayed") == 0) {
-        int64_t after = rnum(r, 2);
+    const char *name = sd_reply_str(r, 1);
+    if (strcmp(sd_reply_str(r, 0), "lock_delayed") == 0) {
+        int64_t after = sd_reply_num(r, 2);
         char ra[24];
         snprintf(ra, sizeof ra, "%lld", (long long)(after + 999) / 1000);
         sd_resp_header(resp, "Retry-After", ra);
@@ -331,8 +306,8 @@ static void acquire_refused(sd_resp_t *resp, const redisReply *r, int64_t waited
                             name, (long long)after);
         return;
     }
-    int64_t since = rnum(r, 3), expires = rnum(r, 4), now = rnum(r, 5);
-    json_t *extra = json_pack("{s:s, s:s, s:I, s:I, s:I}", "key", name, "holder", rstr(r, 2),
+    int64_t since = sd_reply_num(r, 3), expires = sd_reply_num(r, 4), now = sd_reply_num(r, 5);
+    json_t *extra = json_pack("{s:s, s:s, s:I, s:I, s:I}", "key", name, "holder", sd_reply_str(r, 2),
                               "since_ms", (json_int_t)since, "held_for_ms",
                               (json_int_t)(now - since), "waited_ms", (json_int_t)waited_ms);
     json_object_set_new(extra, "expires_in_ms",
@@ -340,23 +315,23 @@ static void acquire_refused(sd_resp_t *resp, const redisReply *r, int64_t waited
     SD_COUNT("serverdir_lock_conflicts_total{reason=\"lock_held\"}", "Refused acquires", 1);
     sd_resp_error_extra(resp, 409, "lock_held", extra,
                         "lock '%s' is held by '%s' since %lld (for %lld ms)", name,
-                        rstr(r, 2), (long long)since, (long long)(now - since));
+                        sd_reply_str(r, 2), (long long)since, (long long)(now - since));
 }
 
 /* One granted key of an ok reply (status, now, then 6 fields per key) as JSON. */
 static json_t *grant_json(const redisReply *r, int i, int64_t now_ms)
 {
     size_t b = 2 + (size_t)i * 6;
-    int64_t expires = rnum(r, b + 5);
-    json_t *o = json_pack("{s:s, s:I, s:I, s:b}", "key", rstr(r, b), "lock_seq",
-                          (json_int_t)rnum(r, b + 1), "since_ms", (json_int_t)rnum(r, b + 4),
-                          "reacquired", strcmp(rstr(r, b + 2), "1") == 0);
+    int64_t expires = sd_reply_num(r, b + 5);
+    json_t *o = json_pack("{s:s, s:I, s:I, s:b}", "key", sd_reply_str(r, b), "lock_seq",
+                          (json_int_t)sd_reply_num(r, b + 1), "since_ms", (json_int_t)sd_reply_num(r, b + 4),
+                          "reacquired", strcmp(sd_reply_str(r, b + 2), "1") == 0);
     json_object_set_new(o, "expires_in_ms",
                         expires > 0 ? json_integer(expires - now_ms) : json_null());
-    const char *stolen = rstr(r, b + 3);
+    const char *stolen = sd_reply_str(r, b + 3);
     if (*stolen) {
         json_object_set_new(o, "stolen_from", json_string(stolen));
-        log_info("lock stolen", "key=%s from=%s", rstr(r, b), stolen);
+        log_info("lock stolen", "key=%s from=%s", sd_reply_str(r, b), stolen);
         SD_COUNT("serverdir_lock_steals_total", "Locks taken over from a stopped or old holder", 1);
     }
     return o;
@@ -368,16 +343,16 @@ static json_t *grant_json(const redisReply *r, int i, int64_t now_ms)
 static void acquire_finish(const sd_lock_req_t *a, int many, redisReply *r, int64_t waited,
                            sd_resp_t *resp)
 {
-    if (!is_status_reply(r)) {
-        bad_reply(resp, "lock_acquire", r);
-    } else if (strcmp(rstr(r, 0), "ok") != 0) {
+    if (!sd_reply_has_status(r)) {
+        sd_resp_bad_reply(resp, "lock_acquire", r);
+    } else if (strcmp(sd_reply_str(r, 0), "ok") != 0) {
         acquire_refused(resp, r, waited);
     } else if (r->elements != 2 + (size_t)a->n * 6) {
-        bad_reply(resp, "lock_acquire", r);
+        sd_resp_bad_reply(resp, "lock_acquire", r);
     } else if (grant_wait_replicas(resp) == 0) {
         SD_COUNT("serverdir_lock_grants_total", "Locks granted (keys)", a->n);
         /* Times are Redis time; expires_in_ms is relative to the grant itself. */
-        int64_t now_ms = rnum(r, 1);
+        int64_t now_ms = sd_reply_num(r, 1);
         json_t *out;
         if (!many) {
             out = grant_json(r, 0, now_ms);
@@ -421,15 +396,15 @@ static void *waiter_main(void *arg)
         if (rc != SD_STORE_OK)
             break;
         rc = acquire_once(&w->a, &r);
-        if (rc != SD_STORE_OK || !is_status_reply(r))
+        if (rc != SD_STORE_OK || !sd_reply_has_status(r))
             break;
-        const char *st = rstr(r, 0);
+        const char *st = sd_reply_str(r, 0);
         int64_t left = w->start_ms + w->a.wait_ms - sd_mono_ms();
         if ((strcmp(st, "lock_held") && strcmp(st, "lock_delayed")) || left <= 0 ||
             sd_http_stopping())
             break;
         ms = wait_slice(r, left);
-        sd_strlcpy(w->name, rstr(r, 1), sizeof w->name);
+        sd_strlcpy(w->name, sd_reply_str(r, 1), sizeof w->name);
         freeReplyObject(r);
         r = NULL;
     }
@@ -474,7 +449,7 @@ static void acquire_park(const sd_lock_req_t *a, int many, redisReply *r, int64_
     w->resp = resp;
     w->start_ms = start_ms;
     w->first_slice_ms = wait_slice(r, start_ms + a->wait_ms - sd_mono_ms());
-    sd_strlcpy(w->name, rstr(r, 1), sizeof w->name);
+    sd_strlcpy(w->name, sd_reply_str(r, 1), sizeof w->name);
     freeReplyObject(r);
     sd_strlcpy(w->holder, a->holder, sizeof w->holder);
     sd_strlcpy(w->cluster, a->steal_cluster, sizeof w->cluster);
@@ -510,8 +485,8 @@ static void acquire_answer(const sd_lock_req_t *a, int many, sd_req_t *req, sd_r
         sd_resp_store_error(resp, rc);
         return;
     }
-    if (a->wait_ms > 0 && is_status_reply(r) &&
-        (!strcmp(rstr(r, 0), "lock_held") || !strcmp(rstr(r, 0), "lock_delayed")) &&
+    if (a->wait_ms > 0 && sd_reply_has_status(r) &&
+        (!strcmp(sd_reply_str(r, 0), "lock_held") || !strcmp(sd_reply_str(r, 0), "lock_delayed")) &&
         !sd_http_stopping()) {
         acquire_park(a, many, r, start, req, resp);
         return;
@@ -582,35 +557,35 @@ static void release_answer(const char *holder, const char **names, const int64_t
         sd_resp_store_error(resp, rc);
         return;
     }
-    const char *st = rstr(r, 0);
-    if (!is_status_reply(r)) {
-        bad_reply(resp, "lock_release", r);
+    const char *st = sd_reply_str(r, 0);
+    if (!sd_reply_has_status(r)) {
+        sd_resp_bad_reply(resp, "lock_release", r);
     } else if (strcmp(st, "not_holder") == 0) {
-        const char *cur = rstr(r, 2);
-        json_t *extra = json_pack("{s:s}", "key", rstr(r, 1));
+        const char *cur = sd_reply_str(r, 2);
+        json_t *extra = json_pack("{s:s}", "key", sd_reply_str(r, 1));
         json_object_set_new(extra, "holder", *cur ? json_string(cur) : json_null());
-        sd_resp_error_extra(resp, 409, "not_holder", extra, "lock '%s' is %s%s%s", rstr(r, 1),
+        sd_resp_error_extra(resp, 409, "not_holder", extra, "lock '%s' is %s%s%s", sd_reply_str(r, 1),
                             *cur ? "held by '" : "not held", cur, *cur ? "'" : "");
     } else if (strcmp(st, "stale_lock_seq") == 0) {
-        sd_resp_error_extra(resp, 409, "stale_lock_seq", json_pack("{s:s}", "key", rstr(r, 1)),
+        sd_resp_error_extra(resp, 409, "stale_lock_seq", json_pack("{s:s}", "key", sd_reply_str(r, 1)),
                             "lock '%s' was granted to this holder again with another lock_seq",
-                            rstr(r, 1));
+                            sd_reply_str(r, 1));
     } else if (strcmp(st, "ok") == 0 && r->elements == 1 + (size_t)n * 2) {
         SD_COUNT("serverdir_lock_releases_total", "Locks released by their holder (keys)", n);
         json_t *out;
         if (!many) {
-            out = json_pack("{s:s, s:s, s:I, s:b}", "key", rstr(r, 1), "holder", holder,
-                            "lock_seq", (json_int_t)rnum(r, 2), "released", 1);
+            out = json_pack("{s:s, s:s, s:I, s:b}", "key", sd_reply_str(r, 1), "holder", holder,
+                            "lock_seq", (json_int_t)sd_reply_num(r, 2), "released", 1);
         } else {
             json_t *locks = json_array();
             for (int i = 0; i < n; i++)
-                json_array_append_new(locks, json_pack("{s:s, s:I}", "key", rstr(r, 1 + i * 2),
-                                                       "lock_seq", (json_int_t)rnum(r, 2 + i * 2)));
+                json_array_append_new(locks, json_pack("{s:s, s:I}", "key", sd_reply_str(r, 1 + i * 2),
+                                                       "lock_seq", (json_int_t)sd_reply_num(r, 2 + i * 2)));
             out = json_pack("{s:s, s:o, s:b}", "holder", holder, "locks", locks, "released", 1);
         }
         sd_resp_json(resp, 200, out);
     } else {
-        bad_reply(resp, "lock_release", r);
+        sd_resp_bad_reply(resp, "lock_release", r);
     }
     freeReplyObject(r);
 }
@@ -667,19 +642,19 @@ void h_lock_delete(sd_req_t *req, sd_resp_t *resp)
             sd_resp_store_error(resp, rc);
             return;
         }
-        if (is_status_reply(r) && strcmp(rstr(r, 0), "not_held") == 0) {
+        if (sd_reply_has_status(r) && strcmp(sd_reply_str(r, 0), "not_held") == 0) {
             sd_resp_error_extra(resp, 404, "not_held", json_pack("{s:s}", "key", name),
                                 "lock '%s' is not held", name);
-        } else if (is_status_reply(r) && strcmp(rstr(r, 0), "ok") == 0 && r->elements == 4) {
+        } else if (sd_reply_has_status(r) && strcmp(sd_reply_str(r, 0), "ok") == 0 && r->elements == 4) {
             log_info("lock force-unlocked", "key=%s holder=%s lock_seq=%s peer=%s", name,
-                     rstr(r, 1), rstr(r, 2), req->peer_ip);
+                     sd_reply_str(r, 1), sd_reply_str(r, 2), req->peer_ip);
             SD_COUNT("serverdir_lock_forced_total", "Locks force-unlocked by ops", 1);
             sd_resp_json(resp, 200,
                          json_pack("{s:s, s:s, s:I, s:b, s:I}", "key", name, "previous_holder",
-                                   rstr(r, 1), "lock_seq", (json_int_t)rnum(r, 2), "forced", 1,
+                                   sd_reply_str(r, 1), "lock_seq", (json_int_t)sd_reply_num(r, 2), "forced", 1,
                                    "lock_delay_ms", (json_int_t)sd_locks_cfg.lock_delay_ms));
         } else {
-            bad_reply(resp, "lock_force", r);
+            sd_resp_bad_reply(resp, "lock_force", r);
         }
         freeReplyObject(r);
         return;
@@ -743,28 +718,28 @@ void h_lock_renew(sd_req_t *req, sd_resp_t *resp)
         sd_resp_store_error(resp, rc);
         goto out;
     }
-    const char *st = rstr(r, 0);
-    if (is_status_reply(r) && strcmp(st, "not_holder") == 0) {
-        const char *cur = rstr(r, 1);
+    const char *st = sd_reply_str(r, 0);
+    if (sd_reply_has_status(r) && strcmp(st, "not_holder") == 0) {
+        const char *cur = sd_reply_str(r, 1);
         json_t *extra = json_pack("{s:s}", "key", name);
         json_object_set_new(extra, "holder", *cur ? json_string(cur) : json_null());
         sd_resp_error_extra(resp, 409, "not_holder", extra, "lock '%s' is %s%s%s", name,
                             *cur ? "held by '" : "not held (or its lease ran out)", cur,
                             *cur ? "'" : "");
-    } else if (is_status_reply(r) && strcmp(st, "stale_lock_seq") == 0) {
+    } else if (sd_reply_has_status(r) && strcmp(st, "stale_lock_seq") == 0) {
         sd_resp_error_extra(resp, 409, "stale_lock_seq", json_pack("{s:s}", "key", name),
                             "lock '%s' was granted to this holder again with another lock_seq",
                             name);
-    } else if (is_status_reply(r) && strcmp(st, "ok") == 0 && r->elements == 4) {
-        int64_t expires = rnum(r, 2), now = rnum(r, 3);
+    } else if (sd_reply_has_status(r) && strcmp(st, "ok") == 0 && r->elements == 4) {
+        int64_t expires = sd_reply_num(r, 2), now = sd_reply_num(r, 3);
         json_t *out = json_pack("{s:s, s:s, s:I}", "key", name, "holder", holder, "lock_seq",
-                                (json_int_t)rnum(r, 1));
+                                (json_int_t)sd_reply_num(r, 1));
         json_object_set_new(out, "expires_in_ms",
                             expires > 0 ? json_integer(expires - now)
                                         : json_null());
         sd_resp_json(resp, 200, out);
     } else {
-        bad_reply(resp, "lock_renew", r);
+        sd_resp_bad_reply(resp, "lock_renew", r);
     }
     freeReplyObject(r);
 out:
@@ -793,30 +768,30 @@ void h_lock_get(sd_req_t *req, sd_resp_t *resp)
         sd_resp_store_error(resp, rc);
         return;
     }
-    if (!is_status_reply(r)) {
-        bad_reply(resp, "lock_get", r);
+    if (!sd_reply_has_status(r)) {
+        sd_resp_bad_reply(resp, "lock_get", r);
         freeReplyObject(r);
         return;
     }
     json_t *out = json_pack("{s:s}", "key", name);
-    if (strcmp(rstr(r, 0), "unknown") == 0 || r->elements != 9) {
+    if (strcmp(sd_reply_str(r, 0), "unknown") == 0 || r->elements != 9) {
         json_object_set_new(out, "state", json_string("free"));
         json_object_set_new(out, "holder", json_null());
         json_object_set_new(out, "lock_seq", json_null());
     } else {
-        int held = strcmp(rstr(r, 0), "held") == 0;
-        int64_t since = rnum(r, 3), expires = rnum(r, 4), delay = rnum(r, 5), now = rnum(r, 6);
-        json_object_set_new(out, "state", json_string(rstr(r, 0)));
-        json_object_set_new(out, "holder", held ? json_string(rstr(r, 1)) : json_null());
-        json_object_set_new(out, "lock_seq", json_integer(rnum(r, 2)));
+        int held = strcmp(sd_reply_str(r, 0), "held") == 0;
+        int64_t since = sd_reply_num(r, 3), expires = sd_reply_num(r, 4), delay = sd_reply_num(r, 5), now = sd_reply_num(r, 6);
+        json_object_set_new(out, "state", json_string(sd_reply_str(r, 0)));
+        json_object_set_new(out, "holder", held ? json_string(sd_reply_str(r, 1)) : json_null());
+        json_object_set_new(out, "lock_seq", json_integer(sd_reply_num(r, 2)));
         json_object_set_new(out, "since_ms", held ? json_integer(since) : json_null());
         json_object_set_new(out, "held_for_ms", held ? json_integer(now - since) : json_null());
         json_object_set_new(out, "expires_in_ms",
                             held && expires > 0 ? json_integer(expires - now) : json_null());
         json_object_set_new(out, "lock_delay_ms",
                             json_integer(!held && delay > now ? delay - now : 0));
-        if (held && *rstr(r, 7))
-            json_object_set_new(out, "stolen_from", json_string(rstr(r, 7)));
+        if (held && *sd_reply_str(r, 7))
+            json_object_set_new(out, "stolen_from", json_string(sd_reply_str(r, 7)));
     }
     freeReplyObject(r);
     sd_resp_json(resp, 200, out);
@@ -844,11 +819,11 @@ static int scan_collect(const redisReply *keys, size_t plen, int64_t now, json_t
         sd_argv_free(&av);
         if (rc != SD_STORE_OK)
             return rc;
-        int64_t expires = rnum(h, 3);
-        if (h->type == REDIS_REPLY_ARRAY && *rstr(h, 0) && (expires <= 0 || expires > now)) {
+        int64_t expires = sd_reply_num(h, 3);
+        if (h->type == REDIS_REPLY_ARRAY && *sd_reply_str(h, 0) && (expires <= 0 || expires > now)) {
             json_t *o = json_pack("{s:s%, s:s, s:I, s:I}", "key", k->str + plen, k->len - plen,
-                                  "holder", rstr(h, 0), "lock_seq", (json_int_t)rnum(h, 1),
-                                  "since_ms", (json_int_t)rnum(h, 2));
+                                  "holder", sd_reply_str(h, 0), "lock_seq", (json_int_t)sd_reply_num(h, 1),
+                                  "since_ms", (json_int_t)sd_reply_num(h, 2));
             json_object_set_new(o, "expires_in_ms",
                                 expires > 0 ? json_integer(expires - now) : json_null());
             json_array_append_new(locks, o);
@@ -905,7 +880,7 @@ static void lock_list_all(sd_req_t *req, sd_resp_t *resp)
             rc = SD_STORE_ERROR;
             break;
         }
-        cursor = strtoll(rstr(r, 0), NULL, 10);
+        cursor = strtoll(sd_reply_str(r, 0), NULL, 10);
         rc = scan_collect(r->element[1], plen, now, locks, (size_t)limit);
         freeReplyObject(r);
         if (rc != SD_STORE_OK || cursor == 0)
@@ -948,16 +923,16 @@ void h_lock_list(sd_req_t *req, sd_resp_t *resp)
         return;
     }
     if (r->type != REDIS_REPLY_ARRAY || r->elements % 4) {
-        bad_reply(resp, "lock_list", r);
+        sd_resp_bad_reply(resp, "lock_list", r);
         freeReplyObject(r);
         return;
     }
     int64_t now = sd_wall_ms();
     json_t *locks = json_array();
     for (size_t i = 0; i < r->elements; i += 4) {
-        int64_t expires = rnum(r, i + 3);
-        json_t *o = json_pack("{s:s, s:I, s:I}", "key", rstr(r, i), "lock_seq",
-                              (json_int_t)rnum(r, i + 1), "since_ms", (json_int_t)rnum(r, i + 2));
+        int64_t expires = sd_reply_num(r, i + 3);
+        json_t *o = json_pack("{s:s, s:I, s:I}", "key", sd_reply_str(r, i), "lock_seq",
+                              (json_int_t)sd_reply_num(r, i + 1), "since_ms", (json_int_t)sd_reply_num(r, i + 2));
         json_object_set_new(o, "expires_in_ms",
                             expires > 0 ? json_integer(expires > now ? expires - now : 0)
                                         : json_null());
