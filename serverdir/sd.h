@@ -94,13 +94,13 @@ int sd_req_query_int(const sd_req_t *req, sd_resp_t *resp, const char *name, int
 int sd_req_name(const sd_req_t *req, sd_resp_t *resp, int idx, const char *what,
                 const char **out);
 
-/* ---- parking a request (http.c): long waits without holding a worker thread ----
- * A handler that has to wait (a lock wait, a long-poll) calls sd_req_park(req) and
- * returns without answering; its worker thread goes on serving other connections. Later
- * another thread fills the handler's resp (req and resp stay valid while parked) and
- * calls sd_req_resume(req) exactly once; the answer is sent then. A parked request
- * counts as in flight: shutdown waits for it within its grace, and parked work should
- * finish early once sd_http_stopping() is true. */
+/* ---- parking a request (http.c), the primitive under http/park.h ----
+ * sd_req_park(req) suspends a request whose handler returns without answering: its
+ * worker thread goes on serving other connections while req and resp stay valid. Another
+ * thread later fills resp and calls sd_req_resume(req) exactly once; the answer is sent
+ * then. A parked request counts as in flight: shutdown waits for it within its grace, and
+ * parked work should finish early once sd_http_stopping() is true. Handlers park through
+ * sd_park (park.h), which holds every parked request on one thread. */
 void sd_req_park(sd_req_t *req);
 void sd_req_resume(sd_req_t *req);
 int sd_http_stopping(void);

@@ -128,8 +128,8 @@ static void acquire_finish(const sd_lock_req_t *a, int many, redisReply *r, int6
     }
     freeReplyObject(r);
 }
-/* Acquires once on this worker thread; a refusal with wait_ms parks the request for a
- * waiter thread (the worker goes on serving), everything else is answered at once. */
+/* Acquires once on this worker thread; a refusal with wait_ms parks the request
+ * (sd_lock_park: the worker goes on serving), everything else is answered at once. */
 static void acquire_answer(const sd_lock_req_t *a, int many, sd_req_t *req, sd_resp_t *resp)
 {
     int64_t start = sd_mono_ms();
@@ -142,7 +142,8 @@ static void acquire_answer(const sd_lock_req_t *a, int many, sd_req_t *req, sd_r
     if (a->wait_ms > 0 && sd_reply_has_status(r) &&
         (!strcmp(sd_reply_str(r, 0), "lock_held") || !strcmp(sd_reply_str(r, 0), "lock_delayed")) &&
         !sd_http_stopping()) {
-        sd_lock_park(a, many, r, start, req, resp, acquire_finish);
+        freeReplyObject(r);
+        sd_lock_park(a, many, start, req, resp, acquire_finish);
         return;
     }
     acquire_finish(a, many, r, 0, resp);

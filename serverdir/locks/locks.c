@@ -8,17 +8,22 @@
  *   <prefix>lock:<key>#q    list   release notifications that wake one waiter (BLPOP)
  *   <prefix>lock:<holder>#h set    the keys a holder holds (for GET /v1/locks?holder=)
  * '#' is not allowed in names, so these can never collide. */
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "locks.h"
+#include "park.h"
 #include "sd.h"
 
-/* One BLPOP never blocks longer than this (below the store's 3 s command timeout). */
+/* A parked acquire retries at least this often; also the BLPOP's timeout. */
 #define WAIT_SLICE_MS 2000
+/* A BLPOP unanswered this long after its timeout: the connection is dropped. */
+#define BLPOP_STUCK_MS 3000
+/* Reconnect attempts of the release listener. */
+#define RECONNECT_MS 500
 
 sd_locks_cfg_t sd_locks_cfg = {
     .lock_delay_ms = 0,
@@ -28,8 +33,6 @@ sd_locks_cfg_t sd_locks_cfg = {
     .max_waiters = 256,
     .retain_s = 7 * 24 * 3600,
 };
-
-static atomic_int waiters;
 
 /* ---------- configuration and shared checks ---------- */
 
@@ -376,27 +379,17 @@ int sd_lock_scan(int64_t *cursor, size_t limit, json_t *locks)
     }
     return rc;
 }
-/* ---------- waiting ---------- */
+/* ---------- waiting ----------
+ * A refused acquire with wait_ms is parked (http/park.h). Its wake-up source is the one
+ * it always had, the refused key's release-notification list <record>#q (lock_release
+ * and lock_force push a token there): the park thread keeps one connection of its own
+ * blocked in a BLPOP over the lists of every key a parked acquire waits for, plus this
+ * process's own wake list, which it pushes to when a waiter's key is not yet in the
+ * BLPOP in flight. A popped token wakes the waiters of that key; each retries the
+ * acquire. Waiters also retry when the refusal's lease or lock-delay ends or a slice
+ * passes, so a lost connection only slows them down. */
 
-/* Blocks up to ms on the key's release-notification list (one BLPOP, no polling). */
-static int wait_release(const char *name, int64_t ms)
-{
-    char key[SD_NAME_MAX + 96];
-    sd_lock_key(key, sizeof key, name);
-    sd_argv_t av;
-    sd_argv_init(&av);
-    sd_argv_add(&av, "BLPOP");
-    sd_argv_addf(&av, "%s#q", key);
-    sd_argv_addf(&av, "%.3f", (double)(ms < 1 ? 1 : ms) / 1000.0);
-    redisReply *r;
-    int rc = sd_store_command(&av, &r);
-    sd_argv_free(&av);
-    if (rc == SD_STORE_OK)
-        freeReplyObject(r);
-    return rc;
-}
-
-/* How long to block before the next attempt, given a refusal: until the lease or the
+/* How long to wait before the next attempt, given a refusal: until the lease or the
  * lock-delay runs out, a release wakes us, the wait ends, or one slice passes. */
 static int64_t wait_slice(const redisReply *r, int64_t left)
 {
@@ -410,69 +403,240 @@ static int64_t wait_slice(const redisReply *r, int64_t left)
         ms = hint;
     return ms;
 }
+
 /* A parked acquire: its own copies of the request's strings (the JSON body is gone). */
 typedef struct {
     sd_lock_req_t a;
     int many;
-    sd_req_t *req;
-    sd_resp_t *resp;
     sd_lock_finish_fn finish;
     int64_t start_ms;
-    char name[SD_NAME_MAX + 1]; /* the key the last refusal named */
-    int64_t first_slice_ms;
+    char name[SD_NAME_MAX + 1]; /* the key the last refusal named ("": not tried yet) */
     char holder[SD_NAME_MAX + 1], cluster[SD_NAME_MAX + 1];
     char names[SD_LOCKS_MAX_KEYS][SD_NAME_MAX + 1];
 } waiter_t;
 
-/* The waiter thread: blocks on the refused key's release-notification list (BLPOP on
- * this thread's own Redis connection, never polling), retries after each wake-up, the
- * end of a lease or lock-delay, or a slice, until granted, refused for another reason,
- * wait_ms has passed or serverdir stops; then answers and resumes the parked request. */
-static void *waiter_main(void *arg)
+static atomic_int waiters;
+
+/* The release source, owned by the park thread. */
+static redisContext *blc;       /* the connection blocked in BLPOP, or NULL */
+static int blc_pending;         /* a BLPOP is in flight */
+static int blc_interrupted;     /* ... and the wake list was pushed to end it */
+static int64_t blc_sent_ms;
+static int64_t next_connect_ms;
+static int keys_changed;        /* a waiter's key may be missing from the BLPOP in flight */
+static char wake_list[128];     /* "<prefix>lock:#wake:<pid>.<ms>": ours alone */
+
+static const sd_park_kind_t waiter_kind;
+
+/* Retries the acquire: answers through w->finish unless it is refused again with time
+ * left (then waits for a release of the refused key or the next slice). */
+static int waiter_try(void *ctx, sd_resp_t *resp, int due, int64_t *retry_at_ms)
 {
-    waiter_t *w = arg;
-    redisReply *r = NULL;
-    int64_t ms = w->first_slice_ms;
-    int rc = SD_STORE_OK;
-    for (;;) {
-        rc = wait_release(w->name, ms);
-        if (rc != SD_STORE_OK)
-            break;
-        rc = sd_lock_acquire(&w->a, &r);
-        if (rc != SD_STORE_OK || !sd_reply_has_status(r))
-            break;
-        const char *st = sd_reply_str(r, 0);
-        int64_t left = w->start_ms + w->a.wait_ms - sd_mono_ms();
-        if ((strcmp(st, "lock_held") && strcmp(st, "lock_delayed")) || left <= 0 ||
-            sd_http_stopping())
-            break;
-        ms = wait_slice(r, left);
-        sd_strlcpy(w->name, sd_reply_str(r, 1), sizeof w->name);
-        freeReplyObject(r);
-        r = NULL;
-    }
+    waiter_t *w = ctx;
+    redisReply *r;
+    int rc = sd_lock_acquire(&w->a, &r);
     if (rc != SD_STORE_OK) {
-        if (r)
-            freeReplyObject(r);
-        sd_resp_store_error(w->resp, rc);
-    } else {
-        w->finish(&w->a, w->many, r, sd_mono_ms() - w->start_ms, w->resp);
+        sd_resp_store_error(resp, rc);
+        return 1;
     }
-    sd_req_resume(w->req);
-    sd_store_thread_close();
-    free(w);
-    atomic_fetch_sub(&waiters, 1);
-    return NULL;
+    int64_t now = sd_mono_ms(), left = w->start_ms + w->a.wait_ms - now;
+    const char *st = sd_reply_str(r, 0);
+    if (!due && left > 0 && sd_reply_has_status(r) &&
+        (!strcmp(st, "lock_held") || !strcmp(st, "lock_delayed"))) {
+        *retry_at_ms = now + wait_slice(r, left);
+        if (strcmp(w->name, sd_reply_str(r, 1)) != 0) {
+            sd_strlcpy(w->name, sd_reply_str(r, 1), sizeof w->name);
+            keys_changed = 1;
+        }
+        freeReplyObject(r);
+        return 0;
+    }
+    w->finish(&w->a, w->many, r, now - w->start_ms, resp);
+    return 1;
 }
 
-/* Parks the request and hands the wait to a new waiter thread. The caller's reply r (a
- * refusal) is freed here. Answers 429 when max_waiters are waiting already. */
-void sd_lock_park(const sd_lock_req_t *a, int many, redisReply *r, int64_t start_ms,
-                  sd_req_t *req, sd_resp_t *resp, sd_lock_finish_fn finish)
+static void waiter_release(void *ctx)
+{
+    free(ctx);
+    atomic_fetch_sub(&waiters, 1);
+}
+
+static void blc_drop(const char *why)
+{
+    log_warn("lock release listener lost", "err=%s", why);
+    redisFree(blc);
+    blc = NULL;
+    blc_pending = 0;
+}
+
+/* The notification lists of every parked acquire's key, for the BLPOP. */
+typedef struct {
+    const char **argv;
+    size_t *argl;
+    char (*keys)[SD_NAME_MAX + 96];
+    int argc;
+} blpop_args_t;
+
+static void count_waiter(void *ctx, void *arg)
+{
+    (void)ctx;
+    (*(int *)arg)++;
+}
+
+static void add_waiter_key(void *ctx, void *arg)
+{
+    const waiter_t *w = ctx;
+    blpop_args_t *b = arg;
+    if (!w->name[0])
+        return;
+    char *k = b->keys[b->argc];
+    char rec[SD_NAME_MAX + 64];
+    snprintf(k, sizeof b->keys[0], "%s#q", sd_lock_key(rec, sizeof rec, w->name));
+    b->argv[b->argc] = k;
+    b->argl[b->argc] = strlen(k);
+    b->argc++;
+}
+
+/* Sends BLPOP <wake list> <key>#q ... <slice> on blc. 0 when sent (or nothing to wait
+ * for), -1 when blc failed. */
+static int blc_send(int64_t now)
+{
+    int n = 0;
+    sd_park_each(&waiter_kind, count_waiter, &n);
+    if (n == 0)
+        return 0;
+    blpop_args_t b = {.argv = calloc((size_t)n + 3, sizeof *b.argv),
+                      .argl = calloc((size_t)n + 3, sizeof *b.argl),
+                      .keys = calloc((size_t)n + 3, sizeof *b.keys)};
+    int rc = 0;
+    if (b.argv && b.argl && b.keys) {
+        b.argv[0] = "BLPOP";
+        b.argv[1] = wake_list;
+        b.argc = 2;
+        sd_park_each(&waiter_kind, add_waiter_key, &b);
+        char *t = b.keys[b.argc];
+        snprintf(t, sizeof b.keys[0], "%d", WAIT_SLICE_MS / 1000);
+        b.argv[b.argc++] = t;
+        for (int i = 0; i < b.argc; i++)
+            if (i < 2 || i == b.argc - 1)
+                b.argl[i] = strlen(b.argv[i]);
+        int done = 0;
+        if (redisAppendCommandArgv(blc, b.argc, b.argv, b.argl) != REDIS_OK)
+            rc = -1;
+        while (rc == 0 && !done)
+            if (redisBufferWrite(blc, &done) != REDIS_OK)
+                rc = -1;
+        if (rc == 0) {
+            blc_pending = 1;
+            blc_interrupted = 0;
+            keys_changed = 0;
+            blc_sent_ms = now;
+        }
+    }
+    free(b.argv);
+    free(b.argl);
+    free(b.keys);
+    return rc;
+}
+
+/* Source: keeps blc connected and a BLPOP over the current keys in flight; pushes to the
+ * wake list when a waiter's key changed under a BLPOP in flight. */
+static void release_prepare(int64_t now)
+{
+    if (!wake_list[0])
+        snprintf(wake_list, sizeof wake_list, "%slock:#wake:%d.%lld", sd_store_prefix(),
+                 (int)getpid(), (long long)sd_wall_ms());
+    if (blc && blc_pending && now - blc_sent_ms > WAIT_SLICE_MS + BLPOP_STUCK_MS)
+        blc_drop("no answer to BLPOP");
+    if (!blc) {
+        if (atomic_load(&waiters) == 0 || now < next_connect_ms)
+            return;
+        next_connect_ms = now + RECONNECT_MS;
+        if (!(blc = sd_store_connect()))
+            return;
+    }
+    if (!blc_pending) {
+        if (blc_send(now))
+            blc_drop(blc->errstr);
+        return;
+    }
+    if (keys_changed && !blc_interrupted) {
+        sd_argv_t av;
+        sd_argv_init(&av);
+        sd_argv_add(&av, "RPUSH");
+        sd_argv_add(&av, wake_list);
+        sd_argv_add(&av, "1");
+        redisReply *r;
+        if (sd_store_command(&av, &r) == SD_STORE_OK)
+            freeReplyObject(r);
+        sd_argv_free(&av);
+        sd_argv_init(&av);
+        sd_argv_add(&av, "PEXPIRE");
+        sd_argv_add(&av, wake_list);
+        sd_argv_add(&av, "60000");
+        if (sd_store_command(&av, &r) == SD_STORE_OK)
+            freeReplyObject(r);
+        sd_argv_free(&av);
+        blc_interrupted = 1;
+    }
+}
+
+static int release_fd(void) { return blc ? blc->fd : -1; }
+
+static int waits_on(void *ctx, void *arg)
+{
+    const waiter_t *w = ctx;
+    return strcmp(w->name, arg) == 0;
+}
+
+/* Source: a BLPOP answered: a token popped from "<prefix>lock:<name>#q" wakes the waiters
+ * of name; the wake list's token or a timeout only ends the BLPOP (the next is sent with
+ * the current keys). */
+static void release_ready(void)
+{
+    if (redisBufferRead(blc) != REDIS_OK) {
+        blc_drop(blc->errstr);
+        return;
+    }
+    char ns[128];
+    sd_lock_key(ns, sizeof ns, "");
+    size_t nslen = strlen(ns);
+    void *rv = NULL;
+    while (blc && redisGetReplyFromReader(blc, &rv) == REDIS_OK && rv) {
+        redisReply *r = rv;
+        blc_pending = 0;
+        const char *k = sd_reply_str(r, 0);
+        size_t klen = strlen(k);
+        if (r->type == REDIS_REPLY_ERROR) {
+            log_warn("lock release listener refused", "err=%s", r->str);
+            redisFree(blc);
+            blc = NULL;
+        } else if (klen > nslen + 2 && strncmp(k, ns, nslen) == 0 &&
+                   strcmp(k + klen - 2, "#q") == 0) {
+            char name[SD_NAME_MAX + 1];
+            size_t n = klen - nslen - 2 < sizeof name - 1 ? klen - nslen - 2 : sizeof name - 1;
+            memcpy(name, k + nslen, n);
+            name[n] = '\0';
+            sd_park_wake(&waiter_kind, waits_on, name);
+        }
+        freeReplyObject(r);
+        rv = NULL;
+    }
+}
+
+static const sd_park_kind_t waiter_kind = {
+    .try_answer = waiter_try,
+    .release = waiter_release,
+    .source_prepare = release_prepare,
+    .source_fd = release_fd,
+    .source_ready = release_ready,
+};
+
+void sd_lock_park(const sd_lock_req_t *a, int many, int64_t start_ms, sd_req_t *req,
+                  sd_resp_t *resp, sd_lock_finish_fn finish)
 {
     if (atomic_fetch_add(&waiters, 1) >= sd_locks_cfg.max_waiters) {
         atomic_fetch_sub(&waiters, 1);
-        freeReplyObject(r);
         sd_resp_header(resp, "Retry-After", "1");
         sd_resp_error(resp, 429, "too_many_waiters",
                       "%lld acquires are waiting already; retry, or acquire without wait_ms",
@@ -482,19 +646,13 @@ void sd_lock_park(const sd_lock_req_t *a, int many, redisReply *r, int64_t start
     waiter_t *w = calloc(1, sizeof *w);
     if (!w) {
         atomic_fetch_sub(&waiters, 1);
-        freeReplyObject(r);
         sd_resp_error(resp, 500, "internal", "out of memory");
         return;
     }
     w->a = *a;
     w->many = many;
-    w->req = req;
-    w->resp = resp;
     w->finish = finish;
     w->start_ms = start_ms;
-    w->first_slice_ms = wait_slice(r, start_ms + a->wait_ms - sd_mono_ms());
-    sd_strlcpy(w->name, sd_reply_str(r, 1), sizeof w->name);
-    freeReplyObject(r);
     sd_strlcpy(w->holder, a->holder, sizeof w->holder);
     sd_strlcpy(w->cluster, a->steal_cluster, sizeof w->cluster);
     w->a.holder = w->holder;
@@ -503,17 +661,9 @@ void sd_lock_park(const sd_lock_req_t *a, int many, redisReply *r, int64_t start
         sd_strlcpy(w->names[i], a->names[i], sizeof w->names[i]);
         w->a.names[i] = w->names[i];
     }
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, 256 << 10);
-    sd_req_park(req);
-    pthread_t th;
-    if (pthread_create(&th, &attr, waiter_main, w) != 0) {
+    if (sd_park(&waiter_kind, req, resp, w, start_ms + a->wait_ms)) {
         free(w);
         atomic_fetch_sub(&waiters, 1);
-        sd_resp_error(resp, 503, "too_many_waiters", "cannot start a waiter thread");
-        sd_req_resume(req);
+        sd_resp_error(resp, 503, "too_many_waiters", "cannot start the lock waiter");
     }
-    pthread_attr_destroy(&attr);
 }

@@ -14,8 +14,8 @@
 #define SD_SEQ_MAX ((int64_t)1 << 53)
 /* Keys per all-or-nothing acquire or release. */
 #define SD_LOCKS_MAX_KEYS 16
-/* Cap of wait_ms. A waiting acquire is parked (its worker thread goes on serving) and
- * waits on a thread and Redis connection of its own, bounded by max_waiters. */
+/* Cap of wait_ms. A waiting acquire is parked (its worker thread goes on serving) on the
+ * park thread, bounded by max_waiters. */
 #define SD_LOCKS_WAIT_CAP_MS 30000
 
 /* Longest lease (ttl_ms). */
@@ -47,7 +47,7 @@ typedef struct {
     int64_t wait_replicas;   /* WAIT for this many replicas after a grant (0: do not) */
     int64_t wait_timeout_ms; /* ... for at most this long, else 503 */
     int64_t max_wait_ms;     /* cap of a request's wait_ms (<= SD_LOCKS_WAIT_CAP_MS) */
-    int64_t max_waiters;     /* acquires waiting at once (a thread and a Redis connection each) */
+    int64_t max_waiters;     /* acquires waiting at once (parked) */
     int64_t retain_s;        /* how long a released lock's record (and lock_seq) is kept */
 } sd_locks_cfg_t;
 
@@ -89,13 +89,13 @@ int sd_lock_scan(int64_t *cursor, size_t limit, json_t *locks);
 /* Answers an acquire from its last script reply r (stolen), waited_ms after it began. */
 typedef void (*sd_lock_finish_fn)(const sd_lock_req_t *a, int many, redisReply *r,
                                   int64_t waited_ms, sd_resp_t *resp);
-/* Parks req after the refusal r (stolen; lock_held or lock_delayed) of a, which began at
- * start_ms: retries as the refused key is released, its lease or lock-delay ends, or a
- * slice passes, until granted, refused otherwise, a->wait_ms has passed or serverdir
- * stops; then answers through finish (a store error directly) and resumes req. Answers
- * 429 at once when max_waiters acquires wait already. a's strings are copied. */
-void sd_lock_park(const sd_lock_req_t *a, int many, redisReply *r, int64_t start_ms,
-                  sd_req_t *req, sd_resp_t *resp, sd_lock_finish_fn finish);
+/* Parks req after a refusal (lock_held or lock_delayed) of a, which began at start_ms
+ * (http/park.h): retries as the refused key is released, its lease or lock-delay ends,
+ * or a slice passes, until granted, refused otherwise, a->wait_ms has passed or
+ * serverdir stops; then answers through finish (a store error directly) and resumes req.
+ * Answers 429 at once when max_waiters acquires wait already. a's strings are copied. */
+void sd_lock_park(const sd_lock_req_t *a, int many, int64_t start_ms, sd_req_t *req,
+                  sd_resp_t *resp, sd_lock_finish_fn finish);
 
 /* Parses a Lock-Seq or Blob-Seq header value: decimal digits only, 1..SD_SEQ_MAX.
  * Returns 0, or -1 when the value is garbled or out of range. */
