@@ -176,10 +176,11 @@ typedef struct sd_config {
 } sd_config_t;
 extern sd_config_t sd_cfg;
 
-/* Applies the top level of a parsed --config file to cfg (config.c): the known keys
- * only, each within its bounds, the "directory" section loaded; cfg->file = root
- * (borrowed). *log_level: the level named by "log_level", or -1. All or nothing:
- * returns 0, or -1 with err naming the field and cfg unchanged. */
+/* Applies a parsed --config file to cfg (config.c): the known top-level keys only, each
+ * within its bounds, then every module's section (directory, locks, master) through its
+ * X_config_load; cfg->file = root (borrowed). *log_level: the level named by
+ * "log_level", or -1. All or nothing: returns 0, or -1 with err naming the field and
+ * neither cfg nor any module's settings changed. */
 int sd_config_apply(json_t *root, sd_config_t *cfg, int *log_level, char *err, size_t errcap);
 
 #endif

@@ -36,7 +36,7 @@ sd_locks_cfg_t sd_locks_cfg = {
 
 /* ---------- configuration and shared checks ---------- */
 
-int sd_locks_cfg_parse(const json_t *section, sd_locks_cfg_t *cfg, char *err, size_t errcap)
+int sd_locks_config_load(const json_t *section, char *err, size_t errcap)
 {
     static const char *const known[] = {"lock_delay_ms", "wait_replicas", "wait_timeout_ms",
                                         "max_wait_ms", "max_waiters", "retain_s", NULL};
@@ -46,24 +46,22 @@ int sd_locks_cfg_parse(const json_t *section, sd_locks_cfg_t *cfg, char *err, si
         snprintf(err, errcap, "section 'locks' must be an object");
         return -1;
     }
+    sd_locks_cfg_t c = sd_locks_cfg; /* all or nothing */
     if (sd_json_only_keys(section, known, err, errcap) ||
-        sd_json_int(section, "lock_delay_ms", 0, 0, 600000, &cfg->lock_delay_ms, err, errcap) < 0 ||
-        sd_json_int(section, "wait_replicas", 0, 0, 16, &cfg->wait_replicas, err, errcap) < 0 ||
-        sd_json_int(section, "wait_timeout_ms", 0, 1, 2500, &cfg->wait_timeout_ms, err, errcap) < 0 ||
-        sd_json_int(section, "max_wait_ms", 0, 0, SD_LOCKS_WAIT_CAP_MS, &cfg->max_wait_ms, err,
+        sd_json_int(section, "lock_delay_ms", 0, 0, 600000, &c.lock_delay_ms, err, errcap) < 0 ||
+        sd_json_int(section, "wait_replicas", 0, 0, 16, &c.wait_replicas, err, errcap) < 0 ||
+        sd_json_int(section, "wait_timeout_ms", 0, 1, 2500, &c.wait_timeout_ms, err, errcap) < 0 ||
+        sd_json_int(section, "max_wait_ms", 0, 0, SD_LOCKS_WAIT_CAP_MS, &c.max_wait_ms, err,
                     errcap) < 0 ||
-        sd_json_int(section, "max_waiters", 0, 1, 4096, &cfg->max_waiters, err, errcap) < 0 ||
-        sd_json_int(section, "retain_s", 0, 60, 365LL * 24 * 3600, &cfg->retain_s, err, errcap) < 0)
+        sd_json_int(section, "max_waiters", 0, 1, 4096, &c.max_waiters, err, errcap) < 0 ||
+        sd_json_int(section, "retain_s", 0, 60, 365LL * 24 * 3600, &c.retain_s, err, errcap) < 0)
         return -1;
+    sd_locks_cfg = c;
     return 0;
 }
 
-void sd_locks_init(void)
+void sd_locks_log_config(void)
 {
-    char err[SD_ERRMSG_MAX];
-    const json_t *section = sd_cfg.file ? json_object_get(sd_cfg.file, "locks") : NULL;
-    if (sd_locks_cfg_parse(section, &sd_locks_cfg, err, sizeof err))
-        sd_die(SD_EXIT_USAGE, "bad config", "section=locks err=%s", err);
     log_info("lock table configured",
              "lock_delay_ms=%lld wait_replicas=%lld max_wait_ms=%lld max_waiters=%lld retain_s=%lld",
              (long long)sd_locks_cfg.lock_delay_ms, (long long)sd_locks_cfg.wait_replicas,

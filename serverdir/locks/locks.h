@@ -53,12 +53,12 @@ typedef struct {
 
 extern sd_locks_cfg_t sd_locks_cfg;
 
-/* Fills cfg from the "locks" object (NULL: defaults). Returns 0, or -1 with a message
- * naming the field in err. */
-int sd_locks_cfg_parse(const json_t *section, sd_locks_cfg_t *cfg, char *err, size_t errcap);
-/* Reads the "locks" section of sd_cfg.file into sd_locks_cfg; exits (usage) when it is
- * invalid. Called once from main after the config is loaded. */
-void sd_locks_init(void);
+/* Loads the "locks" section of the --config file (NULL: keep the defaults) into
+ * sd_locks_cfg, all or nothing. Returns 0, or -1 with a message naming the field in err
+ * and sd_locks_cfg unchanged. Called by sd_config_apply. */
+int sd_locks_config_load(const json_t *section, char *err, size_t errcap);
+/* Logs the lock table's settings (once, at start). */
+void sd_locks_log_config(void);
 
 /* ---- script calls: each returns a SD_STORE_* code and on success *out, a reply the
  * caller frees with freeReplyObject (the reply shapes are in each script's header) ---- */
