@@ -1,8 +1,9 @@
-/* Cluster orchestration (issue 6, docs/cluster.md): desired services, the primary lease,
+/* cluster/: desired services, the primary lease, assignments and their long-polls. */
+/* Cluster orchestration (docs/cluster.md): desired services, the primary lease,
  * per-machine assignments and their long-poll. api_services.c and api_cluster.c are the
- * handlers, cluster_spec.c validates and compares service specs (and holds the script
- * reply helpers both handler files use), assign_wait.c parks assignment long-polls on
- * one waiter thread.
+ * handlers, cluster_spec.c validates and compares service specs and runs the cluster
+ * scripts, assign_wait.c parks assignment long-polls (http/park.h) and wakes them from
+ * the assignments channel.
  *
  * Redis layout, all under the cluster's key base "<prefix>{<cluster>}:" (one hash slot):
  *   services           set    service names

@@ -1,3 +1,4 @@
+/* directory/: the process directory, machine leases and the process event history. */
 /* The process directory and machine leases (api_machines.c, api_processes.c): the
  * "directory" config section, validation of request bodies, and the conversion of stored
  * Redis hashes and stream entries back to API JSON.

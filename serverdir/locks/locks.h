@@ -1,3 +1,4 @@
+/* locks/: the lock table and the fenced blob store, with the bounded lock wait. */
 /* The lock table and the fenced blob store (docs/locks.md explains the model): locks.c
  * holds the configuration, key names, request parsers, script calls and the bounded
  * wait; api_locks.c and api_blobs.c are the HTTP handlers. */

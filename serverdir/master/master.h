@@ -1,3 +1,4 @@
+/* master/: the master list of public game servers, over REST and the UDP protocols. */
 /* The master list of public game servers: configuration, the server record, the filter
  * program, per-address rate limiting and the Redis operations shared by the REST
  * handlers (api_master.c) and the UDP master front (master_udp.c).

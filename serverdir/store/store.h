@@ -1,5 +1,6 @@
-/* store/: Redis access for every serverdir module (one connection per worker thread),
- * the embedded Lua scripts, and the accessors that read script and command replies. */
+/* store/: Redis access (standalone or Sentinel), scripts and reply accessors for all. */
+/* Redis access for every serverdir module (one connection per worker thread), the
+ * embedded Lua scripts, and the accessors that read script and command replies. */
 #ifndef SD_STORE_H
 #define SD_STORE_H
 
