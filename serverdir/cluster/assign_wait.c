@@ -7,9 +7,9 @@
  *
  * Missed messages: a long-poll's document is read once when the park thread takes it over
  * (after the subscription is live, so a change after that read is always published to
- * us), and every long-poll is re-read after the subscriber (re)connects. While Redis is
- * unreachable every long-poll is re-read on each pass and a reconnect is tried each
- * RESUBSCRIBE_MS. */
+ * us), and every long-poll is re-read after the subscriber (re)connects. While the
+ * subscriber is down every long-poll is re-read each REREAD_MS and a reconnect is tried
+ * each RESUBSCRIBE_MS. */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,30 +91,30 @@ static void wake_message(const char *payload)
     sd_park_wake(&longpoll_kind, message_names, &m);
 }
 
-/* Source: keeps the subscriber connected; while it is not, every long-poll is re-read
- * on each pass (no message can reach us), and once it is, every long-poll is re-read
+/* Source: keeps the subscriber connected; once it is, every long-poll is re-read
  * (messages may have been missed meanwhile). */
 static void sub_prepare(int64_t now)
 {
-    if (sub)
+    if (sub || now < next_subscribe_ms)
         return;
-    if (now >= next_subscribe_ms) {
-        next_subscribe_ms = now + RESUBSCRIBE_MS;
-        if ((sub = subscribe()) != NULL)
-            sd_log_msg(SD_LOG_INFO, "assignments subscriber connected");
+    next_subscribe_ms = now + RESUBSCRIBE_MS;
+    if ((sub = subscribe()) != NULL) {
+        sd_log_msg(SD_LOG_INFO, "assignments subscriber connected");
+        sd_park_wake(&longpoll_kind, NULL, NULL);
     }
-    sd_park_wake(&longpoll_kind, NULL, NULL);
 }
 
 static int sub_fd(void) { return sub ? sub->fd : -1; }
 
-/* Source: reads what the subscriber has; drops it on a connection error. */
+/* Source: reads what the subscriber has; drops it on a connection error (every
+ * long-poll is re-read then, and from then on each REREAD_MS until it is back). */
 static void sub_read(void)
 {
     if (redisBufferRead(sub) != REDIS_OK) {
         log_warn("assignments subscriber lost", "err=%s", sub->errstr);
         redisFree(sub);
         sub = NULL;
+        sd_park_wake(&longpoll_kind, NULL, NULL);
         return;
     }
     void *rv = NULL;
@@ -130,7 +130,8 @@ static void sub_read(void)
 }
 
 /* Answers the long-poll if its document moved or it is due; a store error is answered
- * only when due (else the document is read again after REREAD_MS). */
+ * only when due. Without a subscriber (or after a store error) the document is read
+ * again after REREAD_MS, as no message can wake it. */
 static int longpoll_try(void *ctx, sd_resp_t *resp, int due, int64_t *retry_at_ms)
 {
     longpoll_t *w = ctx;
@@ -145,6 +146,8 @@ static int longpoll_try(void *ctx, sd_resp_t *resp, int due, int64_t *retry_at_m
         sd_resp_store_error(resp, rc);
     } else if (v == w->version && !due) {
         json_decref(doc);
+        if (!sub)
+            *retry_at_ms = sd_mono_ms() + REREAD_MS;
         return 0;
     } else {
         sd_assign_answer(resp, doc, v, NULL);
