@@ -67,7 +67,7 @@ const char *sd_assign_channel(char *buf, size_t cap);
 int sd_assign_read(const char *cluster, const char *machine, json_t **doc, int64_t *version);
 
 /* Parks req until machine m's document version differs from `version`, or wait_ms pass,
- * or serverdir stops; then answers 200 with the document (ETag set) from the waiter
+ * or serverdir stops; then answers 200 with the document (ETag set) from the park
  * thread. Answers 429 when SD_ASSIGN_WAITERS_MAX requests wait already. */
 void sd_assign_park(sd_req_t *req, sd_resp_t *resp, const char *cluster, const char *machine,
                     int64_t version, int64_t wait_ms);
