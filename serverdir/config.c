@@ -1,10 +1,14 @@
-/* serverdir's settings with their defaults, and the top level of the --config file;
- * main.c reads the file, applies it here, then the flags. */
+/* serverdir's settings with their defaults, and the one place the --config file is
+ * applied: the top level here, each module's section through its X_config_load (same
+ * signature, same contract: 0, or -1 with err and nothing changed). main.c reads the
+ * file, applies it here, then the flags. */
 #include "sd.h"
 
 #include <string.h>
 
 #include "directory.h"
+#include "locks.h"
+#include "master.h"
 #include "sdjson.h"
 #include "sdlog.h"
 #include "sdutil.h"
@@ -28,6 +32,35 @@ static int cfg_str(const json_t *root, const char *key, char *dst, size_t cap, c
         return -1;
     if (rc == 0)
         sd_strlcpy(dst, s, cap);
+    return 0;
+}
+
+/* The modules' sections, loaded in this order. */
+static const struct {
+    const char *name;
+    int (*load)(const json_t *section, char *err, size_t errcap);
+} sections[] = {
+    {"directory", sd_dir_config_load},
+    {"locks", sd_locks_config_load},
+    {"master", sd_master_config_load},
+};
+
+/* Loads every section of root; on a refusal puts back what the earlier ones loaded. */
+static int sections_load(const json_t *root, char *err, size_t errcap)
+{
+    sd_dir_config_t dir = sd_dir_cfg;
+    sd_locks_cfg_t locks = sd_locks_cfg;
+    sd_master_cfg_t master = sd_master_cfg;
+    for (size_t i = 0; i < SD_ARRAY_LEN(sections); i++) {
+        char e[SD_ERRMSG_MAX] = "";
+        if (sections[i].load(json_object_get(root, sections[i].name), e, sizeof e)) {
+            snprintf(err, errcap, "section %s: %s", sections[i].name, e);
+            sd_dir_cfg = dir;
+            sd_locks_cfg = locks;
+            sd_master_cfg = master;
+            return -1;
+        }
+    }
     return 0;
 }
 
@@ -67,11 +100,8 @@ int sd_config_apply(json_t *root, sd_config_t *cfg, int *log_level, char *err, s
         snprintf(err, errcap, "field 'log_level' must be debug, info, warn or error");
         return -1;
     }
-    char derr[SD_ERRMSG_MAX];
-    if (sd_dir_config_load(json_object_get(root, "directory"), derr, sizeof derr)) {
-        snprintf(err, errcap, "section directory: %s", derr);
+    if (sections_load(root, err, errcap))
         return -1;
-    }
     c.threads = (int)threads;
     c.body_max = (size_t)body;
     c.blob_max = (size_t)blob;

@@ -81,10 +81,6 @@ int main(int argc, char **argv)
         if (strcmp(argv[i], "--config") == 0)
             load_config_file(argv[i + 1]);
 
-    char err[SD_ERRMSG_MAX];
-    if (sd_master_config_load(err, sizeof err))
-        sd_die(SD_EXIT_USAGE, "bad config", "err=%s", err);
-
     /* --master-udp flags replace the config file's master.udp list. */
     const char *udp_flags[SD_MASTER_MAX_UDP];
     int nudp_flags = 0;
@@ -141,7 +137,7 @@ int main(int argc, char **argv)
                  getenv("NOTIFY_SOCKET"), strerror(-nrc));
     sd_metrics_init(sd_nroutes);
     sd_master_metrics_init();
-    sd_locks_init();
+    sd_locks_log_config();
 
     /* Block the signals before any thread starts so only sigwait below sees them. */
     sigset_t set;

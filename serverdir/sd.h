@@ -1,12 +1,12 @@
 /* serverdir internals: the request/response model every api_*.c handler uses, the
- * route declaration macro, roles, Redis access (store.c) and metrics (metrics.c).
+ * route declaration macro, roles, auth and metrics; Redis access is store/store.h.
  *
  * A handler is declared next to its body with one line at file scope:
  *
  *     SD_ROUTE(PUT, "/v1/locks/{key}", SD_R_GAME, 0, h_lock_acquire);
  *
- * The build scans serverdir/api_*.c for these lines and generates the route table
- * (routes_gen.c), so adding a route is one line beside its handler. Lua scripts in
+ * The build scans serverdir/<part>/api_*.c for these lines and generates the route
+ * table (routes_gen.c), so adding a route is one line beside its handler. Lua scripts in
  * serverdir/<part>/lua/NAME.lua are embedded by the build and called by NAME. */
 #ifndef SD_SD_H
 #define SD_SD_H
@@ -22,6 +22,7 @@
 #include "sdjson.h"
 #include "sdlog.h"
 #include "sdutil.h"
+#include "store.h"
 
 struct MHD_Connection;
 
@@ -65,7 +66,7 @@ typedef struct sd_resp {
     int nheaders;
 } sd_resp_t;
 
-typedef int (*sd_handler_fn)(sd_req_t *req, sd_resp_t *resp);
+typedef void (*sd_handler_fn)(sd_req_t *req, sd_resp_t *resp);
 
 typedef struct sd_route {
     const char *method;
@@ -75,7 +76,7 @@ typedef struct sd_route {
     sd_handler_fn fn;
 } sd_route_t;
 
-#define SD_ROUTE(method, pattern, roles, flags, fn) int fn(sd_req_t *req, sd_resp_t *resp)
+#define SD_ROUTE(method, pattern, roles, flags, fn) void fn(sd_req_t *req, sd_resp_t *resp)
 
 extern const sd_route_t sd_routes[];
 extern const size_t sd_nroutes;
@@ -93,82 +94,35 @@ int sd_req_query_int(const sd_req_t *req, sd_resp_t *resp, const char *name, int
 int sd_req_name(const sd_req_t *req, sd_resp_t *resp, int idx, const char *what,
                 const char **out);
 
-/* ---- parking a request (http.c): long waits without holding a worker thread ----
- * A handler that has to wait (a lock wait, a long-poll) calls sd_req_park(req) and
- * returns without answering; its worker thread goes on serving other connections. Later
- * another thread fills the handler's resp (req and resp stay valid while parked) and
- * calls sd_req_resume(req) exactly once; the answer is sent then. A parked request
- * counts as in flight: shutdown waits for it within its grace, and parked work should
- * finish early once sd_http_stopping() is true. */
+/* ---- parking a request (http.c), the primitive under http/park.h ----
+ * sd_req_park(req) suspends a request whose handler returns without answering: its
+ * worker thread goes on serving other connections while req and resp stay valid. Another
+ * thread later fills resp and calls sd_req_resume(req) exactly once; the answer is sent
+ * then. A parked request counts as in flight: shutdown waits for it within its grace, and
+ * parked work should finish early once sd_http_stopping() is true. Handlers park through
+ * sd_park (park.h), which holds every parked request on one thread. */
 void sd_req_park(sd_req_t *req);
 void sd_req_resume(sd_req_t *req);
 int sd_http_stopping(void);
 
-/* ---- response helpers (http.c). Each returns 0 so handlers can `return sd_resp_...` ---- */
-int sd_resp_json(sd_resp_t *resp, int status, json_t *v); /* steals v */
-int sd_resp_error(sd_resp_t *resp, int status, const char *code, const char *fmt, ...)
+/* ---- response helpers (http.c): a handler answers by filling resp with one of these,
+ * the last call wins ---- */
+void sd_resp_json(sd_resp_t *resp, int status, json_t *v); /* steals v */
+void sd_resp_error(sd_resp_t *resp, int status, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 /* Like sd_resp_error, adding the fields of `extra` (stolen) to the error object. */
-int sd_resp_error_extra(sd_resp_t *resp, int status, const char *code, json_t *extra,
+void sd_resp_error_extra(sd_resp_t *resp, int status, const char *code, json_t *extra,
                         const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-int sd_resp_bytes(sd_resp_t *resp, int status, const char *ctype, const void *p, size_t n);
-int sd_resp_empty(sd_resp_t *resp, int status);
+void sd_resp_bytes(sd_resp_t *resp, int status, const char *ctype, const void *p, size_t n);
+void sd_resp_empty(sd_resp_t *resp, int status);
 void sd_resp_header(sd_resp_t *resp, const char *name, const char *value);
 /* Maps a store error (SD_STORE_*) to 503 with Retry-After, or 500. */
-int sd_resp_store_error(sd_resp_t *resp, int err);
+void sd_resp_store_error(sd_resp_t *resp, int err);
+/* Logs a script reply the handler does not understand (a bug) and answers 500 internal.
+ * r (may be NULL) stays the caller's. */
+void sd_resp_bad_reply(sd_resp_t *resp, const char *script, const redisReply *r);
 
-/* ---- store.c: Redis, one connection per worker thread ---- */
-enum {
-    SD_STORE_OK = 0,
-    SD_STORE_DOWN = -1,   /* cannot reach Redis: 503 + Retry-After */
-    SD_STORE_ERROR = -2,  /* Redis answered with an unexpected error */
-};
-
-typedef struct {
-    const char *argv[64];
-    size_t argl[64];
-    char *owned[64];
-    int argc, nowned, overflow;
-} sd_argv_t;
-
-void sd_argv_init(sd_argv_t *a);
-void sd_argv_add(sd_argv_t *a, const char *s);
-void sd_argv_addn(sd_argv_t *a, const char *p, size_t n);
-void sd_argv_addf(sd_argv_t *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void sd_argv_free(sd_argv_t *a);
-
-int sd_store_init(const char *url, const char *key_prefix);
-/* Starts the store's background thread (Sentinel mode: the failover subscriber) after
- * sd_store_init, with the signals blocked; sd_store_stop joins it. 0 or -errno. */
-int sd_store_start(void);
-void sd_store_stop(void);
-void sd_store_thread_close(void);
-/* Runs the embedded script `name` with the first nkeys entries of a as KEYS and the rest
- * as ARGV (EVALSHA, loading it after NOSCRIPT). On success *out is a reply the caller
- * frees with freeReplyObject; a Lua error_reply comes back as *out of type
- * REDIS_REPLY_ERROR with SD_STORE_OK, so scripts can return typed errors. */
-int sd_store_script(const char *name, int nkeys, sd_argv_t *a, redisReply **out);
-/* Runs one plain command (argv form). Same reply ownership as sd_store_script. */
-int sd_store_command(sd_argv_t *a, redisReply **out);
-/* Opens a connection of the caller's own to the current primary (under Sentinel, the one
- * the sentinels name; AUTH and SELECT done), for a subscriber that cannot share the
- * thread's command connection. NULL when Redis is unreachable; the caller frees it with
- * redisFree. */
-redisContext *sd_store_connect(void);
-/* PING with the thread's connection; 0 if Redis answers. */
-int sd_store_ping(void);
-/* "sd:{cluster}:" + formatted suffix into buf; returns buf. */
-const char *sd_key(char *buf, size_t cap, const char *cluster, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-const char *sd_store_prefix(void);
-
-typedef struct {
-    const char *name;
-    const char *body;
-} sd_script_src_t;
-extern const sd_script_src_t sd_script_srcs[];
-extern const size_t sd_nscripts;
-/* Static web files (serverdir/http/www/NAME.html), embedded the same way. */
+/* Static web files (serverdir/http/www/NAME.html), embedded like the Lua scripts. */
 extern const sd_script_src_t sd_www_srcs[];
 extern const size_t sd_nwww;
 
@@ -222,10 +176,11 @@ typedef struct sd_config {
 } sd_config_t;
 extern sd_config_t sd_cfg;
 
-/* Applies the top level of a parsed --config file to cfg (config.c): the known keys
- * only, each within its bounds, the "directory" section loaded; cfg->file = root
- * (borrowed). *log_level: the level named by "log_level", or -1. All or nothing:
- * returns 0, or -1 with err naming the field and cfg unchanged. */
+/* Applies a parsed --config file to cfg (config.c): the known top-level keys only, each
+ * within its bounds, then every module's section (directory, locks, master) through its
+ * X_config_load; cfg->file = root (borrowed). *log_level: the level named by
+ * "log_level", or -1. All or nothing: returns 0, or -1 with err naming the field and
+ * neither cfg nor any module's settings changed. */
 int sd_config_apply(json_t *root, sd_config_t *cfg, int *log_level, char *err, size_t errcap);
 
 #endif

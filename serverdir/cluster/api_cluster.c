@@ -36,7 +36,7 @@ static const char *rs(const redisReply *r, size_t i, char *num, size_t cap)
         snprintf(num, cap, "%lld", r->element[i]->integer);
         return num;
     }
-    return sd__rstr(r, i);
+    return sd_reply_str(r, i);
 }
 
 const char *sd_assign_channel(char *buf, size_t cap)
@@ -46,20 +46,20 @@ const char *sd_assign_channel(char *buf, size_t cap)
 }
 
 /* Answers 409 stale_epoch from a {'stale_epoch', epoch, holder} reply. */
-static int stale_epoch(sd_resp_t *resp, const redisReply *r, int64_t epoch)
+static void stale_epoch(sd_resp_t *resp, const redisReply *r, int64_t epoch)
 {
     char num[32];
     const char *holder = rs(r, 2, num, sizeof num);
     SD_COUNT("serverdir_primary_stale_epoch_total",
              "primary-only writes refused for a stale epoch or an expired lease", 1);
     json_t *extra = json_pack("{s:I, s:I}", "epoch", (json_int_t)epoch, "current_epoch",
-                              (json_int_t)sd__rnum(r, 1));
+                              (json_int_t)sd_reply_num(r, 1));
     json_object_set_new(extra, "holder", *holder ? json_string(holder) : json_null());
-    return sd_resp_error_extra(resp, 409, "stale_epoch", extra,
-                               "epoch %lld is not the current primary's (current %lld, %s%s%s)",
-                               (long long)epoch, (long long)sd__rnum(r, 1),
-                               *holder ? "held by '" : "no live holder", holder,
-                               *holder ? "'" : "");
+    sd_resp_error_extra(resp, 409, "stale_epoch", extra,
+                        "epoch %lld is not the current primary's (current %lld, %s%s%s)",
+                        (long long)epoch, (long long)sd_reply_num(r, 1),
+                        *holder ? "held by '" : "no live holder", holder,
+                        *holder ? "'" : "");
 }
 
 /* ---------- primary lease ---------- */
@@ -74,105 +74,112 @@ static json_t *primary_json(const char *holder, int64_t epoch, int64_t left)
 
 /* POST /primary {machine, ttl_ms} -> 200 {holder, epoch, expires_in_ms} (acquired or
  * renewed), 409 primary_held with the same fields for the current holder. */
-int h_primary_acquire(sd_req_t *req, sd_resp_t *resp)
+void h_primary_acquire(sd_req_t *req, sd_resp_t *resp)
 {
     static const char *const allowed[] = {"machine", "ttl_ms", NULL};
     const char *cluster, *machine;
     int64_t ttl = 10000;
     if (sd_req_name(req, resp, 0, "cluster", &cluster))
-        return 0;
+        return;
     json_t *body = sd_req_json(req, resp);
     if (!body)
-        return 0;
+        return;
     char err[SD_ERRMSG_MAX], ttls[24], num[32];
     if (sd_json_only_keys(body, allowed, err, sizeof err) ||
         sd_json_name(body, "machine", 1, &machine, err, sizeof err) < 0 ||
         sd_json_int(body, "ttl_ms", 0, PRIMARY_TTL_MIN_MS, PRIMARY_TTL_MAX_MS, &ttl, err,
                     sizeof err) < 0) {
         json_decref(body);
-        return sd_resp_error(resp, 400, "bad_field", "%s", err);
+        sd_resp_error(resp, 400, "bad_field", "%s", err);
+        return;
     }
     snprintf(ttls, sizeof ttls, "%lld", (long long)ttl);
     redisReply *r = NULL;
     int rc = sd__cluster_run("primary_acquire", cluster, &r, machine, ttls, NULL);
     if (rc) {
         json_decref(body);
-        return sd_resp_store_error(resp, rc);
+        sd_resp_store_error(resp, rc);
+        return;
     }
-    if (sd__rstatus_is(r, "ok") && r->elements == 5) {
+    if (sd_reply_status_is(r, "ok") && r->elements == 5) {
         int fresh = strcmp(rs(r, 4, num, sizeof num), "acquired") == 0;
         if (fresh) {
             log_info("primary acquired", "cluster=%s machine=%s epoch=%lld ttl_ms=%lld", cluster,
-                     machine, (long long)sd__rnum(r, 2), (long long)ttl);
+                     machine, (long long)sd_reply_num(r, 2), (long long)ttl);
             SD_COUNT("serverdir_primary_changes_total", "primary lease changes of holder", 1);
         }
-        sd_resp_json(resp, 200, primary_json(machine, sd__rnum(r, 2), sd__rnum(r, 3)));
-    } else if (sd__rstatus_is(r, "primary_held") && r->elements == 4) {
+        sd_resp_json(resp, 200, primary_json(machine, sd_reply_num(r, 2), sd_reply_num(r, 3)));
+    } else if (sd_reply_status_is(r, "primary_held") && r->elements == 4) {
         const char *holder = rs(r, 1, num, sizeof num);
         sd_resp_error_extra(resp, 409, "primary_held",
-                            primary_json(holder, sd__rnum(r, 2), sd__rnum(r, 3)),
+                            primary_json(holder, sd_reply_num(r, 2), sd_reply_num(r, 3)),
                             "the primary lease is held by '%s' (epoch %lld) for %lld ms more",
-                            holder, (long long)sd__rnum(r, 2), (long long)sd__rnum(r, 3));
+                            holder, (long long)sd_reply_num(r, 2), (long long)sd_reply_num(r, 3));
     } else {
-        sd__bad_reply(resp, "primary_acquire", r);
+        sd_resp_bad_reply(resp, "primary_acquire", r);
     }
     freeReplyObject(r);
     json_decref(body);
-    return 0;
 }
 
 /* GET /primary -> {holder (null when none), epoch, expires_in_ms}. */
-int h_primary_get(sd_req_t *req, sd_resp_t *resp)
+void h_primary_get(sd_req_t *req, sd_resp_t *resp)
 {
     const char *cluster;
     if (sd_req_name(req, resp, 0, "cluster", &cluster))
-        return 0;
+        return;
     redisReply *r = NULL;
     int rc = sd__cluster_run("primary_get", cluster, &r, NULL);
-    if (rc)
-        return sd_resp_store_error(resp, rc);
+    if (rc) {
+        sd_resp_store_error(resp, rc);
+        return;
+    }
     char num[32];
     if (r->type == REDIS_REPLY_ARRAY && r->elements == 3)
         sd_resp_json(resp, 200,
-                     primary_json(rs(r, 0, num, sizeof num), sd__rnum(r, 1), sd__rnum(r, 2)));
+                     primary_json(rs(r, 0, num, sizeof num), sd_reply_num(r, 1), sd_reply_num(r, 2)));
     else
-        sd__bad_reply(resp, "primary_get", r);
+        sd_resp_bad_reply(resp, "primary_get", r);
     freeReplyObject(r);
-    return 0;
 }
 
 /* DELETE /primary?machine=M -> 204 when M held it; 409 not_primary otherwise. */
-int h_primary_release(sd_req_t *req, sd_resp_t *resp)
+void h_primary_release(sd_req_t *req, sd_resp_t *resp)
 {
     const char *cluster;
     if (sd_req_name(req, resp, 0, "cluster", &cluster))
-        return 0;
+        return;
     const char *machine = sd_req_query(req, "machine");
-    if (!machine)
-        return sd_resp_error(resp, 400, "missing_machine", "query parameter 'machine' is required");
-    if (!sd_name_valid(machine, SD_NAME_MAX))
-        return sd_resp_error(resp, 400, "bad_machine", "query parameter 'machine' must be a name");
+    if (!machine) {
+        sd_resp_error(resp, 400, "missing_machine", "query parameter 'machine' is required");
+        return;
+    }
+    if (!sd_name_valid(machine, SD_NAME_MAX)) {
+        sd_resp_error(resp, 400, "bad_machine", "query parameter 'machine' must be a name");
+        return;
+    }
     redisReply *r = NULL;
     int rc = sd__cluster_run("primary_release", cluster, &r, machine, NULL);
-    if (rc)
-        return sd_resp_store_error(resp, rc);
+    if (rc) {
+        sd_resp_store_error(resp, rc);
+        return;
+    }
     char num[32];
-    if (sd__rstatus_is(r, "ok")) {
+    if (sd_reply_status_is(r, "ok")) {
         log_info("primary released", "cluster=%s machine=%s epoch=%lld", cluster, machine,
-                 (long long)sd__rnum(r, 1));
+                 (long long)sd_reply_num(r, 1));
         SD_COUNT("serverdir_primary_changes_total", "primary lease changes of holder", 1);
         sd_resp_empty(resp, 204);
-    } else if (sd__rstatus_is(r, "not_primary")) {
+    } else if (sd_reply_status_is(r, "not_primary")) {
         const char *holder = rs(r, 1, num, sizeof num);
         json_t *extra = json_object();
         json_object_set_new(extra, "holder", *holder ? json_string(holder) : json_null());
         sd_resp_error_extra(resp, 409, "not_primary", extra, "'%s' does not hold the primary lease",
                             machine);
     } else {
-        sd__bad_reply(resp, "primary_release", r);
+        sd_resp_bad_reply(resp, "primary_release", r);
     }
     freeReplyObject(r);
-    return 0;
 }
 
 /* ---------- the state read ---------- */
@@ -188,24 +195,26 @@ static json_t *doc_json(const char *machine, int64_t version, int64_t epoch, int
 
 /* GET /state -> {version, cluster_stopped, services, machines, assignments_version,
  * assignments: {m: doc}} read at one instant (one script). */
-int h_state_get(sd_req_t *req, sd_resp_t *resp)
+void h_state_get(sd_req_t *req, sd_resp_t *resp)
 {
     const char *cluster;
     if (sd_req_name(req, resp, 0, "cluster", &cluster))
-        return 0;
+        return;
     redisReply *r = NULL;
     int rc = sd__cluster_run("state_get", cluster, &r, NULL);
-    if (rc)
-        return sd_resp_store_error(resp, rc);
+    if (rc) {
+        sd_resp_store_error(resp, rc);
+        return;
+    }
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 7 ||
         r->element[4]->type != REDIS_REPLY_ARRAY || r->element[5]->type != REDIS_REPLY_ARRAY ||
         r->element[6]->type != REDIS_REPLY_ARRAY) {
-        sd__bad_reply(resp, "state_get", r);
+        sd_resp_bad_reply(resp, "state_get", r);
         freeReplyObject(r);
-        return 0;
+        return;
     }
-    int64_t now = sd__rnum(r, 0);
-    int stopped = sd__rnum(r, 2) == 1;
+    int64_t now = sd_reply_num(r, 0);
+    int stopped = sd_reply_num(r, 2) == 1;
     char num[32];
     json_t *services = json_array(), *machines = json_array(), *assignments = json_object();
     for (size_t i = 0; i < r->element[4]->elements; i++) {
@@ -230,15 +239,15 @@ int h_state_get(sd_req_t *req, sd_resp_t *resp)
             continue;
         const char *m = rs(a, 0, num, sizeof num);
         json_object_set_new(assignments, m,
-                            doc_json(m, sd__rnum(a, 1), sd__rnum(a, 2), stopped,
+                            doc_json(m, sd_reply_num(a, 1), sd_reply_num(a, 2), stopped,
                                      rs(a, 3, num, sizeof num)));
     }
-    json_t *out = json_pack("{s:I, s:b, s:o, s:o, s:I, s:o}", "version", (json_int_t)sd__rnum(r, 1),
+    json_t *out = json_pack("{s:I, s:b, s:o, s:o, s:I, s:o}", "version", (json_int_t)sd_reply_num(r, 1),
                             "cluster_stopped", stopped, "services", services, "machines",
-                            machines, "assignments_version", (json_int_t)sd__rnum(r, 3),
+                            machines, "assignments_version", (json_int_t)sd_reply_num(r, 3),
                             "assignments", assignments);
     freeReplyObject(r);
-    return sd_resp_json(resp, 200, out);
+    sd_resp_json(resp, 200, out);
 }
 
 /* ---------- assignments ---------- */
@@ -320,15 +329,15 @@ out:
 
 /* PUT /assignments {epoch, machines: {m: [slots]}} (primary only) -> 200 {version,
  * changed}; 409 stale_epoch. All named machines are replaced by one script. */
-int h_assignments_put(sd_req_t *req, sd_resp_t *resp)
+void h_assignments_put(sd_req_t *req, sd_resp_t *resp)
 {
     static const char *const allowed[] = {"epoch", "machines", NULL};
     const char *cluster;
     if (sd_req_name(req, resp, 0, "cluster", &cluster))
-        return 0;
+        return;
     json_t *body = sd_req_json(req, resp);
     if (!body)
-        return 0;
+        return;
     char err[SD_ERRMSG_MAX];
     int64_t epoch;
     json_t *pairs = json_array(), *seen = json_object();
@@ -372,26 +381,25 @@ int h_assignments_put(sd_req_t *req, sd_resp_t *resp)
         sd_resp_store_error(resp, rc);
         goto out;
     }
-    if (sd__rstatus_is(r, "stale_epoch") && r->elements == 3) {
+    if (sd_reply_status_is(r, "stale_epoch") && r->elements == 3) {
         log_info("assignments refused", "cluster=%s epoch=%lld current=%lld", cluster,
-                 (long long)epoch, (long long)sd__rnum(r, 1));
+                 (long long)epoch, (long long)sd_reply_num(r, 1));
         stale_epoch(resp, r, epoch);
-    } else if (sd__rstatus_is(r, "ok") && r->elements == 3) {
-        int changed = sd__rnum(r, 2) == 1;
+    } else if (sd_reply_status_is(r, "ok") && r->elements == 3) {
+        int changed = sd_reply_num(r, 2) == 1;
         if (changed)
             SD_COUNT("serverdir_assignment_writes_total",
                      "assignment PUTs that changed some machine's document", 1);
-        sd_resp_json(resp, 200, json_pack("{s:I, s:b}", "version", (json_int_t)sd__rnum(r, 1),
+        sd_resp_json(resp, 200, json_pack("{s:I, s:b}", "version", (json_int_t)sd_reply_num(r, 1),
                                           "changed", changed));
     } else {
-        sd__bad_reply(resp, "assign_put", r);
+        sd_resp_bad_reply(resp, "assign_put", r);
     }
     freeReplyObject(r);
 out:
     json_decref(seen);
     json_decref(pairs);
     json_decref(body);
-    return 0;
 }
 
 int sd_assign_read(const char *cluster, const char *machine, json_t **doc, int64_t *version)
@@ -406,8 +414,8 @@ int sd_assign_read(const char *cluster, const char *machine, json_t **doc, int64
         return SD_STORE_ERROR;
     }
     char num[32];
-    *version = sd__rnum(r, 0);
-    *doc = doc_json(machine, *version, sd__rnum(r, 1), sd__rnum(r, 3) == 1,
+    *version = sd_reply_num(r, 0);
+    *doc = doc_json(machine, *version, sd_reply_num(r, 1), sd_reply_num(r, 3) == 1,
                     rs(r, 2, num, sizeof num));
     freeReplyObject(r);
     return SD_STORE_OK;
@@ -450,7 +458,7 @@ void sd_assign_answer(sd_resp_t *resp, json_t *doc, int64_t version, const char 
 /* GET /machines/{m}/assignments[?version=V&wait=MS] -> the machine's document. With
  * version equal to the current one and wait > 0 the request is parked until the
  * document changes or the wait ends (200 either way). If-None-Match -> 304. */
-int h_assignments_get(sd_req_t *req, sd_resp_t *resp)
+void h_assignments_get(sd_req_t *req, sd_resp_t *resp)
 {
     const char *cluster, *machine;
     int64_t version, wait;
@@ -458,19 +466,20 @@ int h_assignments_get(sd_req_t *req, sd_resp_t *resp)
         sd_req_name(req, resp, 1, "machine", &machine) ||
         sd_req_query_int(req, resp, "version", 0, INT64_MAX, -1, &version) ||
         sd_req_query_int(req, resp, "wait", 0, SD_ASSIGN_WAIT_MAX_MS, 0, &wait))
-        return 0;
+        return;
     json_t *doc = NULL;
     int64_t cur = 0;
     int rc = sd_assign_read(cluster, machine, &doc, &cur);
-    if (rc)
-        return sd_resp_store_error(resp, rc);
+    if (rc) {
+        sd_resp_store_error(resp, rc);
+        return;
+    }
     if (wait > 0 && version == cur && !sd_http_stopping()) {
         json_decref(doc);
         sd_assign_park(req, resp, cluster, machine, version, wait);
-        return 0;
+        return;
     }
     sd_assign_answer(resp, doc, cur, sd_req_header(req, "If-None-Match"));
-    return 0;
 }
 
 /* Builds the stopped events (reason machine_lost) for the instance/service pairs of a
@@ -528,32 +537,36 @@ static long long lost_events(const char *cluster, const char *machine, int64_t e
  * changed}: m's slots are removed from the assignments (fenced by the epoch) and its
  * live processes are marked stopped with reason machine_lost through events_apply, so
  * the directory and the history show them. 409 stale_epoch. */
-int h_machine_lost(sd_req_t *req, sd_resp_t *resp)
+void h_machine_lost(sd_req_t *req, sd_resp_t *resp)
 {
     static const char *const allowed[] = {"epoch", NULL};
     const char *cluster, *machine;
     if (sd_req_name(req, resp, 0, "cluster", &cluster) ||
         sd_req_name(req, resp, 1, "machine", &machine))
-        return 0;
+        return;
     json_t *body = sd_req_json(req, resp);
     if (!body)
-        return 0;
+        return;
     char err[SD_ERRMSG_MAX], chan[96], epochs[24];
     int64_t epoch;
     int bad = sd_json_only_keys(body, allowed, err, sizeof err) ||
               sd_json_int(body, "epoch", 1, 1, INT64_C(1) << 53, &epoch, err, sizeof err) < 0;
     json_decref(body);
-    if (bad)
-        return sd_resp_error(resp, 400, "bad_field", "%s", err);
+    if (bad) {
+        sd_resp_error(resp, 400, "bad_field", "%s", err);
+        return;
+    }
     snprintf(epochs, sizeof epochs, "%lld", (long long)epoch);
     redisReply *r = NULL;
     int rc = sd__cluster_run("machine_lost", cluster, &r, epochs, machine,
                              sd_assign_channel(chan, sizeof chan), cluster, NULL);
-    if (rc)
-        return sd_resp_store_error(resp, rc);
-    if (sd__rstatus_is(r, "stale_epoch") && r->elements == 3) {
+    if (rc) {
+        sd_resp_store_error(resp, rc);
+        return;
+    }
+    if (sd_reply_status_is(r, "stale_epoch") && r->elements == 3) {
         stale_epoch(resp, r, epoch);
-    } else if (sd__rstatus_is(r, "ok") && r->elements >= 3 && (r->elements - 3) % 2 == 0) {
+    } else if (sd_reply_status_is(r, "ok") && r->elements >= 3 && (r->elements - 3) % 2 == 0) {
         long long stopped = lost_events(cluster, machine, epoch, r, 3);
         if (stopped < 0) {
             sd_resp_store_error(resp, (int)stopped);
@@ -563,12 +576,11 @@ int h_machine_lost(sd_req_t *req, sd_resp_t *resp)
             SD_COUNT("serverdir_machines_lost_total", "machines declared lost by the primary", 1);
             sd_resp_json(resp, 200, json_pack("{s:s, s:I, s:I, s:b}", "machine", machine,
                                               "stopped", (json_int_t)stopped, "version",
-                                              (json_int_t)sd__rnum(r, 1), "changed",
-                                              sd__rnum(r, 2) == 1));
+                                              (json_int_t)sd_reply_num(r, 1), "changed",
+                                              sd_reply_num(r, 2) == 1));
         }
     } else {
-        sd__bad_reply(resp, "machine_lost", r);
+        sd_resp_bad_reply(resp, "machine_lost", r);
     }
     freeReplyObject(r);
-    return 0;
 }

@@ -27,10 +27,10 @@ SD_ROUTE(POST, "/v1/clusters/{c}/machines/{m}/undrain", SD_R_OPS, 0, h_machine_u
 
 /* ---------- helpers ---------- */
 
-static int unknown_service(sd_resp_t *resp, const char *svc)
+static void unknown_service(sd_resp_t *resp, const char *svc)
 {
-    return sd_resp_error_extra(resp, 404, "unknown_service", json_pack("{s:s}", "service", svc),
-                               "service '%s' does not exist", svc);
+    sd_resp_error_extra(resp, 404, "unknown_service", json_pack("{s:s}", "service", svc),
+                        "service '%s' does not exist", svc);
 }
 
 /* Reads one service as API JSON into *out (NULL when it does not exist). Returns 0, or
@@ -40,15 +40,17 @@ static int service_read(sd_resp_t *resp, const char *cluster, const char *svc, j
     redisReply *r = NULL;
     *out = NULL;
     int rc = sd__cluster_run("service_list", cluster, &r, svc, NULL);
-    if (rc)
-        return sd_resp_store_error(resp, rc), -1;
+    if (rc) {
+        sd_resp_store_error(resp, rc);
+        return -1;
+    }
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
-        sd__bad_reply(resp, "service_list", r);
+        sd_resp_bad_reply(resp, "service_list", r);
         freeReplyObject(r);
         return -1;
     }
     if (r->elements == 2 && !(*out = sd_service_json(r->element[1]))) {
-        sd__bad_reply(resp, "service_list", r);
+        sd_resp_bad_reply(resp, "service_list", r);
         freeReplyObject(r);
         return -1;
     }
@@ -63,55 +65,59 @@ static int spec_store(sd_resp_t *resp, const char *cluster, const char *svc, con
                       const char *expect)
 {
     char *text = sd_json_canonical(spec);
-    if (!text)
-        return sd_resp_error(resp, 500, "internal", "out of memory"), 0;
+    if (!text) {
+        sd_resp_error(resp, 500, "internal", "out of memory");
+        return 0;
+    }
     redisReply *r = NULL;
     int rc = sd__cluster_run("service_put", cluster, &r, svc, text, expect, NULL);
     free(text);
-    if (rc)
-        return sd_resp_store_error(resp, rc), 0;
-    if (sd__rstatus_is(r, "conflict")) {
+    if (rc) {
+        sd_resp_store_error(resp, rc);
+        return 0;
+    }
+    if (sd_reply_status_is(r, "conflict")) {
         freeReplyObject(r);
         return 1;
     }
     json_t *changes = json_array();
-    int changed = sd__rstatus_is(r, "changed") && r->elements == 3;
-    if (!changed && !(sd__rstatus_is(r, "unchanged") && r->elements == 2)) {
+    int changed = sd_reply_status_is(r, "changed") && r->elements == 3;
+    if (!changed && !(sd_reply_status_is(r, "unchanged") && r->elements == 2)) {
         json_decref(changes);
-        sd__bad_reply(resp, "service_put", r);
+        sd_resp_bad_reply(resp, "service_put", r);
         freeReplyObject(r);
         return 0;
     }
     if (changed) {
-        json_t *old = *sd__rstr(r, 2) ? json_loads(sd__rstr(r, 2), 0, NULL) : NULL;
+        json_t *old = *sd_reply_str(r, 2) ? json_loads(sd_reply_str(r, 2), 0, NULL) : NULL;
         sd_spec_diff(old, spec, changes);
         json_decref(old);
         log_info("service changed", "cluster=%s service=%s version=%lld changes=%zu", cluster, svc,
-                 (long long)sd__rnum(r, 1), json_array_size(changes));
+                 (long long)sd_reply_num(r, 1), json_array_size(changes));
         SD_COUNT("serverdir_service_changes_total", "service specs created or changed", 1);
     }
     sd_resp_json(resp, 200, json_pack("{s:s, s:I, s:b, s:o}", "service", svc, "version",
-                                      (json_int_t)sd__rnum(r, 1), "changed", changed, "changes",
+                                      (json_int_t)sd_reply_num(r, 1), "changed", changed, "changes",
                                       changes));
     freeReplyObject(r);
     return 0;
 }
 
 /* Answers a dry run: what storing spec would change, without writing. */
-static int spec_dry_run(sd_resp_t *resp, const char *cluster, const char *svc,
-                        const json_t *spec)
+static void spec_dry_run(sd_resp_t *resp, const char *cluster, const char *svc,
+                         const json_t *spec)
 {
     json_t *cur;
     if (service_read(resp, cluster, svc, &cur))
-        return 0;
+        return;
     json_t *changes = json_array();
     sd_spec_diff(cur ? json_object_get(cur, "spec") : NULL, spec, changes);
     int64_t version = cur ? json_integer_value(json_object_get(cur, "version")) : 0;
     json_decref(cur);
-    return sd_resp_json(resp, 200, json_pack("{s:s, s:I, s:b, s:o, s:b}", "service", svc,
-                                             "version", (json_int_t)version, "changed",
-                                             json_array_size(changes) > 0, "changes", changes,
-                                             "dry_run", 1));
+    sd_resp_json(resp, 200, json_pack("{s:s, s:I, s:b, s:o, s:b}", "service", svc,
+                                      "version", (json_int_t)version, "changed",
+                                      json_array_size(changes) > 0, "changes", changes,
+                                      "dry_run", 1));
 }
 
 /* ?dry_run=1|true|0|false -> 1/0; -1 with 400 on anything else. */
@@ -133,33 +139,33 @@ json_t *sd_service_json(const redisReply *e)
     if (e->type != REDIS_REPLY_ARRAY || e->elements != 7 ||
         e->element[6]->type != REDIS_REPLY_ARRAY)
         return NULL;
-    json_t *spec = json_loads(sd__rstr(e, 1), 0, NULL);
-    json_t *o = json_pack("{s:s, s:I, s:o, s:b, s:I, s:I}", "service", sd__rstr(e, 0),
-                          "version", (json_int_t)sd__rnum(e, 2),
+    json_t *spec = json_loads(sd_reply_str(e, 1), 0, NULL);
+    json_t *o = json_pack("{s:s, s:I, s:o, s:b, s:I, s:I}", "service", sd_reply_str(e, 0),
+                          "version", (json_int_t)sd_reply_num(e, 2),
                           "spec", spec ? spec : json_object(),
-                          "stopped", sd__rnum(e, 3) == 1,
-                          "restart_token", (json_int_t)sd__rnum(e, 4),
-                          "max_unavailable", (json_int_t)sd__rnum(e, 5));
+                          "stopped", sd_reply_num(e, 3) == 1,
+                          "restart_token", (json_int_t)sd_reply_num(e, 4),
+                          "max_unavailable", (json_int_t)sd_reply_num(e, 5));
     json_t *slots = json_object();
     const redisReply *st = e->element[6];
     for (size_t i = 0; i + 1 < st->elements; i += 2)
-        json_object_set_new(slots, sd__rstr(st, i), json_integer(sd__rnum(st, i + 1)));
+        json_object_set_new(slots, sd_reply_str(st, i), json_integer(sd_reply_num(st, i + 1)));
     json_object_set_new(o, "slot_restart_tokens", slots);
     return o;
 }
 
 
 /* PUT /services/{s}[?dry_run=1] body = spec -> 200 {service, version, changed, changes}. */
-int h_service_put(sd_req_t *req, sd_resp_t *resp)
+void h_service_put(sd_req_t *req, sd_resp_t *resp)
 {
     const char *cluster, *svc;
     int dry;
     if (sd_req_name(req, resp, 0, "cluster", &cluster) ||
         sd_req_name(req, resp, 1, "service", &svc) || (dry = dry_run_flag(req, resp)) < 0)
-        return 0;
+        return;
     json_t *spec = sd_req_json(req, resp);
     if (!spec)
-        return 0;
+        return;
     char err[SD_ERRMSG_MAX];
     if (sd_spec_validate(spec, err, sizeof err)) {
         SD_COUNT("serverdir_service_rejected_total", "service specs rejected as invalid", 1);
@@ -170,23 +176,24 @@ int h_service_put(sd_req_t *req, sd_resp_t *resp)
         spec_store(resp, cluster, svc, spec, "");
     }
     json_decref(spec);
-    return 0;
 }
 
 /* GET /services -> {version, services: [...]}. */
-int h_services_list(sd_req_t *req, sd_resp_t *resp)
+void h_services_list(sd_req_t *req, sd_resp_t *resp)
 {
     const char *cluster;
     if (sd_req_name(req, resp, 0, "cluster", &cluster))
-        return 0;
+        return;
     redisReply *r = NULL;
     int rc = sd__cluster_run("service_list", cluster, &r, "", NULL);
-    if (rc)
-        return sd_resp_store_error(resp, rc);
+    if (rc) {
+        sd_resp_store_error(resp, rc);
+        return;
+    }
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
-        sd__bad_reply(resp, "service_list", r);
+        sd_resp_bad_reply(resp, "service_list", r);
         freeReplyObject(r);
-        return 0;
+        return;
     }
     json_t *list = json_array();
     for (size_t i = 1; i < r->elements; i++) {
@@ -194,73 +201,80 @@ int h_services_list(sd_req_t *req, sd_resp_t *resp)
         if (s)
             json_array_append_new(list, s);
     }
-    json_t *out = json_pack("{s:I, s:o}", "version", (json_int_t)sd__rnum(r, 0), "services", list);
+    json_t *out = json_pack("{s:I, s:o}", "version", (json_int_t)sd_reply_num(r, 0), "services", list);
     freeReplyObject(r);
-    return sd_resp_json(resp, 200, out);
+    sd_resp_json(resp, 200, out);
 }
 
 /* GET /services/{s} -> the service; 404 unknown_service. */
-int h_service_get(sd_req_t *req, sd_resp_t *resp)
+void h_service_get(sd_req_t *req, sd_resp_t *resp)
 {
     const char *cluster, *svc;
     json_t *cur;
     if (sd_req_name(req, resp, 0, "cluster", &cluster) ||
         sd_req_name(req, resp, 1, "service", &svc) || service_read(resp, cluster, svc, &cur))
-        return 0;
-    return cur ? sd_resp_json(resp, 200, cur) : unknown_service(resp, svc);
+        return;
+    if (cur)
+        sd_resp_json(resp, 200, cur);
+    else
+        unknown_service(resp, svc);
 }
 
 /* DELETE /services/{s} -> 204; 404 unknown_service. */
-int h_service_delete(sd_req_t *req, sd_resp_t *resp)
+void h_service_delete(sd_req_t *req, sd_resp_t *resp)
 {
     const char *cluster, *svc;
     if (sd_req_name(req, resp, 0, "cluster", &cluster) ||
         sd_req_name(req, resp, 1, "service", &svc))
-        return 0;
+        return;
     redisReply *r = NULL;
     int rc = sd__cluster_run("service_delete", cluster, &r, svc, NULL);
-    if (rc)
-        return sd_resp_store_error(resp, rc);
-    if (sd__rstatus_is(r, "unknown_service")) {
+    if (rc) {
+        sd_resp_store_error(resp, rc);
+        return;
+    }
+    if (sd_reply_status_is(r, "unknown_service")) {
         unknown_service(resp, svc);
-    } else if (sd__rstatus_is(r, "ok")) {
+    } else if (sd_reply_status_is(r, "ok")) {
         log_info("service deleted", "cluster=%s service=%s", cluster, svc);
         SD_COUNT("serverdir_service_changes_total", "service specs created or changed", 1);
         sd_resp_empty(resp, 204);
     } else {
-        sd__bad_reply(resp, "service_delete", r);
+        sd_resp_bad_reply(resp, "service_delete", r);
     }
     freeReplyObject(r);
-    return 0;
 }
 
 /* POST /services/{s}/scale[?dry_run=1] {count} -> like PUT. The spec is read, its count
  * replaced and stored only if nobody changed it in between (retried a few times). */
-int h_service_scale(sd_req_t *req, sd_resp_t *resp)
+void h_service_scale(sd_req_t *req, sd_resp_t *resp)
 {
     static const char *const allowed[] = {"count", NULL};
     const char *cluster, *svc;
     int dry;
     if (sd_req_name(req, resp, 0, "cluster", &cluster) ||
         sd_req_name(req, resp, 1, "service", &svc) || (dry = dry_run_flag(req, resp)) < 0)
-        return 0;
+        return;
     json_t *body = sd_req_json(req, resp);
     if (!body)
-        return 0;
+        return;
     char err[SD_ERRMSG_MAX];
     int64_t count;
     if (sd_json_only_keys(body, allowed, err, sizeof err) ||
         sd_json_int(body, "count", 1, 0, SD_COUNT_MAX, &count, err, sizeof err) < 0) {
         json_decref(body);
-        return sd_resp_error(resp, 400, "bad_field", "%s", err);
+        sd_resp_error(resp, 400, "bad_field", "%s", err);
+        return;
     }
     json_decref(body);
     for (int attempt = 0; attempt < CAS_TRIES; attempt++) {
         json_t *cur;
         if (service_read(resp, cluster, svc, &cur))
-            return 0;
-        if (!cur)
-            return unknown_service(resp, svc);
+            return;
+        if (!cur) {
+            unknown_service(resp, svc);
+            return;
+        }
         json_t *spec = json_deep_copy(json_object_get(cur, "spec"));
         json_object_set_new(spec, "count", json_integer(count));
         char expect[24];
@@ -271,44 +285,45 @@ int h_service_scale(sd_req_t *req, sd_resp_t *resp)
                            : spec_store(resp, cluster, svc, spec, expect);
         json_decref(spec);
         if (!conflict)
-            return 0;
+            return;
     }
-    return sd_resp_error(resp, 409, "conflict",
-                         "service '%s' kept changing while it was being scaled; retry", svc);
+    sd_resp_error(resp, 409, "conflict",
+                  "service '%s' kept changing while it was being scaled; retry", svc);
 }
 
 /* ---------- operator actions ---------- */
 
 /* POST /services/{s}/stop and /start: the stopped flag -> 200 {service, stopped, changed,
  * version}. */
-static int service_stop_set(sd_req_t *req, sd_resp_t *resp, int stop)
+static void service_stop_set(sd_req_t *req, sd_resp_t *resp, int stop)
 {
     const char *cluster, *svc;
     if (sd_req_name(req, resp, 0, "cluster", &cluster) ||
         sd_req_name(req, resp, 1, "service", &svc))
-        return 0;
+        return;
     redisReply *r = NULL;
     int rc = sd__cluster_run("service_stop", cluster, &r, svc, stop ? "1" : "0", NULL);
-    if (rc)
-        return sd_resp_store_error(resp, rc);
-    if (sd__rstatus_is(r, "unknown_service")) {
+    if (rc) {
+        sd_resp_store_error(resp, rc);
+        return;
+    }
+    if (sd_reply_status_is(r, "unknown_service")) {
         unknown_service(resp, svc);
-    } else if (sd__rstatus_is(r, "ok") && r->elements == 3) {
-        if (sd__rnum(r, 1) == 1)
+    } else if (sd_reply_status_is(r, "ok") && r->elements == 3) {
+        if (sd_reply_num(r, 1) == 1)
             log_info(stop ? "service stopped" : "service started", "cluster=%s service=%s",
                      cluster, svc);
         sd_resp_json(resp, 200, json_pack("{s:s, s:b, s:b, s:I}", "service", svc, "stopped", stop,
-                                          "changed", sd__rnum(r, 1) == 1, "version",
-                                          (json_int_t)sd__rnum(r, 2)));
+                                          "changed", sd_reply_num(r, 1) == 1, "version",
+                                          (json_int_t)sd_reply_num(r, 2)));
     } else {
-        sd__bad_reply(resp, "service_stop", r);
+        sd_resp_bad_reply(resp, "service_stop", r);
     }
     freeReplyObject(r);
-    return 0;
 }
 
-int h_service_stop(sd_req_t *req, sd_resp_t *resp) { return service_stop_set(req, resp, 1); }
-int h_service_start(sd_req_t *req, sd_resp_t *resp) { return service_stop_set(req, resp, 0); }
+void h_service_stop(sd_req_t *req, sd_resp_t *resp) { service_stop_set(req, resp, 1); }
+void h_service_start(sd_req_t *req, sd_resp_t *resp) { service_stop_set(req, resp, 0); }
 
 /* An optional JSON body: absent or empty means {}. Returns NULL with resp set on error. */
 static json_t *optional_body(sd_req_t *req, sd_resp_t *resp)
@@ -318,156 +333,162 @@ static json_t *optional_body(sd_req_t *req, sd_resp_t *resp)
 
 /* POST /services/{s}/restart {max_unavailable?: N (default 1)} -> 200 {service,
  * restart_token, max_unavailable, version}. The primary rolls the restart. */
-int h_service_restart(sd_req_t *req, sd_resp_t *resp)
+void h_service_restart(sd_req_t *req, sd_resp_t *resp)
 {
     static const char *const allowed[] = {"max_unavailable", NULL};
     const char *cluster, *svc;
     if (sd_req_name(req, resp, 0, "cluster", &cluster) ||
         sd_req_name(req, resp, 1, "service", &svc))
-        return 0;
+        return;
     json_t *body = optional_body(req, resp);
     if (!body)
-        return 0;
+        return;
     char err[SD_ERRMSG_MAX], mu[24];
     int64_t max_unavailable = 1;
     int bad = sd_json_only_keys(body, allowed, err, sizeof err) ||
               sd_json_int(body, "max_unavailable", 0, 1, SD_COUNT_MAX, &max_unavailable, err,
                           sizeof err) < 0;
     json_decref(body);
-    if (bad)
-        return sd_resp_error(resp, 400, "bad_field", "%s", err);
+    if (bad) {
+        sd_resp_error(resp, 400, "bad_field", "%s", err);
+        return;
+    }
     snprintf(mu, sizeof mu, "%lld", (long long)max_unavailable);
     redisReply *r = NULL;
     int rc = sd__cluster_run("service_restart", cluster, &r, svc, mu, NULL);
-    if (rc)
-        return sd_resp_store_error(resp, rc);
-    if (sd__rstatus_is(r, "unknown_service")) {
+    if (rc) {
+        sd_resp_store_error(resp, rc);
+        return;
+    }
+    if (sd_reply_status_is(r, "unknown_service")) {
         unknown_service(resp, svc);
-    } else if (sd__rstatus_is(r, "ok") && r->elements == 3) {
+    } else if (sd_reply_status_is(r, "ok") && r->elements == 3) {
         log_info("service restart requested", "cluster=%s service=%s restart_token=%lld "
-                 "max_unavailable=%lld", cluster, svc, (long long)sd__rnum(r, 1),
+                 "max_unavailable=%lld", cluster, svc, (long long)sd_reply_num(r, 1),
                  (long long)max_unavailable);
         SD_COUNT("serverdir_restarts_requested_total{kind=\"service\"}",
                  "restarts requested by operators", 1);
         sd_resp_json(resp, 200, json_pack("{s:s, s:I, s:I, s:I}", "service", svc,
-                                          "restart_token", (json_int_t)sd__rnum(r, 1),
+                                          "restart_token", (json_int_t)sd_reply_num(r, 1),
                                           "max_unavailable", (json_int_t)max_unavailable,
-                                          "version", (json_int_t)sd__rnum(r, 2)));
+                                          "version", (json_int_t)sd_reply_num(r, 2)));
     } else {
-        sd__bad_reply(resp, "service_restart", r);
+        sd_resp_bad_reply(resp, "service_restart", r);
     }
     freeReplyObject(r);
-    return 0;
 }
 
 /* POST /restart-instance {instance} -> 200 {instance, service, slot, restart_token,
  * version}: bumps the restart token of the instance's slot. */
-int h_instance_restart(sd_req_t *req, sd_resp_t *resp)
+void h_instance_restart(sd_req_t *req, sd_resp_t *resp)
 {
     static const char *const allowed[] = {"instance", NULL};
     const char *cluster, *inst;
     if (sd_req_name(req, resp, 0, "cluster", &cluster))
-        return 0;
+        return;
     json_t *body = sd_req_json(req, resp);
     if (!body)
-        return 0;
+        return;
     char err[SD_ERRMSG_MAX];
     if (sd_json_only_keys(body, allowed, err, sizeof err) ||
         sd_json_name(body, "instance", 1, &inst, err, sizeof err) < 0) {
         json_decref(body);
-        return sd_resp_error(resp, 400, "bad_field", "%s", err);
+        sd_resp_error(resp, 400, "bad_field", "%s", err);
+        return;
     }
     redisReply *r = NULL;
     int rc = sd__cluster_run("instance_restart", cluster, &r, inst, NULL);
     if (rc) {
         json_decref(body);
-        return sd_resp_store_error(resp, rc);
+        sd_resp_store_error(resp, rc);
+        return;
     }
-    if (sd__rstatus_is(r, "unknown_instance")) {
+    if (sd_reply_status_is(r, "unknown_instance")) {
         sd_resp_error_extra(resp, 404, "unknown_instance", json_pack("{s:s}", "instance", inst),
                             "instance '%s' is not in the directory", inst);
-    } else if (sd__rstatus_is(r, "no_slot")) {
+    } else if (sd_reply_status_is(r, "no_slot")) {
         sd_resp_error_extra(resp, 409, "no_slot", json_pack("{s:s}", "instance", inst),
                             "instance '%s' has no slot (not placed by the primary)", inst);
-    } else if (sd__rstatus_is(r, "unknown_service")) {
-        unknown_service(resp, sd__rstr(r, 1));
-    } else if (sd__rstatus_is(r, "ok") && r->elements == 5) {
+    } else if (sd_reply_status_is(r, "unknown_service")) {
+        unknown_service(resp, sd_reply_str(r, 1));
+    } else if (sd_reply_status_is(r, "ok") && r->elements == 5) {
         log_info("instance restart requested", "cluster=%s instance=%s service=%s slot=%s",
-                 cluster, inst, sd__rstr(r, 1), sd__rstr(r, 2));
+                 cluster, inst, sd_reply_str(r, 1), sd_reply_str(r, 2));
         SD_COUNT("serverdir_restarts_requested_total{kind=\"instance\"}",
                  "restarts requested by operators", 1);
         sd_resp_json(resp, 200, json_pack("{s:s, s:s, s:I, s:I, s:I}", "instance", inst,
-                                          "service", sd__rstr(r, 1),
-                                          "slot", (json_int_t)sd__rnum(r, 2),
-                                          "restart_token", (json_int_t)sd__rnum(r, 3), "version",
-                                          (json_int_t)sd__rnum(r, 4)));
+                                          "service", sd_reply_str(r, 1),
+                                          "slot", (json_int_t)sd_reply_num(r, 2),
+                                          "restart_token", (json_int_t)sd_reply_num(r, 3), "version",
+                                          (json_int_t)sd_reply_num(r, 4)));
     } else {
-        sd__bad_reply(resp, "instance_restart", r);
+        sd_resp_bad_reply(resp, "instance_restart", r);
     }
     freeReplyObject(r);
     json_decref(body);
-    return 0;
 }
 
 /* POST /stop and /start: the realm stop flag -> 200 {cluster_stopped, changed, version}. */
-static int cluster_stop_set(sd_req_t *req, sd_resp_t *resp, int stop)
+static void cluster_stop_set(sd_req_t *req, sd_resp_t *resp, int stop)
 {
     const char *cluster;
     if (sd_req_name(req, resp, 0, "cluster", &cluster))
-        return 0;
+        return;
     char chan[96];
     redisReply *r = NULL;
     int rc = sd__cluster_run("cluster_stop", cluster, &r, stop ? "1" : "0",
                              sd_assign_channel(chan, sizeof chan), cluster, NULL);
-    if (rc)
-        return sd_resp_store_error(resp, rc);
+    if (rc) {
+        sd_resp_store_error(resp, rc);
+        return;
+    }
     if (r->type == REDIS_REPLY_ARRAY && r->elements == 2) {
-        if (sd__rnum(r, 0) == 1) {
+        if (sd_reply_num(r, 0) == 1) {
             log_info(stop ? "cluster stopped" : "cluster started", "cluster=%s peer=%s", cluster,
                      req->peer_ip);
             SD_COUNT("serverdir_cluster_stop_changes_total", "realm stop/start flag changes", 1);
         }
         sd_resp_json(resp, 200, json_pack("{s:b, s:b, s:I}", "cluster_stopped", stop, "changed",
-                                          sd__rnum(r, 0) == 1,
-                                          "version", (json_int_t)sd__rnum(r, 1)));
+                                          sd_reply_num(r, 0) == 1,
+                                          "version", (json_int_t)sd_reply_num(r, 1)));
     } else {
-        sd__bad_reply(resp, "cluster_stop", r);
+        sd_resp_bad_reply(resp, "cluster_stop", r);
     }
     freeReplyObject(r);
-    return 0;
 }
 
-int h_cluster_stop(sd_req_t *req, sd_resp_t *resp) { return cluster_stop_set(req, resp, 1); }
-int h_cluster_start(sd_req_t *req, sd_resp_t *resp) { return cluster_stop_set(req, resp, 0); }
+void h_cluster_stop(sd_req_t *req, sd_resp_t *resp) { cluster_stop_set(req, resp, 1); }
+void h_cluster_start(sd_req_t *req, sd_resp_t *resp) { cluster_stop_set(req, resp, 0); }
 
 /* POST /machines/{m}/drain and /undrain -> 200 {machine, draining, changed, version};
  * 404 unknown_machine. */
-static int machine_drain_set(sd_req_t *req, sd_resp_t *resp, int drain)
+static void machine_drain_set(sd_req_t *req, sd_resp_t *resp, int drain)
 {
     const char *cluster, *machine;
     if (sd_req_name(req, resp, 0, "cluster", &cluster) ||
         sd_req_name(req, resp, 1, "machine", &machine))
-        return 0;
+        return;
     redisReply *r = NULL;
     int rc = sd__cluster_run("machine_drain", cluster, &r, machine, drain ? "1" : "0", NULL);
-    if (rc)
-        return sd_resp_store_error(resp, rc);
-    if (sd__rstatus_is(r, "unknown_machine")) {
+    if (rc) {
+        sd_resp_store_error(resp, rc);
+        return;
+    }
+    if (sd_reply_status_is(r, "unknown_machine")) {
         sd_resp_error_extra(resp, 404, "unknown_machine", json_pack("{s:s}", "machine", machine),
                             "machine '%s' is not registered", machine);
-    } else if (sd__rstatus_is(r, "ok") && r->elements == 3) {
-        if (sd__rnum(r, 1) == 1)
+    } else if (sd_reply_status_is(r, "ok") && r->elements == 3) {
+        if (sd_reply_num(r, 1) == 1)
             log_info(drain ? "machine draining" : "machine undrained", "cluster=%s machine=%s",
                      cluster, machine);
         sd_resp_json(resp, 200, json_pack("{s:s, s:b, s:b, s:I}", "machine", machine, "draining",
-                                          drain, "changed", sd__rnum(r, 1) == 1, "version",
-                                          (json_int_t)sd__rnum(r, 2)));
+                                          drain, "changed", sd_reply_num(r, 1) == 1, "version",
+                                          (json_int_t)sd_reply_num(r, 2)));
     } else {
-        sd__bad_reply(resp, "machine_drain", r);
+        sd_resp_bad_reply(resp, "machine_drain", r);
     }
     freeReplyObject(r);
-    return 0;
 }
 
-int h_machine_drain(sd_req_t *req, sd_resp_t *resp) { return machine_drain_set(req, resp, 1); }
-int h_machine_undrain(sd_req_t *req, sd_resp_t *resp) { return machine_drain_set(req, resp, 0); }
+void h_machine_drain(sd_req_t *req, sd_resp_t *resp) { machine_drain_set(req, resp, 1); }
+void h_machine_undrain(sd_req_t *req, sd_resp_t *resp) { machine_drain_set(req, resp, 0); }

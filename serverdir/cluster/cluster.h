@@ -1,8 +1,9 @@
-/* Cluster orchestration (issue 6, docs/cluster.md): desired services, the primary lease,
+/* cluster/: desired services, the primary lease, assignments and their long-polls. */
+/* Cluster orchestration (docs/cluster.md): desired services, the primary lease,
  * per-machine assignments and their long-poll. api_services.c and api_cluster.c are the
- * handlers, cluster_spec.c validates and compares service specs (and holds the script
- * reply helpers both handler files use), assign_wait.c parks assignment long-polls on
- * one waiter thread.
+ * handlers, cluster_spec.c validates and compares service specs and runs the cluster
+ * scripts, assign_wait.c parks assignment long-polls (http/park.h) and wakes them from
+ * the assignments channel.
  *
  * Redis layout, all under the cluster's key base "<prefix>{<cluster>}:" (one hash slot):
  *   services           set    service names
@@ -66,7 +67,7 @@ const char *sd_assign_channel(char *buf, size_t cap);
 int sd_assign_read(const char *cluster, const char *machine, json_t **doc, int64_t *version);
 
 /* Parks req until machine m's document version differs from `version`, or wait_ms pass,
- * or serverdir stops; then answers 200 with the document (ETag set) from the waiter
+ * or serverdir stops; then answers 200 with the document (ETag set) from the park
  * thread. Answers 429 when SD_ASSIGN_WAITERS_MAX requests wait already. */
 void sd_assign_park(sd_req_t *req, sd_resp_t *resp, const char *cluster, const char *machine,
                     int64_t version, int64_t wait_ms);
@@ -75,20 +76,7 @@ void sd_assign_park(sd_req_t *req, sd_resp_t *resp, const char *cluster, const c
  * if_none_match names the current version. Steals doc. */
 void sd_assign_answer(sd_resp_t *resp, json_t *doc, int64_t version, const char *if_none_match);
 
-/* ---------- script reply helpers of api_cluster.c and api_services.c ---------- */
-
-/* Element i of an array reply as text: a string or status element, else "" (absent or
- * another type). Points into r. */
-const char *sd__rstr(const redisReply *r, size_t i);
-
-/* Element i of an array reply as a number (integer, or decimal text; 0 otherwise). */
-int64_t sd__rnum(const redisReply *r, size_t i);
-
-/* Whether r is an array reply whose first element is the status word st. */
-int sd__rstatus_is(const redisReply *r, const char *st);
-
-/* Logs a script reply the handler does not understand and answers 500 internal. */
-int sd__bad_reply(sd_resp_t *resp, const char *script, redisReply *r);
+/* ---------- running cluster scripts (cluster_spec.c) ---------- */
 
 /* Runs a cluster script with the cluster's key base as its one key and the string args
  * that follow, up to a terminating NULL. Returns a SD_STORE_* code, *out as

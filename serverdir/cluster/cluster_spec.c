@@ -23,17 +23,23 @@ char *sd_json_canonical(const json_t *v)
 static int string_map(const char *path, const json_t *o, int names,
                       size_t max, char *err, size_t errcap)
 {
-    if (!json_is_object(o) || json_object_size(o) > max)
-        return snprintf(err, errcap, "field '%s' must be an object of at most %zu strings", path,
-                        max), -1;
+    if (!json_is_object(o) || json_object_size(o) > max) {
+        snprintf(err, errcap, "field '%s' must be an object of at most %zu strings", path,
+                 max);
+        return -1;
+    }
     const char *k;
     const json_t *v;
     json_object_foreach((json_t *)o, k, v) {
-        if (names ? !sd_name_valid(k, SD_NAME_MAX) : (!*k || strlen(k) > 256 || strchr(k, '=')))
-            return snprintf(err, errcap, "%s: '%.64s' is not a valid key", path, k), -1;
-        if (!json_is_string(v) || strlen(json_string_value(v)) > STR_MAX)
-            return snprintf(err, errcap, "%s['%.64s'] must be a string of at most %d bytes",
-                            path, k, STR_MAX), -1;
+        if (names ? !sd_name_valid(k, SD_NAME_MAX) : (!*k || strlen(k) > 256 || strchr(k, '='))) {
+            snprintf(err, errcap, "%s: '%.64s' is not a valid key", path, k);
+            return -1;
+        }
+        if (!json_is_string(v) || strlen(json_string_value(v)) > STR_MAX) {
+            snprintf(err, errcap, "%s['%.64s'] must be a string of at most %d bytes",
+                     path, k, STR_MAX);
+            return -1;
+        }
     }
     return 0;
 }
@@ -46,27 +52,35 @@ int sd_spec_validate(const json_t *spec, char *err, size_t errcap)
     static const char *const objects[] = {"health", "restart", "stop", "rlimits"};
     const char *s;
     int64_t n;
-    if (!json_is_object(spec))
-        return snprintf(err, errcap, "the service spec must be a JSON object"), -1;
+    if (!json_is_object(spec)) {
+        snprintf(err, errcap, "the service spec must be a JSON object");
+        return -1;
+    }
     if (sd_json_only_keys(spec, keys, err, errcap) ||
         sd_json_str(spec, "command", 1, STR_MAX, &s, err, errcap) < 0 ||
         sd_json_int(spec, "count", 1, 0, SD_COUNT_MAX, &n, err, errcap) < 0 ||
         sd_json_str(spec, "user", 0, 64, &s, err, errcap) < 0 ||
         sd_json_str(spec, "cwd", 0, STR_MAX, &s, err, errcap) < 0)
         return -1;
-    if (!*json_string_value(json_object_get(spec, "command")))
-        return snprintf(err, errcap, "field 'command' must not be empty"), -1;
+    if (!*json_string_value(json_object_get(spec, "command"))) {
+        snprintf(err, errcap, "field 'command' must not be empty");
+        return -1;
+    }
     const json_t *args = json_object_get(spec, "args");
     if (args) {
-        if (!json_is_array(args) || json_array_size(args) > ARGS_MAX)
-            return snprintf(err, errcap, "field 'args' must be an array of at most %d strings",
-                            ARGS_MAX), -1;
+        if (!json_is_array(args) || json_array_size(args) > ARGS_MAX) {
+            snprintf(err, errcap, "field 'args' must be an array of at most %d strings",
+                     ARGS_MAX);
+            return -1;
+        }
         size_t i;
         const json_t *a;
         json_array_foreach(args, i, a) {
-            if (!json_is_string(a) || strlen(json_string_value(a)) > STR_MAX)
-                return snprintf(err, errcap, "args[%zu] must be a string of at most %d bytes", i,
-                                STR_MAX), -1;
+            if (!json_is_string(a) || strlen(json_string_value(a)) > STR_MAX) {
+                snprintf(err, errcap, "args[%zu] must be a string of at most %d bytes", i,
+                         STR_MAX);
+                return -1;
+            }
         }
     }
     const json_t *env = json_object_get(spec, "env");
@@ -74,27 +88,35 @@ int sd_spec_validate(const json_t *spec, char *err, size_t errcap)
         return -1;
     const json_t *pl = json_object_get(spec, "placement");
     if (pl) {
-        if (!json_is_object(pl))
-            return snprintf(err, errcap, "field 'placement' must be an object"), -1;
+        if (!json_is_object(pl)) {
+            snprintf(err, errcap, "field 'placement' must be an object");
+            return -1;
+        }
         char e2[SD_ERRMSG_MAX];
         if (sd_json_only_keys(pl, pkeys, e2, sizeof e2) ||
-            sd_json_int(pl, "max_per_machine", 0, 1, SD_COUNT_MAX, &n, e2, sizeof e2) < 0)
-            return snprintf(err, errcap, "placement: %s", e2), -1;
+            sd_json_int(pl, "max_per_machine", 0, 1, SD_COUNT_MAX, &n, e2, sizeof e2) < 0) {
+            snprintf(err, errcap, "placement: %s", e2);
+            return -1;
+        }
         const json_t *labels = json_object_get(pl, "labels");
         if (labels && string_map("placement.labels", labels, 1, 32, err, errcap))
             return -1;
     }
     for (size_t i = 0; i < SD_ARRAY_LEN(objects); i++) {
         const json_t *o = json_object_get(spec, objects[i]);
-        if (o && !json_is_object(o))
-            return snprintf(err, errcap, "field '%s' must be an object", objects[i]), -1;
+        if (o && !json_is_object(o)) {
+            snprintf(err, errcap, "field '%s' must be an object", objects[i]);
+            return -1;
+        }
     }
     char *text = sd_json_canonical(spec);
     size_t len = text ? strlen(text) : SIZE_MAX;
     free(text);
-    if (len > SD_SPEC_MAX_BYTES)
-        return snprintf(err, errcap, "the service spec is larger than %d bytes",
-                        SD_SPEC_MAX_BYTES), -1;
+    if (len > SD_SPEC_MAX_BYTES) {
+        snprintf(err, errcap, "the service spec is larger than %d bytes",
+                 SD_SPEC_MAX_BYTES);
+        return -1;
+    }
     return 0;
 }
 
@@ -178,35 +200,7 @@ void sd_spec_diff(const json_t *old_spec, const json_t *new_spec, json_t *change
     diff_value("", old_spec, new_spec, changes);
 }
 
-/* ---------- script reply helpers ---------- */
-
-const char *sd__rstr(const redisReply *r, size_t i)
-{
-    if (!r || r->type != REDIS_REPLY_ARRAY || i >= r->elements)
-        return "";
-    const redisReply *e = r->element[i];
-    return e->type == REDIS_REPLY_STRING || e->type == REDIS_REPLY_STATUS ? e->str : "";
-}
-
-int64_t sd__rnum(const redisReply *r, size_t i)
-{
-    if (r && r->type == REDIS_REPLY_ARRAY && i < r->elements &&
-        r->element[i]->type == REDIS_REPLY_INTEGER)
-        return r->element[i]->integer;
-    return strtoll(sd__rstr(r, i), NULL, 10);
-}
-
-int sd__rstatus_is(const redisReply *r, const char *st)
-{
-    return r && r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && strcmp(sd__rstr(r, 0), st) == 0;
-}
-
-int sd__bad_reply(sd_resp_t *resp, const char *script, redisReply *r)
-{
-    log_error("unexpected script reply", "script=%s type=%d err=%s", script, r ? r->type : -1,
-              r && r->type == REDIS_REPLY_ERROR ? r->str : "");
-    return sd_resp_error(resp, 500, "internal", "unexpected reply from the store");
-}
+/* ---------- running cluster scripts ---------- */
 
 int sd__cluster_run(const char *script, const char *cluster, redisReply **out, ...)
 {

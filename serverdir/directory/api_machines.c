@@ -12,15 +12,15 @@ SD_ROUTE(GET, "/v1/clusters/{c}/machines/{m}", SD_R_BB | SD_R_VIEWER, 0, h_machi
 SD_ROUTE(DELETE, "/v1/clusters/{c}/machines/{m}", SD_R_OPS, 0, h_machine_delete);
 
 /* Registers or renews; the body is optional (an empty renewal keeps the stored fields). */
-int h_machine_put(sd_req_t *req, sd_resp_t *resp)
+void h_machine_put(sd_req_t *req, sd_resp_t *resp)
 {
     const char *cluster, *machine;
     if (sd_req_name(req, resp, 0, "cluster", &cluster) ||
         sd_req_name(req, resp, 1, "machine", &machine))
-        return 0;
+        return;
     json_t *body = NULL;
     if (req->body.len && !(body = sd_req_json(req, resp)))
-        return 0;
+        return;
     char base[256], err[SD_ERRMSG_MAX];
     sd_argv_t a;
     sd_argv_init(&a);
@@ -31,18 +31,22 @@ int h_machine_put(sd_req_t *req, sd_resp_t *resp)
     if (rc) {
         sd_argv_free(&a);
         json_decref(body);
-        return sd_resp_error(resp, 400, "bad_field", "%s", err);
+        sd_resp_error(resp, 400, "bad_field", "%s", err);
+        return;
     }
     redisReply *r = NULL;
     rc = sd_store_script("machine_put", 1, &a, &r); /* a points into body until here */
     sd_argv_free(&a);
     json_decref(body);
-    if (rc)
-        return sd_resp_store_error(resp, rc);
+    if (rc) {
+        sd_resp_store_error(resp, rc);
+        return;
+    }
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
         r->element[0]->type != REDIS_REPLY_STRING) {
         freeReplyObject(r);
-        return sd_resp_store_error(resp, SD_STORE_ERROR);
+        sd_resp_store_error(resp, SD_STORE_ERROR);
+        return;
     }
     int64_t registered = 0;
     sd_parse_i64(r->element[0]->str, 0, INT64_MAX, &registered);
@@ -53,9 +57,9 @@ int h_machine_put(sd_req_t *req, sd_resp_t *resp)
         log_info("machine registered", "cluster=%s machine=%s ttl_ms=%lld", cluster, machine, ttl);
         SD_COUNT("serverdir_machine_registrations_total", "machine leases started (new or after expiry)", 1);
     }
-    return sd_resp_json(resp, 200, json_pack("{s:s, s:s, s:I, s:I}", "cluster", cluster,
-                                             "machine", machine, "expires_in_ms", ttl,
-                                             "registered_at_ms", (json_int_t)registered));
+    sd_resp_json(resp, 200, json_pack("{s:s, s:s, s:I, s:I}", "cluster", cluster,
+                                      "machine", machine, "expires_in_ms", ttl,
+                                      "registered_at_ms", (json_int_t)registered));
 }
 
 /* Runs machine_list for one machine (name) or all (""), and builds the JSON list. */
@@ -98,40 +102,41 @@ static int machines_read(sd_resp_t *resp, const char *cluster, const char *name,
     return 0;
 }
 
-int h_machines_list(sd_req_t *req, sd_resp_t *resp)
+void h_machines_list(sd_req_t *req, sd_resp_t *resp)
 {
     const char *cluster;
     json_t *list;
     if (sd_req_name(req, resp, 0, "cluster", &cluster) ||
         machines_read(resp, cluster, "", &list))
-        return 0;
-    return sd_resp_json(resp, 200, json_pack("{s:o}", "machines", list));
+        return;
+    sd_resp_json(resp, 200, json_pack("{s:o}", "machines", list));
 }
 
-int h_machine_get(sd_req_t *req, sd_resp_t *resp)
+void h_machine_get(sd_req_t *req, sd_resp_t *resp)
 {
     const char *cluster, *machine;
     json_t *list;
     if (sd_req_name(req, resp, 0, "cluster", &cluster) ||
         sd_req_name(req, resp, 1, "machine", &machine) ||
         machines_read(resp, cluster, machine, &list))
-        return 0;
+        return;
     if (json_array_size(list) == 0) {
         json_decref(list);
-        return sd_resp_error(resp, 404, "not_found", "no machine '%s' in cluster '%s'", machine,
-                             cluster);
+        sd_resp_error(resp, 404, "not_found", "no machine '%s' in cluster '%s'", machine,
+                      cluster);
+        return;
     }
     json_t *m = json_incref(json_array_get(list, 0));
     json_decref(list);
-    return sd_resp_json(resp, 200, m);
+    sd_resp_json(resp, 200, m);
 }
 
-int h_machine_delete(sd_req_t *req, sd_resp_t *resp)
+void h_machine_delete(sd_req_t *req, sd_resp_t *resp)
 {
     const char *cluster, *machine;
     if (sd_req_name(req, resp, 0, "cluster", &cluster) ||
         sd_req_name(req, resp, 1, "machine", &machine))
-        return 0;
+        return;
     char base[256];
     sd_argv_t a;
     sd_argv_init(&a);
@@ -140,15 +145,21 @@ int h_machine_delete(sd_req_t *req, sd_resp_t *resp)
     redisReply *r = NULL;
     int rc = sd_store_script("machine_delete", 1, &a, &r);
     sd_argv_free(&a);
-    if (rc)
-        return sd_resp_store_error(resp, rc);
+    if (rc) {
+        sd_resp_store_error(resp, rc);
+        return;
+    }
     long long known = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
     freeReplyObject(r);
-    if (known < 0)
-        return sd_resp_store_error(resp, SD_STORE_ERROR);
-    if (!known)
-        return sd_resp_error(resp, 404, "not_found", "no machine '%s' in cluster '%s'", machine,
-                             cluster);
+    if (known < 0) {
+        sd_resp_store_error(resp, SD_STORE_ERROR);
+        return;
+    }
+    if (!known) {
+        sd_resp_error(resp, 404, "not_found", "no machine '%s' in cluster '%s'", machine,
+                      cluster);
+        return;
+    }
     log_info("machine deleted", "cluster=%s machine=%s", cluster, machine);
-    return sd_resp_empty(resp, 204);
+    sd_resp_empty(resp, 204);
 }

@@ -21,14 +21,14 @@ SD_ROUTE(GET, "/v1/clusters/{c}/processes/{instance}", SD_R_BB | SD_R_VIEWER, 0,
 /* Validates the batch, then applies it with one script. Answers
  * {"accepted": N, "duplicates": D, "stale": S}: stale events were new but older than the
  * record (ordering safety) and only went to the history. */
-int h_events_post(sd_req_t *req, sd_resp_t *resp)
+void h_events_post(sd_req_t *req, sd_resp_t *resp)
 {
     const char *cluster;
     if (sd_req_name(req, resp, 0, "cluster", &cluster))
-        return 0;
+        return;
     json_t *body = sd_req_json(req, resp);
     if (!body)
-        return 0;
+        return;
     char err[SD_ERRMSG_MAX];
     char *batch = NULL;
     size_t n = 0;
@@ -36,36 +36,41 @@ int h_events_post(sd_req_t *req, sd_resp_t *resp)
     json_decref(body);
     if (rc) {
         SD_COUNT("serverdir_events_rejected_total", "event batches rejected as invalid", 1);
-        return sd_resp_error(resp, 400, "bad_field", "%s", err);
+        sd_resp_error(resp, 400, "bad_field", "%s", err);
+        return;
     }
 
     long long counts[3];
     rc = sd_dir_events_apply(cluster, batch, counts);
     free(batch);
-    if (rc)
-        return sd_resp_store_error(resp, rc);
+    if (rc) {
+        sd_resp_store_error(resp, rc);
+        return;
+    }
     long long accepted = counts[0], dups = counts[1], stale = counts[2];
     SD_COUNT("serverdir_events_accepted_total", "process events applied (new ids)", accepted);
     SD_COUNT("serverdir_events_duplicate_total", "process events ignored as already applied", dups);
     SD_COUNT("serverdir_events_stale_total", "process events older than the record they name", stale);
-    return sd_resp_json(resp, 200, json_pack("{s:I, s:I, s:I}", "accepted", accepted,
-                                             "duplicates", dups, "stale", stale));
+    sd_resp_json(resp, 200, json_pack("{s:I, s:I, s:I}", "accepted", accepted,
+                                      "duplicates", dups, "stale", stale));
 }
 
 /* GET .../events?since=ID&limit=N: history entries after `since` (oldest first), or
  * without since the newest `limit` entries; newest last either way. `last` is the seq
  * to pass as `since` next time (null when the history is empty). */
-int h_events_list(sd_req_t *req, sd_resp_t *resp)
+void h_events_list(sd_req_t *req, sd_resp_t *resp)
 {
     const char *cluster;
     int64_t limit;
     if (sd_req_name(req, resp, 0, "cluster", &cluster) ||
         sd_req_query_int(req, resp, "limit", 1, EVENTS_LIMIT_MAX, EVENTS_LIMIT_DEFAULT, &limit))
-        return 0;
+        return;
     const char *since = sd_req_query(req, "since");
-    if (since && sd_dir_stream_id_valid(since))
-        return sd_resp_error(resp, 400, "bad_query",
-                             "query parameter 'since' must be an event seq such as 1795000000000-0");
+    if (since && sd_dir_stream_id_valid(since)) {
+        sd_resp_error(resp, 400, "bad_query",
+                      "query parameter 'since' must be an event seq such as 1795000000000-0");
+        return;
+    }
     char key[256];
     sd_argv_t a;
     sd_argv_init(&a);
@@ -85,16 +90,20 @@ int h_events_list(sd_req_t *req, sd_resp_t *resp)
     redisReply *r = NULL;
     int rc = sd_store_command(&a, &r);
     sd_argv_free(&a);
-    if (rc)
-        return sd_resp_store_error(resp, rc);
+    if (rc) {
+        sd_resp_store_error(resp, rc);
+        return;
+    }
     if (r->type == REDIS_REPLY_ERROR) {
         /* "(ID" past the largest possible id is refused by Redis: nothing comes after. */
         freeReplyObject(r);
-        return sd_resp_json(resp, 200, json_pack("{s:[], s:s?}", "events", "last", since));
+        sd_resp_json(resp, 200, json_pack("{s:[], s:s?}", "events", "last", since));
+        return;
     }
     if (r->type != REDIS_REPLY_ARRAY) {
         freeReplyObject(r);
-        return sd_resp_store_error(resp, SD_STORE_ERROR);
+        sd_resp_store_error(resp, SD_STORE_ERROR);
+        return;
     }
     json_t *list = json_array();
     for (size_t i = 0; i < r->elements; i++) {
@@ -107,7 +116,7 @@ int h_events_list(sd_req_t *req, sd_resp_t *resp)
     size_t n = json_array_size(list);
     json_t *last = n ? json_incref(json_object_get(json_array_get(list, n - 1), "seq"))
                      : (since ? json_string(since) : json_null());
-    return sd_resp_json(resp, 200, json_pack("{s:o, s:o}", "events", list, "last", last));
+    sd_resp_json(resp, 200, json_pack("{s:o, s:o}", "events", list, "last", last));
 }
 
 static int cmp_instance(const void *a, const void *b)
@@ -138,23 +147,29 @@ static void sort_by_instance(json_t *list)
 /* GET .../processes?machine=&service=&state=&limit=: by default the live directory
  * (starting and ready) sorted by instance; state=stopped lists the recently stopped,
  * newest first. Past `limit` the answer says truncated (which records: unspecified). */
-int h_processes_list(sd_req_t *req, sd_resp_t *resp)
+void h_processes_list(sd_req_t *req, sd_resp_t *resp)
 {
     const char *cluster;
     int64_t limit;
     if (sd_req_name(req, resp, 0, "cluster", &cluster) ||
         sd_req_query_int(req, resp, "limit", 1, PROCS_LIMIT_MAX, PROCS_LIMIT_DEFAULT, &limit))
-        return 0;
+        return;
     const char *machine = sd_req_query(req, "machine");
     const char *service = sd_req_query(req, "service");
     const char *state = sd_req_query(req, "state");
-    if (machine && !sd_name_valid(machine, SD_NAME_MAX))
-        return sd_resp_error(resp, 400, "bad_query", "query parameter 'machine' is not a valid name");
-    if (service && !sd_name_valid(service, SD_NAME_MAX))
-        return sd_resp_error(resp, 400, "bad_query", "query parameter 'service' is not a valid name");
-    if (state && strcmp(state, "starting") && strcmp(state, "ready") && strcmp(state, "stopped"))
-        return sd_resp_error(resp, 400, "bad_query",
-                             "query parameter 'state' must be starting, ready or stopped");
+    if (machine && !sd_name_valid(machine, SD_NAME_MAX)) {
+        sd_resp_error(resp, 400, "bad_query", "query parameter 'machine' is not a valid name");
+        return;
+    }
+    if (service && !sd_name_valid(service, SD_NAME_MAX)) {
+        sd_resp_error(resp, 400, "bad_query", "query parameter 'service' is not a valid name");
+        return;
+    }
+    if (state && strcmp(state, "starting") && strcmp(state, "ready") && strcmp(state, "stopped")) {
+        sd_resp_error(resp, 400, "bad_query",
+                      "query parameter 'state' must be starting, ready or stopped");
+        return;
+    }
 
     char base[256];
     sd_argv_t a;
@@ -167,12 +182,15 @@ int h_processes_list(sd_req_t *req, sd_resp_t *resp)
     redisReply *r = NULL;
     int rc = sd_store_script("proc_list", 1, &a, &r);
     sd_argv_free(&a);
-    if (rc)
-        return sd_resp_store_error(resp, rc);
+    if (rc) {
+        sd_resp_store_error(resp, rc);
+        return;
+    }
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
         r->element[0]->type != REDIS_REPLY_INTEGER) {
         freeReplyObject(r);
-        return sd_resp_store_error(resp, SD_STORE_ERROR);
+        sd_resp_store_error(resp, SD_STORE_ERROR);
+        return;
     }
     json_t *list = json_array();
     for (size_t i = 1; i < r->elements; i++)
@@ -182,16 +200,16 @@ int h_processes_list(sd_req_t *req, sd_resp_t *resp)
     freeReplyObject(r);
     if (!state || strcmp(state, "stopped"))
         sort_by_instance(list);
-    return sd_resp_json(resp, 200, json_pack("{s:o, s:I, s:b}", "processes", list, "total",
-                                             total, "truncated", total > (long long)limit));
+    sd_resp_json(resp, 200, json_pack("{s:o, s:I, s:b}", "processes", list, "total",
+                                      total, "truncated", total > (long long)limit));
 }
 
-int h_process_get(sd_req_t *req, sd_resp_t *resp)
+void h_process_get(sd_req_t *req, sd_resp_t *resp)
 {
     const char *cluster, *inst;
     if (sd_req_name(req, resp, 0, "cluster", &cluster) ||
         sd_req_name(req, resp, 1, "instance", &inst))
-        return 0;
+        return;
     char key[512];
     sd_argv_t a;
     sd_argv_init(&a);
@@ -200,18 +218,22 @@ int h_process_get(sd_req_t *req, sd_resp_t *resp)
     redisReply *r = NULL;
     int rc = sd_store_command(&a, &r);
     sd_argv_free(&a);
-    if (rc)
-        return sd_resp_store_error(resp, rc);
+    if (rc) {
+        sd_resp_store_error(resp, rc);
+        return;
+    }
     if (r->type != REDIS_REPLY_ARRAY) {
         freeReplyObject(r);
-        return sd_resp_store_error(resp, SD_STORE_ERROR);
+        sd_resp_store_error(resp, SD_STORE_ERROR);
+        return;
     }
     if (r->elements == 0) {
         freeReplyObject(r);
-        return sd_resp_error(resp, 404, "not_found", "no process '%s' in cluster '%s'", inst,
-                             cluster);
+        sd_resp_error(resp, 404, "not_found", "no process '%s' in cluster '%s'", inst,
+                      cluster);
+        return;
     }
     json_t *p = sd_dir_proc_json(r, cluster);
     freeReplyObject(r);
-    return sd_resp_json(resp, 200, p);
+    sd_resp_json(resp, 200, p);
 }

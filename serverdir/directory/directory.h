@@ -1,3 +1,4 @@
+/* directory/: the process directory, machine leases and the process event history. */
 /* The process directory and machine leases (api_machines.c, api_processes.c): the
  * "directory" config section, validation of request bodies, and the conversion of stored
  * Redis hashes and stream entries back to API JSON.
@@ -43,8 +44,9 @@ typedef struct {
 
 extern sd_dir_config_t sd_dir_cfg;
 
-/* Reads the "directory" section of the config file (NULL: defaults) into sd_dir_cfg.
- * Returns 0, or -1 with a message naming the field. */
+/* Loads the "directory" section of the --config file (NULL: keep the defaults) into
+ * sd_dir_cfg, all or nothing. Returns 0, or -1 with a message naming the field in err
+ * and sd_dir_cfg unchanged. Called by sd_config_apply. */
 int sd_dir_config_load(const json_t *section, char *err, size_t errcap);
 
 /* Validates the body of POST /v1/clusters/{c}/events and builds the input of

@@ -6,7 +6,7 @@
 
 SD_ROUTE(GET, "/", SD_PUBLIC, 0, h_dashboard);
 
-int h_dashboard(sd_req_t *req, sd_resp_t *resp)
+void h_dashboard(sd_req_t *req, sd_resp_t *resp)
 {
     for (size_t i = 0; i < sd_nwww; i++) {
         if (strcmp(sd_www_srcs[i].name, "dashboard") == 0) {
@@ -14,9 +14,10 @@ int h_dashboard(sd_req_t *req, sd_resp_t *resp)
                            "default-src 'self'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; "
                            "connect-src 'self'; frame-ancestors 'none'");
             sd_resp_header(resp, "X-Content-Type-Options", "nosniff");
-            return sd_resp_bytes(resp, 200, "text/html; charset=utf-8", sd_www_srcs[i].body,
-                                 strlen(sd_www_srcs[i].body));
+            sd_resp_bytes(resp, 200, "text/html; charset=utf-8", sd_www_srcs[i].body,
+                          strlen(sd_www_srcs[i].body));
+            return;
         }
     }
-    return sd_resp_error(resp, 404, "not_found", "no dashboard in this build");
+    sd_resp_error(resp, 404, "not_found", "no dashboard in this build");
 }

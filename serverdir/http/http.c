@@ -51,7 +51,7 @@ static void resp_reset_body(sd_resp_t *resp)
     sd_buf_reset(&resp->body);
 }
 
-int sd_resp_bytes(sd_resp_t *resp, int status, const char *ctype, const void *p, size_t n)
+void sd_resp_bytes(sd_resp_t *resp, int status, const char *ctype, const void *p, size_t n)
 {
     resp_reset_body(resp);
     resp->status = status;
@@ -61,24 +61,24 @@ int sd_resp_bytes(sd_resp_t *resp, int status, const char *ctype, const void *p,
         resp->status = 500;
         resp->content_type = "text/plain";
     }
-    return 0;
 }
 
-int sd_resp_json(sd_resp_t *resp, int status, json_t *v)
+void sd_resp_json(sd_resp_t *resp, int status, json_t *v)
 {
     char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
     json_decref(v);
-    if (!s)
-        return sd_resp_bytes(resp, 500, "text/plain", "out of memory\n", 14);
+    if (!s) {
+        sd_resp_bytes(resp, 500, "text/plain", "out of memory\n", 14);
+        return;
+    }
     sd_resp_bytes(resp, status, "application/json", s, strlen(s));
     sd_buf_append(&resp->body, "\n", 1);
     free(s);
-    return 0;
 }
 
 __attribute__((format(printf, 5, 0)))
-static int resp_verror(sd_resp_t *resp, int status, const char *code, json_t *extra,
-                       const char *fmt, va_list ap)
+static void resp_verror(sd_resp_t *resp, int status, const char *code, json_t *extra,
+                        const char *fmt, va_list ap)
 {
     char msg[SD_ERRMSG_MAX];
     vsnprintf(msg, sizeof msg, fmt, ap);
@@ -87,34 +87,31 @@ static int resp_verror(sd_resp_t *resp, int status, const char *code, json_t *ex
         json_object_update(err, extra);
         json_decref(extra);
     }
-    return sd_resp_json(resp, status, json_pack("{s:o}", "error", err));
+    sd_resp_json(resp, status, json_pack("{s:o}", "error", err));
 }
 
-int sd_resp_error(sd_resp_t *resp, int status, const char *code, const char *fmt, ...)
+void sd_resp_error(sd_resp_t *resp, int status, const char *code, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
     resp_verror(resp, status, code, NULL, fmt, ap);
     va_end(ap);
-    return 0;
 }
 
-int sd_resp_error_extra(sd_resp_t *resp, int status, const char *code, json_t *extra,
-                        const char *fmt, ...)
+void sd_resp_error_extra(sd_resp_t *resp, int status, const char *code, json_t *extra,
+                         const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
     resp_verror(resp, status, code, extra, fmt, ap);
     va_end(ap);
-    return 0;
 }
 
-int sd_resp_empty(sd_resp_t *resp, int status)
+void sd_resp_empty(sd_resp_t *resp, int status)
 {
     resp_reset_body(resp);
     resp->status = status;
     resp->content_type = NULL;
-    return 0;
 }
 
 void sd_resp_header(sd_resp_t *resp, const char *name, const char *value)
@@ -133,14 +130,22 @@ void sd_resp_header(sd_resp_t *resp, const char *name, const char *value)
     resp->nheaders++;
 }
 
-int sd_resp_store_error(sd_resp_t *resp, int err)
+void sd_resp_store_error(sd_resp_t *resp, int err)
 {
     if (err == SD_STORE_DOWN) {
         sd_resp_header(resp, "Retry-After", "1");
-        return sd_resp_error(resp, 503, "store_unavailable",
-                             "the Redis store is unreachable; retry shortly");
+        sd_resp_error(resp, 503, "store_unavailable",
+                      "the Redis store is unreachable; retry shortly");
+        return;
     }
-    return sd_resp_error(resp, 500, "store_error", "unexpected reply from the Redis store");
+    sd_resp_error(resp, 500, "store_error", "unexpected reply from the Redis store");
+}
+
+void sd_resp_bad_reply(sd_resp_t *resp, const char *script, const redisReply *r)
+{
+    log_error("unexpected script reply", "script=%s type=%d err=%s", script, r ? r->type : -1,
+              r && r->type == REDIS_REPLY_ERROR ? r->str : "");
+    sd_resp_error(resp, 500, "internal", "unexpected reply from the store");
 }
 
 /* ---------- request helpers ---------- */

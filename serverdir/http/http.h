@@ -1,3 +1,4 @@
+/* http/: the HTTP front, auth, routing, metrics, the dashboard and parked requests. */
 /* The HTTP front (libmicrohttpd, thread pool): parses requests, authenticates, enforces
  * body caps and content types, dispatches to route handlers and records metrics. */
 #ifndef SD_HTTP_H

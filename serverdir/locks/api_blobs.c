@@ -23,30 +23,17 @@ static int seq_header(const sd_req_t *req, sd_resp_t *resp, const char *header,
     const char *v = sd_req_header(req, header);
     if (!v)
         return 1;
-    if (sd_seq_parse(v, out))
-        return sd_resp_error(resp, 400, code, "header %s must be a decimal number 1-2^53",
-                             header), -1;
+    if (sd_seq_parse(v, out)) {
+        sd_resp_error(resp, 400, code, "header %s must be a decimal number 1-2^53",
+                      header);
+        return -1;
+    }
     return 0;
-}
-
-static const char *rstr(const redisReply *r, size_t i)
-{
-    if (!r || r->type != REDIS_REPLY_ARRAY || i >= r->elements)
-        return "";
-    const redisReply *e = r->element[i];
-    return e->type == REDIS_REPLY_STRING ? e->str : "";
-}
-
-static int unexpected(sd_resp_t *resp, const char *script, redisReply *r)
-{
-    log_error("unexpected script reply", "script=%s type=%d", script, r ? r->type : -1);
-    freeReplyObject(r);
-    return sd_resp_error(resp, 500, "internal", "unexpected reply from the store");
 }
 
 /* Answers 409 fenced with the key's current lock_seq (null when nobody holds it). save:
  * the refused request was a save (else a read), for the metric's op label. */
-static int fenced(sd_resp_t *resp, int save, const char *name, const char *cur, int64_t given)
+static void fenced(sd_resp_t *resp, int save, const char *name, const char *cur, int64_t given)
 {
     json_t *extra = json_pack("{s:s}", "key", name);
     json_object_set_new(extra, "lock_seq",
@@ -55,23 +42,23 @@ static int fenced(sd_resp_t *resp, int save, const char *name, const char *cur, 
         SD_COUNT("serverdir_blob_fenced_total{op=\"save\"}", "Blob reads and saves refused by the fence", 1);
     else
         SD_COUNT("serverdir_blob_fenced_total{op=\"read\"}", "Blob reads and saves refused by the fence", 1);
-    return sd_resp_error_extra(resp, 409, "fenced", extra,
-                               "Lock-Seq %lld is not the current lock of '%s' (%s)", (long long)given,
-                               name, strcmp(cur, "0") ? cur : "nobody holds it");
+    sd_resp_error_extra(resp, 409, "fenced", extra,
+                        "Lock-Seq %lld is not the current lock of '%s' (%s)", (long long)given,
+                        name, strcmp(cur, "0") ? cur : "nobody holds it");
 }
 
 /* GET /v1/blobs/{key} [Lock-Seq: N] -> 200 raw bytes, headers Blob-Seq and Lock-Seq (the
  * key's current lock_seq, 0 when free). With Lock-Seq the reader proves it holds the
  * lock (else 409 fenced) and that lock_seq is stamped on the blob. 404 no_blob. */
-int h_blob_get(sd_req_t *req, sd_resp_t *resp)
+void h_blob_get(sd_req_t *req, sd_resp_t *resp)
 {
     const char *name;
     int64_t lock_seq = 0;
     if (sd_req_name(req, resp, 0, "blob key", &name))
-        return 0;
+        return;
     int has = seq_header(req, resp, "Lock-Seq", "bad_lock_seq", &lock_seq);
     if (has < 0)
-        return 0;
+        return;
     char bkey[SD_NAME_MAX + 96], lkey[SD_NAME_MAX + 96];
     sd_argv_t av;
     sd_argv_init(&av);
@@ -84,55 +71,65 @@ int h_blob_get(sd_req_t *req, sd_resp_t *resp)
     redisReply *r;
     int rc = sd_store_script("blob_get", 2, &av, &r);
     sd_argv_free(&av);
-    if (rc != SD_STORE_OK)
-        return sd_resp_store_error(resp, rc);
-    if (r->type != REDIS_REPLY_ARRAY || r->elements < 2)
-        return unexpected(resp, "blob_get", r);
-    const char *st = rstr(r, 0);
+    if (rc != SD_STORE_OK) {
+        sd_resp_store_error(resp, rc);
+        return;
+    }
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 2) {
+        sd_resp_bad_reply(resp, "blob_get", r);
+        freeReplyObject(r);
+        return;
+    }
+    const char *st = sd_reply_str(r, 0);
     if (strcmp(st, "fenced") == 0) {
-        fenced(resp, 0, name, rstr(r, 1), lock_seq);
+        fenced(resp, 0, name, sd_reply_str(r, 1), lock_seq);
     } else if (strcmp(st, "no_blob") == 0) {
         sd_resp_error_extra(resp, 404, "no_blob", json_pack("{s:s}", "key", name),
                             "no blob is stored under '%s'", name);
-        sd_resp_header(resp, "Lock-Seq", rstr(r, 1));
+        sd_resp_header(resp, "Lock-Seq", sd_reply_str(r, 1));
     } else if (strcmp(st, "ok") == 0 && r->elements == 4 &&
                r->element[1]->type == REDIS_REPLY_STRING) {
         sd_resp_bytes(resp, 200, "application/octet-stream", r->element[1]->str,
                       r->element[1]->len);
-        sd_resp_header(resp, "Blob-Seq", rstr(r, 2));
-        sd_resp_header(resp, "Lock-Seq", rstr(r, 3));
+        sd_resp_header(resp, "Blob-Seq", sd_reply_str(r, 2));
+        sd_resp_header(resp, "Lock-Seq", sd_reply_str(r, 3));
     } else {
-        return unexpected(resp, "blob_get", r);
+        sd_resp_bad_reply(resp, "blob_get", r);
     }
     freeReplyObject(r);
-    return 0;
 }
 
 /* PUT /v1/blobs/{key} with Lock-Seq and Blob-Seq headers, raw body -> 200 {key, blob_seq,
  * lock_seq, bytes}. Saved only if Lock-Seq is the key's current lock_seq (else 409 fenced)
  * and Blob-Seq is greater than the stored one (else 409 stale_seq); nothing changes on a
  * refusal. */
-int h_blob_put(sd_req_t *req, sd_resp_t *resp)
+void h_blob_put(sd_req_t *req, sd_resp_t *resp)
 {
     const char *name;
     int64_t lock_seq, blob_seq;
     if (sd_req_name(req, resp, 0, "blob key", &name))
-        return 0;
-    if (req->body_too_big)
-        return sd_resp_error(resp, 413, "too_large", "the blob is larger than the %zu byte limit",
-                             sd_cfg.blob_max);
+        return;
+    if (req->body_too_big) {
+        sd_resp_error(resp, 413, "too_large", "the blob is larger than the %zu byte limit",
+                      sd_cfg.blob_max);
+        return;
+    }
     int rc = seq_header(req, resp, "Lock-Seq", "bad_lock_seq", &lock_seq);
     if (rc < 0)
-        return 0;
-    if (rc == 1)
-        return sd_resp_error(resp, 400, "missing_lock_seq",
-                             "header Lock-Seq (the lock_seq of your lock on '%s') is required", name);
+        return;
+    if (rc == 1) {
+        sd_resp_error(resp, 400, "missing_lock_seq",
+                      "header Lock-Seq (the lock_seq of your lock on '%s') is required", name);
+        return;
+    }
     rc = seq_header(req, resp, "Blob-Seq", "bad_blob_seq", &blob_seq);
     if (rc < 0)
-        return 0;
-    if (rc == 1)
-        return sd_resp_error(resp, 400, "missing_blob_seq",
-                             "header Blob-Seq (greater than the stored one) is required");
+        return;
+    if (rc == 1) {
+        sd_resp_error(resp, 400, "missing_blob_seq",
+                      "header Blob-Seq (greater than the stored one) is required");
+        return;
+    }
     char bkey[SD_NAME_MAX + 96], lkey[SD_NAME_MAX + 96];
     sd_argv_t av;
     sd_argv_init(&av);
@@ -144,28 +141,32 @@ int h_blob_put(sd_req_t *req, sd_resp_t *resp)
     redisReply *r;
     rc = sd_store_script("blob_save", 2, &av, &r);
     sd_argv_free(&av);
-    if (rc != SD_STORE_OK)
-        return sd_resp_store_error(resp, rc);
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2)
-        return unexpected(resp, "blob_save", r);
-    const char *st = rstr(r, 0);
+    if (rc != SD_STORE_OK) {
+        sd_resp_store_error(resp, rc);
+        return;
+    }
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+        sd_resp_bad_reply(resp, "blob_save", r);
+        freeReplyObject(r);
+        return;
+    }
+    const char *st = sd_reply_str(r, 0);
     if (strcmp(st, "fenced") == 0) {
-        fenced(resp, 1, name, rstr(r, 1), lock_seq);
+        fenced(resp, 1, name, sd_reply_str(r, 1), lock_seq);
     } else if (strcmp(st, "stale_seq") == 0) {
         SD_COUNT("serverdir_blob_stale_total", "Blob saves refused for a stale Blob-Seq", 1);
         sd_resp_error_extra(resp, 409, "stale_seq",
                             json_pack("{s:s, s:I}", "key", name, "blob_seq",
-                                      (json_int_t)strtoll(rstr(r, 1), NULL, 10)),
+                                      (json_int_t)strtoll(sd_reply_str(r, 1), NULL, 10)),
                             "Blob-Seq %lld is not greater than the stored %s", (long long)blob_seq,
-                            rstr(r, 1));
+                            sd_reply_str(r, 1));
     } else if (strcmp(st, "ok") == 0) {
         SD_COUNT("serverdir_blob_saves_total", "Blob saves accepted", 1);
         sd_resp_json(resp, 200, json_pack("{s:s, s:I, s:I, s:I}", "key", name, "blob_seq",
                                           (json_int_t)blob_seq, "lock_seq", (json_int_t)lock_seq,
                                           "bytes", (json_int_t)req->body.len));
     } else {
-        return unexpected(resp, "blob_save", r);
+        sd_resp_bad_reply(resp, "blob_save", r);
     }
     freeReplyObject(r);
-    return 0;
 }

@@ -1,5 +1,7 @@
-/* The lock table and the fenced blob store (api_locks.c, api_blobs.c): configuration,
- * key names and the input checks shared by both files. docs/locks.md explains the model. */
+/* locks/: the lock table and the fenced blob store, with the bounded lock wait. */
+/* The lock table and the fenced blob store (docs/locks.md explains the model): locks.c
+ * holds the configuration, key names, request parsers, script calls and the bounded
+ * wait; api_locks.c and api_blobs.c are the HTTP handlers. */
 #ifndef SD_LOCKS_H
 #define SD_LOCKS_H
 
@@ -7,12 +9,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sd.h"
+
 /* Largest lock_seq / Blob-Seq accepted: 2^53, exact in Redis's Lua numbers. */
 #define SD_SEQ_MAX ((int64_t)1 << 53)
 /* Keys per all-or-nothing acquire or release. */
 #define SD_LOCKS_MAX_KEYS 16
-/* Cap of wait_ms. A waiting acquire is parked (its worker thread goes on serving) and
- * waits on a thread and Redis connection of its own, bounded by max_waiters. */
+/* Cap of wait_ms. A waiting acquire is parked (its worker thread goes on serving) on the
+ * park thread, bounded by max_waiters. */
 #define SD_LOCKS_WAIT_CAP_MS 30000
 
 /* Longest lease (ttl_ms). */
@@ -44,18 +48,55 @@ typedef struct {
     int64_t wait_replicas;   /* WAIT for this many replicas after a grant (0: do not) */
     int64_t wait_timeout_ms; /* ... for at most this long, else 503 */
     int64_t max_wait_ms;     /* cap of a request's wait_ms (<= SD_LOCKS_WAIT_CAP_MS) */
-    int64_t max_waiters;     /* acquires waiting at once (a thread and a Redis connection each) */
+    int64_t max_waiters;     /* acquires waiting at once (parked) */
     int64_t retain_s;        /* how long a released lock's record (and lock_seq) is kept */
 } sd_locks_cfg_t;
 
 extern sd_locks_cfg_t sd_locks_cfg;
 
-/* Fills cfg from the "locks" object (NULL: defaults). Returns 0, or -1 with a message
- * naming the field in err. */
-int sd_locks_cfg_parse(const json_t *section, sd_locks_cfg_t *cfg, char *err, size_t errcap);
-/* Reads the "locks" section of sd_cfg.file into sd_locks_cfg; exits (usage) when it is
- * invalid. Called once from main after the config is loaded. */
-void sd_locks_init(void);
+/* Loads the "locks" section of the --config file (NULL: keep the defaults) into
+ * sd_locks_cfg, all or nothing. Returns 0, or -1 with a message naming the field in err
+ * and sd_locks_cfg unchanged. Called by sd_config_apply. */
+int sd_locks_config_load(const json_t *section, char *err, size_t errcap);
+/* Logs the lock table's settings (once, at start). */
+void sd_locks_log_config(void);
+
+/* ---- script calls: each returns a SD_STORE_* code and on success *out, a reply the
+ * caller frees with freeReplyObject (the reply shapes are in each script's header) ---- */
+
+/* lock_acquire.lua once for a's keys. */
+int sd_lock_acquire(const sd_lock_req_t *a, redisReply **out);
+/* lock_release.lua: release names[i] at lock_seq seqs[i] for holder. */
+int sd_lock_release(const char *holder, const char **names, const int64_t *seqs, int n,
+                    redisReply **out);
+/* lock_renew.lua: renew name for holder at seq, for ttl_ms (0: the last lease's length). */
+int sd_lock_renew(const char *name, const char *holder, int64_t seq, int64_t ttl_ms,
+                  redisReply **out);
+/* lock_get.lua: the record of name. */
+int sd_lock_get(const char *name, redisReply **out);
+/* lock_force.lua: forced unlock of name, starting the lock-delay. */
+int sd_lock_force(const char *name, redisReply **out);
+/* lock_list.lua: up to max locks held by holder. */
+int sd_lock_list(const char *holder, int max, redisReply **out);
+/* WAIT for sd_locks_cfg.wait_replicas replicas; *got: how many confirmed (-1: odd reply). */
+int sd_lock_wait_replicas(long long *got);
+/* One bounded walk over the lock records from *cursor (0: the start): appends to locks up
+ * to limit held locks as {key, holder, lock_seq, since_ms, expires_in_ms} and leaves in
+ * *cursor where to go on (0: the walk is complete). A SD_STORE_* code. */
+int sd_lock_scan(int64_t *cursor, size_t limit, json_t *locks);
+
+/* ---- the bounded wait of a refused acquire ---- */
+
+/* Answers an acquire from its last script reply r (stolen), waited_ms after it began. */
+typedef void (*sd_lock_finish_fn)(const sd_lock_req_t *a, int many, redisReply *r,
+                                  int64_t waited_ms, sd_resp_t *resp);
+/* Parks req after a refusal (lock_held or lock_delayed) of a, which began at start_ms
+ * (http/park.h): retries as the refused key is released, its lease or lock-delay ends,
+ * or a slice passes, until granted, refused otherwise, a->wait_ms has passed or
+ * serverdir stops; then answers through finish (a store error directly) and resumes req.
+ * Answers 429 at once when max_waiters acquires wait already. a's strings are copied. */
+void sd_lock_park(const sd_lock_req_t *a, int many, int64_t start_ms, sd_req_t *req,
+                  sd_resp_t *resp, sd_lock_finish_fn finish);
 
 /* Parses a Lock-Seq or Blob-Seq header value: decimal digits only, 1..SD_SEQ_MAX.
  * Returns 0, or -1 when the value is garbled or out of range. */

@@ -89,7 +89,7 @@ static int rate_refused(const char *ip, sd_resp_t *resp)
 }
 
 /* Maps a script refusal to its HTTP answer. */
-static int refusal(sd_resp_t *resp, const sd_master_refusal_t *why)
+static void refusal(sd_resp_t *resp, const sd_master_refusal_t *why)
 {
     static const struct {
         const char *code;
@@ -115,26 +115,31 @@ static int refusal(sd_resp_t *resp, const sd_master_refusal_t *why)
             snprintf(ra, sizeof ra, "%lld", (long long)(s > 0 ? s : 1));
             sd_resp_header(resp, "Retry-After", ra);
         }
-        return sd_resp_error(resp, map[i].status, map[i].code, "%s", map[i].msg);
+        sd_resp_error(resp, map[i].status, map[i].code, "%s", map[i].msg);
+        return;
     }
-    return sd_resp_store_error(resp, SD_STORE_ERROR);
+    sd_resp_store_error(resp, SD_STORE_ERROR);
 }
 
-int h_master_challenge(sd_req_t *req, sd_resp_t *resp)
+void h_master_challenge(sd_req_t *req, sd_resp_t *resp)
 {
     char ip[48];
     if (caller_ip(req, resp, ip, sizeof ip) || rate_refused(ip, resp))
-        return 0;
+        return;
     char chal[SD_MASTER_CHAL_MAX] = "";
     sd_master_refusal_t why;
     int rc = sd_master_challenge(ip, ip, chal, sizeof chal, &why);
-    if (rc == SD_MASTER_REFUSED)
-        return refusal(resp, &why);
-    if (rc)
-        return sd_resp_store_error(resp, rc);
-    return sd_resp_json(resp, 200, json_pack("{s:s, s:I, s:s}", "challenge", chal, "expires_in_ms",
-                                             (json_int_t)sd_master_cfg.challenge_ttl_ms,
-                                             "address", ip));
+    if (rc == SD_MASTER_REFUSED) {
+        refusal(resp, &why);
+        return;
+    }
+    if (rc) {
+        sd_resp_store_error(resp, rc);
+        return;
+    }
+    sd_resp_json(resp, 200, json_pack("{s:s, s:I, s:s}", "challenge", chal, "expires_in_ms",
+                                      (json_int_t)sd_master_cfg.challenge_ttl_ms,
+                                      "address", ip));
 }
 
 /* Text a game server announces: 0x20..0x7e and UTF-8 bytes, no backslash (it separates
@@ -252,21 +257,22 @@ int sd_master_heartbeat_parse(json_t *body, sd_master_server_t *s, const char **
     return 0;
 }
 
-int h_master_heartbeat(sd_req_t *req, sd_resp_t *resp)
+void h_master_heartbeat(sd_req_t *req, sd_resp_t *resp)
 {
     char ip[48];
     if (caller_ip(req, resp, ip, sizeof ip) || rate_refused(ip, resp))
-        return 0;
+        return;
     json_t *body = sd_req_json(req, resp);
     if (!body)
-        return 0;
+        return;
     sd_master_server_t s;
     memset(&s, 0, sizeof s);
     const char *chal = NULL;
     char err[SD_ERRMSG_MAX];
     if (sd_master_heartbeat_parse(body, &s, &chal, err, sizeof err)) {
         json_decref(body);
-        return sd_resp_error(resp, 400, "bad_field", "%s", err);
+        sd_resp_error(resp, 400, "bad_field", "%s", err);
+        return;
     }
     sd_master_addr_key(ip, s.port, s.addr, sizeof s.addr, s.ip, sizeof s.ip, &s.family);
     int is_new = 0;
@@ -276,41 +282,50 @@ int h_master_heartbeat(sd_req_t *req, sd_resp_t *resp)
     json_decref(body);
     if (rc == SD_MASTER_REFUSED) {
         SD_COUNT("serverdir_master_heartbeats_refused_total", "master-list heartbeats refused", 1);
-        return refusal(resp, &why);
+        refusal(resp, &why);
+        return;
     }
-    if (rc)
-        return sd_resp_store_error(resp, rc);
+    if (rc) {
+        sd_resp_store_error(resp, rc);
+        return;
+    }
     SD_COUNT("serverdir_master_heartbeats_total", "master-list heartbeats accepted", 1);
     if (is_new) {
         SD_COUNT("serverdir_master_servers_new_total", "servers that joined the master list", 1);
         /* One line per server would flood the log at 100,000 servers: debug level. */
         log_debug("master server listed", "addr=%s game=%s source=%s", s.addr, s.game, "rest");
     }
-    return sd_resp_json(resp, 200,
-                        json_pack("{s:s, s:b, s:I, s:I}", "address", s.addr, "new", is_new,
-                                  "expires_in_ms", (json_int_t)(exp - sd_wall_ms()),
-                                  "heartbeat_interval_s",
-                                  (json_int_t)sd_master_cfg.heartbeat_interval_s));
+    sd_resp_json(resp, 200,
+                 json_pack("{s:s, s:b, s:I, s:I}", "address", s.addr, "new", is_new,
+                           "expires_in_ms", (json_int_t)(exp - sd_wall_ms()),
+                           "heartbeat_interval_s",
+                           (json_int_t)sd_master_cfg.heartbeat_interval_s));
 }
 
-int h_master_delete(sd_req_t *req, sd_resp_t *resp)
+void h_master_delete(sd_req_t *req, sd_resp_t *resp)
 {
     char ip[48];
     if (caller_ip(req, resp, ip, sizeof ip) || rate_refused(ip, resp))
-        return 0;
+        return;
     char addr[SD_MASTER_ADDR_MAX];
-    if (sd_master_parse_addr(req->params[0], addr, sizeof addr, NULL, 0, NULL, NULL))
-        return sd_resp_error(resp, 400, "bad_address",
-                             "the server must be given as IP:PORT or [IPv6]:PORT");
+    if (sd_master_parse_addr(req->params[0], addr, sizeof addr, NULL, 0, NULL, NULL)) {
+        sd_resp_error(resp, 400, "bad_address",
+                      "the server must be given as IP:PORT or [IPv6]:PORT");
+        return;
+    }
     sd_master_refusal_t why;
     int rc = sd_master_terminate(addr, ip, &why);
-    if (rc == SD_MASTER_REFUSED)
-        return refusal(resp, &why);
-    if (rc)
-        return sd_resp_store_error(resp, rc);
+    if (rc == SD_MASTER_REFUSED) {
+        refusal(resp, &why);
+        return;
+    }
+    if (rc) {
+        sd_resp_store_error(resp, rc);
+        return;
+    }
     SD_COUNT("serverdir_master_servers_terminated_total", "servers removed by termination", 1);
     log_debug("master server removed", "addr=%s reason=%s", addr, "terminated");
-    return sd_resp_empty(resp, 204);
+    sd_resp_empty(resp, 204);
 }
 
 /* Reads a boolean query flag ("1"/"true"/"0"/"false"); -1 with 400 on anything else. */
@@ -386,35 +401,42 @@ static int query_filter(const sd_req_t *req, sd_resp_t *resp, sd_master_filter_t
     return 0;
 }
 
-int h_master_list(sd_req_t *req, sd_resp_t *resp)
+void h_master_list(sd_req_t *req, sd_resp_t *resp)
 {
     char ip[48];
     if (caller_ip(req, resp, ip, sizeof ip) || rate_refused(ip, resp))
-        return 0;
+        return;
     sd_master_filter_t f;
     memset(&f, 0, sizeof f);
     int64_t limit;
     if (query_filter(req, resp, &f) ||
         sd_req_query_int(req, resp, "limit", 1, 100000, sd_master_cfg.default_batch, &limit))
-        return 0;
+        return;
     if (limit > sd_master_cfg.max_batch)
         limit = sd_master_cfg.max_batch;
     const char *format = sd_req_query(req, "format");
     int text = 0;
     if (format && strcmp(format, "json") != 0) {
-        if (strcmp(format, "text") != 0)
-            return sd_resp_error(resp, 400, "bad_query", "query parameter 'format' must be json or text");
+        if (strcmp(format, "text") != 0) {
+            sd_resp_error(resp, 400, "bad_query", "query parameter 'format' must be json or text");
+            return;
+        }
         text = 1;
     }
     char after[SD_MASTER_ADDR_MAX] = "";
     const char *a = sd_req_query(req, "after");
-    if (a && *a && sd_master_parse_addr(a, after, sizeof after, NULL, 0, NULL, NULL))
-        return sd_resp_error(resp, 400, "bad_query", "query parameter 'after' must be IP:PORT or [IPv6]:PORT");
+    if (a && *a && sd_master_parse_addr(a, after, sizeof after, NULL, 0, NULL, NULL)) {
+        sd_resp_error(resp, 400, "bad_query",
+                      "query parameter 'after' must be IP:PORT or [IPv6]:PORT");
+        return;
+    }
 
     sd_master_batch_t b;
     int rc = sd_master_query(&f, after, (int)limit, !text, &b);
-    if (rc)
-        return sd_resp_store_error(resp, rc);
+    if (rc) {
+        sd_resp_store_error(resp, rc);
+        return;
+    }
 
     sd_buf_t out;
     sd_buf_init(&out, (size_t)-1 / 2);
@@ -441,5 +463,4 @@ int h_master_list(sd_req_t *req, sd_resp_t *resp)
     }
     sd_buf_free(&out);
     sd_master_batch_free(&b);
-    return 0;
 }

@@ -30,20 +30,14 @@ sd_master_cfg_t sd_master_cfg = {
 
 /* ---------- config ---------- */
 
-static int cfg_int(json_t *sec, const char *key, int64_t min, int64_t max, int64_t *v,
+static int cfg_int(const json_t *sec, const char *key, int64_t min, int64_t max, int64_t *v,
                    char *err, size_t errcap)
 {
-    char e[SD_ERRMSG_MAX];
-    if (sd_json_int(sec, key, 0, min, max, v, e, sizeof e) < 0) {
-        snprintf(err, errcap, "master: %s", e);
-        return -1;
-    }
-    return 0;
+    return sd_json_int(sec, key, 0, min, max, v, err, errcap) < 0 ? -1 : 0;
 }
 
-int sd_master_config_load(char *err, size_t errcap)
+int sd_master_config_load(const json_t *sec, char *err, size_t errcap)
 {
-    json_t *sec = sd_cfg.file ? json_object_get(sd_cfg.file, "master") : NULL;
     if (!sec)
         return 0;
     if (!json_is_object(sec)) {
@@ -54,12 +48,9 @@ int sd_master_config_load(char *err, size_t errcap)
         "heartbeat_interval_s", "challenge_ttl_ms", "servers_per_address",
         "challenges_per_address", "rate_per_s", "max_servers", "max_batch", "default_batch",
         "scan_budget", "udp_reply_bytes_per_s", "trusted_proxies", "udp", NULL};
-    char e[SD_ERRMSG_MAX];
-    if (sd_json_only_keys(sec, known, e, sizeof e)) {
-        snprintf(err, errcap, "master: %s", e);
+    if (sd_json_only_keys(sec, known, err, errcap))
         return -1;
-    }
-    sd_master_cfg_t *c = &sd_master_cfg;
+    sd_master_cfg_t cfg = sd_master_cfg, *c = &cfg; /* all or nothing */
     if (cfg_int(sec, "heartbeat_interval_s", 1, 86400, &c->heartbeat_interval_s, err, errcap) ||
         cfg_int(sec, "challenge_ttl_ms", 100, 600000, &c->challenge_ttl_ms, err, errcap) ||
         cfg_int(sec, "servers_per_address", 1, 1000000, &c->servers_per_address, err, errcap) ||
@@ -74,10 +65,10 @@ int sd_master_config_load(char *err, size_t errcap)
     if (c->default_batch > c->max_batch)
         c->default_batch = c->max_batch;
 
-    json_t *tp = json_object_get(sec, "trusted_proxies");
+    const json_t *tp = json_object_get(sec, "trusted_proxies");
     if (tp) {
         if (!json_is_array(tp) || json_array_size(tp) > SD_ARRAY_LEN(c->trusted)) {
-            snprintf(err, errcap, "master: field 'trusted_proxies' must be an array of at most %zu IP addresses",
+            snprintf(err, errcap, "field 'trusted_proxies' must be an array of at most %zu IP addresses",
                      SD_ARRAY_LEN(c->trusted));
             return -1;
         }
@@ -87,16 +78,16 @@ int sd_master_config_load(char *err, size_t errcap)
             if (!json_is_string(v) ||
                 sd_master_addr_key(json_string_value(v), 1, NULL, 0, c->trusted[i],
                                    sizeof c->trusted[i], NULL)) {
-                snprintf(err, errcap, "master: trusted_proxies[%zu] must be an IP address", i);
+                snprintf(err, errcap, "trusted_proxies[%zu] must be an IP address", i);
                 return -1;
             }
         }
         c->ntrusted = (int)json_array_size(tp);
     }
-    json_t *udp = json_object_get(sec, "udp");
+    const json_t *udp = json_object_get(sec, "udp");
     if (udp) {
         if (!json_is_array(udp) || json_array_size(udp) > SD_MASTER_MAX_UDP) {
-            snprintf(err, errcap, "master: field 'udp' must be an array of at most %d HOST:PORT strings",
+            snprintf(err, errcap, "field 'udp' must be an array of at most %d HOST:PORT strings",
                      SD_MASTER_MAX_UDP);
             return -1;
         }
@@ -107,13 +98,14 @@ int sd_master_config_load(char *err, size_t errcap)
             int port;
             if (!json_is_string(v) || json_string_length(v) >= sizeof c->udp[0] ||
                 sd_parse_hostport(json_string_value(v), host, sizeof host, &port)) {
-                snprintf(err, errcap, "master: udp[%zu] must be HOST:PORT", i);
+                snprintf(err, errcap, "udp[%zu] must be HOST:PORT", i);
                 return -1;
             }
             sd_strlcpy(c->udp[i], json_string_value(v), sizeof c->udp[0]);
         }
         c->nudp = (int)json_array_size(udp);
     }
+    sd_master_cfg = cfg;
     return 0;
 }
 

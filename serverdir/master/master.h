@@ -1,3 +1,4 @@
+/* master/: the master list of public game servers, over REST and the UDP protocols. */
 /* The master list of public game servers: configuration, the server record, the filter
  * program, per-address rate limiting and the Redis operations shared by the REST
  * handlers (api_master.c) and the UDP master front (master_udp.c).
@@ -52,9 +53,10 @@ typedef struct {
 } sd_master_cfg_t;
 extern sd_master_cfg_t sd_master_cfg;
 
-/* Reads the "master" section of the config file (sd_cfg.file). Returns 0, or -1 with a
- * message naming the field in err. */
-int sd_master_config_load(char *err, size_t errcap);
+/* Loads the "master" section of the --config file (NULL: keep the defaults) into
+ * sd_master_cfg, all or nothing. Returns 0, or -1 with a message naming the field in err
+ * and sd_master_cfg unchanged. Called by sd_config_apply. */
+int sd_master_config_load(const json_t *section, char *err, size_t errcap);
 /* Registers the master list's gauges (serverdir_master_servers) with metrics.c. */
 void sd_master_metrics_init(void);
 

@@ -1,7 +1,7 @@
 /* libFuzzer target: serverdir's --config file as serverdir reads it: the top level
  * (sd_config_apply: known keys, bounds, then the Redis URL it names through
  * sd_store_init) and the sections "directory" (sd_dir_config_load), "locks"
- * (sd_locks_cfg_parse) and "master" (sd_master_config_load, read from sd_cfg.file).
+ * (sd_locks_config_load) and "master" (sd_master_config_load).
  * Properties: an accepted top level or locks section holds values within the documented
  * bounds, a refused one changes nothing, loading a master section twice gives the same
  * lists, a refusal always says why. */
@@ -46,10 +46,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     err[0] = '\0';
     if (sd_dir_config_load(json_object_get(root, "directory"), err, sizeof err) && !err[0])
         __builtin_trap();
-    sd_locks_cfg_t lc = {.lock_delay_ms = 0, .wait_timeout_ms = 1000, .max_wait_ms = 0,
-                         .max_waiters = 64, .retain_s = 86400};
     err[0] = '\0';
-    if (sd_locks_cfg_parse(json_object_get(root, "locks"), &lc, err, sizeof err) == 0) {
+    if (sd_locks_config_load(json_object_get(root, "locks"), err, sizeof err) == 0) {
+        const sd_locks_cfg_t lc = sd_locks_cfg;
         if (lc.lock_delay_ms < 0 || lc.lock_delay_ms > 600000 || lc.wait_replicas < 0 ||
             lc.wait_replicas > 16 || lc.max_waiters < 1 || lc.max_waiters > 4096 ||
             lc.max_wait_ms < 0 || lc.max_wait_ms > SD_LOCKS_WAIT_CAP_MS)
@@ -57,14 +56,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else if (!err[0]) {
         __builtin_trap();
     }
-    json_t *saved = sd_cfg.file;
-    sd_cfg.file = json_is_object(root) ? root : NULL;
     /* loading the same section twice gives the same lists (they are set, not appended
      * to: an appending loader overflowed udp[] across loads, the regression input) */
     for (int pass = 0; pass < 2; pass++) {
         int ntrusted = sd_master_cfg.ntrusted, nudp = sd_master_cfg.nudp;
         err[0] = '\0';
-        int rc = sd_master_config_load(err, sizeof err);
+        int rc = sd_master_config_load(json_object_get(root, "master"), err, sizeof err);
         if (rc && !err[0])
             __builtin_trap();
         if (sd_master_cfg.ntrusted < 0 || sd_master_cfg.ntrusted > 16 || sd_master_cfg.nudp < 0 ||
@@ -74,7 +71,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             (sd_master_cfg.ntrusted != ntrusted || sd_master_cfg.nudp != nudp))
             __builtin_trap();
     }
-    sd_cfg.file = saved;
     json_decref(root);
     return 0;
 }

@@ -14,7 +14,7 @@
 #include "sdlog.h"
 #include "sdutil.h"
 
-static int h_dummy(sd_req_t *req, sd_resp_t *resp) { return 0; }
+static void h_dummy(sd_req_t *req, sd_resp_t *resp) {}
 
 static const sd_route_t table[] = {
     {"GET", "/healthz", SD_PUBLIC, 0, h_dummy},

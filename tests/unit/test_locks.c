@@ -36,18 +36,16 @@ static void seq_headers(void **state)
 static void config_section(void **state)
 {
     char err[256];
-    sd_locks_cfg_t cfg = {.lock_delay_ms = 0, .wait_timeout_ms = 500, .max_wait_ms = 30000,
-                          .retain_s = 604800};
-    assert_int_equal(sd_locks_cfg_parse(NULL, &cfg, err, sizeof err), 0);
-    assert_int_equal(cfg.retain_s, 604800);
+    assert_int_equal(sd_locks_config_load(NULL, err, sizeof err), 0);
+    assert_int_equal(sd_locks_cfg.retain_s, 604800);
 
     json_t *ok = json_pack("{s:i, s:i, s:i, s:i}", "lock_delay_ms", 2000, "wait_replicas", 1,
                            "wait_timeout_ms", 300, "max_wait_ms", 5000);
-    assert_int_equal(sd_locks_cfg_parse(ok, &cfg, err, sizeof err), 0);
-    assert_int_equal(cfg.lock_delay_ms, 2000);
-    assert_int_equal(cfg.wait_replicas, 1);
-    assert_int_equal(cfg.wait_timeout_ms, 300);
-    assert_int_equal(cfg.max_wait_ms, 5000);
+    assert_int_equal(sd_locks_config_load(ok, err, sizeof err), 0);
+    assert_int_equal(sd_locks_cfg.lock_delay_ms, 2000);
+    assert_int_equal(sd_locks_cfg.wait_replicas, 1);
+    assert_int_equal(sd_locks_cfg.wait_timeout_ms, 300);
+    assert_int_equal(sd_locks_cfg.max_wait_ms, 5000);
     json_decref(ok);
 
     struct {
@@ -67,7 +65,7 @@ static void config_section(void **state)
         json_t *j = json_loads(bad[i].json, 0, NULL);
         assert_non_null(j);
         err[0] = '\0';
-        assert_int_equal(sd_locks_cfg_parse(j, &cfg, err, sizeof err), -1);
+        assert_int_equal(sd_locks_config_load(j, err, sizeof err), -1);
         assert_non_null(strstr(err, bad[i].field));
         json_decref(j);
     }

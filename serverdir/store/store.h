@@ -1,0 +1,78 @@
+/* store/: Redis access (standalone or Sentinel), scripts and reply accessors for all. */
+/* Redis access for every serverdir module (one connection per worker thread), the
+ * embedded Lua scripts, and the accessors that read script and command replies. */
+#ifndef SD_STORE_H
+#define SD_STORE_H
+
+#include <hiredis/hiredis.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum {
+    SD_STORE_OK = 0,
+    SD_STORE_DOWN = -1,   /* cannot reach Redis: 503 + Retry-After */
+    SD_STORE_ERROR = -2,  /* Redis answered with an unexpected error */
+};
+
+/* A command's or script's arguments, at most 64 (more sets overflow and the call fails);
+ * sd_argv_addf's formatted copies are owned here until sd_argv_free. */
+typedef struct {
+    const char *argv[64];
+    size_t argl[64];
+    char *owned[64];
+    int argc, nowned, overflow;
+} sd_argv_t;
+
+void sd_argv_init(sd_argv_t *a);
+void sd_argv_add(sd_argv_t *a, const char *s);
+void sd_argv_addn(sd_argv_t *a, const char *p, size_t n);
+void sd_argv_addf(sd_argv_t *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void sd_argv_free(sd_argv_t *a);
+
+int sd_store_init(const char *url, const char *key_prefix);
+/* Starts the store's background thread (Sentinel mode: the failover subscriber) after
+ * sd_store_init, with the signals blocked; sd_store_stop joins it. 0 or -errno. */
+int sd_store_start(void);
+void sd_store_stop(void);
+void sd_store_thread_close(void);
+/* Runs the embedded script `name` with the first nkeys entries of a as KEYS and the rest
+ * as ARGV (EVALSHA, loading it after NOSCRIPT). On success *out is a reply the caller
+ * frees with freeReplyObject; a Lua error_reply comes back as *out of type
+ * REDIS_REPLY_ERROR with SD_STORE_OK, so scripts can return typed errors. */
+int sd_store_script(const char *name, int nkeys, sd_argv_t *a, redisReply **out);
+/* Runs one plain command (argv form). Same reply ownership as sd_store_script. */
+int sd_store_command(sd_argv_t *a, redisReply **out);
+/* Opens a connection of the caller's own to the current primary (under Sentinel, the one
+ * the sentinels name; AUTH and SELECT done), for a subscriber that cannot share the
+ * thread's command connection. NULL when Redis is unreachable; the caller frees it with
+ * redisFree. */
+redisContext *sd_store_connect(void);
+/* PING with the thread's connection; 0 if Redis answers. */
+int sd_store_ping(void);
+/* "sd:{cluster}:" + formatted suffix into buf; returns buf. */
+const char *sd_key(char *buf, size_t cap, const char *cluster, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+const char *sd_store_prefix(void);
+
+typedef struct {
+    const char *name;
+    const char *body;
+} sd_script_src_t;
+extern const sd_script_src_t sd_script_srcs[];
+extern const size_t sd_nscripts;
+/* ---- reply.c: reading replies ----
+ * Scripts answer with arrays of strings ({'ok', name, '12', ...}); these read one element
+ * without the caller checking the reply's shape first. Returned strings point into r. */
+
+/* Element i of an array reply as text: a string or status element, else "" (absent, r
+ * NULL or not an array, or another type). */
+const char *sd_reply_str(const redisReply *r, size_t i);
+/* Element i of an array reply as a number: an integer element, or decimal text (0 when
+ * absent or not a number). */
+int64_t sd_reply_num(const redisReply *r, size_t i);
+/* Whether r is an array reply whose first element is a string: a script's status reply. */
+int sd_reply_has_status(const redisReply *r);
+/* Whether r is an array reply whose first element (string or status) is the word st. */
+int sd_reply_status_is(const redisReply *r, const char *st);
+
+#endif
