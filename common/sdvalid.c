@@ -57,6 +57,11 @@ size_t sd_jv_index(sd_jv_t *v, size_t i)
     return path_push(v, "[%zu]", i);
 }
 
+size_t sd_jv_member(sd_jv_t *v, const char *member)
+{
+    return path_push(v, "['%.64s']", member);
+}
+
 void sd_jv_pop(sd_jv_t *v, size_t mark)
 {
     v->pathlen = mark;
@@ -91,14 +96,15 @@ int sd_jv_fail(sd_jv_t *v, const char *key, const char *fmt, ...)
     return -1;
 }
 
-/* obj[key], or NULL when absent or null: then *rc is 1, or -1 with "is required". */
+/* obj[key], or NULL when absent or null (unless SD_JV_NONNULL): then *rc is 1, or -1
+ * with "is required". */
 static json_t *field(sd_jv_t *v, const json_t *obj, const char *key, int required, int *rc)
 {
     json_t *j = json_is_object(obj) ? json_object_get(obj, key) : NULL;
     *rc = 0;
-    if (j && !json_is_null(j))
+    if (j && (!json_is_null(j) || required == SD_JV_NONNULL))
         return j;
-    *rc = required ? sd_jv_fail(v, key, "is required") : 1;
+    *rc = required == SD_JV_REQUIRED ? sd_jv_fail(v, key, "is required") : 1;
     return NULL;
 }
 

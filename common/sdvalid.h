@@ -11,7 +11,12 @@
  * Every getter reads obj[key] with the key pushed on the path, and returns 0 and sets
  * *out, 1 if the field is absent or null and optional (*out is left as it was, so the
  * caller sets the default first), or -1 with the message in the context's buffer. A
- * getter given a non-object obj sees every field as absent. */
+ * getter given a non-object obj sees every field as absent. `required` is one of: */
+enum {
+    SD_JV_OPTIONAL = 0, /* absent or null: 1 */
+    SD_JV_REQUIRED = 1, /* absent or null: "is required" */
+    SD_JV_NONNULL = 2,  /* absent: 1; null: refused as the wrong type */
+};
 #ifndef SD_VALID_H
 #define SD_VALID_H
 
@@ -35,11 +40,12 @@ void sd_jv_init(sd_jv_t *v, const char *root, char *err, size_t errcap);
  * the top level. */
 void sd_jv_init_file(sd_jv_t *v, const char *file, char *err, size_t errcap);
 
-/* Push ".key" or "[i]" on the path; each returns the mark that sd_jv_pop takes to
- * restore the path as it was before the push. A path longer than the buffer ends in
- * "...". */
+/* Push ".key", "[i]" or "['member']" (an entry of a map whose keys are data, cut to 64
+ * bytes) on the path; each returns the mark that sd_jv_pop takes to restore the path as
+ * it was before the push. A path longer than the buffer ends in "...". */
 size_t sd_jv_key(sd_jv_t *v, const char *key);
 size_t sd_jv_index(sd_jv_t *v, size_t i);
+size_t sd_jv_member(sd_jv_t *v, const char *member);
 void sd_jv_pop(sd_jv_t *v, size_t mark);
 
 /* Reports "<path>[.key] <why>" (key may be NULL for the current path); returns -1. */

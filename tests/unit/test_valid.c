@@ -34,6 +34,11 @@ static void paths_nest_and_pop(void **state)
     assert_string_equal(v.path, "services[2].health");
     sd_jv_pop(&v, m2);
     assert_string_equal(v.path, "services[2]");
+    size_t m3 = sd_jv_key(&v, "env");
+    sd_jv_member(&v, "A=B");
+    sd_jv_fail(&v, NULL, "must be a string");
+    assert_string_equal(err, "services[2].env['A=B'] must be a string");
+    sd_jv_pop(&v, m3);
     sd_jv_pop(&v, m1);
     sd_jv_pop(&v, m0);
     assert_string_equal(v.path, "");
@@ -90,6 +95,10 @@ static void absent_null_and_wrong_type(void **state)
     assert_string_equal(err, "field 'n' is required");
     assert_int_equal(sd_jv_str(&v, j, "s", 0, 10, &s), -1);
     assert_string_equal(err, "field 's' must be a string");
+    /* SD_JV_NONNULL: absent is fine, null is the wrong type */
+    assert_int_equal(sd_jv_str(&v, j, "missing", SD_JV_NONNULL, 10, &s), 1);
+    assert_int_equal(sd_jv_str(&v, j, "n", SD_JV_NONNULL, 10, &s), -1);
+    assert_string_equal(err, "field 'n' must be a string");
     /* a non-object holder: every field is absent */
     assert_int_equal(sd_jv_str(&v, NULL, "s", 0, 10, &s), 1);
 
