@@ -293,13 +293,10 @@ static int parse_service(sd_jv_t *v, const json_t *js, bb_service_t *s)
     if (access(s->command, X_OK))
         return sd_jv_fail(v, "command", "'%s' is not executable: %s", s->command,
                           strerror(errno));
-    /* a null args is refused, not taken as absent */
-    json_t *args = json_object_get(js, "args");
-    if (args && !json_is_array(args))
-        return sd_jv_fail(v, "args", "must be an array of strings");
+    json_t *args = NULL;
+    if (sd_jv_array(v, js, "args", SD_JV_NONNULL, 256, &args) < 0)
+        return -1;
     size_t nargs = args ? json_array_size(args) : 0;
-    if (nargs > 256)
-        return sd_jv_fail(v, "args", "has more than 256 entries");
     s->argv = calloc(nargs + 2, sizeof(char *));
     if (!s->argv)
         return sd_jv_fail(v, NULL, "out of memory");
@@ -488,13 +485,10 @@ static int parse_root(sd_jv_t *v, bb_config_t *cfg)
         sock_path(v, root, "control_socket", cfg->state_dir, "control.sock",
                   cfg->control_socket))
         return -1;
-    /* a null services is refused, not taken as absent */
-    json_t *svcs = json_object_get(root, "services");
-    if (svcs && !json_is_array(svcs))
-        return sd_jv_fail(v, "services", "must be an array");
+    json_t *svcs = NULL;
+    if (sd_jv_array(v, root, "services", SD_JV_NONNULL, 1000, &svcs) < 0)
+        return -1;
     size_t n = svcs ? json_array_size(svcs) : 0;
-    if (n > 1000)
-        return sd_jv_fail(v, "services", "has more than 1000 entries");
     cfg->services = calloc(n ? n : 1, sizeof(bb_service_t));
     if (!cfg->services)
         return sd_jv_fail(v, "services", "out of memory");

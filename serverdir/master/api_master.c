@@ -228,12 +228,10 @@ int sd_master_heartbeat_parse(json_t *body, sd_master_server_t *s, const char **
         return -1;
     if (os >= 0)
         sd_strlcpy(s->os, oses[os], sizeof s->os);
-    /* a null tags is refused, not taken as absent */
-    json_t *tags = json_object_get(body, "tags");
+    json_t *tags = NULL;
+    if (sd_jv_array(&v, body, "tags", SD_JV_NONNULL, SD_ARRAY_LEN(s->tags), &tags) < 0)
+        return -1;
     if (tags) {
-        if (!json_is_array(tags) || json_array_size(tags) > SD_ARRAY_LEN(s->tags))
-            return sd_jv_fail(&v, "tags", "must be an array of at most %zu tags",
-                              SD_ARRAY_LEN(s->tags));
         size_t i;
         json_t *t;
         sd_jv_key(&v, "tags");

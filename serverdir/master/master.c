@@ -33,14 +33,12 @@ sd_master_cfg_t sd_master_cfg = {
 
 int sd_master_config_load(char *err, size_t errcap)
 {
-    /* a null section is refused, not taken as absent */
-    json_t *sec = sd_cfg.file ? json_object_get(sd_cfg.file, "master") : NULL;
-    if (!sec)
-        return 0;
+    json_t *sec = NULL;
     sd_jv_t v;
     sd_jv_init(&v, "", err, errcap);
-    if (!json_is_object(sec))
-        return sd_jv_fail(&v, "master", "must be an object");
+    int rc = sd_jv_object(&v, sd_cfg.file, "master", SD_JV_NONNULL, &sec);
+    if (rc)
+        return rc < 0 ? -1 : 0;
     sd_jv_key(&v, "master");
     static const char *const known[] = {
         "heartbeat_interval_s", "challenge_ttl_ms", "servers_per_address",
@@ -65,13 +63,11 @@ int sd_master_config_load(char *err, size_t errcap)
     if (c->default_batch > c->max_batch)
         c->default_batch = c->max_batch;
 
-    /* null lists are refused too */
-    json_t *tp = json_object_get(sec, "trusted_proxies");
+    json_t *tp = NULL, *udp = NULL;
+    if (sd_jv_array(&v, sec, "trusted_proxies", SD_JV_NONNULL, SD_ARRAY_LEN(c->trusted), &tp) < 0 ||
+        sd_jv_array(&v, sec, "udp", SD_JV_NONNULL, SD_MASTER_MAX_UDP, &udp) < 0)
+        return -1;
     if (tp) {
-        if (!json_is_array(tp) || json_array_size(tp) > SD_ARRAY_LEN(c->trusted))
-            return sd_jv_fail(&v, "trusted_proxies",
-                              "must be an array of at most %zu IP addresses",
-                              SD_ARRAY_LEN(c->trusted));
         size_t i;
         json_t *j;
         json_array_foreach(tp, i, j) {
@@ -85,11 +81,7 @@ int sd_master_config_load(char *err, size_t errcap)
         }
         c->ntrusted = (int)json_array_size(tp);
     }
-    json_t *udp = json_object_get(sec, "udp");
     if (udp) {
-        if (!json_is_array(udp) || json_array_size(udp) > SD_MASTER_MAX_UDP)
-            return sd_jv_fail(&v, "udp", "must be an array of at most %d HOST:PORT strings",
-                              SD_MASTER_MAX_UDP);
         size_t i;
         json_t *j;
         json_array_foreach(udp, i, j) {
