@@ -77,7 +77,7 @@ static void report(sd_jv_t *v, int unknown, const char *why)
                  unknown ? "unknown field" : why);
     else if (unknown)
         snprintf(v->err, v->errcap, "unknown field '%s'", p);
-    else if (v->pathlen && !strpbrk(p, ".["))
+    else if (v->pathlen && !strchr(p, '['))
         snprintf(v->err, v->errcap, "field '%s' %s", p, why);
     else
         snprintf(v->err, v->errcap, "%s %s", v->pathlen ? p : "(top level)", why);

@@ -3,7 +3,8 @@
  * every message names the field where it sits: "services[2].health.type must be ...".
  *
  * Messages read, for a path P and a reason R:
- *   plain context   "field 'P' R" when P is one top-level key, else "P R";
+ *   plain context   "field 'P' R" when P is keys only ("field 'labels.zone' ..."), else
+ *                   "P R" when P goes through an array or map entry ("events[0].pid ...");
  *                   an unknown key reads "unknown field 'P'"
  *   file context    "FILE: P: R" (an empty P reads "(top level)");
  *                   an unknown key reads "FILE: P: unknown field"

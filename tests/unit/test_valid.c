@@ -17,7 +17,7 @@ static json_t *parse(const char *s)
     return j;
 }
 
-/* Nested pushes build "services[2].health", pops restore it, and a top-level key is
+/* Nested pushes build "services[2].health", pops restore it, and a path of keys only is
  * quoted in a plain context. */
 static void paths_nest_and_pop(void **state)
 {
@@ -49,7 +49,10 @@ static void paths_nest_and_pop(void **state)
 
     sd_jv_init(&v, "master", err, sizeof err);
     sd_jv_fail(&v, "udp", "is bad");
-    assert_string_equal(err, "master.udp is bad");
+    assert_string_equal(err, "field 'master.udp' is bad");
+    sd_jv_index(&v, 1);
+    sd_jv_fail(&v, NULL, "is bad");
+    assert_string_equal(err, "master[1] is bad");
 }
 
 /* A file context reads "FILE: PATH: why", and unknown keys name their path. */
@@ -107,10 +110,10 @@ static void absent_null_and_wrong_type(void **state)
     size_t m = sd_jv_key(&v, "o");
     int b = 7;
     assert_int_equal(sd_jv_bool(&v, o, "x", 0, &b), -1);
-    assert_string_equal(err, "o.x must be true or false");
+    assert_string_equal(err, "field 'o.x' must be true or false");
     assert_int_equal(b, 7);
     assert_int_equal(sd_jv_object(&v, o, "x", 0, &o), -1);
-    assert_string_equal(err, "o.x must be an object");
+    assert_string_equal(err, "field 'o.x' must be an object");
     sd_jv_pop(&v, m);
     assert_int_equal(sd_jv_array(&v, j, "o", 0, 5, &o), -1);
     assert_string_equal(err, "field 'o' must be an array");
