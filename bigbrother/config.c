@@ -3,11 +3,11 @@
 #include "bb.h"
 #include "sdjson.h"
 #include "sdlog.h"
+#include "sdvalid.h"
 
 #include <errno.h>
 #include <pwd.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,126 +15,6 @@
 #include <unistd.h>
 
 #define CONFIG_MAX_BYTES (1 << 20)
-
-typedef struct {
-    const char *file;
-    char *err;
-    size_t cap;
-} ctx_t;
-
-static int fail(ctx_t *c, const char *path, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int fail(ctx_t *c, const char *path, const char *fmt, ...)
-{
-    char why[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, sizeof(why), fmt, ap);
-    va_end(ap);
-    snprintf(c->err, c->cap, "%s: %s: %s", c->file, path, why);
-    return -1;
-}
-
-/* The path of key inside the object at path `at` ("" for the top level). */
-static const char *sub(char *buf, size_t cap, const char *at, const char *key)
-{
-    if (snprintf(buf, cap, "%s%s%s", at, at[0] ? "." : "", key) >= (int)cap)
-        memcpy(buf + cap - 4, "...", 4);
-    return buf;
-}
-
-static int only_keys(ctx_t *c, const json_t *obj, const char *at, const char *const *allowed)
-{
-    const char *k;
-    json_t *v;
-    json_object_foreach((json_t *)obj, k, v) {
-        int ok = 0;
-        for (int i = 0; allowed[i] && !ok; i++)
-            ok = !strcmp(k, allowed[i]);
-        if (!ok) {
-            char p[160];
-            return fail(c, sub(p, sizeof(p), at, k), "unknown field");
-        }
-    }
-    return 0;
-}
-
-/* Reads an object member: 0 and *out, 1 if absent and optional, -1 with the error. */
-static int get_obj(ctx_t *c, const json_t *obj, const char *at, const char *key,
-                   int required, json_t **out)
-{
-    char p[160];
-    json_t *v = json_object_get(obj, key);
-    if (!v || json_is_null(v)) {
-        if (required)
-            return fail(c, sub(p, sizeof(p), at, key), "is required");
-        return 1;
-    }
-    if (!json_is_object(v))
-        return fail(c, sub(p, sizeof(p), at, key), "must be an object");
-    *out = v;
-    return 0;
-}
-
-static int get_str(ctx_t *c, const json_t *obj, const char *at, const char *key,
-                   int required, size_t maxlen, const char **out)
-{
-    char p[160];
-    json_t *v = json_object_get(obj, key);
-    sub(p, sizeof(p), at, key);
-    if (!v || json_is_null(v))
-        return required ? fail(c, p, "is required") : 1;
-    if (!json_is_string(v))
-        return fail(c, p, "must be a string");
-    if (json_string_length(v) > maxlen)
-        return fail(c, p, "is longer than %zu bytes", maxlen);
-    if (strlen(json_string_value(v)) != json_string_length(v))
-        return fail(c, p, "contains a NUL character");
-    *out = json_string_value(v);
-    return 0;
-}
-
-static int get_name(ctx_t *c, const json_t *obj, const char *at, const char *key,
-                    int required, const char **out)
-{
-    int rc = get_str(c, obj, at, key, required, SD_NAME_MAX, out);
-    if (rc)
-        return rc;
-    if (!sd_name_valid(*out, SD_NAME_MAX)) {
-        char p[160];
-        return fail(c, sub(p, sizeof(p), at, key),
-                    "must be 1-128 characters of [A-Za-z0-9_.:@-], not starting with '.' or '-'");
-    }
-    return 0;
-}
-
-static int get_int(ctx_t *c, const json_t *obj, const char *at, const char *key,
-                   int64_t min, int64_t max, int64_t def, int64_t *out)
-{
-    char p[160];
-    json_t *v = json_object_get(obj, key);
-    sub(p, sizeof(p), at, key);
-    if (!v || json_is_null(v)) {
-        *out = def;
-        return 0;
-    }
-    if (!json_is_integer(v))
-        return fail(c, p, "must be an integer");
-    int64_t n = json_integer_value(v);
-    if (n < min || n > max)
-        return fail(c, p, "must be between %lld and %lld", (long long)min, (long long)max);
-    *out = n;
-    return 0;
-}
-
-#define GET_INT(c, obj, at, key, min, max, def, dst)                                   \
-    do {                                                                               \
-        int64_t v_;                                                                    \
-        if (get_int(c, obj, at, key, min, max, def, &v_))                              \
-            return -1;                                                                 \
-        dst = v_;                                                                      \
-    } while (0)
 
 static const struct {
     const char *name;
@@ -156,25 +36,6 @@ int bb_signal_parse(const char *s)
         if (!strcmp(s, signals[i].name))
             return signals[i].sig;
     return -1;
-}
-
-static int get_signal(ctx_t *c, const json_t *obj, const char *at, const char *key, int def,
-                      int *out)
-{
-    const char *s;
-    int rc = get_str(c, obj, at, key, 0, 16, &s);
-    if (rc < 0)
-        return -1;
-    if (rc == 1) {
-        *out = def;
-        return 0;
-    }
-    if ((*out = bb_signal_parse(s)) < 0) {
-        char p[160];
-        return fail(c, sub(p, sizeof(p), at, key),
-                    "'%s' is not a signal (use a name like TERM, ABRT, KILL or a number)", s);
-    }
-    return 0;
 }
 
 static int hexval(int ch)
@@ -218,117 +79,138 @@ int bb_unescape(const char *s, unsigned char *out, size_t cap)
     return (int)n;
 }
 
-static int parse_health(ctx_t *c, const json_t *h, const char *at, bb_service_t *s)
+/* Reads the health object h (the context's path is at it) into s->health. */
+static int parse_health(sd_jv_t *v, const json_t *h, bb_service_t *s)
 {
     static const char *const keys[] = {"type", "start_timeout_ms", "liveness_timeout_ms",
                                        "period_ms", "failure_threshold", "timeout_ms", "port",
                                        "query", "expect", "command", "path", NULL};
-    /* in the order of enum bb_health */
-    static const char *const types[] = {"agent", "notify", "tcp", "udp", "exec", "none", "http"};
-    char p[160];
-    const char *type = "none";
-    if (only_keys(c, h, at, keys) || get_str(c, h, at, "type", 1, 16, &type) < 0)
+    /* as listed in messages; types_enum[] maps each to its enum bb_health */
+    static const char *const types[] = {"agent", "notify", "tcp", "udp", "http", "exec", "none",
+                                        NULL};
+    static const enum bb_health types_enum[] = {BB_H_AGENT, BB_H_NOTIFY, BB_H_TCP, BB_H_UDP,
+                                                BB_H_HTTP,  BB_H_EXEC,   BB_H_NONE};
+    int t = 0;
+    if (sd_jv_only_keys(v, h, keys) || sd_jv_enum(v, h, "type", 1, types, &t))
         return -1;
-    size_t t = 0;
-    while (t < SD_ARRAY_LEN(types) && strcmp(type, types[t]))
-        t++;
-    if (t == SD_ARRAY_LEN(types))
-        return fail(c, sub(p, sizeof(p), at, "type"),
-                    "'%s' must be one of agent, notify, tcp, udp, http, exec, none", type);
-    s->health.type = (enum bb_health)t;
-    GET_INT(c, h, at, "start_timeout_ms", 100, 3600000, 10000, s->health.start_timeout_ms);
-    GET_INT(c, h, at, "liveness_timeout_ms", 100, 3600000, 3000,
-            s->health.liveness_timeout_ms);
-    GET_INT(c, h, at, "period_ms", 50, 3600000, 1000, s->health.period_ms);
-    GET_INT(c, h, at, "failure_threshold", 1, 100, 3, s->health.failure_threshold);
-    GET_INT(c, h, at, "timeout_ms", 10, 3600000, s->health.period_ms, s->health.timeout_ms);
+    const char *type = types[t];
+    s->health.type = types_enum[t];
+    s->health.start_timeout_ms = 10000;
+    s->health.liveness_timeout_ms = 3000;
+    s->health.period_ms = 1000;
+    s->health.failure_threshold = 3;
+    if (sd_jv_i32(v, h, "start_timeout_ms", 0, 100, 3600000, &s->health.start_timeout_ms) < 0 ||
+        sd_jv_i32(v, h, "liveness_timeout_ms", 0, 100, 3600000,
+                  &s->health.liveness_timeout_ms) < 0 ||
+        sd_jv_i32(v, h, "period_ms", 0, 50, 3600000, &s->health.period_ms) < 0 ||
+        sd_jv_i32(v, h, "failure_threshold", 0, 1, 100, &s->health.failure_threshold) < 0)
+        return -1;
+    s->health.timeout_ms = s->health.period_ms;
+    if (sd_jv_i32(v, h, "timeout_ms", 0, 10, 3600000, &s->health.timeout_ms) < 0)
+        return -1;
     int needs_port = s->health.type == BB_H_TCP || s->health.type == BB_H_UDP ||
                      s->health.type == BB_H_HTTP;
     if (needs_port && !json_object_get(h, "port"))
-        return fail(c, sub(p, sizeof(p), at, "port"), "is required for type %s", type);
-    GET_INT(c, h, at, "port", 1, 65535, 0, s->health.port);
+        return sd_jv_fail(v, "port", "is required for type %s", type);
+    if (sd_jv_i32(v, h, "port", 0, 1, 65535, &s->health.port) < 0)
+        return -1;
     if (s->health.type == BB_H_UDP) {
         const char *q = NULL, *e = "";
-        if (get_str(c, h, at, "query", 1, 4 * BB_PROBE_BYTES_MAX, &q) ||
-            get_str(c, h, at, "expect", 0, 4 * BB_PROBE_BYTES_MAX, &e) < 0)
+        if (sd_jv_str(v, h, "query", 1, 4 * BB_PROBE_BYTES_MAX, &q) ||
+            sd_jv_str(v, h, "expect", 0, 4 * BB_PROBE_BYTES_MAX, &e) < 0)
             return -1;
         int n = bb_unescape(q, s->health.query, sizeof(s->health.query));
         if (n <= 0)
-            return fail(c, sub(p, sizeof(p), at, "query"),
-                        "must be 1-%d bytes; escapes allowed: \\xHH \\n \\r \\t \\0 \\\\",
-                        BB_PROBE_BYTES_MAX);
+            return sd_jv_fail(v, "query",
+                              "must be 1-%d bytes; escapes allowed: \\xHH \\n \\r \\t \\0 \\\\",
+                              BB_PROBE_BYTES_MAX);
         s->health.query_len = (size_t)n;
         n = bb_unescape(e, s->health.expect, sizeof(s->health.expect));
         if (n < 0)
-            return fail(c, sub(p, sizeof(p), at, "expect"),
-                        "must be at most %d bytes; escapes allowed: \\xHH \\n \\r \\t \\0 \\\\",
-                        BB_PROBE_BYTES_MAX);
+            return sd_jv_fail(v, "expect",
+                              "must be at most %d bytes; escapes allowed: \\xHH \\n \\r \\t \\0 "
+                              "\\\\",
+                              BB_PROBE_BYTES_MAX);
         s->health.expect_len = (size_t)n;
     }
     if (s->health.type == BB_H_HTTP) {
         const char *path = "/";
-        if (get_str(c, h, at, "path", 0, BB_HTTP_PATH_MAX, &path) < 0)
+        if (sd_jv_str(v, h, "path", 0, BB_HTTP_PATH_MAX, &path) < 0)
             return -1;
         int okpath = path[0] == '/';
         for (const char *q = path; *q && okpath; q++)
             okpath = *q > 0x20 && *q < 0x7f;
         if (!okpath)
-            return fail(c, sub(p, sizeof(p), at, "path"),
-                        "must start with '/' and be at most %d printable characters without"
-                        " spaces (percent-encode others)", BB_HTTP_PATH_MAX);
+            return sd_jv_fail(v, "path",
+                              "must start with '/' and be at most %d printable characters"
+                              " without spaces (percent-encode others)",
+                              BB_HTTP_PATH_MAX);
         int n = snprintf((char *)s->health.query, sizeof(s->health.query),
                          "GET %s HTTP/1.0\r\nHost: 127.0.0.1:%d\r\nUser-Agent: bigbrother\r\n"
                          "Connection: close\r\n\r\n",
                          path, s->health.port);
         s->health.query_len = (size_t)n; /* fits: path <= BB_HTTP_PATH_MAX */
     }
-    if (s->health.type == BB_H_EXEC &&
-        get_str(c, h, at, "command", 1, 4096, &s->health.command))
+    if (s->health.type == BB_H_EXEC && sd_jv_str(v, h, "command", 1, 4096, &s->health.command))
         return -1;
     return 0;
 }
 
-static int parse_restart(ctx_t *c, const json_t *r, const char *at, bb_service_t *s)
+/* Reads the restart object r (NULL: all defaults; the path is at it) into s->restart. */
+static int parse_restart(sd_jv_t *v, const json_t *r, bb_service_t *s)
 {
     static const char *const keys[] = {"policy", "backoff_min_ms", "backoff_max_ms",
                                        "max_restarts", "window_s", "healthy_reset_ms", NULL};
-    const char *pol = "always";
-    char p[160];
-    if (r && (only_keys(c, r, at, keys) || get_str(c, r, at, "policy", 0, 16, &pol) < 0))
+    /* in the order of enum bb_policy */
+    static const char *const policies[] = {"always", "on-failure", "never", NULL};
+    int pol = BB_P_ALWAYS;
+    if (r && (sd_jv_only_keys(v, r, keys) || sd_jv_enum(v, r, "policy", 0, policies, &pol) < 0))
         return -1;
-    if (!strcmp(pol, "always"))
-        s->restart.policy = BB_P_ALWAYS;
-    else if (!strcmp(pol, "on-failure"))
-        s->restart.policy = BB_P_ON_FAILURE;
-    else if (!strcmp(pol, "never"))
-        s->restart.policy = BB_P_NEVER;
-    else
-        return fail(c, sub(p, sizeof(p), at, "policy"),
-                    "'%s' must be one of always, on-failure, never", pol);
-    GET_INT(c, r, at, "backoff_min_ms", 0, 3600000, 100, s->restart.backoff_min_ms);
-    GET_INT(c, r, at, "backoff_max_ms", 0, 3600000, 30000, s->restart.backoff_max_ms);
+    s->restart.policy = (enum bb_policy)pol;
+    s->restart.backoff_min_ms = 100;
+    s->restart.backoff_max_ms = 30000;
+    if (sd_jv_i32(v, r, "backoff_min_ms", 0, 0, 3600000, &s->restart.backoff_min_ms) < 0 ||
+        sd_jv_i32(v, r, "backoff_max_ms", 0, 0, 3600000, &s->restart.backoff_max_ms) < 0)
+        return -1;
     if (s->restart.backoff_max_ms < s->restart.backoff_min_ms)
-        return fail(c, sub(p, sizeof(p), at, "backoff_max_ms"),
-                    "must be >= backoff_min_ms (%d)", s->restart.backoff_min_ms);
-    GET_INT(c, r, at, "max_restarts", 1, BB_WINDOW_MAX, 5, s->restart.max_restarts);
-    GET_INT(c, r, at, "window_s", 1, 86400, 60, s->restart.window_s);
-    GET_INT(c, r, at, "healthy_reset_ms", 0, 86400000, 10000, s->restart.healthy_reset_ms);
+        return sd_jv_fail(v, "backoff_max_ms", "must be >= backoff_min_ms (%d)",
+                          s->restart.backoff_min_ms);
+    s->restart.max_restarts = 5;
+    s->restart.window_s = 60;
+    s->restart.healthy_reset_ms = 10000;
+    if (sd_jv_i32(v, r, "max_restarts", 0, 1, BB_WINDOW_MAX, &s->restart.max_restarts) < 0 ||
+        sd_jv_i32(v, r, "window_s", 0, 1, 86400, &s->restart.window_s) < 0 ||
+        sd_jv_i32(v, r, "healthy_reset_ms", 0, 0, 86400000, &s->restart.healthy_reset_ms) < 0)
+        return -1;
     return 0;
 }
 
-static int parse_stop(ctx_t *c, const json_t *st, const char *at, bb_service_t *s)
+/* Reads the stop object st (NULL: all defaults; the path is at it) into s->stop. */
+static int parse_stop(sd_jv_t *v, const json_t *st, bb_service_t *s)
 {
     static const char *const keys[] = {"signal", "grace_ms", "hang_signal", NULL};
-    if (st && only_keys(c, st, at, keys))
+    static const char *const sigkeys[] = {"signal", "hang_signal"};
+    int *sigs[] = {&s->stop.signal, &s->stop.hang_signal};
+    if (st && sd_jv_only_keys(v, st, keys))
         return -1;
-    if (get_signal(c, st, at, "signal", SIGTERM, &s->stop.signal) ||
-        get_signal(c, st, at, "hang_signal", SIGABRT, &s->stop.hang_signal))
-        return -1;
-    GET_INT(c, st, at, "grace_ms", 0, 3600000, 5000, s->stop.grace_ms);
-    return 0;
+    s->stop.signal = SIGTERM;
+    s->stop.hang_signal = SIGABRT;
+    for (size_t i = 0; i < SD_ARRAY_LEN(sigkeys); i++) {
+        const char *name = NULL;
+        if (sd_jv_str(v, st, sigkeys[i], 0, 16, &name) < 0)
+            return -1;
+        if (name && (*sigs[i] = bb_signal_parse(name)) < 0)
+            return sd_jv_fail(v, sigkeys[i],
+                              "'%s' is not a signal (use a name like TERM, ABRT, KILL or a "
+                              "number)",
+                              name);
+    }
+    s->stop.grace_ms = 5000;
+    return sd_jv_i32(v, st, "grace_ms", 0, 0, 3600000, &s->stop.grace_ms) < 0 ? -1 : 0;
 }
 
-static int parse_rlimits(ctx_t *c, const json_t *rl, const char *at, bb_service_t *s)
+/* Reads the rlimits object rl (the path is at it) into s->rlimits. */
+static int parse_rlimits(sd_jv_t *v, const json_t *rl, bb_service_t *s)
 {
     static const struct {
         const char *name;
@@ -337,22 +219,22 @@ static int parse_rlimits(ctx_t *c, const json_t *rl, const char *at, bb_service_
                  {"as", RLIMIT_AS},         {"stack", RLIMIT_STACK}, {"cpu", RLIMIT_CPU},
                  {"fsize", RLIMIT_FSIZE},   {"memlock", RLIMIT_MEMLOCK}};
     const char *k;
-    json_t *v;
-    char p[160];
-    json_object_foreach((json_t *)rl, k, v) {
+    json_t *j;
+    json_object_foreach((json_t *)rl, k, j) {
         size_t i = 0;
         while (i < SD_ARRAY_LEN(names) && strcmp(k, names[i].name))
             i++;
-        sub(p, sizeof(p), at, k);
         if (i == SD_ARRAY_LEN(names))
-            return fail(c, p, "unknown limit (nofile, core, nproc, as, stack, cpu, fsize, memlock)");
+            return sd_jv_fail(v, k,
+                              "unknown limit (nofile, core, nproc, as, stack, cpu, fsize, "
+                              "memlock)");
         rlim_t val;
-        if (json_is_string(v) && !strcmp(json_string_value(v), "unlimited"))
+        if (json_is_string(j) && !strcmp(json_string_value(j), "unlimited"))
             val = RLIM_INFINITY;
-        else if (json_is_integer(v) && json_integer_value(v) >= 0)
-            val = (rlim_t)json_integer_value(v);
+        else if (json_is_integer(j) && json_integer_value(j) >= 0)
+            val = (rlim_t)json_integer_value(j);
         else
-            return fail(c, p, "must be an integer >= 0 or \"unlimited\"");
+            return sd_jv_fail(v, k, "must be an integer >= 0 or \"unlimited\"");
         bb_rlimit_t *r = &s->rlimits[s->nrlimits++];
         r->resource = names[i].res;
         r->lim.rlim_cur = r->lim.rlim_max = val;
@@ -360,221 +242,254 @@ static int parse_rlimits(ctx_t *c, const json_t *rl, const char *at, bb_service_
     return 0;
 }
 
-static int parse_service(ctx_t *c, const json_t *js, int idx, bb_service_t *s)
+/* Reads the env object o (the path is at it) into s->env, a new NULL-terminated array of
+ * "NAME=value" strings that bb_config_free frees. */
+static int parse_env(sd_jv_t *v, const json_t *o, bb_service_t *s)
+{
+    s->env = calloc((o ? json_object_size(o) : 0) + 1, sizeof(char *));
+    if (!s->env)
+        return sd_jv_fail(v, NULL, "out of memory");
+    const char *k;
+    json_t *j;
+    size_t n = 0;
+    json_object_foreach((json_t *)o, k, j) {
+        if (!k[0] || strchr(k, '=') || !json_is_string(j))
+            return sd_jv_fail(v, k, "must be a string, with a name without '='");
+        if (!strncmp(k, "BB_", 3) || !strcmp(k, "NOTIFY_SOCKET") || !strcmp(k, "WATCHDOG_USEC"))
+            return sd_jv_fail(v, k, "is set by bigbrother and cannot be overridden");
+        if (asprintf(&s->env[n], "%s=%s", k, json_string_value(j)) < 0)
+            return sd_jv_fail(v, k, "out of memory");
+        n++;
+    }
+    return 0;
+}
+
+/* Reads services[i] (the path is at it) into s; strings point into the parsed config. */
+static int parse_service(sd_jv_t *v, const json_t *js, bb_service_t *s)
 {
     static const char *const keys[] = {"name", "command", "args", "env", "count", "user",
                                        "cwd", "rlimits", "health", "restart", "stop", NULL};
-    char at[32], p[160];
     json_t *o = NULL;
-    snprintf(at, sizeof(at), "services[%d]", idx);
     if (!json_is_object(js))
-        return fail(c, at, "must be an object");
-    if (only_keys(c, js, at, keys) || get_name(c, js, at, "name", 1, &s->name) ||
-        get_str(c, js, at, "command", 1, 4096, &s->command))
+        return sd_jv_fail(v, NULL, "must be an object");
+    if (sd_jv_only_keys(v, js, keys) || sd_jv_name(v, js, "name", 1, &s->name) ||
+        sd_jv_str(v, js, "command", 1, 4096, &s->command))
         return -1;
     if (s->command[0] != '/')
-        return fail(c, sub(p, sizeof(p), at, "command"), "must be an absolute path");
+        return sd_jv_fail(v, "command", "must be an absolute path");
     if (access(s->command, X_OK))
-        return fail(c, sub(p, sizeof(p), at, "command"), "'%s' is not executable: %s",
-                    s->command, strerror(errno));
-    json_t *args = json_object_get(js, "args");
-    if (args && !json_is_array(args))
-        return fail(c, sub(p, sizeof(p), at, "args"), "must be an array of strings");
+        return sd_jv_fail(v, "command", "'%s' is not executable: %s", s->command,
+                          strerror(errno));
+    json_t *args = NULL;
+    if (sd_jv_array(v, js, "args", SD_JV_NONNULL, 256, &args) < 0)
+        return -1;
     size_t nargs = args ? json_array_size(args) : 0;
-    if (nargs > 256)
-        return fail(c, sub(p, sizeof(p), at, "args"), "has more than 256 entries");
     s->argv = calloc(nargs + 2, sizeof(char *));
     if (!s->argv)
-        return fail(c, at, "out of memory");
+        return sd_jv_fail(v, NULL, "out of memory");
     s->argv[0] = (char *)s->command;
     for (size_t i = 0; i < nargs; i++) {
         json_t *a = json_array_get(args, i);
         if (!json_is_string(a)) {
-            snprintf(p, sizeof(p), "%s.args[%zu]", at, i);
-            return fail(c, p, "must be a string");
+            sd_jv_key(v, "args");
+            sd_jv_index(v, i);
+            return sd_jv_fail(v, NULL, "must be a string");
         }
         s->argv[i + 1] = (char *)json_string_value(a);
     }
-    int rc = get_obj(c, js, at, "env", 0, &o);
-    if (rc < 0)
+    int rc = sd_jv_object(v, js, "env", 0, &o);
+    size_t mark = sd_jv_key(v, "env");
+    if (rc < 0 || parse_env(v, rc == 0 ? o : NULL, s))
         return -1;
-    s->env = calloc((rc == 0 ? json_object_size(o) : 0) + 1, sizeof(char *));
-    if (!s->env)
-        return fail(c, at, "out of memory");
-    if (rc == 0) {
-        const char *k;
-        json_t *v;
-        size_t n = 0;
-        json_object_foreach(o, k, v) {
-            snprintf(p, sizeof(p), "%s.env.%s", at, k);
-            if (!k[0] || strchr(k, '=') || !json_is_string(v))
-                return fail(c, p, "must be a string, with a name without '='");
-            if (!strncmp(k, "BB_", 3) || !strcmp(k, "NOTIFY_SOCKET") ||
-                !strcmp(k, "WATCHDOG_USEC"))
-                return fail(c, p, "is set by bigbrother and cannot be overridden");
-            if (asprintf(&s->env[n], "%s=%s", k, json_string_value(v)) < 0)
-                return fail(c, p, "out of memory");
-            n++;
-        }
-    }
-    GET_INT(c, js, at, "count", 0, 10000, 1, s->count);
-    if (get_str(c, js, at, "user", 0, 64, &s->user) < 0 ||
-        get_str(c, js, at, "cwd", 0, 4096, &s->cwd) < 0)
+    sd_jv_pop(v, mark);
+    s->count = 1;
+    if (sd_jv_i32(v, js, "count", 0, 0, 10000, &s->count) < 0 ||
+        sd_jv_str(v, js, "user", 0, 64, &s->user) < 0 ||
+        sd_jv_str(v, js, "cwd", 0, 4096, &s->cwd) < 0)
         return -1;
     if (s->user) {
         struct passwd *pw = getpwnam(s->user);
         if (!pw)
-            return fail(c, sub(p, sizeof(p), at, "user"), "no such user '%s'", s->user);
+            return sd_jv_fail(v, "user", "no such user '%s'", s->user);
         s->uid = pw->pw_uid;
         s->gid = pw->pw_gid;
         if (geteuid() != 0 && s->uid != geteuid())
-            return fail(c, sub(p, sizeof(p), at, "user"),
-                        "running as user '%s' needs bigbrother to run as root", s->user);
+            return sd_jv_fail(v, "user", "running as user '%s' needs bigbrother to run as root",
+                              s->user);
     }
     if (s->cwd && s->cwd[0] != '/')
-        return fail(c, sub(p, sizeof(p), at, "cwd"), "must be an absolute path");
-    if ((rc = get_obj(c, js, at, "rlimits", 0, &o)) < 0 ||
-        (rc == 0 && parse_rlimits(c, o, sub(p, sizeof(p), at, "rlimits"), s)))
-        return -1;
-    char hp[64], rp[64], sp[64];
+        return sd_jv_fail(v, "cwd", "must be an absolute path");
     json_t *h = NULL, *r = NULL, *st = NULL;
-    if (get_obj(c, js, at, "health", 1, &h) < 0 ||
-        parse_health(c, h, sub(hp, sizeof(hp), at, "health"), s))
+    if ((rc = sd_jv_object(v, js, "rlimits", 0, &o)) < 0)
         return -1;
-    if (get_obj(c, js, at, "restart", 0, &r) < 0 ||
-        parse_restart(c, r, sub(rp, sizeof(rp), at, "restart"), s))
+    mark = sd_jv_key(v, "rlimits");
+    if (rc == 0 && parse_rlimits(v, o, s))
         return -1;
-    if (get_obj(c, js, at, "stop", 0, &st) < 0 ||
-        parse_stop(c, st, sub(sp, sizeof(sp), at, "stop"), s))
+    sd_jv_pop(v, mark);
+    if (sd_jv_object(v, js, "health", 1, &h) < 0)
         return -1;
+    mark = sd_jv_key(v, "health");
+    if (parse_health(v, h, s))
+        return -1;
+    sd_jv_pop(v, mark);
+    if (sd_jv_object(v, js, "restart", 0, &r) < 0)
+        return -1;
+    mark = sd_jv_key(v, "restart");
+    if (parse_restart(v, r, s))
+        return -1;
+    sd_jv_pop(v, mark);
+    if (sd_jv_object(v, js, "stop", 0, &st) < 0)
+        return -1;
+    mark = sd_jv_key(v, "stop");
+    if (parse_stop(v, st, s))
+        return -1;
+    sd_jv_pop(v, mark);
     return 0;
 }
 
-static int sock_path(ctx_t *c, const json_t *root, const char *key, const char *state_dir,
+/* Sets out to root[key], or to state_dir/def when absent; fails when it does not fit. */
+static int sock_path(sd_jv_t *v, const json_t *root, const char *key, const char *state_dir,
                      const char *def, char *out)
 {
-    const char *v = NULL;
-    int rc = get_str(c, root, "", key, 0, 4096, &v);
+    const char *val = NULL;
+    int rc = sd_jv_str(v, root, key, 0, 4096, &val);
     if (rc < 0)
         return -1;
     int n = rc == 1 ? snprintf(out, BB_SOCK_PATH_MAX, "%s/%s", state_dir, def)
-                    : snprintf(out, BB_SOCK_PATH_MAX, "%s", v);
+                    : snprintf(out, BB_SOCK_PATH_MAX, "%s", val);
     if (n >= BB_SOCK_PATH_MAX)
-        return fail(c, key, "socket path '%s%s%s' is longer than %d bytes",
-                    rc == 1 ? state_dir : v, rc == 1 ? "/" : "", rc == 1 ? def : "",
-                    BB_SOCK_PATH_MAX - 1);
+        return sd_jv_fail(v, key, "socket path '%s%s%s' is longer than %d bytes",
+                          rc == 1 ? state_dir : val, rc == 1 ? "/" : "", rc == 1 ? def : "",
+                          BB_SOCK_PATH_MAX - 1);
     return 0;
 }
 
-static int parse_root(ctx_t *c, bb_config_t *cfg)
+/* Reads the serverdir object o (the path is at it): the token, and the urls joined with
+ * ',' into cfg->urls (malloc'd, freed by bb_config_free). */
+static int parse_serverdir(sd_jv_t *v, const json_t *o, bb_config_t *cfg)
+{
+    static const char *const keys[] = {"urls", "token", NULL};
+    if (sd_jv_only_keys(v, o, keys) || sd_jv_str(v, o, "token", 0, 256, &cfg->token) < 0)
+        return -1;
+    json_t *urls = json_object_get(o, "urls");
+    if (!json_is_array(urls) || json_array_size(urls) < 1 || json_array_size(urls) > 16)
+        return sd_jv_fail(v, "urls", "must be an array of 1 to 16 URLs");
+    sd_buf_t b;
+    sd_buf_init(&b, 8192);
+    for (size_t i = 0; i < json_array_size(urls); i++) {
+        json_t *u = json_array_get(urls, i);
+        const char *s = json_is_string(u) ? json_string_value(u) : "";
+        if (strncmp(s, "http://", 7) && strncmp(s, "https://", 8)) {
+            sd_buf_free(&b);
+            sd_jv_key(v, "urls");
+            sd_jv_index(v, i);
+            return sd_jv_fail(v, NULL, "must be a string starting with http:// or https://");
+        }
+        if (strchr(s, ',') || sd_buf_printf(&b, "%s%s", i ? "," : "", s)) {
+            sd_buf_free(&b);
+            return sd_jv_fail(v, "urls", "URLs must not contain ',' and fit in 8 KB");
+        }
+    }
+    cfg->urls = b.data;
+    return 0;
+}
+
+/* Reads the whole config cfg->root into cfg. */
+static int parse_root(sd_jv_t *v, bb_config_t *cfg)
 {
     static const char *const keys[] = {
         "machine", "cluster", "serverdir", "state_dir", "agent_socket", "notify_socket",
         "control_socket", "log_max_bytes", "log_keep", "services", "address", "labels",
         "capacity", "lease_ttl_ms", "metrics_listen", "mode", "primary_ttl_ms",
         "placement_interval_ms", "assignment_wait_ms", NULL};
+    static const char *const modes[] = {"standalone", "cluster", NULL};
     json_t *root = cfg->root, *o = NULL;
     if (!json_is_object(root))
-        return fail(c, "(top level)", "must be a JSON object");
-    if (only_keys(c, root, "", keys) || get_name(c, root, "", "machine", 1, &cfg->machine) ||
-        get_name(c, root, "", "cluster", 1, &cfg->cluster) ||
-        get_str(c, root, "", "state_dir", 1, 200, &cfg->state_dir) ||
-        get_str(c, root, "", "address", 0, 256, &cfg->address) < 0)
+        return sd_jv_fail(v, NULL, "must be a JSON object");
+    if (sd_jv_only_keys(v, root, keys) || sd_jv_name(v, root, "machine", 1, &cfg->machine) ||
+        sd_jv_name(v, root, "cluster", 1, &cfg->cluster) ||
+        sd_jv_str(v, root, "state_dir", 1, 200, &cfg->state_dir) ||
+        sd_jv_str(v, root, "address", 0, 256, &cfg->address) < 0)
         return -1;
     if (cfg->state_dir[0] != '/')
-        return fail(c, "state_dir", "must be an absolute path");
+        return sd_jv_fail(v, "state_dir", "must be an absolute path");
     const char *ml = NULL;
-    if (get_str(c, root, "", "metrics_listen", 0, 127, &ml) < 0)
+    if (sd_jv_str(v, root, "metrics_listen", 0, 127, &ml) < 0)
         return -1;
     if (ml && (sd_parse_hostport(ml, cfg->metrics_host, sizeof(cfg->metrics_host),
                                  &cfg->metrics_port) ||
                !cfg->metrics_host[0] || cfg->metrics_port <= 0))
-        return fail(c, "metrics_listen", "must be HOST:PORT (an IP address and a port)");
-    int rc = get_obj(c, root, "", "serverdir", 0, &o);
+        return sd_jv_fail(v, "metrics_listen", "must be HOST:PORT (an IP address and a port)");
+    int rc = sd_jv_object(v, root, "serverdir", 0, &o);
     if (rc < 0)
         return -1;
-    if (rc == 0) {
-        static const char *const skeys[] = {"urls", "token", NULL};
-        if (only_keys(c, o, "serverdir", skeys) ||
-            get_str(c, o, "serverdir", "token", 0, 256, &cfg->token) < 0)
-            return -1;
-        json_t *urls = json_object_get(o, "urls");
-        if (!json_is_array(urls) || json_array_size(urls) < 1 || json_array_size(urls) > 16)
-            return fail(c, "serverdir.urls", "must be an array of 1 to 16 URLs");
-        sd_buf_t b;
-        sd_buf_init(&b, 8192);
-        for (size_t i = 0; i < json_array_size(urls); i++) {
-            json_t *u = json_array_get(urls, i);
-            const char *s = json_is_string(u) ? json_string_value(u) : "";
-            if (strncmp(s, "http://", 7) && strncmp(s, "https://", 8)) {
-                char p[64];
-                snprintf(p, sizeof(p), "serverdir.urls[%zu]", i);
-                sd_buf_free(&b);
-                return fail(c, p, "must be a string starting with http:// or https://");
-            }
-            if (strchr(s, ',') || sd_buf_printf(&b, "%s%s", i ? "," : "", s)) {
-                sd_buf_free(&b);
-                return fail(c, "serverdir.urls", "URLs must not contain ',' and fit in 8 KB");
-            }
-        }
-        cfg->urls = b.data;
-    }
-    rc = get_obj(c, root, "", "labels", 0, &cfg->labels);
+    size_t mark = sd_jv_key(v, "serverdir");
+    if (rc == 0 && parse_serverdir(v, o, cfg))
+        return -1;
+    sd_jv_pop(v, mark);
+    rc = sd_jv_object(v, root, "labels", 0, &cfg->labels);
     if (rc < 0)
         return -1;
     if (rc == 0) {
         const char *k;
-        json_t *v;
-        json_object_foreach(cfg->labels, k, v) {
-            char p[160];
-            if (!json_is_string(v))
-                return fail(c, sub(p, sizeof(p), "labels", k), "must be a string");
+        json_t *j;
+        json_object_foreach(cfg->labels, k, j) {
+            if (!json_is_string(j)) {
+                sd_jv_key(v, "labels");
+                return sd_jv_fail(v, k, "must be a string");
+            }
         }
     }
-    const char *mode = "standalone";
-    if (get_str(c, root, "", "mode", 0, 16, &mode) < 0)
+    int mode = 0;
+    if (sd_jv_enum(v, root, "mode", 0, modes, &mode) < 0)
         return -1;
-    if (strcmp(mode, "standalone") && strcmp(mode, "cluster"))
-        return fail(c, "mode", "'%s' must be standalone or cluster", mode);
-    cfg->cluster_mode = !strcmp(mode, "cluster");
+    cfg->cluster_mode = mode == 1;
     if (cfg->cluster_mode && !cfg->urls)
-        return fail(c, "mode", "cluster mode needs serverdir.urls");
+        return sd_jv_fail(v, "mode", "cluster mode needs serverdir.urls");
     /* in cluster mode the capacity also sizes the slot table: default 1000 */
-    GET_INT(c, root, "", "capacity", 0, 1000000, cfg->cluster_mode ? 1000 : 0, cfg->capacity);
+    cfg->capacity = cfg->cluster_mode ? 1000 : 0;
+    if (sd_jv_i32(v, root, "capacity", 0, 0, 1000000, &cfg->capacity) < 0)
+        return -1;
     if (cfg->cluster_mode && cfg->capacity == 0)
-        return fail(c, "capacity", "must be at least 1 in cluster mode");
-    GET_INT(c, root, "", "lease_ttl_ms", 1000, 300000, 15000, cfg->lease_ttl_ms);
-    GET_INT(c, root, "", "primary_ttl_ms", 1000, 300000, 10000, cfg->primary_ttl_ms);
-    GET_INT(c, root, "", "placement_interval_ms", 100, 60000, 1000, cfg->placement_interval_ms);
-    GET_INT(c, root, "", "assignment_wait_ms", 500, 60000, 10000, cfg->assignment_wait_ms);
-    GET_INT(c, root, "", "log_max_bytes", 4096, (int64_t)1 << 40, 10 << 20, cfg->log_max_bytes);
-    GET_INT(c, root, "", "log_keep", 0, 100, 3, cfg->log_keep);
-    if (sock_path(c, root, "agent_socket", cfg->state_dir, "agent.sock", cfg->agent_socket) ||
-        sock_path(c, root, "notify_socket", cfg->state_dir, "notify.sock",
+        return sd_jv_fail(v, "capacity", "must be at least 1 in cluster mode");
+    cfg->lease_ttl_ms = 15000;
+    cfg->primary_ttl_ms = 10000;
+    cfg->placement_interval_ms = 1000;
+    cfg->assignment_wait_ms = 10000;
+    cfg->log_max_bytes = 10 << 20;
+    cfg->log_keep = 3;
+    if (sd_jv_i32(v, root, "lease_ttl_ms", 0, 1000, 300000, &cfg->lease_ttl_ms) < 0 ||
+        sd_jv_i32(v, root, "primary_ttl_ms", 0, 1000, 300000, &cfg->primary_ttl_ms) < 0 ||
+        sd_jv_i32(v, root, "placement_interval_ms", 0, 100, 60000,
+                  &cfg->placement_interval_ms) < 0 ||
+        sd_jv_i32(v, root, "assignment_wait_ms", 0, 500, 60000, &cfg->assignment_wait_ms) < 0 ||
+        sd_jv_int(v, root, "log_max_bytes", 0, 4096, (int64_t)1 << 40, &cfg->log_max_bytes) < 0 ||
+        sd_jv_i32(v, root, "log_keep", 0, 0, 100, &cfg->log_keep) < 0)
+        return -1;
+    if (sock_path(v, root, "agent_socket", cfg->state_dir, "agent.sock", cfg->agent_socket) ||
+        sock_path(v, root, "notify_socket", cfg->state_dir, "notify.sock",
                   cfg->notify_socket) ||
-        sock_path(c, root, "control_socket", cfg->state_dir, "control.sock",
+        sock_path(v, root, "control_socket", cfg->state_dir, "control.sock",
                   cfg->control_socket))
         return -1;
-    json_t *svcs = json_object_get(root, "services");
-    if (svcs && !json_is_array(svcs))
-        return fail(c, "services", "must be an array");
+    json_t *svcs = NULL;
+    if (sd_jv_array(v, root, "services", SD_JV_NONNULL, 1000, &svcs) < 0)
+        return -1;
     size_t n = svcs ? json_array_size(svcs) : 0;
-    if (n > 1000)
-        return fail(c, "services", "has more than 1000 entries");
     cfg->services = calloc(n ? n : 1, sizeof(bb_service_t));
     if (!cfg->services)
-        return fail(c, "services", "out of memory");
+        return sd_jv_fail(v, "services", "out of memory");
+    sd_jv_key(v, "services");
     for (size_t i = 0; i < n; i++) {
         cfg->nservices = (int)i + 1;
-        if (parse_service(c, json_array_get(svcs, i), (int)i, &cfg->services[i]))
+        mark = sd_jv_index(v, i);
+        if (parse_service(v, json_array_get(svcs, i), &cfg->services[i]))
             return -1;
         for (size_t j = 0; j < i; j++)
-            if (!strcmp(cfg->services[j].name, cfg->services[i].name)) {
-                char p[64];
-                snprintf(p, sizeof(p), "services[%zu].name", i);
-                return fail(c, p, "'%s' is already the name of services[%zu]",
-                            cfg->services[i].name, j);
-            }
+            if (!strcmp(cfg->services[j].name, cfg->services[i].name))
+                return sd_jv_fail(v, "name", "'%s' is already the name of services[%zu]",
+                                  cfg->services[i].name, j);
+        sd_jv_pop(v, mark);
     }
     return 0;
 }
@@ -582,7 +497,7 @@ static int parse_root(ctx_t *c, bb_config_t *cfg)
 int bb_config_parse(const char *text, const char *name, bb_config_t *cfg, char *err,
                     size_t errcap)
 {
-    ctx_t c = {name, err, errcap};
+    sd_jv_t v;
     char why[256];
     memset(cfg, 0, sizeof(*cfg));
     cfg->path = name;
@@ -591,7 +506,8 @@ int bb_config_parse(const char *text, const char *name, bb_config_t *cfg, char *
         snprintf(err, errcap, "%s: %s", name, why);
         return -1;
     }
-    if (parse_root(&c, cfg)) {
+    sd_jv_init_file(&v, name, err, errcap);
+    if (parse_root(&v, cfg)) {
         bb_config_free(cfg);
         return -1;
     }

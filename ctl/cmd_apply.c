@@ -6,6 +6,7 @@
 #include "ctl.h"
 #include "sdjson.h"
 #include "sdutil.h"
+#include "sdvalid.h"
 
 SDCTL_CMD("apply", cmd_apply, "create or update services from a JSON file, showing the changes");
 
@@ -55,28 +56,36 @@ static json_t *load_services(const char *path)
 
 json_t *ctl_apply_parse(const char *text, size_t len, char *err, size_t errcap)
 {
+    static const char *const top[] = {"services", NULL};
     json_t *doc = sd_json_parse(text, len, SD_JSON_MAX_DEPTH, err, errcap);
     if (!doc)
         return NULL;
-    json_t *out = json_object();
-    if (json_is_object(doc) && json_is_object(json_object_get(doc, "services")) &&
-        json_object_size(doc) == 1) {
-        json_object_update(out, json_object_get(doc, "services"));
+    json_t *out = json_object(), *services = NULL;
+    sd_jv_t v;
+    sd_jv_init(&v, "", err, errcap);
+    if (json_is_object(doc)) {
+        if (sd_jv_only_keys(&v, doc, top) || sd_jv_object(&v, doc, "services", 1, &services))
+            goto bad;
+        json_object_update(out, services);
     } else if (json_is_array(doc)) {
         size_t i;
         json_t *s;
         json_array_foreach(doc, i, s) {
-            const char *name = json_string_value(json_object_get(s, "name"));
-            if (!json_is_object(s) || !name) {
-                snprintf(err, errcap, "element %zu is not a spec with a \"name\"", i);
+            const char *name = NULL;
+            size_t mark = sd_jv_index(&v, i);
+            if (!json_is_object(s)) {
+                sd_jv_fail(&v, NULL, "must be a spec object");
                 goto bad;
             }
+            if (sd_jv_str(&v, s, "name", 1, FILE_MAX, &name))
+                goto bad;
+            sd_jv_pop(&v, mark);
             json_t *spec = json_deep_copy(s);
             json_object_del(spec, "name");
             json_object_set_new(out, name, spec);
         }
     } else {
-        snprintf(err, errcap, "expected {\"services\": {...}} or an array of specs");
+        sd_jv_fail(&v, NULL, "must be {\"services\": {...}} or an array of specs");
         goto bad;
     }
     json_decref(doc);

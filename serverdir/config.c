@@ -9,9 +9,9 @@
 #include "directory.h"
 #include "locks.h"
 #include "master.h"
-#include "sdjson.h"
 #include "sdlog.h"
 #include "sdutil.h"
+#include "sdvalid.h"
 
 sd_config_t sd_cfg = {
     .listen = "127.0.0.1:7700",
@@ -22,18 +22,6 @@ sd_config_t sd_cfg = {
     .blob_max = 256 << 10,
     .conn_timeout_s = 30,
 };
-
-static int cfg_str(const json_t *root, const char *key, char *dst, size_t cap, char *err,
-                   size_t errcap)
-{
-    const char *s = NULL;
-    int rc = sd_json_str(root, key, 0, cap - 1, &s, err, errcap);
-    if (rc < 0)
-        return -1;
-    if (rc == 0)
-        sd_strlcpy(dst, s, cap);
-    return 0;
-}
 
 /* The modules' sections, loaded in this order. */
 static const struct {
@@ -64,12 +52,6 @@ static int sections_load(const json_t *root, char *err, size_t errcap)
     return 0;
 }
 
-static int cfg_int(const json_t *root, const char *key, int64_t min, int64_t max,
-                   int64_t *v, char *err, size_t errcap)
-{
-    return sd_json_int(root, key, 0, min, max, v, err, errcap) < 0 ? -1 : 0;
-}
-
 int sd_config_apply(json_t *root, sd_config_t *cfg, int *log_level, char *err, size_t errcap)
 {
     static const char *const known[] = {
@@ -79,27 +61,41 @@ int sd_config_apply(json_t *root, sd_config_t *cfg, int *log_level, char *err, s
         snprintf(err, errcap, "the top level must be a JSON object");
         return -1;
     }
-    if (sd_json_only_keys(root, known, err, errcap))
+    sd_jv_t v;
+    sd_jv_init(&v, "", err, errcap);
+    if (sd_jv_only_keys(&v, root, known))
         return -1;
     sd_config_t c = *cfg; /* all or nothing */
+    const struct {
+        const char *key;
+        char *dst;
+        size_t cap;
+    } strs[] = {
+        {"listen", c.listen, sizeof c.listen},
+        {"redis", c.redis, sizeof c.redis},
+        {"tokens", c.tokens, sizeof c.tokens},
+        {"key_prefix", c.key_prefix, sizeof c.key_prefix},
+    };
+    for (size_t i = 0; i < SD_ARRAY_LEN(strs); i++) {
+        const char *s = NULL;
+        int rc = sd_jv_str(&v, root, strs[i].key, 0, strs[i].cap - 1, &s);
+        if (rc < 0)
+            return -1;
+        if (rc == 0)
+            sd_strlcpy(strs[i].dst, s, strs[i].cap);
+    }
     int64_t threads = c.threads, body = (int64_t)c.body_max, blob = (int64_t)c.blob_max,
             conn = c.conn_timeout_s;
-    char level[16] = "";
-    if (cfg_str(root, "listen", c.listen, sizeof c.listen, err, errcap) ||
-        cfg_str(root, "redis", c.redis, sizeof c.redis, err, errcap) ||
-        cfg_str(root, "tokens", c.tokens, sizeof c.tokens, err, errcap) ||
-        cfg_str(root, "key_prefix", c.key_prefix, sizeof c.key_prefix, err, errcap) ||
-        cfg_int(root, "threads", 1, 1024, &threads, err, errcap) ||
-        cfg_int(root, "body_max_bytes", 1024, 64 << 20, &body, err, errcap) ||
-        cfg_int(root, "blob_max_bytes", 1024, 64 << 20, &blob, err, errcap) ||
-        cfg_int(root, "conn_timeout_s", 1, 3600, &conn, err, errcap) ||
-        cfg_str(root, "log_level", level, sizeof level, err, errcap))
+    const char *level = NULL;
+    if (sd_jv_int(&v, root, "threads", 0, 1, 1024, &threads) < 0 ||
+        sd_jv_int(&v, root, "body_max_bytes", 0, 1024, 64 << 20, &body) < 0 ||
+        sd_jv_int(&v, root, "blob_max_bytes", 0, 1024, 64 << 20, &blob) < 0 ||
+        sd_jv_int(&v, root, "conn_timeout_s", 0, 1, 3600, &conn) < 0 ||
+        sd_jv_str(&v, root, "log_level", 0, 15, &level) < 0)
         return -1;
     int l = -1;
-    if (level[0] && (l = sd_log_parse_level(level)) < 0) {
-        snprintf(err, errcap, "field 'log_level' must be debug, info, warn or error");
-        return -1;
-    }
+    if (level && level[0] && (l = sd_log_parse_level(level)) < 0)
+        return sd_jv_fail(&v, "log_level", "must be debug, info, warn or error");
     if (sections_load(root, err, errcap))
         return -1;
     c.threads = (int)threads;

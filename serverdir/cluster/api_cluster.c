@@ -11,6 +11,7 @@
 
 #include "cluster.h"
 #include "directory.h"
+#include "sdvalid.h"
 
 SD_ROUTE(POST, "/v1/clusters/{c}/primary", SD_R_BB, 0, h_primary_acquire);
 SD_ROUTE(GET, "/v1/clusters/{c}/primary", SD_R_BB | SD_R_VIEWER, 0, h_primary_get);
@@ -85,10 +86,10 @@ void h_primary_acquire(sd_req_t *req, sd_resp_t *resp)
     if (!body)
         return;
     char err[SD_ERRMSG_MAX], ttls[24], num[32];
-    if (sd_json_only_keys(body, allowed, err, sizeof err) ||
-        sd_json_name(body, "machine", 1, &machine, err, sizeof err) < 0 ||
-        sd_json_int(body, "ttl_ms", 0, PRIMARY_TTL_MIN_MS, PRIMARY_TTL_MAX_MS, &ttl, err,
-                    sizeof err) < 0) {
+    sd_jv_t v;
+    sd_jv_init(&v, "", err, sizeof err);
+    if (sd_jv_only_keys(&v, body, allowed) || sd_jv_name(&v, body, "machine", 1, &machine) < 0 ||
+        sd_jv_int(&v, body, "ttl_ms", 0, PRIMARY_TTL_MIN_MS, PRIMARY_TTL_MAX_MS, &ttl) < 0) {
         json_decref(body);
         sd_resp_error(resp, 400, "bad_field", "%s", err);
         return;
@@ -272,9 +273,11 @@ static char *slots_canonical(const char *machine, const json_t *slots, json_t *s
 {
     static const char *const allowed[] = {"service", "slot", "spec_version", "restart_token",
                                           "spec", NULL};
+    sd_jv_t jv;
+    sd_jv_init(&jv, "machines", err, errcap);
+    sd_jv_member(&jv, machine);
     if (!json_is_array(slots) || json_array_size(slots) > SLOTS_PER_MACHINE_MAX) {
-        snprintf(err, errcap, "machines['%s'] must be an array of at most %d slots", machine,
-                 SLOTS_PER_MACHINE_MAX);
+        sd_jv_fail(&jv, NULL, "must be an array of at most %d slots", SLOTS_PER_MACHINE_MAX);
         return NULL;
     }
     size_t n = json_array_size(slots);
@@ -285,32 +288,28 @@ static char *slots_canonical(const char *machine, const json_t *slots, json_t *s
     }
     char *out = NULL;
     for (size_t i = 0; i < n; i++) {
-        json_t *s = json_array_get(slots, i);
-        char e2[SD_ERRMSG_MAX];
+        json_t *s = json_array_get(slots, i), *spec;
         const char *svc;
         int64_t x;
-        if (!json_is_object(s) || sd_json_only_keys(s, allowed, e2, sizeof e2) ||
-            sd_json_name(s, "service", 1, &svc, e2, sizeof e2) < 0 ||
-            sd_json_int(s, "slot", 1, 0, SD_COUNT_MAX - 1, &x, e2, sizeof e2) < 0 ||
-            sd_json_int(s, "spec_version", 0, 0, INT64_C(1) << 53, &x, e2, sizeof e2) < 0 ||
-            sd_json_int(s, "restart_token", 0, 0, INT64_C(1) << 53, &x, e2, sizeof e2) < 0) {
-            snprintf(err, errcap, "machines['%.64s'][%zu]: %.150s", machine, i,
-                     json_is_object(s) ? e2 : "must be an object");
+        size_t mark = sd_jv_index(&jv, i);
+        if (!json_is_object(s)) {
+            sd_jv_fail(&jv, NULL, "must be an object");
             goto out;
         }
-        const json_t *spec = json_object_get(s, "spec");
-        if (spec && !json_is_object(spec)) {
-            snprintf(err, errcap, "machines['%s'][%zu].spec must be an object", machine, i);
+        if (sd_jv_only_keys(&jv, s, allowed) || sd_jv_name(&jv, s, "service", 1, &svc) < 0 ||
+            sd_jv_int(&jv, s, "slot", 1, 0, SD_COUNT_MAX - 1, &x) < 0 ||
+            sd_jv_int(&jv, s, "spec_version", 0, 0, INT64_C(1) << 53, &x) < 0 ||
+            sd_jv_int(&jv, s, "restart_token", 0, 0, INT64_C(1) << 53, &x) < 0 ||
+            sd_jv_object(&jv, s, "spec", SD_JV_NONNULL, &spec) < 0)
             goto out;
-        }
         char id[SD_NAME_MAX + 24];
         snprintf(id, sizeof id, "%s#%lld", svc,
                  (long long)json_integer_value(json_object_get(s, "slot")));
         if (json_object_get(seen, id)) {
-            snprintf(err, errcap, "machines['%s'][%zu]: slot %s is assigned twice", machine, i,
-                     id);
+            sd_jv_fail(&jv, NULL, "assigns slot %s a second time", id);
             goto out;
         }
+        sd_jv_pop(&jv, mark);
         json_object_set_new(seen, id, json_true());
         v[i] = s;
     }
@@ -342,8 +341,10 @@ void h_assignments_put(sd_req_t *req, sd_resp_t *resp)
     int64_t epoch;
     json_t *pairs = json_array(), *seen = json_object();
     const json_t *machines = json_object_get(body, "machines");
-    if (sd_json_only_keys(body, allowed, err, sizeof err) ||
-        sd_json_int(body, "epoch", 1, 1, INT64_C(1) << 53, &epoch, err, sizeof err) < 0) {
+    sd_jv_t v;
+    sd_jv_init(&v, "", err, sizeof err);
+    if (sd_jv_only_keys(&v, body, allowed) ||
+        sd_jv_int(&v, body, "epoch", 1, 1, INT64_C(1) << 53, &epoch) < 0) {
         sd_resp_error(resp, 400, "bad_field", "%s", err);
         goto out;
     }
@@ -549,8 +550,10 @@ void h_machine_lost(sd_req_t *req, sd_resp_t *resp)
         return;
     char err[SD_ERRMSG_MAX], chan[96], epochs[24];
     int64_t epoch;
-    int bad = sd_json_only_keys(body, allowed, err, sizeof err) ||
-              sd_json_int(body, "epoch", 1, 1, INT64_C(1) << 53, &epoch, err, sizeof err) < 0;
+    sd_jv_t v;
+    sd_jv_init(&v, "", err, sizeof err);
+    int bad = sd_jv_only_keys(&v, body, allowed) ||
+              sd_jv_int(&v, body, "epoch", 1, 1, INT64_C(1) << 53, &epoch) < 0;
     json_decref(body);
     if (bad) {
         sd_resp_error(resp, 400, "bad_field", "%s", err);

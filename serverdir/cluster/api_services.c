@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cluster.h"
+#include "sdvalid.h"
 
 SD_ROUTE(PUT, "/v1/clusters/{c}/services/{s}", SD_R_OPS, 0, h_service_put);
 SD_ROUTE(GET, "/v1/clusters/{c}/services", SD_R_BB | SD_R_VIEWER, 0, h_services_list);
@@ -260,8 +261,10 @@ void h_service_scale(sd_req_t *req, sd_resp_t *resp)
         return;
     char err[SD_ERRMSG_MAX];
     int64_t count;
-    if (sd_json_only_keys(body, allowed, err, sizeof err) ||
-        sd_json_int(body, "count", 1, 0, SD_COUNT_MAX, &count, err, sizeof err) < 0) {
+    sd_jv_t v;
+    sd_jv_init(&v, "", err, sizeof err);
+    if (sd_jv_only_keys(&v, body, allowed) ||
+        sd_jv_int(&v, body, "count", 1, 0, SD_COUNT_MAX, &count) < 0) {
         json_decref(body);
         sd_resp_error(resp, 400, "bad_field", "%s", err);
         return;
@@ -345,9 +348,10 @@ void h_service_restart(sd_req_t *req, sd_resp_t *resp)
         return;
     char err[SD_ERRMSG_MAX], mu[24];
     int64_t max_unavailable = 1;
-    int bad = sd_json_only_keys(body, allowed, err, sizeof err) ||
-              sd_json_int(body, "max_unavailable", 0, 1, SD_COUNT_MAX, &max_unavailable, err,
-                          sizeof err) < 0;
+    sd_jv_t v;
+    sd_jv_init(&v, "", err, sizeof err);
+    int bad = sd_jv_only_keys(&v, body, allowed) ||
+              sd_jv_int(&v, body, "max_unavailable", 0, 1, SD_COUNT_MAX, &max_unavailable) < 0;
     json_decref(body);
     if (bad) {
         sd_resp_error(resp, 400, "bad_field", "%s", err);
@@ -390,8 +394,9 @@ void h_instance_restart(sd_req_t *req, sd_resp_t *resp)
     if (!body)
         return;
     char err[SD_ERRMSG_MAX];
-    if (sd_json_only_keys(body, allowed, err, sizeof err) ||
-        sd_json_name(body, "instance", 1, &inst, err, sizeof err) < 0) {
+    sd_jv_t v;
+    sd_jv_init(&v, "", err, sizeof err);
+    if (sd_jv_only_keys(&v, body, allowed) || sd_jv_name(&v, body, "instance", 1, &inst) < 0) {
         json_decref(body);
         sd_resp_error(resp, 400, "bad_field", "%s", err);
         return;

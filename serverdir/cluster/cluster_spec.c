@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cluster.h"
+#include "sdvalid.h"
 
 #define ARGS_MAX 256
 #define ENV_MAX 256
@@ -19,28 +20,28 @@ char *sd_json_canonical(const json_t *v)
     return json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
 }
 
-/* An object of name -> string (env, placement.labels). */
-static int string_map(const char *path, const json_t *o, int names,
-                      size_t max, char *err, size_t errcap)
+/* Checks obj[key], if present, as a map of at most max entries, key -> string; keys are
+ * names (names) or environment variable names. */
+static int string_map(sd_jv_t *v, const json_t *obj, const char *key, int names, size_t max)
 {
-    if (!json_is_object(o) || json_object_size(o) > max) {
-        snprintf(err, errcap, "field '%s' must be an object of at most %zu strings", path,
-                 max);
-        return -1;
-    }
+    json_t *o = NULL;
+    int rc = sd_jv_object(v, obj, key, SD_JV_NONNULL, &o);
+    if (rc)
+        return rc < 0 ? -1 : 0;
+    if (json_object_size(o) > max)
+        return sd_jv_fail(v, key, "must be an object of at most %zu strings", max);
+    size_t mark = sd_jv_key(v, key);
     const char *k;
-    const json_t *v;
-    json_object_foreach((json_t *)o, k, v) {
-        if (names ? !sd_name_valid(k, SD_NAME_MAX) : (!*k || strlen(k) > 256 || strchr(k, '='))) {
-            snprintf(err, errcap, "%s: '%.64s' is not a valid key", path, k);
-            return -1;
-        }
-        if (!json_is_string(v) || strlen(json_string_value(v)) > STR_MAX) {
-            snprintf(err, errcap, "%s['%.64s'] must be a string of at most %d bytes",
-                     path, k, STR_MAX);
-            return -1;
+    const json_t *j;
+    json_object_foreach(o, k, j) {
+        if (names ? !sd_name_valid(k, SD_NAME_MAX) : (!*k || strlen(k) > 256 || strchr(k, '=')))
+            return sd_jv_fail(v, NULL, "has an invalid key '%.64s'", k);
+        if (!json_is_string(j) || strlen(json_string_value(j)) > STR_MAX) {
+            sd_jv_member(v, k);
+            return sd_jv_fail(v, NULL, "must be a string of at most %d bytes", STR_MAX);
         }
     }
+    sd_jv_pop(v, mark);
     return 0;
 }
 
@@ -52,69 +53,50 @@ int sd_spec_validate(const json_t *spec, char *err, size_t errcap)
     static const char *const objects[] = {"health", "restart", "stop", "rlimits"};
     const char *s;
     int64_t n;
+    json_t *args = NULL, *pl = NULL, *o;
+    sd_jv_t v;
     if (!json_is_object(spec)) {
         snprintf(err, errcap, "the service spec must be a JSON object");
         return -1;
     }
-    if (sd_json_only_keys(spec, keys, err, errcap) ||
-        sd_json_str(spec, "command", 1, STR_MAX, &s, err, errcap) < 0 ||
-        sd_json_int(spec, "count", 1, 0, SD_COUNT_MAX, &n, err, errcap) < 0 ||
-        sd_json_str(spec, "user", 0, 64, &s, err, errcap) < 0 ||
-        sd_json_str(spec, "cwd", 0, STR_MAX, &s, err, errcap) < 0)
+    sd_jv_init(&v, "", err, errcap);
+    if (sd_jv_only_keys(&v, spec, keys) || sd_jv_str(&v, spec, "command", 1, STR_MAX, &s) < 0 ||
+        sd_jv_int(&v, spec, "count", 1, 0, SD_COUNT_MAX, &n) < 0 ||
+        sd_jv_str(&v, spec, "user", 0, 64, &s) < 0 ||
+        sd_jv_str(&v, spec, "cwd", 0, STR_MAX, &s) < 0)
         return -1;
-    if (!*json_string_value(json_object_get(spec, "command"))) {
-        snprintf(err, errcap, "field 'command' must not be empty");
+    if (!*json_string_value(json_object_get(spec, "command")))
+        return sd_jv_fail(&v, "command", "must not be empty");
+    if (sd_jv_array(&v, spec, "args", SD_JV_NONNULL, ARGS_MAX, &args) < 0)
         return -1;
-    }
-    const json_t *args = json_object_get(spec, "args");
-    if (args) {
-        if (!json_is_array(args) || json_array_size(args) > ARGS_MAX) {
-            snprintf(err, errcap, "field 'args' must be an array of at most %d strings",
-                     ARGS_MAX);
-            return -1;
-        }
-        size_t i;
-        const json_t *a;
-        json_array_foreach(args, i, a) {
-            if (!json_is_string(a) || strlen(json_string_value(a)) > STR_MAX) {
-                snprintf(err, errcap, "args[%zu] must be a string of at most %d bytes", i,
-                         STR_MAX);
-                return -1;
-            }
+    size_t i;
+    const json_t *a;
+    json_array_foreach(args, i, a) {
+        if (!json_is_string(a) || strlen(json_string_value(a)) > STR_MAX) {
+            sd_jv_key(&v, "args");
+            sd_jv_index(&v, i);
+            return sd_jv_fail(&v, NULL, "must be a string of at most %d bytes", STR_MAX);
         }
     }
-    const json_t *env = json_object_get(spec, "env");
-    if (env && string_map("env", env, 0, ENV_MAX, err, errcap))
+    if (string_map(&v, spec, "env", 0, ENV_MAX) ||
+        sd_jv_object(&v, spec, "placement", SD_JV_NONNULL, &pl) < 0)
         return -1;
-    const json_t *pl = json_object_get(spec, "placement");
     if (pl) {
-        if (!json_is_object(pl)) {
-            snprintf(err, errcap, "field 'placement' must be an object");
+        size_t mark = sd_jv_key(&v, "placement");
+        if (sd_jv_only_keys(&v, pl, pkeys) ||
+            sd_jv_int(&v, pl, "max_per_machine", 0, 1, SD_COUNT_MAX, &n) < 0 ||
+            string_map(&v, pl, "labels", 1, 32))
             return -1;
-        }
-        char e2[SD_ERRMSG_MAX];
-        if (sd_json_only_keys(pl, pkeys, e2, sizeof e2) ||
-            sd_json_int(pl, "max_per_machine", 0, 1, SD_COUNT_MAX, &n, e2, sizeof e2) < 0) {
-            snprintf(err, errcap, "placement: %s", e2);
-            return -1;
-        }
-        const json_t *labels = json_object_get(pl, "labels");
-        if (labels && string_map("placement.labels", labels, 1, 32, err, errcap))
-            return -1;
+        sd_jv_pop(&v, mark);
     }
-    for (size_t i = 0; i < SD_ARRAY_LEN(objects); i++) {
-        const json_t *o = json_object_get(spec, objects[i]);
-        if (o && !json_is_object(o)) {
-            snprintf(err, errcap, "field '%s' must be an object", objects[i]);
+    for (size_t k = 0; k < SD_ARRAY_LEN(objects); k++)
+        if (sd_jv_object(&v, spec, objects[k], SD_JV_NONNULL, &o) < 0)
             return -1;
-        }
-    }
     char *text = sd_json_canonical(spec);
     size_t len = text ? strlen(text) : SIZE_MAX;
     free(text);
     if (len > SD_SPEC_MAX_BYTES) {
-        snprintf(err, errcap, "the service spec is larger than %d bytes",
-                 SD_SPEC_MAX_BYTES);
+        snprintf(err, errcap, "the service spec is larger than %d bytes", SD_SPEC_MAX_BYTES);
         return -1;
     }
     return 0;

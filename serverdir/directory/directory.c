@@ -2,6 +2,7 @@
  * handlers check before any script runs, and how stored strings become typed JSON again.
  * See directory.h for the Redis layout. */
 #include "directory.h"
+#include "sdvalid.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,22 +20,22 @@ int sd_dir_config_load(const json_t *section, char *err, size_t errcap)
 {
     if (!section)
         return 0;
-    if (!json_is_object(section)) {
-        snprintf(err, errcap, "field 'directory' must be an object");
-        return -1;
-    }
+    sd_jv_t v;
+    sd_jv_init(&v, "", err, errcap);
+    if (!json_is_object(section))
+        return sd_jv_fail(&v, "directory", "must be an object");
     static const char *const keys[] = {"history_max", "stopped_keep", "stopped_ttl_s",
                                        "event_id_ttl_s", "machine_keep_s", NULL};
-    if (sd_json_only_keys(section, keys, err, errcap))
+    if (sd_jv_only_keys(&v, section, keys))
         return -1;
     int64_t hist = sd_dir_cfg.history_max, keep = sd_dir_cfg.stopped_keep;
     int64_t sttl = sd_dir_cfg.stopped_ttl_ms / 1000, idttl = sd_dir_cfg.event_id_ttl_ms / 1000;
     int64_t mkeep = sd_dir_cfg.machine_keep_ms / 1000;
-    if (sd_json_int(section, "history_max", 0, 10, 10000000, &hist, err, errcap) < 0 ||
-        sd_json_int(section, "stopped_keep", 0, 10, 10000000, &keep, err, errcap) < 0 ||
-        sd_json_int(section, "stopped_ttl_s", 0, 1, 30LL * 86400, &sttl, err, errcap) < 0 ||
-        sd_json_int(section, "event_id_ttl_s", 0, 86400, 30LL * 86400, &idttl, err, errcap) < 0 ||
-        sd_json_int(section, "machine_keep_s", 0, 1, 30LL * 86400, &mkeep, err, errcap) < 0)
+    if (sd_jv_int(&v, section, "history_max", 0, 10, 10000000, &hist) < 0 ||
+        sd_jv_int(&v, section, "stopped_keep", 0, 10, 10000000, &keep) < 0 ||
+        sd_jv_int(&v, section, "stopped_ttl_s", 0, 1, 30LL * 86400, &sttl) < 0 ||
+        sd_jv_int(&v, section, "event_id_ttl_s", 0, 86400, 30LL * 86400, &idttl) < 0 ||
+        sd_jv_int(&v, section, "machine_keep_s", 0, 1, 30LL * 86400, &mkeep) < 0)
         return -1;
     sd_dir_cfg.history_max = hist;
     sd_dir_cfg.stopped_keep = keep;
@@ -331,54 +332,51 @@ int sd_dir_machine_args(const json_t *body, sd_argv_t *a, char *err, size_t errc
     static const char *const keys[] = {"address", "labels", "capacity", "version", "ttl_ms", NULL};
     int64_t ttl = 15000, capacity = 0;
     const char *address = NULL, *version = NULL;
-    if (body && sd_json_only_keys(body, keys, err, errcap))
+    json_t *labels = NULL;
+    sd_jv_t v;
+    sd_jv_init(&v, "", err, errcap);
+    if (body && sd_jv_only_keys(&v, body, keys))
         return -1;
-    if (sd_json_int(body, "ttl_ms", 0, 1000, 300000, &ttl, err, errcap) < 0)
+    if (sd_jv_int(&v, body, "ttl_ms", 0, 1000, 300000, &ttl) < 0)
         return -1;
     sd_argv_addf(a, "%lld", (long long)ttl);
-    int rc = sd_json_str(body, "address", 0, 255, &address, err, errcap);
+    int rc = sd_jv_str(&v, body, "address", 0, 255, &address);
     if (rc < 0)
         return -1;
     if (rc == 0) {
-        if (!address_valid(address)) {
-            snprintf(err, errcap, "field 'address' must be a host name or IP address");
-            return -1;
-        }
+        if (!address_valid(address))
+            return sd_jv_fail(&v, "address", "must be a host name or IP address");
         sd_argv_add(a, "address");
         sd_argv_add(a, address);
     }
-    if ((rc = sd_json_int(body, "capacity", 0, 0, 1000000, &capacity, err, errcap)) < 0)
+    if ((rc = sd_jv_int(&v, body, "capacity", 0, 0, 1000000, &capacity)) < 0)
         return -1;
     if (rc == 0) {
         sd_argv_add(a, "capacity");
         sd_argv_addf(a, "%lld", (long long)capacity);
     }
-    if ((rc = sd_json_str(body, "version", 0, 64, &version, err, errcap)) < 0)
+    if ((rc = sd_jv_str(&v, body, "version", 0, 64, &version)) < 0)
         return -1;
     if (rc == 0) {
         sd_argv_add(a, "version");
         sd_argv_add(a, version);
     }
-    json_t *labels = json_object_get(body, "labels");
-    if (labels && !json_is_null(labels)) {
-        if (!json_is_object(labels) || json_object_size(labels) > SD_LABELS_MAX) {
-            snprintf(err, errcap, "field 'labels' must be an object of at most %d entries",
-                     SD_LABELS_MAX);
-            return -1;
-        }
+    if ((rc = sd_jv_object(&v, body, "labels", 0, &labels)) < 0)
+        return -1;
+    if (rc == 0) {
+        if (json_object_size(labels) > SD_LABELS_MAX)
+            return sd_jv_fail(&v, "labels", "must be an object of at most %d entries",
+                              SD_LABELS_MAX);
+        sd_jv_key(&v, "labels");
         const char *k;
-        json_t *v;
-        json_object_foreach(labels, k, v) {
-            if (!sd_name_valid(k, 64)) {
-                snprintf(err, errcap, "field 'labels' has a bad key (1-64 characters of "
-                                      "A-Z a-z 0-9 _ . : @ -)");
-                return -1;
-            }
-            if (!json_is_string(v) || json_string_length(v) > 128 ||
-                strlen(json_string_value(v)) != json_string_length(v)) {
-                snprintf(err, errcap, "field 'labels.%s' must be a string of at most 128 bytes", k);
-                return -1;
-            }
+        json_t *j;
+        json_object_foreach(labels, k, j) {
+            if (!sd_name_valid(k, 64))
+                return sd_jv_fail(&v, NULL, "has a bad key (1-64 characters of "
+                                            "A-Z a-z 0-9 _ . : @ -)");
+            if (!json_is_string(j) || json_string_length(j) > 128 ||
+                strlen(json_string_value(j)) != json_string_length(j))
+                return sd_jv_fail(&v, k, "must be a string of at most 128 bytes");
         }
         char *s = json_dumps(labels, JSON_COMPACT | JSON_SORT_KEYS);
         if (!s) {

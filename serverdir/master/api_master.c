@@ -10,12 +10,14 @@
  * proxy. It is never taken from the body. */
 #include <arpa/inet.h>
 #include <ctype.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "master.h"
 #include "sd.h"
+#include "sdvalid.h"
 
 SD_ROUTE(POST, "/v1/master/challenge", SD_PUBLIC, 0, h_master_challenge);
 SD_ROUTE(POST, "/v1/master/heartbeat", SD_PUBLIC, 0, h_master_heartbeat);
@@ -163,24 +165,25 @@ static int tag_ok(const char *s)
     return 1;
 }
 
-/* Copies an optional string field after checking it; returns -1 with err set. */
-static int get_text(json_t *body, const char *key, int required, size_t max, int word,
-                    char *dst, size_t cap, char *err, size_t errcap)
-{
-    const char *s = NULL;
-    int rc = sd_json_str(body, key, required, max, &s, err, errcap);
-    if (rc < 0)
-        return -1;
-    if (rc == 0) {
-        if ((required && !*s) || !text_ok(s, word)) {
-            snprintf(err, errcap, "field '%s' must be %sprintable text without '\\'%s", key,
-                     required ? "non-empty " : "", word ? " or spaces" : "");
-            return -1;
-        }
-        sd_strlcpy(dst, s, cap);
-    }
-    return 0;
-}
+/* The text fields of a heartbeat: where each goes in sd_master_server_t and how it is
+ * checked (word: no spaces). */
+static const struct {
+    const char *key;
+    int required;
+    size_t max;
+    int word;
+    size_t off, cap;
+} text_fields[] = {
+#define TEXT_FIELD(key, required, word) \
+    {#key, required, sizeof(((sd_master_server_t *)0)->key) - 1, word, \
+     offsetof(sd_master_server_t, key), sizeof(((sd_master_server_t *)0)->key)}
+    TEXT_FIELD(game, 1, 1),
+    TEXT_FIELD(map, 0, 1),
+    TEXT_FIELD(name, 0, 0),
+    TEXT_FIELD(version, 0, 1),
+    TEXT_FIELD(region, 0, 1),
+#undef TEXT_FIELD
+};
 
 int sd_master_heartbeat_parse(json_t *body, sd_master_server_t *s, const char **chal, char *err,
                               size_t errcap)
@@ -189,57 +192,58 @@ int sd_master_heartbeat_parse(json_t *body, sd_master_server_t *s, const char **
         "challenge", "port", "game", "map", "name", "players", "max_players", "bots",
         "password", "region", "version", "tags", "protocol", "gametype", "dedicated",
         "secure", "os", NULL};
-    if (sd_json_only_keys(body, keys, err, errcap))
+    static const char *const oses[] = {"l", "w", "m", NULL};
+    sd_jv_t v;
+    sd_jv_init(&v, "", err, errcap);
+    if (sd_jv_only_keys(&v, body, keys))
         return -1;
     int64_t port, players, maxp, bots = 0, proto = -1, gt = -1;
-    int pw = 0, ded = 1, sec = 0;
-    if (sd_json_str(body, "challenge", 1, SD_MASTER_CHAL_MAX - 1, chal, err, errcap) < 0 ||
-        sd_json_int(body, "port", 1, 1, 65535, &port, err, errcap) < 0 ||
-        get_text(body, "game", 1, 64, 1, s->game, sizeof s->game, err, errcap) ||
-        get_text(body, "map", 0, 64, 1, s->map, sizeof s->map, err, errcap) ||
-        get_text(body, "name", 0, 128, 0, s->name, sizeof s->name, err, errcap) ||
-        get_text(body, "version", 0, 32, 1, s->version, sizeof s->version, err, errcap) ||
-        get_text(body, "region", 0, 32, 1, s->region, sizeof s->region, err, errcap) ||
-        sd_json_int(body, "players", 1, 0, 65535, &players, err, errcap) < 0 ||
-        sd_json_int(body, "max_players", 1, 1, 65535, &maxp, err, errcap) < 0 ||
-        sd_json_int(body, "bots", 0, 0, 65535, &bots, err, errcap) < 0 ||
-        sd_json_int(body, "protocol", 0, 0, 1 << 30, &proto, err, errcap) < 0 ||
-        sd_json_int(body, "gametype", 0, 0, 1 << 30, &gt, err, errcap) < 0 ||
-        sd_json_bool(body, "password", 0, &pw, err, errcap) < 0 ||
-        sd_json_bool(body, "dedicated", 0, &ded, err, errcap) < 0 ||
-        sd_json_bool(body, "secure", 0, &sec, err, errcap) < 0)
+    int pw = 0, ded = 1, sec = 0, os = -1;
+    if (sd_jv_str(&v, body, "challenge", 1, SD_MASTER_CHAL_MAX - 1, chal) < 0 ||
+        sd_jv_int(&v, body, "port", 1, 1, 65535, &port) < 0)
         return -1;
-    if (players > maxp) {
-        snprintf(err, errcap, "field 'players' must not exceed 'max_players'");
-        return -1;
-    }
-    if (bots > players) {
-        snprintf(err, errcap, "field 'bots' must not exceed 'players'");
-        return -1;
-    }
-    const char *os = NULL;
-    if (sd_json_str(body, "os", 0, 1, &os, err, errcap) < 0)
-        return -1;
-    if (os) {
-        if (strcmp(os, "l") && strcmp(os, "w") && strcmp(os, "m")) {
-            snprintf(err, errcap, "field 'os' must be \"l\", \"w\" or \"m\"");
+    for (size_t i = 0; i < SD_ARRAY_LEN(text_fields); i++) {
+        const char *t = NULL;
+        int rc = sd_jv_str(&v, body, text_fields[i].key, text_fields[i].required,
+                           text_fields[i].max, &t);
+        if (rc < 0)
             return -1;
-        }
-        sd_strlcpy(s->os, os, sizeof s->os);
+        if (rc == 1)
+            continue;
+        if ((text_fields[i].required && !*t) || !text_ok(t, text_fields[i].word))
+            return sd_jv_fail(&v, text_fields[i].key, "must be %sprintable text without '\\'%s",
+                              text_fields[i].required ? "non-empty " : "",
+                              text_fields[i].word ? " or spaces" : "");
+        sd_strlcpy((char *)s + text_fields[i].off, t, text_fields[i].cap);
     }
-    json_t *tags = json_object_get(body, "tags");
+    if (sd_jv_int(&v, body, "players", 1, 0, 65535, &players) < 0 ||
+        sd_jv_int(&v, body, "max_players", 1, 1, 65535, &maxp) < 0 ||
+        sd_jv_int(&v, body, "bots", 0, 0, 65535, &bots) < 0 ||
+        sd_jv_int(&v, body, "protocol", 0, 0, 1 << 30, &proto) < 0 ||
+        sd_jv_int(&v, body, "gametype", 0, 0, 1 << 30, &gt) < 0 ||
+        sd_jv_bool(&v, body, "password", 0, &pw) < 0 ||
+        sd_jv_bool(&v, body, "dedicated", 0, &ded) < 0 ||
+        sd_jv_bool(&v, body, "secure", 0, &sec) < 0)
+        return -1;
+    if (players > maxp)
+        return sd_jv_fail(&v, "players", "must not exceed 'max_players'");
+    if (bots > players)
+        return sd_jv_fail(&v, "bots", "must not exceed 'players'");
+    if (sd_jv_enum(&v, body, "os", 0, oses, &os) < 0)
+        return -1;
+    if (os >= 0)
+        sd_strlcpy(s->os, oses[os], sizeof s->os);
+    json_t *tags = NULL;
+    if (sd_jv_array(&v, body, "tags", SD_JV_NONNULL, SD_ARRAY_LEN(s->tags), &tags) < 0)
+        return -1;
     if (tags) {
-        if (!json_is_array(tags) || json_array_size(tags) > SD_ARRAY_LEN(s->tags)) {
-            snprintf(err, errcap, "field 'tags' must be an array of at most %zu tags",
-                     SD_ARRAY_LEN(s->tags));
-            return -1;
-        }
         size_t i;
         json_t *t;
+        sd_jv_key(&v, "tags");
         json_array_foreach(tags, i, t) {
             if (!json_is_string(t) || !tag_ok(json_string_value(t))) {
-                snprintf(err, errcap, "tags[%zu] must be 1-32 characters of A-Z a-z 0-9 _ - .", i);
-                return -1;
+                sd_jv_index(&v, i);
+                return sd_jv_fail(&v, NULL, "must be 1-32 characters of A-Z a-z 0-9 _ - .");
             }
             sd_strlcpy(s->tags[s->ntags++], json_string_value(t), sizeof s->tags[0]);
         }

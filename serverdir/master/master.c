@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "sd.h"
+#include "sdvalid.h"
 
 /* A challenge hash outlives its validity by this much, so reuse and expiry get their own
  * error codes instead of "unknown". */
@@ -30,78 +31,68 @@ sd_master_cfg_t sd_master_cfg = {
 
 /* ---------- config ---------- */
 
-static int cfg_int(const json_t *sec, const char *key, int64_t min, int64_t max, int64_t *v,
-                   char *err, size_t errcap)
-{
-    return sd_json_int(sec, key, 0, min, max, v, err, errcap) < 0 ? -1 : 0;
-}
-
 int sd_master_config_load(const json_t *sec, char *err, size_t errcap)
 {
     if (!sec)
         return 0;
-    if (!json_is_object(sec)) {
-        snprintf(err, errcap, "field 'master' must be an object");
-        return -1;
-    }
+    sd_jv_t v;
+    sd_jv_init(&v, "", err, errcap);
+    if (!json_is_object(sec))
+        return sd_jv_fail(&v, "master", "must be an object");
     static const char *const known[] = {
         "heartbeat_interval_s", "challenge_ttl_ms", "servers_per_address",
         "challenges_per_address", "rate_per_s", "max_servers", "max_batch", "default_batch",
         "scan_budget", "udp_reply_bytes_per_s", "trusted_proxies", "udp", NULL};
-    if (sd_json_only_keys(sec, known, err, errcap))
+    if (sd_jv_only_keys(&v, sec, known))
         return -1;
     sd_master_cfg_t cfg = sd_master_cfg, *c = &cfg; /* all or nothing */
-    if (cfg_int(sec, "heartbeat_interval_s", 1, 86400, &c->heartbeat_interval_s, err, errcap) ||
-        cfg_int(sec, "challenge_ttl_ms", 100, 600000, &c->challenge_ttl_ms, err, errcap) ||
-        cfg_int(sec, "servers_per_address", 1, 1000000, &c->servers_per_address, err, errcap) ||
-        cfg_int(sec, "challenges_per_address", 1, 100000, &c->challenges_per_address, err, errcap) ||
-        cfg_int(sec, "rate_per_s", 1, 10000000, &c->rate_per_s, err, errcap) ||
-        cfg_int(sec, "max_servers", 1, 10000000, &c->max_servers, err, errcap) ||
-        cfg_int(sec, "max_batch", 1, 10000, &c->max_batch, err, errcap) ||
-        cfg_int(sec, "default_batch", 1, 10000, &c->default_batch, err, errcap) ||
-        cfg_int(sec, "scan_budget", 100, 1000000, &c->scan_budget, err, errcap) ||
-        cfg_int(sec, "udp_reply_bytes_per_s", 1400, 1 << 30, &c->udp_reply_bytes_per_s, err, errcap))
+    if (sd_jv_int(&v, sec, "heartbeat_interval_s", 0, 1, 86400, &c->heartbeat_interval_s) < 0 ||
+        sd_jv_int(&v, sec, "challenge_ttl_ms", 0, 100, 600000, &c->challenge_ttl_ms) < 0 ||
+        sd_jv_int(&v, sec, "servers_per_address", 0, 1, 1000000, &c->servers_per_address) < 0 ||
+        sd_jv_int(&v, sec, "challenges_per_address", 0, 1, 100000,
+                  &c->challenges_per_address) < 0 ||
+        sd_jv_int(&v, sec, "rate_per_s", 0, 1, 10000000, &c->rate_per_s) < 0 ||
+        sd_jv_int(&v, sec, "max_servers", 0, 1, 10000000, &c->max_servers) < 0 ||
+        sd_jv_int(&v, sec, "max_batch", 0, 1, 10000, &c->max_batch) < 0 ||
+        sd_jv_int(&v, sec, "default_batch", 0, 1, 10000, &c->default_batch) < 0 ||
+        sd_jv_int(&v, sec, "scan_budget", 0, 100, 1000000, &c->scan_budget) < 0 ||
+        sd_jv_int(&v, sec, "udp_reply_bytes_per_s", 0, 1400, 1 << 30,
+                  &c->udp_reply_bytes_per_s) < 0)
         return -1;
     if (c->default_batch > c->max_batch)
         c->default_batch = c->max_batch;
 
-    const json_t *tp = json_object_get(sec, "trusted_proxies");
+    json_t *tp = NULL, *udp = NULL;
+    if (sd_jv_array(&v, sec, "trusted_proxies", SD_JV_NONNULL, SD_ARRAY_LEN(c->trusted), &tp) < 0 ||
+        sd_jv_array(&v, sec, "udp", SD_JV_NONNULL, SD_MASTER_MAX_UDP, &udp) < 0)
+        return -1;
     if (tp) {
-        if (!json_is_array(tp) || json_array_size(tp) > SD_ARRAY_LEN(c->trusted)) {
-            snprintf(err, errcap, "field 'trusted_proxies' must be an array of at most %zu IP addresses",
-                     SD_ARRAY_LEN(c->trusted));
-            return -1;
-        }
         size_t i;
-        json_t *v;
-        json_array_foreach(tp, i, v) {
-            if (!json_is_string(v) ||
-                sd_master_addr_key(json_string_value(v), 1, NULL, 0, c->trusted[i],
+        json_t *j;
+        json_array_foreach(tp, i, j) {
+            if (!json_is_string(j) ||
+                sd_master_addr_key(json_string_value(j), 1, NULL, 0, c->trusted[i],
                                    sizeof c->trusted[i], NULL)) {
-                snprintf(err, errcap, "trusted_proxies[%zu] must be an IP address", i);
-                return -1;
+                sd_jv_key(&v, "trusted_proxies");
+                sd_jv_index(&v, i);
+                return sd_jv_fail(&v, NULL, "must be an IP address");
             }
         }
         c->ntrusted = (int)json_array_size(tp);
     }
-    const json_t *udp = json_object_get(sec, "udp");
     if (udp) {
-        if (!json_is_array(udp) || json_array_size(udp) > SD_MASTER_MAX_UDP) {
-            snprintf(err, errcap, "field 'udp' must be an array of at most %d HOST:PORT strings",
-                     SD_MASTER_MAX_UDP);
-            return -1;
-        }
         size_t i;
-        json_t *v;
-        json_array_foreach(udp, i, v) {
+        json_t *j;
+        json_array_foreach(udp, i, j) {
             char host[128];
             int port;
-            if (!json_is_string(v) || json_string_length(v) >= sizeof c->udp[0] ||
-                sd_parse_hostport(json_string_value(v), host, sizeof host, &port)) {
-                snprintf(err, errcap, "udp[%zu] must be HOST:PORT", i);
-                return -1;
+            if (!json_is_string(j) || json_string_length(j) >= sizeof c->udp[0] ||
+                sd_parse_hostport(json_string_value(j), host, sizeof host, &port)) {
+                sd_jv_key(&v, "udp");
+                sd_jv_index(&v, i);
+                return sd_jv_fail(&v, NULL, "must be HOST:PORT");
             }
-            sd_strlcpy(c->udp[i], json_string_value(v), sizeof c->udp[0]);
+            sd_strlcpy(c->udp[i], json_string_value(j), sizeof c->udp[0]);
         }
         c->nudp = (int)json_array_size(udp);
     }
