@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "locks.h"
+#include "sdvalid.h"
 #include "sd.h"
 
 SD_ROUTE(PUT, "/v1/locks/{key}", SD_R_GAME, 0, h_lock_put);
@@ -332,10 +333,12 @@ void h_lock_renew(sd_req_t *req, sd_resp_t *resp)
     if (!body)
         return;
     char err[SD_ERRMSG_MAX];
-    if (sd_json_only_keys(body, allowed, err, sizeof err) ||
-        sd_json_name(body, "holder", 1, &holder, err, sizeof err) < 0 ||
-        sd_json_int(body, "lock_seq", 1, 1, SD_SEQ_MAX, &seq, err, sizeof err) < 0 ||
-        sd_json_int(body, "ttl_ms", 0, 1, SD_LOCKS_TTL_MAX_MS, &ttl, err, sizeof err) < 0) {
+    sd_jv_t jv;
+    sd_jv_init(&jv, "", err, sizeof err);
+    if (sd_jv_only_keys(&jv, body, allowed) ||
+        sd_jv_name(&jv, body, "holder", 1, &holder) < 0 ||
+        sd_jv_int(&jv, body, "lock_seq", 1, 1, SD_SEQ_MAX, &seq) < 0 ||
+        sd_jv_int(&jv, body, "ttl_ms", 0, 1, SD_LOCKS_TTL_MAX_MS, &ttl) < 0) {
         sd_resp_error(resp, 400, "bad_field", "%s", err);
         goto out;
     }

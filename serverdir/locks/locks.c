@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "locks.h"
+#include "sdvalid.h"
 #include "park.h"
 #include "sd.h"
 
@@ -47,14 +48,15 @@ int sd_locks_config_load(const json_t *section, char *err, size_t errcap)
         return -1;
     }
     sd_locks_cfg_t c = sd_locks_cfg; /* all or nothing */
-    if (sd_json_only_keys(section, known, err, errcap) ||
-        sd_json_int(section, "lock_delay_ms", 0, 0, 600000, &c.lock_delay_ms, err, errcap) < 0 ||
-        sd_json_int(section, "wait_replicas", 0, 0, 16, &c.wait_replicas, err, errcap) < 0 ||
-        sd_json_int(section, "wait_timeout_ms", 0, 1, 2500, &c.wait_timeout_ms, err, errcap) < 0 ||
-        sd_json_int(section, "max_wait_ms", 0, 0, SD_LOCKS_WAIT_CAP_MS, &c.max_wait_ms, err,
-                    errcap) < 0 ||
-        sd_json_int(section, "max_waiters", 0, 1, 4096, &c.max_waiters, err, errcap) < 0 ||
-        sd_json_int(section, "retain_s", 0, 60, 365LL * 24 * 3600, &c.retain_s, err, errcap) < 0)
+    sd_jv_t jv;
+    sd_jv_init(&jv, "", err, errcap);
+    if (sd_jv_only_keys(&jv, section, known) ||
+        sd_jv_int(&jv, section, "lock_delay_ms", 0, 0, 600000, &c.lock_delay_ms) < 0 ||
+        sd_jv_int(&jv, section, "wait_replicas", 0, 0, 16, &c.wait_replicas) < 0 ||
+        sd_jv_int(&jv, section, "wait_timeout_ms", 0, 1, 2500, &c.wait_timeout_ms) < 0 ||
+        sd_jv_int(&jv, section, "max_wait_ms", 0, 0, SD_LOCKS_WAIT_CAP_MS, &c.max_wait_ms) < 0 ||
+        sd_jv_int(&jv, section, "max_waiters", 0, 1, 4096, &c.max_waiters) < 0 ||
+        sd_jv_int(&jv, section, "retain_s", 0, 60, 365LL * 24 * 3600, &c.retain_s) < 0)
         return -1;
     sd_locks_cfg = c;
     return 0;
@@ -147,16 +149,18 @@ int sd_lock_req_parse(const json_t *body, int many, sd_lock_req_t *a, const char
     *code = "bad_field";
     a->steal_cluster = "";
     a->ttl_ms = a->wait_ms = a->steal_older_ms = 0;
-    if (sd_json_only_keys(body, many ? several : one, err, errcap))
+    sd_jv_t jv;
+    sd_jv_init(&jv, "", err, errcap);
+    if (sd_jv_only_keys(&jv, body, many ? several : one))
         return -1;
     if (many && keys_parse(body, a->names, &a->n, code, err, errcap))
         return -1;
-    if (sd_json_name(body, "holder", 1, &a->holder, err, errcap) < 0 ||
-        sd_json_int(body, "ttl_ms", 0, 1, SD_LOCKS_TTL_MAX_MS, &a->ttl_ms, err, errcap) < 0 ||
-        sd_json_int(body, "wait_ms", 0, 0, sd_locks_cfg.max_wait_ms, &a->wait_ms, err, errcap) < 0 ||
-        sd_json_name(body, "steal_if_holder_stopped", 0, &a->steal_cluster, err, errcap) < 0 ||
-        sd_json_int(body, "steal_if_older_than_ms", 0, 1, SD_LOCKS_TTL_MAX_MS * 365,
-                    &a->steal_older_ms, err, errcap) < 0)
+    if (sd_jv_name(&jv, body, "holder", 1, &a->holder) < 0 ||
+        sd_jv_int(&jv, body, "ttl_ms", 0, 1, SD_LOCKS_TTL_MAX_MS, &a->ttl_ms) < 0 ||
+        sd_jv_int(&jv, body, "wait_ms", 0, 0, sd_locks_cfg.max_wait_ms, &a->wait_ms) < 0 ||
+        sd_jv_name(&jv, body, "steal_if_holder_stopped", 0, &a->steal_cluster) < 0 ||
+        sd_jv_int(&jv, body, "steal_if_older_than_ms", 0, 1, SD_LOCKS_TTL_MAX_MS * 365,
+                  &a->steal_older_ms) < 0)
         return -1;
     return 0;
 }
@@ -166,8 +170,10 @@ int sd_lock_release_parse(const json_t *body, const char **holder, const char **
 {
     static const char *const allowed[] = {"keys", "holder", "lock_seqs", NULL};
     *code = "bad_field";
-    if (sd_json_only_keys(body, allowed, err, errcap) ||
-        sd_json_name(body, "holder", 1, holder, err, errcap) < 0 ||
+    sd_jv_t jv;
+    sd_jv_init(&jv, "", err, errcap);
+    if (sd_jv_only_keys(&jv, body, allowed) ||
+        sd_jv_name(&jv, body, "holder", 1, holder) < 0 ||
         keys_parse(body, names, n, code, err, errcap))
         return -1;
     const json_t *ls = json_object_get(body, "lock_seqs");
