@@ -12,6 +12,7 @@
 #include <sys/types.h>
 
 #include "report.h"
+#include "sdproto.h"
 #include "sdutil.h"
 
 #define BB_VERSION "0.1.0"

@@ -35,6 +35,7 @@
 #include "report.h"
 #include "sdclient.h"
 #include "sdlog.h"
+#include "sdproto.h"
 #include "sdutil.h"
 
 #define BATCH_MAX 500

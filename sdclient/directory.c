@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "sdc_internal.h"
+#include "sdproto.h"
 #include "sdutil.h"
 
 /* Checks that each of the n names is valid; returns 0 or SDC_E_INVAL naming it. */
@@ -101,8 +102,8 @@ int sdc_events_post(sdc_t *c, const char *cluster, const json_t *events, int *ac
     if (rc)
         return rc;
     if (!json_is_array(events) || json_array_size(events) == 0 ||
-        json_array_size(events) > 1000)
-        return sdc__inval(err, "events must be an array of 1 to 1000 events");
+        json_array_size(events) > SD_EVENTS_MAX)
+        return sdc__inval(err, "events must be an array of 1 to " SD_STR(SD_EVENTS_MAX) " events");
     char path[256];
     snprintf(path, sizeof path, "/v1/clusters/%s/events", cluster);
     json_t *body = json_pack("{s:O}", "events", (json_t *)events);

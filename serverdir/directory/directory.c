@@ -46,11 +46,6 @@ int sd_dir_config_load(const json_t *section, char *err, size_t errcap)
 
 /* ---------- events ---------- */
 
-static const char *const event_types[] = {"started", "ready", "stopped", NULL};
-static const char *const stop_reasons[] = {
-    "exited", "killed", "hung", "start_timeout", "crash_loop", "stopped_by_operator",
-    "machine_lost", "drained", "replaced", NULL};
-
 static int in_list(const char *s, const char *const *list)
 {
     for (; *list; list++)
@@ -147,7 +142,7 @@ static int ev_ports(const json_t *ev, int i, json_t *flat, char *err, size_t cap
     const char *k;
     json_t *v;
     json_object_foreach(p, k, v) {
-        if (!sd_name_valid(k, 64)) {
+        if (!sd_name_valid(k, SD_PORT_NAME_MAX)) {
             snprintf(err, cap, "events[%d].ports has a bad port name (1-64 characters of "
                                "A-Z a-z 0-9 _ . : @ -)", i);
             return -1;
@@ -189,7 +184,7 @@ static int event_normalize(const json_t *ev, int i, json_t *out, char *err, size
     const char *id, *type, *inst, *machine, *service;
     if (ev_name(ev, i, "id", &id, err, cap) || ev_str(ev, i, "type", 1, 16, &type, err, cap))
         return -1;
-    if (!in_list(type, event_types)) {
+    if (sd_event_type_parse(type) < 0) {
         snprintf(err, cap, "events[%d].type must be started, ready or stopped", i);
         return -1;
     }
@@ -240,7 +235,7 @@ static int event_normalize(const json_t *ev, int i, json_t *out, char *err, size
         const char *reason, *detail;
         if (ev_str(ev, i, "reason", 1, 32, &reason, err, cap) < 0)
             goto bad;
-        if (!in_list(reason, stop_reasons)) {
+        if (sd_stop_reason_parse(reason) < 0) {
             snprintf(err, cap, "events[%d].reason must be one of exited, killed, hung, "
                                "start_timeout, crash_loop, stopped_by_operator, machine_lost, "
                                "drained, replaced", i);
