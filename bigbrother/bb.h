@@ -315,6 +315,9 @@ void bb_state_save(void);
 
 /* Sends one started/ready/stopped event to the reporter. */
 void bb_report(bb_inst_t *in, const char *type);
+/* Writes the last exit of in as text into buf, in sd_reason_format's wording
+ * ("killed(signal 9)", "hung(silent 3012ms)"); returns the length it needed. */
+size_t bb_inst_reason_text(const bb_inst_t *in, char *buf, size_t cap);
 
 /* ---------------------------------------------------------------- systemd.c */
 

@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include "ctl.h"
+#include "sdproto.h"
 #include "sdutil.h"
 
 SDCTL_CMD("events", cmd_events, "show the process event history (newest last)");
@@ -17,16 +18,18 @@ static const char usage_text[] =
     "  -f, --follow   then keep printing new events as they arrive (every second) until\n"
     "                 interrupted; with -o json, one JSON object per line.\n";
 
-/* What matters of one event: the pid when it started, the reason when it stopped. */
+/* What matters of one event: the pid when it started, the reason ("killed(signal 9)")
+ * and its detail when it stopped. */
 static const char *event_detail(const json_t *e, char *buf, size_t cap)
 {
     const char *type = json_string_value(json_object_get(e, "type"));
-    const char *reason = json_string_value(json_object_get(e, "reason"));
     const char *detail = json_string_value(json_object_get(e, "detail"));
     const json_t *pid = json_object_get(e, "pid");
-    if (type && !strcmp(type, "stopped"))
-        snprintf(buf, cap, "%s%s%s", reason ? reason : "?", detail ? ": " : "",
-                 detail ? detail : "");
+    if (type && !strcmp(type, "stopped")) {
+        char reason[SD_REASON_TEXT_MAX];
+        sd_reason_format_json(reason, sizeof reason, e);
+        snprintf(buf, cap, "%s%s%s", reason, detail ? ": " : "", detail ? detail : "");
+    }
     else if (json_is_integer(pid))
         snprintf(buf, cap, "pid %lld", (long long)json_integer_value(pid));
     else

@@ -442,6 +442,17 @@ static json_t *obj_or_null(const char *s)
     return v ? v : json_null();
 }
 
+/* Sets o's "reason_text" to its stop reason in the one wording ("killed(signal 9)"), or
+ * to null when o has no reason. */
+static void add_reason_text(json_t *o)
+{
+    char text[SD_REASON_TEXT_MAX];
+    int has = json_is_string(json_object_get(o, "reason"));
+    if (has)
+        sd_reason_format_json(text, sizeof text, o);
+    json_object_set_new(o, "reason_text", has ? json_string(text) : json_null());
+}
+
 json_t *sd_dir_proc_json(const redisReply *flat, const char *cluster)
 {
     static const char *const ints[] = {"pid", "started_at_ms", "ready_at_ms", "stopped_at_ms",
@@ -456,6 +467,7 @@ json_t *sd_dir_proc_json(const redisReply *flat, const char *cluster)
     for (size_t i = 0; i < SD_ARRAY_LEN(ints); i++)
         json_object_set_new(o, ints[i], int_or_null(flat_get(flat, ints[i])));
     json_object_set_new(o, "ports", obj_or_null(flat_get(flat, "ports")));
+    add_reason_text(o);
     return o;
 }
 
@@ -507,6 +519,8 @@ json_t *sd_dir_event_json(const redisReply *entry)
         else
             json_object_set_new(o, k->str, json_string(v->str));
     }
+    if (json_object_get(o, "reason"))
+        add_reason_text(o);
     return o;
 }
 
