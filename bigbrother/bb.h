@@ -14,8 +14,8 @@
 #include "report.h"
 #include "sdproto.h"
 #include "sdutil.h"
+#include "sdversion.h"
 
-#define BB_VERSION "0.1.0"
 #define BB_SOCK_PATH_MAX 108   /* sizeof(sun_path) */
 #define BB_PROBE_BYTES_MAX 512 /* udp query / expect, http request */
 #define BB_HTTP_PATH_MAX 400   /* http probe path: the request still fits the query buffer */
