@@ -1,4 +1,4 @@
-/* The wire contract's tables and the stop reason formatter (sdproto.h). */
+/* The wire contract's tables, the event check and the stop reason formatter (sdproto.h). */
 #include "sdproto.h"
 
 #include <inttypes.h>
@@ -48,6 +48,181 @@ int sd_name_valid(const char *s, size_t max)
             return 0;
     }
     return strstr(s, "..") == NULL;
+}
+
+/* The field checkers below write "events[i].key ..." messages. Each returns 0 when the
+ * field is present and valid, 1 when absent or null and not required, -1 on a bad value
+ * or a required field missing. */
+static int ev_str(const json_t *ev, int i, const char *key, int required, size_t maxlen,
+                  const char **out, char *err, size_t cap)
+{
+    json_t *v = json_object_get(ev, key);
+    if (!v || json_is_null(v)) {
+        if (!required)
+            return 1;
+        snprintf(err, cap, "events[%d].%s is required", i, key);
+        return -1;
+    }
+    if (!json_is_string(v)) {
+        snprintf(err, cap, "events[%d].%s must be a string", i, key);
+        return -1;
+    }
+    const char *s = json_string_value(v);
+    if (json_string_length(v) > maxlen || strlen(s) != json_string_length(v)) {
+        snprintf(err, cap, "events[%d].%s must be at most %zu bytes without NUL", i, key, maxlen);
+        return -1;
+    }
+    *out = s;
+    return 0;
+}
+
+static int ev_name(const json_t *ev, int i, const char *key, char *err, size_t cap)
+{
+    const char *s;
+    int rc = ev_str(ev, i, key, 1, SD_NAME_MAX, &s, err, cap);
+    if (rc)
+        return rc;
+    if (!sd_name_valid(s, SD_NAME_MAX)) {
+        snprintf(err, cap,
+                 "events[%d].%s must be 1-%d characters of " SD_NAME_CHARSET_TEXT
+                 " (not starting with '.' or '-', no '..')",
+                 i, key, SD_NAME_MAX);
+        return -1;
+    }
+    return 0;
+}
+
+static int ev_int(const json_t *ev, int i, const char *key, int required, int64_t min,
+                  int64_t max, char *err, size_t cap)
+{
+    json_t *v = json_object_get(ev, key);
+    if (!v || json_is_null(v)) {
+        if (!required)
+            return 1;
+        snprintf(err, cap, "events[%d].%s is required", i, key);
+        return -1;
+    }
+    if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max) {
+        snprintf(err, cap, "events[%d].%s must be an integer from %lld to %lld", i, key,
+                 (long long)min, (long long)max);
+        return -1;
+    }
+    return 0;
+}
+
+/* `ports`: absent, null, or an object of at most SD_PORTS_MAX name: 1..65535 entries. */
+static int ev_ports(const json_t *ev, int i, char *err, size_t cap)
+{
+    json_t *p = json_object_get(ev, "ports");
+    if (!p || json_is_null(p))
+        return 0;
+    if (!json_is_object(p) || json_object_size(p) > SD_PORTS_MAX) {
+        snprintf(err, cap, "events[%d].ports must be an object of at most %d name: port entries",
+                 i, SD_PORTS_MAX);
+        return -1;
+    }
+    const char *k;
+    json_t *v;
+    json_object_foreach(p, k, v) {
+        if (!sd_name_valid(k, SD_PORT_NAME_MAX)) {
+            snprintf(err, cap, "events[%d].ports has a bad port name (1-%d characters of "
+                               SD_NAME_CHARSET_TEXT ")", i, SD_PORT_NAME_MAX);
+            return -1;
+        }
+        if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 65535) {
+            snprintf(err, cap, "events[%d].ports.%s must be an integer from 1 to 65535", i, k);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Writes "a, b or c" / "a, b, c" of the names into buf. */
+static void name_list(char *buf, size_t cap, const char *const *names, int n, const char *last)
+{
+    size_t len = 0;
+    buf[0] = 0;
+    for (int k = 0; k < n && len < cap; k++) {
+        const char *sep = k == 0 ? "" : k == n - 1 ? last : ", ";
+        len += (size_t)snprintf(buf + len, cap - len, "%s%s", sep, names[k]);
+    }
+}
+
+int sd_event_check(const json_t *ev, int i, char *err, size_t cap)
+{
+    static const char *const known[] = {"id", "type", "instance", "machine", "service",
+                                        "pid", "ts_ms", "slot", "generation", "ports",
+                                        "reason", "code", "signal", "silent_ms", "detail"};
+    static const char *const stop_only[] = {"reason", "code", "signal", "silent_ms", "detail"};
+    static const struct {
+        const char *key;
+        int64_t min, max;
+    } ints[] = {
+        {"pid", 1, SD_PID_MAX},
+        {"ts_ms", 0, 1LL << 53},
+        {"slot", 0, 1000000},
+        {"generation", 0, 1LL << 40},
+    };
+    static const struct {
+        const char *key;
+        int64_t min, max;
+    } stop_ints[] = {
+        {"code", -255, 255},
+        {"signal", 1, 64},
+        {"silent_ms", 0, 1LL << 40},
+    };
+    char names[160];
+    if (!json_is_object(ev)) {
+        snprintf(err, cap, "events[%d] must be an object", i);
+        return -1;
+    }
+    const char *k, *type, *reason, *detail;
+    json_t *v;
+    json_object_foreach((json_t *)ev, k, v) {
+        if (name_index(k, known, (int)(sizeof known / sizeof *known)) < 0) {
+            snprintf(err, cap, "events[%d] has an unknown field '%.64s'", i, k);
+            return -1;
+        }
+    }
+    if (ev_name(ev, i, "id", err, cap) || ev_str(ev, i, "type", 1, 16, &type, err, cap))
+        return -1;
+    int t = sd_event_type_parse(type);
+    if (t < 0) {
+        name_list(names, sizeof names, event_types, SD_EV_COUNT, " or ");
+        snprintf(err, cap, "events[%d].type must be %s", i, names);
+        return -1;
+    }
+    if (ev_name(ev, i, "instance", err, cap) || ev_name(ev, i, "machine", err, cap) ||
+        ev_name(ev, i, "service", err, cap))
+        return -1;
+    for (size_t n = 0; n < sizeof ints / sizeof *ints; n++)
+        if (ev_int(ev, i, ints[n].key, n == 0 && t == SD_EV_STARTED, ints[n].min, ints[n].max,
+                   err, cap) < 0)
+            return -1;
+    if (ev_ports(ev, i, err, cap))
+        return -1;
+    if (t != SD_EV_STOPPED) {
+        for (size_t n = 0; n < sizeof stop_only / sizeof *stop_only; n++) {
+            json_t *x = json_object_get(ev, stop_only[n]);
+            if (x && !json_is_null(x)) {
+                snprintf(err, cap, "events[%d].%s is only allowed in a stopped event", i,
+                         stop_only[n]);
+                return -1;
+            }
+        }
+        return 0;
+    }
+    if (ev_str(ev, i, "reason", 1, 32, &reason, err, cap) < 0)
+        return -1;
+    if (sd_stop_reason_parse(reason) < 0) {
+        name_list(names, sizeof names, stop_reasons, SD_STOP_COUNT, ", ");
+        snprintf(err, cap, "events[%d].reason must be one of %s", i, names);
+        return -1;
+    }
+    for (size_t n = 0; n < sizeof stop_ints / sizeof *stop_ints; n++)
+        if (ev_int(ev, i, stop_ints[n].key, 0, stop_ints[n].min, stop_ints[n].max, err, cap) < 0)
+            return -1;
+    return ev_str(ev, i, "detail", 0, SD_DETAIL_MAX, &detail, err, cap) < 0 ? -1 : 0;
 }
 
 /* Each reason shows at most one value: the one that explains it. */

@@ -72,6 +72,15 @@ int sd_stop_reason_parse(const char *s);
 /* 1 when s is a name (see SD_NAME_MAX) of at most max bytes, else 0 (NULL too). */
 int sd_name_valid(const char *s, size_t max);
 
+/* Checks one process event against the events contract, all of it that depends on the
+ * event alone: the known fields only; id, type, instance, machine and service present;
+ * names, integer ranges, ports; pid required in a started event; reason required in a
+ * stopped event and reason, code, signal, silent_ms, detail allowed only there. Null
+ * counts as absent. Returns 0, or -1 with a message naming the field as element i of the
+ * batch ("events[3].reason must be one of ..."). The one place the contract is checked:
+ * bigbrother before an event enters its outbox, serverdir before a batch is applied. */
+int sd_event_check(const json_t *ev, int i, char *err, size_t errcap);
+
 /* A value a stop record does not carry (no exit code, no signal, no silence). */
 #define SD_REASON_NONE INT64_MIN
 

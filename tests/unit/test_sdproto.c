@@ -1,5 +1,5 @@
 /* The wire contract (common/sdproto.c): the event type and stop reason tables, names,
- * and the one text form of a stop reason. */
+ * the event check and the one text form of a stop reason. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -114,11 +114,56 @@ static void names(void **state)
     assert_string_equal(SD_STR(SD_EVENTS_MAX), "1000");
 }
 
+/* sd_event_check on the JSON text ev as element i; returns the message ("" when valid). */
+static const char *check(const char *ev, int i, char *err, size_t cap)
+{
+    json_t *e = json_loads(ev, 0, NULL);
+    assert_non_null(e);
+    err[0] = 0;
+    int rc = sd_event_check(e, i, err, cap);
+    json_decref(e);
+    assert_int_equal(rc, err[0] ? -1 : 0);
+    return err;
+}
+
+static void event_contract(void **state)
+{
+    (void)state;
+    char e[256];
+#define EV(extra)                                                                          \
+    "{\"id\":\"e1\",\"instance\":\"z-1\",\"machine\":\"m1\",\"service\":\"z\"," extra "}"
+    assert_string_equal(
+        check(EV("\"type\":\"started\",\"pid\":7,\"ports\":{\"game\":27960}"), 0, e, sizeof e), "");
+    assert_string_equal(check(EV("\"type\":\"ready\",\"reason\":null"), 0, e, sizeof e), "");
+    assert_string_equal(check(EV("\"type\":\"stopped\",\"reason\":\"hung\",\"silent_ms\":3012,"
+                                 "\"signal\":6,\"code\":null"), 0, e, sizeof e), "");
+    assert_string_equal(check("[]", 2, e, sizeof e), "events[2] must be an object");
+    assert_string_equal(check(EV("\"type\":\"ready\",\"color\":1"), 0, e, sizeof e),
+                        "events[0] has an unknown field 'color'");
+    assert_string_equal(check(EV("\"type\":\"exploded\""), 1, e, sizeof e),
+                        "events[1].type must be started, ready or stopped");
+    assert_string_equal(check(EV("\"type\":\"started\""), 0, e, sizeof e),
+                        "events[0].pid is required");
+    assert_string_equal(check(EV("\"type\":\"stopped\",\"reason\":\"oom\""), 3, e, sizeof e),
+                        "events[3].reason must be one of exited, killed, hung, start_timeout, "
+                        "crash_loop, stopped_by_operator, machine_lost, drained, replaced");
+    assert_string_equal(check(EV("\"type\":\"ready\",\"signal\":9"), 0, e, sizeof e),
+                        "events[0].signal is only allowed in a stopped event");
+    assert_string_equal(check(EV("\"type\":\"ready\",\"ports\":{\"a/b\":1}"), 0, e, sizeof e),
+                        "events[0].ports has a bad port name (1-64 characters of A-Z a-z 0-9 _ . "
+                        ": @ -)");
+    assert_string_equal(check("{\"id\":\"e 1\",\"type\":\"ready\"}", 0, e, sizeof e),
+                        "events[0].id must be 1-128 characters of A-Z a-z 0-9 _ . : @ - (not "
+                        "starting with '.' or '-', no '..')");
+#undef EV
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(reason_wording), cmocka_unit_test(reason_truncates),
         cmocka_unit_test(reason_from_json), cmocka_unit_test(tables), cmocka_unit_test(names),
+        cmocka_unit_test(event_contract),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
