@@ -439,7 +439,9 @@ int bb_report_event(bb_report_t *r, json_t *event)
     /* The contract ServerDir checks, here too: a bug in the caller fails loudly now
      * instead of poisoning the outbox. */
     char err[256];
-    if (sd_event_check(e, 0, err, sizeof err)) {
+    sd_jv_t v;
+    sd_jv_init(&v, "event", err, sizeof err);
+    if (sd_event_check(&v, e)) {
         log_error("event breaks the events contract, not reported", "error=%s", err);
         json_decref(e);
         return -EINVAL;

@@ -50,87 +50,80 @@ int sd_name_valid(const char *s, size_t max)
     return strstr(s, "..") == NULL;
 }
 
-/* The field checkers below write "events[i].key ..." messages. Each returns 0 when the
- * field is present and valid, 1 when absent or null and not required, -1 on a bad value
- * or a required field missing. */
-static int ev_str(const json_t *ev, int i, const char *key, int required, size_t maxlen,
-                  const char **out, char *err, size_t cap)
+/* The field checkers below read ev[key] and report through v, whose path is at the event
+ * ("events[3]"), so messages read "events[3].key ...". Each returns 0 when the field is
+ * present and valid, 1 when absent or null and not required, -1 on a bad value or a
+ * required field missing. */
+static int ev_field(sd_jv_t *v, const json_t *ev, const char *key, int required, json_t **out)
 {
-    json_t *v = json_object_get(ev, key);
-    if (!v || json_is_null(v)) {
-        if (!required)
-            return 1;
-        snprintf(err, cap, "events[%d].%s is required", i, key);
-        return -1;
-    }
-    if (!json_is_string(v)) {
-        snprintf(err, cap, "events[%d].%s must be a string", i, key);
-        return -1;
-    }
-    const char *s = json_string_value(v);
-    if (json_string_length(v) > maxlen || strlen(s) != json_string_length(v)) {
-        snprintf(err, cap, "events[%d].%s must be at most %zu bytes without NUL", i, key, maxlen);
-        return -1;
-    }
-    *out = s;
+    json_t *x = json_object_get(ev, key);
+    if (!x || json_is_null(x))
+        return required ? sd_jv_fail(v, key, "is required") : 1;
+    *out = x;
     return 0;
 }
 
-static int ev_name(const json_t *ev, int i, const char *key, char *err, size_t cap)
+static int ev_str(sd_jv_t *v, const json_t *ev, const char *key, int required, size_t maxlen,
+                  const char **out)
 {
-    const char *s;
-    int rc = ev_str(ev, i, key, 1, SD_NAME_MAX, &s, err, cap);
+    json_t *x = NULL;
+    int rc = ev_field(v, ev, key, required, &x);
     if (rc)
         return rc;
-    if (!sd_name_valid(s, SD_NAME_MAX)) {
-        snprintf(err, cap,
-                 "events[%d].%s must be 1-%d characters of " SD_NAME_CHARSET_TEXT
-                 " (not starting with '.' or '-', no '..')",
-                 i, key, SD_NAME_MAX);
-        return -1;
-    }
+    if (!json_is_string(x))
+        return sd_jv_fail(v, key, "must be a string");
+    if (json_string_length(x) > maxlen || strlen(json_string_value(x)) != json_string_length(x))
+        return sd_jv_fail(v, key, "must be at most %zu bytes without NUL", maxlen);
+    *out = json_string_value(x);
     return 0;
 }
 
-static int ev_int(const json_t *ev, int i, const char *key, int required, int64_t min,
-                  int64_t max, char *err, size_t cap)
+static int ev_name(sd_jv_t *v, const json_t *ev, const char *key)
 {
-    json_t *v = json_object_get(ev, key);
-    if (!v || json_is_null(v)) {
-        if (!required)
-            return 1;
-        snprintf(err, cap, "events[%d].%s is required", i, key);
-        return -1;
-    }
-    if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max) {
-        snprintf(err, cap, "events[%d].%s must be an integer from %lld to %lld", i, key,
-                 (long long)min, (long long)max);
-        return -1;
-    }
+    const char *s;
+    int rc = ev_str(v, ev, key, 1, SD_NAME_MAX, &s);
+    if (rc)
+        return rc;
+    if (!sd_name_valid(s, SD_NAME_MAX))
+        return sd_jv_fail(v, key,
+                          "must be 1-%d characters of " SD_NAME_CHARSET_TEXT
+                          " (not starting with '.' or '-', no '..')",
+                          SD_NAME_MAX);
+    return 0;
+}
+
+static int ev_int(sd_jv_t *v, const json_t *ev, const char *key, int required, int64_t min,
+                  int64_t max)
+{
+    json_t *x = NULL;
+    int rc = ev_field(v, ev, key, required, &x);
+    if (rc)
+        return rc;
+    if (!json_is_integer(x) || json_integer_value(x) < min || json_integer_value(x) > max)
+        return sd_jv_fail(v, key, "must be an integer from %lld to %lld", (long long)min,
+                          (long long)max);
     return 0;
 }
 
 /* `ports`: absent, null, or an object of at most SD_PORTS_MAX name: 1..65535 entries. */
-static int ev_ports(const json_t *ev, int i, char *err, size_t cap)
+static int ev_ports(sd_jv_t *v, const json_t *ev)
 {
-    json_t *p = json_object_get(ev, "ports");
-    if (!p || json_is_null(p))
+    json_t *p = NULL;
+    if (ev_field(v, ev, "ports", 0, &p))
         return 0;
-    if (!json_is_object(p) || json_object_size(p) > SD_PORTS_MAX) {
-        snprintf(err, cap, "events[%d].ports must be an object of at most %d name: port entries",
-                 i, SD_PORTS_MAX);
-        return -1;
-    }
+    if (!json_is_object(p) || json_object_size(p) > SD_PORTS_MAX)
+        return sd_jv_fail(v, "ports", "must be an object of at most %d name: port entries",
+                          SD_PORTS_MAX);
     const char *k;
-    json_t *v;
-    json_object_foreach(p, k, v) {
-        if (!sd_name_valid(k, SD_PORT_NAME_MAX)) {
-            snprintf(err, cap, "events[%d].ports has a bad port name (1-%d characters of "
-                               SD_NAME_CHARSET_TEXT ")", i, SD_PORT_NAME_MAX);
-            return -1;
-        }
-        if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 65535) {
-            snprintf(err, cap, "events[%d].ports.%s must be an integer from 1 to 65535", i, k);
+    json_t *x = NULL;
+    json_object_foreach(p, k, x) {
+        if (!sd_name_valid(k, SD_PORT_NAME_MAX))
+            return sd_jv_fail(v, "ports", "has a bad port name (1-%d characters of "
+                              SD_NAME_CHARSET_TEXT ")", SD_PORT_NAME_MAX);
+        if (!json_is_integer(x) || json_integer_value(x) < 1 || json_integer_value(x) > 65535) {
+            size_t mark = sd_jv_key(v, "ports");
+            sd_jv_fail(v, k, "must be an integer from 1 to 65535");
+            sd_jv_pop(v, mark);
             return -1;
         }
     }
@@ -148,7 +141,7 @@ static void name_list(char *buf, size_t cap, const char *const *names, int n, co
     }
 }
 
-int sd_event_check(const json_t *ev, int i, char *err, size_t cap)
+int sd_event_check(sd_jv_t *v, const json_t *ev)
 {
     static const char *const known[] = {"id", "type", "instance", "machine", "service",
                                         "pid", "ts_ms", "slot", "generation", "ports",
@@ -162,67 +155,52 @@ int sd_event_check(const json_t *ev, int i, char *err, size_t cap)
         {"ts_ms", 0, 1LL << 53},
         {"slot", 0, 1000000},
         {"generation", 0, 1LL << 40},
-    };
-    static const struct {
-        const char *key;
-        int64_t min, max;
-    } stop_ints[] = {
+    }, stop_ints[] = {
         {"code", -255, 255},
         {"signal", 1, 64},
         {"silent_ms", 0, 1LL << 40},
     };
     char names[160];
-    if (!json_is_object(ev)) {
-        snprintf(err, cap, "events[%d] must be an object", i);
-        return -1;
-    }
+    if (!json_is_object(ev))
+        return sd_jv_fail(v, NULL, "must be an object");
     const char *k, *type, *reason, *detail;
-    json_t *v;
-    json_object_foreach((json_t *)ev, k, v) {
-        if (name_index(k, known, (int)(sizeof known / sizeof *known)) < 0) {
-            snprintf(err, cap, "events[%d] has an unknown field '%.64s'", i, k);
-            return -1;
-        }
+    json_t *x = NULL;
+    json_object_foreach((json_t *)ev, k, x) {
+        if (name_index(k, known, (int)(sizeof known / sizeof *known)) < 0)
+            return sd_jv_fail(v, NULL, "has an unknown field '%.64s'", k);
     }
-    if (ev_name(ev, i, "id", err, cap) || ev_str(ev, i, "type", 1, 16, &type, err, cap))
+    if (ev_name(v, ev, "id") || ev_str(v, ev, "type", 1, 16, &type))
         return -1;
     int t = sd_event_type_parse(type);
     if (t < 0) {
         name_list(names, sizeof names, event_types, SD_EV_COUNT, " or ");
-        snprintf(err, cap, "events[%d].type must be %s", i, names);
-        return -1;
+        return sd_jv_fail(v, "type", "must be %s", names);
     }
-    if (ev_name(ev, i, "instance", err, cap) || ev_name(ev, i, "machine", err, cap) ||
-        ev_name(ev, i, "service", err, cap))
+    if (ev_name(v, ev, "instance") || ev_name(v, ev, "machine") || ev_name(v, ev, "service"))
         return -1;
     for (size_t n = 0; n < sizeof ints / sizeof *ints; n++)
-        if (ev_int(ev, i, ints[n].key, n == 0 && t == SD_EV_STARTED, ints[n].min, ints[n].max,
-                   err, cap) < 0)
+        if (ev_int(v, ev, ints[n].key, n == 0 && t == SD_EV_STARTED, ints[n].min, ints[n].max) < 0)
             return -1;
-    if (ev_ports(ev, i, err, cap))
+    if (ev_ports(v, ev))
         return -1;
     if (t != SD_EV_STOPPED) {
         for (size_t n = 0; n < sizeof stop_only / sizeof *stop_only; n++) {
-            json_t *x = json_object_get(ev, stop_only[n]);
-            if (x && !json_is_null(x)) {
-                snprintf(err, cap, "events[%d].%s is only allowed in a stopped event", i,
-                         stop_only[n]);
-                return -1;
-            }
+            json_t *y = NULL;
+            if (!ev_field(v, ev, stop_only[n], 0, &y))
+                return sd_jv_fail(v, stop_only[n], "is only allowed in a stopped event");
         }
         return 0;
     }
-    if (ev_str(ev, i, "reason", 1, 32, &reason, err, cap) < 0)
+    if (ev_str(v, ev, "reason", 1, 32, &reason) < 0)
         return -1;
     if (sd_stop_reason_parse(reason) < 0) {
         name_list(names, sizeof names, stop_reasons, SD_STOP_COUNT, ", ");
-        snprintf(err, cap, "events[%d].reason must be one of %s", i, names);
-        return -1;
+        return sd_jv_fail(v, "reason", "must be one of %s", names);
     }
     for (size_t n = 0; n < sizeof stop_ints / sizeof *stop_ints; n++)
-        if (ev_int(ev, i, stop_ints[n].key, 0, stop_ints[n].min, stop_ints[n].max, err, cap) < 0)
+        if (ev_int(v, ev, stop_ints[n].key, 0, stop_ints[n].min, stop_ints[n].max) < 0)
             return -1;
-    return ev_str(ev, i, "detail", 0, SD_DETAIL_MAX, &detail, err, cap) < 0 ? -1 : 0;
+    return ev_str(v, ev, "detail", 0, SD_DETAIL_MAX, &detail) < 0 ? -1 : 0;
 }
 
 /* Each reason shows at most one value: the one that explains it. */

@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sdvalid.h"
+
 /* A name (cluster, machine, service, instance, event id, lock key part): 1..SD_NAME_MAX
  * bytes of [A-Za-z0-9_.:@-], not starting with '.' or '-', no "..". Safe as a Redis key
  * part, a file name and a URL path segment. */
@@ -76,10 +78,10 @@ int sd_name_valid(const char *s, size_t max);
  * event alone: the known fields only; id, type, instance, machine and service present;
  * names, integer ranges, ports; pid required in a started event; reason required in a
  * stopped event and reason, code, signal, silent_ms, detail allowed only there. Null
- * counts as absent. Returns 0, or -1 with a message naming the field as element i of the
- * batch ("events[3].reason must be one of ..."). The one place the contract is checked:
+ * counts as absent. Returns 0, or -1 with the message in v, whose path names the event
+ * ("events[3].reason must be one of ..."). The one place the contract is checked:
  * bigbrother before an event enters its outbox, serverdir before a batch is applied. */
-int sd_event_check(const json_t *ev, int i, char *err, size_t errcap);
+int sd_event_check(sd_jv_t *v, const json_t *ev);
 
 /* A value a stop record does not carry (no exit code, no signal, no silence). */
 #define SD_REASON_NONE INT64_MIN

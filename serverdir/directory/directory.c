@@ -46,30 +46,30 @@ int sd_dir_config_load(const json_t *section, char *err, size_t errcap)
 
 /* ---------- events ---------- */
 
-/* Checks events[i] (sd_event_check: the contract lives in common/sdproto.c) and appends
- * its flat string form [key, value, ...] to out, fields in a fixed order, absent and
- * null ones left out, numbers as decimal text, ports as sorted compact JSON. */
-static int event_normalize(const json_t *ev, int i, json_t *out, char *err, size_t cap)
+/* Checks the event at v's path (sd_event_check: the contract lives in common/sdproto.c)
+ * and appends its flat string form [key, value, ...] to out, fields in a fixed order,
+ * absent and null ones left out, numbers as decimal text, ports as sorted compact JSON. */
+static int event_normalize(sd_jv_t *v, const json_t *ev, json_t *out)
 {
     static const char *const order[] = {"id", "type", "instance", "machine", "service",
                                         "pid", "ts_ms", "slot", "generation", "ports",
                                         "reason", "code", "signal", "silent_ms", "detail"};
-    if (sd_event_check(ev, i, err, cap))
+    if (sd_event_check(v, ev))
         return -1;
     json_t *flat = json_array();
     for (size_t n = 0; n < SD_ARRAY_LEN(order); n++) {
-        json_t *v = json_object_get(ev, order[n]);
+        json_t *f = json_object_get(ev, order[n]);
         char num[24], *dump = NULL;
         const char *text = NULL;
-        if (json_is_string(v)) {
-            text = json_string_value(v);
-        } else if (json_is_integer(v)) {
-            snprintf(num, sizeof num, "%lld", (long long)json_integer_value(v));
+        if (json_is_string(f)) {
+            text = json_string_value(f);
+        } else if (json_is_integer(f)) {
+            snprintf(num, sizeof num, "%lld", (long long)json_integer_value(f));
             text = num;
-        } else if (json_is_object(v)) {
-            text = dump = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS);
+        } else if (json_is_object(f)) {
+            text = dump = json_dumps(f, JSON_COMPACT | JSON_SORT_KEYS);
             if (!dump) {
-                snprintf(err, cap, "out of memory");
+                snprintf(v->err, v->errcap, "out of memory");
                 json_decref(flat);
                 return -1;
             }
@@ -102,10 +102,15 @@ int sd_dir_events_normalize(const json_t *body, char **out, size_t *nevents, cha
         return -1;
     }
     json_t *norm = json_array();
+    sd_jv_t v;
+    sd_jv_init(&v, "events", err, errcap);
     size_t i;
     json_t *ev;
     json_array_foreach(evs, i, ev) {
-        if (event_normalize(ev, (int)i, norm, err, errcap)) {
+        size_t mark = sd_jv_index(&v, i);
+        int rc = event_normalize(&v, ev, norm);
+        sd_jv_pop(&v, mark);
+        if (rc) {
             json_decref(norm);
             return -1;
         }

@@ -120,7 +120,10 @@ static const char *check(const char *ev, int i, char *err, size_t cap)
     json_t *e = json_loads(ev, 0, NULL);
     assert_non_null(e);
     err[0] = 0;
-    int rc = sd_event_check(e, i, err, cap);
+    sd_jv_t v;
+    sd_jv_init(&v, "events", err, cap);
+    sd_jv_index(&v, (size_t)i);
+    int rc = sd_event_check(&v, e);
     json_decref(e);
     assert_int_equal(rc, err[0] ? -1 : 0);
     return err;
@@ -152,6 +155,8 @@ static void event_contract(void **state)
     assert_string_equal(check(EV("\"type\":\"ready\",\"ports\":{\"a/b\":1}"), 0, e, sizeof e),
                         "events[0].ports has a bad port name (1-64 characters of A-Z a-z 0-9 _ . "
                         ": @ -)");
+    assert_string_equal(check(EV("\"type\":\"ready\",\"ports\":{\"game\":0}"), 0, e, sizeof e),
+                        "events[0].ports.game must be an integer from 1 to 65535");
     assert_string_equal(check("{\"id\":\"e 1\",\"type\":\"ready\"}", 0, e, sizeof e),
                         "events[0].id must be 1-128 characters of A-Z a-z 0-9 _ . : @ - (not "
                         "starting with '.' or '-', no '..')");
