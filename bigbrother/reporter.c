@@ -40,6 +40,8 @@
 
 #define BATCH_MAX 500
 #define BATCH_BYTES (512u << 10)
+_Static_assert(BATCH_MAX <= SD_EVENTS_MAX && BATCH_BYTES <= SD_BODY_MAX_DEFAULT,
+               "a batch must fit what ServerDir takes in one POST");
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 30000
 #define DEADLETTER_MAX (16u << 20)

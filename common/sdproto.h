@@ -28,6 +28,9 @@
 #define SD_PORT_NAME_MAX 64     /* a key of `ports` (a name) */
 #define SD_PID_MAX 4194304      /* 1 << 22, Linux's pid_max ceiling */
 
+/* GET /v1/clusters/{c}/events */
+#define SD_HISTORY_LIMIT_MAX 1000 /* events in one page of the history */
+
 /* PUT /v1/clusters/{c}/machines/{m} */
 #define SD_LABELS_MAX 32        /* entries of machine `labels` */
 
