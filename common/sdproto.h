@@ -1,11 +1,12 @@
 /* The wire contract shared by bigbrother, libsdclient, serverdir and sdctl: names, the
  * limits of a request, the process event types and stop reasons, and the one text form
- * of a stop reason ("killed(signal 9)").
+ * of a stop reason ("killed(signal 9)"), and the check of a process event.
  *
  * serverdir's Lua scripts get the same values from the build: cmake/lua_prelude.cmake
- * reads every "#define SD_NAME <decimal>" line below and the X-macro tables
- * SD_EVENT_TYPES / SD_STOP_REASONS into the prelude in front of each script (SD.NAME,
- * SD.EVENT_TYPES[name], SD.STOP_REASONS[name]). Keep those lines in that shape. */
+ * reads every "#define SD_NAME <decimal>" line below and the rows X(SD_EV_..., "name")
+ * and X(SD_STOP_..., "name") of the SD_EVENT_TYPES / SD_STOP_REASONS tables into the
+ * prelude in front of each script (SD.NAME, SD.EVENT_TYPES[name],
+ * SD.STOP_REASONS[name]). Keep those lines in that shape. */
 #ifndef SD_PROTO_H
 #define SD_PROTO_H
 
