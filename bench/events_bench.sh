@@ -135,10 +135,12 @@ anchor_batch() {
 
 declare -a EV_RATIO RD_RATIO EV_SATP99 EV_LOAD RD_SATP99 RD_LOAD EV_SD EV_SD50 EV_SD99 EV_RB EV_RB50 EV_RB99 RD_SD RD_SD50 RD_SD99 RD_RB RD_RB50 RD_RB99
 
-# events_apply.lua with a per-call nonce (ARGV[6]) appended to ids and instances.
+# events_apply.lua as serverdir runs it (the build's copy, with its prelude), with a
+# per-call nonce (ARGV[6]) appended to ids and instances.
+LUA_DIR=$BUILD_DIR/serverdir/lua
 sed 's/^  events\[i\] = f$/  f.id = f.id .. ARGV[6]; f.instance = f.instance .. ARGV[6]\n  events[i] = f/' \
-    "$ROOT/serverdir/directory/lua/events_apply.lua" >"$WORK/events_anchor.lua"
-if cmp -s "$WORK/events_anchor.lua" "$ROOT/serverdir/directory/lua/events_apply.lua"; then
+    "$LUA_DIR/events_apply.lua" >"$WORK/events_anchor.lua"
+if cmp -s "$WORK/events_anchor.lua" "$LUA_DIR/events_apply.lua"; then
     echo "could not derive the anchor script from events_apply.lua" >&2
     exit 1
 fi
@@ -179,7 +181,7 @@ for run in $(seq 1 "$RUNS"); do
     RD_SATP99+=("$P99")
     run_wrk "$ROOT/bench/procs_get.lua" "$SD/v1/clusters/bench/processes" "$(delay_for "$RPS")"
     RD_LOAD+=("$RPS"); RD_SD50+=("$P50"); RD_SD99+=("$P99")
-    PSHA=$(redis-cli -p "$RPORT" SCRIPT LOAD "$(cat "$ROOT/serverdir/directory/lua/proc_list.lua")")
+    PSHA=$(redis-cli -p "$RPORT" SCRIPT LOAD "$(cat "$LUA_DIR/proc_list.lua")")
     run_rb -r "$MACHINES" EVALSHA "$PSHA" 1 'sd:{bench}:' '' 'm__rand_int__' '' 10000
     RD_RB+=("$RPS"); RD_RB50+=("$P50"); RD_RB99+=("$P99")
 

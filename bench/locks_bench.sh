@@ -56,7 +56,7 @@ PIDS+=($!)
 etcd_url="http://127.0.0.1:$eport"
 for _ in $(seq 200); do curl -fs "$etcd_url/health" >/dev/null 2>&1 && break; sleep 0.05; done
 
-lua="$ROOT/serverdir/locks/lua"
+lua="$BUILD/serverdir/lua" # the scripts as serverdir runs them, with their prelude
 acq_sha=$(redis-cli -p "$rport" SCRIPT LOAD "$(cat "$lua/lock_acquire.lua")")
 save_sha=$(redis-cli -p "$rport" SCRIPT LOAD "$(cat "$lua/blob_save.lua")")
 head -c "$BLOB" /dev/zero | tr '\0' 'x' >"$WORK/blob"

@@ -12,9 +12,10 @@
 #include <sys/types.h>
 
 #include "report.h"
+#include "sdproto.h"
 #include "sdutil.h"
+#include "sdversion.h"
 
-#define BB_VERSION "0.1.0"
 #define BB_SOCK_PATH_MAX 108   /* sizeof(sun_path) */
 #define BB_PROBE_BYTES_MAX 512 /* udp query / expect, http request */
 #define BB_HTTP_PATH_MAX 400   /* http probe path: the request still fits the query buffer */
@@ -322,6 +323,9 @@ void bb_state_save(void);
 
 /* Sends one started/ready/stopped event to the reporter. */
 void bb_report(bb_inst_t *in, const char *type);
+/* Writes the last exit of in as text into buf, in sd_reason_format's wording
+ * ("killed(signal 9)", "hung(silent 3012ms)"); returns the length it needed. */
+size_t bb_inst_reason_text(const bb_inst_t *in, char *buf, size_t cap);
 
 /* ---------------------------------------------------------------- systemd.c */
 

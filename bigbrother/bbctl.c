@@ -95,22 +95,10 @@ static void print_status(json_t *st)
     printf("%-40s %-16s %-9s %-8s %-8s %-24s %s\n", "INSTANCE", "SERVICE", "STATE", "PID",
            "RESTARTS", "LAST EXIT", "UPTIME");
     json_array_foreach(json_object_get(st, "instances"), i, in) {
-        char last[64] = "-", up[32], pid[16] = "-";
-        const char *reason = json_string_value(json_object_get(in, "reason"));
-        json_t *code = json_object_get(in, "code"), *sig = json_object_get(in, "signal");
-        if (reason && reason[0]) {
-            if (!strcmp(reason, "hung") || !strcmp(reason, "start_timeout"))
-                snprintf(last, sizeof(last), "%s(%lldms)", reason,
-                         json_integer_value(json_object_get(in, "silent_ms")));
-            else if (!strcmp(reason, "stopped_by_operator"))
-                snprintf(last, sizeof(last), "%s", reason);
-            else if (json_is_integer(sig))
-                snprintf(last, sizeof(last), "%s(%lld)", reason, json_integer_value(sig));
-            else if (json_is_integer(code))
-                snprintf(last, sizeof(last), "%s(%lld)", reason, json_integer_value(code));
-            else
-                snprintf(last, sizeof(last), "%s", reason);
-        }
+        char up[32], pid[16] = "-";
+        const char *last = json_string_value(json_object_get(in, "reason_text"));
+        if (!last)
+            last = "-";
         if (json_integer_value(json_object_get(in, "pid")) > 0)
             snprintf(pid, sizeof(pid), "%lld", json_integer_value(json_object_get(in, "pid")));
         fmt_uptime(json_integer_value(json_object_get(in, "uptime_ms")), up, sizeof(up));

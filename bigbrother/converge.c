@@ -66,7 +66,7 @@ static bb_cspec_t *spec_get(const char *service, json_int_t version, const json_
         char id[SD_NAME_MAX + 1];
         snprintf(id, sizeof(id), "%.60s-%.50s-spec%lld", service, bb.cfg.machine,
                  (long long)version);
-        char detail[256];
+        char detail[SD_DETAIL_MAX + 1];
         snprintf(detail, sizeof(detail), "bad spec: %s", err);
         json_t *ev = json_pack("{s:s, s:s, s:s, s:s, s:s}", "type", "stopped", "instance", id,
                                "service", service, "reason", "exited", "detail", detail);

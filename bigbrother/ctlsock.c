@@ -57,11 +57,14 @@ static json_t *status_json(void)
     for (int i = 0; i < bb.ninst; i++) {
         const bb_inst_t *in = &bb.inst[i];
         int running = in->pid > 0;
+        char text[SD_REASON_TEXT_MAX];
+        bb_inst_reason_text(in, text, sizeof text);
         json_t *o = json_pack(
-            "{s:s, s:s, s:i, s:s, s:i, s:i, s:i, s:s, s:o, s:o, s:I, s:s, s:I, s:s, s:i, s:b}",
+            "{s:s, s:s, s:i, s:s, s:i, s:i, s:i, s:s, s:o, s:o, s:o, s:I, s:s, s:I, s:s, s:i, s:b}",
             "instance", in->id, "service", in->svc->name, "slot", in->slot, "state",
             bb_state_name(in->state), "pid", running ? (int)in->pid : 0, "restarts",
-            in->restarts, "generation", in->generation, "reason", in->reason, "code",
+            in->restarts, "generation", in->generation, "reason", in->reason, "reason_text",
+            in->reason[0] ? json_string(text) : json_null(), "code",
             in->code >= 0 ? json_integer(in->code) : json_null(), "signal",
             in->sig > 0 ? json_integer(in->sig) : json_null(), "silent_ms",
             (json_int_t)(strcmp(in->reason, "hung") && strcmp(in->reason, "start_timeout")

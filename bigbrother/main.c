@@ -38,7 +38,7 @@ static void start_reporter(void)
     bb_report_opts_t o = {
         .state_dir = c->state_dir, .cluster = c->cluster, .machine = c->machine,
         .urls = c->urls, .token = c->token, .address = c->address, .labels = c->labels,
-        .capacity = c->capacity, .version = BB_VERSION, .lease_ttl_ms = c->lease_ttl_ms};
+        .capacity = c->capacity, .version = SD_VERSION, .lease_ttl_ms = c->lease_ttl_ms};
     int rc = bb_report_start(&o, &bb.report);
     if (rc)
         sd_die(SD_EXIT_SYSTEM, "cannot start the reporter", "error=%s", strerror(-rc));
@@ -67,7 +67,7 @@ int main(int argc, char **argv)
             }
             sd_log_set_level((enum sd_log_level)sd_log_parse_level(optarg));
             break;
-        case 'V': printf("bigbrother %s\n", BB_VERSION); return 0;
+        case 'V': printf("bigbrother %s\n", SD_VERSION); return 0;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return SD_EXIT_USAGE;
         }
@@ -102,7 +102,7 @@ int main(int argc, char **argv)
                strerror(-rc));
     log_info("bigbrother started",
              "version=%s machine=%s cluster=%s state_dir=%s services=%d instances=%d serverdir=%s",
-             BB_VERSION, bb.cfg.machine, bb.cfg.cluster, bb.cfg.state_dir, bb.cfg.nservices,
+             SD_VERSION, bb.cfg.machine, bb.cfg.cluster, bb.cfg.state_dir, bb.cfg.nservices,
              bb.ninst, bb.cfg.urls ? bb.cfg.urls : "none (standalone)");
     bb_state_load();
     bb_supervisor_start_all();

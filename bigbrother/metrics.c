@@ -146,7 +146,7 @@ static void render(sd_buf_t *b)
     int n = atomic_load_explicit(&nsvc, memory_order_acquire);
     const char *mach = bb.cfg.machine;
     family(b, "bigbrother_build_info", "gauge", "Version of this bigbrother (always 1).");
-    sd_buf_printf(b, "bigbrother_build_info{version=\"%s\",machine=\"%s\"} 1\n", BB_VERSION, mach);
+    sd_buf_printf(b, "bigbrother_build_info{version=\"%s\",machine=\"%s\"} 1\n", SD_VERSION, mach);
 
     family(b, "bigbrother_processes", "gauge", "Supervised instances by service and state.");
     for (int s = 0; s < n; s++)

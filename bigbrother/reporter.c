@@ -36,10 +36,13 @@
 #include "sdclient.h"
 #include "sdlog.h"
 #include "sdtime.h"
+#include "sdproto.h"
 #include "sdutil.h"
 
 #define BATCH_MAX 500
 #define BATCH_BYTES (512u << 10)
+_Static_assert(BATCH_MAX <= SD_EVENTS_MAX && BATCH_BYTES <= SD_BODY_MAX_DEFAULT,
+               "a batch must fit what ServerDir takes in one POST");
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 30000
 #define DEADLETTER_MAX (16u << 20)
@@ -411,38 +414,9 @@ fail:
     return rc;
 }
 
-static int one_of(const char *s, const char *const *list, size_t n)
-{
-    for (size_t i = 0; s && i < n; i++)
-        if (strcmp(s, list[i]) == 0)
-            return 1;
-    return 0;
-}
-
-/* The checks ServerDir would make and that depend only on the event itself, so that a
- * bug in the caller fails here, loudly, instead of poisoning the outbox. */
-static int event_valid(const json_t *e)
-{
-    static const char *const types[] = {"started", "ready", "stopped"};
-    static const char *const reasons[] = {"exited", "killed", "hung", "start_timeout", "crash_loop",
-                                          "stopped_by_operator", "machine_lost", "drained", "replaced"};
-    const char *type = json_string_value(json_object_get(e, "type"));
-    int known = one_of(type, types, SD_ARRAY_LEN(types));
-    const char *reason = json_string_value(json_object_get(e, "reason"));
-    json_t *id = json_object_get(e, "id");
-    json_t *pid = json_object_get(e, "pid");
-    return json_is_object(e) && known &&
-           sd_name_valid(json_string_value(json_object_get(e, "instance")), SD_NAME_MAX) &&
-           sd_name_valid(json_string_value(json_object_get(e, "service")), SD_NAME_MAX) &&
-           (!id || sd_name_valid(json_string_value(id), SD_NAME_MAX)) &&
-           (strcmp(type, "started") != 0 ||
-            (json_is_integer(pid) && json_integer_value(pid) >= 1 && json_integer_value(pid) <= (1 << 22))) &&
-           (strcmp(type, "stopped") != 0 || one_of(reason, reasons, SD_ARRAY_LEN(reasons)));
-}
-
 int bb_report_event(bb_report_t *r, json_t *event)
 {
-    if (!event_valid(event))
+    if (!json_is_object(event))
         return -EINVAL;
     json_t *e = json_copy(event);
     if (!e)
@@ -456,6 +430,16 @@ int bb_report_event(bb_report_t *r, json_t *event)
         json_object_set_new(e, "machine", json_string(r->machine));
     if (!json_object_get(e, "ts_ms"))
         json_object_set_new(e, "ts_ms", json_integer(sd_wall_ms()));
+    /* The contract ServerDir checks, here too: a bug in the caller fails loudly now
+     * instead of poisoning the outbox. */
+    char err[256];
+    sd_jv_t v;
+    sd_jv_init(&v, "event", err, sizeof err);
+    if (sd_event_check(&v, e)) {
+        log_error("event breaks the events contract, not reported", "error=%s", err);
+        json_decref(e);
+        return -EINVAL;
+    }
     char *text = json_dumps(e, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(e);
     if (!text)

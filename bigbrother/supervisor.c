@@ -113,6 +113,12 @@ void bb_report(bb_inst_t *in, const char *type)
     report_json(in, ev);
 }
 
+size_t bb_inst_reason_text(const bb_inst_t *in, char *buf, size_t cap)
+{
+    return sd_reason_format(buf, cap, in->reason, in->code >= 0 ? in->code : SD_REASON_NONE,
+                            in->sig > 0 ? in->sig : SD_REASON_NONE, in->why_silent_ms);
+}
+
 /* ---- actions */
 
 static void a_none(bb_inst_t *in, const bb_ev_t *ev)
@@ -399,24 +405,19 @@ static void a_exit(bb_inst_t *in, const bb_ev_t *ev)
         in->fail_streak++;
         next = ST_BACKOFF;
     }
+    char text[SD_REASON_TEXT_MAX];
     if (next == ST_FAILED) {
-        char last[64];
-        if (in->sig > 0)
-            snprintf(last, sizeof(last), "killed(%d)", in->sig);
-        else
-            snprintf(last, sizeof(last), "%s(%d)", in->reason, in->code);
+        bb_inst_reason_text(in, text, sizeof text);
         snprintf(in->detail, sizeof(in->detail), "%d restarts in %d s; last: %s",
-                 in->nrestart_mono, s->restart.window_s, last);
+                 in->nrestart_mono, s->restart.window_s, text);
         sd_strlcpy(in->reason, "crash_loop", sizeof(in->reason));
     }
     bb_metrics_exit(in, next == ST_BACKOFF);
+    bb_inst_reason_text(in, text, sizeof text);
     log_info("instance stopped",
-             "instance=%s pid=%d reason=%s code=%d signal=%d silent_ms=%lld detail=%s next=%s "
-             "restart_in_ms=%lld",
-             in->id, (int)in->pid, in->reason, in->code, in->sig,
-             (long long)(in->why == WHY_HUNG || in->why == WHY_START_TIMEOUT ? in->why_silent_ms
-                                                                             : 0),
-             in->detail, bb_state_name(next), (long long)delay);
+             "instance=%s pid=%d reason=%s reason_text=%s detail=%s next=%s restart_in_ms=%lld",
+             in->id, (int)in->pid, in->reason, text, in->detail, bb_state_name(next),
+             (long long)delay);
     bb_report(in, "stopped");
     if (next == ST_FAILED)
         log_error("instance failed: crash loop", "service=%s slot=%d detail=%s", s->name,

@@ -1,5 +1,6 @@
-# Embeds files (serverdir/*/lua/*.lua, serverdir/http/www/*.html) as C strings named after the
-# file, in a table TABLE with its length COUNT (defaults: sd_script_srcs, sd_nscripts).
+# Embeds files (build/serverdir/lua/*.lua, serverdir/http/www/*.html) as C strings named
+# after the file, in a table TABLE with its length COUNT (defaults: sd_script_srcs,
+# sd_nscripts).
 # Usage: cmake -DOUT=scripts_gen.c -DSOURCES="x.lua;y.lua" [-DTABLE=t -DCOUNT=n] -P embed_files.cmake
 include(${CMAKE_CURRENT_LIST_DIR}/write_if_changed.cmake)
 if(NOT TABLE)

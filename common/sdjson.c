@@ -1,5 +1,6 @@
 #include "sdjson.h"
 
+#include "sdproto.h"
 #include "sdutil.h"
 
 #include <stdio.h>

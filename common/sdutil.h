@@ -26,12 +26,6 @@ int sd_buf_printf(sd_buf_t *b, const char *fmt, ...) __attribute__((format(print
 void sd_buf_reset(sd_buf_t *b);
 void sd_buf_free(sd_buf_t *b);
 
-/* A name (cluster, machine, service, instance, lock key part): 1..max bytes of
- * [A-Za-z0-9_.:@-], not starting with '.' or '-'. Rejects '/', spaces, control bytes
- * and "..": safe as a Redis key part, a file name and a URL path segment. */
-int sd_name_valid(const char *s, size_t max);
-#define SD_NAME_MAX 128
-
 /* Fills out with 2*nbytes lowercase hex characters of getrandom() randomness + NUL. */
 int sd_random_hex(char *out, size_t nbytes);
 

@@ -1,6 +1,6 @@
 #include "sdvalid.h"
 
-#include "sdutil.h"
+#include "sdproto.h"
 
 #include <stdarg.h>
 #include <stdio.h>

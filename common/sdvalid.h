@@ -1,3 +1,6 @@
+#ifndef SD_VALID_H
+#define SD_VALID_H
+
 /* One JSON validator for outside input (HTTP bodies, config files, apply files). A
  * validation context carries the error buffer and the path of the field being read, so
  * every message names the field where it sits: "services[2].health.type must be ...".
@@ -18,8 +21,6 @@ enum {
     SD_JV_REQUIRED = 1, /* absent or null: "is required" */
     SD_JV_NONNULL = 2,  /* absent: 1; null: refused as the wrong type */
 };
-#ifndef SD_VALID_H
-#define SD_VALID_H
 
 #include <jansson.h>
 #include <stddef.h>

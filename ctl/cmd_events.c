@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include "ctl.h"
+#include "sdproto.h"
 #include "sdutil.h"
 
 SDCTL_CMD("events", cmd_events, "show the process event history (newest last)");
@@ -12,21 +13,23 @@ SDCTL_CMD("events", cmd_events, "show the process event history (newest last)");
 static const char usage_text[] =
     "usage: sdctl events [-f] [--since SEQ] [--limit N]\n"
     "  Shows process events (started, ready, stopped) newest last: the newest N (default\n"
-    "  100, at most 1000), or with --since the ones after event SEQ (the SEQ column; -o\n"
+    "  100, at most " SD_STR(SD_HISTORY_LIMIT_MAX) "), or with --since the ones after event SEQ (the SEQ column; -o\n"
     "  json also gives `last`, the SEQ to continue from).\n"
     "  -f, --follow   then keep printing new events as they arrive (every second) until\n"
     "                 interrupted; with -o json, one JSON object per line.\n";
 
-/* What matters of one event: the pid when it started, the reason when it stopped. */
+/* What matters of one event: the pid when it started, the reason ("killed(signal 9)")
+ * and its detail when it stopped. */
 static const char *event_detail(const json_t *e, char *buf, size_t cap)
 {
     const char *type = json_string_value(json_object_get(e, "type"));
-    const char *reason = json_string_value(json_object_get(e, "reason"));
     const char *detail = json_string_value(json_object_get(e, "detail"));
     const json_t *pid = json_object_get(e, "pid");
-    if (type && !strcmp(type, "stopped"))
-        snprintf(buf, cap, "%s%s%s", reason ? reason : "?", detail ? ": " : "",
-                 detail ? detail : "");
+    if (type && !strcmp(type, "stopped")) {
+        char reason[SD_REASON_TEXT_MAX];
+        sd_reason_format_json(reason, sizeof reason, e);
+        snprintf(buf, cap, "%s%s%s", reason, detail ? ": " : "", detail ? detail : "");
+    }
     else if (json_is_integer(pid))
         snprintf(buf, cap, "pid %lld", (long long)json_integer_value(pid));
     else
@@ -86,7 +89,7 @@ static int follow(ctl_t *ctl, const char *since, int limit)
         json_t *ans = NULL;
         sdc_err_t err;
         int rc = sdc_events_list(ctl->client, ctl->cluster, last[0] ? last : NULL,
-                                 last[0] ? 1000 : limit, &ans, &err);
+                                 last[0] ? SD_HISTORY_LIMIT_MAX : limit, &ans, &err);
         if (rc == SDC_E_TRANSPORT || (rc == SDC_E_HTTP && err.status >= 500)) {
             if (!down) {
                 char buf[512];
@@ -137,8 +140,9 @@ int cmd_events(ctl_t *ctl, int argc, char **argv)
         } else if (!strcmp(a, "--since") && i + 1 < argc) {
             since = argv[++i];
         } else if (!strcmp(a, "--limit") && i + 1 < argc) {
-            if (sd_parse_i64(argv[++i], 1, 1000, &limit))
-                return ctl_usage("events", "--limit takes a number from 1 to 1000");
+            if (sd_parse_i64(argv[++i], 1, SD_HISTORY_LIMIT_MAX, &limit))
+                return ctl_usage("events", "--limit takes a number from 1 to "
+                                           SD_STR(SD_HISTORY_LIMIT_MAX));
         } else {
             return ctl_usage("events", "unexpected or incomplete argument '%s'", a);
         }

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "ctl.h"
+#include "sdproto.h"
 #include "sdutil.h"
 
 SDCTL_CMD("ps", cmd_ps, "list processes (the live directory, or --state stopped)");
@@ -14,30 +15,12 @@ static const char usage_text[] =
     "  With INSTANCE, that one process record (exit code 4 when it is unknown).\n"
     "  AGE is the time since the process started (stopped: since it stopped).\n";
 
-/* The exit reason with its detail: "killed(9)", "exited(3)", "hung(3012ms)". */
-static const char *reason_text(const json_t *p, char *buf, size_t cap)
-{
-    const char *reason = json_string_value(json_object_get(p, "reason"));
-    const json_t *code = json_object_get(p, "code"), *sig = json_object_get(p, "signal");
-    const json_t *silent = json_object_get(p, "silent_ms");
-    if (!reason)
-        snprintf(buf, cap, "-");
-    else if (json_is_integer(code))
-        snprintf(buf, cap, "%s(code %lld)", reason, (long long)json_integer_value(code));
-    else if (json_is_integer(sig))
-        snprintf(buf, cap, "%s(signal %lld)", reason, (long long)json_integer_value(sig));
-    else if (json_is_integer(silent))
-        snprintf(buf, cap, "%s(silent %lldms)", reason, (long long)json_integer_value(silent));
-    else
-        snprintf(buf, cap, "%s", reason);
-    return buf;
-}
-
 static void proc_row(ctl_table_t *t, const json_t *p, int64_t now)
 {
     char inst[160], svc[160], mach[160], state[16], pid[24], gen[24], ports[256], age[32];
-    char reason[96];
+    char reason[SD_REASON_TEXT_MAX];
     const char *st = json_string_value(json_object_get(p, "state"));
+    sd_reason_format_json(reason, sizeof reason, p);
     const json_t *since = json_object_get(p, st && !strcmp(st, "stopped") ? "stopped_at_ms"
                                                                            : "started_at_ms");
     ctl_table_row(t, ctl_jstr(json_object_get(p, "instance"), inst, sizeof inst),
@@ -49,7 +32,7 @@ static void proc_row(ctl_table_t *t, const json_t *p, int64_t now)
                   ctl_kv_text(json_object_get(p, "ports"), ports, sizeof ports),
                   json_is_integer(since) ? ctl_fmt_ms(now - json_integer_value(since), age, sizeof age)
                                          : NULL,
-                  reason_text(p, reason, sizeof reason));
+                  reason);
 }
 
 int cmd_ps(ctl_t *ctl, int argc, char **argv)

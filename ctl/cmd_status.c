@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "ctl.h"
+#include "sdproto.h"
 #include "sdutil.h"
 
 SDCTL_CMD("status", cmd_status, "one screen: primary, machines, services desired/running/ready, failures");
@@ -161,13 +162,14 @@ static void status_print(ctl_t *ctl, const json_t *st)
     int64_t now = sd_wall_ms();
     t = ctl_table_new(5, "AGE", "INSTANCE", "MACHINE", "REASON", "DETAIL");
     json_array_foreach(failures, i, x) {
-        char inst[160], m[160], reason[32], det[300];
+        char inst[160], m[160], reason[SD_REASON_TEXT_MAX], det[300];
         const json_t *ts = json_object_get(x, "ts_ms");
+        sd_reason_format_json(reason, sizeof reason, x);
         ctl_table_row(t, json_is_integer(ts) ? ctl_fmt_ms(now - json_integer_value(ts), d, sizeof d)
                                              : NULL,
                       ctl_jstr(json_object_get(x, "instance"), inst, sizeof inst),
                       ctl_jstr(json_object_get(x, "machine"), m, sizeof m),
-                      ctl_jstr(json_object_get(x, "reason"), reason, sizeof reason),
+                      reason,
                       ctl_jstr(json_object_get(x, "detail"), det, sizeof det));
     }
     ctl_table_print(t, stdout, ctl->color);

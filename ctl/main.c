@@ -5,10 +5,7 @@
 #include <unistd.h>
 
 #include "ctl.h"
-
-#ifndef SD_VERSION
-#define SD_VERSION "dev"
-#endif
+#include "sdversion.h"
 
 static void usage(FILE *f)
 {

@@ -24,7 +24,8 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-#define GP_VERSION "0.1.0"
+#include "sdversion.h"
+
 #define GP_QUERY_MAX 1400          /* longest datagram answered */
 #define GP_REPLY_MAX 1600          /* room for the longest reply (a full statusResponse) */
 #define GP_Q3_CHALLENGE_MAX 64

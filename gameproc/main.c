@@ -20,6 +20,7 @@
 
 #include "gameproc.h"
 #include "sdlog.h"
+#include "sdproto.h"
 #include "sdutil.h"
 
 /* The modules called every tick, in order (stopped in reverse order: the master link

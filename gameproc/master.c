@@ -100,7 +100,7 @@ static void describe(const gp_t *gp)
 {
     m.srv = (sdc_master_server_t){
         .port = gp->udp_port, .game = "gameproc", .map = gp->map, .name = gp->name,
-        .region = gp->region, .version = GP_VERSION, .players = gp->players,
+        .region = gp->region, .version = SD_VERSION, .players = gp->players,
         .max_players = gp->max_players, .protocol = 68, .gametype = -1,
     };
     m.srv.tags = m.tags;

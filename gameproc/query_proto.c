@@ -110,7 +110,7 @@ static void q3_serverinfo(const gp_query_info_t *in, out_t *o, const char *chall
     out_kv(o, "gametype", "%d", 0);
     out_kv(o, "g_gametype", "%d", 0);
     out_kv(o, "g_needpass", "%d", 0);
-    out_kv(o, "version", "%s", "gameproc " GP_VERSION);
+    out_kv(o, "version", "%s", "gameproc " SD_VERSION);
     out_kv(o, "draining", "%d", in->draining);
 }
 
@@ -175,7 +175,7 @@ static void a2s_info(const gp_query_info_t *in, out_t *o)
     out_u8(o, 'l'); /* linux */
     out_u8(o, 0);   /* public */
     out_u8(o, 0);   /* no VAC */
-    out_str(o, GP_VERSION);
+    out_str(o, SD_VERSION);
     out_u8(o, 0);
     out_u8(o, 0x80); /* extra data: the game port follows */
     out_le16(o, (unsigned)in->port);

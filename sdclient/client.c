@@ -8,6 +8,7 @@
 #include <sys/random.h>
 
 #include "sdc_internal.h"
+#include "sdproto.h"
 #include "sdutil.h"
 
 #define MAX_URLS 16

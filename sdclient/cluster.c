@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "sdc_internal.h"
+#include "sdproto.h"
 #include "sdutil.h"
 
 

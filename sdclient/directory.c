@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "sdc_internal.h"
+#include "sdproto.h"
 #include "sdutil.h"
 
 int sdc_machine_put(sdc_t *c, const char *cluster, const char *machine,
@@ -67,8 +68,8 @@ int sdc_events_post(sdc_t *c, const char *cluster, const json_t *events, int *ac
     if (rc)
         return rc;
     if (!json_is_array(events) || json_array_size(events) == 0 ||
-        json_array_size(events) > 1000)
-        return sdc__inval(err, "events must be an array of 1 to 1000 events");
+        json_array_size(events) > SD_EVENTS_MAX)
+        return sdc__inval(err, "events must be an array of 1 to " SD_STR(SD_EVENTS_MAX) " events");
     char path[SDC__PATH_MAX];
     sdc__cpath(path, sizeof path, cluster, "/events");
     json_t *body = json_pack("{s:O}", "events", (json_t *)events);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "sdc_internal.h"
+#include "sdproto.h"
 #include "sdutil.h"
 
 #define KEY_MAX 128

@@ -86,9 +86,9 @@ int sdc_machine_get(sdc_t *c, const char *cluster, const char *machine, json_t *
 /* DELETE .../machines/{machine} (ops). */
 int sdc_machine_delete(sdc_t *c, const char *cluster, const char *machine, sdc_err_t *err);
 
-/* POST .../events with `events`, a JSON array of 1..1000 event objects (not stolen; see
- * the events contract). accepted/duplicates may be NULL. Safe to retry: ServerDir
- * counts an already applied event id as a duplicate. */
+/* POST .../events with `events`, a JSON array of 1..SD_EVENTS_MAX (sdproto.h: 1000)
+ * event objects (not stolen; see the events contract). accepted/duplicates may be NULL.
+ * Safe to retry: ServerDir counts an already applied event id as a duplicate. */
 int sdc_events_post(sdc_t *c, const char *cluster, const json_t *events, int *accepted,
                     int *duplicates, sdc_err_t *err);
 

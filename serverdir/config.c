@@ -18,8 +18,8 @@ sd_config_t sd_cfg = {
     .redis = "redis://127.0.0.1:6379/0",
     .key_prefix = "sd:",
     .threads = 8,
-    .body_max = 1 << 20,
-    .blob_max = 256 << 10,
+    .body_max = SD_BODY_MAX_DEFAULT,
+    .blob_max = SD_BLOB_MAX_DEFAULT,
     .conn_timeout_s = 30,
 };
 

@@ -21,11 +21,8 @@
 #include "master.h"
 #include "sd.h"
 #include "sdnotify.h"
+#include "sdversion.h"
 #include "watchdog.h"
-
-#ifndef SD_VERSION
-#define SD_VERSION "dev"
-#endif
 
 static void usage(FILE *f)
 {

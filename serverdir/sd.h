@@ -21,6 +21,7 @@
 
 #include "sdjson.h"
 #include "sdlog.h"
+#include "sdproto.h"
 #include "sdutil.h"
 #include "store.h"
 

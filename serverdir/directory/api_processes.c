@@ -16,7 +16,6 @@ SD_ROUTE(GET, "/v1/clusters/{c}/processes/{instance}", SD_R_BB | SD_R_VIEWER, 0,
 #define PROCS_LIMIT_DEFAULT 10000
 #define PROCS_LIMIT_MAX 100000
 #define EVENTS_LIMIT_DEFAULT 100
-#define EVENTS_LIMIT_MAX 1000
 
 /* Validates the batch, then applies it with one script. Answers
  * {"accepted": N, "duplicates": D, "stale": S}: stale events were new but older than the
@@ -63,7 +62,7 @@ void h_events_list(sd_req_t *req, sd_resp_t *resp)
     const char *cluster;
     int64_t limit;
     if (sd_req_name(req, resp, 0, "cluster", &cluster) ||
-        sd_req_query_int(req, resp, "limit", 1, EVENTS_LIMIT_MAX, EVENTS_LIMIT_DEFAULT, &limit))
+        sd_req_query_int(req, resp, "limit", 1, SD_HISTORY_LIMIT_MAX, EVENTS_LIMIT_DEFAULT, &limit))
         return;
     const char *since = sd_req_query(req, "since");
     if (since && sd_dir_stream_id_valid(since)) {

@@ -47,231 +47,42 @@ int sd_dir_config_load(const json_t *section, char *err, size_t errcap)
 
 /* ---------- events ---------- */
 
-static const char *const event_types[] = {"started", "ready", "stopped", NULL};
-static const char *const stop_reasons[] = {
-    "exited", "killed", "hung", "start_timeout", "crash_loop", "stopped_by_operator",
-    "machine_lost", "drained", "replaced", NULL};
-
-static int in_list(const char *s, const char *const *list)
+/* Checks the event at v's path (sd_event_check: the contract lives in common/sdproto.c)
+ * and appends its flat string form [key, value, ...] to out, fields in a fixed order,
+ * absent and null ones left out, numbers as decimal text, ports as sorted compact JSON. */
+static int event_normalize(sd_jv_t *v, const json_t *ev, json_t *out)
 {
-    for (; *list; list++)
-        if (strcmp(s, *list) == 0)
-            return 1;
-    return 0;
-}
-
-/* The field validators below write "events[i].key ..." messages. Each returns 0 when
- * the field is present and valid, 1 when absent (or null where null is allowed), -1 on
- * a bad value. */
-static int ev_str(const json_t *ev, int i, const char *key, int required, size_t maxlen,
-                  const char **out, char *err, size_t cap)
-{
-    json_t *v = json_object_get(ev, key);
-    if (!v || json_is_null(v)) {
-        if (!required)
-            return 1;
-        snprintf(err, cap, "events[%d].%s is required", i, key);
+    static const char *const order[] = {"id", "type", "instance", "machine", "service",
+                                        "pid", "ts_ms", "slot", "generation", "ports",
+                                        "reason", "code", "signal", "silent_ms", "detail"};
+    if (sd_event_check(v, ev))
         return -1;
-    }
-    if (!json_is_string(v)) {
-        snprintf(err, cap, "events[%d].%s must be a string", i, key);
-        return -1;
-    }
-    const char *s = json_string_value(v);
-    if (json_string_length(v) > maxlen || strlen(s) != json_string_length(v)) {
-        snprintf(err, cap, "events[%d].%s must be at most %zu bytes without NUL", i, key, maxlen);
-        return -1;
-    }
-    *out = s;
-    return 0;
-}
-
-static int ev_name(const json_t *ev, int i, const char *key, const char **out, char *err,
-                   size_t cap)
-{
-    int rc = ev_str(ev, i, key, 1, SD_NAME_MAX, out, err, cap);
-    if (rc)
-        return rc;
-    if (!sd_name_valid(*out, SD_NAME_MAX)) {
-        snprintf(err, cap,
-                 "events[%d].%s must be 1-%d characters of A-Z a-z 0-9 _ . : @ - "
-                 "(not starting with '.' or '-', no '..')",
-                 i, key, SD_NAME_MAX);
-        return -1;
-    }
-    return 0;
-}
-
-static int ev_int(const json_t *ev, int i, const char *key, int required, int64_t min,
-                  int64_t max, int64_t *out, char *err, size_t cap)
-{
-    json_t *v = json_object_get(ev, key);
-    if (!v || json_is_null(v)) {
-        if (!required)
-            return 1;
-        snprintf(err, cap, "events[%d].%s is required", i, key);
-        return -1;
-    }
-    if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max) {
-        snprintf(err, cap, "events[%d].%s must be an integer from %lld to %lld", i, key,
-                 (long long)min, (long long)max);
-        return -1;
-    }
-    *out = json_integer_value(v);
-    return 0;
-}
-
-static void add_pair(json_t *flat, const char *k, const char *v)
-{
-    json_array_append_new(flat, json_string(k));
-    json_array_append_new(flat, json_string(v));
-}
-
-static void add_int(json_t *flat, const char *k, int64_t v)
-{
-    char buf[24];
-    snprintf(buf, sizeof buf, "%lld", (long long)v);
-    add_pair(flat, k, buf);
-}
-
-/* Validates `ports` (object of name -> 1..65535) and adds it as compact JSON. */
-static int ev_ports(const json_t *ev, int i, json_t *flat, char *err, size_t cap)
-{
-    json_t *p = json_object_get(ev, "ports");
-    if (!p || json_is_null(p))
-        return 0;
-    if (!json_is_object(p) || json_object_size(p) > SD_PORTS_MAX) {
-        snprintf(err, cap, "events[%d].ports must be an object of at most %d name: port entries",
-                 i, SD_PORTS_MAX);
-        return -1;
-    }
-    const char *k;
-    json_t *v;
-    json_object_foreach(p, k, v) {
-        if (!sd_name_valid(k, 64)) {
-            snprintf(err, cap, "events[%d].ports has a bad port name (1-64 characters of "
-                               "A-Z a-z 0-9 _ . : @ -)", i);
-            return -1;
-        }
-        if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 65535) {
-            snprintf(err, cap, "events[%d].ports.%s must be an integer from 1 to 65535", i, k);
-            return -1;
-        }
-    }
-    char *s = json_dumps(p, JSON_COMPACT | JSON_SORT_KEYS);
-    if (!s) {
-        snprintf(err, cap, "out of memory");
-        return -1;
-    }
-    add_pair(flat, "ports", s);
-    free(s);
-    return 0;
-}
-
-/* Validates events[i] and appends its flat string form to out. */
-static int event_normalize(const json_t *ev, int i, json_t *out, char *err, size_t cap)
-{
-    static const char *const allowed[] = {"id", "type", "instance", "machine", "service",
-                                          "pid", "ts_ms", "slot", "generation", "ports",
-                                          "reason", "code", "signal", "silent_ms", "detail",
-                                          NULL};
-    if (!json_is_object(ev)) {
-        snprintf(err, cap, "events[%d] must be an object", i);
-        return -1;
-    }
-    const char *k;
-    json_t *v;
-    json_object_foreach((json_t *)ev, k, v) {
-        if (!in_list(k, allowed)) {
-            snprintf(err, cap, "events[%d] has an unknown field '%.64s'", i, k);
-            return -1;
-        }
-    }
-    const char *id, *type, *inst, *machine, *service;
-    if (ev_name(ev, i, "id", &id, err, cap) || ev_str(ev, i, "type", 1, 16, &type, err, cap))
-        return -1;
-    if (!in_list(type, event_types)) {
-        snprintf(err, cap, "events[%d].type must be started, ready or stopped", i);
-        return -1;
-    }
-    if (ev_name(ev, i, "instance", &inst, err, cap) ||
-        ev_name(ev, i, "machine", &machine, err, cap) ||
-        ev_name(ev, i, "service", &service, err, cap))
-        return -1;
-    int stopped = strcmp(type, "stopped") == 0;
     json_t *flat = json_array();
-    add_pair(flat, "id", id);
-    add_pair(flat, "type", type);
-    add_pair(flat, "instance", inst);
-    add_pair(flat, "machine", machine);
-    add_pair(flat, "service", service);
-
-    static const struct {
-        const char *key;
-        int64_t min, max;
-    } ints[] = {
-        {"pid", 1, SD_PID_MAX},
-        {"ts_ms", 0, 1LL << 53},
-        {"slot", 0, 1000000},
-        {"generation", 0, 1LL << 40},
-    };
-    for (size_t n = 0; n < SD_ARRAY_LEN(ints); n++) {
-        int64_t x;
-        int required = n == 0 && strcmp(type, "started") == 0;
-        int rc = ev_int(ev, i, ints[n].key, required, ints[n].min, ints[n].max, &x, err, cap);
-        if (rc < 0)
-            goto bad;
-        if (rc == 0)
-            add_int(flat, ints[n].key, x);
-    }
-    if (ev_ports(ev, i, flat, err, cap))
-        goto bad;
-
-    static const char *const stop_only[] = {"reason", "code", "signal", "silent_ms", "detail"};
-    if (!stopped) {
-        for (size_t n = 0; n < SD_ARRAY_LEN(stop_only); n++) {
-            json_t *x = json_object_get(ev, stop_only[n]);
-            if (x && !json_is_null(x)) {
-                snprintf(err, cap, "events[%d].%s is only allowed in a stopped event", i,
-                         stop_only[n]);
-                goto bad;
+    for (size_t n = 0; n < SD_ARRAY_LEN(order); n++) {
+        json_t *f = json_object_get(ev, order[n]);
+        char num[24], *dump = NULL;
+        const char *text = NULL;
+        if (json_is_string(f)) {
+            text = json_string_value(f);
+        } else if (json_is_integer(f)) {
+            snprintf(num, sizeof num, "%lld", (long long)json_integer_value(f));
+            text = num;
+        } else if (json_is_object(f)) {
+            text = dump = json_dumps(f, JSON_COMPACT | JSON_SORT_KEYS);
+            if (!dump) {
+                snprintf(v->err, v->errcap, "out of memory");
+                json_decref(flat);
+                return -1;
             }
+        } else {
+            continue;
         }
-    } else {
-        const char *reason, *detail;
-        if (ev_str(ev, i, "reason", 1, 32, &reason, err, cap) < 0)
-            goto bad;
-        if (!in_list(reason, stop_reasons)) {
-            snprintf(err, cap, "events[%d].reason must be one of exited, killed, hung, "
-                               "start_timeout, crash_loop, stopped_by_operator, machine_lost, "
-                               "drained, replaced", i);
-            goto bad;
-        }
-        add_pair(flat, "reason", reason);
-        int64_t x;
-        int rc;
-        if ((rc = ev_int(ev, i, "code", 0, -255, 255, &x, err, cap)) < 0)
-            goto bad;
-        if (rc == 0)
-            add_int(flat, "code", x);
-        if ((rc = ev_int(ev, i, "signal", 0, 1, 64, &x, err, cap)) < 0)
-            goto bad;
-        if (rc == 0)
-            add_int(flat, "signal", x);
-        if ((rc = ev_int(ev, i, "silent_ms", 0, 0, 1LL << 40, &x, err, cap)) < 0)
-            goto bad;
-        if (rc == 0)
-            add_int(flat, "silent_ms", x);
-        if ((rc = ev_str(ev, i, "detail", 0, SD_DETAIL_MAX, &detail, err, cap)) < 0)
-            goto bad;
-        if (rc == 0)
-            add_pair(flat, "detail", detail);
+        json_array_append_new(flat, json_string(order[n]));
+        json_array_append_new(flat, json_string(text));
+        free(dump);
     }
     json_array_append_new(out, flat);
     return 0;
-bad:
-    json_decref(flat);
-    return -1;
 }
 
 int sd_dir_events_normalize(const json_t *body, char **out, size_t *nevents, char *err,
@@ -292,10 +103,15 @@ int sd_dir_events_normalize(const json_t *body, char **out, size_t *nevents, cha
         return -1;
     }
     json_t *norm = json_array();
+    sd_jv_t v;
+    sd_jv_init(&v, "events", err, errcap);
     size_t i;
     json_t *ev;
     json_array_foreach(evs, i, ev) {
-        if (event_normalize(ev, (int)i, norm, err, errcap)) {
+        size_t mark = sd_jv_index(&v, i);
+        int rc = event_normalize(&v, ev, norm);
+        sd_jv_pop(&v, mark);
+        if (rc) {
             json_decref(norm);
             return -1;
         }
@@ -445,6 +261,17 @@ static json_t *obj_or_null(const char *s)
     return v ? v : json_null();
 }
 
+/* Sets o's "reason_text" to its stop reason in the one wording ("killed(signal 9)"), or
+ * to null when o has no reason. */
+static void add_reason_text(json_t *o)
+{
+    char text[SD_REASON_TEXT_MAX];
+    int has = json_is_string(json_object_get(o, "reason"));
+    if (has)
+        sd_reason_format_json(text, sizeof text, o);
+    json_object_set_new(o, "reason_text", has ? json_string(text) : json_null());
+}
+
 json_t *sd_dir_proc_json(const redisReply *flat, const char *cluster)
 {
     static const char *const ints[] = {"pid", "started_at_ms", "ready_at_ms", "stopped_at_ms",
@@ -459,6 +286,7 @@ json_t *sd_dir_proc_json(const redisReply *flat, const char *cluster)
     for (size_t i = 0; i < SD_ARRAY_LEN(ints); i++)
         json_object_set_new(o, ints[i], int_or_null(flat_get(flat, ints[i])));
     json_object_set_new(o, "ports", obj_or_null(flat_get(flat, "ports")));
+    add_reason_text(o);
     return o;
 }
 
@@ -510,6 +338,8 @@ json_t *sd_dir_event_json(const redisReply *entry)
         else
             json_object_set_new(o, k->str, json_string(v->str));
     }
+    if (json_object_get(o, "reason"))
+        add_reason_text(o);
     return o;
 }
 

@@ -28,12 +28,6 @@
 
 #include "sd.h"
 
-#define SD_EVENTS_MAX 1000        /* events in one POST */
-#define SD_DETAIL_MAX 256         /* stopped.detail */
-#define SD_PORTS_MAX 32           /* entries of `ports` */
-#define SD_LABELS_MAX 32          /* entries of machine `labels` */
-#define SD_PID_MAX (1 << 22)
-
 typedef struct {
     int64_t history_max;     /* entries kept in the per-cluster event stream */
     int64_t stopped_keep;    /* stopped process records kept per cluster */

@@ -1,9 +1,9 @@
 /* bigbrother supervising real gameproc processes: hangs (SIGSTOP) are killed and
- * restarted within liveness + grace + 1 s with reason hung; kill -9 gives killed(9); a
- * process that never gets ready gives start_timeout; a crash loop ends in failed and
- * stays there until an operator starts it; --ignore-term is SIGKILLed after the grace;
- * an sd_notify program and probe-checked programs (udp query, http, exec) are supervised
- * without the shim. */
+ * restarted within liveness + grace + 1 s with reason hung; kill -9 gives
+ * killed(signal 9); a process that never gets ready gives start_timeout; a crash loop
+ * ends in failed and stays there until an operator starts it; --ignore-term is
+ * SIGKILLed after the grace; an sd_notify program and probe-checked programs (udp
+ * query, http, exec) are supervised without the shim. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -106,6 +106,7 @@ static void kill9_is_reported_and_restarted(void **state)
     assert_non_null(in);
     assert_string_equal(bbt_str(in, "reason"), "killed");
     assert_int_equal(bbt_int(in, "signal"), 9);
+    assert_string_equal(bbt_str(in, "reason_text"), "killed(signal 9)");
     assert_int_not_equal(bbt_int(in, "pid"), pid);
     json_decref(in);
     h_stop(b.pid, 3000);
@@ -143,7 +144,7 @@ static void crash_loop_fails_until_operator_start(void **state)
     assert_string_equal(bbt_str(in, "reason"), "crash_loop");
     assert_int_equal(bbt_int(in, "code"), 3);
     assert_int_equal(bbt_int(in, "generation"), 4); /* the first run + 3 restarts */
-    assert_non_null(strstr(bbt_str(in, "detail"), "3 restarts in 60 s; last: exited(3)"));
+    assert_non_null(strstr(bbt_str(in, "detail"), "3 restarts in 60 s; last: exited(code 3)"));
     assert_int_equal(bbt_int(in, "pid"), 0);
     json_decref(in);
     /* kept failed: no more spawns */

@@ -193,6 +193,7 @@ static void event_batch_applied_then_retried_as_duplicates(void **state)
     assert_int_equal(jint(j, "started_at_ms"), 1000);
     assert_int_equal(jint(j, "ready_at_ms"), 1500);
     assert_int_equal(jint(json_object_get(j, "ports"), "game"), 27960);
+    assert_true(json_is_null(json_object_get(j, "reason_text")));
     json_decref(j);
 
     /* The contract's example batch, then the same batch again: all duplicates, and
@@ -221,6 +222,7 @@ static void event_batch_applied_then_retried_as_duplicates(void **state)
     assert_int_equal(jint(j, "slot"), 3);
     assert_int_equal(jint(j, "stopped_at_ms"), 1795000009000L);
     assert_string_equal(jstr(j, "detail"), "liveness deadline 3000 ms missed");
+    assert_string_equal(jstr(j, "reason_text"), "hung(silent 3012ms)");
     json_decref(j);
 
     /* The live directory holds zone-1 only; the stopped list holds the other. */
@@ -258,6 +260,7 @@ static void stopped_unknown_recorded_and_never_revived(void **state)
     assert_string_equal(jstr(j, "state"), "stopped");
     assert_string_equal(jstr(j, "reason"), "exited");
     assert_int_equal(jint(j, "code"), 3);
+    assert_string_equal(jstr(j, "reason_text"), "exited(code 3)");
     assert_true(json_is_integer(json_object_get(j, "stopped_at_ms"))); /* server time */
     json_decref(j);
 

@@ -804,7 +804,7 @@ static int bb_drained(void *b)
 /* The issue's end-to-end case with the real bigbrother: serverdir is stopped while
  * supervised processes are killed and restarted and bigbrother itself is killed with -9
  * and started again; once serverdir is back, the live directory is exactly what bbctl
- * shows, the killed instances are stopped with reason killed(9), and serverdir's history
+ * shows, the killed instances are stopped with reason killed(signal 9), and serverdir's history
  * holds exactly the events bigbrother recorded in its outbox, once each, in order. */
 static void real_bigbrother_churn_during_outage(void **state)
 {
@@ -883,7 +883,7 @@ static void real_bigbrother_churn_during_outage(void **state)
     json_decref(live);
     json_decref(status);
 
-    /* Four instances were killed: three by their own bigbrother, stopped killed(9); one
+    /* Four instances were killed: three by their own bigbrother, stopped killed(signal 9); one
      * re-adopted by the second bigbrother, which is not its parent and so cannot learn
      * the status: stopped exited (status unknown). */
     json_t *stopped = sd_get("/v1/clusters/c1/processes?state=stopped");

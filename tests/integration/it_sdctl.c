@@ -134,7 +134,7 @@ static void events_table_since_and_json(void **state)
     assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "events", NULL), 0);
     assert_non_null(h_line_with(out, "zone-m2-9", line, sizeof line));
     assert_non_null(strstr(line, "stopped"));
-    assert_non_null(strstr(line, "killed"));
+    assert_non_null(strstr(line, "killed(signal 9)"));
     assert_non_null(h_line_with(out, "lobby-m2-1", line, sizeof line));
     assert_non_null(strstr(line, "pid 5151"));
     /* Newest last. */

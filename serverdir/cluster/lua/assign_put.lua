@@ -8,14 +8,9 @@
 -- The version grows (once per call) only if some machine's list really changed; the
 -- changed machines are published so their parked long-polls answer.
 local base = KEYS[1]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local p = redis.call('HMGET', base .. 'primary', 'holder', 'epoch', 'expires_at_ms')
-local holder = p[1] or ''
-if tonumber(p[3] or '0') <= now then holder = '' end
-if holder == '' or p[2] ~= ARGV[1] then
-  return {'stale_epoch', p[2] or '0', holder}
-end
+local now = now_ms()
+local stale = stale_epoch(base, ARGV[1], now)
+if stale then return stale end
 local pairs_ = cjson.decode(ARGV[4])
 local changed = {}
 for i = 1, #pairs_, 2 do

@@ -6,14 +6,9 @@
 -- Returns {'ok', assignments_version, changed (0|1), instance, service, ...} or
 -- {'stale_epoch', current_epoch, holder}.
 local base = KEYS[1]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local p = redis.call('HMGET', base .. 'primary', 'holder', 'epoch', 'expires_at_ms')
-local holder = p[1] or ''
-if tonumber(p[3] or '0') <= now then holder = '' end
-if holder == '' or p[2] ~= ARGV[1] then
-  return {'stale_epoch', p[2] or '0', holder}
-end
+local now = now_ms()
+local stale = stale_epoch(base, ARGV[1], now)
+if stale then return stale end
 local m = ARGV[2]
 local out = {'ok', redis.call('GET', base .. 'assign:version') or '0', 0}
 local cur = redis.call('HGET', base .. 'assign:' .. m, 'slots') or '[]'

@@ -6,8 +6,7 @@
 -- The epoch grows by one on every change of holder; it comes from primary:epoch, which
 -- is never deleted, so an epoch is never handed out twice. A holder renewing its own
 -- lease (even one that ran out while nobody took it) keeps its epoch.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local function s(n) return string.format('%d', n) end
 local key = KEYS[1] .. 'primary'
 local m, ttl = ARGV[1], tonumber(ARGV[2])

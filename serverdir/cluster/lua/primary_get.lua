@@ -1,8 +1,7 @@
 -- Reads the primary lease with the Redis time.
 -- KEYS[1]: the cluster's key base.
 -- Returns {holder ('' when none or expired), epoch ('0' when never held), expires_in_ms}.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local cur = redis.call('HMGET', KEYS[1] .. 'primary', 'holder', 'epoch', 'expires_at_ms')
 local left = tonumber(cur[3] or '0') - now
 local holder = cur[1] or ''

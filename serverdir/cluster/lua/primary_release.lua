@@ -1,8 +1,7 @@
 -- Releases the primary lease if machine ARGV[1] holds it (a clean shutdown); the epoch
 -- counter stays, so the next holder gets a new epoch.
 -- KEYS[1]: the cluster's key base. Returns {'ok', epoch} or {'not_primary', holder}.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local key = KEYS[1] .. 'primary'
 local cur = redis.call('HMGET', key, 'holder', 'epoch', 'expires_at_ms')
 local holder = cur[1] or ''

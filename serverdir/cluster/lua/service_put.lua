@@ -4,8 +4,7 @@
 -- Returns {'unchanged', version}, {'changed', version, old_spec ('' when created)} or
 -- {'conflict', current_version} when ARGV[3] is not the stored version.
 local base = KEYS[1]
-local t = redis.call('TIME')
-local now = string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+local now = string.format('%d', now_ms())
 local key = base .. 'svc:' .. ARGV[1]
 local cur = redis.call('HMGET', key, 'spec', 'version')
 if ARGV[3] ~= '' and ARGV[3] ~= (cur[2] or '0') then

@@ -7,8 +7,7 @@
 --   machines: {{name, field, value, ...}, ...}   (as machine_list, plus draining),
 --   assignments: {{machine, version, epoch, slots}, ...}}
 local base = KEYS[1]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local c = redis.call('HMGET', base .. 'cluster', 'stopped', 'stopped_version')
 local sv = tonumber(c[2] or '0')
 local services = {}

@@ -1,6 +1,6 @@
 -- Applies one batch of process events atomically: the whole batch or, on a bad input,
--- nothing (the batch was validated in C; the first loop re-checks its shape before any
--- write).
+-- nothing (the batch was validated in C; the first loop re-checks its shape, with the
+-- wire contract's SD constants, before any write).
 -- KEYS[1]: the cluster's key base "<prefix>{cluster}:"
 -- ARGV[1]: JSON array, per event a flat [key, value, ...] array of strings
 -- ARGV[2]: event id ttl ms, ARGV[3]: history max length, ARGV[4]: stopped records kept,
@@ -22,19 +22,21 @@ local base = KEYS[1]
 local batch = cjson.decode(ARGV[1])
 local idttl, histmax = ARGV[2], ARGV[3]
 local keep, sttl = tonumber(ARGV[4]), tonumber(ARGV[5])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local function s(n) return string.format('%d', n) end
 local nows = s(now)
 local LIVE = {starting = true, ready = true}
 
+if #batch > SD.EVENTS_MAX then
+  return redis.error_reply('bad_field events must be at most ' .. SD.EVENTS_MAX .. ' events')
+end
 local events = {}
 for i, e in ipairs(batch) do
   local f = {}
   for k = 1, #e, 2 do f[e[k]] = e[k + 1] end
   if type(f.id) ~= 'string' or type(f.instance) ~= 'string' or type(f.machine) ~= 'string'
-     or type(f.service) ~= 'string' or (f.type ~= 'started' and f.type ~= 'ready'
-     and f.type ~= 'stopped') then
+     or type(f.service) ~= 'string' or not SD.EVENT_TYPES[f.type]
+     or (f.type == 'stopped') ~= (SD.STOP_REASONS[f.reason] ~= nil) then
     return redis.error_reply('bad_field events[' .. (i - 1) .. '] is malformed')
   end
   events[i] = f

@@ -3,8 +3,7 @@
 -- Returns {now_ms, {name, field, value, ...}, ...} (with draining 1 for a machine in the
 -- draining set); names whose record expired (lost longer than machine_keep) are dropped
 -- from the machine set on the way.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local out = {string.format('%d', now)}
 local names
 if ARGV[1] ~= '' then

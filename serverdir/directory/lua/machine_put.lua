@@ -4,8 +4,7 @@
 -- ARGV[3]: ttl_ms, then field/value pairs given in the body (address, labels, capacity,
 -- version); fields not given keep their stored value.
 -- Returns {registered_at_ms, expires_in_ms, new_registration (0|1)}.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local function s(n) return string.format('%d', n) end
 local key = KEYS[1] .. 'machine:' .. ARGV[1]
 local ttl = tonumber(ARGV[3])

@@ -16,7 +16,6 @@ local now = tonumber(ARGV[1])
 local bind, chal, addr, ip = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local ttl, per_ip, max_servers = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local game = ARGV[9]
-local COLS = {'ip', 'g', 'm', 'r', 't', 'os', 'p', 'x', 'pw', 'd', 's', 'pr', 'gt', 'f', 'j'}
 
 local ch = P .. 'ch:' .. chal
 local c = redis.call('HMGET', ch, 'b', 'e', 'u')
@@ -73,16 +72,5 @@ redis.call('ZADD', ipset, exp, addr)
 redis.call('PEXPIRE', ipset, ttl)
 
 -- Lazy sweep: a bounded number of expired servers per call.
-local old = redis.call('ZRANGEBYSCORE', P .. 'exp', '-inf', now, 'LIMIT', 0, 32)
-for _, a in ipairs(old) do
-  local oip = redis.call('HGET', P .. 'c:ip', a)
-  local og = redis.call('HGET', P .. 'c:g', a)
-  local oj = redis.call('HGET', P .. 'c:j', a)
-  if oj then redis.call('ZREM', P .. 'jlist', oj) end
-  if oip then redis.call('ZREM', P .. 'ip:' .. oip, a) end
-  if og then redis.call('ZREM', P .. 'g:' .. og, a) end
-  for _, col in ipairs(COLS) do redis.call('HDEL', P .. 'c:' .. col, a) end
-  redis.call('ZREM', P .. 'list', a)
-  redis.call('ZREM', P .. 'exp', a)
-end
+master_sweep(P, now, 32)
 return {is_new and 1 or 0, exp}

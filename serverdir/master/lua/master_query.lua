@@ -17,7 +17,6 @@ local limit, budget = tonumber(ARGV[3]), tonumber(ARGV[4])
 local want = ARGV[5]
 local index = ARGV[6] == '' and (P .. 'list') or (P .. 'g:' .. ARGV[6])
 local nterms = tonumber(ARGV[7])
-local COLS = {'ip', 'g', 'm', 'r', 't', 'os', 'p', 'x', 'pw', 'd', 's', 'pr', 'gt', 'f', 'j'}
 
 local terms = {}
 for i = 0, nterms - 1 do
@@ -142,16 +141,5 @@ elseif #matched > 0 then
   end
 end
 
-local old = redis.call('ZRANGEBYSCORE', P .. 'exp', '-inf', now, 'LIMIT', 0, 16)
-for _, a in ipairs(old) do
-  local oip = redis.call('HGET', P .. 'c:ip', a)
-  local og = redis.call('HGET', P .. 'c:g', a)
-  local oj = redis.call('HGET', P .. 'c:j', a)
-  if oj then redis.call('ZREM', P .. 'jlist', oj) end
-  if oip then redis.call('ZREM', P .. 'ip:' .. oip, a) end
-  if og then redis.call('ZREM', P .. 'g:' .. og, a) end
-  for _, c in ipairs(COLS) do redis.call('HDEL', P .. 'c:' .. c, a) end
-  redis.call('ZREM', P .. 'list', a)
-  redis.call('ZREM', P .. 'exp', a)
-end
+master_sweep(P, now, 16)
 return out

@@ -1,0 +1,250 @@
+/* The wire contract's tables, the event check and the stop reason formatter (sdproto.h). */
+#include "sdproto.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#define SD__PROTO_NAME(id, name) name,
+static const char *const event_types[SD_EV_COUNT] = {SD_EVENT_TYPES(SD__PROTO_NAME)};
+static const char *const stop_reasons[SD_STOP_COUNT] = {SD_STOP_REASONS(SD__PROTO_NAME)};
+#undef SD__PROTO_NAME
+
+const char *sd_event_type_name(sd_event_type_t t)
+{
+    return (unsigned)t < SD_EV_COUNT ? event_types[t] : NULL;
+}
+
+const char *sd_stop_reason_name(sd_stop_reason_t r)
+{
+    return (unsigned)r < SD_STOP_COUNT ? stop_reasons[r] : NULL;
+}
+
+/* The index of s in names[0..n), or -1. */
+static int name_index(const char *s, const char *const *names, int n)
+{
+    for (int i = 0; s && i < n; i++)
+        if (strcmp(s, names[i]) == 0)
+            return i;
+    return -1;
+}
+
+int sd_event_type_parse(const char *s) { return name_index(s, event_types, SD_EV_COUNT); }
+
+int sd_stop_reason_parse(const char *s) { return name_index(s, stop_reasons, SD_STOP_COUNT); }
+
+int sd_name_valid(const char *s, size_t max)
+{
+    if (!s)
+        return 0;
+    size_t n = strlen(s);
+    if (n == 0 || n > max || s[0] == '.' || s[0] == '-')
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                 c == '_' || c == '.' || c == '-' || c == ':' || c == '@';
+        if (!ok)
+            return 0;
+    }
+    return strstr(s, "..") == NULL;
+}
+
+/* The field checkers below read ev[key] and report through v, whose path is at the event
+ * ("events[3]"), so messages read "events[3].key ...". Each returns 0 when the field is
+ * present and valid, 1 when absent or null and not required, -1 on a bad value or a
+ * required field missing. */
+static int ev_field(sd_jv_t *v, const json_t *ev, const char *key, int required, json_t **out)
+{
+    json_t *x = json_object_get(ev, key);
+    if (!x || json_is_null(x))
+        return required ? sd_jv_fail(v, key, "is required") : 1;
+    *out = x;
+    return 0;
+}
+
+static int ev_str(sd_jv_t *v, const json_t *ev, const char *key, int required, size_t maxlen,
+                  const char **out)
+{
+    json_t *x = NULL;
+    int rc = ev_field(v, ev, key, required, &x);
+    if (rc)
+        return rc;
+    if (!json_is_string(x))
+        return sd_jv_fail(v, key, "must be a string");
+    if (json_string_length(x) > maxlen || strlen(json_string_value(x)) != json_string_length(x))
+        return sd_jv_fail(v, key, "must be at most %zu bytes without NUL", maxlen);
+    *out = json_string_value(x);
+    return 0;
+}
+
+static int ev_name(sd_jv_t *v, const json_t *ev, const char *key)
+{
+    const char *s;
+    int rc = ev_str(v, ev, key, 1, SD_NAME_MAX, &s);
+    if (rc)
+        return rc;
+    if (!sd_name_valid(s, SD_NAME_MAX))
+        return sd_jv_fail(v, key,
+                          "must be 1-%d characters of " SD_NAME_CHARSET_TEXT
+                          " (not starting with '.' or '-', no '..')",
+                          SD_NAME_MAX);
+    return 0;
+}
+
+static int ev_int(sd_jv_t *v, const json_t *ev, const char *key, int required, int64_t min,
+                  int64_t max)
+{
+    json_t *x = NULL;
+    int rc = ev_field(v, ev, key, required, &x);
+    if (rc)
+        return rc;
+    if (!json_is_integer(x) || json_integer_value(x) < min || json_integer_value(x) > max)
+        return sd_jv_fail(v, key, "must be an integer from %lld to %lld", (long long)min,
+                          (long long)max);
+    return 0;
+}
+
+/* `ports`: absent, null, or an object of at most SD_PORTS_MAX name: 1..65535 entries. */
+static int ev_ports(sd_jv_t *v, const json_t *ev)
+{
+    json_t *p = NULL;
+    if (ev_field(v, ev, "ports", 0, &p))
+        return 0;
+    if (!json_is_object(p) || json_object_size(p) > SD_PORTS_MAX)
+        return sd_jv_fail(v, "ports", "must be an object of at most %d name: port entries",
+                          SD_PORTS_MAX);
+    const char *k;
+    json_t *x = NULL;
+    json_object_foreach(p, k, x) {
+        if (!sd_name_valid(k, SD_PORT_NAME_MAX))
+            return sd_jv_fail(v, "ports", "has a bad port name (1-%d characters of "
+                              SD_NAME_CHARSET_TEXT ")", SD_PORT_NAME_MAX);
+        if (!json_is_integer(x) || json_integer_value(x) < 1 || json_integer_value(x) > 65535) {
+            size_t mark = sd_jv_key(v, "ports");
+            sd_jv_fail(v, k, "must be an integer from 1 to 65535");
+            sd_jv_pop(v, mark);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Writes "a, b or c" / "a, b, c" of the names into buf. */
+static void name_list(char *buf, size_t cap, const char *const *names, int n, const char *last)
+{
+    size_t len = 0;
+    buf[0] = 0;
+    for (int k = 0; k < n && len < cap; k++) {
+        const char *sep = k == 0 ? "" : k == n - 1 ? last : ", ";
+        len += (size_t)snprintf(buf + len, cap - len, "%s%s", sep, names[k]);
+    }
+}
+
+int sd_event_check(sd_jv_t *v, const json_t *ev)
+{
+    static const char *const known[] = {"id", "type", "instance", "machine", "service",
+                                        "pid", "ts_ms", "slot", "generation", "ports",
+                                        "reason", "code", "signal", "silent_ms", "detail"};
+    static const char *const stop_only[] = {"reason", "code", "signal", "silent_ms", "detail"};
+    static const struct {
+        const char *key;
+        int64_t min, max;
+    } ints[] = {
+        {"pid", 1, SD_PID_MAX},
+        {"ts_ms", 0, 1LL << 53},
+        {"slot", 0, 1000000},
+        {"generation", 0, 1LL << 40},
+    }, stop_ints[] = {
+        {"code", -255, 255},
+        {"signal", 1, 64},
+        {"silent_ms", 0, 1LL << 40},
+    };
+    char names[160];
+    if (!json_is_object(ev))
+        return sd_jv_fail(v, NULL, "must be an object");
+    const char *k, *type, *reason, *detail;
+    json_t *x = NULL;
+    json_object_foreach((json_t *)ev, k, x) {
+        if (name_index(k, known, (int)(sizeof known / sizeof *known)) < 0)
+            return sd_jv_fail(v, NULL, "has an unknown field '%.64s'", k);
+    }
+    if (ev_name(v, ev, "id") || ev_str(v, ev, "type", 1, 16, &type))
+        return -1;
+    int t = sd_event_type_parse(type);
+    if (t < 0) {
+        name_list(names, sizeof names, event_types, SD_EV_COUNT, " or ");
+        return sd_jv_fail(v, "type", "must be %s", names);
+    }
+    if (ev_name(v, ev, "instance") || ev_name(v, ev, "machine") || ev_name(v, ev, "service"))
+        return -1;
+    for (size_t n = 0; n < sizeof ints / sizeof *ints; n++)
+        if (ev_int(v, ev, ints[n].key, n == 0 && t == SD_EV_STARTED, ints[n].min, ints[n].max) < 0)
+            return -1;
+    if (ev_ports(v, ev))
+        return -1;
+    if (t != SD_EV_STOPPED) {
+        for (size_t n = 0; n < sizeof stop_only / sizeof *stop_only; n++) {
+            json_t *y = NULL;
+            if (!ev_field(v, ev, stop_only[n], 0, &y))
+                return sd_jv_fail(v, stop_only[n], "is only allowed in a stopped event");
+        }
+        return 0;
+    }
+    if (ev_str(v, ev, "reason", 1, 32, &reason) < 0)
+        return -1;
+    if (sd_stop_reason_parse(reason) < 0) {
+        name_list(names, sizeof names, stop_reasons, SD_STOP_COUNT, ", ");
+        return sd_jv_fail(v, "reason", "must be one of %s", names);
+    }
+    for (size_t n = 0; n < sizeof stop_ints / sizeof *stop_ints; n++)
+        if (ev_int(v, ev, stop_ints[n].key, 0, stop_ints[n].min, stop_ints[n].max) < 0)
+            return -1;
+    return ev_str(v, ev, "detail", 0, SD_DETAIL_MAX, &detail) < 0 ? -1 : 0;
+}
+
+/* Each reason shows at most one value: the one that explains it. */
+size_t sd_reason_format(char *buf, size_t cap, const char *reason, int64_t code,
+                        int64_t signal, int64_t silent_ms)
+{
+    const char *label = NULL, *unit = "";
+    int64_t v = SD_REASON_NONE;
+    if (!reason || !*reason)
+        reason = "-";
+    switch (sd_stop_reason_parse(reason)) {
+    case SD_STOP_EXITED:
+        label = "code";
+        v = code;
+        break;
+    case SD_STOP_KILLED:
+        label = "signal";
+        v = signal;
+        break;
+    case SD_STOP_HUNG:
+    case SD_STOP_START_TIMEOUT:
+        label = "silent";
+        unit = "ms";
+        v = silent_ms;
+        break;
+    default:
+        break;
+    }
+    int n = v == SD_REASON_NONE
+                ? snprintf(buf, cap, "%s", reason)
+                : snprintf(buf, cap, "%s(%s %" PRId64 "%s)", reason, label, v, unit);
+    return n < 0 ? 0 : (size_t)n;
+}
+
+/* An integer field of rec, or SD_REASON_NONE. */
+static int64_t int_field(const json_t *rec, const char *key)
+{
+    const json_t *v = json_object_get(rec, key);
+    return json_is_integer(v) ? (int64_t)json_integer_value(v) : SD_REASON_NONE;
+}
+
+size_t sd_reason_format_json(char *buf, size_t cap, const json_t *rec)
+{
+    return sd_reason_format(buf, cap, json_string_value(json_object_get(rec, "reason")),
+                            int_field(rec, "code"), int_field(rec, "signal"),
+                            int_field(rec, "silent_ms"));
+}

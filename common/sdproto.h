@@ -1,0 +1,110 @@
+/* The wire contract shared by bigbrother, libsdclient, serverdir and sdctl: names, the
+ * limits of a request, the process event types and stop reasons, and the one text form
+ * of a stop reason ("killed(signal 9)"), and the check of a process event.
+ *
+ * serverdir's Lua scripts get the same values from the build: cmake/lua_prelude.cmake
+ * reads every "#define SD_NAME <decimal>" line below and the rows X(SD_EV_..., "name")
+ * and X(SD_STOP_..., "name") of the SD_EVENT_TYPES / SD_STOP_REASONS tables into the
+ * prelude in front of each script (SD.NAME, SD.EVENT_TYPES[name],
+ * SD.STOP_REASONS[name]). Keep those lines in that shape. */
+#ifndef SD_PROTO_H
+#define SD_PROTO_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sdvalid.h"
+
+/* A name (cluster, machine, service, instance, event id, lock key part): 1..SD_NAME_MAX
+ * bytes of [A-Za-z0-9_.:@-], not starting with '.' or '-', no "..". Safe as a Redis key
+ * part, a file name and a URL path segment. */
+#define SD_NAME_MAX 128
+#define SD_NAME_CHARSET_TEXT "A-Z a-z 0-9 _ . : @ -"
+
+/* POST /v1/clusters/{c}/events */
+#define SD_EVENTS_MAX 1000      /* events in one POST */
+#define SD_DETAIL_MAX 256       /* stopped.detail, bytes */
+#define SD_PORTS_MAX 32         /* entries of `ports` */
+#define SD_PORT_NAME_MAX 64     /* a key of `ports` (a name) */
+#define SD_PID_MAX 4194304      /* 1 << 22, Linux's pid_max ceiling */
+
+/* GET /v1/clusters/{c}/events */
+#define SD_HISTORY_LIMIT_MAX 1000 /* events in one page of the history */
+
+/* PUT /v1/clusters/{c}/machines/{m} */
+#define SD_LABELS_MAX 32        /* entries of machine `labels` */
+
+/* Request bodies: serverdir's defaults of body_max_bytes and blob_max_bytes. */
+#define SD_BODY_MAX_DEFAULT 1048576 /* 1 MiB, a JSON body */
+#define SD_BLOB_MAX_DEFAULT 262144  /* 256 KiB, a blob */
+
+/* A limit as a string literal, for messages: "at most " SD_STR(SD_EVENTS_MAX) " events". */
+#define SD_STR(x) SD__STR(x)
+#define SD__STR(x) #x
+
+/* X(enum constant, wire name) */
+#define SD_EVENT_TYPES(X)                                                                      \
+    X(SD_EV_STARTED, "started")                                                                \
+    X(SD_EV_READY, "ready")                                                                    \
+    X(SD_EV_STOPPED, "stopped")
+
+/* Why a process stopped (the `reason` of a stopped event). */
+#define SD_STOP_REASONS(X)                                                                     \
+    X(SD_STOP_EXITED, "exited")                                                                \
+    X(SD_STOP_KILLED, "killed")                                                                \
+    X(SD_STOP_HUNG, "hung")                                                                    \
+    X(SD_STOP_START_TIMEOUT, "start_timeout")                                                  \
+    X(SD_STOP_CRASH_LOOP, "crash_loop")                                                        \
+    X(SD_STOP_BY_OPERATOR, "stopped_by_operator")                                              \
+    X(SD_STOP_MACHINE_LOST, "machine_lost")                                                    \
+    X(SD_STOP_DRAINED, "drained")                                                              \
+    X(SD_STOP_REPLACED, "replaced")
+
+#define SD__PROTO_ENUM(id, name) id,
+typedef enum { SD_EVENT_TYPES(SD__PROTO_ENUM) SD_EV_COUNT } sd_event_type_t;
+typedef enum { SD_STOP_REASONS(SD__PROTO_ENUM) SD_STOP_COUNT } sd_stop_reason_t;
+#undef SD__PROTO_ENUM
+
+/* The wire name of an event type / stop reason (a static string), or NULL when out of
+ * range. */
+const char *sd_event_type_name(sd_event_type_t t);
+const char *sd_stop_reason_name(sd_stop_reason_t r);
+
+/* The event type / stop reason named s, or -1 when s is NULL or no such name. */
+int sd_event_type_parse(const char *s);
+int sd_stop_reason_parse(const char *s);
+
+/* 1 when s is a name (see SD_NAME_MAX) of at most max bytes, else 0 (NULL too). */
+int sd_name_valid(const char *s, size_t max);
+
+/* Checks one process event against the events contract, all of it that depends on the
+ * event alone: the known fields only; id, type, instance, machine and service present;
+ * names, integer ranges, ports; pid required in a started event; reason required in a
+ * stopped event and reason, code, signal, silent_ms, detail allowed only there. Null
+ * counts as absent. Returns 0, or -1 with the message in v, whose path names the event
+ * ("events[3].reason must be one of ..."). The one place the contract is checked:
+ * bigbrother before an event enters its outbox, serverdir before a batch is applied. */
+int sd_event_check(sd_jv_t *v, const json_t *ev);
+
+/* A value a stop record does not carry (no exit code, no signal, no silence). */
+#define SD_REASON_NONE INT64_MIN
+
+/* Room for any text sd_reason_format() writes for a known reason, NUL included. */
+#define SD_REASON_TEXT_MAX 64
+
+/* Writes the text form of a stop into buf (always NUL-terminated when cap > 0) and
+ * returns the length it needed, like snprintf. One wording everywhere:
+ *   exited(code 3)  killed(signal 9)  hung(silent 3012ms)  start_timeout(silent 10000ms)
+ * and the bare reason for the others (stopped_by_operator, crash_loop, machine_lost,
+ * drained, replaced), or when the value the reason goes with is SD_REASON_NONE.
+ * NULL or "" reason: "-". An unknown reason is written as given. */
+size_t sd_reason_format(char *buf, size_t cap, const char *reason, int64_t code,
+                        int64_t signal, int64_t silent_ms);
+
+/* sd_reason_format() over a record's "reason", "code", "signal" and "silent_ms" fields
+ * (a process record, a history event, a bigbrother status row); a missing or non-integer
+ * value counts as SD_REASON_NONE. */
+size_t sd_reason_format_json(char *buf, size_t cap, const json_t *rec);
+
+#endif
