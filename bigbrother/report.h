@@ -40,11 +40,12 @@ int bb_report_start(const bb_report_opts_t *opts, bb_report_t **out);
 
 /* Appends one event and wakes the reporter. `event` is borrowed; it must hold "type"
  * ("started" | "ready" | "stopped"), "instance", "service", for started "pid" and for
- * stopped "reason" (CONTRACTS.md), else -EINVAL and nothing is written. The id
- * ("<machine>-<run id>-<seq>", unique across restarts), "machine" and "ts_ms" are added
- * when absent and written into the record, so every retry, even after a restart, carries
- * the same id. -ENOSPC when the outbox is at its cap (256 MiB; logged once per episode).
- * Safe to call from the supervision thread only (single producer). Returns 0 or -errno. */
+ * stopped "reason" (docs/design.md, "Wire contract"), else -EINVAL and nothing is written.
+ * The id ("<machine>-<run id>-<seq>", unique across restarts), "machine" and "ts_ms" are
+ * added when absent and written into the record, so every retry, even after a restart,
+ * carries the same id. -ENOSPC when the outbox is at its cap (256 MiB; logged once per
+ * episode). Safe to call from the supervision thread only (single producer). Returns 0 or
+ * -errno. */
 int bb_report_event(bb_report_t *r, json_t *event);
 
 /* Events appended but not yet acknowledged by ServerDir. Any thread. */

@@ -5,7 +5,7 @@
  *
  *     SD_ROUTE(PUT, "/v1/locks/{key}", SD_R_GAME, 0, h_lock_acquire);
  *
- * The build scans serverdir/api_*.c for these lines and generates the route table
+ * The build scans serverdir/<part>/api_*.c for these lines and generates the route table
  * (routes_gen.c), so adding a route is one line beside its handler. Lua scripts in
  * serverdir/<part>/lua/NAME.lua are embedded by the build and called by NAME. */
 #ifndef SD_SD_H
@@ -25,7 +25,7 @@
 
 struct MHD_Connection;
 
-/* ---- roles (DESIGN.md "Auth") ---- */
+/* ---- roles (docs/design.md, "Roles") ---- */
 #define SD_R_OPS 0x1u
 #define SD_R_BB 0x2u
 #define SD_R_GAME 0x4u

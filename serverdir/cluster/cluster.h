@@ -1,4 +1,4 @@
-/* Cluster orchestration (issue 6, docs/cluster.md): desired services, the primary lease,
+/* Cluster orchestration (docs/cluster.md): desired services, the primary lease,
  * per-machine assignments and their long-poll. api_services.c and api_cluster.c are the
  * handlers, cluster_spec.c validates and compares service specs (and holds the script
  * reply helpers both handler files use), assign_wait.c parks assignment long-polls on
