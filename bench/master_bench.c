@@ -7,7 +7,8 @@
  *      p50 / p99 latency,
  *   4. UDP Valve master queries answered per second (filter \gamedir\, 231-server
  *      replies, 32 queries in flight).
- * Targets (issue 5): 20,000 heartbeats/s, full walk < 200 ms, filtered batch p99 < 2 ms.
+ * Targets (bench/README.md, "master list"): 20,000 heartbeats/s, full walk < 200 ms,
+ * filtered batch p99 < 2 ms.
  * Every run starts from an empty Redis. Usage: bench_master [--servers N] [--runs R]
  * [--threads T]. Not part of ctest. */
 #include <arpa/inet.h>

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Supervision figures of issue 3, bigbrother against supervisord (the anchor) in one run:
+# Supervision figures (bench/README.md, "supervision"), bigbrother against supervisord (the
+# anchor) in one run:
 #   - crash -> replacement running: kill -9 of a supervised process until its replacement
 #     has started (backoff 0), median and p90 over CRASH_SAMPLES kills, both supervisors;
 #   - hang -> replacement running: a process stops sending WATCHDOG=1 (sd_notify health,

@@ -40,8 +40,8 @@ int bb_report_start(const bb_report_opts_t *opts, bb_report_t **out);
 
 /* Appends one event and wakes the reporter. `event` is borrowed; it must hold "type"
  * ("started" | "ready" | "stopped"), "instance", "service", for started "pid" and for
- * stopped "reason", and pass sd_event_check() (sdproto.h) once completed, else -EINVAL
- * (logged) and nothing is written. The id
+ * stopped "reason", and pass sd_event_check() (sdproto.h; docs/design.md, "Wire
+ * contract") once completed, else -EINVAL (logged) and nothing is written. The id
  * ("<machine>-<run id>-<seq>", unique across restarts), "machine" and "ts_ms" are added
  * when absent and written into the record, so every retry, even after a restart, carries
  * the same id. -ENOSPC when the outbox is at its cap (256 MiB; logged once per episode).

@@ -1,4 +1,4 @@
-# Generates the serverdir route table from the SD_ROUTE(...) lines of serverdir/api_*.c.
+# Generates the serverdir route table from the SD_ROUTE(...) lines of serverdir/<part>/api_*.c.
 # Usage: cmake -DOUT=routes_gen.c -DSOURCES="a.c;b.c" -P gen_routes.cmake
 include(${CMAKE_CURRENT_LIST_DIR}/write_if_changed.cmake)
 set(decls "")

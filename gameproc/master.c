@@ -1,4 +1,4 @@
-/* Master-list heartbeats (issue 5): gameproc lists itself so game clients find it.
+/* Master-list heartbeats (docs/master.md): gameproc lists itself so game clients find it.
  *
  * REST (--master-rest): every --master-interval-s, a challenge then a heartbeat through
  * libsdclient (sdc_master_announce_addr) with game, map, players, max_players, region

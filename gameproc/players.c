@@ -1,4 +1,4 @@
-/* Simulated players with their progress in ServerDir (issue 4: locks and fenced blobs).
+/* Simulated players with their progress in ServerDir (docs/locks.md: locks and fenced blobs).
  *
  * Each of the --players slots runs this cycle; the loop thread owns every slot and the
  * network calls run on this module's worker thread (worker.c), one job per slot at a

@@ -1,4 +1,4 @@
-/* serverdir: the stateless HTTP/JSON directory service. See DESIGN.md.
+/* serverdir: the stateless HTTP/JSON directory service. See docs/design.md.
  *
  * Start-up order: defaults, then --config FILE, then flags; Redis connections are made
  * lazily per worker thread, so serverdir starts (and /healthz answers) while Redis is

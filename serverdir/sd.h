@@ -27,7 +27,7 @@
 
 struct MHD_Connection;
 
-/* ---- roles (DESIGN.md "Auth") ---- */
+/* ---- roles (docs/design.md, "Roles") ---- */
 #define SD_R_OPS 0x1u
 #define SD_R_BB 0x2u
 #define SD_R_GAME 0x4u

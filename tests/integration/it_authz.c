@@ -1,8 +1,8 @@
 /* The authorization matrix: every route serverdir serves (read from the generated route
  * table, so a new route is covered without editing this file) x {no token, bad token, ops,
  * bigbrother, game, viewer}. Each answer is classified as 401, 403 or "got past auth" and
- * compared with the table below, written from DESIGN.md ("Auth" and the REST table) on the
- * least-privilege principle:
+ * compared with the table below, written from docs/design.md ("Roles") and
+ * docs/openapi.yaml on the least-privilege principle:
  *   ops: everything; bigbrother: machines, processes/events, services read, assignments,
  *   primary; game: locks, blobs (master heartbeat is public: the address proves it);
  *   viewer: GET only. Public: health, metrics, dashboard, the master list REST front. */

@@ -1,7 +1,8 @@
 /* The process directory and machine leases against a real redis-server and serverdir:
  * leases (register, renew, expiry, delete), event batches (idempotency, ordering
- * safety), filters, the bounded history, every bad input of issue 2 (specific error, no
- * Redis change), auth and token reload, a Redis outage, and libsdclient failover. */
+ * safety), filters, the bounded history, every bad input (docs/design.md, "Error
+ * conventions": a specific error, no Redis change), auth and token reload, a Redis
+ * outage, and libsdclient failover. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

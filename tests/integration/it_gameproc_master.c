@@ -1,6 +1,6 @@
-/* gameproc on the master list (issue 5, "Clients"), real processes: it announces itself
- * over REST (challenge + heartbeat) with its fields and is removed at once when it
- * exits; it lists itself through serverdir's UDP master front with the DarkPlaces
+/* gameproc on the master list (README, "gameproc with ServerDir"), real processes: it
+ * announces itself over REST (challenge + heartbeat) with its fields and is removed at
+ * once when it exits; it lists itself through serverdir's UDP master front with the DarkPlaces
  * dance (heartbeat -> getinfo <challenge> -> infoResponse) and shows up in the REST list
  * and in a getservers answer; and its own UDP port answers getinfo with the challenge
  * echoed as the protocol requires. */

@@ -1,7 +1,7 @@
-/* gameproc's player simulation against a real serverdir + redis (issue 4, "Clients"):
- * the fencing story end to end (a SIGSTOPped server's save is refused after an operator
- * handed its player to another server, whose data stays intact), a graceful stop that
- * saves then releases, and a ServerDir outage that the game loop does not notice (the
+/* gameproc's player simulation against a real serverdir + redis (README, "gameproc with
+ * ServerDir"): the fencing story end to end (a SIGSTOPped server's save is refused after an
+ * operator handed its player to another server, whose data stays intact), a graceful stop
+ * that saves then releases, and a ServerDir outage that the game loop does not notice (the
  * heartbeats to a fake Big Brother keep flowing, saves resume afterwards). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -162,7 +162,7 @@ static int teardown(void **state)
     return 0;
 }
 
-/* Issue 4's fencing story: A holds player:7 and saves; A is frozen; an operator
+/* The fencing story (docs/locks.md): A holds player:7 and saves; A is frozen; an operator
  * force-unlocks; B takes the player and saves; A wakes up and its next save is refused
  * (logged once, the player dropped); B's progress is what the blob holds. */
 static void fencing_end_to_end(void **state)
