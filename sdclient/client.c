@@ -130,6 +130,8 @@ int sdc__names(sdc_err_t *err, int n, ...)
 
 /* "/v1/clusters/<cluster>" and the suffix formatted from fmt and ap, into path. */
 static const char *cpath_v(char *path, size_t cap, const char *cluster, const char *fmt,
+                           va_list ap) __attribute__((format(printf, 4, 0)));
+static const char *cpath_v(char *path, size_t cap, const char *cluster, const char *fmt,
                            va_list ap)
 {
     int n = snprintf(path, cap, "/v1/clusters/%s", cluster);

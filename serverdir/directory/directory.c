@@ -90,7 +90,9 @@ int sd_dir_events_normalize(const json_t *body, char **out, size_t *nevents, cha
 {
     *out = NULL;
     static const char *const top[] = {"events", NULL};
-    if (sd_json_only_keys(body, top, err, errcap))
+    sd_jv_t jv;
+    sd_jv_init(&jv, "", err, errcap);
+    if (sd_jv_only_keys(&jv, body, top))
         return -1;
     json_t *evs = json_object_get(body, "events");
     if (!evs) {

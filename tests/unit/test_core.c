@@ -11,6 +11,7 @@
 #include "router.h"
 #include "sd.h"
 #include "sdjson.h"
+#include "sdvalid.h"
 #include "sdlog.h"
 #include "sdutil.h"
 
@@ -161,20 +162,22 @@ static void json_getters_name_the_field(void **state)
     const char *s = NULL;
     int64_t i = 0;
     int b = 0;
-    assert_int_equal(sd_json_str(o, "a", 1, 10, &s, err, sizeof err), 0);
+    sd_jv_t v;
+    sd_jv_init(&v, "", err, sizeof err);
+    assert_int_equal(sd_jv_str(&v, o, "a", 1, 10, &s), 0);
     assert_string_equal(s, "x");
-    assert_int_equal(sd_json_str(o, "zz", 0, 10, &s, err, sizeof err), 1);
-    assert_int_equal(sd_json_str(o, "zz", 1, 10, &s, err, sizeof err), -1);
+    assert_int_equal(sd_jv_str(&v, o, "zz", 0, 10, &s), 1);
+    assert_int_equal(sd_jv_str(&v, o, "zz", 1, 10, &s), -1);
     assert_string_equal(err, "field 'zz' is required");
-    assert_int_equal(sd_json_int(o, "n", 1, 0, 4, &i, err, sizeof err), -1);
+    assert_int_equal(sd_jv_int(&v, o, "n", 1, 0, 4, &i), -1);
     assert_string_equal(err, "field 'n' must be between 0 and 4");
-    assert_int_equal(sd_json_int(o, "a", 1, 0, 4, &i, err, sizeof err), -1);
+    assert_int_equal(sd_jv_int(&v, o, "a", 1, 0, 4, &i), -1);
     assert_string_equal(err, "field 'a' must be an integer");
-    assert_int_equal(sd_json_bool(o, "b", 1, &b, err, sizeof err), 0);
+    assert_int_equal(sd_jv_bool(&v, o, "b", 1, &b), 0);
     assert_true(b);
-    assert_int_equal(sd_json_name(o, "bad", 1, &s, err, sizeof err), -1);
+    assert_int_equal(sd_jv_name(&v, o, "bad", 1, &s), -1);
     static const char *const allowed[] = {"a", "n", "b", NULL};
-    assert_int_equal(sd_json_only_keys(o, allowed, err, sizeof err), -1);
+    assert_int_equal(sd_jv_only_keys(&v, o, allowed), -1);
     assert_string_equal(err, "unknown field 'bad'");
     json_decref(o);
 
