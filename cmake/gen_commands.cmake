@@ -1,20 +1,11 @@
 # Generates the sdctl command table from the SDCTL_CMD(...) lines of ctl/cmd_NAME.c.
 # Usage: cmake -DOUT=commands_gen.c -DSOURCES="a.c;b.c" -P gen_commands.cmake
 include(${CMAKE_CURRENT_LIST_DIR}/write_if_changed.cmake)
-set(decls "")
-set(rows "")
-set(count 0)
-foreach(src IN LISTS SOURCES)
-  file(STRINGS "${src}" lines REGEX "^SDCTL_CMD\\(")
-  foreach(line IN LISTS lines)
-    if(NOT line MATCHES "^SDCTL_CMD\\((\"[^\"]*\"), *([A-Za-z0-9_]+), *(\"[^\"]*\")\\);")
-      message(FATAL_ERROR "${src}: cannot parse command line: ${line}")
-    endif()
-    string(APPEND decls "int ${CMAKE_MATCH_2}(ctl_t *, int, char **);\n")
-    string(APPEND rows "    {${CMAKE_MATCH_1}, ${CMAKE_MATCH_2}, ${CMAKE_MATCH_3}},\n")
-    math(EXPR count "${count} + 1")
-  endforeach()
-endforeach()
+include(${CMAKE_CURRENT_LIST_DIR}/decl_lines.cmake)
+collect_decl_lines(SDCTL_CMD
+  "^SDCTL_CMD\\((\"[^\"]*\"), *([A-Za-z0-9_]+), *(\"[^\"]*\")\\);"
+  "int @2@(ctl_t *, int, char **);"
+  "{@1@, @2@, @3@}")
 if(count EQUAL 0)
   set(rows "    {0, 0, 0},\n")
 endif()
