@@ -32,9 +32,7 @@ sd_q3_kind_t sd_q3_kind(const uint8_t *p, size_t n)
     return SD_Q3_NONE;
 }
 
-/* Copies src into dst keeping printable ASCII only (others become '?'), so text from a
- * datagram is always valid JSON and log text. */
-static void copy_printable(char *dst, size_t cap, const char *src)
+void sd_info_copy(char *dst, size_t cap, const char *src)
 {
     size_t i = 0;
     for (; src[i] && i + 1 < cap; i++) {
@@ -117,14 +115,42 @@ int sd_infostring_next(const uint8_t *p, size_t n, size_t *pos, char *key, size_
     return 1;
 }
 
-/* A whole decimal number in [min,max]. */
-static int num(const char *s, int64_t min, int64_t max, int *out)
+int sd_info_num(const char *s, int64_t min, int64_t max, int *out)
 {
     int64_t v;
     if (sd_parse_i64(s, min, max, &v))
         return -1;
     *out = (int)v;
     return 0;
+}
+
+int sd_info_field(const sd_info_key_t *keys, size_t n, const char *key, const char *val,
+                  sd_master_server_t *s, unsigned *have, const char **bad)
+{
+    size_t i = 0;
+    while (i < n && strcmp(keys[i].key, key) != 0)
+        i++;
+    if (i == n)
+        return 0;
+    int rc = 0;
+    switch (keys[i].field) {
+    case SD_INFO_PROTOCOL: rc = sd_info_num(val, 0, 1 << 30, &s->protocol); break;
+    case SD_INFO_PLAYERS: rc = sd_info_num(val, 0, 65535, &s->players); break;
+    case SD_INFO_MAX: rc = sd_info_num(val, 1, 65535, &s->max_players); break;
+    case SD_INFO_BOTS: rc = sd_info_num(val, 0, 65535, &s->bots); break;
+    case SD_INFO_GAME:
+        rc = !*val || strlen(val) > 64 || strpbrk(val, " \t") ? -1 : 0;
+        if (!rc)
+            sd_info_copy(s->game, sizeof s->game, val);
+        break;
+    case SD_INFO_MAP: sd_info_copy(s->map, sizeof s->map, val); break;
+    }
+    if (rc) {
+        *bad = keys[i].bad;
+        return -1;
+    }
+    *have |= 1u << keys[i].field;
+    return 1;
 }
 
 const char *sd_q3_parse_inforesponse(const uint8_t *p, size_t n, sd_master_server_t *s,
@@ -139,11 +165,25 @@ const char *sd_q3_parse_inforesponse(const uint8_t *p, size_t n, sd_master_serve
     s->dedicated = 1;
     s->source = "q3";
     challenge[0] = '\0';
-    int have_proto = 0, have_max = 0, have_clients = 0;
+    static const sd_info_key_t keys[] = {
+        {"protocol", SD_INFO_PROTOCOL, "bad_protocol"},
+        {"sv_maxclients", SD_INFO_MAX, "bad_maxclients"},
+        {"clients", SD_INFO_PLAYERS, "bad_clients"},
+        {"bots", SD_INFO_BOTS, "bad_bots"},
+        {"gamename", SD_INFO_GAME, "bad_gamename"},
+        {"mapname", SD_INFO_MAP, NULL},
+    };
+    unsigned have = 0;
+    const char *bad = NULL;
     size_t pos = HDR_LEN + 13;
     char key[65], val[257];
     int rc;
     while ((rc = sd_infostring_next(p, n, &pos, key, sizeof key, val, sizeof val)) == 1) {
+        int f = sd_info_field(keys, SD_ARRAY_LEN(keys), key, val, s, &have, &bad);
+        if (f < 0)
+            return bad;
+        if (f > 0)
+            continue;
         if (!strcmp(key, "challenge")) {
             size_t cl = strlen(val);
             if (cl == 0 || cl >= chalcap)
@@ -152,32 +192,11 @@ const char *sd_q3_parse_inforesponse(const uint8_t *p, size_t n, sd_master_serve
                 if (!challenge_char_ok((unsigned char)val[i]))
                     return "bad_challenge";
             memcpy(challenge, val, cl + 1);
-        } else if (!strcmp(key, "protocol")) {
-            if (num(val, 0, 1 << 30, &s->protocol))
-                return "bad_protocol";
-            have_proto = 1;
-        } else if (!strcmp(key, "sv_maxclients")) {
-            if (num(val, 1, 65535, &s->max_players))
-                return "bad_maxclients";
-            have_max = 1;
-        } else if (!strcmp(key, "clients")) {
-            if (num(val, 0, 65535, &s->players))
-                return "bad_clients";
-            have_clients = 1;
-        } else if (!strcmp(key, "bots")) {
-            if (num(val, 0, 65535, &s->bots))
-                return "bad_bots";
         } else if (!strcmp(key, "gametype")) {
-            if (num(val, 0, 1 << 30, &s->gametype))
+            if (sd_info_num(val, 0, 1 << 30, &s->gametype))
                 return "bad_gametype";
-        } else if (!strcmp(key, "gamename")) {
-            if (!*val || strlen(val) > 64 || strpbrk(val, " \t"))
-                return "bad_gamename";
-            copy_printable(s->game, sizeof s->game, val);
-        } else if (!strcmp(key, "mapname")) {
-            copy_printable(s->map, sizeof s->map, val);
         } else if (!strcmp(key, "hostname")) {
-            copy_printable(s->name, sizeof s->name, val);
+            sd_info_copy(s->name, sizeof s->name, val);
         } else if (!strcmp(key, "g_needpass") || !strcmp(key, "needpass")) {
             s->password = strcmp(val, "0") != 0 && *val;
         }
@@ -186,7 +205,8 @@ const char *sd_q3_parse_inforesponse(const uint8_t *p, size_t n, sd_master_serve
         return "bad_infostring";
     if (!challenge[0])
         return "no_challenge";
-    if (!have_proto || !have_max || !have_clients)
+    unsigned needed = 1u << SD_INFO_PROTOCOL | 1u << SD_INFO_MAX | 1u << SD_INFO_PLAYERS;
+    if ((have & needed) != needed)
         return "missing_field";
     if (s->players > s->max_players || s->bots > s->players)
         return "bad_clients";
@@ -232,7 +252,7 @@ const char *sd_q3_parse_getservers(const uint8_t *p, size_t n, sd_q3_query_t *q)
         if (!tok)
             return "no_protocol";
     }
-    if (num(tok, 0, 1 << 30, &q->protocol))
+    if (sd_info_num(tok, 0, 1 << 30, &q->protocol))
         return "bad_protocol";
     static const struct {
         const char *word;
@@ -248,7 +268,7 @@ const char *sd_q3_parse_getservers(const uint8_t *p, size_t n, sd_q3_query_t *q)
         } else if (!strcmp(tok, "ipv6")) {
             q->ipv6 = 1;
         } else if (!strncmp(tok, "gametype=", 9)) {
-            if (num(tok + 9, 0, 1 << 30, &q->gametype))
+            if (sd_info_num(tok + 9, 0, 1 << 30, &q->gametype))
                 return "bad_gametype";
         } else {
             for (size_t s = 0; s < SD_ARRAY_LEN(shortcuts); s++)

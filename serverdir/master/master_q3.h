@@ -52,6 +52,29 @@ size_t sd_q3_encode_getinfo(const char *challenge, uint8_t *out, size_t cap);
 int sd_infostring_next(const uint8_t *p, size_t n, size_t *pos, char *key, size_t kcap,
                        char *val, size_t vcap);
 
+/* The info keys both heartbeat dialects carry (Quake III infoResponse, GoldSrc info), each
+ * under its dialect's own name and with its own error code for a bad value. */
+enum { SD_INFO_PROTOCOL, SD_INFO_PLAYERS, SD_INFO_MAX, SD_INFO_BOTS, SD_INFO_GAME, SD_INFO_MAP };
+typedef struct {
+    const char *key; /* the dialect's name for the field */
+    int field;       /* SD_INFO_* */
+    const char *bad; /* the error code for a bad value */
+} sd_info_key_t;
+
+/* Stores val into s when key names one of the n fields of keys: 1 with the field's bit
+ * (1 << SD_INFO_*) set in *have, 0 when key is none of them, -1 with *bad set to the
+ * field's error code when val is out of range (protocol 0-2^30, players and bots 0-65535,
+ * max 1-65535; a game is 1-64 characters without blanks; text is kept printable). */
+int sd_info_field(const sd_info_key_t *keys, size_t n, const char *key, const char *val,
+                  sd_master_server_t *s, unsigned *have, const char **bad);
+
+/* Copies src into dst keeping printable ASCII only (others, and '\\', become '?'), so
+ * text from a datagram is always valid JSON and log text. */
+void sd_info_copy(char *dst, size_t cap, const char *src);
+
+/* A whole decimal number in [min,max] into *out; 0 or -1. */
+int sd_info_num(const char *s, int64_t min, int64_t max, int *out);
+
 /* "infoResponse\n\..." into s (game, map, name, players, max_players, bots, password,
  * protocol, gametype) and the challenge. A Q3A server without gamename is
  * "Quake3Arena" (dpmaster's rule). */

@@ -173,25 +173,6 @@ size_t sd_gs_encode_challenge(uint32_t challenge, uint8_t *out)
     return 10;
 }
 
-static void copy_printable(char *dst, size_t cap, const char *src)
-{
-    size_t i = 0;
-    for (; src[i] && i + 1 < cap; i++) {
-        unsigned char c = (unsigned char)src[i];
-        dst[i] = (c >= 0x20 && c < 0x7f) ? (char)c : '?';
-    }
-    dst[i] = '\0';
-}
-
-static int num(const char *s, int64_t min, int64_t max, int *out)
-{
-    int64_t v;
-    if (sd_parse_i64(s, min, max, &v))
-        return -1;
-    *out = (int)v;
-    return 0;
-}
-
 const char *sd_gs_parse_info(const uint8_t *p, size_t n, sd_master_server_t *s,
                              uint32_t *challenge)
 {
@@ -202,38 +183,32 @@ const char *sd_gs_parse_info(const uint8_t *p, size_t n, sd_master_server_t *s,
     memset(s, 0, sizeof *s);
     s->protocol = s->gametype = -1;
     s->source = "goldsrc";
-    int have_ch = 0, have_proto = 0, have_max = 0, have_players = 0, lan = 0;
+    static const sd_info_key_t keys[] = {
+        {"protocol", SD_INFO_PROTOCOL, "bad_protocol"},
+        {"players", SD_INFO_PLAYERS, "bad_players"},
+        {"max", SD_INFO_MAX, "bad_max"},
+        {"bots", SD_INFO_BOTS, "bad_bots"},
+        {"gamedir", SD_INFO_GAME, "bad_gamedir"},
+        {"map", SD_INFO_MAP, NULL},
+    };
+    unsigned have = 0;
+    const char *bad = NULL;
+    int have_ch = 0, lan = 0;
     size_t pos = 2;
     char key[65], val[257];
     int rc;
     while ((rc = sd_infostring_next(p, n, &pos, key, sizeof key, val, sizeof val)) == 1) {
+        int f = sd_info_field(keys, SD_ARRAY_LEN(keys), key, val, s, &have, &bad);
+        if (f < 0)
+            return bad;
+        if (f > 0)
+            continue;
         if (!strcmp(key, "challenge")) {
             int64_t v;
             if (sd_parse_i64(val, 0, UINT32_MAX, &v))
                 return "bad_challenge";
             *challenge = (uint32_t)v;
             have_ch = 1;
-        } else if (!strcmp(key, "protocol")) {
-            if (num(val, 0, 1 << 30, &s->protocol))
-                return "bad_protocol";
-            have_proto = 1;
-        } else if (!strcmp(key, "players")) {
-            if (num(val, 0, 65535, &s->players))
-                return "bad_players";
-            have_players = 1;
-        } else if (!strcmp(key, "max")) {
-            if (num(val, 1, 65535, &s->max_players))
-                return "bad_max";
-            have_max = 1;
-        } else if (!strcmp(key, "bots")) {
-            if (num(val, 0, 65535, &s->bots))
-                return "bad_bots";
-        } else if (!strcmp(key, "gamedir")) {
-            if (!*val || strlen(val) > 64 || strpbrk(val, " \t"))
-                return "bad_gamedir";
-            copy_printable(s->game, sizeof s->game, val);
-        } else if (!strcmp(key, "map")) {
-            copy_printable(s->map, sizeof s->map, val);
         } else if (!strcmp(key, "password")) {
             s->password = !strcmp(val, "1");
         } else if (!strcmp(key, "os")) {
@@ -243,7 +218,7 @@ const char *sd_gs_parse_info(const uint8_t *p, size_t n, sd_master_server_t *s,
             lan = !strcmp(val, "1");
         } else if (!strcmp(key, "region")) {
             int r;
-            if (num(val, 0, 255, &r))
+            if (sd_info_num(val, 0, 255, &r))
                 return "bad_region";
             sd_strlcpy(s->region, sd_valve_region_name(r), sizeof s->region);
         } else if (!strcmp(key, "type")) {
@@ -251,7 +226,7 @@ const char *sd_gs_parse_info(const uint8_t *p, size_t n, sd_master_server_t *s,
         } else if (!strcmp(key, "secure")) {
             s->secure = !strcmp(val, "1");
         } else if (!strcmp(key, "version")) {
-            copy_printable(s->version, sizeof s->version, val);
+            sd_info_copy(s->version, sizeof s->version, val);
         } else if (!strcmp(key, "gametype")) {
             /* Source servers send their tags here, comma-separated. */
             char tags[257];
@@ -260,14 +235,15 @@ const char *sd_gs_parse_info(const uint8_t *p, size_t n, sd_master_server_t *s,
             for (char *t = strtok_r(tags, ",", &save); t && s->ntags < 16;
                  t = strtok_r(NULL, ",", &save))
                 if (strlen(t) <= 32)
-                    copy_printable(s->tags[s->ntags++], sizeof s->tags[0], t);
+                    sd_info_copy(s->tags[s->ntags++], sizeof s->tags[0], t);
         }
     }
     if (rc < 0)
         return "bad_infostring";
     if (!have_ch)
         return "no_challenge";
-    if (!have_proto || !have_max || !have_players || !s->game[0])
+    unsigned needed = 1u << SD_INFO_PROTOCOL | 1u << SD_INFO_MAX | 1u << SD_INFO_PLAYERS;
+    if ((have & needed) != needed || !s->game[0])
         return "missing_field";
     if (s->players > s->max_players || s->bots > s->players)
         return "bad_players";
