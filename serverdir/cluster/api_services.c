@@ -202,7 +202,8 @@ void h_services_list(sd_req_t *req, sd_resp_t *resp)
         if (s)
             json_array_append_new(list, s);
     }
-    json_t *out = json_pack("{s:I, s:o}", "version", (json_int_t)sd_reply_num(r, 0), "services", list);
+    json_t *out =
+        json_pack("{s:I, s:o}", "version", (json_int_t)sd_reply_num(r, 0), "services", list);
     freeReplyObject(r);
     sd_resp_json(resp, 200, out);
 }
@@ -296,37 +297,63 @@ void h_service_scale(sd_req_t *req, sd_resp_t *resp)
 
 /* ---------- operator actions ---------- */
 
-/* POST /services/{s}/stop and /start: the stopped flag -> 200 {service, stopped, changed,
- * version}. */
-static void service_stop_set(sd_req_t *req, sd_resp_t *resp, int stop)
+/* A per-name on/off switch: a service's stopped flag, a machine's draining flag. Its
+ * script takes (name, "1"|"0") and answers {ok, changed, version} or the status
+ * unknown_<what>. */
+typedef struct {
+    const char *script;
+    const char *what;    /* the path parameter's name, the answer's key, the 404's subject */
+    const char *flag;    /* the answer's key for the flag */
+    const char *missing; /* the 404 message after "<what> '<name>' " */
+    const char *log_on, *log_off;
+} name_switch_t;
+
+static const name_switch_t service_switch = {"service_stop", "service", "stopped",
+                                             "does not exist", "service stopped",
+                                             "service started"};
+static const name_switch_t machine_switch = {"machine_drain", "machine", "draining",
+                                             "is not registered",
+                                             "machine draining", "machine undrained"};
+
+/* POST /services/{s}/stop|start and /machines/{m}/drain|undrain -> 200 {<what>, <flag>,
+ * changed, version}; 404 unknown_<what>. */
+static void name_switch_set(sd_req_t *req, sd_resp_t *resp, const name_switch_t *sw, int on)
 {
-    const char *cluster, *svc;
+    const char *cluster, *name;
     if (sd_req_name(req, resp, 0, "cluster", &cluster) ||
-        sd_req_name(req, resp, 1, "service", &svc))
+        sd_req_name(req, resp, 1, sw->what, &name))
         return;
     redisReply *r = NULL;
-    int rc = sd__cluster_run("service_stop", cluster, &r, svc, stop ? "1" : "0", NULL);
+    int rc = sd__cluster_run(sw->script, cluster, &r, name, on ? "1" : "0", NULL);
     if (rc) {
         sd_resp_store_error(resp, rc);
         return;
     }
-    if (sd_reply_status_is(r, "unknown_service")) {
-        unknown_service(resp, svc);
+    char unknown[32];
+    snprintf(unknown, sizeof unknown, "unknown_%s", sw->what);
+    if (sd_reply_status_is(r, unknown)) {
+        sd_resp_error_extra(resp, 404, unknown, json_pack("{s:s}", sw->what, name), "%s '%s' %s",
+                            sw->what, name, sw->missing);
     } else if (sd_reply_status_is(r, "ok") && r->elements == 3) {
         if (sd_reply_num(r, 1) == 1)
-            log_info(stop ? "service stopped" : "service started", "cluster=%s service=%s",
-                     cluster, svc);
-        sd_resp_json(resp, 200, json_pack("{s:s, s:b, s:b, s:I}", "service", svc, "stopped", stop,
+            log_info(on ? sw->log_on : sw->log_off, "cluster=%s %s=%s", cluster, sw->what, name);
+        sd_resp_json(resp, 200, json_pack("{s:s, s:b, s:b, s:I}", sw->what, name, sw->flag, on,
                                           "changed", sd_reply_num(r, 1) == 1, "version",
                                           (json_int_t)sd_reply_num(r, 2)));
     } else {
-        sd_resp_bad_reply(resp, "service_stop", r);
+        sd_resp_bad_reply(resp, sw->script, r);
     }
     freeReplyObject(r);
 }
 
-void h_service_stop(sd_req_t *req, sd_resp_t *resp) { service_stop_set(req, resp, 1); }
-void h_service_start(sd_req_t *req, sd_resp_t *resp) { service_stop_set(req, resp, 0); }
+void h_service_stop(sd_req_t *req, sd_resp_t *resp)
+{
+    name_switch_set(req, resp, &service_switch, 1);
+}
+void h_service_start(sd_req_t *req, sd_resp_t *resp)
+{
+    name_switch_set(req, resp, &service_switch, 0);
+}
 
 /* An optional JSON body: absent or empty means {}. Returns NULL with resp set on error. */
 static json_t *optional_body(sd_req_t *req, sd_resp_t *resp)
@@ -421,11 +448,11 @@ void h_instance_restart(sd_req_t *req, sd_resp_t *resp)
                  cluster, inst, sd_reply_str(r, 1), sd_reply_str(r, 2));
         SD_COUNT("serverdir_restarts_requested_total{kind=\"instance\"}",
                  "restarts requested by operators", 1);
-        sd_resp_json(resp, 200, json_pack("{s:s, s:s, s:I, s:I, s:I}", "instance", inst,
-                                          "service", sd_reply_str(r, 1),
-                                          "slot", (json_int_t)sd_reply_num(r, 2),
-                                          "restart_token", (json_int_t)sd_reply_num(r, 3), "version",
-                                          (json_int_t)sd_reply_num(r, 4)));
+        sd_resp_json(resp, 200,
+                     json_pack("{s:s, s:s, s:I, s:I, s:I}", "instance", inst, "service",
+                               sd_reply_str(r, 1), "slot", (json_int_t)sd_reply_num(r, 2),
+                               "restart_token", (json_int_t)sd_reply_num(r, 3), "version",
+                               (json_int_t)sd_reply_num(r, 4)));
     } else {
         sd_resp_bad_reply(resp, "instance_restart", r);
     }
@@ -465,35 +492,11 @@ static void cluster_stop_set(sd_req_t *req, sd_resp_t *resp, int stop)
 void h_cluster_stop(sd_req_t *req, sd_resp_t *resp) { cluster_stop_set(req, resp, 1); }
 void h_cluster_start(sd_req_t *req, sd_resp_t *resp) { cluster_stop_set(req, resp, 0); }
 
-/* POST /machines/{m}/drain and /undrain -> 200 {machine, draining, changed, version};
- * 404 unknown_machine. */
-static void machine_drain_set(sd_req_t *req, sd_resp_t *resp, int drain)
+void h_machine_drain(sd_req_t *req, sd_resp_t *resp)
 {
-    const char *cluster, *machine;
-    if (sd_req_name(req, resp, 0, "cluster", &cluster) ||
-        sd_req_name(req, resp, 1, "machine", &machine))
-        return;
-    redisReply *r = NULL;
-    int rc = sd__cluster_run("machine_drain", cluster, &r, machine, drain ? "1" : "0", NULL);
-    if (rc) {
-        sd_resp_store_error(resp, rc);
-        return;
-    }
-    if (sd_reply_status_is(r, "unknown_machine")) {
-        sd_resp_error_extra(resp, 404, "unknown_machine", json_pack("{s:s}", "machine", machine),
-                            "machine '%s' is not registered", machine);
-    } else if (sd_reply_status_is(r, "ok") && r->elements == 3) {
-        if (sd_reply_num(r, 1) == 1)
-            log_info(drain ? "machine draining" : "machine undrained", "cluster=%s machine=%s",
-                     cluster, machine);
-        sd_resp_json(resp, 200, json_pack("{s:s, s:b, s:b, s:I}", "machine", machine, "draining",
-                                          drain, "changed", sd_reply_num(r, 1) == 1, "version",
-                                          (json_int_t)sd_reply_num(r, 2)));
-    } else {
-        sd_resp_bad_reply(resp, "machine_drain", r);
-    }
-    freeReplyObject(r);
+    name_switch_set(req, resp, &machine_switch, 1);
 }
-
-void h_machine_drain(sd_req_t *req, sd_resp_t *resp) { machine_drain_set(req, resp, 1); }
-void h_machine_undrain(sd_req_t *req, sd_resp_t *resp) { machine_drain_set(req, resp, 0); }
+void h_machine_undrain(sd_req_t *req, sd_resp_t *resp)
+{
+    name_switch_set(req, resp, &machine_switch, 0);
+}
