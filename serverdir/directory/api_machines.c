@@ -35,8 +35,7 @@ void h_machine_put(sd_req_t *req, sd_resp_t *resp)
         return;
     }
     redisReply *r = NULL;
-    rc = sd_store_script("machine_put", 1, &a, &r); /* a points into body until here */
-    sd_argv_free(&a);
+    rc = sd_store_run("machine_put", 1, &a, &r); /* a points into body until here */
     json_decref(body);
     if (rc) {
         sd_resp_store_error(resp, rc);
@@ -72,8 +71,7 @@ static int machines_read(sd_resp_t *resp, const char *cluster, const char *name,
     sd_argv_add(&a, sd_key(base, sizeof base, cluster, "%s", ""));
     sd_argv_add(&a, name);
     redisReply *r = NULL;
-    int rc = sd_store_script("machine_list", 1, &a, &r);
-    sd_argv_free(&a);
+    int rc = sd_store_run("machine_list", 1, &a, &r);
     if (rc) {
         sd_resp_store_error(resp, rc);
         return -1;
@@ -143,8 +141,7 @@ void h_machine_delete(sd_req_t *req, sd_resp_t *resp)
     sd_argv_add(&a, sd_key(base, sizeof base, cluster, "%s", ""));
     sd_argv_add(&a, machine);
     redisReply *r = NULL;
-    int rc = sd_store_script("machine_delete", 1, &a, &r);
-    sd_argv_free(&a);
+    int rc = sd_store_run("machine_delete", 1, &a, &r);
     if (rc) {
         sd_resp_store_error(resp, rc);
         return;

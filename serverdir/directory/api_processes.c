@@ -179,8 +179,7 @@ void h_processes_list(sd_req_t *req, sd_resp_t *resp)
     sd_argv_add(&a, service ? service : "");
     sd_argv_addf(&a, "%lld", (long long)limit);
     redisReply *r = NULL;
-    int rc = sd_store_script("proc_list", 1, &a, &r);
-    sd_argv_free(&a);
+    int rc = sd_store_run("proc_list", 1, &a, &r);
     if (rc) {
         sd_resp_store_error(resp, rc);
         return;

@@ -220,8 +220,7 @@ int sd_dir_events_apply(const char *cluster, const char *batch, long long counts
     sd_argv_addf(&a, "%lld", (long long)sd_dir_cfg.stopped_keep);
     sd_argv_addf(&a, "%lld", (long long)sd_dir_cfg.stopped_ttl_ms);
     redisReply *r = NULL;
-    int rc = sd_store_script("events_apply", 1, &a, &r);
-    sd_argv_free(&a);
+    int rc = sd_store_run("events_apply", 1, &a, &r);
     if (rc)
         return rc;
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 3) {

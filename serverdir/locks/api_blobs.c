@@ -69,8 +69,7 @@ void h_blob_get(sd_req_t *req, sd_resp_t *resp)
     else
         sd_argv_add(&av, "");
     redisReply *r;
-    int rc = sd_store_script("blob_get", 2, &av, &r);
-    sd_argv_free(&av);
+    int rc = sd_store_run("blob_get", 2, &av, &r);
     if (rc != SD_STORE_OK) {
         sd_resp_store_error(resp, rc);
         return;
@@ -139,8 +138,7 @@ void h_blob_put(sd_req_t *req, sd_resp_t *resp)
     sd_argv_addf(&av, "%lld", (long long)blob_seq);
     sd_argv_addn(&av, req->body.data ? req->body.data : "", req->body.len);
     redisReply *r;
-    rc = sd_store_script("blob_save", 2, &av, &r);
-    sd_argv_free(&av);
+    rc = sd_store_run("blob_save", 2, &av, &r);
     if (rc != SD_STORE_OK) {
         sd_resp_store_error(resp, rc);
         return;

@@ -210,9 +210,7 @@ int sd_lock_acquire(const sd_lock_req_t *a, redisReply **out)
     sd_argv_add(&av, a->steal_cluster);
     sd_argv_addf(&av, "%lld", (long long)a->steal_older_ms);
     sd_argv_add(&av, sd_store_prefix());
-    int rc = sd_store_script("lock_acquire", a->n + 1, &av, out);
-    sd_argv_free(&av);
-    return rc;
+    return sd_store_run("lock_acquire", a->n + 1, &av, out);
 }
 
 /* Durability knob: WAIT for sd_locks_cfg.wait_replicas replicas, at most
@@ -247,51 +245,45 @@ int sd_lock_release(const char *holder, const char **names, const int64_t *seqs,
     sd_argv_addf(&av, "%lld", (long long)sd_locks_cfg.retain_s * 1000);
     for (int i = 0; i < n; i++)
         sd_argv_addf(&av, "%lld", (long long)seqs[i]);
-    int rc = sd_store_script("lock_release", n + 1, &av, out);
-    sd_argv_free(&av);
-    return rc;
+    return sd_store_run("lock_release", n + 1, &av, out);
+}
+
+/* Starts av for a script on one lock: KEYS[1] is the lock record of name. */
+static void lock_argv(sd_argv_t *av, const char *name)
+{
+    char key[SD_NAME_MAX + 96];
+    sd_argv_init(av);
+    sd_argv_addf(av, "%s", sd_lock_key(key, sizeof key, name));
 }
 
 int sd_lock_force(const char *name, redisReply **out)
 {
-    char key[SD_NAME_MAX + 96];
     sd_argv_t av;
-    sd_argv_init(&av);
-    sd_argv_addf(&av, "%s", sd_lock_key(key, sizeof key, name));
+    lock_argv(&av, name);
     sd_argv_addf(&av, "%lld", (long long)sd_locks_cfg.lock_delay_ms);
     sd_argv_addf(&av, "%lld", (long long)sd_locks_cfg.retain_s * 1000);
     sd_argv_addf(&av, "%slock:", sd_store_prefix());
-    int rc = sd_store_script("lock_force", 1, &av, out);
-    sd_argv_free(&av);
-    return rc;
+    return sd_store_run("lock_force", 1, &av, out);
 }
 
 int sd_lock_renew(const char *name, const char *holder, int64_t seq, int64_t ttl_ms,
                   redisReply **out)
 {
-    char key[SD_NAME_MAX + 96];
     sd_argv_t av;
-    sd_argv_init(&av);
-    sd_argv_addf(&av, "%s", sd_lock_key(key, sizeof key, name));
+    lock_argv(&av, name);
     sd_argv_add(&av, holder);
     sd_argv_addf(&av, "%lld", (long long)seq);
     sd_argv_addf(&av, "%lld", (long long)ttl_ms);
     sd_argv_addf(&av, "%lld", (long long)sd_locks_cfg.retain_s * 1000);
-    int rc = sd_store_script("lock_renew", 1, &av, out);
-    sd_argv_free(&av);
-    return rc;
+    return sd_store_run("lock_renew", 1, &av, out);
 }
 
 int sd_lock_get(const char *name, redisReply **out)
 {
-    char key[SD_NAME_MAX + 96];
     sd_argv_t av;
-    sd_argv_init(&av);
-    sd_argv_addf(&av, "%s", sd_lock_key(key, sizeof key, name));
+    lock_argv(&av, name);
     sd_argv_addf(&av, "%lld", (long long)sd_locks_cfg.lock_delay_ms);
-    int rc = sd_store_script("lock_get", 1, &av, out);
-    sd_argv_free(&av);
-    return rc;
+    return sd_store_run("lock_get", 1, &av, out);
 }
 
 int sd_lock_list(const char *holder, int max, redisReply **out)
@@ -302,9 +294,7 @@ int sd_lock_list(const char *holder, int max, redisReply **out)
     sd_argv_addf(&av, "%s", holder_key(key, sizeof key, holder));
     sd_argv_add(&av, holder);
     sd_argv_addf(&av, "%d", max);
-    int rc = sd_store_script("lock_list", 1, &av, out);
-    sd_argv_free(&av);
-    return rc;
+    return sd_store_run("lock_list", 1, &av, out);
 }
 
 /* The held locks of one SCAN step's keys (lock records only: index keys hold a '#')

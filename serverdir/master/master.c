@@ -252,8 +252,7 @@ int sd_master_challenge(const char *bind, const char *ip, char *chal, size_t cha
         sd_argv_addf(&a, "%lld", (long long)sd_master_cfg.challenges_per_address);
         sd_argv_addf(&a, "%d", CHALLENGE_KEEP_MS);
         redisReply *r;
-        int rc = sd_store_script("master_challenge", 1, &a, &r);
-        sd_argv_free(&a);
+        int rc = sd_store_run("master_challenge", 1, &a, &r);
         if (rc)
             return rc;
         rc = script_refusal(r, why);
@@ -352,8 +351,7 @@ int sd_master_accept(const char *bind, const char *challenge, const sd_master_se
     sd_argv_add(&a, "j");
     sd_argv_addf(&a, "%s\x01%lld\x01%s", s->addr, (long long)(now + ttl), json);
     redisReply *r;
-    int rc = sd_store_script("master_heartbeat", 1, &a, &r);
-    sd_argv_free(&a);
+    int rc = sd_store_run("master_heartbeat", 1, &a, &r);
     free(json);
     if (rc)
         return rc;
@@ -377,8 +375,7 @@ int sd_master_terminate(const char *addr, const char *ip, sd_master_refusal_t *w
     sd_argv_add(&a, addr);
     sd_argv_add(&a, ip);
     redisReply *r;
-    int rc = sd_store_script("master_terminate", 1, &a, &r);
-    sd_argv_free(&a);
+    int rc = sd_store_run("master_terminate", 1, &a, &r);
     if (rc)
         return rc;
     rc = script_refusal(r, why);
@@ -511,8 +508,7 @@ int sd_master_query(const sd_master_filter_t *f, const char *after, int limit,
         sd_argv_add(&a, f->t[i].b);
     }
     redisReply *r;
-    int rc = sd_store_script("master_query", 1, &a, &r);
-    sd_argv_free(&a);
+    int rc = sd_store_run("master_query", 1, &a, &r);
     if (rc)
         return rc;
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||

@@ -540,3 +540,10 @@ int sd_store_ping(void)
     }
     return rc;
 }
+
+int sd_store_run(const char *name, int nkeys, sd_argv_t *a, redisReply **out)
+{
+    int rc = sd_store_script(name, nkeys, a, out);
+    sd_argv_free(a);
+    return rc;
+}

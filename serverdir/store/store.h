@@ -40,6 +40,8 @@ void sd_store_thread_close(void);
  * frees with freeReplyObject; a Lua error_reply comes back as *out of type
  * REDIS_REPLY_ERROR with SD_STORE_OK, so scripts can return typed errors. */
 int sd_store_script(const char *name, int nkeys, sd_argv_t *a, redisReply **out);
+/* sd_store_script, then frees a: for the callers that built a for this one call. */
+int sd_store_run(const char *name, int nkeys, sd_argv_t *a, redisReply **out);
 /* Runs one plain command (argv form). Same reply ownership as sd_store_script. */
 int sd_store_command(sd_argv_t *a, redisReply **out);
 /* Opens a connection of the caller's own to the current primary (under Sentinel, the one
