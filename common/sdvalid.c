@@ -108,15 +108,26 @@ static json_t *field(sd_jv_t *v, const json_t *obj, const char *key, int require
     return NULL;
 }
 
+/* field() of one JSON type (JSON_TRUE stands for either boolean): the value, or NULL
+ * with *rc as field() sets it, or -1 with "must be <what>" for a value of another type. */
+static json_t *typed(sd_jv_t *v, const json_t *obj, const char *key, int required,
+                     json_type type, const char *what, int *rc)
+{
+    json_t *j = field(v, obj, key, required, rc);
+    if (j && !(json_typeof(j) == type || (type == JSON_TRUE && json_is_boolean(j)))) {
+        *rc = sd_jv_fail(v, key, "must be %s", what);
+        return NULL;
+    }
+    return j;
+}
+
 int sd_jv_str(sd_jv_t *v, const json_t *obj, const char *key, int required, size_t maxlen,
               const char **out)
 {
     int rc;
-    json_t *j = field(v, obj, key, required, &rc);
+    json_t *j = typed(v, obj, key, required, JSON_STRING, "a string", &rc);
     if (!j)
         return rc;
-    if (!json_is_string(j))
-        return sd_jv_fail(v, key, "must be a string");
     size_t n = json_string_length(j);
     if (n > maxlen)
         return sd_jv_fail(v, key, "is longer than %zu bytes", maxlen);
@@ -146,11 +157,9 @@ int sd_jv_int(sd_jv_t *v, const json_t *obj, const char *key, int required, int6
               int64_t max, int64_t *out)
 {
     int rc;
-    json_t *j = field(v, obj, key, required, &rc);
+    json_t *j = typed(v, obj, key, required, JSON_INTEGER, "an integer", &rc);
     if (!j)
         return rc;
-    if (!json_is_integer(j))
-        return sd_jv_fail(v, key, "must be an integer");
     json_int_t n = json_integer_value(j);
     if (n < min || n > max)
         return sd_jv_fail(v, key, "must be between %lld and %lld", (long long)min,
@@ -172,37 +181,29 @@ int sd_jv_i32(sd_jv_t *v, const json_t *obj, const char *key, int required, int 
 int sd_jv_bool(sd_jv_t *v, const json_t *obj, const char *key, int required, int *out)
 {
     int rc;
-    json_t *j = field(v, obj, key, required, &rc);
-    if (!j)
-        return rc;
-    if (!json_is_boolean(j))
-        return sd_jv_fail(v, key, "must be true or false");
-    *out = json_is_true(j);
-    return 0;
+    json_t *j = typed(v, obj, key, required, JSON_TRUE, "true or false", &rc);
+    if (j)
+        *out = json_is_true(j);
+    return j ? 0 : rc;
 }
 
 int sd_jv_object(sd_jv_t *v, const json_t *obj, const char *key, int required,
                  json_t **out)
 {
     int rc;
-    json_t *j = field(v, obj, key, required, &rc);
-    if (!j)
-        return rc;
-    if (!json_is_object(j))
-        return sd_jv_fail(v, key, "must be an object");
-    *out = j;
-    return 0;
+    json_t *j = typed(v, obj, key, required, JSON_OBJECT, "an object", &rc);
+    if (j)
+        *out = j;
+    return j ? 0 : rc;
 }
 
 int sd_jv_array(sd_jv_t *v, const json_t *obj, const char *key, int required,
                 size_t maxitems, json_t **out)
 {
     int rc;
-    json_t *j = field(v, obj, key, required, &rc);
+    json_t *j = typed(v, obj, key, required, JSON_ARRAY, "an array", &rc);
     if (!j)
         return rc;
-    if (!json_is_array(j))
-        return sd_jv_fail(v, key, "must be an array");
     if (json_array_size(j) > maxitems)
         return sd_jv_fail(v, key, "has more than %zu entries", maxitems);
     *out = j;
