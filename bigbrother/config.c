@@ -319,31 +319,26 @@ static int parse_service(sd_jv_t *v, const json_t *js, bb_service_t *s)
     }
     if (s->cwd && s->cwd[0] != '/')
         return sd_jv_fail(v, "cwd", "must be an absolute path");
-    json_t *h = NULL, *r = NULL, *st = NULL;
-    if ((rc = sd_jv_object(v, js, "rlimits", 0, &o)) < 0)
-        return -1;
-    mark = sd_jv_key(v, "rlimits");
-    if (rc == 0 && parse_rlimits(v, o, s))
-        return -1;
-    sd_jv_pop(v, mark);
-    if (sd_jv_object(v, js, "health", 1, &h) < 0)
-        return -1;
-    mark = sd_jv_key(v, "health");
-    if (parse_health(v, h, s))
-        return -1;
-    sd_jv_pop(v, mark);
-    if (sd_jv_object(v, js, "restart", 0, &r) < 0)
-        return -1;
-    mark = sd_jv_key(v, "restart");
-    if (parse_restart(v, r, s))
-        return -1;
-    sd_jv_pop(v, mark);
-    if (sd_jv_object(v, js, "stop", 0, &st) < 0)
-        return -1;
-    mark = sd_jv_key(v, "stop");
-    if (parse_stop(v, st, s))
-        return -1;
-    sd_jv_pop(v, mark);
+    /* The sub-objects; each parser but rlimits' also sets the defaults of an absent one. */
+    static const struct {
+        const char *key;
+        int required, when_absent;
+        int (*parse)(sd_jv_t *v, const json_t *o, bb_service_t *s);
+    } parts[] = {
+        {"rlimits", 0, 0, parse_rlimits},
+        {"health", 1, 1, parse_health},
+        {"restart", 0, 1, parse_restart},
+        {"stop", 0, 1, parse_stop},
+    };
+    for (size_t i = 0; i < SD_ARRAY_LEN(parts); i++) {
+        o = NULL;
+        if ((rc = sd_jv_object(v, js, parts[i].key, parts[i].required, &o)) < 0)
+            return -1;
+        mark = sd_jv_key(v, parts[i].key);
+        if ((rc == 0 || parts[i].when_absent) && parts[i].parse(v, o, s))
+            return -1;
+        sd_jv_pop(v, mark);
+    }
     return 0;
 }
 
