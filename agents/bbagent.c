@@ -250,16 +250,23 @@ API bbagent_t *bbagent_open(const bbagent_opts_t *opts)
     return a;
 }
 
+/* Marks the message `what` (OWE_*) as owed to Big Brother and sends it now if the link
+ * is up or can be brought up without waiting; otherwise a later call sends it. */
+static int owe(bbagent_t *a, unsigned what)
+{
+    if (!a->enabled)
+        return 0;
+    a->dirty |= what;
+    link_up(a, now_ms());
+    return 0;
+}
+
 API int bbagent_ready(bbagent_t *a)
 {
     if (!a)
         return -EINVAL;
     a->ready = 1;
-    if (!a->enabled)
-        return 0;
-    a->dirty |= OWE_READY;
-    link_up(a, now_ms());
-    return 0;
+    return owe(a, OWE_READY);
 }
 
 API int bbagent_heartbeat(bbagent_t *a)
@@ -301,11 +308,7 @@ API int bbagent_status(bbagent_t *a, int players, int max_players, const char *k
     a->players = players;
     a->max_players = max_players;
     memcpy(a->status, kv, n + 1);
-    if (!a->enabled)
-        return 0;
-    a->dirty |= OWE_STATUS;
-    link_up(a, now_ms());
-    return 0;
+    return owe(a, OWE_STATUS);
 }
 
 API int bbagent_fd(bbagent_t *a)
