@@ -18,6 +18,11 @@
 #error "SD_BIN_DIR must be defined by the build"
 #endif
 
+/* The built binaries the tests start. */
+#define GAMEPROC SD_BIN_DIR "/gameproc"
+#define BIGBROTHER SD_BIN_DIR "/bigbrother"
+#define BBCTL SD_BIN_DIR "/bbctl"
+
 /* Call first in main(): installs cleanup and a watchdog that fails the test after
  * timeout_s seconds. */
 void h_init(int timeout_s);
@@ -64,6 +69,8 @@ typedef struct {
     char log[300];
     char dir[256];
     char tokens[300]; /* path of the token file, or "" for open mode */
+    int udp_port;     /* UDP master listener on 127.0.0.1 (h_sd_start), or 0 */
+    int udp6_port;    /* UDP master listener on [::1] (h_sd_start), or 0 */
 } h_serverdir_t;
 
 /* Starts serverdir on a free port against redis_url and waits for /healthz.

@@ -3,13 +3,23 @@
  * way; the lock file stops a second bigbrother on the same state dir; config errors name
  * file and field and exit 100; bbctl status / restart / stop / start; an agent claiming
  * another process's instance id is rejected. */
+#include <errno.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <cmocka.h>
 
-#include "bbtest.h"
+#include "harness_bigbrother.h"
 
 static void two_gameprocs(bbt_t *b)
 {

@@ -10,9 +10,15 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
-#include "bbtest.h"
+#include "harness_bigbrother.h"
 
 /* Starts bigbrother with one service "g" running gameproc with `args` (JSON array
  * items), the given health / restart / stop objects and count. */

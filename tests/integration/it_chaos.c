@@ -25,9 +25,15 @@
 #include <cmocka.h>
 
 #include <glob.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
-#include "cltest.h"
+#include "harness_cluster.h"
 
 #ifndef SD_SOURCE_DIR
 #define SD_SOURCE_DIR SD_BIN_DIR "/../.."

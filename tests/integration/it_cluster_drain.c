@@ -8,12 +8,15 @@
  *   - a bigbrother restarted (SIGTERM, start again on the same state dir) re-adopts its
  *     cluster slots: same processes, same instance ids, nothing restarted. */
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 #include <cmocka.h>
 
-#include "cltest.h"
+#include "harness_cluster.h"
 
 static cl_t C;
 

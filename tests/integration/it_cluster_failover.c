@@ -10,12 +10,15 @@
  *     machine was declared lost meanwhile, so it stops its old instances (replaced) and
  *     no duplicate is left running. */
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 #include <cmocka.h>
 
-#include "cltest.h"
+#include "harness_cluster.h"
 
 static cl_t C;
 static unsigned down; /* bit i: bigbrother i killed or paused */

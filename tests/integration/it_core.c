@@ -13,22 +13,15 @@
 #include <sys/wait.h>
 
 #include "harness.h"
+#include "harness_stack.h"
 
 static h_redis_t redis;
 static h_serverdir_t sd;
 
+/* cmocka group setup: redis-server, and serverdir on it with the test tokens. */
 static int setup(void **state)
 {
-    if (h_redis_start(&redis) || h_serverdir_start(&sd, redis.url, h_tokens_file(), NULL))
-        return -1;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    h_serverdir_stop(&sd);
-    h_redis_stop(&redis);
-    return 0;
+    return h_stack_setup(state, &redis, &sd, NULL);
 }
 
 static long get(const char *path, h_resp_t *r)
@@ -178,5 +171,5 @@ int main(void)
         cmocka_unit_test(config_errors_name_file_and_field),
         cmocka_unit_test(sigterm_exits_cleanly),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, setup, h_stack_teardown);
 }

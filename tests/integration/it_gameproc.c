@@ -19,12 +19,13 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "bbproto.h"
-#include "gptest.h"
+#include "harness_gameproc.h"
 
 static const char *dir;
 

@@ -18,10 +18,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "gptest.h"
+#include "harness_gameproc.h"
+#include "harness_stack.h"
 
 static h_redis_t redis;
 static h_serverdir_t sd;
@@ -157,23 +159,15 @@ static size_t udp_ask(int fd, int port, const void *q, size_t qlen, uint8_t *out
     return n > 0 ? (size_t)n : 0;
 }
 
+/* cmocka group setup: the test's temp dir, redis-server, and serverdir on it with a UDP
+ * master listener. */
 static int setup(void **state)
 {
-    (void)state;
     dir = h_tmpdir();
-    assert_int_equal(h_redis_start(&redis), 0);
-    udp_front_port = h_free_port();
+    if (h_stack_setup(state, &redis, &sd, &(h_sd_opts_t){.master_udp = 1}))
+        return -1;
+    udp_front_port = sd.udp_port;
     snprintf(udp_front, sizeof udp_front, "127.0.0.1:%d", udp_front_port);
-    const char *extra[] = { "--master-udp", udp_front, NULL };
-    assert_int_equal(h_serverdir_start(&sd, redis.url, h_tokens_file(), extra), 0);
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    h_serverdir_stop(&sd);
-    h_redis_stop(&redis);
     return 0;
 }
 
@@ -307,5 +301,5 @@ int main(void)
         cmocka_unit_test(udp_master_dance),
         cmocka_unit_test(getinfo_echoes_the_challenge),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, setup, h_stack_teardown);
 }

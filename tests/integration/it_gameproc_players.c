@@ -15,12 +15,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "bbproto.h"
-#include "gptest.h"
+#include "harness_gameproc.h"
+#include "harness_stack.h"
 
 static h_redis_t redis;
 static h_serverdir_t sd;
@@ -145,21 +147,11 @@ static long long progress_of(const blob_t *b)
     return p ? atoll(p + 9) : -1;
 }
 
+/* cmocka group setup: the test's temp dir, redis-server, and serverdir on it. */
 static int setup(void **state)
 {
-    (void)state;
     dir = h_tmpdir();
-    assert_int_equal(h_redis_start(&redis), 0);
-    assert_int_equal(h_serverdir_start(&sd, redis.url, h_tokens_file(), NULL), 0);
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    h_serverdir_stop(&sd);
-    h_redis_stop(&redis);
-    return 0;
+    return h_stack_setup(state, &redis, &sd, NULL);
 }
 
 /* Issue 4's fencing story: A holds player:7 and saves; A is frozen; an operator
@@ -372,5 +364,5 @@ int main(void)
         cmocka_unit_test(sigterm_saves_then_releases),
         cmocka_unit_test(serverdir_outage_does_not_stall_the_tick),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, setup, h_stack_teardown);
 }

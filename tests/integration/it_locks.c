@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 
 #include "harness.h"
+#include "harness_stack.h"
 #include "sdclient.h"
 
 static h_redis_t redis;
@@ -25,30 +26,24 @@ static h_serverdir_t sd;       /* defaults: no lock-delay, no WAIT */
 static h_serverdir_t sd_delay; /* locks.lock_delay_ms = 400 */
 static h_serverdir_t sd_wait;  /* locks.wait_replicas = 1 */
 
-static int start_with_config(h_serverdir_t *s, const char *name, const char *json)
-{
-    const char *cfg = h_write_file(h_tmpdir(), name, json, 0644);
-    const char *extra[] = {"--config", cfg, NULL};
-    return h_serverdir_start(s, redis.url, h_tokens_file(), extra);
-}
-
+/* cmocka group setup: redis-server and the three serverdirs on it. */
 static int setup(void **state)
 {
-    if (h_redis_start(&redis) || h_serverdir_start(&sd, redis.url, h_tokens_file(), NULL) ||
-        start_with_config(&sd_delay, "delay.json", "{\"locks\": {\"lock_delay_ms\": 400}}") ||
-        start_with_config(&sd_wait, "wait.json",
-                          "{\"locks\": {\"wait_replicas\": 1, \"wait_timeout_ms\": 200}}"))
+    if (h_stack_setup(state, &redis, &sd, NULL) ||
+        h_sd_start(&sd_delay, &redis, &(h_sd_opts_t){.config = "{\"locks\": {\"lock_delay_ms\": 400}}"}) ||
+        h_sd_start(&sd_wait, &redis,
+                   &(h_sd_opts_t){.config = "{\"locks\": {\"wait_replicas\": 1,"
+                                            " \"wait_timeout_ms\": 200}}"}))
         return -1;
     return 0;
 }
 
+/* cmocka group teardown: the serverdirs setup started, then redis-server. */
 static int teardown(void **state)
 {
     h_serverdir_stop(&sd_wait);
     h_serverdir_stop(&sd_delay);
-    h_serverdir_stop(&sd);
-    h_redis_stop(&redis);
-    return 0;
+    return h_stack_teardown(state);
 }
 
 /* ---- small helpers ---- */

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "harness_stack.h"
 #include "sdclient.h"
 
 #define N_SERVERS 1100
@@ -38,52 +39,50 @@ static int q3_listed, gs_listed; /* how many fake servers got listed */
 
 /* Starts s with a UDP master listener on 127.0.0.1 (addr) and, when addr6 is given, a
  * second one on [::1]. */
-static int start_udp(h_serverdir_t *s, struct sockaddr_in *addr, struct sockaddr_in6 *addr6,
-                     const char *name, const char *config)
+/* The addresses of s's UDP master listeners: 127.0.0.1 into addr and, when addr6 is
+ * given, [::1] into addr6. */
+static void udp_addrs(const h_serverdir_t *s, struct sockaddr_in *addr, struct sockaddr_in6 *addr6)
 {
-    int port = h_free_port(), port6 = h_free_port();
-    char flag[64], flag6[64];
-    snprintf(flag, sizeof flag, "127.0.0.1:%d", port);
-    snprintf(flag6, sizeof flag6, "[::1]:%d", port6);
-    const char *path = h_write_file(h_tmpdir(), name, config, 0644);
-    const char *extra[] = {"--config", path, "--master-udp", flag,
-                           addr6 ? "--master-udp" : NULL, flag6, NULL};
-    if (h_serverdir_start(s, redis.url, h_tokens_file(), extra))
-        return -1;
     if (addr6) {
         memset(addr6, 0, sizeof *addr6);
         addr6->sin6_family = AF_INET6;
-        addr6->sin6_port = htons((uint16_t)port6);
+        addr6->sin6_port = htons((uint16_t)s->udp6_port);
         addr6->sin6_addr = in6addr_loopback;
     }
     memset(addr, 0, sizeof *addr);
     addr->sin_family = AF_INET;
-    addr->sin_port = htons((uint16_t)port);
+    addr->sin_port = htons((uint16_t)s->udp_port);
     addr->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    return 0;
 }
 
+/* cmocka group setup: redis-server; serverdir sd with UDP master listeners on 127.0.0.1
+ * and [::1], and tight (its own key prefix, a small UDP reply budget) on 127.0.0.1. */
 static int setup(void **state)
 {
-    if (h_redis_start(&redis))
+    if (h_stack_setup(state, &redis, &sd,
+                      &(h_sd_opts_t){.master_udp = 1, .master_udp6 = 1,
+                                     .config = "{\"master\": {\"servers_per_address\": 10000,"
+                                               " \"challenges_per_address\": 10000,"
+                                               " \"rate_per_s\": 1000000,"
+                                               " \"udp_reply_bytes_per_s\": 100000000}}"}) ||
+        h_sd_start(&tight, &redis,
+                   &(h_sd_opts_t){.master_udp = 1,
+                                  .config = "{\"key_prefix\": \"sdt:\", \"master\":"
+                                            " {\"servers_per_address\": 10000,"
+                                            " \"challenges_per_address\": 10000,"
+                                            " \"rate_per_s\": 1000000,"
+                                            " \"udp_reply_bytes_per_s\": 1400}}"}))
         return -1;
-    if (start_udp(&sd, &master, &master6, "m.json",
-                  "{\"master\": {\"servers_per_address\": 10000, \"challenges_per_address\": 10000,"
-                  " \"rate_per_s\": 1000000, \"udp_reply_bytes_per_s\": 100000000}}") ||
-        start_udp(&tight, &tight_master, NULL, "t.json",
-                  "{\"key_prefix\": \"sdt:\", \"master\": {\"servers_per_address\": 10000,"
-                  " \"challenges_per_address\": 10000, \"rate_per_s\": 1000000,"
-                  " \"udp_reply_bytes_per_s\": 1400}}"))
-        return -1;
+    udp_addrs(&sd, &master, &master6);
+    udp_addrs(&tight, &tight_master, NULL);
     return 0;
 }
 
+/* cmocka group teardown: tight, then sd and redis-server. */
 static int teardown(void **state)
 {
-    h_serverdir_stop(&sd);
     h_serverdir_stop(&tight);
-    h_redis_stop(&redis);
-    return 0;
+    return h_stack_teardown(state);
 }
 
 /* A UDP socket on 127.0.0.1:port (0: any port); -1 when the port is taken. */

@@ -16,9 +16,15 @@
 #include <ctype.h>
 #include <math.h>
 #include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
-#include "bbtest.h"
+#include "harness_bigbrother.h"
 #include "harness.h"
+#include "harness_stack.h"
 
 static h_redis_t redis;
 static h_serverdir_t sd;
@@ -324,8 +330,7 @@ static void bb_scrape(expo_t *e)
 
 static int setup(void **state)
 {
-    (void)state;
-    if (h_redis_start(&redis) || h_serverdir_start(&sd, redis.url, h_tokens_file(), NULL))
+    if (h_stack_setup(state, &redis, &sd, NULL))
         return -1;
     bb_metrics_port = h_free_port();
     char svc[2048], extra[512];
@@ -348,11 +353,8 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-    (void)state;
     bbt_stop(&bbt, 5000);
-    h_serverdir_stop(&sd);
-    h_redis_stop(&redis);
-    return 0;
+    return h_stack_teardown(state);
 }
 
 /* ---- the parser itself rejects what it must ---- */

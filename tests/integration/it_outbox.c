@@ -31,11 +31,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "bbtest.h"
+#include "harness_bigbrother.h"
+#include "harness_stack.h"
 #include "harness.h"
 #include "report.h"
 #include "sdlog.h"
@@ -655,8 +657,7 @@ static void report(bb_report_t *r, const char *type, int i, const char *reason)
  * history holds every event once and in order, and the machine is live. */
 static void real_serverdir_directory_matches_after_outage(void **state)
 {
-    assert_int_equal(h_redis_start(&redis), 0);
-    assert_int_equal(h_serverdir_start(&sd, redis.url, h_tokens_file(), NULL), 0);
+    assert_int_equal(h_stack_start(&redis, &sd, NULL), 0);
     const char *dir = h_tmpdir();
     bb_report_opts_t o = {.state_dir = dir, .cluster = "c1", .machine = "m1", .urls = sd.url,
                           .token = H_TOK_BB, .address = "127.0.0.1", .capacity = 400,
@@ -729,16 +730,14 @@ static void real_serverdir_directory_matches_after_outage(void **state)
     assert_string_equal(json_string_value(json_object_get(m, "address")), "127.0.0.1");
     assert_int_equal(json_integer_value(json_object_get(m, "capacity")), 400);
     json_decref(m);
-    h_serverdir_stop(&sd);
-    h_redis_stop(&redis);
+    h_stack_stop(&redis, &sd);
 }
 
 /* A producer killed with -9 mid-stream and a second one on the same state dir, against
  * the real serverdir: the directory holds every event the producers appended, once. */
 static void real_serverdir_kill9_producer(void **state)
 {
-    assert_int_equal(h_redis_start(&redis), 0);
-    assert_int_equal(h_serverdir_start(&sd, redis.url, h_tokens_file(), NULL), 0);
+    assert_int_equal(h_stack_start(&redis, &sd, NULL), 0);
     const char *dir = h_tmpdir();
     char self[512], progress[600], logpath[600];
     ssize_t l = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -787,8 +786,7 @@ static void real_serverdir_kill9_producer(void **state)
     snprintf(want, sizeof want, "serverdir_events_accepted_total %ld\n", na + nb);
     assert_non_null(strstr(r.body, want));
     h_resp_free(&r);
-    h_serverdir_stop(&sd);
-    h_redis_stop(&redis);
+    h_stack_stop(&redis, &sd);
 }
 
 /* 1 when bigbrother's control socket reports no pending event. */
@@ -808,8 +806,7 @@ static int bb_drained(void *b)
  * holds exactly the events bigbrother recorded in its outbox, once each, in order. */
 static void real_bigbrother_churn_during_outage(void **state)
 {
-    assert_int_equal(h_redis_start(&redis), 0);
-    assert_int_equal(h_serverdir_start(&sd, redis.url, h_tokens_file(), NULL), 0);
+    assert_int_equal(h_stack_start(&redis, &sd, NULL), 0);
     bbt_t b = {0};
     char extra[512];
     snprintf(extra, sizeof extra,
@@ -914,8 +911,7 @@ static void real_bigbrother_churn_during_outage(void **state)
     assert_int_equal(json_integer_value(json_object_get(stop, "matched")), 4);
     json_decref(stop);
     h_stop(b.pid, 5000);
-    h_serverdir_stop(&sd);
-    h_redis_stop(&redis);
+    h_stack_stop(&redis, &sd);
 }
 
 /* ---- the producer process ---- */

@@ -8,10 +8,21 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "clustertest.h"
+#include "harness_api.h"
+#include "harness_stack.h"
+
+static h_redis_t redis;
+static h_serverdir_t sd;
+
+/* cmocka group setup: redis-server, and serverdir on it with the test tokens. */
+static int setup(void **state)
+{
+    return h_stack_setup(state, &redis, &sd, NULL);
+}
 
 /* POST /primary for machine m with ttl; returns the status, *epoch and holder. */
 static long acquire(const char *cluster, const char *m, int ttl, long long *epoch, char *holder)
@@ -205,5 +216,5 @@ int main(void)
         cmocka_unit_test(roles_and_bad_input),
         cmocka_unit_test(metrics_count_changes_and_refusals),
     };
-    return cmocka_run_group_tests(tests, ct_setup, ct_teardown);
+    return cmocka_run_group_tests(tests, setup, h_stack_teardown);
 }

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "harness_stack.h"
 
 #define SDCTL SD_BIN_DIR "/sdctl"
 #define NOWHERE "SERVERDIR_URL=http://127.0.0.1:1"
@@ -173,8 +174,7 @@ static void colour_only_on_a_terminal(void **state)
 {
     h_redis_t redis;
     h_serverdir_t sd;
-    assert_int_equal(h_redis_start(&redis), 0);
-    assert_int_equal(h_serverdir_start(&sd, redis.url, NULL, NULL), 0);
+    assert_int_equal(h_stack_start(&redis, &sd, &(h_sd_opts_t){.open = 1}), 0);
     h_resp_t r;
     assert_int_equal(h_http_json("PUT", sd.url, NULL, "{\"address\":\"10.0.0.5\",\"ttl_ms\":15000}",
                                  &r, "/v1/clusters/c1/machines/m1"),
@@ -203,8 +203,7 @@ static void colour_only_on_a_terminal(void **state)
     assert_non_null(strstr(out, "m1"));
     assert_null(strstr(out, "\033["));
     free(out);
-    h_serverdir_stop(&sd);
-    h_redis_stop(&redis);
+    h_stack_stop(&redis, &sd);
 }
 
 /* Runs the completion function for the given words (the last is the one completed). */

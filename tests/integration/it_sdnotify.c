@@ -10,8 +10,16 @@
 #include <cmocka.h>
 
 #include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
-#include "bbtest.h"
+#include "harness_bigbrother.h"
 
 #define WATCHDOG_USEC 1000000 /* the daemons ping every 500 ms */
 
