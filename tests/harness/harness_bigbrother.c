@@ -162,14 +162,29 @@ int bbt_file_has(const char *path, const char *needle)
 int bbt_run(const char *const *argv, const char *logpath)
 {
     pid_t pid = h_spawn(argv, logpath, NULL);
-    int st = 0;
-    for (int i = 0; i < 2000; i++) {
-        if (h_exited(pid, &st))
-            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-        h_sleep_ms(10);
-    }
+    int st = h_wait_exit(pid, 20000);
+    if (st != -1)
+        return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
     kill(pid, SIGKILL);
     return -1;
+}
+
+/* What bbt_wait_file_has waits for. */
+struct file_needle {
+    const char *path, *needle;
+};
+
+/* h_wait_until condition: the file arg->path contains arg->needle. */
+static int file_has_needle(void *arg)
+{
+    const struct file_needle *w = arg;
+    return bbt_file_has(w->path, w->needle);
+}
+
+int bbt_wait_file_has(const char *path, const char *needle, int timeout_ms)
+{
+    struct file_needle w = {path, needle};
+    return h_wait_until(file_has_needle, &w, timeout_ms);
 }
 
 /* qsort order of file names (char *). */

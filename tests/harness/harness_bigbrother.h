@@ -59,6 +59,9 @@ int bbt_alive(pid_t pid);
 /* 1 if the file contains needle. */
 int bbt_file_has(const char *path, const char *needle);
 
+/* Polls until the file at path contains needle: 1 when it does, 0 after timeout_ms. */
+int bbt_wait_file_has(const char *path, const char *needle, int timeout_ms);
+
 /* Runs a program to completion (<= 20 s), output to logpath; returns its exit code. */
 int bbt_run(const char *const *argv, const char *logpath);
 

@@ -1,5 +1,4 @@
-/* The gameproc tests' side of a gameproc: its exit, and the agent socket a supervisor
- * would offer it. */
+/* The gameproc tests' side of a gameproc: the agent socket a supervisor would offer it. */
 #include "harness_gameproc.h"
 
 #include <setjmp.h>
@@ -11,18 +10,6 @@
 #include <sys/un.h>
 
 #include <cmocka.h>
-
-int gp_wait_exit(pid_t pid, int ms)
-{
-    int64_t end = h_now_ms() + ms;
-    int st;
-    do {
-        if (h_exited(pid, &st))
-            return st;
-        h_sleep_ms(10);
-    } while (h_now_ms() < end);
-    return -1;
-}
 
 int gp_agent_listen(const char *path)
 {

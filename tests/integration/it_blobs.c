@@ -205,9 +205,7 @@ static void bad_headers_keys_and_sizes(void **state)
     const char *argv[] = {SD_BIN_DIR "/sdctl", "--url", sd.url, "--token", H_TOK_VIEWER,
                           "blobs", "get", "b-bad", "-o", out, NULL};
     pid_t pid = h_spawn(argv, log, NULL);
-    int st = -1;
-    for (int i = 0; i < 500 && !h_exited(pid, &st); i++)
-        h_sleep_ms(10);
+    int st = h_wait_exit(pid, 5000);
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     FILE *f = fopen(out, "rb");
     assert_non_null(f);

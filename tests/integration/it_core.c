@@ -110,10 +110,7 @@ static int run_serverdir(const char *const *args, char *log, size_t logcap)
         argv[n++] = *a;
     argv[n] = NULL;
     pid_t pid = h_spawn(argv, logpath, NULL);
-    int st = 0;
-    int64_t until = h_now_ms() + 5000;
-    while (!h_exited(pid, &st) && h_now_ms() < until)
-        h_sleep_ms(10);
+    int st = h_wait_exit(pid, 5000);
     FILE *f = fopen(logpath, "r");
     size_t got = f ? fread(log, 1, logcap - 1, f) : 0;
     log[got] = '\0';
@@ -153,10 +150,7 @@ static void sigterm_exits_cleanly(void **state)
     h_serverdir_t s2;
     assert_int_equal(h_serverdir_start(&s2, redis.url, NULL, NULL), 0);
     kill(s2.pid, SIGTERM);
-    int st = 0;
-    int64_t until = h_now_ms() + 5000;
-    while (!h_exited(s2.pid, &st) && h_now_ms() < until)
-        h_sleep_ms(10);
+    int st = h_wait_exit(s2.pid, 5000);
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
 }

@@ -115,16 +115,12 @@ static int chromium(const char *url, const char *flag, const char *out_path, int
         _exit(127);
     }
     assert_true(pid > 0);
-    int st = 0;
-    int64_t until = h_now_ms() + timeout_ms;
-    while (!h_exited(pid, &st)) {
-        if (h_now_ms() > until) {
-            kill(-pid, SIGKILL);
-            h_stop(pid, 100);
-            fprintf(stderr, "chromium timed out (log: %s)\n", log);
-            return -1;
-        }
-        h_sleep_ms(50);
+    int st = h_wait_exit(pid, timeout_ms);
+    if (st == -1) {
+        kill(-pid, SIGKILL);
+        h_stop(pid, 100);
+        fprintf(stderr, "chromium timed out (log: %s)\n", log);
+        return -1;
     }
     if (!WIFEXITED(st) || WEXITSTATUS(st))
         fprintf(stderr, "chromium failed (log: %s)\n", log);

@@ -243,7 +243,7 @@ static void spoofed_heartbeats_rejected(void **state)
     /* An expired challenge (copy C: 300 ms challenges). */
     char chal[64];
     challenge(&C, NULL, chal, sizeof chal);
-    h_sleep_ms(450);
+    h_sleep_ms(450); /* past the 300 ms challenge TTL: the expiry is what is tested */
     h_redis_digest(&redis, before);
     snprintf(body, sizeof body, "{\"challenge\":\"%s\",\"port\":28003," BASIC "}", chal);
     assert_int_equal(req(&C, "POST", "/v1/master/heartbeat", body, NULL, &r), 403);
@@ -274,7 +274,7 @@ static void entries_expire(void **state)
     assert_int_equal(announce(&C, NULL, 29000, BASIC, code, sizeof code), 200);
     int64_t t0 = h_now_ms();
     assert_true(listed_on_c("127.0.0.1:29000"));
-    h_sleep_ms(1500);
+    h_sleep_ms(1500); /* the entry's lifetime is what is tested: still listed meanwhile */
     assert_true(listed_on_c("127.0.0.1:29000"));
     assert_true(h_wait_until(gone_from_c, "127.0.0.1:29000", 4000));
     int64_t took = h_now_ms() - t0;

@@ -196,6 +196,31 @@ static int q3_register(int first_port, int n)
 
 static int xonotic_count_is(void *want) { return count_listed("xonotic") == *(int *)want; }
 
+/* What listed_is waits for: exactly want servers of game listed. */
+typedef struct {
+    const char *game;
+    int want;
+} listed_t;
+
+/* h_wait_until condition: see listed_t. */
+static int listed_is(void *arg)
+{
+    const listed_t *l = arg;
+    return count_listed(l->game) == l->want;
+}
+
+/* h_wait_until condition: sd's /metrics holds every string of arg (NULL-terminated). */
+static int metrics_have(void *arg)
+{
+    h_resp_t r;
+    assert_int_equal(h_http_json("GET", sd.url, NULL, NULL, &r, "/metrics"), 0);
+    int all = 1;
+    for (const char *const *n = arg; *n && all; n++)
+        all = strstr(r.body, *n) != NULL;
+    h_resp_free(&r);
+    return all;
+}
+
 static void q3_heartbeat_dance(void **state)
 {
     int fd = udp_socket(0);
@@ -218,14 +243,14 @@ static void q3_heartbeat_dance(void **state)
     len = snprintf(resp, sizeof resp, "\xff\xff\xff\xffinfoResponse\n\\challenge\\%s\\protocol\\3"
                                       "\\sv_maxclients\\8\\clients\\1\\gamename\\DanceGame", chal);
     send_to(other, &master, resp, (size_t)len);
-    h_sleep_ms(200);
+    static const char *const refused[] = {"reason=\"unknown_challenge\"",
+                                          "reason=\"challenge_mismatch\"", NULL};
+    assert_true(h_wait_until(metrics_have, (void *)refused, 3000)); /* both were handled */
     assert_int_equal(count_listed("dancegame"), 0);
 
     /* The right challenge from the right address: listed, as REST shows it. */
     send_to(fd, &master, resp, (size_t)len);
-    int64_t until = h_now_ms() + 3000;
-    while (count_listed("dancegame") != 1 && h_now_ms() < until)
-        h_sleep_ms(20);
+    h_wait_until(listed_is, &(listed_t){"dancegame", 1}, 3000);
     assert_int_equal(count_listed("dancegame"), 1);
     json_t *j = get_json(&sd, "/v1/master/servers?game=dancegame");
     json_t *s = json_array_get(json_object_get(j, "servers"), 0);
@@ -241,18 +266,10 @@ static void q3_heartbeat_dance(void **state)
     send_to(fd, &master, resp, (size_t)len);
     close(fd);
     close(other);
-    until = h_now_ms() + 3000;
-    int seen = 0;
-    while (!seen && h_now_ms() < until) {
-        h_resp_t r;
-        assert_int_equal(h_http_json("GET", sd.url, NULL, NULL, &r, "/metrics"), 0);
-        seen = strstr(r.body, "serverdir_master_dropped_total{proto=\"q3\",reason=\"challenge_used\"} 1") &&
-               strstr(r.body, "reason=\"unknown_challenge\"") && strstr(r.body, "reason=\"challenge_mismatch\"");
-        h_resp_free(&r);
-        if (!seen)
-            h_sleep_ms(20);
-    }
-    assert_true(seen);
+    static const char *const dropped[] = {
+        "serverdir_master_dropped_total{proto=\"q3\",reason=\"challenge_used\"} 1",
+        "reason=\"unknown_challenge\"", "reason=\"challenge_mismatch\"", NULL};
+    assert_true(h_wait_until(metrics_have, (void *)dropped, 3000));
 }
 
 /* Reads a getservers(Ext) answer: datagrams until the EOT; checks sizes and that only
@@ -371,9 +388,7 @@ static void q3_ipv6_server_in_getserversext(void **state)
     int len = snprintf(resp, sizeof resp, "\xff\xff\xff\xffinfoResponse\n\\challenge\\%s\\protocol\\5"
                                           "\\sv_maxclients\\4\\clients\\1\\gamename\\SixGame", (char *)buf + 12);
     assert_int_equal(sendto(fd, resp, (size_t)len, 0, (struct sockaddr *)&master6, sizeof master6), len);
-    int64_t until = h_now_ms() + 3000;
-    while (count_listed("sixgame") != 1 && h_now_ms() < until)
-        h_sleep_ms(20);
+    h_wait_until(listed_is, &(listed_t){"sixgame", 1}, 3000);
     json_t *j = get_json(&sd, "/v1/master/servers?game=sixgame");
     char want[64];
     snprintf(want, sizeof want, "[::1]:%d", port);
@@ -533,9 +548,7 @@ static void goldsrc_heartbeat_and_valve_walk(void **state)
     if (fd >= 0) {
         int before = count_listed("valvetest");
         SEND_LIT(fd, &master, "b\n");
-        int64_t until = h_now_ms() + 3000;
-        while (count_listed("valvetest") != before - 1 && h_now_ms() < until)
-            h_sleep_ms(20);
+        h_wait_until(listed_is, &(listed_t){"valvetest", before - 1}, 3000);
         assert_int_equal(count_listed("valvetest"), before - 1);
         close(fd);
     }

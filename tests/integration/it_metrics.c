@@ -326,6 +326,22 @@ static void bb_scrape(expo_t *e)
     scrape(url, e);
 }
 
+/* h_wait_every condition: serverdir's scrape (into after) shows one master server. */
+static int sd_one_server(void *arg)
+{
+    (void)arg;
+    sd_scrape(&after);
+    return val(&after, "serverdir_master_servers") == 1;
+}
+
+/* h_wait_every condition: bigbrother's scrape (into after) shows an empty outbox. */
+static int bb_outbox_empty(void *arg)
+{
+    (void)arg;
+    bb_scrape(&after);
+    return val(&after, "bigbrother_outbox_pending_events") == 0;
+}
+
 /* ---- set-up ---- */
 
 static int setup(void **state)
@@ -457,12 +473,7 @@ static void serverdir_metrics_move(void **state)
                 val(&before, "serverdir_http_request_duration_seconds_count{method=\"PUT\",route=\"/v1/locks/{key}\"}") + 2);
 
     /* The list-size gauge is cached for a second: it shows the new server within ~1 s. */
-    int64_t until = h_now_ms() + 5000;
-    do {
-        h_sleep_ms(250);
-        sd_scrape(&after);
-    } while (val(&after, "serverdir_master_servers") != 1 && h_now_ms() < until);
-    assert_true(val(&after, "serverdir_master_servers") == 1);
+    assert_true(h_wait_every(sd_one_server, NULL, 5000, 250));
 }
 
 /* Redis errors: Redis stops, a store call fails with 503, the counter moves. Runs last:
@@ -535,12 +546,7 @@ static void bigbrother_metrics_move(void **state)
                 val(&before, "bigbrother_restarts_total{service=\"g\",reason=\"hung\"}") + 1);
 
     /* Events reach serverdir: the outbox drains to 0 pending. */
-    int64_t until = h_now_ms() + 10000;
-    do {
-        h_sleep_ms(100);
-        bb_scrape(&after);
-    } while (val(&after, "bigbrother_outbox_pending_events") != 0 && h_now_ms() < until);
-    assert_true(val(&after, "bigbrother_outbox_pending_events") == 0);
+    assert_true(h_wait_every(bb_outbox_empty, NULL, 10000, 100));
 
     /* Anything but GET /metrics is a 404. */
     char url[256];

@@ -44,15 +44,10 @@ static int run(const char *const *argv, const char *const *env, char **out)
     char log[400];
     snprintf(log, sizeof log, "%s/run-%d.log", tmp(), ++seq);
     pid_t pid = h_spawn(argv, log, env);
-    int st = 0, code = -1;
-    for (int i = 0; i < 2000; i++) {
-        if (h_exited(pid, &st)) {
-            code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-            break;
-        }
-        h_sleep_ms(5);
-    }
-    if (code < 0)
+    int st = h_wait_exit(pid, 10000), code = -1;
+    if (st != -1)
+        code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    else
         h_stop(pid, 100);
     FILE *f = fopen(log, "r");
     *out = calloc(1, 65537);
@@ -162,9 +157,7 @@ static char *run_on_pty(const char *url, const char *no_color)
     }
     buf[len] = '\0';
     close(master);
-    int st;
-    for (int i = 0; i < 1000 && !h_exited(pid, &st); i++)
-        h_sleep_ms(5);
+    int st = h_wait_exit(pid, 5000);
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
     return buf;

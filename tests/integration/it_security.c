@@ -185,7 +185,7 @@ static void slowloris_times_out_others_served(void **state)
     }
     int worst = 0;
     for (int round = 0; round < 4; round++) {
-        h_sleep_ms(400);
+        h_sleep_ms(400); /* the trickle's pace is what is tested */
         for (int i = 0; i < NSLOW; i++)
             send_all(fds[i], "a", 1);
         int ms = healthz_ms();
