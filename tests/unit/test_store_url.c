@@ -163,28 +163,24 @@ static const char *connect_through(fake_t *f, const char *url)
 static void parsed_fields_are_used(void **state)
 {
     (void)state;
-    fake_t f;
-    char url[160];
-
-    fake_tcp(&f, 0);
-    snprintf(url, sizeof url, "redis://127.0.0.1:%d/0", f.port);
-    assert_string_equal(connect_through(&f, url), "");
-
-    fake_tcp(&f, 0);
-    snprintf(url, sizeof url, "redis://127.0.0.1:%d/7", f.port);
-    assert_string_equal(connect_through(&f, url), "SELECT 7|");
-
-    fake_tcp(&f, 0);
-    snprintf(url, sizeof url, "redis://:secret@127.0.0.1:%d", f.port);
-    assert_string_equal(connect_through(&f, url), "AUTH secret|");
-
-    fake_tcp(&f, 1);
-    snprintf(url, sizeof url, "redis://[::1]:%d/2", f.port);
-    assert_string_equal(connect_through(&f, url), "SELECT 2|");
-
-    fake_tcp(&f, 1);
-    snprintf(url, sizeof url, "redis://pw@[::1]:%d/1000", f.port);
-    assert_string_equal(connect_through(&f, url), "AUTH pw|SELECT 1000|");
+    static const struct {
+        int v6;
+        const char *head, *tail; /* the URL: head, the fake's port, tail */
+        const char *want;        /* what the fake got */
+    } cases[] = {
+        {0, "redis://127.0.0.1:", "/0", ""},
+        {0, "redis://127.0.0.1:", "/7", "SELECT 7|"},
+        {0, "redis://:secret@127.0.0.1:", "", "AUTH secret|"},
+        {1, "redis://[::1]:", "/2", "SELECT 2|"},
+        {1, "redis://pw@[::1]:", "/1000", "AUTH pw|SELECT 1000|"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fake_t f;
+        char url[160];
+        fake_tcp(&f, cases[i].v6);
+        snprintf(url, sizeof url, "%s%d%s", cases[i].head, f.port, cases[i].tail);
+        assert_string_equal(connect_through(&f, url), cases[i].want);
+    }
 }
 
 int main(void)
