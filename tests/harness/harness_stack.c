@@ -37,8 +37,7 @@ int h_sd_start(h_serverdir_t *s, const h_redis_t *r, const h_sd_opts_t *o)
     for (const char *const *e = o->extra; e && *e && argc < 39; e++)
         argv[argc++] = *e;
     argv[argc] = NULL;
-    const char *tokens = o->open ? NULL : o->tokens ? o->tokens : h_tokens_file();
-    if (h_serverdir_start(s, r->url, tokens, argv))
+    if (h_serverdir_start(s, r->url, o->open ? NULL : h_tokens_file(), argv))
         return -1;
     s->udp_port = port;
     s->udp6_port = port6;

@@ -7,10 +7,9 @@
 #include "harness.h"
 
 /* What differs between the serverdirs the tests start. A zeroed struct (or NULL) is the
- * common case: the test token file, no config file, no extra flags. */
+ * common case: the test token file (h_tokens_file), no config file, no extra flags. */
 typedef struct {
-    const char *tokens;       /* token file path; NULL: h_tokens_file() */
-    int open;                 /* 1: no token file at all (open mode); tokens is ignored */
+    int open;                 /* 1: no token file at all (open mode) */
     const char *config;       /* config JSON text, written to a file passed as --config */
     const char *const *extra; /* more flags, NULL-terminated, or NULL */
     int master_udp;           /* 1: --master-udp on 127.0.0.1:<free port> (s->udp_port) */

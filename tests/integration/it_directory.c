@@ -1,6 +1,6 @@
 /* The process directory and machine leases against a real redis-server and serverdir:
  * leases (register, renew, expiry, delete), event batches (idempotency, ordering
- * safety), filters, the bounded history, every bad input of issue 2 (specific error, no
+ * safety), filters, the bounded history, every bad input (specific error, no
  * Redis change), auth and token reload, a Redis outage, and libsdclient failover. */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -1,4 +1,4 @@
-/* gameproc on the master list (issue 5, "Clients"), real processes: it announces itself
+/* gameproc on the master list, real processes: it announces itself
  * over REST (challenge + heartbeat) with its fields and is removed at once when it
  * exits; it lists itself through serverdir's UDP master front with the DarkPlaces
  * dance (heartbeat -> getinfo <challenge> -> infoResponse) and shows up in the REST list

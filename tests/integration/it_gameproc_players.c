@@ -1,4 +1,4 @@
-/* gameproc's player simulation against a real serverdir + redis (issue 4, "Clients"):
+/* gameproc's player simulation against a real serverdir + redis:
  * the fencing story end to end (a SIGSTOPped server's save is refused after an operator
  * handed its player to another server, whose data stays intact), a graceful stop that
  * saves then releases, and a ServerDir outage that the game loop does not notice (the
@@ -154,7 +154,7 @@ static int setup(void **state)
     return h_stack_setup(state, &redis, &sd, NULL);
 }
 
-/* Issue 4's fencing story: A holds player:7 and saves; A is frozen; an operator
+/* The fencing story: A holds player:7 and saves; A is frozen; an operator
  * force-unlocks; B takes the player and saves; A wakes up and its next save is refused
  * (logged once, the player dropped); B's progress is what the blob holds. */
 static void fencing_end_to_end(void **state)

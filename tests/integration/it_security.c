@@ -1,4 +1,4 @@
-/* Security checks against the real daemons (issue 8). The authorization matrix is
+/* Security checks against the real daemons. The authorization matrix is
  * it_authz.c; spoofed master heartbeats (unknown/reused/foreign challenges, address in
  * the body, X-Forwarded-For from an untrusted peer) are it_master_rest.c
  * (spoofed_heartbeats_rejected, forwarded_for_only_from_trusted); an agent speaking for
