@@ -296,6 +296,18 @@ int h_exited(pid_t pid, int *status)
     return r < 0 && errno == ECHILD;
 }
 
+int h_wait_exit(pid_t pid, int timeout_ms)
+{
+    int64_t end = h_now_ms() + timeout_ms;
+    int st = -1;
+    do {
+        if (h_exited(pid, &st))
+            return st;
+        h_sleep_ms(10);
+    } while (h_now_ms() < end);
+    return -1;
+}
+
 int h_stop(pid_t pid, int grace_ms)
 {
     if (pid <= 0)
@@ -465,6 +477,17 @@ void h_serverdir_stop(h_serverdir_t *s)
     s->pid = 0;
 }
 
+int h_serverdir_restart(h_serverdir_t *s, const char *redis_url)
+{
+    char listen[64], health[160];
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", s->port);
+    snprintf(health, sizeof health, "%s/healthz", s->url);
+    const char *argv[] = {SD_BIN_DIR "/serverdir", "--listen", listen, "--redis", redis_url,
+                          "--threads", "4", s->tokens[0] ? "--tokens" : NULL, s->tokens, NULL};
+    s->pid = h_spawn(argv, s->log, NULL);
+    return h_wait_until(h_http_ok, health, h_valgrind() ? 30000 : 8000) ? 0 : -1;
+}
+
 /* ---------- http ---------- */
 
 struct sink {
@@ -588,13 +611,26 @@ const char *h_err_code(const h_resp_t *r)
     return code;
 }
 
-int h_wait_until(int (*cond)(void *), void *arg, int timeout_ms)
+int h_http_ok(void *url)
+{
+    h_resp_t r;
+    int ok = h_http("GET", url, NULL, NULL, NULL, 0, NULL, &r) == 0 && r.status == 200;
+    h_resp_free(&r);
+    return ok;
+}
+
+int h_wait_every(int (*cond)(void *), void *arg, int timeout_ms, int every_ms)
 {
     int64_t until = h_now_ms() + timeout_ms;
     do {
         if (cond(arg))
             return 1;
-        h_sleep_ms(10);
+        h_sleep_ms(every_ms);
     } while (h_now_ms() < until);
     return cond(arg);
+}
+
+int h_wait_until(int (*cond)(void *), void *arg, int timeout_ms)
+{
+    return h_wait_every(cond, arg, timeout_ms, 10);
 }

@@ -18,6 +18,11 @@
 #error "SD_BIN_DIR must be defined by the build"
 #endif
 
+/* The built binaries the tests start. */
+#define GAMEPROC SD_BIN_DIR "/gameproc"
+#define BIGBROTHER SD_BIN_DIR "/bigbrother"
+#define BBCTL SD_BIN_DIR "/bbctl"
+
 /* Call first in main(): installs cleanup and a watchdog that fails the test after
  * timeout_s seconds. */
 void h_init(int timeout_s);
@@ -39,6 +44,9 @@ pid_t h_spawn(const char *const *argv, const char *logpath, const char *const *e
 int h_stop(pid_t pid, int grace_ms);
 /* Non-blocking: 1 if pid has exited (and reaps it), 0 if it runs. */
 int h_exited(pid_t pid, int *status);
+/* Waits up to timeout_ms for pid to exit (and reaps it); returns its wait status, or -1
+ * when it still runs (or was reaped before). */
+int h_wait_exit(pid_t pid, int timeout_ms);
 
 typedef struct {
     pid_t pid;
@@ -64,6 +72,8 @@ typedef struct {
     char log[300];
     char dir[256];
     char tokens[300]; /* path of the token file, or "" for open mode */
+    int udp_port;     /* UDP master listener on 127.0.0.1 (h_sd_start), or 0 */
+    int udp6_port;    /* UDP master listener on [::1] (h_sd_start), or 0 */
 } h_serverdir_t;
 
 /* Starts serverdir on a free port against redis_url and waits for /healthz.
@@ -71,6 +81,10 @@ typedef struct {
 int h_serverdir_start(h_serverdir_t *s, const char *redis_url, const char *tokens,
                       const char *const *extra);
 void h_serverdir_stop(h_serverdir_t *s);
+/* Starts serverdir s again (after h_serverdir_stop) on the port and with the token file it
+ * had, against redis_url, logging to the same log, and waits for /healthz. 0, or -1 when
+ * it does not answer in time. */
+int h_serverdir_restart(h_serverdir_t *s, const char *redis_url);
 
 /* The test token file: each role's token is "<role>-token-0123456789". */
 const char *h_tokens_file(void);
@@ -102,8 +116,14 @@ int h_resp_header(const h_resp_t *r, const char *name, char *out, size_t cap);
 /* error.code of a JSON error body into a static buffer ("" if none). */
 const char *h_err_code(const h_resp_t *r);
 
-/* Polls cond(arg) every 10 ms until it returns nonzero or timeout_ms passes. */
+/* Polls cond(arg) every 10 ms until it returns nonzero or timeout_ms passes. Returns 1
+ * when it did. */
 int h_wait_until(int (*cond)(void *), void *arg, int timeout_ms);
+/* The same, polling every every_ms: for conditions that cost the server something (a
+ * rate-limited route, a command with an effect). */
+int h_wait_every(int (*cond)(void *), void *arg, int timeout_ms, int every_ms);
+/* h_wait_until condition: GET url (a const char *) answers 200. */
+int h_http_ok(void *url);
 void h_sleep_ms(int ms);
 int64_t h_now_ms(void);
 

@@ -12,18 +12,23 @@
 
 #include <curl/curl.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "clustertest.h"
+#include "harness_api.h"
+#include "harness_stack.h"
 
 #define WAITERS 500
 
+static h_redis_t redis;
+static h_serverdir_t sd;
+
+/* cmocka group setup: redis-server, and serverdir on it with two worker threads. */
 static int setup(void **state)
 {
-    (void)state;
     static const char *const extra[] = {"--threads", "2", NULL};
-    return ct_start(extra);
+    return h_stack_setup(state, &redis, &sd, &(h_sd_opts_t){.extra = extra});
 }
 
 /* Takes the primary lease of cluster c for m1; returns the epoch. */
@@ -449,7 +454,7 @@ int main(void)
         cmocka_unit_test(bad_assignments_change_nothing),
         cmocka_unit_test(lost_machine_processes_stop_as_machine_lost),
     };
-    int rc = cmocka_run_group_tests(tests, setup, ct_teardown);
+    int rc = cmocka_run_group_tests(tests, setup, h_stack_teardown);
     curl_global_cleanup();
     return rc;
 }

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "harness_stack.h"
 #include "sd.h"
 
 #define BB SD_R_BB
@@ -87,20 +88,10 @@ static const expect_t expected[] = {
 static h_redis_t redis;
 static h_serverdir_t sd;
 
+/* cmocka test setup: redis-server, and serverdir on it with the test tokens. */
 static int setup(void **state)
 {
-    (void)state;
-    if (h_redis_start(&redis) || h_serverdir_start(&sd, redis.url, h_tokens_file(), NULL))
-        return -1;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    h_serverdir_stop(&sd);
-    h_redis_stop(&redis);
-    return 0;
+    return h_stack_setup(state, &redis, &sd, NULL);
 }
 
 /* The pattern with every {param} replaced by a valid name. */
@@ -243,7 +234,8 @@ int main(void)
     h_init(120);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(route_table_roles_match),
-        cmocka_unit_test_setup_teardown(every_route_allows_exactly_its_roles, setup, teardown),
+        cmocka_unit_test_setup_teardown(every_route_allows_exactly_its_roles, setup,
+                                        h_stack_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

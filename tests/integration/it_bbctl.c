@@ -3,13 +3,23 @@
  * way; the lock file stops a second bigbrother on the same state dir; config errors name
  * file and field and exit 100; bbctl status / restart / stop / start; an agent claiming
  * another process's instance id is rejected. */
+#include <errno.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <cmocka.h>
 
-#include "bbtest.h"
+#include "harness_bigbrother.h"
 
 static void two_gameprocs(bbt_t *b)
 {
@@ -35,6 +45,19 @@ static void both_ready(const bbt_t *b, pid_t pids[2], int min_gen)
     }
 }
 
+/* h_wait_until condition: both slots of the bigbrother arg (a bbt_t) have their agent
+ * connected. */
+static int agents_connected(void *arg)
+{
+    int agents = 0;
+    for (int s = 0; s < 2; s++) {
+        json_t *in = bbt_inst(arg, "zone", s);
+        agents += json_is_true(json_object_get(in, "agent"));
+        json_decref(in);
+    }
+    return agents == 2;
+}
+
 static void survives_kill9_of_bigbrother(void **state)
 {
     bbt_t b = {0};
@@ -48,10 +71,10 @@ static void survives_kill9_of_bigbrother(void **state)
     json_decref(in);
 
     kill(b.pid, SIGKILL);
-    int st;
-    for (int i = 0; i < 200 && !h_exited(b.pid, &st); i++)
-        h_sleep_ms(10);
-    h_sleep_ms(1500); /* longer than the liveness deadline: nobody watches meanwhile */
+    h_wait_exit(b.pid, 2000);
+    /* The time is what is tested: longer than the liveness deadline, nobody watches
+     * meanwhile. */
+    h_sleep_ms(1500);
     assert_true(bbt_alive(before[0]) && bbt_alive(before[1]));
 
     assert_true(bbt_start(&b) > 0);
@@ -64,23 +87,13 @@ static void survives_kill9_of_bigbrother(void **state)
         assert_int_equal(bbt_int(in, "generation"), 1);
         json_decref(in);
     }
-    int64_t end = h_now_ms() + 3000;
-    int agents = 0;
-    while (h_now_ms() < end && agents < 2) {
-        agents = 0;
-        for (int s = 0; s < 2; s++) {
-            in = bbt_inst(&b, "zone", s);
-            agents += json_is_true(json_object_get(in, "agent"));
-            json_decref(in);
-        }
-        h_sleep_ms(20);
-    }
-    assert_int_equal(agents, 2);
+    assert_true(h_wait_until(agents_connected, &b, 3000));
     in = bbt_inst(&b, "zone", 0);
     assert_string_equal(bbt_str(in, "instance"), id0);
     json_decref(in);
     assert_true(bbt_file_has(b.log, "msg=\"instance re-adopted\""));
-    /* well past two liveness deadlines: still the same healthy processes */
+    /* Well past two liveness deadlines (the time is what is tested): still the same
+     * healthy processes. */
     h_sleep_ms(2200);
     both_ready(&b, after, 1);
     assert_int_equal(after[0], before[0]);
@@ -137,10 +150,9 @@ static void sighup_reexecs_and_keeps_processes(void **state)
     assert_true(bbt_start(&b) > 0);
     both_ready(&b, before, 1);
     kill(b.pid, SIGHUP);
-    int64_t end = h_now_ms() + 5000;
-    while (h_now_ms() < end && !bbt_file_has(b.log, "then=re-exec"))
-        h_sleep_ms(20);
-    h_sleep_ms(200);
+    /* the re-executed bigbrother takes its processes back */
+    assert_true(bbt_wait_file_has(b.log, "msg=\"instance re-adopted\"",
+                                  h_valgrind() ? 30000 : 5000));
     both_ready(&b, after, 1);
     assert_int_equal(after[0], before[0]);
     assert_int_equal(after[1], before[1]);
@@ -248,7 +260,7 @@ static void bbctl_status_restart_stop_start(void **state)
         json_decref(in);
         assert_false(bbt_alive(again[s]));
     }
-    /* stopped stays stopped across a bigbrother restart */
+    /* stopped stays stopped across a bigbrother restart (nothing may happen meanwhile) */
     h_stop(b.pid, 3000);
     assert_true(bbt_start(&b) > 0);
     h_sleep_ms(300);
@@ -314,10 +326,7 @@ static void agent_with_another_instance_id_is_rejected(void **state)
     fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     assert_int_equal(sendto(fd, "STOPPING=1\n", 11, 0, (struct sockaddr *)&na, sizeof(na)), 11);
     close(fd);
-    int64_t end = h_now_ms() + 3000;
-    while (h_now_ms() < end && !bbt_file_has(b.log, "sender is not a supervised process"))
-        h_sleep_ms(20);
-    assert_true(bbt_file_has(b.log, "sender is not a supervised process"));
+    assert_true(bbt_wait_file_has(b.log, "sender is not a supervised process", 3000));
     /* the real process keeps its connection and its state */
     in = bbt_inst(&b, "zone", 0);
     assert_string_equal(bbt_str(in, "state"), "ready");

@@ -10,9 +10,15 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
-#include "bbtest.h"
+#include "harness_bigbrother.h"
 
 /* Starts bigbrother with one service "g" running gameproc with `args` (JSON array
  * items), the given health / restart / stop objects and count. */
@@ -287,7 +293,7 @@ static void http_probe_wants_2xx_3xx(void **state)
 {
     bbt_t b = {0};
     start_http(&b, h_free_port(), "/readyz"); /* 503 while Redis is unreachable */
-    h_sleep_ms(700);
+    h_sleep_ms(700); /* several probe periods in which it must not become ready */
     json_t *in = bbt_inst(&b, "g", 0);
     assert_non_null(in);
     /* answered, but 503; and serverdir's own sd_notify READY=1 does not count either */
@@ -310,7 +316,7 @@ static void exec_probe(void **state)
              " \"failure_threshold\": 3, \"timeout_ms\": 1000, \"start_timeout_ms\": 5000}",
              flag);
     start_one(&b, "\"--no-agent\"", health, FAST_RESTART, STOP_1S, 1);
-    h_sleep_ms(500);
+    h_sleep_ms(500); /* several check periods in which it must not become ready */
     json_t *in = bbt_inst(&b, "g", 0);
     assert_string_equal(bbt_str(in, "state"), "starting"); /* the check fails: not ready */
     json_decref(in);
@@ -360,9 +366,7 @@ static void env_cwd_logs_and_on_failure(void **state)
     char log[400], rotated[410], want[400];
     snprintf(log, sizeof(log), "%s/logs/sh-0.log", b.state);
     snprintf(rotated, sizeof(rotated), "%s.1", log);
-    int64_t end = h_now_ms() + 6000;
-    while (h_now_ms() < end && !bbt_file_has(rotated, "xxxx"))
-        h_sleep_ms(50);
+    bbt_wait_file_has(rotated, "xxxx", 6000);
     assert_true(bbt_file_has(rotated, id));
     assert_true(bbt_file_has(rotated, "BB_MACHINE=m1"));
     assert_true(bbt_file_has(rotated, "BB_CLUSTER=c1"));

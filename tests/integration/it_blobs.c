@@ -15,25 +15,16 @@
 #include <sys/wait.h>
 
 #include "harness.h"
+#include "harness_stack.h"
 #include "sdclient.h"
 
 static h_redis_t redis;
 static h_serverdir_t sd;
 
+/* cmocka group setup: redis-server, and serverdir on it with blobs of at most 4 KiB. */
 static int setup(void **state)
 {
-    const char *cfg = h_write_file(h_tmpdir(), "sd.json", "{\"blob_max_bytes\": 4096}", 0644);
-    const char *extra[] = {"--config", cfg, NULL};
-    if (h_redis_start(&redis) || h_serverdir_start(&sd, redis.url, h_tokens_file(), extra))
-        return -1;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    h_serverdir_stop(&sd);
-    h_redis_stop(&redis);
-    return 0;
+    return h_stack_setup(state, &redis, &sd, &(h_sd_opts_t){.config = "{\"blob_max_bytes\": 4096}"});
 }
 
 static int64_t lock(sdc_t *c, const char *key, const char *holder)
@@ -214,9 +205,7 @@ static void bad_headers_keys_and_sizes(void **state)
     const char *argv[] = {SD_BIN_DIR "/sdctl", "--url", sd.url, "--token", H_TOK_VIEWER,
                           "blobs", "get", "b-bad", "-o", out, NULL};
     pid_t pid = h_spawn(argv, log, NULL);
-    int st = -1;
-    for (int i = 0; i < 500 && !h_exited(pid, &st); i++)
-        h_sleep_ms(10);
+    int st = h_wait_exit(pid, 5000);
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     FILE *f = fopen(out, "rb");
     assert_non_null(f);
@@ -305,5 +294,5 @@ int main(void)
         cmocka_unit_test(bad_headers_keys_and_sizes),
         cmocka_unit_test(fencing_story_two_servers),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, setup, h_stack_teardown);
 }

@@ -25,9 +25,15 @@
 #include <cmocka.h>
 
 #include <glob.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
-#include "cltest.h"
+#include "harness_cluster.h"
 
 #ifndef SD_SOURCE_DIR
 #define SD_SOURCE_DIR SD_BIN_DIR "/../.."
@@ -139,14 +145,6 @@ static void redis_restart(void)
 
 /* ---------- serverdir copies and haproxy ---------- */
 
-static int healthy(void *arg)
-{
-    h_resp_t r;
-    int ok = h_http("GET", arg, NULL, NULL, NULL, 0, NULL, &r) == 0 && r.status == 200;
-    h_resp_free(&r);
-    return ok;
-}
-
 static void copy_start(int i)
 {
     char listen[64], url[128], log[400];
@@ -157,7 +155,7 @@ static void copy_start(int i)
     copies[i].pid = h_spawn(argv, log, NULL);
     assert_true(copies[i].pid > 0);
     snprintf(url, sizeof url, "http://%s/healthz", listen);
-    assert_true(h_wait_until(healthy, url, slow(15000)));
+    assert_true(h_wait_until(h_http_ok, url, slow(15000)));
 }
 
 static void haproxy_start(void)
@@ -177,7 +175,7 @@ static void haproxy_start(void)
     haproxy_pid = h_spawn(argv, log, env);
     assert_true(haproxy_pid > 0);
     snprintf(url, sizeof url, "%s/readyz", C.sd.url);
-    assert_true(h_wait_until(healthy, url, 15000));
+    assert_true(h_wait_until(h_http_ok, url, 15000));
 }
 
 /* ---------- bigbrothers ---------- */

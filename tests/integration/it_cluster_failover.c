@@ -10,12 +10,15 @@
  *     machine was declared lost meanwhile, so it stops its old instances (replaced) and
  *     no duplicate is left running. */
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 #include <cmocka.h>
 
-#include "cltest.h"
+#include "harness_cluster.h"
 
 static cl_t C;
 static unsigned down; /* bit i: bigbrother i killed or paused */
@@ -156,10 +159,7 @@ static void paused_primary_is_fenced(void **state)
         assert_true(bbt_alive(pids[i]));
     int placed = count_lines(C.bb[ip].log, "placement changed");
     kill(C.bb[ip].pid, SIGCONT);
-    int64_t end = h_now_ms() + cl_ms(15000);
-    while (h_now_ms() < end && !bbt_file_has(C.bb[ip].log, "primary role lost"))
-        h_sleep_ms(100);
-    assert_true(bbt_file_has(C.bb[ip].log, "primary role lost"));
+    assert_true(bbt_wait_file_has(C.bb[ip].log, "primary role lost", cl_ms(15000)));
     assert_true(bbt_file_has(C.bb[ip].log, "reason=primary_held") ||
                 bbt_file_has(C.bb[ip].log, "reason=stale_epoch"));
     /* no duplicates: the old instances stop (replaced); the others keep running */
@@ -173,10 +173,7 @@ static void paused_primary_is_fenced(void **state)
     assert_string_not_equal(cl_primary(&C, &epoch2), old);
     assert_int_equal(epoch2, epoch1);
     /* The exits are logged once bigbrother has reaped them, which may trail their death. */
-    end = h_now_ms() + cl_ms(10000);
-    while (h_now_ms() < end && !bbt_file_has(C.bb[ip].log, "reason=replaced"))
-        h_sleep_ms(100);
-    assert_true(bbt_file_has(C.bb[ip].log, "reason=replaced"));
+    assert_true(bbt_wait_file_has(C.bb[ip].log, "reason=replaced", cl_ms(10000)));
 }
 
 int main(void)

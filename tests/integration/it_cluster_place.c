@@ -4,13 +4,16 @@
  * restart with max_unavailable 2 never has more than 2 instances down and replaces every
  * instance; a cluster stop sends SHUTDOWN to every game process and stops them all, and a
  * cluster start brings the service back. */
+#include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 #include <cmocka.h>
 
-#include "cltest.h"
+#include "harness_cluster.h"
 
 static cl_t C;
 

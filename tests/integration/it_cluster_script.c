@@ -96,6 +96,34 @@ static int count_ready(void)
     return n;
 }
 
+/* What banner_or_exit watches: the script's pid and output file; out (malloc'd, the
+ * caller frees) is the output last read, exited/status tell an early exit. */
+typedef struct {
+    pid_t pid;
+    const char *log;
+    char *out;
+    int exited, status;
+} banner_wait_t;
+
+/* h_wait_until condition: the script's output shows the banner, or the script exited. */
+static int banner_or_exit(void *arg)
+{
+    banner_wait_t *w = arg;
+    free(w->out);
+    w->out = slurp(w->log);
+    if (w->out && strstr(w->out, "Press Ctrl-C to stop."))
+        return 1;
+    w->exited = h_exited(w->pid, &w->status);
+    return w->exited;
+}
+
+/* h_wait_until condition: no process of the script is left. */
+static int no_leftovers(void *arg)
+{
+    (void)arg;
+    return leftovers() == 0;
+}
+
 /* One run: start, wait for the banner, check it and the API, Ctrl-C, check nothing is
  * left. */
 static void one_run(int round)
@@ -106,18 +134,11 @@ static void one_run(int round)
     const char *env[] = {sdport_env, rport_env, dir_env, bin_env, NULL};
     pid_t pid = h_spawn(argv, log, env);
     assert_true(pid > 0);
-    char *out = NULL;
-    int64_t end = h_now_ms() + 60000;
-    while (h_now_ms() < end) {
-        free(out);
-        out = slurp(log);
-        if (out && strstr(out, "Press Ctrl-C to stop."))
-            break;
-        int status;
-        if (h_exited(pid, &status))
-            fail_msg("cluster.sh exited early (status %d):\n%s", status, out ? out : "");
-        h_sleep_ms(100);
-    }
+    banner_wait_t w = {pid, log, NULL, 0, 0};
+    h_wait_until(banner_or_exit, &w, 60000);
+    char *out = w.out;
+    if (w.exited)
+        fail_msg("cluster.sh exited early (status %d):\n%s", w.status, out ? out : "");
     if (!out || !strstr(out, "Press Ctrl-C to stop."))
         fail_msg("no banner within 60 s:\n%s", out ? out : "");
     if (!strstr(out, "machines:           1 ") || !strstr(out, "processes ready:    3 ") ||
@@ -128,15 +149,11 @@ static void one_run(int round)
 
     kill(pid, SIGINT); /* what a Ctrl-C delivers to the script (its daemons run in their
                           own sessions) */
-    int status = -1;
-    end = h_now_ms() + 30000;
-    while (h_now_ms() < end && !h_exited(pid, &status))
-        h_sleep_ms(50);
+    int status = h_wait_exit(pid, 30000);
     assert_true(WIFEXITED(status));
     assert_int_equal(WEXITSTATUS(status), 130);
     assert_int_equal(count_ready(), -1); /* serverdir is gone */
-    h_sleep_ms(200);
-    assert_int_equal(leftovers(), 0);
+    assert_true(h_wait_until(no_leftovers, NULL, 2000));
 }
 
 static void twice(void **state)

@@ -13,22 +13,15 @@
 #include <sys/wait.h>
 
 #include "harness.h"
+#include "harness_stack.h"
 
 static h_redis_t redis;
 static h_serverdir_t sd;
 
+/* cmocka group setup: redis-server, and serverdir on it with the test tokens. */
 static int setup(void **state)
 {
-    if (h_redis_start(&redis) || h_serverdir_start(&sd, redis.url, h_tokens_file(), NULL))
-        return -1;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    h_serverdir_stop(&sd);
-    h_redis_stop(&redis);
-    return 0;
+    return h_stack_setup(state, &redis, &sd, NULL);
 }
 
 static long get(const char *path, h_resp_t *r)
@@ -117,10 +110,7 @@ static int run_serverdir(const char *const *args, char *log, size_t logcap)
         argv[n++] = *a;
     argv[n] = NULL;
     pid_t pid = h_spawn(argv, logpath, NULL);
-    int st = 0;
-    int64_t until = h_now_ms() + 5000;
-    while (!h_exited(pid, &st) && h_now_ms() < until)
-        h_sleep_ms(10);
+    int st = h_wait_exit(pid, 5000);
     FILE *f = fopen(logpath, "r");
     size_t got = f ? fread(log, 1, logcap - 1, f) : 0;
     log[got] = '\0';
@@ -160,10 +150,7 @@ static void sigterm_exits_cleanly(void **state)
     h_serverdir_t s2;
     assert_int_equal(h_serverdir_start(&s2, redis.url, NULL, NULL), 0);
     kill(s2.pid, SIGTERM);
-    int st = 0;
-    int64_t until = h_now_ms() + 5000;
-    while (!h_exited(s2.pid, &st) && h_now_ms() < until)
-        h_sleep_ms(10);
+    int st = h_wait_exit(s2.pid, 5000);
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
 }
@@ -178,5 +165,5 @@ int main(void)
         cmocka_unit_test(config_errors_name_file_and_field),
         cmocka_unit_test(sigterm_exits_cleanly),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, setup, h_stack_teardown);
 }

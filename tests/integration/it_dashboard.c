@@ -13,11 +13,18 @@
 #include <cmocka.h>
 
 #include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
-#include "bbtest.h"
+#include "harness_bigbrother.h"
 #include "harness.h"
+#include "harness_stack.h"
 
 #define CHROMIUM "/usr/bin/chromium"
 
@@ -27,8 +34,7 @@ static bbt_t bbt;
 
 static int setup(void **state)
 {
-    (void)state;
-    if (h_redis_start(&redis) || h_serverdir_start(&sd, redis.url, h_tokens_file(), NULL))
+    if (h_stack_setup(state, &redis, &sd, NULL))
         return -1;
     char svc[2048], extra[512];
     snprintf(svc, sizeof svc,
@@ -47,11 +53,8 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-    (void)state;
     bbt_stop(&bbt, 5000);
-    h_serverdir_stop(&sd);
-    h_redis_stop(&redis);
-    return 0;
+    return h_stack_teardown(state);
 }
 
 /* GET path as the viewer; the parsed body of a 200 (asserted). */
@@ -112,16 +115,12 @@ static int chromium(const char *url, const char *flag, const char *out_path, int
         _exit(127);
     }
     assert_true(pid > 0);
-    int st = 0;
-    int64_t until = h_now_ms() + timeout_ms;
-    while (!h_exited(pid, &st)) {
-        if (h_now_ms() > until) {
-            kill(-pid, SIGKILL);
-            h_stop(pid, 100);
-            fprintf(stderr, "chromium timed out (log: %s)\n", log);
-            return -1;
-        }
-        h_sleep_ms(50);
+    int st = h_wait_exit(pid, timeout_ms);
+    if (st == -1) {
+        kill(-pid, SIGKILL);
+        h_stop(pid, 100);
+        fprintf(stderr, "chromium timed out (log: %s)\n", log);
+        return -1;
     }
     if (!WIFEXITED(st) || WEXITSTATUS(st))
         fprintf(stderr, "chromium failed (log: %s)\n", log);

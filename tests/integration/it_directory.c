@@ -16,23 +16,16 @@
 #include <sys/wait.h>
 
 #include "harness.h"
+#include "harness_stack.h"
 #include "sdclient.h"
 
 static h_redis_t redis;
 static h_serverdir_t sd;
 
+/* cmocka group setup: redis-server, and serverdir on it with the test tokens. */
 static int setup(void **state)
 {
-    if (h_redis_start(&redis) || h_serverdir_start(&sd, redis.url, h_tokens_file(), NULL))
-        return -1;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    h_serverdir_stop(&sd);
-    h_redis_stop(&redis);
-    return 0;
+    return h_stack_setup(state, &redis, &sd, NULL);
 }
 
 /* A request against sd; returns the status. The caller frees r. */
@@ -90,6 +83,16 @@ static const char *jstr(const json_t *o, const char *key)
     return s;
 }
 
+/* h_wait_until condition: machine m2 of cluster cm shows as lost (its lease ran out). */
+static int m2_lost(void *arg)
+{
+    (void)arg;
+    json_t *j = get_json(H_TOK_VIEWER, "/v1/clusters/cm/machines/m2", 200);
+    int lost = !strcmp(jstr(j, "state"), "lost");
+    json_decref(j);
+    return lost;
+}
+
 /* ---------------------------------------------------------------- machines */
 
 static void machine_lease_register_renew_expire_delete(void **state)
@@ -136,7 +139,7 @@ static void machine_lease_register_renew_expire_delete(void **state)
      * brings it back. */
     assert_int_equal(req("PUT", H_TOK_BB, "{\"ttl_ms\":1000}", &r, "/v1/clusters/cm/machines/m2"), 200);
     h_resp_free(&r);
-    h_sleep_ms(1200);
+    assert_true(h_wait_until(m2_lost, NULL, h_valgrind() ? 20000 : 5000));
     j = get_json(H_TOK_VIEWER, "/v1/clusters/cm/machines/m2", 200);
     assert_string_equal(jstr(j, "state"), "lost");
     assert_int_equal(jint(j, "expires_in_ms"), 0);
@@ -453,10 +456,7 @@ static void history_and_stopped_bounded(void **state)
     snprintf(logpath, sizeof logpath, "%s/bad.log", dir);
     const char *argv[] = {SD_BIN_DIR "/serverdir", "--config", bad, "--listen", "127.0.0.1:0", NULL};
     pid_t pid = h_spawn(argv, logpath, NULL);
-    int st = 0;
-    int64_t until = h_now_ms() + 5000;
-    while (!h_exited(pid, &st) && h_now_ms() < until)
-        h_sleep_ms(10);
+    int st = h_wait_exit(pid, 5000);
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 100);
     char log[2048] = "";
@@ -846,5 +846,5 @@ int main(void)
         cmocka_unit_test(sdclient_typed_calls_and_failover),
         cmocka_unit_test(redis_outage_gives_503_then_recovers),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, setup, h_stack_teardown);
 }

@@ -19,12 +19,13 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "bbproto.h"
-#include "gptest.h"
+#include "harness_gameproc.h"
 
 static const char *dir;
 
@@ -135,13 +136,13 @@ static void runs_alone_and_stops_on_sigterm(void **state)
     gp_start(&g, "alone", args, NULL);
     assert_true(log_wait(&g, "msg=ready", 3000));
     assert_true(log_has_(g.log, "supervisor=none"));
-    h_sleep_ms(300);
+    h_sleep_ms(300); /* a span in which it must not exit */
     int st;
     assert_int_equal(h_exited(g.pid, &st), 0);
 
     int64_t t0 = h_now_ms();
     kill(g.pid, SIGTERM);
-    st = gp_wait_exit(g.pid, 3000);
+    st = h_wait_exit(g.pid, 3000);
     assert_true(st != -1);
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
@@ -156,7 +157,7 @@ static void crash_with_exit_code(void **state)
     const char *args[] = { "--crash-after", "1", "--exit-code", "7", NULL };
     int64_t t0 = h_now_ms();
     gp_start(&g, "crash7", args, NULL);
-    int st = gp_wait_exit(g.pid, 5000);
+    int st = h_wait_exit(g.pid, 5000);
     int64_t took = h_now_ms() - t0;
     assert_true(st != -1);
     assert_true(WIFEXITED(st));
@@ -170,7 +171,7 @@ static void crash_by_abort(void **state)
     gp_run_t g;
     const char *args[] = { "--crash-after", "1", NULL };
     gp_start(&g, "abort", args, NULL);
-    int st = gp_wait_exit(g.pid, 5000);
+    int st = h_wait_exit(g.pid, 5000);
     assert_true(st != -1);
     assert_true(WIFSIGNALED(st));
     assert_int_equal(WTERMSIG(st), SIGABRT);
@@ -185,7 +186,7 @@ static void ignore_term_keeps_running(void **state)
     assert_true(log_wait(&g, "msg=ready", 3000));
     kill(g.pid, SIGTERM);
     assert_true(log_wait(&g, "msg=\"ignoring stop signal\" signal=SIGTERM", 2000));
-    h_sleep_ms(500);
+    h_sleep_ms(500); /* a span in which it must not exit */
     int st;
     assert_int_equal(h_exited(g.pid, &st), 0);
     assert_false(log_has_(g.log, "saving players"));
@@ -205,7 +206,7 @@ static void bad_options_are_usage_errors(void **state)
         char tag[32];
         snprintf(tag, sizeof tag, "usage%zu", i);
         gp_start(&g, tag, cases[i], NULL);
-        int st = gp_wait_exit(g.pid, 3000);
+        int st = h_wait_exit(g.pid, 3000);
         if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 100)
             fail_msg("case %zu (%s): want exit 100", i, cases[i][0]);
     }
@@ -456,7 +457,7 @@ static void notify_ready_watchdog_stopping(void **state)
         stopping = strcmp(buf, "STOPPING=1") == 0;
     }
     assert_true(stopping);
-    int st = gp_wait_exit(g.pid, 3000);
+    int st = h_wait_exit(g.pid, 3000);
     assert_true(st != -1 && WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
     close(fd);
@@ -510,7 +511,7 @@ static void agent_ready_heartbeat_shutdown(void **state)
     send(c, "SHUTDOWN=1\nGRACE_MS=2000\n", 25, 0);
     assert_true(wait_key(c, "BYE", 3000, msg, sizeof msg, NULL));
     assert_non_null(strstr(msg, "BYE=shutdown"));
-    int st = gp_wait_exit(g.pid, 3000);
+    int st = h_wait_exit(g.pid, 3000);
     int64_t took = h_now_ms() - t0;
     assert_true(st != -1 && WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
@@ -544,10 +545,10 @@ static void hang_stops_heartbeats(void **state)
     assert_int_equal(h_exited(g.pid, &st), 0);
     /* SIGTERM is not acted on by a hung loop; SIGABRT (bigbrother's hang signal) ends it. */
     kill(g.pid, SIGTERM);
-    h_sleep_ms(300);
+    h_sleep_ms(300); /* a span in which it must not exit */
     assert_int_equal(h_exited(g.pid, &st), 0);
     kill(g.pid, SIGABRT);
-    st = gp_wait_exit(g.pid, 3000);
+    st = h_wait_exit(g.pid, 3000);
     assert_true(st != -1 && WIFSIGNALED(st));
     assert_int_equal(WTERMSIG(st), SIGABRT);
     close(c);

@@ -18,10 +18,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "gptest.h"
+#include "harness_gameproc.h"
+#include "harness_stack.h"
 
 static h_redis_t redis;
 static h_serverdir_t sd;
@@ -110,30 +112,28 @@ typedef struct {
     int port;
     int players;               /* -1: any */
     int gone;                  /* wait for the entry to disappear instead */
+    int64_t newer_than;        /* and its last heartbeat after this (ms), 0: any */
 } listed_wait_t;
 
+/* The condition wait_listed polls: see listed_wait_t. */
 static int listed_cond(void *arg)
 {
     const listed_wait_t *w = arg;
     json_t *s = listed(w->port);
     int ok = w->gone ? s == NULL
                      : s && (w->players < 0 ||
-                             json_integer_value(json_object_get(s, "players")) == w->players);
+                             json_integer_value(json_object_get(s, "players")) == w->players) &&
+                           json_integer_value(json_object_get(s, "last_heartbeat_ms")) >
+                               w->newer_than;
     json_decref(s);
     return ok;
 }
 
 /* Polls every 100 ms: the master list limits requests per address. */
-static int wait_listed(int port, int players, int gone, int ms)
+static int wait_listed(int port, int players, int gone, int64_t newer_than, int ms)
 {
-    listed_wait_t w = { port, players, gone };
-    int64_t end = h_now_ms() + ms;
-    do {
-        if (listed_cond(&w))
-            return 1;
-        h_sleep_ms(100);
-    } while (h_now_ms() < end);
-    return listed_cond(&w);
+    listed_wait_t w = { port, players, gone, newer_than };
+    return h_wait_every(listed_cond, &w, ms, 100);
 }
 
 static int udp_socket(void)
@@ -157,23 +157,15 @@ static size_t udp_ask(int fd, int port, const void *q, size_t qlen, uint8_t *out
     return n > 0 ? (size_t)n : 0;
 }
 
+/* cmocka group setup: the test's temp dir, redis-server, and serverdir on it with a UDP
+ * master listener. */
 static int setup(void **state)
 {
-    (void)state;
     dir = h_tmpdir();
-    assert_int_equal(h_redis_start(&redis), 0);
-    udp_front_port = h_free_port();
+    if (h_stack_setup(state, &redis, &sd, &(h_sd_opts_t){.master_udp = 1}))
+        return -1;
+    udp_front_port = sd.udp_port;
     snprintf(udp_front, sizeof udp_front, "127.0.0.1:%d", udp_front_port);
-    const char *extra[] = { "--master-udp", udp_front, NULL };
-    assert_int_equal(h_serverdir_start(&sd, redis.url, h_tokens_file(), extra), 0);
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    h_serverdir_stop(&sd);
-    h_redis_stop(&redis);
     return 0;
 }
 
@@ -190,7 +182,7 @@ static void rest_announce_and_terminate(void **state)
     gp_start(&g, "gp-rest", extra);
     assert_true(log_wait(&g, "msg=\"listed on master\" addr=127.0.0.1:", 5000));
     /* Both players joined by a later heartbeat. */
-    assert_true(wait_listed(g.port, 2, 0, 5000));
+    assert_true(wait_listed(g.port, 2, 0, 0, 5000));
     json_t *s = listed(g.port);
     assert_non_null(s);
     assert_string_equal(json_string_value(json_object_get(s, "name")), "gp-rest");
@@ -207,14 +199,14 @@ static void rest_announce_and_terminate(void **state)
     json_decref(s);
 
     /* The next interval's heartbeat refreshes the entry. */
-    h_sleep_ms(1200);
+    assert_true(wait_listed(g.port, -1, 0, hb1, h_valgrind() ? 10000 : 5000));
     s = listed(g.port);
     assert_non_null(s);
     assert_true(json_integer_value(json_object_get(s, "last_heartbeat_ms")) > hb1);
     json_decref(s);
 
     assert_int_equal(kill(g.pid, SIGTERM), 0);
-    int st = gp_wait_exit(g.pid, 8000);
+    int st = h_wait_exit(g.pid, 8000);
     assert_true(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
     assert_true(log_has(g.log, "msg=\"removed from master list\""));
     /* Gone at once, not after the 3-interval expiry. */
@@ -230,7 +222,7 @@ static void udp_master_dance(void **state)
     const char *extra[] = { "--master-udp", udp_front, "--master-interval-s", "1", NULL };
     gp_run_t g;
     gp_start(&g, "gp-udp", extra);
-    assert_true(wait_listed(g.port, -1, 0, 5000));
+    assert_true(wait_listed(g.port, -1, 0, 0, 5000));
     json_t *s = listed(g.port);
     assert_non_null(s);
     assert_string_equal(json_string_value(json_object_get(s, "source")), "q3");
@@ -253,7 +245,7 @@ static void udp_master_dance(void **state)
     close(fd);
 
     assert_int_equal(kill(g.pid, SIGTERM), 0);
-    int st = gp_wait_exit(g.pid, 8000);
+    int st = h_wait_exit(g.pid, 8000);
     assert_true(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
     assert_true(log_has(g.log, "msg=\"udp master heartbeat\" master="));
     assert_true(log_has(g.log, "last=1"));
@@ -307,5 +299,5 @@ int main(void)
         cmocka_unit_test(udp_master_dance),
         cmocka_unit_test(getinfo_echoes_the_challenge),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, setup, h_stack_teardown);
 }

@@ -15,12 +15,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "bbproto.h"
-#include "gptest.h"
+#include "harness_gameproc.h"
+#include "harness_stack.h"
 
 static h_redis_t redis;
 static h_serverdir_t sd;
@@ -145,21 +147,11 @@ static long long progress_of(const blob_t *b)
     return p ? atoll(p + 9) : -1;
 }
 
+/* cmocka group setup: the test's temp dir, redis-server, and serverdir on it. */
 static int setup(void **state)
 {
-    (void)state;
     dir = h_tmpdir();
-    assert_int_equal(h_redis_start(&redis), 0);
-    assert_int_equal(h_serverdir_start(&sd, redis.url, h_tokens_file(), NULL), 0);
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    h_serverdir_stop(&sd);
-    h_redis_stop(&redis);
-    return 0;
+    return h_stack_setup(state, &redis, &sd, NULL);
 }
 
 /* The fencing story (docs/locks.md): A holds player:7 and saves; A is frozen; an operator
@@ -219,7 +211,7 @@ static void fencing_end_to_end(void **state)
     int st = h_stop(a.pid, 5000);
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     assert_int_equal(kill(b.pid, SIGTERM), 0);
-    st = gp_wait_exit(b.pid, 8000);
+    st = h_wait_exit(b.pid, 8000);
     assert_true(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
     assert_true(log_wait_n(&b, "msg=\"player left\" key=player:7", 1, 100));
     blob_get("player:7", &now);
@@ -245,10 +237,10 @@ static void sigterm_saves_then_releases(void **state)
     blob_t b;
     blob_get("player:20", &b);
     assert_int_equal(b.status, 404); /* no periodic save yet */
-    h_sleep_ms(500);
+    h_sleep_ms(500); /* a span in which no periodic save may happen either */
 
     assert_int_equal(kill(c.pid, SIGTERM), 0);
-    int st = gp_wait_exit(c.pid, 8000);
+    int st = h_wait_exit(c.pid, 8000);
     assert_true(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
     assert_int_equal(log_count(c.log, "saved=1 released=1"), 2);
     const char *keys[] = { "player:20", "player:21" };
@@ -286,31 +278,6 @@ static int count_heartbeats(int fd, int ms)
     return beats;
 }
 
-/* Starts serverdir again on the port the game knows. */
-static pid_t serverdir_restart(void)
-{
-    char listen[64], log[320];
-    snprintf(listen, sizeof listen, "127.0.0.1:%d", sd.port);
-    snprintf(log, sizeof log, "%s/serverdir2.log", dir);
-    const char *argv[] = { SD_BIN_DIR "/serverdir", "--listen", listen, "--redis", redis.url,
-                           "--tokens", sd.tokens, NULL };
-    pid_t pid = h_spawn(argv, log, NULL);
-    int64_t until = h_now_ms() + (h_valgrind() ? 30000 : 8000);
-    char u[160];
-    snprintf(u, sizeof u, "%s/healthz", sd.url);
-    while (h_now_ms() < until) {
-        h_resp_t r;
-        int rc = h_http("GET", u, NULL, NULL, NULL, 0, NULL, &r);
-        long stc = r.status;
-        h_resp_free(&r);
-        if (rc == 0 && stc == 200)
-            return pid;
-        h_sleep_ms(50);
-    }
-    fail_msg("serverdir did not come back on port %d", sd.port);
-    return -1;
-}
-
 /* ServerDir goes away for a few seconds: the loop keeps ticking and heartbeating at its
  * usual rate, the failed save is logged once, and saves resume when it is back. Then a
  * SHUTDOWN from the fake Big Brother saves and releases. */
@@ -343,14 +310,14 @@ static void serverdir_outage_does_not_stall_the_tick(void **state)
     assert_true(log_wait_n(&d, "msg=\"player save failed, retrying\" key=player:30", 1, 100));
     assert_int_equal(log_count(d.log, "player save failed"), 1);
     blob_t gap;
-    pid_t sd2 = serverdir_restart();
+    assert_int_equal(h_serverdir_restart(&sd, redis.url), 0); /* on the port the game knows */
     assert_true(log_wait_n(&d, "msg=\"player saves resumed\" key=player:30", 1, 8000));
     blob_get("player:30", &gap);
     assert_int_equal(gap.status, 200);
     assert_true(blob_wait("player:30", "holder=zone-d-1", gap.blob_seq + 1, 5000));
 
     send(c, "SHUTDOWN=1\nGRACE_MS=4000\n", 25, 0);
-    int st = gp_wait_exit(d.pid, 6000);
+    int st = h_wait_exit(d.pid, 6000);
     assert_true(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
     assert_true(log_wait_n(&d, "msg=\"player left\" key=player:30", 1, 100));
     assert_true(log_count(d.log, "saved=1 released=1") == 1);
@@ -360,8 +327,6 @@ static void serverdir_outage_does_not_stall_the_tick(void **state)
     assert_string_equal(holder, "");
     close(c);
     close(lfd);
-    h_stop(sd2, 5000);
-    sd.pid = 0;
 }
 
 int main(void)
@@ -372,5 +337,5 @@ int main(void)
         cmocka_unit_test(sigterm_saves_then_releases),
         cmocka_unit_test(serverdir_outage_does_not_stall_the_tick),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, setup, h_stack_teardown);
 }

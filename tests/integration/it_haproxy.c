@@ -38,14 +38,6 @@ static copy_t copies[NCOPIES];
 static pid_t haproxy_pid;
 static char front[128], stats_url[128];
 
-static int healthy(void *arg)
-{
-    h_resp_t r;
-    int ok = h_http("GET", arg, NULL, NULL, NULL, 0, NULL, &r) == 0 && r.status == 200;
-    h_resp_free(&r);
-    return ok;
-}
-
 /* Starts (or restarts) copy i on its fixed port and waits for /healthz. */
 static void copy_start(int i)
 {
@@ -58,15 +50,13 @@ static void copy_start(int i)
     c->pid = h_spawn(argv, c->log, NULL);
     assert_true(c->pid > 0);
     snprintf(url, sizeof url, "http://%s/healthz", listen);
-    assert_true(h_wait_until(healthy, url, h_valgrind() ? 60000 : 10000));
+    assert_true(h_wait_until(h_http_ok, url, h_valgrind() ? 60000 : 10000));
 }
 
 static void copy_kill(int i)
 {
     kill(copies[i].pid, SIGKILL);
-    int st;
-    for (int k = 0; k < 500 && !h_exited(copies[i].pid, &st); k++)
-        h_sleep_ms(2);
+    h_wait_exit(copies[i].pid, 1000);
     copies[i].pid = 0;
 }
 

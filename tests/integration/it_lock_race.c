@@ -24,6 +24,7 @@
 #include <time.h>
 
 #include "harness.h"
+#include "harness_stack.h"
 #include "sdclient.h"
 
 #define NCLIENTS 16
@@ -156,21 +157,21 @@ static void *ops_main(void *arg)
     return NULL;
 }
 
+/* cmocka group setup: redis-server and two serverdirs on it, 8 worker threads each. */
 static int setup(void **state)
 {
-    const char *extra[] = {"--threads", "8", NULL};
-    if (h_redis_start(&redis) || h_serverdir_start(&sd, redis.url, h_tokens_file(), extra) ||
-        h_serverdir_start(&sd2, redis.url, h_tokens_file(), extra))
+    static const char *const extra[] = {"--threads", "8", NULL};
+    const h_sd_opts_t o = {.extra = extra};
+    if (h_stack_setup(state, &redis, &sd, &o) || h_sd_start(&sd2, &redis, &o))
         return -1;
     return 0;
 }
 
+/* cmocka group teardown: the second serverdir, then the first and redis-server. */
 static int teardown(void **state)
 {
     h_serverdir_stop(&sd2);
-    h_serverdir_stop(&sd);
-    h_redis_stop(&redis);
-    return 0;
+    return h_stack_teardown(state);
 }
 
 static int cmp_seq(const void *a, const void *b)

@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 
 #include "harness.h"
+#include "harness_stack.h"
 #include "sdclient.h"
 
 static h_redis_t redis;
@@ -25,30 +26,24 @@ static h_serverdir_t sd;       /* defaults: no lock-delay, no WAIT */
 static h_serverdir_t sd_delay; /* locks.lock_delay_ms = 400 */
 static h_serverdir_t sd_wait;  /* locks.wait_replicas = 1 */
 
-static int start_with_config(h_serverdir_t *s, const char *name, const char *json)
-{
-    const char *cfg = h_write_file(h_tmpdir(), name, json, 0644);
-    const char *extra[] = {"--config", cfg, NULL};
-    return h_serverdir_start(s, redis.url, h_tokens_file(), extra);
-}
-
+/* cmocka group setup: redis-server and the three serverdirs on it. */
 static int setup(void **state)
 {
-    if (h_redis_start(&redis) || h_serverdir_start(&sd, redis.url, h_tokens_file(), NULL) ||
-        start_with_config(&sd_delay, "delay.json", "{\"locks\": {\"lock_delay_ms\": 400}}") ||
-        start_with_config(&sd_wait, "wait.json",
-                          "{\"locks\": {\"wait_replicas\": 1, \"wait_timeout_ms\": 200}}"))
+    if (h_stack_setup(state, &redis, &sd, NULL) ||
+        h_sd_start(&sd_delay, &redis, &(h_sd_opts_t){.config = "{\"locks\": {\"lock_delay_ms\": 400}}"}) ||
+        h_sd_start(&sd_wait, &redis,
+                   &(h_sd_opts_t){.config = "{\"locks\": {\"wait_replicas\": 1,"
+                                            " \"wait_timeout_ms\": 200}}"}))
         return -1;
     return 0;
 }
 
+/* cmocka group teardown: the serverdirs setup started, then redis-server. */
 static int teardown(void **state)
 {
     h_serverdir_stop(&sd_wait);
     h_serverdir_stop(&sd_delay);
-    h_serverdir_stop(&sd);
-    h_redis_stop(&redis);
-    return 0;
+    return h_stack_teardown(state);
 }
 
 /* ---- small helpers ---- */
@@ -198,7 +193,7 @@ static void lock_seq_grows_across_release_force_expiry(void **state)
         s = acquire(&sd, "p-grow", "C", "\"ttl_ms\":50");
         assert_true(s > last);
         last = s;
-        h_sleep_ms(80);
+        h_sleep_ms(80); /* the lease's TTL running out is what is tested */
     }
     /* The expired lease of C is free for D, with a higher lock_seq still. */
     json_int_t s = acquire(&sd, "p-grow", "D", NULL);
@@ -301,7 +296,7 @@ static void renew_extends_lease_holder_only(void **state)
     char body[128];
     h_resp_t r;
     for (int i = 0; i < 3; i++) {
-        h_sleep_ms(250);
+        h_sleep_ms(250); /* renewals paced inside the TTL: the time is what is tested */
         snprintf(body, sizeof body, "{\"holder\":\"A\",\"lock_seq\":%lld}", (long long)s);
         assert_int_equal(call(&sd, "POST", H_TOK_GAME, body, &r, "/v1/locks/p-renew/renew"), 200);
         assert_true(jget(&r, "expires_in_ms") > 300);
@@ -323,7 +318,7 @@ static void renew_extends_lease_holder_only(void **state)
     int64_t exp = 0;
     assert_int_equal(sdc_lock_renew(c, "p-renew", "A", s, 150, &exp, &err), SDC_OK);
     assert_true(exp > 100 && exp <= 150);
-    h_sleep_ms(250);
+    h_sleep_ms(250); /* past the renewed TTL: the expiry is what is tested */
     assert_int_equal(sdc_lock_renew(c, "p-renew", "A", s, 0, &exp, &err), SDC_E_HTTP);
     assert_string_equal(err.code, "not_holder");
     sdc_err_clear(&err);
@@ -363,7 +358,7 @@ static void wait_is_woken_by_release_and_bounded(void **state)
     struct waiter w = {sd.url, "p-wait", 5000, 0, "", 0, 0};
     pthread_t th;
     pthread_create(&th, NULL, waiter_main, &w);
-    h_sleep_ms(300);
+    h_sleep_ms(300); /* the waiter's elapsed time is checked against this */
     release("p-wait", "A", s);
     pthread_join(th, NULL);
     if (w.rc != SDC_OK)
@@ -405,7 +400,7 @@ static void waiting_acquire_does_not_hold_a_worker(void **state)
     struct waiter w = {one.url, "p-park", 20000, 0, "", 0, 0};
     pthread_t th;
     pthread_create(&th, NULL, waiter_main, &w);
-    h_sleep_ms(200);
+    h_sleep_ms(200); /* lets it park: a parked waiter shows nowhere to wait on */
     for (int i = 0; i < 5; i++) {
         int64_t t0 = h_now_ms();
         h_resp_t r;
@@ -421,9 +416,7 @@ static void waiting_acquire_does_not_hold_a_worker(void **state)
     assert_int_equal(w.rc, SDC_E_HTTP);
     assert_string_equal(w.code, "lock_held");
     assert_true(h_now_ms() - t0 < 5000);
-    int st = -1;
-    for (int i = 0; i < 500 && !h_exited(one.pid, &st); i++)
-        h_sleep_ms(10);
+    int st = h_wait_exit(one.pid, 5000);
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     release("p-park", "A", s);
 }
@@ -456,7 +449,7 @@ static void steal_from_stopped_or_old_holder(void **state)
     /* Age-based: not old enough yet, then old enough. */
     const char *young = "{\"holder\":\"X\",\"steal_if_older_than_ms\":60000}";
     refused(&sd, "PUT", H_TOK_GAME, young, "/v1/locks/p-steal", 409, "lock_held");
-    h_sleep_ms(150);
+    h_sleep_ms(150); /* the lock's age is what is tested */
     assert_int_equal(call(&sd, "PUT", H_TOK_GAME, "{\"holder\":\"X\",\"steal_if_older_than_ms\":100}",
                           &r, "/v1/locks/p-steal"), 200);
     assert_string_equal(jstr(&r, "stolen_from", buf, sizeof buf), "zone-m2-1");
@@ -499,12 +492,23 @@ static void lock_delay_after_force_and_expiry_not_release(void **state)
 
     /* An expired lease: delay counted from the expiry. */
     acquire(&sd_delay, "p-delay", "D", "\"ttl_ms\":100");
-    h_sleep_ms(150);
+    h_sleep_ms(150); /* expired, but inside the 400 ms delay: the timing is what is tested */
     refused(&sd_delay, "PUT", H_TOK_GAME, "{\"holder\":\"E\"}", "/v1/locks/p-delay", 409, "lock_delayed");
     h_sleep_ms(400);
     json_int_t se = acquire(&sd_delay, "p-delay", "E", NULL);
     assert_true(se > w.lock_seq);
     release("p-delay", "E", se);
+}
+
+/* h_wait_every condition: the re-acquire of p-dur by A on sd_wait is confirmed by a
+ * replica (200); *arg (a json_int_t) gets its lock_seq. */
+static int regrant_confirmed(void *arg)
+{
+    h_resp_t r;
+    if (call(&sd_wait, "PUT", H_TOK_GAME, "{\"holder\":\"A\"}", &r, "/v1/locks/p-dur") == 200)
+        *(json_int_t *)arg = jget(&r, "lock_seq");
+    h_resp_free(&r);
+    return *(json_int_t *)arg > 0;
 }
 
 static void wait_replicas_knob(void **state)
@@ -521,13 +525,7 @@ static void wait_replicas_knob(void **state)
     redisReply *rr = h_redis(&replica, "REPLICAOF 127.0.0.1 %d", redis.port);
     freeReplyObject(rr);
     json_int_t s = 0;
-    for (int i = 0; i < 100 && s <= 0; i++) {
-        if (call(&sd_wait, "PUT", H_TOK_GAME, "{\"holder\":\"A\"}", &r, "/v1/locks/p-dur") == 200)
-            s = jget(&r, "lock_seq");
-        h_resp_free(&r);
-        if (s <= 0)
-            h_sleep_ms(50);
-    }
+    h_wait_every(regrant_confirmed, &s, 5000, 50);
     assert_true(s > 0);
     assert_int_equal(call(&sd, "GET", H_TOK_VIEWER, NULL, &r, "/v1/locks/p-dur"), 200);
     assert_int_equal(jget(&r, "lock_seq"), s);
@@ -593,10 +591,8 @@ static void inspect_list_and_sdctl(void **state)
     snprintf(log, sizeof log, "%s/sdctl.out", dir);
     const char *get[] = {SD_BIN_DIR "/sdctl", "--url", sd.url, "--token", H_TOK_OPS, "-o", "json",
                          "locks", "get", "inv-a", NULL};
-    int st = -1;
     pid_t pid = h_spawn(get, log, NULL);
-    for (int i = 0; i < 500 && !h_exited(pid, &st); i++)
-        h_sleep_ms(10);
+    int st = h_wait_exit(pid, 5000);
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     char *out = NULL;
     size_t len = 0;
@@ -613,20 +609,17 @@ static void inspect_list_and_sdctl(void **state)
     const char *force[] = {SD_BIN_DIR "/sdctl", "--url", sd.url, "--token", H_TOK_OPS,
                            "locks", "force-unlock", "inv-a", NULL};
     pid = h_spawn(force, log, NULL);
-    for (int i = 0; i < 500 && !h_exited(pid, &st); i++)
-        h_sleep_ms(10);
+    st = h_wait_exit(pid, 5000);
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     /* Again: nothing held any more -> exit code 4 (not found). */
     pid = h_spawn(force, log, NULL);
-    for (int i = 0; i < 500 && !h_exited(pid, &st); i++)
-        h_sleep_ms(10);
+    st = h_wait_exit(pid, 5000);
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 4);
     /* The game role may not force-unlock: exit code 6. */
     const char *force_game[] = {SD_BIN_DIR "/sdctl", "--url", sd.url, "--token", H_TOK_GAME,
                                 "locks", "force-unlock", "inv-b", NULL};
     pid = h_spawn(force_game, log, NULL);
-    for (int i = 0; i < 500 && !h_exited(pid, &st); i++)
-        h_sleep_ms(10);
+    st = h_wait_exit(pid, 5000);
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 6);
 
     assert_int_equal(call(&sd, "GET", H_TOK_VIEWER, NULL, &r, "/v1/locks?holder=H1"), 200);

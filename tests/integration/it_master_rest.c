@@ -21,43 +21,38 @@
 #include <sys/wait.h>
 
 #include "harness.h"
+#include "harness_stack.h"
 #include "harness_sdctl.h"
 #include "sdclient.h"
 
 static h_redis_t redis;
 static h_serverdir_t A, B, C;
 
-static int start_with(h_serverdir_t *s, const char *name, const char *config)
-{
-    const char *path = h_write_file(h_tmpdir(), name, config, 0644);
-    const char *extra[] = {"--config", path, NULL};
-    return h_serverdir_start(s, redis.url, h_tokens_file(), extra);
-}
-
+/* cmocka group setup: redis-server and the three serverdirs A, B, C on it. */
 static int setup(void **state)
 {
-    if (h_redis_start(&redis))
-        return -1;
-    if (start_with(&A, "a.json",
-                   "{\"master\": {\"servers_per_address\": 5000, \"challenges_per_address\": 50,"
-                   " \"rate_per_s\": 100000, \"max_batch\": 1000}}") ||
-        start_with(&B, "b.json",
-                   "{\"master\": {\"trusted_proxies\": [\"127.0.0.1\"], \"servers_per_address\": 3,"
-                   " \"challenges_per_address\": 4, \"rate_per_s\": 10}}") ||
-        start_with(&C, "c.json",
-                   "{\"key_prefix\": \"sdx:\", \"master\": {\"heartbeat_interval_s\": 1,"
-                   " \"challenge_ttl_ms\": 300, \"rate_per_s\": 1000}}"))
+    if (h_stack_setup(state, &redis, &A,
+                      &(h_sd_opts_t){.config = "{\"master\": {\"servers_per_address\": 5000,"
+                                               " \"challenges_per_address\": 50,"
+                                               " \"rate_per_s\": 100000, \"max_batch\": 1000}}"}) ||
+        h_sd_start(&B, &redis,
+                   &(h_sd_opts_t){.config = "{\"master\": {\"trusted_proxies\": [\"127.0.0.1\"],"
+                                            " \"servers_per_address\": 3,"
+                                            " \"challenges_per_address\": 4, \"rate_per_s\": 10}}"}) ||
+        h_sd_start(&C, &redis,
+                   &(h_sd_opts_t){.config = "{\"key_prefix\": \"sdx:\", \"master\":"
+                                            " {\"heartbeat_interval_s\": 1,"
+                                            " \"challenge_ttl_ms\": 300, \"rate_per_s\": 1000}}"}))
         return -1;
     return 0;
 }
 
+/* cmocka group teardown: B and C, then A and redis-server. */
 static int teardown(void **state)
 {
-    h_serverdir_stop(&A);
     h_serverdir_stop(&B);
     h_serverdir_stop(&C);
-    h_redis_stop(&redis);
-    return 0;
+    return h_stack_teardown(state);
 }
 
 /* One request with an optional X-Forwarded-For; public routes, so no token. */
@@ -248,7 +243,7 @@ static void spoofed_heartbeats_rejected(void **state)
     /* An expired challenge (copy C: 300 ms challenges). */
     char chal[64];
     challenge(&C, NULL, chal, sizeof chal);
-    h_sleep_ms(450);
+    h_sleep_ms(450); /* past the 300 ms challenge TTL: the expiry is what is tested */
     h_redis_digest(&redis, before);
     snprintf(body, sizeof body, "{\"challenge\":\"%s\",\"port\":28003," BASIC "}", chal);
     assert_int_equal(req(&C, "POST", "/v1/master/heartbeat", body, NULL, &r), 403);
@@ -279,7 +274,7 @@ static void entries_expire(void **state)
     assert_int_equal(announce(&C, NULL, 29000, BASIC, code, sizeof code), 200);
     int64_t t0 = h_now_ms();
     assert_true(listed_on_c("127.0.0.1:29000"));
-    h_sleep_ms(1500);
+    h_sleep_ms(1500); /* the entry's lifetime is what is tested: still listed meanwhile */
     assert_true(listed_on_c("127.0.0.1:29000"));
     assert_true(h_wait_until(gone_from_c, "127.0.0.1:29000", 4000));
     int64_t took = h_now_ms() - t0;

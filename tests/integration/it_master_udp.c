@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "harness_stack.h"
 #include "sdclient.h"
 
 #define N_SERVERS 1100
@@ -38,52 +39,50 @@ static int q3_listed, gs_listed; /* how many fake servers got listed */
 
 /* Starts s with a UDP master listener on 127.0.0.1 (addr) and, when addr6 is given, a
  * second one on [::1]. */
-static int start_udp(h_serverdir_t *s, struct sockaddr_in *addr, struct sockaddr_in6 *addr6,
-                     const char *name, const char *config)
+/* The addresses of s's UDP master listeners: 127.0.0.1 into addr and, when addr6 is
+ * given, [::1] into addr6. */
+static void udp_addrs(const h_serverdir_t *s, struct sockaddr_in *addr, struct sockaddr_in6 *addr6)
 {
-    int port = h_free_port(), port6 = h_free_port();
-    char flag[64], flag6[64];
-    snprintf(flag, sizeof flag, "127.0.0.1:%d", port);
-    snprintf(flag6, sizeof flag6, "[::1]:%d", port6);
-    const char *path = h_write_file(h_tmpdir(), name, config, 0644);
-    const char *extra[] = {"--config", path, "--master-udp", flag,
-                           addr6 ? "--master-udp" : NULL, flag6, NULL};
-    if (h_serverdir_start(s, redis.url, h_tokens_file(), extra))
-        return -1;
     if (addr6) {
         memset(addr6, 0, sizeof *addr6);
         addr6->sin6_family = AF_INET6;
-        addr6->sin6_port = htons((uint16_t)port6);
+        addr6->sin6_port = htons((uint16_t)s->udp6_port);
         addr6->sin6_addr = in6addr_loopback;
     }
     memset(addr, 0, sizeof *addr);
     addr->sin_family = AF_INET;
-    addr->sin_port = htons((uint16_t)port);
+    addr->sin_port = htons((uint16_t)s->udp_port);
     addr->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    return 0;
 }
 
+/* cmocka group setup: redis-server; serverdir sd with UDP master listeners on 127.0.0.1
+ * and [::1], and tight (its own key prefix, a small UDP reply budget) on 127.0.0.1. */
 static int setup(void **state)
 {
-    if (h_redis_start(&redis))
+    if (h_stack_setup(state, &redis, &sd,
+                      &(h_sd_opts_t){.master_udp = 1, .master_udp6 = 1,
+                                     .config = "{\"master\": {\"servers_per_address\": 10000,"
+                                               " \"challenges_per_address\": 10000,"
+                                               " \"rate_per_s\": 1000000,"
+                                               " \"udp_reply_bytes_per_s\": 100000000}}"}) ||
+        h_sd_start(&tight, &redis,
+                   &(h_sd_opts_t){.master_udp = 1,
+                                  .config = "{\"key_prefix\": \"sdt:\", \"master\":"
+                                            " {\"servers_per_address\": 10000,"
+                                            " \"challenges_per_address\": 10000,"
+                                            " \"rate_per_s\": 1000000,"
+                                            " \"udp_reply_bytes_per_s\": 1400}}"}))
         return -1;
-    if (start_udp(&sd, &master, &master6, "m.json",
-                  "{\"master\": {\"servers_per_address\": 10000, \"challenges_per_address\": 10000,"
-                  " \"rate_per_s\": 1000000, \"udp_reply_bytes_per_s\": 100000000}}") ||
-        start_udp(&tight, &tight_master, NULL, "t.json",
-                  "{\"key_prefix\": \"sdt:\", \"master\": {\"servers_per_address\": 10000,"
-                  " \"challenges_per_address\": 10000, \"rate_per_s\": 1000000,"
-                  " \"udp_reply_bytes_per_s\": 1400}}"))
-        return -1;
+    udp_addrs(&sd, &master, &master6);
+    udp_addrs(&tight, &tight_master, NULL);
     return 0;
 }
 
+/* cmocka group teardown: tight, then sd and redis-server. */
 static int teardown(void **state)
 {
-    h_serverdir_stop(&sd);
     h_serverdir_stop(&tight);
-    h_redis_stop(&redis);
-    return 0;
+    return h_stack_teardown(state);
 }
 
 /* A UDP socket on 127.0.0.1:port (0: any port); -1 when the port is taken. */
@@ -197,6 +196,31 @@ static int q3_register(int first_port, int n)
 
 static int xonotic_count_is(void *want) { return count_listed("xonotic") == *(int *)want; }
 
+/* What listed_is waits for: exactly want servers of game listed. */
+typedef struct {
+    const char *game;
+    int want;
+} listed_t;
+
+/* h_wait_until condition: see listed_t. */
+static int listed_is(void *arg)
+{
+    const listed_t *l = arg;
+    return count_listed(l->game) == l->want;
+}
+
+/* h_wait_until condition: sd's /metrics holds every string of arg (NULL-terminated). */
+static int metrics_have(void *arg)
+{
+    h_resp_t r;
+    assert_int_equal(h_http_json("GET", sd.url, NULL, NULL, &r, "/metrics"), 0);
+    int all = 1;
+    for (const char *const *n = arg; *n && all; n++)
+        all = strstr(r.body, *n) != NULL;
+    h_resp_free(&r);
+    return all;
+}
+
 static void q3_heartbeat_dance(void **state)
 {
     int fd = udp_socket(0);
@@ -219,14 +243,14 @@ static void q3_heartbeat_dance(void **state)
     len = snprintf(resp, sizeof resp, "\xff\xff\xff\xffinfoResponse\n\\challenge\\%s\\protocol\\3"
                                       "\\sv_maxclients\\8\\clients\\1\\gamename\\DanceGame", chal);
     send_to(other, &master, resp, (size_t)len);
-    h_sleep_ms(200);
+    static const char *const refused[] = {"reason=\"unknown_challenge\"",
+                                          "reason=\"challenge_mismatch\"", NULL};
+    assert_true(h_wait_until(metrics_have, (void *)refused, 3000)); /* both were handled */
     assert_int_equal(count_listed("dancegame"), 0);
 
     /* The right challenge from the right address: listed, as REST shows it. */
     send_to(fd, &master, resp, (size_t)len);
-    int64_t until = h_now_ms() + 3000;
-    while (count_listed("dancegame") != 1 && h_now_ms() < until)
-        h_sleep_ms(20);
+    h_wait_until(listed_is, &(listed_t){"dancegame", 1}, 3000);
     assert_int_equal(count_listed("dancegame"), 1);
     json_t *j = get_json(&sd, "/v1/master/servers?game=dancegame");
     json_t *s = json_array_get(json_object_get(j, "servers"), 0);
@@ -242,18 +266,10 @@ static void q3_heartbeat_dance(void **state)
     send_to(fd, &master, resp, (size_t)len);
     close(fd);
     close(other);
-    until = h_now_ms() + 3000;
-    int seen = 0;
-    while (!seen && h_now_ms() < until) {
-        h_resp_t r;
-        assert_int_equal(h_http_json("GET", sd.url, NULL, NULL, &r, "/metrics"), 0);
-        seen = strstr(r.body, "serverdir_master_dropped_total{proto=\"q3\",reason=\"challenge_used\"} 1") &&
-               strstr(r.body, "reason=\"unknown_challenge\"") && strstr(r.body, "reason=\"challenge_mismatch\"");
-        h_resp_free(&r);
-        if (!seen)
-            h_sleep_ms(20);
-    }
-    assert_true(seen);
+    static const char *const dropped[] = {
+        "serverdir_master_dropped_total{proto=\"q3\",reason=\"challenge_used\"} 1",
+        "reason=\"unknown_challenge\"", "reason=\"challenge_mismatch\"", NULL};
+    assert_true(h_wait_until(metrics_have, (void *)dropped, 3000));
 }
 
 /* Reads a getservers(Ext) answer: datagrams until the EOT; checks sizes and that only
@@ -372,9 +388,7 @@ static void q3_ipv6_server_in_getserversext(void **state)
     int len = snprintf(resp, sizeof resp, "\xff\xff\xff\xffinfoResponse\n\\challenge\\%s\\protocol\\5"
                                           "\\sv_maxclients\\4\\clients\\1\\gamename\\SixGame", (char *)buf + 12);
     assert_int_equal(sendto(fd, resp, (size_t)len, 0, (struct sockaddr *)&master6, sizeof master6), len);
-    int64_t until = h_now_ms() + 3000;
-    while (count_listed("sixgame") != 1 && h_now_ms() < until)
-        h_sleep_ms(20);
+    h_wait_until(listed_is, &(listed_t){"sixgame", 1}, 3000);
     json_t *j = get_json(&sd, "/v1/master/servers?game=sixgame");
     char want[64];
     snprintf(want, sizeof want, "[::1]:%d", port);
@@ -534,9 +548,7 @@ static void goldsrc_heartbeat_and_valve_walk(void **state)
     if (fd >= 0) {
         int before = count_listed("valvetest");
         SEND_LIT(fd, &master, "b\n");
-        int64_t until = h_now_ms() + 3000;
-        while (count_listed("valvetest") != before - 1 && h_now_ms() < until)
-            h_sleep_ms(20);
+        h_wait_until(listed_is, &(listed_t){"valvetest", before - 1}, 3000);
         assert_int_equal(count_listed("valvetest"), before - 1);
         close(fd);
     }

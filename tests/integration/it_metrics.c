@@ -16,9 +16,15 @@
 #include <ctype.h>
 #include <math.h>
 #include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
-#include "bbtest.h"
+#include "harness_bigbrother.h"
 #include "harness.h"
+#include "harness_stack.h"
 
 static h_redis_t redis;
 static h_serverdir_t sd;
@@ -320,12 +326,27 @@ static void bb_scrape(expo_t *e)
     scrape(url, e);
 }
 
+/* h_wait_every condition: serverdir's scrape (into after) shows one master server. */
+static int sd_one_server(void *arg)
+{
+    (void)arg;
+    sd_scrape(&after);
+    return val(&after, "serverdir_master_servers") == 1;
+}
+
+/* h_wait_every condition: bigbrother's scrape (into after) shows an empty outbox. */
+static int bb_outbox_empty(void *arg)
+{
+    (void)arg;
+    bb_scrape(&after);
+    return val(&after, "bigbrother_outbox_pending_events") == 0;
+}
+
 /* ---- set-up ---- */
 
 static int setup(void **state)
 {
-    (void)state;
-    if (h_redis_start(&redis) || h_serverdir_start(&sd, redis.url, h_tokens_file(), NULL))
+    if (h_stack_setup(state, &redis, &sd, NULL))
         return -1;
     bb_metrics_port = h_free_port();
     char svc[2048], extra[512];
@@ -348,11 +369,8 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-    (void)state;
     bbt_stop(&bbt, 5000);
-    h_serverdir_stop(&sd);
-    h_redis_stop(&redis);
-    return 0;
+    return h_stack_teardown(state);
 }
 
 /* ---- the parser itself rejects what it must ---- */
@@ -455,12 +473,7 @@ static void serverdir_metrics_move(void **state)
                 val(&before, "serverdir_http_request_duration_seconds_count{method=\"PUT\",route=\"/v1/locks/{key}\"}") + 2);
 
     /* The list-size gauge is cached for a second: it shows the new server within ~1 s. */
-    int64_t until = h_now_ms() + 5000;
-    do {
-        h_sleep_ms(250);
-        sd_scrape(&after);
-    } while (val(&after, "serverdir_master_servers") != 1 && h_now_ms() < until);
-    assert_true(val(&after, "serverdir_master_servers") == 1);
+    assert_true(h_wait_every(sd_one_server, NULL, 5000, 250));
 }
 
 /* Redis errors: Redis stops, a store call fails with 503, the counter moves. Runs last:
@@ -533,12 +546,7 @@ static void bigbrother_metrics_move(void **state)
                 val(&before, "bigbrother_restarts_total{service=\"g\",reason=\"hung\"}") + 1);
 
     /* Events reach serverdir: the outbox drains to 0 pending. */
-    int64_t until = h_now_ms() + 10000;
-    do {
-        h_sleep_ms(100);
-        bb_scrape(&after);
-    } while (val(&after, "bigbrother_outbox_pending_events") != 0 && h_now_ms() < until);
-    assert_true(val(&after, "bigbrother_outbox_pending_events") == 0);
+    assert_true(h_wait_every(bb_outbox_empty, NULL, 10000, 100));
 
     /* Anything but GET /metrics is a 404. */
     char url[256];

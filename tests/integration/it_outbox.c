@@ -31,11 +31,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "bbtest.h"
+#include "harness_bigbrother.h"
+#include "harness_stack.h"
 #include "harness.h"
 #include "report.h"
 #include "sdlog.h"
@@ -299,6 +301,52 @@ static void event(bb_report_t *r, const char *tag, int i)
 
 static int drained(void *r) { return bb_report_pending(r) == 0; }
 
+/* h_wait_until condition: the stand-in got at least *arg (a long) POSTs. */
+static int posts_reach(void *arg)
+{
+    return fake_posts() >= *(const long *)arg;
+}
+
+/* h_wait_until condition: the stand-in applied an event (arg unused). */
+static int events_applied(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&fk.mu);
+    int applied = fk.nevents;
+    pthread_mutex_unlock(&fk.mu);
+    return applied > 0;
+}
+
+/* h_wait_until condition: the stand-in got a lease PUT (arg unused). */
+static int lease_put(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&fk.mu);
+    int puts = fk.nputs;
+    pthread_mutex_unlock(&fk.mu);
+    return puts > 0;
+}
+
+/* What progress_above waits for: the producer's progress file at path shows more than n
+ * events appended. */
+typedef struct {
+    const char *path;
+    long n;
+} progress_t;
+
+/* h_wait_until condition: see progress_t. */
+static int progress_above(void *arg)
+{
+    const progress_t *p = arg;
+    long confirmed = 0;
+    FILE *f = fopen(p->path, "r");
+    if (f && fscanf(f, "%ld", &confirmed) != 1)
+        confirmed = 0;
+    if (f)
+        fclose(f);
+    return confirmed > p->n;
+}
+
 /* Checks that the stand-in holds exactly tag-0 .. tag-(n-1), once each, in this order,
  * starting at its index *at; advances *at. */
 static void expect_run(const char *tag, int n, int *at)
@@ -360,26 +408,15 @@ static void outage_then_recovery_delivers_everything_once(void **state)
 
     fake_listen();
     fake_mode(M_503, M_503, 0);
-    long posts = fake_posts();
+    long posts = fake_posts() + 2;
     for (int i = 300; i < 600; i++)
         event(r, "o", i);
-    int64_t until = h_now_ms() + 8000;
-    while (fake_posts() < posts + 2 && h_now_ms() < until)
-        h_sleep_ms(20);
-    assert_true(fake_posts() >= posts + 2);
+    assert_true(h_wait_until(posts_reach, &posts, 8000));
     assert_int_equal(bb_report_pending(r), 600);
 
     /* The first batch applied with its answer lost is sent again later: a duplicate. */
     fake_mode(M_DROP_AFTER_APPLY, M_503, 0);
-    until = h_now_ms() + 15000;
-    while (h_now_ms() < until) {
-        pthread_mutex_lock(&fk.mu);
-        int applied = fk.nevents;
-        pthread_mutex_unlock(&fk.mu);
-        if (applied > 0)
-            break;
-        h_sleep_ms(20);
-    }
+    h_wait_until(events_applied, NULL, 15000);
     assert_int_equal(bb_report_pending(r), 600); /* nothing acknowledged, nothing dropped */
 
     fake_mode(M_OK, M_OK, 0);
@@ -394,15 +431,8 @@ static void outage_then_recovery_delivers_everything_once(void **state)
     assert_true(fk.max_batch <= 500);
     assert_int_equal(fk.bad_auth, 0);
     pthread_mutex_unlock(&fk.mu);
-    until = h_now_ms() + 10000; /* the lease retries on its own backoff (at most ttl/3) */
-    while (h_now_ms() < until) {
-        pthread_mutex_lock(&fk.mu);
-        int puts = fk.nputs;
-        pthread_mutex_unlock(&fk.mu);
-        if (puts > 0)
-            break;
-        h_sleep_ms(20);
-    }
+    /* the lease retries on its own backoff (at most ttl/3) */
+    h_wait_until(lease_put, NULL, 10000);
     int64_t failures = bb_report_send_failures(r);
     assert_true(failures >= 4);
     bb_report_stop(r);
@@ -431,12 +461,9 @@ static void kill9_producer_loses_and_duplicates_nothing(void **state)
 
     const char *argv_a[] = {self, "producer", dir, fk.url, "a", "1000000", "300", progress, NULL};
     pid_t a = h_spawn(argv_a, logpath, NULL);
-    h_sleep_ms(1500);
+    h_wait_until(progress_above, &(progress_t){progress, 100}, 15000); /* mid-stream */
     assert_int_equal(kill(a, SIGKILL), 0);
-    int st = 0;
-    int64_t until = h_now_ms() + 5000;
-    while (!h_exited(a, &st) && h_now_ms() < until)
-        h_sleep_ms(5);
+    int st = h_wait_exit(a, 5000);
     assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
     long confirmed = 0;
     FILE *f = fopen(progress, "r");
@@ -452,9 +479,7 @@ static void kill9_producer_loses_and_duplicates_nothing(void **state)
     fake_mode(M_OK, M_OK, 5);
     const char *argv_b[] = {self, "producer", dir, fk.url, "b", "200", "1000", progress, NULL};
     pid_t b = h_spawn(argv_b, logpath, NULL);
-    until = h_now_ms() + 60000;
-    while (!h_exited(b, &st) && h_now_ms() < until)
-        h_sleep_ms(20);
+    st = h_wait_exit(b, 60000);
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
 
@@ -490,9 +515,8 @@ static void rejected_event_goes_to_dead_letter(void **state)
         event(r, "p", i);
     }
     /* Once a try was refused with 503, the next one takes the whole backlog as one batch. */
-    int64_t until = h_now_ms() + 5000;
-    while (fake_posts() < 1 && h_now_ms() < until)
-        h_sleep_ms(5);
+    long one = 1;
+    h_wait_until(posts_reach, &one, 5000);
     fake_mode(M_OK, M_OK, 0);
     assert_true(h_wait_until(drained, r, 20000));
     bb_report_stop(r);
@@ -534,7 +558,7 @@ static void lease_cadence_independent_of_events(void **state)
     bb_report_t *r = reporter_start(dir, 1500);
     for (int i = 0; i < 50; i++)
         event(r, "l", i);
-    h_sleep_ms(2300);
+    h_sleep_ms(2300); /* the lease's cadence over this span is what is tested */
     pthread_mutex_lock(&fk.mu);
     int nputs = fk.nputs;
     int64_t t[MAX_PUTS];
@@ -598,26 +622,6 @@ static void slow_batches_shrink_until_they_fit(void **state)
 static h_redis_t redis;
 static h_serverdir_t sd;
 
-/* Starts serverdir again on the port it had (the reporter keeps its URL). */
-static void serverdir_restart_same_port(void)
-{
-    char listen[64];
-    snprintf(listen, sizeof listen, "127.0.0.1:%d", sd.port);
-    const char *argv[] = {SD_BIN_DIR "/serverdir", "--listen", listen, "--redis", redis.url,
-                          "--tokens", h_tokens_file(), NULL};
-    sd.pid = h_spawn(argv, sd.log, NULL);
-    int64_t until = h_now_ms() + (h_valgrind() ? 30000 : 5000);
-    long st = 0;
-    while (st != 200 && h_now_ms() < until) {
-        h_resp_t r;
-        if (h_http_json("GET", sd.url, NULL, NULL, &r, "/healthz") == 0)
-            st = r.status;
-        h_resp_free(&r);
-        if (st != 200)
-            h_sleep_ms(20);
-    }
-    assert_int_equal(st, 200);
-}
 
 /* GET path (viewer token) as JSON; asserts 200. Caller decrefs. */
 static json_t *sd_get(const char *path)
@@ -655,8 +659,7 @@ static void report(bb_report_t *r, const char *type, int i, const char *reason)
  * history holds every event once and in order, and the machine is live. */
 static void real_serverdir_directory_matches_after_outage(void **state)
 {
-    assert_int_equal(h_redis_start(&redis), 0);
-    assert_int_equal(h_serverdir_start(&sd, redis.url, h_tokens_file(), NULL), 0);
+    assert_int_equal(h_stack_start(&redis, &sd, NULL), 0);
     const char *dir = h_tmpdir();
     bb_report_opts_t o = {.state_dir = dir, .cluster = "c1", .machine = "m1", .urls = sd.url,
                           .token = H_TOK_BB, .address = "127.0.0.1", .capacity = 400,
@@ -677,9 +680,9 @@ static void real_serverdir_directory_matches_after_outage(void **state)
     }
     report(r, "started", 15, NULL);
     report(r, "stopped", 15, "exited");
-    h_sleep_ms(1000);
+    h_sleep_ms(1000); /* serverdir is down: nothing may be acknowledged meanwhile */
     assert_int_equal(bb_report_pending(r), 17);
-    serverdir_restart_same_port();
+    assert_int_equal(h_serverdir_restart(&sd, redis.url), 0); /* the same port and URL */
     assert_true(h_wait_until(drained, r, 20000));
     bb_report_stop(r);
 
@@ -729,16 +732,14 @@ static void real_serverdir_directory_matches_after_outage(void **state)
     assert_string_equal(json_string_value(json_object_get(m, "address")), "127.0.0.1");
     assert_int_equal(json_integer_value(json_object_get(m, "capacity")), 400);
     json_decref(m);
-    h_serverdir_stop(&sd);
-    h_redis_stop(&redis);
+    h_stack_stop(&redis, &sd);
 }
 
 /* A producer killed with -9 mid-stream and a second one on the same state dir, against
  * the real serverdir: the directory holds every event the producers appended, once. */
 static void real_serverdir_kill9_producer(void **state)
 {
-    assert_int_equal(h_redis_start(&redis), 0);
-    assert_int_equal(h_serverdir_start(&sd, redis.url, h_tokens_file(), NULL), 0);
+    assert_int_equal(h_stack_start(&redis, &sd, NULL), 0);
     const char *dir = h_tmpdir();
     char self[512], progress[600], logpath[600];
     ssize_t l = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -748,12 +749,9 @@ static void real_serverdir_kill9_producer(void **state)
     snprintf(logpath, sizeof logpath, "%s/producer.log", dir);
     const char *argv_a[] = {self, "producer", dir, sd.url, "a", "1000000", "1000", progress, NULL};
     pid_t a = h_spawn(argv_a, logpath, NULL);
-    h_sleep_ms(1500);
+    h_wait_until(progress_above, &(progress_t){progress, 50}, 15000); /* mid-stream */
     assert_int_equal(kill(a, SIGKILL), 0);
-    int st = 0;
-    int64_t until = h_now_ms() + 5000;
-    while (!h_exited(a, &st) && h_now_ms() < until)
-        h_sleep_ms(5);
+    int st = h_wait_exit(a, 5000);
     long confirmed = 0;
     FILE *f = fopen(progress, "r");
     assert_non_null(f);
@@ -763,9 +761,7 @@ static void real_serverdir_kill9_producer(void **state)
 
     const char *argv_b[] = {self, "producer", dir, sd.url, "b", "100", "1000", progress, NULL};
     pid_t b = h_spawn(argv_b, logpath, NULL);
-    until = h_now_ms() + 60000;
-    while (!h_exited(b, &st) && h_now_ms() < until)
-        h_sleep_ms(20);
+    st = h_wait_exit(b, 60000);
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
 
@@ -787,8 +783,7 @@ static void real_serverdir_kill9_producer(void **state)
     snprintf(want, sizeof want, "serverdir_events_accepted_total %ld\n", na + nb);
     assert_non_null(strstr(r.body, want));
     h_resp_free(&r);
-    h_serverdir_stop(&sd);
-    h_redis_stop(&redis);
+    h_stack_stop(&redis, &sd);
 }
 
 /* 1 when bigbrother's control socket reports no pending event. */
@@ -808,8 +803,7 @@ static int bb_drained(void *b)
  * holds exactly the events bigbrother recorded in its outbox, once each, in order. */
 static void real_bigbrother_churn_during_outage(void **state)
 {
-    assert_int_equal(h_redis_start(&redis), 0);
-    assert_int_equal(h_serverdir_start(&sd, redis.url, h_tokens_file(), NULL), 0);
+    assert_int_equal(h_stack_start(&redis, &sd, NULL), 0);
     bbt_t b = {0};
     char extra[512];
     snprintf(extra, sizeof extra,
@@ -841,10 +835,7 @@ static void real_bigbrother_churn_during_outage(void **state)
         json_decref(in);
     }
     assert_int_equal(kill(b.pid, SIGKILL), 0);
-    int st = 0;
-    int64_t until = h_now_ms() + 5000;
-    while (!h_exited(b.pid, &st) && h_now_ms() < until)
-        h_sleep_ms(5);
+    h_wait_exit(b.pid, 5000);
     assert_true(bbt_start(&b) > 0);
     json_t *in = bbt_wait(&b, "zone", 2, "ready", 0, 10000);
     assert_non_null(in);
@@ -858,7 +849,7 @@ static void real_bigbrother_churn_during_outage(void **state)
     assert_int_equal(json_integer_value(json_object_get(status, "pending_events")), 12);
     json_decref(status);
 
-    serverdir_restart_same_port();
+    assert_int_equal(h_serverdir_restart(&sd, redis.url), 0); /* the same port and URL */
     assert_true(h_wait_until(bb_drained, &b, 30000));
 
     /* The live directory is what bigbrother supervises. */
@@ -914,8 +905,7 @@ static void real_bigbrother_churn_during_outage(void **state)
     assert_int_equal(json_integer_value(json_object_get(stop, "matched")), 4);
     json_decref(stop);
     h_stop(b.pid, 5000);
-    h_serverdir_stop(&sd);
-    h_redis_stop(&redis);
+    h_stack_stop(&redis, &sd);
 }
 
 /* ---- the producer process ---- */
@@ -949,10 +939,7 @@ static int producer_main(char **argv)
             return 2;
         usleep((useconds_t)interval);
     }
-    int64_t until = h_now_ms() + 30000;
-    while (bb_report_pending(r) > 0 && h_now_ms() < until)
-        h_sleep_ms(10);
-    int rc = bb_report_pending(r) == 0 ? 0 : 4;
+    int rc = h_wait_until(drained, r, 30000) ? 0 : 4;
     bb_report_stop(r);
     close(pf);
     return rc;

@@ -55,19 +55,11 @@ static int run(const char *const *argv, const char *const *env, int timeout_ms, 
     char log[500];
     snprintf(log, sizeof log, "%s/run-%d.log", tmp(), ++seq);
     pid_t pid = h_spawn(argv, log, env);
-    int st = 0, code = -1;
-    int64_t end = h_now_ms() + timeout_ms;
-    for (;;) {
-        if (h_exited(pid, &st)) {
-            code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-            break;
-        }
-        if (h_now_ms() > end) {
-            h_stop(pid, 100);
-            break;
-        }
-        h_sleep_ms(5);
-    }
+    int st = h_wait_exit(pid, timeout_ms), code = -1;
+    if (st != -1)
+        code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    else
+        h_stop(pid, 100);
     if (out) {
         FILE *f = fopen(log, "r");
         size_t cap = 1 << 20, n = 0;
@@ -393,14 +385,6 @@ static void unit_files_verify(void **state)
     }
 }
 
-static int ready(void *url)
-{
-    h_resp_t r;
-    int ok = h_http("GET", url, NULL, NULL, NULL, 0, NULL, &r) == 0 && r.status == 200;
-    h_resp_free(&r);
-    return ok;
-}
-
 /* The packaged example config is accepted as shipped by the packaged serverdir (flags
  * move its addresses to loopback ports and Redis to the test's). */
 static void example_config_is_accepted(void **state)
@@ -420,7 +404,7 @@ static void example_config_is_accepted(void **state)
                           "--tokens", h_tokens_file(), "--master-udp", udp, NULL};
     pid_t pid = h_spawn(argv, log, NULL);
     assert_true(pid > 0);
-    assert_true(h_wait_until(ready, url, 10000));
+    assert_true(h_wait_until(h_http_ok, url, 10000));
     int st = h_stop(pid, 5000);
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);

@@ -8,10 +8,21 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "clustertest.h"
+#include "harness_api.h"
+#include "harness_stack.h"
+
+static h_redis_t redis;
+static h_serverdir_t sd;
+
+/* cmocka group setup: redis-server, and serverdir on it with the test tokens. */
+static int setup(void **state)
+{
+    return h_stack_setup(state, &redis, &sd, NULL);
+}
 
 /* POST /primary for machine m with ttl; returns the status, *epoch and holder. */
 static long acquire(const char *cluster, const char *m, int ttl, long long *epoch, char *holder)
@@ -30,6 +41,18 @@ static long acquire(const char *cluster, const char *m, int ttl, long long *epoc
         strcpy(holder, ct_str(src, "holder"));
     json_decref(o);
     return st;
+}
+
+/* h_wait_until condition: cluster arg (a const char *) has no primary holder (its lease
+ * ran out). */
+static int no_holder(void *arg)
+{
+    json_t *o;
+    long st = ct_call(sd.url, H_TOK_VIEWER, "GET", NULL, &o, NULL, "/v1/clusters/%s/primary",
+                      (const char *)arg);
+    int none = st == 200 && json_is_null(json_object_get(o, "holder"));
+    json_decref(o);
+    return none;
 }
 
 static void acquire_renew_expire_takeover(void **state)
@@ -54,7 +77,7 @@ static void acquire_renew_expire_takeover(void **state)
     assert_true(ct_int(o, "expires_in_ms") > 0 && ct_int(o, "expires_in_ms") <= 1500);
     json_decref(o);
     /* m1 stops renewing (paused): after the lease ran out m2 takes over, epoch + 1. */
-    h_sleep_ms(1700);
+    assert_true(h_wait_until(no_holder, "p1", h_valgrind() ? 20000 : 5000));
     assert_int_equal(ct_call(sd.url, H_TOK_VIEWER, "GET", NULL, &o, NULL,
                              "/v1/clusters/p1/primary"), 200);
     assert_true(json_is_null(json_object_get(o, "holder")));
@@ -105,7 +128,7 @@ static void stale_epoch_is_refused_and_changes_nothing(void **state)
                              "/v1/clusters/p3/assignments"), 200);
     /* m1's lease runs out (paused past it): its writes are refused even with its epoch,
      * before anyone else took over. */
-    h_sleep_ms(1400);
+    assert_true(h_wait_until(no_holder, "p3", h_valgrind() ? 20000 : 5000));
     assert_int_equal(ct_call(sd.url, H_TOK_BB, "PUT", body, NULL, code,
                              "/v1/clusters/p3/assignments"), 409);
     assert_string_equal(code, "stale_epoch");
@@ -205,5 +228,5 @@ int main(void)
         cmocka_unit_test(roles_and_bad_input),
         cmocka_unit_test(metrics_count_changes_and_refusals),
     };
-    return cmocka_run_group_tests(tests, ct_setup, ct_teardown);
+    return cmocka_run_group_tests(tests, setup, h_stack_teardown);
 }

@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 
 #include "harness.h"
+#include "harness_stack.h"
 #include "harness_sdctl.h"
 
 static h_redis_t redis;
@@ -20,7 +21,7 @@ static h_serverdir_t sd;
 
 static int setup(void **state)
 {
-    if (h_redis_start(&redis) || h_serverdir_start(&sd, redis.url, h_tokens_file(), NULL))
+    if (h_stack_setup(state, &redis, &sd, NULL))
         return -1;
     const char *events =
         "{\"events\":["
@@ -43,13 +44,6 @@ static int setup(void **state)
         r.status != 200)
         return -1;
     h_resp_free(&r);
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    h_serverdir_stop(&sd);
-    h_redis_stop(&redis);
     return 0;
 }
 
@@ -249,5 +243,5 @@ int main(void)
         cmocka_unit_test(events_follow_prints_new_events),
         cmocka_unit_test(exit_codes),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, setup, h_stack_teardown);
 }

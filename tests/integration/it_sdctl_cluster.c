@@ -13,8 +13,18 @@
 #include <string.h>
 #include <sys/wait.h>
 
-#include "clustertest.h"
+#include "harness_api.h"
+#include "harness_stack.h"
 #include "harness_sdctl.h"
+
+static h_redis_t redis;
+static h_serverdir_t sd;
+
+/* cmocka group setup: redis-server, and serverdir on it with the test tokens. */
+static int setup(void **state)
+{
+    return h_stack_setup(state, &redis, &sd, NULL);
+}
 
 /* Runs sdctl (args NULL-terminated) in cluster `cl` with token; returns its exit code and
  * what it printed (stdout then stderr) in out. */
@@ -232,5 +242,5 @@ int main(void)
         cmocka_unit_test(drain_primary_cluster_and_status),
         cmocka_unit_test(every_command_has_help),
     };
-    return cmocka_run_group_tests(tests, ct_setup, ct_teardown);
+    return cmocka_run_group_tests(tests, setup, h_stack_teardown);
 }

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "harness_stack.h"
 
 #define SDCTL SD_BIN_DIR "/sdctl"
 #define NOWHERE "SERVERDIR_URL=http://127.0.0.1:1"
@@ -43,15 +44,10 @@ static int run(const char *const *argv, const char *const *env, char **out)
     char log[400];
     snprintf(log, sizeof log, "%s/run-%d.log", tmp(), ++seq);
     pid_t pid = h_spawn(argv, log, env);
-    int st = 0, code = -1;
-    for (int i = 0; i < 2000; i++) {
-        if (h_exited(pid, &st)) {
-            code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-            break;
-        }
-        h_sleep_ms(5);
-    }
-    if (code < 0)
+    int st = h_wait_exit(pid, 10000), code = -1;
+    if (st != -1)
+        code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    else
         h_stop(pid, 100);
     FILE *f = fopen(log, "r");
     *out = calloc(1, 65537);
@@ -161,9 +157,7 @@ static char *run_on_pty(const char *url, const char *no_color)
     }
     buf[len] = '\0';
     close(master);
-    int st;
-    for (int i = 0; i < 1000 && !h_exited(pid, &st); i++)
-        h_sleep_ms(5);
+    int st = h_wait_exit(pid, 5000);
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
     return buf;
@@ -173,8 +167,7 @@ static void colour_only_on_a_terminal(void **state)
 {
     h_redis_t redis;
     h_serverdir_t sd;
-    assert_int_equal(h_redis_start(&redis), 0);
-    assert_int_equal(h_serverdir_start(&sd, redis.url, NULL, NULL), 0);
+    assert_int_equal(h_stack_start(&redis, &sd, &(h_sd_opts_t){.open = 1}), 0);
     h_resp_t r;
     assert_int_equal(h_http_json("PUT", sd.url, NULL, "{\"address\":\"10.0.0.5\",\"ttl_ms\":15000}",
                                  &r, "/v1/clusters/c1/machines/m1"),
@@ -203,8 +196,7 @@ static void colour_only_on_a_terminal(void **state)
     assert_non_null(strstr(out, "m1"));
     assert_null(strstr(out, "\033["));
     free(out);
-    h_serverdir_stop(&sd);
-    h_redis_stop(&redis);
+    h_stack_stop(&redis, &sd);
 }
 
 /* Runs the completion function for the given words (the last is the one completed). */

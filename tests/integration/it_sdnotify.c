@@ -10,8 +10,16 @@
 #include <cmocka.h>
 
 #include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
-#include "bbtest.h"
+#include "harness_bigbrother.h"
 
 #define WATCHDOG_USEC 1000000 /* the daemons ping every 500 ms */
 
@@ -123,14 +131,6 @@ static void check_watchdog(nsock_t *n, pid_t pid, int window_ms)
     assert_true(min_gap >= WATCHDOG_USEC / 4000);
 }
 
-static int status_of(pid_t pid)
-{
-    int st = -1;
-    for (int i = 0; i < 3000 && !h_exited(pid, &st); i++)
-        h_sleep_ms(10);
-    return st;
-}
-
 static void serverdir_notifies(void **state)
 {
     h_redis_t redis;
@@ -169,7 +169,7 @@ static void serverdir_notifies(void **state)
     kill(pid, SIGTERM);
     assert_true(wait_for(&n, pid, "STOPPING=1", 5000, msg, sizeof msg));
     assert_non_null(strstr(msg, "STATUS=stopping on SIGTERM"));
-    int st = status_of(pid);
+    int st = h_wait_exit(pid, 30000);
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
     close(n.fd);
@@ -197,7 +197,7 @@ static void serverdir_ignores_foreign_watchdog_pid(void **state)
     assert_false(wait_for(&n, pid, "WATCHDOG=1", 1500, NULL, 0));
     kill(pid, SIGTERM);
     assert_true(wait_for(&n, pid, "STOPPING=1", 5000, NULL, 0));
-    status_of(pid);
+    h_wait_exit(pid, 30000);
     close(n.fd);
     h_redis_stop(&redis);
 }
@@ -255,7 +255,7 @@ static void serverdir_watchdog_starves_when_workers_hang(void **state)
     assert_true(bbt_file_has(log, "watchdog self-check recovered"));
     kill(pid, SIGTERM);
     assert_true(wait_for(&n, pid, "STOPPING=1", 5000, NULL, 0));
-    status_of(pid);
+    h_wait_exit(pid, 30000);
     close(n.fd);
     h_redis_stop(&redis);
 }
@@ -304,7 +304,7 @@ static void bigbrother_notifies(void **state)
     kill(pid, SIGTERM);
     assert_true(wait_for(&n, pid, "STOPPING=1", 5000 * slow, msg, sizeof msg));
     assert_non_null(strstr(msg, "1 processes left running"));
-    int st = status_of(pid);
+    int st = h_wait_exit(pid, 30000);
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
     assert_true(bbt_alive(game));
@@ -331,7 +331,7 @@ static void bigbrother_notifies(void **state)
     json_decref(bbt_ctl(&b, "stop all"));
     kill(pid, SIGTERM);
     assert_true(wait_for(&n, pid, "STOPPING=1", 5000 * slow, NULL, 0));
-    status_of(pid);
+    h_wait_exit(pid, 30000);
     close(n.fd);
 }
 

@@ -29,8 +29,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "bbtest.h"
+#include "harness_bigbrother.h"
 #include "harness.h"
+#include "harness_stack.h"
 
 static h_redis_t redis;
 static h_serverdir_t sd;
@@ -38,22 +39,11 @@ static h_serverdir_t sd;
 /* Slow margins under valgrind; the box is shared and loaded. */
 static int slack(int ms) { return h_valgrind() ? ms * 5 : ms; }
 
+/* cmocka group setup: redis-server, and serverdir on it closing idle connections
+ * after 2 s. */
 static int setup(void **state)
 {
-    (void)state;
-    const char *cfg = h_write_file(h_tmpdir(), "sd.json", "{\"conn_timeout_s\": 2}", 0600);
-    const char *extra[] = {"--config", cfg, NULL};
-    if (h_redis_start(&redis) || h_serverdir_start(&sd, redis.url, h_tokens_file(), extra))
-        return -1;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    h_serverdir_stop(&sd);
-    h_redis_stop(&redis);
-    return 0;
+    return h_stack_setup(state, &redis, &sd, &(h_sd_opts_t){.config = "{\"conn_timeout_s\": 2}"});
 }
 
 static int raw_connect(void)
@@ -195,7 +185,7 @@ static void slowloris_times_out_others_served(void **state)
     }
     int worst = 0;
     for (int round = 0; round < 4; round++) {
-        h_sleep_ms(400);
+        h_sleep_ms(400); /* the trickle's pace is what is tested */
         for (int i = 0; i < NSLOW; i++)
             send_all(fds[i], "a", 1);
         int ms = healthz_ms();
@@ -403,5 +393,5 @@ int main(void)
         cmocka_unit_test(unsafe_token_file_warned),
         cmocka_unit_test(unsafe_bigbrother_config_warned),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, setup, h_stack_teardown);
 }

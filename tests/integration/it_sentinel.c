@@ -279,6 +279,12 @@ static int count_grants(void)
     return n < MAX_GRANTS ? n : MAX_GRANTS;
 }
 
+/* h_wait_until condition: at least *arg (an int) grants were counted. */
+static int grants_reach(void *arg)
+{
+    return count_grants() >= *(const int *)arg;
+}
+
 static void test_failover_keeps_acknowledged_grants(void **state)
 {
     (void)state;
@@ -287,9 +293,8 @@ static void test_failover_keeps_acknowledged_grants(void **state)
         assert_int_equal(pthread_create(&th[t], NULL, traffic, (void *)(intptr_t)t), 0);
 
     /* Traffic before the failover. */
-    int64_t until = h_now_ms() + 15000;
-    while (count_grants() < 60 && h_now_ms() < until)
-        h_sleep_ms(20);
+    int want = 60;
+    h_wait_until(grants_reach, &want, 15000);
     int before = count_grants();
     assert_true(before >= 60);
 
@@ -312,9 +317,8 @@ static void test_failover_keeps_acknowledged_grants(void **state)
 
     /* Some traffic on the new primary, then stop. */
     int after_first = count_grants();
-    until = h_now_ms() + 10000;
-    while (count_grants() < after_first + 30 && h_now_ms() < until)
-        h_sleep_ms(20);
+    want = after_first + 30;
+    h_wait_until(grants_reach, &want, 10000);
     atomic_store(&stop_traffic, 1);
     for (int t = 0; t < NTHREADS; t++)
         pthread_join(th[t], NULL);
@@ -383,6 +387,19 @@ static void test_failover_keeps_acknowledged_grants(void **state)
         }
 }
 
+/* h_wait_every condition: a SENTINEL FAILOVER was accepted; arg (128 bytes) gets the
+ * last refusal. */
+static int failover_accepted(void *arg)
+{
+    redisReply *f = node_cmd(sentinels[0].port, "SENTINEL FAILOVER mymaster");
+    int accepted = f && f->type == REDIS_REPLY_STATUS;
+    if (f && f->type == REDIS_REPLY_ERROR)
+        snprintf(arg, 128, "%s", f->str);
+    if (f)
+        freeReplyObject(f);
+    return accepted;
+}
+
 static int primary_moved(void *arg)
 {
     int p = sentinel_master_port();
@@ -407,18 +424,8 @@ static void test_planned_failover_followed(void **state)
 
     /* Refused (NOGOODSLAVE, INPROG) until the sentinels see the replica synced to the
      * primary of the last failover: retry, bounded. */
-    int accepted = 0;
     char last[128] = "";
-    for (int64_t until = h_now_ms() + 30000; !accepted && h_now_ms() < until;) {
-        redisReply *f = node_cmd(sentinels[0].port, "SENTINEL FAILOVER mymaster");
-        accepted = f && f->type == REDIS_REPLY_STATUS;
-        if (f && f->type == REDIS_REPLY_ERROR)
-            snprintf(last, sizeof last, "%s", f->str);
-        if (f)
-            freeReplyObject(f);
-        if (!accepted)
-            h_sleep_ms(200);
-    }
+    int accepted = h_wait_every(failover_accepted, last, 30000, 200);
     if (!accepted)
         fprintf(stderr, "SENTINEL FAILOVER refused: %s\n", last);
     assert_true(accepted);
@@ -489,10 +496,7 @@ static void test_bad_sentinel_url(void **state)
         const char *argv[] = {SD_BIN_DIR "/serverdir", "--listen", "127.0.0.1:0", "--redis",
                               bad[i], NULL};
         pid_t pid = h_spawn(argv, log, NULL);
-        int st = 0;
-        int64_t until = h_now_ms() + 10000;
-        while (!h_exited(pid, &st) && h_now_ms() < until)
-            h_sleep_ms(20);
+        int st = h_wait_exit(pid, 10000);
         assert_true(WIFEXITED(st));
         assert_int_not_equal(WEXITSTATUS(st), 0);
     }

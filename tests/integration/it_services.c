@@ -9,10 +9,21 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "clustertest.h"
+#include "harness_api.h"
+#include "harness_stack.h"
+
+static h_redis_t redis;
+static h_serverdir_t sd;
+
+/* cmocka group setup: redis-server, and serverdir on it with the test tokens. */
+static int setup(void **state)
+{
+    return h_stack_setup(state, &redis, &sd, NULL);
+}
 
 #define ZONE "{\"command\":\"/usr/bin/gameproc\",\"args\":[\"--tick-hz\",\"20\"],\"count\":3," \
              "\"placement\":{\"labels\":{\"zone\":\"eu\"},\"max_per_machine\":2}," \
@@ -358,5 +369,5 @@ int main(void)
         cmocka_unit_test(operator_actions),
         cmocka_unit_test(drain_shows_in_machines_list),
     };
-    return cmocka_run_group_tests(tests, ct_setup, ct_teardown);
+    return cmocka_run_group_tests(tests, setup, h_stack_teardown);
 }

@@ -1,12 +1,22 @@
 /* Unit tests of the Redis URL forms serverdir accepts (store.c, sentinel.c): redis://,
- * unix:// and sentinel://, and the ones it must refuse. */
+ * unix:// and sentinel://, and the ones it must refuse; and, for redis://, that the
+ * connection goes to the host, port and database (and with the password) the URL names:
+ * a fake Redis on a loopback port records what the store sends it. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "sd.h"
 
@@ -51,11 +61,134 @@ static void bad_urls(void **state)
     }
 }
 
+/* A fake Redis: one listening socket; its thread accepts one connection, answers +OK to
+ * every command and records them as "ARG ARG|" in cmds until the client closes. */
+typedef struct {
+    int lfd;
+    int port;
+    char cmds[512];
+    pthread_t th;
+} fake_t;
+
+/* The length of the first complete RESP command in buf[0..len) (0 while incomplete),
+ * its arguments appended to out as "A B|". */
+static size_t resp_command(const char *buf, size_t len, char *out, size_t cap)
+{
+    const char *p = buf, *end = buf + len, *nl;
+    if (len < 1 || *p != '*' || !(nl = memchr(p, '\n', len)))
+        return 0;
+    int argc = atoi(p + 1);
+    p = nl + 1;
+    char line[256] = "";
+    for (int i = 0; i < argc; i++) {
+        if (p >= end || *p != '$' || !(nl = memchr(p, '\n', (size_t)(end - p))))
+            return 0;
+        size_t n = (size_t)atoi(p + 1);
+        p = nl + 1;
+        if ((size_t)(end - p) < n + 2)
+            return 0;
+        snprintf(line + strlen(line), sizeof line - strlen(line), "%s%.*s", i ? " " : "",
+                 (int)n, p);
+        p += n + 2;
+    }
+    snprintf(out + strlen(out), cap - strlen(out), "%s|", line);
+    return (size_t)(p - buf);
+}
+
+/* The fake's thread: see fake_t. */
+static void *fake_main(void *arg)
+{
+    fake_t *f = arg;
+    int fd = accept(f->lfd, NULL, NULL);
+    char buf[2048];
+    size_t len = 0, used;
+    ssize_t n;
+    while (fd >= 0 && len < sizeof buf && (n = read(fd, buf + len, sizeof buf - len)) > 0) {
+        len += (size_t)n;
+        while ((used = resp_command(buf, len, f->cmds, sizeof f->cmds)) > 0) {
+            memmove(buf, buf + used, len - used);
+            len -= used;
+            if (write(fd, "+OK\r\n", 5) != 5)
+                break;
+        }
+    }
+    if (fd >= 0)
+        close(fd);
+    return NULL;
+}
+
+/* Starts a fake on 127.0.0.1 (v6 0) or [::1] (v6 1), port chosen by the kernel. */
+static void fake_tcp(fake_t *f, int v6)
+{
+    memset(f, 0, sizeof *f);
+    struct sockaddr_storage ss = {0};
+    socklen_t sl;
+    if (v6) {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+        a->sin6_family = AF_INET6;
+        a->sin6_addr = in6addr_loopback;
+        sl = sizeof *a;
+    } else {
+        struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+        a->sin_family = AF_INET;
+        a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        sl = sizeof *a;
+    }
+    f->lfd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(f->lfd >= 0);
+    assert_int_equal(bind(f->lfd, (struct sockaddr *)&ss, sl), 0);
+    assert_int_equal(getsockname(f->lfd, (struct sockaddr *)&ss, &sl), 0);
+    f->port = ntohs(v6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                       : ((struct sockaddr_in *)&ss)->sin_port);
+    assert_int_equal(listen(f->lfd, 1), 0);
+    assert_int_equal(pthread_create(&f->th, NULL, fake_main, f), 0);
+}
+
+/* Parses url, connects through the store and closes again; returns what the fake f got
+ * (the connection reached f: the URL's host and port were the ones used). */
+static const char *connect_through(fake_t *f, const char *url)
+{
+    assert_int_equal(sd_store_init(url, "sd:"), 0);
+    redisContext *c = sd_store_connect();
+    if (!c || c->err)
+        fail_msg("%s: no connection to the fake", url);
+    redisFree(c);
+    pthread_join(f->th, NULL);
+    close(f->lfd);
+    return f->cmds;
+}
+
+/* The parsed host, port, database (and password) are the ones the connection uses:
+ * SELECT only for a database other than 0, AUTH only with a password. */
+static void parsed_fields_are_used(void **state)
+{
+    (void)state;
+    static const struct {
+        int v6;
+        const char *head, *tail; /* the URL: head, the fake's port, tail */
+        const char *want;        /* what the fake got */
+    } cases[] = {
+        {0, "redis://127.0.0.1:", "/0", ""},
+        {0, "redis://127.0.0.1:", "/7", "SELECT 7|"},
+        {0, "redis://:secret@127.0.0.1:", "", "AUTH secret|"},
+        {1, "redis://[::1]:", "/2", "SELECT 2|"},
+        {1, "redis://pw@[::1]:", "/1000", "AUTH pw|SELECT 1000|"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fake_t f;
+        char url[160];
+        fake_tcp(&f, cases[i].v6);
+        snprintf(url, sizeof url, "%s%d%s", cases[i].head, f.port, cases[i].tail);
+        assert_string_equal(connect_through(&f, url), cases[i].want);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(good_urls),
         cmocka_unit_test(bad_urls),
+        cmocka_unit_test(parsed_fields_are_used),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,13 +1,9 @@
-/* Helpers shared by the bigbrother integration tests (it_bigbrother.c, it_bbctl.c):
- * start a real bigbrother on a generated config in a temp state dir, talk to its control
- * socket, wait for an instance to reach a state. Header-only (static inline) so the
- * test CMake globbing needs no change. */
-#ifndef BBTEST_H
-#define BBTEST_H
+/* Bigbrother for the integration tests: a real bigbrother on a generated config in a temp
+ * state dir, its control socket, the instances it reports and the events it put in its
+ * outbox. */
+#include "harness_bigbrother.h"
 
 #include <dirent.h>
-#include <errno.h>
-#include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,26 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "harness.h"
-
-#define GAMEPROC SD_BIN_DIR "/gameproc"
-#define BIGBROTHER SD_BIN_DIR "/bigbrother"
-#define BBCTL SD_BIN_DIR "/bbctl"
-
-typedef struct {
-    pid_t pid;
-    char dir[256];     /* temp dir: config, logs of the test */
-    char state[300];   /* state_dir */
-    char cfg[300];
-    char log[300];
-    char sock[320];    /* control socket */
-    char agent[320];
-    int runs;
-} bbt_t;
-
-/* Gives b a fresh directory (h_tmpdir) and, below it, its state dir and its control
- * and agent socket paths. */
-static inline void bbt_dirs(bbt_t *b)
+void bbt_dirs(bbt_t *b)
 {
     snprintf(b->dir, sizeof(b->dir), "%s", h_tmpdir());
     snprintf(b->state, sizeof(b->state), "%s/st", b->dir);
@@ -45,9 +22,7 @@ static inline void bbt_dirs(bbt_t *b)
     snprintf(b->agent, sizeof(b->agent), "%s/agent.sock", b->state);
 }
 
-/* Writes the config: machine m1, cluster c1, the given services JSON array, plus extra
- * top-level members (a JSON fragment starting with ',' or ""). */
-static inline void bbt_config(bbt_t *b, const char *services, const char *extra)
+void bbt_config(bbt_t *b, const char *services, const char *extra)
 {
     if (!b->dir[0])
         bbt_dirs(b);
@@ -61,8 +36,7 @@ static inline void bbt_config(bbt_t *b, const char *services, const char *extra)
     free(text);
 }
 
-/* One control-socket request; the parsed answer or NULL (not running / bad answer). */
-static inline json_t *bbt_ctl(const bbt_t *b, const char *req)
+json_t *bbt_ctl(const bbt_t *b, const char *req)
 {
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     if (strlen(b->sock) >= sizeof(sa.sun_path))
@@ -93,27 +67,26 @@ static inline json_t *bbt_ctl(const bbt_t *b, const char *req)
     return j;
 }
 
-static int bbt__answers(void *arg)
+/* h_wait_until condition: the control socket at arg (a bbt_t) answers "status". */
+static int bbt_answers(void *arg)
 {
     json_t *j = bbt_ctl(arg, "status");
     json_decref(j);
     return j != NULL;
 }
 
-/* Starts bigbrother on b->cfg (log: dir/bb-N.log) and waits for its control socket. */
-static inline pid_t bbt_start(bbt_t *b)
+pid_t bbt_start(bbt_t *b)
 {
     const char *argv[] = {BIGBROTHER, "--config", b->cfg, NULL};
     snprintf(b->log, sizeof(b->log), "%s/bb-%d.log", b->dir, ++b->runs);
     unlink(b->sock);
     b->pid = h_spawn(argv, b->log, NULL);
-    if (b->pid <= 0 || !h_wait_until(bbt__answers, b, h_valgrind() ? 30000 : 10000))
+    if (b->pid <= 0 || !h_wait_until(bbt_answers, b, h_valgrind() ? 30000 : 10000))
         return -1;
     return b->pid;
 }
 
-/* The status entry of service slot, as a new reference (NULL if not found / no answer). */
-static inline json_t *bbt_inst(const bbt_t *b, const char *service, int slot)
+json_t *bbt_inst(const bbt_t *b, const char *service, int slot)
 {
     json_t *st = bbt_ctl(b, "status"), *found = NULL, *in;
     size_t i;
@@ -128,21 +101,19 @@ static inline json_t *bbt_inst(const bbt_t *b, const char *service, int slot)
     return found;
 }
 
-static inline const char *bbt_str(json_t *in, const char *key)
+const char *bbt_str(json_t *in, const char *key)
 {
     const char *s = json_string_value(json_object_get(in, key));
     return s ? s : "";
 }
 
-static inline long long bbt_int(json_t *in, const char *key)
+long long bbt_int(json_t *in, const char *key)
 {
     return json_integer_value(json_object_get(in, key));
 }
 
-/* Polls until service slot is in `state` and (when min_generation > 0) has at least that
- * generation; returns the status entry (new reference) or NULL after timeout_ms. */
-static inline json_t *bbt_wait(const bbt_t *b, const char *service, int slot, const char *state,
-                               int min_generation, int timeout_ms)
+json_t *bbt_wait(const bbt_t *b, const char *service, int slot, const char *state,
+                 int min_generation, int timeout_ms)
 {
     int64_t end = h_now_ms() + timeout_ms;
     while (h_now_ms() < end) {
@@ -156,16 +127,13 @@ static inline json_t *bbt_wait(const bbt_t *b, const char *service, int slot, co
     return NULL;
 }
 
-/* Stops every process b supervises (bbctl stop all), then b itself: SIGTERM, SIGKILL
- * after grace_ms. */
-static inline void bbt_stop(const bbt_t *b, int grace_ms)
+void bbt_stop(const bbt_t *b, int grace_ms)
 {
     json_decref(bbt_ctl(b, "stop all"));
     h_stop(b->pid, grace_ms);
 }
 
-/* 1 if pid runs (exists and is not a zombie). */
-static inline int bbt_alive(pid_t pid)
+int bbt_alive(pid_t pid)
 {
     char path[64], buf[512];
     snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
@@ -179,8 +147,7 @@ static inline int bbt_alive(pid_t pid)
     return p && p[1] == ' ' && p[2] != 'Z' && p[2] != 'X';
 }
 
-/* 1 if the file contains needle. */
-static inline int bbt_file_has(const char *path, const char *needle)
+int bbt_file_has(const char *path, const char *needle)
 {
     FILE *f = fopen(path, "r");
     if (!f)
@@ -192,28 +159,41 @@ static inline int bbt_file_has(const char *path, const char *needle)
     return strstr(buf, needle) != NULL;
 }
 
-/* Runs a program to completion (<= 20 s), output to logpath; returns its exit code. */
-static inline int bbt_run(const char *const *argv, const char *logpath)
+int bbt_run(const char *const *argv, const char *logpath)
 {
     pid_t pid = h_spawn(argv, logpath, NULL);
-    int st = 0;
-    for (int i = 0; i < 2000; i++) {
-        if (h_exited(pid, &st))
-            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-        h_sleep_ms(10);
-    }
+    int st = h_wait_exit(pid, 20000);
+    if (st != -1)
+        return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
     kill(pid, SIGKILL);
     return -1;
 }
 
-static int bbt__cmp(const void *a, const void *b)
+/* What bbt_wait_file_has waits for. */
+struct file_needle {
+    const char *path, *needle;
+};
+
+/* h_wait_until condition: the file arg->path contains arg->needle. */
+static int file_has_needle(void *arg)
+{
+    const struct file_needle *w = arg;
+    return bbt_file_has(w->path, w->needle);
+}
+
+int bbt_wait_file_has(const char *path, const char *needle, int timeout_ms)
+{
+    struct file_needle w = {path, needle};
+    return h_wait_until(file_has_needle, &w, timeout_ms);
+}
+
+/* qsort order of file names (char *). */
+static int name_cmp(const void *a, const void *b)
 {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* Every event bigbrother put in its outbox (the .seg files of state_dir/outbox/, the record format of
- * bigbrother/outbox.h: "<len hex> <crc hex> <json>\n"), in order, as a new JSON array. */
-static inline json_t *bbt_events(const bbt_t *b)
+json_t *bbt_events(const bbt_t *b)
 {
     char dir[400], *names[256];
     int n = 0;
@@ -227,7 +207,7 @@ static inline json_t *bbt_events(const bbt_t *b)
         if (strstr(e->d_name, ".seg"))
             names[n++] = strdup(e->d_name);
     closedir(d);
-    qsort(names, (size_t)n, sizeof(names[0]), bbt__cmp);
+    qsort(names, (size_t)n, sizeof(names[0]), name_cmp);
     for (int i = 0; i < n; i++) {
         char path[700], line[70000];
         snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
@@ -245,8 +225,7 @@ static inline json_t *bbt_events(const bbt_t *b)
     return all;
 }
 
-/* The events of one instance id, in order (new reference). */
-static inline json_t *bbt_events_of(const bbt_t *b, const char *instance)
+json_t *bbt_events_of(const bbt_t *b, const char *instance)
 {
     json_t *all = bbt_events(b), *out = json_array(), *ev;
     size_t i;
@@ -257,4 +236,3 @@ static inline json_t *bbt_events_of(const bbt_t *b, const char *instance)
     return out;
 }
 
-#endif

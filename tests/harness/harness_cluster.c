@@ -1,31 +1,27 @@
-/* Helpers of the cluster-mode integration tests (it_cluster_*.c): one redis-server, one
- * serverdir and N bigbrothers in cluster mode (machines m1..mN, each with its own state
- * dir, sockets and log) on this host; the ServerDir API as the operator uses it; what the
- * directory and the bigbrothers show. Header-only (static inline) like bbtest.h. */
-#ifndef CLTEST_H
-#define CLTEST_H
+/* The cluster-mode integration tests' cluster: one redis-server, one serverdir and N
+ * bigbrothers in cluster mode on this host, the ServerDir API as the operator uses it,
+ * and what the directory and the bigbrothers show. */
+#include "harness_cluster.h"
+#include "harness_stack.h"
 
-#include "bbtest.h"
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
-#define CL_MAX 6
-#define CL_BASE "/v1/clusters/c1"
+#include <cmocka.h>
 
-typedef struct {
-    h_redis_t redis;
-    h_serverdir_t sd;
-    int n;
-    bbt_t bb[CL_MAX];
-    char name[CL_MAX][8];
-} cl_t;
-
-/* Slow machines (valgrind) get every timing multiplied. */
-static inline int cl_ms(int ms)
+int cl_ms(int ms)
 {
     return h_valgrind() ? ms * 4 : ms;
 }
 
 /* Writes machine i's config: cluster mode, short leases for the tests. */
-static inline void cl_config(cl_t *c, int i)
+static void cl_config(cl_t *c, int i)
 {
     bbt_t *b = &c->bb[i];
     snprintf(c->name[i], sizeof(c->name[i]), "m%d", i + 1);
@@ -44,12 +40,10 @@ static inline void cl_config(cl_t *c, int i)
     free(text);
 }
 
-/* Starts redis, serverdir and n bigbrothers. */
-static inline void cl_start(cl_t *c, int n)
+void cl_start(cl_t *c, int n)
 {
     memset(c, 0, sizeof(*c));
-    if (h_redis_start(&c->redis) || h_serverdir_start(&c->sd, c->redis.url, h_tokens_file(),
-                                                      NULL))
+    if (h_stack_start(&c->redis, &c->sd, NULL))
         fail_msg("cannot start redis / serverdir");
     c->n = n;
     for (int i = 0; i < n; i++) {
@@ -59,9 +53,7 @@ static inline void cl_start(cl_t *c, int n)
     }
 }
 
-/* An operator request; the parsed answer (NULL if none); *status gets the HTTP status. */
-static inline json_t *cl_api(const char *method, const char *path, const char *body,
-                             long *status)
+json_t *cl_api(const char *method, const char *path, const char *body, long *status)
 {
     h_resp_t r = {0};
     json_t *j = NULL;
@@ -73,7 +65,7 @@ static inline json_t *cl_api(const char *method, const char *path, const char *b
     return j;
 }
 
-static inline long cl_op(const cl_t *c, const char *method, const char *path, const char *body)
+long cl_op(const cl_t *c, const char *method, const char *path, const char *body)
 {
     char url[512];
     long st = 0;
@@ -82,7 +74,7 @@ static inline long cl_op(const cl_t *c, const char *method, const char *path, co
     return st;
 }
 
-static inline json_t *cl_get(const cl_t *c, const char *path)
+json_t *cl_get(const cl_t *c, const char *path)
 {
     char url[512];
     long st = 0;
@@ -95,10 +87,7 @@ static inline json_t *cl_get(const cl_t *c, const char *path)
     return j;
 }
 
-/* PUT a test service: gameproc (args: a JSON array text, NULL for a plain one) with the
- * agent health check, count n; extra: more members (",\"placement\": ..." or NULL). */
-static inline long cl_service(const cl_t *c, const char *name, int n, const char *args,
-                              const char *extra)
+long cl_service(const cl_t *c, const char *name, int n, const char *args, const char *extra)
 {
     char body[1024], path[128];
     snprintf(body, sizeof(body),
@@ -111,7 +100,7 @@ static inline long cl_service(const cl_t *c, const char *name, int n, const char
     return cl_op(c, "PUT", path, body);
 }
 
-static inline long cl_scale(const cl_t *c, const char *name, int n)
+long cl_scale(const cl_t *c, const char *name, int n)
 {
     char body[64], path[128];
     snprintf(body, sizeof(body), "{\"count\": %d}", n);
@@ -119,10 +108,7 @@ static inline long cl_scale(const cl_t *c, const char *name, int n)
     return cl_op(c, "POST", path, body);
 }
 
-/* Live directory records of service (state "ready" or "starting", or NULL for both) on
- * machine (NULL: any). */
-static inline int cl_dir_count(const cl_t *c, const char *service, const char *state,
-                               const char *machine)
+int cl_dir_count(const cl_t *c, const char *service, const char *state, const char *machine)
 {
     char path[256];
     snprintf(path, sizeof(path), "/processes?service=%s%s%s", service,
@@ -140,8 +126,7 @@ static inline int cl_dir_count(const cl_t *c, const char *service, const char *s
     return n;
 }
 
-/* Processes of service that bigbrother i runs and that really exist (pid alive). */
-static inline int cl_running(const cl_t *c, int i, const char *service)
+int cl_running(const cl_t *c, int i, const char *service)
 {
     json_t *st = bbt_ctl(&c->bb[i], "status");
     int n = 0;
@@ -155,8 +140,7 @@ static inline int cl_running(const cl_t *c, int i, const char *service)
     return n;
 }
 
-/* The primary holder's name ("" when none). */
-static inline const char *cl_primary(const cl_t *c, long long *epoch)
+const char *cl_primary(const cl_t *c, long long *epoch)
 {
     static char holder[64];
     holder[0] = 0;
@@ -170,8 +154,7 @@ static inline const char *cl_primary(const cl_t *c, long long *epoch)
     return holder;
 }
 
-/* Index of machine name, -1 if none. */
-static inline int cl_index(const cl_t *c, const char *name)
+int cl_index(const cl_t *c, const char *name)
 {
     for (int i = 0; i < c->n; i++)
         if (!strcmp(c->name[i], name))
@@ -179,8 +162,7 @@ static inline int cl_index(const cl_t *c, const char *name)
     return -1;
 }
 
-/* Polls until fn(c, arg) is true; bounded by timeout_ms. */
-static inline int cl_wait(cl_t *c, int (*fn)(cl_t *, void *), void *arg, int timeout_ms)
+int cl_wait(cl_t *c, int (*fn)(cl_t *, void *), void *arg, int timeout_ms)
 {
     int64_t end = h_now_ms() + timeout_ms;
     while (h_now_ms() < end) {
@@ -191,16 +173,7 @@ static inline int cl_wait(cl_t *c, int (*fn)(cl_t *, void *), void *arg, int tim
     return fn(c, arg);
 }
 
-/* Target for cl_converged: the service has `want` ready in the directory and exactly that
- * many live processes across the bigbrothers not in `skip` (bit i: bigbrother i is
- * killed or paused). */
-typedef struct {
-    const char *service;
-    int want;
-    unsigned skip;
-} cl_conv_t;
-
-static inline int cl_converged(cl_t *c, void *arg)
+int cl_converged(cl_t *c, void *arg)
 {
     cl_conv_t *w = arg;
     if (cl_dir_count(c, w->service, "ready", NULL) != w->want ||
@@ -213,8 +186,7 @@ static inline int cl_converged(cl_t *c, void *arg)
     return n == w->want;
 }
 
-/* Stops every bigbrother (their processes first: bbctl stop all), serverdir, redis. */
-static inline void cl_stop(cl_t *c)
+void cl_stop(cl_t *c)
 {
     for (int i = 0; i < c->n; i++) {
         if (c->bb[i].pid <= 0)
@@ -222,8 +194,6 @@ static inline void cl_stop(cl_t *c)
         kill(c->bb[i].pid, SIGCONT);
         bbt_stop(&c->bb[i], cl_ms(10000));
     }
-    h_serverdir_stop(&c->sd);
-    h_redis_stop(&c->redis);
+    h_stack_stop(&c->redis, &c->sd);
 }
 
-#endif
