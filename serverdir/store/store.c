@@ -266,7 +266,8 @@ static redisContext *open_conn(uint64_t *gen, enum conn_fail *why, char *errstr,
     }
     struct timeval tv = {COMMAND_TIMEOUT_MS / 1000, (COMMAND_TIMEOUT_MS % 1000) * 1000};
     redisSetTimeout(c, tv);
-    redisEnableKeepAlive(c);
+    if (c->connection_type == REDIS_CONN_TCP) /* hiredis fails the context on a unix socket */
+        redisEnableKeepAlive(c);
     if ((target.password[0] && check_setup_reply(redisCommand(c, "AUTH %s", target.password))) ||
         (target.db && check_setup_reply(redisCommand(c, "SELECT %d", target.db)))) {
         redisFree(c);

@@ -1,5 +1,5 @@
 /* serverdir core against a real redis-server: health, readiness through a Redis outage,
- * routing errors, config validation and clean shutdown. */
+ * Redis over a unix socket, routing errors, config validation and clean shutdown. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -145,6 +145,51 @@ static void config_errors_name_file_and_field(void **state)
     assert_non_null(strstr(log, "unknown role"));
 }
 
+/* A unix:///path Redis URL works: serverdir is ready and its writes land (a machine lease
+ * registered over the socket is read back). */
+static void redis_over_unix_socket(void **state)
+{
+    char sock[300];
+    snprintf(sock, sizeof sock, "%s/redis-unix.sock", h_tmpdir());
+    const char *argv[] = {"redis-server", "--port", "0", "--unixsocket", sock,
+                          "--save", "", "--appendonly", "no", "--dir", h_tmpdir(), NULL};
+    char log[320];
+    snprintf(log, sizeof log, "%s/redis-unix.log", h_tmpdir());
+    pid_t rpid = h_spawn(argv, log, NULL);
+    int up = 0;
+    for (int i = 0; i < 250 && !up; i++) {
+        redisContext *c = redisConnectUnix(sock);
+        redisReply *rep = c && !c->err ? redisCommand(c, "PING") : NULL;
+        up = rep && rep->type == REDIS_REPLY_STATUS;
+        if (rep)
+            freeReplyObject(rep);
+        if (c)
+            redisFree(c);
+        if (!up)
+            h_sleep_ms(20);
+    }
+    assert_true(up);
+    char url[320];
+    snprintf(url, sizeof url, "unix://%s", sock);
+    h_serverdir_t us;
+    assert_int_equal(h_serverdir_start(&us, url, h_tokens_file(), NULL), 0);
+    h_resp_t r;
+    assert_int_equal(h_http_json("GET", us.url, NULL, NULL, &r, "/readyz"), 0);
+    assert_int_equal(r.status, 200);
+    h_resp_free(&r);
+    assert_int_equal(h_http_json("PUT", us.url, H_TOK_BB,
+                                 "{\"address\":\"127.0.0.1\",\"ttl_ms\":60000}", &r,
+                                 "/v1/clusters/ux/machines/m1"), 0);
+    assert_int_equal(r.status, 200);
+    h_resp_free(&r);
+    assert_int_equal(h_http_json("GET", us.url, H_TOK_VIEWER, NULL, &r,
+                                 "/v1/clusters/ux/machines/m1"), 0);
+    assert_int_equal(r.status, 200);
+    h_resp_free(&r);
+    h_serverdir_stop(&us);
+    h_stop(rpid, 2000);
+}
+
 static void sigterm_exits_cleanly(void **state)
 {
     h_serverdir_t s2;
@@ -162,6 +207,7 @@ int main(void)
         cmocka_unit_test(health_and_ready),
         cmocka_unit_test(routing_errors_are_specific),
         cmocka_unit_test(redis_outage_and_recovery),
+        cmocka_unit_test(redis_over_unix_socket),
         cmocka_unit_test(config_errors_name_file_and_field),
         cmocka_unit_test(sigterm_exits_cleanly),
     };
