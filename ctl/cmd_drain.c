@@ -1,7 +1,5 @@
 /* sdctl drain, undrain: take a machine out of placement (its instances move off
  * gracefully) and put it back. */
-#include <string.h>
-
 #include "ctl.h"
 
 SDCTL_CMD("drain", cmd_drain, "move every instance off a machine and keep it empty");
@@ -15,10 +13,10 @@ static const char usage_text[] =
     "  (reason drained), and places nothing new on it. undrain makes it eligible again.\n"
     "  Exit code 4 when the machine is not registered.\n";
 
-/* drain and undrain: the name the command was called by says which. */
 int cmd_drain(ctl_t *ctl, int argc, char **argv)
 {
-    int on = strcmp(argv[0], "undrain") != 0;
-    return ctl_switch_cmd(ctl, argc, argv, usage_text, "MACHINE", sdc_machine_drain, on,
-                          on ? "draining" : "undrained");
+    static const ctl_switch_t sw = {.usage = usage_text, .operand = "MACHINE",
+                                    .off_cmd = "undrain", .set = sdc_machine_drain,
+                                    .on_word = "draining", .off_word = "undrained"};
+    return ctl_switch_cmd(ctl, argc, argv, &sw);
 }

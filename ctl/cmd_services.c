@@ -152,12 +152,12 @@ static const char stop_usage[] =
     "  stop: the service keeps its count but runs no instance (they are stopped\n"
     "  gracefully); start: it runs again. For the whole realm see sdctl cluster stop.\n";
 
-/* stop and start: the name the command was called by says which. */
 int cmd_stop(ctl_t *ctl, int argc, char **argv)
 {
-    int on = strcmp(argv[0], "start") != 0;
-    return ctl_switch_cmd(ctl, argc, argv, stop_usage, "SERVICE", sdc_service_stop, on,
-                          on ? "stopped" : "started");
+    static const ctl_switch_t sw = {.usage = stop_usage, .operand = "SERVICE",
+                                    .off_cmd = "start", .set = sdc_service_stop,
+                                    .on_word = "stopped", .off_word = "started"};
+    return ctl_switch_cmd(ctl, argc, argv, &sw);
 }
 
 /* ---------- restart ---------- */

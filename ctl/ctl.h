@@ -71,14 +71,21 @@ typedef void (*ctl_human_fn)(const ctl_t *ctl, const json_t *ans, const void *ar
  * human(ctl, ans, arg). Frees ans in every case. */
 int ctl_answer(const ctl_t *ctl, int rc, sdc_err_t *err, json_t *ans, ctl_human_fn human,
                const void *arg);
-/* The setter of an on/off switch in libsdclient (sdc_machine_drain, sdc_service_stop). */
-typedef int (*ctl_switch_fn)(sdc_t *c, const char *cluster, const char *name, int on,
-                             json_t **out, sdc_err_t *err);
-/* A whole switch command, `sdctl CMD OPERAND`: checks the command line (ctl_one_arg with
- * `what` naming the operand), calls set(..., OPERAND, on, ...) and prints the answer with
- * ctl_switch_answer(..., OPERAND, word). Returns the exit code. */
-int ctl_switch_cmd(ctl_t *ctl, int argc, char **argv, const char *usage, const char *what,
-                   ctl_switch_fn set, int on, const char *word);
+/* An on/off switch command pair (drain/undrain, stop/start): one function serves both
+ * names; `off_cmd` is the name that turns it off. set is the libsdclient setter
+ * (sdc_machine_drain, sdc_service_stop). */
+typedef struct {
+    const char *usage;   /* the --help text of both names */
+    const char *operand; /* "MACHINE", "SERVICE" */
+    const char *off_cmd; /* "undrain", "start" */
+    int (*set)(sdc_t *c, const char *cluster, const char *name, int on, json_t **out,
+               sdc_err_t *err);
+    const char *on_word, *off_word; /* "draining" / "undrained" */
+} ctl_switch_t;
+/* The whole switch command: checks the command line (ctl_one_arg), calls sw->set for
+ * OPERAND (on unless argv[0] is sw->off_cmd) and prints the answer with
+ * ctl_switch_answer. Returns the exit code. */
+int ctl_switch_cmd(ctl_t *ctl, int argc, char **argv, const ctl_switch_t *sw);
 /* ctl_answer for an on/off switch (drain, stop/start, cluster stop): prints
  * "<what>: <word>", with " (already)" when the answer says nothing changed. */
 int ctl_switch_answer(const ctl_t *ctl, int rc, sdc_err_t *err, json_t *ans, const char *what,

@@ -103,16 +103,16 @@ int ctl_switch_answer(const ctl_t *ctl, int rc, sdc_err_t *err, json_t *ans, con
     return ctl_answer(ctl, rc, err, ans, switch_print, &w);
 }
 
-int ctl_switch_cmd(ctl_t *ctl, int argc, char **argv, const char *usage, const char *what,
-                   ctl_switch_fn set, int on, const char *word)
+int ctl_switch_cmd(ctl_t *ctl, int argc, char **argv, const ctl_switch_t *sw)
 {
-    int early = ctl_one_arg(argc, argv, argv[0], usage, what);
+    int early = ctl_one_arg(argc, argv, argv[0], sw->usage, sw->operand);
     if (early >= 0)
         return early;
+    int on = strcmp(argv[0], sw->off_cmd) != 0;
     json_t *ans = NULL;
     sdc_err_t err;
-    int rc = set(ctl->client, ctl->cluster, argv[1], on, &ans, &err);
-    return ctl_switch_answer(ctl, rc, &err, ans, argv[1], word);
+    int rc = sw->set(ctl->client, ctl->cluster, argv[1], on, &ans, &err);
+    return ctl_switch_answer(ctl, rc, &err, ans, argv[1], on ? sw->on_word : sw->off_word);
 }
 
 void ctl_print_json(const json_t *v)
