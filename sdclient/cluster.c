@@ -35,12 +35,6 @@ int sdc_service_get(sdc_t *c, const char *cluster, const char *svc, json_t **out
                              svc);
 }
 
-int sdc_service_delete(sdc_t *c, const char *cluster, const char *svc, sdc_err_t *err)
-{
-    return sdc__cluster_call(c, "DELETE", cluster, "service", svc, NULL, NULL, err,
-                             "/services/%s", svc);
-}
-
 int sdc_service_scale(sdc_t *c, const char *cluster, const char *svc, int64_t count,
                       int dry_run, json_t **out, sdc_err_t *err)
 {
@@ -80,6 +74,12 @@ int sdc_instance_restart(sdc_t *c, const char *cluster, const char *instance, js
                                "/restart-instance");
     json_decref(body);
     return rc;
+}
+
+int sdc_service_delete(sdc_t *c, const char *cluster, const char *svc, sdc_err_t *err)
+{
+    return sdc__cluster_call(c, "DELETE", cluster, "service", svc, NULL, NULL, err,
+                             "/services/%s", svc);
 }
 
 int sdc_cluster_stop(sdc_t *c, const char *cluster, int stop, json_t **out, sdc_err_t *err)
