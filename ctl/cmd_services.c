@@ -1,4 +1,4 @@
-/* sdctl services, scale, delete, stop, start, restart: the desired services of the
+/* sdctl services, scale, delete, restart: the desired services of the
  * cluster and the operator actions on them (docs/cluster.md). ServerDir records what is
  * wanted; the primary Big Brother makes it so. */
 #include <stdio.h>
@@ -11,8 +11,6 @@
 SDCTL_CMD("services", cmd_services, "list the desired services (count, version, stopped)");
 SDCTL_CMD("scale", cmd_scale, "set the instance count of a service");
 SDCTL_CMD("delete", cmd_delete, "delete a service (its instances are stopped)");
-SDCTL_CMD("stop", cmd_stop, "stop a service (it keeps its count, runs no instance)");
-SDCTL_CMD("start", cmd_stop, "start a stopped service again");
 SDCTL_CMD("restart", cmd_restart, "rolling restart of a service, or restart one instance");
 
 /* ---------- services ---------- */
@@ -142,22 +140,6 @@ int cmd_delete(ctl_t *ctl, int argc, char **argv)
         printf("%s: deleted\n", argv[1]);
     }
     return CTL_EXIT_OK;
-}
-
-/* ---------- stop, start ---------- */
-
-static const char stop_usage[] =
-    "usage: sdctl stop SERVICE\n"
-    "       sdctl start SERVICE\n"
-    "  stop: the service keeps its count but runs no instance (they are stopped\n"
-    "  gracefully); start: it runs again. For the whole realm see sdctl cluster stop.\n";
-
-int cmd_stop(ctl_t *ctl, int argc, char **argv)
-{
-    static const ctl_switch_t sw = {.usage = stop_usage, .operand = "SERVICE",
-                                    .off_cmd = "start", .set = sdc_service_stop,
-                                    .on_word = "stopped", .off_word = "started"};
-    return ctl_switch_cmd(ctl, argc, argv, &sw);
 }
 
 /* ---------- restart ---------- */

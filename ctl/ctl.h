@@ -72,12 +72,11 @@ typedef void (*ctl_human_fn)(const ctl_t *ctl, const json_t *ans, const void *ar
 int ctl_answer(const ctl_t *ctl, int rc, sdc_err_t *err, json_t *ans, ctl_human_fn human,
                const void *arg);
 /* An on/off switch command pair (drain/undrain, stop/start): one function serves both
- * names; `off_cmd` is the name that turns it off. set is the libsdclient setter
- * (sdc_machine_drain, sdc_service_stop). */
+ * names. set is the libsdclient setter (sdc_machine_drain, sdc_service_stop). */
 typedef struct {
-    const char *usage;   /* the --help text of both names */
-    const char *operand; /* "MACHINE", "SERVICE" */
-    const char *off_cmd; /* "undrain", "start" */
+    const char *usage;           /* the --help text of both names */
+    const char *operand;         /* "MACHINE", "SERVICE" */
+    const char *on_cmd, *off_cmd; /* "drain" / "undrain" */
     int (*set)(sdc_t *c, const char *cluster, const char *name, int on, json_t **out,
                sdc_err_t *err);
     const char *on_word, *off_word; /* "draining" / "undrained" */
