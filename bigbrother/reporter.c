@@ -425,7 +425,8 @@ static int event_valid(const json_t *e)
 {
     static const char *const types[] = {"started", "ready", "stopped"};
     static const char *const reasons[] = {"exited", "killed", "hung", "start_timeout", "crash_loop",
-                                          "stopped_by_operator", "machine_lost", "drained", "replaced"};
+                                          "stopped_by_operator", "machine_lost", "drained", "replaced",
+                                          "orphaned"};
     const char *type = json_string_value(json_object_get(e, "type"));
     int known = one_of(type, types, SD_ARRAY_LEN(types));
     const char *reason = json_string_value(json_object_get(e, "reason"));

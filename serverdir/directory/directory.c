@@ -50,7 +50,7 @@ int sd_dir_config_load(const json_t *section, char *err, size_t errcap)
 static const char *const event_types[] = {"started", "ready", "stopped", NULL};
 static const char *const stop_reasons[] = {
     "exited", "killed", "hung", "start_timeout", "crash_loop", "stopped_by_operator",
-    "machine_lost", "drained", "replaced", NULL};
+    "machine_lost", "drained", "replaced", "orphaned", NULL};
 
 static int in_list(const char *s, const char *const *list)
 {
@@ -244,7 +244,7 @@ static int event_normalize(const json_t *ev, int i, json_t *out, char *err, size
         if (!in_list(reason, stop_reasons)) {
             snprintf(err, cap, "events[%d].reason must be one of exited, killed, hung, "
                                "start_timeout, crash_loop, stopped_by_operator, machine_lost, "
-                               "drained, replaced", i);
+                               "drained, replaced, orphaned", i);
             goto bad;
         }
         add_pair(flat, "reason", reason);
