@@ -205,6 +205,7 @@ typedef struct {
     bb_report_t *report;
     char run_id[8];       /* 6 hex chars, new each start: part of instance ids */
     uint64_t counter;     /* instance id counter, persisted */
+    char ident[33];       /* BB_SUPERVISOR of every process spawned (procscan.c) */
     int state_dirty;
 } bb_daemon_t;
 
@@ -271,11 +272,46 @@ void bb_signal_group(bb_inst_t *in, int sig);
 /* Arms the loop timer that rotates, every 2 s, the instance logs that grew past
  * log_max_bytes (copy + truncate). */
 void bb_logs_start(void);
+/* Watches the pidfd of a re-adopted instance (in->pid set). Returns 0 or -errno. */
+int bb_adopt_pid(bb_inst_t *in, pid_t ppid);
+/* ---------------------------------------------------------------- procscan.c */
+
+/* What /proc/<pid>/stat says about a process. */
+typedef struct {
+    pid_t ppid, pgrp;
+    int64_t start_ticks; /* field 22: clock ticks since boot */
+} bb_pstat_t;
+
+/* One of this bigbrother's instances, found running by its environment. */
+typedef struct {
+    pid_t pid, ppid;
+    uid_t uid;
+    int64_t start_ticks, start_ms; /* since boot */
+    int slot, generation;
+    char id[SD_NAME_MAX + 1], service[SD_NAME_MAX + 1];
+    int claimed;                   /* state.c: given to a slot or stopped */
+} bb_found_t;
+
 /* Reads starttime (field 22) and the parent pid of /proc/<pid>/stat. Returns 0, or -1
  * when the process is gone or a zombie. */
 int bb_proc_stat(pid_t pid, int64_t *start_ticks, pid_t *ppid);
-/* Watches the pidfd of a re-adopted instance (in->pid set). Returns 0 or -errno. */
-int bb_adopt_pid(bb_inst_t *in, pid_t ppid);
+/* The same for proc_root/<pid>/stat with the process group too (unit tests pass a fake
+ * proc root). */
+int bb__proc_stat_at(const char *proc_root, pid_t pid, bb_pstat_t *st);
+/* Scans proc_root for the running instances whose BB_SUPERVISOR is ident, checked by
+ * process group and start time (see procscan.c). *out (malloc'd, freed by the caller,
+ * also when 0 are found) gets them newest first, one per instance id. Returns how many,
+ * or -errno (then *out is NULL). */
+int bb__proc_scan(const char *proc_root, const char *ident, bb_found_t **out);
+
+/* ---------------------------------------------------------------- orphan.c */
+
+/* Stops a process of this bigbrother that no slot takes any more (its slot left the
+ * config, or another process holds it): the stop signal to its group (svc's when known,
+ * else SIGTERM), SIGKILL after the grace, then a `stopped` event with reason `orphaned`
+ * and detail. The process is tracked outside the instance table until it is gone. */
+void bb_orphan_stop(const bb_found_t *f, const bb_service_t *svc, const char *detail);
+
 /* ---------------------------------------------------------------- pidfd.c */
 
 /* An fd that becomes readable when pid exits (pidfd_open, or its emulation where the
@@ -313,10 +349,15 @@ void bb_probe_stop(bb_inst_t *in);
 
 /* ---------------------------------------------------------------- state.c */
 
-/* Takes the lock file; exits with a clear error when another bigbrother holds it. */
+/* Takes the lock file, then sets bb.ident (bigbrother.id, created at the first start);
+ * exits with a clear error when another bigbrother holds the lock. */
 void bb_state_lock(void);
-/* Re-adopts instances of the persisted table whose processes still run. */
+/* Re-adopts the instances of the persisted table whose processes still run, and those
+ * found running by their environment; stops the orphans (see state.c). */
 void bb_state_load(void);
+/* Reads state_dir/state.json: the parsed table (caller decrefs), or NULL when it is
+ * missing or damaged; a damaged one is renamed aside and logged. */
+json_t *bb__state_read(const char *state_dir);
 /* Writes the table atomically if it changed (a before-sleep hook of the loop, and once
  * more when the loop ends). */
 void bb_state_save(void);

@@ -25,36 +25,6 @@ static bb_timer_t rotate_timer;
 
 extern char **environ;
 
-int bb_proc_stat(pid_t pid, int64_t *start_ticks, pid_t *ppid)
-{
-    char path[64], buf[1024];
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    ssize_t n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return -1;
-    buf[n] = 0;
-    char *p = strrchr(buf, ')');
-    if (!p || p[1] != ' ')
-        return -1;
-    p += 2; /* field 3: state */
-    if (*p == 'Z' || *p == 'X' || *p == 'x')
-        return -1;
-    char *save = NULL, *tok = strtok_r(p, " ", &save);
-    for (int field = 3; tok; field++, tok = strtok_r(NULL, " ", &save)) {
-        if (field == 4 && ppid)
-            *ppid = (pid_t)atoi(tok);
-        if (field == 22) {
-            *start_ticks = strtoll(tok, NULL, 10);
-            return 0;
-        }
-    }
-    return -1;
-}
-
 void bb_signal_group(bb_inst_t *in, int sig)
 {
     if (in->pid <= 0)
@@ -147,8 +117,18 @@ void bb_logs_start(void)
     bb_timer_set(&rotate_timer, sd_mono_ms() + LOG_ROTATE_EVERY_MS);
 }
 
-/* The child's environment: bigbrother's own minus what we set, the service's env, then
- * the variables that point the process at bigbrother. Caller frees with free_env. */
+/* CLOCK_BOOTTIME in ms: the clock of /proc/<pid>/stat's start time. */
+static int64_t boot_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_BOOTTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The child's environment: first the variables that point the process at bigbrother and
+ * name it (procscan.c finds it again by them, reading only the start of its environ),
+ * then bigbrother's own and the service's env, each minus what bigbrother sets. Caller
+ * frees with free_env. */
 static char **build_env(const bb_inst_t *in)
 {
     const bb_service_t *s = in->svc;
@@ -157,9 +137,24 @@ static char **build_env(const bb_inst_t *in)
         n++;
     for (char **e = s->env; *e; e++)
         n++;
-    char **env = calloc(n + 10, sizeof(char *));
+    char **env = calloc(n + 13, sizeof(char *));
     if (!env)
         return NULL;
+    int ok = asprintf(&env[k++], "BB_SUPERVISOR=%s", bb.ident) > 0 &&
+             asprintf(&env[k++], "BB_INSTANCE=%s", in->id) > 0 &&
+             asprintf(&env[k++], "BB_SERVICE=%s", s->name) > 0 &&
+             asprintf(&env[k++], "BB_SLOT=%d", in->slot) > 0 &&
+             asprintf(&env[k++], "BB_GENERATION=%d", in->generation + 1) > 0 &&
+             asprintf(&env[k++], "BB_SPAWNED_MS=%lld", (long long)boot_ms()) > 0 &&
+             asprintf(&env[k++], "BB_SOCKET=%s", bb.cfg.agent_socket) > 0 &&
+             asprintf(&env[k++], "BB_MACHINE=%s", bb.cfg.machine) > 0 &&
+             asprintf(&env[k++], "BB_CLUSTER=%s", bb.cfg.cluster) > 0 &&
+             asprintf(&env[k++], "NOTIFY_SOCKET=%s", bb.cfg.notify_socket) > 0;
+    if (ok && s->health.type == BB_H_NOTIFY)
+        ok = asprintf(&env[k++], "WATCHDOG_USEC=%lld",
+                      (long long)s->health.liveness_timeout_ms * 1000) > 0;
+    if (!ok)
+        goto fail;
     for (char **e = environ; *e; e++) {
         int skip = !strncmp(*e, "BB_", 3) || !strncmp(*e, "NOTIFY_SOCKET=", 14) ||
                    !strncmp(*e, "WATCHDOG_USEC=", 14) || !strncmp(*e, "WATCHDOG_PID=", 13);
@@ -170,23 +165,18 @@ static char **build_env(const bb_inst_t *in)
         if (!skip && !(env[k++] = strdup(*e)))
             goto fail;
     }
-    for (char **e = s->env; *e; e++)
-        if (!(env[k++] = strdup(*e)))
+    size_t nours = k;
+    for (char **e = s->env; *e; e++) {
+        size_t klen = strcspn(*e, "=");
+        int skip = 0; /* what bigbrother sets is bigbrother's: no second, shadowed copy */
+        for (size_t i = 0; i < nours && !skip; i++)
+            skip = !strncmp(env[i], *e, klen + 1);
+        if (!skip && !(env[k++] = strdup(*e)))
             goto fail;
-    int ok = asprintf(&env[k++], "BB_SOCKET=%s", bb.cfg.agent_socket) > 0 &&
-             asprintf(&env[k++], "BB_INSTANCE=%s", in->id) > 0 &&
-             asprintf(&env[k++], "BB_MACHINE=%s", bb.cfg.machine) > 0 &&
-             asprintf(&env[k++], "BB_CLUSTER=%s", bb.cfg.cluster) > 0 &&
-             asprintf(&env[k++], "BB_SERVICE=%s", s->name) > 0 &&
-             asprintf(&env[k++], "BB_SLOT=%d", in->slot) > 0 &&
-             asprintf(&env[k++], "NOTIFY_SOCKET=%s", bb.cfg.notify_socket) > 0;
-    if (ok && s->health.type == BB_H_NOTIFY)
-        ok = asprintf(&env[k++], "WATCHDOG_USEC=%lld",
-                      (long long)s->health.liveness_timeout_ms * 1000) > 0;
-    if (ok)
-        return env;
+    }
+    return env;
 fail:
-    for (size_t i = 0; i < n + 10; i++)
+    for (size_t i = 0; i < n + 13; i++)
         free(env[i]);
     free(env);
     return NULL;

@@ -1,6 +1,7 @@
 /* What survives a bigbrother restart: the process table in state_dir/state.json, written
- * atomically (temp file + rename) before the loop sleeps whenever it changed, and the
- * lock file that keeps a second bigbrother off the same state dir.
+ * atomically (temp file + rename) before the loop sleeps whenever it changed, the lock
+ * file that keeps a second bigbrother off the same state dir, and bigbrother.id, the
+ * identity every spawned process carries in its environment (procscan.c).
  *
  * On start, an instance of the table whose pid is alive with the same start time (field
  * 22 of /proc/<pid>/stat, so a recycled pid is never mistaken for it) is re-adopted with
@@ -8,6 +9,15 @@
  * afresh; its agent reconnects by itself. It is never killed or restarted for the
  * restart of bigbrother. An instance whose process died meanwhile is reported stopped
  * (exit status unknown) and restarted by its policy.
+ *
+ * The table is cross-checked against a scan of /proc for processes carrying this
+ * bigbrother's identity, so a missing, stale or damaged state.json never leaves a
+ * process unsupervised nor starts a second one for its slot: a found process whose slot
+ * has none running (the table names none, or one that is gone) is re-adopted with its
+ * instance id and generation, as ready; one whose slot the config no longer has, or whose
+ * slot another process holds, is stopped with reason `orphaned` (orphan.c). A damaged
+ * state.json (unreadable JSON, no instances array, too large) is renamed aside to
+ * state.json.damaged-<UTC time>, logged once at warn.
  *
  * A cluster slot (cluster mode) is saved with its spec, restart token and whether it was
  * assigned, and restored from them (converge.c) before the first assignment arrives;
@@ -24,6 +34,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define STATE_MAX_BYTES (64 << 20)
@@ -42,6 +53,38 @@ static void mkdir_p(const char *dir)
         }
     if (mkdir(p, 0755) && errno != EEXIST)
         sd_die(SD_EXIT_SYSTEM, "cannot create the state dir", "path=%s error=%s", p,
+               strerror(errno));
+}
+
+/* Sets bb.ident from state_dir/bigbrother.id, creating the file (32 random hex
+ * characters, mode 0600) when it is missing or damaged. The identity outlives any
+ * damage to state.json: the running instances carry it (procscan.c). */
+static void ident_load(void)
+{
+    char path[512], tmp[520], *text = NULL;
+    size_t len = 0;
+    snprintf(path, sizeof(path), "%s/bigbrother.id", bb.cfg.state_dir);
+    int rc = sd_read_file(path, 64, &text, &len);
+    if (rc == 0 && len >= 32 && strspn(text, "0123456789abcdef") == 32 &&
+        strspn(text + 32, "\n") == len - 32) {
+        memcpy(bb.ident, text, 32);
+        bb.ident[32] = 0;
+        free(text);
+        return;
+    }
+    free(text);
+    if (rc != -ENOENT)
+        log_warn("identity file damaged: a new identity is made; processes started under"
+                 " the old one are not found by it", "path=%s", path);
+    if (sd_random_hex(bb.ident, 16))
+        sd_die(SD_EXIT_SYSTEM, "no randomness", "error=%s", strerror(errno));
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    int ok = fd >= 0 && dprintf(fd, "%s\n", bb.ident) == 33 && fsync(fd) == 0;
+    if (fd >= 0)
+        close(fd);
+    if (!ok || rename(tmp, path))
+        sd_die(SD_EXIT_SYSTEM, "cannot write the identity file", "path=%s error=%s", path,
                strerror(errno));
 }
 
@@ -68,6 +111,7 @@ void bb_state_lock(void)
     int n = snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
     if (ftruncate(lock_fd, 0) || pwrite(lock_fd, pid, (size_t)n, 0) != n)
         log_warn("cannot write the lock file", "path=%s error=%s", path, strerror(errno));
+    ident_load();
 }
 
 static json_t *inst_json(const bb_inst_t *in)
@@ -137,19 +181,71 @@ static int parse_state(const char *s)
     return -1;
 }
 
-/* A process of the table that the config no longer has: stop it (TERM to its group). */
-static void stop_unconfigured(const char *id, pid_t pid, int64_t ticks)
+/* The found process of (service, slot) not yet given to a slot, newest first; NULL if none. */
+static bb_found_t *found_for(bb_found_t *found, int nfound, const char *service, int slot)
 {
-    int64_t now_ticks;
-    if (pid > 0 && bb_proc_stat(pid, &now_ticks, NULL) == 0 && now_ticks == ticks) {
-        log_warn("instance no longer configured: stopping it", "instance=%s pid=%d", id,
-                 (int)pid);
-        if (kill(-pid, SIGTERM))
-            kill(pid, SIGTERM);
-    }
+    for (int i = 0; i < nfound; i++)
+        if (!found[i].claimed && found[i].slot == slot && !strcmp(found[i].service, service))
+            return &found[i];
+    return NULL;
 }
 
-static void load_one(json_t *e)
+/* Marks the found process pid, if any, as taken care of. */
+static void claim_pid(bb_found_t *found, int nfound, pid_t pid)
+{
+    for (int i = 0; i < nfound; i++)
+        if (found[i].pid == pid)
+            found[i].claimed = 1;
+}
+
+/* The uid the processes of svc run as. */
+static uid_t service_uid(const bb_service_t *svc)
+{
+    return svc->user ? svc->uid : geteuid();
+}
+
+/* Supervises the found process f as the slot `in` (still stopped, holding what the state
+ * file knew of the slot, if anything): its instance id, generation and pid, through
+ * EV_ADOPT as a ready process (whether it had proven ready before is not known; agents
+ * say READY again when they reconnect). If it died meanwhile, that is an exit of unknown
+ * status. */
+static void adopt_found(bb_inst_t *in, bb_found_t *f)
+{
+    int64_t now_boot_ms = f->start_ms;
+    struct timespec ts;
+    if (clock_gettime(CLOCK_BOOTTIME, &ts) == 0)
+        now_boot_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    f->claimed = 1;
+    sd_strlcpy(in->id, f->id, sizeof(in->id));
+    in->generation = f->generation;
+    in->pid = f->pid;
+    in->start_ticks = f->start_ticks;
+    in->spawned_wall = sd_wall_ms() - (now_boot_ms - f->start_ms);
+    in->loaded = 1;
+    log_info("instance found running by its environment", "instance=%s service=%s slot=%d pid=%d",
+             f->id, f->service, f->slot, (int)f->pid);
+    bb_inst_adopt(in, ST_READY, bb_adopt_pid(in, f->ppid) == 0);
+}
+
+/* A running process of the table whose slot is not restored (the config no longer has
+ * it, or a cluster slot's saved spec is refused): stopped as an orphan. */
+static void stop_unconfigured(json_t *e, const char *service, int slot, const char *id,
+                              pid_t pid, int64_t ticks, bb_found_t *found, int nfound,
+                              const char *detail)
+{
+    bb_found_t f = {.pid = pid, .start_ticks = ticks, .slot = slot};
+    if (pid <= 0 || bb_proc_stat(pid, &f.start_ticks, &f.ppid) || f.start_ticks != ticks)
+        return;
+    claim_pid(found, nfound, pid);
+    f.generation = (int)json_integer_value(json_object_get(e, "generation"));
+    sd_strlcpy(f.id, id, sizeof(f.id));
+    sd_strlcpy(f.service, service, sizeof(f.service));
+    bb_orphan_stop(&f, NULL, detail);
+}
+
+/* Restores one entry of the state file; a live process of the scan for the same slot
+ * takes the place of one the entry names but that is gone (or of none). */
+static void load_one(json_t *e, bb_found_t *found, int nfound)
 {
     const char *service = json_string_value(json_object_get(e, "service"));
     const char *id = json_string_value(json_object_get(e, "id"));
@@ -157,21 +253,25 @@ static void load_one(json_t *e)
     pid_t pid = (pid_t)json_integer_value(json_object_get(e, "pid"));
     int64_t ticks = json_integer_value(json_object_get(e, "start_ticks"));
     int state = st ? parse_state(st) : -1;
-    if (!service || !id || state < 0 || strlen(id) > SD_NAME_MAX)
+    if (!service || !id || state < 0 || !sd_name_valid(service, SD_NAME_MAX) ||
+        !sd_name_valid(id, SD_NAME_MAX))
         return;
     int slot = (int)json_integer_value(json_object_get(e, "slot"));
     json_t *cl = json_object_get(e, "cluster");
     bb_inst_t *in = NULL;
-    if (json_is_object(cl) && sd_name_valid(service, SD_NAME_MAX) && slot >= 0)
+    if (json_is_object(cl) && slot >= 0)
         in = bb_converge_restore(service, slot, json_object_get(cl, "spec"),
                                  json_integer_value(json_object_get(cl, "restart_token")),
                                  json_is_true(json_object_get(cl, "assigned")));
     else if (!cl)
         in = find_slot(service, slot);
     if (!in) {
-        stop_unconfigured(id, pid, ticks);
+        stop_unconfigured(e, service, slot, id, pid, ticks, found, nfound,
+                          cl ? "cluster slot not restored" : "slot no longer in the config");
         return;
     }
+    if (in->loaded || in->pid > 0)
+        return; /* a second entry for the slot: the first one counts */
     sd_strlcpy(in->id, id, sizeof(in->id));
     in->generation = (int)json_integer_value(json_object_get(e, "generation"));
     in->restarts = (int)json_integer_value(json_object_get(e, "restarts"));
@@ -183,6 +283,16 @@ static void load_one(json_t *e)
                sizeof(in->reason));
     sd_strlcpy(in->detail, json_string_value(json_object_get(e, "detail")) ?: "",
                sizeof(in->detail));
+    int running = state == ST_STARTING || state == ST_READY || state == ST_STOPPING;
+    int64_t now_ticks = -1;
+    pid_t ppid = 0;
+    int alive = running && pid > 0 && bb_proc_stat(pid, &now_ticks, &ppid) == 0 &&
+                now_ticks == ticks;
+    bb_found_t *f = found_for(found, nfound, service, slot);
+    if (!alive && f && f->uid == service_uid(in->svc)) {
+        adopt_found(in, f); /* the table is older than what runs */
+        return;
+    }
     if (state == ST_EXITED || state == ST_FAILED || state == ST_STOPPED) {
         in->loaded = 1;
         bb_inst_adopt(in, (enum bb_state)state, 0);
@@ -193,9 +303,7 @@ static void load_one(json_t *e)
     in->pid = pid;
     in->start_ticks = ticks;
     in->loaded = 1;
-    int64_t now_ticks = -1;
-    pid_t ppid = 0;
-    int alive = bb_proc_stat(pid, &now_ticks, &ppid) == 0 && now_ticks == ticks;
+    claim_pid(found, nfound, pid);
     if (!alive || bb_adopt_pid(in, ppid)) {
         log_warn("instance died while bigbrother was away", "instance=%s pid=%d", id,
                  (int)pid);
@@ -210,35 +318,88 @@ static void load_one(json_t *e)
                                                : EV_DEADLINE);
 }
 
-void bb_state_load(void)
+/* Moves a damaged state file aside to path.damaged-<UTC time> and says so once. */
+static void keep_aside(const char *path, const char *why)
+{
+    char aside[600], stamp[32];
+    time_t now = time(NULL);
+    struct tm tm;
+    strftime(stamp, sizeof(stamp), "%Y%m%dT%H%M%SZ", gmtime_r(&now, &tm));
+    snprintf(aside, sizeof(aside), "%s.damaged-%s", path, stamp);
+    if (rename(path, aside)) {
+        log_warn("state file damaged: not loaded, cannot keep it aside", "path=%s error=%s"
+                 " rename_error=%s", path, why, strerror(errno));
+        return;
+    }
+    log_warn("state file damaged: not loaded, kept aside; running instances are found by"
+             " their environment", "path=%s error=%s kept_as=%s", path, why, aside);
+}
+
+json_t *bb__state_read(const char *state_dir)
 {
     char path[512], err[256];
     char *text = NULL;
     size_t len;
-    snprintf(path, sizeof(path), "%s/state.json", bb.cfg.state_dir);
+    snprintf(path, sizeof(path), "%s/state.json", state_dir);
     int rc = sd_read_file(path, STATE_MAX_BYTES, &text, &len);
     if (rc == -ENOENT)
-        return;
+        return NULL;
+    if (rc == -E2BIG) {
+        keep_aside(path, "larger than 64 MiB");
+        return NULL;
+    }
     if (rc) {
         log_error("state not loaded", "path=%s error=%s", path, strerror(-rc));
-        return;
+        return NULL;
     }
     json_t *root = sd_json_parse(text, len, SD_JSON_MAX_DEPTH, err, sizeof(err));
     free(text);
-    json_t *arr = json_object_get(root, "instances");
-    if (!json_is_array(arr)) {
-        log_error("state not loaded", "path=%s error=%s", path, root ? "no instances" : err);
+    if (!json_is_array(json_object_get(root, "instances"))) {
+        keep_aside(path, root ? "no instances array" : err);
         json_decref(root);
-        return;
+        return NULL;
     }
+    return root;
+}
+
+void bb_state_load(void)
+{
+    bb_found_t *found = NULL;
+    int nfound = bb__proc_scan("/proc", bb.ident, &found);
+    if (nfound < 0) {
+        log_error("cannot scan /proc for running instances", "error=%s", strerror(-nfound));
+        nfound = 0;
+    }
+    json_t *root = bb__state_read(bb.cfg.state_dir);
     json_int_t counter = json_integer_value(json_object_get(root, "counter"));
     if (counter > 0)
         bb.counter = (uint64_t)counter;
     size_t i;
     json_t *e;
-    json_array_foreach(arr, i, e)
+    json_array_foreach(json_object_get(root, "instances"), i, e)
         if (json_is_object(e))
-            load_one(e);
+            load_one(e, found, nfound);
     json_decref(root);
+    /* what runs and the table did not list: its slot, or stopped */
+    for (int k = 0; k < nfound; k++) {
+        bb_found_t *f = &found[k];
+        if (f->claimed)
+            continue;
+        bb_inst_t *in = find_slot(f->service, f->slot);
+        if (in && f->uid != service_uid(in->svc)) {
+            log_warn("process claims a slot but runs as another user: left alone",
+                     "instance=%s pid=%d uid=%d", f->id, (int)f->pid, (int)f->uid);
+            continue;
+        }
+        if (in && in->pid <= 0 && in->state == ST_STOPPED && !in->loaded)
+            adopt_found(in, f);
+        else if (in)
+            bb_orphan_stop(f, in->svc, "another process holds the slot");
+        else
+            bb_orphan_stop(f, NULL, bb.cfg.cluster_mode ? "slot in neither the config nor the"
+                                                          " saved state"
+                                                        : "slot no longer in the config");
+    }
+    free(found);
     bb.state_dirty = 1;
 }

@@ -59,7 +59,8 @@
     X(SD_STOP_BY_OPERATOR, "stopped_by_operator")                                              \
     X(SD_STOP_MACHINE_LOST, "machine_lost")                                                    \
     X(SD_STOP_DRAINED, "drained")                                                              \
-    X(SD_STOP_REPLACED, "replaced")
+    X(SD_STOP_REPLACED, "replaced")                                                            \
+    X(SD_STOP_ORPHANED, "orphaned")
 
 #define SD__PROTO_ENUM(id, name) id,
 typedef enum { SD_EVENT_TYPES(SD__PROTO_ENUM) SD_EV_COUNT } sd_event_type_t;
