@@ -26,7 +26,6 @@
 #define REC_OVERHEAD (HDR_LEN + 1)
 #define DEFAULT_MAX_BYTES (256ull << 20)
 #define DEFAULT_SEGMENT_BYTES (8ull << 20)
-#define SCAN_CHUNK (1u << 20)
 
 struct outbox {
     char dir[PATH_MAX];
@@ -174,8 +173,65 @@ static void ack_read(outbox_t *ob, uint64_t *seg, uint64_t *off)
     }
 }
 
-/* Validates the records of one segment from `from` on, counts them, and cuts the file
- * after the last intact record. Returns the segment's size after that, or -errno. */
+/* The offset, at or after `from` in buf[0..len), of the next intact record (header,
+ * length, CRC-32C and newline all check), or -1 when there is none: where reading
+ * resumes after damage. Any offset is tried, not only line starts, so a record whose
+ * preceding newline was hit is still found; a payload holds no newline, so a match
+ * inside one would need a forged CRC ending exactly at its record's end. */
+static int64_t resync(const char *buf, size_t len, size_t from)
+{
+    for (size_t i = from; i < len; i++) {
+        size_t plen, total;
+        if (record_parse(buf + i, len - i, &plen, &total) == 1)
+            return (int64_t)i;
+    }
+    return -1;
+}
+
+/* Replaces segment seg with prefix bytes of the old file followed by the kept spans of buf
+ * (buf holds the old file from offset `prefix` on), through a synced temp file and a
+ * rename, so a crash leaves either the old or the new segment. */
+static int seg_rewrite(outbox_t *ob, uint64_t seg, int oldfd, uint64_t prefix, const char *buf,
+                       const uint64_t (*keep)[2], size_t nkeep)
+{
+    char name[32], tmp[40];
+    seg_name(name, sizeof name, seg);
+    snprintf(tmp, sizeof tmp, "%s.tmp", name);
+    int fd = openat(ob->dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -errno;
+    int rc = 0;
+    char chunk[8192];
+    for (uint64_t off = 0; !rc && off < prefix;) {
+        size_t n = prefix - off < sizeof chunk ? (size_t)(prefix - off) : sizeof chunk;
+        ssize_t got = pread(oldfd, chunk, n, (off_t)off);
+        if (got <= 0 || write(fd, chunk, (size_t)got) != got)
+            rc = got < 0 || errno ? -errno : -EIO;
+        off += got > 0 ? (uint64_t)got : 0;
+    }
+    for (size_t i = 0; !rc && i < nkeep; i++) {
+        size_t n = (size_t)(keep[i][1] - keep[i][0]);
+        if (write(fd, buf + keep[i][0], n) != (ssize_t)n)
+            rc = errno ? -errno : -EIO;
+    }
+    if (!rc && fdatasync(fd) < 0)
+        rc = -errno;
+    close(fd);
+    if (!rc && renameat(ob->dirfd, tmp, ob->dirfd, name) < 0)
+        rc = -errno;
+    if (!rc && fsync(ob->dirfd) < 0)
+        rc = -errno;
+    if (rc)
+        unlinkat(ob->dirfd, tmp, 0);
+    return rc;
+}
+
+/* Validates the records of one segment from `from` on and counts the intact ones. A
+ * damaged record in the middle (a bad header, length, CRC or newline) is skipped: reading
+ * resumes at the next intact record, and the segment is rewritten without the damaged
+ * bytes (logged once with their count). Only bytes with no intact record after them are
+ * cut off: the incomplete last record of a crash, or damage at the very end. Returns the
+ * segment's size afterwards, or -errno. */
 static int64_t seg_recover(outbox_t *ob, uint64_t seg, uint64_t from, int last, int64_t *count)
 {
     int fd = seg_open(ob, seg, O_RDWR);
@@ -193,48 +249,72 @@ static int64_t seg_recover(outbox_t *ob, uint64_t seg, uint64_t from, int last, 
                   " ack_offset=%" PRIu64 " size=%" PRIu64, seg, from, size);
         from = size;
     }
-    char *buf = malloc(SCAN_CHUNK + OUTBOX_RECORD_MAX + REC_OVERHEAD);
-    if (!buf) {
-        close(fd);
-        return -ENOMEM;
-    }
-    uint64_t pos = from;
-    int64_t rc = 0;
-    while (pos < size) {
-        size_t want = SCAN_CHUNK + OUTBOX_RECORD_MAX + REC_OVERHEAD;
-        if (want > size - pos)
-            want = (size_t)(size - pos);
-        ssize_t got = pread(fd, buf, want, (off_t)pos);
-        if (got <= 0) {
+    size_t len = (size_t)(size - from);
+    char *buf = malloc(len + 1);
+    uint64_t(*keep)[2] = NULL;
+    size_t nkeep = 0, keepcap = 0;
+    int64_t rc = buf ? 0 : -ENOMEM;
+    for (size_t done = 0; !rc && done < len;) {
+        ssize_t got = pread(fd, buf + done, len - done, (off_t)(from + done));
+        if (got <= 0)
             rc = got < 0 ? -errno : -EIO;
-            break;
-        }
-        size_t at = 0, plen, total;
-        int r = 1;
-        while (at < (size_t)got) {
-            r = record_parse(buf + at, (size_t)got - at, &plen, &total);
-            if (r != 1)
-                break;
-            at += total;
-            (*count)++;
-        }
-        pos += at;
-        /* A chunk always holds a whole record when the file does, so a record cut at the
-         * chunk's end with nothing parsed before it runs into the end of the file. */
-        if (r < 0 || (r == 0 && at == 0))
-            break;
+        done += got > 0 ? (size_t)got : 0;
     }
-    if (!rc && pos < size) {
+    size_t at = 0, skipped_bytes = 0, skipped_recs = 0, cut = len;
+    while (!rc && at < len) {
+        size_t plen, total;
+        if (record_parse(buf + at, len - at, &plen, &total) == 1) {
+            if (nkeep && keep[nkeep - 1][1] == at) {
+                keep[nkeep - 1][1] = at + total;
+            } else {
+                if (nkeep == keepcap) {
+                    keepcap = keepcap ? keepcap * 2 : 8;
+                    void *nk = realloc(keep, keepcap * sizeof *keep);
+                    if (!nk) {
+                        rc = -ENOMEM;
+                        break;
+                    }
+                    keep = nk;
+                }
+                keep[nkeep][0] = at;
+                keep[nkeep][1] = at + total;
+                nkeep++;
+            }
+            (*count)++;
+            at += total;
+            continue;
+        }
+        int64_t next = resync(buf, len, at + 1);
+        if (next < 0) {
+            cut = at;
+            break;
+        }
+        skipped_bytes += (size_t)next - at;
+        for (size_t i = at; i < (size_t)next; i++)
+            skipped_recs += buf[i] == '\n';
+        at = (size_t)next;
+    }
+    if (!rc && skipped_bytes) {
+        log_error("outbox segment damaged, skipped the damaged records and kept the rest",
+                  "segment=%" PRIu64 " bytes_skipped=%zu records_skipped=%zu records_kept=%" PRId64,
+                  seg, skipped_bytes, skipped_recs ? skipped_recs : 1, *count);
+        rc = seg_rewrite(ob, seg, fd, from, buf, (const uint64_t(*)[2])keep, nkeep);
+        size = from;
+        for (size_t i = 0; i < nkeep; i++)
+            size += keep[i][1] - keep[i][0];
+    } else if (!rc && cut < len) {
         if (last)
             log_warn("outbox dropped a torn record at the end", "segment=%" PRIu64
-                     " offset=%" PRIu64 " bytes=%" PRIu64, seg, pos, size - pos);
+                     " offset=%" PRIu64 " bytes=%" PRIu64, seg, from + cut, (uint64_t)(len - cut));
         else
-            log_error("outbox segment damaged, records after the damage are lost", "segment=%" PRIu64
-                      " offset=%" PRIu64 " bytes=%" PRIu64, seg, pos, size - pos);
-        if (ftruncate(fd, (off_t)pos) < 0)
+            log_error("outbox segment damaged at its end, the damaged bytes are dropped",
+                      "segment=%" PRIu64 " offset=%" PRIu64 " bytes=%" PRIu64, seg, from + cut,
+                      (uint64_t)(len - cut));
+        if (ftruncate(fd, (off_t)(from + cut)) < 0)
             rc = -errno;
-        size = pos;
+        size = from + cut;
     }
+    free(keep);
     free(buf);
     close(fd);
     return rc ? rc : (int64_t)size;
@@ -461,6 +541,31 @@ int outbox_append(outbox_t *ob, const char *rec, size_t len)
 int64_t outbox_pending(const outbox_t *ob) { return atomic_load(&ob->pending); }
 uint64_t outbox_bytes(const outbox_t *ob) { return atomic_load(&ob->disk); }
 
+/* The head record (at the start of buf, got bytes read from the head) was damaged on disk
+ * after it was written: moves the head past it to the next intact record, acknowledging
+ * the damaged bytes, and logs it. With no intact record in buf, a closed segment is left
+ * for the next one; the open one is retried later (the rest of the record may be coming).
+ * Returns 0 (the caller reads on) or -errno; -EBADMSG when nothing could be skipped. */
+static int head_skip_damage(outbox_t *ob, const char *buf, size_t got, int closed)
+{
+    int64_t next = got > 1 ? resync(buf, got, 1) : -1;
+    if (next < 0 && !closed) {
+        log_error("outbox record garbled after it was written", "segment=%" PRIu64
+                  " offset=%" PRIu64, ob->hseg, ob->hoff);
+        return -EBADMSG;
+    }
+    uint64_t to = next < 0 ? ob->hoff + got : ob->hoff + (uint64_t)next;
+    log_error("outbox record garbled after it was written, skipped", "segment=%" PRIu64
+              " offset=%" PRIu64 " bytes_skipped=%" PRIu64, ob->hseg, ob->hoff, to - ob->hoff);
+    int rc = ack_write(ob, ob->hseg, to);
+    if (rc)
+        return rc;
+    ob->hoff = to;
+    if (atomic_load(&ob->pending) > 0)
+        atomic_fetch_sub(&ob->pending, 1);
+    return 0;
+}
+
 /* Moves the head to the start of the segment after hseg, records that as the ack
  * position, and deletes hseg (all of it was acknowledged). */
 static int head_next_segment(outbox_t *ob)
@@ -559,6 +664,7 @@ int outbox_read(outbox_t *ob, int max_records, size_t max_bytes, outbox_batch_t 
         if (got < 0)
             return -errno;
         size_t at = 0, payload = 0;
+        int damaged = 0;
         b->seg = ob->hseg;
         while (b->n < max_records && at < (size_t)got && (b->n == 0 || payload < max_bytes)) {
             size_t plen, total;
@@ -566,9 +672,8 @@ int outbox_read(outbox_t *ob, int max_records, size_t max_bytes, outbox_batch_t 
             if (r == 0)
                 break;
             if (r < 0) {
-                log_error("outbox record garbled after it was written", "segment=%" PRIu64
-                          " offset=%" PRIu64, ob->hseg, ob->hoff + at);
-                return -EBADMSG;
+                damaged = at == 0; /* else hand out what came before it first */
+                break;
             }
             b->rec[b->n] = b->buf + at + HDR_LEN;
             b->len[b->n] = plen;
@@ -577,7 +682,11 @@ int outbox_read(outbox_t *ob, int max_records, size_t max_bytes, outbox_batch_t 
             payload += plen;
             b->n++;
         }
-        return 0;
+        if (!damaged)
+            return 0;
+        rc = head_skip_damage(ob, b->buf, (size_t)got, ob->hseg < wseg);
+        if (rc)
+            return rc;
     }
 }
 

@@ -10,6 +10,8 @@
  * is written with one write(2) on an O_APPEND descriptor, so a kill -9 of the process
  * never leaves half a record behind; a torn or garbled tail (power loss, full disk) fails
  * the length/CRC/newline check and is cut off when the outbox is opened, never misparsed.
+ * Damage in the middle of a segment costs only the damaged records: reading resumes at the
+ * next intact record, and recovery rewrites the segment without the damaged bytes.
  *
  * Durability: append does not fsync (the supervision thread must never wait on the disk).
  * The reader calls outbox_sync() before it hands records to the network, so a record that

@@ -190,6 +190,129 @@ static void torn_and_garbled_tails_are_dropped(void **state)
     outbox_close(ob);
 }
 
+/* Reads every pending record (acking as it goes) into ns[] as the n of {"n":n}; returns
+ * how many were read. */
+static int read_ns(outbox_t *ob, int *ns, int max)
+{
+    outbox_batch_t b = {0};
+    int got = 0;
+    for (int rounds = 0; rounds < 1000; rounds++) {
+        assert_int_equal(outbox_read(ob, 7, 4096, &b), 0);
+        if (b.n == 0)
+            break;
+        for (int i = 0; i < b.n; i++) {
+            assert_true(got < max);
+            assert_int_equal(sscanf(b.rec[i], "{\"n\":%d}", &ns[got]), 1);
+            got++;
+        }
+        assert_int_equal(outbox_sync(ob, &b), 0);
+        assert_int_equal(outbox_ack(ob, &b, b.n), 0);
+    }
+    outbox_batch_free(&b);
+    return got;
+}
+
+/* The file offset where record k (0-based, counted by line) of segment 0 starts. */
+static off_t record_offset(const char *dir, int k)
+{
+    FILE *f = fopen(segment_path(dir, 0), "r");
+    assert_non_null(f);
+    off_t off = 0;
+    int c, line = 0;
+    while (line < k && (c = fgetc(f)) != EOF) {
+        off++;
+        if (c == '\n')
+            line++;
+    }
+    fclose(f);
+    return off;
+}
+
+static void overwrite(const char *dir, off_t off, const char *bytes)
+{
+    int fd = open(segment_path(dir, 0), O_WRONLY);
+    assert_true(fd >= 0);
+    assert_int_equal(pwrite(fd, bytes, strlen(bytes), off), (ssize_t)strlen(bytes));
+    close(fd);
+}
+
+/* A segment of 26 records {"n":0..25}, closed; returns the directory. */
+static const char *segment_of_26(void)
+{
+    const char *dir = h_tmpdir();
+    char sub[600];
+    static int k;
+    snprintf(sub, sizeof sub, "%s/ob%d", dir, k++);
+    outbox_t *ob = open_ob(sub, 0, 0);
+    for (int i = 0; i < 26; i++)
+        append_n(ob, i);
+    outbox_close(ob);
+    return strdup(sub);
+}
+
+/* After reopening dir (and appending {"n":26}), every record but the `nskip` ones in
+ * skip[] is read, in order, and the appended one last. */
+static void expect_all_but(const char *dir, const int *skip, int nskip)
+{
+    outbox_t *ob = open_ob(dir, 0, 0);
+    assert_int_equal(outbox_pending(ob), 26 - nskip);
+    append_n(ob, 26);
+    int ns[64], want = 0;
+    int got = read_ns(ob, ns, 64);
+    assert_int_equal(got, 27 - nskip);
+    for (int i = 0; i < got; i++) {
+        for (int s = 0; s < nskip; s++)
+            if (want == skip[s])
+                want++;
+        assert_int_equal(ns[i], want++);
+    }
+    outbox_close(ob);
+}
+
+/* Damage in the middle of a segment costs only the damaged records: later ones are kept. */
+static void middle_damage_skips_only_damaged_records(void **state)
+{
+    /* Two bytes flipped inside record 10's payload: its CRC fails. */
+    const char *dir = segment_of_26();
+    overwrite(dir, record_offset(dir, 10) + 20, "XY");
+    expect_all_but(dir, (int[]){10}, 1);
+
+    /* The first record damaged. */
+    dir = segment_of_26();
+    overwrite(dir, record_offset(dir, 0) + 19, "Q");
+    expect_all_but(dir, (int[]){0}, 1);
+
+    /* Damage across a record boundary: record 5's newline and record 6's header. */
+    dir = segment_of_26();
+    overwrite(dir, record_offset(dir, 6) - 1, "zz");
+    expect_all_but(dir, (int[]){5, 6}, 2);
+
+    /* Only the newline that ends record 7: record 8 right behind it is intact and kept. */
+    dir = segment_of_26();
+    overwrite(dir, record_offset(dir, 8) - 1, "#");
+    expect_all_but(dir, (int[]){7}, 1);
+
+    /* A length field that points past the end of the file. */
+    dir = segment_of_26();
+    overwrite(dir, record_offset(dir, 12), "0000ffff");
+    expect_all_but(dir, (int[]){12}, 1);
+}
+
+/* A record damaged on disk while the outbox is open is skipped by the reader, not a wall. */
+static void damage_after_open_is_skipped_by_the_reader(void **state)
+{
+    const char *dir = segment_of_26();
+    outbox_t *ob = open_ob(dir, 0, 0);
+    overwrite(dir, record_offset(dir, 3) + 20, "!!");
+    int ns[64];
+    int got = read_ns(ob, ns, 64);
+    assert_int_equal(got, 25);
+    for (int i = 0; i < got; i++)
+        assert_int_equal(ns[i], i < 3 ? i : i + 1);
+    assert_int_equal(outbox_pending(ob), 0);
+    outbox_close(ob);
+}
+
 static void rotation_deletes_acknowledged_segments(void **state)
 {
     const char *dir = h_tmpdir();
@@ -395,6 +518,8 @@ int main(void)
         cmocka_unit_test(append_and_read_in_order),
         cmocka_unit_test(ack_survives_reopen),
         cmocka_unit_test(torn_and_garbled_tails_are_dropped),
+        cmocka_unit_test(middle_damage_skips_only_damaged_records),
+        cmocka_unit_test(damage_after_open_is_skipped_by_the_reader),
         cmocka_unit_test(rotation_deletes_acknowledged_segments),
         cmocka_unit_test(cap_refuses_and_recovers),
         cmocka_unit_test(concurrent_producer_and_reader),
