@@ -2,11 +2,13 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -212,4 +214,29 @@ size_t sd_strlcpy(char *dst, const char *src, size_t cap)
         dst[c] = '\0';
     }
     return n;
+}
+
+int sd_socket_bind(const char *host, int port, int type, void (*prepare)(int fd))
+{
+    char portstr[8];
+    snprintf(portstr, sizeof portstr, "%d", port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = type, .ai_flags = AI_PASSIVE};
+    struct addrinfo *ai;
+    if (getaddrinfo(host[0] ? host : NULL, portstr, &hints, &ai) != 0)
+        return -EADDRNOTAVAIL;
+    int fd = -1, err = -EADDRNOTAVAIL;
+    for (struct addrinfo *a = ai; a; a = a->ai_next) {
+        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+            continue;
+        if (prepare)
+            prepare(fd);
+        if (bind(fd, a->ai_addr, a->ai_addrlen) == 0)
+            break;
+        err = -errno;
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(ai);
+    return fd < 0 ? err : fd;
 }

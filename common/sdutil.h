@@ -32,6 +32,13 @@ int sd_random_hex(char *out, size_t nbytes);
 /* Parses "host:port", "[v6]:port" or ":port" (host becomes ""). Returns 0 or -EINVAL. */
 int sd_parse_hostport(const char *s, char *host, size_t hostcap, int *port);
 
+/* Resolves host (a name or a v4/v6 address; "" for every address) and port, and binds a
+ * socket of type (SOCK_STREAM, SOCK_DGRAM; SOCK_CLOEXEC is added) to the first address
+ * that takes it, calling prepare(fd) (may be NULL) on each socket before its bind for
+ * options such as SO_REUSEADDR or SO_RCVBUF. Returns the fd, or a negative errno
+ * (-EADDRNOTAVAIL when host does not resolve). */
+int sd_socket_bind(const char *host, int port, int type, void (*prepare)(int fd));
+
 /* Parses a whole decimal integer in [min,max]; returns 0 or -EINVAL/-ERANGE. */
 int sd_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out);
 

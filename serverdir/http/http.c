@@ -422,6 +422,12 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     log_warn("http server", "detail=%s", msg);
 }
 
+static void reuse_addr(int fd)
+{
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+}
+
 /* Creates the listening socket ourselves so "host:port" can be any v4/v6 address or name,
  * port 0 works, and the bound port is known. */
 static int open_listener(const char *listen_addr)
@@ -444,29 +450,14 @@ static int open_listener(const char *listen_addr)
             return -EINVAL;
         }
     }
-    char portstr[8];
-    snprintf(portstr, sizeof portstr, "%d", port);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_PASSIVE};
-    struct addrinfo *ai;
-    if (getaddrinfo(host[0] ? host : NULL, portstr, &hints, &ai) != 0)
-        return -EADDRNOTAVAIL;
-    int fd = -1, err = -EADDRNOTAVAIL;
-    for (struct addrinfo *a = ai; a; a = a->ai_next) {
-        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-            continue;
-        int one = 1;
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, 1024) == 0)
-            break;
-        err = -errno;
-        close(fd);
-        fd = -1;
-    }
-    freeaddrinfo(ai);
+    int fd = sd_socket_bind(host, port, SOCK_STREAM, reuse_addr);
     if (fd < 0)
+        return fd;
+    if (listen(fd, 1024) < 0) {
+        int err = -errno;
+        close(fd);
         return err;
+    }
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;
     getsockname(fd, (struct sockaddr *)&ss, &sl);

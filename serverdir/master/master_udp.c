@@ -343,36 +343,21 @@ static void *listener_main(void *arg)
     return NULL;
 }
 
+/* Bursts of heartbeats queue in the receive buffer while Redis answers; the kernel caps
+ * its size at net.core.rmem_max. */
+static void big_rcvbuf(int fd)
+{
+    int rcvbuf = 4 << 20;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+}
+
 static int open_udp(const char *hostport)
 {
     char host[128];
     int port;
     if (sd_parse_hostport(hostport, host, sizeof host, &port))
         return -EINVAL;
-    char ps[8];
-    snprintf(ps, sizeof ps, "%d", port);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_DGRAM,
-                             .ai_flags = AI_PASSIVE};
-    struct addrinfo *ai;
-    if (getaddrinfo(host[0] ? host : NULL, ps, &hints, &ai) != 0)
-        return -EADDRNOTAVAIL;
-    int fd = -1, err = -EADDRNOTAVAIL;
-    for (struct addrinfo *a = ai; a; a = a->ai_next) {
-        fd = socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-            continue;
-        /* Bursts of heartbeats queue here while Redis answers; the kernel caps the size
-         * at net.core.rmem_max. */
-        int rcvbuf = 4 << 20;
-        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
-        if (bind(fd, a->ai_addr, a->ai_addrlen) == 0)
-            break;
-        err = -errno;
-        close(fd);
-        fd = -1;
-    }
-    freeaddrinfo(ai);
-    return fd < 0 ? err : fd;
+    return sd_socket_bind(host, port, SOCK_DGRAM, big_rcvbuf);
 }
 
 int sd_master_udp_start(const char *hostport)
