@@ -50,83 +50,30 @@ int sd_name_valid(const char *s, size_t max)
     return strstr(s, "..") == NULL;
 }
 
-/* The field checkers below read ev[key] and report through v, whose path is at the event
- * ("events[3]"), so messages read "events[3].key ...". Each returns 0 when the field is
- * present and valid, 1 when absent or null and not required, -1 on a bad value or a
- * required field missing. */
-static int ev_field(sd_jv_t *v, const json_t *ev, const char *key, int required, json_t **out)
-{
-    json_t *x = json_object_get(ev, key);
-    if (!x || json_is_null(x))
-        return required ? sd_jv_fail(v, key, "is required") : 1;
-    *out = x;
-    return 0;
-}
-
-static int ev_str(sd_jv_t *v, const json_t *ev, const char *key, int required, size_t maxlen,
-                  const char **out)
-{
-    json_t *x = NULL;
-    int rc = ev_field(v, ev, key, required, &x);
-    if (rc)
-        return rc;
-    if (!json_is_string(x))
-        return sd_jv_fail(v, key, "must be a string");
-    if (json_string_length(x) > maxlen || strlen(json_string_value(x)) != json_string_length(x))
-        return sd_jv_fail(v, key, "must be at most %zu bytes without NUL", maxlen);
-    *out = json_string_value(x);
-    return 0;
-}
-
-static int ev_name(sd_jv_t *v, const json_t *ev, const char *key)
-{
-    const char *s;
-    int rc = ev_str(v, ev, key, 1, SD_NAME_MAX, &s);
-    if (rc)
-        return rc;
-    if (!sd_name_valid(s, SD_NAME_MAX))
-        return sd_jv_fail(v, key,
-                          "must be 1-%d characters of " SD_NAME_CHARSET_TEXT
-                          " (not starting with '.' or '-', no '..')",
-                          SD_NAME_MAX);
-    return 0;
-}
-
-static int ev_int(sd_jv_t *v, const json_t *ev, const char *key, int required, int64_t min,
-                  int64_t max)
-{
-    json_t *x = NULL;
-    int rc = ev_field(v, ev, key, required, &x);
-    if (rc)
-        return rc;
-    if (!json_is_integer(x) || json_integer_value(x) < min || json_integer_value(x) > max)
-        return sd_jv_fail(v, key, "must be an integer from %lld to %lld", (long long)min,
-                          (long long)max);
-    return 0;
-}
-
 /* `ports`: absent, null, or an object of at most SD_PORTS_MAX name: 1..65535 entries. */
 static int ev_ports(sd_jv_t *v, const json_t *ev)
 {
     json_t *p = NULL;
-    if (ev_field(v, ev, "ports", 0, &p))
-        return 0;
-    if (!json_is_object(p) || json_object_size(p) > SD_PORTS_MAX)
+    int rc = sd_jv_object(v, ev, "ports", SD_JV_OPTIONAL, &p);
+    if (rc)
+        return rc < 0 ? -1 : 0;
+    if (json_object_size(p) > SD_PORTS_MAX)
         return sd_jv_fail(v, "ports", "must be an object of at most %d name: port entries",
                           SD_PORTS_MAX);
     const char *k;
     json_t *x = NULL;
+    size_t mark = sd_jv_key(v, "ports");
     json_object_foreach(p, k, x) {
-        if (!sd_name_valid(k, SD_PORT_NAME_MAX))
+        int64_t port;
+        if (!sd_name_valid(k, SD_PORT_NAME_MAX)) {
+            sd_jv_pop(v, mark);
             return sd_jv_fail(v, "ports", "has a bad port name (1-%d characters of "
                               SD_NAME_CHARSET_TEXT ")", SD_PORT_NAME_MAX);
-        if (!json_is_integer(x) || json_integer_value(x) < 1 || json_integer_value(x) > 65535) {
-            size_t mark = sd_jv_key(v, "ports");
-            sd_jv_fail(v, k, "must be an integer from 1 to 65535");
-            sd_jv_pop(v, mark);
-            return -1;
         }
+        if (sd_jv_int(v, p, k, SD_JV_REQUIRED, 1, 65535, &port) < 0)
+            return -1;
     }
+    sd_jv_pop(v, mark);
     return 0;
 }
 
@@ -163,44 +110,50 @@ int sd_event_check(sd_jv_t *v, const json_t *ev)
     char names[160];
     if (!json_is_object(ev))
         return sd_jv_fail(v, NULL, "must be an object");
-    const char *k, *type, *reason, *detail;
+    const char *k, *type, *reason, *detail, *id;
+    int64_t num;
     json_t *x = NULL;
     json_object_foreach((json_t *)ev, k, x) {
         if (name_index(k, known, (int)(sizeof known / sizeof *known)) < 0)
             return sd_jv_fail(v, NULL, "has an unknown field '%.64s'", k);
     }
-    if (ev_name(v, ev, "id") || ev_str(v, ev, "type", 1, 16, &type))
+    if (sd_jv_name(v, ev, "id", SD_JV_REQUIRED, &id) ||
+        sd_jv_str(v, ev, "type", SD_JV_REQUIRED, 16, &type))
         return -1;
     int t = sd_event_type_parse(type);
     if (t < 0) {
         name_list(names, sizeof names, event_types, SD_EV_COUNT, " or ");
         return sd_jv_fail(v, "type", "must be %s", names);
     }
-    if (ev_name(v, ev, "instance") || ev_name(v, ev, "machine") || ev_name(v, ev, "service"))
+    if (sd_jv_name(v, ev, "instance", SD_JV_REQUIRED, &id) ||
+        sd_jv_name(v, ev, "machine", SD_JV_REQUIRED, &id) ||
+        sd_jv_name(v, ev, "service", SD_JV_REQUIRED, &id))
         return -1;
     for (size_t n = 0; n < sizeof ints / sizeof *ints; n++)
-        if (ev_int(v, ev, ints[n].key, n == 0 && t == SD_EV_STARTED, ints[n].min, ints[n].max) < 0)
+        if (sd_jv_int(v, ev, ints[n].key, n == 0 && t == SD_EV_STARTED, ints[n].min,
+                      ints[n].max, &num) < 0)
             return -1;
     if (ev_ports(v, ev))
         return -1;
     if (t != SD_EV_STOPPED) {
         for (size_t n = 0; n < sizeof stop_only / sizeof *stop_only; n++) {
-            json_t *y = NULL;
-            if (!ev_field(v, ev, stop_only[n], 0, &y))
+            json_t *y = json_object_get(ev, stop_only[n]);
+            if (y && !json_is_null(y))
                 return sd_jv_fail(v, stop_only[n], "is only allowed in a stopped event");
         }
         return 0;
     }
-    if (ev_str(v, ev, "reason", 1, 32, &reason) < 0)
+    if (sd_jv_str(v, ev, "reason", SD_JV_REQUIRED, 32, &reason) < 0)
         return -1;
     if (sd_stop_reason_parse(reason) < 0) {
         name_list(names, sizeof names, stop_reasons, SD_STOP_COUNT, ", ");
         return sd_jv_fail(v, "reason", "must be one of %s", names);
     }
     for (size_t n = 0; n < sizeof stop_ints / sizeof *stop_ints; n++)
-        if (ev_int(v, ev, stop_ints[n].key, 0, stop_ints[n].min, stop_ints[n].max) < 0)
+        if (sd_jv_int(v, ev, stop_ints[n].key, SD_JV_OPTIONAL, stop_ints[n].min,
+                      stop_ints[n].max, &num) < 0)
             return -1;
-    return ev_str(v, ev, "detail", 0, SD_DETAIL_MAX, &detail) < 0 ? -1 : 0;
+    return sd_jv_str(v, ev, "detail", SD_JV_OPTIONAL, SD_DETAIL_MAX, &detail) < 0 ? -1 : 0;
 }
 
 /* Each reason shows at most one value: the one that explains it. */

@@ -536,7 +536,7 @@ static void bad_input_is_rejected_and_changes_nothing(void **state)
          "bad_field", "events[0].pid must be an integer"},
         {"POST", EVP, NULL, "{\"events\":[{\"id\":\"x1\",\"type\":\"started\",\"instance\":\"i9\","
                             "\"machine\":\"m1\",\"service\":\"zone\",\"pid\":99999999}]}", 400,
-         "bad_field", "events[0].pid must be an integer from 1 to 4194304"},
+         "bad_field", "events[0].pid must be between 1 and 4194304"},
         {"POST", EVP, NULL, "{\"events\":[{\"id\":\"x1\",\"type\":\"begun\",\"instance\":\"i9\","
                             "\"machine\":\"m1\",\"service\":\"zone\"}]}", 400, "bad_field",
          "events[0].type must be started, ready or stopped"},
@@ -550,7 +550,7 @@ static void bad_input_is_rejected_and_changes_nothing(void **state)
                             "\"machine\":\"m1\",\"service\":\"zone\",\"pid\":9}]}", 400,
          "bad_field", "events[0].id must be"},
         {"POST", EVP, NULL, EV(",\"ports\":{\"game\":70000}"), 400, "bad_field",
-         "events[0].ports.game must be an integer from 1 to 65535"},
+         "events[0].ports.game must be between 1 and 65535"},
         {"POST", EVP, NULL, EV(",\"ports\":[1]"), 400, "bad_field", "events[0].ports must be an object"},
         {"POST", EVP, NULL, EV(",\"slot\":-1"), 400, "bad_field", "events[0].slot must be"},
         {"POST", EVP, NULL, EV(",\"reason\":\"hung\""), 400, "bad_field",

@@ -103,7 +103,7 @@ static void events_errors_name_the_field(void **state)
          "events[0].pid is required"},
         {"{\"events\":[{\"id\":\"a\",\"type\":\"started\",\"instance\":\"i\",\"machine\":\"m\","
          "\"service\":\"s\",\"pid\":0}]}",
-         "events[0].pid must be an integer from 1 to 4194304"},
+         "events[0].pid must be between 1 and 4194304"},
         {"{\"events\":[{\"id\":\"a\",\"type\":\"ready\",\"instance\":\"i\",\"machine\":\"m\","
          "\"service\":\"s\",\"ts_ms\":1.5}]}",
          "events[0].ts_ms must be an integer"},
@@ -112,7 +112,7 @@ static void events_errors_name_the_field(void **state)
          "events[0].ports has a bad port name"},
         {"{\"events\":[{\"id\":\"a\",\"type\":\"ready\",\"instance\":\"i\",\"machine\":\"m\","
          "\"service\":\"s\",\"ports\":{\"game\":0}}]}",
-         "events[0].ports.game must be an integer from 1 to 65535"},
+         "events[0].ports.game must be between 1 and 65535"},
         {"{\"events\":[{\"id\":\"a\",\"type\":\"ready\",\"instance\":\"i\",\"machine\":\"m\","
          "\"service\":\"s\",\"detail\":\"x\"}]}",
          "events[0].detail is only allowed in a stopped event"},
@@ -121,7 +121,7 @@ static void events_errors_name_the_field(void **state)
          "events[0].code must be an integer"},
         {"{\"events\":[{\"id\":\"a\",\"type\":\"stopped\",\"instance\":\"i\",\"machine\":\"m\","
          "\"service\":\"s\",\"reason\":\"killed\",\"signal\":65}]}",
-         "events[0].signal must be an integer from 1 to 64"},
+         "events[0].signal must be between 1 and 64"},
         {"{\"events\":[{\"id\":\"a\",\"type\":\"stopped\",\"instance\":\"i\",\"machine\":\"m\","
          "\"service\":\"s\",\"reason\":\"lost\"}]}",
          "events[0].reason must be one of"},
@@ -140,7 +140,7 @@ static void events_errors_name_the_field(void **state)
              0);
     char err[SD_ERRMSG_MAX];
     assert_null(normalize(big, err, sizeof err));
-    assert_non_null(strstr(err, "events[0].detail must be at most 256 bytes"));
+    assert_non_null(strstr(err, "events[0].detail is longer than 256 bytes"));
     free(big);
     json_t *evs = json_array();
     for (int i = 0; i < 1001; i++)

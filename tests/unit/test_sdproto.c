@@ -156,7 +156,7 @@ static void event_contract(void **state)
                         "events[0].ports has a bad port name (1-64 characters of A-Z a-z 0-9 _ . "
                         ": @ -)");
     assert_string_equal(check(EV("\"type\":\"ready\",\"ports\":{\"game\":0}"), 0, e, sizeof e),
-                        "events[0].ports.game must be an integer from 1 to 65535");
+                        "events[0].ports.game must be between 1 and 65535");
     assert_string_equal(check("{\"id\":\"e 1\",\"type\":\"ready\"}", 0, e, sizeof e),
                         "events[0].id must be 1-128 characters of A-Z a-z 0-9 _ . : @ - (not "
                         "starting with '.' or '-', no '..')");
