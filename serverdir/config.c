@@ -21,6 +21,7 @@ sd_config_t sd_cfg = {
     .body_max = SD_BODY_MAX_DEFAULT,
     .blob_max = SD_BLOB_MAX_DEFAULT,
     .conn_timeout_s = 30,
+    .max_connections = 4096,
 };
 
 /* The modules' sections, loaded in this order. */
@@ -56,7 +57,7 @@ int sd_config_apply(json_t *root, sd_config_t *cfg, int *log_level, char *err, s
 {
     static const char *const known[] = {
         "listen", "redis", "tokens", "key_prefix", "threads", "body_max_bytes",
-        "blob_max_bytes", "conn_timeout_s", "log_level", "master", "locks", "directory", NULL};
+        "blob_max_bytes", "conn_timeout_s", "max_connections", "log_level", "master", "locks", "directory", NULL};
     if (!json_is_object(root)) {
         snprintf(err, errcap, "the top level must be a JSON object");
         return -1;
@@ -85,12 +86,13 @@ int sd_config_apply(json_t *root, sd_config_t *cfg, int *log_level, char *err, s
             sd_strlcpy(strs[i].dst, s, strs[i].cap);
     }
     int64_t threads = c.threads, body = (int64_t)c.body_max, blob = (int64_t)c.blob_max,
-            conn = c.conn_timeout_s;
+            conn = c.conn_timeout_s, maxconn = c.max_connections;
     const char *level = NULL;
     if (sd_jv_int(&v, root, "threads", 0, 1, 1024, &threads) < 0 ||
         sd_jv_int(&v, root, "body_max_bytes", 0, 1024, 64 << 20, &body) < 0 ||
         sd_jv_int(&v, root, "blob_max_bytes", 0, 1024, 64 << 20, &blob) < 0 ||
         sd_jv_int(&v, root, "conn_timeout_s", 0, 1, 3600, &conn) < 0 ||
+        sd_jv_int(&v, root, "max_connections", 0, 16, 65536, &maxconn) < 0 ||
         sd_jv_str(&v, root, "log_level", 0, 15, &level) < 0)
         return -1;
     int l = -1;
@@ -102,6 +104,7 @@ int sd_config_apply(json_t *root, sd_config_t *cfg, int *log_level, char *err, s
     c.body_max = (size_t)body;
     c.blob_max = (size_t)blob;
     c.conn_timeout_s = (int)conn;
+    c.max_connections = (int)maxconn;
     c.file = root;
     *cfg = c;
     *log_level = l;

@@ -148,7 +148,8 @@ int main(int argc, char **argv)
     int rc = sd_store_start();
     if (rc)
         sd_die(SD_EXIT_SYSTEM, "cannot start the store", "err=%s", strerror(-rc));
-    rc = sd_http_start(sd_cfg.listen, sd_cfg.threads, sd_cfg.conn_timeout_s);
+    rc = sd_http_start(sd_cfg.listen, sd_cfg.threads, sd_cfg.conn_timeout_s,
+                       sd_cfg.max_connections);
     if (rc)
         sd_die(SD_EXIT_SYSTEM, "cannot listen", "addr=%s err=%s", sd_cfg.listen, strerror(-rc));
     int nudp = nudp_flags ? nudp_flags : sd_master_cfg.nudp;

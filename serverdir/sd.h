@@ -173,6 +173,7 @@ typedef struct sd_config {
     size_t body_max;       /* JSON bodies */
     size_t blob_max;       /* raw bodies (blobs) */
     int conn_timeout_s;
+    int max_connections;   /* open HTTP connections at once (each holds a 32 KiB pool) */
     json_t *file;          /* the whole --config file (sections for modules), or NULL */
 } sd_config_t;
 extern sd_config_t sd_cfg;

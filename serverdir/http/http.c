@@ -258,11 +258,64 @@ static void peer_address(struct reqctx *rc)
 
 /* Decides, before any body byte is read, whether the request can go on: route, auth,
  * declared length and content type. Fills rc->resp and sets responded when not. */
+/* What the request's framing headers say: every Content-Length and Transfer-Encoding
+ * header is seen, not only the first one MHD would hand out. */
+struct framing {
+    int ncl;              /* Content-Length headers */
+    int cl_differ;        /* two of them disagree */
+    const char *cl;       /* the first one */
+    int nte;              /* Transfer-Encoding headers */
+    int te_chunked_only;  /* every Transfer-Encoding is exactly "chunked" */
+};
+
+static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                      const char *value)
+{
+    struct framing *f = cls;
+    if (!strcasecmp(key, "Content-Length")) {
+        if (f->ncl++ && strcmp(f->cl, value ? value : ""))
+            f->cl_differ = 1;
+        else if (f->ncl == 1)
+            f->cl = value ? value : "";
+    } else if (!strcasecmp(key, "Transfer-Encoding")) {
+        f->te_chunked_only = (f->nte++ == 0 || f->te_chunked_only) && value &&
+                             !strcasecmp(value, "chunked");
+    }
+    return MHD_YES;
+}
+
+/* Refuses framing that a proxy and serverdir could read differently (the way requests are
+ * smuggled past a load balancer): both Content-Length and Transfer-Encoding, Content-Lengths
+ * that disagree, or a transfer coding other than chunked alone. Returns the reason, or NULL
+ * for sound framing; *chunked is set for a chunked body. */
+static const char *framing_error(struct MHD_Connection *conn, int *chunked)
+{
+    struct framing f = {0};
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, framing_header, &f);
+    *chunked = f.nte > 0;
+    if (f.ncl && f.nte)
+        return "a request may not carry both Content-Length and Transfer-Encoding";
+    if (f.cl_differ)
+        return "the request carries Content-Length headers that disagree";
+    if (f.nte && !f.te_chunked_only)
+        return "the only transfer coding accepted is chunked";
+    return NULL;
+}
+
 static void precheck(struct reqctx *rc, const char *method, const char *url)
 {
     sd_req_t *req = &rc->req;
     sd_resp_t *resp = &rc->resp;
     char allow[64];
+    int chunked;
+    const char *bad = framing_error(req->conn, &chunked);
+    if (bad) {
+        sd_resp_header(resp, "Connection", "close"); /* what follows cannot be trusted */
+        sd_resp_error(resp, 400, "bad_framing", "%s", bad);
+        SD_COUNT("serverdir_http_bad_framing_total", "requests refused for their framing", 1);
+        rc->responded = 1;
+        return;
+    }
     rc->route_idx = sd_route_match(sd_routes, sd_nroutes, method, url, rc->scratch,
                                    sizeof rc->scratch, req->params, &req->nparams, allow,
                                    sizeof allow);
@@ -314,7 +367,7 @@ static void precheck(struct reqctx *rc, const char *method, const char *url)
         rc->responded = 1;
         return;
     }
-    if (!(r->flags & SD_RAW_BODY) && declared > 0 &&
+    if (!(r->flags & SD_RAW_BODY) && (declared > 0 || chunked) &&
         !is_json_ctype(sd_req_header(req, "Content-Type"))) {
         sd_resp_error(resp, 415, "unsupported_media_type",
                       "the body must be sent as Content-Type: application/json");
@@ -495,7 +548,7 @@ static size_t unescape(void *cls, struct MHD_Connection *c, char *val)
     return (size_t)(w - val);
 }
 
-int sd_http_start(const char *listen_addr, int threads, int conn_timeout_s)
+int sd_http_start(const char *listen_addr, int threads, int conn_timeout_s, int max_conns)
 {
     listen_fd = open_listener(listen_addr);
     if (listen_fd < 0)
@@ -507,7 +560,8 @@ int sd_http_start(const char *listen_addr, int threads, int conn_timeout_s)
                                MHD_OPTION_LISTEN_SOCKET, listen_fd,
                                MHD_OPTION_THREAD_POOL_SIZE, (unsigned)threads,
                                MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)conn_timeout_s,
-                               MHD_OPTION_CONNECTION_LIMIT, 16384u,
+                               MHD_OPTION_CONNECTION_LIMIT, (unsigned)max_conns,
+                               MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)SD_HTTP_CONN_MEMORY,
                                MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
                                MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL,
                                MHD_OPTION_END);

@@ -383,6 +383,127 @@ static void unsafe_bigbrother_config_warned(void **state)
     assert_false(file_has(b.log, "readable by others"));
 }
 
+/* Framing a proxy and serverdir could read differently is refused with 400 bad_framing
+ * (a chunked body of the wrong type with 415) and the connection closed, before the
+ * route's handler runs: Redis is unchanged. A sound chunked request is served. */
+static void bad_framing_refused_and_closed(void **state)
+{
+    (void)state;
+    static const char body[] = "{\"events\":[{\"id\":\"fr-1\",\"type\":\"started\","
+                               "\"instance\":\"fr-i\",\"machine\":\"m1\",\"service\":\"s\","
+                               "\"pid\":7}]}";
+    char chunk[256];
+    snprintf(chunk, sizeof chunk, "%zx\r\n%s\r\n0\r\n\r\n", strlen(body), body);
+    static const struct {
+        const char *headers;
+        int want;
+        const char *code;
+    } bad[] = {
+        {"Content-Type: application/json\r\nContent-Length: 90\r\nTransfer-Encoding: chunked\r\n",
+         400, "bad_framing"},
+        {"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n",
+         400, "bad_framing"},
+        {"Content-Type: application/json\r\nContent-Length: 90\r\nContent-Length: 91\r\n", 400,
+         "bad_framing"},
+        {"Content-Type: application/json\r\nTransfer-Encoding: gzip, chunked\r\n", 400,
+         "bad_framing"},
+        {"Content-Type: application/json\r\nTransfer-Encoding: gzip\r\n", 400, "bad_framing"},
+        {"Content-Type: text/plain\r\nTransfer-Encoding: chunked\r\n", 415,
+         "unsupported_media_type"},
+    };
+    char before[64], after[64];
+    h_redis_digest(&redis, before);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int fd = raw_connect();
+        char req[1024];
+        int n = snprintf(req, sizeof req,
+                         "POST /v1/clusters/c1/events HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                         "Authorization: Bearer " H_TOK_BB "\r\n%s\r\n%s",
+                         bad[i].headers, chunk);
+        send_all(fd, req, (size_t)n);
+        char buf[4096];
+        int closed;
+        read_until_close(fd, buf, sizeof buf, slack(1500), &closed);
+        close(fd);
+        int code = -1;
+        sscanf(buf, "HTTP/1.%*d %d", &code);
+        if (code != bad[i].want || !strstr(buf, bad[i].code) || !closed)
+            print_message("case %zu: got %d closed=%d: %.200s\n", i, code, closed, buf);
+        assert_int_equal(code, bad[i].want);
+        assert_non_null(strstr(buf, bad[i].code));
+        assert_true(closed);
+    }
+    h_redis_digest(&redis, after);
+    assert_string_equal(before, after);
+
+    int fd = raw_connect();
+    char req[1024];
+    int n = snprintf(req, sizeof req,
+                     "POST /v1/clusters/c1/events HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                     "Connection: close\r\nAuthorization: Bearer " H_TOK_BB "\r\n"
+                     "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n%s",
+                     chunk);
+    send_all(fd, req, (size_t)n);
+    char buf[4096];
+    int closed;
+    read_until_close(fd, buf, sizeof buf, slack(3000), &closed);
+    close(fd);
+    assert_non_null(strstr(buf, " 200 "));
+    assert_non_null(strstr(buf, "\"accepted\":1"));
+}
+
+/* Resident memory of pid in KiB (VmRSS), or -1. */
+static long rss_kib(pid_t pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    long kib = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %ld", &kib) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kib;
+}
+
+/* Slow readers (connections that pipeline requests and never read an answer) hold at most
+ * max_connections connections of memory: 400 of them against a serverdir allowing 64 grow
+ * it by a few MiB, not by 400 connections' worth. */
+static void slow_readers_bounded_by_max_connections(void **state)
+{
+    (void)state;
+    h_serverdir_t s2;
+    assert_int_equal(h_sd_start(&s2, &redis, &(h_sd_opts_t){.config = "{\"max_connections\": 64}"}), 0);
+    long before = rss_kib(s2.pid);
+    enum { N = 400 };
+    static int fds[N];
+    char reqs[50 * 80];
+    size_t len = 0;
+    for (int i = 0; i < 50; i++)
+        len += (size_t)snprintf(reqs + len, sizeof reqs - len,
+                                "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+    for (int i = 0; i < N; i++) {
+        fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        assert_true(fds[i] >= 0);
+        int small = 4096;
+        setsockopt(fds[i], SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)s2.port)};
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        connect(fds[i], (struct sockaddr *)&sa, sizeof sa); /* in progress or refused: both fine */
+        send(fds[i], reqs, len, MSG_NOSIGNAL);
+    }
+    h_sleep_ms(slack(1500)); /* the pipelined requests are read and answered meanwhile */
+    long after = rss_kib(s2.pid);
+    print_message("serverdir RSS %ld KiB -> %ld KiB with %d slow readers, max_connections 64\n",
+                  before, after, N);
+    if (!h_valgrind()) /* under valgrind RSS is valgrind's own */
+        assert_true(after - before < 8 * 1024);
+    for (int i = 0; i < N; i++)
+        close(fds[i]);
+    h_serverdir_stop(&s2);
+}
+
 int main(void)
 {
     h_init(180);
@@ -390,6 +511,8 @@ int main(void)
         cmocka_unit_test(oversized_requests_refused_before_the_body),
         cmocka_unit_test(slowloris_times_out_others_served),
         cmocka_unit_test(bad_names_refused_without_change),
+        cmocka_unit_test(bad_framing_refused_and_closed),
+        cmocka_unit_test(slow_readers_bounded_by_max_connections),
         cmocka_unit_test(unsafe_token_file_warned),
         cmocka_unit_test(unsafe_bigbrother_config_warned),
     };
