@@ -261,14 +261,21 @@ int bb__unix_listen(const char *path, int type, int mode)
     return fd;
 }
 
-int bb_agentsrv_init(void)
+int bb__unix_listen_watch(bb_watch_t *w, const char *path, int type, int mode,
+                          void (*fn)(bb_watch_t *w, uint32_t events))
 {
-    int fd = bb__unix_listen(bb.cfg.agent_socket, SOCK_SEQPACKET, 0666);
+    int fd = bb__unix_listen(path, type, mode);
     if (fd < 0)
         return fd;
-    listen_w.fd = fd;
-    listen_w.fn = on_accept;
-    return bb_watch_add(&listen_w, EPOLLIN);
+    w->fd = fd;
+    w->fn = fn;
+    return bb_watch_add(w, EPOLLIN);
+}
+
+int bb_agentsrv_init(void)
+{
+    return bb__unix_listen_watch(&listen_w, bb.cfg.agent_socket, SOCK_SEQPACKET, 0666,
+                                 on_accept);
 }
 
 /* Closes the listening socket and every connection (bigbrother is exiting: the agents

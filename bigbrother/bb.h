@@ -328,6 +328,10 @@ void bb_pidfd_close(bb_watch_t *w);
 /* Binds a non-blocking unix socket of `type` at path (replacing a stale file) with the
  * given mode; listens unless SOCK_DGRAM. Returns the fd or -errno. */
 int bb__unix_listen(const char *path, int type, int mode);
+/* bb__unix_listen, then watches the socket with w, calling fn when a client connects.
+ * Returns 0 or a negative errno. */
+int bb__unix_listen_watch(bb_watch_t *w, const char *path, int type, int mode,
+                          void (*fn)(bb_watch_t *w, uint32_t events));
 /* Copies len bytes of an outside text (STATUS=) into dst (cap >= 1, NUL-terminated,
  * truncated), each byte outside printable ASCII replaced by '?': what bbctl and the
  * JSON answers show is always valid text. */

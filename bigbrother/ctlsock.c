@@ -185,12 +185,8 @@ static void on_ctl_accept(bb_watch_t *w, uint32_t events)
 
 int bb_ctl_init(void)
 {
-    int fd = bb__unix_listen(bb.cfg.control_socket, SOCK_STREAM, 0600);
-    if (fd < 0)
-        return fd;
-    ctl_w.fd = fd;
-    ctl_w.fn = on_ctl_accept;
-    return bb_watch_add(&ctl_w, EPOLLIN);
+    return bb__unix_listen_watch(&ctl_w, bb.cfg.control_socket, SOCK_STREAM, 0600,
+                                 on_ctl_accept);
 }
 
 void bb_ctl_close(void)
