@@ -91,6 +91,10 @@ json_t *sd_req_json(sd_req_t *req, sd_resp_t *resp);
 /* Reads an optional integer query parameter; on a bad value sets 400 and returns -1. */
 int sd_req_query_int(const sd_req_t *req, sd_resp_t *resp, const char *name, int64_t min,
                      int64_t max, int64_t dflt, int64_t *out);
+/* Validates path parameters 0 (the cluster) and 1 (a name of kind `what`: "service",
+ * "machine") as sd_req_name does; 0, or -1 with the 400 set. */
+int sd_req_cluster_and(const sd_req_t *req, sd_resp_t *resp, const char **cluster,
+                       const char *what, const char **name);
 /* Validates a path parameter as an sd_name; on failure sets 400 `bad_name`, returns -1. */
 int sd_req_name(const sd_req_t *req, sd_resp_t *resp, int idx, const char *what,
                 const char **out);

@@ -463,8 +463,7 @@ void h_assignments_get(sd_req_t *req, sd_resp_t *resp)
 {
     const char *cluster, *machine;
     int64_t version, wait;
-    if (sd_req_name(req, resp, 0, "cluster", &cluster) ||
-        sd_req_name(req, resp, 1, "machine", &machine) ||
+    if (sd_req_cluster_and(req, resp, &cluster, "machine", &machine) ||
         sd_req_query_int(req, resp, "version", 0, INT64_MAX, -1, &version) ||
         sd_req_query_int(req, resp, "wait", 0, SD_ASSIGN_WAIT_MAX_MS, 0, &wait))
         return;
@@ -542,8 +541,7 @@ void h_machine_lost(sd_req_t *req, sd_resp_t *resp)
 {
     static const char *const allowed[] = {"epoch", NULL};
     const char *cluster, *machine;
-    if (sd_req_name(req, resp, 0, "cluster", &cluster) ||
-        sd_req_name(req, resp, 1, "machine", &machine))
+    if (sd_req_cluster_and(req, resp, &cluster, "machine", &machine))
         return;
     json_t *body = sd_req_json(req, resp);
     if (!body)

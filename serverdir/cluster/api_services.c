@@ -161,8 +161,8 @@ void h_service_put(sd_req_t *req, sd_resp_t *resp)
 {
     const char *cluster, *svc;
     int dry;
-    if (sd_req_name(req, resp, 0, "cluster", &cluster) ||
-        sd_req_name(req, resp, 1, "service", &svc) || (dry = dry_run_flag(req, resp)) < 0)
+    if (sd_req_cluster_and(req, resp, &cluster, "service", &svc) ||
+        (dry = dry_run_flag(req, resp)) < 0)
         return;
     json_t *spec = sd_req_json(req, resp);
     if (!spec)
@@ -213,8 +213,8 @@ void h_service_get(sd_req_t *req, sd_resp_t *resp)
 {
     const char *cluster, *svc;
     json_t *cur;
-    if (sd_req_name(req, resp, 0, "cluster", &cluster) ||
-        sd_req_name(req, resp, 1, "service", &svc) || service_read(resp, cluster, svc, &cur))
+    if (sd_req_cluster_and(req, resp, &cluster, "service", &svc) ||
+        service_read(resp, cluster, svc, &cur))
         return;
     if (cur)
         sd_resp_json(resp, 200, cur);
@@ -226,8 +226,7 @@ void h_service_get(sd_req_t *req, sd_resp_t *resp)
 void h_service_delete(sd_req_t *req, sd_resp_t *resp)
 {
     const char *cluster, *svc;
-    if (sd_req_name(req, resp, 0, "cluster", &cluster) ||
-        sd_req_name(req, resp, 1, "service", &svc))
+    if (sd_req_cluster_and(req, resp, &cluster, "service", &svc))
         return;
     redisReply *r = NULL;
     int rc = sd__cluster_run("service_delete", cluster, &r, svc, NULL);
@@ -254,8 +253,8 @@ void h_service_scale(sd_req_t *req, sd_resp_t *resp)
     static const char *const allowed[] = {"count", NULL};
     const char *cluster, *svc;
     int dry;
-    if (sd_req_name(req, resp, 0, "cluster", &cluster) ||
-        sd_req_name(req, resp, 1, "service", &svc) || (dry = dry_run_flag(req, resp)) < 0)
+    if (sd_req_cluster_and(req, resp, &cluster, "service", &svc) ||
+        (dry = dry_run_flag(req, resp)) < 0)
         return;
     json_t *body = sd_req_json(req, resp);
     if (!body)
@@ -367,8 +366,7 @@ void h_service_restart(sd_req_t *req, sd_resp_t *resp)
 {
     static const char *const allowed[] = {"max_unavailable", NULL};
     const char *cluster, *svc;
-    if (sd_req_name(req, resp, 0, "cluster", &cluster) ||
-        sd_req_name(req, resp, 1, "service", &svc))
+    if (sd_req_cluster_and(req, resp, &cluster, "service", &svc))
         return;
     json_t *body = optional_body(req, resp);
     if (!body)

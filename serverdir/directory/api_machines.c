@@ -15,8 +15,7 @@ SD_ROUTE(DELETE, "/v1/clusters/{c}/machines/{m}", SD_R_OPS, 0, h_machine_delete)
 void h_machine_put(sd_req_t *req, sd_resp_t *resp)
 {
     const char *cluster, *machine;
-    if (sd_req_name(req, resp, 0, "cluster", &cluster) ||
-        sd_req_name(req, resp, 1, "machine", &machine))
+    if (sd_req_cluster_and(req, resp, &cluster, "machine", &machine))
         return;
     json_t *body = NULL;
     if (req->body.len && !(body = sd_req_json(req, resp)))
@@ -114,8 +113,7 @@ void h_machine_get(sd_req_t *req, sd_resp_t *resp)
 {
     const char *cluster, *machine;
     json_t *list;
-    if (sd_req_name(req, resp, 0, "cluster", &cluster) ||
-        sd_req_name(req, resp, 1, "machine", &machine) ||
+    if (sd_req_cluster_and(req, resp, &cluster, "machine", &machine) ||
         machines_read(resp, cluster, machine, &list))
         return;
     if (json_array_size(list) == 0) {
@@ -132,8 +130,7 @@ void h_machine_get(sd_req_t *req, sd_resp_t *resp)
 void h_machine_delete(sd_req_t *req, sd_resp_t *resp)
 {
     const char *cluster, *machine;
-    if (sd_req_name(req, resp, 0, "cluster", &cluster) ||
-        sd_req_name(req, resp, 1, "machine", &machine))
+    if (sd_req_cluster_and(req, resp, &cluster, "machine", &machine))
         return;
     char base[256];
     sd_argv_t a;

@@ -205,8 +205,7 @@ void h_processes_list(sd_req_t *req, sd_resp_t *resp)
 void h_process_get(sd_req_t *req, sd_resp_t *resp)
 {
     const char *cluster, *inst;
-    if (sd_req_name(req, resp, 0, "cluster", &cluster) ||
-        sd_req_name(req, resp, 1, "instance", &inst))
+    if (sd_req_cluster_and(req, resp, &cluster, "instance", &inst))
         return;
     char key[512];
     sd_argv_t a;

@@ -196,6 +196,14 @@ int sd_req_query_int(const sd_req_t *req, sd_resp_t *resp, const char *name, int
     return 0;
 }
 
+int sd_req_cluster_and(const sd_req_t *req, sd_resp_t *resp, const char **cluster,
+                       const char *what, const char **name)
+{
+    return sd_req_name(req, resp, 0, "cluster", cluster) || sd_req_name(req, resp, 1, what, name)
+               ? -1
+               : 0;
+}
+
 int sd_req_name(const sd_req_t *req, sd_resp_t *resp, int idx, const char *what,
                 const char **out)
 {
