@@ -389,6 +389,12 @@ void bb_systemd_stopping(int sig, int running);
  * is set, starts the HTTP thread serving /metrics there. Returns 0 or -errno. */
 int bb_metrics_start(void);
 void bb_metrics_stop(void);
+/* The counters survive a SIGHUP re-exec: bb_metrics_save writes them to
+ * state_dir/metrics.saved just before the exec, bb_metrics_restore (after
+ * bb_metrics_start) reads them back and deletes the file. A damaged file is logged and
+ * ignored: the counters start at 0, as after any other start. */
+void bb_metrics_save(void);
+void bb_metrics_restore(void);
 /* An instance exited with in->reason; restarting: a restart follows (backoff). */
 void bb_metrics_exit(const bb_inst_t *in, int restarting);
 /* A hang kill: the instance missed its start (start = 1) or liveness deadline. */

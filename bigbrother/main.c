@@ -96,6 +96,7 @@ int main(int argc, char **argv)
     if ((rc = bb_metrics_start()))
         sd_die(SD_EXIT_SYSTEM, "cannot serve metrics", "listen=%s port=%d error=%s",
                bb.cfg.metrics_host, bb.cfg.metrics_port, strerror(-rc));
+    bb_metrics_restore();
     if ((rc = bb_agentsrv_init()) || (rc = bb_notify_init()) || (rc = bb_ctl_init()))
         sd_die(SD_EXIT_SYSTEM, "cannot open the sockets", "agent=%s notify=%s control=%s error=%s",
                bb.cfg.agent_socket, bb.cfg.notify_socket, bb.cfg.control_socket,
@@ -120,6 +121,8 @@ int main(int argc, char **argv)
     bb_agentsrv_close();
     bb_notify_close();
     bb_cluster_stop();
+    if (sig == SIGHUP)
+        bb_metrics_save();
     bb_metrics_stop();
     bb_report_stop(bb.report);
     log_info("bigbrother exiting", "signal=%d processes_left_running=%d then=%s", sig, running,

@@ -12,10 +12,13 @@
  * publishes the new count with release order, and the HTTP thread reads the count with
  * acquire order, so it never sees a half-written row and nothing is ever moved. */
 #include "bb.h"
+#include "sdjson.h"
 #include "sdlog.h"
+#include "sdutil.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <limits.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <stdatomic.h>
@@ -48,8 +51,23 @@ static int64_t *counts;     /* bb_metrics_publish's scratch: MAX_SERVICES x ST__
 static _Atomic int64_t agent_conns;
 static struct MHD_Daemon *httpd;
 
-/* The row of in's service (supervision thread only): cached in the service, else found
- * by name, else appended. NULL when the table is full. */
+/* The row of service `name` (supervision thread only): found, else appended. NULL when
+ * the table is full. */
+static svc_metrics_t *row_named(const char *name)
+{
+    int n = atomic_load_explicit(&nsvc, memory_order_relaxed);
+    for (int i = 0; i < n; i++)
+        if (!strcmp(svcm[i].name, name))
+            return &svcm[i];
+    if (n == MAX_SERVICES)
+        return NULL;
+    sd_strlcpy(svcm[n].name, name, sizeof(svcm[n].name));
+    atomic_store_explicit(&nsvc, n + 1, memory_order_release);
+    return &svcm[n];
+}
+
+/* The row of in's service (supervision thread only), cached in the service. NULL when the
+ * table is full. */
 static svc_metrics_t *of(const bb_inst_t *in)
 {
     if (!svcm || !in->svc)
@@ -59,17 +77,10 @@ static svc_metrics_t *of(const bb_inst_t *in)
     if (svc->metrics_slot > 0 && svc->metrics_slot <= n &&
         !strcmp(svcm[svc->metrics_slot - 1].name, svc->name))
         return &svcm[svc->metrics_slot - 1];
-    for (int i = 0; i < n; i++)
-        if (!strcmp(svcm[i].name, svc->name)) {
-            svc->metrics_slot = i + 1;
-            return &svcm[i];
-        }
-    if (n == MAX_SERVICES)
-        return NULL;
-    sd_strlcpy(svcm[n].name, svc->name, sizeof(svcm[n].name));
-    atomic_store_explicit(&nsvc, n + 1, memory_order_release);
-    svc->metrics_slot = n + 1;
-    return &svcm[n];
+    svc_metrics_t *m = row_named(svc->name);
+    if (m)
+        svc->metrics_slot = (int)(m - svcm) + 1;
+    return m;
 }
 
 static size_t reason_index(const char *r)
@@ -314,4 +325,91 @@ void bb_metrics_stop(void)
     atomic_store(&nsvc, 0);
     free(counts);
     counts = NULL;
+}
+
+/* ---- counters across a SIGHUP re-exec */
+
+#define SAVED_MAX (1u << 20)
+
+static void saved_path(char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s/metrics.saved", bb.cfg.state_dir);
+}
+
+/* {"services": {NAME: {"exits": {REASON: n}, "restarts": {REASON: n}, "hangs": [l, s],
+ *  "spawns": n}}} */
+void bb_metrics_save(void)
+{
+    if (!svcm)
+        return;
+    json_t *svcs = json_object();
+    int n = atomic_load_explicit(&nsvc, memory_order_relaxed);
+    for (int i = 0; i < n; i++) {
+        json_t *ex = json_object(), *re = json_object();
+        for (size_t r = 0; r < NREASONS; r++) {
+            json_object_set_new(ex, reasons[r], json_integer(ld(&svcm[i].exits[r])));
+            json_object_set_new(re, reasons[r], json_integer(ld(&svcm[i].restarts[r])));
+        }
+        json_object_set_new(svcs, svcm[i].name,
+                            json_pack("{s:o, s:o, s:[I,I], s:I}", "exits", ex, "restarts", re,
+                                      "hangs", (json_int_t)ld(&svcm[i].hangs[0]),
+                                      (json_int_t)ld(&svcm[i].hangs[1]), "spawns",
+                                      (json_int_t)ld(&svcm[i].spawns)));
+    }
+    json_t *root = json_pack("{s:o}", "services", svcs);
+    char path[PATH_MAX];
+    saved_path(path, sizeof path);
+    if (json_dump_file(root, path, JSON_COMPACT) < 0)
+        log_warn("metrics counters not saved for the re-exec", "file=%s", path);
+    json_decref(root);
+}
+
+/* Adds the non-negative integer o[key] (absent: 0) to *c. */
+static void add_saved(_Atomic int64_t *c, const json_t *o, const char *key)
+{
+    json_t *v = json_object_get(o, key);
+    if (json_is_integer(v) && json_integer_value(v) >= 0)
+        atomic_fetch_add_explicit(c, json_integer_value(v), memory_order_relaxed);
+}
+
+void bb_metrics_restore(void)
+{
+    char path[PATH_MAX];
+    saved_path(path, sizeof path);
+    char *text = NULL;
+    size_t len = 0;
+    int rc = sd_read_file(path, SAVED_MAX, &text, &len);
+    if (rc == -ENOENT)
+        return;
+    unlink(path);
+    char err[256] = "";
+    json_t *root = rc ? NULL : sd_json_parse(text, len, 8, err, sizeof err);
+    free(text);
+    json_t *svcs = json_object_get(root, "services");
+    if (!svcm || !json_is_object(svcs)) {
+        log_warn("metrics counters of the last image not restored", "file=%s error=%s", path,
+                 rc ? strerror(-rc) : err[0] ? err : "no services object");
+        json_decref(root);
+        return;
+    }
+    const char *name;
+    json_t *o;
+    json_object_foreach(svcs, name, o) {
+        svc_metrics_t *m = sd_name_valid(name, SD_NAME_MAX) ? row_named(name) : NULL;
+        if (!m || !json_is_object(o))
+            continue;
+        for (size_t r = 0; r < NREASONS; r++) {
+            add_saved(&m->exits[r], json_object_get(o, "exits"), reasons[r]);
+            add_saved(&m->restarts[r], json_object_get(o, "restarts"), reasons[r]);
+        }
+        json_t *h = json_object_get(o, "hangs");
+        for (size_t k = 0; k < 2; k++) {
+            json_t *v = json_array_get(h, k);
+            if (json_is_integer(v) && json_integer_value(v) >= 0)
+                atomic_fetch_add_explicit(&m->hangs[k], json_integer_value(v),
+                                          memory_order_relaxed);
+        }
+        add_saved(&m->spawns, o, "spawns");
+    }
+    json_decref(root);
 }

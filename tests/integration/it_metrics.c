@@ -557,6 +557,38 @@ static void bigbrother_metrics_move(void **state)
     h_resp_free(&r);
 }
 
+/* 1 when bigbrother's /metrics answers with the restart counter it had before the
+ * re-exec (*(double *)arg). */
+static int bb_restarts_back(void *arg)
+{
+    static expo_t e;
+    memset(&e, 0, sizeof e);
+    char url[256];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/metrics", bb_metrics_port);
+    h_resp_t r;
+    int ok = h_http("GET", url, NULL, NULL, NULL, 0, NULL, &r) == 0 && r.status == 200 &&
+             expo_parse(&e, r.body) == 0 &&
+             val(&e, "bigbrother_restarts_total{service=\"g\",reason=\"killed\"}") ==
+                 *(double *)arg;
+    h_resp_free(&r);
+    return ok;
+}
+
+/* The counters survive bigbrother's SIGHUP re-exec: the restart counted before is still
+ * counted after, and /metrics is served by the new image. */
+static void bigbrother_counters_survive_reexec(void **state)
+{
+    (void)state;
+    bb_scrape(&before);
+    double killed = val(&before, "bigbrother_restarts_total{service=\"g\",reason=\"killed\"}");
+    assert_true(killed >= 1); /* bigbrother_metrics_move killed g once */
+    assert_int_equal(kill(bbt.pid, SIGHUP), 0);
+    assert_true(bbt_wait_file_has(bbt.log, "msg=\"instance re-adopted\"",
+                                  h_valgrind() ? 30000 : 5000));
+    assert_true(h_wait_every(bb_restarts_back, &killed, h_valgrind() ? 30000 : 5000, 100));
+    assert_true(bbt_alive(bbt.pid));
+}
+
 /* 1 when bigbrother's /metrics answers 200 (transport errors allowed while waiting). */
 static int bb_metrics_answer(void *arg)
 {
@@ -625,6 +657,7 @@ int main(void)
         cmocka_unit_test(parser_rejects_bad_expositions),
         cmocka_unit_test(serverdir_metrics_move),
         cmocka_unit_test(bigbrother_metrics_move),
+        cmocka_unit_test(bigbrother_counters_survive_reexec),
         cmocka_unit_test(stuck_scrapers_do_not_block_supervision),
         cmocka_unit_test(bad_metrics_listen),
         cmocka_unit_test(serverdir_redis_errors_counted),
