@@ -19,8 +19,9 @@
 #include <unistd.h>
 
 #define MSGS_PER_WAKEUP 16
-#define HELLO_TIMEOUT_MS 5000 /* a connection that does not say HELLO by then is closed */
+#define HELLO_TIMEOUT_MS 2000 /* a connection that does not say HELLO by then is closed */
 #define CONN_SLACK 64 /* connections allowed beyond one per instance (reconnects) */
+#define PENDING_PER_PEER 4 /* connections of one process that have not said HELLO yet */
 
 typedef struct bb_conn {
     bb_watch_t w;
@@ -32,7 +33,31 @@ typedef struct bb_conn {
 
 static bb_watch_t listen_w = {-1, NULL};
 static int nconns;
-static bb_conn_t *conns; /* every open connection, for the shutdown */
+static bb_conn_t *conns; /* every open connection, newest first */
+static bb_ratelimit_t reject_log; /* rejected, refused, evicted, bad messages */
+
+int bb__log_ok(bb_ratelimit_t *rl)
+{
+    int64_t now = sd_mono_ms();
+    if (!rl->last_ms || now - rl->last_ms >= 1000) {
+        rl->last_ms = now;
+        rl->burst = 0;
+    }
+    if (rl->burst >= BB_LOG_BURST) {
+        rl->held++;
+        return 0;
+    }
+    rl->burst++;
+    return 1;
+}
+
+/* The held-back count for the line about to be written (then reset). */
+static long long held(bb_ratelimit_t *rl)
+{
+    long long n = rl->held;
+    rl->held = 0;
+    return n;
+}
 
 void bb__copy_printable(char *dst, size_t cap, const char *src, size_t len)
 {
@@ -106,8 +131,9 @@ static int hello(bb_conn_t *c, const bbproto_field_t *f, int n)
     }
     c->peer = cr.pid;
     if (!bbproto_get(f, n, "HELLO", NULL) || !v || len == 0 || len > SD_NAME_MAX) {
-        log_warn("agent rejected", "pid=%d why=%s", (int)cr.pid,
-                 "first message must be HELLO=1 with INSTANCE=<id>");
+        if (bb__log_ok(&reject_log))
+            log_warn("agent rejected", "pid=%d why=%s held_back=%lld", (int)cr.pid,
+                     "first message must be HELLO=1 with INSTANCE=<id>", held(&reject_log));
         conn_close(c, "bad hello");
         return -1;
     }
@@ -115,14 +141,17 @@ static int hello(bb_conn_t *c, const bbproto_field_t *f, int n)
     id[len] = 0;
     bb_inst_t *in = bb_inst_by_id(id);
     if (!in) {
-        log_warn("agent rejected", "pid=%d instance=%s why=%s", (int)cr.pid, id,
-                 "no such running instance");
+        if (bb__log_ok(&reject_log))
+            log_warn("agent rejected", "pid=%d instance=%s why=%s held_back=%lld", (int)cr.pid,
+                     id, "no such running instance", held(&reject_log));
         conn_close(c, "unknown instance");
         return -1;
     }
     if (cr.pid != in->pid && getpgid(cr.pid) != in->pid) {
-        log_warn("agent rejected", "pid=%d instance=%s instance_pid=%d why=%s", (int)cr.pid,
-                 id, (int)in->pid, "peer is not the instance's process or in its group");
+        if (bb__log_ok(&reject_log))
+            log_warn("agent rejected", "pid=%d instance=%s instance_pid=%d why=%s held_back=%lld",
+                     (int)cr.pid, id, (int)in->pid,
+                     "peer is not the instance's process or in its group", held(&reject_log));
         conn_close(c, "wrong process");
         return -1;
     }
@@ -148,8 +177,9 @@ static int agent_message(bb_conn_t *c, const char *buf, size_t len)
     bbproto_field_t f[BBPROTO_MAX_FIELDS];
     int n = bbproto_parse(buf, len, f, BBPROTO_MAX_FIELDS);
     if (n < 0) {
-        log_warn("bad agent message", "pid=%d instance=%s error=%s", (int)c->peer,
-                 c->in ? c->in->id : "", strerror(-n));
+        if (bb__log_ok(&reject_log))
+            log_warn("bad agent message", "pid=%d instance=%s error=%s held_back=%lld",
+                     (int)c->peer, c->in ? c->in->id : "", strerror(-n), held(&reject_log));
         conn_close(c, "bad message");
         return -1;
     }
@@ -190,7 +220,9 @@ static void on_conn(bb_watch_t *w, uint32_t events)
             return;
         }
         if (n > BBPROTO_MAX_MSG) {
-            log_warn("bad agent message", "pid=%d error=%s", (int)c->peer, "over 4096 bytes");
+            if (bb__log_ok(&reject_log))
+                log_warn("bad agent message", "pid=%d error=%s held_back=%lld", (int)c->peer,
+                         "over 4096 bytes", held(&reject_log));
             conn_close(c, "message too big");
             return;
         }
@@ -202,8 +234,44 @@ static void on_conn(bb_watch_t *w, uint32_t events)
 static void on_hello_timeout(bb_timer_t *t)
 {
     bb_conn_t *c = container_of(t, bb_conn_t, hello_timer);
-    log_warn("agent rejected", "pid=%d why=%s", (int)c->peer, "no HELLO within 5 s");
+    if (bb__log_ok(&reject_log))
+        log_warn("agent rejected", "pid=%d why=%s held_back=%lld", (int)c->peer,
+                 "no HELLO within 2 s", held(&reject_log));
     conn_close(c, "no hello");
+}
+
+/* Makes room for a new connection from peer: refuses it (0) when peer already has
+ * PENDING_PER_PEER connections that have not said HELLO; when the table is full, closes
+ * the oldest connection that has not said HELLO, so a real instance, which says HELLO at
+ * once, always gets in however many idle clients hold connections. Returns 1 when the
+ * new connection may be accepted. */
+static int make_room(pid_t peer)
+{
+    int pending = 0;
+    bb_conn_t *oldest = NULL;
+    for (bb_conn_t *c = conns; c; c = c->next)
+        if (!c->in) {
+            pending += c->peer == peer;
+            oldest = c;
+        }
+    const char *why = pending >= PENDING_PER_PEER
+                          ? "too many connections without HELLO from this process"
+                      : nconns < bb.ninst + CONN_SLACK ? NULL
+                      : oldest                         ? NULL
+                                                       : "too many connections";
+    if (why) {
+        if (bb__log_ok(&reject_log))
+            log_warn("agent connection refused", "pid=%d why=%s connections=%d held_back=%lld",
+                     (int)peer, why, nconns, held(&reject_log));
+        return 0;
+    }
+    if (nconns >= bb.ninst + CONN_SLACK) {
+        if (bb__log_ok(&reject_log))
+            log_warn("agent connection evicted", "pid=%d why=%s held_back=%lld", (int)oldest->peer,
+                     "the oldest without HELLO, to make room", held(&reject_log));
+        conn_close(oldest, "evicted");
+    }
+    return 1;
 }
 
 static void on_accept(bb_watch_t *w, uint32_t events)
@@ -215,16 +283,15 @@ static void on_accept(bb_watch_t *w, uint32_t events)
                 log_warn("agent accept failed", "error=%s", strerror(errno));
             return;
         }
-        bb_conn_t *c = nconns < bb.ninst + CONN_SLACK ? calloc(1, sizeof(*c)) : NULL;
+        struct ucred cr = {0};
+        socklen_t crlen = sizeof(cr);
+        getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &crlen);
+        bb_conn_t *c = make_room(cr.pid) ? calloc(1, sizeof(*c)) : NULL;
         if (!c) {
-            log_warn("agent connection refused", "why=%s connections=%d", "too many", nconns);
             close(fd);
             continue;
         }
-        struct ucred cr;
-        socklen_t crlen = sizeof(cr);
-        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &crlen) == 0)
-            c->peer = cr.pid;
+        c->peer = cr.pid;
         c->w.fd = fd;
         c->w.fn = on_conn;
         if (bb_watch_add(&c->w, EPOLLIN)) {

@@ -328,6 +328,16 @@ void bb_pidfd_close(bb_watch_t *w);
 /* Binds a non-blocking unix socket of `type` at path (replacing a stale file) with the
  * given mode; listens unless SOCK_DGRAM. Returns the fd or -errno. */
 int bb__unix_listen(const char *path, int type, int mode);
+/* Log lines an outsider can trigger (a local client, a datagram) are written at most
+ * BB_LOG_BURST a second: bb__log_ok(&rl) says whether this one may be, and counts the ones
+ * it holds back in rl.held (reported, then reset, by the next line written). */
+#define BB_LOG_BURST 5
+typedef struct {
+    int64_t last_ms; /* start of the current one-second window */
+    int burst;       /* lines written in it */
+    int64_t held;
+} bb_ratelimit_t;
+int bb__log_ok(bb_ratelimit_t *rl);
 /* bb__unix_listen, then watches the socket with w, calling fn when a client connects.
  * Returns 0 or a negative errno. */
 int bb__unix_listen_watch(bb_watch_t *w, const char *path, int type, int mode,

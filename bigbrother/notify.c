@@ -17,21 +17,11 @@
 #define MAX_PASSED_FDS 16
 
 static bb_watch_t notify_w = {-1, NULL};
-static int64_t last_drop_log_ms;
-static int64_t drops_unlogged;
+static bb_ratelimit_t drop_log;
 
-/* Dropped datagrams are logged at most once a second (a flood must not flood the log). */
-static int drop_log_ok(void)
-{
-    int64_t now = sd_mono_ms();
-    if (now - last_drop_log_ms < 1000) {
-        drops_unlogged++;
-        return 0;
-    }
-    last_drop_log_ms = now;
-    return 1;
-}
-
+/* Dropped datagrams are logged at most BB_LOG_BURST a second (a flood must not flood the
+ * log). */
+static int drop_log_ok(void) { return bb__log_ok(&drop_log); }
 /* Closes file descriptors a sender passed along (FDSTORE=1): we keep none. */
 static const struct ucred *scan_cmsgs(struct msghdr *mh)
 {
@@ -61,8 +51,8 @@ static void notify_message(pid_t pid, const char *buf, size_t len)
     if (!in) {
         if (drop_log_ok())
             log_warn("notify message dropped", "pid=%d why=%s dropped_since_last_log=%lld",
-                     (int)pid, "sender is not a supervised process", (long long)drops_unlogged);
-        drops_unlogged = 0;
+                     (int)pid, "sender is not a supervised process", (long long)drop_log.held);
+        drop_log.held = 0;
         return;
     }
     if (n < 0) {
