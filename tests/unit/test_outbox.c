@@ -236,18 +236,15 @@ static void overwrite(const char *dir, off_t off, const char *bytes)
     close(fd);
 }
 
-/* A segment of 26 records {"n":0..25}, closed; returns the directory. */
+/* A segment of 26 records {"n":0..25} in a new directory, closed; returns the directory. */
 static const char *segment_of_26(void)
 {
-    const char *dir = h_tmpdir();
-    char sub[600];
-    static int k;
-    snprintf(sub, sizeof sub, "%s/ob%d", dir, k++);
-    outbox_t *ob = open_ob(sub, 0, 0);
+    const char *dir = h_tmpdir(); /* a fresh directory each time, removed at exit */
+    outbox_t *ob = open_ob(dir, 0, 0);
     for (int i = 0; i < 26; i++)
         append_n(ob, i);
     outbox_close(ob);
-    return strdup(sub);
+    return dir;
 }
 
 /* After reopening dir (and appending {"n":26}), every record but the `nskip` ones in
