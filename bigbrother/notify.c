@@ -22,32 +22,33 @@ static bb_ratelimit_t drop_log;
 /* Dropped datagrams are logged at most BB_LOG_BURST a second (a flood must not flood the
  * log). */
 static int drop_log_ok(void) { return bb__log_ok(&drop_log); }
-/* Closes file descriptors a sender passed along (FDSTORE=1): we keep none. */
-static const struct ucred *scan_cmsgs(struct msghdr *mh)
+/* The sender's credentials, and the descriptors it passed along (FDSTORE=1, or the pipe of
+ * systemd-notify's BARRIER=1, whose sender waits until it is closed) into fds, their
+ * number into *nfds. */
+static const struct ucred *scan_cmsgs(struct msghdr *mh, int *fds, size_t *nfds)
 {
     const struct ucred *cred = NULL;
+    *nfds = 0;
     for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
         if (cm->cmsg_level != SOL_SOCKET)
             continue;
         if (cm->cmsg_type == SCM_CREDENTIALS && cm->cmsg_len == CMSG_LEN(sizeof(struct ucred)))
             cred = (const struct ucred *)(void *)CMSG_DATA(cm);
         if (cm->cmsg_type == SCM_RIGHTS) {
-            size_t nfds = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-            for (size_t i = 0; i < nfds; i++) {
-                int fd;
-                memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-                close(fd);
-            }
+            size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+            for (size_t i = 0; i < n && *nfds < MAX_PASSED_FDS; i++)
+                memcpy(&fds[(*nfds)++], CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
         }
     }
     return cred;
 }
 
-static void notify_message(pid_t pid, const char *buf, size_t len)
+/* One datagram from pid, whose instance `in` was looked up while the sender could not
+ * have exited yet (NULL: not a supervised process or one of its group). */
+static void notify_message(bb_inst_t *in, pid_t pid, const char *buf, size_t len)
 {
     bbproto_field_t f[BBPROTO_MAX_FIELDS];
     int n = bbproto_parse(buf, len, f, BBPROTO_MAX_FIELDS);
-    bb_inst_t *in = bb_inst_by_pid(pid);
     if (!in) {
         if (drop_log_ok())
             log_warn("notify message dropped", "pid=%d why=%s dropped_since_last_log=%lld",
@@ -91,7 +92,16 @@ static void on_notify(bb_watch_t *w, uint32_t events)
         ssize_t n = recvmsg(w->fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC | MSG_TRUNC);
         if (n < 0)
             return;
-        const struct ucred *cred = scan_cmsgs(&mh);
+        int fds[MAX_PASSED_FDS];
+        size_t nfds;
+        const struct ucred *cred = scan_cmsgs(&mh, fds, &nfds);
+        /* The sender is looked up (its pid, or its process group for a helper such as
+         * systemd-notify) before the descriptors it passed are closed: a sender waiting on
+         * them (BARRIER=1) is still there. One that did not wait (--no-block) may be gone:
+         * then only a datagram from the instance's own pid is attributed. */
+        bb_inst_t *in = cred && cred->pid > 0 ? bb_inst_by_pid(cred->pid) : NULL;
+        for (size_t k = 0; k < nfds; k++)
+            close(fds[k]);
         if (!cred || cred->pid <= 0) {
             if (drop_log_ok())
                 log_warn("notify message dropped", "why=%s", "no sender credentials");
@@ -103,7 +113,7 @@ static void on_notify(bb_watch_t *w, uint32_t events)
                          "over 4096 bytes");
             continue;
         }
-        notify_message(cred->pid, buf, (size_t)n);
+        notify_message(in, cred->pid, buf, (size_t)n);
     }
 }
 

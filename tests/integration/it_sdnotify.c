@@ -335,6 +335,44 @@ static void bigbrother_notifies(void **state)
     close(n.fd);
 }
 
+/* A shell script supervised with health type notify that calls systemd-notify: READY=1
+ * (sent with the script's credentials) makes it ready, and the BARRIER=1 that
+ * systemd-notify then sends from its own pid (a child in the instance's process group,
+ * waiting for the passed descriptor to close) is taken as the instance's, not dropped as
+ * from "not a supervised process". */
+static void systemd_notify_from_a_script(void **state)
+{
+    bbt_t b = {0};
+    bbt_dirs(&b);
+    char svc[1024];
+    snprintf(svc, sizeof svc,
+             "[{\"name\": \"sh\", \"command\": \"/bin/sh\", \"args\": [\"-c\","
+             " \"systemd-notify --ready --status=up; for i in $(seq 150); do systemd-notify"
+             " --status=tick$i; done; exec sleep 100\"], \"count\": 1,"
+             " \"health\": {\"type\": \"notify\", \"start_timeout_ms\": 5000},"
+             " \"stop\": {\"grace_ms\": 1000}, \"cwd\": \"%s\"}]",
+             h_tmpdir());
+    bbt_config(&b, svc, NULL);
+    assert_true(bbt_start(&b) > 0);
+    json_t *in = bbt_wait(&b, "sh", 0, "ready", 1, h_valgrind() ? 20000 : 5000);
+    assert_non_null(in);
+    json_decref(in);
+    /* 150 more STATUS= with their barriers: the last one arrives, none is dropped */
+    for (int i = 0; i < (h_valgrind() ? 800 : 200); i++) {
+        in = bbt_inst(&b, "sh", 0);
+        int done = in && !strcmp(bbt_str(in, "status"), "tick150");
+        json_decref(in);
+        if (done)
+            break;
+        h_sleep_ms(50);
+    }
+    in = bbt_inst(&b, "sh", 0);
+    assert_string_equal(bbt_str(in, "status"), "tick150");
+    json_decref(in);
+    assert_false(bbt_file_has(b.log, "not a supervised process"));
+    bbt_stop(&b, 3000);
+}
+
 int main(void)
 {
     h_init(h_valgrind() ? 240 : 90);
@@ -343,6 +381,7 @@ int main(void)
         cmocka_unit_test(serverdir_ignores_foreign_watchdog_pid),
         cmocka_unit_test(serverdir_watchdog_starves_when_workers_hang),
         cmocka_unit_test(bigbrother_notifies),
+        cmocka_unit_test(systemd_notify_from_a_script),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
