@@ -384,75 +384,6 @@ static void unsafe_bigbrother_config_warned(void **state)
     assert_false(file_has(b.log, "readable by others"));
 }
 
-/* Framing a proxy and serverdir could read differently is refused with 400 bad_framing
- * (a chunked body of the wrong type with 415) and the connection closed, before the
- * route's handler runs: Redis is unchanged. A sound chunked request is served. */
-static void bad_framing_refused_and_closed(void **state)
-{
-    (void)state;
-    static const char body[] = "{\"events\":[{\"id\":\"fr-1\",\"type\":\"started\","
-                               "\"instance\":\"fr-i\",\"machine\":\"m1\",\"service\":\"s\","
-                               "\"pid\":7}]}";
-    char chunk[256];
-    snprintf(chunk, sizeof chunk, "%zx\r\n%s\r\n0\r\n\r\n", strlen(body), body);
-    static const struct {
-        const char *headers;
-        int want;
-        const char *code;
-    } bad[] = {
-        {"Content-Type: application/json\r\nContent-Length: 90\r\nTransfer-Encoding: chunked\r\n",
-         400, "bad_framing"},
-        {"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n",
-         400, "bad_framing"},
-        {"Content-Type: application/json\r\nContent-Length: 90\r\nContent-Length: 91\r\n", 400,
-         "bad_framing"},
-        {"Content-Type: application/json\r\nTransfer-Encoding: gzip, chunked\r\n", 400,
-         "bad_framing"},
-        {"Content-Type: application/json\r\nTransfer-Encoding: gzip\r\n", 400, "bad_framing"},
-        {"Content-Type: text/plain\r\nTransfer-Encoding: chunked\r\n", 415,
-         "unsupported_media_type"},
-    };
-    char before[64], after[64];
-    h_redis_digest(&redis, before);
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        int fd = raw_connect();
-        char req[1024];
-        int n = snprintf(req, sizeof req,
-                         "POST /v1/clusters/c1/events HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                         "Authorization: Bearer " H_TOK_BB "\r\n%s\r\n%s",
-                         bad[i].headers, chunk);
-        send_all(fd, req, (size_t)n);
-        char buf[4096];
-        int closed;
-        read_until_close(fd, buf, sizeof buf, slack(1500), &closed);
-        close(fd);
-        int code = -1;
-        sscanf(buf, "HTTP/1.%*d %d", &code);
-        if (code != bad[i].want || !strstr(buf, bad[i].code) || !closed)
-            print_message("case %zu: got %d closed=%d: %.200s\n", i, code, closed, buf);
-        assert_int_equal(code, bad[i].want);
-        assert_non_null(strstr(buf, bad[i].code));
-        assert_true(closed);
-    }
-    h_redis_digest(&redis, after);
-    assert_string_equal(before, after);
-
-    int fd = raw_connect();
-    char req[1024];
-    int n = snprintf(req, sizeof req,
-                     "POST /v1/clusters/c1/events HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                     "Connection: close\r\nAuthorization: Bearer " H_TOK_BB "\r\n"
-                     "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n%s",
-                     chunk);
-    send_all(fd, req, (size_t)n);
-    char buf[4096];
-    int closed;
-    read_until_close(fd, buf, sizeof buf, slack(3000), &closed);
-    close(fd);
-    assert_non_null(strstr(buf, " 200 "));
-    assert_non_null(strstr(buf, "\"accepted\":1"));
-}
-
 /* Resident memory of pid in KiB (VmRSS), or -1. */
 static long rss_kib(pid_t pid)
 {
@@ -530,7 +461,6 @@ int main(void)
         cmocka_unit_test(oversized_requests_refused_before_the_body),
         cmocka_unit_test(slowloris_times_out_others_served),
         cmocka_unit_test(bad_names_refused_without_change),
-        cmocka_unit_test(bad_framing_refused_and_closed),
         cmocka_unit_test(slow_readers_bounded_by_max_connections),
         cmocka_unit_test(unsafe_token_file_warned),
         cmocka_unit_test(unsafe_bigbrother_config_warned),
