@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <poll.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -633,4 +634,52 @@ int h_wait_every(int (*cond)(void *), void *arg, int timeout_ms, int every_ms)
 int h_wait_until(int (*cond)(void *), void *arg, int timeout_ms)
 {
     return h_wait_every(cond, arg, timeout_ms, 10);
+}
+
+int h_tcp_connect(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0)
+        return fd;
+    if (fd >= 0)
+        close(fd);
+    return -1;
+}
+
+int h_send_all(int fd, const char *s, size_t n)
+{
+    while (n) {
+        ssize_t k = send(fd, s, n, MSG_NOSIGNAL);
+        if (k <= 0)
+            return -1;
+        s += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+size_t h_read_until_close(int fd, char *buf, size_t cap, int timeout_ms, int *closed)
+{
+    size_t len = 0;
+    int64_t end = h_now_ms() + timeout_ms;
+    *closed = 0;
+    while (h_now_ms() < end) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int left = (int)(end - h_now_ms());
+        if (poll(&p, 1, left > 0 ? left : 0) <= 0)
+            continue;
+        char tmp[4096];
+        ssize_t k = recv(fd, tmp, sizeof tmp, 0);
+        if (k <= 0) {
+            *closed = 1;
+            break;
+        }
+        size_t take = (size_t)k < cap - 1 - len ? (size_t)k : cap - 1 - len;
+        memcpy(buf + len, tmp, take);
+        len += take;
+    }
+    buf[len] = '\0';
+    return len;
 }

@@ -86,6 +86,14 @@ void h_serverdir_stop(h_serverdir_t *s);
  * it does not answer in time. */
 int h_serverdir_restart(h_serverdir_t *s, const char *redis_url);
 
+/* Raw TCP for tests that write requests byte by byte: a connection to 127.0.0.1:port
+ * (-1 when it fails); all n bytes of s sent on fd (0, or -1 on a send error); and what
+ * comes back until the peer closes or timeout_ms passes, into buf (NUL-terminated; the
+ * byte count is returned, *closed set when the peer closed: EOF or reset). */
+int h_tcp_connect(int port);
+int h_send_all(int fd, const char *s, size_t n);
+size_t h_read_until_close(int fd, char *buf, size_t cap, int timeout_ms, int *closed);
+
 /* The test token file: each role's token is "<role>-token-0123456789". */
 const char *h_tokens_file(void);
 #define H_TOK_OPS "ops-token-0123456789"

@@ -43,52 +43,15 @@ static int setup(void **state)
     return h_stack_setup(state, &redis, &sd, &(h_sd_opts_t){.config = "{\"max_connections\": 1024}"});
 }
 
+/* A raw connection to the test's serverdir. */
 static int raw_connect(void)
 {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int fd = h_tcp_connect(sd.port);
     assert_true(fd >= 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)sd.port)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
     return fd;
 }
 
-static void send_all(int fd, const char *s, size_t n)
-{
-    while (n) {
-        ssize_t k = send(fd, s, n, MSG_NOSIGNAL);
-        assert_true(k > 0);
-        s += k;
-        n -= (size_t)k;
-    }
-}
-
-/* Reads until the peer closes or timeout_ms passes, so a server that never answers
- * fails the test instead of blocking it. Returns the bytes read into buf
- * (NUL-terminated); *closed is set when the peer closed (EOF or reset). */
-static size_t read_until_close(int fd, char *buf, size_t cap, int timeout_ms, int *closed)
-{
-    size_t len = 0;
-    int64_t end = h_now_ms() + timeout_ms;
-    *closed = 0;
-    while (h_now_ms() < end) {
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        int left = (int)(end - h_now_ms());
-        if (poll(&p, 1, left > 0 ? left : 0) <= 0)
-            continue;
-        char tmp[4096];
-        ssize_t k = recv(fd, tmp, sizeof tmp, 0);
-        if (k <= 0) {
-            *closed = 1;
-            break;
-        }
-        size_t take = (size_t)k < cap - 1 - len ? (size_t)k : cap - 1 - len;
-        memcpy(buf + len, tmp, take);
-        len += take;
-    }
-    buf[len] = '\0';
-    return len;
-}
+static void send_all(int fd, const char *s, size_t n) { assert_int_equal(h_send_all(fd, s, n), 0); }
 
 typedef struct {
     int status;       /* of the first response, -1 when none came */
@@ -106,7 +69,7 @@ static answer_t exchange(const char *req, int timeout_ms)
     int fd = raw_connect();
     send_all(fd, req, strlen(req));
     char buf[16384];
-    read_until_close(fd, buf, sizeof buf, timeout_ms, &a.closed);
+    h_read_until_close(fd, buf, sizeof buf, timeout_ms, &a.closed);
     close(fd);
     for (const char *p = buf; (p = strstr(p, "HTTP/1.1 ")); p++)
         a.responses++;

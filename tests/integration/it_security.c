@@ -47,51 +47,15 @@ static int setup(void **state)
     return h_stack_setup(state, &redis, &sd, &(h_sd_opts_t){.config = "{\"conn_timeout_s\": 2}"});
 }
 
+/* A raw connection to the test's serverdir. */
 static int raw_connect(void)
 {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int fd = h_tcp_connect(sd.port);
     assert_true(fd >= 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)sd.port)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
     return fd;
 }
 
-static void send_all(int fd, const char *s, size_t n)
-{
-    while (n) {
-        ssize_t k = send(fd, s, n, MSG_NOSIGNAL);
-        assert_true(k > 0);
-        s += k;
-        n -= (size_t)k;
-    }
-}
-
-/* Reads until the peer closes or timeout_ms passes; returns bytes read into buf
- * (NUL-terminated). *closed is set when the peer closed (EOF or reset). */
-static size_t read_until_close(int fd, char *buf, size_t cap, int timeout_ms, int *closed)
-{
-    size_t len = 0;
-    int64_t end = h_now_ms() + timeout_ms;
-    *closed = 0;
-    while (h_now_ms() < end) {
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        int left = (int)(end - h_now_ms());
-        if (poll(&p, 1, left > 0 ? left : 0) <= 0)
-            continue;
-        char tmp[4096];
-        ssize_t k = recv(fd, tmp, sizeof tmp, 0);
-        if (k <= 0) {
-            *closed = 1;
-            break;
-        }
-        size_t take = (size_t)k < cap - 1 - len ? (size_t)k : cap - 1 - len;
-        memcpy(buf + len, tmp, take);
-        len += take;
-    }
-    buf[len] = '\0';
-    return len;
-}
+static void send_all(int fd, const char *s, size_t n) { assert_int_equal(h_send_all(fd, s, n), 0); }
 
 /* Sends only the head of a request declaring a huge body and returns the status line's
  * code and how long the answer and close took; the body is never sent. */
@@ -110,7 +74,7 @@ static int huge_declared(const char *method, const char *path, const char *token
     send_all(fd, head, (size_t)n);
     char buf[8192];
     int closed;
-    read_until_close(fd, buf, sizeof buf, slack(3000), &closed);
+    h_read_until_close(fd, buf, sizeof buf, slack(3000), &closed);
     *took_ms = h_now_ms() - t0;
     close(fd);
     int code = 0;
@@ -217,7 +181,7 @@ static void slowloris_times_out_others_served(void **state)
         char buf[2048];
         int closed;
         int64_t left = last_byte + slack(12000) - h_now_ms();
-        read_until_close(fds[i], buf, sizeof buf, left > 0 ? (int)left : 0, &closed);
+        h_read_until_close(fds[i], buf, sizeof buf, left > 0 ? (int)left : 0, &closed);
         if (!closed)
             closed_all = 0;
         int64_t at = h_now_ms() - last_byte;
@@ -252,7 +216,7 @@ static int raw_request(const char *method, const char *path, const char *token,
     free(req);
     char buf[8192];
     int closed;
-    read_until_close(fd, buf, sizeof buf, slack(5000), &closed);
+    h_read_until_close(fd, buf, sizeof buf, slack(5000), &closed);
     close(fd);
     int code = -1;
     if (sscanf(buf, "HTTP/1.%*d %d", &code) != 1)
