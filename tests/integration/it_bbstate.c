@@ -217,7 +217,8 @@ static void removed_slot_is_orphaned(enum damage how)
     all_ready(&b, 2, after, NULL, 1);
     assert_int_equal(after[0], before[0]);
     assert_int_equal(after[1], before[1]);
-    int64_t end = h_now_ms() + (h_valgrind() ? 20000 : 5000);
+    /* the orphan gets its stop signal, and SIGKILL after a grace of up to 5 s */
+    int64_t end = h_now_ms() + (h_valgrind() ? 30000 : 15000);
     json_t *stopped = NULL;
     while (h_now_ms() < end && !stopped) {
         json_t *evs = bbt_events_of(&b, ids[2]), *ev;
