@@ -28,6 +28,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "sdproto.h"
 #include "sdutil.h"
 
 #define MAX_CLIENTS 512
@@ -167,31 +168,39 @@ static redisReply *evalsha(redisContext *r, const char *sha, int nkeys, int argc
     return redisCommandArgv(r, argc + 3, a, l);
 }
 
-/* Acquires lock key for holder through lock_acquire.lua; returns the lock_seq or 0. */
-static long long redis_acquire(redisContext *r, const char *key, const char *holder)
+/* Acquires lock key for holder through lock_acquire.lua with a fresh random lock_token,
+ * as serverdir does; returns the lock_seq (and the grant's token in tok) or 0. */
+static long long redis_acquire(redisContext *r, const char *key, const char *holder,
+                               char tok[SD_LOCK_TOKEN_LEN + 1])
 {
-    char lk[256], hk[256];
+    char lk[256], hk[256], fresh[SD_LOCK_TOKEN_LEN + 1];
     snprintf(lk, sizeof lk, "%slock:%s", cfg.prefix, key);
     snprintf(hk, sizeof hk, "%slock:%s#h", cfg.prefix, holder);
-    const char *argv[] = {lk, hk, holder, "0", "0", "604800000", "", "0", cfg.prefix};
-    redisReply *rep = evalsha(r, cfg.sha_acquire, 2, 9, argv, NULL);
+    if (sd_random_hex(fresh, SD_LOCK_TOKEN_BYTES))
+        return 0;
+    const char *argv[] = {lk, hk, holder, "0", "0", "604800000", "", "0", cfg.prefix, fresh};
+    redisReply *rep = evalsha(r, cfg.sha_acquire, 2, 10, argv, NULL);
     long long seq = 0;
-    if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 4 &&
-        strcmp(rep->element[0]->str, "ok") == 0)
+    /* ok, now, then name, lock_seq, reacquired, stolen_from, since, expires, lock_token */
+    if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 9 &&
+        strcmp(rep->element[0]->str, "ok") == 0) {
         seq = strtoll(rep->element[3]->str, NULL, 10);
+        snprintf(tok, SD_LOCK_TOKEN_LEN + 1, "%s", rep->element[8]->str);
+    }
     if (rep)
         freeReplyObject(rep);
     return seq;
 }
 
-static int redis_release(redisContext *r, const char *key, const char *holder, long long seq)
+static int redis_release(redisContext *r, const char *key, const char *holder, long long seq,
+                         const char *tok)
 {
     char lk[256], hk[256], s[32];
     snprintf(lk, sizeof lk, "%slock:%s", cfg.prefix, key);
     snprintf(hk, sizeof hk, "%slock:%s#h", cfg.prefix, holder);
     snprintf(s, sizeof s, "%lld", seq);
-    const char *argv[] = {lk, hk, holder, "604800000", s};
-    redisReply *rep = evalsha(r, cfg.sha_release, 2, 5, argv, NULL);
+    const char *argv[] = {lk, hk, holder, "604800000", s, tok};
+    redisReply *rep = evalsha(r, cfg.sha_release, 2, 6, argv, NULL);
     int ok = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1 &&
              strcmp(rep->element[0]->str, "ok") == 0;
     if (rep)
@@ -234,6 +243,7 @@ static void *client_main(void *arg)
     /* Per-mode setup: an etcd lease, or the blob's lock. */
     char lease[32] = "0";
     long long blob_lock_seq = 0;
+    char blob_tok[SD_LOCK_TOKEN_LEN + 1] = "";
     snprintf(key, sizeof key, "bench-k%d", c->id);
     if (cfg.mode == ETCD_LOCK) {
         snprintf(url, sizeof url, "%s/v3/lease/grant", cfg.url);
@@ -250,8 +260,9 @@ static void *client_main(void *arg)
             exit(1);
         }
         blob_lock_seq = json_int(c, "lock_seq");
+        json_str(c, "lock_token", blob_tok, sizeof blob_tok);
     } else if (cfg.mode == REDIS_BLOB) {
-        blob_lock_seq = redis_acquire(r, key, holder);
+        blob_lock_seq = redis_acquire(r, key, holder, blob_tok);
         if (!blob_lock_seq) {
             fprintf(stderr, "locks_load: acquire for blobs failed\n");
             exit(1);
@@ -271,14 +282,20 @@ static void *client_main(void *arg)
             if (http(h, c, "PUT", url, json_hdrs, body, (size_t)n) != 200)
                 break;
             long long seq = json_int(c, "lock_seq");
+            char tok[80] = "Lock-Token: ";
+            json_str(c, "lock_token", tok + 12, sizeof tok - 12);
             snprintf(url, sizeof url, "%s/v1/locks/%s?holder=%s&lock_seq=%lld", cfg.url, key,
                      holder, seq);
-            ok = http(h, c, "DELETE", url, auth_hdrs, NULL, 0) == 200;
+            struct curl_slist *hl = curl_slist_append(NULL, auth);
+            hl = curl_slist_append(hl, tok);
+            ok = http(h, c, "DELETE", url, hl, NULL, 0) == 200;
+            curl_slist_free_all(hl);
             break;
         }
         case REDIS_LOCK: {
-            long long seq = redis_acquire(r, key, holder);
-            ok = seq > 0 && redis_release(r, key, holder, seq) == 0;
+            char tok[SD_LOCK_TOKEN_LEN + 1];
+            long long seq = redis_acquire(r, key, holder, tok);
+            ok = seq > 0 && redis_release(r, key, holder, seq, tok) == 0;
             break;
         }
         case ETCD_LOCK: {
@@ -295,15 +312,17 @@ static void *client_main(void *arg)
             break;
         }
         case SD_BLOB: {
-            char h1[64], h2[64];
+            char h1[64], h2[64], h3[80];
             snprintf(url, sizeof url, "%s/v1/blobs/bench-k%d", cfg.url, c->id);
             snprintf(h1, sizeof h1, "Lock-Seq: %lld", blob_lock_seq);
             snprintf(h2, sizeof h2, "Blob-Seq: %lld", ++blob_seq);
+            snprintf(h3, sizeof h3, "Lock-Token: %s", blob_tok);
             struct curl_slist *hl = curl_slist_append(NULL, auth);
             hl = curl_slist_append(hl, "Content-Type: application/octet-stream");
             hl = curl_slist_append(hl, "Expect:");
             hl = curl_slist_append(hl, h1);
             hl = curl_slist_append(hl, h2);
+            hl = curl_slist_append(hl, h3);
             ok = http(h, c, "PUT", url, hl, blob, cfg.size) == 200;
             curl_slist_free_all(hl);
             break;
@@ -314,9 +333,10 @@ static void *client_main(void *arg)
             snprintf(lk, sizeof lk, "%slock:bench-k%d", cfg.prefix, c->id);
             snprintf(ls, sizeof ls, "%lld", blob_lock_seq);
             snprintf(bs, sizeof bs, "%lld", ++blob_seq);
-            const char *argv[] = {bk, lk, ls, bs, blob};
-            size_t argl[] = {strlen(bk), strlen(lk), strlen(ls), strlen(bs), cfg.size};
-            redisReply *rep = evalsha(r, cfg.sha_save, 2, 5, argv, argl);
+            const char *argv[] = {bk, lk, ls, blob_tok, bs, blob, ""};
+            size_t argl[] = {strlen(bk), strlen(lk), strlen(ls), strlen(blob_tok), strlen(bs),
+                             cfg.size, 0};
+            redisReply *rep = evalsha(r, cfg.sha_save, 2, 7, argv, argl);
             ok = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1 &&
                  strcmp(rep->element[0]->str, "ok") == 0;
             if (rep)

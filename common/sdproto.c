@@ -33,6 +33,17 @@ int sd_event_type_parse(const char *s) { return name_index(s, event_types, SD_EV
 
 int sd_stop_reason_parse(const char *s) { return name_index(s, stop_reasons, SD_STOP_COUNT); }
 
+int sd_lock_token_valid(const char *s)
+{
+    if (!s)
+        return 0;
+    size_t n = 0;
+    for (; s[n]; n++)
+        if (n >= SD_LOCK_TOKEN_LEN || !((s[n] >= '0' && s[n] <= '9') || (s[n] >= 'a' && s[n] <= 'f')))
+            return 0;
+    return n == SD_LOCK_TOKEN_LEN;
+}
+
 int sd_name_valid(const char *s, size_t max)
 {
     if (!s)

@@ -39,6 +39,13 @@
 #define SD_BODY_MAX_DEFAULT 1048576 /* 1 MiB, a JSON body */
 #define SD_BLOB_MAX_DEFAULT 262144  /* 256 KiB, a blob */
 
+/* The lock table (docs/locks.md). A grant's lock_token: SD_LOCK_TOKEN_BYTES random bytes
+ * as lowercase hex, the secret its holder presents to save, renew and release. A save's
+ * Blob-Seq may exceed the stored one by at most SD_BLOB_SEQ_STEP_MAX (2^32). */
+#define SD_LOCK_TOKEN_BYTES 16
+#define SD_LOCK_TOKEN_LEN 32
+#define SD_BLOB_SEQ_STEP_MAX 4294967296
+
 /* A limit as a string literal, for messages: "at most " SD_STR(SD_EVENTS_MAX) " events". */
 #define SD_STR(x) SD__STR(x)
 #define SD__STR(x) #x
@@ -78,6 +85,9 @@ int sd_stop_reason_parse(const char *s);
 
 /* 1 when s is a name (see SD_NAME_MAX) of at most max bytes, else 0 (NULL too). */
 int sd_name_valid(const char *s, size_t max);
+
+/* 1 when s is a lock_token: exactly SD_LOCK_TOKEN_LEN lowercase hex characters. */
+int sd_lock_token_valid(const char *s);
 
 /* Checks one process event against the events contract, all of it that depends on the
  * event alone: the known fields only; id, type, instance, machine and service present;

@@ -53,6 +53,7 @@ typedef struct {
     int save_failing;          /* a failed save was logged; the next success says so */
     char key[KEY_CAP];
     int64_t lock_seq, blob_seq, seq_tried, progress;
+    sdc_lock_t grant; /* the held lock (lock_seq above is grant.lock_seq) */
     int64_t next_at_ms;        /* AWAY: arrival; PLAYING: next save */
     int64_t leave_at_ms;       /* 0: stays */
     /* the job: set by the loop before submit, results set by the worker */
@@ -65,6 +66,7 @@ typedef struct {
     char code[64];
     char msg[200];
     int64_t got_lock_seq, got_blob_seq, got_progress;
+    sdc_lock_t got_grant;
 } player_t;
 
 static player_t *players;
@@ -141,11 +143,12 @@ static void job_run(gp_job_t *j)
             goto out;
         }
         p->got_lock_seq = lk.lock_seq;
+        p->got_grant = lk;
         void *data = NULL;
         size_t len = 0;
         int64_t bseq = 0;
         sdc_err_clear(&err);
-        rc = sdc_blob_get(client, p->key, lk.lock_seq, &data, &len, &bseq, &err);
+        rc = sdc_blob_get(client, p->key, &lk, &data, &len, &bseq, &err);
         if (rc == SDC_E_HTTP && err.status == 404 && !strcmp(err.code, "no_blob")) {
             p->got_blob_seq = 0;
             p->got_progress = 0;
@@ -158,7 +161,7 @@ static void job_run(gp_job_t *j)
         free(data);
         goto out;
     }
-    rc = sdc_blob_put(client, p->key, p->lock_seq, p->put_seq, p->data, p->len, &err);
+    rc = sdc_blob_put(client, &p->grant, p->put_seq, p->data, p->len, &err);
     if (rc) {
         result_err(p, rc, &err);
         if (p->kind == JOB_SAVE || refused(p))
@@ -168,7 +171,7 @@ static void job_run(gp_job_t *j)
     }
     if (p->kind == JOB_LEAVE) {
         sdc_err_clear(&err);
-        rc = sdc_lock_release(client, p->key, holder, p->lock_seq, &err);
+        rc = sdc_lock_release(client, &p->grant, holder, &err);
         if (rc && p->saved)
             result_err(p, rc, &err);
         p->released = rc == SDC_OK;
@@ -239,6 +242,7 @@ static void join_done(gp_t *gp, player_t *p, int64_t now)
     p->fails = 0;
     p->state = P_PLAYING;
     p->lock_seq = p->got_lock_seq;
+    p->grant = p->got_grant;
     p->blob_seq = p->seq_tried = p->got_blob_seq;
     p->progress = p->got_progress;
     p->next_at_ms = now + gp->save_every_ms;

@@ -43,12 +43,15 @@ static void opts_add(json_t *body, const char *holder, const sdc_lock_opts_t *o)
                             json_integer(o->steal_if_older_than_ms));
 }
 
-/* One grant object of an answer into out; -1 when it lacks a lock_seq. */
+/* One grant object of an answer into out; -1 when it lacks a lock_seq or lock_token. */
 static int grant_parse(const json_t *g, sdc_lock_t *out)
 {
     memset(out, 0, sizeof *out);
     jcopy(g, "key", out->key, sizeof out->key);
     out->lock_seq = jint(g, "lock_seq", 0);
+    jcopy(g, "lock_token", out->lock_token, sizeof out->lock_token);
+    if (!sd_lock_token_valid(out->lock_token))
+        return -1;
     out->since_ms = jint(g, "since_ms", 0);
     out->expires_in_ms = jint(g, "expires_in_ms", -1);
     out->reacquired = json_is_true(json_object_get(g, "reacquired"));
@@ -69,7 +72,7 @@ int sdc_lock_acquire(sdc_t *c, const char *key, const char *holder, const sdc_lo
     int rc = sdc_request(c, "PUT", path, body, &ans, err);
     json_decref(body);
     if (rc == SDC_OK && grant_parse(ans, out))
-        rc = sdc__proto(err, "the grant has no lock_seq");
+        rc = sdc__proto(err, "the grant has no lock_seq or lock_token");
     json_decref(ans);
     return rc;
 }
@@ -105,15 +108,24 @@ int sdc_lock_acquire_many(sdc_t *c, const char *const *keys, int n, const char *
     return rc;
 }
 
-int sdc_lock_release(sdc_t *c, const char *key, const char *holder, int64_t lock_seq,
-                     sdc_err_t *err)
+/* 1 when lock is a grant this library can present: a key name, a lock_seq, a token. */
+static int grant_ok(const sdc_lock_t *lock)
 {
-    if (!sd_name_valid(key, KEY_MAX) || !sd_name_valid(holder, KEY_MAX) || lock_seq < 1)
-        return sdc__inval(err, "key and holder must be names, lock_seq positive");
-    char ek[3 * KEY_MAX + 1], eh[3 * KEY_MAX + 1], path[6 * KEY_MAX + 64];
+    return lock && sd_name_valid(lock->key, KEY_MAX) && lock->lock_seq > 0 &&
+           sd_lock_token_valid(lock->lock_token);
+}
+
+int sdc_lock_release(sdc_t *c, const sdc_lock_t *lock, const char *holder, sdc_err_t *err)
+{
+    if (!grant_ok(lock) || !sd_name_valid(holder, KEY_MAX))
+        return sdc__inval(err, "a grant (key, lock_seq, lock_token) and a holder name are needed");
+    char ek[3 * KEY_MAX + 1], eh[3 * KEY_MAX + 1], path[6 * KEY_MAX + 64], tok[64];
     snprintf(path, sizeof path, "/v1/locks/%s?holder=%s&lock_seq=%" PRId64,
-             sdc_escape(key, ek, sizeof ek), sdc_escape(holder, eh, sizeof eh), lock_seq);
-    return sdc_request(c, "DELETE", path, NULL, NULL, err);
+             sdc_escape(lock->key, ek, sizeof ek), sdc_escape(holder, eh, sizeof eh),
+             lock->lock_seq);
+    snprintf(tok, sizeof tok, "Lock-Token: %s", lock->lock_token);
+    const char *headers[] = {tok, NULL};
+    return sdc_request_raw(c, "DELETE", path, headers, NULL, 0, NULL, NULL, NULL, NULL, 0, err);
 }
 
 int sdc_lock_release_many(sdc_t *c, const sdc_lock_t *locks, int n, const char *holder,
@@ -121,25 +133,31 @@ int sdc_lock_release_many(sdc_t *c, const sdc_lock_t *locks, int n, const char *
 {
     if (n < 1 || n > MANY_MAX || !sd_name_valid(holder, KEY_MAX))
         return sdc__inval(err, "1 to 16 locks and a holder name are needed");
-    json_t *keys = json_array(), *seqs = json_object();
+    for (int i = 0; i < n; i++)
+        if (!grant_ok(&locks[i]))
+            return sdc__inval(err, "every lock must be a grant (key, lock_seq, lock_token)");
+    json_t *keys = json_array(), *seqs = json_object(), *toks = json_object();
     for (int i = 0; i < n; i++) {
         json_array_append_new(keys, json_string(locks[i].key));
         json_object_set_new(seqs, locks[i].key, json_integer(locks[i].lock_seq));
+        json_object_set_new(toks, locks[i].key, json_string(locks[i].lock_token));
     }
-    json_t *body = json_pack("{s:s, s:o, s:o}", "holder", holder, "keys", keys, "lock_seqs", seqs);
+    json_t *body = json_pack("{s:s, s:o, s:o, s:o}", "holder", holder, "keys", keys,
+                             "lock_seqs", seqs, "lock_tokens", toks);
     int rc = sdc_request(c, "POST", "/v1/locks/release", body, NULL, err);
     json_decref(body);
     return rc;
 }
 
-int sdc_lock_renew(sdc_t *c, const char *key, const char *holder, int64_t lock_seq,
-                   int64_t ttl_ms, int64_t *expires_in_ms, sdc_err_t *err)
+int sdc_lock_renew(sdc_t *c, const sdc_lock_t *lock, const char *holder, int64_t ttl_ms,
+                   int64_t *expires_in_ms, sdc_err_t *err)
 {
-    if (!sd_name_valid(key, KEY_MAX) || !sd_name_valid(holder, KEY_MAX) || lock_seq < 1)
-        return sdc__inval(err, "key and holder must be names, lock_seq positive");
+    if (!grant_ok(lock) || !sd_name_valid(holder, KEY_MAX))
+        return sdc__inval(err, "a grant (key, lock_seq, lock_token) and a holder name are needed");
     char esc[3 * KEY_MAX + 1], path[3 * KEY_MAX + 32];
-    snprintf(path, sizeof path, "/v1/locks/%s/renew", sdc_escape(key, esc, sizeof esc));
-    json_t *body = json_pack("{s:s, s:I}", "holder", holder, "lock_seq", (json_int_t)lock_seq);
+    snprintf(path, sizeof path, "/v1/locks/%s/renew", sdc_escape(lock->key, esc, sizeof esc));
+    json_t *body = json_pack("{s:s, s:I, s:s}", "holder", holder, "lock_seq",
+                             (json_int_t)lock->lock_seq, "lock_token", lock->lock_token);
     if (ttl_ms > 0)
         json_object_set_new(body, "ttl_ms", json_integer(ttl_ms));
     json_t *ans = NULL;
@@ -212,17 +230,27 @@ int sdc_lock_force_unlock(sdc_t *c, const char *key, json_t **out, sdc_err_t *er
     return sdc_request(c, "DELETE", path, NULL, out, err);
 }
 
-int sdc_blob_get(sdc_t *c, const char *key, int64_t lock_seq, void **data, size_t *len,
+/* The Lock-Seq and Lock-Token headers of a grant into h1, h2. */
+static void grant_headers(const sdc_lock_t *lock, char *h1, size_t cap1, char *h2, size_t cap2)
+{
+    snprintf(h1, cap1, "Lock-Seq: %" PRId64, lock->lock_seq);
+    snprintf(h2, cap2, "Lock-Token: %s", lock->lock_token);
+}
+
+int sdc_blob_get(sdc_t *c, const char *key, const sdc_lock_t *lock, void **data, size_t *len,
                  int64_t *blob_seq, sdc_err_t *err)
 {
     *data = NULL;
     *len = 0;
-    if (!sd_name_valid(key, KEY_MAX) || lock_seq < 0)
-        return sdc__inval(err, "key must be a name");
-    char esc[3 * KEY_MAX + 1], path[3 * KEY_MAX + 32], hdr[48], seq[32];
+    if (!sd_name_valid(key, KEY_MAX) || (lock && (!grant_ok(lock) || strcmp(lock->key, key))))
+        return sdc__inval(err, "key must be a name, lock a grant of that key");
+    char esc[3 * KEY_MAX + 1], path[3 * KEY_MAX + 32], h1[48], h2[64], seq[32];
     snprintf(path, sizeof path, "/v1/blobs/%s", sdc_escape(key, esc, sizeof esc));
-    snprintf(hdr, sizeof hdr, "Lock-Seq: %" PRId64, lock_seq);
-    const char *headers[] = {lock_seq > 0 ? hdr : NULL, NULL};
+    const char *headers[] = {h1, h2, NULL};
+    if (lock)
+        grant_headers(lock, h1, sizeof h1, h2, sizeof h2);
+    else
+        headers[0] = NULL;
     int rc = sdc_request_raw(c, "GET", path, headers, NULL, 0, data, len, "Blob-Seq", seq,
                              sizeof seq, err);
     if (rc != SDC_OK)
@@ -239,16 +267,28 @@ int sdc_blob_get(sdc_t *c, const char *key, int64_t lock_seq, void **data, size_
     return SDC_OK;
 }
 
-int sdc_blob_put(sdc_t *c, const char *key, int64_t lock_seq, int64_t blob_seq,
-                 const void *data, size_t len, sdc_err_t *err)
+int sdc_blob_put(sdc_t *c, const sdc_lock_t *lock, int64_t blob_seq, const void *data,
+                 size_t len, sdc_err_t *err)
 {
-    if (!sd_name_valid(key, KEY_MAX) || lock_seq < 1 || blob_seq < 1 || (len && !data))
-        return sdc__inval(err, "key must be a name, lock_seq and blob_seq positive");
-    char esc[3 * KEY_MAX + 1], path[3 * KEY_MAX + 32], h1[48], h2[48];
-    snprintf(path, sizeof path, "/v1/blobs/%s", sdc_escape(key, esc, sizeof esc));
-    snprintf(h1, sizeof h1, "Lock-Seq: %" PRId64, lock_seq);
-    snprintf(h2, sizeof h2, "Blob-Seq: %" PRId64, blob_seq);
-    const char *headers[] = {h1, h2, NULL};
+    if (!grant_ok(lock) || blob_seq < 1 || (len && !data))
+        return sdc__inval(err, "a grant (key, lock_seq, lock_token) and a positive blob_seq "
+                               "are needed");
+    char esc[3 * KEY_MAX + 1], path[3 * KEY_MAX + 32], h1[48], h2[64], h3[48];
+    snprintf(path, sizeof path, "/v1/blobs/%s", sdc_escape(lock->key, esc, sizeof esc));
+    grant_headers(lock, h1, sizeof h1, h2, sizeof h2);
+    snprintf(h3, sizeof h3, "Blob-Seq: %" PRId64, blob_seq);
+    const char *headers[] = {h1, h2, h3, NULL};
     return sdc_request_raw(c, "PUT", path, headers, len ? data : "", len, NULL, NULL, NULL, NULL,
                            0, err);
+}
+
+int sdc_blob_delete(sdc_t *c, const char *key, json_t **out, sdc_err_t *err)
+{
+    if (out)
+        *out = NULL;
+    if (!sd_name_valid(key, KEY_MAX))
+        return sdc__inval(err, "key must be a name");
+    char esc[3 * KEY_MAX + 1], path[3 * KEY_MAX + 32];
+    snprintf(path, sizeof path, "/v1/blobs/%s", sdc_escape(key, esc, sizeof esc));
+    return sdc_request(c, "DELETE", path, NULL, out, err);
 }

@@ -113,8 +113,9 @@ int sdc_events_list(sdc_t *c, const char *cluster, const char *since, int limit,
 /* ---- locks and blobs ---- */
 
 /* The lock table and the fenced blob store (docs/locks.md). A holder is a lock id, usually
- * the game process's instance id. Every grant carries a lock_seq (the fencing token):
- * keep it and pass it to release, renew and blob saves. A waiting acquire (wait_ms) is
+ * the game process's instance id. Every grant carries a lock_seq (the public fencing
+ * number) and a lock_token (a secret only the holder learns): keep the sdc_lock_t and
+ * pass it to release, renew and blob saves. A waiting acquire (wait_ms) is
  * answered after up to wait_ms, so create the client with timeout_ms above it. */
 
 typedef struct {
@@ -125,9 +126,13 @@ typedef struct {
     int64_t steal_if_older_than_ms;      /* take over a lock held this long; 0: never */
 } sdc_lock_opts_t;
 
+/* Length of a lock_token (hex characters). */
+#define SDC_LOCK_TOKEN_LEN 32
+
 typedef struct {
     char key[129];
     int64_t lock_seq;
+    char lock_token[SDC_LOCK_TOKEN_LEN + 1]; /* the grant's secret: never log it */
     int64_t since_ms;       /* when the holder got it (Redis time, ms since the epoch) */
     int64_t expires_in_ms;  /* -1: no expiry */
     int reacquired;         /* the holder already held it: same lock_seq */
@@ -151,15 +156,15 @@ int sdc_lock_acquire(sdc_t *c, const char *key, const char *holder, const sdc_lo
 /* Acquires n keys (1..16) all or nothing; out[i] is filled for keys[i]. */
 int sdc_lock_acquire_many(sdc_t *c, const char *const *keys, int n, const char *holder,
                           const sdc_lock_opts_t *opts, sdc_lock_t *out, sdc_err_t *err);
-/* Releases key; lock_seq must be the one granted (else 409 stale_lock_seq / not_holder). */
-int sdc_lock_release(sdc_t *c, const char *key, const char *holder, int64_t lock_seq,
-                     sdc_err_t *err);
-/* Releases the n locks (their key and lock_seq) all or nothing. */
+/* Releases the lock of a grant (else 409 not_holder, stale_lock_seq or fenced). */
+int sdc_lock_release(sdc_t *c, const sdc_lock_t *lock, const char *holder, sdc_err_t *err);
+/* Releases the n locks (their key, lock_seq and lock_token) all or nothing. */
 int sdc_lock_release_many(sdc_t *c, const sdc_lock_t *locks, int n, const char *holder,
                           sdc_err_t *err);
-/* Renews the lease (ttl_ms 0: the length granted last); *expires_in_ms may be NULL. */
-int sdc_lock_renew(sdc_t *c, const char *key, const char *holder, int64_t lock_seq,
-                   int64_t ttl_ms, int64_t *expires_in_ms, sdc_err_t *err);
+/* Renews the lease of a grant (ttl_ms 0: the length granted last); *expires_in_ms may be
+ * NULL. */
+int sdc_lock_renew(sdc_t *c, const sdc_lock_t *lock, const char *holder, int64_t ttl_ms,
+                   int64_t *expires_in_ms, sdc_err_t *err);
 /* Inspects one lock; *raw (may be NULL) gets the JSON answer (caller decrefs). */
 int sdc_lock_get(sdc_t *c, const char *key, sdc_lock_info_t *out, json_t **raw,
                  sdc_err_t *err);
@@ -169,15 +174,20 @@ int sdc_lock_list_by_holder(sdc_t *c, const char *holder, json_t **out, sdc_err_
 /* Forced unlock (ops token). *out (may be NULL) gets {key, previous_holder, lock_seq, ...}. */
 int sdc_lock_force_unlock(sdc_t *c, const char *key, json_t **out, sdc_err_t *err);
 
-/* Reads a blob: *data (malloc'd, caller frees; NUL-terminated beyond len) and its
- * Blob-Seq. lock_seq > 0 proves the reader holds the lock (409 fenced otherwise) and is
- * stamped on the blob; 0 reads without it. A missing blob is SDC_E_HTTP, code no_blob. */
-int sdc_blob_get(sdc_t *c, const char *key, int64_t lock_seq, void **data, size_t *len,
+/* Reads the blob of key: *data (malloc'd, caller frees; NUL-terminated beyond len) and its
+ * Blob-Seq. With lock (the grant of the same key) the reader proves it holds the lock
+ * (409 fenced otherwise) and its lock_seq is stamped on the blob; NULL reads without it.
+ * A missing blob is SDC_E_HTTP, code no_blob. */
+int sdc_blob_get(sdc_t *c, const char *key, const sdc_lock_t *lock, void **data, size_t *len,
                  int64_t *blob_seq, sdc_err_t *err);
-/* Saves a blob under the caller's lock_seq with a blob_seq greater than the stored one;
- * refused with 409 fenced or stale_seq (nothing changed), 413 when too large. */
-int sdc_blob_put(sdc_t *c, const char *key, int64_t lock_seq, int64_t blob_seq,
-                 const void *data, size_t len, sdc_err_t *err);
+/* Saves the blob of lock->key under the grant lock with a blob_seq greater than the
+ * stored one (by at most 2^32); refused with 409 fenced or stale_seq, 400 blob_seq_jump
+ * (nothing changed), 413 when too large. */
+int sdc_blob_put(sdc_t *c, const sdc_lock_t *lock, int64_t blob_seq, const void *data,
+                 size_t len, sdc_err_t *err);
+/* Deletes the blob of key (ops token): the repair of a damaged blob. *out (may be NULL)
+ * gets {key, blob_seq, bytes, deleted}. */
+int sdc_blob_delete(sdc_t *c, const char *key, json_t **out, sdc_err_t *err);
 
 /* ---- master list ---- */
 

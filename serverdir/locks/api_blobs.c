@@ -4,7 +4,9 @@
  *
  * Redis key: <prefix>blob:<key>  hash  data, seq (Blob-Seq), lock_seq (of the save),
  *                                      saved_ms, read_lock_seq, read_ms
- * The blob of key K is fenced by the lock of the same key K. */
+ * The blob of key K is fenced by the lock of the same key K: a save presents the grant
+ * (Lock-Seq and the secret Lock-Token) and the script checks both against the lock
+ * record. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +16,7 @@
 
 SD_ROUTE(GET, "/v1/blobs/{key}", SD_R_GAME | SD_R_VIEWER, 0, h_blob_get);
 SD_ROUTE(PUT, "/v1/blobs/{key}", SD_R_GAME, SD_RAW_BODY, h_blob_put);
+SD_ROUTE(DELETE, "/v1/blobs/{key}", 0, 0, h_blob_delete);
 
 /* Reads an optional sequence header. Returns 1 when absent, 0 when valid, -1 after
  * answering 400 `bad_<what>`. */
@@ -31,33 +34,18 @@ static int seq_header(const sd_req_t *req, sd_resp_t *resp, const char *header,
     return 0;
 }
 
-/* Answers 409 fenced with the key's current lock_seq (null when nobody holds it). save:
- * the refused request was a save (else a read), for the metric's op label. */
-static void fenced(sd_resp_t *resp, int save, const char *name, const char *cur, int64_t given)
-{
-    json_t *extra = json_pack("{s:s}", "key", name);
-    json_object_set_new(extra, "lock_seq",
-                        strcmp(cur, "0") ? json_integer(strtoll(cur, NULL, 10)) : json_null());
-    if (save)
-        SD_COUNT("serverdir_blob_fenced_total{op=\"save\"}", "Blob reads and saves refused by the fence", 1);
-    else
-        SD_COUNT("serverdir_blob_fenced_total{op=\"read\"}", "Blob reads and saves refused by the fence", 1);
-    sd_resp_error_extra(resp, 409, "fenced", extra,
-                        "Lock-Seq %lld is not the current lock of '%s' (%s)", (long long)given,
-                        name, strcmp(cur, "0") ? cur : "nobody holds it");
-}
-
-/* GET /v1/blobs/{key} [Lock-Seq: N] -> 200 raw bytes, headers Blob-Seq and Lock-Seq (the
- * key's current lock_seq, 0 when free). With Lock-Seq the reader proves it holds the
- * lock (else 409 fenced) and that lock_seq is stamped on the blob. 404 no_blob. */
+/* GET /v1/blobs/{key} [Lock-Seq: N, Lock-Token: T] -> 200 raw bytes, headers Blob-Seq and
+ * Lock-Seq (the key's current lock_seq, 0 when free). With Lock-Seq (and then Lock-Token)
+ * the reader proves it holds the lock (else 409 fenced) and that lock_seq is stamped on
+ * the blob. 404 no_blob. */
 void h_blob_get(sd_req_t *req, sd_resp_t *resp)
 {
-    const char *name;
+    const char *name, *token = "";
     int64_t lock_seq = 0;
     if (sd_req_name(req, resp, 0, "blob key", &name))
         return;
     int has = seq_header(req, resp, "Lock-Seq", "bad_lock_seq", &lock_seq);
-    if (has < 0)
+    if (has < 0 || (has == 0 && sd_lock_token_header(req, resp, &token)))
         return;
     char bkey[SD_NAME_MAX + 96], lkey[SD_NAME_MAX + 96];
     sd_argv_t av;
@@ -68,20 +56,21 @@ void h_blob_get(sd_req_t *req, sd_resp_t *resp)
         sd_argv_addf(&av, "%lld", (long long)lock_seq);
     else
         sd_argv_add(&av, "");
+    sd_argv_add(&av, token);
     redisReply *r;
     int rc = sd_store_run("blob_get", 2, &av, &r);
     if (rc != SD_STORE_OK) {
         sd_resp_store_error(resp, rc);
         return;
     }
-    if (r->type != REDIS_REPLY_ARRAY || r->elements < 2) {
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
         sd_resp_bad_reply(resp, "blob_get", r);
         freeReplyObject(r);
         return;
     }
     const char *st = sd_reply_str(r, 0);
     if (strcmp(st, "fenced") == 0) {
-        fenced(resp, 0, name, sd_reply_str(r, 1), lock_seq);
+        sd_lock_fenced(resp, "read", name);
     } else if (strcmp(st, "no_blob") == 0) {
         sd_resp_error_extra(resp, 404, "no_blob", json_pack("{s:s}", "key", name),
                             "no blob is stored under '%s'", name);
@@ -98,13 +87,13 @@ void h_blob_get(sd_req_t *req, sd_resp_t *resp)
     freeReplyObject(r);
 }
 
-/* PUT /v1/blobs/{key} with Lock-Seq and Blob-Seq headers, raw body -> 200 {key, blob_seq,
- * lock_seq, bytes}. Saved only if Lock-Seq is the key's current lock_seq (else 409 fenced)
- * and Blob-Seq is greater than the stored one (else 409 stale_seq); nothing changes on a
- * refusal. */
+/* PUT /v1/blobs/{key} with Lock-Seq, Lock-Token and Blob-Seq headers, raw body -> 200 {key,
+ * blob_seq, lock_seq, bytes}. Saved only if Lock-Seq and Lock-Token are the key's current
+ * grant (else 409 fenced) and Blob-Seq is greater than the stored one (else 409
+ * stale_seq) by at most 2^32 (else 400 blob_seq_jump); nothing changes on a refusal. */
 void h_blob_put(sd_req_t *req, sd_resp_t *resp)
 {
-    const char *name;
+    const char *name, *token;
     int64_t lock_seq, blob_seq;
     if (sd_req_name(req, resp, 0, "blob key", &name))
         return;
@@ -121,6 +110,8 @@ void h_blob_put(sd_req_t *req, sd_resp_t *resp)
                       "header Lock-Seq (the lock_seq of your lock on '%s') is required", name);
         return;
     }
+    if (sd_lock_token_header(req, resp, &token))
+        return;
     rc = seq_header(req, resp, "Blob-Seq", "bad_blob_seq", &blob_seq);
     if (rc < 0)
         return;
@@ -135,23 +126,39 @@ void h_blob_put(sd_req_t *req, sd_resp_t *resp)
     sd_argv_add(&av, sd_blob_key(bkey, sizeof bkey, name));
     sd_argv_add(&av, sd_lock_key(lkey, sizeof lkey, name));
     sd_argv_addf(&av, "%lld", (long long)lock_seq);
+    sd_argv_add(&av, token);
     sd_argv_addf(&av, "%lld", (long long)blob_seq);
     sd_argv_addn(&av, req->body.data ? req->body.data : "", req->body.len);
+    sd_argv_add(&av, ""); /* WIRE: holder prefix binding */
     redisReply *r;
     rc = sd_store_run("blob_save", 2, &av, &r);
     if (rc != SD_STORE_OK) {
         sd_resp_store_error(resp, rc);
         return;
     }
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
         sd_resp_bad_reply(resp, "blob_save", r);
         freeReplyObject(r);
         return;
     }
     const char *st = sd_reply_str(r, 0);
     if (strcmp(st, "fenced") == 0) {
-        fenced(resp, 1, name, sd_reply_str(r, 1), lock_seq);
-    } else if (strcmp(st, "stale_seq") == 0) {
+        sd_lock_fenced(resp, "save", name);
+    } else if (strcmp(st, "not_yours") == 0) {
+        sd_resp_error_extra(resp, 403, "forbidden", json_pack("{s:s}", "key", name),
+                            "this token is bound to holders starting with '%s'; lock '%s' "
+                            "is held by another",
+                            "", name); /* WIRE */
+    } else if (strcmp(st, "seq_jump") == 0 && r->elements == 2) {
+        SD_COUNT("serverdir_blob_stale_total", "Blob saves refused for a stale Blob-Seq", 1);
+        sd_resp_error_extra(resp, 400, "blob_seq_jump",
+                            json_pack("{s:s, s:I, s:I}", "key", name, "blob_seq",
+                                      (json_int_t)strtoll(sd_reply_str(r, 1), NULL, 10),
+                                      "max_step", (json_int_t)SD_BLOB_SEQ_STEP_MAX),
+                            "Blob-Seq %lld exceeds the stored %s by more than %lld (2^32)",
+                            (long long)blob_seq, sd_reply_str(r, 1),
+                            (long long)SD_BLOB_SEQ_STEP_MAX);
+    } else if (strcmp(st, "stale_seq") == 0 && r->elements == 2) {
         SD_COUNT("serverdir_blob_stale_total", "Blob saves refused for a stale Blob-Seq", 1);
         sd_resp_error_extra(resp, 409, "stale_seq",
                             json_pack("{s:s, s:I}", "key", name, "blob_seq",
@@ -165,6 +172,41 @@ void h_blob_put(sd_req_t *req, sd_resp_t *resp)
                                           "bytes", (json_int_t)req->body.len));
     } else {
         sd_resp_bad_reply(resp, "blob_save", r);
+    }
+    freeReplyObject(r);
+}
+
+/* DELETE /v1/blobs/{key} (ops only) -> 200 {key, blob_seq, bytes, deleted}: repairs a blob
+ * (say, one whose Blob-Seq a buggy client drove up): the data and its Blob-Seq go, the next
+ * save may start again from 1. The lock_seq floors stay. 404 no_blob. */
+void h_blob_delete(sd_req_t *req, sd_resp_t *resp)
+{
+    const char *name;
+    if (sd_req_name(req, resp, 0, "blob key", &name))
+        return;
+    char bkey[SD_NAME_MAX + 96];
+    sd_argv_t av;
+    sd_argv_init(&av);
+    sd_argv_add(&av, sd_blob_key(bkey, sizeof bkey, name));
+    redisReply *r;
+    int rc = sd_store_run("blob_delete", 1, &av, &r);
+    if (rc != SD_STORE_OK) {
+        sd_resp_store_error(resp, rc);
+        return;
+    }
+    const char *st = sd_reply_str(r, 0);
+    if (r->type == REDIS_REPLY_ARRAY && strcmp(st, "no_blob") == 0) {
+        sd_resp_error_extra(resp, 404, "no_blob", json_pack("{s:s}", "key", name),
+                            "no blob is stored under '%s'", name);
+    } else if (r->type == REDIS_REPLY_ARRAY && strcmp(st, "ok") == 0 && r->elements == 3) {
+        log_warn("blob deleted", "key=%s blob_seq=%s bytes=%s peer=%s", name, sd_reply_str(r, 1),
+                 sd_reply_str(r, 2), req->peer_ip);
+        SD_COUNT("serverdir_blob_deletes_total", "Blobs deleted by ops", 1);
+        sd_resp_json(resp, 200, json_pack("{s:s, s:I, s:I, s:b}", "key", name, "blob_seq",
+                                          (json_int_t)sd_reply_num(r, 1), "bytes",
+                                          (json_int_t)sd_reply_num(r, 2), "deleted", 1));
+    } else {
+        sd_resp_bad_reply(resp, "blob_delete", r);
     }
     freeReplyObject(r);
 }

@@ -80,13 +80,15 @@ static void acquire_refused(sd_resp_t *resp, const redisReply *r, int64_t waited
                         sd_reply_str(r, 2), (long long)since, (long long)(now - since));
 }
 
-/* One granted key of an ok reply (status, now, then 6 fields per key) as JSON. */
+/* One granted key of an ok reply (status, now, then SD_LOCK_GRANT_FIELDS per key) as
+ * JSON. The lock_token goes to the holder here and nowhere else. */
 static json_t *grant_json(const redisReply *r, int i, int64_t now_ms)
 {
-    size_t b = 2 + (size_t)i * 6;
+    size_t b = 2 + (size_t)i * SD_LOCK_GRANT_FIELDS;
     int64_t expires = sd_reply_num(r, b + 5);
-    json_t *o = json_pack("{s:s, s:I, s:I, s:b}", "key", sd_reply_str(r, b), "lock_seq",
-                          (json_int_t)sd_reply_num(r, b + 1), "since_ms", (json_int_t)sd_reply_num(r, b + 4),
+    json_t *o = json_pack("{s:s, s:I, s:s, s:I, s:b}", "key", sd_reply_str(r, b), "lock_seq",
+                          (json_int_t)sd_reply_num(r, b + 1), "lock_token", sd_reply_str(r, b + 6),
+                          "since_ms", (json_int_t)sd_reply_num(r, b + 4),
                           "reacquired", strcmp(sd_reply_str(r, b + 2), "1") == 0);
     json_object_set_new(o, "expires_in_ms",
                         expires > 0 ? json_integer(expires - now_ms) : json_null());
@@ -109,7 +111,7 @@ static void acquire_finish(const sd_lock_req_t *a, int many, redisReply *r, int6
         sd_resp_bad_reply(resp, "lock_acquire", r);
     } else if (strcmp(sd_reply_str(r, 0), "ok") != 0) {
         acquire_refused(resp, r, waited);
-    } else if (r->elements != 2 + (size_t)a->n * 6) {
+    } else if (r->elements != 2 + (size_t)a->n * SD_LOCK_GRANT_FIELDS) {
         sd_resp_bad_reply(resp, "lock_acquire", r);
     } else if (grant_wait_replicas(resp) == 0) {
         SD_COUNT("serverdir_lock_grants_total", "Locks granted (keys)", a->n);
@@ -192,12 +194,13 @@ void h_lock_acquire_many(sd_req_t *req, sd_resp_t *resp)
 
 /* ---------- release ---------- */
 
-/* Runs lock_release.lua for names[i] with seqs[i] and answers. */
-static void release_answer(const char *holder, const char **names, const int64_t *seqs, int n,
-                           int many, sd_resp_t *resp)
+/* Runs lock_release.lua for rel and answers. */
+static void release_answer(const sd_lock_rel_t *rel, int many, sd_resp_t *resp)
 {
+    const char *holder = rel->holder;
+    int n = rel->n;
     redisReply *r;
-    int rc = sd_lock_release(holder, names, seqs, n, &r);
+    int rc = sd_lock_release(rel, &r);
     if (rc != SD_STORE_OK) {
         sd_resp_store_error(resp, rc);
         return;
@@ -215,6 +218,8 @@ static void release_answer(const char *holder, const char **names, const int64_t
         sd_resp_error_extra(resp, 409, "stale_lock_seq", json_pack("{s:s}", "key", sd_reply_str(r, 1)),
                             "lock '%s' was granted to this holder again with another lock_seq",
                             sd_reply_str(r, 1));
+    } else if (strcmp(st, "fenced") == 0) {
+        sd_lock_fenced(resp, "release", sd_reply_str(r, 1));
     } else if (strcmp(st, "ok") == 0 && r->elements == 1 + (size_t)n * 2) {
         SD_COUNT("serverdir_lock_releases_total", "Locks released by their holder (keys)", n);
         json_t *out;
@@ -235,25 +240,24 @@ static void release_answer(const char *holder, const char **names, const int64_t
     freeReplyObject(r);
 }
 
-/* POST /v1/locks/release {holder, keys:[...], lock_seqs:{key: n}} -> 200; all or nothing. */
+/* POST /v1/locks/release {holder, keys:[...], lock_seqs:{key: n}, lock_tokens:{key: t}}
+ * -> 200; all or nothing. */
 void h_lock_release_many(sd_req_t *req, sd_resp_t *resp)
 {
-    const char *names[SD_LOCKS_MAX_KEYS];
-    int64_t seqs[SD_LOCKS_MAX_KEYS];
-    int n = 0;
-    const char *holder, *code;
+    sd_lock_rel_t rel = {0};
+    const char *code;
     char err[SD_ERRMSG_MAX];
     json_t *body = sd_req_json(req, resp);
     if (!body)
         return;
-    if (sd_lock_release_parse(body, &holder, names, seqs, &n, &code, err, sizeof err))
+    if (sd_lock_release_parse(body, &rel, &code, err, sizeof err))
         sd_resp_error(resp, 400, code, "%s", err);
     else
-        release_answer(holder, names, seqs, n, 1, resp);
+        release_answer(&rel, 1, resp);
     json_decref(body);
 }
 
-/* DELETE /v1/locks/{key}?holder=H&lock_seq=N: release by the holder.
+/* DELETE /v1/locks/{key}?holder=H&lock_seq=N with header Lock-Token: release by the holder.
  * DELETE /v1/locks/{key}?force=true: forced unlock, ops only; starts the lock-delay. */
 void h_lock_delete(sd_req_t *req, sd_resp_t *resp)
 {
@@ -309,23 +313,26 @@ void h_lock_delete(sd_req_t *req, sd_resp_t *resp)
                       "query parameter 'lock_seq' (the granted lock_seq) is required");
         return;
     }
-    int64_t seq;
-    if (sd_seq_parse(seq_s, &seq)) {
+    sd_lock_rel_t rel = {.holder = holder, .names = {name}, .n = 1};
+    if (sd_seq_parse(seq_s, &rel.seqs[0])) {
         sd_resp_error(resp, 400, "bad_lock_seq",
                       "query parameter 'lock_seq' must be a decimal number 1-2^53");
         return;
     }
-    release_answer(holder, &name, &seq, 1, 0, resp);
+    if (sd_lock_token_header(req, resp, &rel.tokens[0]))
+        return;
+    release_answer(&rel, 0, resp);
 }
 
 /* ---------- renew ---------- */
 
-/* POST /v1/locks/{key}/renew {holder, lock_seq, ttl_ms?} -> 200 {key, holder, lock_seq,
- * expires_in_ms}. Without ttl_ms the lease granted last is renewed for the same length. */
+/* POST /v1/locks/{key}/renew {holder, lock_seq, lock_token, ttl_ms?} -> 200 {key, holder,
+ * lock_seq, expires_in_ms}. Without ttl_ms the lease granted last is renewed for the same
+ * length. */
 void h_lock_renew(sd_req_t *req, sd_resp_t *resp)
 {
-    static const char *const allowed[] = {"holder", "lock_seq", "ttl_ms", NULL};
-    const char *name, *holder;
+    static const char *const allowed[] = {"holder", "lock_seq", "lock_token", "ttl_ms", NULL};
+    const char *name, *holder, *token = NULL;
     int64_t seq = 0, ttl = 0;
     if (sd_req_name(req, resp, 0, "lock key", &name))
         return;
@@ -342,8 +349,16 @@ void h_lock_renew(sd_req_t *req, sd_resp_t *resp)
         sd_resp_error(resp, 400, "bad_field", "%s", err);
         goto out;
     }
+    token = json_string_value(json_object_get(body, "lock_token"));
+    if (!sd_lock_token_valid(token)) {
+        sd_resp_error(resp, 400, token ? "bad_lock_token" : "missing_lock_token",
+                      "field 'lock_token' must be the lock_token of the grant (%d hex "
+                      "characters)",
+                      SD_LOCK_TOKEN_LEN);
+        goto out;
+    }
     redisReply *r;
-    int rc = sd_lock_renew(name, holder, seq, ttl, &r);
+    int rc = sd_lock_renew(name, holder, seq, token, ttl, &r);
     if (rc != SD_STORE_OK) {
         sd_resp_store_error(resp, rc);
         goto out;
@@ -360,6 +375,8 @@ void h_lock_renew(sd_req_t *req, sd_resp_t *resp)
         sd_resp_error_extra(resp, 409, "stale_lock_seq", json_pack("{s:s}", "key", name),
                             "lock '%s' was granted to this holder again with another lock_seq",
                             name);
+    } else if (sd_reply_has_status(r) && strcmp(st, "fenced") == 0) {
+        sd_lock_fenced(resp, "renew", name);
     } else if (sd_reply_has_status(r) && strcmp(st, "ok") == 0 && r->elements == 4) {
         int64_t expires = sd_reply_num(r, 2), now = sd_reply_num(r, 3);
         json_t *out = json_pack("{s:s, s:s, s:I}", "key", name, "holder", holder, "lock_seq",

@@ -71,6 +71,43 @@ void sd_locks_log_config(void)
              (long long)sd_locks_cfg.retain_s);
 }
 
+void sd_lock_fenced(sd_resp_t *resp, const char *op, const char *name)
+{
+#define BLOB_HELP "Blob reads and saves refused by the fence"
+#define LOCK_HELP "Renewals and releases refused by the fence (not the current lock_token)"
+    if (!strcmp(op, "save"))
+        SD_COUNT("serverdir_blob_fenced_total{op=\"save\"}", BLOB_HELP, 1);
+    else if (!strcmp(op, "read"))
+        SD_COUNT("serverdir_blob_fenced_total{op=\"read\"}", BLOB_HELP, 1);
+    else if (!strcmp(op, "renew"))
+        SD_COUNT("serverdir_lock_fenced_total{op=\"renew\"}", LOCK_HELP, 1);
+    else
+        SD_COUNT("serverdir_lock_fenced_total{op=\"release\"}", LOCK_HELP, 1);
+#undef BLOB_HELP
+#undef LOCK_HELP
+    sd_resp_error_extra(resp, 409, "fenced", json_pack("{s:s}", "key", name),
+                        "the grant presented for lock '%s' is not its current one (released, "
+                        "expired, taken over, or a wrong lock_seq or lock_token)",
+                        name);
+}
+
+int sd_lock_token_header(const sd_req_t *req, sd_resp_t *resp, const char **token)
+{
+    *token = sd_req_header(req, "Lock-Token");
+    if (!*token) {
+        sd_resp_error(resp, 400, "missing_lock_token",
+                      "header Lock-Token (the lock_token of your grant) is required");
+        return -1;
+    }
+    if (!sd_lock_token_valid(*token)) {
+        sd_resp_error(resp, 400, "bad_lock_token",
+                      "header Lock-Token must be the lock_token of a grant (%d hex characters)",
+                      SD_LOCK_TOKEN_LEN);
+        return -1;
+    }
+    return 0;
+}
+
 int sd_seq_parse(const char *s, int64_t *out)
 {
     if (!s || !*s || strlen(s) > 16)
@@ -165,31 +202,48 @@ int sd_lock_req_parse(const json_t *body, int many, sd_lock_req_t *a, const char
     return 0;
 }
 
-int sd_lock_release_parse(const json_t *body, const char **holder, const char **names,
-                          int64_t *seqs, int *n, const char **code, char *err, size_t errcap)
+int sd_lock_release_parse(const json_t *body, sd_lock_rel_t *rel, const char **code, char *err,
+                          size_t errcap)
 {
-    static const char *const allowed[] = {"keys", "holder", "lock_seqs", NULL};
+    static const char *const allowed[] = {"keys", "holder", "lock_seqs", "lock_tokens", NULL};
     *code = "bad_field";
     sd_jv_t jv;
     sd_jv_init(&jv, "", err, errcap);
     if (sd_jv_only_keys(&jv, body, allowed) ||
-        sd_jv_name(&jv, body, "holder", 1, holder) < 0 ||
-        keys_parse(body, names, n, code, err, errcap))
+        sd_jv_name(&jv, body, "holder", 1, &rel->holder) < 0 ||
+        keys_parse(body, rel->names, &rel->n, code, err, errcap))
         return -1;
     const json_t *ls = json_object_get(body, "lock_seqs");
-    if (!json_is_object(ls) || json_object_size(ls) != (size_t)*n) {
+    const json_t *lt = json_object_get(body, "lock_tokens");
+    if (!json_is_object(ls) || json_object_size(ls) != (size_t)rel->n) {
         snprintf(err, errcap,
                  "field 'lock_seqs' must be an object with the lock_seq of each key");
         return -1;
     }
-    for (int i = 0; i < *n; i++) {
-        const json_t *v = json_object_get(ls, names[i]);
+    for (int i = 0; i < rel->n; i++) {
+        const json_t *v = json_object_get(ls, rel->names[i]);
         if (!json_is_integer(v) || json_integer_value(v) < 1 ||
             json_integer_value(v) > SD_SEQ_MAX) {
-            snprintf(err, errcap, "lock_seqs['%s'] must be a lock_seq (1-2^53)", names[i]);
+            snprintf(err, errcap, "lock_seqs['%s'] must be a lock_seq (1-2^53)", rel->names[i]);
             return -1;
         }
-        seqs[i] = json_integer_value(v);
+        rel->seqs[i] = json_integer_value(v);
+    }
+    if (!json_is_object(lt) || json_object_size(lt) != (size_t)rel->n) {
+        *code = lt ? "bad_lock_token" : "missing_lock_token";
+        snprintf(err, errcap,
+                 "field 'lock_tokens' must be an object with the lock_token of each key's grant");
+        return -1;
+    }
+    for (int i = 0; i < rel->n; i++) {
+        rel->tokens[i] = json_string_value(json_object_get(lt, rel->names[i]));
+        if (!sd_lock_token_valid(rel->tokens[i])) {
+            *code = "bad_lock_token";
+            snprintf(err, errcap,
+                     "lock_tokens['%s'] must be the lock_token of the grant (%d hex characters)",
+                     rel->names[i], SD_LOCK_TOKEN_LEN);
+            return -1;
+        }
     }
     return 0;
 }
@@ -210,6 +264,14 @@ int sd_lock_acquire(const sd_lock_req_t *a, redisReply **out)
     sd_argv_add(&av, a->steal_cluster);
     sd_argv_addf(&av, "%lld", (long long)a->steal_older_ms);
     sd_argv_add(&av, sd_store_prefix());
+    for (int i = 0; i < a->n; i++) {
+        char token[SD_LOCK_TOKEN_LEN + 1];
+        if (sd_random_hex(token, SD_LOCK_TOKEN_BYTES)) {
+            sd_argv_free(&av);
+            return SD_STORE_ERROR;
+        }
+        sd_argv_addf(&av, "%s", token);
+    }
     return sd_store_run("lock_acquire", a->n + 1, &av, out);
 }
 
@@ -232,20 +294,21 @@ int sd_lock_wait_replicas(long long *got)
     return SD_STORE_OK;
 }
 
-int sd_lock_release(const char *holder, const char **names, const int64_t *seqs, int n,
-                    redisReply **out)
+int sd_lock_release(const sd_lock_rel_t *rel, redisReply **out)
 {
     char key[SD_NAME_MAX + 96];
     sd_argv_t av;
     sd_argv_init(&av);
-    for (int i = 0; i < n; i++)
-        sd_argv_addf(&av, "%s", sd_lock_key(key, sizeof key, names[i]));
-    sd_argv_addf(&av, "%s", holder_key(key, sizeof key, holder));
-    sd_argv_add(&av, holder);
+    for (int i = 0; i < rel->n; i++)
+        sd_argv_addf(&av, "%s", sd_lock_key(key, sizeof key, rel->names[i]));
+    sd_argv_addf(&av, "%s", holder_key(key, sizeof key, rel->holder));
+    sd_argv_add(&av, rel->holder);
     sd_argv_addf(&av, "%lld", (long long)sd_locks_cfg.retain_s * 1000);
-    for (int i = 0; i < n; i++)
-        sd_argv_addf(&av, "%lld", (long long)seqs[i]);
-    return sd_store_run("lock_release", n + 1, &av, out);
+    for (int i = 0; i < rel->n; i++)
+        sd_argv_addf(&av, "%lld", (long long)rel->seqs[i]);
+    for (int i = 0; i < rel->n; i++)
+        sd_argv_add(&av, rel->tokens[i]);
+    return sd_store_run("lock_release", rel->n + 1, &av, out);
 }
 
 /* Starts av for a script on one lock: KEYS[1] is the lock record of name. */
@@ -266,8 +329,8 @@ int sd_lock_force(const char *name, redisReply **out)
     return sd_store_run("lock_force", 1, &av, out);
 }
 
-int sd_lock_renew(const char *name, const char *holder, int64_t seq, int64_t ttl_ms,
-                  redisReply **out)
+int sd_lock_renew(const char *name, const char *holder, int64_t seq, const char *token,
+                  int64_t ttl_ms, redisReply **out)
 {
     sd_argv_t av;
     lock_argv(&av, name);
@@ -275,6 +338,7 @@ int sd_lock_renew(const char *name, const char *holder, int64_t seq, int64_t ttl
     sd_argv_addf(&av, "%lld", (long long)seq);
     sd_argv_addf(&av, "%lld", (long long)ttl_ms);
     sd_argv_addf(&av, "%lld", (long long)sd_locks_cfg.retain_s * 1000);
+    sd_argv_add(&av, token);
     return sd_store_run("lock_renew", 1, &av, out);
 }
 

@@ -37,10 +37,20 @@ typedef struct {
  * or "bad_name") in *code and a message naming the field in err. */
 int sd_lock_req_parse(const json_t *body, int many, sd_lock_req_t *a, const char **code,
                       char *err, size_t errcap);
-/* Validates a POST /v1/locks/release body {holder, keys, lock_seqs:{key: n}} into holder,
- * names[], seqs[] and n (arrays of SD_LOCKS_MAX_KEYS). Same error convention. */
-int sd_lock_release_parse(const json_t *body, const char **holder, const char **names,
-                          int64_t *seqs, int *n, const char **code, char *err, size_t errcap);
+/* A release: the holder and, per key, the grant it presents (lock_seq and lock_token). The
+ * strings point into the request. */
+typedef struct {
+    const char *holder;
+    const char *names[SD_LOCKS_MAX_KEYS];
+    int64_t seqs[SD_LOCKS_MAX_KEYS];
+    const char *tokens[SD_LOCKS_MAX_KEYS];
+    int n;
+} sd_lock_rel_t;
+
+/* Validates a POST /v1/locks/release body {holder, keys, lock_seqs:{key: n},
+ * lock_tokens:{key: token}} into rel. Same error convention. */
+int sd_lock_release_parse(const json_t *body, sd_lock_rel_t *rel, const char **code, char *err,
+                          size_t errcap);
 
 /* The "locks" section of serverdir's --config. */
 typedef struct {
@@ -64,14 +74,14 @@ void sd_locks_log_config(void);
 /* ---- script calls: each returns a SD_STORE_* code and on success *out, a reply the
  * caller frees with freeReplyObject (the reply shapes are in each script's header) ---- */
 
-/* lock_acquire.lua once for a's keys. */
+/* lock_acquire.lua once for a's keys, with a fresh lock_token drawn for each key. */
 int sd_lock_acquire(const sd_lock_req_t *a, redisReply **out);
-/* lock_release.lua: release names[i] at lock_seq seqs[i] for holder. */
-int sd_lock_release(const char *holder, const char **names, const int64_t *seqs, int n,
-                    redisReply **out);
-/* lock_renew.lua: renew name for holder at seq, for ttl_ms (0: the last lease's length). */
-int sd_lock_renew(const char *name, const char *holder, int64_t seq, int64_t ttl_ms,
-                  redisReply **out);
+/* lock_release.lua: release each key of rel with the grant presented for it. */
+int sd_lock_release(const sd_lock_rel_t *rel, redisReply **out);
+/* lock_renew.lua: renew name for holder with the grant (seq, token), for ttl_ms (0: the
+ * last lease's length). */
+int sd_lock_renew(const char *name, const char *holder, int64_t seq, const char *token,
+                  int64_t ttl_ms, redisReply **out);
 /* lock_get.lua: the record of name. */
 int sd_lock_get(const char *name, redisReply **out);
 /* lock_force.lua: forced unlock of name, starting the lock-delay. */
@@ -98,9 +108,20 @@ typedef void (*sd_lock_finish_fn)(const sd_lock_req_t *a, int many, redisReply *
 void sd_lock_park(const sd_lock_req_t *a, int many, int64_t start_ms, sd_req_t *req,
                   sd_resp_t *resp, sd_lock_finish_fn finish);
 
+/* Fields per granted key in an ok reply of lock_acquire.lua (after status and now). */
+#define SD_LOCK_GRANT_FIELDS 7
+
 /* Parses a Lock-Seq or Blob-Seq header value: decimal digits only, 1..SD_SEQ_MAX.
  * Returns 0, or -1 when the value is garbled or out of range. */
 int sd_seq_parse(const char *s, int64_t *out);
+
+/* Answers 409 fenced for a grant of name that is no longer current (op: "save", "read",
+ * "renew" or "release", the metric's label): it says nothing else, neither the current
+ * lock_seq nor the holder. */
+void sd_lock_fenced(sd_resp_t *resp, const char *op, const char *name);
+/* Reads the Lock-Token header into *token. Returns 0, or -1 after answering 400
+ * missing_lock_token / bad_lock_token. */
+int sd_lock_token_header(const sd_req_t *req, sd_resp_t *resp, const char **token);
 
 /* "<prefix>lock:<name>" and "<prefix>blob:<name>" into buf. */
 const char *sd_lock_key(char *buf, size_t cap, const char *name);

@@ -2,7 +2,8 @@
  * POST /v1/locks/acquire (sd_lock_req_parse) and POST /v1/locks/release
  * (sd_lock_release_parse). Properties: an accepted request has a holder and 1 to
  * SD_LOCKS_MAX_KEYS valid, distinct names (acquire many / release) with release seqs
- * >= 1; a refusal gives an error code and a message. */
+ * 1..2^53 and a well-formed lock_token per key; a refusal gives an error code and a
+ * message. */
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -45,14 +46,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             __builtin_trap();
         }
     }
-    const char *holder = NULL, *names[SD_LOCKS_MAX_KEYS], *code = NULL;
-    int64_t seqs[SD_LOCKS_MAX_KEYS];
-    int n = 0;
+    sd_lock_rel_t rel;
+    memset(&rel, 0, sizeof rel);
+    const char *code = NULL;
     err[0] = '\0';
-    if (sd_lock_release_parse(body, &holder, names, seqs, &n, &code, err, sizeof err) == 0) {
-        if (!holder || !*holder)
+    if (sd_lock_release_parse(body, &rel, &code, err, sizeof err) == 0) {
+        if (!rel.holder || !*rel.holder)
             __builtin_trap();
-        check_names(names, n);
+        check_names(rel.names, rel.n);
+        for (int i = 0; i < rel.n; i++)
+            if (rel.seqs[i] < 1 || rel.seqs[i] > SD_SEQ_MAX || !sd_lock_token_valid(rel.tokens[i]))
+                __builtin_trap();
     } else if (!code || !err[0]) {
         __builtin_trap();
     }

@@ -424,6 +424,7 @@ const char *h_tokens_file(void)
                             "ops " H_TOK_OPS "\n"
                             "bigbrother " H_TOK_BB "\n"
                             "game " H_TOK_GAME "\n"
+                            "game " H_TOK_GAME2 "\n"
                             "viewer " H_TOK_VIEWER "\n",
                             0600);
     return path;

@@ -99,6 +99,7 @@ const char *h_tokens_file(void);
 #define H_TOK_OPS "ops-token-0123456789"
 #define H_TOK_BB "bigbrother-token-0123456789"
 #define H_TOK_GAME "game-token-0123456789"
+#define H_TOK_GAME2 "game-token-second-0123456789" /* another game server's token */
 #define H_TOK_VIEWER "viewer-token-0123456789"
 
 typedef struct {

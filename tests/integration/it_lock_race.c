@@ -102,7 +102,7 @@ static void *client_main(void *arg)
             void *data;
             size_t len;
             int64_t bseq = 0;
-            rc = sdc_blob_get(cl, keys[k], l.lock_seq, &data, &len, &bseq, &err);
+            rc = sdc_blob_get(cl, keys[k], &l, &data, &len, &bseq, &err);
             if (rc == SDC_OK)
                 free(data);
             else if (rc == SDC_E_HTTP && err.status == 404)
@@ -116,7 +116,7 @@ static void *client_main(void *arg)
                              (long long)l.lock_seq, (long long)bseq + 1);
             ev_t s = {.kind = EV_SAVE, .key = k, .lock_seq = l.lock_seq, .blob_seq = bseq + 1,
                       .t0 = now_us()};
-            rc = sdc_blob_put(cl, keys[k], l.lock_seq, bseq + 1, body, (size_t)n, &err);
+            rc = sdc_blob_put(cl, &l, bseq + 1, body, (size_t)n, &err);
             s.t1 = now_us();
             if (rc == SDC_OK) {
                 add(c, s);
@@ -129,7 +129,7 @@ static void *client_main(void *arg)
             }
         }
         ev_t r = {.kind = EV_RELEASE, .key = k, .lock_seq = l.lock_seq, .t0 = now_us()};
-        rc = sdc_lock_release(cl, keys[k], holder, l.lock_seq, &err);
+        rc = sdc_lock_release(cl, &l, holder, &err);
         r.t1 = now_us();
         r.ok = rc == SDC_OK;
         if (rc != SDC_OK && !(rc == SDC_E_HTTP && err.status == 409))
@@ -264,7 +264,7 @@ static void race_checker(void **state)
         size_t len;
         int64_t bseq;
         sdc_err_t err;
-        assert_int_equal(sdc_blob_get(cl, keys[k], 0, &data, &len, &bseq, &err), SDC_OK);
+        assert_int_equal(sdc_blob_get(cl, keys[k], NULL, &data, &len, &bseq, &err), SDC_OK);
         assert_int_equal(bseq, saves[ns - 1]->blob_seq);
         char want[64];
         snprintf(want, sizeof want, "seq=%lld blob=%lld", (long long)saves[ns - 1]->lock_seq,

@@ -48,11 +48,30 @@ static int teardown(void **state)
 
 /* ---- small helpers ---- */
 
+/* "Lock-Token: <token>" that call() sends with every request while it is set: the test
+ * plays the holder, which keeps the lock_token of its grant (use_grant). */
+static char lock_tok_hdr[96];
+
 static long call(const h_serverdir_t *s, const char *method, const char *token, const char *body,
                  h_resp_t *r, const char *path)
 {
-    assert_int_equal(h_http_json(method, s->url, token, body, r, "%s", path), 0);
+    char url[1024];
+    snprintf(url, sizeof url, "%s%s", s->url, path);
+    const char *hdrs[] = {lock_tok_hdr[0] ? lock_tok_hdr : NULL, NULL};
+    assert_int_equal(h_http(method, url, token, NULL, body, body ? strlen(body) : 0, hdrs, r), 0);
     return r->status;
+}
+
+/* The lock_token of key's current grant, read from Redis (the test stands in for the
+ * holder that received it), into buf and into call()'s Lock-Token header. */
+static const char *use_grant(const char *key, char *buf, size_t cap)
+{
+    redisReply *rr = h_redis(&redis, "HGET sd:lock:%s token", key);
+    snprintf(buf, cap, "%s", rr && rr->type == REDIS_REPLY_STRING ? rr->str : "");
+    freeReplyObject(rr);
+    assert_int_equal(strlen(buf), 32);
+    snprintf(lock_tok_hdr, sizeof lock_tok_hdr, "Lock-Token: %s", buf);
+    return buf;
 }
 
 /* The same, retrying a 503 store_unavailable (bounded): after a Redis restart each
@@ -92,6 +111,24 @@ static const char *jstr(const h_resp_t *r, const char *field, char *buf, size_t 
     return buf;
 }
 
+/* The grants acquire() received: the lock_token of each (key, lock_seq), as a holder
+ * keeps it. */
+static struct {
+    char key[64];
+    json_int_t seq;
+    char token[33];
+} book[256];
+static int nbook;
+
+/* The lock_token acquire() received with (key, seq); 32 zeros when none. */
+static const char *book_token(const char *key, json_int_t seq)
+{
+    for (int i = nbook - 1; i >= 0; i--)
+        if (book[i].seq == seq && !strcmp(book[i].key, key))
+            return book[i].token;
+    return "00000000000000000000000000000000";
+}
+
 /* Acquires key for holder through s and returns the lock_seq (fails the test on refusal). */
 static json_int_t acquire(const h_serverdir_t *s, const char *key, const char *holder,
                           const char *opts)
@@ -105,17 +142,28 @@ static json_int_t acquire(const h_serverdir_t *s, const char *key, const char *h
     assert_int_equal(r.status, 200);
     json_int_t seq = jget(&r, "lock_seq");
     assert_true(seq > 0);
+    if (nbook < (int)(sizeof book / sizeof book[0])) {
+        snprintf(book[nbook].key, sizeof book[nbook].key, "%s", key);
+        book[nbook].seq = seq;
+        char tok[64];
+        snprintf(book[nbook].token, sizeof book[nbook].token, "%s",
+                 jstr(&r, "lock_token", tok, sizeof tok));
+        assert_int_equal(strlen(book[nbook].token), 32);
+        nbook++;
+    }
     h_resp_free(&r);
     return seq;
 }
 
 static void release(const char *key, const char *holder, json_int_t seq)
 {
-    char path[256];
+    char path[256], tok[64];
     snprintf(path, sizeof path, "/v1/locks/%s?holder=%s&lock_seq=%lld", key, holder, (long long)seq);
+    use_grant(key, tok, sizeof tok);
     h_resp_t r;
     assert_int_equal(call_retry(&sd, "DELETE", H_TOK_GAME, NULL, &r, path), 200);
     h_resp_free(&r);
+    lock_tok_hdr[0] = '\0';
 }
 
 /* Sends a request that must be refused with status/code and change nothing in Redis. */
@@ -158,16 +206,25 @@ static void grant_reacquire_conflict_release(void **state)
     h_resp_free(&r);
 
     /* Release by a non-holder, with a stale lock_seq: distinct errors, nothing changed. */
-    char path[128];
+    char path[128], tok[64];
+    use_grant("p-basic", tok, sizeof tok);
     snprintf(path, sizeof path, "/v1/locks/p-basic?holder=B&lock_seq=%lld", (long long)s1);
     refused(&sd, "DELETE", H_TOK_GAME, NULL, path, 409, "not_holder");
     snprintf(path, sizeof path, "/v1/locks/p-basic?holder=A&lock_seq=%lld", (long long)s1 - 1);
     refused(&sd, "DELETE", H_TOK_GAME, NULL, path, 409, "stale_lock_seq");
 
+    /* Without the grant's lock_token: 400; with another: 409 fenced. */
+    lock_tok_hdr[0] = '\0';
+    snprintf(path, sizeof path, "/v1/locks/p-basic?holder=A&lock_seq=%lld", (long long)s1);
+    refused(&sd, "DELETE", H_TOK_GAME, NULL, path, 400, "missing_lock_token");
+    snprintf(lock_tok_hdr, sizeof lock_tok_hdr, "Lock-Token: %032d", 7);
+    refused(&sd, "DELETE", H_TOK_GAME, NULL, path, 409, "fenced");
+
     release("p-basic", "A", s1);
     /* Released: a second release is not_holder, and B gets a higher lock_seq. */
-    snprintf(path, sizeof path, "/v1/locks/p-basic?holder=A&lock_seq=%lld", (long long)s1);
+    snprintf(lock_tok_hdr, sizeof lock_tok_hdr, "Lock-Token: %s", tok);
     refused(&sd, "DELETE", H_TOK_GAME, NULL, path, 409, "not_holder");
+    lock_tok_hdr[0] = '\0';
     json_int_t s2 = acquire(&sd, "p-basic", "B", NULL);
     assert_true(s2 > s1);
     release("p-basic", "B", s2);
@@ -238,6 +295,12 @@ static void many_keys_all_or_nothing(void **state)
     assert_int_equal(sdc_lock_release_many(c, bad, 3, "A", &err), SDC_E_HTTP);
     assert_string_equal(err.code, "stale_lock_seq");
     sdc_err_clear(&err);
+    /* ... and so does one whose lock_token is not the grant's. */
+    memcpy(bad, got, sizeof bad);
+    bad[1].lock_token[0] = bad[1].lock_token[0] == 'a' ? 'b' : 'a';
+    assert_int_equal(sdc_lock_release_many(c, bad, 3, "A", &err), SDC_E_HTTP);
+    assert_string_equal(err.code, "fenced");
+    sdc_err_clear(&err);
     h_redis_digest(&redis, after);
     assert_string_equal(before, after);
     assert_int_equal(sdc_lock_release_many(c, got, 3, "A", &err), SDC_OK);
@@ -293,11 +356,14 @@ static void bad_input_is_refused_specifically(void **state)
 static void renew_extends_lease_holder_only(void **state)
 {
     json_int_t s = acquire(&sd, "p-renew", "A", "\"ttl_ms\":400");
-    char body[128];
+    char body[192], tok[64];
+    use_grant("p-renew", tok, sizeof tok);
+    lock_tok_hdr[0] = '\0';
     h_resp_t r;
     for (int i = 0; i < 3; i++) {
         h_sleep_ms(250); /* renewals paced inside the TTL: the time is what is tested */
-        snprintf(body, sizeof body, "{\"holder\":\"A\",\"lock_seq\":%lld}", (long long)s);
+        snprintf(body, sizeof body, "{\"holder\":\"A\",\"lock_seq\":%lld,\"lock_token\":\"%s\"}",
+                 (long long)s, tok);
         assert_int_equal(call(&sd, "POST", H_TOK_GAME, body, &r, "/v1/locks/p-renew/renew"), 200);
         assert_true(jget(&r, "expires_in_ms") > 300);
         h_resp_free(&r);
@@ -307,19 +373,28 @@ static void renew_extends_lease_holder_only(void **state)
     assert_non_null(strstr(r.body, "\"holder\":\"A\""));
     h_resp_free(&r);
 
-    snprintf(body, sizeof body, "{\"holder\":\"B\",\"lock_seq\":%lld}", (long long)s);
+    snprintf(body, sizeof body, "{\"holder\":\"B\",\"lock_seq\":%lld,\"lock_token\":\"%s\"}",
+             (long long)s, tok);
     refused(&sd, "POST", H_TOK_GAME, body, "/v1/locks/p-renew/renew", 409, "not_holder");
-    snprintf(body, sizeof body, "{\"holder\":\"A\",\"lock_seq\":%lld}", (long long)s + 1);
+    snprintf(body, sizeof body, "{\"holder\":\"A\",\"lock_seq\":%lld,\"lock_token\":\"%s\"}",
+             (long long)s + 1, tok);
     refused(&sd, "POST", H_TOK_GAME, body, "/v1/locks/p-renew/renew", 409, "stale_lock_seq");
+    snprintf(body, sizeof body, "{\"holder\":\"A\",\"lock_seq\":%lld}", (long long)s);
+    refused(&sd, "POST", H_TOK_GAME, body, "/v1/locks/p-renew/renew", 400, "missing_lock_token");
+    snprintf(body, sizeof body, "{\"holder\":\"A\",\"lock_seq\":%lld,\"lock_token\":\"%032d\"}",
+             (long long)s, 9);
+    refused(&sd, "POST", H_TOK_GAME, body, "/v1/locks/p-renew/renew", 409, "fenced");
 
     /* A longer lease by renew, through libsdclient; then it runs out. */
     sdc_t *c = sdc_new(sd.url, H_TOK_GAME, 5000);
     sdc_err_t err;
     int64_t exp = 0;
-    assert_int_equal(sdc_lock_renew(c, "p-renew", "A", s, 150, &exp, &err), SDC_OK);
+    sdc_lock_t g = {.key = "p-renew", .lock_seq = s};
+    memcpy(g.lock_token, tok, sizeof g.lock_token - 1);
+    assert_int_equal(sdc_lock_renew(c, &g, "A", 150, &exp, &err), SDC_OK);
     assert_true(exp > 100 && exp <= 150);
     h_sleep_ms(250); /* past the renewed TTL: the expiry is what is tested */
-    assert_int_equal(sdc_lock_renew(c, "p-renew", "A", s, 0, &exp, &err), SDC_E_HTTP);
+    assert_int_equal(sdc_lock_renew(c, &g, "A", 0, &exp, &err), SDC_E_HTTP);
     assert_string_equal(err.code, "not_holder");
     sdc_err_clear(&err);
     sdc_free(c);
@@ -444,7 +519,9 @@ static void steal_from_stopped_or_old_holder(void **state)
     h_resp_free(&r);
     char path[128];
     snprintf(path, sizeof path, "/v1/locks/p-steal?holder=zone-m1-1&lock_seq=%lld", (long long)s);
+    snprintf(lock_tok_hdr, sizeof lock_tok_hdr, "Lock-Token: %032d", 1);
     refused(&sd, "DELETE", H_TOK_GAME, NULL, path, 409, "not_holder");
+    lock_tok_hdr[0] = '\0';
 
     /* Age-based: not old enough yet, then old enough. */
     const char *young = "{\"holder\":\"X\",\"steal_if_older_than_ms\":60000}";
@@ -634,11 +711,12 @@ static void inspect_list_and_sdctl(void **state)
 static int save(const char *key, json_int_t lock_seq, json_int_t blob_seq, const char *data,
                 h_resp_t *r)
 {
-    char url[256], h1[64], h2[64];
+    char url[256], h1[64], h2[64], h3[64];
     snprintf(url, sizeof url, "%s/v1/blobs/%s", sd.url, key);
     snprintf(h1, sizeof h1, "Lock-Seq: %lld", (long long)lock_seq);
     snprintf(h2, sizeof h2, "Blob-Seq: %lld", (long long)blob_seq);
-    const char *hdrs[] = {h1, h2, NULL};
+    snprintf(h3, sizeof h3, "Lock-Token: %s", book_token(key, lock_seq));
+    const char *hdrs[] = {h1, h2, h3, NULL};
     /* After a Redis restart each worker's first command may find its connection dead and
      * answer 503 (retry later): retry those, bounded. */
     for (int i = 0; i < 50; i++) {
@@ -754,9 +832,10 @@ static void lock_seq_survives_failover_to_a_stale_replica(void **state)
     h_redis_digest(&replica, before);
     char url[256];
     snprintf(url, sizeof url, "%s/v1/blobs/p-failover", sd2.url);
-    char h1[64];
+    char h1[64], h3[64];
     snprintf(h1, sizeof h1, "Lock-Seq: %lld", (long long)s2);
-    const char *hdrs[] = {h1, "Blob-Seq: 2", NULL};
+    snprintf(h3, sizeof h3, "Lock-Token: %s", book_token("p-failover", s2));
+    const char *hdrs[] = {h1, "Blob-Seq: 2", h3, NULL};
     assert_int_equal(h_http("PUT", url, H_TOK_GAME, "application/octet-stream", "B2", 2, hdrs, &r), 0);
     assert_int_equal(r.status, 409);
     assert_string_equal(h_err_code(&r), "fenced");

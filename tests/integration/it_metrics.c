@@ -434,7 +434,8 @@ static void fenced_save(void)
 {
     char url[256];
     snprintf(url, sizeof url, "%s/v1/blobs/metrics-key", sd.url);
-    const char *hdrs[] = {"Lock-Seq: 999999", "Blob-Seq: 1", NULL};
+    const char *hdrs[] = {"Lock-Seq: 999999", "Lock-Token: 0123456789abcdef0123456789abcdef",
+                          "Blob-Seq: 1", NULL};
     h_resp_t r;
     assert_int_equal(h_http("PUT", url, H_TOK_GAME, "application/octet-stream", "data", 4, hdrs, &r), 0);
     assert_int_equal(r.status, 409);

@@ -142,40 +142,73 @@ static void acquire_bodies(void **state)
     }
 }
 
+#define TOK_A "\"0123456789abcdef0123456789abcdef\""
+#define TOK_B "\"fedcba9876543210fedcba9876543210\""
+
 static void release_bodies(void **state)
 {
-    const char *holder, *names[SD_LOCKS_MAX_KEYS], *code;
-    int64_t seqs[SD_LOCKS_MAX_KEYS];
-    int n;
+    sd_lock_rel_t rel;
+    const char *code;
     char err[256];
     json_t *j = json_loads("{\"holder\":\"h\",\"keys\":[\"a\",\"b\"],"
-                           "\"lock_seqs\":{\"b\":9007199254740992,\"a\":17}}", 0, NULL);
-    assert_int_equal(sd_lock_release_parse(j, &holder, names, seqs, &n, &code, err, sizeof err), 0);
-    assert_int_equal(n, 2);
-    assert_int_equal(seqs[0], 17);
-    assert_int_equal(seqs[1], SD_SEQ_MAX);
+                           "\"lock_seqs\":{\"b\":9007199254740992,\"a\":17},"
+                           "\"lock_tokens\":{\"b\":" TOK_B ",\"a\":" TOK_A "}}",
+                           0, NULL);
+    assert_int_equal(sd_lock_release_parse(j, &rel, &code, err, sizeof err), 0);
+    assert_int_equal(rel.n, 2);
+    assert_string_equal(rel.holder, "h");
+    assert_int_equal(rel.seqs[0], 17);
+    assert_int_equal(rel.seqs[1], SD_SEQ_MAX);
+    assert_string_equal(rel.tokens[0], "0123456789abcdef0123456789abcdef");
+    assert_string_equal(rel.tokens[1], "fedcba9876543210fedcba9876543210");
     json_decref(j);
 
-    const char *bad[] = {
-        "{\"holder\":\"h\",\"keys\":[\"a\"]}",
-        "{\"holder\":\"h\",\"keys\":[\"a\"],\"lock_seqs\":[1]}",
-        "{\"holder\":\"h\",\"keys\":[\"a\"],\"lock_seqs\":{\"b\":1}}",
-        "{\"holder\":\"h\",\"keys\":[\"a\"],\"lock_seqs\":{\"a\":1,\"b\":2}}",
-        "{\"holder\":\"h\",\"keys\":[\"a\"],\"lock_seqs\":{\"a\":0}}",
-        "{\"holder\":\"h\",\"keys\":[\"a\"],\"lock_seqs\":{\"a\":\"1\"}}",
-        "{\"holder\":\"h\",\"keys\":[\"a\"],\"lock_seqs\":{\"a\":9007199254740993}}",
-        "{\"keys\":[\"a\"],\"lock_seqs\":{\"a\":1}}",
-        "{\"holder\":\"h\",\"keys\":[\"a\"],\"lock_seqs\":{\"a\":1},\"force\":true}",
+    static const struct {
+        const char *body, *code;
+    } bad[] = {
+        {"{\"holder\":\"h\",\"keys\":[\"a\"]}", "bad_field"},
+        {"{\"holder\":\"h\",\"keys\":[\"a\"],\"lock_seqs\":[1]}", "bad_field"},
+        {"{\"holder\":\"h\",\"keys\":[\"a\"],\"lock_seqs\":{\"b\":1}}", "bad_field"},
+        {"{\"holder\":\"h\",\"keys\":[\"a\"],\"lock_seqs\":{\"a\":1,\"b\":2}}", "bad_field"},
+        {"{\"holder\":\"h\",\"keys\":[\"a\"],\"lock_seqs\":{\"a\":0},\"lock_tokens\":{\"a\":" TOK_A
+         "}}", "bad_field"},
+        {"{\"holder\":\"h\",\"keys\":[\"a\"],\"lock_seqs\":{\"a\":\"1\"},\"lock_tokens\":{\"a\":" TOK_A
+         "}}", "bad_field"},
+        {"{\"holder\":\"h\",\"keys\":[\"a\"],\"lock_seqs\":{\"a\":9007199254740993},"
+         "\"lock_tokens\":{\"a\":" TOK_A "}}", "bad_field"},
+        {"{\"keys\":[\"a\"],\"lock_seqs\":{\"a\":1},\"lock_tokens\":{\"a\":" TOK_A "}}",
+         "bad_field"},
+        {"{\"holder\":\"h\",\"keys\":[\"a\"],\"lock_seqs\":{\"a\":1},\"force\":true}", "bad_field"},
+        /* the grant's secret is required, whole and well formed */
+        {"{\"holder\":\"h\",\"keys\":[\"a\"],\"lock_seqs\":{\"a\":1}}", "missing_lock_token"},
+        {"{\"holder\":\"h\",\"keys\":[\"a\"],\"lock_seqs\":{\"a\":1},\"lock_tokens\":{\"b\":" TOK_A
+         "}}", "bad_lock_token"},
+        {"{\"holder\":\"h\",\"keys\":[\"a\"],\"lock_seqs\":{\"a\":1},\"lock_tokens\":{\"a\":"
+         "\"0123456789ABCDEF0123456789abcdef\"}}", "bad_lock_token"},
+        {"{\"holder\":\"h\",\"keys\":[\"a\"],\"lock_seqs\":{\"a\":1},\"lock_tokens\":{\"a\":"
+         "\"0123456789abcdef0123456789abcde\"}}", "bad_lock_token"},
+        {"{\"holder\":\"h\",\"keys\":[\"a\"],\"lock_seqs\":{\"a\":1},\"lock_tokens\":{\"a\":17}}",
+         "bad_lock_token"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        j = json_loads(bad[i], 0, NULL);
+        j = json_loads(bad[i].body, 0, NULL);
         assert_non_null(j);
         err[0] = '\0';
-        assert_int_equal(sd_lock_release_parse(j, &holder, names, seqs, &n, &code, err, sizeof err), -1);
-        assert_string_equal(code, "bad_field");
+        assert_int_equal(sd_lock_release_parse(j, &rel, &code, err, sizeof err), -1);
+        assert_string_equal(code, bad[i].code);
         assert_true(err[0] != '\0');
         json_decref(j);
     }
+}
+
+static void lock_tokens(void **state)
+{
+    assert_true(sd_lock_token_valid("0123456789abcdef0123456789abcdef"));
+    assert_false(sd_lock_token_valid(NULL));
+    assert_false(sd_lock_token_valid(""));
+    assert_false(sd_lock_token_valid("0123456789abcdef0123456789abcdef0"));
+    assert_false(sd_lock_token_valid("0123456789abcdef0123456789abcdeg"));
+    assert_false(sd_lock_token_valid("0123456789abcdef0123456789abcdeF"));
 }
 
 int main(void)
@@ -185,6 +218,7 @@ int main(void)
         cmocka_unit_test(config_section),
         cmocka_unit_test(acquire_bodies),
         cmocka_unit_test(release_bodies),
+        cmocka_unit_test(lock_tokens),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,17 +1,23 @@
 -- Save a blob, fenced (docs/locks.md). KEYS[1]: <prefix>blob:<name>; KEYS[2]: its lock
--- record. ARGV: lock_seq, blob_seq, data.
--- Accepted only if lock_seq is the key's current lock_seq (held, lease not run out) and
--- blob_seq is greater than the stored one; otherwise nothing changes.
--- Returns {'ok', previous blob_seq}, {'fenced', current lock_seq} or {'stale_seq', stored}.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local l = redis.call('HMGET', KEYS[2], 'holder', 'seq', 'expires')
-local cur_seq = '0'
+-- record. ARGV: lock_seq, lock_token, blob_seq, data, holder prefix ('' for any holder).
+-- Accepted only if lock_seq and lock_token are those of the key's current grant (held,
+-- lease not run out), its holder starts with the holder prefix, and blob_seq is greater
+-- than the stored one by at most SD.BLOB_SEQ_STEP_MAX; otherwise nothing changes.
+-- Returns {'ok', previous blob_seq}, {'fenced'}, {'not_yours'} (the holder prefix),
+-- {'stale_seq', stored} or {'seq_jump', stored}.
+local now = now_ms()
+local l = redis.call('HMGET', KEYS[2], 'holder', 'seq', 'expires', 'token')
+local holder = l[1] or ''
 local expires = tonumber(l[3]) or 0
-if l[1] and l[1] ~= '' and (expires == 0 or now < expires) then cur_seq = l[2] end
-if ARGV[1] ~= cur_seq then return {'fenced', cur_seq} end
+if holder == '' or (expires > 0 and now >= expires) or l[2] ~= ARGV[1] or
+   (l[4] or '') ~= ARGV[2] then
+    return {'fenced'}
+end
+if string.sub(holder, 1, #ARGV[5]) ~= ARGV[5] then return {'not_yours'} end
 local stored = redis.call('HGET', KEYS[1], 'seq') or '0'
-if tonumber(ARGV[2]) <= tonumber(stored) then return {'stale_seq', stored} end
-redis.call('HSET', KEYS[1], 'data', ARGV[3], 'seq', ARGV[2], 'lock_seq', ARGV[1],
+local want = tonumber(ARGV[3])
+if want <= tonumber(stored) then return {'stale_seq', stored} end
+if want - tonumber(stored) > SD.BLOB_SEQ_STEP_MAX then return {'seq_jump', stored} end
+redis.call('HSET', KEYS[1], 'data', ARGV[4], 'seq', ARGV[3], 'lock_seq', ARGV[1],
            'saved_ms', string.format('%d', now))
 return {'ok', stored}

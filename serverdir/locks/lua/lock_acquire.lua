@@ -1,12 +1,14 @@
 -- Acquire one or several locks for one holder, all or nothing (docs/locks.md).
 -- KEYS[1..n]: lock records <prefix>lock:<name>; KEYS[n+1]: the holder's index set.
 -- ARGV: holder, ttl_ms (0: no expiry), lock_delay_ms, retain_ms, steal_cluster ("": no),
---       steal_older_ms (0: no), prefix.
+--       steal_older_ms (0: no), prefix, then a fresh random lock_token per key (serverdir
+--       draws them): a new grant stores its key's; a holder acquiring again keeps the
+--       token it was granted (so every copy of one holder shares it).
 -- Related keys derived here (standalone Redis/Sentinel only): the blob record
 -- <prefix>blob:<name> (a floor for lock_seq), a previous holder's index set and the
 -- directory's process hash <prefix>{<cluster>}:proc:<holder>.
 -- Returns {'ok', now_ms, then per key: name, lock_seq, reacquired 0/1, stolen_from,
--- since_ms, expires_ms} or {'lock_held', name, holder, since_ms, expires_ms, now_ms} or
+-- since_ms, expires_ms, lock_token} or {'lock_held', name, holder, since_ms, expires_ms, now_ms} or
 -- {'lock_delayed', name, retry_after_ms}.
 local holder = ARGV[1]
 local ttl = tonumber(ARGV[2])
@@ -26,7 +28,8 @@ local function fmt(x) return string.format('%d', x) end
 local plan = {}
 for i = 1, n do
     local name = string.sub(KEYS[i], #lock_ns + 1)
-    local r = redis.call('HMGET', KEYS[i], 'holder', 'seq', 'since', 'expires', 'delay_until')
+    local r = redis.call('HMGET', KEYS[i], 'holder', 'seq', 'since', 'expires', 'delay_until',
+                         'token')
     local cur = r[1] or ''
     local seq = tonumber(r[2]) or 0
     local since = tonumber(r[3]) or 0
@@ -61,7 +64,7 @@ for i = 1, n do
     local b = redis.call('HMGET', prefix .. 'blob:' .. name, 'lock_seq', 'read_lock_seq')
     local floor = math.max(seq, tonumber(b[1]) or 0, tonumber(b[2]) or 0)
     plan[i] = {name = name, action = action, prev = prev, why = why, seq = seq, floor = floor,
-               since = since}
+               since = since, token = r[6] or ''}
 end
 
 local out = {'ok', fmt(now)}
@@ -72,9 +75,16 @@ for i = 1, n do
     local seq = p.seq
     local since = p.since
     local stolen = ''
+    local token = p.token
     if p.action == 'again' then
+        if token == '' then
+            -- A grant made before lock tokens existed: it gets one now.
+            token = ARGV[7 + i]
+            redis.call('HSET', KEYS[i], 'token', token)
+        end
         redis.call('HSET', KEYS[i], 'expires', fmt(expires), 'ttl', fmt(ttl))
     else
+        token = ARGV[7 + i]
         seq = math.max(p.floor + 1, now_us)
         since = now
         if p.prev ~= '' then
@@ -83,7 +93,7 @@ for i = 1, n do
         end
         redis.call('HSET', KEYS[i], 'holder', holder, 'seq', fmt(seq), 'since', fmt(now),
                    'expires', fmt(expires), 'ttl', fmt(ttl), 'delay_until', '0',
-                   'stolen_from', stolen, 'steal_reason', p.why)
+                   'stolen_from', stolen, 'steal_reason', p.why, 'token', token)
     end
     if expires > 0 then
         redis.call('PEXPIRE', KEYS[i], ttl + retain)
@@ -99,5 +109,6 @@ for i = 1, n do
     table.insert(out, stolen)
     table.insert(out, fmt(since))
     table.insert(out, fmt(expires))
+    table.insert(out, token)
 end
 return out

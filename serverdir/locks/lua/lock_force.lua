@@ -16,7 +16,7 @@ if cur ~= '' and expires > 0 and now >= expires then cur = '' end
 if cur == '' then return {'not_held'} end
 local delay_until = 0
 if delay > 0 then delay_until = now + delay end
-redis.call('HSET', KEYS[1], 'holder', '', 'since', '0', 'expires', '0',
+redis.call('HSET', KEYS[1], 'holder', '', 'since', '0', 'expires', '0', 'token', '',
            'delay_until', string.format('%d', delay_until),
            'released', string.format('%d', now))
 redis.call('PEXPIRE', KEYS[1], retain + delay)

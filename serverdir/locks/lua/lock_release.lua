@@ -1,10 +1,11 @@
 -- Release one or several locks of one holder, all or nothing (docs/locks.md).
 -- KEYS[1..n]: lock records; KEYS[n+1]: the holder's index set.
--- ARGV: holder, retain_ms, then the lock_seq the holder was granted for each key.
+-- ARGV: holder, retain_ms, then the lock_seq the holder was granted for each key, then
+-- the lock_token of each grant.
 -- A clean release never starts a lock-delay; it wakes one waiter through the key's
 -- notification list <record>#q.
 -- Returns {'ok', then per key: name, lock_seq} or {'not_holder', name, holder} or
--- {'stale_lock_seq', name}.
+-- {'stale_lock_seq', name} or {'fenced', name} (the lock_token is not the grant's).
 local holder = ARGV[1]
 local retain = tonumber(ARGV[2])
 local n = #KEYS - 1
@@ -15,17 +16,18 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 for i = 1, n do
     local name = string.sub(KEYS[i], #lock_ns + 1)
-    local r = redis.call('HMGET', KEYS[i], 'holder', 'seq', 'expires')
+    local r = redis.call('HMGET', KEYS[i], 'holder', 'seq', 'expires', 'token')
     local cur = r[1] or ''
     local expires = tonumber(r[3]) or 0
     if cur ~= '' and expires > 0 and now >= expires then cur = '' end
     if cur ~= holder then return {'not_holder', name, cur} end
     if r[2] ~= ARGV[2 + i] then return {'stale_lock_seq', name} end
+    if (r[4] or '') ~= ARGV[2 + n + i] then return {'fenced', name} end
 end
 local out = {'ok'}
 for i = 1, n do
     local name = string.sub(KEYS[i], #lock_ns + 1)
-    redis.call('HSET', KEYS[i], 'holder', '', 'since', '0', 'expires', '0',
+    redis.call('HSET', KEYS[i], 'holder', '', 'since', '0', 'expires', '0', 'token', '',
                'released', string.format('%d', now))
     redis.call('PEXPIRE', KEYS[i], retain)
     redis.call('SREM', KEYS[n + 1], name)

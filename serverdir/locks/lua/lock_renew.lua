@@ -1,19 +1,22 @@
--- Renew the lease of a lock by its holder with the current lock_seq (docs/locks.md).
+-- Renew the lease of a lock by its holder with the current lock_seq and the grant's
+-- lock_token (docs/locks.md).
 -- KEYS[1]: the lock record. ARGV: holder, lock_seq, ttl_ms (0: keep the granted ttl),
--- retain_ms.
--- Returns {'ok', lock_seq, expires_ms, now_ms} or {'not_holder', holder} or {'stale_lock_seq'}.
+-- retain_ms, lock_token.
+-- Returns {'ok', lock_seq, expires_ms, now_ms} or {'not_holder', holder} or
+-- {'stale_lock_seq'} or {'fenced'} (the lock_token is not the grant's).
 local holder = ARGV[1]
 local want_ttl = tonumber(ARGV[3])
 local retain = tonumber(ARGV[4])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
-local r = redis.call('HMGET', KEYS[1], 'holder', 'seq', 'expires', 'ttl')
+local r = redis.call('HMGET', KEYS[1], 'holder', 'seq', 'expires', 'ttl', 'token')
 local cur = r[1] or ''
 local expires = tonumber(r[3]) or 0
 if cur ~= '' and expires > 0 and now >= expires then cur = '' end
 if cur ~= holder then return {'not_holder', cur} end
 if r[2] ~= ARGV[2] then return {'stale_lock_seq'} end
+if (r[5] or '') ~= ARGV[5] then return {'fenced'} end
 local ttl = want_ttl
 if ttl == 0 then ttl = tonumber(r[4]) or 0 end
 if ttl > 0 then
