@@ -82,6 +82,7 @@ static const expect_t expected[] = {
     {"DELETE", "/v1/locks/{key}", GAME},
     {"GET", "/v1/blobs/{key}", GAME | VIEWER},
     {"PUT", "/v1/blobs/{key}", GAME},
+    {"DELETE", "/v1/blobs/{key}", OPS_ONLY},
 };
 #define NEXPECTED (sizeof expected / sizeof expected[0])
 
