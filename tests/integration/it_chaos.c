@@ -6,7 +6,13 @@
  * of gameprocs, kill -9 and restart of a bigbrother (same config and state dir; one time
  * in three it stays down past its machine lease, so its machine is declared lost), restart of
  * redis (SIGTERM, then again on the same port and dir), kill -9 and restart of a serverdir
- * copy. Then everything settles (bounded) and the invariants are checked and printed:
+ * copy, and the faults of hostile and buggy peers: a bigbrother killed with its state.json
+ * deleted, truncated or overwritten before its restart (it must find its instances by
+ * their identity, not start doubles), 200 agent-socket connections that never say HELLO
+ * held on a bigbrother while one of its instances restarts, and stale lock holders
+ * retrying their saves (the test's own, with every number it can read, and the gameprocs
+ * whose players a thief takes over). Then everything settles (bounded) and the
+ * invariants are checked and printed:
  *   desired    every desired instance is running and ready (directory and real processes)
  *   directory  every live record's pid runs and belongs to its bigbrother; every running
  *              instance is in the directory
@@ -16,7 +22,13 @@
  *              went down (sampled in Redis during the run)
  *   stops      every stopped event is explained by an injected fault: killed (signal 9)
  *              or gone at re-adoption for an instance the test killed, hung for one it
- *              froze, machine_lost / replaced on a machine whose bigbrother it killed
+ *              froze, machine_lost / replaced / orphaned on a machine whose bigbrother
+ *              it killed
+ *   processes  every gameproc carrying one of the bigbrothers' identities (BB_SUPERVISOR
+ *              in /proc/PID/environ) is an instance its bigbrother lists: no doubles, no
+ *              orphans left running unsupervised
+ *   stale      no save, renew or release by a stale holder was accepted, and the new
+ *              holder's data was intact after every stale retry
  * The test fails unless violations == 0. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -24,12 +36,16 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <glob.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -64,9 +80,22 @@ static struct {
     int64_t cont_at;
 } frozen[MAXFROZEN];
 static int nfrozen;
-static int faults, faults_by[5];
-static const char *const fault_names[5] = {"gameproc_kill", "gameproc_stop", "bigbrother_kill",
-                                           "redis_restart", "serverdir_kill"};
+#define NKINDS 8
+static int faults, faults_by[NKINDS];
+static const char *const fault_names[NKINDS] = {
+    "gameproc_kill", "gameproc_stop", "bigbrother_kill", "redis_restart",
+    "serverdir_kill", "state_damage", "agent_flood",     "stale_holder"};
+/* Weights of the kinds after the first NKINDS faults (they add up to 100). */
+static const int fault_weights[NKINDS] = {22, 14, 10, 11, 13, 10, 8, 12};
+
+/* agent_flood: connections to one bigbrother's agent socket that never say HELLO, held
+ * until the next fault. */
+#define FLOOD 200
+static int flood_fds[FLOOD], nflood, flood_refused;
+
+/* stale_holder figures. */
+static int stale_stories, stale_refused, stale_accepted, stale_incomplete, stale_thefts,
+    stale_overwritten;
 
 /* Blob samples: the highest Blob-Seq and save lock_seq seen per key, how many times one
  * went down (lock_seq grows per key, so a save accepted under an older grant after one
@@ -212,10 +241,12 @@ static __attribute__((noinline)) void bb_start(bbt_t *b)
 
 /* ---------- faults ---------- */
 
-/* A random live gameproc of the service (pid > 0 and running); 0 if none. */
-static pid_t pick_gameproc(char *instance, size_t cap)
+/* A random live gameproc of the service (pid > 0 and running) on bigbrother i (-1: a
+ * random one); 0 if none. */
+static pid_t pick_gameproc(int i, char *instance, size_t cap)
 {
-    int i = rnd_in(0, NBB - 1);
+    if (i < 0)
+        i = rnd_in(0, NBB - 1);
     json_t *st = bbt_ctl(&C.bb[i], "status"), *in;
     size_t k, n = 0;
     pid_t pids[64];
@@ -248,28 +279,269 @@ static void thaw_due(int64_t now)
     }
 }
 
-/* The first five faults are the five kinds in a seeded order, so every run exercises each
- * kind; then kinds are drawn with weights 30/20/15/15/20. */
+/* Kills bigbrother i and counts it. */
+static void bb_kill(int i)
+{
+    kill(C.bb[i].pid, SIGKILL);
+    h_stop(C.bb[i].pid, 2000);
+    bb_kills[i]++;
+}
+
+/* state_damage: bigbrother i dies, its state.json is deleted, cut in half or overwritten
+ * in the middle, and it restarts soon after. */
+static void state_damage(int i)
+{
+    bb_kill(i);
+    char path[400];
+    snprintf(path, sizeof path, "%s/state.json", C.bb[i].state);
+    int how = rnd_in(0, 2);
+    int fd = open(path, O_RDWR);
+    off_t size = fd >= 0 ? lseek(fd, 0, SEEK_END) : 0;
+    if (how == 0 || fd < 0) {
+        unlink(path);
+    } else if (how == 1) {
+        if (ftruncate(fd, size / 2))
+            print_message("chaos: cannot truncate %s\n", path);
+    } else {
+        static const char junk[] = "\x01{]\"\xff#";
+        if (pwrite(fd, junk, sizeof junk - 1, size / 2) < 0)
+            print_message("chaos: cannot damage %s\n", path);
+    }
+    if (fd >= 0)
+        close(fd);
+    pause_ms(rnd_in(50, 800));
+    bb_start(&C.bb[i]);
+}
+
+static void flood_release(void)
+{
+    for (int k = 0; k < nflood; k++)
+        close(flood_fds[k]);
+    nflood = 0;
+}
+
+/* agent_flood: FLOOD idle connections on bigbrother i's agent socket (SOCK_SEQPACKET),
+ * then one of its instances killed: its restart must register and become ready through
+ * the flood. */
+static void agent_flood(int i)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", C.bb[i].agent);
+    for (int k = 0; k < FLOOD; k++) {
+        int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0)
+            break;
+        if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+            if (!flood_refused)
+                print_message("chaos: agent_flood: connect %s: %s\n", sa.sun_path,
+                              strerror(errno));
+            flood_refused++;
+            close(fd);
+            continue;
+        }
+        flood_fds[nflood++] = fd;
+    }
+    char inst[128];
+    pid_t pid = pick_gameproc(i, inst, sizeof inst);
+    if (pid) {
+        json_object_set_new(hit, inst, json_string("kill"));
+        kill(pid, SIGKILL);
+    }
+}
+
+/* One request as `token` with up to two extra headers to the haproxy front; the status
+ * (0 when it could not be sent), the JSON answer in *out when out is not NULL. */
+static long stale_call(const char *method, const char *path, const char *token,
+                       const char *h1, const char *h2, const char *body, size_t len,
+                       json_t **out)
+{
+    char url[512];
+    snprintf(url, sizeof url, "%s%s", C.sd.url, path);
+    const char *hdrs[] = {h1, h2, NULL};
+    h_resp_t r = {0};
+    long st = h_http(method, url, token, h1 && !strncmp(h1, "Lock-Seq", 8)
+                                              ? "application/octet-stream" : NULL,
+                     body, len, hdrs, &r) == 0 ? r.status : 0;
+    if (out)
+        *out = st ? h_resp_json(&r) : NULL;
+    h_resp_free(&r);
+    return st;
+}
+
+/* A grant of key for holder (steal: a steal_if_older_than_ms of 1); 0 and *seq, tok on
+ * success. */
+static int stale_grant(const char *key, const char *holder, int steal, long long *seq,
+                       char *tok, size_t cap)
+{
+    char path[128], body[160];
+    snprintf(path, sizeof path, "/v1/locks/%s", key);
+    snprintf(body, sizeof body, "{\"holder\": \"%s\", \"wait_ms\": 2000%s}", holder,
+             steal ? ", \"steal_if_older_than_ms\": 1" : "");
+    json_t *j = NULL;
+    long st = stale_call("PUT", path, H_TOK_GAME, NULL, NULL, body, strlen(body), &j);
+    int ok = st == 200 && json_is_string(json_object_get(j, "lock_token"));
+    if (ok) {
+        *seq = json_integer_value(json_object_get(j, "lock_seq"));
+        snprintf(tok, cap, "%s", json_string_value(json_object_get(j, "lock_token")));
+    }
+    json_decref(j);
+    return ok ? 0 : -1;
+}
+
+/* A save of key under (seq, tok) with Blob-Seq bs; the status. */
+static long stale_save(const char *key, long long seq, const char *tok, long long bs,
+                       const char *data)
+{
+    char path[128], h1[64], h2[96];
+    snprintf(path, sizeof path, "/v1/blobs/%s", key);
+    snprintf(h1, sizeof h1, "Lock-Seq: %lld", seq);
+    snprintf(h2, sizeof h2, "Blob-Seq: %lld", bs);
+    char h3[96];
+    snprintf(h3, sizeof h3, "Lock-Token: %s", tok);
+    char url[512];
+    snprintf(url, sizeof url, "%s%s", C.sd.url, path);
+    const char *hdrs[] = {h1, h2, tok ? h3 : NULL, NULL};
+    h_resp_t r = {0};
+    long st = h_http("PUT", url, H_TOK_GAME, "application/octet-stream", data, strlen(data),
+                     hdrs, &r) == 0 ? r.status : 0;
+    h_resp_free(&r);
+    return st;
+}
+
+/* A stale holder's attempt answered `st`: refused (4xx), accepted (a violation) or lost
+ * in the chaos (5xx, no answer). */
+static void stale_attempt(long st, const char *what, const char *key)
+{
+    if (st >= 200 && st < 300) {
+        stale_accepted++;
+        print_message("VIOLATION stale holder's %s of %s accepted (%ld)\n", what, key, st);
+    } else if (st >= 400 && st < 500) {
+        stale_refused++;
+    }
+}
+
+/* stale_holder: (1) the test holds stale:K as A, is force-unlocked, B takes it and saves;
+ * A retries its save with its own grant, with the public lock_seq (read from the lock)
+ * and its token, without a token, and tries to renew and release as B; none may pass, and
+ * B's data must be intact. (2) A thief steals a random player key from the gameproc that
+ * holds it (steal_if_older_than_ms), saves the same progress and releases: the gameproc
+ * goes on as a stale holder retrying its saves (the blobs invariant checks they fail). */
+static void stale_holder(void)
+{
+    static long long next_bs = 1;
+    int n = faults;
+    char key[32], a[48], b[48], tok_a[64], tok_b[64], path[160], body[256];
+    long long seq_a, seq_b;
+    snprintf(key, sizeof key, "stale:%d", rnd_in(1, 4));
+    snprintf(a, sizeof a, "stale-a-%d", n);
+    snprintf(b, sizeof b, "stale-b-%d", n);
+    stale_stories++;
+    if (stale_grant(key, a, 1, &seq_a, tok_a, sizeof tok_a) ||
+        stale_save(key, seq_a, tok_a, next_bs++, "A") != 200) {
+        stale_incomplete++;
+        goto thief;
+    }
+    snprintf(path, sizeof path, "/v1/locks/%s?force=true", key);
+    if (stale_call("DELETE", path, H_TOK_OPS, NULL, NULL, NULL, 0, NULL) != 200 ||
+        stale_grant(key, b, 0, &seq_b, tok_b, sizeof tok_b)) {
+        stale_incomplete++;
+        goto thief;
+    }
+    char bdata[64];
+    snprintf(bdata, sizeof bdata, "B-%d", n);
+    long long bs_b = next_bs++;
+    if (stale_save(key, seq_b, tok_b, bs_b, bdata) != 200) {
+        stale_incomplete++;
+        goto thief;
+    }
+    /* A's naive retries: its grant; the public lock_seq with its token; no token. */
+    stale_attempt(stale_save(key, seq_a, tok_a, next_bs++, "A-late"), "save", key);
+    json_t *j = NULL;
+    snprintf(path, sizeof path, "/v1/locks/%s", key);
+    long long pub = stale_call("GET", path, H_TOK_GAME, NULL, NULL, NULL, 0, &j) == 200
+                        ? json_integer_value(json_object_get(j, "lock_seq")) : seq_b;
+    json_decref(j);
+    stale_attempt(stale_save(key, pub, tok_a, next_bs++, "A-forged"), "save", key);
+    stale_attempt(stale_save(key, pub, NULL, next_bs++, "A-notoken"), "save", key);
+    snprintf(path, sizeof path, "/v1/locks/%s/renew", key);
+    snprintf(body, sizeof body, "{\"holder\": \"%s\", \"lock_seq\": %lld, \"lock_token\": \"%s\"}",
+             b, pub, tok_a);
+    stale_attempt(stale_call("POST", path, H_TOK_GAME, NULL, NULL, body, strlen(body), NULL),
+                  "renew", key);
+    char th[96];
+    snprintf(th, sizeof th, "Lock-Token: %s", tok_a);
+    snprintf(path, sizeof path, "/v1/locks/%s?holder=%s&lock_seq=%lld", key, b, pub);
+    stale_attempt(stale_call("DELETE", path, H_TOK_GAME, th, NULL, NULL, 0, NULL), "release",
+                  key);
+    /* B's data stands (a 5xx read in the chaos proves nothing either way). */
+    char url[512];
+    snprintf(url, sizeof url, "%s/v1/blobs/%s", C.sd.url, key);
+    h_resp_t r = {0};
+    if (h_http("GET", url, H_TOK_GAME, NULL, NULL, 0, NULL, &r) == 0 && r.status == 200 &&
+        (r.len != strlen(bdata) || memcmp(r.body, bdata, r.len))) {
+        stale_overwritten++;
+        print_message("VIOLATION %s holds '%.*s' after B saved '%s'\n", key, (int)r.len,
+                      r.body ? r.body : "", bdata);
+    }
+    h_resp_free(&r);
+    snprintf(th, sizeof th, "Lock-Token: %s", tok_b);
+    snprintf(path, sizeof path, "/v1/locks/%s?holder=%s&lock_seq=%lld", key, b, seq_b);
+    stale_call("DELETE", path, H_TOK_GAME, th, NULL, NULL, 0, NULL);
+
+thief:;
+    /* The thief reads the player's blob under its grant and saves it back unchanged, so
+     * the game's progress is kept; the gameproc it took the key from is now stale. */
+    char pkey[32], thief[48], tok[64];
+    long long seq;
+    snprintf(pkey, sizeof pkey, "player:%d", rnd_in(1, NKEYS));
+    snprintf(thief, sizeof thief, "thief-%d", n);
+    if (stale_grant(pkey, thief, 1, &seq, tok, sizeof tok))
+        return;
+    stale_thefts++;
+    char url2[512], h1[64], h2[96], bsv[32] = "";
+    snprintf(url2, sizeof url2, "%s/v1/blobs/%s", C.sd.url, pkey);
+    snprintf(h1, sizeof h1, "Lock-Seq: %lld", seq);
+    snprintf(h2, sizeof h2, "Lock-Token: %s", tok);
+    const char *hdrs[] = {h1, h2, NULL};
+    h_resp_t rr = {0};
+    if (h_http("GET", url2, H_TOK_GAME, NULL, NULL, 0, hdrs, &rr) == 0 && rr.status == 200 &&
+        h_resp_header(&rr, "Blob-Seq", bsv, sizeof bsv) == 0 && rr.body) {
+        char *data = strndup(rr.body, rr.len);
+        stale_save(pkey, seq, tok, strtoll(bsv, NULL, 10) + 1, data);
+        free(data);
+    }
+    h_resp_free(&rr);
+    snprintf(path, sizeof path, "/v1/locks/%s?holder=%s&lock_seq=%lld", pkey, thief, seq);
+    stale_call("DELETE", path, H_TOK_GAME, h2, NULL, NULL, 0, NULL);
+}
+
+/* The first NKINDS faults are the kinds in a seeded order, so every run exercises each
+ * kind; then kinds are drawn with fault_weights. */
 static void inject(void)
 {
-    static int order[5] = {0, 1, 2, 3, 4}, shuffled;
+    static int order[NKINDS], shuffled;
     if (!shuffled) {
-        for (int k = 4; k > 0; k--) {
+        for (int k = 0; k < NKINDS; k++)
+            order[k] = k;
+        for (int k = NKINDS - 1; k > 0; k--) {
             int j = rnd_in(0, k), t = order[k];
             order[k] = order[j];
             order[j] = t;
         }
         shuffled = 1;
     }
-    int r = rnd_in(0, 99), kind = r < 30 ? 0 : r < 50 ? 1 : r < 65 ? 2 : r < 80 ? 3 : 4;
-    if (faults < 5)
+    flood_release();
+    int r = rnd_in(0, 99), kind = 0;
+    for (int acc = fault_weights[0]; r >= acc && kind < NKINDS - 1;)
+        acc += fault_weights[++kind];
+    if (faults < NKINDS)
         kind = order[faults];
     char inst[128];
     pid_t pid;
     switch (kind) {
     case 0:
     case 1:
-        pid = pick_gameproc(inst, sizeof inst);
+        pid = pick_gameproc(-1, inst, sizeof inst);
         if (!pid || (kind == 1 && nfrozen == MAXFROZEN))
             return;
         json_object_set_new(hit, inst, json_string(kind ? "stop" : "kill"));
@@ -283,9 +555,7 @@ static void inject(void)
         break;
     case 2: {
         int i = rnd_in(0, NBB - 1);
-        kill(C.bb[i].pid, SIGKILL);
-        h_stop(C.bb[i].pid, 2000);
-        bb_kills[i]++;
+        bb_kill(i);
         /* one time in three it stays down past its machine lease: the primary (another
          * one if it was the primary) declares the machine lost and moves its slots; on
          * its return it stops its old instances (replaced) */
@@ -296,7 +566,7 @@ static void inject(void)
     case 3:
         redis_restart();
         break;
-    default: {
+    case 4: {
         int i = rnd_in(0, NCOPIES - 1);
         kill(copies[i].pid, SIGKILL);
         h_stop(copies[i].pid, 2000);
@@ -304,6 +574,15 @@ static void inject(void)
         copy_start(i);
         break;
     }
+    case 5:
+        state_damage(rnd_in(0, NBB - 1));
+        break;
+    case 6:
+        agent_flood(rnd_in(0, NBB - 1));
+        break;
+    default:
+        stale_holder();
+        break;
     }
     faults++;
     faults_by[kind]++;
@@ -473,6 +752,70 @@ static int directory_mismatches(int *live_records, int *running)
     return bad;
 }
 
+/* Processes carrying one of the bigbrothers' identities (BB_SUPERVISOR in their
+ * environment, as bigbrother spawns them) that their bigbrother does not list: doubles
+ * started beside a lost instance, or orphans left running unsupervised. *found gets how
+ * many carry an identity. */
+static int unsupervised(int *found)
+{
+    char want[NBB][80];
+    json_t *st[NBB];
+    for (int b = 0; b < NBB; b++) {
+        char path[400], id[64] = "";
+        snprintf(path, sizeof path, "%s/bigbrother.id", C.bb[b].state);
+        FILE *f = fopen(path, "r");
+        if (f && fgets(id, sizeof id, f))
+            id[strcspn(id, "\r\n")] = '\0';
+        if (f)
+            fclose(f);
+        assert_int_equal(strlen(id), 32);
+        snprintf(want[b], sizeof want[b], "BB_SUPERVISOR=%s", id);
+        st[b] = bbt_ctl(&C.bb[b], "status");
+    }
+    int bad = 0;
+    *found = 0;
+    DIR *d = opendir("/proc");
+    assert_non_null(d);
+    static char env[1 << 16];
+    for (struct dirent *de; (de = readdir(d));) {
+        pid_t pid = (pid_t)atoi(de->d_name);
+        if (pid <= 0)
+            continue;
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%d/environ", (int)pid);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        ssize_t n = read(fd, env, sizeof env - 1);
+        close(fd);
+        if (n <= 0)
+            continue;
+        env[n] = '\0';
+        for (int b = 0; b < NBB; b++) {
+            int has = 0;
+            for (ssize_t off = 0; off < n && !has; off += (ssize_t)strlen(env + off) + 1)
+                has = !strcmp(env + off, want[b]);
+            if (!has || !bbt_alive(pid))
+                continue;
+            (*found)++;
+            int listed = 0;
+            size_t k;
+            json_t *in;
+            json_array_foreach(json_object_get(st[b], "instances"), k, in)
+                listed |= bbt_int(in, "pid") == pid;
+            if (!listed) {
+                bad++;
+                print_message("VIOLATION pid %d carries m%d's identity but m%d does not "
+                              "supervise it\n", (int)pid, b + 1, b + 1);
+            }
+        }
+    }
+    closedir(d);
+    for (int b = 0; b < NBB; b++)
+        json_decref(st[b]);
+    return bad;
+}
+
 /* Value of `key=` in a logfmt line into out (quotes stripped); 0 if found. */
 static int logfmt_get(const char *line, const char *key, char *out, size_t cap)
 {
@@ -572,8 +915,9 @@ static int unexplained_stops(int *stops)
                   ((!strcmp(reason, "killed") && bbt_int(e, "signal") == SIGKILL) ||
                    (!strcmp(reason, "exited") && strstr(bbt_str(e, "detail"), "re-adopted")))) ||
                  (how && !strcmp(how, "stop") && !strcmp(reason, "hung")) ||
-                 ((!strcmp(reason, "machine_lost") || !strcmp(reason, "replaced")) && b >= 0 &&
-                  bb_kills[b] > 0);
+                 ((!strcmp(reason, "machine_lost") || !strcmp(reason, "replaced") ||
+                   !strcmp(reason, "orphaned")) &&
+                  b >= 0 && bb_kills[b] > 0);
         if (!ok) {
             bad++;
             print_message("VIOLATION %s stopped (reason %s, signal %lld, code %lld, detail %s) "
@@ -647,8 +991,9 @@ static void chaos_soak(void **state)
         h_sleep_ms(100);
     }
     thaw_due(INT64_MAX);
+    flood_release();
     print_message("chaos: %d faults in %lld ms:", faults, (long long)(h_now_ms() - t0));
-    for (int k = 0; k < 5; k++)
+    for (int k = 0; k < NKINDS; k++)
         print_message(" %s=%d", fault_names[k], faults_by[k]);
     print_message("\n");
 
@@ -668,11 +1013,13 @@ static void chaos_soak(void **state)
     assert_int_equal(delivery(&d, 1), 0);
     int v_locks = lock_violations(&grants);
     int v_stops = unexplained_stops(&stops);
+    int carrying = 0, v_procs = unsupervised(&carrying);
     long long saved_keys = 0;
     for (int k = 1; k <= NKEYS; k++)
         saved_keys += blob_max[k] > 0;
     int violations = v_desired + mism + d.missing + d.dups + v_locks + (int)blob_backwards +
-                     (int)blob_lock_backwards + v_stops;
+                     (int)blob_lock_backwards + v_stops + v_procs + stale_accepted +
+                     stale_overwritten;
     print_message("faults=%d violations=%d seed=%llu\n", faults, violations,
                   (unsigned long long)seed);
     print_message("desired: want=%d ready_in_directory=%d live_records=%d running=%d "
@@ -685,6 +1032,12 @@ static void chaos_soak(void **state)
                   "lock_seq_went_down=%lld\n",
                   blob_samples, saved_keys, blob_backwards, blob_lock_backwards);
     print_message("stops: stopped_events=%d unexplained=%d\n", stops, v_stops);
+    print_message("processes: carrying_identity=%d unsupervised=%d\n", carrying, v_procs);
+    print_message("stale: stories=%d incomplete=%d refused=%d accepted=%d overwritten=%d "
+                  "thefts=%d\n",
+                  stale_stories, stale_incomplete, stale_refused, stale_accepted,
+                  stale_overwritten, stale_thefts);
+    print_message("agent_flood: connections_refused=%d\n", flood_refused);
     assert_true(d.history < 10000); /* the history (history_max 10000) was not trimmed */
     assert_true(grants > 0 && saved_keys > 0 && d.outbox > 0);
     assert_int_equal(violations, 0);
