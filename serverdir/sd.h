@@ -41,6 +41,16 @@ struct MHD_Connection;
 #define SD_MAX_PARAMS 4
 #define SD_ERRMSG_MAX 256
 
+/* What a bearer token may speak for (docs/operations.md, "Tokens"): its role and, when the
+ * token file binds it, a cluster, a machine of that cluster (bigbrother tokens) and a
+ * holder prefix (game tokens). An empty string is unbound. */
+typedef struct {
+    unsigned role;
+    char cluster[SD_NAME_MAX + 1];
+    char machine[SD_NAME_MAX + 1];
+    char holder_prefix[SD_NAME_MAX + 1];
+} sd_auth_t;
+
 typedef struct sd_req {
     struct MHD_Connection *conn;
     const char *method;
@@ -49,6 +59,7 @@ typedef struct sd_req {
     int nparams;
     sd_buf_t body;
     unsigned role;                     /* one SD_R_* bit (SD_R_OPS in open mode) */
+    sd_auth_t auth;                    /* role and bindings of the caller's token */
     const struct sd_route *route;
     struct sockaddr_storage peer;      /* the TCP peer (not X-Forwarded-For) */
     char peer_ip[64];
@@ -138,9 +149,22 @@ int sd_auth_open_mode(void);
 /* The token file parser alone (text is modified): the number of `ROLE TOKEN` lines, or
  * -1 with the 1-based line and the reason. For tests and fuzzing; loads nothing. */
 long sd_auth_parse(char *text, int *bad_line, const char **why);
-/* Returns the role bit of a bearer token, or 0 when unknown. */
-unsigned sd_auth_role(const char *token);
+/* Looks a bearer token of len bytes up: fills *out (role 0 when unknown) and returns the
+ * role. The comparison takes the same time whatever the token and wherever it differs. */
+unsigned sd_auth_lookup(const char *token, size_t len, sd_auth_t *out);
 const char *sd_role_name(unsigned role);
+
+/* The bindings, checked by the handlers before any change. Each returns 0 when the
+ * caller's token may act for the given cluster / machine of cluster / lock holder, else
+ * answers 403 forbidden naming the binding and returns -1. Unbound tokens may. */
+int sd_req_may_cluster(const sd_req_t *req, sd_resp_t *resp, const char *cluster);
+int sd_req_may_machine(const sd_req_t *req, sd_resp_t *resp, const char *cluster,
+                       const char *machine);
+int sd_req_may_hold(const sd_req_t *req, sd_resp_t *resp, const char *holder);
+/* Answers 403 forbidden naming the caller's binding and that it may not `what`; -1. */
+int sd_req_forbid(const sd_req_t *req, sd_resp_t *resp, const char *what);
+/* The holder prefix the caller's token is bound to ("" when none). */
+const char *sd_req_holder_prefix(const sd_req_t *req);
 
 /* ---- metrics.c ---- */
 void sd_metrics_init(size_t nroutes);

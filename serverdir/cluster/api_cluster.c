@@ -94,6 +94,10 @@ void h_primary_acquire(sd_req_t *req, sd_resp_t *resp)
         sd_resp_error(resp, 400, "bad_field", "%s", err);
         return;
     }
+    if (sd_req_may_machine(req, resp, cluster, machine)) {
+        json_decref(body);
+        return;
+    }
     snprintf(ttls, sizeof ttls, "%lld", (long long)ttl);
     redisReply *r = NULL;
     int rc = sd__cluster_run("primary_acquire", cluster, &r, machine, ttls, NULL);
@@ -159,6 +163,8 @@ void h_primary_release(sd_req_t *req, sd_resp_t *resp)
         sd_resp_error(resp, 400, "bad_machine", "query parameter 'machine' must be a name");
         return;
     }
+    if (sd_req_may_machine(req, resp, cluster, machine))
+        return;
     redisReply *r = NULL;
     int rc = sd__cluster_run("primary_release", cluster, &r, machine, NULL);
     if (rc) {
@@ -326,6 +332,33 @@ out:
     return out;
 }
 
+/* A primary-only write at `epoch` by a token bound to a machine: allowed only when that
+ * machine holds the primary lease at that epoch (the write itself is fenced by the epoch,
+ * so the lease cannot change hands in between without the write being refused). 0, or
+ * -1 after answering (403 forbidden, or a store error). Unbound tokens pass. */
+static int primary_is_caller(const sd_req_t *req, sd_resp_t *resp, const char *cluster,
+                             int64_t epoch)
+{
+    if (!req->auth.machine[0])
+        return 0;
+    redisReply *r = NULL;
+    int rc = sd__cluster_run("primary_get", cluster, &r, NULL);
+    if (rc) {
+        sd_resp_store_error(resp, rc);
+        return -1;
+    }
+    char num[24];
+    int mine = r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+               !strcmp(rs(r, 0, num, sizeof num), req->auth.machine) &&
+               sd_reply_num(r, 1) == epoch;
+    freeReplyObject(r);
+    if (mine)
+        return 0;
+    char what[64];
+    snprintf(what, sizeof what, "write as the primary of epoch %lld", (long long)epoch);
+    return sd_req_forbid(req, resp, what);
+}
+
 /* PUT /assignments {epoch, machines: {m: [slots]}} (primary only) -> 200 {version,
  * changed}; 409 stale_epoch. All named machines are replaced by one script. */
 void h_assignments_put(sd_req_t *req, sd_resp_t *resp)
@@ -370,6 +403,8 @@ void h_assignments_put(sd_req_t *req, sd_resp_t *resp)
         json_array_append_new(pairs, json_string(text));
         free(text);
     }
+    if (primary_is_caller(req, resp, cluster, epoch))
+        goto out;
     char *pairs_text = sd_json_canonical(pairs), chan[96], epochs[24];
     snprintf(epochs, sizeof epochs, "%lld", (long long)epoch);
     redisReply *r = NULL;
@@ -464,6 +499,7 @@ void h_assignments_get(sd_req_t *req, sd_resp_t *resp)
     const char *cluster, *machine;
     int64_t version, wait;
     if (sd_req_cluster_and(req, resp, &cluster, "machine", &machine) ||
+        sd_req_may_machine(req, resp, cluster, machine) ||
         sd_req_query_int(req, resp, "version", 0, INT64_MAX, -1, &version) ||
         sd_req_query_int(req, resp, "wait", 0, SD_ASSIGN_WAIT_MAX_MS, 0, &wait))
         return;
@@ -557,6 +593,8 @@ void h_machine_lost(sd_req_t *req, sd_resp_t *resp)
         sd_resp_error(resp, 400, "bad_field", "%s", err);
         return;
     }
+    if (primary_is_caller(req, resp, cluster, epoch))
+        return;
     snprintf(epochs, sizeof epochs, "%lld", (long long)epoch);
     redisReply *r = NULL;
     int rc = sd__cluster_run("machine_lost", cluster, &r, epochs, machine,

@@ -15,7 +15,8 @@ SD_ROUTE(DELETE, "/v1/clusters/{c}/machines/{m}", SD_R_OPS, 0, h_machine_delete)
 void h_machine_put(sd_req_t *req, sd_resp_t *resp)
 {
     const char *cluster, *machine;
-    if (sd_req_cluster_and(req, resp, &cluster, "machine", &machine))
+    if (sd_req_cluster_and(req, resp, &cluster, "machine", &machine) ||
+        sd_req_may_machine(req, resp, cluster, machine))
         return;
     json_t *body = NULL;
     if (req->body.len && !(body = sd_req_json(req, resp)))

@@ -28,6 +28,17 @@ void h_events_post(sd_req_t *req, sd_resp_t *resp)
     json_t *body = sd_req_json(req, resp);
     if (!body)
         return;
+    /* A token bound to a machine reports that machine's events only: one event for
+     * another refuses the whole batch. */
+    const json_t *ev;
+    size_t i;
+    json_array_foreach(json_object_get(body, "events"), i, ev) {
+        const char *m = json_string_value(json_object_get(ev, "machine"));
+        if (m && sd_req_may_machine(req, resp, cluster, m)) {
+            json_decref(body);
+            return;
+        }
+    }
     char err[SD_ERRMSG_MAX];
     char *batch = NULL;
     size_t n = 0;

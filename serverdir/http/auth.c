@@ -1,6 +1,8 @@
-/* Bearer tokens mapped to roles, read from a token file of `ROLE TOKEN` lines ('#'
- * comments). Reloaded on SIGHUP: a file that fails to parse leaves the old table in
- * place. Without a token file every request is treated as `ops` (open mode). */
+/* Bearer tokens mapped to roles and bindings, read from a token file of
+ * `ROLE TOKEN [cluster=C] [machine=M] [holder_prefix=P]` lines ('#' comments). Reloaded on
+ * SIGHUP: a file that fails to parse leaves the old table in place. Without a token file
+ * every request is treated as `ops` (open mode). The handlers enforce the bindings through
+ * sd_req_may_cluster / sd_req_may_machine / sd_req_may_hold (docs/operations.md, "Tokens"). */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -15,9 +17,9 @@
 #define TOKEN_MIN 16
 
 struct token {
-    unsigned role;
     size_t len;
-    char tok[TOKEN_MAX + 1];
+    char tok[TOKEN_MAX]; /* zero-padded: every comparison reads all TOKEN_MAX bytes */
+    sd_auth_t auth;
 };
 
 static pthread_rwlock_t mu = PTHREAD_RWLOCK_INITIALIZER;
@@ -40,6 +42,66 @@ const char *sd_role_name(unsigned role)
     return "none";
 }
 
+/* One `key=value` binding of a token line into a; NULL, or why it is refused. */
+static const char *parse_binding(const char *kv, sd_auth_t *a)
+{
+    static const struct {
+        const char *key;
+        size_t off;
+        unsigned roles; /* the roles that may carry it */
+    } keys[] = {
+        {"cluster", offsetof(sd_auth_t, cluster), SD_R_BB | SD_R_GAME | SD_R_VIEWER},
+        {"machine", offsetof(sd_auth_t, machine), SD_R_BB},
+        {"holder_prefix", offsetof(sd_auth_t, holder_prefix), SD_R_GAME},
+    };
+    const char *eq = strchr(kv, '=');
+    for (size_t i = 0; eq && i < SD_ARRAY_LEN(keys); i++) {
+        if (strlen(keys[i].key) != (size_t)(eq - kv) || strncmp(kv, keys[i].key, (size_t)(eq - kv)))
+            continue;
+        char *dst = (char *)a + keys[i].off;
+        if (!(keys[i].roles & a->role))
+            return i == 0 ? "cluster= binds bigbrother, game and viewer tokens only"
+                   : i == 1 ? "machine= binds bigbrother tokens only"
+                            : "holder_prefix= binds game tokens only";
+        if (*dst)
+            return "a binding is given twice";
+        if (!sd_name_valid(eq + 1, SD_NAME_MAX))
+            return "a binding's value must be a name (1-128 of " SD_NAME_CHARSET_TEXT ")";
+        snprintf(dst, SD_NAME_MAX + 1, "%s", eq + 1);
+        return NULL;
+    }
+    return "unknown binding (cluster=, machine=, holder_prefix=)";
+}
+
+/* One non-comment line into t; NULL, or why it is refused. */
+static const char *parse_line(char *l, struct token *t)
+{
+    memset(t, 0, sizeof *t);
+    char *save = NULL, *role = strtok_r(l, " \t", &save), *tok = strtok_r(NULL, " \t", &save);
+    for (size_t i = 0; role && i < SD_ARRAY_LEN(role_names); i++)
+        if (strcmp(role, role_names[i].name) == 0)
+            t->auth.role = role_names[i].role;
+    if (!tok)
+        return "expected `ROLE TOKEN [cluster=C] [machine=M] [holder_prefix=P]`";
+    if (!t->auth.role)
+        return "unknown role (ops, bigbrother, game, viewer)";
+    size_t len = strlen(tok);
+    if (len > TOKEN_MAX)
+        return "token longer than 256 characters";
+    if (len < TOKEN_MIN)
+        return "token shorter than 16 characters";
+    for (char *kv; (kv = strtok_r(NULL, " \t", &save));) {
+        const char *why = parse_binding(kv, &t->auth);
+        if (why)
+            return why;
+    }
+    if (t->auth.machine[0] && !t->auth.cluster[0])
+        return "machine= needs cluster= (a machine is named within its cluster)";
+    t->len = len;
+    memcpy(t->tok, tok, len);
+    return NULL;
+}
+
 /* Parses the token file text into a new array (caller frees). Returns the count, or -1
  * with the offending line number in *bad_line. */
 static long parse_tokens(char *text, struct token **out, int *bad_line, const char **why)
@@ -47,8 +109,11 @@ static long parse_tokens(char *text, struct token **out, int *bad_line, const ch
     struct token *arr = NULL;
     size_t n = 0, cap = 0;
     int line = 0;
-    char *save = NULL;
-    for (char *l = strtok_r(text, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+    *why = NULL;
+    for (char *l = text, *next; l; l = next) {
+        next = strchr(l, '\n');
+        if (next)
+            *next++ = '\0';
         line++;
         while (*l == ' ' || *l == '\t')
             l++;
@@ -57,35 +122,24 @@ static long parse_tokens(char *text, struct token **out, int *bad_line, const ch
             l[--len] = '\0';
         if (!*l || *l == '#')
             continue;
-        char role[32], tok[TOKEN_MAX + 2], extra[2];
-        int k = sscanf(l, "%31s %257s %1s", role, tok, extra);
-        unsigned r = 0;
-        for (size_t i = 0; k >= 1 && i < SD_ARRAY_LEN(role_names); i++)
-            if (strcmp(role, role_names[i].name) == 0)
-                r = role_names[i].role;
-        *why = k != 2 ? "expected `ROLE TOKEN`" : !r ? "unknown role (ops, bigbrother, game, viewer)"
-               : strlen(tok) > TOKEN_MAX ? "token longer than 256 characters"
-               : strlen(tok) < TOKEN_MIN ? "token shorter than 16 characters" : NULL;
-        if (*why) {
-            free(arr);
-            *bad_line = line;
-            return -1;
-        }
         if (n == cap) {
             cap = cap ? cap * 2 : 8;
             struct token *na = realloc(arr, cap * sizeof *na);
             if (!na) {
-                free(arr);
                 *why = "out of memory";
-                *bad_line = line;
-                return -1;
+                break;
             }
             arr = na;
         }
-        arr[n].role = r;
-        arr[n].len = strlen(tok);
-        memcpy(arr[n].tok, tok, arr[n].len + 1);
+        *why = parse_line(l, &arr[n]);
+        if (*why)
+            break;
         n++;
+    }
+    if (*why) {
+        free(arr);
+        *bad_line = line;
+        return -1;
     }
     *out = arr;
     return (long)n;
@@ -146,26 +200,79 @@ int sd_auth_reload(void)
 
 int sd_auth_open_mode(void) { return token_path == NULL; }
 
-/* Compares in time independent of where the strings differ. */
-static int ct_equal(const char *a, size_t alen, const char *b, size_t blen)
+unsigned sd_auth_lookup(const char *token, size_t len, sd_auth_t *out)
 {
-    unsigned char d = alen != blen;
-    size_t n = alen < blen ? alen : blen;
-    for (size_t i = 0; i < n; i++)
-        d |= (unsigned char)(a[i] ^ b[i]);
-    return d == 0;
+    /* The presented token, zero-padded to TOKEN_MAX: each comparison below reads every
+     * byte of both buffers and the lengths, so its time depends on neither the token's
+     * length nor where it differs. */
+    unsigned char given[TOKEN_MAX] = {0};
+    size_t glen = len > TOKEN_MAX ? TOKEN_MAX + 1 : len;
+    memcpy(given, token, len > TOKEN_MAX ? TOKEN_MAX : len);
+    memset(out, 0, sizeof *out);
+    pthread_rwlock_rdlock(&mu);
+    for (size_t i = 0; i < ntokens; i++) {
+        const unsigned char *t = (const unsigned char *)tokens[i].tok;
+        unsigned d = (unsigned)(glen ^ tokens[i].len);
+        for (size_t k = 0; k < TOKEN_MAX; k++)
+            d |= (unsigned)(given[k] ^ t[k]);
+        if (d == 0)
+            *out = tokens[i].auth;
+    }
+    pthread_rwlock_unlock(&mu);
+    return out->role;
 }
 
-unsigned sd_auth_role(const char *token)
+int sd_req_forbid(const sd_req_t *req, sd_resp_t *resp, const char *what)
 {
-    size_t len = strnlen(token, TOKEN_MAX + 1);
-    if (len > TOKEN_MAX)
-        return 0;
-    unsigned role = 0;
-    pthread_rwlock_rdlock(&mu);
-    for (size_t i = 0; i < ntokens; i++)
-        if (ct_equal(token, len, tokens[i].tok, tokens[i].len))
-            role = tokens[i].role;
-    pthread_rwlock_unlock(&mu);
-    return role;
+    const sd_auth_t *a = &req->auth;
+    if (a->machine[0])
+        sd_resp_error(resp, 403, "forbidden",
+                      "this token is bound to machine '%s' of cluster '%s'; it may not %s",
+                      a->machine, a->cluster, what);
+    else if (a->holder_prefix[0] && !a->cluster[0])
+        sd_resp_error(resp, 403, "forbidden",
+                      "this token is bound to holders starting with '%s'; it may not %s",
+                      a->holder_prefix, what);
+    else
+        sd_resp_error(resp, 403, "forbidden",
+                      "this token is bound to cluster '%s'%s%s%s; it may not %s", a->cluster,
+                      a->holder_prefix[0] ? " and holders starting with '" : "",
+                      a->holder_prefix, a->holder_prefix[0] ? "'" : "", what);
+    return -1;
 }
+
+int sd_req_may_cluster(const sd_req_t *req, sd_resp_t *resp, const char *cluster)
+{
+    const sd_auth_t *a = &req->auth;
+    if (!a->cluster[0] || !strcmp(a->cluster, cluster))
+        return 0;
+    char what[SD_NAME_MAX + 32];
+    snprintf(what, sizeof what, "act for cluster '%s'", cluster);
+    return sd_req_forbid(req, resp, what);
+}
+
+int sd_req_may_machine(const sd_req_t *req, sd_resp_t *resp, const char *cluster,
+                       const char *machine)
+{
+    if (sd_req_may_cluster(req, resp, cluster))
+        return -1;
+    const sd_auth_t *a = &req->auth;
+    if (!a->machine[0] || !strcmp(a->machine, machine))
+        return 0;
+    char what[SD_NAME_MAX + 32];
+    snprintf(what, sizeof what, "act for machine '%s'", machine);
+    return sd_req_forbid(req, resp, what);
+}
+
+int sd_req_may_hold(const sd_req_t *req, sd_resp_t *resp, const char *holder)
+{
+    const sd_auth_t *a = &req->auth;
+    size_t n = strlen(a->holder_prefix);
+    if (!n || !strncmp(holder, a->holder_prefix, n))
+        return 0;
+    char what[SD_NAME_MAX + 32];
+    snprintf(what, sizeof what, "act as holder '%s'", holder);
+    return sd_req_forbid(req, resp, what);
+}
+
+const char *sd_req_holder_prefix(const sd_req_t *req) { return req->auth.holder_prefix; }

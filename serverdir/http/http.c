@@ -342,24 +342,43 @@ static void precheck(struct reqctx *rc, const char *method, const char *url)
     req->route = r;
 
     if (sd_auth_open_mode()) {
-        req->role = SD_R_OPS;
+        req->role = req->auth.role = SD_R_OPS;
     } else {
-        const char *auth = sd_req_header(req, "Authorization");
+        const char *auth = NULL;
+        size_t alen = 0;
         unsigned role = 0;
-        if (auth && strncasecmp(auth, "Bearer ", 7) == 0)
-            role = sd_auth_role(auth + 7);
+        int garbled = 0;
+        if (MHD_lookup_connection_value_n(req->conn, MHD_HEADER_KIND, "Authorization",
+                                          strlen("Authorization"), &auth, &alen) == MHD_YES &&
+            auth) {
+            /* A NUL or control byte is refused whole, never matched up to it. */
+            for (size_t i = 0; i < alen && !garbled; i++)
+                garbled = (unsigned char)auth[i] < 0x20 || (unsigned char)auth[i] == 0x7f;
+            if (!garbled && alen > 7 && strncasecmp(auth, "Bearer ", 7) == 0)
+                role = sd_auth_lookup(auth + 7, alen - 7, &req->auth);
+        }
         req->role = role;
         if (!(r->roles & SD_PUBLIC)) {
             if (!role) {
                 sd_resp_header(resp, "WWW-Authenticate", "Bearer realm=\"serverdir\"");
-                sd_resp_error(resp, 401, "unauthorized",
-                              auth ? "the bearer token is not valid" : "a bearer token is required");
+                sd_resp_error(resp, 401, "unauthorized", "%s",
+                              garbled ? "the Authorization header holds a control character"
+                              : auth  ? "the bearer token is not valid"
+                                      : "a bearer token is required");
                 rc->responded = 1;
                 return;
             }
             if (!(r->roles & role) && role != SD_R_OPS) {
                 sd_resp_error(resp, 403, "forbidden", "role '%s' may not %s %s",
                               sd_role_name(role), method, r->pattern);
+                rc->responded = 1;
+                return;
+            }
+            /* A token bound to a cluster acts for that cluster only. */
+            const char *cluster;
+            if (req->auth.cluster[0] && !strncmp(r->pattern, "/v1/clusters/{c}", 16) &&
+                (sd_req_name(req, resp, 0, "cluster", &cluster) ||
+                 sd_req_may_cluster(req, resp, cluster))) {
                 rc->responded = 1;
                 return;
             }

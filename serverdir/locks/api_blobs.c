@@ -129,7 +129,7 @@ void h_blob_put(sd_req_t *req, sd_resp_t *resp)
     sd_argv_add(&av, token);
     sd_argv_addf(&av, "%lld", (long long)blob_seq);
     sd_argv_addn(&av, req->body.data ? req->body.data : "", req->body.len);
-    sd_argv_add(&av, ""); /* WIRE: holder prefix binding */
+    sd_argv_add(&av, sd_req_holder_prefix(req));
     redisReply *r;
     rc = sd_store_run("blob_save", 2, &av, &r);
     if (rc != SD_STORE_OK) {
@@ -148,7 +148,7 @@ void h_blob_put(sd_req_t *req, sd_resp_t *resp)
         sd_resp_error_extra(resp, 403, "forbidden", json_pack("{s:s}", "key", name),
                             "this token is bound to holders starting with '%s'; lock '%s' "
                             "is held by another",
-                            "", name); /* WIRE */
+                            sd_req_holder_prefix(req), name);
     } else if (strcmp(st, "seq_jump") == 0 && r->elements == 2) {
         SD_COUNT("serverdir_blob_stale_total", "Blob saves refused for a stale Blob-Seq", 1);
         sd_resp_error_extra(resp, 400, "blob_seq_jump",

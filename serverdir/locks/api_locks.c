@@ -131,10 +131,45 @@ static void acquire_finish(const sd_lock_req_t *a, int many, redisReply *r, int6
     }
     freeReplyObject(r);
 }
+/* The token's bindings on an acquire: a holder prefix; a cluster, whose game servers lock
+ * as the processes its directory knows (and steal only within it). 0, or -1 after
+ * answering 403 (or a store error). */
+static int acquire_allowed(const sd_req_t *req, sd_resp_t *resp, const sd_lock_req_t *a)
+{
+    if (sd_req_may_hold(req, resp, a->holder))
+        return -1;
+    const char *cluster = req->auth.cluster;
+    if (!cluster[0] || req->auth.role != SD_R_GAME)
+        return 0;
+    if (a->steal_cluster[0] && sd_req_may_cluster(req, resp, a->steal_cluster))
+        return -1;
+    char key[2 * SD_NAME_MAX + 96];
+    sd_argv_t av;
+    sd_argv_init(&av);
+    sd_argv_add(&av, "EXISTS");
+    sd_argv_add(&av, sd_key(key, sizeof key, cluster, "proc:%s", a->holder));
+    redisReply *r;
+    int rc = sd_store_command(&av, &r);
+    sd_argv_free(&av);
+    if (rc != SD_STORE_OK) {
+        sd_resp_store_error(resp, rc);
+        return -1;
+    }
+    int known = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+    freeReplyObject(r);
+    if (known)
+        return 0;
+    char what[SD_NAME_MAX + 64];
+    snprintf(what, sizeof what, "lock as '%s', not a process of its cluster", a->holder);
+    return sd_req_forbid(req, resp, what);
+}
+
 /* Acquires once on this worker thread; a refusal with wait_ms parks the request
  * (sd_lock_park: the worker goes on serving), everything else is answered at once. */
 static void acquire_answer(const sd_lock_req_t *a, int many, sd_req_t *req, sd_resp_t *resp)
 {
+    if (acquire_allowed(req, resp, a))
+        return;
     int64_t start = sd_mono_ms();
     redisReply *r = NULL;
     int rc = sd_lock_acquire(a, &r);
@@ -252,7 +287,7 @@ void h_lock_release_many(sd_req_t *req, sd_resp_t *resp)
         return;
     if (sd_lock_release_parse(body, &rel, &code, err, sizeof err))
         sd_resp_error(resp, 400, code, "%s", err);
-    else
+    else if (sd_req_may_hold(req, resp, rel.holder) == 0)
         release_answer(&rel, 1, resp);
     json_decref(body);
 }
@@ -319,7 +354,7 @@ void h_lock_delete(sd_req_t *req, sd_resp_t *resp)
                       "query parameter 'lock_seq' must be a decimal number 1-2^53");
         return;
     }
-    if (sd_lock_token_header(req, resp, &rel.tokens[0]))
+    if (sd_lock_token_header(req, resp, &rel.tokens[0]) || sd_req_may_hold(req, resp, holder))
         return;
     release_answer(&rel, 0, resp);
 }
@@ -349,6 +384,8 @@ void h_lock_renew(sd_req_t *req, sd_resp_t *resp)
         sd_resp_error(resp, 400, "bad_field", "%s", err);
         goto out;
     }
+    if (sd_req_may_hold(req, resp, holder))
+        goto out;
     token = json_string_value(json_object_get(body, "lock_token"));
     if (!sd_lock_token_valid(token)) {
         sd_resp_error(resp, 400, token ? "bad_lock_token" : "missing_lock_token",

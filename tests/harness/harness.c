@@ -425,7 +425,11 @@ const char *h_tokens_file(void)
                             "bigbrother " H_TOK_BB "\n"
                             "game " H_TOK_GAME "\n"
                             "game " H_TOK_GAME2 "\n"
-                            "viewer " H_TOK_VIEWER "\n",
+                            "viewer " H_TOK_VIEWER "\n"
+                            "bigbrother " H_TOK_BB_M1 " cluster=authz1 machine=m1\n"
+                            "game " H_TOK_GAME_ZONE " holder_prefix=zone-\n"
+                            "game " H_TOK_GAME_C1 " cluster=authz1\n"
+                            "viewer " H_TOK_VIEWER_C1 " cluster=authz1\n",
                             0600);
     return path;
 }

@@ -101,6 +101,13 @@ const char *h_tokens_file(void);
 #define H_TOK_GAME "game-token-0123456789"
 #define H_TOK_GAME2 "game-token-second-0123456789" /* another game server's token */
 #define H_TOK_VIEWER "viewer-token-0123456789"
+/* Bound tokens (docs/operations.md, "Tokens"): a bigbrother of machine m1 of cluster
+ * authz1, a game server whose holders start with "zone-", a game server and a viewer of
+ * cluster authz1. */
+#define H_TOK_BB_M1 "bigbrother-m1-token-0123456789"
+#define H_TOK_GAME_ZONE "game-zone-token-0123456789"
+#define H_TOK_GAME_C1 "game-c1-token-0123456789"
+#define H_TOK_VIEWER_C1 "viewer-c1-token-0123456789"
 
 typedef struct {
     long status;

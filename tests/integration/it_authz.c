@@ -5,7 +5,11 @@
  * docs/openapi.yaml on the least-privilege principle:
  *   ops: everything; bigbrother: machines, processes/events, services read, assignments,
  *   primary; game: locks, blobs (master heartbeat is public: the address proves it);
- *   viewer: GET only. Public: health, metrics, dashboard, the master list REST front. */
+ *   viewer: GET only. Public: health, metrics, dashboard, the master list REST front.
+ * Then the bound tokens (docs/operations.md, "Tokens"): every cluster route x each
+ * binding, for its own cluster / machine / holders and for another's; acting for another
+ * is 403 forbidden naming the binding and changes nothing in Redis. And the Authorization
+ * header's bytes: a NUL or control byte is 401, never a match of what precedes it. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +19,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
 
 #include "harness.h"
 #include "harness_stack.h"
@@ -95,8 +102,10 @@ static int setup(void **state)
     return h_stack_setup(state, &redis, &sd, NULL);
 }
 
-/* The pattern with every {param} replaced by a valid name. */
-static void fill_path(const char *pattern, char *out, size_t cap)
+/* The pattern with {c} replaced by cluster, {m} by machine and every other {param} by a
+ * valid name. */
+static void fill_path_as(const char *pattern, const char *cluster, const char *machine,
+                         char *out, size_t cap)
 {
     size_t n = 0;
     out[0] = '\0';
@@ -108,11 +117,19 @@ static void fill_path(const char *pattern, char *out, size_t cap)
         }
         const char *end = strchr(p, '}');
         assert_non_null(end);
-        const char *value = !strncmp(p, "{addr}", 6) ? "127.0.0.1:27960" : "authz1";
+        const char *value = !strncmp(p, "{addr}", 6) ? "127.0.0.1:27960"
+                            : !strncmp(p, "{c}", 3)  ? cluster
+                            : !strncmp(p, "{m}", 3)  ? machine
+                                                     : "authz1";
         n += (size_t)snprintf(out + n, cap - n, "%s", value);
         assert_true(n < cap);
         p = end + 1;
     }
+}
+
+static void fill_path(const char *pattern, char *out, size_t cap)
+{
+    fill_path_as(pattern, "authz1", "authz1", out, cap);
 }
 
 typedef enum { GOT_401, GOT_403, PAST_AUTH, NO_ANSWER } verdict_t;
@@ -230,6 +247,317 @@ static void route_table_roles_match(void **state)
     assert_int_equal(failures, 0);
 }
 
+/* ---------- bound tokens ---------- */
+
+/* One request; the status (0: no answer), the body copied into msg. */
+static long ask(const char *method, const char *path, const char *token, const char *ctype,
+                const char *body, const char *hdr, char *msg, size_t cap)
+{
+    char url[512];
+    snprintf(url, sizeof url, "%s%s", sd.url, path);
+    const char *hdrs[] = {hdr, NULL};
+    h_resp_t r;
+    if (h_http(method, url, token, ctype, body, body ? strlen(body) : 0, hdrs, &r))
+        return 0;
+    if (msg)
+        snprintf(msg, cap, "%s", r.body ? r.body : "");
+    long st = r.status;
+    h_resp_free(&r);
+    return st;
+}
+
+static int bound_failures;
+
+/* Acting for another: 403 forbidden naming the binding, and Redis unchanged. */
+static void for_other(const char *what, const char *method, const char *path, const char *token,
+                      const char *ctype, const char *body, const char *hdr)
+{
+    char before[64], after[64], msg[1024];
+    h_redis_digest(&redis, before);
+    long st = ask(method, path, token, ctype, body, hdr, msg, sizeof msg);
+    h_redis_digest(&redis, after);
+    if (st != 403 || !strstr(msg, "\"forbidden\"") || !strstr(msg, "this token is bound to") ||
+        strcmp(before, after)) {
+        printf("BOUND %s: %s %s -> %ld %s%s\n", what, method, path, st, msg,
+               strcmp(before, after) ? " (Redis changed)" : "");
+        bound_failures++;
+    }
+}
+
+/* Acting for itself: past the binding (any answer but 401/403). *st gets the status. */
+static long for_self(const char *what, const char *method, const char *path, const char *token,
+                     const char *ctype, const char *body, const char *hdr, char *msg, size_t cap)
+{
+    char buf[1024];
+    long st = ask(method, path, token, ctype, body, hdr, msg ? msg : buf, msg ? cap : sizeof buf);
+    if (st == 0 || st == 401 || st == 403) {
+        printf("BOUND %s (self): %s %s -> %ld %s\n", what, method, path, st, msg ? msg : buf);
+        bound_failures++;
+    }
+    return st;
+}
+
+static int is_machine_bound_route(const sd_route_t *r)
+{
+    return (!strcmp(r->method, "PUT") && !strcmp(r->pattern, "/v1/clusters/{c}/machines/{m}")) ||
+           (!strcmp(r->method, "GET") &&
+            !strcmp(r->pattern, "/v1/clusters/{c}/machines/{m}/assignments"));
+}
+
+/* Every cluster route a bound token's role may use, for its own cluster (and machine) and
+ * for another cluster (and another machine of its own cluster where the path names one). */
+static void bound_tokens_on_every_cluster_route(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *name, *token;
+        unsigned role;
+        int machine_bound;
+    } bound[] = {
+        {"bigbrother cluster=authz1 machine=m1", H_TOK_BB_M1, SD_R_BB, 1},
+        {"game cluster=authz1", H_TOK_GAME_C1, SD_R_GAME, 0},
+        {"viewer cluster=authz1", H_TOK_VIEWER_C1, SD_R_VIEWER, 0},
+    };
+    int checked = 0;
+    bound_failures = 0;
+    for (size_t b = 0; b < sizeof bound / sizeof bound[0]; b++) {
+        for (size_t i = 0; i < sd_nroutes; i++) {
+            const sd_route_t *r = &sd_routes[i];
+            if (strncmp(r->pattern, "/v1/clusters/{c}", 16) || !(r->roles & bound[b].role))
+                continue;
+            int raw = (r->flags & SD_RAW_BODY) != 0;
+            int has_body = strcmp(r->method, "GET") && strcmp(r->method, "DELETE");
+            const char *body = has_body ? "{}" : NULL, *ctype = raw ? "application/octet-stream" : NULL;
+            char path[256], what[160];
+            snprintf(what, sizeof what, "%s, another cluster", bound[b].name);
+            fill_path_as(r->pattern, "other1", "m1", path, sizeof path);
+            for_other(what, r->method, path, bound[b].token, ctype, body, NULL);
+            if (bound[b].machine_bound && is_machine_bound_route(r)) {
+                snprintf(what, sizeof what, "%s, another machine", bound[b].name);
+                fill_path_as(r->pattern, "authz1", "m2", path, sizeof path);
+                for_other(what, r->method, path, bound[b].token, ctype, body, NULL);
+                checked++;
+            }
+            fill_path_as(r->pattern, "authz1", "m1", path, sizeof path);
+            for_self(bound[b].name, r->method, path, bound[b].token, ctype, body, NULL, NULL, 0);
+            checked += 2;
+        }
+    }
+    printf("bound tokens on cluster routes: requests=%d failures=%d\n", checked, bound_failures);
+    assert_true(checked > 30);
+    assert_int_equal(bound_failures, 0);
+}
+
+#define EVENT(id, machine)                                                                  \
+    "{\"events\":[{\"id\":\"" id "\",\"type\":\"started\",\"instance\":\"zone-" machine       \
+    "-0\",\"machine\":\"" machine "\",\"service\":\"zone\",\"pid\":100,\"slot\":0}]}"
+#define J "application/json"
+
+static long long jnum(const char *msg, const char *field)
+{
+    json_t *j = json_loads(msg, 0, NULL);
+    long long v = json_integer_value(json_object_get(j, field));
+    json_decref(j);
+    return v;
+}
+
+/* A bigbrother bound to m1 reports, leases, reads assignments and acts as primary for m1
+ * only; the machine is in the path, the body (events, primary) or the query. */
+static void bound_bigbrother_acts_for_its_machine(void **state)
+{
+    (void)state;
+    bound_failures = 0;
+    char msg[1024];
+    const char *base = "/v1/clusters/authz1";
+    char path[256];
+    snprintf(path, sizeof path, "%s/events", base);
+    for_other("events for m2", "POST", path, H_TOK_BB_M1, J, EVENT("b1", "m2"), NULL);
+    for_other("a batch with one event for m2", "POST", path, H_TOK_BB_M1, J,
+              "{\"events\":[{\"id\":\"b2\",\"type\":\"started\",\"instance\":\"zone-m1-1\","
+              "\"machine\":\"m1\",\"service\":\"zone\",\"pid\":101,\"slot\":1},"
+              "{\"id\":\"b3\",\"type\":\"stopped\",\"instance\":\"zone-m2-0\",\"machine\":\"m2\","
+              "\"service\":\"zone\",\"reason\":\"exited\",\"code\":0}]}",
+              NULL);
+    assert_int_equal(for_self("events for m1", "POST", path, H_TOK_BB_M1, J, EVENT("b4", "m1"),
+                              NULL, msg, sizeof msg),
+                     200);
+
+    /* The primary: m2 holds it (taken with the unbound token); m1's token may neither
+     * release it nor write as it. */
+    snprintf(path, sizeof path, "%s/primary", base);
+    for_other("primary as m2", "POST", path, H_TOK_BB_M1, J, "{\"machine\":\"m2\"}", NULL);
+    assert_int_equal(ask("POST", path, H_TOK_BB, J, "{\"machine\":\"m2\"}", NULL, msg, sizeof msg),
+                     200);
+    long long e2 = jnum(msg, "epoch");
+    snprintf(path, sizeof path, "%s/primary?machine=m2", base);
+    for_other("primary release as m2", "DELETE", path, H_TOK_BB_M1, NULL, NULL, NULL);
+    char body[128];
+    snprintf(body, sizeof body, "{\"epoch\":%lld,\"machines\":{}}", e2);
+    snprintf(path, sizeof path, "%s/assignments", base);
+    for_other("assignments at m2's epoch", "PUT", path, H_TOK_BB_M1, J, body, NULL);
+    snprintf(body, sizeof body, "{\"epoch\":%lld}", e2);
+    snprintf(path, sizeof path, "%s/machines/m3/lost", base);
+    for_other("machine lost at m2's epoch", "POST", path, H_TOK_BB_M1, J, body, NULL);
+    snprintf(path, sizeof path, "%s/primary?machine=m2", base);
+    assert_int_equal(ask("DELETE", path, H_TOK_BB, NULL, NULL, NULL, msg, sizeof msg), 204);
+
+    /* As itself: primary, then its writes at its own epoch. */
+    snprintf(path, sizeof path, "%s/primary", base);
+    assert_int_equal(for_self("primary as m1", "POST", path, H_TOK_BB_M1, J,
+                              "{\"machine\":\"m1\"}", NULL, msg, sizeof msg),
+                     200);
+    long long e1 = jnum(msg, "epoch");
+    snprintf(body, sizeof body, "{\"epoch\":%lld,\"machines\":{\"m2\":[]}}", e1);
+    snprintf(path, sizeof path, "%s/assignments", base);
+    assert_int_equal(for_self("assignments as primary", "PUT", path, H_TOK_BB_M1, J, body, NULL,
+                              msg, sizeof msg),
+                     200);
+    snprintf(body, sizeof body, "{\"epoch\":%lld}", e1);
+    snprintf(path, sizeof path, "%s/machines/m3/lost", base);
+    for_self("machine lost as primary", "POST", path, H_TOK_BB_M1, J, body, NULL, msg, sizeof msg);
+    snprintf(path, sizeof path, "%s/primary?machine=m1", base);
+    assert_int_equal(for_self("primary release as m1", "DELETE", path, H_TOK_BB_M1, NULL, NULL,
+                              NULL, msg, sizeof msg),
+                     204);
+    assert_int_equal(bound_failures, 0);
+}
+
+/* A game token bound to holders "zone-" acquires, renews, releases and saves as such
+ * holders only, even with a grant of another holder in hand; one bound to a cluster
+ * locks as the processes of that cluster and steals only within it. */
+static void bound_game_tokens_act_for_their_holders(void **state)
+{
+    (void)state;
+    bound_failures = 0;
+    char msg[1024], body[256], path[256], hdr[96], seqh[64];
+    for_other("acquire as lobby-1", "PUT", "/v1/locks/bk1", H_TOK_GAME_ZONE, J,
+              "{\"holder\":\"lobby-1\"}", NULL);
+    for_other("acquire many as lobby-1", "POST", "/v1/locks/acquire", H_TOK_GAME_ZONE, J,
+              "{\"holder\":\"lobby-1\",\"keys\":[\"bk1\",\"bk2\"]}", NULL);
+    assert_int_equal(for_self("acquire as zone-1", "PUT", "/v1/locks/bk1", H_TOK_GAME_ZONE, J,
+                              "{\"holder\":\"zone-1\"}", NULL, msg, sizeof msg),
+                     200);
+    json_t *g = json_loads(msg, 0, NULL);
+    long long zseq = json_integer_value(json_object_get(g, "lock_seq"));
+    char ztok[40];
+    snprintf(ztok, sizeof ztok, "%s", json_string_value(json_object_get(g, "lock_token")));
+    json_decref(g);
+
+    /* lobby-1's grant, made with an unbound token, leaks to the zone- token. */
+    assert_int_equal(ask("PUT", "/v1/locks/bk2", H_TOK_GAME, J, "{\"holder\":\"lobby-1\"}", NULL,
+                         msg, sizeof msg),
+                     200);
+    g = json_loads(msg, 0, NULL);
+    long long lseq = json_integer_value(json_object_get(g, "lock_seq"));
+    char ltok[40];
+    snprintf(ltok, sizeof ltok, "%s", json_string_value(json_object_get(g, "lock_token")));
+    json_decref(g);
+    snprintf(body, sizeof body,
+             "{\"holder\":\"lobby-1\",\"lock_seq\":%lld,\"lock_token\":\"%s\"}", lseq, ltok);
+    for_other("renew as lobby-1", "POST", "/v1/locks/bk2/renew", H_TOK_GAME_ZONE, J, body, NULL);
+    snprintf(body, sizeof body,
+             "{\"holder\":\"lobby-1\",\"keys\":[\"bk2\"],\"lock_seqs\":{\"bk2\":%lld},"
+             "\"lock_tokens\":{\"bk2\":\"%s\"}}",
+             lseq, ltok);
+    for_other("release many as lobby-1", "POST", "/v1/locks/release", H_TOK_GAME_ZONE, J, body,
+              NULL);
+    snprintf(path, sizeof path, "/v1/locks/bk2?holder=lobby-1&lock_seq=%lld", lseq);
+    snprintf(hdr, sizeof hdr, "Lock-Token: %s", ltok);
+    for_other("release as lobby-1", "DELETE", path, H_TOK_GAME_ZONE, NULL, NULL, hdr);
+    /* A save with lobby-1's leaked grant: the prefix is checked in the save's script. */
+    {
+        char before[64], after[64], url[400];
+        snprintf(url, sizeof url, "%s/v1/blobs/bk2", sd.url);
+        snprintf(seqh, sizeof seqh, "Lock-Seq: %lld", lseq);
+        const char *hs[] = {seqh, hdr, "Blob-Seq: 1", NULL};
+        h_resp_t r;
+        h_redis_digest(&redis, before);
+        assert_int_equal(h_http("PUT", url, H_TOK_GAME_ZONE, "application/octet-stream", "x", 1,
+                                hs, &r),
+                         0);
+        h_redis_digest(&redis, after);
+        if (r.status != 403 || !strstr(r.body, "bound to holders starting with 'zone-'") ||
+            strcmp(before, after)) {
+            printf("BOUND save with lobby-1's grant -> %ld %s\n", r.status, r.body);
+            bound_failures++;
+        }
+        h_resp_free(&r);
+        snprintf(url, sizeof url, "%s/v1/blobs/bk1", sd.url);
+        snprintf(seqh, sizeof seqh, "Lock-Seq: %lld", zseq);
+        snprintf(hdr, sizeof hdr, "Lock-Token: %s", ztok);
+        assert_int_equal(h_http("PUT", url, H_TOK_GAME_ZONE, "application/octet-stream", "x", 1,
+                                hs, &r),
+                         0);
+        assert_int_equal(r.status, 200);
+        h_resp_free(&r);
+    }
+    snprintf(body, sizeof body,
+             "{\"holder\":\"zone-1\",\"lock_seq\":%lld,\"lock_token\":\"%s\"}", zseq, ztok);
+    for_self("renew as zone-1", "POST", "/v1/locks/bk1/renew", H_TOK_GAME_ZONE, J, body, NULL,
+             msg, sizeof msg);
+    snprintf(path, sizeof path, "/v1/locks/bk1?holder=zone-1&lock_seq=%lld", zseq);
+    assert_int_equal(for_self("release as zone-1", "DELETE", path, H_TOK_GAME_ZONE, NULL, NULL,
+                              hdr, msg, sizeof msg),
+                     200);
+
+    /* Bound to cluster authz1: a holder the directory does not know there is refused;
+     * once bigbrother reports it started, it may lock; steals stay within the cluster. */
+    for_other("acquire as a stranger", "PUT", "/v1/locks/bk3", H_TOK_GAME_C1, J,
+              "{\"holder\":\"zone-m9-0\"}", NULL);
+    assert_int_equal(ask("POST", "/v1/clusters/authz1/events", H_TOK_BB, J, EVENT("g1", "m9"),
+                         NULL, msg, sizeof msg),
+                     200);
+    for_other("steal in another cluster", "PUT", "/v1/locks/bk3", H_TOK_GAME_C1, J,
+              "{\"holder\":\"zone-m9-0\",\"steal_if_holder_stopped\":\"other1\"}", NULL);
+    assert_int_equal(for_self("acquire as a process of the cluster", "PUT", "/v1/locks/bk3",
+                              H_TOK_GAME_C1, J,
+                              "{\"holder\":\"zone-m9-0\",\"steal_if_holder_stopped\":\"authz1\"}",
+                              NULL, msg, sizeof msg),
+                     200);
+    assert_int_equal(bound_failures, 0);
+}
+
+/* The Authorization header's bytes: a control byte after or inside a valid token is 401,
+ * never a match of the bytes before it; a NUL inside a token never makes the part before
+ * it match. (libmicrohttpd 0.9.75 ends a header value at a NUL before serverdir sees it:
+ * a whole valid token followed by a NUL is that token; docs/operations.md, "Tokens".) */
+static void authorization_with_control_bytes_is_401(void **state)
+{
+    (void)state;
+    static const struct {
+        size_t cut; /* bytes of the token sent before the tail */
+        const char *tail;
+        size_t len;
+    } tails[] = {{21, "\x01", 1},  {21, "\x7f", 1},  {21, "\tx", 2},
+                 {10, "\x01", 1},  {10, "\0" "0123456789", 11}, {20, "\0" "9", 2}};
+    for (size_t i = 0; i < sizeof tails / sizeof tails[0]; i++) {
+        char req[512];
+        assert_int_equal(strlen(H_TOK_GAME), 21);
+        int n = snprintf(req, sizeof req,
+                         "GET /v1/locks/ctl-key HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                         "Connection: close\r\nAuthorization: Bearer %.*s",
+                         (int)tails[i].cut, H_TOK_GAME);
+        memcpy(req + n, tails[i].tail, tails[i].len);
+        n += (int)tails[i].len;
+        n += snprintf(req + n, sizeof req - (size_t)n, "\r\n\r\n");
+        int fd = h_tcp_connect(sd.port);
+        assert_true(fd >= 0);
+        assert_int_equal(h_send_all(fd, req, (size_t)n), 0);
+        char buf[4096];
+        int closed = 0;
+        h_read_until_close(fd, buf, sizeof buf, 5000, &closed);
+        close(fd);
+        if (strncmp(buf, "HTTP/1.1 401", 12)) {
+            printf("Authorization with tail %zu answered: %.80s\n", i, buf);
+            fail();
+        }
+    }
+    /* The same token, clean, is accepted. */
+    char msg[256];
+    assert_int_equal(ask("GET", "/v1/locks/ctl-key", H_TOK_GAME, NULL, NULL, NULL, msg, sizeof msg),
+                     200);
+}
+
 int main(void)
 {
     h_init(120);
@@ -238,5 +566,12 @@ int main(void)
         cmocka_unit_test_setup_teardown(every_route_allows_exactly_its_roles, setup,
                                         h_stack_teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    const struct CMUnitTest bound[] = {
+        cmocka_unit_test(bound_tokens_on_every_cluster_route),
+        cmocka_unit_test(bound_bigbrother_acts_for_its_machine),
+        cmocka_unit_test(bound_game_tokens_act_for_their_holders),
+        cmocka_unit_test(authorization_with_control_bytes_is_401),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    return rc | cmocka_run_group_tests(bound, setup, h_stack_teardown);
 }
