@@ -429,7 +429,11 @@ const char *h_tokens_file(void)
                             "bigbrother " H_TOK_BB_M1 " cluster=authz1 machine=m1\n"
                             "game " H_TOK_GAME_ZONE " holder_prefix=zone-\n"
                             "game " H_TOK_GAME_C1 " cluster=authz1\n"
-                            "viewer " H_TOK_VIEWER_C1 " cluster=authz1\n",
+                            "viewer " H_TOK_VIEWER_C1 " cluster=authz1\n"
+                            "bigbrother " H_TOK_BB_C1(1) " cluster=c1 machine=m1\n"
+                            "bigbrother " H_TOK_BB_C1(2) " cluster=c1 machine=m2\n"
+                            "bigbrother " H_TOK_BB_C1(3) " cluster=c1 machine=m3\n"
+                            "game " H_TOK_GAME_OF_C1 " cluster=c1\n",
                             0600);
     return path;
 }

@@ -108,6 +108,10 @@ const char *h_tokens_file(void);
 #define H_TOK_GAME_ZONE "game-zone-token-0123456789"
 #define H_TOK_GAME_C1 "game-c1-token-0123456789"
 #define H_TOK_VIEWER_C1 "viewer-c1-token-0123456789"
+/* Bound tokens of cluster c1 (it.chaos, the cluster tests): bigbrother m1..m3 and its
+ * game servers. H_TOK_BB_C1(n) is the token of machine m<n> (n = 1..3). */
+#define H_TOK_BB_C1(n) "bigbrother-c1-m" #n "-token-0123456789"
+#define H_TOK_GAME_OF_C1 "game-of-c1-token-0123456789"
 
 typedef struct {
     long status;

@@ -209,6 +209,10 @@ static void haproxy_start(void)
 
 /* ---------- bigbrothers ---------- */
 
+/* Each bigbrother's token is bound to its machine, the gameprocs' to the cluster: the
+ * soak runs with the bindings a production fleet should use. */
+static const char *const bb_tokens[NBB] = {H_TOK_BB_C1(1), H_TOK_BB_C1(2), H_TOK_BB_C1(3)};
+
 static void bb_config(int i)
 {
     bbt_t *b = &C.bb[i];
@@ -225,7 +229,7 @@ static void bb_config(int i)
                  " \"lease_ttl_ms\": %d, \"primary_ttl_ms\": %d, \"log_keep\": 100,"
                  " \"placement_interval_ms\": 300, \"assignment_wait_ms\": 2000,"
                  " \"services\": []}",
-                 C.name[i], b->state, C.sd.url, H_TOK_BB, slow(3000), slow(3000)) < 0)
+                 C.name[i], b->state, C.sd.url, bb_tokens[i], slow(3000), slow(3000)) < 0)
         abort();
     snprintf(b->cfg, sizeof b->cfg, "%s", h_write_file(b->dir, "bb.json", text, 0644));
     free(text);
@@ -971,7 +975,7 @@ static void chaos_soak(void **state)
              "[\"--tick-hz\", \"10\", \"--serverdir\", \"%s\", \"--token\", \"%s\","
              " \"--players\", \"2\", \"--player-keys\", \"1-%d\", \"--save-every-ms\", \"500\","
              " \"--session-s\", \"4\"]",
-             C.sd.url, H_TOK_GAME, NKEYS);
+             C.sd.url, H_TOK_GAME_OF_C1, NKEYS);
     assert_int_equal(cl_service(&C, SVC, nprocs, args, NULL), 200);
     cl_conv_t w = {SVC, nprocs, 0};
     assert_true(cl_wait(&C, cl_converged, &w, slow(40000)));
