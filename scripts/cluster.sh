@@ -4,6 +4,10 @@
 # servers that simulate players (locks + fenced blob saves) and announce themselves to
 # the master list. State and logs under .cluster/. Ctrl-C stops everything it started:
 # the game processes first (bbctl stop all), then bigbrother, serverdir and redis.
+# Access is by token (state dir's tokens file, made on the first run, mode 0600): an ops
+# token for sdctl, a viewer token for the dashboard, a bigbrother token bound to machine
+# local-1 of cluster local and a game token bound to cluster local (docs/operations.md,
+# "Security").
 # Ports: SD_PORT (default 7700), SD_REDIS_PORT (default 7379); state dir: SD_CLUSTER_DIR
 # (default .cluster in the repository). SD_BIN: run the binaries of that directory and skip
 # the package check and the build (it.cluster_script runs this script that way).
@@ -54,13 +58,31 @@ trap 'stop_all; exit 130' INT
 trap 'stop_all; exit 143' TERM
 trap stop_all EXIT
 
+# The tokens, made once and kept with the state (so a second run keeps the same ones).
+if [[ ! -s $state/tokens ]]; then
+    tok() { head -c 24 /dev/urandom | base64 | tr -d '/+='; }
+    (umask 077 && cat >"$state/tokens" <<TOKENS
+# made by scripts/cluster.sh: ROLE TOKEN [bindings]
+ops        $(tok)
+viewer     $(tok)
+bigbrother $(tok) cluster=local machine=local-1
+game       $(tok) cluster=local
+TOKENS
+    )
+fi
+token_of() { awk -v r="$1" '$1 == r { print $2; exit }' "$state/tokens"; }
+ops_token=$(token_of ops)
+viewer_token=$(token_of viewer)
+bb_token=$(token_of bigbrother)
+game_token=$(token_of game)
+
 setsid redis-server --port "$rport" --bind 127.0.0.1 --dir "$state/redis" --appendonly yes \
     --save "" --daemonize no >"$state/redis.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do redis-cli -p "$rport" ping >/dev/null 2>&1 && break; sleep 0.05; done
 
 setsid "$bin/serverdir" --listen "127.0.0.1:$port" --redis "redis://127.0.0.1:$rport/0" \
-    >"$state/serverdir.log" 2>&1 &
+    --tokens "$state/tokens" >"$state/serverdir.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do curl -fs "$url/healthz" >/dev/null && break; sleep 0.05; done
 curl -fs "$url/readyz" >/dev/null || { echo "serverdir is not ready: see $state/serverdir.log"; exit 1; }
@@ -68,9 +90,9 @@ curl -fs "$url/readyz" >/dev/null || { echo "serverdir is not ready: see $state/
 # bigbrother's config: 3 zone servers with the agent health check; each simulates 3
 # players on keys player:1..12 (holder: its instance id), saves every 2 s, lets a player
 # go after 20 s, and heartbeats the REST master list every 10 s.
-cat >"$state/bigbrother.json" <<JSON
+(umask 077 && cat >"$state/bigbrother.json") <<JSON
 { "machine": "local-1", "cluster": "local", "address": "127.0.0.1",
-  "serverdir": { "urls": ["$url"] },
+  "serverdir": { "urls": ["$url"], "token": "$bb_token" },
   "state_dir": "$state/bb",
   "services": [
     { "name": "zone", "command": "$bin/gameproc",
@@ -78,7 +100,7 @@ cat >"$state/bigbrother.json" <<JSON
                "--player-keys", "1-12", "--save-every-ms", "2000", "--session-s", "20",
                "--master-rest", "--master-interval-s", "10", "--region", "local",
                "--tags", "demo"],
-      "env": { "SERVERDIR_URL": "$url" },
+      "env": { "SERVERDIR_URL": "$url", "SERVERDIR_TOKEN": "$game_token" },
       "count": 3,
       "health":  { "type": "agent", "start_timeout_ms": 10000, "liveness_timeout_ms": 3000 },
       "restart": { "policy": "always", "backoff_min_ms": 100, "backoff_max_ms": 10000,
@@ -98,11 +120,15 @@ done
 [[ -n $started ]] || { echo "bigbrother did not start: see $state/bigbrother.log"; exit 1; }
 
 # What the dashboard will show, once the zone servers are up (bounded wait).
-count() { curl -fs "$url$1" 2>/dev/null | grep -o "\"$2\":" | wc -l || true; }
+count() {
+    curl -fs -H "Authorization: Bearer $viewer_token" "$url$1" 2>/dev/null |
+        grep -o "\"$2\":" | wc -l || true
+}
 # Locks are listed per holder; the holders are the zone servers' instance ids.
 locks() {
     local n=0 i
-    for i in $(curl -fs "$url/v1/clusters/local/processes" 2>/dev/null |
+    for i in $(curl -fs -H "Authorization: Bearer $viewer_token" \
+                   "$url/v1/clusters/local/processes" 2>/dev/null |
                grep -o '"instance":"[^"]*"' | cut -d'"' -f4); do
         n=$((n + $(count "/v1/locks?holder=$i" key)))
     done
@@ -117,13 +143,14 @@ done
 cat <<MSG
 
 ServerDir local cluster is up.
-  dashboard:          $url/?cluster=local
+  dashboard:          $url/?cluster=local#token=$viewer_token
   machines:           $(count /v1/clusters/local/machines machine) (local-1, supervised by bigbrother)
   processes ready:    $(count /v1/clusters/local/processes?state=ready instance) (zone servers, gameproc)
   player locks held:  $(locks) (holder: the zone server's instance id)
   master servers:     $(count /v1/master/servers address)
-  sdctl:              SERVERDIR_URL=$url SERVERDIR_CLUSTER=local $bin/sdctl ps
+  sdctl:              SERVERDIR_URL=$url SERVERDIR_TOKEN=$ops_token SERVERDIR_CLUSTER=local $bin/sdctl ps
   bbctl:              $bin/bbctl --socket $ctl_sock status
+  tokens:             $state/tokens (ops, viewer, bigbrother bound to local-1, game bound to local)
   logs:               $state/*.log, $state/bb/
 Press Ctrl-C to stop.
 MSG

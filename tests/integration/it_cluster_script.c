@@ -80,12 +80,32 @@ static int leftovers(void)
     return n;
 }
 
+/* The token of `role` in the tokens file the script made, into tok; "" when absent. */
+static const char *script_token(const char *role, char *tok, size_t cap)
+{
+    char path[500], line[512];
+    snprintf(path, sizeof path, "%s/tokens", dir);
+    tok[0] = '\0';
+    FILE *f = fopen(path, "r");
+    while (f && fgets(line, sizeof line, f)) {
+        char r[32], t[300];
+        if (sscanf(line, "%31s %299s", r, t) == 2 && !strcmp(r, role)) {
+            snprintf(tok, cap, "%s", t);
+            break;
+        }
+    }
+    if (f)
+        fclose(f);
+    return tok;
+}
+
 static int count_ready(void)
 {
-    char u[128];
+    char u[128], tok[300];
     snprintf(u, sizeof u, "%s/v1/clusters/local/processes?state=ready", url);
     h_resp_t r = {0};
-    if (h_http("GET", u, NULL, NULL, NULL, 0, NULL, &r) != 0 || r.status != 200) {
+    if (h_http("GET", u, script_token("viewer", tok, sizeof tok), NULL, NULL, 0, NULL, &r) != 0 ||
+        r.status != 200) {
         h_resp_free(&r);
         return -1;
     }
@@ -146,6 +166,19 @@ static void one_run(int round)
         fail_msg("round %d: unexpected banner:\n%s", round, out);
     free(out);
     assert_int_equal(count_ready(), 3);
+    /* The script's bindings hold: its bigbrother token speaks for local-1 only, and
+     * without a token nothing is shown. */
+    char tok[300], u[160];
+    assert_true(strlen(script_token("bigbrother", tok, sizeof tok)) >= 16);
+    snprintf(u, sizeof u, "%s/v1/clusters/local/machines/local-2", url);
+    h_resp_t r = {0};
+    assert_int_equal(h_http("PUT", u, tok, NULL, "{}", 2, NULL, &r), 0);
+    assert_int_equal(r.status, 403);
+    h_resp_free(&r);
+    snprintf(u, sizeof u, "%s/v1/clusters/local/processes", url);
+    assert_int_equal(h_http("GET", u, NULL, NULL, NULL, 0, NULL, &r), 0);
+    assert_int_equal(r.status, 401);
+    h_resp_free(&r);
 
     kill(pid, SIGINT); /* what a Ctrl-C delivers to the script (its daemons run in their
                           own sessions) */
