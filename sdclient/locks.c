@@ -219,15 +219,22 @@ int sdc_lock_list_by_holder(sdc_t *c, const char *holder, json_t **out, sdc_err_
     return rc;
 }
 
-int sdc_lock_force_unlock(sdc_t *c, const char *key, json_t **out, sdc_err_t *err)
+/* DELETE <base><key><tail> (an ops action on one key); *out (may be NULL) the answer. */
+static int key_delete(sdc_t *c, const char *base, const char *key, const char *tail,
+                      json_t **out, sdc_err_t *err)
 {
     if (out)
         *out = NULL;
     if (!sd_name_valid(key, KEY_MAX))
         return sdc__inval(err, "key must be a name");
-    char esc[3 * KEY_MAX + 1], path[3 * KEY_MAX + 32];
-    snprintf(path, sizeof path, "/v1/locks/%s?force=true", sdc_escape(key, esc, sizeof esc));
+    char esc[3 * KEY_MAX + 1], path[3 * KEY_MAX + 48];
+    snprintf(path, sizeof path, "%s%s%s", base, sdc_escape(key, esc, sizeof esc), tail);
     return sdc_request(c, "DELETE", path, NULL, out, err);
+}
+
+int sdc_lock_force_unlock(sdc_t *c, const char *key, json_t **out, sdc_err_t *err)
+{
+    return key_delete(c, "/v1/locks/", key, "?force=true", out, err);
 }
 
 /* The Lock-Seq and Lock-Token headers of a grant into h1, h2. */
@@ -284,11 +291,5 @@ int sdc_blob_put(sdc_t *c, const sdc_lock_t *lock, int64_t blob_seq, const void 
 
 int sdc_blob_delete(sdc_t *c, const char *key, json_t **out, sdc_err_t *err)
 {
-    if (out)
-        *out = NULL;
-    if (!sd_name_valid(key, KEY_MAX))
-        return sdc__inval(err, "key must be a name");
-    char esc[3 * KEY_MAX + 1], path[3 * KEY_MAX + 32];
-    snprintf(path, sizeof path, "/v1/blobs/%s", sdc_escape(key, esc, sizeof esc));
-    return sdc_request(c, "DELETE", path, NULL, out, err);
+    return key_delete(c, "/v1/blobs/", key, "", out, err);
 }
