@@ -3,7 +3,7 @@
 # Extra packages can be passed in SD_EXTRA_PACKAGES.
 sd_packages="cmake make gcc pkg-config libmicrohttpd-dev libjansson-dev libhiredis-dev
 libcurl4-openssl-dev libcmocka-dev redis-server redis-tools curl valgrind
-clang libclang-rt-dev haproxy systemd binutils chromium ${SD_EXTRA_PACKAGES:-}"
+clang libclang-rt-dev haproxy systemd binutils chromium qstat ${SD_EXTRA_PACKAGES:-}"
 
 sd_install_deps() {
     local missing=()

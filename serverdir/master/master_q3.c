@@ -329,6 +329,11 @@ int sd_q3_resp_add(sd_q3_writer_t *w, int family, const uint8_t *ip, uint16_t po
     return 0;
 }
 
+void sd_q3_resp_cut(sd_q3_writer_t *w)
+{
+    w->buf[w->len++] = '\\'; /* room kept by sd_q3_resp_add (the EOT mark's) */
+}
+
 void sd_q3_resp_end(sd_q3_writer_t *w)
 {
     memcpy(w->buf + w->len, SD_Q3_EOT, SD_Q3_EOT_LEN);

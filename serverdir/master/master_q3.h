@@ -96,8 +96,10 @@ const char *sd_q3_parse_getservers(const uint8_t *p, size_t n, sd_q3_query_t *q)
 void sd_q3_query_filter(const sd_q3_query_t *q, sd_master_filter_t *f);
 
 /* Builds the reply datagrams: begin, add entries until add says the datagram is full
- * (send it, begin again and re-add), then end appends the EOT mark (room for it is
- * always kept). */
+ * (cut it, send it, begin again and re-add), then end appends the EOT mark (room for it
+ * is always kept). Every entry is followed by a separator in its own datagram: the next
+ * entry's, the EOT mark's, or the one cut appends, because ioquake3's client (and qstat)
+ * read an entry only when a byte follows it. */
 typedef struct {
     uint8_t buf[SD_Q3_DGRAM_MAX];
     size_t len;
@@ -110,6 +112,8 @@ void sd_q3_resp_begin(sd_q3_writer_t *w, int ext);
  * Returns 0 when added, -1 when the datagram is full (or v6 in a non-Ext reply). */
 int sd_q3_resp_add(sd_q3_writer_t *w, int family, const uint8_t *ip, uint16_t port);
 void sd_q3_resp_end(sd_q3_writer_t *w);
+/* Ends a full datagram that is not the last: appends the separator '\'. */
+void sd_q3_resp_cut(sd_q3_writer_t *w);
 
 /* Parses an address key ("1.2.3.4:27960" / "[v6]:port") into bytes; 4, 6 or -1. */
 int sd_master_key_bytes(const char *key, uint8_t ip[16], uint16_t *port);

@@ -152,6 +152,7 @@ static void q3_getservers(int fd, const uint8_t *p, size_t n, const struct socka
                 continue;
             if (sd_q3_resp_add(&w, fam, addr, port) == 0)
                 continue;
+            sd_q3_resp_cut(&w);
             if (send_reply(fd, from, fromlen, ip, "q3", w.buf, w.len)) {
                 sd_master_batch_free(&b);
                 return;
@@ -182,6 +183,9 @@ static void valve_query(int fd, const uint8_t *p, size_t n, const struct sockadd
         sd_master_count_drop("valve", why);
         return;
     }
+    if (q.seed_garbage)
+        SD_COUNT("serverdir_master_udp_tolerated_total{what=\"seed_garbage\"}",
+                 "Valve queries answered although bytes after the seed address were ignored", 1);
     uint8_t ips[SD_VALVE_BATCH][4];
     uint16_t ports[SD_VALVE_BATCH];
     int count = 0, last = 0;

@@ -86,11 +86,16 @@ const char *sd_valve_parse_query(const uint8_t *p, size_t n, sd_valve_query_t *q
     if (n < 3 || p[0] != 0x31)
         return "bad_query";
     q->region = p[1];
+    /* The seed: "a.b.c.d:port" up to a NUL. Liberal, as real clients need: the address is
+     * the leading run of digits, dots and colons, and bytes after it up to the NUL are
+     * ignored (qstat 2.17 pages with "<seed>r" and no filter); a datagram that ends
+     * without the NUL ends the seed there (docs/master.md). */
     const uint8_t *seed = p + 2;
     const uint8_t *nul = memchr(seed, '\0', n - 2);
-    if (!nul)
-        return "bad_seed";
-    size_t sl = (size_t)(nul - seed);
+    size_t field = nul ? (size_t)(nul - seed) : n - 2;
+    size_t sl = 0;
+    while (sl < field && ((seed[sl] >= '0' && seed[sl] <= '9') || seed[sl] == '.' || seed[sl] == ':'))
+        sl++;
     char s[SD_MASTER_ADDR_MAX];
     if (sl == 0 || sl >= 22)
         return "bad_seed";
@@ -101,6 +106,9 @@ const char *sd_valve_parse_query(const uint8_t *p, size_t n, sd_valve_query_t *q
         if (sd_master_parse_addr(s, q->seed, sizeof q->seed, NULL, 0, NULL, &fam) || fam != 4)
             return "bad_seed";
     }
+    q->seed_garbage = sl != field;
+    if (!nul)
+        nul = p + n - 1; /* no filter follows */
     /* The filter: "\key\value..." up to a NUL (tolerated missing at the very end). */
     size_t fpos = (size_t)(nul - p) + 1;
     size_t fend = n;

@@ -29,6 +29,7 @@
 typedef struct {
     int region;                          /* 0..7, 255 = world */
     char seed[SD_MASTER_ADDR_MAX];       /* "" for 0.0.0.0:0 */
+    int seed_garbage;                    /* bytes after the seed's address were ignored */
     sd_master_filter_t filter;
 } sd_valve_query_t;
 

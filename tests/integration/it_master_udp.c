@@ -160,8 +160,9 @@ static int count_listed(const char *game)
 /* ---------- DarkPlaces / Q3 ---------- */
 
 /* Heartbeats from BATCH sockets at once, then answers each getinfo with an
- * infoResponse; clients = i % 3 so a third are empty. Returns how many were answered. */
-static int q3_register(int first_port, int n)
+ * infoResponse of game (gamename) and protocol; clients = i % 3 so a third are empty.
+ * Returns how many were answered. */
+static int q3_register_as(int first_port, int n, const char *game, int protocol)
 {
     int done = 0;
     for (int base = 0; base < n; base += BATCH) {
@@ -183,15 +184,20 @@ static int q3_register(int first_port, int n)
             char resp[512];
             int len = snprintf(resp, sizeof resp,
                                "\xff\xff\xff\xffinfoResponse\n\\sv_maxclients\\8\\clients\\%d"
-                               "\\challenge\\%s\\protocol\\3\\gamename\\Xonotic\\mapname\\stormkeep"
+                               "\\challenge\\%s\\protocol\\%d\\gamename\\%s\\mapname\\stormkeep"
                                "\\gametype\\%d\\hostname\\fake %d",
-                               idx[k] % 3, (char *)buf + 12, idx[k] % 2, idx[k]);
+                               idx[k] % 3, (char *)buf + 12, protocol, game, idx[k] % 2, idx[k]);
             send_to(fds[k], &master, resp, (size_t)len);
             close(fds[k]);
             done++;
         }
     }
     return done;
+}
+
+static int q3_register(int first_port, int n)
+{
+    return q3_register_as(first_port, n, "Xonotic", 3);
 }
 
 static int xonotic_count_is(void *want) { return count_listed("xonotic") == *(int *)want; }
@@ -298,6 +304,8 @@ static int read_getservers(int fd, int ext, int *n, int *ports_seen_twice)
                 eot = 1;
                 break;
             }
+            if (buf[o] == '\\' && o + 1 == (size_t)got)
+                break; /* a datagram that is not the last ends with its last separator */
             assert_true(buf[o] == '\\' || (ext && buf[o] == '/'));
             size_t alen = buf[o] == '\\' ? 4 : 16;
             assert_true(o + 1 + alen + 2 <= (size_t)got);
@@ -568,7 +576,7 @@ static void malformed_dropped_and_counted(void **state)
         {S("\xff\xff\xff\xffgetservers Xonotic x"), "{proto=\"q3\",reason=\"bad_protocol\"}"},
         {S("\xff\xff\xff\xffheartbeat a b\n"), "{proto=\"q3\",reason=\"bad_heartbeat\"}"},
         {S("\xff\xff\xff\xffinfoResponse\n\\protocol\\3"), "{proto=\"q3\",reason=\"no_challenge\"}"},
-        {S("\x31\xff" "0.0.0.0:0"), "{proto=\"valve\",reason=\"bad_seed\"}"},
+        {S("\x31\xff" "x0.0.0.0:0"), "{proto=\"valve\",reason=\"bad_seed\"}"},
         {S("\x31\xff" "0.0.0.0:0\0\\gamedir"), "{proto=\"valve\",reason=\"bad_filter\"}"},
         {S("0\n\\players\\1"), "{proto=\"goldsrc\",reason=\"no_challenge\"}"},
         {S("hello"), "{proto=\"udp\",reason=\"unknown\"}"},
@@ -634,6 +642,73 @@ static void reply_budget_caps_amplification(void **state)
     h_resp_free(&r);
 }
 
+/* ---------- real clients: qstat (Debian's quakestat 2.17) ---------- */
+
+/* Runs quakestat -<type> against the master and returns the count on its master line
+ * ("Q3M 127.0.0.1:port   600 servers ..."); the listed servers it then probes are
+ * fakes that are gone, so it is told not to wait for them. */
+static int qstat_count(const char *type)
+{
+    char addr[64], log[400], line[512], want[80];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", ntohs(master.sin_port));
+    snprintf(log, sizeof log, "%s/qstat-%s.out", h_tmpdir(), type + 1);
+    const char *argv[] = {"quakestat", type, addr, "-retry", "1", "-interval", "0.1",
+                          "-maxsim", "1000", "-sendinterval", "0", "-timeout", "20", NULL};
+    pid_t pid = h_spawn(argv, log, NULL);
+    assert_true(pid > 0);
+    int st = h_wait_exit(pid, 30000);
+    assert_true(WIFEXITED(st));
+    snprintf(want, sizeof want, "%s %s ", type[1] == 'q' ? "Q3M" : "STM", addr);
+    FILE *f = fopen(log, "r");
+    assert_non_null(f);
+    int n = -1;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, want, strlen(want)))
+            n = atoi(line + strlen(want));
+    fclose(f);
+    if (n < 0)
+        fail_msg("no master line for %s in %s", addr, log);
+    return n;
+}
+
+static int q3a_count_is(void *want) { return count_listed("quake3arena") == *(int *)want; }
+
+/* The total of listed IPv4 servers, by REST pages. */
+static int listed_v4(void)
+{
+    int total = 0;
+    char after[96] = "", path[200];
+    for (int page = 0; page < 100; page++) {
+        snprintf(path, sizeof path, "/v1/master/servers?limit=1000%s%s", after[0] ? "&after=" : "",
+                 after);
+        json_t *j = get_json(&sd, path), *srv;
+        size_t i;
+        json_array_foreach(json_object_get(j, "servers"), i, srv)
+            total += strchr(json_string_value(json_object_get(srv, "address")), '[') == NULL;
+        const char *next = json_string_value(json_object_get(j, "next"));
+        snprintf(after, sizeof after, "%s", next ? next : "");
+        json_decref(j);
+        if (!after[0])
+            return total;
+    }
+    fail_msg("the REST listing did not end");
+    return -1;
+}
+
+/* qstat lists every server through both master types: with -q3m it reads a reply of 600
+ * Quake III servers in 4 datagrams (no entry lost at a datagram boundary), and with -stm
+ * it pages the Valve protocol with its follow-up seeds ("<seed>r", no filter) to the end. */
+static void qstat_lists_every_server(void **state)
+{
+    int listed = q3_register_as(52000, 600, "Quake3Arena", 68);
+    assert_true(listed >= 590);
+    assert_true(h_wait_until(q3a_count_is, &listed, 5000));
+    assert_int_equal(qstat_count("-q3m"), listed);
+    int v4 = listed_v4();
+    assert_true(v4 > 231 * 2);
+    assert_int_equal(qstat_count("-stm"), v4);
+}
+
 int main(void)
 {
     h_init(150);
@@ -644,6 +719,7 @@ int main(void)
         cmocka_unit_test(goldsrc_heartbeat_and_valve_walk),
         cmocka_unit_test(malformed_dropped_and_counted),
         cmocka_unit_test(reply_budget_caps_amplification),
+        cmocka_unit_test(qstat_lists_every_server),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

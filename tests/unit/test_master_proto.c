@@ -201,6 +201,7 @@ static void q3_response_batches(void **state)
     for (int i = 0; i < N; i++) {
         uint8_t ip[4] = {10, 0, (uint8_t)(i >> 8), (uint8_t)i};
         if (sd_q3_resp_add(&w, 4, ip, (uint16_t)(27000 + i)) < 0) {
+            sd_q3_resp_cut(&w);
             memcpy(dgrams[nd], w.buf, w.len);
             lens[nd++] = w.len;
             sd_q3_resp_begin(&w, 0);
@@ -218,10 +219,14 @@ static void q3_response_batches(void **state)
         assert_memory_equal(dgrams[d], "\xff\xff\xff\xffgetserversResponse", 22);
         int last = d == nd - 1;
         size_t end = lens[d] - (last ? SD_Q3_EOT_LEN : 0);
-        if (last)
+        if (last) {
             assert_memory_equal(dgrams[d] + end, "\\EOT\0\0\0", SD_Q3_EOT_LEN);
-        else
-            assert_int_equal(lens[d], 22 + 195 * 7);
+        } else {
+            /* the last entry keeps its separator after it */
+            assert_int_equal(lens[d], 22 + 195 * 7 + 1);
+            assert_int_equal(dgrams[d][lens[d] - 1], '\\');
+            end--;
+        }
         for (size_t o = 22; o < end; o += 7) {
             assert_int_equal(dgrams[d][o], '\\');
             int i = dgrams[d][o + 3] << 8 | dgrams[d][o + 4];
@@ -231,6 +236,77 @@ static void q3_response_batches(void **state)
         }
     }
     assert_int_equal(seen, N);
+}
+
+/* The entries a getserversResponse datagram yields to ioquake3's client
+ * (CL_ServersResponsePacket, re-stated): an entry is '\\' + 4 address bytes + 2 port
+ * bytes (or '/' + 16 + 2 in the Ext reply), and it counts only when a separator byte
+ * ('\\' or '/') follows it in the same datagram; parsing stops at the first entry that
+ * fails that. Appends the ports to ports[*n]. */
+static void ioq3_parse(const uint8_t *p, size_t len, size_t hdr, int ext, int *ports, int *n)
+{
+    const uint8_t *b = p + hdr, *end = p + len;
+    while (b + 1 < end) {
+        size_t alen;
+        if (*b == '\\')
+            alen = 4;
+        else if (ext && *b == '/')
+            alen = 16;
+        else
+            break;
+        b++;
+        if ((size_t)(end - b) < alen + 2 + 1)
+            break;
+        b += alen;
+        int port = b[0] << 8 | b[1];
+        b += 2;
+        if (*b != '\\' && *b != '/')
+            break;
+        ports[(*n)++] = port;
+    }
+}
+
+/* A 3-datagram reply as the query path builds it (add until full, cut, send, begin again),
+ * read the way ioquake3 and qstat read it: every server is seen, none lost at a boundary,
+ * and the byte layout at each boundary is: last entry, '\\', end of datagram. */
+static void q3_response_three_datagrams(void **state)
+{
+    enum { N = 2 * 195 + 7 };
+    uint8_t dgrams[3][SD_Q3_DGRAM_MAX];
+    size_t lens[3];
+    int nd = 0;
+    sd_q3_writer_t w;
+    sd_q3_resp_begin(&w, 0);
+    for (int i = 0; i < N; i++) {
+        uint8_t ip[4] = {192, 0, (uint8_t)(i >> 8), (uint8_t)i};
+        if (sd_q3_resp_add(&w, 4, ip, (uint16_t)(20000 + i)) < 0) {
+            sd_q3_resp_cut(&w);
+            assert_true(nd < 2);
+            memcpy(dgrams[nd], w.buf, w.len);
+            lens[nd++] = w.len;
+            sd_q3_resp_begin(&w, 0);
+            assert_int_equal(sd_q3_resp_add(&w, 4, ip, (uint16_t)(20000 + i)), 0);
+        }
+    }
+    sd_q3_resp_end(&w);
+    memcpy(dgrams[nd], w.buf, w.len);
+    lens[nd++] = w.len;
+    assert_int_equal(nd, 3);
+    /* the boundary of the first datagram: server 194 (port 20194 = 0x4ee2), then '\\' */
+    static const uint8_t tail0[] = {'\\', 192, 0, 0, 194, 0x4e, 0xe2, '\\'};
+    assert_memory_equal(dgrams[0] + lens[0] - sizeof tail0, tail0, sizeof tail0);
+    /* the second datagram starts with server 195 right after the header */
+    static const uint8_t head1[] = {'\\', 192, 0, 0, 195, 0x4e, 0xe3};
+    assert_memory_equal(dgrams[1] + 22, head1, sizeof head1);
+    /* the last: server N-1 then the EOT mark */
+    static const uint8_t tail2[] = {'\\', 192, 0, 1, 140, 0x4f, 0xac, '\\', 'E', 'O', 'T', 0, 0, 0};
+    assert_memory_equal(dgrams[2] + lens[2] - sizeof tail2, tail2, sizeof tail2);
+    int ports[N + 8], n = 0;
+    for (int d = 0; d < 3; d++)
+        ioq3_parse(dgrams[d], lens[d], 22, 0, ports, &n);
+    assert_int_equal(n, N);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(ports[i], 20000 + i);
 }
 
 /* ---------- Valve ---------- */
@@ -271,7 +347,24 @@ static void valve_query(void **state)
     assert_null(sd_valve_parse_query(B("\x31\xff" "0.0.0.0:0\0"), &q));
     assert_null(sd_valve_parse_query(B("\x31\xff" "0.0.0.0:0\0\0"), &q));
 
-    assert_string_equal(sd_valve_parse_query(B("\x31\xff" "0.0.0.0:0"), &q), "bad_seed");
+    /* Liberal seeds: qstat 2.17's follow-up page "1 \xff <seed>r \0" (a stray byte after
+     * the address, no filter) is answered from that seed; so is a seed the datagram ends
+     * in without its NUL. */
+    assert_null(sd_valve_parse_query(B("\x31\xff" "127.0.1.8:30001r\0"), &q));
+    assert_string_equal(q.seed, "127.0.1.8:30001");
+    assert_true(q.seed_garbage);
+    assert_int_equal(q.filter.n, 1); /* only the IPv4 condition */
+    assert_null(sd_valve_parse_query(B("\x31\xff" "127.0.1.8:30001"), &q));
+    assert_string_equal(q.seed, "127.0.1.8:30001");
+    assert_false(q.seed_garbage);
+    assert_null(sd_valve_parse_query(B("\x31\xff" "0.0.0.0:0"), &q));
+    assert_string_equal(q.seed, "");
+    assert_null(sd_valve_parse_query(B("\x31\x03" "10.0.0.1:27015 \xff\0\\gamedir\\cstrike\0"), &q));
+    assert_string_equal(q.seed, "10.0.0.1:27015");
+    assert_string_equal(q.filter.t[0].b, "cstrike");
+
+    assert_string_equal(sd_valve_parse_query(B("\x31\xff" "r127.0.0.1:5\0\0"), &q), "bad_seed");
+    assert_string_equal(sd_valve_parse_query(B("\x31\xff" "\0\0"), &q), "bad_seed");
     assert_string_equal(sd_valve_parse_query(B("\x31\xff" "1.2.3:5\0\0"), &q), "bad_seed");
     assert_string_equal(sd_valve_parse_query(B("\x31\xff" "[::1]:5\0\0"), &q), "bad_seed");
     assert_string_equal(sd_valve_parse_query(B("\x31\xff" "1.2.3.4:70000\0\0"), &q), "bad_seed");
@@ -354,7 +447,8 @@ int main(void)
         cmocka_unit_test(q3_kinds),        cmocka_unit_test(q3_heartbeat),
         cmocka_unit_test(q3_getinfo),      cmocka_unit_test(q3_inforesponse),
         cmocka_unit_test(q3_getservers),   cmocka_unit_test(q3_response_one),
-        cmocka_unit_test(q3_response_batches), cmocka_unit_test(valve_query),
+        cmocka_unit_test(q3_response_batches),
+        cmocka_unit_test(q3_response_three_datagrams), cmocka_unit_test(valve_query),
         cmocka_unit_test(valve_reply),     cmocka_unit_test(goldsrc),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
