@@ -1,6 +1,7 @@
 /* Valve master query protocol and GoldSrc/Source heartbeat (see master_valve.h). */
 #include "master_valve.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <stdio.h>
 #include <string.h>
@@ -70,9 +71,28 @@ static const char *filter_term(const char *key, const char *val, sd_master_filte
             return "bad_filter";
         lower_copy(v, sizeof v, val);
         sd_master_filter_add(f, "tags", "", v);
+    } else if (!strcmp(key, "type")) {
+        /* HLDS spelling (qstat sends it): d dedicated, l listen, p proxy (SourceTV: no
+         * server of this list is one, so the condition holds for none). */
+        if (strcmp(val, "d") && strcmp(val, "l") && strcmp(val, "p"))
+            return "bad_filter";
+        sd_master_filter_add(f, "eq", "d", val[0] == 'd' ? "1" : val[0] == 'l' ? "0" : "proxy");
+    } else if (!strcmp(key, "gameaddr")) {
+        /* "ip" or "ip:port": servers at that IP (the port is not checked). */
+        char ip[SD_MASTER_ADDR_MAX];
+        size_t il = strcspn(val, ":");
+        if (il == 0 || il >= sizeof ip)
+            return "bad_filter";
+        memcpy(ip, val, il);
+        ip[il] = '\0';
+        unsigned char bin[4];
+        if (inet_pton(AF_INET, ip, bin) != 1)
+            return "bad_filter";
+        sd_master_filter_add(f, "eq", "ip", ip);
     } else {
-        /* appid, napp, name_match, white, gameaddr...: not kept by this master; the
-         * condition holds for every server. */
+        /* appid, napp, white, gamedata, gamedataor, name_match, version_match,
+         * collapse_addr_hash...: not kept by this master; the condition holds for every
+         * server (docs/master.md lists which keys are honoured). */
         sd_master_filter_add(f, "true", "", "");
     }
     return NULL;

@@ -547,6 +547,17 @@ static void goldsrc_heartbeat_and_valve_walk(void **state)
     static const char nor[] = "\\gamedir\\valvetest\\nor\\1\\secure\\1\0";
     int nnor = valve_walk(nor, sizeof nor - 1, &batches);
     assert_int_equal(nnor + nsecure, total);
+    /* HLDS spellings: \type\d (every one is dedicated: the GoldSrc servers said type d,
+     * a REST announce is dedicated unless it says otherwise), \type\l (none is a listen
+     * server), \type\p (no proxies), and keys this master ignores. */
+    static const char typed[] = "\\gamedir\\valvetest\\type\\d\0";
+    assert_int_equal(valve_walk(typed, sizeof typed - 1, &batches), total);
+    static const char typel[] = "\\gamedir\\valvetest\\type\\l\0";
+    assert_int_equal(valve_walk(typel, sizeof typel - 1, &batches), 0);
+    static const char typep[] = "\\gamedir\\valvetest\\type\\p\0";
+    assert_int_equal(valve_walk(typep, sizeof typep - 1, &batches), 0);
+    static const char ignored[] = "\\gamedir\\valvetest\\name_match\\x*\\gamedata\\a\0";
+    assert_int_equal(valve_walk(ignored, sizeof ignored - 1, &batches), total);
     static const char other[] = "\\gamedir\\nosuchgame\0";
     assert_int_equal(valve_walk(other, sizeof other - 1, &batches), 0);
     assert_int_equal(batches, 1);

@@ -363,6 +363,39 @@ static void valve_query(void **state)
     assert_string_equal(q.seed, "10.0.0.1:27015");
     assert_string_equal(q.filter.t[0].b, "cstrike");
 
+    /* The spellings real clients send (HLDS and Valve masters), honoured or ignored. */
+    assert_null(sd_valve_parse_query(B("\x31\xff" "0.0.0.0:0\0" "\\type\\d\0"), &q));
+    assert_string_equal(q.filter.t[0].op, "eq");
+    assert_string_equal(q.filter.t[0].a, "d");
+    assert_string_equal(q.filter.t[0].b, "1");
+    assert_null(sd_valve_parse_query(B("\x31\xff" "0.0.0.0:0\0" "\\type\\l\0"), &q));
+    assert_string_equal(q.filter.t[0].b, "0");
+    assert_null(sd_valve_parse_query(B("\x31\xff" "0.0.0.0:0\0" "\\type\\p\0"), &q));
+    assert_string_equal(q.filter.t[0].b, "proxy");
+    assert_string_equal(sd_valve_parse_query(B("\x31\xff" "0.0.0.0:0\0" "\\type\\x\0"), &q),
+                        "bad_filter");
+    assert_null(sd_valve_parse_query(B("\x31\xff" "0.0.0.0:0\0" "\\gameaddr\\10.1.2.3:27015\0"), &q));
+    assert_string_equal(q.filter.t[0].a, "ip");
+    assert_string_equal(q.filter.t[0].b, "10.1.2.3");
+    assert_string_equal(sd_valve_parse_query(B("\x31\xff" "0.0.0.0:0\0" "\\gameaddr\\nope\0"), &q),
+                        "bad_filter");
+    static const char *const ignored[] = {"\\gamedata\\a,b", "\\gamedataor\\a,b",
+                                          "\\name_match\\fr*", "\\version_match\\1.*",
+                                          "\\collapse_addr_hash\\1", "\\appid\\440",
+                                          "\\napp\\500", "\\white\\1", NULL};
+    for (const char *const *k = ignored; *k; k++) {
+        uint8_t b[128];
+        size_t n = 0;
+        memcpy(b, "\x31\xff" "0.0.0.0:0", 11);
+        n = 12; /* the seed's NUL */
+        b[11] = 0;
+        memcpy(b + n, *k, strlen(*k));
+        n += strlen(*k);
+        b[n++] = 0;
+        assert_null(sd_valve_parse_query(b, n, &q));
+        assert_string_equal(q.filter.t[0].op, "true");
+    }
+
     assert_string_equal(sd_valve_parse_query(B("\x31\xff" "r127.0.0.1:5\0\0"), &q), "bad_seed");
     assert_string_equal(sd_valve_parse_query(B("\x31\xff" "\0\0"), &q), "bad_seed");
     assert_string_equal(sd_valve_parse_query(B("\x31\xff" "1.2.3:5\0\0"), &q), "bad_seed");
