@@ -130,7 +130,7 @@ void h_master_challenge(sd_req_t *req, sd_resp_t *resp)
         return;
     char chal[SD_MASTER_CHAL_MAX] = "";
     sd_master_refusal_t why;
-    int rc = sd_master_challenge(ip, ip, chal, sizeof chal, &why);
+    int rc = sd_master_challenge(ip, ip, chal, sizeof chal, 0, &why);
     if (rc == SD_MASTER_REFUSED) {
         refusal(resp, &why);
         return;

@@ -27,6 +27,7 @@ sd_master_cfg_t sd_master_cfg = {
     .default_batch = 100,
     .scan_budget = 5000,
     .udp_reply_bytes_per_s = 65536,
+    .getinfo_timeout_ms = 5000,
 };
 
 /* ---------- config ---------- */
@@ -42,7 +43,8 @@ int sd_master_config_load(const json_t *sec, char *err, size_t errcap)
     static const char *const known[] = {
         "heartbeat_interval_s", "challenge_ttl_ms", "servers_per_address",
         "challenges_per_address", "rate_per_s", "max_servers", "max_batch", "default_batch",
-        "scan_budget", "udp_reply_bytes_per_s", "trusted_proxies", "udp", NULL};
+        "scan_budget", "udp_reply_bytes_per_s", "getinfo_timeout_ms", "trusted_proxies", "udp",
+        NULL};
     if (sd_jv_only_keys(&v, sec, known))
         return -1;
     sd_master_cfg_t cfg = sd_master_cfg, *c = &cfg; /* all or nothing */
@@ -57,7 +59,8 @@ int sd_master_config_load(const json_t *sec, char *err, size_t errcap)
         sd_jv_int(&v, sec, "default_batch", 0, 1, 10000, &c->default_batch) < 0 ||
         sd_jv_int(&v, sec, "scan_budget", 0, 100, 1000000, &c->scan_budget) < 0 ||
         sd_jv_int(&v, sec, "udp_reply_bytes_per_s", 0, 1400, 1 << 30,
-                  &c->udp_reply_bytes_per_s) < 0)
+                  &c->udp_reply_bytes_per_s) < 0 ||
+        sd_jv_int(&v, sec, "getinfo_timeout_ms", 0, 0, 600000, &c->getinfo_timeout_ms) < 0)
         return -1;
     if (c->default_batch > c->max_batch)
         c->default_batch = c->max_batch;
@@ -232,8 +235,20 @@ static int script_refusal(redisReply *r, sd_master_refusal_t *why)
     return SD_MASTER_REFUSED;
 }
 
+int sd_master_sweep(void)
+{
+    sd_argv_t a;
+    master_argv_init(&a, sd_wall_ms());
+    sd_argv_add(&a, "64");
+    redisReply *r;
+    int rc = sd_store_run("master_sweep", 1, &a, &r);
+    if (rc == SD_STORE_OK)
+        freeReplyObject(r);
+    return rc;
+}
+
 int sd_master_challenge(const char *bind, const char *ip, char *chal, size_t chalcap,
-                        sd_master_refusal_t *why)
+                        int64_t probe_ms, sd_master_refusal_t *why)
 {
     int preset = chal[0] != '\0';
     for (int attempt = 0; attempt < 3; attempt++) {
@@ -251,6 +266,7 @@ int sd_master_challenge(const char *bind, const char *ip, char *chal, size_t cha
         sd_argv_addf(&a, "%lld", (long long)sd_master_cfg.challenge_ttl_ms);
         sd_argv_addf(&a, "%lld", (long long)sd_master_cfg.challenges_per_address);
         sd_argv_addf(&a, "%d", CHALLENGE_KEEP_MS);
+        sd_argv_addf(&a, "%lld", (long long)probe_ms);
         redisReply *r;
         int rc = sd_store_run("master_challenge", 1, &a, &r);
         if (rc)

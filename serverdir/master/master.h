@@ -46,6 +46,8 @@ typedef struct {
     int64_t default_batch;
     int64_t scan_budget;          /* entries a query looks at per batch */
     int64_t udp_reply_bytes_per_s; /* UDP reply budget per source address */
+    int64_t getinfo_timeout_ms;   /* a listed Q3/DP server that heartbeats and leaves the
+                                     getinfo unanswered this long is removed; 0: never */
     char trusted[16][64];         /* trusted proxies (exact IPs, canonical form) */
     int ntrusted;
     char udp[SD_MASTER_MAX_UDP][128]; /* "host:port" listeners from master.udp */
@@ -135,9 +137,14 @@ typedef struct {
 
 /* Issues a challenge bound to `bind` (an IP for REST, "ip:port" for UDP) counted against
  * ip's outstanding challenges. chal may be preset (GoldSrc numeric challenge) or "" to
- * generate one; on success it holds the challenge. */
+ * generate one; on success it holds the challenge. probe_ms > 0 (the Q3/DP getinfo): when
+ * `bind` is listed, it is removed unless a heartbeat answering some challenge of it comes
+ * within probe_ms (a server that shuts down heartbeats once more and leaves the getinfo
+ * unanswered). */
 int sd_master_challenge(const char *bind, const char *ip, char *chal, size_t chalcap,
-                        sd_master_refusal_t *why);
+                        int64_t probe_ms, sd_master_refusal_t *why);
+/* One bounded sweep of expired and unanswered-probe servers (master_sweep.lua). */
+int sd_master_sweep(void);
 /* Accepts a heartbeat: checks the challenge (bound to `bind`), the per-address and list
  * limits, and lists the server until now + 3 x interval. *is_new says it was not listed. */
 int sd_master_accept(const char *bind, const char *challenge, const sd_master_server_t *s,

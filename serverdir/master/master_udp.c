@@ -73,7 +73,8 @@ static void q3_heartbeat(int fd, const uint8_t *p, size_t n, const struct sockad
     }
     char chal[SD_MASTER_CHAL_MAX] = "";
     sd_master_refusal_t refused;
-    int rc = sd_master_challenge(key, ip, chal, sizeof chal, &refused);
+    int rc = sd_master_challenge(key, ip, chal, sizeof chal, sd_master_cfg.getinfo_timeout_ms,
+                                 &refused);
     if (rc) {
         sd_master_count_drop("q3", rc == SD_MASTER_REFUSED ? refused.code : "store");
         return;
@@ -232,7 +233,7 @@ static void gs_challenge(int fd, const struct sockaddr *from, socklen_t fromlen,
     char chal[SD_MASTER_CHAL_MAX];
     snprintf(chal, sizeof chal, "%u", c);
     sd_master_refusal_t refused;
-    int rc = sd_master_challenge(key, ip, chal, sizeof chal, &refused);
+    int rc = sd_master_challenge(key, ip, chal, sizeof chal, 0, &refused);
     if (rc) {
         sd_master_count_drop("goldsrc", rc == SD_MASTER_REFUSED ? refused.code : "store");
         return;
@@ -313,13 +314,23 @@ static void handle(int fd, const uint8_t *p, size_t n, const struct sockaddr *fr
     sd_master_count_drop("udp", "unknown");
 }
 
+#define SWEEP_EVERY_MS 1000
+
 static void *listener_main(void *arg)
 {
     struct listener *l = arg;
     uint8_t buf[RECV_MAX];
     struct pollfd pfd[2] = {{.fd = l->fd, .events = POLLIN}, {.fd = stop_fd, .events = POLLIN}};
+    /* The first listener also sweeps, every second, the servers whose getinfo probe went
+     * unanswered (and expired ones), so they leave even an idle list. */
+    int sweeper = l == &listeners[0];
+    int64_t next_sweep = sd_mono_ms() + SWEEP_EVERY_MS;
     for (;;) {
-        if (poll(pfd, 2, -1) < 0) {
+        if (sweeper && sd_mono_ms() >= next_sweep) {
+            sd_master_sweep();
+            next_sweep = sd_mono_ms() + SWEEP_EVERY_MS;
+        }
+        if (poll(pfd, 2, sweeper ? SWEEP_EVERY_MS : -1) < 0) {
             if (errno == EINTR)
                 continue;
             log_error("master udp poll failed", "addr=%s err=%s", l->addr, strerror(errno));

@@ -37,10 +37,15 @@ local function master_remove(P, addr)
   for _, col in ipairs(MASTER_COLS) do redis.call('HDEL', P .. 'c:' .. col, addr) end
   redis.call('ZREM', P .. 'list', addr)
   redis.call('ZREM', P .. 'exp', addr)
+  redis.call('ZREM', P .. 'probe', addr)
 end
 
--- The lazy expiry sweep: removes at most n servers whose listing ran out by `now`.
+-- The lazy expiry sweep: removes at most n servers whose listing ran out by `now`, and at
+-- most n whose getinfo probe (P probe: a listed Q3/DP server heartbeated and did not
+-- answer the getinfo in time, as a server shutting down does) is past its deadline.
 local function master_sweep(P, now, n)
   local old = redis.call('ZRANGEBYSCORE', P .. 'exp', '-inf', now, 'LIMIT', 0, n)
   for _, a in ipairs(old) do master_remove(P, a) end
+  local gone = redis.call('ZRANGEBYSCORE', P .. 'probe', '-inf', now, 'LIMIT', 0, n)
+  for _, a in ipairs(gone) do master_remove(P, a) end
 end

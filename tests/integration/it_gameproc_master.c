@@ -158,11 +158,13 @@ static size_t udp_ask(int fd, int port, const void *q, size_t qlen, uint8_t *out
 }
 
 /* cmocka group setup: the test's temp dir, redis-server, and serverdir on it with a UDP
- * master listener. */
+ * master listener (a listed server that leaves a getinfo unanswered for 1.5 s is dropped). */
 static int setup(void **state)
 {
     dir = h_tmpdir();
-    if (h_stack_setup(state, &redis, &sd, &(h_sd_opts_t){.master_udp = 1}))
+    if (h_stack_setup(state, &redis, &sd,
+                      &(h_sd_opts_t){.master_udp = 1,
+                                     .config = "{\"master\": {\"getinfo_timeout_ms\": 1500}}"}))
         return -1;
     udp_front_port = sd.udp_port;
     snprintf(udp_front, sizeof udp_front, "127.0.0.1:%d", udp_front_port);
@@ -244,11 +246,26 @@ static void udp_master_dance(void **state)
     assert_memory_equal(buf + n - 7, "\\EOT\0\0\0", 7);
     close(fd);
 
+    /* A live server answers each heartbeat's getinfo: listed without a gap (looked at
+     * every 100 ms) for 3 s, twice the probe timeout. */
+    for (int i = 0; i < 30; i++) {
+        s = listed(g.port);
+        assert_non_null(s);
+        json_decref(s);
+        h_sleep_ms(100); /* the time is what is tested */
+    }
+
     assert_int_equal(kill(g.pid, SIGTERM), 0);
     int st = h_wait_exit(g.pid, 8000);
     assert_true(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
     assert_true(log_has(g.log, "msg=\"udp master heartbeat\" master="));
     assert_true(log_has(g.log, "last=1"));
+    /* Its last heartbeat gets a getinfo it no longer answers: the master drops it within
+     * getinfo_timeout_ms (1.5 s here) plus a sweep, not at the end of its listing. */
+    int64_t t0 = h_now_ms();
+    assert_true(wait_listed(g.port, -1, 1, 0, 6000));
+    print_message("udp shutdown: gone from the list %lld ms after the exit\n",
+                  (long long)(h_now_ms() - t0));
 }
 
 /* gameproc's own port: getinfo <challenge> gets an infoResponse whose first key is the

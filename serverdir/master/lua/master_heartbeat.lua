@@ -9,7 +9,8 @@
 -- expired ("challenge_expired"); a new server's address has room ("too_many_servers
 -- <retry_ms>") and so has the list ("list_full"). Then marks the challenge used, lists
 -- the server until now + ttl (P list, P exp, P g:<game>, P ip:<ip>, one field per column
--- hash P c:<column>) and sweeps a few expired servers.
+-- hash P c:<column>), takes it off the getinfo probe list (P probe) and sweeps a few
+-- expired servers.
 -- Returns {is_new, expires_at_ms}.
 local P = KEYS[1]
 local now = tonumber(ARGV[1])
@@ -47,6 +48,7 @@ end
 
 redis.call('HSET', ch, 'u', 1)
 redis.call('ZREM', P .. 'chn:' .. ip, chal)
+redis.call('ZREM', P .. 'probe', addr) -- it answered: not shutting down
 
 local exp = now + ttl
 local old_j = redis.call('HGET', P .. 'c:j', addr)
