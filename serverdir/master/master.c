@@ -28,6 +28,8 @@ sd_master_cfg_t sd_master_cfg = {
     .scan_budget = 5000,
     .udp_reply_bytes_per_s = 65536,
     .getinfo_timeout_ms = 5000,
+    .udp_reply_bytes_total_per_s = 16 << 20,
+    .ipv4_group_bits = 32,
 };
 
 /* ---------- config ---------- */
@@ -43,8 +45,8 @@ int sd_master_config_load(const json_t *sec, char *err, size_t errcap)
     static const char *const known[] = {
         "heartbeat_interval_s", "challenge_ttl_ms", "servers_per_address",
         "challenges_per_address", "rate_per_s", "max_servers", "max_batch", "default_batch",
-        "scan_budget", "udp_reply_bytes_per_s", "getinfo_timeout_ms", "trusted_proxies", "udp",
-        NULL};
+        "scan_budget", "udp_reply_bytes_per_s", "udp_reply_bytes_total_per_s",
+        "ipv4_group_bits", "getinfo_timeout_ms", "trusted_proxies", "udp", NULL};
     if (sd_jv_only_keys(&v, sec, known))
         return -1;
     sd_master_cfg_t cfg = sd_master_cfg, *c = &cfg; /* all or nothing */
@@ -60,8 +62,13 @@ int sd_master_config_load(const json_t *sec, char *err, size_t errcap)
         sd_jv_int(&v, sec, "scan_budget", 0, 100, 1000000, &c->scan_budget) < 0 ||
         sd_jv_int(&v, sec, "udp_reply_bytes_per_s", 0, 1400, 1 << 30,
                   &c->udp_reply_bytes_per_s) < 0 ||
-        sd_jv_int(&v, sec, "getinfo_timeout_ms", 0, 0, 600000, &c->getinfo_timeout_ms) < 0)
+        sd_jv_int(&v, sec, "getinfo_timeout_ms", 0, 0, 600000, &c->getinfo_timeout_ms) < 0 ||
+        sd_jv_int(&v, sec, "udp_reply_bytes_total_per_s", 0, 1400, INT64_C(1) << 34,
+                  &c->udp_reply_bytes_total_per_s) < 0 ||
+        sd_jv_int(&v, sec, "ipv4_group_bits", 0, 24, 32, &c->ipv4_group_bits) < 0)
         return -1;
+    if (c->ipv4_group_bits != 24 && c->ipv4_group_bits != 32)
+        return sd_jv_fail(&v, "master.ipv4_group_bits", "must be 24 or 32");
     if (c->default_batch > c->max_batch)
         c->default_batch = c->max_batch;
 
@@ -112,10 +119,10 @@ int sd_master_config_load(const json_t *sec, char *err, size_t errcap)
 #define RATE_LOCKS 64
 
 static struct rate_slot {
-    char ip[48];
+    char ip[SD_MASTER_GROUP_MAX];
     double tokens;
     int64_t at_us;
-} rate_slots[2][RATE_SLOTS];
+} rate_slots[3][RATE_SLOTS];
 static pthread_mutex_t rate_mu[RATE_LOCKS];
 static pthread_once_t rate_once = PTHREAD_ONCE_INIT;
 
@@ -133,15 +140,26 @@ static uint32_t fnv1a(const char *s)
     return h;
 }
 
-int sd_master_rate_take(int which, const char *ip, int64_t cost)
+int sd_master_rate_take(int which, const char *addr, int64_t cost)
 {
     pthread_once(&rate_once, rate_init);
-    double rate = (double)(which == SD_RATE_REQ ? sd_master_cfg.rate_per_s
-                                                : sd_master_cfg.udp_reply_bytes_per_s);
+    /* Requests count per quota group (an IPv4 address or its /24, an IPv6 /64); reply
+     * bytes per /24 or /64 always (a spoofer spreads over a network's addresses), and all
+     * reply bytes together in one bucket. */
+    char ip[SD_MASTER_GROUP_MAX];
+    if (which == SD_RATE_REQ)
+        sd_master_addr_group(addr, (int)sd_master_cfg.ipv4_group_bits, ip, sizeof ip);
+    else if (which == SD_RATE_UDP_BYTES)
+        sd_master_addr_group(addr, 24, ip, sizeof ip);
+    else
+        sd_strlcpy(ip, "*", sizeof ip);
+    double rate = (double)(which == SD_RATE_REQ         ? sd_master_cfg.rate_per_s
+                           : which == SD_RATE_UDP_BYTES ? sd_master_cfg.udp_reply_bytes_per_s
+                                                        : sd_master_cfg.udp_reply_bytes_total_per_s);
     double burst = rate * 2;
     uint32_t h = fnv1a(ip) % RATE_SLOTS;
     pthread_mutex_t *mu = &rate_mu[h % RATE_LOCKS];
-    struct rate_slot *s = &rate_slots[which == SD_RATE_REQ ? 0 : 1][h];
+    struct rate_slot *s = &rate_slots[which][h];
     int64_t now = sd_mono_us();
     int wait = 0;
     pthread_mutex_lock(mu);
@@ -258,10 +276,12 @@ int sd_master_challenge(const char *bind, const char *ip, char *chal, size_t cha
                 return SD_STORE_ERROR;
             sd_strlcpy(chal, hex, chalcap);
         }
+        char group[SD_MASTER_GROUP_MAX];
         sd_argv_t a;
         master_argv_init(&a, sd_wall_ms());
         sd_argv_add(&a, bind);
-        sd_argv_add(&a, ip);
+        sd_argv_add(&a, sd_master_addr_group(ip, (int)sd_master_cfg.ipv4_group_bits, group,
+                                             sizeof group));
         sd_argv_add(&a, chal);
         sd_argv_addf(&a, "%lld", (long long)sd_master_cfg.challenge_ttl_ms);
         sd_argv_addf(&a, "%lld", (long long)sd_master_cfg.challenges_per_address);
@@ -337,12 +357,14 @@ int sd_master_accept(const char *bind, const char *challenge, const sd_master_se
     lower(g, s->game, sizeof g);
     lower(m, s->map, sizeof m);
 
+    char group[SD_MASTER_GROUP_MAX];
     sd_argv_t a;
     master_argv_init(&a, now);
     sd_argv_add(&a, bind);
     sd_argv_add(&a, challenge);
     sd_argv_add(&a, s->addr);
-    sd_argv_add(&a, s->ip);
+    sd_argv_add(&a, sd_master_addr_group(s->ip, (int)sd_master_cfg.ipv4_group_bits, group,
+                                         sizeof group));
     sd_argv_addf(&a, "%lld", (long long)ttl);
     sd_argv_addf(&a, "%lld", (long long)sd_master_cfg.servers_per_address);
     sd_argv_addf(&a, "%lld", (long long)sd_master_cfg.max_servers);
@@ -363,6 +385,8 @@ int sd_master_accept(const char *bind, const char *challenge, const sd_master_se
     add_int_field(&a, "pr", s->protocol);
     add_int_field(&a, "gt", s->gametype);
     add_int_field(&a, "f", s->family);
+    sd_argv_add(&a, "ip");
+    sd_argv_add(&a, s->ip);
     /* The j column and the P jlist member: "addr \1 expires_at_ms \1 JSON". */
     sd_argv_add(&a, "j");
     sd_argv_addf(&a, "%s\x01%lld\x01%s", s->addr, (long long)(now + ttl), json);

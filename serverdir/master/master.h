@@ -48,6 +48,8 @@ typedef struct {
     int64_t udp_reply_bytes_per_s; /* UDP reply budget per source address */
     int64_t getinfo_timeout_ms;   /* a listed Q3/DP server that heartbeats and leaves the
                                      getinfo unanswered this long is removed; 0: never */
+    int64_t udp_reply_bytes_total_per_s; /* UDP reply budget of all destinations together */
+    int64_t ipv4_group_bits;      /* 32: quotas per IPv4 address; 24: per /24 (IPv6: /64) */
     char trusted[16][64];         /* trusted proxies (exact IPs, canonical form) */
     int ntrusted;
     char udp[SD_MASTER_MAX_UDP][128]; /* "host:port" listeners from master.udp */
@@ -120,10 +122,12 @@ int sd_master_parse_addr(const char *s, char *key, size_t keycap, char *ip, size
                          int *port, int *family);
 
 /* ---- per-address request rate (in-process token bucket per serverdir copy) ---- */
-enum { SD_RATE_REQ = 0, SD_RATE_UDP_BYTES = 1 };
-/* Takes cost units (requests, or reply bytes) from ip's bucket in table `which`
- * (rate_per_s or udp_reply_bytes_per_s, burst twice that); returns 0, or the seconds to
- * wait (>= 1) when the bucket is short. */
+enum { SD_RATE_REQ = 0, SD_RATE_UDP_BYTES = 1, SD_RATE_UDP_TOTAL = 2 };
+/* Takes cost units from a token bucket (burst twice the rate); returns 0, or the seconds
+ * to wait (>= 1) when the bucket is short. SD_RATE_REQ: requests of ip's quota group
+ * (rate_per_s); SD_RATE_UDP_BYTES: reply bytes to ip's /24 or /64
+ * (udp_reply_bytes_per_s); SD_RATE_UDP_TOTAL: reply bytes to every destination together
+ * (udp_reply_bytes_total_per_s; ip is ignored). */
 int sd_master_rate_take(int which, const char *ip, int64_t cost);
 
 /* ---- store operations; each returns 0, a negative SD_STORE_* value, or SD_MASTER_REFUSED
@@ -134,6 +138,12 @@ typedef struct {
     char code[48];
     int64_t n; /* retry-after ms for limits, 0 otherwise */
 } sd_master_refusal_t;
+
+/* The group an address is counted in (docs/master.md, "Limits"): an IPv6 address's /64
+ * ("2001:db8:0:1::/64"), an IPv4 address's /24 when v4bits is 24 ("192.0.2.0/24"), else
+ * the address itself. Returns out. */
+const char *sd_master_addr_group(const char *ip, int v4bits, char *out, size_t cap);
+#define SD_MASTER_GROUP_MAX 64
 
 /* Issues a challenge bound to `bind` (an IP for REST, "ip:port" for UDP) counted against
  * ip's outstanding challenges. chal may be preset (GoldSrc numeric challenge) or "" to

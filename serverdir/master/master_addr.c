@@ -10,6 +10,22 @@
 
 /* ---------- addresses ---------- */
 
+const char *sd_master_addr_group(const char *ip, int v4bits, char *out, size_t cap)
+{
+    unsigned char b[16];
+    char txt[INET6_ADDRSTRLEN];
+    if (inet_pton(AF_INET6, ip, b) == 1 && !IN6_IS_ADDR_V4MAPPED((struct in6_addr *)b)) {
+        memset(b + 8, 0, 8); /* the /64: one site, one host's whole range */
+        inet_ntop(AF_INET6, b, txt, sizeof txt);
+        snprintf(out, cap, "%s/64", txt);
+    } else if (v4bits == 24 && inet_pton(AF_INET, ip, b) == 1) {
+        snprintf(out, cap, "%u.%u.%u.0/24", b[0], b[1], b[2]);
+    } else {
+        sd_strlcpy(out, ip, cap);
+    }
+    return out;
+}
+
 int sd_master_addr_key(const char *ip, int port, char *key, size_t keycap, char *ipout,
                        size_t ipcap, int *family)
 {

@@ -52,6 +52,10 @@ static int send_reply(int fd, const struct sockaddr *to, socklen_t tolen, const 
         sd_master_count_drop(proto, "reply_budget");
         return -1;
     }
+    if (sd_master_rate_take(SD_RATE_UDP_TOTAL, "", (int64_t)n)) {
+        sd_master_count_drop(proto, "reply_budget_total");
+        return -1;
+    }
     if (sendto(fd, p, n, 0, to, tolen) < 0) {
         SD_COUNT("serverdir_master_udp_send_errors_total", "UDP master replies that could not be sent", 1);
         return -1;

@@ -21,14 +21,16 @@ local function stale_epoch(base, epoch, now)
 end
 
 -- The master list under P = "<prefix>master:": one hash P c:<column> per column, keyed by
--- server address (ip: its IP, g: its game, j: "addr \1 expires_at_ms \1 JSON", the rest
+-- server address (ip: its IP, ig: its quota group, g: its game, j: "addr \1 expires_at_ms
+-- \1 JSON", the rest
 -- as heartbeated).
-local MASTER_COLS = {'ip', 'g', 'm', 'r', 't', 'os', 'p', 'x', 'pw', 'd', 's', 'pr', 'gt',
-                     'f', 'j'}
+local MASTER_COLS = {'ip', 'ig', 'g', 'm', 'r', 't', 'os', 'p', 'x', 'pw', 'd', 's', 'pr',
+                     'gt', 'f', 'j'}
 
 -- Removes server `addr` from every index and column of the master list.
 local function master_remove(P, addr)
-  local ip = redis.call('HGET', P .. 'c:ip', addr)
+  -- the quota group's index (records from before groups have their IP only)
+  local ip = redis.call('HGET', P .. 'c:ig', addr) or redis.call('HGET', P .. 'c:ip', addr)
   local g = redis.call('HGET', P .. 'c:g', addr)
   local j = redis.call('HGET', P .. 'c:j', addr)
   if j then redis.call('ZREM', P .. 'jlist', j) end

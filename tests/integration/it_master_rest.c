@@ -37,7 +37,7 @@ static int setup(void **state)
                                                " \"rate_per_s\": 100000, \"max_batch\": 1000}}"}) ||
         h_sd_start(&B, &redis,
                    &(h_sd_opts_t){.config = "{\"master\": {\"trusted_proxies\": [\"127.0.0.1\"],"
-                                            " \"servers_per_address\": 3,"
+                                            " \"servers_per_address\": 3, \"ipv4_group_bits\": 24,"
                                             " \"challenges_per_address\": 4, \"rate_per_s\": 10}}"}) ||
         h_sd_start(&C, &redis,
                    &(h_sd_opts_t){.config = "{\"key_prefix\": \"sdx:\", \"master\":"
@@ -554,6 +554,23 @@ static void flood_limits(void **state)
     assert_string_equal(code, "too_many_servers");
     /* Keepalives of the listed ones still pass. */
     assert_int_equal(announce(&B, "10.3.3.3", 27001, BASIC, code, sizeof code), 200);
+
+    /* The quota counts an IPv6 /64 as one address (one host has all of it), and here
+     * (ipv4_group_bits 24) an IPv4 /24: other addresses of it do not get more room. */
+    static const char *const v6[] = {"2001:db8:7:7::1", "2001:db8:7:7::2", "2001:db8:7:7:ffff::3"};
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(announce(&B, v6[i], 27000, BASIC, code, sizeof code), 200);
+    assert_int_equal(announce(&B, "2001:db8:7:7:1234::9", 27000, BASIC, code, sizeof code), 429);
+    assert_string_equal(code, "too_many_servers");
+    assert_int_equal(announce(&B, "2001:db8:7:8::1", 27000, BASIC, code, sizeof code), 200);
+    for (int i = 1; i <= 3; i++) {
+        char ip[32];
+        snprintf(ip, sizeof ip, "10.9.9.%d", i);
+        assert_int_equal(announce(&B, ip, 27000, BASIC, code, sizeof code), 200);
+    }
+    assert_int_equal(announce(&B, "10.9.9.200", 27000, BASIC, code, sizeof code), 429);
+    assert_string_equal(code, "too_many_servers");
+    assert_int_equal(announce(&B, "10.9.8.1", 27000, BASIC, code, sizeof code), 200);
 
     /* Outstanding challenges per address. */
     char chal[64];

@@ -32,8 +32,8 @@
 #define BATCH 32 /* fake servers in flight at once (the master's socket buffer is finite) */
 
 static h_redis_t redis;
-static h_serverdir_t sd, tight;
-static struct sockaddr_in master, tight_master;
+static h_serverdir_t sd, tight, whole;
+static struct sockaddr_in master, tight_master, whole_master;
 static struct sockaddr_in6 master6; /* the same copy's second listener, on ::1 */
 static int q3_listed, gs_listed; /* how many fake servers got listed */
 
@@ -71,33 +71,44 @@ static int setup(void **state)
                                             " {\"servers_per_address\": 10000,"
                                             " \"challenges_per_address\": 10000,"
                                             " \"rate_per_s\": 1000000,"
-                                            " \"udp_reply_bytes_per_s\": 1400}}"}))
+                                            " \"udp_reply_bytes_per_s\": 1400}}"}) ||
+        h_sd_start(&whole, &redis,
+                   &(h_sd_opts_t){.master_udp = 1,
+                                  .config = "{\"key_prefix\": \"sdt:\", \"master\":"
+                                            " {\"rate_per_s\": 1000000,"
+                                            " \"udp_reply_bytes_per_s\": 100000000,"
+                                            " \"udp_reply_bytes_total_per_s\": 1400}}"}))
         return -1;
     udp_addrs(&sd, &master, &master6);
     udp_addrs(&tight, &tight_master, NULL);
+    udp_addrs(&whole, &whole_master, NULL);
     return 0;
 }
 
 /* cmocka group teardown: tight, then sd and redis-server. */
 static int teardown(void **state)
 {
+    h_serverdir_stop(&whole);
     h_serverdir_stop(&tight);
     return h_stack_teardown(state);
 }
 
 /* A UDP socket on 127.0.0.1:port (0: any port); -1 when the port is taken. */
-static int udp_socket(int port)
+/* A UDP socket bound to ip (any address of 127.0.0.0/8 is this host) and port. */
+static int udp_socket_at(const char *ip, int port)
 {
     int fd = socket(AF_INET, SOCK_DGRAM, 0);
     assert_true(fd >= 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    assert_int_equal(inet_pton(AF_INET, ip, &a.sin_addr), 1);
     if (bind(fd, (struct sockaddr *)&a, sizeof a) < 0) {
         close(fd);
         return -1;
     }
     return fd;
 }
+
+static int udp_socket(int port) { return udp_socket_at("127.0.0.1", port); }
 
 static void send_to(int fd, const struct sockaddr_in *to, const void *p, size_t n)
 {
@@ -619,6 +630,26 @@ static void malformed_dropped_and_counted(void **state)
 
 /* The tight copy allows 1400 reply bytes a second (burst 2800) per address: a getservers
  * over 1000+ servers gets at most that much back, without the EOT, and it is counted. */
+/* The bytes of the answer to one getservers sent from ip to the master at m; *eot set
+ * when the answer ended with the EOT mark. */
+static size_t reply_bytes(const char *ip, const struct sockaddr_in *m, int *eot)
+{
+    int fd = udp_socket_at(ip, 0);
+    assert_true(fd >= 0);
+    SEND_LIT(fd, m, "\xff\xff\xff\xffgetservers Xonotic 3 empty full");
+    size_t bytes = 0;
+    uint8_t buf[2048];
+    ssize_t got;
+    *eot = 0;
+    while ((got = recv_within(fd, buf, sizeof buf, 500)) > 0) {
+        bytes += (size_t)got;
+        if (got >= 7 && !memcmp(buf + got - 7, "\\EOT\0\0\0", 7))
+            *eot = 1;
+    }
+    close(fd);
+    return bytes;
+}
+
 static void reply_budget_caps_amplification(void **state)
 {
     /* Its own key prefix; listed over REST, since the getinfo replies of UDP heartbeats
@@ -632,24 +663,25 @@ static void reply_budget_caps_amplification(void **state)
     }
     sdc_free(c);
 
-    int fd = udp_socket(0);
-    SEND_LIT(fd, &tight_master, "\xff\xff\xff\xffgetservers Xonotic 3 empty full");
-    size_t total = 0;
     int eot = 0;
-    uint8_t buf[2048];
-    ssize_t got;
-    while ((got = recv_within(fd, buf, sizeof buf, 500)) > 0) {
-        total += (size_t)got;
-        if (got >= 7 && !memcmp(buf + got - 7, "\\EOT\0\0\0", 7))
-            eot = 1;
-    }
-    close(fd);
-    assert_true(total > 0);
-    assert_true(total <= 2 * 1400 + 1400);
+    size_t got_bytes = reply_bytes("127.0.0.1", &tight_master, &eot);
+    assert_true(got_bytes > 0);
+    assert_true(got_bytes <= 2 * 1400 + 1400);
     assert_false(eot);
+    /* Another address of the same /24 draws on the same budget: nothing more. */
+    assert_int_equal(reply_bytes("127.0.0.9", &tight_master, &eot), 0);
     h_resp_t r;
     assert_int_equal(h_http_json("GET", tight.url, NULL, NULL, &r, "/metrics"), 0);
     assert_non_null(strstr(r.body, "serverdir_master_dropped_total{proto=\"q3\",reason=\"reply_budget\"}"));
+    h_resp_free(&r);
+
+    /* The budget of all destinations together (1400 bytes/s, burst 2x, on a copy over the
+     * same list): one /24 drains it, a query from another /24 gets nothing either. */
+    got_bytes = reply_bytes("127.0.0.1", &whole_master, &eot);
+    assert_true(got_bytes > 0 && got_bytes <= 3 * 1400);
+    assert_int_equal(reply_bytes("127.0.1.1", &whole_master, &eot), 0);
+    assert_int_equal(h_http_json("GET", whole.url, NULL, NULL, &r, "/metrics"), 0);
+    assert_non_null(strstr(r.body, "serverdir_master_dropped_total{proto=\"q3\",reason=\"reply_budget_total\"}"));
     h_resp_free(&r);
 }
 

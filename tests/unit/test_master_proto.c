@@ -309,6 +309,20 @@ static void q3_response_three_datagrams(void **state)
         assert_int_equal(ports[i], 20000 + i);
 }
 
+/* The quota and budget groups: an IPv6 /64, an IPv4 /24 on request, else the address. */
+static void address_groups(void **state)
+{
+    char g[SD_MASTER_GROUP_MAX];
+    assert_string_equal(sd_master_addr_group("2001:db8:1:2:3:4:5:6", 32, g, sizeof g),
+                        "2001:db8:1:2::/64");
+    assert_string_equal(sd_master_addr_group("2001:db8:1:2::", 24, g, sizeof g), "2001:db8:1:2::/64");
+    assert_string_equal(sd_master_addr_group("::1", 32, g, sizeof g), "::/64");
+    assert_string_equal(sd_master_addr_group("192.0.2.77", 32, g, sizeof g), "192.0.2.77");
+    assert_string_equal(sd_master_addr_group("192.0.2.77", 24, g, sizeof g), "192.0.2.0/24");
+    assert_string_equal(sd_master_addr_group("::ffff:192.0.2.77", 32, g, sizeof g),
+                        "::ffff:192.0.2.77");
+}
+
 /* ---------- Valve ---------- */
 
 static void valve_query(void **state)
@@ -481,7 +495,8 @@ int main(void)
         cmocka_unit_test(q3_getinfo),      cmocka_unit_test(q3_inforesponse),
         cmocka_unit_test(q3_getservers),   cmocka_unit_test(q3_response_one),
         cmocka_unit_test(q3_response_batches),
-        cmocka_unit_test(q3_response_three_datagrams), cmocka_unit_test(valve_query),
+        cmocka_unit_test(q3_response_three_datagrams),
+        cmocka_unit_test(address_groups), cmocka_unit_test(valve_query),
         cmocka_unit_test(valve_reply),     cmocka_unit_test(goldsrc),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,20 +1,21 @@
 -- Accepts a master-list heartbeat (initiation and keepalive are the same message).
 -- KEYS[1] = "<prefix>master:" (P)
--- ARGV: now_ms, bind, challenge, addr, ip, ttl_ms, servers_per_ip, max_servers, game
---       (lowercased), then column/value pairs (m r t os p x pw d s pr gt f j); j is
+-- ARGV: now_ms, bind, challenge, addr, group (the address's quota group: its IP, or
+--       the /24 or /64 it is in), ttl_ms, servers_per_group, max_servers, game
+--       (lowercased), then column/value pairs (m r t os p x pw d s pr gt f ip j); j is
 --       "addr \1 expires_at_ms \1 JSON", also the server's member of P jlist (the
 --       list in address order with its JSON, read by the unfiltered walk without Lua).
 -- Checks, in order, before any write: the challenge exists ("unknown_challenge"), was
 -- issued to this address ("challenge_mismatch"), is unused ("challenge_used") and not
 -- expired ("challenge_expired"); a new server's address has room ("too_many_servers
--- <retry_ms>") and so has the list ("list_full"). Then marks the challenge used, lists
+-- <retry_ms>", counted per quota group) and so has the list ("list_full"). Then marks the challenge used, lists
 -- the server until now + ttl (P list, P exp, P g:<game>, P ip:<ip>, one field per column
 -- hash P c:<column>), takes it off the getinfo probe list (P probe) and sweeps a few
 -- expired servers.
 -- Returns {is_new, expires_at_ms}.
 local P = KEYS[1]
 local now = tonumber(ARGV[1])
-local bind, chal, addr, ip = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local bind, chal, addr, group = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local ttl, per_ip, max_servers = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local game = ARGV[9]
 
@@ -33,7 +34,7 @@ if tonumber(c[2]) < now then
   return redis.error_reply('challenge_expired 0')
 end
 
-local ipset = P .. 'ip:' .. ip
+local ipset = P .. 'ip:' .. group
 local cur = redis.call('ZSCORE', P .. 'exp', addr)
 local is_new = (not cur) or tonumber(cur) <= now
 if is_new then
@@ -47,7 +48,7 @@ if is_new then
 end
 
 redis.call('HSET', ch, 'u', 1)
-redis.call('ZREM', P .. 'chn:' .. ip, chal)
+redis.call('ZREM', P .. 'chn:' .. group, chal)
 redis.call('ZREM', P .. 'probe', addr) -- it answered: not shutting down
 
 local exp = now + ttl
@@ -59,7 +60,7 @@ local old_game = redis.call('HGET', P .. 'c:g', addr)
 if old_game and old_game ~= game then
   redis.call('ZREM', P .. 'g:' .. old_game, addr)
 end
-redis.call('HSET', P .. 'c:ip', addr, ip)
+redis.call('HSET', P .. 'c:ig', addr, group)
 redis.call('HSET', P .. 'c:g', addr, game)
 local member
 for i = 10, #ARGV - 1, 2 do
