@@ -265,6 +265,23 @@ static void bench_filtered(int n, double *p50, double *p99)
 /* ---------- 4. UDP Valve queries ---------- */
 
 /* Keeps `window` Valve queries in flight for ms milliseconds; returns replies/s. */
+/* One Valve query for every server (no filter, first batch), as a spoofer would send it:
+ * the bytes asked and the bytes answered. */
+static void amplification(long *asked, long *answered)
+{
+    int fd = socket(AF_INET, SOCK_DGRAM, 0);
+    static const uint8_t q[] = "\x31\xff" "0.0.0.0:0\0"; /* + the array's NUL: no filter */
+    sendto(fd, q, sizeof q, 0, (struct sockaddr *)&udp_master, sizeof udp_master);
+    *asked = (long)sizeof q;
+    *answered = 0;
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    uint8_t buf[2048];
+    ssize_t n;
+    while (poll(&p, 1, 300) == 1 && (n = recv(fd, buf, sizeof buf, 0)) > 0)
+        *answered += (long)n;
+    close(fd);
+}
+
 static double bench_udp(int ms, int window)
 {
     int fd = socket(AF_INET, SOCK_DGRAM, 0);
@@ -361,7 +378,8 @@ int main(int argc, char **argv)
              "{\"log_level\": \"warn\", \"master\": {\"trusted_proxies\": [\"127.0.0.1\"],"
              " \"servers_per_address\": 1000, \"challenges_per_address\": 1000,"
              " \"rate_per_s\": 10000000, \"max_batch\": 1000, \"max_servers\": %d,"
-             " \"udp_reply_bytes_per_s\": 1000000000}}",
+             " \"udp_reply_bytes_per_s\": 1000000000,"
+             " \"udp_reply_bytes_total_per_s\": 10000000000}}",
              nservers * 2);
     const char *path = h_write_file(h_tmpdir(), "bench.json", cfg, 0644);
     const char *extra[] = {"--config", path, "--master-udp", uflag, "--threads", "8", NULL};
@@ -408,6 +426,13 @@ int main(int argc, char **argv)
     printf("filtered batch p50 (ms)        %10.3f  %10s\n", m50, "-");
     printf("filtered batch p99 (ms)        %10.3f  %10.1f   %.2f\n", m99, TARGET_P99_MS, m99 / TARGET_P99_MS);
     printf("udp valve queries answered/s   %10.0f  %10s\n", mudp, "-");
+    long asked, answered;
+    amplification(&asked, &answered);
+    printf("amplification: a %ld-byte Valve query is answered with %ld bytes (%.0fx); the most\n"
+           "  an attacker draws with spoofed queries, per master copy, at the defaults: %d bytes/s\n"
+           "  to one victim /24 or /64 (udp_reply_bytes_per_s, burst 2x), %d bytes/s to all\n"
+           "  victims together (udp_reply_bytes_total_per_s, burst 2x); this bench raises both\n",
+           asked, answered, (double)answered / (double)asked, 65536, 16 << 20);
     h_serverdir_stop(&sd);
     h_redis_stop(&redis);
     return 0;
