@@ -5,6 +5,7 @@
  * sd_req_may_cluster / sd_req_may_machine / sd_req_may_hold (docs/operations.md, "Tokens"). */
 #include <errno.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,9 +17,11 @@
 #define TOKEN_MAX 256
 #define TOKEN_MIN 16
 
+#define TOKEN_WORDS (TOKEN_MAX / 8)
+
 struct token {
     size_t len;
-    char tok[TOKEN_MAX]; /* zero-padded: every comparison reads all TOKEN_MAX bytes */
+    uint64_t w[TOKEN_WORDS]; /* the token zero-padded: a comparison reads every word */
     sd_auth_t auth;
 };
 
@@ -98,7 +101,7 @@ static const char *parse_line(char *l, struct token *t)
     if (t->auth.machine[0] && !t->auth.cluster[0])
         return "machine= needs cluster= (a machine is named within its cluster)";
     t->len = len;
-    memcpy(t->tok, tok, len);
+    memcpy(t->w, tok, len);
     return NULL;
 }
 
@@ -203,18 +206,17 @@ int sd_auth_open_mode(void) { return token_path == NULL; }
 unsigned sd_auth_lookup(const char *token, size_t len, sd_auth_t *out)
 {
     /* The presented token, zero-padded to TOKEN_MAX: each comparison below reads every
-     * byte of both buffers and the lengths, so its time depends on neither the token's
-     * length nor where it differs. */
-    unsigned char given[TOKEN_MAX] = {0};
-    size_t glen = len > TOKEN_MAX ? TOKEN_MAX + 1 : len;
+     * word of both and the lengths, so its time depends on neither the token's length
+     * nor where it differs (32 words a token: a file of 1,000 tokens costs a few us). */
+    uint64_t given[TOKEN_WORDS] = {0};
+    uint64_t glen = len > TOKEN_MAX ? TOKEN_MAX + 1 : len;
     memcpy(given, token, len > TOKEN_MAX ? TOKEN_MAX : len);
     memset(out, 0, sizeof *out);
     pthread_rwlock_rdlock(&mu);
     for (size_t i = 0; i < ntokens; i++) {
-        const unsigned char *t = (const unsigned char *)tokens[i].tok;
-        unsigned d = (unsigned)(glen ^ tokens[i].len);
-        for (size_t k = 0; k < TOKEN_MAX; k++)
-            d |= (unsigned)(given[k] ^ t[k]);
+        uint64_t d = glen ^ tokens[i].len;
+        for (size_t k = 0; k < TOKEN_WORDS; k++)
+            d |= given[k] ^ tokens[i].w[k];
         if (d == 0)
             *out = tokens[i].auth;
     }
