@@ -150,11 +150,20 @@ static size_t udp_ask(int fd, int port, const void *q, size_t qlen, uint8_t *out
     struct sockaddr_in to = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
     to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     assert_int_equal(sendto(fd, q, qlen, 0, (struct sockaddr *)&to, sizeof to), (ssize_t)qlen);
-    struct pollfd p = { .fd = fd, .events = POLLIN };
-    if (poll(&p, 1, ms) != 1)
-        return 0;
-    ssize_t n = recv(fd, out, cap, 0);
-    return n > 0 ? (size_t)n : 0;
+    /* Only the asked port's answer counts: a datagram from elsewhere (another test probing
+     * loopback ports) is skipped. */
+    int64_t end = h_now_ms() + ms;
+    for (int64_t left = ms; left > 0; left = end - h_now_ms()) {
+        struct pollfd p = { .fd = fd, .events = POLLIN };
+        if (poll(&p, 1, (int)left) != 1)
+            return 0;
+        struct sockaddr_in from;
+        socklen_t fl = sizeof from;
+        ssize_t n = recvfrom(fd, out, cap, 0, (struct sockaddr *)&from, &fl);
+        if (n > 0 && from.sin_port == to.sin_port && from.sin_addr.s_addr == to.sin_addr.s_addr)
+            return (size_t)n;
+    }
+    return 0;
 }
 
 /* cmocka group setup: the test's temp dir, redis-server, and serverdir on it with a UDP
