@@ -2,6 +2,7 @@
  * handlers check before any script runs, and how stored strings become typed JSON again.
  * See directory.h for the Redis layout. */
 #include "directory.h"
+#include "locks.h"
 #include "sdvalid.h"
 
 #include <stdio.h>
@@ -208,6 +209,76 @@ int sd_dir_machine_args(const json_t *body, sd_argv_t *a, char *err, size_t errc
     return 0;
 }
 
+/* One command of three arguments, its reply dropped (best effort). */
+static void store_cmd3(const char *cmd, const char *a1, const char *a2, const char *a3)
+{
+    sd_argv_t a;
+    sd_argv_init(&a);
+    sd_argv_add(&a, cmd);
+    sd_argv_add(&a, a1);
+    sd_argv_add(&a, a2);
+    sd_argv_add(&a, a3);
+    redisReply *r = NULL;
+    if (sd_store_command(&a, &r) == SD_STORE_OK)
+        freeReplyObject(r);
+    sd_argv_free(&a);
+}
+
+/* Frees the locks of the instances this cluster's events recorded stopped (docs/locks.md,
+ * "Locks die with their holder"). events_apply.lua pushes each stop on <base>unlock in
+ * the same script as the stop, so the two cannot be separated; here each entry's locks are
+ * released (idempotent) and then the entry removed, so a crash in between repeats a
+ * release that finds nothing held. The next events of the cluster drain what is left. */
+static void drain_unlocks(const char *cluster)
+{
+    char list[256], proc[512];
+    sd_key(list, sizeof list, cluster, "unlock");
+    for (int round = 0; round < 16; round++) {
+        sd_argv_t a;
+        sd_argv_init(&a);
+        sd_argv_add(&a, "LRANGE");
+        sd_argv_add(&a, list);
+        sd_argv_add(&a, "0");
+        sd_argv_add(&a, "63");
+        redisReply *r;
+        int rc = sd_store_command(&a, &r);
+        sd_argv_free(&a);
+        if (rc != SD_STORE_OK)
+            return;
+        size_t n = r->type == REDIS_REPLY_ARRAY ? r->elements : 0;
+        for (size_t i = 0; i < n; i++) {
+            const char *entry = r->element[i]->str; /* "instance stopped_at_ms" */
+            char inst[SD_NAME_MAX + 1];
+            long long stopped_ms = 0;
+            if (sscanf(entry, "%128s %lld", inst, &stopped_ms) != 2) {
+                store_cmd3("LREM", list, "1", entry); /* not ours: drop it */
+                continue;
+            }
+            long long released = 0;
+            if (sd_locks_cfg.release_on_stop &&
+                sd_lock_release_holder(inst, stopped_ms, &released)) {
+                freeReplyObject(r);
+                return; /* Redis went away: the entry stays for the next drain */
+            }
+            if (released > 0) {
+                log_info("locks released", "cluster=%s instance=%s count=%lld lock_delay_ms=%lld",
+                         cluster, inst, released, (long long)sd_locks_cfg.stop_lock_delay_ms);
+                SD_COUNT("serverdir_locks_released_on_stop_total",
+                         "Locks freed because the directory recorded their holder stopped",
+                         released);
+                char num[24];
+                snprintf(num, sizeof num, "%lld", released);
+                store_cmd3("HINCRBY", sd_key(proc, sizeof proc, cluster, "proc:%s", inst),
+                           "locks_released", num);
+            }
+            store_cmd3("LREM", list, "1", entry);
+        }
+        freeReplyObject(r);
+        if (n < 64)
+            return;
+    }
+}
+
 int sd_dir_events_apply(const char *cluster, const char *batch, long long counts[3])
 {
     char base[256];
@@ -231,6 +302,7 @@ int sd_dir_events_apply(const char *cluster, const char *batch, long long counts
     for (int i = 0; i < 3; i++)
         counts[i] = r->element[i]->integer;
     freeReplyObject(r);
+    drain_unlocks(cluster);
     return SD_STORE_OK;
 }
 
@@ -277,7 +349,7 @@ json_t *sd_dir_proc_json(const redisReply *flat, const char *cluster)
 {
     static const char *const ints[] = {"pid", "started_at_ms", "ready_at_ms", "stopped_at_ms",
                                        "generation", "slot", "code", "signal", "silent_ms",
-                                       "updated_at_ms"};
+                                       "updated_at_ms", "locks_released"};
     static const char *const strs[] = {"instance", "machine", "service", "state", "reason",
                                        "detail"};
     json_t *o = json_object();

@@ -33,6 +33,8 @@ sd_locks_cfg_t sd_locks_cfg = {
     .max_wait_ms = SD_LOCKS_WAIT_CAP_MS,
     .max_waiters = 256,
     .retain_s = 7 * 24 * 3600,
+    .release_on_stop = 1,
+    .stop_lock_delay_ms = 5000,
 };
 
 /* ---------- configuration and shared checks ---------- */
@@ -40,7 +42,8 @@ sd_locks_cfg_t sd_locks_cfg = {
 int sd_locks_config_load(const json_t *section, char *err, size_t errcap)
 {
     static const char *const known[] = {"lock_delay_ms", "wait_replicas", "wait_timeout_ms",
-                                        "max_wait_ms", "max_waiters", "retain_s", NULL};
+                                        "max_wait_ms", "max_waiters", "retain_s",
+                                        "release_on_stop", "stop_lock_delay_ms", NULL};
     if (!section)
         return 0;
     if (!json_is_object(section)) {
@@ -56,7 +59,9 @@ int sd_locks_config_load(const json_t *section, char *err, size_t errcap)
         sd_jv_int(&jv, section, "wait_timeout_ms", 0, 1, 2500, &c.wait_timeout_ms) < 0 ||
         sd_jv_int(&jv, section, "max_wait_ms", 0, 0, SD_LOCKS_WAIT_CAP_MS, &c.max_wait_ms) < 0 ||
         sd_jv_int(&jv, section, "max_waiters", 0, 1, 4096, &c.max_waiters) < 0 ||
-        sd_jv_int(&jv, section, "retain_s", 0, 60, 365LL * 24 * 3600, &c.retain_s) < 0)
+        sd_jv_int(&jv, section, "retain_s", 0, 60, 365LL * 24 * 3600, &c.retain_s) < 0 ||
+        sd_jv_bool(&jv, section, "release_on_stop", 0, &c.release_on_stop) < 0 ||
+        sd_jv_int(&jv, section, "stop_lock_delay_ms", 0, 0, 600000, &c.stop_lock_delay_ms) < 0)
         return -1;
     sd_locks_cfg = c;
     return 0;
@@ -317,6 +322,26 @@ static void lock_argv(sd_argv_t *av, const char *name)
     char key[SD_NAME_MAX + 96];
     sd_argv_init(av);
     sd_argv_addf(av, "%s", sd_lock_key(key, sizeof key, name));
+}
+
+int sd_lock_release_holder(const char *holder, int64_t stopped_ms, long long *released)
+{
+    char key[SD_NAME_MAX + 96];
+    sd_argv_t av;
+    sd_argv_init(&av);
+    sd_argv_addf(&av, "%s", holder_key(key, sizeof key, holder));
+    sd_argv_add(&av, holder);
+    sd_argv_addf(&av, "%lld", (long long)sd_locks_cfg.stop_lock_delay_ms);
+    sd_argv_addf(&av, "%lld", (long long)sd_locks_cfg.retain_s * 1000);
+    sd_argv_addf(&av, "%slock:", sd_store_prefix());
+    sd_argv_addf(&av, "%lld", (long long)stopped_ms);
+    redisReply *r;
+    int rc = sd_store_run("lock_release_holder", 1, &av, &r);
+    if (rc != SD_STORE_OK)
+        return rc;
+    *released = r->type == REDIS_REPLY_INTEGER ? r->integer : 0;
+    freeReplyObject(r);
+    return SD_STORE_OK;
 }
 
 int sd_lock_force(const char *name, redisReply **out)

@@ -60,6 +60,8 @@ typedef struct {
     int64_t max_wait_ms;     /* cap of a request's wait_ms (<= SD_LOCKS_WAIT_CAP_MS) */
     int64_t max_waiters;     /* acquires waiting at once (parked) */
     int64_t retain_s;        /* how long a released lock's record (and lock_seq) is kept */
+    int release_on_stop;     /* free the locks of an instance the directory records stopped */
+    int64_t stop_lock_delay_ms; /* ... with this lock-delay (0: none) */
 } sd_locks_cfg_t;
 
 extern sd_locks_cfg_t sd_locks_cfg;
@@ -88,6 +90,10 @@ int sd_lock_get(const char *name, redisReply **out);
 int sd_lock_force(const char *name, redisReply **out);
 /* lock_list.lua: up to max locks held by holder. */
 int sd_lock_list(const char *holder, int max, redisReply **out);
+/* lock_release_holder.lua: frees every lock holder was granted at or before stopped_ms
+ * (it stopped then), with the stopped holder's lock-delay; *released gets how many. A
+ * SD_STORE_* code. */
+int sd_lock_release_holder(const char *holder, int64_t stopped_ms, long long *released);
 /* WAIT for sd_locks_cfg.wait_replicas replicas; *got: how many confirmed (-1: odd reply). */
 int sd_lock_wait_replicas(long long *got);
 /* One bounded walk over the lock records from *cursor (0: the start): appends to locks up

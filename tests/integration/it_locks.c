@@ -854,6 +854,62 @@ static void lock_seq_survives_failover_to_a_stale_replica(void **state)
     release("p-failover", "B", s2);
 }
 
+/* Locks die with their holder: when the directory records an instance stopped, the locks
+ * it was granted before the stop are freed with the stop lock-delay (5 s by default),
+ * counted on the stop's record and in the metrics; a lock whose holder is no instance is
+ * untouched, and the stopped holder's grant is fenced from then on. */
+static void locks_die_with_their_holder(void **state)
+{
+    (void)state;
+    h_resp_t r;
+    static const char started[] =
+        "{\"events\":[{\"id\":\"ld1\",\"type\":\"started\",\"instance\":\"zone-m1-0\","
+        "\"machine\":\"m1\",\"service\":\"zone\",\"pid\":100,\"slot\":0}]}";
+    static const char stopped[] =
+        "{\"events\":[{\"id\":\"ld2\",\"type\":\"stopped\",\"instance\":\"zone-m1-0\","
+        "\"machine\":\"m1\",\"service\":\"zone\",\"reason\":\"killed\",\"signal\":9}]}";
+    assert_int_equal(call(&sd, "POST", H_TOK_BB, started, &r, "/v1/clusters/ld/events"), 200);
+    h_resp_free(&r);
+    json_int_t s1 = acquire(&sd, "ld-k1", "zone-m1-0", NULL);
+    json_int_t s2 = acquire(&sd, "ld-k2", "lobby-x", NULL);
+    assert_int_equal(save("ld-k1", s1, 1, "before", &r), 200);
+    h_resp_free(&r);
+
+    assert_int_equal(call(&sd, "POST", H_TOK_BB, stopped, &r, "/v1/clusters/ld/events"), 200);
+    h_resp_free(&r);
+    char buf[64];
+    assert_int_equal(call(&sd, "GET", H_TOK_VIEWER, NULL, &r, "/v1/locks/ld-k1"), 200);
+    assert_string_equal(jstr(&r, "state", buf, sizeof buf), "free");
+    json_int_t delay = jget(&r, "lock_delay_ms");
+    assert_true(delay > 3000 && delay <= 5000);
+    h_resp_free(&r);
+    assert_int_equal(call(&sd, "GET", H_TOK_VIEWER, NULL, &r, "/v1/locks/ld-k2"), 200);
+    assert_string_equal(jstr(&r, "holder", buf, sizeof buf), "lobby-x");
+    h_resp_free(&r);
+    assert_int_equal(call(&sd, "GET", H_TOK_VIEWER, NULL, &r, "/v1/clusters/ld/processes/zone-m1-0"),
+                     200);
+    assert_int_equal(jget(&r, "locks_released"), 1);
+    h_resp_free(&r);
+
+    /* The stopped holder's grant is fenced; another holder waits out the lock-delay. */
+    assert_int_equal(save("ld-k1", s1, 2, "late", &r), 409);
+    assert_string_equal(h_err_code(&r), "fenced");
+    h_resp_free(&r);
+    refused(&sd, "PUT", H_TOK_GAME, "{\"holder\":\"zone-m2-0\"}", "/v1/locks/ld-k1", 409,
+            "lock_delayed");
+    /* A second delivery of the same stop (a retried batch) releases nothing more. */
+    assert_int_equal(call(&sd, "POST", H_TOK_BB, stopped, &r, "/v1/clusters/ld/events"), 200);
+    h_resp_free(&r);
+    assert_int_equal(call(&sd, "GET", H_TOK_VIEWER, NULL, &r, "/v1/clusters/ld/processes/zone-m1-0"),
+                     200);
+    assert_int_equal(jget(&r, "locks_released"), 1);
+    h_resp_free(&r);
+    assert_int_equal(h_http_json("GET", sd.url, NULL, NULL, &r, "/metrics"), 0);
+    assert_non_null(strstr(r.body, "serverdir_locks_released_on_stop_total 1"));
+    h_resp_free(&r);
+    release("ld-k2", "lobby-x", s2);
+}
+
 int main(void)
 {
     h_init(150);
@@ -870,6 +926,7 @@ int main(void)
         cmocka_unit_test(wait_replicas_knob),
         cmocka_unit_test(inspect_list_and_sdctl),
         cmocka_unit_test(lock_seq_survives_failover_to_a_stale_replica),
+        cmocka_unit_test(locks_die_with_their_holder),
         cmocka_unit_test(lock_seq_survives_loss_of_the_lock_table),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -5,7 +5,8 @@
 -- ARGV[1]: JSON array, per event a flat [key, value, ...] array of strings
 -- ARGV[2]: event id ttl ms, ARGV[3]: history max length, ARGV[4]: stopped records kept,
 -- ARGV[5]: stopped record ttl ms.
--- Returns {accepted, duplicates, stale}.
+-- Returns {accepted, duplicates, stale}. Each stop recorded is also pushed on the list
+-- <base>unlock, from which serverdir frees the instance's locks.
 --
 -- Idempotency: evid:<id> is set NX with a ttl; an event whose id is set is a duplicate
 -- and changes nothing. Every other event goes to the history stream.
@@ -112,6 +113,10 @@ for i, f in ipairs(events) do
         redis.call('ZADD', base .. 'stopped', nows, f.instance)
         redis.call('PEXPIRE', key, s(sttl))
         stops = stops + 1
+        -- The hand-off to the lock table, in the same script as the stop: serverdir
+        -- releases the instance's locks from this list (directory.c, drain_unlocks).
+        -- "instance stopped_at_ms": only locks granted before the stop are its run's.
+        redis.call('RPUSH', base .. 'unlock', f.instance .. ' ' .. ts)
       end
     end
     local x = {'XADD', base .. 'events', 'MAXLEN', histmax, '*'}
