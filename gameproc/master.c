@@ -21,6 +21,7 @@
 
 #include "gameproc.h"
 #include "sdclient.h"
+#include "sdproto.h"
 #include "sdlog.h"
 #include "sdutil.h"
 
@@ -105,6 +106,13 @@ static void describe(const gp_t *gp)
     };
     m.srv.tags = m.tags;
     m.srv.ntags = m.ntags;
+    /* Under bigbrother: the instance's stop removes the entry at once. */
+    const char *cluster = getenv("BB_CLUSTER"), *instance = getenv("BB_INSTANCE");
+    if (cluster && instance && sd_name_valid(cluster, SD_NAME_MAX) &&
+        sd_name_valid(instance, SD_NAME_MAX)) {
+        m.srv.cluster = cluster;
+        m.srv.instance = instance;
+    }
 }
 
 static void submit(mjob_kind_t kind)

@@ -48,6 +48,10 @@ static int heartbeat(sdc_t *c, const char *challenge, const sdc_master_server_t 
     set_str(body, "name", s->name);
     set_str(body, "region", s->region);
     set_str(body, "version", s->version);
+    if (s->cluster && s->instance) {
+        set_str(body, "cluster", s->cluster);
+        set_str(body, "instance", s->instance);
+    }
     if (s->ntags > 0) {
         json_t *tags = json_array();
         for (int i = 0; i < s->ntags; i++)

@@ -201,6 +201,8 @@ typedef struct {
     int players, max_players, bots;
     int password;
     int protocol, gametype;     /* -1: not sent */
+    const char *cluster, *instance; /* a supervised server's (both or neither): its stop,
+                                       recorded by the directory, removes the entry */
 } sdc_master_server_t;
 
 /* Asks for a challenge bound to the caller's address (POST /v1/master/challenge); copies

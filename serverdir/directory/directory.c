@@ -3,6 +3,7 @@
  * See directory.h for the Redis layout. */
 #include "directory.h"
 #include "locks.h"
+#include "master.h"
 #include "sdvalid.h"
 
 #include <stdio.h>
@@ -225,7 +226,8 @@ static void store_cmd3(const char *cmd, const char *a1, const char *a2, const ch
 }
 
 /* Frees the locks of the instances this cluster's events recorded stopped (docs/locks.md,
- * "Locks die with their holder"). events_apply.lua pushes each stop on <base>unlock in
+ * "Locks die with their holder") and removes the master-list entries their heartbeats
+ * linked to them (docs/master.md, "Supervised servers"). events_apply.lua pushes each stop on <base>unlock in
  * the same script as the stop, so the two cannot be separated; here each entry's locks are
  * released (idempotent) and then the entry removed, so a crash in between repeats a
  * release that finds nothing held. The next events of the cluster drain what is left. */
@@ -270,6 +272,14 @@ static void drain_unlocks(const char *cluster)
                 snprintf(num, sizeof num, "%lld", released);
                 store_cmd3("HINCRBY", sd_key(proc, sizeof proc, cluster, "proc:%s", inst),
                            "locks_released", num);
+            }
+            /* Its master-list entry goes too, if its heartbeats named it. */
+            int gone = 0;
+            if (sd_master_forget_instance(cluster, inst, &gone) == SD_STORE_OK && gone) {
+                log_info("master entry removed", "cluster=%s instance=%s reason=stopped", cluster,
+                         inst);
+                SD_COUNT("serverdir_master_removed_on_stop_total",
+                         "Master-list entries removed because their instance stopped", 1);
             }
             store_cmd3("LREM", list, "1", entry);
         }

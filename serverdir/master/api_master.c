@@ -191,7 +191,7 @@ int sd_master_heartbeat_parse(json_t *body, sd_master_server_t *s, const char **
     static const char *const keys[] = {
         "challenge", "port", "game", "map", "name", "players", "max_players", "bots",
         "password", "region", "version", "tags", "protocol", "gametype", "dedicated",
-        "secure", "os", NULL};
+        "secure", "os", "cluster", "instance", NULL};
     static const char *const oses[] = {"l", "w", "m", NULL};
     sd_jv_t v;
     sd_jv_init(&v, "", err, errcap);
@@ -248,6 +248,16 @@ int sd_master_heartbeat_parse(json_t *body, sd_master_server_t *s, const char **
             sd_strlcpy(s->tags[s->ntags++], json_string_value(t), sizeof s->tags[0]);
         }
     }
+    /* A supervised server names its cluster and instance (gameproc: $BB_CLUSTER,
+     * $BB_INSTANCE): the directory recording that instance stopped removes the entry. */
+    const char *cl = NULL, *inst = NULL;
+    if (sd_jv_name(&v, body, "cluster", 0, &cl) < 0 || sd_jv_name(&v, body, "instance", 0, &inst) < 0)
+        return -1;
+    if (!cl != !inst)
+        return sd_jv_fail(&v, cl ? "instance" : "cluster", "is needed with '%s'",
+                          cl ? "cluster" : "instance");
+    if (cl)
+        snprintf(s->instance, sizeof s->instance, "%s/%s", cl, inst);
     s->port = (int)port;
     s->players = (int)players;
     s->max_players = (int)maxp;

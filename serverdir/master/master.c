@@ -253,6 +253,20 @@ static int script_refusal(redisReply *r, sd_master_refusal_t *why)
     return SD_MASTER_REFUSED;
 }
 
+int sd_master_forget_instance(const char *cluster, const char *instance, int *removed)
+{
+    sd_argv_t a;
+    master_argv_init(&a, sd_wall_ms());
+    sd_argv_addf(&a, "%s/%s", cluster, instance);
+    redisReply *r;
+    int rc = sd_store_run("master_forget_instance", 1, &a, &r);
+    if (rc == SD_STORE_OK) {
+        *removed = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+        freeReplyObject(r);
+    }
+    return rc;
+}
+
 int sd_master_sweep(void)
 {
     sd_argv_t a;
@@ -387,6 +401,8 @@ int sd_master_accept(const char *bind, const char *challenge, const sd_master_se
     add_int_field(&a, "f", s->family);
     sd_argv_add(&a, "ip");
     sd_argv_add(&a, s->ip);
+    sd_argv_add(&a, "in");
+    sd_argv_add(&a, s->instance);
     /* The j column and the P jlist member: "addr \1 expires_at_ms \1 JSON". */
     sd_argv_add(&a, "j");
     sd_argv_addf(&a, "%s\x01%lld\x01%s", s->addr, (long long)(now + ttl), json);

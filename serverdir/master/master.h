@@ -84,6 +84,7 @@ typedef struct {
     int protocol;                  /* -1 when unknown */
     int gametype;                  /* -1 when unknown */
     const char *source;            /* "rest", "q3" or "goldsrc" */
+    char instance[258]; /* "cluster/instance" of a supervised server (2 names), or "" */
 } sd_master_server_t;
 
 /* Fills s from a POST /v1/master/heartbeat body (the address is not in it: the caller
@@ -153,6 +154,9 @@ const char *sd_master_addr_group(const char *ip, int v4bits, char *out, size_t c
  * unanswered). */
 int sd_master_challenge(const char *bind, const char *ip, char *chal, size_t chalcap,
                         int64_t probe_ms, sd_master_refusal_t *why);
+/* Removes the entry a heartbeat linked to instance of cluster (its stop was recorded);
+ * *removed is 1 when there was one. A SD_STORE_* code. */
+int sd_master_forget_instance(const char *cluster, const char *instance, int *removed);
 /* One bounded sweep of expired and unanswered-probe servers (master_sweep.lua). */
 int sd_master_sweep(void);
 /* Accepts a heartbeat: checks the challenge (bound to `bind`), the per-address and list

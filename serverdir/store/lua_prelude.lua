@@ -25,7 +25,7 @@ end
 -- \1 JSON", the rest
 -- as heartbeated).
 local MASTER_COLS = {'ip', 'ig', 'g', 'm', 'r', 't', 'os', 'p', 'x', 'pw', 'd', 's', 'pr',
-                     'gt', 'f', 'j'}
+                     'gt', 'f', 'in', 'j'}
 
 -- Removes server `addr` from every index and column of the master list.
 local function master_remove(P, addr)
@@ -33,6 +33,10 @@ local function master_remove(P, addr)
   local ip = redis.call('HGET', P .. 'c:ig', addr) or redis.call('HGET', P .. 'c:ip', addr)
   local g = redis.call('HGET', P .. 'c:g', addr)
   local j = redis.call('HGET', P .. 'c:j', addr)
+  local inst = redis.call('HGET', P .. 'c:in', addr)
+  if inst and inst ~= '' and redis.call('GET', P .. 'inst:' .. inst) == addr then
+    redis.call('DEL', P .. 'inst:' .. inst)
+  end
   if j then redis.call('ZREM', P .. 'jlist', j) end
   if ip then redis.call('ZREM', P .. 'ip:' .. ip, addr) end
   if g then redis.call('ZREM', P .. 'g:' .. g, addr) end

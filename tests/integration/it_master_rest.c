@@ -623,6 +623,49 @@ static void forwarded_for_only_from_trusted(void **state)
     assert_true(strncmp(got, "10.8.8.8:26000", 14) == 0);
 }
 
+/* Whether addr is in the listing of game through A. */
+static int listed_addr(const char *game, const char *addr)
+{
+    char path[160], got[8192], next[64];
+    snprintf(path, sizeof path, "/v1/master/servers?game=%s&limit=100", game);
+    list(&A, path, got, sizeof got, next, sizeof next);
+    return strstr(got, addr) != NULL;
+}
+
+/* A supervised server names its cluster and instance in its heartbeat: when the
+ * directory records that instance stopped, its entry leaves the list at once (not when the
+ * listing runs out); an entry without an instance is untouched. */
+static void instance_stop_removes_its_entry(void **state)
+{
+    (void)state;
+    char code[64];
+    assert_int_equal(announce(&A, NULL, 28001, "\"game\":\"Supervised\",\"players\":1,"
+                              "\"max_players\":8,\"cluster\":\"mc\",\"instance\":\"zone-m1-7\"",
+                              code, sizeof code),
+                     200);
+    assert_int_equal(announce(&A, NULL, 28002, "\"game\":\"Supervised\",\"players\":1,"
+                              "\"max_players\":8", code, sizeof code),
+                     200);
+    assert_int_equal(announce(&A, NULL, 28003, "\"game\":\"Supervised\",\"players\":1,"
+                              "\"max_players\":8,\"instance\":\"zone-m1-8\"", code, sizeof code),
+                     400);
+    assert_true(listed_addr("supervised", "127.0.0.1:28001"));
+    h_resp_t r;
+    char url[256];
+    snprintf(url, sizeof url, "%s/v1/clusters/mc/events", A.url);
+    static const char stop[] =
+        "{\"events\":[{\"id\":\"mc1\",\"type\":\"stopped\",\"instance\":\"zone-m1-7\","
+        "\"machine\":\"m1\",\"service\":\"zone\",\"reason\":\"hung\",\"silent_ms\":3000}]}";
+    assert_int_equal(h_http("POST", url, H_TOK_BB, NULL, stop, sizeof stop - 1, NULL, &r), 0);
+    assert_int_equal(r.status, 200);
+    h_resp_free(&r);
+    assert_false(listed_addr("supervised", "127.0.0.1:28001"));
+    assert_true(listed_addr("supervised", "127.0.0.1:28002"));
+    assert_int_equal(h_http_json("GET", A.url, NULL, NULL, &r, "/metrics"), 0);
+    assert_non_null(strstr(r.body, "serverdir_master_removed_on_stop_total 1"));
+    h_resp_free(&r);
+}
+
 int main(void)
 {
     h_init(120);
@@ -636,6 +679,7 @@ int main(void)
         cmocka_unit_test(sdctl_servers),
         cmocka_unit_test(flood_limits),
         cmocka_unit_test(forwarded_for_only_from_trusted),
+        cmocka_unit_test(instance_stop_removes_its_entry),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -2,7 +2,7 @@
 -- KEYS[1] = "<prefix>master:" (P)
 -- ARGV: now_ms, bind, challenge, addr, group (the address's quota group: its IP, or
 --       the /24 or /64 it is in), ttl_ms, servers_per_group, max_servers, game
---       (lowercased), then column/value pairs (m r t os p x pw d s pr gt f ip j); j is
+--       (lowercased), then column/value pairs (m r t os p x pw d s pr gt f ip in j); j is
 --       "addr \1 expires_at_ms \1 JSON", also the server's member of P jlist (the
 --       list in address order with its JSON, read by the unfiltered walk without Lua).
 -- Checks, in order, before any write: the challenge exists ("unknown_challenge"), was
@@ -71,6 +71,12 @@ redis.call('ZADD', P .. 'list', 0, addr)
 redis.call('ZADD', P .. 'jlist', 0, member)
 redis.call('ZADD', P .. 'g:' .. game, 0, addr)
 redis.call('ZADD', P .. 'exp', exp, addr)
+-- A supervised server's "cluster/instance" (in) finds its entry when that stop is
+-- recorded (master_forget_instance.lua).
+local inst = redis.call('HGET', P .. 'c:in', addr)
+if inst and inst ~= '' then
+  redis.call('SET', P .. 'inst:' .. inst, addr, 'PX', ttl)
+end
 redis.call('ZADD', ipset, exp, addr)
 redis.call('PEXPIRE', ipset, ttl)
 
