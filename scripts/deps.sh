@@ -2,7 +2,7 @@
 # is missing (apt-get update, then apt-get install -y), as root or through sudo.
 # Extra packages can be passed in SD_EXTRA_PACKAGES.
 sd_packages="cmake make gcc pkg-config libmicrohttpd-dev libjansson-dev libhiredis-dev
-libcurl4-openssl-dev libcmocka-dev redis-server redis-tools curl valgrind
+libcurl4-openssl-dev libssl-dev libcmocka-dev redis-server redis-tools curl valgrind
 clang libclang-rt-dev haproxy systemd binutils chromium qstat ${SD_EXTRA_PACKAGES:-}"
 
 sd_install_deps() {

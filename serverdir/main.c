@@ -148,6 +148,9 @@ int main(int argc, char **argv)
     int rc = sd_store_start();
     if (rc)
         sd_die(SD_EXIT_SYSTEM, "cannot start the store", "err=%s", strerror(-rc));
+    rc = sd_master_start();
+    if (rc)
+        sd_die(SD_EXIT_SYSTEM, "cannot start the master list", "err=%s", strerror(-rc));
     rc = sd_http_start(sd_cfg.listen, sd_cfg.threads, sd_cfg.conn_timeout_s,
                        sd_cfg.max_connections);
     if (rc)
@@ -203,6 +206,7 @@ int main(int argc, char **argv)
     }
     sd_master_udp_stop();
     sd_http_stop(10000);
+    sd_master_stop();
     sd_store_stop();
     json_decref(sd_cfg.file);
     sd_log_msg(SD_LOG_INFO, "serverdir stopped");

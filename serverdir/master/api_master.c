@@ -98,11 +98,10 @@ static void refusal(sd_resp_t *resp, const sd_master_refusal_t *why)
         int status;
         const char *msg;
     } map[] = {
-        {"unknown_challenge", 403, "the challenge is not one this master issued"},
-        {"challenge_mismatch", 403, "the challenge was issued to another address"},
+        {"unknown_challenge", 403, "the challenge is not one this master issued to this address"},
         {"challenge_used", 403, "the challenge was already used; ask for a new one"},
         {"challenge_expired", 403, "the challenge expired; ask for a new one"},
-        {"too_many_challenges", 429, "too many outstanding challenges for this address"},
+        {"no_key", 503, "the challenge secret is not readable from Redis yet"},
         {"too_many_servers", 429, "this address lists as many servers as it may"},
         {"list_full", 503, "the master list is full"},
         {"not_listed", 404, "no such server is listed"},
@@ -130,7 +129,7 @@ void h_master_challenge(sd_req_t *req, sd_resp_t *resp)
         return;
     char chal[SD_MASTER_CHAL_MAX] = "";
     sd_master_refusal_t why;
-    int rc = sd_master_challenge(ip, ip, chal, sizeof chal, 0, &why);
+    int rc = sd_master_challenge('r', ip, chal, sizeof chal, 0, &why);
     if (rc == SD_MASTER_REFUSED) {
         refusal(resp, &why);
         return;

@@ -12,10 +12,6 @@
 #include "sd.h"
 #include "sdvalid.h"
 
-/* A challenge hash outlives its validity by this much, so reuse and expiry get their own
- * error codes instead of "unknown". */
-#define CHALLENGE_KEEP_MS 60000
-
 sd_master_cfg_t sd_master_cfg = {
     .heartbeat_interval_s = 300,
     .challenge_ttl_ms = 5000,
@@ -30,6 +26,8 @@ sd_master_cfg_t sd_master_cfg = {
     .getinfo_timeout_ms = 5000,
     .udp_reply_bytes_total_per_s = 16 << 20,
     .ipv4_group_bits = 32,
+    .challenge_key_rotate_s = 3600,
+    .udp_workers = 0,
 };
 
 /* ---------- config ---------- */
@@ -46,7 +44,8 @@ int sd_master_config_load(const json_t *sec, char *err, size_t errcap)
         "heartbeat_interval_s", "challenge_ttl_ms", "servers_per_address",
         "challenges_per_address", "rate_per_s", "max_servers", "max_batch", "default_batch",
         "scan_budget", "udp_reply_bytes_per_s", "udp_reply_bytes_total_per_s",
-        "ipv4_group_bits", "getinfo_timeout_ms", "trusted_proxies", "udp", NULL};
+        "ipv4_group_bits", "getinfo_timeout_ms", "trusted_proxies", "udp",
+        "challenge_key_rotate_s", "udp_workers", NULL};
     if (sd_jv_only_keys(&v, sec, known))
         return -1;
     sd_master_cfg_t cfg = sd_master_cfg, *c = &cfg; /* all or nothing */
@@ -65,7 +64,10 @@ int sd_master_config_load(const json_t *sec, char *err, size_t errcap)
         sd_jv_int(&v, sec, "getinfo_timeout_ms", 0, 0, 600000, &c->getinfo_timeout_ms) < 0 ||
         sd_jv_int(&v, sec, "udp_reply_bytes_total_per_s", 0, 1400, INT64_C(1) << 34,
                   &c->udp_reply_bytes_total_per_s) < 0 ||
-        sd_jv_int(&v, sec, "ipv4_group_bits", 0, 24, 32, &c->ipv4_group_bits) < 0)
+        sd_jv_int(&v, sec, "ipv4_group_bits", 0, 24, 32, &c->ipv4_group_bits) < 0 ||
+        sd_jv_int(&v, sec, "challenge_key_rotate_s", 0, 60, 86400 * 30,
+                  &c->challenge_key_rotate_s) < 0 ||
+        sd_jv_int(&v, sec, "udp_workers", 0, 0, 64, &c->udp_workers) < 0)
         return -1;
     if (c->ipv4_group_bits != 24 && c->ipv4_group_bits != 32)
         return sd_jv_fail(&v, "master.ipv4_group_bits", "must be 24 or 32");
@@ -192,46 +194,17 @@ static void master_argv_init(sd_argv_t *a, int64_t now)
     sd_argv_addf(a, "%lld", (long long)now);
 }
 
-/* The serverdir_master_servers gauge: servers whose listing has not expired (one ZCOUNT
- * on the expiry index), cached for a second so frequent scrapes cost Redis nothing. */
+/* The serverdir_master_servers gauge: servers in this copy's index. */
 static int master_servers_gauge(double *value)
 {
-    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-    static int64_t at_ms;
-    static double cached;
-    int64_t now = sd_mono_ms();
-    int rc = 0;
-    pthread_mutex_lock(&mu);
-    if (!at_ms || now - at_ms >= 1000) {
-        char key[128];
-        snprintf(key, sizeof key, "%smaster:exp", sd_store_prefix());
-        sd_argv_t av;
-        sd_argv_init(&av);
-        sd_argv_add(&av, "ZCOUNT");
-        sd_argv_add(&av, key);
-        sd_argv_addf(&av, "(%lld", (long long)sd_wall_ms());
-        sd_argv_add(&av, "+inf");
-        redisReply *r;
-        rc = sd_store_command(&av, &r) == SD_STORE_OK ? 0 : -1;
-        sd_argv_free(&av);
-        if (rc == 0) {
-            rc = r->type == REDIS_REPLY_INTEGER ? 0 : -1;
-            if (rc == 0) {
-                cached = (double)r->integer;
-                at_ms = now;
-            }
-            freeReplyObject(r);
-        }
-    }
-    *value = cached;
-    pthread_mutex_unlock(&mu);
-    return rc;
+    *value = (double)sd_master_index_count();
+    return 0;
 }
 
 void sd_master_metrics_init(void)
 {
     sd_metric_gauge("serverdir_master_servers",
-                    "Servers listed on the master list now (read at most once a second)",
+                    "Servers listed on the master list now (this copy's index)",
                     master_servers_gauge);
 }
 
@@ -239,7 +212,7 @@ void sd_master_metrics_init(void)
  * Frees nothing: the caller owns r. */
 static int script_refusal(redisReply *r, sd_master_refusal_t *why)
 {
-    if (r->type != REDIS_REPLY_ERROR)
+    if (r->type != REDIS_REPLY_ERROR && r->type != REDIS_REPLY_STRING)
         return 0;
     memset(why, 0, sizeof *why);
     const char *sp = strchr(r->str, ' ');
@@ -258,66 +231,35 @@ int sd_master_forget_instance(const char *cluster, const char *instance, int *re
     sd_argv_t a;
     master_argv_init(&a, sd_wall_ms());
     sd_argv_addf(&a, "%s/%s", cluster, instance);
+    sd_argv_addf(&a, "%d", SD_MASTER_LOG_MAXLEN);
+    sd_master_apply_lock();
     redisReply *r;
     int rc = sd_store_run("master_forget_instance", 1, &a, &r);
     if (rc == SD_STORE_OK) {
-        *removed = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+        *removed = r->type == REDIS_REPLY_STRING;
+        if (*removed) {
+            sd_master_index_del(r->str);
+            sd_master_index_publish();
+        }
         freeReplyObject(r);
     }
+    sd_master_apply_unlock();
     return rc;
 }
 
-int sd_master_sweep(void)
-{
-    sd_argv_t a;
-    master_argv_init(&a, sd_wall_ms());
-    sd_argv_add(&a, "64");
-    redisReply *r;
-    int rc = sd_store_run("master_sweep", 1, &a, &r);
-    if (rc == SD_STORE_OK)
-        freeReplyObject(r);
-    return rc;
-}
-
-int sd_master_challenge(const char *bind, const char *ip, char *chal, size_t chalcap,
+int sd_master_challenge(char kind, const char *bind, char *chal, size_t chalcap,
                         int64_t probe_ms, sd_master_refusal_t *why)
 {
-    int preset = chal[0] != '\0';
-    for (int attempt = 0; attempt < 3; attempt++) {
-        if (!preset) {
-            char hex[33];
-            if (sd_random_hex(hex, 12))
-                return SD_STORE_ERROR;
-            sd_strlcpy(chal, hex, chalcap);
-        }
-        char group[SD_MASTER_GROUP_MAX];
-        sd_argv_t a;
-        master_argv_init(&a, sd_wall_ms());
-        sd_argv_add(&a, bind);
-        sd_argv_add(&a, sd_master_addr_group(ip, (int)sd_master_cfg.ipv4_group_bits, group,
-                                             sizeof group));
-        sd_argv_add(&a, chal);
-        sd_argv_addf(&a, "%lld", (long long)sd_master_cfg.challenge_ttl_ms);
-        sd_argv_addf(&a, "%lld", (long long)sd_master_cfg.challenges_per_address);
-        sd_argv_addf(&a, "%d", CHALLENGE_KEEP_MS);
-        sd_argv_addf(&a, "%lld", (long long)probe_ms);
-        redisReply *r;
-        int rc = sd_store_run("master_challenge", 1, &a, &r);
-        if (rc)
-            return rc;
-        rc = script_refusal(r, why);
-        freeReplyObject(r);
-        if (rc == SD_MASTER_REFUSED && strcmp(why->code, "challenge_collision") == 0 && !preset)
-            continue;
-        return rc;
+    memset(why, 0, sizeof *why);
+    if (sd_master_chal_make(kind, bind, chal, chalcap)) {
+        sd_strlcpy(why->code, "no_key", sizeof why->code);
+        return SD_MASTER_REFUSED;
     }
-    return SD_STORE_ERROR;
-}
-
-static void add_int_field(sd_argv_t *a, const char *name, int v)
-{
-    sd_argv_add(a, name);
-    sd_argv_addf(a, "%d", v);
+    /* A heartbeat from a listed Q3/DP server: unless the getinfo is answered within
+     * probe_ms, the server is shutting down (docs/master.md, "Shutdown"). */
+    if (probe_ms > 0 && sd_master_index_lookup(bind, NULL, 0, NULL))
+        sd_master_write_probe(bind, sd_wall_ms() + probe_ms);
+    return 0;
 }
 
 /* Lowercases src into dst (filters compare game and map without case). */
@@ -329,114 +271,116 @@ static void lower(char *dst, const char *src, size_t cap)
     dst[i] = '\0';
 }
 
-/* The server's JSON as the REST query returns it; rendered once per heartbeat so that a
- * query only concatenates stored texts. Caller frees. */
-static char *server_json(const sd_master_server_t *s, int64_t now, int64_t exp)
+size_t sd_master_record(const sd_master_server_t *s, const char *chal, const char *group,
+                        int64_t now, int64_t exp, char *out, size_t cap)
 {
-    json_t *tags = json_array();
-    for (int i = 0; i < s->ntags; i++)
-        json_array_append_new(tags, json_string(s->tags[i]));
-    json_t *o = json_pack("{s:s, s:s, s:i, s:s, s:s, s:s, s:i, s:i, s:i, s:b, s:s, s:s, s:o,"
-                          " s:b, s:b, s:s, s:I, s:I}",
-                          "address", s->addr, "ip", s->ip, "port", s->port, "game", s->game,
-                          "map", s->map, "name", s->name, "players", s->players,
-                          "max_players", s->max_players, "bots", s->bots, "password",
-                          s->password, "region", s->region, "version", s->version, "tags", tags,
-                          "dedicated", s->dedicated, "secure", s->secure, "source", s->source,
-                          "last_heartbeat_ms", (json_int_t)now, "expires_at_ms", (json_int_t)exp);
-    if (!o)
-        return NULL;
-    json_object_set_new(o, "os", s->os[0] ? json_string(s->os) : json_null());
-    json_object_set_new(o, "protocol", s->protocol >= 0 ? json_integer(s->protocol) : json_null());
-    json_object_set_new(o, "gametype", s->gametype >= 0 ? json_integer(s->gametype) : json_null());
-    char *txt = json_dumps(o, JSON_COMPACT);
-    json_decref(o);
-    return txt;
+    char tags[16 * 34 + 2] = "";
+    for (int i = 0; i < s->ntags; i++) {
+        if (i)
+            strcat(tags, ",");
+        strcat(tags, s->tags[i]);
+    }
+    int n = snprintf(out, cap,
+                     "%s\x1f%s\x1f%s\x1f%lld\x1f%lld\x1f%s\x1f%s\x1f%s\x1f%s\x1f%s\x1f%s\x1f%s"
+                     "\x1f%d\x1f%d\x1f%d\x1f%d\x1f%d\x1f%d\x1f%s\x1f%d\x1f%d",
+                     chal, group, s->instance, (long long)exp, (long long)now, s->source,
+                     s->game, s->map, s->name, s->version, s->region, tags, s->players,
+                     s->max_players, s->bots, s->password, s->dedicated, s->secure, s->os,
+                     s->protocol, s->gametype);
+    return n < 0 || (size_t)n >= cap ? 0 : (size_t)n;
 }
 
 int sd_master_accept(const char *bind, const char *challenge, const sd_master_server_t *s,
                      int *is_new, int64_t *expires_at_ms, sd_master_refusal_t *why)
 {
+    memset(why, 0, sizeof *why);
+    const char *bad = sd_master_chal_check('r', bind, challenge);
+    if (bad) {
+        sd_strlcpy(why->code, bad, sizeof why->code);
+        return SD_MASTER_REFUSED;
+    }
     int64_t now = sd_wall_ms();
     int64_t ttl = sd_master_cfg.heartbeat_interval_s * 3000;
-    char *json = server_json(s, now, now + ttl);
-    if (!json)
+    char group[SD_MASTER_GROUP_MAX], rec[2048];
+    sd_master_addr_group(s->ip, (int)sd_master_cfg.ipv4_group_bits, group, sizeof group);
+    size_t reclen = sd_master_record(s, challenge, group, now, now + ttl, rec, sizeof rec);
+    if (!reclen)
         return SD_STORE_ERROR;
-    char tags[16 * 34 + 2] = ",", g[65], m[65];
-    for (int i = 0; i < s->ntags; i++) {
-        char t[33];
-        lower(t, s->tags[i], sizeof t);
-        strcat(strcat(tags, t), ",");
-    }
-    lower(g, s->game, sizeof g);
-    lower(m, s->map, sizeof m);
-
-    char group[SD_MASTER_GROUP_MAX];
     sd_argv_t a;
     master_argv_init(&a, now);
-    sd_argv_add(&a, bind);
-    sd_argv_add(&a, challenge);
-    sd_argv_add(&a, s->addr);
-    sd_argv_add(&a, sd_master_addr_group(s->ip, (int)sd_master_cfg.ipv4_group_bits, group,
-                                         sizeof group));
     sd_argv_addf(&a, "%lld", (long long)ttl);
     sd_argv_addf(&a, "%lld", (long long)sd_master_cfg.servers_per_address);
     sd_argv_addf(&a, "%lld", (long long)sd_master_cfg.max_servers);
-    sd_argv_add(&a, g);
-    sd_argv_add(&a, "m");
-    sd_argv_add(&a, m);
-    sd_argv_add(&a, "r");
-    sd_argv_add(&a, s->region);
-    sd_argv_add(&a, "t");
-    sd_argv_add(&a, tags);
-    sd_argv_add(&a, "os");
-    sd_argv_add(&a, s->os);
-    add_int_field(&a, "p", s->players);
-    add_int_field(&a, "x", s->max_players);
-    add_int_field(&a, "pw", s->password);
-    add_int_field(&a, "d", s->dedicated);
-    add_int_field(&a, "s", s->secure);
-    add_int_field(&a, "pr", s->protocol);
-    add_int_field(&a, "gt", s->gametype);
-    add_int_field(&a, "f", s->family);
-    sd_argv_add(&a, "ip");
-    sd_argv_add(&a, s->ip);
-    sd_argv_add(&a, "in");
+    sd_argv_addf(&a, "%d", SD_MASTER_LOG_MAXLEN);
+    sd_argv_add(&a, "1");
+    sd_argv_add(&a, s->addr);
+    sd_argv_add(&a, group);
     sd_argv_add(&a, s->instance);
-    /* The j column and the P jlist member: "addr \1 expires_at_ms \1 JSON". */
-    sd_argv_add(&a, "j");
-    sd_argv_addf(&a, "%s\x01%lld\x01%s", s->addr, (long long)(now + ttl), json);
+    sd_argv_addn(&a, rec, reclen);
+    sd_master_apply_lock();
     redisReply *r;
     int rc = sd_store_run("master_heartbeat", 1, &a, &r);
-    free(json);
-    if (rc)
+    if (rc) {
+        sd_master_apply_unlock();
         return rc;
-    rc = script_refusal(r, why);
-    if (rc == 0) {
-        if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
-            rc = SD_STORE_ERROR;
-        } else {
-            *is_new = (int)r->element[0]->integer;
-            *expires_at_ms = r->element[1]->integer;
+    }
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 1) {
+        rc = SD_STORE_ERROR;
+    } else {
+        redisReply *e = r->element[0];
+        rc = script_refusal(e, why);
+        if (rc == 0) {
+            *is_new = (int)e->integer;
+            *expires_at_ms = now + ttl;
+            sd_master_index_put(s->addr, rec, reclen);
+            sd_master_index_publish();
         }
     }
+    sd_master_apply_unlock();
     freeReplyObject(r);
+    return rc;
+}
+
+int sd_master_remove(const char *addr, int *removed, sd_master_refusal_t *why)
+{
+    sd_argv_t a;
+    master_argv_init(&a, sd_wall_ms());
+    sd_argv_add(&a, addr);
+    sd_argv_addf(&a, "%d", SD_MASTER_LOG_MAXLEN);
+    sd_master_apply_lock();
+    redisReply *r;
+    int rc = sd_store_run("master_terminate", 1, &a, &r);
+    if (rc == 0) {
+        rc = script_refusal(r, why);
+        *removed = rc == 0;
+        if (rc == 0) {
+            sd_master_index_del(addr);
+            sd_master_index_publish();
+        }
+        freeReplyObject(r);
+    }
+    sd_master_apply_unlock();
     return rc;
 }
 
 int sd_master_terminate(const char *addr, const char *ip, sd_master_refusal_t *why)
 {
-    sd_argv_t a;
-    master_argv_init(&a, sd_wall_ms());
-    sd_argv_add(&a, addr);
-    sd_argv_add(&a, ip);
-    redisReply *r;
-    int rc = sd_store_run("master_terminate", 1, &a, &r);
-    if (rc)
-        return rc;
-    rc = script_refusal(r, why);
-    freeReplyObject(r);
-    return rc;
+    char key[SD_MASTER_ADDR_MAX], sip[48];
+    int port, fam;
+    memset(why, 0, sizeof *why);
+    if (sd_master_parse_addr(addr, key, sizeof key, sip, sizeof sip, &port, &fam)) {
+        sd_strlcpy(why->code, "not_listed", sizeof why->code);
+        return SD_MASTER_REFUSED;
+    }
+    /* Only the server's own address may remove it; the address key holds its IP. */
+    if (strcmp(sip, ip) != 0) {
+        sd_strlcpy(why->code, sd_master_index_lookup(key, NULL, 0, NULL) ? "address_mismatch"
+                                                                           : "not_listed",
+                   sizeof why->code);
+        return SD_MASTER_REFUSED;
+    }
+    int removed;
+    return sd_master_remove(key, &removed, why);
 }
 
 void sd_master_batch_free(sd_master_batch_t *b)
@@ -448,18 +392,214 @@ void sd_master_batch_free(sd_master_batch_t *b)
     memset(b, 0, sizeof *b);
 }
 
-/* The index a query walks: a game named by a top-level "eq g" term (one before any
- * nor/nand group) has its own sorted set, so a game's batch never scans other games.
- * Returns that term's position, or -1 for the whole list. */
-static int game_index_term(const sd_master_filter_t *f)
+/* ---------- filters ---------- */
+
+enum { OP_EQ = 1, OP_NOTEMPTY, OP_NOTFULL, OP_TAGS, OP_TRUE, OP_NOR, OP_NAND, OP_FALSE };
+/* eq fields: record fields, or extras with FX_ offset */
+#define FX 100
+
+static int field_of(const char *a)
 {
-    for (int i = 0; i < f->n; i++) {
-        if (!strcmp(f->t[i].op, "nor") || !strcmp(f->t[i].op, "nand"))
-            return -1;
-        if (!strcmp(f->t[i].op, "eq") && !strcmp(f->t[i].a, "g"))
-            return i;
-    }
+    static const struct { const char *name; int f; } map[] = {
+        {"g", FX + SD_MX_GAME}, {"m", FX + SD_MX_MAP}, {"ip", FX + SD_MX_IP},
+        {"r", SD_MREC_REGION}, {"pw", SD_MREC_PW}, {"d", SD_MREC_D}, {"s", SD_MREC_S},
+        {"os", SD_MREC_OS}, {"pr", SD_MREC_PROTO}, {"gt", SD_MREC_GT}, {"p", SD_MREC_PLAYERS},
+        {"f", 255},
+    };
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        if (!strcmp(map[i].name, a))
+            return map[i].f;
     return -1;
+}
+
+int sd_master_filter_compile(const sd_master_filter_t *f, sd_master_cfilter_t *c)
+{
+    memset(c, 0, sizeof *c);
+    if (f->overflow)
+        return -1;
+    for (int i = 0; i < f->n; i++) {
+        const sd_master_term_t *t = &f->t[i];
+        typeof(c->t[0]) *o = &c->t[c->n++];
+        if (!strcmp(t->op, "eq")) {
+            int fld = field_of(t->a);
+            o->op = fld < 0 ? OP_FALSE : OP_EQ;
+            o->field = (uint8_t)(fld < 0 ? 0 : fld);
+            o->val = t->b;
+        } else if (!strcmp(t->op, "notempty")) {
+            o->op = OP_NOTEMPTY;
+        } else if (!strcmp(t->op, "notfull")) {
+            o->op = OP_NOTFULL;
+        } else if (!strcmp(t->op, "true")) {
+            o->op = OP_TRUE;
+        } else if (!strcmp(t->op, "nor") || !strcmp(t->op, "nand")) {
+            o->op = t->op[1] == 'o' ? OP_NOR : OP_NAND;
+            o->n = (short)atoi(t->a);
+        } else if (!strcmp(t->op, "tags")) {
+            o->op = OP_TAGS;
+            const char *p = t->b;
+            while (*p && o->ntags < 16) {
+                size_t len = strcspn(p, ",");
+                if (len > 0 && len < 33) {
+                    char low[34];
+                    lower(low, p, len + 1 < sizeof low ? len + 1 : sizeof low);
+                    snprintf(o->tags[o->ntags++], sizeof o->tags[0], ",%s,", low);
+                }
+                p += len;
+                if (*p == ',')
+                    p++;
+            }
+        } else {
+            o->op = OP_FALSE;
+        }
+    }
+    return 0;
+}
+
+static int eval_term(const sd_master_cfilter_t *c, int i, const sd_msrv_t *s, int *next)
+{
+    const typeof(c->t[0]) *t = &c->t[i];
+    switch (t->op) {
+    case OP_NOR:
+    case OP_NAND: {
+        int j = i + 1, any = 0, all = 1;
+        for (int k = 0; k < t->n && j < c->n; k++) {
+            int res = eval_term(c, j, s, &j);
+            any |= res;
+            all &= res;
+        }
+        *next = j;
+        return t->op == OP_NOR ? !any : !all;
+    }
+    case OP_EQ:
+        *next = i + 1;
+        if (t->field == 255)
+            return t->val[0] == (s->fam == 6 ? '6' : '4') && t->val[1] == '\0';
+        return strcmp(t->field >= FX ? SD_MX(s, t->field - FX) : SD_MREC(s, t->field), t->val) == 0;
+    case OP_NOTEMPTY:
+        *next = i + 1;
+        return s->players > 0;
+    case OP_NOTFULL:
+        *next = i + 1;
+        return s->players < s->max_players;
+    case OP_TAGS:
+        *next = i + 1;
+        for (int k = 0; k < t->ntags; k++)
+            if (!strstr(SD_MX(s, SD_MX_TAGS), t->tags[k]))
+                return 0;
+        return 1;
+    case OP_TRUE:
+        *next = i + 1;
+        return 1;
+    default:
+        *next = i + 1;
+        return 0;
+    }
+}
+
+int sd_master_match(const sd_master_cfilter_t *c, const sd_msrv_t *s)
+{
+    int i = 0;
+    while (i < c->n)
+        if (!eval_term(c, i, s, &i))
+            return 0;
+    return 1;
+}
+
+/* ---------- queries ---------- */
+
+static void sd_buf_putc(sd_buf_t *b, char c)
+{
+    sd_buf_append(b, &c, 1);
+}
+
+static void sd_buf_puts(sd_buf_t *b, const char *s)
+{
+    sd_buf_append(b, s, strlen(s));
+}
+
+/* Appends text as a JSON string. */
+static void js_str(sd_buf_t *b, const char *s)
+{
+    sd_buf_putc(b, '"');
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\') {
+            sd_buf_putc(b, '\\');
+            sd_buf_putc(b, (char)ch);
+        } else if (ch < 0x20) {
+            sd_buf_printf(b, "\\u%04x", ch);
+        } else {
+            sd_buf_putc(b, (char)ch);
+        }
+    }
+    sd_buf_putc(b, '"');
+}
+
+static void js_bool(sd_buf_t *b, const char *name, const char *v)
+{
+    sd_buf_printf(b, ",\"%s\":%s", name, strcmp(v, "0") && v[0] ? "true" : "false");
+}
+
+/* The server's JSON as the REST query returns it. */
+static void server_json(sd_buf_t *b, const sd_msrv_t *s)
+{
+    sd_buf_puts(b, "{\"address\":");
+    js_str(b, s->buf);
+    sd_buf_puts(b, ",\"ip\":");
+    js_str(b, SD_MX(s, SD_MX_IP));
+    sd_buf_printf(b, ",\"port\":%u,\"game\":", (unsigned)s->port);
+    js_str(b, SD_MREC(s, SD_MREC_GAME));
+    sd_buf_puts(b, ",\"map\":");
+    js_str(b, SD_MREC(s, SD_MREC_MAP));
+    sd_buf_puts(b, ",\"name\":");
+    js_str(b, SD_MREC(s, SD_MREC_NAME));
+    sd_buf_printf(b, ",\"players\":%d,\"max_players\":%d,\"bots\":%d", s->players,
+                  s->max_players, atoi(SD_MREC(s, SD_MREC_BOTS)));
+    js_bool(b, "password", SD_MREC(s, SD_MREC_PW));
+    sd_buf_puts(b, ",\"region\":");
+    js_str(b, SD_MREC(s, SD_MREC_REGION));
+    sd_buf_puts(b, ",\"version\":");
+    js_str(b, SD_MREC(s, SD_MREC_VERSION));
+    sd_buf_puts(b, ",\"tags\":[");
+    const char *t = SD_MREC(s, SD_MREC_TAGS);
+    int first = 1;
+    while (*t) {
+        size_t len = strcspn(t, ",");
+        char tag[40];
+        if (len > 0 && len < sizeof tag) {
+            memcpy(tag, t, len);
+            tag[len] = '\0';
+            if (!first)
+                sd_buf_putc(b, ',');
+            js_str(b, tag);
+            first = 0;
+        }
+        t += len;
+        if (*t == ',')
+            t++;
+    }
+    sd_buf_putc(b, ']');
+    js_bool(b, "dedicated", SD_MREC(s, SD_MREC_D));
+    js_bool(b, "secure", SD_MREC(s, SD_MREC_S));
+    sd_buf_puts(b, ",\"source\":");
+    js_str(b, SD_MREC(s, SD_MREC_SOURCE));
+    sd_buf_printf(b, ",\"last_heartbeat_ms\":%lld,\"expires_at_ms\":%lld", (long long)s->last_ms,
+                  (long long)s->exp);
+    const char *os = SD_MREC(s, SD_MREC_OS);
+    sd_buf_puts(b, ",\"os\":");
+    if (os[0])
+        js_str(b, os);
+    else
+        sd_buf_puts(b, "null");
+    int pr = atoi(SD_MREC(s, SD_MREC_PROTO)), gt = atoi(SD_MREC(s, SD_MREC_GT));
+    if (pr >= 0)
+        sd_buf_printf(b, ",\"protocol\":%d", pr);
+    else
+        sd_buf_puts(b, ",\"protocol\":null");
+    if (gt >= 0)
+        sd_buf_printf(b, ",\"gametype\":%d}", gt);
+    else
+        sd_buf_puts(b, ",\"gametype\":null}");
 }
 
 /* Appends one item to a batch (copied); -1 when out of memory. */
@@ -481,118 +621,44 @@ static int batch_add(sd_master_batch_t *b, const char *p, size_t n, size_t cap)
     return 0;
 }
 
-/* The unfiltered walk, the most common big read: one ZRANGEBYLEX on P jlist, whose
- * members carry "addr \1 expiry \1 JSON", so no script copies the JSON through Lua.
- * Items are the JSON texts (want_json) or the addresses. Expired members not yet swept
- * are skipped here. */
-static int query_jlist(const char *after, int limit, int want_json, sd_master_batch_t *out)
-{
-    char key[96], min[SD_MASTER_ADDR_MAX + 2];
-    snprintf(key, sizeof key, "%smaster:jlist", sd_store_prefix());
-    if (after[0])
-        snprintf(min, sizeof min, "[%s\x02", after); /* past every "after \1 ..." member */
-    else
-        sd_strlcpy(min, "-", sizeof min);
-    sd_argv_t a;
-    sd_argv_init(&a);
-    sd_argv_add(&a, "ZRANGEBYLEX");
-    sd_argv_add(&a, key);
-    sd_argv_add(&a, min);
-    sd_argv_add(&a, "+");
-    sd_argv_add(&a, "LIMIT");
-    sd_argv_add(&a, "0");
-    sd_argv_addf(&a, "%d", limit);
-    redisReply *r;
-    int rc = sd_store_command(&a, &r);
-    sd_argv_free(&a);
-    if (rc)
-        return rc;
-    if (r->type != REDIS_REPLY_ARRAY) {
-        freeReplyObject(r);
-        return SD_STORE_ERROR;
-    }
-    int64_t now = sd_wall_ms();
-    for (size_t i = 0; i < r->elements; i++) {
-        redisReply *e = r->element[i];
-        const char *s1 = e->type == REDIS_REPLY_STRING ? memchr(e->str, '\x01', e->len) : NULL;
-        const char *s2 = s1 ? memchr(s1 + 1, '\x01', e->len - (size_t)(s1 + 1 - e->str)) : NULL;
-        if (!s2 || (size_t)(s1 - e->str) >= sizeof out->next) {
-            rc = SD_STORE_ERROR;
-            break;
-        }
-        if (i + 1 == r->elements && (int)r->elements == limit) {
-            memcpy(out->next, e->str, (size_t)(s1 - e->str));
-            out->next[s1 - e->str] = '\0';
-        }
-        if (strtoll(s1 + 1, NULL, 10) <= now)
-            continue;
-        int bad = want_json ? batch_add(out, s2 + 1, e->len - (size_t)(s2 + 1 - e->str), r->elements)
-                            : batch_add(out, e->str, (size_t)(s1 - e->str), r->elements);
-        if (bad) {
-            rc = SD_STORE_ERROR;
-            break;
-        }
-    }
-    freeReplyObject(r);
-    if (rc)
-        sd_master_batch_free(out);
-    return rc;
-}
-
 int sd_master_query(const sd_master_filter_t *f, const char *after, int limit,
                     int want_json, sd_master_batch_t *out)
 {
     memset(out, 0, sizeof *out);
-    if (f->overflow)
+    sd_master_cfilter_t cf;
+    if (sd_master_filter_compile(f, &cf) || limit < 1)
         return SD_STORE_ERROR;
-    if (f->n == 0)
-        return query_jlist(after, limit, want_json, out);
-    int gi = game_index_term(f);
-    sd_argv_t a;
-    master_argv_init(&a, sd_wall_ms());
-    sd_argv_add(&a, after);
-    sd_argv_addf(&a, "%d", limit);
-    sd_argv_addf(&a, "%lld", (long long)sd_master_cfg.scan_budget);
-    sd_argv_add(&a, want_json ? "j" : "a");
-    sd_argv_add(&a, gi >= 0 ? f->t[gi].b : "");
-    sd_argv_addf(&a, "%d", f->n - (gi >= 0));
-    for (int i = 0; i < f->n; i++) {
-        if (i == gi)
+    sd_master_snap_t *snap = sd_master_snap_get();
+    if (!snap)
+        return SD_STORE_DOWN;
+    int64_t now = sd_wall_ms();
+    size_t i = sd_master_snap_after(snap, after);
+    int64_t seen = 0;
+    int rc = 0;
+    sd_buf_t js;
+    sd_buf_init(&js, 1 << 16);
+    for (; i < snap->n && out->n < limit && seen < sd_master_cfg.scan_budget; i++, seen++) {
+        const sd_msrv_t *s = snap->v[i];
+        if (s->exp <= now || !sd_master_match(&cf, s))
             continue;
-        sd_argv_add(&a, f->t[i].op);
-        sd_argv_add(&a, f->t[i].a);
-        sd_argv_add(&a, f->t[i].b);
+        if (want_json) {
+            sd_buf_reset(&js);
+            server_json(&js, s);
+            rc = js.data ? batch_add(out, js.data, js.len, (size_t)limit) : -1;
+        } else {
+            rc = batch_add(out, s->buf, strlen(s->buf), (size_t)limit);
+        }
+        if (rc)
+            break;
     }
-    redisReply *r;
-    int rc = sd_store_run("master_query", 1, &a, &r);
-    if (rc)
-        return rc;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
-        r->element[0]->type != REDIS_REPLY_STRING) {
-        freeReplyObject(r);
-        return SD_STORE_ERROR;
-    }
-    sd_strlcpy(out->next, r->element[0]->str, sizeof out->next);
-    size_t n = r->elements - 1;
-    out->items = calloc(n ? n : 1, sizeof *out->items);
-    out->lens = calloc(n ? n : 1, sizeof *out->lens);
-    if (!out->items || !out->lens) {
-        freeReplyObject(r);
+    if (!rc && i < snap->n && i > 0)
+        sd_strlcpy(out->next, snap->v[i - 1]->buf, sizeof out->next);
+    sd_buf_free(&js);
+    sd_master_snap_put(snap);
+    if (rc) {
         sd_master_batch_free(out);
         return SD_STORE_ERROR;
     }
-    for (size_t i = 0; i < n; i++) {
-        redisReply *e = r->element[i + 1];
-        if (e->type != REDIS_REPLY_STRING)
-            continue;
-        out->items[out->n] = malloc(e->len + 1);
-        if (!out->items[out->n])
-            break;
-        memcpy(out->items[out->n], e->str, e->len + 1);
-        out->lens[out->n] = e->len;
-        out->n++;
-    }
-    freeReplyObject(r);
     return 0;
 }
 

@@ -50,6 +50,8 @@ typedef struct {
                                      getinfo unanswered this long is removed; 0: never */
     int64_t udp_reply_bytes_total_per_s; /* UDP reply budget of all destinations together */
     int64_t ipv4_group_bits;      /* 32: quotas per IPv4 address; 24: per /24 (IPv6: /64) */
+    int64_t challenge_key_rotate_s; /* the challenge secret is replaced this often */
+    int64_t udp_workers;          /* threads (SO_REUSEPORT sockets) per UDP listener; 0: one per CPU */
     char trusted[16][64];         /* trusted proxies (exact IPs, canonical form) */
     int ntrusted;
     char udp[SD_MASTER_MAX_UDP][128]; /* "host:port" listeners from master.udp */
@@ -146,19 +148,16 @@ typedef struct {
 const char *sd_master_addr_group(const char *ip, int v4bits, char *out, size_t cap);
 #define SD_MASTER_GROUP_MAX 64
 
-/* Issues a challenge bound to `bind` (an IP for REST, "ip:port" for UDP) counted against
- * ip's outstanding challenges. chal may be preset (GoldSrc numeric challenge) or "" to
- * generate one; on success it holds the challenge. probe_ms > 0 (the Q3/DP getinfo): when
- * `bind` is listed, it is removed unless a heartbeat answering some challenge of it comes
- * within probe_ms (a server that shuts down heartbeats once more and leaves the getinfo
- * unanswered). */
-int sd_master_challenge(const char *bind, const char *ip, char *chal, size_t chalcap,
+/* Issues a stateless challenge of kind ('r' REST, bound to an IP; 'q' Q3/DP, bound to
+ * "ip:port") into chal. probe_ms > 0 (the Q3/DP getinfo): when `bind` is listed, it is
+ * removed unless a heartbeat answering a challenge of it comes within probe_ms (a server
+ * that shuts down heartbeats once more and leaves the getinfo unanswered). 0, or
+ * SD_MASTER_REFUSED "no_key" while no secret could be read from Redis yet. */
+int sd_master_challenge(char kind, const char *bind, char *chal, size_t chalcap,
                         int64_t probe_ms, sd_master_refusal_t *why);
 /* Removes the entry a heartbeat linked to instance of cluster (its stop was recorded);
  * *removed is 1 when there was one. A SD_STORE_* code. */
 int sd_master_forget_instance(const char *cluster, const char *instance, int *removed);
-/* One bounded sweep of expired and unanswered-probe servers (master_sweep.lua). */
-int sd_master_sweep(void);
 /* Accepts a heartbeat: checks the challenge (bound to `bind`), the per-address and list
  * limits, and lists the server until now + 3 x interval. *is_new says it was not listed. */
 int sd_master_accept(const char *bind, const char *challenge, const sd_master_server_t *s,
@@ -181,6 +180,96 @@ void sd_master_batch_free(sd_master_batch_t *b);
 
 /* Counts a dropped datagram or request by reason in /metrics. */
 void sd_master_count_drop(const char *proto, const char *reason);
+
+/* ---- stateless challenges (master_chal.c) ----
+ * kind 'r' (REST, bound to the IP) or 'q' (Q3/DP, bound to "ip:port"): 24 hex digits. */
+int sd_master_chal_make(char kind, const char *bind, char *out, size_t cap);
+/* NULL when chal is a live challenge of kind for bind, else "unknown_challenge",
+ * "challenge_expired" or "no_key" (no secret loaded yet). */
+const char *sd_master_chal_check(char kind, const char *bind, const char *chal);
+/* GoldSrc's 32-bit challenge for "ip:port". */
+int sd_master_chal_make_u32(const char *bind, uint32_t *out);
+const char *sd_master_chal_check_u32(const char *bind, uint32_t c);
+/* Sets the shared secrets (64 hex digits each); 0 or -1. */
+int sd_master_key_set(const char *cur_hex, const char *prev_hex);
+int sd_master_key_ready(void);
+/* Reads (drawing or rotating when due) the secret from Redis: a SD_STORE_* code. */
+int sd_master_key_refresh(void);
+
+/* ---- the in-memory index (master_index.c) ---- */
+/* The fields of a record as P s stores it, separated by \x1f. */
+enum {
+    SD_MREC_CHAL, SD_MREC_GROUP, SD_MREC_INST, SD_MREC_EXP, SD_MREC_LAST, SD_MREC_SOURCE,
+    SD_MREC_GAME, SD_MREC_MAP, SD_MREC_NAME, SD_MREC_VERSION, SD_MREC_REGION, SD_MREC_TAGS,
+    SD_MREC_PLAYERS, SD_MREC_MAX, SD_MREC_BOTS, SD_MREC_PW, SD_MREC_D, SD_MREC_S, SD_MREC_OS,
+    SD_MREC_PROTO, SD_MREC_GT, SD_MREC_N
+};
+/* The lowercased extras the filters read: game, map, ",tags,", and the IP text. */
+enum { SD_MX_GAME, SD_MX_MAP, SD_MX_TAGS, SD_MX_IP, SD_MX_N };
+#define SD_MASTER_LOG_MAXLEN 2000 /* entries the change stream P log keeps (~) */
+
+/* A listed server as the index holds it: immutable once published. buf starts with the
+ * address key, then the record's fields, then the extras (NUL-terminated each). */
+typedef struct sd_msrv {
+    struct sd_msrv *hnext; /* the index's own (hash chain, retired list) */
+    int64_t exp, last_ms;
+    uint32_t mark;
+    int players, max_players;
+    uint16_t port;
+    uint8_t fam;
+    uint8_t ip[16];
+    uint16_t roff[SD_MREC_N];
+    uint16_t foff[SD_MX_N];
+    char buf[];
+} sd_msrv_t;
+#define SD_MREC(s, i) ((s)->buf + (s)->roff[i])
+#define SD_MX(s, i) ((s)->buf + (s)->foff[i])
+
+/* A sorted (address key order) immutable view of the list; get/put count references. */
+typedef struct sd_master_snap {
+    int refs;
+    size_t n;
+    sd_msrv_t **v;
+    sd_msrv_t *retired;
+    struct sd_master_snap *newer;
+} sd_master_snap_t;
+sd_master_snap_t *sd_master_snap_get(void);
+void sd_master_snap_put(sd_master_snap_t *s);
+/* The position of the first server after key `after` ("" or NULL: 0). */
+size_t sd_master_snap_after(const sd_master_snap_t *s, const char *after);
+
+int sd_master_index_put(const char *key, const char *rec, size_t len);
+void sd_master_index_del(const char *key);
+void sd_master_index_publish(void);
+size_t sd_master_index_count(void);
+/* 1 when key is in the index (its last challenge and expiry copied out), else 0. */
+int sd_master_index_lookup(const char *key, char *chal, size_t chalcap, int64_t *exp);
+/* Held around a local "write to Redis, then apply to the index" (master_index.c). */
+void sd_master_apply_lock(void);
+void sd_master_apply_unlock(void);
+/* Queued for the writer thread (batched into Redis); -1 when the queue is full. */
+int sd_master_write_heartbeat(const char *proto, const char *addr, const char *group,
+                              const char *inst, const char *rec, size_t reclen);
+int sd_master_write_probe(const char *addr, int64_t deadline_ms);
+int sd_master_write_terminate(const char *proto, const char *addr);
+/* Starts the index thread (load, follow, sweep, key refresh) and the writer; 0 or -errno. */
+int sd_master_start(void);
+void sd_master_stop(void);
+
+/* Builds the record of s (see SD_MREC_*) into out; its length, or 0 when it does not fit. */
+size_t sd_master_record(const sd_master_server_t *s, const char *chal, const char *group,
+                        int64_t now, int64_t exp, char *out, size_t cap);
+/* Removes addr (any caller: the checks are the caller's); *removed is 1 when it was
+ * listed. SD_MASTER_REFUSED "not_listed" otherwise. */
+int sd_master_remove(const char *addr, int *removed, sd_master_refusal_t *why);
+
+/* A filter program compiled for the index. */
+typedef struct {
+    struct { uint8_t op, field; short n; const char *val; char tags[16][36]; int ntags; } t[SD_MASTER_MAX_TERMS];
+    int n;
+} sd_master_cfilter_t;
+int sd_master_filter_compile(const sd_master_filter_t *f, sd_master_cfilter_t *c);
+int sd_master_match(const sd_master_cfilter_t *c, const sd_msrv_t *s);
 
 /* ---- UDP master front (master_udp.c) ---- */
 int sd_master_udp_start(const char *hostport);

@@ -1,17 +1,19 @@
-/* The UDP master front: one thread per `--master-udp HOST:PORT` listener speaking the
+/* The UDP master front: for each `--master-udp HOST:PORT` listener, several worker threads
+ * (master.udp_workers, default one per CPU), each with its own socket bound to the same
+ * address with SO_REUSEPORT (the kernel spreads the sources over them), speaking the
  * DarkPlaces/Quake III master protocol and Valve's master query protocol plus the
- * GoldSrc heartbeat, over the same Redis data as the REST master list (master.c).
+ * GoldSrc heartbeat.
  *
- * Each thread polls its socket and an eventfd that stop() signals; Redis is reached
- * through the thread's own store connection. A datagram that fails any check is dropped
- * and counted in serverdir_master_dropped_total{proto,reason}.
+ * A worker never waits on Redis: queries are answered from the copy's in-memory index
+ * (master_index.c), challenges are stateless (master_chal.c), and an accepted
+ * registration or a termination is queued for the writer thread, which batches them into
+ * Redis. A datagram that fails any check is dropped and counted in
+ * serverdir_master_dropped_total{proto,reason}.
  *
- * Amplification: every datagram first takes one request from its source address's
- * rate bucket, and every reply datagram takes its size from the address's reply-byte
- * bucket (master.udp_reply_bytes_per_s, burst twice that). A getservers answer stops
- * when the bucket runs dry, so a spoofed query can never make the master send more
- * than that budget to one address. Unauthenticated requests get at most one small
- * datagram (getinfo, the GoldSrc challenge), never listed data. */
+ * Amplification: every datagram first takes one request from its source's rate bucket,
+ * and every reply datagram takes its size from the destination network's reply-byte
+ * bucket and from the copy's total (docs/master.md, "Amplification"). Unauthenticated
+ * requests get at most one small datagram (getinfo, the GoldSrc challenge). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
@@ -21,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "master.h"
@@ -29,13 +32,26 @@
 #include "sd.h"
 
 #define RECV_MAX 2048
-#define QUERY_BATCH 1000
-#define MAX_QUERY_CALLS 1000 /* script calls per getservers answer (bounds the walk) */
+#define OUT_MAX 64 /* reply datagrams sent with one sendmmsg */
+#define RECV_BATCH 32 /* datagrams read with one recvmmsg */
+#define MAX_WORKERS 16
 
-struct listener {
+struct worker {
     int fd;
     pthread_t thread;
+    const char *addr;
+    /* reply datagrams waiting for sendmmsg */
+    int nout;
+    struct mmsghdr msg[OUT_MAX];
+    struct iovec iov[OUT_MAX];
+    uint8_t out[OUT_MAX][SD_Q3_DGRAM_MAX];
+    uint8_t in[RECV_BATCH][RECV_MAX];
+};
+
+struct listener {
     char addr[128];
+    int nworkers;
+    struct worker *w[MAX_WORKERS];
 };
 
 static struct listener listeners[SD_MASTER_MAX_UDP];
@@ -44,9 +60,9 @@ static int stop_fd = -1;
 
 /* ---------- sending ---------- */
 
-/* Sends one reply datagram if the destination's reply-byte budget allows; 0 or -1. */
-static int send_reply(int fd, const struct sockaddr *to, socklen_t tolen, const char *ip,
-                      const char *proto, const void *p, size_t n)
+/* Takes n bytes from the destination network's and the copy's reply budgets; 0 or -1
+ * (counted). */
+static int budget(const char *ip, const char *proto, size_t n)
 {
     if (sd_master_rate_take(SD_RATE_UDP_BYTES, ip, (int64_t)n)) {
         sd_master_count_drop(proto, "reply_budget");
@@ -56,17 +72,96 @@ static int send_reply(int fd, const struct sockaddr *to, socklen_t tolen, const 
         sd_master_count_drop(proto, "reply_budget_total");
         return -1;
     }
-    if (sendto(fd, p, n, 0, to, tolen) < 0) {
-        SD_COUNT("serverdir_master_udp_send_errors_total", "UDP master replies that could not be sent", 1);
-        return -1;
-    }
-    SD_COUNT("serverdir_master_udp_replies_total", "UDP master reply datagrams sent", 1);
     return 0;
+}
+
+/* Sends the queued reply datagrams of w to `to` (one sendmmsg, retried for the rest). */
+static void flush(struct worker *w, const struct sockaddr *to, socklen_t tolen)
+{
+    int at = 0;
+    while (at < w->nout) {
+        for (int i = at; i < w->nout; i++) {
+            w->msg[i].msg_hdr.msg_name = (void *)to;
+            w->msg[i].msg_hdr.msg_namelen = tolen;
+            w->msg[i].msg_hdr.msg_iov = &w->iov[i];
+            w->msg[i].msg_hdr.msg_iovlen = 1;
+        }
+        int sent = sendmmsg(w->fd, w->msg + at, (unsigned)(w->nout - at), 0);
+        if (sent <= 0) {
+            SD_COUNT("serverdir_master_udp_send_errors_total", "UDP master replies that could not be sent",
+                     w->nout - at);
+            break;
+        }
+        SD_COUNT("serverdir_master_udp_replies_total", "UDP master reply datagrams sent", sent);
+        at += sent;
+    }
+    w->nout = 0;
+}
+
+/* Queues one reply datagram if the budgets allow (flushing when the queue is full);
+ * 0 or -1. */
+static int queue_reply(struct worker *w, const struct sockaddr *to, socklen_t tolen,
+                       const char *ip, const char *proto, const void *p, size_t n)
+{
+    if (budget(ip, proto, n))
+        return -1;
+    if (w->nout == OUT_MAX)
+        flush(w, to, tolen);
+    memcpy(w->out[w->nout], p, n);
+    w->iov[w->nout].iov_base = w->out[w->nout];
+    w->iov[w->nout].iov_len = n;
+    w->nout++;
+    return 0;
+}
+
+static void send_one(struct worker *w, const struct sockaddr *to, socklen_t tolen,
+                     const char *ip, const char *proto, const void *p, size_t n)
+{
+    if (queue_reply(w, to, tolen, ip, proto, p, n) == 0)
+        flush(w, to, tolen);
+}
+
+/* Fills s's address from the datagram's source. */
+static void set_source(sd_master_server_t *s, const char *key, const char *ip, int family, int port,
+                       const char *proto)
+{
+    sd_strlcpy(s->addr, key, sizeof s->addr);
+    sd_strlcpy(s->ip, ip, sizeof s->ip);
+    s->port = port;
+    s->family = family;
+    s->source = proto;
+    s->instance[0] = '\0';
+}
+
+/* Queues a registration whose challenge checked out: the writer lists it. A challenge
+ * this copy's index already has on the server's entry is a replay: dropped here, and
+ * master_heartbeat.lua refuses it anyway. */
+static void accept_server(const char *proto, const char *key, const char *ip, int family,
+                          int port, sd_master_server_t *s, const char *chal)
+{
+    char last[SD_MASTER_CHAL_MAX];
+    int64_t exp;
+    if (sd_master_index_lookup(key, last, sizeof last, &exp) && exp > sd_wall_ms() &&
+        strcmp(last, chal) == 0) {
+        sd_master_count_drop(proto, "challenge_used");
+        return;
+    }
+    set_source(s, key, ip, family, port, proto);
+    int64_t now = sd_wall_ms();
+    char group[SD_MASTER_GROUP_MAX], rec[2048];
+    sd_master_addr_group(ip, (int)sd_master_cfg.ipv4_group_bits, group, sizeof group);
+    size_t len = sd_master_record(s, chal, group, now, now + sd_master_cfg.heartbeat_interval_s * 3000,
+                                  rec, sizeof rec);
+    if (!len) {
+        sd_master_count_drop(proto, "too_long");
+        return;
+    }
+    sd_master_write_heartbeat(proto, key, group, "", rec, len);
 }
 
 /* ---------- DarkPlaces / Quake III ---------- */
 
-static void q3_heartbeat(int fd, const uint8_t *p, size_t n, const struct sockaddr *from,
+static void q3_heartbeat(struct worker *w, const uint8_t *p, size_t n, const struct sockaddr *from,
                          socklen_t fromlen, const char *key, const char *ip)
 {
     char tag[64];
@@ -77,39 +172,14 @@ static void q3_heartbeat(int fd, const uint8_t *p, size_t n, const struct sockad
     }
     char chal[SD_MASTER_CHAL_MAX] = "";
     sd_master_refusal_t refused;
-    int rc = sd_master_challenge(key, ip, chal, sizeof chal, sd_master_cfg.getinfo_timeout_ms,
-                                 &refused);
-    if (rc) {
-        sd_master_count_drop("q3", rc == SD_MASTER_REFUSED ? refused.code : "store");
+    if (sd_master_challenge('q', key, chal, sizeof chal, sd_master_cfg.getinfo_timeout_ms,
+                            &refused)) {
+        sd_master_count_drop("q3", refused.code);
         return;
     }
     uint8_t out[128];
     size_t len = sd_q3_encode_getinfo(chal, out, sizeof out);
-    send_reply(fd, from, fromlen, ip, "q3", out, len);
-}
-
-/* Lists a server whose infoResponse / GoldSrc info carried a valid challenge. */
-static void accept_server(const char *proto, const char *key, const char *ip, int family,
-                          int port, sd_master_server_t *s, const char *chal)
-{
-    sd_strlcpy(s->addr, key, sizeof s->addr);
-    sd_strlcpy(s->ip, ip, sizeof s->ip);
-    s->port = port;
-    s->family = family;
-    int is_new = 0;
-    int64_t exp;
-    sd_master_refusal_t refused;
-    int rc = sd_master_accept(key, chal, s, &is_new, &exp, &refused);
-    if (rc) {
-        sd_master_count_drop(proto, rc == SD_MASTER_REFUSED ? refused.code : "store");
-        return;
-    }
-    SD_COUNT("serverdir_master_heartbeats_total", "master-list heartbeats accepted", 1);
-    if (is_new) {
-        SD_COUNT("serverdir_master_servers_new_total", "servers that joined the master list", 1);
-        /* One line per server would flood the log at 100,000 servers: debug level. */
-        log_debug("master server listed", "addr=%s game=%s source=%s", key, s->game, proto);
-    }
+    send_one(w, from, fromlen, ip, "q3", out, len);
 }
 
 static void q3_inforesponse(const uint8_t *p, size_t n, const char *key, const char *ip,
@@ -118,6 +188,8 @@ static void q3_inforesponse(const uint8_t *p, size_t n, const char *key, const c
     sd_master_server_t s;
     char chal[SD_MASTER_CHAL_MAX];
     const char *why = sd_q3_parse_inforesponse(p, n, &s, chal, sizeof chal);
+    if (!why)
+        why = sd_master_chal_check('q', key, chal);
     if (why) {
         sd_master_count_drop("q3", why);
         return;
@@ -126,8 +198,8 @@ static void q3_inforesponse(const uint8_t *p, size_t n, const char *key, const c
 }
 
 /* Answers getservers / getserversExt with the whole matching list, as the protocol
- * wants, split over datagrams; stops early when the reply-byte budget runs out. */
-static void q3_getservers(int fd, const uint8_t *p, size_t n, const struct sockaddr *from,
+ * wants, split over datagrams; stops early when a reply budget runs out. */
+static void q3_getservers(struct worker *w, const uint8_t *p, size_t n, const struct sockaddr *from,
                           socklen_t fromlen, const char *ip)
 {
     sd_q3_query_t q;
@@ -139,39 +211,37 @@ static void q3_getservers(int fd, const uint8_t *p, size_t n, const struct socka
     sd_master_filter_t f;
     memset(&f, 0, sizeof f);
     sd_q3_query_filter(&q, &f);
-    sd_q3_writer_t w;
-    sd_q3_resp_begin(&w, q.ext);
-    char after[SD_MASTER_ADDR_MAX] = "";
-    for (int call = 0; call < MAX_QUERY_CALLS; call++) {
-        sd_master_batch_t b;
-        int rc = sd_master_query(&f, after, QUERY_BATCH, 0, &b);
-        if (rc) {
-            sd_master_count_drop("q3", "store");
-            return;
-        }
-        for (int i = 0; i < b.n; i++) {
-            uint8_t addr[16];
-            uint16_t port;
-            int fam = sd_master_key_bytes(b.items[i], addr, &port);
-            if (fam < 0)
-                continue;
-            if (sd_q3_resp_add(&w, fam, addr, port) == 0)
-                continue;
-            sd_q3_resp_cut(&w);
-            if (send_reply(fd, from, fromlen, ip, "q3", w.buf, w.len)) {
-                sd_master_batch_free(&b);
-                return;
-            }
-            sd_q3_resp_begin(&w, q.ext);
-            sd_q3_resp_add(&w, fam, addr, port);
-        }
-        sd_strlcpy(after, b.next, sizeof after);
-        sd_master_batch_free(&b);
-        if (!after[0])
-            break;
+    sd_master_cfilter_t cf;
+    sd_master_snap_t *snap = sd_master_snap_get();
+    if (!snap || sd_master_filter_compile(&f, &cf)) {
+        sd_master_snap_put(snap);
+        sd_master_count_drop("q3", "bad_filter");
+        return;
     }
-    sd_q3_resp_end(&w);
-    send_reply(fd, from, fromlen, ip, "q3", w.buf, w.len);
+    int64_t now = sd_wall_ms();
+    sd_q3_writer_t wr;
+    sd_q3_resp_begin(&wr, q.ext);
+    int ok = 1;
+    for (size_t i = 0; i < snap->n && ok; i++) {
+        const sd_msrv_t *s = snap->v[i];
+        if (s->exp <= now || !sd_master_match(&cf, s))
+            continue;
+        if (sd_q3_resp_add(&wr, s->fam, s->ip, s->port) == 0)
+            continue;
+        sd_q3_resp_cut(&wr);
+        if (queue_reply(w, from, fromlen, ip, "q3", wr.buf, wr.len)) {
+            ok = 0;
+            break;
+        }
+        sd_q3_resp_begin(&wr, q.ext);
+        sd_q3_resp_add(&wr, s->fam, s->ip, s->port);
+    }
+    sd_master_snap_put(snap);
+    if (ok) {
+        sd_q3_resp_end(&wr);
+        queue_reply(w, from, fromlen, ip, "q3", wr.buf, wr.len);
+    }
+    flush(w, from, fromlen);
     SD_COUNT("serverdir_master_udp_queries_total{proto=\"q3\"}", "UDP master list queries answered", 1);
 }
 
@@ -179,7 +249,7 @@ static void q3_getservers(int fd, const uint8_t *p, size_t n, const struct socka
 
 /* One batch (at most SD_VALVE_BATCH servers) after the seed; the terminator when the
  * walk reached the end of the list. */
-static void valve_query(int fd, const uint8_t *p, size_t n, const struct sockaddr *from,
+static void valve_query(struct worker *w, const uint8_t *p, size_t n, const struct sockaddr *from,
                         socklen_t fromlen, const char *ip)
 {
     sd_valve_query_t q;
@@ -191,60 +261,52 @@ static void valve_query(int fd, const uint8_t *p, size_t n, const struct sockadd
     if (q.seed_garbage)
         SD_COUNT("serverdir_master_udp_tolerated_total{what=\"seed_garbage\"}",
                  "Valve queries answered although bytes after the seed address were ignored", 1);
+    sd_master_cfilter_t cf;
+    sd_master_snap_t *snap = sd_master_snap_get();
+    if (!snap || sd_master_filter_compile(&q.filter, &cf)) {
+        sd_master_snap_put(snap);
+        sd_master_count_drop("valve", "bad_filter");
+        return;
+    }
     uint8_t ips[SD_VALVE_BATCH][4];
     uint16_t ports[SD_VALVE_BATCH];
-    int count = 0, last = 0;
-    char after[SD_MASTER_ADDR_MAX];
-    sd_strlcpy(after, q.seed, sizeof after);
-    /* A batch may come back short while more remain (the scan budget): ask again. */
-    for (int call = 0; call < MAX_QUERY_CALLS && count < SD_VALVE_BATCH; call++) {
-        sd_master_batch_t b;
-        if (sd_master_query(&q.filter, after, SD_VALVE_BATCH - count, 0, &b)) {
-            sd_master_count_drop("valve", "store");
-            return;
-        }
-        for (int i = 0; i < b.n && count < SD_VALVE_BATCH; i++) {
-            uint8_t addr[16];
-            uint16_t port;
-            if (sd_master_key_bytes(b.items[i], addr, &port) != 4)
-                continue;
-            memcpy(ips[count], addr, 4);
-            ports[count++] = port;
-        }
-        sd_strlcpy(after, b.next, sizeof after);
-        sd_master_batch_free(&b);
-        if (!after[0]) {
-            last = 1;
+    int count = 0;
+    int64_t now = sd_wall_ms();
+    size_t i = strcmp(q.seed, "0.0.0.0:0") == 0 ? 0 : sd_master_snap_after(snap, q.seed);
+    for (; i < snap->n && count < SD_VALVE_BATCH; i++) {
+        const sd_msrv_t *s = snap->v[i];
+        if (s->fam != 4 || s->exp <= now || !sd_master_match(&cf, s))
+            continue;
+        memcpy(ips[count], s->ip, 4);
+        ports[count++] = s->port;
+    }
+    /* The end when no matching server follows. */
+    int last = 1;
+    for (size_t j = i; j < snap->n; j++) {
+        const sd_msrv_t *s = snap->v[j];
+        if (s->fam == 4 && s->exp > now && sd_master_match(&cf, s)) {
+            last = 0;
             break;
         }
     }
+    sd_master_snap_put(snap);
     uint8_t out[SD_VALVE_DGRAM_MAX];
     size_t len = sd_valve_encode_reply((const uint8_t(*)[4])ips, ports, count, last, out);
-    send_reply(fd, from, fromlen, ip, "valve", out, len);
+    send_one(w, from, fromlen, ip, "valve", out, len);
     SD_COUNT("serverdir_master_udp_queries_total{proto=\"valve\"}", "UDP master list queries answered", 1);
 }
 
-static void gs_challenge(int fd, const struct sockaddr *from, socklen_t fromlen,
+static void gs_challenge(struct worker *w, const struct sockaddr *from, socklen_t fromlen,
                          const char *key, const char *ip)
 {
-    uint32_t c = 0;
-    while (c == 0) {
-        char hex[9];
-        if (sd_random_hex(hex, 4))
-            return;
-        c = (uint32_t)strtoul(hex, NULL, 16);
-    }
-    char chal[SD_MASTER_CHAL_MAX];
-    snprintf(chal, sizeof chal, "%u", c);
-    sd_master_refusal_t refused;
-    int rc = sd_master_challenge(key, ip, chal, sizeof chal, 0, &refused);
-    if (rc) {
-        sd_master_count_drop("goldsrc", rc == SD_MASTER_REFUSED ? refused.code : "store");
+    uint32_t c;
+    if (sd_master_chal_make_u32(key, &c)) {
+        sd_master_count_drop("goldsrc", "no_key");
         return;
     }
     uint8_t out[16];
     size_t len = sd_gs_encode_challenge(c, out);
-    send_reply(fd, from, fromlen, ip, "goldsrc", out, len);
+    send_one(w, from, fromlen, ip, "goldsrc", out, len);
 }
 
 static void gs_info(const uint8_t *p, size_t n, const char *key, const char *ip, int family,
@@ -253,6 +315,8 @@ static void gs_info(const uint8_t *p, size_t n, const char *key, const char *ip,
     sd_master_server_t s;
     uint32_t c = 0;
     const char *why = sd_gs_parse_info(p, n, &s, &c);
+    if (!why)
+        why = sd_master_chal_check_u32(key, c);
     if (why) {
         sd_master_count_drop("goldsrc", why);
         return;
@@ -262,21 +326,18 @@ static void gs_info(const uint8_t *p, size_t n, const char *key, const char *ip,
     accept_server("goldsrc", key, ip, family, port, &s, chal);
 }
 
-static void gs_quit(const char *key, const char *ip)
+static void gs_quit(const char *key)
 {
-    sd_master_refusal_t refused;
-    int rc = sd_master_terminate(key, ip, &refused);
-    if (rc) {
-        sd_master_count_drop("goldsrc", rc == SD_MASTER_REFUSED ? refused.code : "store");
+    if (!sd_master_index_lookup(key, NULL, 0, NULL)) {
+        sd_master_count_drop("goldsrc", "not_listed");
         return;
     }
-    SD_COUNT("serverdir_master_servers_terminated_total", "servers removed by termination", 1);
-    log_debug("master server removed", "addr=%s reason=%s", key, "goldsrc_quit");
+    sd_master_write_terminate("goldsrc", key);
 }
 
-/* ---------- the listener thread ---------- */
+/* ---------- the worker threads ---------- */
 
-static void handle(int fd, const uint8_t *p, size_t n, const struct sockaddr *from,
+static void handle(struct worker *w, const uint8_t *p, size_t n, const struct sockaddr *from,
                    socklen_t fromlen)
 {
     char key[SD_MASTER_ADDR_MAX], ip[48];
@@ -299,84 +360,91 @@ static void handle(int fd, const uint8_t *p, size_t n, const struct sockaddr *fr
         return;
     }
     switch (sd_q3_kind(p, n)) {
-    case SD_Q3_HEARTBEAT: q3_heartbeat(fd, p, n, from, fromlen, key, ip); return;
+    case SD_Q3_HEARTBEAT: q3_heartbeat(w, p, n, from, fromlen, key, ip); return;
     case SD_Q3_INFORESPONSE: q3_inforesponse(p, n, key, ip, family, port); return;
     case SD_Q3_GETSERVERS:
-    case SD_Q3_GETSERVERSEXT: q3_getservers(fd, p, n, from, fromlen, ip); return;
+    case SD_Q3_GETSERVERSEXT: q3_getservers(w, p, n, from, fromlen, ip); return;
     case SD_Q3_NONE: break;
     }
     if (n >= 1 && p[0] == 0x31) {
-        valve_query(fd, p, n, from, fromlen, ip);
+        valve_query(w, p, n, from, fromlen, ip);
         return;
     }
     switch (sd_gs_kind(p, n)) {
-    case SD_GS_CHALLENGE_REQ: gs_challenge(fd, from, fromlen, key, ip); return;
+    case SD_GS_CHALLENGE_REQ: gs_challenge(w, from, fromlen, key, ip); return;
     case SD_GS_INFO: gs_info(p, n, key, ip, family, port); return;
-    case SD_GS_QUIT: gs_quit(key, ip); return;
+    case SD_GS_QUIT: gs_quit(key); return;
     case SD_GS_NONE: break;
     }
     sd_master_count_drop("udp", "unknown");
 }
 
-#define SWEEP_EVERY_MS 1000
-
-static void *listener_main(void *arg)
+static void *worker_main(void *arg)
 {
-    struct listener *l = arg;
-    uint8_t buf[RECV_MAX];
-    struct pollfd pfd[2] = {{.fd = l->fd, .events = POLLIN}, {.fd = stop_fd, .events = POLLIN}};
-    /* The first listener also sweeps, every second, the servers whose getinfo probe went
-     * unanswered (and expired ones), so they leave even an idle list. */
-    int sweeper = l == &listeners[0];
-    int64_t next_sweep = sd_mono_ms() + SWEEP_EVERY_MS;
+    struct worker *w = arg;
+    uint8_t (*bufs)[RECV_MAX] = w->in;
+    struct sockaddr_storage from[RECV_BATCH];
+    struct iovec iov[RECV_BATCH];
+    struct mmsghdr msgs[RECV_BATCH];
+    struct pollfd pfd[2] = {{.fd = w->fd, .events = POLLIN}, {.fd = stop_fd, .events = POLLIN}};
     for (;;) {
-        if (sweeper && sd_mono_ms() >= next_sweep) {
-            sd_master_sweep();
-            next_sweep = sd_mono_ms() + SWEEP_EVERY_MS;
-        }
-        if (poll(pfd, 2, sweeper ? SWEEP_EVERY_MS : -1) < 0) {
+        if (poll(pfd, 2, -1) < 0) {
             if (errno == EINTR)
                 continue;
-            log_error("master udp poll failed", "addr=%s err=%s", l->addr, strerror(errno));
+            log_error("master udp poll failed", "addr=%s err=%s", w->addr, strerror(errno));
             break;
         }
         if (pfd[1].revents)
             break;
         /* Drain what is queued, bounded so stop is noticed under a flood. */
-        for (int i = 0; i < 256; i++) {
-            struct sockaddr_storage from;
-            socklen_t fl = sizeof from;
-            ssize_t n = recvfrom(l->fd, buf, sizeof buf, MSG_DONTWAIT | MSG_TRUNC,
-                                 (struct sockaddr *)&from, &fl);
-            if (n < 0)
-                break;
-            SD_COUNT("serverdir_master_udp_datagrams_total", "UDP master datagrams received", 1);
-            if ((size_t)n > sizeof buf) {
-                sd_master_count_drop("udp", "too_long");
-                continue;
+        for (int round = 0; round < 8; round++) {
+            for (int i = 0; i < RECV_BATCH; i++) {
+                iov[i].iov_base = bufs[i];
+                iov[i].iov_len = RECV_MAX;
+                memset(&msgs[i].msg_hdr, 0, sizeof msgs[i].msg_hdr);
+                msgs[i].msg_hdr.msg_name = &from[i];
+                msgs[i].msg_hdr.msg_namelen = sizeof from[i];
+                msgs[i].msg_hdr.msg_iov = &iov[i];
+                msgs[i].msg_hdr.msg_iovlen = 1;
             }
-            handle(l->fd, buf, (size_t)n, (struct sockaddr *)&from, fl);
+            int got = recvmmsg(w->fd, msgs, RECV_BATCH, MSG_DONTWAIT, NULL);
+            if (got <= 0)
+                break;
+            SD_COUNT("serverdir_master_udp_datagrams_total", "UDP master datagrams received", got);
+            for (int i = 0; i < got; i++) {
+                if (msgs[i].msg_hdr.msg_flags & MSG_TRUNC) {
+                    sd_master_count_drop("udp", "too_long");
+                    continue;
+                }
+                handle(w, bufs[i], msgs[i].msg_len, (struct sockaddr *)&from[i],
+                       msgs[i].msg_hdr.msg_namelen);
+            }
+            if (got < RECV_BATCH)
+                break;
         }
     }
-    sd_store_thread_close();
     return NULL;
 }
 
-/* Bursts of heartbeats queue in the receive buffer while Redis answers; the kernel caps
- * its size at net.core.rmem_max. */
-static void big_rcvbuf(int fd)
+/* Every worker's socket shares the address (SO_REUSEPORT: the kernel spreads sources
+ * over them). Bursts queue in the receive buffer; the kernel caps it at
+ * net.core.rmem_max. */
+static void prepare_socket(int fd)
 {
-    int rcvbuf = 4 << 20;
+    int one = 1, rcvbuf = 4 << 20;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
 }
 
-static int open_udp(const char *hostport)
+static int workers_wanted(void)
 {
-    char host[128];
-    int port;
-    if (sd_parse_hostport(hostport, host, sizeof host, &port))
-        return -EINVAL;
-    return sd_socket_bind(host, port, SOCK_DGRAM, big_rcvbuf);
+    long n = sd_master_cfg.udp_workers;
+    if (n <= 0) {
+        n = sysconf(_SC_NPROCESSORS_ONLN);
+        if (n < 1)
+            n = 1;
+    }
+    return n > MAX_WORKERS ? MAX_WORKERS : (int)n;
 }
 
 int sd_master_udp_start(const char *hostport)
@@ -388,19 +456,47 @@ int sd_master_udp_start(const char *hostport)
         if (stop_fd < 0)
             return -errno;
     }
-    int fd = open_udp(hostport);
-    if (fd < 0)
-        return fd;
+    char host[128];
+    int port;
+    if (sd_parse_hostport(hostport, host, sizeof host, &port))
+        return -EINVAL;
     struct listener *l = &listeners[nlisteners];
-    l->fd = fd;
+    memset(l, 0, sizeof *l);
     sd_strlcpy(l->addr, hostport, sizeof l->addr);
-    int rc = pthread_create(&l->thread, NULL, listener_main, l);
-    if (rc) {
-        close(fd);
-        return -rc;
+    int want = workers_wanted();
+    for (int i = 0; i < want; i++) {
+        int fd = sd_socket_bind(host, port, SOCK_DGRAM, prepare_socket);
+        if (fd < 0) {
+            if (i == 0)
+                return fd;
+            break;
+        }
+        if (i == 0 && port == 0) { /* the others join the port the first one got */
+            struct sockaddr_storage ss;
+            socklen_t sl = sizeof ss;
+            if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
+                port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                                      : ((struct sockaddr_in *)&ss)->sin_port);
+        }
+        struct worker *w = calloc(1, sizeof *w);
+        if (!w) {
+            close(fd);
+            break;
+        }
+        w->fd = fd;
+        w->addr = l->addr;
+        int rc = pthread_create(&w->thread, NULL, worker_main, w);
+        if (rc) {
+            close(fd);
+            free(w);
+            if (i == 0)
+                return -rc;
+            break;
+        }
+        l->w[l->nworkers++] = w;
     }
     nlisteners++;
-    log_info("master udp listening", "addr=%s", hostport);
+    log_info("master udp listening", "addr=%s workers=%d", hostport, l->nworkers);
     return 0;
 }
 
@@ -412,8 +508,13 @@ void sd_master_udp_stop(void)
     if (write(stop_fd, &one, sizeof one) < 0)
         log_warn("master udp stop failed", "err=%s", strerror(errno));
     for (int i = 0; i < nlisteners; i++) {
-        pthread_join(listeners[i].thread, NULL);
-        close(listeners[i].fd);
+        for (int k = 0; k < listeners[i].nworkers; k++) {
+            struct worker *w = listeners[i].w[k];
+            pthread_join(w->thread, NULL);
+            close(w->fd);
+            free(w);
+        }
+        listeners[i].nworkers = 0;
     }
     nlisteners = 0;
     close(stop_fd);

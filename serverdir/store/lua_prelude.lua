@@ -20,38 +20,44 @@ local function stale_epoch(base, epoch, now)
   return nil
 end
 
--- The master list under P = "<prefix>master:": one hash P c:<column> per column, keyed by
--- server address (ip: its IP, ig: its quota group, g: its game, j: "addr \1 expires_at_ms
--- \1 JSON", the rest
--- as heartbeated).
-local MASTER_COLS = {'ip', 'ig', 'g', 'm', 'r', 't', 'os', 'p', 'x', 'pw', 'd', 's', 'pr',
-                     'gt', 'f', 'in', 'j'}
+-- The master list under P = "<prefix>master:": P s (address -> record "challenge \31
+-- group \31 instance \31 expires_at_ms \31 ..."), P exp (address -> expiry), P ip:<group>
+-- (a quota group's servers -> expiry), P probe, P inst:<instance>, and the change stream
+-- P log that serverdir copies follow (docs/master.md, "Redis layout").
 
--- Removes server `addr` from every index and column of the master list.
+-- Removes server `addr` from every index of the master list (not from the stream: the
+-- caller logs what it removed with master_log).
 local function master_remove(P, addr)
-  -- the quota group's index (records from before groups have their IP only)
-  local ip = redis.call('HGET', P .. 'c:ig', addr) or redis.call('HGET', P .. 'c:ip', addr)
-  local g = redis.call('HGET', P .. 'c:g', addr)
-  local j = redis.call('HGET', P .. 'c:j', addr)
-  local inst = redis.call('HGET', P .. 'c:in', addr)
-  if inst and inst ~= '' and redis.call('GET', P .. 'inst:' .. inst) == addr then
-    redis.call('DEL', P .. 'inst:' .. inst)
+  local rec = redis.call('HGET', P .. 's', addr)
+  if rec then
+    local g, inst = string.match(rec, '^[^\31]*\31([^\31]*)\31([^\31]*)\31')
+    if g then redis.call('ZREM', P .. 'ip:' .. g, addr) end
+    if inst and inst ~= '' and redis.call('GET', P .. 'inst:' .. inst) == addr then
+      redis.call('DEL', P .. 'inst:' .. inst)
+    end
+    redis.call('HDEL', P .. 's', addr)
   end
-  if j then redis.call('ZREM', P .. 'jlist', j) end
-  if ip then redis.call('ZREM', P .. 'ip:' .. ip, addr) end
-  if g then redis.call('ZREM', P .. 'g:' .. g, addr) end
-  for _, col in ipairs(MASTER_COLS) do redis.call('HDEL', P .. 'c:' .. col, addr) end
-  redis.call('ZREM', P .. 'list', addr)
   redis.call('ZREM', P .. 'exp', addr)
   redis.call('ZREM', P .. 'probe', addr)
 end
 
--- The lazy expiry sweep: removes at most n servers whose listing ran out by `now`, and at
+-- One change-stream entry naming the addresses whose records changed or went.
+local function master_log(P, addrs, maxlen)
+  if #addrs > 0 then
+    redis.call('XADD', P .. 'log', 'MAXLEN', '~', maxlen, '*', 'a', table.concat(addrs, '\n'))
+  end
+end
+
+-- The expiry sweep: removes at most n servers whose listing ran out by `now`, and at
 -- most n whose getinfo probe (P probe: a listed Q3/DP server heartbeated and did not
 -- answer the getinfo in time, as a server shutting down does) is past its deadline.
-local function master_sweep(P, now, n)
+-- Returns the removed addresses (logged in P log).
+local function master_sweep(P, now, n, maxlen)
+  local gone = {}
   local old = redis.call('ZRANGEBYSCORE', P .. 'exp', '-inf', now, 'LIMIT', 0, n)
-  for _, a in ipairs(old) do master_remove(P, a) end
-  local gone = redis.call('ZRANGEBYSCORE', P .. 'probe', '-inf', now, 'LIMIT', 0, n)
-  for _, a in ipairs(gone) do master_remove(P, a) end
+  for _, a in ipairs(old) do master_remove(P, a); gone[#gone + 1] = a end
+  local late = redis.call('ZRANGEBYSCORE', P .. 'probe', '-inf', now, 'LIMIT', 0, n)
+  for _, a in ipairs(late) do master_remove(P, a); gone[#gone + 1] = a end
+  master_log(P, gone, maxlen)
+  return gone
 end

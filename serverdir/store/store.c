@@ -470,27 +470,44 @@ static int script_load(int idx)
 int sd_store_script(const char *name, int nkeys, sd_argv_t *a, redisReply **out)
 {
     *out = NULL;
+    if (a->overflow) {
+        log_error("bad script call", "script=%s", name);
+        return SD_STORE_ERROR;
+    }
+    return sd_store_script_v(name, nkeys, a->argc, a->argv, a->argl, out);
+}
+
+int sd_store_script_v(const char *name, int nkeys, int argc, const char *const *args,
+                      const size_t *lens, redisReply **out)
+{
+    *out = NULL;
     int idx = script_index(name);
-    if (idx < 0 || a->overflow || a->argc + 3 > 64) {
+    if (idx < 0 || argc < 0 || argc > SD_STORE_ARGV_MAX - 3) {
         log_error("bad script call", "script=%s", name);
         return SD_STORE_ERROR;
     }
     if (!get_ctx())
         return SD_STORE_DOWN;
-
+    const char **argv = malloc((size_t)(argc + 3) * sizeof *argv);
+    size_t *argl = malloc((size_t)(argc + 3) * sizeof *argl);
+    if (!argv || !argl) {
+        free(argv);
+        free(argl);
+        return SD_STORE_ERROR;
+    }
+    int rc = SD_STORE_ERROR;
     for (int attempt = 0; attempt < 2; attempt++) {
         char sha[41];
         pthread_mutex_lock(&sha_mu);
         memcpy(sha, script_sha[idx], sizeof sha);
         pthread_mutex_unlock(&sha_mu);
         if (!sha[0]) {
-            int rc = script_load(idx);
+            rc = script_load(idx);
             if (rc)
-                return rc;
+                break;
+            rc = SD_STORE_ERROR;
             continue;
         }
-        const char *argv[67];
-        size_t argl[67];
         char nk[16];
         snprintf(nk, sizeof nk, "%d", nkeys);
         argv[0] = "EVALSHA";
@@ -499,20 +516,22 @@ int sd_store_script(const char *name, int nkeys, sd_argv_t *a, redisReply **out)
         argl[1] = 40;
         argv[2] = nk;
         argl[2] = strlen(nk);
-        for (int i = 0; i < a->argc; i++) {
-            argv[3 + i] = a->argv[i];
-            argl[3 + i] = a->argl[i];
+        for (int i = 0; i < argc; i++) {
+            argv[3 + i] = args[i];
+            argl[3 + i] = lens[i];
         }
-        redisReply *r = roundtrip(a->argc + 3, argv, argl);
+        redisReply *r = roundtrip(argc + 3, argv, argl);
         if (!r) {
             SD_COUNT("serverdir_redis_errors_total{kind=\"io\"}", "Redis calls that failed", 1);
-            return SD_STORE_DOWN;
+            rc = SD_STORE_DOWN;
+            break;
         }
         if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
             freeReplyObject(r);
-            int rc = script_load(idx);
+            rc = script_load(idx);
             if (rc)
-                return rc;
+                break;
+            rc = SD_STORE_ERROR;
             continue;
         }
         if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "ERR ", 4) == 0) {
@@ -520,12 +539,32 @@ int sd_store_script(const char *name, int nkeys, sd_argv_t *a, redisReply **out)
             log_error("script failed", "script=%s err=%s", name, r->str);
             SD_COUNT("serverdir_redis_errors_total{kind=\"script\"}", "Redis calls that failed", 1);
             freeReplyObject(r);
-            return SD_STORE_ERROR;
+            rc = SD_STORE_ERROR;
+            break;
         }
         *out = r;
-        return SD_STORE_OK;
+        rc = SD_STORE_OK;
+        break;
     }
-    return SD_STORE_ERROR;
+    free(argv);
+    free(argl);
+    return rc;
+}
+
+int sd_store_command_v(int argc, const char *const *argv, const size_t *argl, redisReply **out)
+{
+    *out = NULL;
+    if (argc < 1 || argc > SD_STORE_ARGV_MAX)
+        return SD_STORE_ERROR;
+    if (!get_ctx())
+        return SD_STORE_DOWN;
+    redisReply *r = roundtrip(argc, (const char **)argv, argl);
+    if (!r) {
+        SD_COUNT("serverdir_redis_errors_total{kind=\"io\"}", "Redis calls that failed", 1);
+        return SD_STORE_DOWN;
+    }
+    *out = r;
+    return SD_STORE_OK;
 }
 
 int sd_store_ping(void)

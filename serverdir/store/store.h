@@ -44,6 +44,12 @@ int sd_store_script(const char *name, int nkeys, sd_argv_t *a, redisReply **out)
 int sd_store_run(const char *name, int nkeys, sd_argv_t *a, redisReply **out);
 /* Runs one plain command (argv form). Same reply ownership as sd_store_script. */
 int sd_store_command(sd_argv_t *a, redisReply **out);
+/* The same two with caller-built argument arrays of any length up to SD_STORE_ARGV_MAX
+ * (for batched writes; the arrays are not kept). */
+#define SD_STORE_ARGV_MAX 8192
+int sd_store_script_v(const char *name, int nkeys, int argc, const char *const *argv,
+                      const size_t *argl, redisReply **out);
+int sd_store_command_v(int argc, const char *const *argv, const size_t *argl, redisReply **out);
 /* Opens a connection of the caller's own to the current primary (under Sentinel, the one
  * the sentinels name; AUTH and SELECT done), for a subscriber that cannot share the
  * thread's command connection. NULL when Redis is unreachable; the caller frees it with

@@ -1,85 +1,73 @@
--- Accepts a master-list heartbeat (initiation and keepalive are the same message).
+-- Accepts a batch of master-list heartbeats (initiation and keepalive are the same
+-- message). The challenges were checked by serverdir (stateless: an HMAC of the address
+-- and the issue time, docs/master.md "Challenges"); what only Redis can tell is checked
+-- here: single use and the quotas.
 -- KEYS[1] = "<prefix>master:" (P)
--- ARGV: now_ms, bind, challenge, addr, group (the address's quota group: its IP, or
---       the /24 or /64 it is in), ttl_ms, servers_per_group, max_servers, game
---       (lowercased), then column/value pairs (m r t os p x pw d s pr gt f ip in j); j is
---       "addr \1 expires_at_ms \1 JSON", also the server's member of P jlist (the
---       list in address order with its JSON, read by the unfiltered walk without Lua).
--- Checks, in order, before any write: the challenge exists ("unknown_challenge"), was
--- issued to this address ("challenge_mismatch"), is unused ("challenge_used") and not
--- expired ("challenge_expired"); a new server's address has room ("too_many_servers
--- <retry_ms>", counted per quota group) and so has the list ("list_full"). Then marks the challenge used, lists
--- the server until now + ttl (P list, P exp, P g:<game>, P ip:<ip>, one field per column
--- hash P c:<column>), takes it off the getinfo probe list (P probe) and sweeps a few
--- expired servers.
--- Returns {is_new, expires_at_ms}.
+-- ARGV: now_ms, ttl_ms, servers_per_group, max_servers, log_maxlen, n, then n items of 4:
+--   addr, group (the address's quota group: its IP, or the /24 or /64 it is in),
+--   instance ("cluster/instance" of a supervised server, or ""), record.
+-- A record is "challenge \31 group \31 instance \31 expires_at_ms \31 ..." (the rest is
+-- the server as heartbeated; serverdir's master_index.c reads it back).
+-- Per item, before any write of that item: a listed server whose record carries this
+-- challenge refuses it ("challenge_used"); a new server's group has room
+-- ("too_many_servers <retry_ms>") and so has the list ("list_full"). Then the record is
+-- stored (P s), its expiry indexed (P exp, P ip:<group>), it leaves the getinfo probe
+-- list (it answered) and a supervised server's link P inst:<instance> is renewed.
+-- Every listed address goes in one entry of the change stream P log (field a, addresses
+-- separated by newlines), which every serverdir copy follows to keep its index current.
+-- Returns one result per item: 1 (new), 0 (renewed) or an error text "code n".
 local P = KEYS[1]
-local now = tonumber(ARGV[1])
-local bind, chal, addr, group = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local ttl, per_ip, max_servers = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-local game = ARGV[9]
+local now, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
+local per_group, max_servers = tonumber(ARGV[3]), tonumber(ARGV[4])
+local maxlen, n = ARGV[5], tonumber(ARGV[6])
+local S, EXP = P .. 's', P .. 'exp'
+local probing = redis.call('EXISTS', P .. 'probe') == 1
+local out, logged = {}, {}
+local listed = nil -- ZCOUNT of the list, read once per batch when a new server comes
 
-local ch = P .. 'ch:' .. chal
-local c = redis.call('HMGET', ch, 'b', 'e', 'u')
-if not c[1] then
-  return redis.error_reply('unknown_challenge 0')
-end
-if c[1] ~= bind then
-  return redis.error_reply('challenge_mismatch 0')
-end
-if c[3] == '1' then
-  return redis.error_reply('challenge_used 0')
-end
-if tonumber(c[2]) < now then
-  return redis.error_reply('challenge_expired 0')
-end
-
-local ipset = P .. 'ip:' .. group
-local cur = redis.call('ZSCORE', P .. 'exp', addr)
-local is_new = (not cur) or tonumber(cur) <= now
-if is_new then
-  if redis.call('ZCOUNT', ipset, '(' .. now, '+inf') >= per_ip then
-    local first = redis.call('ZRANGEBYSCORE', ipset, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-    return redis.error_reply('too_many_servers ' .. (tonumber(first[2]) - now))
+for k = 0, n - 1 do
+  local b = 7 + k * 4
+  local addr, group, inst, rec = ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
+  local chal = string.match(rec, '^([^\31]*)\31')
+  local old = redis.call('HGET', S, addr)
+  local cur = redis.call('ZSCORE', EXP, addr)
+  local is_new = (not cur) or tonumber(cur) <= now
+  local res
+  local oc, og, oi
+  if old then
+    oc, og, oi = string.match(old, '^([^\31]*)\31([^\31]*)\31([^\31]*)\31')
   end
-  if redis.call('ZCOUNT', P .. 'exp', '(' .. now, '+inf') >= max_servers then
-    return redis.error_reply('list_full 0')
+  if old and not is_new and oc == chal then
+    res = 'challenge_used 0'
+  elseif is_new then
+    local gset = P .. 'ip:' .. group
+    if redis.call('ZCOUNT', gset, '(' .. now, '+inf') >= per_group then
+      local first = redis.call('ZRANGEBYSCORE', gset, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+      res = 'too_many_servers ' .. (tonumber(first[2]) - now)
+    else
+      if not listed then listed = redis.call('ZCOUNT', EXP, '(' .. now, '+inf') end
+      if listed >= max_servers then res = 'list_full 0' else listed = listed + 1 end
+    end
   end
+  if not res then
+    local exp = now + ttl
+    if og and og ~= group then redis.call('ZREM', P .. 'ip:' .. og, addr) end
+    if oi and oi ~= '' and oi ~= inst and redis.call('GET', P .. 'inst:' .. oi) == addr then
+      redis.call('DEL', P .. 'inst:' .. oi)
+    end
+    redis.call('HSET', S, addr, rec)
+    redis.call('ZADD', EXP, exp, addr)
+    local gset = P .. 'ip:' .. group
+    redis.call('ZADD', gset, exp, addr)
+    if is_new then redis.call('PEXPIRE', gset, ttl) end
+    if probing then redis.call('ZREM', P .. 'probe', addr) end
+    if inst ~= '' then redis.call('SET', P .. 'inst:' .. inst, addr, 'PX', ttl) end
+    logged[#logged + 1] = addr
+    res = is_new and 1 or 0
+  end
+  out[#out + 1] = res
 end
-
-redis.call('HSET', ch, 'u', 1)
-redis.call('ZREM', P .. 'chn:' .. group, chal)
-redis.call('ZREM', P .. 'probe', addr) -- it answered: not shutting down
-
-local exp = now + ttl
-local old_j = redis.call('HGET', P .. 'c:j', addr)
-if old_j then
-  redis.call('ZREM', P .. 'jlist', old_j)
+if #logged > 0 then
+  redis.call('XADD', P .. 'log', 'MAXLEN', '~', maxlen, '*', 'a', table.concat(logged, '\n'))
 end
-local old_game = redis.call('HGET', P .. 'c:g', addr)
-if old_game and old_game ~= game then
-  redis.call('ZREM', P .. 'g:' .. old_game, addr)
-end
-redis.call('HSET', P .. 'c:ig', addr, group)
-redis.call('HSET', P .. 'c:g', addr, game)
-local member
-for i = 10, #ARGV - 1, 2 do
-  redis.call('HSET', P .. 'c:' .. ARGV[i], addr, ARGV[i + 1])
-  if ARGV[i] == 'j' then member = ARGV[i + 1] end
-end
-redis.call('ZADD', P .. 'list', 0, addr)
-redis.call('ZADD', P .. 'jlist', 0, member)
-redis.call('ZADD', P .. 'g:' .. game, 0, addr)
-redis.call('ZADD', P .. 'exp', exp, addr)
--- A supervised server's "cluster/instance" (in) finds its entry when that stop is
--- recorded (master_forget_instance.lua).
-local inst = redis.call('HGET', P .. 'c:in', addr)
-if inst and inst ~= '' then
-  redis.call('SET', P .. 'inst:' .. inst, addr, 'PX', ttl)
-end
-redis.call('ZADD', ipset, exp, addr)
-redis.call('PEXPIRE', ipset, ttl)
-
--- Lazy sweep: a bounded number of expired servers per call.
-master_sweep(P, now, 32)
-return {is_new and 1 or 0, exp}
+return out

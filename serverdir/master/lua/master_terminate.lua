@@ -1,17 +1,14 @@
--- Removes a listed server at once (termination), only when asked from its own address.
--- KEYS[1] = "<prefix>master:" (P)
--- ARGV: now_ms, addr, ip
--- Errors: "not_listed", "address_mismatch".
+-- Removes a listed server at once (termination). serverdir has checked that the caller's
+-- address is the server's own (the address key holds the IP).
+-- KEYS[1] = "<prefix>master:" (P); ARGV: now_ms, addr, log_maxlen
+-- Errors: "not_listed".
 local P = KEYS[1]
 local now = tonumber(ARGV[1])
-local addr, ip = ARGV[2], ARGV[3]
+local addr = ARGV[2]
 local exp = redis.call('ZSCORE', P .. 'exp', addr)
-local sip = redis.call('HGET', P .. 'c:ip', addr)
-if not exp or tonumber(exp) <= now or not sip then
+if not exp or tonumber(exp) <= now then
   return redis.error_reply('not_listed 0')
 end
-if sip ~= ip then
-  return redis.error_reply('address_mismatch 0')
-end
 master_remove(P, addr)
+master_log(P, {addr}, ARGV[3])
 return 1

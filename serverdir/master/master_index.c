@@ -1,0 +1,1068 @@
+/* The master list as each serverdir copy holds it in memory, kept current from Redis, and
+ * the writer that batches UDP registrations into Redis (docs/master.md, "How a copy
+ * answers").
+ *
+ * Redis stays the shared truth: every change to the list is a script that also appends
+ * the changed addresses to the stream P log. Each copy
+ *   - loads the whole list once (HSCAN of P s, in pages of 1000: Redis is never held for
+ *     more than a page), then follows P log with a blocking XREAD and reads the records
+ *     it names (HMGET), so a heartbeat taken by any copy is seen by all within a few
+ *     milliseconds; when it falls too far behind (the stream is trimmed past it) or the
+ *     stream is gone (Redis flushed or replaced) it loads the whole list again;
+ *   - applies its own writes at once after Redis accepted them;
+ *   - answers every query (UDP and REST) from an immutable sorted snapshot of the index:
+ *     a query never waits on Redis and never blocks a writer. A new snapshot is built
+ *     after each batch of changes by merging the sorted changed keys into the previous
+ *     one (O(changes log n + n) pointer copies, ~0.2 ms at 100,000 servers).
+ *
+ * Memory: records are immutable; a replaced or removed one is freed when every snapshot
+ * that may point at it has been released (snapshots are released in age order).
+ *
+ * Locks: idx_mu guards the hash table, the pending changes and the snapshot list (held
+ * for short, bounded work only); apply_mu orders the index thread's "read from Redis,
+ * apply" against a local "write to Redis, apply", so a slow read of an older state can
+ * never overwrite a newer write applied meanwhile. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "master.h"
+#include "master_q3.h"
+#include "sd.h"
+
+#define SCAN_PAGE 1000
+#define HMGET_CHUNK 500
+#define WRITE_BATCH 512
+#define QUEUE_CAP 65536
+#define SWEEP_EVERY_MS 1000
+#define KEY_EVERY_MS 10000
+#define SWEEP_BATCH 1000
+
+/* ---------- records ---------- */
+
+static uint32_t hash_key(const char *s)
+{
+    uint32_t h = 2166136261u;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 16777619u;
+    return h;
+}
+
+/* Parses "key" + record into one allocation. NULL when the record is malformed. */
+static sd_msrv_t *srv_parse(const char *key, const char *rec, size_t len)
+{
+    size_t klen = strlen(key);
+    if (klen >= SD_MASTER_ADDR_MAX || len > 4096)
+        return NULL;
+    /* buf: key \0 fields \0... glow \0 mlow \0 ",tags," \0 ip \0 */
+    size_t cap = klen + 1 + len + 1 + 64 + 64 + len + 3 + 48;
+    sd_msrv_t *s = calloc(1, sizeof *s + cap);
+    if (!s)
+        return NULL;
+    char *b = s->buf;
+    memcpy(b, key, klen + 1);
+    size_t at = klen + 1;
+    int nf = 0;
+    s->roff[nf++] = (uint16_t)at;
+    for (size_t i = 0; i < len; i++) {
+        if (rec[i] == '\0')
+            goto bad;
+        if (rec[i] == '\x1f') {
+            b[at++] = '\0';
+            if (nf >= SD_MREC_N)
+                goto bad;
+            s->roff[nf++] = (uint16_t)at;
+        } else {
+            b[at++] = rec[i];
+        }
+    }
+    b[at++] = '\0';
+    if (nf != SD_MREC_N)
+        goto bad;
+    int fam = sd_master_key_bytes(key, s->ip, &s->port);
+    if (fam < 0)
+        goto bad;
+    s->fam = (uint8_t)fam;
+    s->exp = strtoll(SD_MREC(s, SD_MREC_EXP), NULL, 10);
+    s->last_ms = strtoll(SD_MREC(s, SD_MREC_LAST), NULL, 10);
+    s->players = atoi(SD_MREC(s, SD_MREC_PLAYERS));
+    s->max_players = atoi(SD_MREC(s, SD_MREC_MAX));
+    /* the lowercased fields the filters compare */
+    const int low[2] = {SD_MREC_GAME, SD_MREC_MAP};
+    for (int k = 0; k < 2; k++) {
+        s->foff[k] = (uint16_t)at;
+        for (const char *p = SD_MREC(s, low[k]); *p; p++)
+            b[at++] = (char)((*p >= 'A' && *p <= 'Z') ? *p + 32 : *p);
+        b[at++] = '\0';
+    }
+    s->foff[2] = (uint16_t)at;
+    b[at++] = ',';
+    for (const char *p = SD_MREC(s, SD_MREC_TAGS); *p; p++)
+        b[at++] = (char)((*p >= 'A' && *p <= 'Z') ? *p + 32 : *p);
+    if (b[at - 1] != ',')
+        b[at++] = ',';
+    b[at++] = '\0';
+    s->foff[3] = (uint16_t)at;
+    const char *ip0 = key[0] == '[' ? key + 1 : key;
+    const char *ip1 = key[0] == '[' ? strchr(key, ']') : strrchr(key, ':');
+    if (!ip1 || ip1 < ip0 || (size_t)(ip1 - ip0) >= 48)
+        goto bad;
+    memcpy(b + at, ip0, (size_t)(ip1 - ip0));
+    at += (size_t)(ip1 - ip0);
+    b[at++] = '\0';
+    return s;
+bad:
+    free(s);
+    return NULL;
+}
+
+/* ---------- the index ---------- */
+
+static pthread_mutex_t idx_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t apply_mu = PTHREAD_MUTEX_INITIALIZER;
+static sd_msrv_t **buckets;
+static size_t nbuckets, nservers;
+static uint32_t mark_gen;
+static char **pending;             /* keys changed since the current snapshot */
+static size_t npending, cappending;
+static sd_msrv_t *retired;         /* records out of the table since the current snapshot */
+static sd_master_snap_t *snap_oldest, *snap_current;
+
+static sd_msrv_t **find_slot(const char *key)
+{
+    sd_msrv_t **pp = &buckets[hash_key(key) & (nbuckets - 1)];
+    while (*pp && strcmp((*pp)->buf, key) != 0)
+        pp = &(*pp)->hnext;
+    return pp;
+}
+
+static int grow(void)
+{
+    size_t nb = nbuckets ? nbuckets * 2 : 1024;
+    sd_msrv_t **nbk = calloc(nb, sizeof *nbk);
+    if (!nbk)
+        return -1;
+    for (size_t i = 0; i < nbuckets; i++) {
+        sd_msrv_t *s = buckets[i];
+        while (s) {
+            sd_msrv_t *next = s->hnext;
+            size_t h = hash_key(s->buf) & (nb - 1);
+            s->hnext = nbk[h];
+            nbk[h] = s;
+            s = next;
+        }
+    }
+    free(buckets);
+    buckets = nbk;
+    nbuckets = nb;
+    return 0;
+}
+
+static void note_pending(const char *key)
+{
+    if (npending == cappending) {
+        size_t nc = cappending ? cappending * 2 : 256;
+        char **np = realloc(pending, nc * sizeof *np);
+        if (!np)
+            return; /* the change is in the table; the next full build catches it */
+        pending = np;
+        cappending = nc;
+    }
+    char *k = strdup(key);
+    if (k)
+        pending[npending++] = k;
+}
+
+static void retire(sd_msrv_t *s)
+{
+    s->hnext = retired;
+    retired = s;
+}
+
+/* Under idx_mu. Takes s (replacing an older record of its key) unless the table holds a
+ * newer one (later expiry): then s is freed. */
+static void put_locked(sd_msrv_t *s)
+{
+    if (!buckets || nservers >= nbuckets)
+        grow();
+    sd_msrv_t **pp = find_slot(s->buf);
+    sd_msrv_t *old = *pp;
+    if (old && old->exp > s->exp) {
+        old->mark = mark_gen;
+        free(s);
+        return;
+    }
+    s->mark = mark_gen;
+    if (old) {
+        s->hnext = old->hnext;
+        *pp = s;
+        retire(old);
+    } else {
+        s->hnext = NULL;
+        *pp = s;
+        nservers++;
+    }
+    note_pending(s->buf);
+}
+
+static void del_locked(const char *key)
+{
+    if (!buckets)
+        return;
+    sd_msrv_t **pp = find_slot(key);
+    sd_msrv_t *old = *pp;
+    if (!old)
+        return;
+    *pp = old->hnext;
+    nservers--;
+    retire(old);
+    note_pending(key);
+}
+
+int sd_master_index_put(const char *key, const char *rec, size_t len)
+{
+    sd_msrv_t *s = srv_parse(key, rec, len);
+    if (!s) {
+        SD_COUNT("serverdir_master_bad_records_total",
+                 "master-list records in Redis that could not be read (skipped)", 1);
+        return -1;
+    }
+    pthread_mutex_lock(&idx_mu);
+    put_locked(s);
+    pthread_mutex_unlock(&idx_mu);
+    return 0;
+}
+
+void sd_master_index_del(const char *key)
+{
+    pthread_mutex_lock(&idx_mu);
+    del_locked(key);
+    pthread_mutex_unlock(&idx_mu);
+}
+
+void sd_master_apply_lock(void)
+{
+    pthread_mutex_lock(&apply_mu);
+}
+
+void sd_master_apply_unlock(void)
+{
+    pthread_mutex_unlock(&apply_mu);
+}
+
+int sd_master_index_lookup(const char *key, char *chal, size_t chalcap, int64_t *exp)
+{
+    int found = 0;
+    pthread_mutex_lock(&idx_mu);
+    if (buckets) {
+        sd_msrv_t *s = *find_slot(key);
+        if (s) {
+            found = 1;
+            if (chal)
+                sd_strlcpy(chal, SD_MREC(s, SD_MREC_CHAL), chalcap);
+            if (exp)
+                *exp = s->exp;
+        }
+    }
+    pthread_mutex_unlock(&idx_mu);
+    return found;
+}
+
+/* ---------- snapshots ---------- */
+
+static void snap_free_old_locked(void)
+{
+    while (snap_oldest && snap_oldest->refs == 0) {
+        sd_master_snap_t *s = snap_oldest;
+        snap_oldest = s->newer;
+        sd_msrv_t *r = s->retired;
+        while (r) {
+            sd_msrv_t *next = r->hnext;
+            free(r);
+            r = next;
+        }
+        free(s->v);
+        free(s);
+    }
+}
+
+sd_master_snap_t *sd_master_snap_get(void)
+{
+    pthread_mutex_lock(&idx_mu);
+    sd_master_snap_t *s = snap_current;
+    if (s)
+        s->refs++;
+    pthread_mutex_unlock(&idx_mu);
+    return s;
+}
+
+void sd_master_snap_put(sd_master_snap_t *s)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&idx_mu);
+    s->refs--;
+    snap_free_old_locked();
+    pthread_mutex_unlock(&idx_mu);
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+size_t sd_master_snap_after(const sd_master_snap_t *s, const char *after)
+{
+    if (!after || !after[0])
+        return 0;
+    size_t lo = 0, hi = s->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (strcmp(s->v[mid]->buf, after) <= 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static size_t lower_bound(sd_msrv_t *const *v, size_t n, const char *key)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (strcmp(v[mid]->buf, key) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Under idx_mu: the next snapshot, merging the pending keys into the current one. */
+static void publish_locked(void)
+{
+    if (snap_current && npending == 0)
+        return;
+    qsort(pending, npending, sizeof *pending, cmp_str);
+    size_t oldn = snap_current ? snap_current->n : 0;
+    sd_msrv_t *const *oldv = snap_current ? snap_current->v : NULL;
+    sd_master_snap_t *ns = calloc(1, sizeof *ns);
+    sd_msrv_t **v = malloc((oldn + npending + 1) * sizeof *v);
+    if (!ns || !v) {
+        free(ns);
+        free(v);
+        return; /* try again with the next change */
+    }
+    size_t i = 0, n = 0;
+    for (size_t k = 0; k < npending; k++) {
+        if (k > 0 && strcmp(pending[k], pending[k - 1]) == 0)
+            continue;
+        size_t pos = i + lower_bound(oldv + i, oldn - i, pending[k]);
+        memcpy(v + n, oldv + i, (pos - i) * sizeof *v);
+        n += pos - i;
+        i = pos;
+        if (i < oldn && strcmp(oldv[i]->buf, pending[k]) == 0)
+            i++;
+        sd_msrv_t *cur = buckets ? *find_slot(pending[k]) : NULL;
+        if (cur)
+            v[n++] = cur;
+    }
+    if (oldn > i)
+        memcpy(v + n, oldv + i, (oldn - i) * sizeof *v);
+    n += oldn - i;
+    for (size_t k = 0; k < npending; k++)
+        free(pending[k]);
+    npending = 0;
+    ns->v = v;
+    ns->n = n;
+    ns->refs = 1; /* the index's own */
+    sd_master_snap_t *old = snap_current;
+    if (old) {
+        old->retired = retired; /* records the old snapshot may still point at */
+        retired = NULL;
+        old->newer = ns;
+    } else {
+        snap_oldest = ns;
+    }
+    snap_current = ns;
+    if (old) {
+        old->refs--;
+        snap_free_old_locked();
+    }
+}
+
+void sd_master_index_publish(void)
+{
+    pthread_mutex_lock(&idx_mu);
+    publish_locked();
+    pthread_mutex_unlock(&idx_mu);
+}
+
+/* ---------- following Redis ---------- */
+
+static void key_of(char *buf, size_t cap, const char *suffix)
+{
+    snprintf(buf, cap, "%smaster:%s", sd_store_prefix(), suffix);
+}
+
+static char last_id[64] = "0-0";
+static int need_load = 1;
+
+/* The newest entry id of P log into id ("0-0" when there is none); 1 when the stream
+ * exists, 0 when not, -1 on error. first: the oldest instead. */
+static int stream_end(int first, char *id, size_t cap)
+{
+    char key[128];
+    key_of(key, sizeof key, "log");
+    const char *argv[] = {first ? "XRANGE" : "XREVRANGE", key, first ? "-" : "+",
+                          first ? "+" : "-", "COUNT", "1"};
+    size_t argl[6];
+    for (int i = 0; i < 6; i++)
+        argl[i] = strlen(argv[i]);
+    redisReply *r;
+    if (sd_store_command_v(6, argv, argl, &r))
+        return -1;
+    int rc = -1;
+    if (r->type == REDIS_REPLY_ARRAY) {
+        if (r->elements == 0) {
+            sd_strlcpy(id, "0-0", cap);
+            rc = 0;
+        } else if (r->element[0]->type == REDIS_REPLY_ARRAY && r->element[0]->elements >= 1 &&
+                   r->element[0]->element[0]->type == REDIS_REPLY_STRING) {
+            sd_strlcpy(id, r->element[0]->element[0]->str, cap);
+            rc = 1;
+        }
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+static int id_cmp(const char *a, const char *b)
+{
+    unsigned long long a1 = 0, a2 = 0, b1 = 0, b2 = 0;
+    sscanf(a, "%llu-%llu", &a1, &a2);
+    sscanf(b, "%llu-%llu", &b1, &b2);
+    if (a1 != b1)
+        return a1 < b1 ? -1 : 1;
+    return a2 < b2 ? -1 : a2 > b2;
+}
+
+/* Reads the records of addrs (HMGET P s) and applies them: present ones replace, absent
+ * ones are removed. */
+static int fetch_apply(char **addrs, size_t n)
+{
+    char key[128];
+    key_of(key, sizeof key, "s");
+    for (size_t at = 0; at < n; at += HMGET_CHUNK) {
+        size_t m = n - at < HMGET_CHUNK ? n - at : HMGET_CHUNK;
+        const char *argv[HMGET_CHUNK + 2];
+        size_t argl[HMGET_CHUNK + 2];
+        argv[0] = "HMGET";
+        argv[1] = key;
+        argl[0] = 5;
+        argl[1] = strlen(key);
+        for (size_t i = 0; i < m; i++) {
+            argv[2 + i] = addrs[at + i];
+            argl[2 + i] = strlen(addrs[at + i]);
+        }
+        pthread_mutex_lock(&apply_mu);
+        redisReply *r;
+        int rc = sd_store_command_v((int)m + 2, argv, argl, &r);
+        if (rc) {
+            pthread_mutex_unlock(&apply_mu);
+            return -1;
+        }
+        if (r->type == REDIS_REPLY_ARRAY && r->elements == m) {
+            for (size_t i = 0; i < m; i++) {
+                redisReply *e = r->element[i];
+                if (e->type == REDIS_REPLY_STRING)
+                    sd_master_index_put(addrs[at + i], e->str, e->len);
+                else
+                    sd_master_index_del(addrs[at + i]);
+            }
+        }
+        freeReplyObject(r);
+        sd_master_index_publish();
+        pthread_mutex_unlock(&apply_mu);
+    }
+    return 0;
+}
+
+/* The whole list again: every record of P s (HSCAN pages), then whatever the table
+ * still holds that was not seen is gone. last_id is set first, so nothing written during
+ * the scan is missed (it is read again from the stream). */
+static int load_all(void)
+{
+    char id[64];
+    if (stream_end(0, id, sizeof id) < 0)
+        return -1;
+    char key[128];
+    key_of(key, sizeof key, "s");
+    pthread_mutex_lock(&idx_mu);
+    uint32_t gen = ++mark_gen;
+    pthread_mutex_unlock(&idx_mu);
+    char cursor[32] = "0";
+    size_t total = 0;
+    int64_t t0 = sd_mono_ms();
+    do {
+        const char *argv[] = {"HSCAN", key, cursor, "COUNT", "1000"};
+        size_t argl[5];
+        for (int i = 0; i < 5; i++)
+            argl[i] = strlen(argv[i]);
+        pthread_mutex_lock(&apply_mu);
+        redisReply *r;
+        if (sd_store_command_v(5, argv, argl, &r)) {
+            pthread_mutex_unlock(&apply_mu);
+            return -1;
+        }
+        if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+            r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_ARRAY) {
+            freeReplyObject(r);
+            pthread_mutex_unlock(&apply_mu);
+            return -1;
+        }
+        sd_strlcpy(cursor, r->element[0]->str, sizeof cursor);
+        redisReply *kv = r->element[1];
+        for (size_t i = 0; i + 1 < kv->elements; i += 2) {
+            if (kv->element[i]->type == REDIS_REPLY_STRING &&
+                kv->element[i + 1]->type == REDIS_REPLY_STRING) {
+                sd_master_index_put(kv->element[i]->str, kv->element[i + 1]->str,
+                                    kv->element[i + 1]->len);
+                total++;
+            }
+        }
+        freeReplyObject(r);
+        pthread_mutex_unlock(&apply_mu);
+    } while (strcmp(cursor, "0") != 0);
+    /* What the scan did not see is no longer listed (records written meanwhile by this
+     * copy carry the new mark too). */
+    pthread_mutex_lock(&idx_mu);
+    for (size_t b = 0; b < nbuckets; b++) {
+        sd_msrv_t **pp = &buckets[b];
+        while (*pp) {
+            sd_msrv_t *s = *pp;
+            if (s->mark != gen) {
+                *pp = s->hnext;
+                nservers--;
+                note_pending(s->buf);
+                retire(s);
+            } else {
+                pp = &s->hnext;
+            }
+        }
+    }
+    publish_locked();
+    pthread_mutex_unlock(&idx_mu);
+    sd_strlcpy(last_id, id, sizeof last_id);
+    log_info("master list loaded", "servers=%zu ms=%lld", total, (long long)(sd_mono_ms() - t0));
+    return 0;
+}
+
+/* One XREAD of P log after last_id (blocking up to block_ms) and the records it names. */
+static int follow(int block_ms)
+{
+    char key[128], blk[16];
+    key_of(key, sizeof key, "log");
+    snprintf(blk, sizeof blk, "%d", block_ms);
+    const char *argv[] = {"XREAD", "COUNT", "200", "BLOCK", blk, "STREAMS", key, last_id};
+    size_t argl[8];
+    for (int i = 0; i < 8; i++)
+        argl[i] = strlen(argv[i]);
+    redisReply *r;
+    if (sd_store_command_v(8, argv, argl, &r))
+        return -1;
+    if (r->type == REDIS_REPLY_NIL) {
+        freeReplyObject(r);
+        return 0;
+    }
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 || r->element[0]->type != REDIS_REPLY_ARRAY ||
+        r->element[0]->elements != 2 || r->element[0]->element[1]->type != REDIS_REPLY_ARRAY) {
+        freeReplyObject(r);
+        return -1;
+    }
+    redisReply *entries = r->element[0]->element[1];
+    char **addrs = NULL;
+    size_t n = 0, cap = 0;
+    for (size_t i = 0; i < entries->elements; i++) {
+        redisReply *e = entries->element[i];
+        if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 || e->element[0]->type != REDIS_REPLY_STRING)
+            continue;
+        sd_strlcpy(last_id, e->element[0]->str, sizeof last_id);
+        redisReply *fv = e->element[1];
+        for (size_t j = 0; j + 1 < fv->elements; j += 2) {
+            if (fv->element[j + 1]->type != REDIS_REPLY_STRING)
+                continue;
+            char *p = fv->element[j + 1]->str;
+            while (*p) {
+                char *nl = strchr(p, '\n');
+                size_t len = nl ? (size_t)(nl - p) : strlen(p);
+                if (len > 0 && len < SD_MASTER_ADDR_MAX) {
+                    if (n == cap) {
+                        size_t nc = cap ? cap * 2 : 512;
+                        char **na = realloc(addrs, nc * sizeof *na);
+                        if (!na)
+                            break;
+                        addrs = na;
+                        cap = nc;
+                    }
+                    addrs[n] = strndup(p, len);
+                    if (addrs[n])
+                        n++;
+                }
+                p += len;
+                if (*p == '\n')
+                    p++;
+            }
+        }
+    }
+    freeReplyObject(r);
+    int rc = fetch_apply(addrs, n);
+    for (size_t i = 0; i < n; i++)
+        free(addrs[i]);
+    free(addrs);
+    return rc;
+}
+
+static int run_sweep(void)
+{
+    const char *argv[5];
+    size_t argl[5];
+    char k[128], now[24], nn[16], ml[16];
+    snprintf(k, sizeof k, "%smaster:", sd_store_prefix());
+    snprintf(now, sizeof now, "%lld", (long long)sd_wall_ms());
+    snprintf(nn, sizeof nn, "%d", SWEEP_BATCH);
+    snprintf(ml, sizeof ml, "%d", SD_MASTER_LOG_MAXLEN);
+    argv[0] = k;
+    argv[1] = now;
+    argv[2] = nn;
+    argv[3] = ml;
+    for (int i = 0; i < 4; i++)
+        argl[i] = strlen(argv[i]);
+    redisReply *r;
+    int rc = sd_store_script_v("master_sweep", 1, 4, argv, argl, &r);
+    if (rc)
+        return rc;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements > 0) {
+        pthread_mutex_lock(&apply_mu);
+        for (size_t i = 0; i < r->elements; i++)
+            if (r->element[i]->type == REDIS_REPLY_STRING)
+                sd_master_index_del(r->element[i]->str);
+        sd_master_index_publish();
+        pthread_mutex_unlock(&apply_mu);
+        SD_COUNT("serverdir_master_servers_expired_total",
+                 "servers removed by the sweep (listing ran out or getinfo unanswered)",
+                 (int64_t)r->elements);
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+int sd_master_key_refresh(void)
+{
+    char fresh[65];
+    if (sd_random_hex(fresh, 32))
+        return -1;
+    sd_argv_t a;
+    sd_argv_init(&a);
+    sd_argv_addf(&a, "%smaster:", sd_store_prefix());
+    sd_argv_addf(&a, "%lld", (long long)sd_wall_ms());
+    sd_argv_addf(&a, "%lld", (long long)sd_master_cfg.challenge_key_rotate_s * 1000);
+    sd_argv_add(&a, fresh);
+    redisReply *r;
+    int rc = sd_store_run("master_key", 1, &a, &r);
+    if (rc)
+        return rc;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 && r->element[0]->type == REDIS_REPLY_STRING &&
+        r->element[1]->type == REDIS_REPLY_STRING)
+        rc = sd_master_key_set(r->element[0]->str, r->element[1]->str) ? SD_STORE_ERROR : 0;
+    else
+        rc = SD_STORE_ERROR;
+    freeReplyObject(r);
+    return rc;
+}
+
+static pthread_t sync_thread, writer_thread;
+static _Atomic int stopping;
+static int started;
+
+static void *sync_main(void *arg)
+{
+    (void)arg;
+    int64_t next_sweep = 0, next_key = 0;
+    int logged_down = 0;
+    while (!atomic_load(&stopping)) {
+        int64_t now = sd_mono_ms();
+        int rc = 0;
+        if (now >= next_key) {
+            if (sd_master_key_refresh() == 0)
+                next_key = now + KEY_EVERY_MS;
+            else
+                next_key = now + 1000;
+        }
+        if (need_load) {
+            rc = load_all();
+            if (rc == 0)
+                need_load = 0;
+        }
+        if (rc == 0 && now >= next_sweep) {
+            rc = run_sweep();
+            next_sweep = now + SWEEP_EVERY_MS;
+        }
+        if (rc == 0) {
+            /* Fell behind what the stream keeps, or the stream is gone (Redis flushed or
+             * replaced): load everything again. */
+            char first[64];
+            int have = stream_end(1, first, sizeof first);
+            if (have < 0)
+                rc = -1;
+            else if ((have == 0 && strcmp(last_id, "0-0") != 0) ||
+                     (have == 1 && strcmp(last_id, "0-0") != 0 && id_cmp(first, last_id) > 0)) {
+                log_warn("master list reloading", "reason=%s",
+                         have ? "fell behind the change stream" : "change stream gone");
+                need_load = 1;
+                continue;
+            }
+        }
+        if (rc == 0)
+            rc = follow(200);
+        if (rc) {
+            if (!logged_down)
+                log_warn("master list cannot follow redis", "retry_ms=%d", 500);
+            logged_down = 1;
+            for (int i = 0; i < 5 && !atomic_load(&stopping); i++)
+                { struct timespec ts = {0, 100 * 1000000L}; nanosleep(&ts, NULL); }
+        } else {
+            logged_down = 0;
+        }
+    }
+    sd_store_thread_close();
+    return NULL;
+}
+
+/* ---------- the writer ---------- */
+
+struct wop {
+    char kind;        /* 'h' heartbeat, 'p' probe, 't' terminate */
+    const char *proto;
+    char *addr, *group, *inst, *rec;
+    size_t reclen;
+    int64_t at_ms;    /* probe deadline */
+    char mem[];
+};
+
+static pthread_mutex_t q_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t q_cv = PTHREAD_COND_INITIALIZER;
+static struct wop *queue[QUEUE_CAP];
+static size_t q_head, q_len;
+
+static int enqueue(struct wop *op)
+{
+    pthread_mutex_lock(&q_mu);
+    if (q_len == QUEUE_CAP) {
+        pthread_mutex_unlock(&q_mu);
+        free(op);
+        return -1;
+    }
+    queue[(q_head + q_len++) % QUEUE_CAP] = op;
+    pthread_cond_signal(&q_cv);
+    pthread_mutex_unlock(&q_mu);
+    return 0;
+}
+
+static struct wop *op_new(char kind, const char *proto, const char *addr, const char *group,
+                          const char *inst, const char *rec, size_t reclen)
+{
+    size_t la = strlen(addr) + 1, lg = strlen(group) + 1, li = strlen(inst) + 1;
+    struct wop *op = malloc(sizeof *op + la + lg + li + reclen + 1);
+    if (!op)
+        return NULL;
+    op->kind = kind;
+    op->proto = proto;
+    op->addr = op->mem;
+    op->group = op->addr + la;
+    op->inst = op->group + lg;
+    op->rec = op->inst + li;
+    memcpy(op->addr, addr, la);
+    memcpy(op->group, group, lg);
+    memcpy(op->inst, inst, li);
+    memcpy(op->rec, rec, reclen);
+    op->rec[reclen] = '\0';
+    op->reclen = reclen;
+    op->at_ms = 0;
+    return op;
+}
+
+int sd_master_write_heartbeat(const char *proto, const char *addr, const char *group,
+                              const char *inst, const char *rec, size_t reclen)
+{
+    struct wop *op = op_new('h', proto, addr, group, inst, rec, reclen);
+    if (!op || enqueue(op)) {
+        sd_master_count_drop(proto, "overload");
+        return -1;
+    }
+    return 0;
+}
+
+int sd_master_write_probe(const char *addr, int64_t deadline_ms)
+{
+    struct wop *op = op_new('p', "q3", addr, "", "", "", 0);
+    if (!op)
+        return -1;
+    op->at_ms = deadline_ms;
+    return enqueue(op);
+}
+
+int sd_master_write_terminate(const char *proto, const char *addr)
+{
+    struct wop *op = op_new('t', proto, addr, "", "", "", 0);
+    if (!op || enqueue(op)) {
+        sd_master_count_drop(proto, "overload");
+        return -1;
+    }
+    return 0;
+}
+
+/* The heartbeats of one batch: one master_heartbeat call, then the accepted ones go into
+ * the index. */
+static void write_heartbeats(struct wop **ops, int n)
+{
+    int argc = 6 + 4 * n;
+    const char **argv = malloc((size_t)argc * sizeof *argv);
+    size_t *argl = malloc((size_t)argc * sizeof *argl);
+    if (!argv || !argl) {
+        free(argv);
+        free(argl);
+        return;
+    }
+    char k[128], now[24], ttl[24], per[24], maxs[24], ml[16], nn[16];
+    int64_t t = sd_wall_ms();
+    snprintf(k, sizeof k, "%smaster:", sd_store_prefix());
+    snprintf(now, sizeof now, "%lld", (long long)t);
+    snprintf(ttl, sizeof ttl, "%lld", (long long)sd_master_cfg.heartbeat_interval_s * 3000);
+    snprintf(per, sizeof per, "%lld", (long long)sd_master_cfg.servers_per_address);
+    snprintf(maxs, sizeof maxs, "%lld", (long long)sd_master_cfg.max_servers);
+    snprintf(ml, sizeof ml, "%d", SD_MASTER_LOG_MAXLEN);
+    snprintf(nn, sizeof nn, "%d", n);
+    const char *head[] = {k, now, ttl, per, maxs, ml, nn};
+    /* KEYS[1] is k; ARGV starts at now */
+    for (int i = 0; i < 7; i++) {
+        argv[i] = head[i];
+        argl[i] = strlen(head[i]);
+    }
+    argc = 7;
+    for (int i = 0; i < n; i++) {
+        argv[argc] = ops[i]->addr;
+        argl[argc++] = strlen(ops[i]->addr);
+        argv[argc] = ops[i]->group;
+        argl[argc++] = strlen(ops[i]->group);
+        argv[argc] = ops[i]->inst;
+        argl[argc++] = strlen(ops[i]->inst);
+        argv[argc] = ops[i]->rec;
+        argl[argc++] = ops[i]->reclen;
+    }
+    redisReply *r;
+    int rc = sd_store_script_v("master_heartbeat", 1, argc, argv, argl, &r);
+    free(argv);
+    free(argl);
+    if (rc) {
+        for (int i = 0; i < n; i++)
+            sd_master_count_drop(ops[i]->proto, "store");
+        return;
+    }
+    if (r->type != REDIS_REPLY_ARRAY || (int)r->elements != n) {
+        for (int i = 0; i < n; i++)
+            sd_master_count_drop(ops[i]->proto, "store");
+        freeReplyObject(r);
+        return;
+    }
+    pthread_mutex_lock(&apply_mu);
+    int64_t accepted = 0, fresh = 0;
+    for (int i = 0; i < n; i++) {
+        redisReply *e = r->element[i];
+        if (e->type == REDIS_REPLY_INTEGER) {
+            sd_master_index_put(ops[i]->addr, ops[i]->rec, ops[i]->reclen);
+            accepted++;
+            if (e->integer == 1) {
+                fresh++;
+                log_debug("master server listed", "addr=%s source=%s", ops[i]->addr, ops[i]->proto);
+            }
+        } else if (e->type == REDIS_REPLY_STRING) {
+            char code[48];
+            size_t m = strcspn(e->str, " ");
+            if (m >= sizeof code)
+                m = sizeof code - 1;
+            memcpy(code, e->str, m);
+            code[m] = '\0';
+            sd_master_count_drop(ops[i]->proto, code);
+        }
+    }
+    sd_master_index_publish();
+    pthread_mutex_unlock(&apply_mu);
+    freeReplyObject(r);
+    SD_COUNT("serverdir_master_heartbeats_total", "master-list heartbeats accepted", accepted);
+    if (fresh)
+        SD_COUNT("serverdir_master_servers_new_total", "servers that joined the master list", fresh);
+}
+
+static void write_probes(struct wop **ops, int n)
+{
+    const char **argv = malloc((size_t)(3 + 2 * n) * sizeof *argv);
+    size_t *argl = malloc((size_t)(3 + 2 * n) * sizeof *argl);
+    char (*dl)[24] = malloc((size_t)n * sizeof *dl);
+    char key[128];
+    if (!argv || !argl || !dl)
+        goto out;
+    key_of(key, sizeof key, "probe");
+    argv[0] = "ZADD";
+    argv[1] = key;
+    argv[2] = "NX";
+    int argc = 3;
+    for (int i = 0; i < n; i++) {
+        snprintf(dl[i], sizeof dl[i], "%lld", (long long)ops[i]->at_ms);
+        argv[argc++] = dl[i];
+        argv[argc++] = ops[i]->addr;
+    }
+    for (int i = 0; i < argc; i++)
+        argl[i] = strlen(argv[i]);
+    redisReply *r;
+    if (sd_store_command_v(argc, argv, argl, &r) == 0)
+        freeReplyObject(r);
+out:
+    free(argv);
+    free(argl);
+    free(dl);
+}
+
+static void write_terminate(struct wop *op)
+{
+    int removed = 0;
+    sd_master_refusal_t why;
+    int rc = sd_master_remove(op->addr, &removed, &why);
+    if (rc) {
+        sd_master_count_drop(op->proto, rc == SD_MASTER_REFUSED ? why.code : "store");
+        return;
+    }
+    SD_COUNT("serverdir_master_servers_terminated_total", "servers removed by termination", 1);
+    log_debug("master server removed", "addr=%s reason=%s", op->addr, "terminated");
+}
+
+static void *writer_main(void *arg)
+{
+    (void)arg;
+    struct wop *batch[WRITE_BATCH];
+    for (;;) {
+        pthread_mutex_lock(&q_mu);
+        while (q_len == 0 && !atomic_load(&stopping))
+            pthread_cond_wait(&q_cv, &q_mu);
+        if (q_len == 0 && atomic_load(&stopping)) {
+            pthread_mutex_unlock(&q_mu);
+            break;
+        }
+        int n = 0;
+        while (q_len > 0 && n < WRITE_BATCH) {
+            batch[n++] = queue[q_head];
+            q_head = (q_head + 1) % QUEUE_CAP;
+            q_len--;
+        }
+        pthread_mutex_unlock(&q_mu);
+        /* In order, each run of one kind as one call. */
+        for (int i = 0; i < n;) {
+            int j = i;
+            while (j < n && batch[j]->kind == batch[i]->kind)
+                j++;
+            if (batch[i]->kind == 'h')
+                write_heartbeats(batch + i, j - i);
+            else if (batch[i]->kind == 'p')
+                write_probes(batch + i, j - i);
+            else
+                for (int k = i; k < j; k++)
+                    write_terminate(batch[k]);
+            i = j;
+        }
+        for (int i = 0; i < n; i++)
+            free(batch[i]);
+    }
+    sd_store_thread_close();
+    return NULL;
+}
+
+/* ---------- start and stop ---------- */
+
+size_t sd_master_index_count(void)
+{
+    pthread_mutex_lock(&idx_mu);
+    size_t n = nservers;
+    pthread_mutex_unlock(&idx_mu);
+    return n;
+}
+
+int sd_master_start(void)
+{
+    if (started)
+        return 0;
+    pthread_mutex_lock(&idx_mu);
+    publish_locked(); /* an empty first snapshot */
+    pthread_mutex_unlock(&idx_mu);
+    /* The challenge key before the first heartbeat if Redis is up; else the index thread
+     * keeps trying. */
+    sd_master_key_refresh();
+    int rc = pthread_create(&sync_thread, NULL, sync_main, NULL);
+    if (rc)
+        return -rc;
+    rc = pthread_create(&writer_thread, NULL, writer_main, NULL);
+    if (rc) {
+        atomic_store(&stopping, 1);
+        pthread_join(sync_thread, NULL);
+        return -rc;
+    }
+    started = 1;
+    return 0;
+}
+
+void sd_master_stop(void)
+{
+    if (!started)
+        return;
+    atomic_store(&stopping, 1);
+    pthread_mutex_lock(&q_mu);
+    pthread_cond_broadcast(&q_cv);
+    pthread_mutex_unlock(&q_mu);
+    pthread_join(writer_thread, NULL);
+    pthread_join(sync_thread, NULL);
+    started = 0;
+    /* free everything (valgrind-clean exit) */
+    pthread_mutex_lock(&idx_mu);
+    for (size_t b = 0; b < nbuckets; b++) {
+        sd_msrv_t *s = buckets[b];
+        while (s) {
+            sd_msrv_t *next = s->hnext;
+            free(s);
+            s = next;
+        }
+    }
+    free(buckets);
+    buckets = NULL;
+    nbuckets = nservers = 0;
+    sd_msrv_t *r = retired;
+    while (r) {
+        sd_msrv_t *next = r->hnext;
+        free(r);
+        r = next;
+    }
+    retired = NULL;
+    for (size_t k = 0; k < npending; k++)
+        free(pending[k]);
+    free(pending);
+    pending = NULL;
+    npending = cappending = 0;
+    if (snap_current)
+        snap_current->refs--;
+    snap_current = NULL;
+    snap_free_old_locked();
+    pthread_mutex_unlock(&idx_mu);
+}
