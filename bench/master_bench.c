@@ -97,7 +97,7 @@ static void *hb_worker(void *arg)
         const char *c = st == 200 ? strstr(s->buf, "\"challenge\":\"") : NULL;
         if (c) {
             char chal[64], body[512];
-            snprintf(chal, sizeof chal, "%.24s", c + 13);
+            snprintf(chal, sizeof chal, "%.32s", c + 13);
             snprintf(body, sizeof body,
                      "{\"challenge\":\"%s\",\"port\":27015,\"game\":\"benchgame%d\",\"map\":\"map%d\","
                      "\"players\":%d,\"max_players\":16,\"region\":\"eu\",\"tags\":[\"t%d\"]}",

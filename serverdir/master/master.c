@@ -232,18 +232,17 @@ int sd_master_forget_instance(const char *cluster, const char *instance, int *re
     master_argv_init(&a, sd_wall_ms());
     sd_argv_addf(&a, "%s/%s", cluster, instance);
     sd_argv_addf(&a, "%d", SD_MASTER_LOG_MAXLEN);
-    sd_master_apply_lock();
     redisReply *r;
     int rc = sd_store_run("master_forget_instance", 1, &a, &r);
     if (rc == SD_STORE_OK) {
         *removed = r->type == REDIS_REPLY_STRING;
         if (*removed) {
+            sd_master_apply_lock();
             sd_master_index_del(r->str);
-            sd_master_index_publish();
+            sd_master_apply_unlock();
         }
         freeReplyObject(r);
     }
-    sd_master_apply_unlock();
     return rc;
 }
 
@@ -317,13 +316,10 @@ int sd_master_accept(const char *bind, const char *challenge, const sd_master_se
     sd_argv_add(&a, group);
     sd_argv_add(&a, s->instance);
     sd_argv_addn(&a, rec, reclen);
-    sd_master_apply_lock();
     redisReply *r;
     int rc = sd_store_run("master_heartbeat", 1, &a, &r);
-    if (rc) {
-        sd_master_apply_unlock();
+    if (rc)
         return rc;
-    }
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 1) {
         rc = SD_STORE_ERROR;
     } else {
@@ -332,11 +328,11 @@ int sd_master_accept(const char *bind, const char *challenge, const sd_master_se
         if (rc == 0) {
             *is_new = (int)e->integer;
             *expires_at_ms = now + ttl;
+            sd_master_apply_lock();
             sd_master_index_put(s->addr, rec, reclen);
-            sd_master_index_publish();
+            sd_master_apply_unlock();
         }
     }
-    sd_master_apply_unlock();
     freeReplyObject(r);
     return rc;
 }
@@ -347,19 +343,18 @@ int sd_master_remove(const char *addr, int *removed, sd_master_refusal_t *why)
     master_argv_init(&a, sd_wall_ms());
     sd_argv_add(&a, addr);
     sd_argv_addf(&a, "%d", SD_MASTER_LOG_MAXLEN);
-    sd_master_apply_lock();
     redisReply *r;
     int rc = sd_store_run("master_terminate", 1, &a, &r);
     if (rc == 0) {
         rc = script_refusal(r, why);
         *removed = rc == 0;
         if (rc == 0) {
+            sd_master_apply_lock();
             sd_master_index_del(addr);
-            sd_master_index_publish();
+            sd_master_apply_unlock();
         }
         freeReplyObject(r);
     }
-    sd_master_apply_unlock();
     return rc;
 }
 

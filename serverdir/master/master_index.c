@@ -11,17 +11,22 @@
  *     stream is gone (Redis flushed or replaced) it loads the whole list again;
  *   - applies its own writes at once after Redis accepted them;
  *   - answers every query (UDP and REST) from an immutable sorted snapshot of the index:
- *     a query never waits on Redis and never blocks a writer. A new snapshot is built
- *     after each batch of changes by merging the sorted changed keys into the previous
- *     one (O(changes log n + n) pointer copies, ~0.2 ms at 100,000 servers).
+ *     a query never waits on Redis. The first query after a change builds the next
+ *     snapshot by merging the sorted changed keys into the previous one (O(changes log n
+ *     + n) pointer copies, ~0.1 ms at 100,000 servers), so a copy's own writes are in its
+ *     next answer and a stream of heartbeats with no query costs no snapshot; the index
+ *     thread also builds one every cycle (at most 200 ms), which frees replaced records.
  *
  * Memory: records are immutable; a replaced or removed one is freed when every snapshot
  * that may point at it has been released (snapshots are released in age order).
  *
  * Locks: idx_mu guards the hash table, the pending changes and the snapshot list (held
- * for short, bounded work only); apply_mu orders the index thread's "read from Redis,
- * apply" against a local "write to Redis, apply", so a slow read of an older state can
- * never overwrite a newer write applied meanwhile. */
+ * for short, bounded work only). apply_mu is held by the index thread from before it
+ * reads records from Redis until it has applied them, and by a local writer while it
+ * applies what Redis accepted (never across its own Redis call): a local apply then
+ * comes either before the read (which sees the write) or after the apply, so a read of
+ * an older state can never overwrite a newer write (a removal read just before a local
+ * heartbeat was written would otherwise delete it). Upserts also keep the later expiry. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -290,9 +295,12 @@ static void snap_free_old_locked(void)
     }
 }
 
+static void publish_locked(void);
+
 sd_master_snap_t *sd_master_snap_get(void)
 {
     pthread_mutex_lock(&idx_mu);
+    publish_locked(); /* only when something changed since the last one */
     sd_master_snap_t *s = snap_current;
     if (s)
         s->refs++;
@@ -487,7 +495,6 @@ static int fetch_apply(char **addrs, size_t n)
             }
         }
         freeReplyObject(r);
-        sd_master_index_publish();
         pthread_mutex_unlock(&apply_mu);
     }
     return 0;
@@ -652,7 +659,6 @@ static int run_sweep(void)
         for (size_t i = 0; i < r->elements; i++)
             if (r->element[i]->type == REDIS_REPLY_STRING)
                 sd_master_index_del(r->element[i]->str);
-        sd_master_index_publish();
         pthread_mutex_unlock(&apply_mu);
         SD_COUNT("serverdir_master_servers_expired_total",
                  "servers removed by the sweep (listing ran out or getinfo unanswered)",
@@ -730,6 +736,7 @@ static void *sync_main(void *arg)
         }
         if (rc == 0)
             rc = follow(200);
+        sd_master_index_publish(); /* frees what the last snapshot no longer needs */
         if (rc) {
             if (!logged_down)
                 log_warn("master list cannot follow redis", "retry_ms=%d", 500);
@@ -901,7 +908,6 @@ static void write_heartbeats(struct wop **ops, int n)
             sd_master_count_drop(ops[i]->proto, code);
         }
     }
-    sd_master_index_publish();
     pthread_mutex_unlock(&apply_mu);
     freeReplyObject(r);
     SD_COUNT("serverdir_master_heartbeats_total", "master-list heartbeats accepted", accepted);

@@ -21,8 +21,8 @@ local function stale_epoch(base, epoch, now)
 end
 
 -- The master list under P = "<prefix>master:": P s (address -> record "challenge \31
--- group \31 instance \31 expires_at_ms \31 ..."), P exp (address -> expiry), P ip:<group>
--- (a quota group's servers -> expiry), P probe, P inst:<instance>, and the change stream
+-- group \31 instance \31 expires_at_ms \31 ..."), P exp (address -> expiry), P n (quota
+-- group -> servers listed), P probe, P inst:<instance>, and the change stream
 -- P log that serverdir copies follow (docs/master.md, "Redis layout").
 
 -- Removes server `addr` from every index of the master list (not from the stream: the
@@ -31,7 +31,7 @@ local function master_remove(P, addr)
   local rec = redis.call('HGET', P .. 's', addr)
   if rec then
     local g, inst = string.match(rec, '^[^\31]*\31([^\31]*)\31([^\31]*)\31')
-    if g then redis.call('ZREM', P .. 'ip:' .. g, addr) end
+    if g and redis.call('HINCRBY', P .. 'n', g, -1) <= 0 then redis.call('HDEL', P .. 'n', g) end
     if inst and inst ~= '' and redis.call('GET', P .. 'inst:' .. inst) == addr then
       redis.call('DEL', P .. 'inst:' .. inst)
     end
