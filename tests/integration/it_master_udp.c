@@ -749,6 +749,39 @@ static void qstat_lists_every_server(void **state)
     assert_int_equal(qstat_count("-stm"), listed);
 }
 
+/* Challenges cost no Redis state (issue 13, item 7): 2,000 heartbeats from 2,000 source
+ * addresses (spoofed ones would look the same to the master) each get their getinfo, and
+ * Redis is exactly as it was (the old master wrote two keys per challenge and kept them
+ * 65 s: 60,000 keys and 12 MB for 30,000 spoofed heartbeats). */
+static void challenge_flood_costs_no_redis_state(void **state)
+{
+    char before[64], after[64];
+    h_redis_digest(&redis, before);
+    long long keys = h_redis_dbsize(&redis);
+    int answered = 0;
+    for (int wave = 0; wave < 4; wave++) {
+        int fds[500];
+        for (int i = 0; i < 500; i++) {
+            int k = wave * 500 + i;
+            char ip[32];
+            snprintf(ip, sizeof ip, "127.78.%d.%d", k / 200, k % 200 + 1);
+            fds[i] = udp_socket_at(ip, 0);
+            SEND_LIT(fds[i], &master, "\xff\xff\xff\xffheartbeat DarkPlaces\n");
+        }
+        for (int i = 0; i < 500; i++) {
+            uint8_t buf[256];
+            ssize_t got = recv_within(fds[i], buf, sizeof buf, 3000);
+            if (got > 12 && !memcmp(buf, "\xff\xff\xff\xffgetinfo ", 12))
+                answered++;
+            close(fds[i]);
+        }
+    }
+    assert_int_equal(answered, 2000);
+    h_redis_digest(&redis, after);
+    assert_string_equal(before, after);
+    assert_int_equal(h_redis_dbsize(&redis), keys);
+}
+
 int main(void)
 {
     h_init(150);
@@ -760,6 +793,7 @@ int main(void)
         cmocka_unit_test(malformed_dropped_and_counted),
         cmocka_unit_test(reply_budget_caps_amplification),
         cmocka_unit_test(qstat_lists_every_server),
+        cmocka_unit_test(challenge_flood_costs_no_redis_state),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -9,7 +9,9 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
+#include "master.h"
 #include "master_q3.h"
 #include "master_valve.h"
 
@@ -488,6 +490,155 @@ static void goldsrc(void **state)
     assert_string_equal(sd_gs_parse_info(B("0\n\\challenge\\1\\pro\x01tocol\\48"), &s, &c), "bad_infostring");
 }
 
+/* Stateless challenges (issue 13, item 7): bound to what they were issued for, verified
+ * under the current or the previous secret, expired by their own issue time, never the
+ * same twice. */
+static void stateless_challenges(void **state)
+{
+    (void)state;
+    const char *k1 = "1111111111111111111111111111111111111111111111111111111111111111";
+    const char *k2 = "2222222222222222222222222222222222222222222222222222222222222222";
+    const char *k3 = "3333333333333333333333333333333333333333333333333333333333333333";
+    char c1[40], c2[40];
+    sd_master_cfg.challenge_ttl_ms = 5000;
+    assert_int_equal(sd_master_key_set(k1, k1), 0);
+    assert_int_equal(sd_master_chal_make('q', "127.0.0.1:27960", c1, sizeof c1), 0);
+    assert_int_equal(strlen(c1), 32);
+    assert_int_equal(sd_master_chal_make('q', "127.0.0.1:27960", c2, sizeof c2), 0);
+    assert_string_not_equal(c1, c2); /* a nonce: never the same challenge twice */
+    assert_null(sd_master_chal_check('q', "127.0.0.1:27960", c1));
+    /* bound to the address, the port and the protocol */
+    assert_string_equal(sd_master_chal_check('q', "127.0.0.2:27960", c1), "unknown_challenge");
+    assert_string_equal(sd_master_chal_check('q', "127.0.0.1:27961", c1), "unknown_challenge");
+    assert_string_equal(sd_master_chal_check('r', "127.0.0.1:27960", c1), "unknown_challenge");
+    /* one flipped digit anywhere, a short or non-hex one */
+    for (int i = 0; i < 32; i++) {
+        char bad[40];
+        strcpy(bad, c1);
+        bad[i] = bad[i] == '0' ? '1' : '0';
+        const char *why = sd_master_chal_check('q', "127.0.0.1:27960", bad);
+        assert_non_null(why);
+    }
+    assert_string_equal(sd_master_chal_check('q', "127.0.0.1:27960", "abc"), "unknown_challenge");
+    assert_string_equal(sd_master_chal_check('q', "127.0.0.1:27960", "zz3456789abcdef0123456789abcdef0"),
+                        "unknown_challenge");
+    /* rotation: the previous secret still verifies, the one before that does not */
+    assert_int_equal(sd_master_key_set(k2, k1), 0);
+    assert_null(sd_master_chal_check('q', "127.0.0.1:27960", c1));
+    assert_int_equal(sd_master_key_set(k3, k2), 0);
+    assert_string_equal(sd_master_chal_check('q', "127.0.0.1:27960", c1), "unknown_challenge");
+    assert_int_equal(sd_master_key_set("nothex", k2), -1);
+    /* expiry by the issue time in the challenge */
+    sd_master_cfg.challenge_ttl_ms = 100;
+    assert_int_equal(sd_master_chal_make('r', "10.0.0.1", c1, sizeof c1), 0);
+    assert_null(sd_master_chal_check('r', "10.0.0.1", c1));
+    struct timespec ts = {0, 200 * 1000000L};
+    nanosleep(&ts, NULL);
+    assert_string_equal(sd_master_chal_check('r', "10.0.0.1", c1), "challenge_expired");
+    /* GoldSrc's 32 bits: this bucket's and the last one's */
+    sd_master_cfg.challenge_ttl_ms = 5000;
+    uint32_t g;
+    assert_int_equal(sd_master_chal_make_u32("127.0.0.1:27015", &g), 0);
+    assert_int_not_equal(g, 0);
+    assert_null(sd_master_chal_check_u32("127.0.0.1:27015", g));
+    assert_string_equal(sd_master_chal_check_u32("127.0.0.1:27016", g), "unknown_challenge");
+    assert_string_equal(sd_master_chal_check_u32("127.0.0.1:27015", g ^ 1), "unknown_challenge");
+}
+
+/* A record of the P s layout for key, with game, players and tags. */
+static void put_server(const char *key, const char *game, int players, const char *tags, int64_t exp)
+{
+    sd_master_server_t s;
+    memset(&s, 0, sizeof s);
+    snprintf(s.game, sizeof s.game, "%s", game);
+    snprintf(s.map, sizeof s.map, "Map1");
+    s.players = players;
+    s.max_players = 8;
+    s.protocol = 3;
+    s.gametype = -1;
+    s.source = "q3";
+    int n = 0;
+    for (const char *p = tags; *p && n < 16;) {
+        size_t len = strcspn(p, ",");
+        snprintf(s.tags[n++], sizeof s.tags[0], "%.*s", (int)len, p);
+        p += len + (p[len] == ',');
+    }
+    s.ntags = n;
+    char rec[2048];
+    size_t len = sd_master_record(&s, "c", "g", 1, exp, rec, sizeof rec);
+    assert_true(len > 0);
+    assert_int_equal(sd_master_index_put(key, rec, len), 0);
+}
+
+static int snap_has(const sd_master_snap_t *sn, const char *key)
+{
+    for (size_t i = 0; i < sn->n; i++)
+        if (!strcmp(sn->v[i]->buf, key))
+            return 1;
+    return 0;
+}
+
+/* The in-memory index: sorted snapshots merged from changes, later expiry wins, filters
+ * as the Lua query had them, a held snapshot stays valid while the index moves on. */
+static void index_and_filters(void **state)
+{
+    (void)state;
+    int64_t far = INT64_C(1) << 50;
+    put_server("10.0.0.2:27960", "Xonotic", 0, "ctf,Instagib", far);
+    put_server("10.0.0.1:27960", "Quake3", 3, "", far);
+    put_server("[2001:db8::1]:27960", "xonotic", 8, "ctf", far);
+    sd_master_snap_t *a = sd_master_snap_get();
+    assert_int_equal(a->n, 3);
+    assert_string_equal(a->v[0]->buf, "10.0.0.1:27960");
+    assert_string_equal(a->v[1]->buf, "10.0.0.2:27960");
+    assert_string_equal(a->v[2]->buf, "[2001:db8::1]:27960");
+    assert_int_equal(sd_master_snap_after(a, "10.0.0.1:27960"), 1);
+    assert_int_equal(sd_master_snap_after(a, ""), 0);
+    assert_int_equal(sd_master_snap_after(a, "9"), 2);
+
+    /* filters */
+    struct { const char *op, *a, *b; } terms[][3] = {
+        {{"eq", "g", "xonotic"}}, {{"notempty", "", ""}}, {{"notfull", "", ""}},
+        {{"tags", "", "instagib,ctf"}}, {{"eq", "f", "6"}}, {{"nor", "1", ""}, {"eq", "g", "quake3"}},
+        {{"nand", "2", ""}, {"eq", "g", "xonotic"}, {"eq", "f", "6"}}, {{"eq", "ip", "10.0.0.1"}},
+    };
+    const int want[][3] = {{0, 1, 1}, {1, 0, 1}, {1, 1, 0}, {0, 1, 0}, {0, 0, 1}, {0, 1, 1},
+                           {1, 1, 0}, {1, 0, 0}};
+    for (size_t t = 0; t < sizeof terms / sizeof terms[0]; t++) {
+        sd_master_filter_t f;
+        memset(&f, 0, sizeof f);
+        for (int k = 0; k < 3 && terms[t][k].op; k++)
+            sd_master_filter_add(&f, terms[t][k].op, terms[t][k].a, terms[t][k].b);
+        sd_master_cfilter_t cf;
+        assert_int_equal(sd_master_filter_compile(&f, &cf), 0);
+        for (int i = 0; i < 3; i++) {
+            if (sd_master_match(&cf, a->v[i]) != want[t][i])
+                fail_msg("filter %zu server %d", t, i);
+        }
+    }
+
+    /* changes: a stale record (earlier expiry) is ignored, a removal and an insert merge
+     * into the next snapshot; the held one is unchanged */
+    put_server("10.0.0.1:27960", "Stale", 3, "", far - 1);
+    sd_master_index_del("10.0.0.2:27960");
+    put_server("10.0.0.15:1", "New", 1, "", far);
+    sd_master_snap_t *b = sd_master_snap_get();
+    assert_int_equal(b->n, 3);
+    /* byte order of the keys: '5' sorts before ':' */
+    assert_string_equal(b->v[0]->buf, "10.0.0.15:1");
+    assert_string_equal(b->v[1]->buf, "10.0.0.1:27960");
+    assert_string_equal(SD_MREC(b->v[1], SD_MREC_GAME), "Quake3");
+    assert_false(snap_has(b, "10.0.0.2:27960"));
+    assert_true(snap_has(a, "10.0.0.2:27960"));
+    assert_string_equal(SD_MREC(a->v[1], SD_MREC_TAGS), "ctf,Instagib");
+    sd_master_snap_put(a);
+    sd_master_snap_put(b);
+    /* a malformed record is refused */
+    assert_int_equal(sd_master_index_put("10.0.0.9:1", "too\x1f" "few", 7), -1);
+    assert_int_equal(sd_master_index_put("nonsense", "", 0), -1);
+    sd_master_stop();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -498,6 +649,7 @@ int main(void)
         cmocka_unit_test(q3_response_three_datagrams),
         cmocka_unit_test(address_groups), cmocka_unit_test(valve_query),
         cmocka_unit_test(valve_reply),     cmocka_unit_test(goldsrc),
+        cmocka_unit_test(stateless_challenges), cmocka_unit_test(index_and_filters),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
