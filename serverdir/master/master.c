@@ -5,6 +5,7 @@
 
 #include <ctype.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -389,7 +390,9 @@ void sd_master_batch_free(sd_master_batch_t *b)
 
 /* ---------- filters ---------- */
 
-enum { OP_EQ = 1, OP_NOTEMPTY, OP_NOTFULL, OP_TAGS, OP_TRUE, OP_NOR, OP_NAND, OP_FALSE };
+enum { OP_EQ = SD_MOP_EQ, OP_NOTEMPTY = SD_MOP_NOTEMPTY, OP_NOTFULL = SD_MOP_NOTFULL,
+       OP_TAGS = SD_MOP_TAGS, OP_TRUE = SD_MOP_TRUE, OP_NOR = SD_MOP_NOR, OP_NAND = SD_MOP_NAND,
+       OP_FALSE = SD_MOP_FALSE, OP_EQ_GAME = SD_MOP_EQ_GAME };
 /* eq fields: record fields, or extras with FX_ offset */
 #define FX 100
 
@@ -420,6 +423,20 @@ int sd_master_filter_compile(const sd_master_filter_t *f, sd_master_cfilter_t *c
             o->op = fld < 0 ? OP_FALSE : OP_EQ;
             o->field = (uint8_t)(fld < 0 ? 0 : fld);
             o->val = t->b;
+            char *end;
+            long iv = strtol(t->b, &end, 10);
+            if (fld == FX + SD_MX_GAME) {
+                o->op = OP_EQ_GAME;
+                o->gid = sd_master_game_lookup(t->b); /* 0: no interned server has it */
+            } else if ((fld == SD_MREC_PROTO || fld == SD_MREC_GT || fld == SD_MREC_PLAYERS) &&
+                       t->b[0] && !*end && iv >= INT32_MIN && iv <= INT32_MAX &&
+                       (t->b[0] != '0' || !t->b[1]) && t->b[0] != '+' && t->b[0] != ' ') {
+                /* the canonical text of a number: compare the numbers */
+                o->op = fld == SD_MREC_PROTO ? SD_MOP_EQ_PROTO
+                        : fld == SD_MREC_GT  ? SD_MOP_EQ_GT
+                                             : SD_MOP_EQ_PLAYERS;
+                o->ival = (int32_t)iv;
+            }
         } else if (!strcmp(t->op, "notempty")) {
             o->op = OP_NOTEMPTY;
         } else if (!strcmp(t->op, "notfull")) {
@@ -450,7 +467,7 @@ int sd_master_filter_compile(const sd_master_filter_t *f, sd_master_cfilter_t *c
     return 0;
 }
 
-static int eval_term(const sd_master_cfilter_t *c, int i, const sd_msrv_t *s, int *next)
+int sd_master_eval_term(const sd_master_cfilter_t *c, int i, const sd_msrv_t *s, int *next)
 {
     const typeof(c->t[0]) *t = &c->t[i];
     switch (t->op) {
@@ -458,13 +475,25 @@ static int eval_term(const sd_master_cfilter_t *c, int i, const sd_msrv_t *s, in
     case OP_NAND: {
         int j = i + 1, any = 0, all = 1;
         for (int k = 0; k < t->n && j < c->n; k++) {
-            int res = eval_term(c, j, s, &j);
+            int res = sd_master_eval_term(c, j, s, &j);
             any |= res;
             all &= res;
         }
         *next = j;
         return t->op == OP_NOR ? !any : !all;
     }
+    case OP_EQ_GAME:
+        *next = i + 1;
+        return s->gid ? s->gid == t->gid : strcmp(SD_MX(s, SD_MX_GAME), t->val) == 0;
+    case SD_MOP_EQ_PROTO:
+        *next = i + 1;
+        return s->protocol == t->ival;
+    case SD_MOP_EQ_GT:
+        *next = i + 1;
+        return s->gametype == t->ival;
+    case SD_MOP_EQ_PLAYERS:
+        *next = i + 1;
+        return s->players == t->ival;
     case OP_EQ:
         *next = i + 1;
         if (t->field == 255)
@@ -489,15 +518,6 @@ static int eval_term(const sd_master_cfilter_t *c, int i, const sd_msrv_t *s, in
         *next = i + 1;
         return 0;
     }
-}
-
-int sd_master_match(const sd_master_cfilter_t *c, const sd_msrv_t *s)
-{
-    int i = 0;
-    while (i < c->n)
-        if (!eval_term(c, i, s, &i))
-            return 0;
-    return 1;
 }
 
 /* ---------- queries ---------- */

@@ -28,6 +28,7 @@
 #include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/socket.h>
 
 #define SD_MASTER_ADDR_MAX 64   /* "[v6]:port" */
@@ -211,13 +212,17 @@ enum { SD_MX_GAME, SD_MX_MAP, SD_MX_TAGS, SD_MX_IP, SD_MX_N };
 /* A listed server as the index holds it: immutable once published. buf starts with the
  * address key, then the record's fields, then the extras (NUL-terminated each). */
 typedef struct sd_msrv {
-    struct sd_msrv *hnext; /* the index's own (hash chain, retired list) */
-    int64_t exp, last_ms;
-    uint32_t mark;
-    int players, max_players;
+    /* what a query reads first, in one cache line */
+    int64_t exp;
+    uint32_t gid;          /* the lowercased game's id (sd_master_game_id), 0: none */
+    int32_t protocol, gametype;
+    int32_t players, max_players;
     uint16_t port;
     uint8_t fam;
     uint8_t ip[16];
+    struct sd_msrv *hnext; /* the index's own (hash chain, retired list) */
+    int64_t last_ms;
+    uint32_t mark;
     uint16_t roff[SD_MREC_N];
     uint16_t foff[SD_MX_N];
     char buf[];
@@ -263,13 +268,64 @@ size_t sd_master_record(const sd_master_server_t *s, const char *chal, const cha
  * listed. SD_MASTER_REFUSED "not_listed" otherwise. */
 int sd_master_remove(const char *addr, int *removed, sd_master_refusal_t *why);
 
-/* A filter program compiled for the index. */
+/* FNV-1a of a NUL-terminated text. */
+uint32_t sd_master_hash(const char *s);
+/* The id of a lowercased game name, interned on first sight (at most 65,536 names; past
+ * that, 0: such servers are compared by text). lookup does not intern: 0 when unknown. */
+uint32_t sd_master_game_id(const char *lower);
+uint32_t sd_master_game_lookup(const char *lower);
+
+/* A filter program compiled for the index: text comparisons become integer ones where
+ * the field is a number (protocol, gametype, players) and a hash check first for the
+ * game. */
 typedef struct {
-    struct { uint8_t op, field; short n; const char *val; char tags[16][36]; int ntags; } t[SD_MASTER_MAX_TERMS];
+    struct {
+        uint8_t op, field;
+        short n;
+        int32_t ival;
+        uint32_t gid;
+        const char *val;
+        char tags[16][36];
+        int ntags;
+    } t[SD_MASTER_MAX_TERMS];
     int n;
 } sd_master_cfilter_t;
 int sd_master_filter_compile(const sd_master_filter_t *f, sd_master_cfilter_t *c);
-int sd_master_match(const sd_master_cfilter_t *c, const sd_msrv_t *s);
+enum {
+    SD_MOP_EQ = 1, SD_MOP_NOTEMPTY, SD_MOP_NOTFULL, SD_MOP_TAGS, SD_MOP_TRUE, SD_MOP_NOR,
+    SD_MOP_NAND, SD_MOP_FALSE, SD_MOP_EQ_GAME, SD_MOP_EQ_PROTO, SD_MOP_EQ_GT, SD_MOP_EQ_PLAYERS
+};
+/* Term i of c for s; *next: the term after it (a nor/nand takes its members). */
+int sd_master_eval_term(const sd_master_cfilter_t *c, int i, const sd_msrv_t *s, int *next);
+
+/* Whether s passes c: the common terms inline (a query runs this per listed server). */
+static inline int sd_master_match(const sd_master_cfilter_t *c, const sd_msrv_t *s)
+{
+    int i = 0;
+    while (i < c->n) {
+        const typeof(c->t[0]) *t = &c->t[i];
+        int ok;
+        switch (t->op) {
+        case SD_MOP_EQ_GAME:
+            ok = s->gid ? s->gid == t->gid
+                        : strcmp(s->buf + s->foff[SD_MX_GAME], t->val) == 0;
+            break;
+        case SD_MOP_EQ_PROTO: ok = s->protocol == t->ival; break;
+        case SD_MOP_EQ_GT: ok = s->gametype == t->ival; break;
+        case SD_MOP_NOTEMPTY: ok = s->players > 0; break;
+        case SD_MOP_NOTFULL: ok = s->players < s->max_players; break;
+        case SD_MOP_TRUE: ok = 1; break;
+        default:
+            if (!sd_master_eval_term(c, i, s, &i))
+                return 0;
+            continue;
+        }
+        if (!ok)
+            return 0;
+        i++;
+    }
+    return 1;
+}
 
 /* ---- UDP master front (master_udp.c) ---- */
 int sd_master_udp_start(const char *hostport);

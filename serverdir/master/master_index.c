@@ -49,12 +49,47 @@
 
 /* ---------- records ---------- */
 
-static uint32_t hash_key(const char *s)
+uint32_t sd_master_hash(const char *s)
 {
     uint32_t h = 2166136261u;
     for (; *s; s++)
         h = (h ^ (unsigned char)*s) * 16777619u;
     return h;
+}
+
+#define hash_key sd_master_hash
+
+/* The interned game names: an open-addressing table of 2^17 slots, at most 2^16 names,
+ * never shrunk (bounded memory whatever servers announce). */
+#define GAMES_MAX 65536
+static pthread_mutex_t games_mu = PTHREAD_MUTEX_INITIALIZER;
+static char *games[GAMES_MAX * 2];
+static uint32_t game_ids[GAMES_MAX * 2];
+static uint32_t ngames;
+
+static uint32_t game_find(const char *lower, int add)
+{
+    uint32_t h = sd_master_hash(lower) & (GAMES_MAX * 2 - 1), id = 0;
+    pthread_mutex_lock(&games_mu);
+    while (games[h] && strcmp(games[h], lower) != 0)
+        h = (h + 1) & (GAMES_MAX * 2 - 1);
+    if (games[h]) {
+        id = game_ids[h];
+    } else if (add && ngames < GAMES_MAX && (games[h] = strdup(lower)) != NULL) {
+        game_ids[h] = id = ++ngames;
+    }
+    pthread_mutex_unlock(&games_mu);
+    return id;
+}
+
+uint32_t sd_master_game_id(const char *lower)
+{
+    return game_find(lower, 1);
+}
+
+uint32_t sd_master_game_lookup(const char *lower)
+{
+    return game_find(lower, 0);
 }
 
 /* Parses "key" + record into one allocation. NULL when the record is malformed. */
@@ -63,11 +98,33 @@ static sd_msrv_t *srv_parse(const char *key, const char *rec, size_t len)
     size_t klen = strlen(key);
     if (klen >= SD_MASTER_ADDR_MAX || len > 4096)
         return NULL;
-    /* buf: key \0 fields \0... glow \0 mlow \0 ",tags," \0 ip \0 */
-    size_t cap = klen + 1 + len + 1 + 64 + 64 + len + 3 + 48;
-    sd_msrv_t *s = calloc(1, sizeof *s + cap);
+    /* buf: key \0 fields \0... glow \0 mlow \0 ",tags," \0 ip \0, sized exactly: the
+     * extras are at most the lengths of game, map and tags (+2) and the key. */
+    size_t glen = 0, mlen = 0, tlen = 0;
+    {
+        int f = 0;
+        size_t start = 0;
+        for (size_t i = 0; i <= len; i++) {
+            if (i == len || rec[i] == '\x1f') {
+                size_t l = i - start;
+                if (f == SD_MREC_GAME)
+                    glen = l;
+                else if (f == SD_MREC_MAP)
+                    mlen = l;
+                else if (f == SD_MREC_TAGS)
+                    tlen = l;
+                f++;
+                start = i + 1;
+            }
+        }
+    }
+    size_t cap = klen + 1 + len + 1 + glen + 1 + mlen + 1 + tlen + 3 + klen + 1;
+    /* cache-line aligned: what a query reads first is one line */
+    size_t size = (sizeof(sd_msrv_t) + cap + 63) & ~(size_t)63;
+    sd_msrv_t *s = aligned_alloc(64, size);
     if (!s)
         return NULL;
+    memset(s, 0, sizeof *s);
     char *b = s->buf;
     memcpy(b, key, klen + 1);
     size_t at = klen + 1;
@@ -96,6 +153,8 @@ static sd_msrv_t *srv_parse(const char *key, const char *rec, size_t len)
     s->last_ms = strtoll(SD_MREC(s, SD_MREC_LAST), NULL, 10);
     s->players = atoi(SD_MREC(s, SD_MREC_PLAYERS));
     s->max_players = atoi(SD_MREC(s, SD_MREC_MAX));
+    s->protocol = atoi(SD_MREC(s, SD_MREC_PROTO));
+    s->gametype = atoi(SD_MREC(s, SD_MREC_GT));
     /* the lowercased fields the filters compare */
     const int low[2] = {SD_MREC_GAME, SD_MREC_MAP};
     for (int k = 0; k < 2; k++) {
@@ -104,6 +163,7 @@ static sd_msrv_t *srv_parse(const char *key, const char *rec, size_t len)
             b[at++] = (char)((*p >= 'A' && *p <= 'Z') ? *p + 32 : *p);
         b[at++] = '\0';
     }
+    s->gid = sd_master_game_id(SD_MX(s, SD_MX_GAME));
     s->foff[2] = (uint16_t)at;
     b[at++] = ',';
     for (const char *p = SD_MREC(s, SD_MREC_TAGS); *p; p++)
@@ -196,7 +256,11 @@ static void put_locked(sd_msrv_t *s)
         grow();
     sd_msrv_t **pp = find_slot(s->buf);
     sd_msrv_t *old = *pp;
-    if (old && old->exp > s->exp) {
+    if (old && (old->exp > s->exp ||
+                (old->exp == s->exp && old->last_ms == s->last_ms &&
+                 strcmp(SD_MREC(old, SD_MREC_CHAL), SD_MREC(s, SD_MREC_CHAL)) == 0))) {
+        /* older, or the same heartbeat again (a copy's own write read back from the
+         * stream): keep what is there */
         old->mark = mark_gen;
         free(s);
         return;

@@ -36,10 +36,13 @@
 #define RECV_BATCH 32 /* datagrams read with one recvmmsg */
 #define MAX_WORKERS 16
 
+struct listener;
+
 struct worker {
     int fd;
     pthread_t thread;
     const char *addr;
+    struct listener *l;
     /* reply datagrams waiting for sendmmsg */
     int nout;
     struct mmsghdr msg[OUT_MAX];
@@ -48,10 +51,27 @@ struct worker {
     uint8_t in[RECV_BATCH][RECV_MAX];
 };
 
+/* A getservers to answer: the one query whose answer is the whole list, handed from the
+ * receiving worker to the query threads so a worker is always free for heartbeats
+ * ("heartbeats are never delayed by queries"). */
+struct qjob {
+    uint8_t p[SD_Q3_DGRAM_MAX];
+    size_t n;
+    struct sockaddr_storage from;
+    socklen_t fromlen;
+    char ip[48];
+};
+#define QJOBS_MAX 1024
+
 struct listener {
     char addr[128];
-    int nworkers;
+    int nworkers, nquery;
     struct worker *w[MAX_WORKERS];
+    struct worker *q[MAX_WORKERS];  /* query threads (their fd is worker 0's) */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct qjob *jobs[QJOBS_MAX];
+    int jhead, jlen, stopping;
 };
 
 static struct listener listeners[SD_MASTER_MAX_UDP];
@@ -224,6 +244,8 @@ static void q3_getservers(struct worker *w, const uint8_t *p, size_t n, const st
     int ok = 1;
     for (size_t i = 0; i < snap->n && ok; i++) {
         const sd_msrv_t *s = snap->v[i];
+        if (i + 16 < snap->n)
+            __builtin_prefetch(snap->v[i + 16]);
         if (s->exp <= now || !sd_master_match(&cf, s))
             continue;
         if (sd_q3_resp_add(&wr, s->fam, s->ip, s->port) == 0)
@@ -337,6 +359,63 @@ static void gs_quit(const char *key)
 
 /* ---------- the worker threads ---------- */
 
+/* Hands a getservers to the listener's query threads; dropped ("overload") when they are
+ * QJOBS_MAX behind. A small list is answered at once (tens of microseconds: the hand-off
+ * would cost more than the answer, and no heartbeat waits noticeably behind it). */
+#define QUERY_INLINE_MAX 4096
+
+static void query_later(struct worker *w, const uint8_t *p, size_t n, const struct sockaddr *from,
+                        socklen_t fromlen, const char *ip)
+{
+    struct listener *l = w->l;
+    if (!l || l->nquery == 0 || sd_master_index_count() <= QUERY_INLINE_MAX) {
+        q3_getservers(w, p, n, from, fromlen, ip);
+        return;
+    }
+    struct qjob *j = malloc(sizeof *j);
+    if (!j) {
+        sd_master_count_drop("q3", "overload");
+        return;
+    }
+    memcpy(j->p, p, n);
+    j->n = n;
+    memcpy(&j->from, from, fromlen);
+    j->fromlen = fromlen;
+    sd_strlcpy(j->ip, ip, sizeof j->ip);
+    pthread_mutex_lock(&l->mu);
+    if (l->jlen == QJOBS_MAX) {
+        pthread_mutex_unlock(&l->mu);
+        free(j);
+        sd_master_count_drop("q3", "overload");
+        return;
+    }
+    l->jobs[(l->jhead + l->jlen++) % QJOBS_MAX] = j;
+    pthread_cond_signal(&l->cv);
+    pthread_mutex_unlock(&l->mu);
+}
+
+static void *query_main(void *arg)
+{
+    struct worker *w = arg;
+    struct listener *l = w->l;
+    for (;;) {
+        pthread_mutex_lock(&l->mu);
+        while (l->jlen == 0 && !l->stopping)
+            pthread_cond_wait(&l->cv, &l->mu);
+        if (l->jlen == 0) {
+            pthread_mutex_unlock(&l->mu);
+            break;
+        }
+        struct qjob *j = l->jobs[l->jhead];
+        l->jhead = (l->jhead + 1) % QJOBS_MAX;
+        l->jlen--;
+        pthread_mutex_unlock(&l->mu);
+        q3_getservers(w, j->p, j->n, (struct sockaddr *)&j->from, j->fromlen, j->ip);
+        free(j);
+    }
+    return NULL;
+}
+
 static void handle(struct worker *w, const uint8_t *p, size_t n, const struct sockaddr *from,
                    socklen_t fromlen)
 {
@@ -363,7 +442,7 @@ static void handle(struct worker *w, const uint8_t *p, size_t n, const struct so
     case SD_Q3_HEARTBEAT: q3_heartbeat(w, p, n, from, fromlen, key, ip); return;
     case SD_Q3_INFORESPONSE: q3_inforesponse(p, n, key, ip, family, port); return;
     case SD_Q3_GETSERVERS:
-    case SD_Q3_GETSERVERSEXT: q3_getservers(w, p, n, from, fromlen, ip); return;
+    case SD_Q3_GETSERVERSEXT: query_later(w, p, n, from, fromlen, ip); return;
     case SD_Q3_NONE: break;
     }
     if (n >= 1 && p[0] == 0x31) {
@@ -463,6 +542,8 @@ int sd_master_udp_start(const char *hostport)
     struct listener *l = &listeners[nlisteners];
     memset(l, 0, sizeof *l);
     sd_strlcpy(l->addr, hostport, sizeof l->addr);
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->cv, NULL);
     int want = workers_wanted();
     for (int i = 0; i < want; i++) {
         int fd = sd_socket_bind(host, port, SOCK_DGRAM, prepare_socket);
@@ -485,6 +566,7 @@ int sd_master_udp_start(const char *hostport)
         }
         w->fd = fd;
         w->addr = l->addr;
+        w->l = l;
         int rc = pthread_create(&w->thread, NULL, worker_main, w);
         if (rc) {
             close(fd);
@@ -495,8 +577,23 @@ int sd_master_udp_start(const char *hostport)
         }
         l->w[l->nworkers++] = w;
     }
+    /* as many query threads, sending from worker 0's socket (same address) */
+    for (int i = 0; i < l->nworkers; i++) {
+        struct worker *q = calloc(1, sizeof *q);
+        if (!q)
+            break;
+        q->fd = l->w[0]->fd;
+        q->addr = l->addr;
+        q->l = l;
+        if (pthread_create(&q->thread, NULL, query_main, q)) {
+            free(q);
+            break;
+        }
+        l->q[l->nquery++] = q;
+    }
     nlisteners++;
-    log_info("master udp listening", "addr=%s workers=%d", hostport, l->nworkers);
+    log_info("master udp listening", "addr=%s workers=%d query_threads=%d", hostport, l->nworkers,
+             l->nquery);
     return 0;
 }
 
@@ -508,13 +605,27 @@ void sd_master_udp_stop(void)
     if (write(stop_fd, &one, sizeof one) < 0)
         log_warn("master udp stop failed", "err=%s", strerror(errno));
     for (int i = 0; i < nlisteners; i++) {
-        for (int k = 0; k < listeners[i].nworkers; k++) {
-            struct worker *w = listeners[i].w[k];
-            pthread_join(w->thread, NULL);
-            close(w->fd);
-            free(w);
+        struct listener *l = &listeners[i];
+        /* the workers first (nothing is queued after), then the query threads finish what
+         * is queued, then the sockets close */
+        for (int k = 0; k < l->nworkers; k++)
+            pthread_join(l->w[k]->thread, NULL);
+        pthread_mutex_lock(&l->mu);
+        l->stopping = 1;
+        pthread_cond_broadcast(&l->cv);
+        pthread_mutex_unlock(&l->mu);
+        for (int k = 0; k < l->nquery; k++) {
+            pthread_join(l->q[k]->thread, NULL);
+            free(l->q[k]);
         }
-        listeners[i].nworkers = 0;
+        l->nquery = 0;
+        pthread_mutex_destroy(&l->mu);
+        pthread_cond_destroy(&l->cv);
+        for (int k = 0; k < l->nworkers; k++) {
+            close(l->w[k]->fd);
+            free(l->w[k]);
+        }
+        l->nworkers = 0;
     }
     nlisteners = 0;
     close(stop_fd);

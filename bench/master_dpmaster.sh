@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# serverdir's UDP master front side by side with dpmaster (issue 13): the same load
+# generator (bench/master_dpmaster.c, DarkPlaces protocol over loopback, many 127.x source
+# addresses) drives each, at 1,000, 10,000 and 100,000 listed servers, RUNS times each
+# size, every run on a fresh master (serverdir: a flushed Redis and a new process;
+# dpmaster: a new process). Prints, per size, the medians of
+#   registrations/s (visible in the list), queries/s with 1 and 8 in flight and their
+#   p50/p99 latency, the heartbeat -> getinfo latency while 8 queries run, and memory per
+#   listed server,
+# with the ratio serverdir/dpmaster for rates and dpmaster/serverdir for times and memory
+# (so >= 1.00 means serverdir is at least as good), and the load average before and after.
+#
+# What differs between the two sides: dpmaster 2.2 keeps the list in its own memory only,
+# in one thread, with no persistence and no copies; serverdir writes every registration
+# to Redis (here without persistence: --save "" --appendonly no) in batches, answers from
+# its in-memory index with one worker and one query thread per CPU, and its memory figure
+# includes Redis's (used_memory), the price of several copies sharing the list.
+# serverdir runs with its per-address limits and reply budgets raised (one generator on
+# 127.x stands for 100,000 servers), dpmaster with --allow-loopback, -N 0 (no per-address
+# limit), -n 200000 and -H 16.
+#
+# dpmaster is not part of this repository. Build it in a scratch folder outside it:
+#   fetch a dpmaster 2.2 source (e.g. https://github.com/kphillisjr/dpmaster, "Dark
+#   Places Master server v2.2 (revision 11251)"), then
+#   mkdir -p /work/scratch/dpmaster-src && (cd SRC && git archive HEAD) | tar -x -C /work/scratch/dpmaster-src
+#   make -C /work/scratch/dpmaster-src/src release
+# and point DPMASTER at the binary (default /work/scratch/dpmaster-src/src/dpmaster).
+# Without it the dpmaster column is skipped and the serverdir figures still print.
+#
+# Usage: bench/master_dpmaster.sh   (env: RUNS=3, SIZES="1000 10000 100000", MS=3000
+#        query time per phase, BUILD_DIR=build, DPMASTER)
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+. "$ROOT/bench/lib.sh"
+BUILD_DIR=${BUILD_DIR:-$ROOT/build}
+RUNS=${RUNS:-3}
+SIZES=${SIZES:-"1000 10000 100000"}
+MS=${MS:-3000}
+DPMASTER=${DPMASTER:-/work/scratch/dpmaster-src/src/dpmaster}
+GEN=$BUILD_DIR/bench/bench_master_dpmaster
+
+if [ ! -x "$GEN" ] || [ ! -x "$BUILD_DIR/bin/serverdir" ]; then
+    cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >/dev/null
+    cmake --build "$BUILD_DIR" --target serverdir bench_master_dpmaster -j2 >/dev/null
+fi
+HAVE_DP=1
+if [ ! -x "$DPMASTER" ]; then
+    HAVE_DP=0
+    echo "dpmaster not found at $DPMASTER: the dpmaster column is skipped (build it as the" \
+         "header of $0 says, or set DPMASTER)" >&2
+fi
+
+WORK=$(mktemp -d /tmp/master_dpmaster.XXXXXX)
+PIDS=()
+bench_trap_cleanup
+
+RPORT=$(bench_free_port)
+bench_start_redis "$RPORT" "$WORK"
+cat >"$WORK/sd.json" <<EOF
+{"master": {"rate_per_s": 10000000, "udp_reply_bytes_per_s": 1000000000,
+            "udp_reply_bytes_total_per_s": 10000000000, "servers_per_address": 1000000,
+            "max_servers": 1000000, "heartbeat_interval_s": 3600}}
+EOF
+mkdir -p "$WORK/jail"
+
+# Runs the generator against serverdir (fresh) or dpmaster (fresh); prints its line.
+run_serverdir() { # servers base
+    redis-cli -p "$RPORT" flushall >/dev/null
+    local hport uport pid
+    hport=$(bench_free_port)
+    uport=$(bench_free_port)
+    "$BUILD_DIR/bin/serverdir" --redis "redis://127.0.0.1:$RPORT" --listen "127.0.0.1:$hport" \
+        --config "$WORK/sd.json" --master-udp "127.0.0.1:$uport" >>"$WORK/serverdir.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 100); do curl -fs "127.0.0.1:$hport/healthz" >/dev/null 2>&1 && break; sleep 0.05; done
+    "$GEN" --master "127.0.0.1:$uport" --servers "$1" --pid "$pid" --redis-port "$RPORT" \
+        --label serverdir --ms "$MS" --base "$2" || echo "label=serverdir failed=1"
+    kill "$pid"
+    wait "$pid" 2>/dev/null || true
+}
+
+run_dpmaster() { # servers base
+    local uport pid
+    uport=$(bench_free_port)
+    local jail=()
+    [ "$(id -u)" = 0 ] && jail=(-j "$WORK/jail" -u nobody) # as root dpmaster chroots
+    "$DPMASTER" --allow-loopback -l 127.0.0.1 -p "$uport" -n 200000 -N 0 -H 16 -v 1 "${jail[@]}" \
+        >>"$WORK/dpmaster.log" 2>&1 &
+    pid=$!
+    sleep 0.3
+    "$GEN" --master "127.0.0.1:$uport" --servers "$1" --pid "$pid" --label dpmaster --ms "$MS" \
+        --base "$2" || echo "label=dpmaster failed=1"
+    kill "$pid"
+    wait "$pid" 2>/dev/null || true
+}
+
+field() { # line name
+    sed -n "s/.* $2=\([^ ]*\).*/\1/p" <<<" $1"
+}
+
+echo "master list side by side: serverdir vs dpmaster, sizes $SIZES, $RUNS runs each"
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+declare -A S D
+base=100
+for n in $SIZES; do
+    for ((r = 1; r <= RUNS; r++)); do
+        # each run's servers come from addresses of their own (no leftovers in the
+        # kernel's neighbour or socket tables of the run before)
+        base=$(((base + 2) % 200 + 20))
+        line=$(run_serverdir "$n" "$base")
+        echo "  n=$n run $r: $line"
+        S[$n,$r]=$line
+        if [ $HAVE_DP = 1 ]; then
+            line=$(run_dpmaster "$n" "$base")
+            echo "  n=$n run $r: $line"
+            D[$n,$r]=$line
+        fi
+    done
+done
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo
+
+# median of a field over the runs of size n, side s (S or D)
+med() { # side n field
+    local side=$1 n=$2 f=$3 r v=()
+    for ((r = 1; r <= RUNS; r++)); do
+        if [ "$side" = S ]; then v+=("$(field "${S[$n,$r]}" "$f")"); else v+=("$(field "${D[$n,$r]:-}" "$f")"); fi
+    done
+    bench_median "${v[@]}"
+}
+
+printf '%-34s %12s %12s %8s\n' "figure (median of $RUNS)" serverdir dpmaster ratio
+for n in $SIZES; do
+    for spec in "reg_per_s:registrations/s:up" "q1_per_s:queries/s, 1 in flight:up" \
+                "q1_p50_ms:  p50 ms:down" "q1_p99_ms:  p99 ms:down" \
+                "q8_per_s:queries/s, 8 in flight:up" "q8_p50_ms:  p50 ms:down" \
+                "q8_p99_ms:  p99 ms:down" "hb_p50_ms:heartbeat p50 ms (8 queries):down" \
+                "hb_p99_ms:heartbeat p99 ms (8 queries):down" \
+                "mem_per_server_b:memory/server B:down" "mem_proc_b:  process only B:down"; do
+        f=${spec%%:*}
+        rest=${spec#*:}
+        name=${rest%:*}
+        dir=${rest##*:}
+        sv=$(med S "$n" "$f")
+        if [ $HAVE_DP = 1 ]; then
+            dv=$(med D "$n" "$f")
+            if [ "$dir" = up ]; then ratio=$(bench_ratio "$sv" "$dv"); else ratio=$(bench_ratio "$dv" "$sv"); fi
+        else
+            dv="-"
+            ratio="-"
+        fi
+        printf '%-34s %12s %12s %8s\n' "$name [$n]" "$sv" "$dv" "$ratio"
+    done
+done
