@@ -60,7 +60,7 @@ bench_start_redis "$RPORT" "$WORK"
 cat >"$WORK/sd.json" <<EOF
 {"master": {"rate_per_s": 10000000, "udp_reply_bytes_per_s": 1000000000,
             "udp_reply_bytes_total_per_s": 10000000000, "servers_per_address": 1000000,
-            "max_servers": 1000000, "heartbeat_interval_s": 3600}}
+            "max_servers": 1000000, "heartbeat_interval_s": 3600, "udp_workers": ${UDP_WORKERS:-0}}}
 EOF
 mkdir -p "$WORK/jail"
 
