@@ -129,9 +129,12 @@ static const char HB[] = "\xff\xff\xff\xffheartbeat DarkPlaces\n";
 
 /* Counts the entries of one getservers answer; returns -1 on timeout, else the number
  * of servers listed (datagrams until the one with the EOT). */
+static long answer_bytes; /* of the last answer read */
+
 static int read_answer(int fd, int timeout_ms, uint8_t *seen)
 {
     int n = 0;
+    answer_bytes = 0;
     uint8_t buf[2048];
     int64_t end = now_us() + (int64_t)timeout_ms * 1000;
     for (;;) {
@@ -144,6 +147,7 @@ static int read_answer(int fd, int timeout_ms, uint8_t *seen)
         ssize_t got = recv(fd, buf, sizeof buf, 0);
         if (got < 0)
             continue;
+        answer_bytes += got;
         static const char word[] = "\xff\xff\xff\xffgetserversResponse";
         size_t o = sizeof word - 1;
         if ((size_t)got < o || memcmp(buf, word, o) != 0)
@@ -489,6 +493,7 @@ int main(int argc, char **argv)
                 todo[ntodo++] = i;
     }
     int64_t t_visible = now_us();
+    long amp_bytes = answer_bytes;
     double dance = (double)atomic_load(&info_sent) / ((double)(t_dance - t0) / 1e6);
     double reg = listed >= nservers ? nservers / ((double)(t_visible - t0) / 1e6) : 0;
     struct timespec settle = {0, 300 * 1000000L};
@@ -506,8 +511,8 @@ int main(int argc, char **argv)
     printf("label=%s servers=%d listed=%d rounds=%d reg_per_s=%.0f dance_per_s=%.0f q1_per_s=%.0f "
            "q1_p50_ms=%.3f q1_p99_ms=%.3f q8_per_s=%.0f q8_p50_ms=%.3f q8_p99_ms=%.3f "
            "hb_p50_ms=%.3f hb_p99_ms=%.3f mem_per_server_b=%.0f mem_proc_b=%.0f mem_redis_b=%.0f "
-           "bad_answers=%d\n",
+           "bad_answers=%d query_bytes=%zu answer_bytes=%ld\n",
            label, nservers, listed, rounds, reg, dance, q1, q1p50, q1p99, q8, q8p50, q8p99, hb50, hb99,
-           mem, mem_proc, mem_redis, bad1 + bad8);
+           mem, mem_proc, mem_redis, bad1 + bad8, sizeof QUERY - 1, amp_bytes);
     return listed >= nservers ? 0 : 1;
 }

@@ -130,6 +130,17 @@ med() { # side n field
     bench_median "${v[@]}"
 }
 
+# Amplification: what one query draws at each size, and serverdir's bound (docs/master.md,
+# "Amplification"; this bench raises the budgets, the defaults are what an attacker meets).
+for n in $SIZES; do
+    qb=$(field "${S[$n,1]}" query_bytes)
+    ab=$(field "${S[$n,1]}" answer_bytes)
+    echo "amplification [$n]: a $qb-byte getservers is answered with $ab bytes ($(bench_ratio "$ab" "$qb")x)"
+done
+echo "amplification bound per serverdir copy at the defaults: 65536 bytes/s to one victim /24 or /64"
+echo "  (udp_reply_bytes_per_s, burst 2x) and 16777216 bytes/s to all victims together"
+echo "  (udp_reply_bytes_total_per_s, burst 2x), whatever the list size; dpmaster has no such cap"
+echo
 printf '%-34s %12s %12s %8s\n' "figure (median of $RUNS)" serverdir dpmaster ratio
 for n in $SIZES; do
     for spec in "reg_per_s:registrations/s:up" "q1_per_s:queries/s, 1 in flight:up" \
