@@ -282,17 +282,15 @@ static int declare_lost(prim_t *p, json_t *state, const json_t *live)
 /* One placement round of the primary. */
 static void place_round(prim_t *p)
 {
-    char path[450], why[320], esc[400];
+    char why[320];
     json_t *state = NULL, *procs = NULL, *lists = NULL;
     json_t *ready = json_object(), *live = json_object();
     sdc_err_t err = {0};
     int rc = sdc_state_get(cl.prim_client, bb.cfg.cluster, &state, &err);
     if (rc == SDC_OK) {
-        /* the whole live directory, past sdc_processes_list's default limit */
+        /* the whole live directory, page by page */
         sdc_err_clear(&err);
-        snprintf(path, sizeof(path), "/v1/clusters/%s/processes?limit=100000",
-                 sdc_escape(bb.cfg.cluster, esc, sizeof(esc)));
-        rc = sdc_request(cl.prim_client, "GET", path, NULL, &procs, &err);
+        rc = sdc_processes_list(cl.prim_client, bb.cfg.cluster, NULL, &procs, &err);
     }
     reached(p, rc, &err);
     if (rc != SDC_OK) {

@@ -91,20 +91,20 @@ int sdc_events_post(sdc_t *c, const char *cluster, const json_t *events, int *ac
     return rc;
 }
 
-int sdc_processes_list(sdc_t *c, const char *cluster, const sdc_proc_filter_t *filter,
-                       json_t **out, sdc_err_t *err)
+int sdc_processes_page(sdc_t *c, const char *cluster, const sdc_proc_filter_t *filter,
+                       const char *after, int limit, json_t **out, sdc_err_t *err)
 {
     *out = NULL;
     int rc = sdc__names(err, 1, "cluster", cluster);
     if (rc)
         return rc;
-    char path[1024], esc[400];
+    char path[1400], esc[400];
     int n = snprintf(path, sizeof path, "/v1/clusters/%s/processes", cluster);
     char sep = '?';
-    const char *keys[] = {"machine", "service", "state"};
+    const char *keys[] = {"machine", "service", "state", "after"};
     const char *vals[] = {filter ? filter->machine : NULL, filter ? filter->service : NULL,
-                          filter ? filter->state : NULL};
-    for (int i = 0; i < 3; i++) {
+                          filter ? filter->state : NULL, after && *after ? after : NULL};
+    for (int i = 0; i < 4; i++) {
         if (!vals[i])
             continue;
         if (strlen(vals[i]) > SD_NAME_MAX)
@@ -113,7 +113,48 @@ int sdc_processes_list(sdc_t *c, const char *cluster, const sdc_proc_filter_t *f
                       sdc_escape(vals[i], esc, sizeof esc));
         sep = '&';
     }
+    if (limit > 0)
+        snprintf(path + n, sizeof path - (size_t)n, "%climit=%d", sep, limit);
     return sdc_request(c, "GET", path, NULL, out, err);
+}
+
+/* Pages of the largest size until next is null, at most SDC_PROCS_MAX records. */
+#define SDC_PROCS_PAGE 5000
+#define SDC_PROCS_MAX 1000000
+
+int sdc_processes_list(sdc_t *c, const char *cluster, const sdc_proc_filter_t *filter,
+                       json_t **out, sdc_err_t *err)
+{
+    *out = NULL;
+    json_t *all = json_array();
+    char after[SD_NAME_MAX + 1] = "";
+    json_int_t total = 0;
+    int truncated = 0;
+    for (;;) {
+        json_t *page = NULL;
+        int rc = sdc_processes_page(c, cluster, filter, after, SDC_PROCS_PAGE, &page, err);
+        if (rc) {
+            json_decref(all);
+            return rc;
+        }
+        json_t *procs = json_object_get(page, "processes");
+        if (json_is_array(procs))
+            json_array_extend(all, procs);
+        total = json_integer_value(json_object_get(page, "total"));
+        const char *next = json_string_value(json_object_get(page, "next"));
+        int more = next && *next && strlen(next) < sizeof after;
+        if (more)
+            snprintf(after, sizeof after, "%s", next);
+        json_decref(page);
+        if (!more)
+            break;
+        if (json_array_size(all) >= SDC_PROCS_MAX) {
+            truncated = 1;
+            break;
+        }
+    }
+    *out = json_pack("{s:o, s:I, s:b}", "processes", all, "total", total, "truncated", truncated);
+    return *out ? SDC_OK : sdc__inval(err, "out of memory");
 }
 
 int sdc_process_get(sdc_t *c, const char *cluster, const char *instance, json_t **out,

@@ -99,7 +99,13 @@ typedef struct {
     const char *state;     /* "starting", "ready" or "stopped" */
 } sdc_proc_filter_t;
 
-/* GET .../processes: *out is {"processes":[...],"total":N,"truncated":bool}. */
+/* GET .../processes, one page: *out is {"processes":[...],"total":N,"truncated":bool,
+ * "next":cursor|null}; after: the previous page's next (NULL or "" for the first), limit
+ * 1..5000 (0: the server's default, 500). */
+int sdc_processes_page(sdc_t *c, const char *cluster, const sdc_proc_filter_t *filter,
+                       const char *after, int limit, json_t **out, sdc_err_t *err);
+/* Every page of GET .../processes (at most 1,000,000 records): *out is
+ * {"processes":[...],"total":N,"truncated":bool}. */
 int sdc_processes_list(sdc_t *c, const char *cluster, const sdc_proc_filter_t *filter,
                        json_t **out, sdc_err_t *err);
 /* GET .../processes/{instance}: *out is the process record. */

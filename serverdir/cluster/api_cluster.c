@@ -597,7 +597,12 @@ void h_machine_lost(sd_req_t *req, sd_resp_t *resp)
         return;
     snprintf(epochs, sizeof epochs, "%lld", (long long)epoch);
     redisReply *r = NULL;
-    int rc = sd__cluster_run("machine_lost", cluster, &r, epochs, machine,
+    int rc = sd_dir_ensure_index(cluster); /* machine_lost reads ix:m:<machine> */
+    if (rc) {
+        sd_resp_store_error(resp, rc);
+        return;
+    }
+    rc = sd__cluster_run("machine_lost", cluster, &r, epochs, machine,
                              sd_assign_channel(chan, sizeof chan), cluster, NULL);
     if (rc) {
         sd_resp_store_error(resp, rc);

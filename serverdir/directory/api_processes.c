@@ -13,8 +13,11 @@ SD_ROUTE(GET, "/v1/clusters/{c}/events", SD_R_BB | SD_R_VIEWER, 0, h_events_list
 SD_ROUTE(GET, "/v1/clusters/{c}/processes", SD_R_BB | SD_R_VIEWER, 0, h_processes_list);
 SD_ROUTE(GET, "/v1/clusters/{c}/processes/{instance}", SD_R_BB | SD_R_VIEWER, 0, h_process_get);
 
-#define PROCS_LIMIT_DEFAULT 10000
-#define PROCS_LIMIT_MAX 100000
+#define PROCS_LIMIT_DEFAULT 500
+#define PROCS_LIMIT_MAX 5000
+#define PROCS_CALL_MAX 100     /* records per proc_list call: each call stays ~1 ms of Redis */
+#define PROCS_BUDGET 1000      /* index entries one call looks at */
+#define PROCS_CALLS_MAX 60     /* calls per request (a page of 5000: 50) */
 #define EVENTS_LIMIT_DEFAULT 100
 
 /* Validates the batch, then applies it with one script. Answers
@@ -129,34 +132,12 @@ void h_events_list(sd_req_t *req, sd_resp_t *resp)
     sd_resp_json(resp, 200, json_pack("{s:o, s:o}", "events", list, "last", last));
 }
 
-static int cmp_instance(const void *a, const void *b)
-{
-    const char *x = json_string_value(json_object_get(*(json_t *const *)a, "instance"));
-    const char *y = json_string_value(json_object_get(*(json_t *const *)b, "instance"));
-    return strcmp(x ? x : "", y ? y : "");
-}
-
-/* Sorts an array of process records by instance name, in place. */
-static void sort_by_instance(json_t *list)
-{
-    size_t n = json_array_size(list);
-    if (n < 2)
-        return;
-    json_t **v = malloc(n * sizeof *v);
-    if (!v)
-        return;
-    for (size_t i = 0; i < n; i++)
-        v[i] = json_incref(json_array_get(list, i));
-    qsort(v, n, sizeof *v, cmp_instance);
-    json_array_clear(list);
-    for (size_t i = 0; i < n; i++)
-        json_array_append_new(list, v[i]);
-    free(v);
-}
-
-/* GET .../processes?machine=&service=&state=&limit=: by default the live directory
- * (starting and ready) sorted by instance; state=stopped lists the recently stopped,
- * newest first. Past `limit` the answer says truncated (which records: unspecified). */
+/* GET .../processes?machine=&service=&state=&limit=&after=: one page of the live directory
+ * (starting and ready) in instance order, or with state=stopped of the recently stopped,
+ * newest first. `next` continues the walk (pass it as after=); null at the end. A page
+ * is built from calls of at most PROCS_CALL_MAX records, each walking an index of the
+ * filter (proc_list.lua): no call's work grows with the directory's size. A page may be
+ * short while more follow (a filter the index does not answer): only next=null ends. */
 void h_processes_list(sd_req_t *req, sd_resp_t *resp)
 {
     const char *cluster;
@@ -167,6 +148,7 @@ void h_processes_list(sd_req_t *req, sd_resp_t *resp)
     const char *machine = sd_req_query(req, "machine");
     const char *service = sd_req_query(req, "service");
     const char *state = sd_req_query(req, "state");
+    const char *after = sd_req_query(req, "after");
     if (machine && !sd_name_valid(machine, SD_NAME_MAX)) {
         sd_resp_error(resp, 400, "bad_query", "query parameter 'machine' is not a valid name");
         return;
@@ -180,37 +162,58 @@ void h_processes_list(sd_req_t *req, sd_resp_t *resp)
                       "query parameter 'state' must be starting, ready or stopped");
         return;
     }
-
-    char base[256];
-    sd_argv_t a;
-    sd_argv_init(&a);
-    sd_argv_add(&a, sd_key(base, sizeof base, cluster, "%s", ""));
-    sd_argv_add(&a, state ? state : "");
-    sd_argv_add(&a, machine ? machine : "");
-    sd_argv_add(&a, service ? service : "");
-    sd_argv_addf(&a, "%lld", (long long)limit);
-    redisReply *r = NULL;
-    int rc = sd_store_run("proc_list", 1, &a, &r);
+    if (after && *after && !sd_name_valid(after, SD_NAME_MAX)) {
+        sd_resp_error(resp, 400, "bad_query",
+                      "query parameter 'after' must be the 'next' of a previous page");
+        return;
+    }
+    int rc = sd_dir_ensure_index(cluster);
     if (rc) {
         sd_resp_store_error(resp, rc);
         return;
     }
-    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
-        r->element[0]->type != REDIS_REPLY_INTEGER) {
-        freeReplyObject(r);
-        sd_resp_store_error(resp, SD_STORE_ERROR);
-        return;
-    }
+    char base[256], cursor[SD_NAME_MAX + 1];
+    sd_key(base, sizeof base, cluster, "%s", "");
+    sd_strlcpy(cursor, after ? after : "", sizeof cursor);
     json_t *list = json_array();
-    for (size_t i = 1; i < r->elements; i++)
-        if (r->element[i]->type == REDIS_REPLY_ARRAY)
-            json_array_append_new(list, sd_dir_proc_json(r->element[i], cluster));
-    long long total = r->element[0]->integer;
-    freeReplyObject(r);
-    if (!state || strcmp(state, "stopped"))
-        sort_by_instance(list);
-    sd_resp_json(resp, 200, json_pack("{s:o, s:I, s:b}", "processes", list, "total",
-                                      total, "truncated", total > (long long)limit));
+    long long total = 0;
+    for (int call = 0; call < PROCS_CALLS_MAX && (int64_t)json_array_size(list) < limit; call++) {
+        int64_t want = limit - (int64_t)json_array_size(list);
+        sd_argv_t a;
+        sd_argv_init(&a);
+        sd_argv_add(&a, base);
+        sd_argv_add(&a, state ? state : "");
+        sd_argv_add(&a, machine ? machine : "");
+        sd_argv_add(&a, service ? service : "");
+        sd_argv_add(&a, cursor);
+        sd_argv_addf(&a, "%lld", (long long)(want < PROCS_CALL_MAX ? want : PROCS_CALL_MAX));
+        sd_argv_addf(&a, "%d", PROCS_BUDGET);
+        redisReply *r = NULL;
+        rc = sd_store_run("proc_list", 1, &a, &r);
+        if (rc) {
+            json_decref(list);
+            sd_resp_store_error(resp, rc);
+            return;
+        }
+        if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
+            r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_INTEGER) {
+            freeReplyObject(r);
+            json_decref(list);
+            sd_resp_store_error(resp, SD_STORE_ERROR);
+            return;
+        }
+        for (size_t i = 2; i < r->elements; i++)
+            if (r->element[i]->type == REDIS_REPLY_ARRAY && r->element[i]->elements > 0)
+                json_array_append_new(list, sd_dir_proc_json(r->element[i], cluster));
+        total = r->element[1]->integer;
+        sd_strlcpy(cursor, r->element[0]->str, sizeof cursor);
+        freeReplyObject(r);
+        if (!cursor[0])
+            break;
+    }
+    sd_resp_json(resp, 200, json_pack("{s:o, s:I, s:b, s:o}", "processes", list, "total", total,
+                                      "truncated", cursor[0] != '\0', "next",
+                                      cursor[0] ? json_string(cursor) : json_null()));
 }
 
 void h_process_get(sd_req_t *req, sd_resp_t *resp)

@@ -6,6 +6,7 @@
 #include "master.h"
 #include "sdvalid.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -436,4 +437,54 @@ int sd_dir_stream_id_valid(const char *s)
         return 0;
     size_t n2 = strlen(dash + 1);
     return n2 > 0 && n2 <= 20 && strspn(dash + 1, "0123456789") == n2 ? 0 : -1;
+}
+
+/* ---------- the live indexes of before the paged lists ---------- */
+
+#define MIGRATED_MAX 1024
+
+int sd_dir_ensure_index(const char *cluster)
+{
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static char *done[MIGRATED_MAX];
+    static int ndone;
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < ndone; i++) {
+        if (strcmp(done[i], cluster) == 0) {
+            pthread_mutex_unlock(&mu);
+            return SD_STORE_OK;
+        }
+    }
+    pthread_mutex_unlock(&mu);
+    char base[256], cursor[32] = "0";
+    sd_key(base, sizeof base, cluster, "%s", "");
+    int chunks = 0;
+    do {
+        sd_argv_t a;
+        sd_argv_init(&a);
+        sd_argv_add(&a, base);
+        sd_argv_add(&a, cursor);
+        sd_argv_add(&a, "500");
+        redisReply *r;
+        int rc = sd_store_run("dir_migrate", 1, &a, &r);
+        if (rc)
+            return rc;
+        if (r->type != REDIS_REPLY_STRING) {
+            freeReplyObject(r);
+            return SD_STORE_ERROR;
+        }
+        sd_strlcpy(cursor, r->str, sizeof cursor);
+        freeReplyObject(r);
+        chunks++;
+    } while (strcmp(cursor, "0") != 0);
+    if (chunks > 1)
+        log_info("directory indexes migrated", "cluster=%s chunks=%d", cluster, chunks);
+    pthread_mutex_lock(&mu);
+    if (ndone < MIGRATED_MAX) {
+        char *c = strdup(cluster);
+        if (c)
+            done[ndone++] = c;
+    }
+    pthread_mutex_unlock(&mu);
+    return SD_STORE_OK;
 }

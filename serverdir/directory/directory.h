@@ -71,5 +71,9 @@ json_t *sd_dir_event_json(const redisReply *entry);
 
 /* Parses a stream id "ms" or "ms-seq" (the `since` cursor). 0 if valid. */
 int sd_dir_stream_id_valid(const char *s);
+/* Makes sure cluster's live directory has the sorted-set indexes of the paged lists
+ * (dir_migrate.lua, in chunks of 500, once per cluster and serverdir copy). A
+ * SD_STORE_* code. */
+int sd_dir_ensure_index(const char *cluster);
 
 #endif

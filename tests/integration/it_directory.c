@@ -300,12 +300,46 @@ static void stopped_unknown_recorded_and_never_revived(void **state)
     json_decref(j);
 }
 
+/* Walks every page of path (limit 3, so most lists take several pages): the number of
+ * records, each seen once, pages in instance order (live lists). total is the size of
+ * the index walked: at least the records found (exact with one filter or none). */
 static int count_procs(const char *path)
 {
-    json_t *j = get_json(H_TOK_VIEWER, path, 200);
-    int n = (int)json_array_size(json_object_get(j, "processes"));
-    assert_int_equal(jint(j, "total"), n);
-    json_decref(j);
+    static char seen[2048][48];
+    char url[512];
+    const char *after = "";
+    char cursor[128] = "";
+    int n = 0, pages = 0;
+    int live = strstr(path, "state=stopped") == NULL;
+    for (;;) {
+        snprintf(url, sizeof url, "%s%slimit=%d%s%s", path, strchr(path, '?') ? "&" : "?",
+                 strstr(path, "cbig") || strstr(path, "cmig") ? 97 : 3, *after ? "&after=" : "", after);
+        json_t *j = get_json(H_TOK_VIEWER, url, 200);
+        json_t *procs = json_object_get(j, "processes");
+        size_t i;
+        json_t *p;
+        json_array_foreach(procs, i, p) {
+            const char *inst = jstr(p, "instance");
+            for (int k = 0; k < n; k++)
+                assert_string_not_equal(seen[k], inst);
+            if (live && n > 0)
+                assert_true(strcmp(seen[n - 1], inst) < 0);
+            assert_true(n < 2048);
+            snprintf(seen[n++], sizeof seen[0], "%s", inst);
+        }
+        assert_true(jint(j, "total") >= n);
+        json_t *next = json_object_get(j, "next");
+        assert_int_equal(json_is_true(json_object_get(j, "truncated")), json_is_string(next));
+        pages++;
+        assert_true(pages < 50);
+        if (!json_is_string(next)) {
+            json_decref(j);
+            break;
+        }
+        snprintf(cursor, sizeof cursor, "%s", json_string_value(next));
+        after = cursor;
+        json_decref(j);
+    }
     return n;
 }
 
@@ -829,6 +863,120 @@ static void sdclient_typed_calls_and_failover(void **state)
     }
 }
 
+/* Issue 14, "no request walks a whole set": 100,000 live processes; every page of the
+ * largest size (5000) and the filtered lists that used to read every record (state=...)
+ * are walked, and no Redis command takes 5 ms or more (SLOWLOG; the old proc_list read
+ * the whole set in one script: 40 ms for ?limit=10, 450 ms for ?state=starting). A
+ * process stopped in the middle of a walk is not seen twice and none is missed. */
+static void lists_at_100k_stay_cheap(void **state)
+{
+    size_t cap = 200000;
+    char *batch = malloc(cap);
+    for (int b = 0; b < 100; b++) {
+        int n = snprintf(batch, cap, "[");
+        for (int i = 0; i < 1000; i++) {
+            int k = b * 1000 + i;
+            n += snprintf(batch + n, cap - (size_t)n,
+                          "%s{\"id\":\"h-%d\",\"type\":\"%s\",\"instance\":\"p%06d\","
+                          "\"machine\":\"m%d\",\"service\":\"s%d\",\"pid\":%d}",
+                          i ? "," : "", k, k % 3 ? "started" : "ready", k, k % 100, k % 7, 1 + k);
+        }
+        snprintf(batch + n, cap - (size_t)n, "]");
+        json_t *j = post_events("c100k", batch);
+        assert_int_equal(jint(j, "accepted"), 1000);
+        json_decref(j);
+    }
+    free(batch);
+    freeReplyObject(h_redis(&redis, "CONFIG SET slowlog-log-slower-than 5000"));
+    freeReplyObject(h_redis(&redis, "SLOWLOG RESET"));
+
+    /* the whole directory in pages of 5000, a process stopped meanwhile */
+    static unsigned char seen[100000];
+    memset(seen, 0, sizeof seen);
+    char url[256], after[64] = "";
+    int pages = 0, total = 0;
+    for (;;) {
+        snprintf(url, sizeof url, "/v1/clusters/c100k/processes?limit=5000%s%s",
+                 after[0] ? "&after=" : "", after);
+        json_t *j = get_json(H_TOK_VIEWER, url, 200);
+        size_t i;
+        json_t *p;
+        json_array_foreach(json_object_get(j, "processes"), i, p) {
+            int k = atoi(jstr(p, "instance") + 1);
+            assert_false(seen[k]);
+            seen[k] = 1;
+            total++;
+        }
+        if (pages == 3) {
+            json_t *x = post_events("c100k", "[{\"id\":\"stop-99999\",\"type\":\"stopped\","
+                                              "\"instance\":\"p099999\",\"machine\":\"m99\","
+                                              "\"service\":\"s4\",\"reason\":\"killed\"}]");
+            json_decref(x);
+        }
+        pages++;
+        json_t *next = json_object_get(j, "next");
+        if (!json_is_string(next)) {
+            json_decref(j);
+            break;
+        }
+        snprintf(after, sizeof after, "%s", json_string_value(next));
+        json_decref(j);
+        assert_true(pages <= 20);
+    }
+    assert_int_equal(total, 99999); /* all but the one stopped before its page came */
+    assert_false(seen[99999]);
+
+    /* the filters that used to read every record */
+    static const char *const paths[] = {
+        "/v1/clusters/c100k/processes?state=starting&limit=10",
+        "/v1/clusters/c100k/processes?state=ready&limit=5000",
+        "/v1/clusters/c100k/processes?machine=m7&service=s3&limit=5000",
+        "/v1/clusters/c100k/processes?service=s2&state=ready&limit=5000",
+        "/v1/clusters/c100k/processes?limit=10",
+        NULL};
+    for (const char *const *pp = paths; *pp; pp++) {
+        json_t *j = get_json(H_TOK_VIEWER, *pp, 200);
+        assert_true(json_array_size(json_object_get(j, "processes")) > 0);
+        json_decref(j);
+    }
+    redisReply *r = h_redis(&redis, "SLOWLOG GET 5");
+    for (size_t i = 0; i < r->elements; i++) {
+        redisReply *e = r->element[i];
+        fprintf(stderr, "slow: %lld us:", e->element[2]->integer);
+        for (size_t k = 3; k < e->element[3]->elements && k < 10; k++)
+            fprintf(stderr, " %.40s", e->element[3]->element[k]->str);
+        fprintf(stderr, "\n");
+    }
+    assert_int_equal(r->elements, 0);
+    freeReplyObject(r);
+    freeReplyObject(h_redis(&redis, "CONFIG SET slowlog-log-slower-than 10000"));
+}
+
+/* A directory written before the paged lists (its live instances in the sets live,
+ * live:m:<m>, live:s:<s>) is moved to the sorted-set indexes the first time a list is
+ * asked for, then listed as before; a stopped one left in the old sets is not. */
+static void old_live_sets_are_migrated(void **state)
+{
+    for (int i = 0; i < 1200; i++) {
+        const char *st = i == 7 ? "stopped" : i % 2 ? "ready" : "starting";
+        freeReplyObject(h_redis(&redis, "HSET sd:{cmig}:proc:o%04d instance o%04d machine m%d service zone state %s generation 1",
+                                i, i, i % 3, st));
+        freeReplyObject(h_redis(&redis, "SADD sd:{cmig}:live o%04d", i));
+        freeReplyObject(h_redis(&redis, "SADD sd:{cmig}:live:m:m%d o%04d", i % 3, i));
+        freeReplyObject(h_redis(&redis, "SADD sd:{cmig}:live:s:zone o%04d", i));
+    }
+    assert_int_equal(count_procs("/v1/clusters/cmig/processes?machine=m1"), 399); /* o0007 stopped */
+    json_t *j = get_json(H_TOK_VIEWER, "/v1/clusters/cmig/processes?limit=5000", 200);
+    assert_int_equal(json_array_size(json_object_get(j, "processes")), 1199);
+    json_decref(j);
+    redisReply *r = h_redis(&redis, "EXISTS sd:{cmig}:live sd:{cmig}:live:m:m1 sd:{cmig}:live:s:zone");
+    assert_int_equal(r->integer, 0);
+    freeReplyObject(r);
+    r = h_redis(&redis, "GET sd:{cmig}:ixv");
+    assert_string_equal(r->str, "1");
+    freeReplyObject(r);
+}
+
 int main(void)
 {
     h_init(120);
@@ -845,6 +993,8 @@ int main(void)
         cmocka_unit_test(token_file_reloaded_on_sighup),
         cmocka_unit_test(sdclient_typed_calls_and_failover),
         cmocka_unit_test(redis_outage_gives_503_then_recovers),
+        cmocka_unit_test(lists_at_100k_stay_cheap),
+        cmocka_unit_test(old_live_sets_are_migrated),
     };
     return cmocka_run_group_tests(tests, setup, h_stack_teardown);
 }

@@ -453,7 +453,7 @@ static void scratch_root(const char *root, const char *const *installed)
 static void dpkg_installs_into_scratch_root(void **state)
 {
     static const char *const libs[] = {"libc6", "libmicrohttpd12", "libjansson4",
-                                       "libhiredis0.14", "libcurl4", NULL};
+                                       "libhiredis0.14", "libcurl4", "libssl3", NULL};
     char root[500], rootopt[520], *out;
     snprintf(root, sizeof root, "%s/root", tmp());
     snprintf(rootopt, sizeof rootopt, "--root=%s", root);

@@ -18,8 +18,7 @@ if cur ~= '[]' then
   redis.call('PUBLISH', ARGV[3], ARGV[4] .. ' ' .. m)
   out[2], out[3] = v, 1
 end
-local live = redis.call('SMEMBERS', base .. 'live:m:' .. m)
-table.sort(live)
+local live = redis.call('ZRANGE', base .. 'ix:m:' .. m, 0, -1) -- one machine's: bounded
 for _, inst in ipairs(live) do
   out[#out + 1] = inst
   out[#out + 1] = redis.call('HGET', base .. 'proc:' .. inst, 'service') or ''

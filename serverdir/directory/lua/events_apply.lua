@@ -43,10 +43,17 @@ for i, e in ipairs(batch) do
   events[i] = f
 end
 
-local function index(cmd, inst, m, sv)
-  redis.call(cmd, base .. 'live', inst)
-  redis.call(cmd, base .. 'live:m:' .. m, inst)
-  redis.call(cmd, base .. 'live:s:' .. sv, inst)
+-- The live indexes the paged lists walk (proc_list.lua): sorted sets, score 0, in
+-- instance order: all live, per machine, per service, per state.
+local function index(cmd, inst, m, sv, st)
+  local z = cmd == 'add' and 'ZADD' or 'ZREM'
+  local function one(k)
+    if z == 'ZADD' then redis.call('ZADD', k, 0, inst) else redis.call('ZREM', k, inst) end
+  end
+  one(base .. 'ix')
+  one(base .. 'ix:m:' .. m)
+  one(base .. 'ix:s:' .. sv)
+  one(base .. 'ix:st:' .. st)
 end
 
 local accepted, dups, stale, stops = 0, 0, 0, 0
@@ -75,7 +82,11 @@ for i, f in ipairs(events) do
       local was_live = st and LIVE[st]
       local same_place = cur[3] == f.machine and cur[4] == f.service
       if was_live and (not LIVE[state] or not same_place) then
-        index('SREM', f.instance, cur[3], cur[4])
+        index('rem', f.instance, cur[3], cur[4], st)
+      elseif was_live and st ~= state then
+        -- starting -> ready in place: only the state index moves
+        redis.call('ZREM', base .. 'ix:st:' .. st, f.instance)
+        redis.call('ZADD', base .. 'ix:st:' .. state, 0, f.instance)
       end
       if new_run and st then
         redis.call('DEL', key)
@@ -107,7 +118,7 @@ for i, f in ipairs(events) do
       end
       redis.call(unpack(h))
       if LIVE[state] and not (was_live and same_place) then
-        index('SADD', f.instance, f.machine, f.service)
+        index('add', f.instance, f.machine, f.service, state)
       end
       if state == 'stopped' then
         redis.call('ZADD', base .. 'stopped', nows, f.instance)
