@@ -518,55 +518,34 @@ void h_assignments_get(sd_req_t *req, sd_resp_t *resp)
     sd_assign_answer(resp, doc, cur, sd_req_header(req, "If-None-Match"));
 }
 
-/* Builds the stopped events (reason machine_lost) for the instance/service pairs of a
- * machine_lost reply from index `from`, applies them through events_apply in batches
- * of SD_EVENTS_MAX, and returns the number applied or a SD_STORE_* error. */
+/* Marks the instance/service pairs of a machine_lost reply from index `from` stopped
+ * (machine_lost) through sd_dir_mark_lost; the number applied or a SD_STORE_* error. */
 static long long lost_events(const char *cluster, const char *machine, int64_t epoch,
                              const redisReply *r, size_t from)
 {
-    long long applied = 0;
-    char num[32];
-    for (size_t i = from; i + 1 < r->elements;) {
-        json_t *events = json_array();
-        for (; i + 1 < r->elements && json_array_size(events) < SD_EVENTS_MAX; i += 2) {
-            const char *inst = rs(r, i, num, sizeof num);
-            char svc[SD_NAME_MAX + 1];
-            sd_strlcpy(svc, rs(r, i + 1, num, sizeof num), sizeof svc);
-            /* The id names the epoch and the instance, so a repeated declaration by the
-             * same primary is a duplicate; names longer than the id allows are hashed. */
-            char id[SD_NAME_MAX + 1];
-            int n = snprintf(id, sizeof id, "lost.%lld.%s", (long long)epoch, inst);
-            if (n < 0 || (size_t)n >= sizeof id) {
-                uint64_t h = 1469598103934665603ULL;
-                for (const char *p = inst; *p; p++)
-                    h = (h ^ (unsigned char)*p) * 1099511628211ULL;
-                snprintf(id, sizeof id, "lost.%lld.%016llx", (long long)epoch,
-                         (unsigned long long)h);
-            }
-            json_array_append_new(
-                events, json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s}", "id", id, "type",
-                                  "stopped", "instance", inst, "machine", machine, "service",
-                                  *svc ? svc : "unknown", "reason", "machine_lost", "detail",
-                                  "the machine's lease expired; declared lost by the primary"));
+    size_t n = r->elements > from ? (r->elements - from) / 2 : 0;
+    const char **insts = calloc(n ? n : 1, sizeof *insts);
+    const char **svcs = calloc(n ? n : 1, sizeof *svcs);
+    char (*bufs)[2][SD_NAME_MAX + 1] = calloc(n ? n : 1, sizeof *bufs);
+    long long rc = SD_STORE_ERROR;
+    if (insts && svcs && bufs) {
+        char num[32];
+        for (size_t k = 0; k < n; k++) {
+            sd_strlcpy(bufs[k][0], rs(r, from + 2 * k, num, sizeof num), sizeof bufs[k][0]);
+            sd_strlcpy(bufs[k][1], rs(r, from + 2 * k + 1, num, sizeof num), sizeof bufs[k][1]);
+            insts[k] = bufs[k][0];
+            svcs[k] = bufs[k][1];
         }
-        json_t *body = json_pack("{s:o}", "events", events);
-        char *batch = NULL, err[SD_ERRMSG_MAX];
-        size_t nev = 0;
-        int rc = sd_dir_events_normalize(body, &batch, &nev, err, sizeof err);
-        json_decref(body);
-        if (rc) {
-            log_error("machine_lost events invalid", "cluster=%s machine=%s err=%s", cluster,
-                      machine, err);
-            return SD_STORE_ERROR;
-        }
-        long long counts[3];
-        rc = sd_dir_events_apply(cluster, batch, counts);
-        free(batch);
-        if (rc)
-            return rc;
-        applied += counts[0];
+        char idpfx[48];
+        snprintf(idpfx, sizeof idpfx, "lost.%lld", (long long)epoch);
+        rc = sd_dir_mark_lost(cluster, machine, idpfx,
+                              "the machine's lease expired; declared lost by the primary", insts,
+                              svcs, n);
     }
-    return applied;
+    free(insts);
+    free(svcs);
+    free(bufs);
+    return rc;
 }
 
 /* POST /machines/{m}/lost {epoch} (primary only) -> 200 {machine, stopped, version,

@@ -52,6 +52,7 @@ void h_machine_put(sd_req_t *req, sd_resp_t *resp)
     long long ttl = r->element[1]->integer;
     int fresh = r->element[2]->integer == 1;
     freeReplyObject(r);
+    sd_dir_cluster_seen(cluster); /* the lost-machine sweep's list of clusters */
     if (fresh) {
         log_info("machine registered", "cluster=%s machine=%s ttl_ms=%lld", cluster, machine, ttl);
         SD_COUNT("serverdir_machine_registrations_total", "machine leases started (new or after expiry)", 1);

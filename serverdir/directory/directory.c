@@ -8,6 +8,7 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,6 +18,7 @@ sd_dir_config_t sd_dir_cfg = {
     .stopped_ttl_ms = 24LL * 3600 * 1000,
     .event_id_ttl_ms = 24LL * 3600 * 1000,
     .machine_keep_ms = 24LL * 3600 * 1000,
+    .lost_sweep_ms = 1000,
 };
 
 int sd_dir_config_load(const json_t *section, char *err, size_t errcap)
@@ -28,23 +30,27 @@ int sd_dir_config_load(const json_t *section, char *err, size_t errcap)
     if (!json_is_object(section))
         return sd_jv_fail(&v, "directory", "must be an object");
     static const char *const keys[] = {"history_max", "stopped_keep", "stopped_ttl_s",
-                                       "event_id_ttl_s", "machine_keep_s", NULL};
+                                       "event_id_ttl_s", "machine_keep_s", "lost_sweep_ms", NULL};
     if (sd_jv_only_keys(&v, section, keys))
         return -1;
     int64_t hist = sd_dir_cfg.history_max, keep = sd_dir_cfg.stopped_keep;
     int64_t sttl = sd_dir_cfg.stopped_ttl_ms / 1000, idttl = sd_dir_cfg.event_id_ttl_ms / 1000;
-    int64_t mkeep = sd_dir_cfg.machine_keep_ms / 1000;
+    int64_t mkeep = sd_dir_cfg.machine_keep_ms / 1000, sweep = sd_dir_cfg.lost_sweep_ms;
     if (sd_jv_int(&v, section, "history_max", 0, 10, 10000000, &hist) < 0 ||
         sd_jv_int(&v, section, "stopped_keep", 0, 10, 10000000, &keep) < 0 ||
         sd_jv_int(&v, section, "stopped_ttl_s", 0, 1, 30LL * 86400, &sttl) < 0 ||
         sd_jv_int(&v, section, "event_id_ttl_s", 0, 86400, 30LL * 86400, &idttl) < 0 ||
-        sd_jv_int(&v, section, "machine_keep_s", 0, 1, 30LL * 86400, &mkeep) < 0)
+        sd_jv_int(&v, section, "machine_keep_s", 0, 1, 30LL * 86400, &mkeep) < 0 ||
+        sd_jv_int(&v, section, "lost_sweep_ms", 0, 0, 3600000, &sweep) < 0)
         return -1;
+    if (sweep > 0 && sweep < 100)
+        return sd_jv_fail(&v, "directory.lost_sweep_ms", "must be 0 (off) or at least 100");
     sd_dir_cfg.history_max = hist;
     sd_dir_cfg.stopped_keep = keep;
     sd_dir_cfg.stopped_ttl_ms = sttl * 1000;
     sd_dir_cfg.event_id_ttl_ms = idttl * 1000;
     sd_dir_cfg.machine_keep_ms = mkeep * 1000;
+    sd_dir_cfg.lost_sweep_ms = sweep;
     return 0;
 }
 
@@ -487,4 +493,309 @@ int sd_dir_ensure_index(const char *cluster)
     }
     pthread_mutex_unlock(&mu);
     return SD_STORE_OK;
+}
+
+/* ---------- machines lost without a primary ---------- */
+
+long long sd_dir_mark_lost(const char *cluster, const char *machine, const char *idpfx,
+                           const char *detail, const char *const *insts,
+                           const char *const *svcs, size_t n)
+{
+    long long applied = 0;
+    for (size_t i = 0; i < n;) {
+        json_t *events = json_array();
+        for (; i < n && json_array_size(events) < SD_EVENTS_MAX; i++) {
+            /* The id names the declaration and the instance, so a repeat is a duplicate;
+             * names longer than an id allows are hashed. */
+            char id[SD_NAME_MAX + 1];
+            int len = snprintf(id, sizeof id, "%s.%s", idpfx, insts[i]);
+            if (len < 0 || (size_t)len >= sizeof id) {
+                uint64_t h = 1469598103934665603ULL;
+                for (const char *p = insts[i]; *p; p++)
+                    h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+                snprintf(id, sizeof id, "%.100s.%016llx", idpfx, (unsigned long long)h);
+            }
+            json_array_append_new(
+                events, json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s}", "id", id, "type",
+                                  "stopped", "instance", insts[i], "machine", machine,
+                                  "service", svcs[i][0] ? svcs[i] : "unknown", "reason",
+                                  "machine_lost", "detail", detail));
+        }
+        json_t *body = json_pack("{s:o}", "events", events);
+        char *batch = NULL, err[SD_ERRMSG_MAX];
+        size_t nev = 0;
+        int rc = sd_dir_events_normalize(body, &batch, &nev, err, sizeof err);
+        json_decref(body);
+        if (rc) {
+            log_error("machine_lost events invalid", "cluster=%s machine=%s err=%s", cluster,
+                      machine, err);
+            return SD_STORE_ERROR;
+        }
+        long long counts[3];
+        rc = sd_dir_events_apply(cluster, batch, counts);
+        free(batch);
+        if (rc)
+            return rc;
+        applied += counts[0];
+    }
+    return applied;
+}
+
+int sd_dir_cluster_seen(const char *cluster)
+{
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static char *seen[MIGRATED_MAX];
+    static int nseen;
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < nseen; i++) {
+        if (strcmp(seen[i], cluster) == 0) {
+            pthread_mutex_unlock(&mu);
+            return SD_STORE_OK;
+        }
+    }
+    pthread_mutex_unlock(&mu);
+    char key[128];
+    snprintf(key, sizeof key, "%sclusters", sd_store_prefix());
+    sd_argv_t a;
+    sd_argv_init(&a);
+    sd_argv_add(&a, "SADD");
+    sd_argv_add(&a, key);
+    sd_argv_add(&a, cluster);
+    redisReply *r;
+    int rc = sd_store_command(&a, &r);
+    sd_argv_free(&a);
+    if (rc)
+        return rc;
+    freeReplyObject(r);
+    pthread_mutex_lock(&mu);
+    if (nseen < MIGRATED_MAX) {
+        char *c = strdup(cluster);
+        if (c)
+            seen[nseen++] = c;
+    }
+    pthread_mutex_unlock(&mu);
+    return SD_STORE_OK;
+}
+
+/* Whether cluster has, by this copy's clock, a machine whose lease ran out and no live
+ * primary: two reads, so an idle sweep writes nothing. */
+static int sweep_due(const char *cluster)
+{
+    char key[300], now[24];
+    snprintf(now, sizeof now, "%lld", (long long)sd_wall_ms());
+    sd_argv_t a;
+    sd_argv_init(&a);
+    sd_argv_add(&a, "ZRANGEBYSCORE");
+    sd_argv_add(&a, sd_key(key, sizeof key, cluster, "leases"));
+    sd_argv_add(&a, "-inf");
+    sd_argv_add(&a, now);
+    sd_argv_add(&a, "LIMIT");
+    sd_argv_add(&a, "0");
+    sd_argv_add(&a, "1");
+    redisReply *r;
+    int rc = sd_store_command(&a, &r);
+    sd_argv_free(&a);
+    if (rc)
+        return 0;
+    int due = r->type == REDIS_REPLY_ARRAY && r->elements > 0;
+    freeReplyObject(r);
+    if (!due)
+        return 0;
+    sd_argv_init(&a);
+    sd_argv_add(&a, "HMGET");
+    sd_argv_add(&a, sd_key(key, sizeof key, cluster, "primary"));
+    sd_argv_add(&a, "holder");
+    sd_argv_add(&a, "expires_at_ms");
+    rc = sd_store_command(&a, &r);
+    sd_argv_free(&a);
+    if (rc)
+        return 0;
+    int primary = r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+                  r->element[0]->type == REDIS_REPLY_STRING && r->element[0]->len > 0 &&
+                  r->element[1]->type == REDIS_REPLY_STRING &&
+                  strtoll(r->element[1]->str, NULL, 10) > sd_wall_ms();
+    freeReplyObject(r);
+    return !primary;
+}
+
+/* One cluster: every machine whose lease ran out (at most 64 a round) has its live
+ * processes marked stopped (machine_lost). */
+static void sweep_cluster(const char *cluster)
+{
+    if (sd_dir_ensure_index(cluster))
+        return;
+    char base[256];
+    sd_key(base, sizeof base, cluster, "%s", "");
+    for (int k = 0; k < 64; k++) {
+        sd_argv_t a;
+        sd_argv_init(&a);
+        sd_argv_add(&a, base);
+        redisReply *r;
+        if (sd_store_run("machine_lost_sweep", 1, &a, &r))
+            return;
+        if (r->type != REDIS_REPLY_ARRAY || r->elements < 2) {
+            freeReplyObject(r);
+            return;
+        }
+        const char *machine = r->element[0]->str;
+        size_t n = (r->elements - 2) / 2;
+        const char **insts = calloc(n ? n : 1, sizeof *insts);
+        const char **svcs = calloc(n ? n : 1, sizeof *svcs);
+        if (!insts || !svcs) {
+            free(insts);
+            free(svcs);
+            freeReplyObject(r);
+            return;
+        }
+        for (size_t i = 0; i < n; i++) {
+            insts[i] = r->element[2 + 2 * i]->str;
+            svcs[i] = r->element[3 + 2 * i]->str;
+        }
+        char idpfx[64];
+        snprintf(idpfx, sizeof idpfx, "lostsweep.%s", r->element[1]->str);
+        long long applied = n ? sd_dir_mark_lost(cluster, machine, idpfx,
+                                                 "the machine's lease expired; no primary: "
+                                                 "marked by serverdir's sweep",
+                                                 insts, svcs, n)
+                              : 0;
+        log_warn("machine lost", "cluster=%s machine=%s processes=%zu stopped=%lld by=%s", cluster,
+                 machine, n, applied, "sweep");
+        SD_COUNT("serverdir_machines_lost_by_sweep_total",
+                 "machines whose lease ran out in a cluster without a primary", 1);
+        free(insts);
+        free(svcs);
+        freeReplyObject(r);
+    }
+}
+
+static pthread_t sweeper;
+static int sweeper_on;
+static pthread_mutex_t sweep_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t sweep_cv = PTHREAD_COND_INITIALIZER;
+static int sweep_stop;
+
+/* Takes the sweep's Redis lease (one copy sweeps at a time): 1 when this copy has it. */
+static int sweep_lease(const char *me)
+{
+    char key[128], px[24];
+    snprintf(key, sizeof key, "%slostsweep", sd_store_prefix());
+    snprintf(px, sizeof px, "%lld", (long long)sd_dir_cfg.lost_sweep_ms * 2);
+    sd_argv_t a;
+    sd_argv_init(&a);
+    sd_argv_add(&a, "SET");
+    sd_argv_add(&a, key);
+    sd_argv_add(&a, me);
+    sd_argv_add(&a, "NX");
+    sd_argv_add(&a, "PX");
+    sd_argv_add(&a, px);
+    redisReply *r;
+    int rc = sd_store_command(&a, &r);
+    sd_argv_free(&a);
+    if (rc)
+        return 0;
+    int got = r->type == REDIS_REPLY_STATUS;
+    freeReplyObject(r);
+    if (got)
+        return 1;
+    /* held: by this copy (renew it) or another */
+    sd_argv_init(&a);
+    sd_argv_add(&a, "GET");
+    sd_argv_add(&a, key);
+    if (sd_store_command(&a, &r)) {
+        sd_argv_free(&a);
+        return 0;
+    }
+    sd_argv_free(&a);
+    got = r->type == REDIS_REPLY_STRING && strcmp(r->str, me) == 0;
+    freeReplyObject(r);
+    if (got) {
+        sd_argv_init(&a);
+        sd_argv_add(&a, "PEXPIRE");
+        sd_argv_add(&a, key);
+        sd_argv_add(&a, px);
+        if (sd_store_command(&a, &r) == 0)
+            freeReplyObject(r);
+        sd_argv_free(&a);
+    }
+    return got;
+}
+
+static void *sweeper_main(void *arg)
+{
+    (void)arg;
+    char me[33];
+    if (sd_random_hex(me, 16))
+        snprintf(me, sizeof me, "%lld", (long long)sd_mono_us());
+    char key[128];
+    snprintf(key, sizeof key, "%sclusters", sd_store_prefix());
+    for (;;) {
+        pthread_mutex_lock(&sweep_mu);
+        if (!sweep_stop) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            int64_t ns = ts.tv_nsec + (sd_dir_cfg.lost_sweep_ms % 1000) * 1000000;
+            ts.tv_sec += sd_dir_cfg.lost_sweep_ms / 1000 + ns / 1000000000;
+            ts.tv_nsec = ns % 1000000000;
+            pthread_cond_timedwait(&sweep_cv, &sweep_mu, &ts);
+        }
+        int stop = sweep_stop;
+        pthread_mutex_unlock(&sweep_mu);
+        if (stop)
+            break;
+        char cursor[32] = "0";
+        int rounds = 0, leased = 0;
+        do {
+            sd_argv_t a;
+            sd_argv_init(&a);
+            sd_argv_add(&a, "SSCAN");
+            sd_argv_add(&a, key);
+            sd_argv_add(&a, cursor);
+            sd_argv_add(&a, "COUNT");
+            sd_argv_add(&a, "100");
+            redisReply *r;
+            int rc = sd_store_command(&a, &r);
+            sd_argv_free(&a);
+            if (rc)
+                break;
+            if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+                freeReplyObject(r);
+                break;
+            }
+            sd_strlcpy(cursor, r->element[0]->str, sizeof cursor);
+            for (size_t i = 0; i < r->element[1]->elements; i++) {
+                const char *c = r->element[1]->element[i]->str;
+                if (!sd_name_valid(c, SD_NAME_MAX) || !sweep_due(c))
+                    continue;
+                if (!leased && !(leased = sweep_lease(me)))
+                    break; /* another copy sweeps this round */
+                sweep_cluster(c);
+            }
+            freeReplyObject(r);
+        } while (strcmp(cursor, "0") != 0 && ++rounds < 1000);
+    }
+    sd_store_thread_close();
+    return NULL;
+}
+
+int sd_dir_sweeper_start(void)
+{
+    if (sd_dir_cfg.lost_sweep_ms <= 0 || sweeper_on)
+        return 0;
+    int rc = pthread_create(&sweeper, NULL, sweeper_main, NULL);
+    if (rc)
+        return -rc;
+    sweeper_on = 1;
+    return 0;
+}
+
+void sd_dir_sweeper_stop(void)
+{
+    if (!sweeper_on)
+        return;
+    pthread_mutex_lock(&sweep_mu);
+    sweep_stop = 1;
+    pthread_cond_signal(&sweep_cv);
+    pthread_mutex_unlock(&sweep_mu);
+    pthread_join(sweeper, NULL);
+    sweeper_on = 0;
 }

@@ -34,6 +34,8 @@ typedef struct {
     int64_t stopped_ttl_ms;  /* ... and for at most this long */
     int64_t event_id_ttl_ms; /* how long an applied event id is remembered (>= 24 h) */
     int64_t machine_keep_ms; /* how long a lost machine stays listed */
+    int64_t lost_sweep_ms;   /* period of the lost-machine sweep of clusters without a
+                                primary; 0: off */
 } sd_dir_config_t;
 
 extern sd_dir_config_t sd_dir_cfg;
@@ -75,5 +77,18 @@ int sd_dir_stream_id_valid(const char *s);
  * (dir_migrate.lua, in chunks of 500, once per cluster and serverdir copy). A
  * SD_STORE_* code. */
 int sd_dir_ensure_index(const char *cluster);
+/* Marks the given live instances of machine stopped with reason machine_lost through
+ * events_apply (batches of SD_EVENTS_MAX). Event ids are "<idpfx>.<instance>", so a
+ * repeat is a duplicate. insts/svcs: n names each. Returns the number applied or a
+ * SD_STORE_* error. */
+long long sd_dir_mark_lost(const char *cluster, const char *machine, const char *idpfx,
+                           const char *detail, const char *const *insts,
+                           const char *const *svcs, size_t n);
+/* Remembers cluster in <prefix>clusters (the sweep's list); a SD_STORE_* code. */
+int sd_dir_cluster_seen(const char *cluster);
+/* The lost-machine sweep thread (every lost_sweep_ms, one serverdir copy at a time under
+ * a Redis lease); start returns 0 or -errno. */
+int sd_dir_sweeper_start(void);
+void sd_dir_sweeper_stop(void);
 
 #endif

@@ -977,6 +977,56 @@ static void old_live_sets_are_migrated(void **state)
     freeReplyObject(r);
 }
 
+static int nolead_stopped(void *arg)
+{
+    (void)arg;
+    json_t *j = get_json(H_TOK_VIEWER, "/v1/clusters/nolead/processes?machine=m1", 200);
+    int n = (int)json_array_size(json_object_get(j, "processes"));
+    json_decref(j);
+    return n == 0;
+}
+
+/* Issue 15, item 1: a cluster without a primary (static services), its machine's lease
+ * runs out: a serverdir copy's sweep marks the machine's live processes stopped with
+ * reason machine_lost (once; the other machine's are untouched), as a primary would. */
+static void machine_lost_without_primary(void **state)
+{
+    h_resp_t r;
+    assert_int_equal(req("PUT", H_TOK_BB, "{\"ttl_ms\":1000}", &r, "/v1/clusters/nolead/machines/m1"), 200);
+    h_resp_free(&r);
+    assert_int_equal(req("PUT", H_TOK_BB, "{\"ttl_ms\":60000}", &r, "/v1/clusters/nolead/machines/m2"), 200);
+    h_resp_free(&r);
+    json_t *j = post_events(
+        "nolead",
+        "[{\"id\":\"n1\",\"type\":\"started\",\"instance\":\"zone-1\",\"machine\":\"m1\",\"service\":\"zone\",\"pid\":1},"
+        "{\"id\":\"n2\",\"type\":\"ready\",\"instance\":\"zone-1\",\"machine\":\"m1\",\"service\":\"zone\"},"
+        "{\"id\":\"n3\",\"type\":\"started\",\"instance\":\"zone-2\",\"machine\":\"m1\",\"service\":\"zone\",\"pid\":2},"
+        "{\"id\":\"n4\",\"type\":\"started\",\"instance\":\"zone-3\",\"machine\":\"m2\",\"service\":\"zone\",\"pid\":3}]");
+    assert_int_equal(jint(j, "accepted"), 4);
+    json_decref(j);
+    assert_true(h_wait_until(nolead_stopped, NULL, h_valgrind() ? 20000 : 6000));
+    j = get_json(H_TOK_VIEWER, "/v1/clusters/nolead/processes/zone-1", 200);
+    assert_string_equal(jstr(j, "state"), "stopped");
+    assert_string_equal(jstr(j, "reason"), "machine_lost");
+    assert_non_null(strstr(jstr(j, "detail"), "no primary"));
+    json_decref(j);
+    j = get_json(H_TOK_VIEWER, "/v1/clusters/nolead/processes/zone-3", 200);
+    assert_string_equal(jstr(j, "state"), "starting");
+    json_decref(j);
+    /* once: the history has two machine_lost stops, not more, a while later */
+    h_sleep_ms(1500); /* the sweep runs every second: two more rounds must add nothing */
+    j = get_json(H_TOK_VIEWER, "/v1/clusters/nolead/events?limit=100", 200);
+    int lost = 0;
+    size_t i;
+    json_t *e;
+    json_array_foreach(json_object_get(j, "events"), i, e) {
+        const char *reason = json_string_value(json_object_get(e, "reason"));
+        lost += reason && !strcmp(reason, "machine_lost");
+    }
+    json_decref(j);
+    assert_int_equal(lost, 2);
+}
+
 int main(void)
 {
     h_init(120);
@@ -995,6 +1045,7 @@ int main(void)
         cmocka_unit_test(redis_outage_gives_503_then_recovers),
         cmocka_unit_test(lists_at_100k_stay_cheap),
         cmocka_unit_test(old_live_sets_are_migrated),
+        cmocka_unit_test(machine_lost_without_primary),
     };
     return cmocka_run_group_tests(tests, setup, h_stack_teardown);
 }

@@ -269,7 +269,7 @@ static void copies_killed_and_restarted_under_traffic(void **state)
     /* every acknowledged batch is in the directory exactly once: zone-0 .. zone-(n-1),
      * all ready (a retried batch was applied once, not twice or half) */
     h_resp_t r;
-    assert_int_equal(h_http_json("GET", front, H_TOK_VIEWER, NULL, &r, "/v1/clusters/c1/processes"),
+    assert_int_equal(h_http_json("GET", front, H_TOK_VIEWER, NULL, &r, "/v1/clusters/c1/processes?limit=5000"),
                      0);
     assert_int_equal(r.status, 200);
     json_t *j = h_resp_json(&r), *ps = json_object_get(j, "processes"), *p;

@@ -765,7 +765,7 @@ static void real_serverdir_kill9_producer(void **state)
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
 
-    json_t *live = sd_get("/v1/clusters/c1/processes?limit=10000");
+    json_t *live = sd_get("/v1/clusters/c1/processes?limit=5000");
     json_t *procs = json_object_get(live, "processes");
     long na = 0, nb = 0;
     for (size_t k = 0; k < json_array_size(procs); k++) {
