@@ -255,6 +255,102 @@ static void sigterm_saves_then_releases(void **state)
     }
 }
 
+/* Posts events (a JSON array) to cluster kc as its Big Brother would. */
+static void post_kc_events(const char *events)
+{
+    h_resp_t r;
+    char body[2048];
+    snprintf(body, sizeof body, "{\"events\":%s}", events);
+    assert_int_equal(h_http_json("POST", sd.url, H_TOK_BB, body, &r, "/v1/clusters/kc/events"), 0);
+    assert_int_equal(r.status, 200);
+    h_resp_free(&r);
+}
+
+static int master_lists(const char *addr)
+{
+    h_resp_t r;
+    assert_int_equal(h_http_json("GET", sd.url, NULL, NULL, &r, "/v1/master/servers?limit=1000"), 0);
+    int found = r.body && strstr(r.body, addr) != NULL;
+    h_resp_free(&r);
+    return found;
+}
+
+static int master_gone(void *addr) { return !master_lists(addr); }
+
+typedef struct {
+    const char *key;
+} free_wait_t;
+
+static int lock_free_or_other(void *arg)
+{
+    char holder[130];
+    long long seq;
+    lock_info(((free_wait_t *)arg)->key, holder, sizeof holder, &seq);
+    return strcmp(holder, "kz-a") != 0;
+}
+
+/* Issue 15, item 1, end to end: a zone server holding two players is killed with SIGKILL
+ * (no save, no release); when the directory records its stop, its locks are freed after
+ * the lock-delay, another server picks the players up and saves them (a higher lock_seq:
+ * the dead one's grants are fenced), and its master-list entry is gone at once. */
+static void kill9_frees_players_for_another_server(void **state)
+{
+    (void)state;
+    char port[16], addr[64];
+    int up = h_free_port();
+    snprintf(port, sizeof port, "%d", up);
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", up);
+    const char *extra_a[] = { "--no-agent", "--save-every-ms", "200", "--master-rest",
+                              "--udp-port", port, NULL };
+    const char *env_a[] = { "BB_CLUSTER=kc", "BB_INSTANCE=kz-a", NULL };
+    post_kc_events("[{\"id\":\"kz1\",\"type\":\"started\",\"instance\":\"kz-a\",\"machine\":\"m1\","
+                   "\"service\":\"zone\",\"pid\":1},{\"id\":\"kz2\",\"type\":\"ready\","
+                   "\"instance\":\"kz-a\",\"machine\":\"m1\",\"service\":\"zone\"}]");
+    gp_run_t a;
+    gp_start(&a, "kz-a", "30-31", 2, extra_a, env_a);
+    assert_true(log_wait_n(&a, "msg=\"player joined\"", 2, 5000));
+    assert_true(blob_wait("player:30", "holder=kz-a", 1, 5000));
+    assert_true(h_wait_until((int (*)(void *))master_lists, addr, 5000));
+    char holder[130];
+    long long seq_a;
+    lock_info("player:30", holder, sizeof holder, &seq_a);
+    assert_string_equal(holder, "kz-a");
+
+    assert_int_equal(kill(a.pid, SIGKILL), 0);
+    h_wait_exit(a.pid, 5000);
+    int64_t t_stop = h_now_ms();
+    post_kc_events("[{\"id\":\"kz3\",\"type\":\"stopped\",\"instance\":\"kz-a\",\"machine\":\"m1\","
+                   "\"service\":\"zone\",\"reason\":\"killed\",\"signal\":9}]");
+    /* the master entry: gone with the stop */
+    assert_true(h_wait_until(master_gone, addr, 1000));
+    /* the locks: free (lock-delay pending) right away, no longer kz-a's */
+    free_wait_t fw = { "player:30" };
+    assert_true(h_wait_until(lock_free_or_other, &fw, 2000));
+    h_resp_t r;
+    assert_int_equal(h_http_json("GET", sd.url, H_TOK_VIEWER, NULL, &r, "/v1/clusters/kc/processes/kz-a"), 0);
+    json_t *p = h_resp_json(&r);
+    assert_int_equal(json_integer_value(json_object_get(p, "locks_released")), 2);
+    json_decref(p);
+    h_resp_free(&r);
+
+    /* another server takes the players once the lock-delay (5 s) is over */
+    const char *extra_b[] = { "--no-agent", "--save-every-ms", "200", NULL };
+    gp_run_t b;
+    gp_start(&b, "kz-b", "30-31", 2, extra_b, NULL);
+    assert_true(log_wait_n(&b, "msg=\"player joined\"", 2, h_valgrind() ? 40000 : 15000));
+    assert_true(h_now_ms() - t_stop >= 4500); /* not before the lock-delay */
+    assert_true(blob_wait("player:30", "holder=kz-b", 1, 5000));
+    long long seq_b;
+    lock_info("player:30", holder, sizeof holder, &seq_b);
+    assert_string_equal(holder, "kz-b");
+    assert_true(seq_b > seq_a);
+    blob_t bl;
+    blob_get("player:30", &bl);
+    assert_true(bl.lock_seq > seq_a); /* saved under the new grant */
+    assert_int_equal(kill(b.pid, SIGTERM), 0);
+    h_wait_exit(b.pid, 8000);
+}
+
 /* ---- a fake Big Brother at the agent socket --------------------------------------- */
 
 /* Reads agent messages for ms; returns the number of heartbeats seen. */
@@ -336,6 +432,7 @@ int main(void)
         cmocka_unit_test(fencing_end_to_end),
         cmocka_unit_test(sigterm_saves_then_releases),
         cmocka_unit_test(serverdir_outage_does_not_stall_the_tick),
+        cmocka_unit_test(kill9_frees_players_for_another_server),
     };
     return cmocka_run_group_tests(tests, setup, h_stack_teardown);
 }
