@@ -15,8 +15,8 @@ set -euo pipefail
 SD_ROOT=$(cd "$(dirname "$0")/.." && pwd)
 . "$SD_ROOT/scripts/deps.sh"
 if [[ -z ${SD_BIN:-} ]]; then
-    sd_install_deps
-    sd_build build
+    sd_install_deps "$sd_cluster_packages"
+    SD_BUILD_TARGETS="serverdir bigbrother bbctl gameproc sdctl" sd_build build
 fi
 
 port=${SD_PORT:-7700}
@@ -79,7 +79,11 @@ game_token=$(token_of game)
 setsid redis-server --port "$rport" --bind 127.0.0.1 --dir "$state/redis" --appendonly yes \
     --save "" --daemonize no >"$state/redis.log" 2>&1 &
 pids+=($!)
-for _ in $(seq 100); do redis-cli -p "$rport" ping >/dev/null 2>&1 && break; sleep 0.05; done
+# A real PONG: while Redis loads its append-only file, PING answers an error (LOADING) and
+# redis-cli still exits 0.
+for _ in $(seq 600); do [[ $(redis-cli -p "$rport" ping 2>/dev/null) == PONG ]] && break; sleep 0.05; done
+[[ $(redis-cli -p "$rport" ping 2>/dev/null) == PONG ]] ||
+    { echo "redis-server did not answer PONG: see $state/redis.log"; exit 1; }
 
 setsid "$bin/serverdir" --listen "127.0.0.1:$port" --redis "redis://127.0.0.1:$rport/0" \
     --tokens "$state/tokens" >"$state/serverdir.log" 2>&1 &
@@ -134,9 +138,11 @@ locks() {
     done
     echo "$n"
 }
-for _ in $(seq 100); do
+# 3 zone servers ready, listed, and their 3 x 3 players locked (at most 20 s); the banner
+# then shows what is really there.
+for _ in $(seq 200); do
     [[ $(count /v1/clusters/local/processes?state=ready instance) -ge 3 &&
-       $(count /v1/master/servers address) -ge 3 && $(locks) -ge 3 ]] && break
+       $(count /v1/master/servers address) -ge 3 && $(locks) -ge 9 ]] && break
     sleep 0.1
 done
 

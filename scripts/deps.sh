@@ -5,9 +5,15 @@ sd_packages="cmake make gcc pkg-config libmicrohttpd-dev libjansson-dev libhired
 libcurl4-openssl-dev libssl-dev libcmocka-dev redis-server redis-tools curl valgrind
 clang libclang-rt-dev haproxy systemd binutils chromium qstat ${SD_EXTRA_PACKAGES:-}"
 
+# What the main command (scripts/cluster.sh) needs: the build and the cluster's own
+# programs, not the test tools (valgrind, clang, haproxy, chromium, qstat).
+sd_cluster_packages="cmake make gcc pkg-config libmicrohttpd-dev libjansson-dev libhiredis-dev
+libcurl4-openssl-dev libssl-dev libcmocka-dev redis-server redis-tools curl"
+
+# Installs the missing ones of the packages given (default: all of $sd_packages).
 sd_install_deps() {
-    local missing=()
-    for p in $sd_packages; do
+    local missing=() want=${1:-$sd_packages}
+    for p in $want; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
     done
     [ ${#missing[@]} -eq 0 ] && return 0
@@ -24,5 +30,6 @@ sd_build() {
     local dir=${1:-build}
     shift || true
     cmake -S "$SD_ROOT" -B "$SD_ROOT/$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
-    cmake --build "$SD_ROOT/$dir" -j"$(nproc)"
+    # SD_BUILD_TARGETS: only these (the main command builds the programs it runs)
+    cmake --build "$SD_ROOT/$dir" -j"$(nproc)" ${SD_BUILD_TARGETS:+--target $SD_BUILD_TARGETS}
 }
