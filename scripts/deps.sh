@@ -3,7 +3,7 @@
 # Extra packages can be passed in SD_EXTRA_PACKAGES.
 sd_packages="cmake make gcc pkg-config libmicrohttpd-dev libjansson-dev libhiredis-dev
 libcurl4-openssl-dev libssl-dev libcmocka-dev redis-server redis-tools curl valgrind
-clang libclang-rt-dev haproxy systemd binutils chromium qstat ${SD_EXTRA_PACKAGES:-}"
+clang libclang-rt-dev haproxy systemd binutils chromium qstat nodejs npm ${SD_EXTRA_PACKAGES:-}"
 
 # What the main command (scripts/cluster.sh) needs: the build and the cluster's own
 # programs, not the test tools (valgrind, clang, haproxy, chromium, qstat).
@@ -32,4 +32,15 @@ sd_build() {
     cmake -S "$SD_ROOT" -B "$SD_ROOT/$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
     # SD_BUILD_TARGETS: only these (the main command builds the programs it runs)
     cmake --build "$SD_ROOT/$dir" -j"$(nproc)" ${SD_BUILD_TARGETS:+--target $SD_BUILD_TARGETS}
+}
+
+# The npm tools the suite runs (it.openapi_validate: the OpenAPI 3 validator of
+# @apidevtools/swagger-parser), in .npm-tools/ of the repository, pinned; installed when
+# missing.
+sd_npm_tools() {
+    local dir="$SD_ROOT/.npm-tools"
+    [ -f "$dir/node_modules/@apidevtools/swagger-parser/package.json" ] && return 0
+    echo "installing npm tools into $dir"
+    npm install --prefix "$dir" --no-audit --no-fund --no-save --loglevel=error \
+        @apidevtools/swagger-parser@10.1.1 >/dev/null
 }

@@ -12,6 +12,7 @@ set -euo pipefail
 SD_ROOT=$(cd "$(dirname "$0")/.." && pwd)
 . "$SD_ROOT/scripts/deps.sh"
 sd_install_deps
+sd_npm_tools
 stages=${SD_TEST_STAGES:-"plain asan valgrind fuzz"}
 jobs=$(nproc)
 
