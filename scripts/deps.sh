@@ -14,6 +14,12 @@ libcurl4-openssl-dev libssl-dev libcmocka-dev redis-server redis-tools curl"
 sd_install_deps() {
     local missing=() want=${1:-$sd_packages}
     for p in $want; do
+        # node and npm may come from another package source (NodeSource's nodejs bundles
+        # npm, which conflicts with Debian's npm): having the command is enough
+        case $p in
+        nodejs) command -v node >/dev/null && continue ;;
+        npm) command -v npm >/dev/null && continue ;;
+        esac
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
     done
     [ ${#missing[@]} -eq 0 ] && return 0

@@ -15,9 +15,9 @@ SD_ROUTE(GET, "/v1/clusters/{c}/processes/{instance}", SD_R_BB | SD_R_VIEWER, 0,
 
 #define PROCS_LIMIT_DEFAULT 500
 #define PROCS_LIMIT_MAX 5000
-#define PROCS_CALL_MAX 100     /* records per proc_list call: each call stays ~1 ms of Redis */
-#define PROCS_BUDGET 1000      /* index entries one call looks at */
-#define PROCS_CALLS_MAX 60     /* calls per request (a page of 5000: 50) */
+#define PROCS_CALL_MAX 50      /* records per proc_list call: each call stays well under 1 ms */
+#define PROCS_BUDGET 500       /* index entries one call looks at */
+#define PROCS_CALLS_MAX 120    /* calls per request (a page of 5000: 100) */
 #define EVENTS_LIMIT_DEFAULT 100
 
 /* Validates the batch, then applies it with one script. Answers

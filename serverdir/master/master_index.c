@@ -420,7 +420,8 @@ static void publish_locked(void)
 {
     if (snap_current && npending == 0)
         return;
-    qsort(pending, npending, sizeof *pending, cmp_str);
+    if (npending > 1)
+        qsort(pending, npending, sizeof *pending, cmp_str);
     size_t oldn = snap_current ? snap_current->n : 0;
     sd_msrv_t *const *oldv = snap_current ? snap_current->v : NULL;
     sd_master_snap_t *ns = calloc(1, sizeof *ns);
@@ -434,8 +435,9 @@ static void publish_locked(void)
     for (size_t k = 0; k < npending; k++) {
         if (k > 0 && strcmp(pending[k], pending[k - 1]) == 0)
             continue;
-        size_t pos = i + lower_bound(oldv + i, oldn - i, pending[k]);
-        memcpy(v + n, oldv + i, (pos - i) * sizeof *v);
+        size_t pos = oldv ? i + lower_bound(oldv + i, oldn - i, pending[k]) : 0;
+        if (pos > i)
+            memcpy(v + n, oldv + i, (pos - i) * sizeof *v);
         n += pos - i;
         i = pos;
         if (i < oldn && strcmp(oldv[i]->buf, pending[k]) == 0)
@@ -902,7 +904,7 @@ int sd_master_write_terminate(const char *proto, const char *addr)
  * the index. */
 static void write_heartbeats(struct wop **ops, int n)
 {
-    int argc = 6 + 4 * n;
+    int argc = 7 + 4 * n; /* the key base, 6 arguments, then 4 per heartbeat */
     const char **argv = malloc((size_t)argc * sizeof *argv);
     size_t *argl = malloc((size_t)argc * sizeof *argl);
     if (!argv || !argl) {
