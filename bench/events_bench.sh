@@ -121,17 +121,6 @@ populate() {
     done <"$WORK/populate.jsonl"
 }
 
-# The anchor batch: what serverdir hands events_apply.lua for one wrk request.
-anchor_batch() {
-    awk -v b="$BATCH" 'BEGIN {
-        printf "[";
-        for (k = 1; k <= b / 2; k++) {
-            if (k > 1) printf ",";
-            printf "[\"id\",\"a%d-s\",\"type\",\"started\",\"instance\",\"a%d\",\"machine\",\"m%012d\",\"service\",\"zone\",\"pid\",\"%d\",\"ports\",\"{\\\"game\\\":%d}\"],", k, k, k, 1000 + k, 27000 + k;
-            printf "[\"id\",\"a%d-x\",\"type\",\"stopped\",\"instance\",\"a%d\",\"machine\",\"m%012d\",\"service\",\"zone\",\"reason\",\"exited\",\"code\",\"0\"]", k, k, k;
-        }
-        printf "]" }'
-}
 
 declare -a EV_RATIO RD_RATIO EV_SATP99 EV_LOAD RD_SATP99 RD_LOAD EV_SD EV_SD50 EV_SD99 EV_RB EV_RB50 EV_RB99 RD_SD RD_SD50 RD_SD99 RD_RB RD_RB50 RD_RB99
 
@@ -144,7 +133,7 @@ if cmp -s "$WORK/events_anchor.lua" "$LUA_DIR/events_apply.lua"; then
     echo "could not derive the anchor script from events_apply.lua" >&2
     exit 1
 fi
-BATCH_JSON=$(anchor_batch)
+BATCH_JSON=$(bench_events_anchor_batch)
 
 echo "events bench: $RUNS runs, ${DURATION}s per wrk phase, $CONNS connections, batches of $BATCH events,"
 echo "live directory $MACHINES machines x $PER_MACHINE processes, serverdir --threads $THREADS, $(nproc) CPUs (shared)"

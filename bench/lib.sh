@@ -55,3 +55,17 @@ bench_median() {
 
 # a / b with two decimals, or n/a when b is 0.
 bench_ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
+
+# The events_apply.lua batch of one wrk request of bench/events_post.lua (BATCH/2
+# instances started then stopped), normalized the way serverdir passes it: the anchor
+# of the event benchmarks. Needs BATCH.
+bench_events_anchor_batch() {
+    awk -v b="$BATCH" 'BEGIN {
+        printf "[";
+        for (k = 1; k <= b / 2; k++) {
+            if (k > 1) printf ",";
+            printf "[\"id\",\"a%d-s\",\"type\",\"started\",\"instance\",\"a%d\",\"machine\",\"m%012d\",\"service\",\"zone\",\"pid\",\"%d\",\"ports\",\"{\\\"game\\\":%d}\"],", k, k, k, 1000 + k, 27000 + k;
+            printf "[\"id\",\"a%d-x\",\"type\",\"stopped\",\"instance\",\"a%d\",\"machine\",\"m%012d\",\"service\",\"zone\",\"reason\",\"exited\",\"code\",\"0\"]", k, k, k;
+        }
+        printf "]" }'
+}

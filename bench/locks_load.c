@@ -173,13 +173,15 @@ static redisReply *evalsha(redisContext *r, const char *sha, int nkeys, int argc
 static long long redis_acquire(redisContext *r, const char *key, const char *holder,
                                char tok[SD_LOCK_TOKEN_LEN + 1])
 {
-    char lk[256], hk[256], fresh[SD_LOCK_TOKEN_LEN + 1];
+    char lk[256], bk[256], hk[256], fresh[SD_LOCK_TOKEN_LEN + 1];
     snprintf(lk, sizeof lk, "%slock:%s", cfg.prefix, key);
+    snprintf(bk, sizeof bk, "%sblob:%s", cfg.prefix, key);
     snprintf(hk, sizeof hk, "%slock:%s#h", cfg.prefix, holder);
     if (sd_random_hex(fresh, SD_LOCK_TOKEN_BYTES))
         return 0;
-    const char *argv[] = {lk, hk, holder, "0", "0", "604800000", "", "0", cfg.prefix, fresh};
-    redisReply *rep = evalsha(r, cfg.sha_acquire, 2, 10, argv, NULL);
+    /* KEYS: the lock record, its blob record, the holder's index (standalone layout) */
+    const char *argv[] = {lk, bk, hk, holder, "0", "0", "604800000", "", "0", cfg.prefix, "1", fresh};
+    redisReply *rep = evalsha(r, cfg.sha_acquire, 3, 12, argv, NULL);
     long long seq = 0;
     /* ok, now, then name, lock_seq, reacquired, stolen_from, since, expires, lock_token */
     if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 9 &&
@@ -195,12 +197,15 @@ static long long redis_acquire(redisContext *r, const char *key, const char *hol
 static int redis_release(redisContext *r, const char *key, const char *holder, long long seq,
                          const char *tok)
 {
-    char lk[256], hk[256], s[32];
+    char lk[256], qk[260], hk[256], s[32], ns[128];
     snprintf(lk, sizeof lk, "%slock:%s", cfg.prefix, key);
+    snprintf(qk, sizeof qk, "%s#q", lk);
     snprintf(hk, sizeof hk, "%slock:%s#h", cfg.prefix, holder);
     snprintf(s, sizeof s, "%lld", seq);
-    const char *argv[] = {lk, hk, holder, "604800000", s, tok};
-    redisReply *rep = evalsha(r, cfg.sha_release, 2, 6, argv, NULL);
+    snprintf(ns, sizeof ns, "%slock:", cfg.prefix);
+    /* KEYS: the lock record, its release list, the holder's index (standalone layout) */
+    const char *argv[] = {lk, qk, hk, holder, "604800000", s, tok, ns};
+    redisReply *rep = evalsha(r, cfg.sha_release, 3, 8, argv, NULL);
     int ok = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1 &&
              strcmp(rep->element[0]->str, "ok") == 0;
     if (rep)

@@ -1,5 +1,6 @@
 /* sdctl locks: inspect the lock table and force-unlock (docs/locks.md). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ctl.h"
@@ -55,11 +56,37 @@ static void locks_table(const ctl_t *ctl, const json_t *ans, const void *arg)
     ctl_table_print(t, stdout, ctl->color);
 }
 
+static int by_key(const void *a, const void *b)
+{
+    const char *x = json_string_value(json_object_get(*(json_t *const *)a, "key"));
+    const char *y = json_string_value(json_object_get(*(json_t *const *)b, "key"));
+    return strcmp(x ? x : "", y ? y : "");
+}
+
+/* The pages come in the server's scan order: shown (and printed as JSON) by key. */
+static void sort_locks(json_t *ans)
+{
+    json_t *locks = json_object_get(ans, "locks");
+    size_t n = json_array_size(locks);
+    json_t **v = n ? malloc(n * sizeof *v) : NULL;
+    if (!v)
+        return;
+    for (size_t i = 0; i < n; i++)
+        v[i] = json_incref(json_array_get(locks, i));
+    qsort(v, n, sizeof *v, by_key);
+    json_array_clear(locks);
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(locks, v[i]);
+    free(v);
+}
+
 static int locks_list(ctl_t *ctl, const char *holder)
 {
     json_t *ans = NULL;
     sdc_err_t err;
     int rc = sdc_lock_list_by_holder(ctl->client, holder, &ans, &err);
+    if (rc == SDC_OK)
+        sort_locks(ans);
     return ctl_answer(ctl, rc, &err, ans, locks_table, NULL);
 }
 

@@ -8,6 +8,8 @@
 # token for sdctl, a viewer token for the dashboard, a bigbrother token bound to machine
 # local-1 of cluster local and a game token bound to cluster local (docs/operations.md,
 # "Security").
+# SD_REDIS=cluster: a local Redis Cluster (3 primaries, 3 replicas on SD_REDIS_PORT and the
+# next 5 ports) instead of one redis-server.
 # Ports: SD_PORT (default 7700), SD_REDIS_PORT (default 7379); state dir: SD_CLUSTER_DIR
 # (default .cluster in the repository). SD_BIN: run the binaries of that directory and skip
 # the package check and the build (it.cluster_script runs this script that way).
@@ -35,8 +37,10 @@ bb_pid=""
 # Output is best effort here: when stdout is a pipe whose reader died with the same Ctrl-C
 # (`cluster.sh | tee log`), a write must not end the script before the processes are stopped.
 stop_all() {
-    trap - INT TERM EXIT
-    trap '' PIPE
+    # A second Ctrl-C (or a TERM) while stopping must not leave processes behind: the
+    # stop is bounded and runs to its end.
+    trap - EXIT
+    trap '' INT TERM PIPE
     set +e
     { echo; echo "stopping local cluster"; } 2>/dev/null
     if [[ -n $bb_pid ]] && kill -0 "$bb_pid" 2>/dev/null; then
@@ -48,10 +52,21 @@ stop_all() {
             sleep 0.1
         done
     fi
-    for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
-        kill "${pids[i]}" 2>/dev/null || true
-        for _ in $(seq 50); do kill -0 "${pids[i]}" 2>/dev/null || break; sleep 0.1; done
+    # bigbrother first (its games are stopped), then serverdir and every redis-server at
+    # once; whatever has not exited after 10 s is killed.
+    if [[ -n $bb_pid ]]; then
+        kill "$bb_pid" 2>/dev/null || true
+        for _ in $(seq 50); do kill -0 "$bb_pid" 2>/dev/null || break; sleep 0.1; done
+    fi
+    local p left
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    for _ in $(seq 100); do
+        left=""
+        for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && left=1; done
+        [[ -z $left ]] && break
+        sleep 0.1
     done
+    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
     wait 2>/dev/null || true
 }
 trap 'stop_all; exit 130' INT
@@ -76,16 +91,49 @@ viewer_token=$(token_of viewer)
 bb_token=$(token_of bigbrother)
 game_token=$(token_of game)
 
-setsid redis-server --port "$rport" --bind 127.0.0.1 --dir "$state/redis" --appendonly yes \
-    --save "" --daemonize no >"$state/redis.log" 2>&1 &
-pids+=($!)
 # A real PONG: while Redis loads its append-only file, PING answers an error (LOADING) and
 # redis-cli still exits 0.
-for _ in $(seq 600); do [[ $(redis-cli -p "$rport" ping 2>/dev/null) == PONG ]] && break; sleep 0.05; done
-[[ $(redis-cli -p "$rport" ping 2>/dev/null) == PONG ]] ||
-    { echo "redis-server did not answer PONG: see $state/redis.log"; exit 1; }
+wait_pong() {
+    for _ in $(seq 600); do [[ $(redis-cli -p "$1" ping 2>/dev/null) == PONG ]] && return 0; sleep 0.05; done
+    echo "redis-server on port $1 did not answer PONG: see $2"
+    return 1
+}
 
-setsid "$bin/serverdir" --listen "127.0.0.1:$port" --redis "redis://127.0.0.1:$rport/0" \
+if [[ ${SD_REDIS:-} == cluster ]]; then
+    # A Redis Cluster of 3 primaries and 3 replicas on ports rport..rport+5 (their bus
+    # ports 10000 above), created on the first run and re-formed from nodes.conf after.
+    nodes=()
+    for i in 0 1 2 3 4 5; do
+        p=$((rport + i))
+        mkdir -p "$state/redis-cluster/$i"
+        setsid redis-server --port "$p" --bind 127.0.0.1 --dir "$state/redis-cluster/$i" \
+            --cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 5000 \
+            --appendonly yes --save "" --daemonize no >"$state/redis-cluster/$i.log" 2>&1 &
+        pids+=($!)
+        nodes+=("127.0.0.1:$p")
+    done
+    for i in 0 1 2 3 4 5; do wait_pong $((rport + i)) "$state/redis-cluster/$i.log" || exit 1; done
+    if ! redis-cli -p "$rport" cluster info | grep -q "cluster_known_nodes:6"; then
+        redis-cli --cluster create "${nodes[@]}" --cluster-replicas 1 --cluster-yes \
+            >"$state/redis-cluster/create.log" 2>&1 ||
+            { echo "redis-cli --cluster create failed: see $state/redis-cluster/create.log"; exit 1; }
+    fi
+    for _ in $(seq 400); do
+        redis-cli -p "$rport" cluster info | grep -q "cluster_state:ok" && break
+        sleep 0.05
+    done
+    redis-cli -p "$rport" cluster info | grep -q "cluster_state:ok" ||
+        { echo "the Redis Cluster is not ok: see $state/redis-cluster/*.log"; exit 1; }
+    redis_url="cluster://$(IFS=,; echo "${nodes[*]}")"
+else
+    setsid redis-server --port "$rport" --bind 127.0.0.1 --dir "$state/redis" --appendonly yes \
+        --save "" --daemonize no >"$state/redis.log" 2>&1 &
+    pids+=($!)
+    wait_pong "$rport" "$state/redis.log" || exit 1
+    redis_url="redis://127.0.0.1:$rport/0"
+fi
+
+setsid "$bin/serverdir" --listen "127.0.0.1:$port" --redis "$redis_url" \
     --tokens "$state/tokens" >"$state/serverdir.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do curl -fs "$url/healthz" >/dev/null && break; sleep 0.05; done
@@ -150,6 +198,7 @@ cat <<MSG
 
 ServerDir local cluster is up.
   dashboard:          $url/?cluster=local#token=$viewer_token
+  redis:              $redis_url
   machines:           $(count /v1/clusters/local/machines machine) (local-1, supervised by bigbrother)
   processes ready:    $(count /v1/clusters/local/processes?state=ready instance) (zone servers, gameproc)
   player locks held:  $(locks) (holder: the zone server's instance id)

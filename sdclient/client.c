@@ -167,6 +167,57 @@ int sdc__call_object(sdc_t *c, const char *method, const char *path, const json_
     return SDC_OK;
 }
 
+int sdc__walk(sdc_t *c, const char *path, const char *list, const char *in_cursor,
+              const char *out_cursor, size_t max, json_t **out, sdc_err_t *err)
+{
+    *out = NULL;
+    json_t *first = NULL, *all = json_array();
+    char cursor[512] = "", page[SDC__PATH_MAX + 600], esc[3 * sizeof cursor];
+    int truncated = 0, rc = SDC_OK;
+    for (;;) {
+        if (cursor[0])
+            snprintf(page, sizeof page, "%s%c%s=%s", path, strchr(path, '?') ? '&' : '?',
+                     in_cursor, sdc_escape(cursor, esc, sizeof esc));
+        else
+            snprintf(page, sizeof page, "%s", path);
+        json_t *ans = NULL;
+        if ((rc = sdc__call_object(c, "GET", page, NULL, &ans, err)))
+            break;
+        json_t *items = json_object_get(ans, list);
+        if (!json_is_array(items)) {
+            json_decref(ans);
+            rc = sdc__proto(err, "a page has no list");
+            break;
+        }
+        json_array_extend(all, items);
+        const char *next = json_string_value(json_object_get(ans, out_cursor));
+        int more = next && *next && strlen(next) < sizeof cursor;
+        if (more)
+            snprintf(cursor, sizeof cursor, "%s", next);
+        if (!first)
+            first = ans;
+        else
+            json_decref(ans);
+        if (!more)
+            break;
+        if (json_array_size(all) >= max) {
+            truncated = 1;
+            break;
+        }
+    }
+    if (rc) {
+        json_decref(first);
+        json_decref(all);
+        return rc;
+    }
+    json_object_set_new(first, list, all);
+    json_object_set_new(first, out_cursor, json_null());
+    if (truncated)
+        json_object_set_new(first, "truncated", json_true());
+    *out = first;
+    return SDC_OK;
+}
+
 int sdc__cluster_call(sdc_t *c, const char *method, const char *cluster, const char *what,
                       const char *name, const json_t *body, json_t **out, sdc_err_t *err,
                       const char *fmt, ...)

@@ -210,13 +210,7 @@ int sdc_lock_list_by_holder(sdc_t *c, const char *holder, json_t **out, sdc_err_
         return sdc__inval(err, "holder must be a name");
     char esc[3 * KEY_MAX + 1], path[3 * KEY_MAX + 32];
     snprintf(path, sizeof path, "/v1/locks?holder=%s", sdc_escape(holder, esc, sizeof esc));
-    int rc = sdc_request(c, "GET", path, NULL, out, err);
-    if (rc == SDC_OK && !json_is_array(json_object_get(*out, "locks"))) {
-        json_decref(*out);
-        *out = NULL;
-        rc = sdc__proto(err, "the answer has no locks array");
-    }
-    return rc;
+    return sdc__walk(c, path, "locks", "cursor", "cursor", 1000000, out, err);
 }
 
 /* DELETE <base><key><tail> (an ops action on one key); *out (may be NULL) the answer. */

@@ -29,6 +29,13 @@ const char *sdc__cpath(char *path, size_t cap, const char *cluster, const char *
 int sdc__call_object(sdc_t *c, const char *method, const char *path, const json_t *body,
                      json_t **out, sdc_err_t *err);
 
+/* GETs path (which may carry a query) page after page: each page's array `list` is
+ * appended, and its string `out_cursor` ("next" or "cursor") is sent back as the query
+ * parameter `in_cursor` ("after" or "cursor") until it is null, at most `max` entries.
+ * *out is the first page's object with the whole array, out_cursor null and
+ * "truncated": true when max stopped the walk. */
+int sdc__walk(sdc_t *c, const char *path, const char *list, const char *in_cursor,
+              const char *out_cursor, size_t max, json_t **out, sdc_err_t *err);
 /* The shape of most calls: checks cluster and, when `what` is given, the name `name`
  * (SDC_E_INVAL naming the bad one), then sends method to "/v1/clusters/<cluster>" plus the
  * printf-formatted suffix with body (or none). With out, the answer must be a JSON object

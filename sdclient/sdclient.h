@@ -78,7 +78,8 @@ typedef struct {
  * On success *expires_in_ms (if given) is the lease time left. */
 int sdc_machine_put(sdc_t *c, const char *cluster, const char *machine,
                     const sdc_machine_lease_t *lease, int64_t *expires_in_ms, sdc_err_t *err);
-/* GET .../machines: *out is {"machines":[...]} (caller decrefs). */
+/* GET .../machines, every page: *out is {"machines":[...]} in name order (caller
+ * decrefs). */
 int sdc_machines_list(sdc_t *c, const char *cluster, json_t **out, sdc_err_t *err);
 /* GET .../machines/{machine}: *out is the machine object. 404 -> SDC_E_HTTP. */
 int sdc_machine_get(sdc_t *c, const char *cluster, const char *machine, json_t **out,
@@ -174,8 +175,8 @@ int sdc_lock_renew(sdc_t *c, const sdc_lock_t *lock, const char *holder, int64_t
 /* Inspects one lock; *raw (may be NULL) gets the JSON answer (caller decrefs). */
 int sdc_lock_get(sdc_t *c, const char *key, sdc_lock_info_t *out, json_t **raw,
                  sdc_err_t *err);
-/* The locks holder holds: *out is {holder, locks:[{key, lock_seq, since_ms,
- * expires_in_ms}]} (caller decrefs). */
+/* The locks holder holds (every page): *out is {holder, locks:[{key, lock_seq, since_ms,
+ * expires_in_ms}]} in no particular order (caller decrefs). */
 int sdc_lock_list_by_holder(sdc_t *c, const char *holder, json_t **out, sdc_err_t *err);
 /* Forced unlock (ops token). *out (may be NULL) gets {key, previous_holder, lock_seq, ...}. */
 int sdc_lock_force_unlock(sdc_t *c, const char *key, json_t **out, sdc_err_t *err);
@@ -253,7 +254,7 @@ int sdc_master_query(sdc_t *c, const sdc_master_filter_t *f, const char *after, 
  * writing. *out: {service, version, changed, changes:[...], dry_run?}. */
 int sdc_service_put(sdc_t *c, const char *cluster, const char *svc, const json_t *spec,
                     int dry_run, json_t **out, sdc_err_t *err);
-/* GET .../services: *out is {version, services:[...]}. */
+/* GET .../services, every page: *out is {version, services:[...]} in name order. */
 int sdc_services_list(sdc_t *c, const char *cluster, json_t **out, sdc_err_t *err);
 /* GET .../services/{svc}: *out is {service, version, spec, stopped, restart_token, ...}. */
 int sdc_service_get(sdc_t *c, const char *cluster, const char *svc, json_t **out,

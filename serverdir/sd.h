@@ -102,6 +102,11 @@ json_t *sd_req_json(sd_req_t *req, sd_resp_t *resp);
 /* Reads an optional integer query parameter; on a bad value sets 400 and returns -1. */
 int sd_req_query_int(const sd_req_t *req, sd_resp_t *resp, const char *name, int64_t min,
                      int64_t max, int64_t dflt, int64_t *out);
+/* The paging query of a list by name: path parameter 0 (the cluster), `limit` (1..max,
+ * default dflt) and `after` (absent, "" or a name: the `next` of a previous page, into
+ * *after as "" when absent). 0, or -1 with the 400 set. */
+int sd_req_page(const sd_req_t *req, sd_resp_t *resp, const char **cluster, int64_t max,
+                int64_t dflt, int64_t *limit, const char **after);
 /* Validates path parameters 0 (the cluster) and 1 (a name of kind `what`: "service",
  * "machine") as sd_req_name does; 0, or -1 with the 400 set. */
 int sd_req_cluster_and(const sd_req_t *req, sd_resp_t *resp, const char **cluster,

@@ -24,6 +24,8 @@ SD_ROUTE(POST, "/v1/clusters/{c}/start", SD_R_OPS, 0, h_cluster_start);
 SD_ROUTE(POST, "/v1/clusters/{c}/machines/{m}/drain", SD_R_OPS, 0, h_machine_drain);
 SD_ROUTE(POST, "/v1/clusters/{c}/machines/{m}/undrain", SD_R_OPS, 0, h_machine_undrain);
 
+#define SERVICES_LIMIT_DEFAULT 100
+#define SERVICES_LIMIT_MAX 500 /* a service carries its slots' restart tokens */
 #define CAS_TRIES 3 /* scale: read-modify-write attempts against concurrent changes */
 
 /* ---------- helpers ---------- */
@@ -40,17 +42,17 @@ static int service_read(sd_resp_t *resp, const char *cluster, const char *svc, j
 {
     redisReply *r = NULL;
     *out = NULL;
-    int rc = sd__cluster_run("service_list", cluster, &r, svc, NULL);
+    int rc = sd__cluster_run("service_list", cluster, &r, svc, "", "1", NULL);
     if (rc) {
         sd_resp_store_error(resp, rc);
         return -1;
     }
-    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 2) {
         sd_resp_bad_reply(resp, "service_list", r);
         freeReplyObject(r);
         return -1;
     }
-    if (r->elements == 2 && !(*out = sd_service_json(r->element[1]))) {
+    if (r->elements == 3 && !(*out = sd_service_json(r->element[2]))) {
         sd_resp_bad_reply(resp, "service_list", r);
         freeReplyObject(r);
         return -1;
@@ -179,31 +181,38 @@ void h_service_put(sd_req_t *req, sd_resp_t *resp)
     json_decref(spec);
 }
 
-/* GET /services -> {version, services: [...]}. */
+/* GET /services[?after=NAME&limit=N] -> {version, services: [...], next}: one page in
+ * name order; next is null on the last. */
 void h_services_list(sd_req_t *req, sd_resp_t *resp)
 {
     const char *cluster;
-    if (sd_req_name(req, resp, 0, "cluster", &cluster))
+    int64_t limit;
+    const char *after;
+    if (sd_req_page(req, resp, &cluster, SERVICES_LIMIT_MAX, SERVICES_LIMIT_DEFAULT, &limit,
+                    &after))
         return;
+    char lim[24];
+    snprintf(lim, sizeof lim, "%lld", (long long)limit);
     redisReply *r = NULL;
-    int rc = sd__cluster_run("service_list", cluster, &r, "", NULL);
+    int rc = sd__cluster_run("service_list", cluster, &r, "", after, lim, NULL);
     if (rc) {
         sd_resp_store_error(resp, rc);
         return;
     }
-    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 2) {
         sd_resp_bad_reply(resp, "service_list", r);
         freeReplyObject(r);
         return;
     }
     json_t *list = json_array();
-    for (size_t i = 1; i < r->elements; i++) {
+    for (size_t i = 2; i < r->elements; i++) {
         json_t *s = sd_service_json(r->element[i]);
         if (s)
             json_array_append_new(list, s);
     }
-    json_t *out =
-        json_pack("{s:I, s:o}", "version", (json_int_t)sd_reply_num(r, 0), "services", list);
+    const char *next = sd_reply_str(r, 1);
+    json_t *out = json_pack("{s:I, s:o, s:o}", "version", (json_int_t)sd_reply_num(r, 0),
+                            "services", list, "next", *next ? json_string(next) : json_null());
     freeReplyObject(r);
     sd_resp_json(resp, 200, out);
 }

@@ -242,6 +242,10 @@ static void drain_unlocks(const char *cluster)
 {
     char list[256], proc[512];
     sd_key(list, sizeof list, cluster, "unlock");
+    int release_on_stop;
+    int64_t delay_ms;
+    if (sd_cluster_stop_locks(cluster, &release_on_stop, &delay_ms))
+        return; /* Redis went away: the entries stay for the next drain */
     for (int round = 0; round < 16; round++) {
         sd_argv_t a;
         sd_argv_init(&a);
@@ -264,14 +268,13 @@ static void drain_unlocks(const char *cluster)
                 continue;
             }
             long long released = 0;
-            if (sd_locks_cfg.release_on_stop &&
-                sd_lock_release_holder(inst, stopped_ms, &released)) {
+            if (release_on_stop && sd_lock_release_holder(inst, stopped_ms, delay_ms, &released)) {
                 freeReplyObject(r);
                 return; /* Redis went away: the entry stays for the next drain */
             }
             if (released > 0) {
                 log_info("locks released", "cluster=%s instance=%s count=%lld lock_delay_ms=%lld",
-                         cluster, inst, released, (long long)sd_locks_cfg.stop_lock_delay_ms);
+                         cluster, inst, released, (long long)delay_ms);
                 SD_COUNT("serverdir_locks_released_on_stop_total",
                          "Locks freed because the directory recorded their holder stopped",
                          released);

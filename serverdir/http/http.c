@@ -180,6 +180,23 @@ json_t *sd_req_json(sd_req_t *req, sd_resp_t *resp)
     return v;
 }
 
+int sd_req_page(const sd_req_t *req, sd_resp_t *resp, const char **cluster, int64_t max,
+                int64_t dflt, int64_t *limit, const char **after)
+{
+    if (sd_req_name(req, resp, 0, "cluster", cluster) ||
+        sd_req_query_int(req, resp, "limit", 1, max, dflt, limit))
+        return -1;
+    *after = sd_req_query(req, "after");
+    if (*after && **after && !sd_name_valid(*after, SD_NAME_MAX)) {
+        sd_resp_error(resp, 400, "bad_query",
+                      "query parameter 'after' must be the 'next' of a previous page");
+        return -1;
+    }
+    if (!*after)
+        *after = "";
+    return 0;
+}
+
 int sd_req_query_int(const sd_req_t *req, sd_resp_t *resp, const char *name, int64_t min,
                      int64_t max, int64_t dflt, int64_t *out)
 {

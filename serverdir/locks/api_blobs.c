@@ -42,7 +42,7 @@ void h_blob_get(sd_req_t *req, sd_resp_t *resp)
 {
     const char *name, *token = "";
     int64_t lock_seq = 0;
-    if (sd_req_name(req, resp, 0, "blob key", &name))
+    if (sd_req_lock_name(req, resp, "blob key", &name))
         return;
     int has = seq_header(req, resp, "Lock-Seq", "bad_lock_seq", &lock_seq);
     if (has < 0 || (has == 0 && sd_lock_token_header(req, resp, &token)))
@@ -95,7 +95,7 @@ void h_blob_put(sd_req_t *req, sd_resp_t *resp)
 {
     const char *name, *token;
     int64_t lock_seq, blob_seq;
-    if (sd_req_name(req, resp, 0, "blob key", &name))
+    if (sd_req_lock_name(req, resp, "blob key", &name))
         return;
     if (req->body_too_big) {
         sd_resp_error(resp, 413, "too_large", "the blob is larger than the %zu byte limit",
@@ -165,14 +165,14 @@ void h_blob_put(sd_req_t *req, sd_resp_t *resp)
                                       (json_int_t)strtoll(sd_reply_str(r, 1), NULL, 10)),
                             "Blob-Seq %lld is not greater than the stored %s", (long long)blob_seq,
                             sd_reply_str(r, 1));
-    } else if (strcmp(st, "ok") == 0) {
+    } else if (strcmp(st, "ok") == 0 && sd_locks_wait_acked(resp) == 0) {
         SD_COUNT("serverdir_blob_saves_total", "Blob saves accepted", 1);
         sd_resp_json(resp, 200, json_pack("{s:s, s:I, s:I, s:I}", "key", name, "blob_seq",
                                           (json_int_t)blob_seq, "lock_seq", (json_int_t)lock_seq,
                                           "bytes", (json_int_t)req->body.len));
-    } else {
+    } else if (strcmp(st, "ok") != 0) {
         sd_resp_bad_reply(resp, "blob_save", r);
-    }
+    } /* else the WAIT's 503 is in resp */
     freeReplyObject(r);
 }
 
@@ -182,7 +182,7 @@ void h_blob_put(sd_req_t *req, sd_resp_t *resp)
 void h_blob_delete(sd_req_t *req, sd_resp_t *resp)
 {
     const char *name;
-    if (sd_req_name(req, resp, 0, "blob key", &name))
+    if (sd_req_lock_name(req, resp, "blob key", &name))
         return;
     char bkey[SD_NAME_MAX + 96];
     sd_argv_t av;

@@ -22,34 +22,6 @@ SD_ROUTE(DELETE, "/v1/locks/{key}", SD_R_GAME, 0, h_lock_delete);
 
 /* ---------- acquire ---------- */
 
-/* Durability knob: WAIT for the configured replicas after a grant. 0 when reached, else
- * -1 with the 503 (or store error) answer in resp. */
-static int grant_wait_replicas(sd_resp_t *resp)
-{
-    if (sd_locks_cfg.wait_replicas <= 0)
-        return 0;
-    long long got;
-    int rc = sd_lock_wait_replicas(&got);
-    if (rc != SD_STORE_OK) {
-        sd_resp_store_error(resp, rc);
-        return -1;
-    }
-    if (got < sd_locks_cfg.wait_replicas) {
-        SD_COUNT("serverdir_lock_replication_timeouts_total",
-                 "Grants answered 503 because too few replicas confirmed them", 1);
-        sd_resp_header(resp, "Retry-After", "1");
-        sd_resp_error_extra(resp, 503, "replication_timeout",
-                            json_pack("{s:I, s:I}", "replicas", (json_int_t)got, "wanted",
-                                      (json_int_t)sd_locks_cfg.wait_replicas),
-                            "the grant reached %lld of %lld replicas within %lld ms; retry "
-                            "(re-acquire is idempotent)",
-                            got, (long long)sd_locks_cfg.wait_replicas,
-                            (long long)sd_locks_cfg.wait_timeout_ms);
-        return -1;
-    }
-    return 0;
-}
-
 /* Answers a refused acquire (lock_held or lock_delayed). */
 static void acquire_refused(sd_resp_t *resp, const redisReply *r, int64_t waited_ms)
 {
@@ -113,7 +85,7 @@ static void acquire_finish(const sd_lock_req_t *a, int many, redisReply *r, int6
         acquire_refused(resp, r, waited);
     } else if (r->elements != 2 + (size_t)a->n * SD_LOCK_GRANT_FIELDS) {
         sd_resp_bad_reply(resp, "lock_acquire", r);
-    } else if (grant_wait_replicas(resp) == 0) {
+    } else if (sd_locks_wait_acked(resp) == 0) {
         SD_COUNT("serverdir_lock_grants_total", "Locks granted (keys)", a->n);
         /* Times are Redis time; expires_in_ms is relative to the grant itself. */
         int64_t now_ms = sd_reply_num(r, 1);
@@ -195,7 +167,7 @@ void h_lock_put(sd_req_t *req, sd_resp_t *resp)
     sd_lock_req_t a = {0};
     const char *name, *code;
     char err[SD_ERRMSG_MAX];
-    if (sd_req_name(req, resp, 0, "lock key", &name))
+    if (sd_req_lock_name(req, resp, "lock key", &name))
         return;
     json_t *body = sd_req_json(req, resp);
     if (!body)
@@ -297,7 +269,7 @@ void h_lock_release_many(sd_req_t *req, sd_resp_t *resp)
 void h_lock_delete(sd_req_t *req, sd_resp_t *resp)
 {
     const char *name;
-    if (sd_req_name(req, resp, 0, "lock key", &name))
+    if (sd_req_lock_name(req, resp, "lock key", &name))
         return;
     const char *force = sd_req_query(req, "force");
     const char *holder = sd_req_query(req, "holder");
@@ -369,7 +341,7 @@ void h_lock_renew(sd_req_t *req, sd_resp_t *resp)
     static const char *const allowed[] = {"holder", "lock_seq", "lock_token", "ttl_ms", NULL};
     const char *name, *holder, *token = NULL;
     int64_t seq = 0, ttl = 0;
-    if (sd_req_name(req, resp, 0, "lock key", &name))
+    if (sd_req_lock_name(req, resp, "lock key", &name))
         return;
     json_t *body = sd_req_json(req, resp);
     if (!body)
@@ -438,7 +410,7 @@ out:
 void h_lock_get(sd_req_t *req, sd_resp_t *resp)
 {
     const char *name;
-    if (sd_req_name(req, resp, 0, "lock key", &name))
+    if (sd_req_lock_name(req, resp, "lock key", &name))
         return;
     redisReply *r;
     int rc = sd_lock_get(name, &r);
@@ -479,32 +451,61 @@ void h_lock_get(sd_req_t *req, sd_resp_t *resp)
  * since_ms, expires_in_ms}], cursor}: held locks found by a bounded walk (sd_lock_scan)
  * over the lock records, for dashboards and operators. cursor continues
  * the walk and is null when it is complete; a walk may return fewer than limit locks
- * (even none) with a cursor to go on. Order is Redis's SCAN order. */
+ * (even none) with a cursor to go on, never more. Order is Redis's SCAN order, by name
+ * within one SCAN step. */
+/* The cursor query parameter of the lock lists into buf ("0" when absent): "<scan
+ * cursor>" or "<scan cursor>-<last lock name>" (a page that ended inside one SCAN step),
+ * the scan cursor led by "<node>n" on a Redis Cluster's walk over every lock.
+ * Returns 0, or -1 with the 400 answer in resp. */
+static int list_cursor(sd_req_t *req, sd_resp_t *resp, char *buf, size_t cap)
+{
+    const char *cur = sd_req_query(req, "cursor");
+    if (!cur) {
+        sd_strlcpy(buf, "0", cap);
+        return 0;
+    }
+    const char *p = cur;
+    while (*p >= '0' && *p <= '9')
+        p++;
+    if (*p == 'n' && p > cur && p - cur <= 3) { /* "<node>n<scan>": a cluster's walk */
+        const char *q = ++p;
+        while (*p >= '0' && *p <= '9')
+            p++;
+        if (p == q)
+            p = cur; /* refused below */
+    }
+    if (p == cur || p - cur > 24 || (*p && (*p != '-' || !sd_lock_name_valid(p + 1))) ||
+        strlen(cur) >= cap) {
+        sd_resp_error(resp, 400, "bad_cursor", "query parameter 'cursor' must be a "
+                                               "cursor returned by this call");
+        return -1;
+    }
+    sd_strlcpy(buf, cur, cap);
+    return 0;
+}
+
 static void lock_list_all(sd_req_t *req, sd_resp_t *resp)
 {
     int64_t limit;
     if (sd_req_query_int(req, resp, "limit", 1, LIST_MAX, 100, &limit))
         return;
-    const char *cur = sd_req_query(req, "cursor");
-    int64_t cursor = 0;
-    if (cur && sd_parse_i64(cur, 0, INT64_MAX, &cursor)) {
-        sd_resp_error(resp, 400, "bad_cursor", "query parameter 'cursor' must be a "
-                                               "cursor returned by this call");
+    char cursor[SD_NAME_MAX + 32];
+    if (list_cursor(req, resp, cursor, sizeof cursor))
         return;
-    }
     json_t *locks = json_array();
-    int rc = sd_lock_scan(&cursor, (size_t)limit, locks);
+    int rc = sd_lock_scan(cursor, sizeof cursor, (size_t)limit, locks);
     if (rc != SD_STORE_OK) {
         json_decref(locks);
         sd_resp_store_error(resp, rc);
         return;
     }
     json_t *out = json_pack("{s:o}", "locks", locks);
-    json_object_set_new(out, "cursor", cursor ? json_sprintf("%lld", (long long)cursor) : json_null());
+    json_object_set_new(out, "cursor", cursor[0] ? json_string(cursor) : json_null());
     sd_resp_json(resp, 200, out);
 }
 
-/* GET /v1/locks?holder=H -> {holder, locks:[{key, lock_seq, since_ms, expires_in_ms}]};
+/* GET /v1/locks?holder=H[&limit=N&cursor=C] -> {holder, locks:[{key, lock_seq, since_ms,
+ * expires_in_ms}], cursor}: a page of the holder's locks (cursor null when complete);
  * without holder, every held lock (lock_list_all). */
 void h_lock_list(sd_req_t *req, sd_resp_t *resp)
 {
@@ -517,20 +518,38 @@ void h_lock_list(sd_req_t *req, sd_resp_t *resp)
         sd_resp_error(resp, 400, "bad_holder", "query parameter 'holder' must be a name");
         return;
     }
+    int64_t limit;
+    char curs[SD_NAME_MAX + 32];
+    if (sd_req_query_int(req, resp, "limit", 1, LIST_MAX, LIST_MAX, &limit) ||
+        list_cursor(req, resp, curs, sizeof curs))
+        return;
+    if (sd_store_is_cluster()) {
+        json_t *locks = json_array();
+        int rc = sd_lock_list_cluster(holder, (int)limit, curs, sizeof curs, locks);
+        if (rc != SD_STORE_OK) {
+            json_decref(locks);
+            sd_resp_store_error(resp, rc);
+            return;
+        }
+        json_t *out = json_pack("{s:s, s:o}", "holder", holder, "locks", locks);
+        json_object_set_new(out, "cursor", strcmp(curs, "0") ? json_string(curs) : json_null());
+        sd_resp_json(resp, 200, out);
+        return;
+    }
     redisReply *r;
-    int rc = sd_lock_list(holder, LIST_MAX, &r);
+    int rc = sd_lock_list(holder, (int)limit, curs, &r);
     if (rc != SD_STORE_OK) {
         sd_resp_store_error(resp, rc);
         return;
     }
-    if (r->type != REDIS_REPLY_ARRAY || r->elements % 4) {
+    if (r->type != REDIS_REPLY_ARRAY || r->elements % 4 != 1) {
         sd_resp_bad_reply(resp, "lock_list", r);
         freeReplyObject(r);
         return;
     }
     int64_t now = sd_wall_ms();
     json_t *locks = json_array();
-    for (size_t i = 0; i < r->elements; i += 4) {
+    for (size_t i = 1; i < r->elements; i += 4) {
         int64_t expires = sd_reply_num(r, i + 3);
         json_t *o = json_pack("{s:s, s:I, s:I}", "key", sd_reply_str(r, i), "lock_seq",
                               (json_int_t)sd_reply_num(r, i + 1), "since_ms", (json_int_t)sd_reply_num(r, i + 2));
@@ -539,6 +558,9 @@ void h_lock_list(sd_req_t *req, sd_resp_t *resp)
                                         : json_null());
         json_array_append_new(locks, o);
     }
+    const char *next = sd_reply_str(r, 0);
+    json_t *out = json_pack("{s:s, s:o}", "holder", holder, "locks", locks);
+    json_object_set_new(out, "cursor", strcmp(next, "0") ? json_string(next) : json_null());
     freeReplyObject(r);
-    sd_resp_json(resp, 200, json_pack("{s:s, s:o}", "holder", holder, "locks", locks));
+    sd_resp_json(resp, 200, out);
 }

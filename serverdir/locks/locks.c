@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "locks.h"
+#include "rcluster.h"
 #include "sdvalid.h"
 #include "park.h"
 #include "sd.h"
@@ -23,6 +24,8 @@
 #define WAIT_SLICE_MS 2000
 /* A BLPOP unanswered this long after its timeout: the connection is dropped. */
 #define BLPOP_STUCK_MS 3000
+/* On a Redis Cluster, how often a parked acquire retries (no release listener there). */
+#define CLUSTER_POLL_MS 50
 /* Reconnect attempts of the release listener. */
 #define RECONNECT_MS 500
 
@@ -125,15 +128,79 @@ int sd_seq_parse(const char *s, int64_t *out)
     return sd_parse_i64(s, 1, SD_SEQ_MAX, out) ? -1 : 0;
 }
 
+int sd_lock_name_valid(const char *s)
+{
+    if (!s)
+        return 0;
+    size_t n = strlen(s);
+    const char *open = strchr(s, '{'), *close = strchr(s, '}');
+    if (!open && !close)
+        return sd_name_valid(s, SD_NAME_MAX);
+    /* one hash tag: "{tag}rest", "a{tag}b": the tag a non-empty name */
+    if (!open || !close || close < open + 2 || strchr(open + 1, '{') || strchr(close + 1, '}') ||
+        n > SD_NAME_MAX || s[0] == '.' || s[0] == '-' || strstr(s, ".."))
+        return 0;
+    char tmp[SD_NAME_MAX + 1];
+    size_t k = 0;
+    for (const char *p = s; *p; p++)
+        if (*p != '{' && *p != '}')
+            tmp[k++] = *p;
+    tmp[k] = '\0';
+    char tag[SD_NAME_MAX + 1];
+    memcpy(tag, open + 1, (size_t)(close - open - 1));
+    tag[close - open - 1] = '\0';
+    return sd_name_valid(tmp, SD_NAME_MAX) && sd_name_valid(tag, SD_NAME_MAX);
+}
+
+int sd_req_lock_name(const sd_req_t *req, sd_resp_t *resp, const char *what, const char **out)
+{
+    const char *s = req->nparams > 0 ? req->params[0] : NULL;
+    if (!sd_lock_name_valid(s)) {
+        sd_resp_error(resp, 400, "bad_name",
+                      "%s name must be 1-%d characters of A-Z a-z 0-9 _ . : @ - "
+                      "(not starting with '.' or '-', no '..') with at most one "
+                      "{hash tag}",
+                      what, SD_NAME_MAX);
+        return -1;
+    }
+    *out = s;
+    return 0;
+}
+
+/* <prefix><ns><name>. On a Redis Cluster a name without a hash tag is wrapped as
+ * "{=name}" so the lock record, its blob and its release list share one slot ('=' is
+ * not allowed in names: no lock name can collide with a wrapped one). */
+static const char *ns_key(char *buf, size_t cap, const char *ns, const char *name)
+{
+    if (sd_store_is_cluster() && !strchr(name, '{'))
+        snprintf(buf, cap, "%s%s{=%s}", sd_store_prefix(), ns, name);
+    else
+        snprintf(buf, cap, "%s%s%s", sd_store_prefix(), ns, name);
+    return buf;
+}
+
 const char *sd_lock_key(char *buf, size_t cap, const char *name)
 {
-    snprintf(buf, cap, "%slock:%s", sd_store_prefix(), name);
-    return buf;
+    return ns_key(buf, cap, "lock:", name);
 }
 
 const char *sd_blob_key(char *buf, size_t cap, const char *name)
 {
-    snprintf(buf, cap, "%sblob:%s", sd_store_prefix(), name);
+    return ns_key(buf, cap, "blob:", name);
+}
+
+const char *sd_lock_name_of(char *buf, size_t cap, const char *key, size_t nslen)
+{
+    const char *n = key + nslen;
+    size_t len = strlen(n);
+    if (len > 3 && n[0] == '{' && n[1] == '=' && n[len - 1] == '}') {
+        n += 2;
+        len -= 3;
+    }
+    if (len >= cap)
+        len = cap - 1;
+    memcpy(buf, n, len);
+    buf[len] = '\0';
     return buf;
 }
 
@@ -141,6 +208,59 @@ static const char *holder_key(char *buf, size_t cap, const char *holder)
 {
     snprintf(buf, cap, "%slock:%s#h", sd_store_prefix(), holder);
     return buf;
+}
+
+/* Durability knob: WAIT for the configured replicas after a grant or a blob save. 0 when reached, else
+ * -1 with the 503 (or store error) answer in resp. */
+int sd_locks_wait_acked(sd_resp_t *resp)
+{
+    if (sd_locks_cfg.wait_replicas <= 0)
+        return 0;
+    long long got;
+    int rc = sd_lock_wait_replicas(&got);
+    if (rc != SD_STORE_OK) {
+        sd_resp_store_error(resp, rc);
+        return -1;
+    }
+    if (got < sd_locks_cfg.wait_replicas) {
+        SD_COUNT("serverdir_lock_replication_timeouts_total",
+                 "Grants and saves answered 503 because too few replicas confirmed them", 1);
+        sd_resp_header(resp, "Retry-After", "1");
+        sd_resp_error_extra(resp, 503, "replication_timeout",
+                            json_pack("{s:I, s:I}", "replicas", (json_int_t)got, "wanted",
+                                      (json_int_t)sd_locks_cfg.wait_replicas),
+                            "the write reached %lld of %lld replicas within %lld ms; retry "
+                            "(re-acquire and re-save are idempotent)",
+                            got, (long long)sd_locks_cfg.wait_replicas,
+                            (long long)sd_locks_cfg.wait_timeout_ms);
+        return -1;
+    }
+    return 0;
+}
+
+int sd_cluster_stop_locks(const char *cluster, int *release, int64_t *delay_ms)
+{
+    *release = sd_locks_cfg.release_on_stop;
+    *delay_ms = sd_locks_cfg.stop_lock_delay_ms;
+    char key[256];
+    sd_argv_t a;
+    sd_argv_init(&a);
+    sd_argv_add(&a, "HMGET");
+    sd_argv_add(&a, sd_key(key, sizeof key, cluster, "%s", "settings"));
+    sd_argv_add(&a, "locks_release_on_stop");
+    sd_argv_add(&a, "locks_stop_lock_delay_ms");
+    redisReply *r = NULL;
+    int rc = sd_store_command(&a, &r);
+    sd_argv_free(&a);
+    if (rc != SD_STORE_OK)
+        return rc;
+    int64_t v;
+    if (*sd_reply_str(r, 0))
+        *release = strcmp(sd_reply_str(r, 0), "1") == 0;
+    if (*sd_reply_str(r, 1) && sd_parse_i64(sd_reply_str(r, 1), 0, 600000, &v) == 0)
+        *delay_ms = v;
+    freeReplyObject(r);
+    return SD_STORE_OK;
 }
 
 /* ---------- request bodies ---------- */
@@ -162,11 +282,11 @@ static int keys_parse(const json_t *body, const char **names, int *n, const char
     const json_t *k;
     json_array_foreach(keys, i, k) {
         const char *s = json_string_value(k);
-        if (!s || !sd_name_valid(s, SD_NAME_MAX)) {
+        if (!s || !sd_lock_name_valid(s)) {
             *code = "bad_name";
             snprintf(err, errcap,
                      "keys[%zu] must be a lock key name (1-%d characters of A-Z a-z 0-9 "
-                     "_ . : @ -)",
+                     "_ . : @ -, and at most one {hash tag})",
                      i, SD_NAME_MAX);
             return -1;
         }
@@ -176,6 +296,12 @@ static int keys_parse(const json_t *body, const char **names, int *n, const char
                 return -1;
             }
         names[(*n)++] = s;
+    }
+    if (!sd_lock_names_one_slot(names, *n)) {
+        *code = "cross_slot";
+        snprintf(err, errcap, "the keys are in different Redis Cluster slots; give a "
+                              "player's keys one hash tag: {player42}:bank, {player42}:inv");
+        return -1;
     }
     return 0;
 }
@@ -254,14 +380,109 @@ int sd_lock_release_parse(const json_t *body, sd_lock_rel_t *rel, const char **c
 }
 /* ---------- script calls ---------- */
 
-int sd_lock_acquire(const sd_lock_req_t *a, redisReply **out)
+int sd_lock_names_one_slot(const char *const *names, int n)
+{
+    if (!sd_store_is_cluster() || n < 2)
+        return 1;
+    char key[SD_NAME_MAX + 96];
+    sd_lock_key(key, sizeof key, names[0]);
+    unsigned slot = sd__rc_slot(key, strlen(key));
+    for (int i = 1; i < n; i++) {
+        sd_lock_key(key, sizeof key, names[i]);
+        if (sd__rc_slot(key, strlen(key)) != slot)
+            return 0;
+    }
+    return 1;
+}
+
+/* One SADD or SREM of names to or from holder's index set (a cluster keeps it outside the
+ * lock scripts). A SD_STORE_* code. */
+static int index_update(const char *op, const char *holder, const char *const *names, int n)
 {
     char key[SD_NAME_MAX + 96];
     sd_argv_t av;
     sd_argv_init(&av);
+    sd_argv_add(&av, op);
+    sd_argv_addf(&av, "%s", holder_key(key, sizeof key, holder));
+    for (int i = 0; i < n; i++)
+        sd_argv_add(&av, names[i]);
+    redisReply *r;
+    int rc = sd_store_command(&av, &r);
+    sd_argv_free(&av);
+    if (rc == SD_STORE_OK) {
+        rc = r->type == REDIS_REPLY_ERROR ? SD_STORE_ERROR : SD_STORE_OK;
+        freeReplyObject(r);
+    }
+    return rc;
+}
+
+/* Cluster only: the current holders of a's keys (other than a's holder) that the
+ * directory of a->steal_cluster records as stopped, appended to av. The script steals
+ * only from these; a holder that changed since is simply not stolen from. */
+static int stopped_holders(const sd_lock_req_t *a, sd_argv_t *av)
+{
+    char seen[SD_LOCKS_MAX_KEYS][SD_NAME_MAX + 1];
+    int nseen = 0;
+    for (int i = 0; i < a->n; i++) {
+        char key[SD_NAME_MAX + 96];
+        sd_argv_t q;
+        sd_argv_init(&q);
+        sd_argv_add(&q, "HGET");
+        sd_argv_addf(&q, "%s", sd_lock_key(key, sizeof key, a->names[i]));
+        sd_argv_add(&q, "holder");
+        redisReply *r;
+        int rc = sd_store_command(&q, &r);
+        sd_argv_free(&q);
+        if (rc != SD_STORE_OK)
+            return rc;
+        int skip = r->type != REDIS_REPLY_STRING || r->len == 0 || r->len > SD_NAME_MAX ||
+                   strcmp(r->str, a->holder) == 0;
+        for (int k = 0; !skip && k < nseen; k++)
+            skip = strcmp(seen[k], r->str) == 0;
+        if (!skip)
+            sd_strlcpy(seen[nseen++], r->str, sizeof seen[0]);
+        freeReplyObject(r);
+    }
+    for (int k = 0; k < nseen; k++) {
+        char key[2 * SD_NAME_MAX + 96];
+        sd_argv_t q;
+        sd_argv_init(&q);
+        sd_argv_add(&q, "HGET");
+        sd_argv_add(&q, sd_key(key, sizeof key, a->steal_cluster, "proc:%s", seen[k]));
+        sd_argv_add(&q, "state");
+        redisReply *r;
+        int rc = sd_store_command(&q, &r);
+        sd_argv_free(&q);
+        if (rc != SD_STORE_OK)
+            return rc;
+        if (r->type == REDIS_REPLY_STRING && strcmp(r->str, "stopped") == 0)
+            sd_argv_addf(av, "%s", seen[k]);
+        freeReplyObject(r);
+    }
+    return SD_STORE_OK;
+}
+
+int sd_lock_acquire(const sd_lock_req_t *a, redisReply **out)
+{
+    char key[SD_NAME_MAX + 96];
+    int cluster = sd_store_is_cluster();
+    *out = NULL;
+    if (cluster) {
+        /* the index first: it may name a lock not granted (listings skip those), never
+         * miss one that is */
+        int rc = index_update("SADD", a->holder, a->names, a->n);
+        if (rc != SD_STORE_OK)
+            return rc;
+    }
+    sd_argv_t av;
+    sd_argv_init(&av);
     for (int i = 0; i < a->n; i++)
         sd_argv_addf(&av, "%s", sd_lock_key(key, sizeof key, a->names[i]));
-    sd_argv_addf(&av, "%s", holder_key(key, sizeof key, a->holder));
+    for (int i = 0; i < a->n; i++)
+        sd_argv_addf(&av, "%s", sd_blob_key(key, sizeof key, a->names[i]));
+    if (!cluster)
+        sd_argv_addf(&av, "%s", holder_key(key, sizeof key, a->holder));
+    int nkeys = av.argc;
     sd_argv_add(&av, a->holder);
     sd_argv_addf(&av, "%lld", (long long)a->ttl_ms);
     sd_argv_addf(&av, "%lld", (long long)sd_locks_cfg.lock_delay_ms);
@@ -269,6 +490,7 @@ int sd_lock_acquire(const sd_lock_req_t *a, redisReply **out)
     sd_argv_add(&av, a->steal_cluster);
     sd_argv_addf(&av, "%lld", (long long)a->steal_older_ms);
     sd_argv_add(&av, sd_store_prefix());
+    sd_argv_addf(&av, "%d", a->n);
     for (int i = 0; i < a->n; i++) {
         char token[SD_LOCK_TOKEN_LEN + 1];
         if (sd_random_hex(token, SD_LOCK_TOKEN_BYTES)) {
@@ -277,7 +499,23 @@ int sd_lock_acquire(const sd_lock_req_t *a, redisReply **out)
         }
         sd_argv_addf(&av, "%s", token);
     }
-    return sd_store_run("lock_acquire", a->n + 1, &av, out);
+    if (cluster && a->steal_cluster[0]) {
+        int rc = stopped_holders(a, &av);
+        if (rc != SD_STORE_OK) {
+            sd_argv_free(&av);
+            return rc;
+        }
+    }
+    int rc = sd_store_run("lock_acquire", nkeys, &av, out);
+    if (rc == SD_STORE_OK && cluster && sd_reply_status_is(*out, "ok")) {
+        /* a steal: the previous holder's index forgets the key (best effort) */
+        for (size_t i = 2; i + 6 < (*out)->elements; i += 7) {
+            const char *from = sd_reply_str(*out, i + 3), *name = sd_reply_str(*out, i);
+            if (*from)
+                index_update("SREM", from, &name, 1);
+        }
+    }
+    return rc;
 }
 
 /* Durability knob: WAIT for sd_locks_cfg.wait_replicas replicas, at most
@@ -302,18 +540,27 @@ int sd_lock_wait_replicas(long long *got)
 int sd_lock_release(const sd_lock_rel_t *rel, redisReply **out)
 {
     char key[SD_NAME_MAX + 96];
+    int cluster = sd_store_is_cluster();
     sd_argv_t av;
     sd_argv_init(&av);
     for (int i = 0; i < rel->n; i++)
         sd_argv_addf(&av, "%s", sd_lock_key(key, sizeof key, rel->names[i]));
-    sd_argv_addf(&av, "%s", holder_key(key, sizeof key, rel->holder));
+    for (int i = 0; i < rel->n; i++)
+        sd_argv_addf(&av, "%s#q", sd_lock_key(key, sizeof key, rel->names[i]));
+    if (!cluster)
+        sd_argv_addf(&av, "%s", holder_key(key, sizeof key, rel->holder));
+    int nkeys = av.argc;
     sd_argv_add(&av, rel->holder);
     sd_argv_addf(&av, "%lld", (long long)sd_locks_cfg.retain_s * 1000);
     for (int i = 0; i < rel->n; i++)
         sd_argv_addf(&av, "%lld", (long long)rel->seqs[i]);
     for (int i = 0; i < rel->n; i++)
         sd_argv_add(&av, rel->tokens[i]);
-    return sd_store_run("lock_release", rel->n + 1, &av, out);
+    sd_argv_addf(&av, "%slock:", sd_store_prefix());
+    int rc = sd_store_run("lock_release", nkeys, &av, out);
+    if (rc == SD_STORE_OK && cluster && sd_reply_status_is(*out, "ok"))
+        index_update("SREM", rel->holder, rel->names, rel->n); /* best effort */
+    return rc;
 }
 
 /* Starts av for a script on one lock: KEYS[1] is the lock record of name. */
@@ -324,14 +571,100 @@ static void lock_argv(sd_argv_t *av, const char *name)
     sd_argv_addf(av, "%s", sd_lock_key(key, sizeof key, name));
 }
 
-int sd_lock_release_holder(const char *holder, int64_t stopped_ms, long long *released)
+/* lock_argv, and KEYS[2] the record's release notification list <record>#q (declared:
+ * on a Redis Cluster a slot being migrated must see every key a script touches). */
+static void lock_q_argv(sd_argv_t *av, const char *name)
 {
+    char key[SD_NAME_MAX + 96];
+    lock_argv(av, name);
+    sd_argv_addf(av, "%s#q", sd_lock_key(key, sizeof key, name));
+}
+
+/* One SSCAN step over key from cursor: *out is the reply, an array of {next cursor,
+ * names array} (checked here). A SD_STORE_* code. */
+static int sscan_step(const char *key, const char *cursor, const char *count, redisReply **out)
+{
+    sd_argv_t av;
+    sd_argv_init(&av);
+    sd_argv_add(&av, "SSCAN");
+    sd_argv_add(&av, key);
+    sd_argv_add(&av, cursor);
+    sd_argv_add(&av, "COUNT");
+    sd_argv_add(&av, count);
+    int rc = sd_store_command(&av, out);
+    sd_argv_free(&av);
+    if (rc != SD_STORE_OK)
+        return rc;
+    redisReply *r = *out;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+        r->element[1]->type != REDIS_REPLY_ARRAY) {
+        freeReplyObject(r);
+        *out = NULL;
+        return SD_STORE_ERROR;
+    }
+    return SD_STORE_OK;
+}
+
+/* sd_lock_release_holder on a Redis Cluster: the holder's index walked with SSCAN, one
+ * lock_stop_release per key (its own slot), entries that no longer name the holder
+ * dropped. Idempotent like the script it stands for. */
+static int release_holder_cluster(const char *holder, int64_t stopped_ms, int64_t delay_ms,
+                                  long long *released)
+{
+    char hkey[SD_NAME_MAX + 96], cursor[32] = "0";
+    holder_key(hkey, sizeof hkey, holder);
+    *released = 0;
+    for (int step = 0; step < 100000; step++) {
+        redisReply *r;
+        int rc = sscan_step(hkey, cursor, "200", &r);
+        if (rc != SD_STORE_OK)
+            return rc;
+        sd_strlcpy(cursor, sd_reply_str(r, 0), sizeof cursor);
+        const redisReply *names = r->element[1];
+        const char *gone[256];
+        int ngone = 0;
+        for (size_t i = 0; i < names->elements && rc == SD_STORE_OK; i++) {
+            const char *name = names->element[i]->str;
+            if (names->element[i]->type != REDIS_REPLY_STRING || !sd_lock_name_valid(name))
+                continue;
+            sd_argv_t q;
+            lock_q_argv(&q, name);
+            sd_argv_add(&q, holder);
+            sd_argv_addf(&q, "%lld", (long long)delay_ms);
+            sd_argv_addf(&q, "%lld", (long long)sd_locks_cfg.retain_s * 1000);
+            sd_argv_addf(&q, "%lld", (long long)stopped_ms);
+            redisReply *x;
+            rc = sd_store_run("lock_stop_release", 2, &q, &x);
+            if (rc != SD_STORE_OK)
+                break;
+            long long v = x->type == REDIS_REPLY_INTEGER ? x->integer : 0;
+            freeReplyObject(x);
+            *released += v == 1;
+            if (v != 0 && ngone < (int)SD_ARRAY_LEN(gone))
+                gone[ngone++] = name;
+        }
+        if (rc == SD_STORE_OK && ngone)
+            rc = index_update("SREM", holder, gone, ngone);
+        freeReplyObject(r);
+        if (rc != SD_STORE_OK)
+            return rc;
+        if (strcmp(cursor, "0") == 0)
+            return SD_STORE_OK;
+    }
+    return SD_STORE_OK;
+}
+
+int sd_lock_release_holder(const char *holder, int64_t stopped_ms, int64_t delay_ms,
+                           long long *released)
+{
+    if (sd_store_is_cluster())
+        return release_holder_cluster(holder, stopped_ms, delay_ms, released);
     char key[SD_NAME_MAX + 96];
     sd_argv_t av;
     sd_argv_init(&av);
     sd_argv_addf(&av, "%s", holder_key(key, sizeof key, holder));
     sd_argv_add(&av, holder);
-    sd_argv_addf(&av, "%lld", (long long)sd_locks_cfg.stop_lock_delay_ms);
+    sd_argv_addf(&av, "%lld", (long long)delay_ms);
     sd_argv_addf(&av, "%lld", (long long)sd_locks_cfg.retain_s * 1000);
     sd_argv_addf(&av, "%slock:", sd_store_prefix());
     sd_argv_addf(&av, "%lld", (long long)stopped_ms);
@@ -347,11 +680,15 @@ int sd_lock_release_holder(const char *holder, int64_t stopped_ms, long long *re
 int sd_lock_force(const char *name, redisReply **out)
 {
     sd_argv_t av;
-    lock_argv(&av, name);
+    lock_q_argv(&av, name);
     sd_argv_addf(&av, "%lld", (long long)sd_locks_cfg.lock_delay_ms);
     sd_argv_addf(&av, "%lld", (long long)sd_locks_cfg.retain_s * 1000);
     sd_argv_addf(&av, "%slock:", sd_store_prefix());
-    return sd_store_run("lock_force", 1, &av, out);
+    sd_argv_add(&av, sd_store_is_cluster() ? "1" : "0");
+    int rc = sd_store_run("lock_force", 2, &av, out);
+    if (rc == SD_STORE_OK && sd_store_is_cluster() && sd_reply_status_is(*out, "ok"))
+        index_update("SREM", sd_reply_str(*out, 1), &name, 1); /* best effort */
+    return rc;
 }
 
 int sd_lock_renew(const char *name, const char *holder, int64_t seq, const char *token,
@@ -375,7 +712,7 @@ int sd_lock_get(const char *name, redisReply **out)
     return sd_store_run("lock_get", 1, &av, out);
 }
 
-int sd_lock_list(const char *holder, int max, redisReply **out)
+int sd_lock_list(const char *holder, int max, const char *cursor, redisReply **out)
 {
     char key[SD_NAME_MAX + 96];
     sd_argv_t av;
@@ -383,85 +720,225 @@ int sd_lock_list(const char *holder, int max, redisReply **out)
     sd_argv_addf(&av, "%s", holder_key(key, sizeof key, holder));
     sd_argv_add(&av, holder);
     sd_argv_addf(&av, "%d", max);
+    sd_argv_add(&av, cursor);
     return sd_store_run("lock_list", 1, &av, out);
 }
 
-/* The held locks of one SCAN step's keys (lock records only: index keys hold a '#')
- * appended to locks, at most `room`. Returns 0 or a store error. */
-static int scan_collect(const redisReply *keys, size_t plen, int64_t now, json_t *locks,
-                        size_t room)
+static int cmp_name(const void *a, const void *b)
 {
-    for (size_t i = 0; i < keys->elements && json_array_size(locks) < room; i++) {
-        const redisReply *k = keys->element[i];
-        if (k->type != REDIS_REPLY_STRING || k->len <= plen || memchr(k->str, '#', k->len))
-            continue;
-        sd_argv_t av;
-        sd_argv_init(&av);
-        sd_argv_add(&av, "HMGET");
-        sd_argv_addn(&av, k->str, k->len);
-        sd_argv_add(&av, "holder");
-        sd_argv_add(&av, "seq");
-        sd_argv_add(&av, "since");
-        sd_argv_add(&av, "expires");
-        redisReply *h;
-        int rc = sd_store_command(&av, &h);
-        sd_argv_free(&av);
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+int sd_lock_list_cluster(const char *holder, int max, char *cursor, size_t cap, json_t *locks)
+{
+    char hkey[SD_NAME_MAX + 96], after[SD_NAME_MAX + 1] = "", scan[24];
+    holder_key(hkey, sizeof hkey, holder);
+    const char *dash = strchr(cursor, '-');
+    if (dash)
+        sd_strlcpy(after, dash + 1, sizeof after);
+    snprintf(scan, sizeof scan, "%lld", strtoll(cursor, NULL, 10));
+    int64_t now = sd_wall_ms();
+    for (int step = 0; step < 8; step++) {
+        redisReply *r;
+        int rc = sscan_step(hkey, scan, "128", &r);
         if (rc != SD_STORE_OK)
             return rc;
-        int64_t expires = sd_reply_num(h, 3);
-        if (h->type == REDIS_REPLY_ARRAY && *sd_reply_str(h, 0) && (expires <= 0 || expires > now)) {
-            json_t *o = json_pack("{s:s%, s:s, s:I, s:I}", "key", k->str + plen, k->len - plen,
-                                  "holder", sd_reply_str(h, 0), "lock_seq", (json_int_t)sd_reply_num(h, 1),
-                                  "since_ms", (json_int_t)sd_reply_num(h, 2));
-            json_object_set_new(o, "expires_in_ms",
-                                expires > 0 ? json_integer(expires - now) : json_null());
-            json_array_append_new(locks, o);
+        size_t n = r->element[1]->elements;
+        const char **names = malloc((n ? n : 1) * sizeof *names);
+        if (!names) {
+            freeReplyObject(r);
+            return SD_STORE_ERROR;
         }
-        freeReplyObject(h);
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++) {
+            const redisReply *e = r->element[1]->element[i];
+            if (e->type == REDIS_REPLY_STRING && (!after[0] || strcmp(e->str, after) > 0))
+                names[k++] = e->str;
+        }
+        qsort(names, k, sizeof *names, cmp_name);
+        size_t i = 0;
+        int cut = 0;
+        for (; i < k; i++) {
+            if ((int)json_array_size(locks) >= max) {
+                cut = 1; /* resumed after names[i - 1] (i >= 1: a step starts below max) */
+                snprintf(cursor, cap, "%s-%s", scan, names[i - 1]);
+                break;
+            }
+            char key[SD_NAME_MAX + 96];
+            sd_argv_t q;
+            sd_argv_init(&q);
+            sd_argv_add(&q, "HMGET");
+            sd_argv_addf(&q, "%s", sd_lock_key(key, sizeof key, names[i]));
+            sd_argv_add(&q, "holder");
+            sd_argv_add(&q, "seq");
+            sd_argv_add(&q, "since");
+            sd_argv_add(&q, "expires");
+            redisReply *h;
+            rc = sd_store_command(&q, &h);
+            sd_argv_free(&q);
+            if (rc != SD_STORE_OK)
+                break;
+            int64_t expires = sd_reply_num(h, 3);
+            if (strcmp(sd_reply_str(h, 0), holder) == 0 && (expires <= 0 || expires > now)) {
+                json_t *o = json_pack("{s:s, s:I, s:I}", "key", names[i], "lock_seq",
+                                      (json_int_t)sd_reply_num(h, 1), "since_ms",
+                                      (json_int_t)sd_reply_num(h, 2));
+                json_object_set_new(o, "expires_in_ms",
+                                    expires > 0 ? json_integer(expires - now) : json_null());
+                json_array_append_new(locks, o);
+            } else {
+                index_update("SREM", holder, &names[i], 1); /* a stale entry */
+            }
+            freeReplyObject(h);
+        }
+        free(names);
+        if (!cut)
+            sd_strlcpy(scan, sd_reply_str(r, 0), sizeof scan);
+        freeReplyObject(r);
+        if (rc != SD_STORE_OK || cut)
+            return rc;
+        after[0] = '\0';
+        if (strcmp(scan, "0") == 0 || (int)json_array_size(locks) >= max)
+            break;
     }
+    snprintf(cursor, cap, "%s", scan);
+    return SD_STORE_OK;
+}
+
+/* The lock names of one SCAN step's keys (lock records only: index keys hold a '#'),
+ * after the nslen-byte "<prefix>lock:" and without a cluster's "{=...}" wrapping, greater
+ * than `after` (when not ""), sorted: a step cut short by the page size is resumed from
+ * the same SCAN cursor after its last name. The names are written in place over the
+ * keys (r is the caller's). Returns how many, in names. */
+static size_t step_names(redisReply *keys, size_t nslen, const char *after, const char **names,
+                         size_t cap)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < keys->elements && n < cap; i++) {
+        redisReply *k = keys->element[i];
+        if (k->type != REDIS_REPLY_STRING || k->len <= nslen || memchr(k->str, '#', k->len))
+            continue;
+        char name[SD_NAME_MAX + 1];
+        sd_lock_name_of(name, sizeof name, k->str, nslen);
+        memcpy(k->str, name, strlen(name) + 1);
+        if (*after && strcmp(k->str, after) <= 0)
+            continue;
+        names[n++] = k->str;
+    }
+    qsort(names, n, sizeof *names, cmp_name);
+    return n;
+}
+
+/* Appends name's record to locks when it is held. Returns 0 or a store error. */
+static int scan_one(const char *name, int64_t now, json_t *locks)
+{
+    char key[SD_NAME_MAX + 96];
+    sd_argv_t av;
+    sd_argv_init(&av);
+    sd_argv_add(&av, "HMGET");
+    sd_argv_addf(&av, "%s", sd_lock_key(key, sizeof key, name));
+    sd_argv_add(&av, "holder");
+    sd_argv_add(&av, "seq");
+    sd_argv_add(&av, "since");
+    sd_argv_add(&av, "expires");
+    redisReply *h;
+    int rc = sd_store_command(&av, &h);
+    sd_argv_free(&av);
+    if (rc != SD_STORE_OK)
+        return rc;
+    int64_t expires = sd_reply_num(h, 3);
+    if (h->type == REDIS_REPLY_ARRAY && *sd_reply_str(h, 0) && (expires <= 0 || expires > now)) {
+        json_t *o = json_pack("{s:s, s:s, s:I, s:I}", "key", name, "holder", sd_reply_str(h, 0),
+                              "lock_seq", (json_int_t)sd_reply_num(h, 1), "since_ms",
+                              (json_int_t)sd_reply_num(h, 2));
+        json_object_set_new(o, "expires_in_ms",
+                            expires > 0 ? json_integer(expires - now) : json_null());
+        json_array_append_new(locks, o);
+    }
+    freeReplyObject(h);
     return SD_STORE_OK;
 }
 
 #define SCAN_ROUNDS 8
-#define SCAN_COUNT 500
+#define SCAN_COUNT 500 /* fixed: a resumed step must be the same step */
 
-int sd_lock_scan(int64_t *cursor, size_t limit, json_t *locks)
+/* The cursor: "<scan>[-<last name>]", on a Redis Cluster "<node>n<scan>[-<last name>]"
+ * (the walk visits each primary in turn, node indexing them in address order). */
+int sd_lock_scan(char *cursor, size_t cap, size_t limit, json_t *locks)
 {
-    char prefix[128];
-    sd_lock_key(prefix, sizeof prefix, "");
-    size_t plen = strlen(prefix);
+    char ns[128], after[SD_NAME_MAX + 1] = "";
+    snprintf(ns, sizeof ns, "%slock:", sd_store_prefix());
+    size_t nslen = strlen(ns);
     int64_t now = sd_wall_ms();
+    int cluster = sd_store_is_cluster(), nodes = cluster ? sd_store_primaries() : 1;
+    const char *p = cursor;
+    long long node = 0, scan = strtoll(p, (char **)&p, 10);
+    if (*p == 'n') {
+        node = scan;
+        scan = strtoll(p + 1, (char **)&p, 10);
+    }
+    if (*p == '-')
+        sd_strlcpy(after, p + 1, sizeof after);
     int rc = SD_STORE_OK;
-    for (int round = 0; round < SCAN_ROUNDS && json_array_size(locks) < limit; round++) {
+    for (int round = 0; round < SCAN_ROUNDS && node < nodes; round++) {
         sd_argv_t av;
         sd_argv_init(&av);
         sd_argv_add(&av, "SCAN");
-        sd_argv_addf(&av, "%lld", (long long)*cursor);
+        sd_argv_addf(&av, "%lld", scan);
         sd_argv_add(&av, "MATCH");
-        sd_argv_addf(&av, "%s*", prefix);
+        sd_argv_addf(&av, "%s*", ns);
         sd_argv_add(&av, "COUNT");
         sd_argv_addf(&av, "%d", SCAN_COUNT);
         sd_argv_add(&av, "TYPE");
         sd_argv_add(&av, "hash");
         redisReply *r;
-        rc = sd_store_command(&av, &r);
+        rc = cluster ? sd_store_command_primary((int)node, &av, &r) : sd_store_command(&av, &r);
         sd_argv_free(&av);
         if (rc != SD_STORE_OK)
-            break;
+            return rc;
         if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
             r->element[1]->type != REDIS_REPLY_ARRAY) {
             freeReplyObject(r);
-            rc = SD_STORE_ERROR;
-            break;
+            return SD_STORE_ERROR;
         }
-        *cursor = strtoll(sd_reply_str(r, 0), NULL, 10);
-        rc = scan_collect(r->element[1], plen, now, locks, limit);
+        long long next = strtoll(sd_reply_str(r, 0), NULL, 10);
+        size_t n = r->element[1]->elements;
+        const char **names = malloc((n ? n : 1) * sizeof *names);
+        if (!names) {
+            freeReplyObject(r);
+            return SD_STORE_ERROR;
+        }
+        n = step_names(r->element[1], nslen, after, names, n);
+        size_t i = 0;
+        for (; i < n && json_array_size(locks) < limit; i++)
+            if ((rc = scan_one(names[i], now, locks)) != SD_STORE_OK)
+                break;
+        if (rc == SD_STORE_OK && i < n) { /* the page is full inside this step */
+            if (cluster)
+                snprintf(cursor, cap, "%lldn%lld-%s", node, scan, names[i - 1]);
+            else
+                snprintf(cursor, cap, "%lld-%s", scan, names[i - 1]);
+        }
+        free(names);
         freeReplyObject(r);
-        if (rc != SD_STORE_OK || *cursor == 0)
+        if (rc != SD_STORE_OK || i < n)
+            return rc;
+        after[0] = '\0';
+        scan = next;
+        if (scan == 0) /* this node is done: the next one */
+            node++;
+        if (json_array_size(locks) >= limit)
             break;
     }
-    return rc;
+    if (node >= nodes)
+        cursor[0] = '\0';
+    else if (cluster)
+        snprintf(cursor, cap, "%lldn%lld", node, scan);
+    else
+        snprintf(cursor, cap, "%lld", scan);
+    return SD_STORE_OK;
 }
+
 /* ---------- waiting ----------
  * A refused acquire with wait_ms is parked (http/park.h). Its wake-up source is the one
  * it always had, the refused key's release-notification list <record>#q (lock_release
@@ -470,7 +947,9 @@ int sd_lock_scan(int64_t *cursor, size_t limit, json_t *locks)
  * process's own wake list, which it pushes to when a waiter's key is not yet in the
  * BLPOP in flight. A popped token wakes the waiters of that key; each retries the
  * acquire. Waiters also retry when the refusal's lease or lock-delay ends or a slice
- * passes, so a lost connection only slows them down. */
+ * passes, so a lost connection only slows them down. On a Redis Cluster (where one BLPOP
+ * cannot span keys of several slots) there is no listener: waiters retry every
+ * CLUSTER_POLL_MS. */
 
 /* How long to wait before the next attempt, given a refusal: until the lease or the
  * lock-delay runs out, a release wakes us, the wait ends, or one slice passes. */
@@ -526,7 +1005,10 @@ static int waiter_try(void *ctx, sd_resp_t *resp, int due, int64_t *retry_at_ms)
     const char *st = sd_reply_str(r, 0);
     if (!due && left > 0 && sd_reply_has_status(r) &&
         (!strcmp(st, "lock_held") || !strcmp(st, "lock_delayed"))) {
-        *retry_at_ms = now + wait_slice(r, left);
+        int64_t slice = wait_slice(r, left);
+        if (sd_store_is_cluster() && slice > CLUSTER_POLL_MS)
+            slice = CLUSTER_POLL_MS; /* no BLPOP across slots: the waiter polls */
+        *retry_at_ms = now + slice;
         if (strcmp(w->name, sd_reply_str(r, 1)) != 0) {
             sd_strlcpy(w->name, sd_reply_str(r, 1), sizeof w->name);
             keys_changed = 1;
@@ -626,6 +1108,8 @@ static int blc_send(int64_t now)
  * wake list when a waiter's key changed under a BLPOP in flight. */
 static void release_prepare(int64_t now)
 {
+    if (sd_store_is_cluster())
+        return; /* a BLPOP over keys of many slots is refused: waiters poll instead */
     if (!wake_list[0])
         snprintf(wake_list, sizeof wake_list, "%slock:#wake:%d.%lld", sd_store_prefix(),
                  (int)getpid(), (long long)sd_wall_ms());

@@ -88,18 +88,33 @@ int sd_lock_renew(const char *name, const char *holder, int64_t seq, const char 
 int sd_lock_get(const char *name, redisReply **out);
 /* lock_force.lua: forced unlock of name, starting the lock-delay. */
 int sd_lock_force(const char *name, redisReply **out);
-/* lock_list.lua: up to max locks held by holder. */
-int sd_lock_list(const char *holder, int max, redisReply **out);
+/* lock_list.lua: a page of about max locks held by holder, from cursor ("0": the start);
+ * the reply's first element is the next cursor ("0": complete). */
+int sd_lock_list(const char *holder, int max, const char *cursor, redisReply **out);
+/* sd_lock_list on a Redis Cluster (the index and the records live in different slots):
+ * appends the page to locks as {key, lock_seq, since_ms, expires_in_ms} and leaves the
+ * next cursor in cursor ("0": complete). A SD_STORE_* code. */
+int sd_lock_list_cluster(const char *holder, int max, char *cursor, size_t cap, json_t *locks);
+/* What a recorded stop does to an instance's locks in cluster: release them (*release)
+ * with this lock-delay (*delay_ms): the cluster's settings (PUT .../settings) over the
+ * serverdir-wide `locks` configuration. A SD_STORE_* code (the defaults are set even
+ * then). */
+int sd_cluster_stop_locks(const char *cluster, int *release, int64_t *delay_ms);
 /* lock_release_holder.lua: frees every lock holder was granted at or before stopped_ms
- * (it stopped then), with the stopped holder's lock-delay; *released gets how many. A
- * SD_STORE_* code. */
-int sd_lock_release_holder(const char *holder, int64_t stopped_ms, long long *released);
+ * (it stopped then), with the lock-delay delay_ms (0: none, a waiter is woken at once);
+ * *released gets how many. A SD_STORE_* code. */
+int sd_lock_release_holder(const char *holder, int64_t stopped_ms, int64_t delay_ms,
+                           long long *released);
+/* After a grant or a save: WAIT for sd_locks_cfg.wait_replicas replicas (nothing when 0).
+ * 0 when reached, else -1 with the 503 replication_timeout (or store error) in resp. */
+int sd_locks_wait_acked(sd_resp_t *resp);
 /* WAIT for sd_locks_cfg.wait_replicas replicas; *got: how many confirmed (-1: odd reply). */
 int sd_lock_wait_replicas(long long *got);
-/* One bounded walk over the lock records from *cursor (0: the start): appends to locks up
- * to limit held locks as {key, holder, lock_seq, since_ms, expires_in_ms} and leaves in
- * *cursor where to go on (0: the walk is complete). A SD_STORE_* code. */
-int sd_lock_scan(int64_t *cursor, size_t limit, json_t *locks);
+/* One bounded walk over the lock records from cursor ("" or "0": the start; else one
+ * this call left there): appends to locks up to limit held locks as {key, holder,
+ * lock_seq, since_ms, expires_in_ms} and leaves in cursor (cap bytes) where to go on
+ * ("": the walk is complete). A SD_STORE_* code. */
+int sd_lock_scan(char *cursor, size_t cap, size_t limit, json_t *locks);
 
 /* ---- the bounded wait of a refused acquire ---- */
 
@@ -130,6 +145,18 @@ void sd_lock_fenced(sd_resp_t *resp, const char *op, const char *name);
 int sd_lock_token_header(const sd_req_t *req, sd_resp_t *resp, const char **token);
 
 /* "<prefix>lock:<name>" and "<prefix>blob:<name>" into buf. */
+/* A lock or blob key name: a name (sd_name_valid), or one with one Redis Cluster hash
+ * tag, "{player42}:bank" (the tag itself a name): keys with one tag share a slot. */
+int sd_lock_name_valid(const char *s);
+/* Whether the records of names share one Redis Cluster slot (always on standalone Redis
+ * and Sentinel): several keys in one call must, on a cluster (400 cross_slot). */
+int sd_lock_names_one_slot(const char *const *names, int n);
+/* The request's first path parameter as a lock or blob key name (sd_lock_name_valid);
+ * -1 with a 400 bad_name in resp. */
+int sd_req_lock_name(const sd_req_t *req, sd_resp_t *resp, const char *what, const char **out);
+/* The name in a lock or blob record key (after its nslen-byte "<prefix>lock:"), without
+ * the "{=...}" a cluster wraps an untagged name in. Returns buf. */
+const char *sd_lock_name_of(char *buf, size_t cap, const char *key, size_t nslen);
 const char *sd_lock_key(char *buf, size_t cap, const char *name);
 const char *sd_blob_key(char *buf, size_t cap, const char *name);
 

@@ -191,7 +191,7 @@ int sd_master_rate_take(int which, const char *addr, int64_t cost)
 static void master_argv_init(sd_argv_t *a, int64_t now)
 {
     sd_argv_init(a);
-    sd_argv_addf(a, "%smaster:", sd_store_prefix());
+    sd_argv_add(a, sd_master_base());
     sd_argv_addf(a, "%lld", (long long)now);
 }
 

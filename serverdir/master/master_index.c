@@ -481,7 +481,7 @@ void sd_master_index_publish(void)
 
 static void key_of(char *buf, size_t cap, const char *suffix)
 {
-    snprintf(buf, cap, "%smaster:%s", sd_store_prefix(), suffix);
+    snprintf(buf, cap, "%s%s", sd_master_base(), suffix);
 }
 
 static char last_id[64] = "0-0";
@@ -706,7 +706,7 @@ static int run_sweep(void)
     const char *argv[5];
     size_t argl[5];
     char k[128], now[24], nn[16], ml[16];
-    snprintf(k, sizeof k, "%smaster:", sd_store_prefix());
+    snprintf(k, sizeof k, "%s", sd_master_base());
     snprintf(now, sizeof now, "%lld", (long long)sd_wall_ms());
     snprintf(nn, sizeof nn, "%d", SWEEP_BATCH);
     snprintf(ml, sizeof ml, "%d", SD_MASTER_LOG_MAXLEN);
@@ -741,7 +741,7 @@ int sd_master_key_refresh(void)
         return -1;
     sd_argv_t a;
     sd_argv_init(&a);
-    sd_argv_addf(&a, "%smaster:", sd_store_prefix());
+    sd_argv_add(&a, sd_master_base());
     sd_argv_addf(&a, "%lld", (long long)sd_wall_ms());
     sd_argv_addf(&a, "%lld", (long long)sd_master_cfg.challenge_key_rotate_s * 1000);
     sd_argv_add(&a, fresh);
@@ -914,7 +914,7 @@ static void write_heartbeats(struct wop **ops, int n)
     }
     char k[128], now[24], ttl[24], per[24], maxs[24], ml[16], nn[16];
     int64_t t = sd_wall_ms();
-    snprintf(k, sizeof k, "%smaster:", sd_store_prefix());
+    snprintf(k, sizeof k, "%s", sd_master_base());
     snprintf(now, sizeof now, "%lld", (long long)t);
     snprintf(ttl, sizeof ttl, "%lld", (long long)sd_master_cfg.heartbeat_interval_s * 3000);
     snprintf(per, sizeof per, "%lld", (long long)sd_master_cfg.servers_per_address);

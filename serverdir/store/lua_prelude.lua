@@ -7,6 +7,40 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- The name of a lock or blob record key after its namespace ns ("<prefix>lock:"),
+-- without the "{=...}" a Redis Cluster wraps an untagged name in (locks.c, ns_key).
+local function lock_name(key, ns)
+  local n = string.sub(key, #ns + 1)
+  if string.sub(n, 1, 2) == '{=' and string.sub(n, -1) == '}' then
+    return string.sub(n, 3, -2)
+  end
+  return n
+end
+
+-- Wakes one parked acquire of a lock: one token on its release list q (<record>#q),
+-- trimmed to one and kept 60 s (locks.c, "waiting").
+local function wake_waiter(q)
+  redis.call('RPUSH', q, '1')
+  redis.call('LTRIM', q, -1, -1)
+  redis.call('PEXPIRE', q, 60000)
+end
+
+-- Adds every member of the set `set` to the sorted set `ix` (score 0) once, then sets
+-- `flag` to 1: the name index of a list, built for data written before it existed.
+local function index_once(set, ix, flag)
+  if redis.call('GET', flag) == '1' then return end
+  local all = redis.call('SMEMBERS', set)
+  for i = 1, #all, 500 do
+    local z = {'ZADD', ix}
+    for k = i, math.min(i + 499, #all) do
+      z[#z + 1] = '0'
+      z[#z + 1] = all[k]
+    end
+    redis.call(unpack(z))
+  end
+  redis.call('SET', flag, '1')
+end
+
 -- The fence of a primary's write to the cluster at key base `base`: nil when `epoch` is
 -- the epoch of a primary whose lease is still running at `now`, else the reply
 -- {'stale_epoch', current_epoch, holder ('' when none or expired)} to return as is.

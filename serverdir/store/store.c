@@ -12,7 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
+#include "rcluster.h"
 #include "sd.h"
 #include "sentinel.h"
 
@@ -23,12 +25,14 @@
 static struct {
     int unix_sock;
     int sentinel;
+    int cluster; /* cluster://: commands routed by rcluster.c */
     char host[256];
     int port;
     char path[256];
     int db;
     char password[128];
     char prefix[64];
+    char master_base[80];
 } target;
 
 static _Thread_local redisContext *tl_ctx;
@@ -140,12 +144,55 @@ static int parse_sentinel_url(const char *p)
     return sd__sentinel_init(spec, target.password);
 }
 
-/* Parses redis://[:password@]host:port[/db], unix:///path[?db=N] or sentinel://... */
+/* rcluster.c's events as counters. */
+static void cluster_event(const char *what)
+{
+    if (!strcmp(what, "moved"))
+        SD_COUNT("serverdir_redis_cluster_redirects_total{kind=\"moved\"}",
+                 "Redis Cluster redirections followed", 1);
+    else if (!strcmp(what, "ask"))
+        SD_COUNT("serverdir_redis_cluster_redirects_total{kind=\"ask\"}",
+                 "Redis Cluster redirections followed", 1);
+    else if (!strcmp(what, "tryagain"))
+        SD_COUNT("serverdir_redis_cluster_redirects_total{kind=\"tryagain\"}",
+                 "Redis Cluster redirections followed", 1);
+    else if (!strcmp(what, "refresh"))
+        SD_COUNT("serverdir_redis_cluster_slot_map_loads_total",
+                 "Redis Cluster slot maps loaded (CLUSTER SLOTS)", 1);
+}
+
+/* Parses cluster://[:password@]h1:p1,h2:p2[?password=PW]: the seed nodes of a Redis
+ * Cluster (any of them will do; the rest are learnt from CLUSTER SLOTS). */
+static int parse_cluster_url(const char *p)
+{
+    if (parse_password(&p))
+        return -EINVAL;
+    const char *q = strchr(p, '?');
+    char spec[1024];
+    size_t n = q ? (size_t)(q - p) : strlen(p);
+    if (n == 0 || n >= sizeof spec)
+        return -EINVAL;
+    memcpy(spec, p, n);
+    spec[n] = '\0';
+    if (q) {
+        if (strncmp(q, "?password=", 10) || strlen(q + 10) >= sizeof target.password)
+            return -EINVAL;
+        sd_strlcpy(target.password, q + 10, sizeof target.password);
+    }
+    target.cluster = 1;
+    sd__rc_event = cluster_event;
+    return sd__rc_init(spec, target.password);
+}
+
+/* Parses redis://[:password@]host:port[/db], unix:///path[?db=N], sentinel://... or
+ * cluster://... */
 static int parse_url(const char *url)
 {
     memset(&target, 0, sizeof target);
     if (strncmp(url, "sentinel://", 11) == 0)
         return parse_sentinel_url(url + 11);
+    if (strncmp(url, "cluster://", 10) == 0)
+        return parse_cluster_url(url + 10);
     if (strncmp(url, "unix://", 7) == 0) {
         const char *p = url + 7;
         const char *q = strchr(p, '?');
@@ -284,8 +331,14 @@ static redisContext *open_conn(uint64_t *gen, enum conn_fail *why, char *errstr,
     return c;
 }
 
+/* A stand-in context for the callers that only check that Redis can be tried: in
+ * cluster mode every command finds its node itself (rcluster.c). */
+static redisContext cluster_ready;
+
 static redisContext *get_ctx(void)
 {
+    if (target.cluster)
+        return &cluster_ready;
     if (tl_ctx && target.sentinel && tl_gen != sd__sentinel_gen()) {
         /* The primary changed under this connection: move to the new one now. */
         close_ctx();
@@ -339,6 +392,8 @@ static redisContext *get_ctx(void)
 
 redisContext *sd_store_connect(void)
 {
+    if (target.cluster)
+        return sd__rc_connect(-1);
     uint64_t gen;
     enum conn_fail why;
     char errstr[128];
@@ -350,12 +405,21 @@ int sd_store_init(const char *url, const char *key_prefix)
     if (parse_url(url))
         return -EINVAL;
     sd_strlcpy(target.prefix, key_prefix, sizeof target.prefix);
+    snprintf(target.master_base, sizeof target.master_base,
+             target.cluster ? "%s{master}:" : "%smaster:", target.prefix);
     free(script_sha);
     script_sha = calloc(sd_nscripts ? sd_nscripts : 1, sizeof *script_sha);
     return script_sha ? 0 : -ENOMEM;
 }
 
-void sd_store_thread_close(void) { close_ctx(); }
+void sd_store_thread_close(void)
+{
+    close_ctx();
+    if (target.cluster)
+        sd__rc_thread_close();
+}
+
+int sd_store_is_cluster(void) { return target.cluster; }
 
 int sd_store_start(void) { return target.sentinel ? sd__sentinel_start() : 0; }
 
@@ -366,6 +430,8 @@ void sd_store_stop(void)
 }
 
 const char *sd_store_prefix(void) { return target.prefix; }
+
+const char *sd_master_base(void) { return target.master_base; }
 
 const char *sd_key(char *buf, size_t cap, const char *cluster, const char *fmt, ...)
 {
@@ -391,8 +457,55 @@ static int peer_closed(const redisContext *c, int saved_errno)
 /* Sends argv and returns the reply. If the connection turns out to have been closed by
  * the peer, reconnects once and resends; on any other I/O failure drops the connection
  * and returns NULL. */
+/* The slot a command is routed by in cluster mode: its first key's, or -1 for a command
+ * without one (sent to the node this thread used last: WAIT and SCRIPT LOAD must reach
+ * the node of the command before them). */
+static int command_slot(int argc, const char **argv, const size_t *argl)
+{
+    static const char *const keyless[] = {"PING", "SCRIPT", "WAIT", "INFO", "SCAN", "CONFIG",
+                                          "SLOWLOG", "TIME", "ROLE", "DBSIZE", "CLUSTER",
+                                          "PUBLISH", "CLIENT", "DEBUG", "FLUSHALL", NULL};
+    if (argc < 2)
+        return -1;
+    const char *c = argv[0];
+    if (!strcasecmp(c, "EVALSHA") || !strcasecmp(c, "EVAL") || !strcasecmp(c, "EVALSHA_RO")) {
+        if (argc >= 4 && atoi(argv[2]) > 0)
+            return (int)sd__rc_slot(argv[3], argl[3]);
+        return -1;
+    }
+    if (!strcasecmp(c, "XREAD") || !strcasecmp(c, "XREADGROUP")) {
+        for (int i = 1; i + 1 < argc; i++)
+            if (!strcasecmp(argv[i], "STREAMS"))
+                return (int)sd__rc_slot(argv[i + 1], argl[i + 1]);
+        return -1;
+    }
+    for (const char *const *k = keyless; *k; k++)
+        if (!strcasecmp(c, *k))
+            return -1;
+    return (int)sd__rc_slot(argv[1], argl[1]);
+}
+
+/* roundtrip() for cluster mode. */
+static redisReply *cluster_roundtrip(int argc, const char **argv, const size_t *argl)
+{
+    enum sd_rc_fail why;
+    redisReply *r = sd__rc_command(command_slot(argc, argv, argl), argc, argv, argl, &why);
+    if (!r) {
+        SD_COUNT("serverdir_redis_errors_total{kind=\"cluster\"}", "Redis calls that failed", 1);
+        if (!atomic_exchange(&down_logged, 1))
+            log_error("redis unreachable", "err=%s",
+                      why == SD_RC_IO ? "command timed out" : "no primary serves the slot");
+        return NULL;
+    }
+    if (atomic_exchange(&down_logged, 0))
+        sd_log_msg(SD_LOG_INFO, "redis reachable again");
+    return r;
+}
+
 static redisReply *roundtrip(int argc, const char **argv, const size_t *argl)
 {
+    if (target.cluster)
+        return cluster_roundtrip(argc, argv, argl);
     redisContext *c = get_ctx();
     if (!c)
         return NULL;
@@ -496,7 +609,9 @@ int sd_store_script_v(const char *name, int nkeys, int argc, const char *const *
         return SD_STORE_ERROR;
     }
     int rc = SD_STORE_ERROR;
-    for (int attempt = 0; attempt < 2; attempt++) {
+    /* a load, then NOSCRIPT on a node that had not seen it (a cluster, a restart), then
+     * the call that works */
+    for (int attempt = 0; attempt < 3; attempt++) {
         char sha[41];
         pthread_mutex_lock(&sha_mu);
         memcpy(sha, script_sha[idx], sizeof sha);
@@ -561,6 +676,25 @@ int sd_store_command_v(int argc, const char *const *argv, const size_t *argl, re
     redisReply *r = roundtrip(argc, (const char **)argv, argl);
     if (!r) {
         SD_COUNT("serverdir_redis_errors_total{kind=\"io\"}", "Redis calls that failed", 1);
+        return SD_STORE_DOWN;
+    }
+    *out = r;
+    return SD_STORE_OK;
+}
+
+int sd_store_primaries(void) { return target.cluster ? sd__rc_primaries() : 1; }
+
+int sd_store_command_primary(int i, sd_argv_t *a, redisReply **out)
+{
+    *out = NULL;
+    if (!target.cluster)
+        return i == 0 ? sd_store_command(a, out) : SD_STORE_ERROR;
+    if (a->overflow)
+        return SD_STORE_ERROR;
+    enum sd_rc_fail why;
+    redisReply *r = sd__rc_command_primary(i, a->argc, a->argv, a->argl, &why);
+    if (!r) {
+        SD_COUNT("serverdir_redis_errors_total{kind=\"cluster\"}", "Redis calls that failed", 1);
         return SD_STORE_DOWN;
     }
     *out = r;

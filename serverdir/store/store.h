@@ -35,6 +35,12 @@ int sd_store_init(const char *url, const char *key_prefix);
 int sd_store_start(void);
 void sd_store_stop(void);
 void sd_store_thread_close(void);
+/* 1 when the store is a Redis Cluster (cluster://). */
+int sd_store_is_cluster(void);
+/* For walks that visit every node (SCAN): how many primaries (1 without a cluster), and
+ * one command sent to the i-th. */
+int sd_store_primaries(void);
+int sd_store_command_primary(int i, sd_argv_t *a, redisReply **out);
 /* Runs the embedded script `name` with the first nkeys entries of a as KEYS and the rest
  * as ARGV (EVALSHA, loading it after NOSCRIPT). On success *out is a reply the caller
  * frees with freeReplyObject; a Lua error_reply comes back as *out of type
@@ -61,6 +67,9 @@ int sd_store_ping(void);
 const char *sd_key(char *buf, size_t cap, const char *cluster, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 const char *sd_store_prefix(void);
+/* The master list's key base: "<prefix>master:", or on a Redis Cluster "<prefix>{master}:"
+ * so that every key of the list shares one slot (the list's scripts touch several). */
+const char *sd_master_base(void);
 
 typedef struct {
     const char *name;

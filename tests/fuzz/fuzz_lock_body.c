@@ -1,7 +1,8 @@
 /* libFuzzer target: lock request bodies (api_locks.c): PUT /v1/locks/{key} and
  * POST /v1/locks/acquire (sd_lock_req_parse) and POST /v1/locks/release
  * (sd_lock_release_parse). Properties: an accepted request has a holder and 1 to
- * SD_LOCKS_MAX_KEYS valid, distinct names (acquire many / release) with release seqs
+ * SD_LOCKS_MAX_KEYS valid (sd_lock_name_valid: one {hash tag} allowed), distinct names
+ * (acquire many / release) with release seqs
  * 1..2^53 and a well-formed lock_token per key; a refusal gives an error code and a
  * message. */
 #include <stddef.h>
@@ -18,7 +19,7 @@ static void check_names(const char *const *names, int n)
     if (n < 1 || n > SD_LOCKS_MAX_KEYS)
         __builtin_trap();
     for (int i = 0; i < n; i++) {
-        if (!names[i] || !sd_name_valid(names[i], SD_NAME_MAX))
+        if (!names[i] || !sd_lock_name_valid(names[i]))
             __builtin_trap();
         for (int j = 0; j < i; j++)
             if (!strcmp(names[i], names[j]))

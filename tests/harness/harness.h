@@ -52,11 +52,15 @@ typedef struct {
     pid_t pid;
     int port;
     char dir[256];
-    char url[128];   /* redis://127.0.0.1:PORT/0 */
+    char url[256];   /* redis://127.0.0.1:PORT/0, or cluster://... */
     char log[300];
     redisContext *ctl; /* a direct connection for tests to inspect and mutate state */
+    void *cluster;     /* with H_REDIS=cluster: the h_rcluster_t behind url (cluster://),
+                          ctl then reaches its first node only */
 } h_redis_t;
 
+/* A redis-server; with H_REDIS=cluster in the environment, a Redis Cluster of 3
+ * primaries instead (the suite's second backend, harness_rcluster.h). */
 int h_redis_start(h_redis_t *r);
 void h_redis_stop(h_redis_t *r);
 /* Runs a command on r->ctl (reconnecting if needed); caller frees the reply. */

@@ -79,6 +79,8 @@ static const expect_t expected[] = {
     {"PUT", "/v1/clusters/{c}/assignments", BB},
     {"GET", "/v1/clusters/{c}/machines/{m}/assignments", BB | VIEWER},
     {"POST", "/v1/clusters/{c}/machines/{m}/lost", BB},
+    {"GET", "/v1/clusters/{c}/settings", BB | VIEWER},
+    {"PUT", "/v1/clusters/{c}/settings", OPS_ONLY},
 
     {"PUT", "/v1/locks/{key}", GAME},
     {"POST", "/v1/locks/acquire", GAME},

@@ -17,10 +17,16 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include "harness.h"
 
 static char dir[400], url[64], sdport_env[32], rport_env[32], dir_env[450], bin_env[600];
-static int port;
+static const char *mode_env = "SD_REDIS=";
+static int port, rport, nredis = 1; /* the Redis ports: rport .. rport + nredis - 1 */
 
 static char *slurp(const char *path)
 {
@@ -67,7 +73,13 @@ static int leftovers(void)
             if (st && strstr(st, ") Z "))
                 dead = 1; /* a zombie the subreaper (this test) has not reaped yet */
             free(st);
-            if (!dead && (strstr(buf, want_env) || strstr(buf, dir) ||
+            int redis = 0;
+            for (int i = 0; k == 1 && i < nredis; i++) {
+                char rp[32];
+                snprintf(rp, sizeof rp, "127.0.0.1:%d", rport + i);
+                redis |= strstr(buf, rp) != NULL; /* redis-server's title */
+            }
+            if (!dead && (strstr(buf, want_env) || strstr(buf, dir) || redis ||
                           (k == 1 && strstr(buf, want_port)))) {
                 print_message("left over: pid %d %s\n", pid, buf);
                 n++;
@@ -151,7 +163,7 @@ static void one_run(int round)
     char log[500];
     snprintf(log, sizeof log, "%s/script-%d.out", h_tmpdir(), round);
     const char *argv[] = {"/bin/bash", SD_SOURCE_DIR "/scripts/cluster.sh", NULL};
-    const char *env[] = {sdport_env, rport_env, dir_env, bin_env, NULL};
+    const char *env[] = {sdport_env, rport_env, dir_env, bin_env, mode_env, NULL};
     pid_t pid = h_spawn(argv, log, env);
     assert_true(pid > 0);
     banner_wait_t w = {pid, log, NULL, 0, 0};
@@ -180,10 +192,16 @@ static void one_run(int round)
     assert_int_equal(r.status, 401);
     h_resp_free(&r);
 
-    kill(pid, SIGINT); /* what a Ctrl-C delivers to the script (its daemons run in their
-                          own sessions) */
-    int status = h_wait_exit(pid, 30000);
-    assert_true(WIFEXITED(status));
+    kill(-pid, SIGINT); /* what a Ctrl-C delivers: SIGINT to the script's process group,
+                           so a command it runs in the foreground gets it too (bash acts
+                           on a SIGINT its foreground child survived only after the child
+                           ends); its daemons run in their own sessions */
+    int status = h_wait_exit(pid, 45000); /* at most 10 s for the games, 5 + 10 s for the daemons */
+    if (!WIFEXITED(status)) {
+        char *tail = slurp(log);
+        fail_msg("round %d: cluster.sh did not end within 45 s of its Ctrl-C:\n%s", round,
+                 tail ? tail : "");
+    }
     assert_int_equal(WEXITSTATUS(status), 130);
     assert_int_equal(count_ready(), -1); /* serverdir is gone */
     assert_true(h_wait_until(no_leftovers, NULL, 2000));
@@ -196,11 +214,52 @@ static void twice(void **state)
     snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
     snprintf(dir, sizeof dir, "%s/cluster", h_tmpdir());
     snprintf(sdport_env, sizeof sdport_env, "SD_PORT=%d", port);
-    snprintf(rport_env, sizeof rport_env, "SD_REDIS_PORT=%d", h_free_port());
+    rport = h_free_port();
+    snprintf(rport_env, sizeof rport_env, "SD_REDIS_PORT=%d", rport);
     snprintf(dir_env, sizeof dir_env, "SD_CLUSTER_DIR=%s", dir);
     snprintf(bin_env, sizeof bin_env, "SD_BIN=%s", SD_BIN_DIR);
     one_run(1);
     one_run(2); /* from the first run's state: the zone servers stopped by its Ctrl-C */
+}
+
+/* 1 when nothing listens on loopback TCP port p (and it can be bound). */
+static int tcp_free(int p)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)p)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    if (fd >= 0)
+        close(fd);
+    return ok;
+}
+
+/* SD_REDIS=cluster: the same run on a local Redis Cluster of 3 primaries and 3 replicas
+ * (ports rport .. rport + 5, bus ports 10000 above), made on the first run and re-formed
+ * from its nodes.conf files on the second. */
+static void on_a_redis_cluster(void **state)
+{
+    (void)state;
+    port = h_free_port();
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
+    snprintf(dir, sizeof dir, "%s/rcluster", h_tmpdir());
+    snprintf(sdport_env, sizeof sdport_env, "SD_PORT=%d", port);
+    for (int tries = 0;; tries++) { /* 6 ports in a row, and their bus ports, free */
+        assert_true(tries < 200);
+        rport = 10000 + h_free_port() % 9000;
+        int ok = 1;
+        for (int i = 0; i < 6 && ok; i++)
+            ok = tcp_free(rport + i) && tcp_free(rport + 10000 + i);
+        if (ok)
+            break;
+    }
+    nredis = 6;
+    snprintf(rport_env, sizeof rport_env, "SD_REDIS_PORT=%d", rport);
+    snprintf(dir_env, sizeof dir_env, "SD_CLUSTER_DIR=%s", dir);
+    snprintf(bin_env, sizeof bin_env, "SD_BIN=%s", SD_BIN_DIR);
+    mode_env = "SD_REDIS=cluster";
+    one_run(1);
+    one_run(2);
 }
 
 int main(void)
@@ -208,6 +267,7 @@ int main(void)
     h_init(170);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(twice),
+        cmocka_unit_test(on_a_redis_cluster),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <pthread.h>
+#include <time.h>
 
 #include "harness.h"
 #include "harness_stack.h"
@@ -868,6 +870,42 @@ static void sdclient_typed_calls_and_failover(void **state)
  * are walked, and no Redis command takes 5 ms or more (SLOWLOG; the old proc_list read
  * the whole set in one script: 40 ms for ?limit=10, 450 ms for ?state=starting). A
  * process stopped in the middle of a walk is not seen twice and none is missed. */
+typedef struct {
+    volatile int stop;
+    int n;
+    int64_t us[4096];
+} getter_t;
+
+static int64_t mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* GETs one process over and over until told to stop, timing each. */
+static void *getter_main(void *arg)
+{
+    getter_t *g = arg;
+    while (!g->stop && g->n < (int)(sizeof g->us / sizeof g->us[0])) {
+        h_resp_t r;
+        int64_t t0 = mono_us();
+        int rc = h_http_json("GET", sd.url, H_TOK_VIEWER, NULL, &r, "%s",
+                             "/v1/clusters/c100k/processes/p000123");
+        int64_t dt = mono_us() - t0;
+        if (rc == 0 && r.status == 200)
+            g->us[g->n++] = dt;
+        h_resp_free(&r);
+    }
+    return NULL;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
 static void lists_at_100k_stay_cheap(void **state)
 {
     size_t cap = 200000;
@@ -889,6 +927,23 @@ static void lists_at_100k_stay_cheap(void **state)
     free(batch);
     freeReplyObject(h_redis(&redis, "CONFIG SET slowlog-log-slower-than 5000"));
     freeReplyObject(h_redis(&redis, "SLOWLOG RESET"));
+
+    /* single-process GETs answered while pages of the largest size are being built */
+    getter_t g = {.stop = 0, .n = 0};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, getter_main, &g), 0);
+    for (int i = 0; i < 4; i++) {
+        json_t *j = get_json(H_TOK_VIEWER, "/v1/clusters/c100k/processes?limit=5000", 200);
+        assert_int_equal(json_array_size(json_object_get(j, "processes")), 5000);
+        json_decref(j);
+    }
+    g.stop = 1;
+    pthread_join(th, NULL);
+    assert_true(g.n >= 5);
+    qsort(g.us, (size_t)g.n, sizeof g.us[0], cmp_i64);
+    fprintf(stderr, "GET during 5000-record pages: %d calls, median %lld us, max %lld us\n",
+            g.n, (long long)g.us[g.n / 2], (long long)g.us[g.n - 1]);
+    assert_true(g.us[g.n / 2] < 5000);
 
     /* the whole directory in pages of 5000, a process stopped meanwhile */
     static unsigned char seen[100000];
@@ -1027,6 +1082,142 @@ static void machine_lost_without_primary(void **state)
     assert_int_equal(lost, 2);
 }
 
+/* GET /machines and /services are paged along their name indexes (mix, six): 20,000
+ * machines (written before the index existed, then indexed once) come in pages of 1000
+ * in name order with no call over the SLOWLOG bar; libsdclient walks every page; 120
+ * services in pages of 50; bad cursors and sizes are refused. */
+static void machines_and_services_are_paged(void **state)
+{
+    (void)state;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    long long now = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    for (int i = 0; i < 20000; i++)
+        redisAppendCommand(redis.ctl, "HSET sd:{cpg}:machine:m%05d registered_at_ms %lld "
+                                      "renewed_at_ms %lld expires_at_ms %lld ttl_ms 600000 "
+                                      "address 10.1.%d.%d",
+                           i, now, now, now + 600000, i / 250, i % 250);
+    for (int i = 0; i < 20000; i++)
+        redisAppendCommand(redis.ctl, "SADD sd:{cpg}:machines m%05d", i);
+    for (int i = 0; i < 40000; i++) {
+        redisReply *x = NULL;
+        assert_int_equal(redisGetReply(redis.ctl, (void **)&x), REDIS_OK);
+        freeReplyObject(x);
+    }
+    h_resp_t r;
+    for (int i = 0; i < 3; i++) { /* registered through the API: in the index at once */
+        assert_int_equal(req("PUT", H_TOK_BB, "{\"ttl_ms\":300000}", &r,
+                             i == 0 ? "/v1/clusters/cpg/machines/a-first"
+                             : i == 1 ? "/v1/clusters/cpg/machines/m10000x"
+                                      : "/v1/clusters/cpg/machines/z-last"),
+                         200);
+        h_resp_free(&r);
+    }
+    json_t *j = get_json(H_TOK_VIEWER, "/v1/clusters/cpg/machines?limit=1", 200); /* indexes */
+    assert_string_equal(jstr(json_array_get(json_object_get(j, "machines"), 0), "machine"),
+                        "a-first");
+    json_decref(j);
+
+    freeReplyObject(h_redis(&redis, "CONFIG SET slowlog-log-slower-than 5000"));
+    freeReplyObject(h_redis(&redis, "SLOWLOG RESET"));
+    char url[256], after[64] = "", prev[64] = "";
+    int pages = 0, total = 0;
+    for (;;) {
+        snprintf(url, sizeof url, "/v1/clusters/cpg/machines?limit=1000%s%s",
+                 after[0] ? "&after=" : "", after);
+        j = get_json(H_TOK_VIEWER, url, 200);
+        size_t i;
+        json_t *m;
+        json_array_foreach(json_object_get(j, "machines"), i, m) {
+            assert_true(strcmp(jstr(m, "machine"), prev) > 0); /* name order, no repeat */
+            snprintf(prev, sizeof prev, "%s", jstr(m, "machine"));
+            assert_string_equal(jstr(m, "state"), "live");
+            total++;
+        }
+        assert_true(json_array_size(json_object_get(j, "machines")) <= 1000);
+        pages++;
+        json_t *next = json_object_get(j, "next");
+        if (!json_is_string(next)) {
+            json_decref(j);
+            break;
+        }
+        snprintf(after, sizeof after, "%s", json_string_value(next));
+        json_decref(j);
+        assert_true(pages <= 30);
+    }
+    assert_int_equal(total, 20003);
+    assert_string_equal(prev, "z-last");
+    redisReply *sl = h_redis(&redis, "SLOWLOG GET 5");
+    for (size_t i = 0; i < sl->elements; i++)
+        fprintf(stderr, "slow: %lld us: %s\n", sl->element[i]->element[2]->integer,
+                sl->element[i]->element[3]->element[0]->str);
+    assert_int_equal(sl->elements, 0);
+    freeReplyObject(sl);
+    freeReplyObject(h_redis(&redis, "CONFIG SET slowlog-log-slower-than 10000"));
+
+    sdc_t *c = sdc_new(sd.url, H_TOK_VIEWER, 3000);
+    sdc_err_t err;
+    json_t *out = NULL;
+    assert_int_equal(sdc_machines_list(c, "cpg", &out, &err), SDC_OK);
+    assert_int_equal(json_array_size(json_object_get(out, "machines")), 20003);
+    json_decref(out);
+
+    /* a deleted machine leaves the index */
+    assert_int_equal(req("DELETE", H_TOK_OPS, NULL, &r, "/v1/clusters/cpg/machines/a-first"), 204);
+    h_resp_free(&r);
+    j = get_json(H_TOK_VIEWER, "/v1/clusters/cpg/machines?limit=1", 200);
+    assert_string_equal(jstr(json_array_get(json_object_get(j, "machines"), 0), "machine"),
+                        "m00000");
+    json_decref(j);
+
+    /* services */
+    for (int i = 0; i < 120; i++) {
+        char path[96];
+        snprintf(path, sizeof path, "/v1/clusters/cpg/services/svc%03d", i);
+        assert_int_equal(req("PUT", H_TOK_OPS,
+                             "{\"command\":\"/usr/bin/gameproc\",\"count\":1}", &r, path),
+                         200);
+        h_resp_free(&r);
+    }
+    after[0] = '\0';
+    prev[0] = '\0';
+    pages = total = 0;
+    for (;;) {
+        snprintf(url, sizeof url, "/v1/clusters/cpg/services?limit=50%s%s",
+                 after[0] ? "&after=" : "", after);
+        j = get_json(H_TOK_VIEWER, url, 200);
+        size_t i;
+        json_t *s;
+        json_array_foreach(json_object_get(j, "services"), i, s) {
+            assert_true(strcmp(jstr(s, "service"), prev) > 0);
+            snprintf(prev, sizeof prev, "%s", jstr(s, "service"));
+            total++;
+        }
+        pages++;
+        json_t *next = json_object_get(j, "next");
+        if (!json_is_string(next)) {
+            json_decref(j);
+            break;
+        }
+        snprintf(after, sizeof after, "%s", json_string_value(next));
+        json_decref(j);
+        assert_true(pages <= 5);
+    }
+    assert_int_equal(total, 120);
+    assert_int_equal(pages, 3);
+    assert_int_equal(sdc_services_list(c, "cpg", &out, &err), SDC_OK);
+    assert_int_equal(json_array_size(json_object_get(out, "services")), 120);
+    json_decref(out);
+    sdc_free(c);
+
+    j = get_json(H_TOK_VIEWER, "/v1/clusters/cpg/machines?after=%2Fbad", 400);
+    json_decref(j);
+    j = get_json(H_TOK_VIEWER, "/v1/clusters/cpg/machines?limit=1001", 400);
+    json_decref(j);
+    j = get_json(H_TOK_VIEWER, "/v1/clusters/cpg/services?limit=501", 400);
+    json_decref(j);
+}
+
 int main(void)
 {
     h_init(120);
@@ -1046,6 +1237,7 @@ int main(void)
         cmocka_unit_test(lists_at_100k_stay_cheap),
         cmocka_unit_test(old_live_sets_are_migrated),
         cmocka_unit_test(machine_lost_without_primary),
+        cmocka_unit_test(machines_and_services_are_paged),
     };
     return cmocka_run_group_tests(tests, setup, h_stack_teardown);
 }

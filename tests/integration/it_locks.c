@@ -595,6 +595,23 @@ static void wait_replicas_knob(void **state)
     assert_int_equal(call(&sd_wait, "PUT", H_TOK_GAME, "{\"holder\":\"A\"}", &r, "/v1/locks/p-dur"), 503);
     assert_string_equal(h_err_code(&r), "replication_timeout");
     h_resp_free(&r);
+    /* A blob save is held to the same bar: stored on the primary, answered 503. */
+    {
+        assert_int_equal(call(&sd, "GET", H_TOK_VIEWER, NULL, &r, "/v1/locks/p-dur"), 200);
+        json_int_t seq = jget(&r, "lock_seq");
+        h_resp_free(&r);
+        char tok[64], url[256], h1[64], h3[96];
+        use_grant("p-dur", tok, sizeof tok);
+        snprintf(url, sizeof url, "%s/v1/blobs/p-dur", sd_wait.url);
+        snprintf(h1, sizeof h1, "Lock-Seq: %lld", (long long)seq);
+        snprintf(h3, sizeof h3, "Lock-Token: %s", tok);
+        const char *hdrs[] = {h1, "Blob-Seq: 1", h3, NULL};
+        assert_int_equal(h_http("PUT", url, H_TOK_GAME, "application/octet-stream", "x", 1, hdrs, &r), 0);
+        assert_int_equal(r.status, 503);
+        assert_string_equal(h_err_code(&r), "replication_timeout");
+        h_resp_free(&r);
+        lock_tok_hdr[0] = '\0';
+    }
 
     /* With a replica attached the same re-acquire answers 200 with the same lock_seq. */
     h_redis_t replica;
@@ -910,6 +927,159 @@ static void locks_die_with_their_holder(void **state)
     release("ld-k2", "lobby-x", s2);
 }
 
+/* A cluster's settings override what a recorded stop does to its instances' locks: no
+ * lock-delay (another holder takes the key at once), or no release at all; PUT {}
+ * returns to the serverdir defaults; bad input and other roles are refused. */
+static void stop_policy_per_cluster(void **state)
+{
+    (void)state;
+    h_resp_t r;
+    assert_int_equal(call(&sd, "GET", H_TOK_VIEWER, NULL, &r, "/v1/clusters/sp/settings"), 200);
+    json_t *j = h_resp_json(&r);
+    json_t *lk = json_object_get(j, "locks");
+    assert_true(json_is_true(json_object_get(lk, "release_on_stop")));
+    assert_int_equal(json_integer_value(json_object_get(lk, "stop_lock_delay_ms")), 5000);
+    assert_int_equal(json_object_size(json_object_get(json_object_get(j, "overrides"), "locks")), 0);
+    json_decref(j);
+    h_resp_free(&r);
+
+    assert_int_equal(call(&sd, "PUT", H_TOK_OPS, "{\"locks\":{\"stop_lock_delay_ms\":0}}", &r,
+                          "/v1/clusters/sp/settings"),
+                     200);
+    j = h_resp_json(&r);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(json_object_get(j, "overrides"), "locks"),
+                                                        "stop_lock_delay_ms")),
+                     0);
+    json_decref(j);
+    h_resp_free(&r);
+    const char ev1[] = "{\"events\":[{\"id\":\"sp1\",\"type\":\"started\",\"instance\":\"sp-1\","
+                       "\"machine\":\"m1\",\"service\":\"zone\",\"pid\":1}]}";
+    const char ev2[] = "{\"events\":[{\"id\":\"sp2\",\"type\":\"stopped\",\"instance\":\"sp-1\","
+                       "\"machine\":\"m1\",\"service\":\"zone\",\"reason\":\"killed\"}]}";
+    assert_int_equal(call(&sd, "POST", H_TOK_BB, ev1, &r, "/v1/clusters/sp/events"), 200);
+    h_resp_free(&r);
+    acquire(&sd, "sp-k1", "sp-1", NULL);
+    assert_int_equal(call(&sd, "POST", H_TOK_BB, ev2, &r, "/v1/clusters/sp/events"), 200);
+    h_resp_free(&r);
+    json_int_t s = acquire(&sd, "sp-k1", "sp-9", NULL); /* at once: no lock-delay */
+    release("sp-k1", "sp-9", s);
+
+    /* no release at all */
+    assert_int_equal(call(&sd, "PUT", H_TOK_OPS, "{\"locks\":{\"release_on_stop\":false}}", &r,
+                          "/v1/clusters/sp/settings"),
+                     200);
+    h_resp_free(&r);
+    const char ev3[] = "{\"events\":[{\"id\":\"sp3\",\"type\":\"started\",\"instance\":\"sp-2\","
+                       "\"machine\":\"m1\",\"service\":\"zone\",\"pid\":2}]}";
+    const char ev4[] = "{\"events\":[{\"id\":\"sp4\",\"type\":\"stopped\",\"instance\":\"sp-2\","
+                       "\"machine\":\"m1\",\"service\":\"zone\",\"reason\":\"killed\"}]}";
+    assert_int_equal(call(&sd, "POST", H_TOK_BB, ev3, &r, "/v1/clusters/sp/events"), 200);
+    h_resp_free(&r);
+    json_int_t s2 = acquire(&sd, "sp-k2", "sp-2", NULL);
+    assert_int_equal(call(&sd, "POST", H_TOK_BB, ev4, &r, "/v1/clusters/sp/events"), 200);
+    h_resp_free(&r);
+    char buf[64];
+    assert_int_equal(call(&sd, "GET", H_TOK_VIEWER, NULL, &r, "/v1/locks/sp-k2"), 200);
+    assert_string_equal(jstr(&r, "holder", buf, sizeof buf), "sp-2");
+    h_resp_free(&r);
+    release("sp-k2", "sp-2", s2);
+
+    /* back to the defaults; bad input and other roles refused, nothing changed */
+    assert_int_equal(call(&sd, "PUT", H_TOK_OPS, "{}", &r, "/v1/clusters/sp/settings"), 200);
+    j = h_resp_json(&r);
+    assert_true(json_is_true(json_object_get(json_object_get(j, "locks"), "release_on_stop")));
+    assert_int_equal(json_object_size(json_object_get(json_object_get(j, "overrides"), "locks")), 0);
+    json_decref(j);
+    h_resp_free(&r);
+    refused(&sd, "PUT", H_TOK_OPS, "{\"locks\":{\"stop_lock_delay_ms\":-1}}",
+            "/v1/clusters/sp/settings", 400, "bad_field");
+    refused(&sd, "PUT", H_TOK_OPS, "{\"locks\":{\"release\":true}}", "/v1/clusters/sp/settings",
+            400, "bad_field");
+    refused(&sd, "PUT", H_TOK_GAME, "{}", "/v1/clusters/sp/settings", 403, "forbidden");
+}
+
+/* Walks /v1/locks pages (the holder's when holder is given, else every lock) of `limit`
+ * and marks each pg-NNNN key seen; asserts no page exceeds limit and no key repeats.
+ * Returns the number of pages. */
+static int walk_lock_pages(const char *holder, int limit, unsigned char *seen)
+{
+    char cursor[128] = "";
+    for (int page = 1; page < 5000; page++) {
+        h_resp_t r;
+        char path[256];
+        snprintf(path, sizeof path, "/v1/locks?limit=%d%s%s%s%s", limit, holder ? "&holder=" : "",
+                 holder ? holder : "", cursor[0] ? "&cursor=" : "", cursor);
+        assert_int_equal(call(&sd, "GET", H_TOK_VIEWER, NULL, &r, path), 200);
+        json_t *j = h_resp_json(&r);
+        json_t *locks = json_object_get(j, "locks");
+        assert_true(json_array_size(locks) <= (size_t)limit);
+        size_t i;
+        json_t *l;
+        json_array_foreach(locks, i, l) {
+            const char *k = json_string_value(json_object_get(l, "key"));
+            if (strncmp(k, "pg-", 3) == 0) {
+                int n = atoi(k + 3);
+                assert_false(seen[n]);
+                seen[n] = 1;
+            }
+        }
+        json_t *next = json_object_get(j, "cursor");
+        int done = !json_is_string(next);
+        if (!done)
+            snprintf(cursor, sizeof cursor, "%s", json_string_value(next));
+        json_decref(j);
+        h_resp_free(&r);
+        if (done)
+            return page;
+    }
+    fail_msg("the lock listing did not end");
+    return 0;
+}
+
+/* (Runs last: its 1500 locks stay held.) The lock lists are paged with cursors and lose
+ * nothing: 1500 locks of one holder (more
+ * than the 1000 the holder list used to stop at) in pages of 100 and through
+ * libsdclient; every lock in pages of 7 (a page that fills inside one SCAN step resumes
+ * there instead of skipping the step's rest). */
+static void lock_lists_are_paged(void **state)
+{
+    (void)state;
+    for (int b = 0; b < 1500; b += 15) {
+        char body[1024];
+        int n = snprintf(body, sizeof body, "{\"holder\":\"HP\",\"keys\":[");
+        for (int i = b; i < b + 15; i++)
+            n += snprintf(body + n, sizeof body - (size_t)n, "%s\"pg-%04d\"", i > b ? "," : "", i);
+        snprintf(body + n, sizeof body - (size_t)n, "]}");
+        h_resp_t r;
+        assert_int_equal(call(&sd, "POST", H_TOK_GAME, body, &r, "/v1/locks/acquire"), 200);
+        h_resp_free(&r);
+    }
+    static unsigned char seen[1500];
+    memset(seen, 0, sizeof seen);
+    int pages = walk_lock_pages("HP", 100, seen);
+    assert_true(pages >= 15);
+    for (int i = 0; i < 1500; i++)
+        assert_true(seen[i]);
+    memset(seen, 0, sizeof seen);
+    walk_lock_pages(NULL, 7, seen);
+    for (int i = 0; i < 1500; i++)
+        assert_true(seen[i]);
+
+    sdc_t *c = sdc_new(sd.url, H_TOK_VIEWER, 5000);
+    sdc_err_t err;
+    json_t *out = NULL;
+    assert_int_equal(sdc_lock_list_by_holder(c, "HP", &out, &err), SDC_OK);
+    assert_int_equal(json_array_size(json_object_get(out, "locks")), 1500);
+    json_decref(out);
+    sdc_free(c);
+
+    h_resp_t r;
+    assert_int_equal(call(&sd, "GET", H_TOK_VIEWER, NULL, &r, "/v1/locks?holder=HP&cursor=x1"), 400);
+    h_resp_free(&r);
+    assert_int_equal(call(&sd, "GET", H_TOK_VIEWER, NULL, &r, "/v1/locks?cursor=12-%2Fx"), 400);
+    h_resp_free(&r);
+}
+
 int main(void)
 {
     h_init(150);
@@ -927,7 +1097,9 @@ int main(void)
         cmocka_unit_test(inspect_list_and_sdctl),
         cmocka_unit_test(lock_seq_survives_failover_to_a_stale_replica),
         cmocka_unit_test(locks_die_with_their_holder),
+        cmocka_unit_test(stop_policy_per_cluster),
         cmocka_unit_test(lock_seq_survives_loss_of_the_lock_table),
+        cmocka_unit_test(lock_lists_are_paged),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

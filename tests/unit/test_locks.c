@@ -211,6 +211,35 @@ static void lock_tokens(void **state)
     assert_false(sd_lock_token_valid("0123456789abcdef0123456789abcdeF"));
 }
 
+static void hash_tagged_names(void **state)
+{
+    (void)state;
+    static const char *const good[] = {"player42", "{player42}:bank", "a{b}c", "{x}",
+                                       "zone.1:{p-9}", NULL};
+    static const char *const bad[] = {"{}", "{", "}", "a}b{", "{a}{b}", "{{a}}", "a{b", "{a",
+                                      "{.}", ".{a}", "-{a}", "{a}..b", "{a b}", "", NULL};
+    for (const char *const *p = good; *p; p++)
+        if (!sd_lock_name_valid(*p))
+            fail_msg("refused '%s'", *p);
+    for (const char *const *p = bad; *p; p++)
+        if (sd_lock_name_valid(*p))
+            fail_msg("accepted '%s'", *p);
+    assert_false(sd_lock_name_valid(NULL));
+    char buf[64];
+    /* a cluster's wrapping comes off; a tag that is part of the name stays */
+    assert_string_equal(sd_lock_name_of(buf, sizeof buf, "sd:lock:{=player:1}", 8), "player:1");
+    assert_string_equal(sd_lock_name_of(buf, sizeof buf, "sd:lock:{p42}:bank", 8), "{p42}:bank");
+    assert_string_equal(sd_lock_name_of(buf, sizeof buf, "sd:lock:plain", 8), "plain");
+    /* keys_parse: a tagged pair is one call's worth on any Redis */
+    char err[256];
+    const char *code;
+    sd_lock_req_t a;
+    json_t *body = json_pack("{s:s, s:[s, s]}", "holder", "zone-1", "keys", "{p}:a", "{p}:b");
+    assert_int_equal(sd_lock_req_parse(body, 1, &a, &code, err, sizeof err), 0);
+    assert_int_equal(a.n, 2);
+    json_decref(body);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -219,6 +248,7 @@ int main(void)
         cmocka_unit_test(acquire_bodies),
         cmocka_unit_test(release_bodies),
         cmocka_unit_test(lock_tokens),
+        cmocka_unit_test(hash_tagged_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -8,4 +8,5 @@ if redis.call('DEL', base .. 'svc:' .. ARGV[1]) == 0 then
 end
 redis.call('DEL', base .. 'svc:' .. ARGV[1] .. '#slots')
 redis.call('SREM', base .. 'services', ARGV[1])
+redis.call('ZREM', base .. 'six', ARGV[1])
 return {'ok', string.format('%d', redis.call('INCR', base .. 'desired:version'))}

@@ -19,5 +19,6 @@ if not cur[1] then
   redis.call('HSET', key, 'created_at_ms', now, 'stopped', '0', 'restart_token', '0',
              'max_unavailable', '1')
   redis.call('SADD', base .. 'services', ARGV[1])
+  redis.call('ZADD', base .. 'six', 0, ARGV[1]) -- the paged list's index (service_list)
 end
 return {'changed', v, cur[1] or ''}

@@ -4,5 +4,6 @@
 local gone = redis.call('DEL', KEYS[1] .. 'machine:' .. ARGV[1])
 local listed = redis.call('SREM', KEYS[1] .. 'machines', ARGV[1])
 redis.call('ZREM', KEYS[1] .. 'leases', ARGV[1])
+redis.call('ZREM', KEYS[1] .. 'mix', ARGV[1])
 if gone + listed > 0 then return 1 end
 return 0

@@ -1,28 +1,39 @@
 -- Reads machine leases with the Redis time, so expiry is judged by one clock.
--- KEYS[1]: the cluster's key base; ARGV[1]: one machine name, or '' for all.
--- Returns {now_ms, {name, field, value, ...}, ...} (with draining 1 for a machine in the
--- draining set); names whose record expired (lost longer than machine_keep) are dropped
--- from the machine set on the way.
+-- KEYS[1]: the cluster's key base; ARGV[1]: one machine name, or '' for a page of all;
+-- for a page, ARGV[2]: the last name of the previous page ('' for the first), ARGV[3]:
+-- the page size. The page is read along the index <base>mix (a sorted set of names,
+-- score 0, kept by machine_put and machine_delete), so a call costs O(page).
+-- Returns {now_ms, next, {name, field, value, ...}, ...} (with draining 1 for a machine
+-- in the draining set); next is the page's last name when more may follow, else ''.
+-- Names whose record expired (lost longer than machine_keep) are dropped from the
+-- machine set and the index on the way.
 local now = now_ms()
-local out = {string.format('%d', now)}
+local base = KEYS[1]
+local out = {string.format('%d', now), ''}
 local names
 if ARGV[1] ~= '' then
   names = {ARGV[1]}
 else
-  names = redis.call('SMEMBERS', KEYS[1] .. 'machines')
-  table.sort(names)
+  local ix = base .. 'mix'
+  -- names written before the index existed: added once
+  index_once(base .. 'machines', ix, base .. 'mixv')
+  local limit = tonumber(ARGV[3])
+  names = redis.call('ZRANGE', ix, ARGV[2] == '' and '-' or '(' .. ARGV[2], '+',
+                     'BYLEX', 'LIMIT', 0, limit)
+  if #names == limit then out[2] = names[#names] end
 end
 for _, m in ipairs(names) do
-  local h = redis.call('HGETALL', KEYS[1] .. 'machine:' .. m)
+  local h = redis.call('HGETALL', base .. 'machine:' .. m)
   if #h > 0 then
     table.insert(h, 1, m)
-    if redis.call('SISMEMBER', KEYS[1] .. 'draining', m) == 1 then
+    if redis.call('SISMEMBER', base .. 'draining', m) == 1 then
       h[#h + 1] = 'draining'
       h[#h + 1] = '1'
     end
     out[#out + 1] = h
   elseif ARGV[1] == '' then
-    redis.call('SREM', KEYS[1] .. 'machines', m)
+    redis.call('SREM', base .. 'machines', m)
+    redis.call('ZREM', base .. 'mix', m)
   end
 end
 return out

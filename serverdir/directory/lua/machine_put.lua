@@ -22,6 +22,7 @@ end
 redis.call(unpack(h))
 redis.call('PEXPIRE', key, s(ttl + tonumber(ARGV[2])))
 redis.call('SADD', KEYS[1] .. 'machines', ARGV[1])
+redis.call('ZADD', KEYS[1] .. 'mix', 0, ARGV[1]) -- the paged list's index (machine_list)
 -- the lease deadlines the lost-machine sweep reads (directory.c, sweep_lost)
 redis.call('ZADD', KEYS[1] .. 'leases', now + ttl, ARGV[1])
 return {reg, ttl, fresh and 1 or 0}

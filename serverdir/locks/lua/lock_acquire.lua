@@ -1,12 +1,16 @@
 -- Acquire one or several locks for one holder, all or nothing (docs/locks.md).
--- KEYS[1..n]: lock records <prefix>lock:<name>; KEYS[n+1]: the holder's index set.
+-- KEYS[1..n]: lock records <prefix>lock:<name>; KEYS[n+1..2n]: their blob records
+-- <prefix>blob:<name> (a floor for lock_seq); KEYS[2n+1]: the holder's index set, given
+-- on standalone Redis/Sentinel only (on a Redis Cluster serverdir adds the names to the
+-- index before this script and removes a previous holder's after it: the index lives in
+-- another slot).
 -- ARGV: holder, ttl_ms (0: no expiry), lock_delay_ms, retain_ms, steal_cluster ("": no),
---       steal_older_ms (0: no), prefix, then a fresh random lock_token per key (serverdir
---       draws them): a new grant stores its key's; a holder acquiring again keeps the
---       token it was granted (so every copy of one holder shares it).
--- Related keys derived here (standalone Redis/Sentinel only): the blob record
--- <prefix>blob:<name> (a floor for lock_seq), a previous holder's index set and the
--- directory's process hash <prefix>{<cluster>}:proc:<holder>.
+--       steal_older_ms (0: no), prefix, n, then a fresh random lock_token per key
+--       (serverdir draws them): a new grant stores its key's; a holder acquiring again
+--       keeps the token it was granted (so every copy of one holder shares it); then, on
+--       a cluster, the holders serverdir found stopped in steal_cluster's directory.
+-- On standalone Redis/Sentinel a previous holder's index set and the directory's process
+-- hash <prefix>{<cluster>}:proc:<holder> are derived here (one Redis holds them all).
 -- Returns {'ok', now_ms, then per key: name, lock_seq, reacquired 0/1, stolen_from,
 -- since_ms, expires_ms, lock_token} or {'lock_held', name, holder, since_ms, expires_ms, now_ms} or
 -- {'lock_delayed', name, retry_after_ms}.
@@ -17,8 +21,11 @@ local retain = tonumber(ARGV[4])
 local steal_cluster = ARGV[5]
 local steal_older = tonumber(ARGV[6])
 local prefix = ARGV[7]
-local n = #KEYS - 1
+local n = tonumber(ARGV[8])
+local indexed = #KEYS > 2 * n
 local lock_ns = prefix .. 'lock:'
+local stopped = {}
+for i = 9 + n, #ARGV do stopped[ARGV[i]] = true end
 
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -27,7 +34,7 @@ local function fmt(x) return string.format('%d', x) end
 
 local plan = {}
 for i = 1, n do
-    local name = string.sub(KEYS[i], #lock_ns + 1)
+    local name = lock_name(KEYS[i], lock_ns)
     local r = redis.call('HMGET', KEYS[i], 'holder', 'seq', 'since', 'expires', 'delay_until',
                          'token')
     local cur = r[1] or ''
@@ -48,8 +55,12 @@ for i = 1, n do
         action = 'again'
     elseif cur ~= '' then
         if steal_cluster ~= '' then
-            local st = redis.call('HGET', prefix .. '{' .. steal_cluster .. '}:proc:' .. cur, 'state')
-            if st == 'stopped' then why = 'holder_stopped' end
+            if indexed then
+                local st = redis.call('HGET', prefix .. '{' .. steal_cluster .. '}:proc:' .. cur, 'state')
+                if st == 'stopped' then why = 'holder_stopped' end
+            elseif stopped[cur] then
+                why = 'holder_stopped'
+            end
         end
         if why == '' and steal_older > 0 and now - since >= steal_older then why = 'held_too_long' end
         if why == '' then
@@ -61,7 +72,7 @@ for i = 1, n do
     end
     -- The blob record remembers the lock_seq it was last saved and read under: a floor
     -- for the next grant that survives the loss of the lock record itself.
-    local b = redis.call('HMGET', prefix .. 'blob:' .. name, 'lock_seq', 'read_lock_seq')
+    local b = redis.call('HMGET', KEYS[n + i], 'lock_seq', 'read_lock_seq')
     local floor = math.max(seq, tonumber(b[1]) or 0, tonumber(b[2]) or 0)
     plan[i] = {name = name, action = action, prev = prev, why = why, seq = seq, floor = floor,
                since = since, token = r[6] or ''}
@@ -79,16 +90,16 @@ for i = 1, n do
     if p.action == 'again' then
         if token == '' then
             -- A grant made before lock tokens existed: it gets one now.
-            token = ARGV[7 + i]
+            token = ARGV[8 + i]
             redis.call('HSET', KEYS[i], 'token', token)
         end
         redis.call('HSET', KEYS[i], 'expires', fmt(expires), 'ttl', fmt(ttl))
     else
-        token = ARGV[7 + i]
+        token = ARGV[8 + i]
         seq = math.max(p.floor + 1, now_us)
         since = now
         if p.prev ~= '' then
-            redis.call('SREM', lock_ns .. p.prev .. '#h', p.name)
+            if indexed then redis.call('SREM', lock_ns .. p.prev .. '#h', p.name) end
             if p.why ~= '' then stolen = p.prev end
         end
         redis.call('HSET', KEYS[i], 'holder', holder, 'seq', fmt(seq), 'since', fmt(now),
@@ -100,7 +111,7 @@ for i = 1, n do
     else
         redis.call('PERSIST', KEYS[i])
     end
-    redis.call('SADD', KEYS[n + 1], p.name)
+    if indexed then redis.call('SADD', KEYS[2 * n + 1], p.name) end
     local again = '0'
     if p.action == 'again' then again = '1' end
     table.insert(out, p.name)

@@ -1,21 +1,25 @@
 -- Release one or several locks of one holder, all or nothing (docs/locks.md).
--- KEYS[1..n]: lock records; KEYS[n+1]: the holder's index set.
+-- KEYS[1..n]: lock records; KEYS[n+1..2n]: their release notification lists
+-- <record>#q; KEYS[2n+1]: the holder's index set, on standalone Redis and Sentinel only
+-- (on a Redis Cluster serverdir removes the names from it after this script: it lives in
+-- another slot).
 -- ARGV: holder, retain_ms, then the lock_seq the holder was granted for each key, then
--- the lock_token of each grant.
+-- the lock_token of each grant, then the lock namespace "<prefix>lock:".
 -- A clean release never starts a lock-delay; it wakes one waiter through the key's
 -- notification list <record>#q.
 -- Returns {'ok', then per key: name, lock_seq} or {'not_holder', name, holder} or
 -- {'stale_lock_seq', name} or {'fenced', name} (the lock_token is not the grant's).
 local holder = ARGV[1]
 local retain = tonumber(ARGV[2])
-local n = #KEYS - 1
-local lock_ns = string.sub(KEYS[n + 1], 1, #KEYS[n + 1] - #holder - 2)
+local n = (#ARGV - 3) / 2
+local lock_ns = ARGV[#ARGV]
+local indexed = #KEYS > 2 * n
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 for i = 1, n do
-    local name = string.sub(KEYS[i], #lock_ns + 1)
+    local name = lock_name(KEYS[i], lock_ns)
     local r = redis.call('HMGET', KEYS[i], 'holder', 'seq', 'expires', 'token')
     local cur = r[1] or ''
     local expires = tonumber(r[3]) or 0
@@ -26,15 +30,12 @@ for i = 1, n do
 end
 local out = {'ok'}
 for i = 1, n do
-    local name = string.sub(KEYS[i], #lock_ns + 1)
+    local name = lock_name(KEYS[i], lock_ns)
     redis.call('HSET', KEYS[i], 'holder', '', 'since', '0', 'expires', '0', 'token', '',
                'released', string.format('%d', now))
     redis.call('PEXPIRE', KEYS[i], retain)
-    redis.call('SREM', KEYS[n + 1], name)
-    local q = KEYS[i] .. '#q'
-    redis.call('RPUSH', q, '1')
-    redis.call('LTRIM', q, -1, -1)
-    redis.call('PEXPIRE', q, 60000)
+    if indexed then redis.call('SREM', KEYS[2 * n + 1], name) end
+    wake_waiter(KEYS[n + i])
     table.insert(out, name)
     table.insert(out, ARGV[2 + i])
 end

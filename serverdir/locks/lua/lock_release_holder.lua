@@ -26,10 +26,7 @@ for _, name in ipairs(redis.call('SMEMBERS', KEYS[1])) do
                'released', string.format('%d', now), 'released_because', 'holder_stopped')
     redis.call('PEXPIRE', key, retain + delay)
     if delay == 0 then
-      local q = key .. '#q'
-      redis.call('RPUSH', q, '1')
-      redis.call('LTRIM', q, -1, -1)
-      redis.call('PEXPIRE', q, 60000)
+      wake_waiter(key .. '#q')
     end
     n = n + 1
   end

@@ -1,0 +1,289 @@
+/* The Redis Cluster routing layer (serverdir/store/rcluster.c) against a real local
+ * cluster of 3 primaries with a replica each: slots equal Redis's CLUSTER KEYSLOT (hash
+ * tags included), commands reach the owning primary, MOVED after a slot changes owner,
+ * ASK while a slot migrates, scripts loaded on each node after NOSCRIPT (through the
+ * store), and a kill -9 of a primary: no answer (503) while the slot has no primary,
+ * then the promoted replica serves it. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "harness_rcluster.h"
+#include "rcluster.h"
+#include "store.h"
+
+static h_rcluster_t rc;
+
+static int setup(void **state)
+{
+    (void)state;
+    if (h_rcluster_start(&rc, 3, 1))
+        return -1;
+    return sd__rc_init(rc.url + strlen("cluster://"), "");
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    sd__rc_thread_close();
+    h_rcluster_stop(&rc);
+    return 0;
+}
+
+static redisReply *cmd(enum sd_rc_fail *why, const char *a0, const char *a1, const char *a2)
+{
+    const char *argv[3] = {a0, a1, a2};
+    size_t argl[3] = {strlen(a0), a1 ? strlen(a1) : 0, a2 ? strlen(a2) : 0};
+    int argc = a2 ? 3 : a1 ? 2 : 1;
+    int slot = a1 && strcmp(a0, "WAIT") ? (int)sd__rc_slot(a1, argl[1]) : -1; /* WAIT: no key */
+    return sd__rc_command(slot, argc, argv, argl, why);
+}
+
+static void slots_match_redis(void **state)
+{
+    (void)state;
+    static const char *const keys[] = {"foo", "bar", "sd:{c1}:machines", "{user1000}.following",
+                                       "{user1000}.followers", "foo{}{bar}", "foo{{bar}}zap",
+                                       "foo{bar}{zap}", "{}", "}{", "a{b", "", "123456789", NULL};
+    for (const char *const *k = keys; *k; k++) {
+        redisReply *r = h_rc_node(&rc, 0, "CLUSTER KEYSLOT %b", *k, strlen(*k));
+        assert_non_null(r);
+        assert_int_equal(sd__rc_slot(*k, strlen(*k)), r->integer);
+        freeReplyObject(r);
+    }
+    for (int i = 0; i < 500; i++) {
+        char k[32];
+        snprintf(k, sizeof k, "key:%d", i * 7919);
+        redisReply *r = h_rc_node(&rc, i % rc.n, "CLUSTER KEYSLOT %s", k);
+        assert_int_equal(sd__rc_slot(k, strlen(k)), r->integer);
+        freeReplyObject(r);
+    }
+    assert_int_equal(sd__rc_slot("123456789", 9), 0x31C3 & 16383); /* the spec's check value */
+}
+
+static void commands_reach_the_owner(void **state)
+{
+    (void)state;
+    enum sd_rc_fail why;
+    for (int i = 0; i < 300; i++) {
+        char k[32], v[32];
+        snprintf(k, sizeof k, "route:%d", i);
+        snprintf(v, sizeof v, "v%d", i);
+        redisReply *r = cmd(&why, "SET", k, v);
+        assert_non_null(r);
+        assert_int_equal(r->type, REDIS_REPLY_STATUS);
+        freeReplyObject(r);
+    }
+    assert_int_equal(sd__rc_primaries(), 3);
+    int per_node[H_RC_MAX] = {0};
+    for (int i = 0; i < 300; i++) {
+        char k[32];
+        snprintf(k, sizeof k, "route:%d", i);
+        int owner = h_rc_primary_of(&rc, (int)sd__rc_slot(k, strlen(k)));
+        assert_true(owner >= 0);
+        redisReply *r = h_rc_node(&rc, owner, "GET %s", k); /* stored on the owner itself */
+        assert_int_equal(r->type, REDIS_REPLY_STRING);
+        assert_int_equal(atoi(r->str + 1), i);
+        freeReplyObject(r);
+        per_node[owner]++;
+        r = cmd(&why, "GET", k, NULL);
+        assert_int_equal(r->type, REDIS_REPLY_STRING);
+        freeReplyObject(r);
+    }
+    int used = 0;
+    for (int i = 0; i < rc.n; i++)
+        used += per_node[i] > 0;
+    assert_int_equal(used, 3);
+}
+
+/* The node id of node i. */
+static void node_id(int i, char *out, size_t cap)
+{
+    redisReply *r = h_rc_node(&rc, i, "CLUSTER MYID");
+    assert_non_null(r);
+    snprintf(out, cap, "%s", r->str);
+    freeReplyObject(r);
+}
+
+/* A primary other than p. */
+static int other_primary(int p)
+{
+    for (int s = 0; s < 16384; s += 1000) {
+        int o = h_rc_primary_of(&rc, s);
+        if (o >= 0 && o != p)
+            return o;
+    }
+    fail_msg("no other primary");
+    return -1;
+}
+
+static void ask_while_migrating_then_moved(void **state)
+{
+    (void)state;
+    const char *k1 = "{mig}:a", *k2 = "{mig}:b";
+    int slot = (int)sd__rc_slot(k1, strlen(k1));
+    enum sd_rc_fail why;
+    redisReply *r = cmd(&why, "SET", k1, "one");
+    freeReplyObject(r);
+    r = cmd(&why, "SET", k2, "two");
+    freeReplyObject(r);
+    int src = h_rc_primary_of(&rc, slot), dst = other_primary(src);
+    char src_id[64], dst_id[64];
+    node_id(src, src_id, sizeof src_id);
+    node_id(dst, dst_id, sizeof dst_id);
+    sd_rc_stats_t before, after;
+    sd__rc_stats(&before);
+
+    /* the slot migrates: k1 moved to dst already, k2 still on src */
+    freeReplyObject(h_rc_node(&rc, dst, "CLUSTER SETSLOT %d IMPORTING %s", slot, src_id));
+    freeReplyObject(h_rc_node(&rc, src, "CLUSTER SETSLOT %d MIGRATING %s", slot, dst_id));
+    r = h_rc_node(&rc, src, "MIGRATE 127.0.0.1 %d %s 0 5000", rc.port[dst], k1);
+    assert_int_equal(r->type, REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    r = cmd(&why, "GET", k1, NULL); /* src answers ASK: asked at dst with ASKING */
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    assert_string_equal(r->str, "one");
+    freeReplyObject(r);
+    r = cmd(&why, "GET", k2, NULL); /* still on src */
+    assert_string_equal(r->str, "two");
+    freeReplyObject(r);
+    sd__rc_stats(&after);
+    assert_true(after.asked > before.asked);
+
+    /* the migration ends: the slot belongs to dst everywhere; the map learns it by MOVED */
+    r = h_rc_node(&rc, src, "MIGRATE 127.0.0.1 %d %s 0 5000", rc.port[dst], k2);
+    freeReplyObject(r);
+    for (int i = 0; i < rc.n; i++)
+        freeReplyObject(h_rc_node(&rc, i, "CLUSTER SETSLOT %d NODE %s", slot, dst_id));
+    sd__rc_stats(&before);
+    r = cmd(&why, "GET", k2, NULL);
+    assert_non_null(r);
+    assert_string_equal(r->str, "two");
+    freeReplyObject(r);
+    sd__rc_stats(&after);
+    assert_true(after.moved > before.moved);
+    r = cmd(&why, "SET", k1, "uno"); /* now straight to dst */
+    freeReplyObject(r);
+    r = h_rc_node(&rc, dst, "GET %s", k1);
+    assert_string_equal(r->str, "uno");
+    freeReplyObject(r);
+}
+
+/* Scripts through the store: EVALSHA on every node, each loading the script after its
+ * own NOSCRIPT; the per-cluster key base keeps a script's keys in one slot. */
+static void store_scripts_on_every_node(void **state)
+{
+    (void)state;
+    assert_int_equal(sd_store_init(rc.url, "sd:"), 0);
+    assert_true(sd_store_is_cluster());
+    int nodes_hit[H_RC_MAX] = {0};
+    for (int i = 0; i < 40; i++) {
+        char cl[32], base[96];
+        snprintf(cl, sizeof cl, "realm%d", i);
+        sd_key(base, sizeof base, cl, "%s", "");
+        sd_argv_t a;
+        sd_argv_init(&a);
+        sd_argv_add(&a, base);
+        sd_argv_add(&a, "m1");
+        sd_argv_add(&a, "60000");
+        sd_argv_add(&a, "15000");
+        sd_argv_add(&a, "address");
+        sd_argv_add(&a, "10.0.0.1");
+        redisReply *r = NULL;
+        assert_int_equal(sd_store_run("machine_put", 1, &a, &r), SD_STORE_OK);
+        assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+        freeReplyObject(r);
+        sd_argv_init(&a);
+        sd_argv_add(&a, base);
+        sd_argv_add(&a, "");
+        sd_argv_add(&a, "");
+        sd_argv_add(&a, "10");
+        assert_int_equal(sd_store_run("machine_list", 1, &a, &r), SD_STORE_OK);
+        assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+        assert_int_equal(r->elements, 3); /* now, next, the one machine */
+        freeReplyObject(r);
+        nodes_hit[h_rc_primary_of(&rc, (int)sd__rc_slot(base, strlen(base)))]++;
+    }
+    int used = 0;
+    for (int i = 0; i < rc.n; i++)
+        used += nodes_hit[i] > 0;
+    assert_int_equal(used, 3);
+    sd_store_thread_close();
+}
+
+static int slot_served(void *arg)
+{
+    enum sd_rc_fail why;
+    redisReply *r = cmd(&why, "GET", (const char *)arg, NULL);
+    int ok = r && r->type == REDIS_REPLY_STRING;
+    if (r)
+        freeReplyObject(r);
+    return ok;
+}
+
+static void failover_followed(void **state)
+{
+    (void)state;
+    const char *k = "{fo}:x";
+    enum sd_rc_fail why;
+    /* WAIT goes to the node of the SET before it; the replica may still be in its first
+     * sync after the cluster was made */
+    long long acked = 0;
+    for (int i = 0; i < 50 && acked < 1; i++) {
+        redisReply *r = cmd(&why, "SET", k, "kept");
+        freeReplyObject(r);
+        r = cmd(&why, "WAIT", "1", "200");
+        assert_non_null(r);
+        acked = r->integer;
+        freeReplyObject(r);
+    }
+    assert_int_equal(acked, 1);
+    redisReply *r;
+    int victim = h_rc_primary_of(&rc, (int)sd__rc_slot(k, strlen(k)));
+    kill(rc.pid[victim], SIGKILL);
+    h_wait_exit(rc.pid[victim], 2000);
+    rc.pid[victim] = 0;
+    /* at once: no primary answers for the slot, the call fails fast (a 503) */
+    int64_t t0 = h_now_ms();
+    r = cmd(&why, "GET", k, NULL);
+    assert_null(r);
+    assert_int_equal(why, SD_RC_NO_NODE);
+    assert_true(h_now_ms() - t0 < 2000);
+    /* the replica is promoted (node timeout 1.5 s) and found through the slot map */
+    if (!h_wait_every(slot_served, (void *)k, 20000, 100)) {
+        for (int i = 0; i < rc.n; i++) {
+            redisReply *x = rc.pid[i] ? h_rc_node(&rc, i, "CLUSTER NODES") : NULL;
+            fprintf(stderr, "node %d (port %d): %s\n", i, rc.port[i], x ? x->str : "down");
+            if (x)
+                freeReplyObject(x);
+        }
+        fail_msg("the slot of %s was not served again within 20 s", k);
+    }
+    r = cmd(&why, "GET", k, NULL);
+    if (!r)
+        fprintf(stderr, "GET after the failover: why=%d\n", (int)why);
+    assert_non_null(r);
+    assert_string_equal(r->str, "kept");
+    freeReplyObject(r);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(slots_match_redis),
+        cmocka_unit_test(commands_reach_the_owner),
+        cmocka_unit_test(ask_while_migrating_then_moved),
+        cmocka_unit_test(store_scripts_on_every_node),
+        cmocka_unit_test(failover_followed),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
