@@ -61,6 +61,30 @@ int sd_name_valid(const char *s, size_t max)
     return strstr(s, "..") == NULL;
 }
 
+int sd_lock_name_valid(const char *s)
+{
+    if (!s)
+        return 0;
+    size_t n = strlen(s);
+    const char *open = strchr(s, '{'), *close = strchr(s, '}');
+    if (!open && !close)
+        return sd_name_valid(s, SD_NAME_MAX);
+    /* one hash tag: "{tag}rest", "a{tag}b": the tag a non-empty name */
+    if (!open || !close || close < open + 2 || strchr(open + 1, '{') || strchr(close + 1, '}') ||
+        n > SD_NAME_MAX || s[0] == '.' || s[0] == '-' || strstr(s, ".."))
+        return 0;
+    char tmp[SD_NAME_MAX + 1];
+    size_t k = 0;
+    for (const char *p = s; *p; p++)
+        if (*p != '{' && *p != '}')
+            tmp[k++] = *p;
+    tmp[k] = '\0';
+    char tag[SD_NAME_MAX + 1];
+    memcpy(tag, open + 1, (size_t)(close - open - 1));
+    tag[close - open - 1] = '\0';
+    return sd_name_valid(tmp, SD_NAME_MAX) && sd_name_valid(tag, SD_NAME_MAX);
+}
+
 /* `ports`: absent, null, or an object of at most SD_PORTS_MAX name: 1..65535 entries. */
 static int ev_ports(sd_jv_t *v, const json_t *ev)
 {

@@ -85,6 +85,9 @@ int sd_stop_reason_parse(const char *s);
 
 /* 1 when s is a name (see SD_NAME_MAX) of at most max bytes, else 0 (NULL too). */
 int sd_name_valid(const char *s, size_t max);
+/* A lock or blob key name: a name (sd_name_valid), or one with one Redis Cluster hash
+ * tag, "{player42}:bank" (the tag itself a name): keys with one tag share a slot. */
+int sd_lock_name_valid(const char *s);
 
 /* 1 when s is a lock_token: exactly SD_LOCK_TOKEN_LEN lowercase hex characters. */
 int sd_lock_token_valid(const char *s);

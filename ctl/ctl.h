@@ -97,6 +97,8 @@ typedef struct ctl_table ctl_table_t;
 ctl_table_t *ctl_table_new(int ncols, ...);
 void ctl_table_row(ctl_table_t *t, ...); /* ncols const char* cells (NULL prints "-") */
 void ctl_table_print(ctl_table_t *t, FILE *out, int color);
+/* --no-headers: every table after this prints without its header row. */
+void ctl_table_no_headers(int on);
 
 /* Formats a millisecond duration or age as "850ms", "12s", "3m4s", "2h5m", "3d4h". */
 const char *ctl_fmt_ms(long long ms, char *buf, size_t cap);

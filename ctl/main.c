@@ -16,13 +16,45 @@ static void usage(FILE *f)
                "  --token TOKEN     bearer token (env SERVERDIR_TOKEN)\n"
                "  --cluster NAME    cluster (env SERVERDIR_CLUSTER, default \"default\")\n"
                "  -o json|table     output format (default table)\n"
-               "  --version, --help\n\ncommands:\n");
+               "  --no-headers      tables without their header row\n"
+               "  --version, --help\n"
+               "The global options may also follow the command and its arguments\n"
+               "(`sdctl ps -o json`, `sdctl machines --cluster eu --no-headers`).\n\n"
+               "commands:\n");
     for (size_t i = 0; i < ctl_ncmds; i++)
         fprintf(f, "  %-12s %s\n", ctl_cmds[i].name, ctl_cmds[i].summary);
     fprintf(f, "\n'sdctl COMMAND --help' describes a command. Colour only on a terminal\n"
                "(NO_COLOR turns it off).\n"
                "exit codes: 0 ok, 1 refused by ServerDir, 2 usage, 3 ServerDir unreachable or\n"
                "failing, 4 not found, 5 conflict (held, fenced, stale), 6 not authorized\n");
+}
+
+/* One global option at argv[i] (with its value at argv[i + 1]) into ctl: the number of
+ * arguments it took (1 or 2), 0 when argv[i] is not one, -1 after a usage error. */
+static int global_option(ctl_t *ctl, int argc, char **argv, int i)
+{
+    const char *a = argv[i];
+    const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--no-headers")) {
+        ctl_table_no_headers(1);
+        return 1;
+    }
+    const char **dst = !strcmp(a, "--url") ? &ctl->url
+                     : !strcmp(a, "--token") ? &ctl->token
+                     : !strcmp(a, "--cluster") ? &ctl->cluster : NULL;
+    if (dst && val) {
+        *dst = val;
+        return 2;
+    }
+    if (!strcmp(a, "-o") && val) {
+        if (strcmp(val, "json") && strcmp(val, "table")) {
+            fprintf(stderr, "sdctl: -o takes json or table\n");
+            return -1;
+        }
+        ctl->json = !strcmp(val, "json");
+        return 2;
+    }
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -43,29 +75,17 @@ int main(int argc, char **argv)
     int i = 1;
     for (; i < argc && argv[i][0] == '-'; i++) {
         const char *a = argv[i];
-        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+        int took = global_option(&ctl, argc, argv, i);
+        if (took < 0)
+            return CTL_EXIT_USAGE;
+        if (took > 0) {
+            i += took - 1;
+        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
         } else if (!strcmp(a, "--version")) {
             printf("sdctl %s\n", SD_VERSION);
             return 0;
-        } else if (!strcmp(a, "--url") && val) {
-            ctl.url = val;
-            i++;
-        } else if (!strcmp(a, "--token") && val) {
-            ctl.token = val;
-            i++;
-        } else if (!strcmp(a, "--cluster") && val) {
-            ctl.cluster = val;
-            i++;
-        } else if (!strcmp(a, "-o") && val) {
-            if (strcmp(val, "json") && strcmp(val, "table")) {
-                fprintf(stderr, "sdctl: -o takes json or table\n");
-                return CTL_EXIT_USAGE;
-            }
-            ctl.json = !strcmp(val, "json");
-            i++;
         } else {
             fprintf(stderr, "sdctl: unknown or incomplete option '%s'\n", a);
             usage(stderr);
@@ -92,6 +112,21 @@ int main(int argc, char **argv)
         usage(stderr);
         return CTL_EXIT_USAGE;
     }
+    /* Global options after the command are taken out of its arguments (blobs keeps its
+     * own -o FILE). */
+    int n = i + 1;
+    for (int k = i + 1; k < argc; k++) {
+        int took = !strcmp(cmd->name, "blobs") && !strcmp(argv[k], "-o")
+                       ? 0 : global_option(&ctl, argc, argv, k);
+        if (took < 0)
+            return CTL_EXIT_USAGE;
+        if (took > 0)
+            k += took - 1;
+        else
+            argv[n++] = argv[k];
+    }
+    argc = n;
+    argv[argc] = NULL;
     /* --help anywhere after the command (`sdctl locks get --help`) is that command's
      * help, printed without contacting ServerDir (the client is not even created). */
     for (int k = i + 1; k < argc; k++)

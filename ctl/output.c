@@ -161,6 +161,10 @@ void ctl_table_row(ctl_table_t *t, ...)
     t->nrows++;
 }
 
+static int no_headers; /* --no-headers: tables print their rows only */
+
+void ctl_table_no_headers(int on) { no_headers = on; }
+
 void ctl_table_print(ctl_table_t *t, FILE *out, int color)
 {
     int *w = calloc((size_t)t->ncols, sizeof(int));
@@ -170,7 +174,7 @@ void ctl_table_print(ctl_table_t *t, FILE *out, int color)
             if (l > w[c])
                 w[c] = l;
         }
-    for (int r = 0; r < t->nrows; r++) {
+    for (int r = no_headers ? 1 : 0; r < t->nrows; r++) {
         if (r == 0 && color)
             fputs("\033[1m", out);
         for (int c = 0; c < t->ncols; c++) {

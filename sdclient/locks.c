@@ -62,7 +62,7 @@ static int grant_parse(const json_t *g, sdc_lock_t *out)
 int sdc_lock_acquire(sdc_t *c, const char *key, const char *holder, const sdc_lock_opts_t *opts,
                      sdc_lock_t *out, sdc_err_t *err)
 {
-    if (!sd_name_valid(key, KEY_MAX) || !sd_name_valid(holder, KEY_MAX))
+    if (!sd_lock_name_valid(key) || !sd_name_valid(holder, KEY_MAX))
         return sdc__inval(err, "key and holder must be names");
     char esc[3 * KEY_MAX + 1], path[3 * KEY_MAX + 32];
     snprintf(path, sizeof path, "/v1/locks/%s", sdc_escape(key, esc, sizeof esc));
@@ -84,7 +84,7 @@ int sdc_lock_acquire_many(sdc_t *c, const char *const *keys, int n, const char *
         return sdc__inval(err, "1 to 16 keys and a holder name are needed");
     json_t *arr = json_array();
     for (int i = 0; i < n; i++) {
-        if (!sd_name_valid(keys[i], KEY_MAX)) {
+        if (!sd_lock_name_valid(keys[i])) {
             json_decref(arr);
             return sdc__inval(err, "every key must be a name");
         }
@@ -111,7 +111,7 @@ int sdc_lock_acquire_many(sdc_t *c, const char *const *keys, int n, const char *
 /* 1 when lock is a grant this library can present: a key name, a lock_seq, a token. */
 static int grant_ok(const sdc_lock_t *lock)
 {
-    return lock && sd_name_valid(lock->key, KEY_MAX) && lock->lock_seq > 0 &&
+    return lock && sd_lock_name_valid(lock->key) && lock->lock_seq > 0 &&
            sd_lock_token_valid(lock->lock_token);
 }
 
@@ -174,7 +174,7 @@ int sdc_lock_get(sdc_t *c, const char *key, sdc_lock_info_t *out, json_t **raw,
 {
     if (raw)
         *raw = NULL;
-    if (!sd_name_valid(key, KEY_MAX))
+    if (!sd_lock_name_valid(key))
         return sdc__inval(err, "key must be a name");
     char esc[3 * KEY_MAX + 1], path[3 * KEY_MAX + 32];
     snprintf(path, sizeof path, "/v1/locks/%s", sdc_escape(key, esc, sizeof esc));
@@ -219,7 +219,7 @@ static int key_delete(sdc_t *c, const char *base, const char *key, const char *t
 {
     if (out)
         *out = NULL;
-    if (!sd_name_valid(key, KEY_MAX))
+    if (!sd_lock_name_valid(key))
         return sdc__inval(err, "key must be a name");
     char esc[3 * KEY_MAX + 1], path[3 * KEY_MAX + 48];
     snprintf(path, sizeof path, "%s%s%s", base, sdc_escape(key, esc, sizeof esc), tail);
@@ -243,7 +243,7 @@ int sdc_blob_get(sdc_t *c, const char *key, const sdc_lock_t *lock, void **data,
 {
     *data = NULL;
     *len = 0;
-    if (!sd_name_valid(key, KEY_MAX) || (lock && (!grant_ok(lock) || strcmp(lock->key, key))))
+    if (!sd_lock_name_valid(key) || (lock && (!grant_ok(lock) || strcmp(lock->key, key))))
         return sdc__inval(err, "key must be a name, lock a grant of that key");
     char esc[3 * KEY_MAX + 1], path[3 * KEY_MAX + 32], h1[48], h2[64], seq[32];
     snprintf(path, sizeof path, "/v1/blobs/%s", sdc_escape(key, esc, sizeof esc));

@@ -246,5 +246,20 @@ void h_process_get(sd_req_t *req, sd_resp_t *resp)
     }
     json_t *p = sd_dir_proc_json(r, cluster);
     freeReplyObject(r);
+    /* the master-list entry the instance's heartbeats linked (REST heartbeats that name
+     * their cluster and instance), if it is listed */
+    sd_argv_init(&a);
+    sd_argv_add(&a, "GET");
+    sd_argv_addf(&a, "%sinst:%s/%s", sd_master_base(), cluster, inst);
+    rc = sd_store_command(&a, &r);
+    sd_argv_free(&a);
+    if (rc) {
+        json_decref(p);
+        sd_resp_store_error(resp, rc);
+        return;
+    }
+    json_object_set_new(p, "master_address",
+                        r->type == REDIS_REPLY_STRING ? json_stringn(r->str, r->len) : json_null());
+    freeReplyObject(r);
     sd_resp_json(resp, 200, p);
 }

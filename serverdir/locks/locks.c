@@ -128,30 +128,6 @@ int sd_seq_parse(const char *s, int64_t *out)
     return sd_parse_i64(s, 1, SD_SEQ_MAX, out) ? -1 : 0;
 }
 
-int sd_lock_name_valid(const char *s)
-{
-    if (!s)
-        return 0;
-    size_t n = strlen(s);
-    const char *open = strchr(s, '{'), *close = strchr(s, '}');
-    if (!open && !close)
-        return sd_name_valid(s, SD_NAME_MAX);
-    /* one hash tag: "{tag}rest", "a{tag}b": the tag a non-empty name */
-    if (!open || !close || close < open + 2 || strchr(open + 1, '{') || strchr(close + 1, '}') ||
-        n > SD_NAME_MAX || s[0] == '.' || s[0] == '-' || strstr(s, ".."))
-        return 0;
-    char tmp[SD_NAME_MAX + 1];
-    size_t k = 0;
-    for (const char *p = s; *p; p++)
-        if (*p != '{' && *p != '}')
-            tmp[k++] = *p;
-    tmp[k] = '\0';
-    char tag[SD_NAME_MAX + 1];
-    memcpy(tag, open + 1, (size_t)(close - open - 1));
-    tag[close - open - 1] = '\0';
-    return sd_name_valid(tmp, SD_NAME_MAX) && sd_name_valid(tag, SD_NAME_MAX);
-}
-
 int sd_req_lock_name(const sd_req_t *req, sd_resp_t *resp, const char *what, const char **out)
 {
     const char *s = req->nparams > 0 ? req->params[0] : NULL;
@@ -416,6 +392,65 @@ static int index_update(const char *op, const char *holder, const char *const *n
     return rc;
 }
 
+/* Cluster only, before an acquire: which of names the holder's index lacks (added[i] = 1),
+ * then SADD them all (write-ahead: the index may name a lock not granted, never miss one
+ * that is). */
+static int index_add_new(const char *holder, const char *const *names, int n,
+                         unsigned char *added)
+{
+    char key[SD_NAME_MAX + 96];
+    sd_argv_t av;
+    sd_argv_init(&av);
+    sd_argv_add(&av, "SMISMEMBER");
+    sd_argv_addf(&av, "%s", holder_key(key, sizeof key, holder));
+    for (int i = 0; i < n; i++)
+        sd_argv_add(&av, names[i]);
+    redisReply *r;
+    int rc = sd_store_command(&av, &r);
+    sd_argv_free(&av);
+    if (rc != SD_STORE_OK)
+        return rc;
+    int ok = r->type == REDIS_REPLY_ARRAY && r->elements == (size_t)n;
+    for (int i = 0; ok && i < n; i++)
+        added[i] = r->element[i]->type == REDIS_REPLY_INTEGER && r->element[i]->integer == 0;
+    freeReplyObject(r);
+    if (!ok)
+        return SD_STORE_ERROR;
+    return index_update("SADD", holder, names, n);
+}
+
+/* Cluster only, after a refused acquire: the index entries it wrote ahead go again, so
+ * a refusal changes nothing and a long-lived holder's index does not grow with every
+ * lock it was refused. An entry is put back when the lock turns out to be the holder's
+ * after all (another acquire of the same holder granted it meanwhile). */
+static void index_undo(const char *holder, const char *const *names, int n,
+                       const unsigned char *added)
+{
+    const char *gone[SD_LOCKS_MAX_KEYS];
+    int ngone = 0;
+    for (int i = 0; i < n; i++)
+        if (added[i])
+            gone[ngone++] = names[i];
+    if (!ngone || index_update("SREM", holder, gone, ngone) != SD_STORE_OK)
+        return;
+    for (int i = 0; i < ngone; i++) {
+        char key[SD_NAME_MAX + 96];
+        sd_argv_t q;
+        sd_argv_init(&q);
+        sd_argv_add(&q, "HGET");
+        sd_argv_addf(&q, "%s", sd_lock_key(key, sizeof key, gone[i]));
+        sd_argv_add(&q, "holder");
+        redisReply *r;
+        int rc = sd_store_command(&q, &r);
+        sd_argv_free(&q);
+        if (rc != SD_STORE_OK)
+            continue;
+        if (r->type == REDIS_REPLY_STRING && strcmp(r->str, holder) == 0)
+            index_update("SADD", holder, &gone[i], 1);
+        freeReplyObject(r);
+    }
+}
+
 /* Cluster only: the current holders of a's keys (other than a's holder) that the
  * directory of a->steal_cluster records as stopped, appended to av. The script steals
  * only from these; a holder that changed since is simply not stolen from. */
@@ -466,11 +501,12 @@ int sd_lock_acquire(const sd_lock_req_t *a, redisReply **out)
 {
     char key[SD_NAME_MAX + 96];
     int cluster = sd_store_is_cluster();
+    unsigned char added[SD_LOCKS_MAX_KEYS] = {0};
     *out = NULL;
     if (cluster) {
         /* the index first: it may name a lock not granted (listings skip those), never
          * miss one that is */
-        int rc = index_update("SADD", a->holder, a->names, a->n);
+        int rc = index_add_new(a->holder, a->names, a->n, added);
         if (rc != SD_STORE_OK)
             return rc;
     }
@@ -507,6 +543,8 @@ int sd_lock_acquire(const sd_lock_req_t *a, redisReply **out)
         }
     }
     int rc = sd_store_run("lock_acquire", nkeys, &av, out);
+    if (cluster && (rc != SD_STORE_OK || !sd_reply_status_is(*out, "ok")))
+        index_undo(a->holder, a->names, a->n, added);
     if (rc == SD_STORE_OK && cluster && sd_reply_status_is(*out, "ok")) {
         /* a steal: the previous holder's index forgets the key (best effort) */
         for (size_t i = 2; i + 6 < (*out)->elements; i += 7) {

@@ -144,10 +144,6 @@ void sd_lock_fenced(sd_resp_t *resp, const char *op, const char *name);
  * missing_lock_token / bad_lock_token. */
 int sd_lock_token_header(const sd_req_t *req, sd_resp_t *resp, const char **token);
 
-/* "<prefix>lock:<name>" and "<prefix>blob:<name>" into buf. */
-/* A lock or blob key name: a name (sd_name_valid), or one with one Redis Cluster hash
- * tag, "{player42}:bank" (the tag itself a name): keys with one tag share a slot. */
-int sd_lock_name_valid(const char *s);
 /* Whether the records of names share one Redis Cluster slot (always on standalone Redis
  * and Sentinel): several keys in one call must, on a cluster (400 cross_slot). */
 int sd_lock_names_one_slot(const char *const *names, int n);
@@ -157,6 +153,7 @@ int sd_req_lock_name(const sd_req_t *req, sd_resp_t *resp, const char *what, con
 /* The name in a lock or blob record key (after its nslen-byte "<prefix>lock:"), without
  * the "{=...}" a cluster wraps an untagged name in. Returns buf. */
 const char *sd_lock_name_of(char *buf, size_t cap, const char *key, size_t nslen);
+/* "<prefix>lock:<name>" and "<prefix>blob:<name>" into buf. */
 const char *sd_lock_key(char *buf, size_t cap, const char *name);
 const char *sd_blob_key(char *buf, size_t cap, const char *name);
 

@@ -22,6 +22,7 @@
 SD_ROUTE(POST, "/v1/master/challenge", SD_PUBLIC, 0, h_master_challenge);
 SD_ROUTE(POST, "/v1/master/heartbeat", SD_PUBLIC, 0, h_master_heartbeat);
 SD_ROUTE(DELETE, "/v1/master/servers/{addr}", SD_PUBLIC, 0, h_master_delete);
+SD_ROUTE(GET, "/v1/master/servers/{addr}", SD_PUBLIC, 0, h_master_get);
 SD_ROUTE(GET, "/v1/master/servers", SD_PUBLIC, 0, h_master_list);
 
 #define XFF_MAX 1024
@@ -313,6 +314,30 @@ void h_master_heartbeat(sd_req_t *req, sd_resp_t *resp)
                            "expires_in_ms", (json_int_t)(exp - sd_wall_ms()),
                            "heartbeat_interval_s",
                            (json_int_t)sd_master_cfg.heartbeat_interval_s));
+}
+
+/* GET one server of the master list (what a listing shows of it), from the index. */
+void h_master_get(sd_req_t *req, sd_resp_t *resp)
+{
+    char ip[48];
+    if (caller_ip(req, resp, ip, sizeof ip) || rate_refused(ip, resp))
+        return;
+    char addr[SD_MASTER_ADDR_MAX];
+    if (sd_master_parse_addr(req->params[0], addr, sizeof addr, NULL, 0, NULL, NULL)) {
+        sd_resp_error(resp, 400, "bad_address",
+                      "the server must be given as IP:PORT or [IPv6]:PORT");
+        return;
+    }
+    sd_buf_t js;
+    sd_buf_init(&js, 1 << 16);
+    int rc = sd_master_get(addr, &js);
+    if (rc == SD_MASTER_NOT_LISTED)
+        sd_resp_error(resp, 404, "not_listed", "%s is not on the master list", addr);
+    else if (rc)
+        sd_resp_store_error(resp, rc);
+    else
+        sd_resp_bytes(resp, 200, "application/json", js.data, js.len);
+    sd_buf_free(&js);
 }
 
 void h_master_delete(sd_req_t *req, sd_resp_t *resp)

@@ -677,6 +677,29 @@ int sd_master_query(const sd_master_filter_t *f, const char *after, int limit,
     return 0;
 }
 
+int sd_master_get(const char *addr, sd_buf_t *json)
+{
+    sd_master_snap_t *snap = sd_master_snap_get();
+    if (!snap)
+        return SD_STORE_DOWN;
+    /* the snapshot is in address order: the first entry after the one just below addr */
+    size_t lo = 0, hi = snap->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (strcmp(snap->v[mid]->buf, addr) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    int rc = SD_MASTER_NOT_LISTED;
+    if (lo < snap->n && strcmp(snap->v[lo]->buf, addr) == 0 && snap->v[lo]->exp > sd_wall_ms()) {
+        server_json(json, snap->v[lo]);
+        rc = json->data ? 0 : SD_STORE_ERROR;
+    }
+    sd_master_snap_put(snap);
+    return rc;
+}
+
 void sd_master_count_drop(const char *proto, const char *reason)
 {
     char series[160];

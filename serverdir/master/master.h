@@ -31,6 +31,8 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "sdutil.h"
+
 #define SD_MASTER_ADDR_MAX 64   /* "[v6]:port" */
 #define SD_MASTER_CHAL_MAX 40
 #define SD_MASTER_MAX_TERMS 16  /* filter program length */
@@ -175,6 +177,10 @@ typedef struct {
     int n;
     char next[SD_MASTER_ADDR_MAX];
 } sd_master_batch_t;
+/* One listed server (addr as sd_master_parse_addr normalizes it) as its JSON object,
+ * from this copy's index, into json: 0, SD_MASTER_NOT_LISTED, or a store error. */
+#define SD_MASTER_NOT_LISTED 404
+int sd_master_get(const char *addr, sd_buf_t *json);
 int sd_master_query(const sd_master_filter_t *f, const char *after, int limit,
                     int want_json, sd_master_batch_t *out);
 void sd_master_batch_free(sd_master_batch_t *b);

@@ -332,11 +332,98 @@ int h_stop(pid_t pid, int grace_ms)
 
 /* ---------- redis ---------- */
 
+const char *h_redis_mode(void)
+{
+    const char *mode = getenv("H_REDIS");
+    if (mode && (strcmp(mode, "cluster") == 0 || strcmp(mode, "sentinel") == 0))
+        return mode;
+    return "standalone";
+}
+
+static int ping_ok(int port, int wait_ms, redisContext **keep)
+{
+    int64_t until = h_now_ms() + wait_ms;
+    do {
+        struct timeval tv = {0, 200000};
+        redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
+        if (c && !c->err) {
+            redisReply *rep = redisCommand(c, "PING");
+            int ok = rep && rep->type == REDIS_REPLY_STATUS;
+            if (rep)
+                freeReplyObject(rep);
+            if (ok) {
+                if (keep)
+                    *keep = c;
+                else
+                    redisFree(c);
+                return 1;
+            }
+        }
+        if (c)
+            redisFree(c);
+        h_sleep_ms(20);
+    } while (h_now_ms() < until);
+    return 0;
+}
+
+/* A standalone redis-server on r->port (no persistence). */
+static pid_t spawn_standalone(h_redis_t *r)
+{
+    char port[16];
+    snprintf(port, sizeof port, "%d", r->port);
+    const char *argv[] = {"redis-server", "--port", port, "--bind", "127.0.0.1",
+                          "--save", "", "--appendonly", "no", "--dir", r->dir,
+                          "--daemonize", "no", "--enable-debug-command", "local", NULL};
+    return h_spawn(argv, r->log, NULL);
+}
+
+/* H_REDIS=sentinel: one sentinel (quorum 1) monitoring the primary r->pid; serverdir
+ * finds the primary through it (sentinel://). No replica: failover has it.sentinel. */
+static int start_sentinel(h_redis_t *r)
+{
+    char conf[4096], path[300], log[300];
+    for (int attempt = 0; attempt < 5; attempt++) {
+        r->sentinel_port = h_free_port();
+        snprintf(conf, sizeof conf,
+                 "port %d\nbind 127.0.0.1\ndir %s\n"
+                 "sentinel monitor mymaster 127.0.0.1 %d 1\n"
+                 "sentinel down-after-milliseconds mymaster 5000\n",
+                 r->sentinel_port, r->dir, r->port);
+        snprintf(path, sizeof path, "%s", h_write_file(r->dir, "sentinel.conf", conf, 0644));
+        snprintf(log, sizeof log, "%s/sentinel.log", r->dir);
+        const char *argv[] = {"redis-server", path, "--sentinel", NULL};
+        r->sentinel_pid = h_spawn(argv, log, NULL);
+        int64_t until = h_now_ms() + 5000;
+        while (h_now_ms() < until && !h_exited(r->sentinel_pid, NULL)) {
+            struct timeval tv = {0, 200000};
+            redisContext *c = redisConnectWithTimeout("127.0.0.1", r->sentinel_port, tv);
+            redisReply *rep = c && !c->err
+                                  ? redisCommand(c, "SENTINEL get-master-addr-by-name mymaster")
+                                  : NULL;
+            int ok = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
+                     atoi(rep->element[1]->str) == r->port;
+            if (rep)
+                freeReplyObject(rep);
+            if (c)
+                redisFree(c);
+            if (ok) {
+                snprintf(r->url, sizeof r->url, "sentinel://127.0.0.1:%d/mymaster",
+                         r->sentinel_port);
+                return 0;
+            }
+            h_sleep_ms(20);
+        }
+        h_stop(r->sentinel_pid, 100);
+        r->sentinel_pid = 0;
+    }
+    fprintf(stderr, "harness: redis sentinel did not start (see %s)\n", log);
+    return -1;
+}
+
 int h_redis_start(h_redis_t *r)
 {
     memset(r, 0, sizeof *r);
-    const char *mode = getenv("H_REDIS");
-    if (mode && strcmp(mode, "cluster") == 0) {
+    if (strcmp(h_redis_mode(), "cluster") == 0) {
         h_rcluster_t *rc = calloc(1, sizeof *rc);
         if (!rc || h_rcluster_start(rc, 3, 0)) {
             if (rc)
@@ -359,37 +446,83 @@ int h_redis_start(h_redis_t *r)
     snprintf(r->log, sizeof r->log, "%s/redis.log", r->dir);
     for (int attempt = 0; attempt < 5; attempt++) {
         r->port = h_free_port();
-        char port[16];
-        snprintf(port, sizeof port, "%d", r->port);
-        const char *argv[] = {"redis-server", "--port", port, "--bind", "127.0.0.1",
-                              "--save", "", "--appendonly", "no", "--dir", r->dir,
-                              "--daemonize", "no", "--enable-debug-command", "local", NULL};
-        r->pid = h_spawn(argv, r->log, NULL);
-        int64_t until = h_now_ms() + 5000;
-        while (h_now_ms() < until) {
-            if (h_exited(r->pid, NULL))
-                break;
-            struct timeval tv = {0, 200000};
-            redisContext *c = redisConnectWithTimeout("127.0.0.1", r->port, tv);
-            if (c && !c->err) {
-                redisReply *rep = redisCommand(c, "PING");
-                int ok = rep && rep->type == REDIS_REPLY_STATUS;
-                if (rep)
-                    freeReplyObject(rep);
-                if (ok) {
-                    r->ctl = c;
-                    snprintf(r->url, sizeof r->url, "redis://127.0.0.1:%d/0", r->port);
-                    return 0;
-                }
+        r->pid = spawn_standalone(r);
+        if (ping_ok(r->port, 5000, &r->ctl)) {
+            snprintf(r->url, sizeof r->url, "redis://127.0.0.1:%d/0", r->port);
+            if (strcmp(h_redis_mode(), "sentinel") == 0 && start_sentinel(r)) {
+                h_redis_stop(r);
+                return -1;
             }
-            if (c)
-                redisFree(c);
-            h_sleep_ms(20);
+            return 0;
         }
         h_stop(r->pid, 100);
     }
     fprintf(stderr, "harness: redis-server did not start (see %s)\n", r->log);
     return -1;
+}
+
+void h_redis_down(h_redis_t *r)
+{
+    if (r->ctl) {
+        redisFree(r->ctl);
+        r->ctl = NULL;
+    }
+    if (r->cluster) {
+        h_rcluster_t *rc = r->cluster;
+        for (int i = 0; i < rc->n; i++)
+            if (rc->pid[i]) {
+                h_stop(rc->pid[i], 2000);
+                rc->pid[i] = 0;
+            }
+        return;
+    }
+    h_stop(r->pid, 2000);
+    r->pid = 0;
+}
+
+int h_redis_up(h_redis_t *r)
+{
+    if (r->cluster) {
+        h_rcluster_t *rc = r->cluster;
+        for (int i = 0; i < rc->n; i++)
+            if (!rc->pid[i] && h_rc_restart(rc, i))
+                return -1;
+        return h_rc_wait_ok(rc, 20000);
+    }
+    if (r->pid)
+        return -1;
+    r->pid = spawn_standalone(r);
+    return ping_ok(r->port, 5000, NULL) ? 0 : -1;
+}
+
+int h_redis_route(h_redis_t *r, const char *key)
+{
+    if (!r->cluster)
+        return 0;
+    redisReply *rep = h_redis(r, "CLUSTER KEYSLOT %s", key);
+    int slot = rep && rep->type == REDIS_REPLY_INTEGER ? (int)rep->integer : -1;
+    if (rep)
+        freeReplyObject(rep);
+    h_rcluster_t *rc = r->cluster;
+    int node = slot < 0 ? -1 : h_rc_primary_of(rc, slot);
+    if (node < 0)
+        return -1;
+    if (r->ctl)
+        redisFree(r->ctl);
+    r->port = rc->port[node];
+    struct timeval tv = {1, 0};
+    r->ctl = redisConnectWithTimeout("127.0.0.1", r->port, tv);
+    return r->ctl && !r->ctl->err ? 0 : -1;
+}
+
+const char *h_lock_key(const char *name)
+{
+    static _Thread_local char buf[512];
+    if (strcmp(h_redis_mode(), "cluster") == 0 && !strchr(name, '{'))
+        snprintf(buf, sizeof buf, "sd:lock:{=%s}", name);
+    else
+        snprintf(buf, sizeof buf, "sd:lock:%s", name);
+    return buf;
 }
 
 void h_redis_stop(h_redis_t *r)
@@ -404,6 +537,9 @@ void h_redis_stop(h_redis_t *r)
         r->cluster = NULL;
         return;
     }
+    if (r->sentinel_pid)
+        h_stop(r->sentinel_pid, 2000);
+    r->sentinel_pid = 0;
     h_stop(r->pid, 2000);
     r->pid = 0;
 }
@@ -436,8 +572,34 @@ redisReply *h_redis(h_redis_t *r, const char *fmt, ...)
     return rep;
 }
 
+/* On a cluster, fmt's reply from every live node, in node order: cb(reply, arg) each. */
+static void each_node(h_redis_t *r, const char *cmd, void (*cb)(redisReply *, void *), void *arg)
+{
+    h_rcluster_t *rc = r->cluster;
+    for (int i = 0; i < rc->n; i++) {
+        if (!rc->pid[i])
+            continue;
+        redisReply *rep = h_rc_node(rc, i, cmd);
+        cb(rep, arg);
+        if (rep)
+            freeReplyObject(rep);
+    }
+}
+
+static void add_int(redisReply *rep, void *arg)
+{
+    long long *sum = arg;
+    if (*sum >= 0)
+        *sum = rep && rep->type == REDIS_REPLY_INTEGER ? *sum + rep->integer : -1;
+}
+
 long long h_redis_dbsize(h_redis_t *r)
 {
+    if (r->cluster) {
+        long long sum = 0;
+        each_node(r, "DBSIZE", add_int, &sum);
+        return sum;
+    }
     redisReply *rep = h_redis(r, "DBSIZE");
     long long n = rep && rep->type == REDIS_REPLY_INTEGER ? rep->integer : -1;
     if (rep)
@@ -445,8 +607,21 @@ long long h_redis_dbsize(h_redis_t *r)
     return n;
 }
 
+static void cat_digest(redisReply *rep, void *arg)
+{
+    char *out = arg;
+    size_t n = strlen(out);
+    /* 12 hex digits of each node's digest: 3 primaries fit in 64 bytes */
+    snprintf(out + n, 64 - n, "%.12s.", rep && rep->type == REDIS_REPLY_STATUS ? rep->str : "?");
+}
+
 void h_redis_digest(h_redis_t *r, char out[64])
 {
+    if (r->cluster) { /* every node's keyspace */
+        out[0] = '\0';
+        each_node(r, "DEBUG DIGEST", cat_digest, out);
+        return;
+    }
     redisReply *rep = h_redis(r, "DEBUG DIGEST");
     snprintf(out, 64, "%s", rep && rep->type == REDIS_REPLY_STATUS ? rep->str : "?");
     if (rep)

@@ -57,15 +57,32 @@ typedef struct {
     redisContext *ctl; /* a direct connection for tests to inspect and mutate state */
     void *cluster;     /* with H_REDIS=cluster: the h_rcluster_t behind url (cluster://),
                           ctl then reaches its first node only */
+    pid_t sentinel_pid; /* with H_REDIS=sentinel: the sentinel behind url (sentinel://) */
+    int sentinel_port;
 } h_redis_t;
 
 /* A redis-server; with H_REDIS=cluster in the environment, a Redis Cluster of 3
  * primaries instead (the suite's second backend, harness_rcluster.h). */
 int h_redis_start(h_redis_t *r);
 void h_redis_stop(h_redis_t *r);
+/* The backend H_REDIS selects: "standalone" (default), "cluster" (3 primaries) or
+ * "sentinel" (the standalone server found through one sentinel, url sentinel://). */
+const char *h_redis_mode(void);
+/* An outage: every Redis node of r stops (the sentinel keeps running); h_redis_up starts
+ * them again on the same ports, empty (a cluster with its slots). 0 or -1. */
+void h_redis_down(h_redis_t *r);
+int h_redis_up(h_redis_t *r);
+/* On a cluster, points r->ctl (and r->port) at the primary of key's slot, so that
+ * pipelined commands on keys of that slot (redisAppendCommand) reach it; a no-op
+ * otherwise. 0 or -1. */
+int h_redis_route(h_redis_t *r, const char *key);
+/* The Redis key of lock name's record in this mode (sd:lock:{=name} on a cluster when
+ * the name has no tag); a per-thread buffer. */
+const char *h_lock_key(const char *name);
 /* Runs a command on r->ctl (reconnecting if needed); caller frees the reply. */
 redisReply *h_redis(h_redis_t *r, const char *fmt, ...);
-/* DBSIZE, and a digest of the whole keyspace (DEBUG DIGEST) to prove "nothing changed". */
+/* DBSIZE, and a digest of the whole keyspace (DEBUG DIGEST) to prove "nothing changed";
+ * on a cluster, of every node. */
 long long h_redis_dbsize(h_redis_t *r);
 void h_redis_digest(h_redis_t *r, char out[64]);
 

@@ -80,6 +80,34 @@ int h_rc_wait_ok(h_rcluster_t *rc, int timeout_ms)
     return -1;
 }
 
+static pid_t spawn_node(h_rcluster_t *rc, int i)
+{
+    char dir[300], port[16], bus[16], log[340];
+    snprintf(port, sizeof port, "%d", rc->port[i]);
+    snprintf(bus, sizeof bus, "%d", rc->bus[i]);
+    snprintf(dir, sizeof dir, "%s/node%d", rc->dir, i);
+    snprintf(log, sizeof log, "%s/redis.log", dir);
+    const char *argv[] = {"redis-server", "--port", port, "--bind", "127.0.0.1",
+                          "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                          "--cluster-port", bus,
+                          "--cluster-node-timeout", "1500", "--save", "",
+                          "--appendonly", "no", "--repl-diskless-sync-delay", "0",
+                          "--dir", dir, "--daemonize", "no",
+                          "--enable-debug-command", "local", NULL};
+    return h_spawn(argv, log, NULL);
+}
+
+int h_rc_restart(h_rcluster_t *rc, int i)
+{
+    if (i < 0 || i >= rc->n || rc->pid[i])
+        return -1;
+    rc->pid[i] = spawn_node(rc, i);
+    int64_t until = h_now_ms() + 5000;
+    while (!node_up(rc, i) && h_now_ms() < until)
+        h_sleep_ms(20);
+    return node_up(rc, i) ? 0 : -1;
+}
+
 int h_rcluster_start(h_rcluster_t *rc, int primaries, int replicas)
 {
     memset(rc, 0, sizeof *rc);
@@ -89,28 +117,15 @@ int h_rcluster_start(h_rcluster_t *rc, int primaries, int replicas)
     snprintf(rc->dir, sizeof rc->dir, "%s", h_tmpdir());
     int n = snprintf(rc->url, sizeof rc->url, "cluster://");
     for (int i = 0; i < total; i++) {
-        char dir[300], port[16], bus[16], log[340];
         rc->port[i] = h_free_port();
-        int busport;
         do /* the bus port is set, not port + 10000 (which may be another test's port) */
-            busport = h_free_port();
-        while (busport == rc->port[i]);
-        snprintf(bus, sizeof bus, "%d", busport);
-        snprintf(dir, sizeof dir, "%s/node%d", rc->dir, i);
+            rc->bus[i] = h_free_port();
+        while (rc->bus[i] == rc->port[i]);
         char cmd[400];
-        snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
+        snprintf(cmd, sizeof cmd, "mkdir -p %s/node%d", rc->dir, i);
         if (system(cmd) != 0)
             return -1;
-        snprintf(port, sizeof port, "%d", rc->port[i]);
-        snprintf(log, sizeof log, "%s/redis.log", dir);
-        const char *argv[] = {"redis-server", "--port", port, "--bind", "127.0.0.1",
-                              "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                              "--cluster-port", bus,
-                              "--cluster-node-timeout", "1500", "--save", "",
-                              "--appendonly", "no", "--repl-diskless-sync-delay", "0",
-                              "--dir", dir, "--daemonize", "no",
-                              "--enable-debug-command", "local", NULL};
-        rc->pid[i] = h_spawn(argv, log, NULL);
+        rc->pid[i] = spawn_node(rc, i);
         rc->n = i + 1;
         n += snprintf(rc->url + n, sizeof rc->url - (size_t)n, "%s127.0.0.1:%d", i ? "," : "",
                       rc->port[i]);

@@ -12,6 +12,7 @@ typedef struct {
     int n;                  /* nodes started */
     pid_t pid[H_RC_MAX];
     int port[H_RC_MAX];
+    int bus[H_RC_MAX];      /* cluster bus port of each node */
     char dir[256];
     char url[1024];         /* cluster://127.0.0.1:p1,127.0.0.1:p2,... */
 } h_rcluster_t;
@@ -20,6 +21,9 @@ typedef struct {
  * cluster and waits until every node reports cluster_state:ok. 0 or -1. */
 int h_rcluster_start(h_rcluster_t *rc, int primaries, int replicas);
 void h_rcluster_stop(h_rcluster_t *rc);
+/* Starts node i again (after it was stopped) on its ports with its nodes.conf: it rejoins
+ * the cluster with its slots, its data gone (no persistence). 0 or -1. */
+int h_rc_restart(h_rcluster_t *rc, int i);
 /* A command on node i (a fresh connection each call); the caller frees the reply. */
 redisReply *h_rc_node(h_rcluster_t *rc, int i, const char *fmt, ...);
 /* The index of the node that is primary for slot now, -1 when none answers. */

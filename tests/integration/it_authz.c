@@ -435,7 +435,7 @@ static void bound_game_tokens_act_for_their_holders(void **state)
     for_other("acquire as lobby-1", "PUT", "/v1/locks/bk1", H_TOK_GAME_ZONE, J,
               "{\"holder\":\"lobby-1\"}", NULL);
     for_other("acquire many as lobby-1", "POST", "/v1/locks/acquire", H_TOK_GAME_ZONE, J,
-              "{\"holder\":\"lobby-1\",\"keys\":[\"bk1\",\"bk2\"]}", NULL);
+              "{\"holder\":\"lobby-1\",\"keys\":[\"{bk}1\",\"{bk}2\"]}", NULL);
     assert_int_equal(for_self("acquire as zone-1", "PUT", "/v1/locks/bk1", H_TOK_GAME_ZONE, J,
                               "{\"holder\":\"zone-1\"}", NULL, msg, sizeof msg),
                      200);

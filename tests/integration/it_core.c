@@ -70,8 +70,7 @@ static int ready_is(void *want)
  * comes back on the same port: ready again without restarting serverdir. */
 static void redis_outage_and_recovery(void **state)
 {
-    int port = redis.port;
-    h_redis_stop(&redis);
+    h_redis_down(&redis);
 
     h_resp_t r;
     assert_int_equal(get("/readyz", &r), 503);
@@ -84,12 +83,7 @@ static void redis_outage_and_recovery(void **state)
     h_resp_free(&r);
     assert_false(h_exited(sd.pid, NULL));
 
-    char portstr[16];
-    snprintf(portstr, sizeof portstr, "%d", port);
-    const char *argv[] = {"redis-server", "--port", portstr, "--bind", "127.0.0.1",
-                          "--save", "", "--appendonly", "no", NULL};
-    redis.pid = h_spawn(argv, redis.log, NULL);
-    redis.port = port;
+    assert_int_equal(h_redis_up(&redis), 0);
     assert_true(h_wait_until(ready_is, (void *)(intptr_t)200, 5000));
 
     /* The metrics saw the failures. */

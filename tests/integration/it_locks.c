@@ -22,6 +22,7 @@
 #include "sdclient.h"
 
 static h_redis_t redis;
+static int on_cluster; /* H_REDIS=cluster: a multi-key acquire's names carry one tag */
 static h_serverdir_t sd;       /* defaults: no lock-delay, no WAIT */
 static h_serverdir_t sd_delay; /* locks.lock_delay_ms = 400 */
 static h_serverdir_t sd_wait;  /* locks.wait_replicas = 1 */
@@ -66,7 +67,7 @@ static long call(const h_serverdir_t *s, const char *method, const char *token, 
  * holder that received it), into buf and into call()'s Lock-Token header. */
 static const char *use_grant(const char *key, char *buf, size_t cap)
 {
-    redisReply *rr = h_redis(&redis, "HGET sd:lock:%s token", key);
+    redisReply *rr = h_redis(&redis, "HGET %s token", h_lock_key(key));
     snprintf(buf, cap, "%s", rr && rr->type == REDIS_REPLY_STRING ? rr->str : "");
     freeReplyObject(rr);
     assert_int_equal(strlen(buf), 32);
@@ -260,23 +261,28 @@ static void lock_seq_grows_across_release_force_expiry(void **state)
 
 static void many_keys_all_or_nothing(void **state)
 {
-    json_int_t sb = acquire(&sd, "m2", "B", NULL);
-    const char *body = "{\"holder\":\"A\",\"keys\":[\"m1\",\"m2\",\"m3\"]}";
+    /* one acquire's keys share a slot on a cluster: there they carry one hash tag */
+    const char *k1 = on_cluster ? "{m}1" : "m1", *k2 = on_cluster ? "{m}2" : "m2",
+               *k3 = on_cluster ? "{m}3" : "m3";
+    json_int_t sb = acquire(&sd, k2, "B", NULL);
+    char body[128], path[64];
+    snprintf(body, sizeof body, "{\"holder\":\"A\",\"keys\":[\"%s\",\"%s\",\"%s\"]}", k1, k2, k3);
     refused(&sd, "POST", H_TOK_GAME, body, "/v1/locks/acquire", 409, "lock_held");
     h_resp_t r;
     char buf[64];
     assert_int_equal(call(&sd, "POST", H_TOK_GAME, body, &r, "/v1/locks/acquire"), 409);
-    assert_string_equal(jstr(&r, "key", buf, sizeof buf), "m2");
+    assert_string_equal(jstr(&r, "key", buf, sizeof buf), k2);
     assert_string_equal(jstr(&r, "holder", buf, sizeof buf), "B");
     h_resp_free(&r);
-    assert_int_equal(call(&sd, "GET", H_TOK_VIEWER, NULL, &r, "/v1/locks/m1"), 200);
+    snprintf(path, sizeof path, "/v1/locks/%s", k1);
+    assert_int_equal(call(&sd, "GET", H_TOK_VIEWER, NULL, &r, path), 200);
     assert_non_null(strstr(r.body, "\"state\":\"free\""));
     h_resp_free(&r);
-    release("m2", "B", sb);
+    release(k2, "B", sb);
 
     /* Through libsdclient: all three granted, then released together. */
     sdc_t *c = sdc_new(sd.url, H_TOK_GAME, 5000);
-    const char *keys[] = {"m1", "m2", "m3"};
+    const char *keys[] = {k1, k2, k3};
     sdc_lock_t got[3];
     sdc_err_t err;
     assert_int_equal(sdc_lock_acquire_many(c, keys, 3, "A", NULL, got, &err), SDC_OK);
@@ -305,7 +311,7 @@ static void many_keys_all_or_nothing(void **state)
     assert_string_equal(before, after);
     assert_int_equal(sdc_lock_release_many(c, got, 3, "A", &err), SDC_OK);
     sdc_lock_info_t li;
-    assert_int_equal(sdc_lock_get(c, "m3", &li, NULL, &err), SDC_OK);
+    assert_int_equal(sdc_lock_get(c, k3, &li, NULL, &err), SDC_OK);
     assert_false(li.held);
     assert_int_equal(li.lock_seq, got[2].lock_seq);
     sdc_free(c);
@@ -1017,8 +1023,9 @@ static int walk_lock_pages(const char *holder, int limit, unsigned char *seen)
         json_t *l;
         json_array_foreach(locks, i, l) {
             const char *k = json_string_value(json_object_get(l, "key"));
-            if (strncmp(k, "pg-", 3) == 0) {
-                int n = atoi(k + 3);
+            const char *pg = strstr(k, "pg-");
+            if (pg) {
+                int n = atoi(pg + 3);
                 assert_false(seen[n]);
                 seen[n] = 1;
             }
@@ -1045,10 +1052,13 @@ static void lock_lists_are_paged(void **state)
 {
     (void)state;
     for (int b = 0; b < 1500; b += 15) {
-        char body[1024];
+        char body[1024], tag[16] = ""; /* on a cluster, one tag per acquire: {gB}pg-NNNN */
+        if (on_cluster)
+            snprintf(tag, sizeof tag, "{g%d}", b);
         int n = snprintf(body, sizeof body, "{\"holder\":\"HP\",\"keys\":[");
         for (int i = b; i < b + 15; i++)
-            n += snprintf(body + n, sizeof body - (size_t)n, "%s\"pg-%04d\"", i > b ? "," : "", i);
+            n += snprintf(body + n, sizeof body - (size_t)n, "%s\"%spg-%04d\"", i > b ? "," : "",
+                          tag, i);
         snprintf(body + n, sizeof body - (size_t)n, "]}");
         h_resp_t r;
         assert_int_equal(call(&sd, "POST", H_TOK_GAME, body, &r, "/v1/locks/acquire"), 200);
@@ -1101,5 +1111,26 @@ int main(void)
         cmocka_unit_test(lock_seq_survives_loss_of_the_lock_table),
         cmocka_unit_test(lock_lists_are_paged),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    on_cluster = strcmp(h_redis_mode(), "cluster") == 0;
+    if (!on_cluster)
+        return cmocka_run_group_tests(tests, setup, teardown);
+    /* On a Redis Cluster (it.rc.locks) every test but the three that turn a standalone
+     * server into a replica or kill it: their cluster counterparts (WAIT through a
+     * primary's failover, lock_seq across it, resharding) are in it.locks_cluster. */
+    const struct CMUnitTest on_a_cluster[] = {
+        cmocka_unit_test(grant_reacquire_conflict_release),
+        cmocka_unit_test(lock_seq_grows_across_release_force_expiry),
+        cmocka_unit_test(many_keys_all_or_nothing),
+        cmocka_unit_test(bad_input_is_refused_specifically),
+        cmocka_unit_test(renew_extends_lease_holder_only),
+        cmocka_unit_test(wait_is_woken_by_release_and_bounded),
+        cmocka_unit_test(waiting_acquire_does_not_hold_a_worker),
+        cmocka_unit_test(steal_from_stopped_or_old_holder),
+        cmocka_unit_test(lock_delay_after_force_and_expiry_not_release),
+        cmocka_unit_test(inspect_list_and_sdctl),
+        cmocka_unit_test(locks_die_with_their_holder),
+        cmocka_unit_test(stop_policy_per_cluster),
+        cmocka_unit_test(lock_lists_are_paged),
+    };
+    return cmocka_run_group_tests(on_a_cluster, setup, teardown);
 }

@@ -1,4 +1,4 @@
-/* The built sdctl against a live serverdir: `machines`, `ps` and `events` print tables
+/* The built sdctl against a live serverdir: `machines`, `ps`, `events` and `describe` print tables
  * that hold the rows, `-o json` parses, and the exit codes mean what sdctl --help says
  * (0 ok, 2 usage, 3 unreachable, 4 not found, 6 not authorized). */
 #include <setjmp.h>
@@ -15,6 +15,7 @@
 #include "harness.h"
 #include "harness_stack.h"
 #include "harness_sdctl.h"
+#include "sdclient.h"
 
 static h_redis_t redis;
 static h_serverdir_t sd;
@@ -201,6 +202,105 @@ static void events_follow_prints_new_events(void **state)
     h_stop(pid, 1000);
 }
 
+/* h_wait_until condition: `sdctl describe zone-m1-1` shows its master-list entry (the
+ * copy's index follows Redis within a second). */
+static int describe_shows_master(void *arg)
+{
+    char *out = arg;
+    return sdctl(sd.url, H_TOK_VIEWER, out, 8192, "describe", "zone-m1-1", NULL) == 0 &&
+           strstr(out, "Master list:  127.0.0.1:27960 \"EU 1\"");
+}
+
+/* sdctl describe (issue 15, item 3): an instance with its record, timeline, locks and
+ * master-list entry; a stopped one with its reason; a static service and a machine with
+ * their instances; not found, usage and the global options after the command. */
+static void describe_instance_service_machine(void **state)
+{
+    char out[8192], line[512];
+    h_resp_t r;
+    assert_int_equal(h_http_json("PUT", sd.url, H_TOK_GAME, "{\"holder\":\"zone-m1-1\"}", &r,
+                                 "/v1/locks/describe-p1"), 0);
+    assert_int_equal(r.status, 200);
+    h_resp_free(&r);
+    sdc_t *c = sdc_new(sd.url, NULL, 5000);
+    sdc_master_server_t srv = {.port = 27960, .game = "DescribeGame", .name = "EU 1", .map = "dm1",
+                               .players = 3, .max_players = 16, .protocol = -1, .gametype = -1,
+                               .cluster = "prod", .instance = "zone-m1-1"};
+    sdc_err_t err = {0};
+    assert_int_equal(sdc_master_announce(c, &srv, NULL, &err), SDC_OK);
+    sdc_free(c);
+    assert_true(h_wait_until(describe_shows_master, out, 5000));
+    assert_non_null(strstr(out, "3/16 players"));
+    assert_non_null(h_line_with(out, "State:", line, sizeof line));
+    assert_non_null(strstr(line, "ready (for "));
+    assert_non_null(h_line_with(out, "PID:", line, sizeof line));
+    assert_non_null(strstr(line, "4242"));
+    assert_non_null(h_line_with(out, "Ports:", line, sizeof line));
+    assert_non_null(strstr(line, "game=27960"));
+    assert_non_null(h_line_with(out, "Restarts:", line, sizeof line));
+    assert_non_null(strstr(line, "0 (generation 1"));
+    const char *tl = strstr(out, "\n  ready       "); /* the timeline's line */
+    assert_non_null(tl);
+    assert_non_null(h_line_with(tl + 1, "ready", line, sizeof line));
+    assert_non_null(strstr(line, " ago)"));
+    assert_non_null(strstr(out, "Locks held:   1"));
+    assert_non_null(h_line_with(out, "describe-p1", line, sizeof line));
+    assert_non_null(strstr(line, "never"));
+
+    /* -o json after the command: the raw answers */
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "describe", "instance",
+                           "zone-m1-1", "-o", "json", NULL), 0);
+    json_t *j = json_loads(out, 0, NULL);
+    assert_non_null(j);
+    assert_string_equal(json_string_value(json_object_get(j, "kind")), "instance");
+    assert_int_equal(json_array_size(json_object_get(j, "locks")), 1);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(j, "master"), "address")),
+                        "127.0.0.1:27960");
+    assert_string_equal(json_string_value(json_object_get(json_object_get(j, "process"),
+                                                          "master_address")),
+                        "127.0.0.1:27960");
+    json_decref(j);
+
+    /* a stopped instance: its reason, nothing held, not listed */
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "describe", "zone-m2-9", NULL), 0);
+    assert_non_null(h_line_with(out, "Reason:", line, sizeof line));
+    assert_non_null(strstr(line, "killed(signal 9)"));
+    assert_non_null(strstr(out, "Locks held:   0"));
+    assert_non_null(strstr(out, "Master list:  not listed"));
+
+    /* a service that is no desired service but runs instances: a static one */
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "describe", "zone", NULL), 0);
+    assert_non_null(strstr(out, "a static service"));
+    assert_non_null(h_line_with(out, "zone-m1-1", line, sizeof line));
+    assert_non_null(strstr(line, "ready"));
+    assert_non_null(h_line_with(out, "zone-m2-9", line, sizeof line));
+    assert_non_null(strstr(line, "killed(signal 9)"));
+    assert_null(strstr(out, "lobby-m2-1"));
+
+    /* a machine: its lease and its instances; --no-headers anywhere */
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "describe", "m1", NULL), 0);
+    assert_non_null(h_line_with(out, "Address:", line, sizeof line));
+    assert_non_null(strstr(line, "10.1.2.3"));
+    assert_non_null(strstr(out, "zone=eu"));
+    assert_non_null(strstr(out, "INSTANCE"));
+    assert_non_null(h_line_with(out, "zone-m1-1", line, sizeof line));
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "describe", "machine", "m1",
+                           "--no-headers", NULL), 0);
+    assert_null(strstr(out, "INSTANCE"));
+    assert_non_null(strstr(out, "zone-m1-1"));
+
+    /* not found: 4, naming what was looked for; a wrong kind or no name: 2 */
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "describe", "nothing", NULL), 4);
+    assert_non_null(strstr(out, "no instance, service or machine 'nothing' in cluster 'prod'"));
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "describe", "machine", "m9", NULL), 4);
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "describe", "pod", "x", NULL), 2);
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "describe", NULL), 2);
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "describe", "a b", NULL), 2);
+    /* --cluster after the command: the other cluster has none of it */
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "describe", "m1", "--cluster",
+                           "other", NULL), 4);
+}
+
 static void exit_codes(void **state)
 {
     char out[4096];
@@ -241,6 +341,7 @@ int main(void)
         cmocka_unit_test(ps_table_filters_and_json),
         cmocka_unit_test(events_table_since_and_json),
         cmocka_unit_test(events_follow_prints_new_events),
+        cmocka_unit_test(describe_instance_service_machine),
         cmocka_unit_test(exit_codes),
     };
     return cmocka_run_group_tests(tests, setup, h_stack_teardown);
