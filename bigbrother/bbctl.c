@@ -2,12 +2,17 @@
  *
  *   bbctl [--socket PATH] [-o json] status
  *   bbctl [--socket PATH] start|stop|restart TARGET     (instance id, service name or all)
+ *   bbctl --version | version
  *
- * PATH defaults to $BB_CONTROL_SOCKET. Exit codes: 0 done, 1 bigbrother refused (no such
- * target), 100 usage, 111 cannot reach bigbrother. */
+ * PATH defaults to $BB_CONTROL_SOCKET, else to the control socket of the one bigbrother
+ * running on the machine (its --config, read from /proc). Exit codes, the same table as
+ * sdctl's: 0 done, 1 refused, 2 usage, 3 bigbrother unreachable, 4 no such target. */
+#include "bb.h"
 #include "sdlog.h"
 #include "sdutil.h"
+#include "sdversion.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -21,13 +26,104 @@
 
 #define ANSWER_MAX (32 << 20)
 
+enum { EXIT_OK = 0, EXIT_REFUSED = 1, EXIT_USAGE = 2, EXIT_UNREACHABLE = 3, EXIT_NOT_FOUND = 4 };
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: bbctl [--socket PATH] [-o json] status\n"
                "       bbctl [--socket PATH] start|stop|restart TARGET\n"
+               "       bbctl --version | version\n"
                "TARGET: an instance id, a service name, or all. PATH defaults to\n"
-               "$BB_CONTROL_SOCKET (bigbrother's control_socket, by default\n"
-               "STATE_DIR/control.sock).\n");
+               "$BB_CONTROL_SOCKET, else to the control socket of the one bigbrother running\n"
+               "on this machine (its config's control_socket, by default\n"
+               "STATE_DIR/control.sock); with several, --socket picks one.\n"
+               "exit codes (as sdctl's): 0 ok, 1 refused, 2 usage, 3 bigbrother unreachable,\n"
+               "4 no such instance or service\n");
+}
+
+/* The control socket of the one bigbrother running on this machine: every process whose
+ * executable is named bigbrother, its --config read as bigbrother reads it. 0 with the
+ * path in out; -1 with why printed (none, several, unreadable config). */
+static int find_socket(char *out, size_t cap)
+{
+    DIR *d = opendir("/proc");
+    if (!d) {
+        fprintf(stderr, "bbctl: cannot list /proc: %s\n", strerror(errno));
+        return -1;
+    }
+    int found = 0;
+    char first[BB_SOCK_PATH_MAX] = "";
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        char *end;
+        long pid = strtol(e->d_name, &end, 10);
+        if (*end || pid <= 0)
+            continue;
+        char path[64], exe[4096], args[8192];
+        snprintf(path, sizeof path, "/proc/%ld/exe", pid);
+        ssize_t n = readlink(path, exe, sizeof exe - 1);
+        if (n <= 0)
+            continue;
+        exe[n] = '\0';
+        const char *base = strrchr(exe, '/');
+        base = base ? base + 1 : exe;
+        if (strcmp(base, "bigbrother") != 0)
+            continue;
+        snprintf(path, sizeof path, "/proc/%ld/cmdline", pid);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        size_t len = fread(args, 1, sizeof args - 1, f);
+        fclose(f);
+        args[len] = '\0';
+        const char *config = NULL; /* "--config" PATH or "--config=PATH" or "-c" PATH */
+        for (size_t i = 0; i < len; i += strlen(args + i) + 1) {
+            const char *a = args + i;
+            size_t next = i + strlen(a) + 1;
+            if ((!strcmp(a, "--config") || !strcmp(a, "-c")) && next < len)
+                config = args + next;
+            else if (!strncmp(a, "--config=", 9))
+                config = a + 9;
+        }
+        if (!config)
+            continue;
+        char cfgpath[4352];
+        if (config[0] == '/') {
+            snprintf(cfgpath, sizeof cfgpath, "%s", config);
+        } else { /* relative to that process's working directory */
+            char cwd[4096];
+            snprintf(path, sizeof path, "/proc/%ld/cwd", pid);
+            ssize_t m = readlink(path, cwd, sizeof cwd - 1);
+            if (m <= 0)
+                continue;
+            cwd[m] = '\0';
+            snprintf(cfgpath, sizeof cfgpath, "%s/%s", cwd, config);
+        }
+        bb_config_t cfg;
+        char err[512];
+        if (bb_config_load(cfgpath, &cfg, err, sizeof err)) {
+            fprintf(stderr, "bbctl: bigbrother (pid %ld): %s\n", pid, err);
+            continue;
+        }
+        if (found++ == 0)
+            sd_strlcpy(first, cfg.control_socket, sizeof first);
+        else
+            fprintf(stderr, "%s  pid %ld: --socket %s\n",
+                    found == 2 ? "bbctl: several bigbrothers run here; pick one:\n" : "", pid,
+                    cfg.control_socket);
+        bb_config_free(&cfg);
+    }
+    closedir(d);
+    if (found == 1) {
+        sd_strlcpy(out, first, cap);
+        return 0;
+    }
+    if (found == 0)
+        fprintf(stderr, "bbctl: no bigbrother runs on this machine (or --socket PATH, "
+                        "BB_CONTROL_SOCKET)\n");
+    else
+        fprintf(stderr, "  (and --socket %s)\n", first);
+    return -1;
 }
 
 /* Sends one request line and reads the whole answer. Returns the parsed JSON or NULL
@@ -115,6 +211,7 @@ int main(int argc, char **argv)
     static const struct option opts[] = {{"socket", required_argument, NULL, 's'},
                                          {"output", required_argument, NULL, 'o'},
                                          {"help", no_argument, NULL, 'h'},
+                                         {"version", no_argument, NULL, 'V'},
                                          {NULL, 0, NULL, 0}};
     const char *path = getenv("BB_CONTROL_SOCKET");
     int as_json = 0, o;
@@ -124,42 +221,50 @@ int main(int argc, char **argv)
         case 'o':
             if (strcmp(optarg, "json")) {
                 fprintf(stderr, "bbctl: -o takes json\n");
-                return 100;
+                return EXIT_USAGE;
             }
             as_json = 1;
             break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 100;
+        case 'h': usage(stdout); return EXIT_OK;
+        case 'V': printf("bbctl %s\n", SD_VERSION); return EXIT_OK;
+        default: usage(stderr); return EXIT_USAGE;
         }
     }
     int nargs = argc - optind;
     const char *cmd = nargs > 0 ? argv[optind] : "";
+    if (!strcmp(cmd, "version") && nargs == 1) {
+        printf("bbctl %s\n", SD_VERSION);
+        return EXIT_OK;
+    }
     int is_status = !strcmp(cmd, "status") && nargs == 1;
     int is_op = (!strcmp(cmd, "start") || !strcmp(cmd, "stop") || !strcmp(cmd, "restart")) &&
                 nargs == 2;
     if (!is_status && !is_op) {
         usage(stderr);
-        return 100;
+        return EXIT_USAGE;
     }
+    char found[BB_SOCK_PATH_MAX];
     if (!path || !path[0]) {
-        fprintf(stderr, "bbctl: no control socket: use --socket PATH or BB_CONTROL_SOCKET\n");
-        return 100;
+        if (find_socket(found, sizeof found))
+            return EXIT_UNREACHABLE;
+        path = found;
     }
     char req[600];
     if (snprintf(req, sizeof(req), "%s%s%s\n", cmd, is_op ? " " : "",
                  is_op ? argv[optind + 1] : "") >= (int)sizeof(req) ||
         strpbrk(is_op ? argv[optind + 1] : "", " \t\r\n")) {
         fprintf(stderr, "bbctl: bad TARGET\n");
-        return 100;
+        return EXIT_USAGE;
     }
     json_t *ans = call(path, req);
     if (!ans)
-        return 111;
-    int rc = 0;
+        return EXIT_UNREACHABLE;
+    int rc = EXIT_OK;
     const char *err = json_string_value(json_object_get(ans, "error"));
     if (err) {
+        const char *code = json_string_value(json_object_get(ans, "code"));
         fprintf(stderr, "bbctl: %s\n", err);
-        rc = 1;
+        rc = code && !strcmp(code, "not_found") ? EXIT_NOT_FOUND : EXIT_REFUSED;
     } else if (as_json) {
         char *s = json_dumps(ans, JSON_INDENT(2));
         printf("%s\n", s ? s : "null");

@@ -93,7 +93,8 @@ static json_t *handle(char *req)
                          "usage: status | start TARGET | stop TARGET | restart TARGET");
     int n = bb_operator(cmd, target);
     if (n == 0)
-        return json_pack("{s:s}", "error", "no instance or service by that name");
+        return json_pack("{s:s, s:s}", "error", "no instance or service by that name", "code",
+                         "not_found");
     return json_pack("{s:i}", "matched", n);
 }
 

@@ -1,5 +1,6 @@
 /* Liveness, readiness and metrics. */
 #include "sd.h"
+#include "sdversion.h"
 
 SD_ROUTE(GET, "/healthz", SD_PUBLIC, 0, h_healthz);
 SD_ROUTE(GET, "/readyz", SD_PUBLIC, 0, h_readyz);
@@ -7,7 +8,7 @@ SD_ROUTE(GET, "/metrics", SD_PUBLIC, 0, h_metrics);
 
 void h_healthz(sd_req_t *req, sd_resp_t *resp)
 {
-    sd_resp_json(resp, 200, json_pack("{s:s}", "status", "ok"));
+    sd_resp_json(resp, 200, json_pack("{s:s, s:s}", "status", "ok", "version", SD_VERSION));
 }
 
 /* Ready when this worker's Redis connection answers PING. */

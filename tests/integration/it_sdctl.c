@@ -304,6 +304,17 @@ static void describe_instance_service_machine(void **state)
 static void exit_codes(void **state)
 {
     char out[4096];
+    /* sdctl version: its own and the serverdir's (GET /healthz) */
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "version", NULL), 0);
+    assert_non_null(strstr(out, "sdctl "));
+    assert_non_null(strstr(out, "serverdir "));
+    assert_null(strstr(out, "did not say"));
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "version", "-o", "json", NULL), 0);
+    json_t *v = json_loads(out, 0, NULL);
+    assert_non_null(v);
+    assert_string_equal(json_string_value(json_object_get(v, "sdctl")),
+                        json_string_value(json_object_get(v, "serverdir")));
+    json_decref(v);
     /* Usage errors: 2, before any request. */
     assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "ps", "--state", "zombie", NULL), 2);
     assert_non_null(strstr(out, "--state takes"));
