@@ -4,11 +4,14 @@
 #include <string.h>
 
 #include "ctl.h"
+#include "sdutil.h"
 
-SDCTL_CMD("locks", cmd_locks, "inspect locks (get KEY, list --holder H) and force-unlock KEY");
+SDCTL_CMD("locks", cmd_locks, "list and inspect locks (list, get KEY) and force-unlock KEY");
 
 static const char usage_text[] =
-    "usage: sdctl locks get KEY             one lock: holder, lock_seq, age, lease\n"
+    "usage: sdctl locks [list] [--limit N]  the held locks, by key (first N, default 500;\n"
+    "                                       --limit 0: all of them, page after page)\n"
+    "       sdctl locks get KEY             one lock: holder, lock_seq, age, lease\n"
     "       sdctl locks list --holder H     the locks holder H holds\n"
     "       sdctl locks force-unlock KEY    free KEY whoever holds it (ops token; the old\n"
     "                                       holder's saves are refused from then on)\n";
@@ -40,20 +43,36 @@ static int locks_get(ctl_t *ctl, const char *key)
     return CTL_EXIT_OK;
 }
 
+/* KEY HOLDER LOCK_SEQ HELD_FOR EXPIRES_IN (the HOLDER column when arg is non-NULL). */
 static void locks_table(const ctl_t *ctl, const json_t *ans, const void *arg)
 {
-    ctl_table_t *t = ctl_table_new(4, "KEY", "LOCK_SEQ", "SINCE_MS", "EXPIRES_IN");
+    int with_holder = arg != NULL;
+    ctl_table_t *t = with_holder
+                         ? ctl_table_new(5, "KEY", "HOLDER", "LOCK_SEQ", "HELD_FOR", "EXPIRES_IN")
+                         : ctl_table_new(4, "KEY", "LOCK_SEQ", "HELD_FOR", "EXPIRES_IN");
+    int64_t now = sd_wall_ms();
     size_t i;
     const json_t *l;
     json_array_foreach(json_object_get(ans, "locks"), i, l) {
-        char a[160], b[32], c[32], d[32];
-        const json_t *exp = json_object_get(l, "expires_in_ms");
-        ctl_table_row(t, ctl_jstr(json_object_get(l, "key"), a, sizeof a),
-                      ctl_jstr(json_object_get(l, "lock_seq"), b, sizeof b),
-                      ctl_jstr(json_object_get(l, "since_ms"), c, sizeof c),
-                      json_is_integer(exp) ? ctl_fmt_ms(json_integer_value(exp), d, sizeof d) : NULL);
+        char a[160], h[160], b[32], c[32], d[32];
+        const json_t *exp = json_object_get(l, "expires_in_ms"),
+                     *since = json_object_get(l, "since_ms");
+        const char *key = ctl_jstr(json_object_get(l, "key"), a, sizeof a),
+                   *seq = ctl_jstr(json_object_get(l, "lock_seq"), b, sizeof b),
+                   *held = json_is_integer(since)
+                               ? ctl_fmt_ms(now - json_integer_value(since), c, sizeof c) : NULL,
+                   *left = json_is_integer(exp) && json_integer_value(exp) >= 0
+                               ? ctl_fmt_ms(json_integer_value(exp), d, sizeof d) : "never";
+        if (with_holder)
+            ctl_table_row(t, key, ctl_jstr(json_object_get(l, "holder"), h, sizeof h), seq, held,
+                          left);
+        else
+            ctl_table_row(t, key, seq, held, left);
     }
     ctl_table_print(t, stdout, ctl->color);
+    if (json_is_true(json_object_get(ans, "truncated")))
+        fprintf(stderr, "sdctl: the first %zu locks; more are held (--limit 0 lists all)\n",
+                json_array_size(json_object_get(ans, "locks")));
 }
 
 static int by_key(const void *a, const void *b)
@@ -90,6 +109,24 @@ static int locks_list(ctl_t *ctl, const char *holder)
     return ctl_answer(ctl, rc, &err, ans, locks_table, NULL);
 }
 
+static int locks_all(ctl_t *ctl, long long limit)
+{
+    json_t *ans = NULL;
+    sdc_err_t err;
+    size_t max = limit > 0 ? (size_t)limit : (size_t)-1;
+    int rc = sdc_lock_list(ctl->client, max, &ans, &err);
+    if (rc == SDC_OK) {
+        json_t *locks = json_object_get(ans, "locks");
+        if (limit > 0 && json_array_size(locks) > (size_t)limit) { /* pages overshoot */
+            while (json_array_size(locks) > (size_t)limit)
+                json_array_remove(locks, json_array_size(locks) - 1);
+            json_object_set_new(ans, "truncated", json_true());
+        }
+        sort_locks(ans);
+    }
+    return ctl_answer(ctl, rc, &err, ans, locks_table, "holder");
+}
+
 static void force_print(const ctl_t *ctl, const json_t *ans, const void *key)
 {
     char seq[32];
@@ -112,6 +149,16 @@ int cmd_locks(ctl_t *ctl, int argc, char **argv)
         fputs(usage_text, stdout);
         return CTL_EXIT_OK;
     }
+    if (argc == 1 || (argc == 2 && !strcmp(argv[1], "list")))
+        return locks_all(ctl, 500);
+    if ((argc == 3 || argc == 4) && !strcmp(argv[argc - 2], "--limit") &&
+        (argc == 3 || !strcmp(argv[1], "list"))) {
+        char *end;
+        long long n = strtoll(argv[argc - 1], &end, 10);
+        if (*end || end == argv[argc - 1] || n < 0)
+            return ctl_usage("locks", "--limit takes a number (0: all)");
+        return locks_all(ctl, n);
+    }
     if (argc == 3 && !strcmp(argv[1], "get"))
         return locks_get(ctl, argv[2]);
     if (argc == 4 && !strcmp(argv[1], "list") && !strcmp(argv[2], "--holder"))
@@ -119,5 +166,6 @@ int cmd_locks(ctl_t *ctl, int argc, char **argv)
     if (argc == 3 && !strcmp(argv[1], "force-unlock"))
         return locks_force(ctl, argv[2]);
     fputs(usage_text, stderr);
-    return ctl_usage("locks", "expected get KEY, list --holder H or force-unlock KEY");
+    return ctl_usage("locks", "expected list [--limit N], get KEY, list --holder H or "
+                              "force-unlock KEY");
 }

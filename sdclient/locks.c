@@ -213,6 +213,14 @@ int sdc_lock_list_by_holder(sdc_t *c, const char *holder, json_t **out, sdc_err_
     return sdc__walk(c, path, "locks", "cursor", "cursor", 1000000, out, err);
 }
 
+int sdc_lock_list(sdc_t *c, size_t max, json_t **out, sdc_err_t *err)
+{
+    *out = NULL;
+    if (max < 1)
+        return sdc__inval(err, "max must be at least 1");
+    return sdc__walk(c, "/v1/locks?limit=500", "locks", "cursor", "cursor", max, out, err);
+}
+
 /* DELETE <base><key><tail> (an ops action on one key); *out (may be NULL) the answer. */
 static int key_delete(sdc_t *c, const char *base, const char *key, const char *tail,
                       json_t **out, sdc_err_t *err)

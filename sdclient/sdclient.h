@@ -178,6 +178,9 @@ int sdc_lock_get(sdc_t *c, const char *key, sdc_lock_info_t *out, json_t **raw,
 /* The locks holder holds (every page): *out is {holder, locks:[{key, lock_seq, since_ms,
  * expires_in_ms}]} in no particular order (caller decrefs). */
 int sdc_lock_list_by_holder(sdc_t *c, const char *holder, json_t **out, sdc_err_t *err);
+/* Every held lock, page after page, at least max of them when there are that many: *out is
+ * {locks:[{key, holder, lock_seq, since_ms, expires_in_ms}], truncated?} (caller decrefs). */
+int sdc_lock_list(sdc_t *c, size_t max, json_t **out, sdc_err_t *err);
 /* Forced unlock (ops token). *out (may be NULL) gets {key, previous_holder, lock_seq, ...}. */
 int sdc_lock_force_unlock(sdc_t *c, const char *key, json_t **out, sdc_err_t *err);
 

@@ -296,6 +296,28 @@ static void describe_instance_service_machine(void **state)
     assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "describe", "pod", "x", NULL), 2);
     assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "describe", NULL), 2);
     assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "describe", "a b", NULL), 2);
+    /* sdctl locks: every held lock with its holder and human durations; --limit */
+    assert_int_equal(h_http_json("PUT", sd.url, H_TOK_GAME,
+                                 "{\"holder\":\"lobby-m2-1\",\"ttl_ms\":600000}", &r,
+                                 "/v1/locks/describe-p2"), 0);
+    assert_int_equal(r.status, 200);
+    h_resp_free(&r);
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "locks", NULL), 0);
+    assert_non_null(strstr(out, "HOLDER"));
+    assert_non_null(h_line_with(out, "describe-p1", line, sizeof line));
+    assert_non_null(strstr(line, "zone-m1-1"));
+    assert_non_null(strstr(line, "never"));
+    assert_non_null(h_line_with(out, "describe-p2", line, sizeof line));
+    assert_non_null(strstr(line, "lobby-m2-1"));
+    assert_non_null(strstr(line, "9m")); /* 10 min lease, a moment ago: 9m59s */
+    assert_null(strstr(out, "SINCE_MS")); /* no raw epoch ms: HELD_FOR */
+    assert_non_null(strstr(out, "HELD_FOR"));
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "locks", "list", "--limit", "1",
+                           NULL), 0);
+    assert_non_null(strstr(out, "describe-p"));
+    assert_non_null(strstr(out, "the first 1 locks"));
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "locks", "--limit", "x", NULL), 2);
+
     /* --cluster after the command: the other cluster has none of it */
     assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "describe", "m1", "--cluster",
                            "other", NULL), 4);
