@@ -64,10 +64,7 @@ static void instances_table(const ctl_t *ctl, const json_t *live, const json_t *
         const json_t *p;
         json_array_foreach(json_object_get(lists[k], "processes"), i, p) {
             char restarts[24], age[32], reason[SD_REASON_TEXT_MAX];
-            const json_t *gen = json_object_get(p, "generation");
-            snprintf(restarts, sizeof restarts, "%lld",
-                     json_is_integer(gen) && json_integer_value(gen) > 1
-                         ? (long long)json_integer_value(gen) - 1 : 0LL);
+            ctl_restarts(p, restarts, sizeof restarts);
             const char *st = str_of(p, "state");
             const json_t *since = json_object_get(p, !strcmp(st, "stopped") ? "stopped_at_ms"
                                                                             : "started_at_ms");
@@ -200,6 +197,7 @@ static int instances_of(ctl_t *ctl, sdc_proc_filter_t f, json_t **live, json_t *
     int rc = sdc_processes_page(ctl->client, ctl->cluster, &f, NULL, 500, live, err);
     if (rc != SDC_OK)
         return rc;
+    ctl_sort_natural(json_object_get(*live, "processes"), "instance");
     f.state = "stopped";
     return sdc_processes_page(ctl->client, ctl->cluster, &f, NULL, 100, stopped, err);
 }

@@ -13,11 +13,13 @@ static const char usage_text[] =
     "  Lists the processes of the cluster: by default the live directory (starting and\n"
     "  ready); --state stopped lists the recently stopped ones with their exit reason.\n"
     "  With INSTANCE, that one process record (exit code 4 when it is unknown).\n"
-    "  AGE is the time since the process started (stopped: since it stopped).\n";
+    "  AGE is the time since the process started (stopped: since it stopped); RESTARTS\n"
+    "  how many times its slot was restarted before this run (generation - 1, bbctl's\n"
+    "  count). Rows come in instance order, numbers by value (zone-2 before zone-10).\n";
 
 static void proc_row(ctl_table_t *t, const json_t *p, int64_t now)
 {
-    char inst[160], svc[160], mach[160], state[16], pid[24], gen[24], ports[256], age[32];
+    char inst[160], svc[160], mach[160], state[16], pid[24], restarts[24], ports[256], age[32];
     char reason[SD_REASON_TEXT_MAX];
     const char *st = json_string_value(json_object_get(p, "state"));
     sd_reason_format_json(reason, sizeof reason, p);
@@ -28,7 +30,7 @@ static void proc_row(ctl_table_t *t, const json_t *p, int64_t now)
                   ctl_jstr(json_object_get(p, "machine"), mach, sizeof mach),
                   ctl_jstr(json_object_get(p, "state"), state, sizeof state),
                   ctl_jstr(json_object_get(p, "pid"), pid, sizeof pid),
-                  ctl_jstr(json_object_get(p, "generation"), gen, sizeof gen),
+                  ctl_restarts(p, restarts, sizeof restarts),
                   ctl_kv_text(json_object_get(p, "ports"), ports, sizeof ports),
                   json_is_integer(since) ? ctl_fmt_ms(now - json_integer_value(since), age, sizeof age)
                                          : NULL,
@@ -69,12 +71,14 @@ int cmd_ps(ctl_t *ctl, int argc, char **argv)
                  : sdc_processes_list(ctl->client, ctl->cluster, &f, &ans, &err);
     if (rc != SDC_OK)
         return ctl_fail_clear(rc, &err);
+    if (!one) /* zone-m1-2 before zone-m1-10 */
+        ctl_sort_natural(json_object_get(ans, "processes"), "instance");
     if (ctl->json) {
         ctl_print_json(ans);
     } else {
         int64_t now = sd_wall_ms();
-        ctl_table_t *t = ctl_table_new(9, "INSTANCE", "SERVICE", "MACHINE", "STATE", "PID", "GEN",
-                                       "PORTS", "AGE", "REASON");
+        ctl_table_t *t = ctl_table_new(9, "INSTANCE", "SERVICE", "MACHINE", "STATE", "PID",
+                                       "RESTARTS", "PORTS", "AGE", "REASON");
         if (one) {
             proc_row(t, ans, now);
         } else {

@@ -100,6 +100,14 @@ void ctl_table_print(ctl_table_t *t, FILE *out, int color);
 /* --no-headers: every table after this prints without its header row. */
 void ctl_table_no_headers(int on);
 
+/* A process record's restarts (generation - 1, at least 0) as text, "-" without one. */
+const char *ctl_restarts(const json_t *proc, char *buf, size_t cap);
+/* Sorts an array of objects by the string member key, digit runs by value ("zone-2"
+ * before "zone-10"). */
+void ctl_sort_natural(json_t *array, const char *key);
+/* strcmp with digit runs compared by value. */
+int ctl_natural_cmp(const char *a, const char *b);
+
 /* Formats a millisecond duration or age as "850ms", "12s", "3m4s", "2h5m", "3d4h". */
 const char *ctl_fmt_ms(long long ms, char *buf, size_t cap);
 /* A JSON scalar as text (strings as is, numbers, true/false), or "-" for null/absent. */

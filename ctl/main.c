@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ctl.h"
@@ -17,6 +18,9 @@ static void usage(FILE *f)
                "  --cluster NAME    cluster (env SERVERDIR_CLUSTER, default \"default\")\n"
                "  -o json|table     output format (default table)\n"
                "  --no-headers      tables without their header row\n"
+               "  -w, --watch[=S]   run the command again every S seconds (default 2) until\n"
+               "                    Ctrl-C: ps, status, machines, locks, services, servers,\n"
+               "                    describe, primary\n"
                "  --version, --help\n"
                "The global options may also follow the command and its arguments\n"
                "(`sdctl ps -o json`, `sdctl machines --cluster eu --no-headers`).\n\n"
@@ -29,6 +33,8 @@ static void usage(FILE *f)
                "failing, 4 not found, 5 conflict (held, fenced, stale), 6 not authorized\n");
 }
 
+static int watch_s; /* --watch[=SECONDS]: the command again every watch_s seconds */
+
 /* One global option at argv[i] (with its value at argv[i + 1]) into ctl: the number of
  * arguments it took (1 or 2), 0 when argv[i] is not one, -1 after a usage error. */
 static int global_option(ctl_t *ctl, int argc, char **argv, int i)
@@ -37,6 +43,16 @@ static int global_option(ctl_t *ctl, int argc, char **argv, int i)
     const char *val = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--no-headers")) {
         ctl_table_no_headers(1);
+        return 1;
+    }
+    if (!strcmp(a, "--watch") || !strcmp(a, "-w") || !strncmp(a, "--watch=", 8)) {
+        char *end;
+        long v = a[7] == '=' ? strtol(a + 8, &end, 10) : 2;
+        if (a[7] == '=' && (*end || end == a + 8 || v < 1 || v > 3600)) {
+            fprintf(stderr, "sdctl: --watch=SECONDS takes 1 to 3600\n");
+            return -1;
+        }
+        watch_s = (int)v;
         return 1;
     }
     const char **dst = !strcmp(a, "--url") ? &ctl->url
@@ -139,7 +155,37 @@ int main(int argc, char **argv)
         fprintf(stderr, "sdctl: bad ServerDir URL list '%s' (want http://host:port[,...])\n", ctl.url);
         return CTL_EXIT_USAGE;
     }
-    int rc = cmd->fn(&ctl, argc - i, argv + i);
+    int rc;
+    if (!watch_s) {
+        rc = cmd->fn(&ctl, argc - i, argv + i);
+    } else {
+        static const char *const watchable[] = {"ps", "status", "machines", "locks", "services",
+                                                "servers", "describe", "primary", NULL};
+        int ok = 0;
+        for (const char *const *w = watchable; *w && !ok; w++)
+            ok = !strcmp(*w, cmd->name);
+        if (!ok) {
+            sdc_free(ctl.client);
+            fprintf(stderr, "sdctl: --watch does not apply to %s\n", cmd->name);
+            return CTL_EXIT_USAGE;
+        }
+        /* like watch(1): the screen redrawn on a terminal, one header per round
+         * otherwise; Ctrl-C ends it */
+        for (;;) {
+            char when[32];
+            time_t t = time(NULL);
+            struct tm tm;
+            strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", localtime_r(&t, &tm));
+            if (isatty(1))
+                fputs("\033[H\033[2J", stdout);
+            printf("Every %ds: sdctl %s  %s\n\n", watch_s, cmd->name, when);
+            fflush(stdout);
+            rc = cmd->fn(&ctl, argc - i, argv + i);
+            fflush(stdout);
+            fflush(stderr);
+            sleep((unsigned)watch_s);
+        }
+    }
     sdc_free(ctl.client);
     return rc;
 }

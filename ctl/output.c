@@ -1,4 +1,5 @@
 /* Output helpers for sdctl: error mapping, JSON printing, aligned tables. */
+#include <ctype.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -163,6 +164,24 @@ void ctl_table_row(ctl_table_t *t, ...)
 
 static int no_headers; /* --no-headers: tables print their rows only */
 
+/* The ANSI colour of a state word: green when well, yellow on the way, red when down. */
+static const char *state_color(const char *s)
+{
+    static const char *const good[] = {"ready", "live", "held", "running", NULL};
+    static const char *const mid[] = {"starting", "draining", "delayed", "stopping", "backoff", NULL};
+    static const char *const bad[] = {"stopped", "lost", "failed", "exited", NULL};
+    for (int i = 0; good[i]; i++)
+        if (!strncmp(s, good[i], strlen(good[i])))
+            return "32";
+    for (int i = 0; mid[i]; i++)
+        if (!strncmp(s, mid[i], strlen(mid[i])))
+            return "33";
+    for (int i = 0; bad[i]; i++)
+        if (!strncmp(s, bad[i], strlen(bad[i])))
+            return "31";
+    return NULL;
+}
+
 void ctl_table_no_headers(int on) { no_headers = on; }
 
 void ctl_table_print(ctl_table_t *t, FILE *out, int color)
@@ -179,10 +198,15 @@ void ctl_table_print(ctl_table_t *t, FILE *out, int color)
             fputs("\033[1m", out);
         for (int c = 0; c < t->ncols; c++) {
             const char *s = t->cells[r * t->ncols + c];
-            if (c + 1 < t->ncols)
-                fprintf(out, "%-*s  ", w[c], s);
+            /* a STATE column's words in colour on a terminal (padding counts the word) */
+            const char *col = r > 0 && color && !strcmp(t->cells[c], "STATE") ? state_color(s)
+                                                                              : NULL;
+            if (col)
+                fprintf(out, "\033[%sm%s\033[0m", col, s);
             else
                 fputs(s, out);
+            if (c + 1 < t->ncols)
+                fprintf(out, "%*s", w[c] - (int)strlen(s) + 2, "");
         }
         if (r == 0 && color)
             fputs("\033[0m", out);
@@ -249,4 +273,70 @@ const char *ctl_kv_text(const json_t *obj, char *buf, size_t cap)
         o += (size_t)n;
     }
     return buf;
+}
+
+const char *ctl_restarts(const json_t *proc, char *buf, size_t cap)
+{
+    const json_t *gen = json_object_get(proc, "generation");
+    if (!json_is_integer(gen))
+        snprintf(buf, cap, "-");
+    else
+        snprintf(buf, cap, "%lld",
+                 json_integer_value(gen) > 1 ? (long long)json_integer_value(gen) - 1 : 0LL);
+    return buf;
+}
+
+int ctl_natural_cmp(const char *a, const char *b)
+{
+    while (*a && *b) {
+        if (isdigit((unsigned char)*a) && isdigit((unsigned char)*b)) {
+            while (*a == '0' && isdigit((unsigned char)a[1]))
+                a++;
+            while (*b == '0' && isdigit((unsigned char)b[1]))
+                b++;
+            size_t la = 0, lb = 0;
+            while (isdigit((unsigned char)a[la]))
+                la++;
+            while (isdigit((unsigned char)b[lb]))
+                lb++;
+            if (la != lb)
+                return la < lb ? -1 : 1;
+            int c = strncmp(a, b, la);
+            if (c)
+                return c;
+            a += la;
+            b += lb;
+        } else {
+            if (*a != *b)
+                return (unsigned char)*a < (unsigned char)*b ? -1 : 1;
+            a++;
+            b++;
+        }
+    }
+    return (unsigned char)*a - (unsigned char)*b;
+}
+
+static const char *sort_key;
+
+static int by_natural(const void *x, const void *y)
+{
+    const char *a = json_string_value(json_object_get(*(json_t *const *)x, sort_key));
+    const char *b = json_string_value(json_object_get(*(json_t *const *)y, sort_key));
+    return ctl_natural_cmp(a ? a : "", b ? b : "");
+}
+
+void ctl_sort_natural(json_t *array, const char *key)
+{
+    size_t n = json_array_size(array);
+    json_t **v = n > 1 ? malloc(n * sizeof *v) : NULL;
+    if (!v)
+        return;
+    for (size_t i = 0; i < n; i++)
+        v[i] = json_incref(json_array_get(array, i));
+    sort_key = key;
+    qsort(v, n, sizeof *v, by_natural);
+    json_array_clear(array);
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(array, v[i]);
+    free(v);
 }

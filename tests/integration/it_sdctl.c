@@ -90,6 +90,7 @@ static void ps_table_filters_and_json(void **state)
 {
     char out[8192], line[512];
     assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "ps", NULL), 0);
+    assert_non_null(strstr(out, "RESTARTS"));
     assert_non_null(h_line_with(out, "zone-m1-1", line, sizeof line));
     assert_non_null(strstr(line, "ready"));
     assert_non_null(strstr(line, "4242"));
@@ -323,6 +324,46 @@ static void describe_instance_service_machine(void **state)
                            "other", NULL), 4);
 }
 
+/* sdctl ps --watch=1 redraws: an instance started after it began shows up in a later
+ * round; --watch on a command that changes things is a usage error. */
+static void ps_watch_redraws(void **state)
+{
+    char env_url[256], logpath[300], out[4096];
+    snprintf(env_url, sizeof env_url, "SERVERDIR_URL=%s", sd.url);
+    snprintf(logpath, sizeof logpath, "%s/watch.out", h_tmpdir());
+    const char *env[] = {env_url, "SERVERDIR_TOKEN=" H_TOK_VIEWER, "SERVERDIR_CLUSTER=prod", NULL};
+    const char *argv[] = {SD_BIN_DIR "/sdctl", "ps", "--watch=1", NULL};
+    pid_t pid = h_spawn(argv, logpath, env);
+    struct file_has w = {logpath, "zone-m1-1"};
+    assert_true(h_wait_until(file_has, &w, 5000));
+    h_resp_t r;
+    assert_int_equal(h_http_json("POST", sd.url, H_TOK_BB,
+                                 "{\"events\":[{\"id\":\"w1\",\"type\":\"started\","
+                                 "\"instance\":\"watch-arrival\",\"machine\":\"m3\","
+                                 "\"service\":\"zone\",\"pid\":7171}]}",
+                                 &r, "/v1/clusters/prod/events"),
+                     0);
+    assert_int_equal(r.status, 200);
+    h_resp_free(&r);
+    w.needle = "watch-arrival";
+    assert_true(h_wait_until(file_has, &w, 5000));
+    static char text[65536];
+    FILE *f = fopen(logpath, "r");
+    assert_non_null(f);
+    text[fread(text, 1, sizeof text - 1, f)] = '\0';
+    fclose(f);
+    int rounds = 0;
+    for (const char *p = text; (p = strstr(p, "Every 1s: sdctl ps")) != NULL; p++)
+        rounds++;
+    assert_true(rounds >= 2);
+    assert_false(h_exited(pid, NULL));
+    h_stop(pid, 1000);
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "scale", "zone", "3",
+                           "--watch", NULL), 2);
+    assert_non_null(strstr(out, "--watch does not apply to scale"));
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "ps", "--watch=0", NULL), 2);
+}
+
 static void exit_codes(void **state)
 {
     char out[4096];
@@ -375,6 +416,7 @@ int main(void)
         cmocka_unit_test(events_table_since_and_json),
         cmocka_unit_test(events_follow_prints_new_events),
         cmocka_unit_test(describe_instance_service_machine),
+        cmocka_unit_test(ps_watch_redraws),
         cmocka_unit_test(exit_codes),
     };
     return cmocka_run_group_tests(tests, setup, h_stack_teardown);

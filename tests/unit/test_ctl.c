@@ -1,0 +1,55 @@
+/* sdctl's output helpers: natural order of instance names, restarts from a record. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <string.h>
+
+#include "ctl.h"
+
+static void natural_order(void **state)
+{
+    (void)state;
+    assert_true(ctl_natural_cmp("zone-m1-2", "zone-m1-10") < 0);
+    assert_true(ctl_natural_cmp("zone-m1-10", "zone-m1-2") > 0);
+    assert_true(ctl_natural_cmp("zone-m2-1", "zone-m10-1") < 0);
+    assert_int_equal(ctl_natural_cmp("zone-7", "zone-7"), 0);
+    assert_int_equal(ctl_natural_cmp("zone-007", "zone-7"), 0);
+    assert_true(ctl_natural_cmp("zone-7", "zone-7a") < 0);
+    assert_true(ctl_natural_cmp("a", "b") < 0);
+    assert_true(ctl_natural_cmp("", "a") < 0);
+    assert_true(ctl_natural_cmp("x99999999999999999999", "x100000000000000000000") < 0);
+
+    json_t *a = json_pack("[{s:s},{s:s},{s:s},{s:s}]", "instance", "zone-10", "instance",
+                          "zone-2", "instance", "lobby-1", "instance", "zone-1");
+    ctl_sort_natural(a, "instance");
+    const char *want[] = {"lobby-1", "zone-1", "zone-2", "zone-10"};
+    for (size_t i = 0; i < 4; i++)
+        assert_string_equal(json_string_value(json_object_get(json_array_get(a, i), "instance")),
+                            want[i]);
+    json_decref(a);
+}
+
+static void restarts_from_generation(void **state)
+{
+    (void)state;
+    char buf[24];
+    json_t *p = json_pack("{s:i}", "generation", 4);
+    assert_string_equal(ctl_restarts(p, buf, sizeof buf), "3");
+    json_object_set_new(p, "generation", json_integer(1));
+    assert_string_equal(ctl_restarts(p, buf, sizeof buf), "0");
+    json_object_set_new(p, "generation", json_null());
+    assert_string_equal(ctl_restarts(p, buf, sizeof buf), "-");
+    json_decref(p);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(natural_order),
+        cmocka_unit_test(restarts_from_generation),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
