@@ -46,6 +46,10 @@ int cmd_machines(ctl_t *ctl, int argc, char **argv)
                  : sdc_machines_list(ctl->client, ctl->cluster, &ans, &err);
     if (rc != SDC_OK)
         return ctl_fail_clear(rc, &err);
+    if (!one && !json_array_size(json_object_get(ans, "machines")) && ctl_cluster_unknown(ctl)) {
+        json_decref(ans);
+        return CTL_EXIT_NOT_FOUND;
+    }
     if (ctl->json) {
         ctl_print_json(ans);
     } else {

@@ -71,6 +71,10 @@ int cmd_ps(ctl_t *ctl, int argc, char **argv)
                  : sdc_processes_list(ctl->client, ctl->cluster, &f, &ans, &err);
     if (rc != SDC_OK)
         return ctl_fail_clear(rc, &err);
+    if (!one && !json_array_size(json_object_get(ans, "processes")) && ctl_cluster_unknown(ctl)) {
+        json_decref(ans);
+        return CTL_EXIT_NOT_FOUND;
+    }
     if (!one) /* zone-m1-2 before zone-m1-10 */
         ctl_sort_natural(json_object_get(ans, "processes"), "instance");
     if (ctl->json) {

@@ -73,6 +73,11 @@ int cmd_services(ctl_t *ctl, int argc, char **argv)
         return ctl_answer(ctl, rc, &err, ans, services_json, NULL);
     }
     int rc = sdc_services_list(ctl->client, ctl->cluster, &ans, &err);
+    if (rc == SDC_OK && !json_array_size(json_object_get(ans, "services")) &&
+        !json_object_size(json_object_get(ans, "services")) && ctl_cluster_unknown(ctl)) {
+        json_decref(ans);
+        return CTL_EXIT_NOT_FOUND;
+    }
     return ctl_answer(ctl, rc, &err, ans, services_table, NULL);
 }
 

@@ -190,6 +190,14 @@ int cmd_status(ctl_t *ctl, int argc, char **argv)
         rc = sdc_processes_list(ctl->client, ctl->cluster, NULL, &procs, &err);
     if (rc == SDC_OK)
         rc = sdc_events_list(ctl->client, ctl->cluster, NULL, HISTORY_READ, &history, &err);
+    if (rc == SDC_OK && !json_array_size(json_object_get(procs, "processes")) &&
+        !json_array_size(json_object_get(state, "machines")) &&
+        !json_array_size(json_object_get(state, "services")) && ctl_cluster_unknown(ctl)) {
+        json_decref(state);
+        json_decref(procs);
+        json_decref(history);
+        return CTL_EXIT_NOT_FOUND;
+    }
     if (rc == SDC_OK) {
         json_t *st = status_build(ctl, state, &p, json_object_get(procs, "processes"), history);
         if (ctl->json)

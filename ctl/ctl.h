@@ -64,6 +64,11 @@ int ctl_no_args(int argc, char **argv, const char *cmd, const char *usage);
  * ("expected MACHINE"); -1 when argv[1] is the operand and the command goes on. */
 int ctl_one_arg(int argc, char **argv, const char *cmd, const char *usage, const char *what);
 
+/* After an empty listing: 1 with a message on stderr (naming the known clusters) when
+ * ServerDir does not know ctl->cluster, so a typo in --cluster is not an empty table; 0
+ * when it is known or that cannot be told. */
+int ctl_cluster_unknown(const ctl_t *ctl);
+
 /* Prints the answer `ans` for people (ctl_answer calls it without -o json). */
 typedef void (*ctl_human_fn)(const ctl_t *ctl, const json_t *ans, const void *arg);
 /* The end of a command that prints one answer: on failure (rc != SDC_OK) the error and

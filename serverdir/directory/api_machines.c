@@ -1,6 +1,7 @@
 /* Machine leases: a Big Brother registers its machine and renews the lease; readers see
  * each machine as live or lost (lease ran out), judged by the Redis clock inside the
  * scripts so every serverdir copy agrees. See directory.h for the Redis layout. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "directory.h"
@@ -10,6 +11,79 @@ SD_ROUTE(PUT, "/v1/clusters/{c}/machines/{m}", SD_R_BB, 0, h_machine_put);
 SD_ROUTE(GET, "/v1/clusters/{c}/machines", SD_R_BB | SD_R_VIEWER, 0, h_machines_list);
 SD_ROUTE(GET, "/v1/clusters/{c}/machines/{m}", SD_R_BB | SD_R_VIEWER, 0, h_machine_get);
 SD_ROUTE(DELETE, "/v1/clusters/{c}/machines/{m}", SD_R_OPS, 0, h_machine_delete);
+SD_ROUTE(GET, "/v1/clusters", SD_R_BB | SD_R_VIEWER, 0, h_clusters_list);
+
+#define CLUSTERS_MAX 10000 /* names returned at most (SSCAN steps of 500) */
+
+static int cmp_json_str(const void *a, const void *b)
+{
+    return strcmp(json_string_value(*(json_t *const *)a), json_string_value(*(json_t *const *)b));
+}
+
+/* Sorts arr's strings and drops repeats (SSCAN may return a member twice). */
+static void sort_strings(json_t *arr)
+{
+    size_t n = json_array_size(arr);
+    json_t **v = n > 1 ? malloc(n * sizeof *v) : NULL;
+    if (!v)
+        return;
+    for (size_t i = 0; i < n; i++)
+        v[i] = json_incref(json_array_get(arr, i));
+    qsort(v, n, sizeof *v, cmp_json_str);
+    json_array_clear(arr);
+    for (size_t i = 0; i < n; i++) {
+        if (i && cmp_json_str(&v[i - 1], &v[i]) == 0)
+            json_decref(v[i]);
+        else
+            json_array_append_new(arr, v[i]);
+    }
+    free(v);
+}
+
+/* The clusters that have had a machine lease (Pclusters, the lost-machine sweep's list),
+ * sorted; a token bound to a cluster sees that one only. sdctl tells an unknown cluster
+ * from an empty one with it. */
+void h_clusters_list(sd_req_t *req, sd_resp_t *resp)
+{
+    char key[128], cursor[32] = "0";
+    snprintf(key, sizeof key, "%sclusters", sd_store_prefix());
+    json_t *names = json_array();
+    int truncated = 0;
+    do {
+        sd_argv_t a;
+        sd_argv_init(&a);
+        sd_argv_add(&a, "SSCAN");
+        sd_argv_add(&a, key);
+        sd_argv_add(&a, cursor);
+        sd_argv_add(&a, "COUNT");
+        sd_argv_add(&a, "500");
+        redisReply *r;
+        int rc = sd_store_command(&a, &r);
+        sd_argv_free(&a);
+        if (rc || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+            r->element[0]->type != REDIS_REPLY_STRING) {
+            if (!rc)
+                freeReplyObject(r);
+            json_decref(names);
+            sd_resp_store_error(resp, rc ? rc : SD_STORE_ERROR);
+            return;
+        }
+        snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
+        redisReply *v = r->element[1];
+        for (size_t i = 0; v->type == REDIS_REPLY_ARRAY && i < v->elements; i++) {
+            const char *n = v->element[i]->str;
+            if (req->auth.cluster[0] && strcmp(n, req->auth.cluster) != 0)
+                continue;
+            if (json_array_size(names) >= CLUSTERS_MAX)
+                truncated = 1;
+            else
+                json_array_append_new(names, json_string(n));
+        }
+        freeReplyObject(r);
+    } while (strcmp(cursor, "0") != 0 && !truncated);
+    sort_strings(names);
+    sd_resp_json(resp, 200, json_pack("{s:o, s:b}", "clusters", names, "truncated", truncated));
+}
 
 /* Registers or renews; the body is optional (an empty renewal keeps the stored fields). */
 void h_machine_put(sd_req_t *req, sd_resp_t *resp)

@@ -47,6 +47,8 @@ static const expect_t expected[] = {
     {"POST", "/v1/master/challenge", PUB},
     {"POST", "/v1/master/heartbeat", PUB},
     {"DELETE", "/v1/master/servers/{addr}", PUB},
+    {"GET", "/v1/master/servers/{addr}", PUB},
+    {"GET", "/v1/clusters", BB | VIEWER},
     {"GET", "/v1/master/servers", PUB},
 
     {"PUT", "/v1/clusters/{c}/machines/{m}", BB},

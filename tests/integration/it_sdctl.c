@@ -248,6 +248,20 @@ static void describe_instance_service_machine(void **state)
     assert_non_null(h_line_with(out, "describe-p1", line, sizeof line));
     assert_non_null(strstr(line, "never"));
 
+    /* GET /v1/master/servers/{addr}: the one entry; unlisted 404; not an address 400 */
+    assert_int_equal(h_http_json("GET", sd.url, NULL, NULL, &r, "/v1/master/servers/127.0.0.1:27960"), 0);
+    assert_int_equal(r.status, 200);
+    assert_non_null(strstr(r.body, "\"name\":\"EU 1\""));
+    h_resp_free(&r);
+    assert_int_equal(h_http_json("GET", sd.url, NULL, NULL, &r, "/v1/master/servers/127.0.0.1:27961"), 0);
+    assert_int_equal(r.status, 404);
+    assert_string_equal(h_err_code(&r), "not_listed");
+    h_resp_free(&r);
+    assert_int_equal(h_http_json("GET", sd.url, NULL, NULL, &r, "/v1/master/servers/nowhere"), 0);
+    assert_int_equal(r.status, 400);
+    assert_string_equal(h_err_code(&r), "bad_address");
+    h_resp_free(&r);
+
     /* -o json after the command: the raw answers */
     assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "describe", "instance",
                            "zone-m1-1", "-o", "json", NULL), 0);
@@ -322,6 +336,18 @@ static void describe_instance_service_machine(void **state)
     /* --cluster after the command: the other cluster has none of it */
     assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "describe", "m1", "--cluster",
                            "other", NULL), 4);
+
+    /* an unknown cluster (a typo) says so instead of printing an empty table */
+    static const char *const lists[] = {"ps", "machines", "services", "status", NULL};
+    for (const char *const *l = lists; *l; l++) {
+        assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, *l, "--cluster", "prdo",
+                               NULL), 4);
+        assert_non_null(strstr(out, "cluster 'prdo' is unknown to ServerDir"));
+        assert_non_null(strstr(out, "known: prod"));
+    }
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "clusters", NULL), 0);
+    assert_non_null(h_line_with(out, "prod", line, sizeof line));
+    assert_non_null(strstr(line, "*"));
 }
 
 /* sdctl ps --watch=1 redraws: an instance started after it began shows up in a later
