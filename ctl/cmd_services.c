@@ -8,7 +8,7 @@
 #include "ctl.h"
 #include "sdutil.h"
 
-SDCTL_CMD("services", cmd_services, "list the desired services (count, version, stopped)");
+SDCTL_CMD("services", cmd_services, "list the services, desired (count, version, stopped) and static");
 SDCTL_CMD("scale", cmd_scale, "set the instance count of a service");
 SDCTL_CMD("delete", cmd_delete, "delete a service (its instances are stopped)");
 SDCTL_CMD("restart", cmd_restart, "rolling restart of a service, or restart one instance");
@@ -19,8 +19,10 @@ static const char services_usage[] =
     "usage: sdctl services [SERVICE]\n"
     "  Lists the desired services: COUNT instances wanted, the spec VERSION, whether the\n"
     "  service is STOPPED, its RESTART token (grows with each sdctl restart), PLACEMENT\n"
-    "  labels and the COMMAND. With SERVICE, that service's whole spec as JSON (exit code 4\n"
-    "  when it does not exist). -o json prints the API answer.\n";
+    "  labels and the COMMAND; then the static services, which run instances without being\n"
+    "  desired ones (a machine's bigbrother config starts them), with how many run. With\n"
+    "  SERVICE, that service's whole spec as JSON (exit code 4 when it does not exist).\n"
+    "  -o json prints the API answer with \"static_services\": [{service, running}].\n";
 
 static void service_row(ctl_table_t *t, const json_t *s)
 {
@@ -57,7 +59,51 @@ static void services_table(const ctl_t *ctl, const json_t *ans, const void *arg)
     size_t i;
     const json_t *s;
     json_array_foreach(json_object_get(ans, "services"), i, s) service_row(t, s);
+    json_array_foreach(json_object_get(ans, "static_services"), i, s) {
+        char name[160], run[48];
+        snprintf(run, sizeof run, "%lld running",
+                 (long long)json_integer_value(json_object_get(s, "running")));
+        ctl_table_row(t, ctl_jstr(json_object_get(s, "service"), name, sizeof name), NULL, NULL,
+                      NULL, NULL, "static (bigbrother config)", run);
+    }
     ctl_table_print(t, stdout, ctl->color);
+}
+
+/* Adds to ans "static_services": [{service, running}] for the services that run instances
+ * (the live directory, every page) without being desired ones: a machine's bigbrother
+ * config runs them. */
+static int add_static(ctl_t *ctl, json_t *ans, sdc_err_t *err)
+{
+    json_t *procs = NULL;
+    int rc = sdc_processes_list(ctl->client, ctl->cluster, NULL, &procs, err);
+    if (rc != SDC_OK)
+        return rc;
+    json_t *counts = json_object();
+    size_t i;
+    const json_t *p;
+    json_array_foreach(json_object_get(procs, "processes"), i, p) {
+        const char *svc = json_string_value(json_object_get(p, "service"));
+        if (!svc)
+            continue;
+        int desired = 0;
+        size_t k;
+        const json_t *d;
+        json_array_foreach(json_object_get(ans, "services"), k, d)
+            desired |= !strcmp(json_string_value(json_object_get(d, "service")) ?: "", svc);
+        if (!desired)
+            json_object_set_new(counts, svc,
+                                json_integer(json_integer_value(json_object_get(counts, svc)) + 1));
+    }
+    json_t *list = json_array();
+    const char *name;
+    json_t *n;
+    json_object_foreach(counts, name, n)
+        json_array_append_new(list, json_pack("{s:s, s:O}", "service", name, "running", n));
+    ctl_sort_natural(list, "service");
+    json_object_set_new(ans, "static_services", list);
+    json_decref(counts);
+    json_decref(procs);
+    return SDC_OK;
 }
 
 int cmd_services(ctl_t *ctl, int argc, char **argv)
@@ -73,8 +119,12 @@ int cmd_services(ctl_t *ctl, int argc, char **argv)
         return ctl_answer(ctl, rc, &err, ans, services_json, NULL);
     }
     int rc = sdc_services_list(ctl->client, ctl->cluster, &ans, &err);
+    if (rc == SDC_OK && (rc = add_static(ctl, ans, &err)) != SDC_OK) {
+        json_decref(ans);
+        ans = NULL;
+    }
     if (rc == SDC_OK && !json_array_size(json_object_get(ans, "services")) &&
-        !json_object_size(json_object_get(ans, "services")) && ctl_cluster_unknown(ctl)) {
+        !json_array_size(json_object_get(ans, "static_services")) && ctl_cluster_unknown(ctl)) {
         json_decref(ans);
         return CTL_EXIT_NOT_FOUND;
     }

@@ -18,7 +18,9 @@ static const char usage_text[] =
     "  The primary Big Brother and its epoch; whether the realm is stopped; each machine\n"
     "  with its lease, DRAINING flag, a * for the primary and its live instances; each\n"
     "  service with the DESIRED count (0 while stopped), RUNNING (starting or ready) and\n"
-    "  READY instances from the directory; the last failures from the event history\n"
+    "  READY instances from the directory (a static service, run by the machines'\n"
+    "  bigbrother configs, shows DESIRED - and STATE static); the last failures from the\n"
+    "  event history\n"
     "  (exits, kills, hangs, start timeouts, crash loops, lost machines).\n"
     "  -o json prints the same as one object.\n";
 
@@ -94,6 +96,22 @@ static json_t *status_build(ctl_t *ctl, const json_t *state, const sdc_primary_t
                                 (json_int_t)cnt(by_svc, s ? s : "", "ready"), "stopped",
                                 stopped));
     }
+    /* static services (from the machines' bigbrother configs): no desired count, only
+     * what runs */
+    const char *name;
+    const json_t *counts;
+    json_object_foreach((json_t *)by_svc, name, counts) {
+        int desired = 0;
+        json_array_foreach(json_object_get(state, "services"), i, x)
+            desired |= !strcmp(json_string_value(json_object_get(x, "service")) ?: "", name);
+        if (!desired)
+            json_array_append_new(
+                services, json_pack("{s:s, s:n, s:n, s:I, s:I, s:b, s:b}", "service", name,
+                                    "count", "desired", "running",
+                                    (json_int_t)cnt(by_svc, name, "running"), "ready",
+                                    (json_int_t)cnt(by_svc, name, "ready"), "stopped", 0,
+                                    "static", 1));
+    }
     const json_t *events = json_object_get(history, "events");
     for (size_t n = json_array_size(events); n > 0 && json_array_size(failures) < FAILURES_SHOWN;
          n--) {
@@ -150,7 +168,8 @@ static void status_print(ctl_t *ctl, const json_t *st)
                       ctl_jstr(json_object_get(x, "desired"), a, sizeof a),
                       ctl_jstr(json_object_get(x, "running"), b, sizeof b),
                       ctl_jstr(json_object_get(x, "ready"), c, sizeof c),
-                      json_is_true(json_object_get(x, "stopped")) ? "stopped"
+                      json_is_true(json_object_get(x, "static"))    ? "static"
+                      : json_is_true(json_object_get(x, "stopped")) ? "stopped"
                       : ready == want                              ? "ok"
                                                                    : "converging");
     }

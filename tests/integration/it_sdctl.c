@@ -345,6 +345,14 @@ static void describe_instance_service_machine(void **state)
         assert_non_null(strstr(out, "cluster 'prdo' is unknown to ServerDir"));
         assert_non_null(strstr(out, "known: prod"));
     }
+    /* static services (no desired spec, instances running) in services and status */
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "services", NULL), 0);
+    assert_non_null(h_line_with(out, "lobby", line, sizeof line));
+    assert_non_null(strstr(line, "static (bigbrother config)"));
+    assert_non_null(strstr(line, "1 running"));
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "status", NULL), 0);
+    assert_non_null(h_line_with(out, "\nzone ", line, sizeof line));
+    assert_non_null(strstr(line, "static"));
     assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "clusters", NULL), 0);
     assert_non_null(h_line_with(out, "prod", line, sizeof line));
     assert_non_null(strstr(line, "*"));
