@@ -173,6 +173,7 @@ typedef struct bb_inst {
     /* the last exit, shown by bbctl status */
     char reason[24];
     int code, sig;              /* -1 when not applicable */
+    int dumped;                 /* the kernel reported a core dump (CLD_DUMPED) */
     char detail[200];
     int fail_streak;
     int64_t restart_mono[BB_WINDOW_MAX];
@@ -272,6 +273,11 @@ void bb_signal_group(bb_inst_t *in, int sig);
 /* Arms the loop timer that rotates, every 2 s, the instance logs that grew past
  * log_max_bytes (copy + truncate). */
 void bb_logs_start(void);
+/* A failed stop's crash report into the stopped event ev: log_tail, the last lines of the
+ * run's output (its slot log after the run's header; SD_LOG_TAIL_LINES lines, at most
+ * SD_LOG_TAIL_MAX bytes, control bytes and broken UTF-8 as '?'), and core, where a core
+ * dump went, when the kernel reported one. Nothing for a clean exit or an operator's stop. */
+void bb_crash_report(const bb_inst_t *in, json_t *ev);
 /* Watches the pidfd of a re-adopted instance (in->pid set). Returns 0 or -errno. */
 int bb_adopt_pid(bb_inst_t *in, pid_t ppid);
 /* ---------------------------------------------------------------- procscan.c */

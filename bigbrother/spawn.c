@@ -111,6 +111,172 @@ static void on_rotate(bb_timer_t *t)
     bb_timer_set(t, sd_mono_ms() + LOG_ROTATE_EVERY_MS);
 }
 
+/* ---- crash reports */
+
+#define TAIL_READ_MAX (64 << 10) /* bytes of the log end searched for the run's header */
+
+/* Copies at most cap - 1 bytes of src (len) into dst, keeping valid UTF-8 sequences, tab
+ * and newline, and writing '?' for any other control byte or broken sequence (the tail
+ * goes into JSON). Returns the bytes written. */
+static size_t clean_text(char *dst, size_t cap, const char *src, size_t len)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < len && o + 1 < cap;) {
+        unsigned char c = (unsigned char)src[i];
+        size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        int ok = n > 0 && i + n <= len;
+        for (size_t k = 1; ok && k < n; k++)
+            ok = ((unsigned char)src[i + k] >> 6) == 2;
+        if (ok && n == 1 && c < 0x20 && c != '\n' && c != '\t')
+            ok = 0;
+        if (!ok || o + n >= cap) {
+            dst[o++] = '?';
+            i += ok ? n : 1;
+            continue;
+        }
+        memcpy(dst + o, src + i, n);
+        o += n;
+        i += n;
+    }
+    dst[o] = '\0';
+    return o;
+}
+
+/* The last output of in's run: the end of its slot log after the header line bigbrother
+ * wrote when it spawned in (or the whole end read when the header is further back), at
+ * most SD_LOG_TAIL_LINES lines and SD_LOG_TAIL_MAX bytes. 0 with the text in out (cap
+ * > SD_LOG_TAIL_MAX), -1 when there is no log. */
+static int log_tail(const bb_inst_t *in, char *out, size_t cap)
+{
+    char path[512];
+    log_path(in, path, sizeof path);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    struct stat st;
+    char *buf = malloc(TAIL_READ_MAX + 1);
+    ssize_t n = -1;
+    if (buf && fstat(fd, &st) == 0) {
+        off_t from = st.st_size > TAIL_READ_MAX ? st.st_size - TAIL_READ_MAX : 0;
+        n = pread(fd, buf, (size_t)(st.st_size - from), from);
+    }
+    close(fd);
+    if (n < 0) {
+        free(buf);
+        return -1;
+    }
+    buf[n] = '\0';
+    char marker[SD_NAME_MAX + 40];
+    snprintf(marker, sizeof marker, ": starting instance %s ", in->id);
+    const char *start = buf, *m = NULL;
+    for (const char *p = buf; (p = strstr(p, marker)) != NULL; p++)
+        m = p;
+    if (m) {
+        const char *nl = strchr(m, '\n');
+        start = nl ? nl + 1 : buf + n;
+    } else if (n == TAIL_READ_MAX) { /* cut inside a line: start at the next one */
+        const char *nl = strchr(buf, '\n');
+        start = nl ? nl + 1 : buf + n;
+    }
+    const char *end = buf + n;
+    while (end > start && end[-1] == '\n')
+        end--;
+    const char *t = end;
+    for (int lines = 0; t > start; t--) /* back SD_LOG_TAIL_LINES line starts */
+        if (t[-1] == '\n' && ++lines == SD_LOG_TAIL_LINES)
+            break;
+    if (end - t > SD_LOG_TAIL_MAX - 64) { /* keep the newest bytes, from a line start */
+        t = end - (SD_LOG_TAIL_MAX - 64);
+        const char *nl = memchr(t, '\n', (size_t)(end - t));
+        if (nl)
+            t = nl + 1;
+    }
+    clean_text(out, cap, t, (size_t)(end - t));
+    free(buf);
+    return 0;
+}
+
+/* Where the kernel put in's core file, from /proc/sys/kernel/core_pattern: the file for
+ * the plain patterns (core, core.%p, /var/crash/%e.%p ...) or "piped to PROGRAM" for a
+ * pipe (systemd-coredump, apport); out is empty when it cannot be told. */
+static void core_path(const bb_inst_t *in, char *out, size_t cap)
+{
+    char pat[256] = "";
+    out[0] = '\0';
+    FILE *f = fopen("/proc/sys/kernel/core_pattern", "r");
+    if (!f)
+        return;
+    if (!fgets(pat, sizeof pat, f))
+        pat[0] = '\0';
+    fclose(f);
+    pat[strcspn(pat, "\n")] = '\0';
+    if (!pat[0])
+        return;
+    if (pat[0] == '|') {
+        size_t prog = strcspn(pat + 1, " ");
+        snprintf(out, cap, "piped to %.*s", (int)prog, pat + 1);
+        return;
+    }
+    char file[512] = "", comm[17] = "";
+    const char *exe = strrchr(in->svc->command, '/');
+    snprintf(comm, sizeof comm, "%s", exe ? exe + 1 : in->svc->command);
+    size_t o = 0;
+    for (const char *p = pat; *p && o + 32 < sizeof file; p++) {
+        if (*p != '%') {
+            file[o++] = *p;
+            continue;
+        }
+        p++;
+        if (*p == 'p' || *p == 'P')
+            o += (size_t)snprintf(file + o, sizeof file - o, "%d", (int)in->pid);
+        else if (*p == 'e')
+            o += (size_t)snprintf(file + o, sizeof file - o, "%s", comm);
+        else if (*p == '%')
+            file[o++] = '%';
+        else /* a time, host or uid specifier: the pattern says where */
+            return (void)snprintf(out, cap, "core_pattern %s", pat);
+        if (!*p)
+            break;
+    }
+    file[o] = '\0';
+    int uses_pid = 0;
+    f = fopen("/proc/sys/kernel/core_uses_pid", "r");
+    if (f) {
+        uses_pid = fgetc(f) == '1';
+        fclose(f);
+    }
+    if (uses_pid && !strstr(pat, "%p"))
+        snprintf(file + strlen(file), sizeof file - strlen(file), ".%d", (int)in->pid);
+    char cwd[4096];
+    int n = 0;
+    if (file[0] == '/')
+        n = snprintf(out, cap, "%s", file);
+    else if (in->svc->cwd)
+        n = snprintf(out, cap, "%s/%s", in->svc->cwd, file);
+    else if (getcwd(cwd, sizeof cwd))
+        n = snprintf(out, cap, "%s/%s", cwd, file);
+    if (n < 0 || (size_t)n >= cap) /* a path that does not fit: the pattern instead */
+        snprintf(out, cap, "core_pattern %.200s", pat);
+}
+
+void bb_crash_report(const bb_inst_t *in, json_t *ev)
+{
+    int failed = (!strcmp(in->reason, "exited") && in->code != 0) ||
+                 !strcmp(in->reason, "killed") || !strcmp(in->reason, "hung") ||
+                 !strcmp(in->reason, "start_timeout");
+    if (!failed)
+        return;
+    char *tail = malloc(SD_LOG_TAIL_MAX + 1);
+    if (tail && log_tail(in, tail, SD_LOG_TAIL_MAX + 1) == 0 && tail[0])
+        json_object_set_new(ev, "log_tail", json_string(tail));
+    free(tail);
+    if (in->dumped) {
+        char core[SD_CORE_PATH_MAX + 1];
+        core_path(in, core, sizeof core);
+        json_object_set_new(ev, "core", json_string(core[0] ? core : "dumped"));
+    }
+}
+
 void bb_logs_start(void)
 {
     rotate_timer.fn = on_rotate;
@@ -236,6 +402,7 @@ static void on_pidfd(bb_watch_t *w, uint32_t events)
         else
             sig = si.si_status;
     }
+    in->dumped = si.si_code == CLD_DUMPED;
     bb_inst_exited(in, code, sig);
 }
 

@@ -109,6 +109,7 @@ void bb_report(bb_inst_t *in, const char *type)
             json_object_set_new(ev, "silent_ms", json_integer(in->why_silent_ms));
         if (in->detail[0])
             json_object_set_new(ev, "detail", json_string(in->detail));
+        bb_crash_report(in, ev);
     }
     report_json(in, ev);
 }

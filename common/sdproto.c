@@ -127,8 +127,10 @@ int sd_event_check(sd_jv_t *v, const json_t *ev)
 {
     static const char *const known[] = {"id", "type", "instance", "machine", "service",
                                         "pid", "ts_ms", "slot", "generation", "ports",
-                                        "reason", "code", "signal", "silent_ms", "detail"};
-    static const char *const stop_only[] = {"reason", "code", "signal", "silent_ms", "detail"};
+                                        "reason", "code", "signal", "silent_ms", "detail",
+                                        "log_tail", "core"};
+    static const char *const stop_only[] = {"reason", "code", "signal", "silent_ms", "detail",
+                                            "log_tail", "core"};
     static const struct {
         const char *key;
         int64_t min, max;
@@ -188,7 +190,12 @@ int sd_event_check(sd_jv_t *v, const json_t *ev)
         if (sd_jv_int(v, ev, stop_ints[n].key, SD_JV_OPTIONAL, stop_ints[n].min,
                       stop_ints[n].max, &num) < 0)
             return -1;
-    return sd_jv_str(v, ev, "detail", SD_JV_OPTIONAL, SD_DETAIL_MAX, &detail) < 0 ? -1 : 0;
+    const char *tail, *core;
+    return sd_jv_str(v, ev, "detail", SD_JV_OPTIONAL, SD_DETAIL_MAX, &detail) < 0 ||
+                   sd_jv_str(v, ev, "log_tail", SD_JV_OPTIONAL, SD_LOG_TAIL_MAX, &tail) < 0 ||
+                   sd_jv_str(v, ev, "core", SD_JV_OPTIONAL, SD_CORE_PATH_MAX, &core) < 0
+               ? -1
+               : 0;
 }
 
 /* Each reason shows at most one value: the one that explains it. */

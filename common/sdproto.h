@@ -25,6 +25,9 @@
 /* POST /v1/clusters/{c}/events */
 #define SD_EVENTS_MAX 1000      /* events in one POST */
 #define SD_DETAIL_MAX 256       /* stopped.detail, bytes */
+#define SD_LOG_TAIL_MAX 4096    /* stopped.log_tail: the crash report's last output, bytes */
+#define SD_LOG_TAIL_LINES 20    /* ... and lines */
+#define SD_CORE_PATH_MAX 256    /* stopped.core: where the core file went */
 #define SD_PORTS_MAX 32         /* entries of `ports` */
 #define SD_PORT_NAME_MAX 64     /* a key of `ports` (a name) */
 #define SD_PID_MAX 4194304      /* 1 << 22, Linux's pid_max ceiling */

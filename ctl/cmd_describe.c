@@ -17,8 +17,9 @@ static const char usage_text[] =
     "  Shows everything ServerDir knows about one object of the cluster. Without a kind,\n"
     "  NAME is looked up as an instance, then a service, then a machine.\n"
     "  instance: its record (state, machine, pid, ports, generation and restarts), its\n"
-    "    timeline (started, ready, stopped with the reason), the locks it holds and its\n"
-    "    master-list entry (when its heartbeats name it).\n"
+    "    timeline (started, ready, stopped with the reason and, after a crash, a hang or\n"
+    "    a kill, the crash report: its last lines of output and where a core dump went),\n"
+    "    the locks it holds and its master-list entry (when its heartbeats name it).\n"
     "  service:  its desired spec and its instances, live and recently stopped.\n"
     "  machine:  its lease, address, labels and the instances it runs.\n"
     "  -o json prints {kind, ...} with the raw answers. Exit code 4 when nothing has that\n"
@@ -150,6 +151,17 @@ static int describe_instance(ctl_t *ctl, json_t *p)
         if (*detail)
             line("Detail:", detail);
         line("Locks freed:", ctl_jstr(json_object_get(p, "locks_released"), buf, sizeof buf));
+        const char *core = str_of(p, "core"), *tail = str_of(p, "log_tail");
+        if (*core)
+            line("Core dump:", core);
+        if (*tail) { /* the crash report: the run's last output, as bigbrother read it */
+            printf("Last output:\n");
+            for (const char *l = tail; *l;) {
+                size_t n = strcspn(l, "\n");
+                printf("  | %.*s\n", (int)n, l);
+                l += n + (l[n] == '\n');
+            }
+        }
     }
     const json_t *ll = json_object_get(locks, "locks");
     printf("Locks held:   %zu\n", json_array_size(ll));

@@ -63,7 +63,8 @@ static int event_normalize(sd_jv_t *v, const json_t *ev, json_t *out)
 {
     static const char *const order[] = {"id", "type", "instance", "machine", "service",
                                         "pid", "ts_ms", "slot", "generation", "ports",
-                                        "reason", "code", "signal", "silent_ms", "detail"};
+                                        "reason", "code", "signal", "silent_ms", "detail",
+                                        "core", "log_tail"};
     if (sd_event_check(v, ev))
         return -1;
     json_t *flat = json_array();
@@ -371,7 +372,7 @@ json_t *sd_dir_proc_json(const redisReply *flat, const char *cluster)
                                        "generation", "slot", "code", "signal", "silent_ms",
                                        "updated_at_ms", "locks_released"};
     static const char *const strs[] = {"instance", "machine", "service", "state", "reason",
-                                       "detail"};
+                                       "detail", "log_tail", "core"};
     json_t *o = json_object();
     for (size_t i = 0; i < SD_ARRAY_LEN(strs); i++)
         json_object_set_new(o, strs[i], str_or_null(flat_get(flat, strs[i])));

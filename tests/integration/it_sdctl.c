@@ -14,6 +14,7 @@
 
 #include "harness.h"
 #include "harness_stack.h"
+#include "harness_bigbrother.h"
 #include "harness_sdctl.h"
 #include "sdclient.h"
 
@@ -398,6 +399,77 @@ static void ps_watch_redraws(void **state)
     assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "ps", "--watch=0", NULL), 2);
 }
 
+/* h_wait_until condition: cluster c1 records a stopped instance of service crashy; its
+ * id into arg (160 bytes). */
+static int crashy_stopped(void *arg)
+{
+    h_resp_t r;
+    if (h_http_json("GET", sd.url, H_TOK_VIEWER, NULL, &r,
+                    "/v1/clusters/c1/processes?state=stopped&service=crashy") || r.status != 200) {
+        h_resp_free(&r);
+        return 0;
+    }
+    json_t *j = h_resp_json(&r);
+    h_resp_free(&r);
+    json_t *p = json_array_get(json_object_get(j, "processes"), 0);
+    int ok = p != NULL;
+    if (ok)
+        snprintf(arg, 160, "%s", json_string_value(json_object_get(p, "instance")));
+    json_decref(j);
+    return ok;
+}
+
+/* Issue 15, item 2: a crashed instance's stopped event carries its crash report (the
+ * last lines it wrote, from bigbrother's log of its run), the process record keeps it,
+ * the event history does not (4 KiB each), and sdctl describe shows it. */
+static void crash_report_in_the_record_and_describe(void **state)
+{
+    bbt_t b = {0};
+    char extra[512], inst[160] = "", out[16384], line[512];
+    snprintf(extra, sizeof extra, ", \"serverdir\": {\"urls\": [\"%s\"], \"token\": \"%s\"}",
+             sd.url, H_TOK_BB);
+    char svc[1024];
+    snprintf(svc, sizeof svc,
+             "[{\"name\": \"crashy\", \"command\": \"%s\", \"args\": [\"--tick-hz\", \"50\","
+             " \"--crash-after\", \"0.3\", \"--exit-code\", \"3\"], \"count\": 1,"
+             " \"health\": {\"type\": \"agent\", \"start_timeout_ms\": 5000},"
+             " \"restart\": {\"policy\": \"never\"}, \"cwd\": \"%s\"}]",
+             GAMEPROC, h_tmpdir());
+    bbt_config(&b, svc, extra);
+    assert_true(bbt_start(&b) > 0);
+    assert_true(h_wait_until(crashy_stopped, inst, h_valgrind() ? 30000 : 10000));
+
+    h_resp_t r;
+    assert_int_equal(h_http_json("GET", sd.url, H_TOK_VIEWER, NULL, &r,
+                                 "/v1/clusters/c1/processes/%s", inst), 0);
+    json_t *p = h_resp_json(&r);
+    h_resp_free(&r);
+    assert_string_equal(json_string_value(json_object_get(p, "reason_text")), "exited(code 3)");
+    const char *tail = json_string_value(json_object_get(p, "log_tail"));
+    assert_non_null(tail);
+    assert_non_null(strstr(tail, "msg=crashing how=exit code=3"));
+    assert_null(strstr(tail, "=== bigbrother")); /* the run's output only */
+    assert_true(strlen(tail) <= 4096);
+    assert_true(json_is_null(json_object_get(p, "core"))); /* exit(3) dumps no core */
+    json_decref(p);
+
+    /* the history has the stop, without the tail */
+    assert_int_equal(h_http_json("GET", sd.url, H_TOK_VIEWER, NULL, &r,
+                                 "/v1/clusters/c1/events?limit=50"), 0);
+    assert_non_null(strstr(r.body, "\"reason\":\"exited\""));
+    assert_null(strstr(r.body, "log_tail"));
+    h_resp_free(&r);
+
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "describe", inst, "--cluster",
+                           "c1", NULL), 0);
+    assert_non_null(h_line_with(out, "Reason:", line, sizeof line));
+    assert_non_null(strstr(line, "exited(code 3)"));
+    assert_non_null(strstr(out, "Last output:"));
+    assert_non_null(h_line_with(out, "  | ", line, sizeof line));
+    assert_non_null(strstr(out, "msg=crashing how=exit code=3"));
+    bbt_stop(&b, 3000);
+}
+
 static void exit_codes(void **state)
 {
     char out[4096];
@@ -451,6 +523,7 @@ int main(void)
         cmocka_unit_test(events_follow_prints_new_events),
         cmocka_unit_test(describe_instance_service_machine),
         cmocka_unit_test(ps_watch_redraws),
+        cmocka_unit_test(crash_report_in_the_record_and_describe),
         cmocka_unit_test(exit_codes),
     };
     return cmocka_run_group_tests(tests, setup, h_stack_teardown);

@@ -157,6 +157,22 @@ static void event_contract(void **state)
                         ": @ -)");
     assert_string_equal(check(EV("\"type\":\"ready\",\"ports\":{\"game\":0}"), 0, e, sizeof e),
                         "events[0].ports.game must be between 1 and 65535");
+    /* the crash report: stopped only, log_tail at most 4 KiB, core at most 256 bytes */
+    assert_string_equal(check(EV("\"type\":\"stopped\",\"reason\":\"killed\",\"signal\":6,"
+                                 "\"log_tail\":\"line 1\\nline 2\",\"core\":\"/srv/core.7\""),
+                              0, e, sizeof e), "");
+    assert_string_equal(check(EV("\"type\":\"ready\",\"log_tail\":\"x\""), 0, e, sizeof e),
+                        "events[0].log_tail is only allowed in a stopped event");
+    {
+        char big[4200 + 200];
+        int n = snprintf(big, sizeof big, "%s", EV("\"type\":\"stopped\",\"reason\":\"hung\","
+                                                   "\"log_tail\":\""));
+        n -= 1; /* over the closing brace */
+        memset(big + n, 'x', 4097);
+        snprintf(big + n + 4097, sizeof big - (size_t)n - 4097, "\"}");
+        assert_string_equal(check(big, 0, e, sizeof e),
+                            "events[0].log_tail is longer than 4096 bytes");
+    }
     assert_string_equal(check("{\"id\":\"e 1\",\"type\":\"ready\"}", 0, e, sizeof e),
                         "events[0].id must be 1-128 characters of A-Z a-z 0-9 _ . : @ - (not "
                         "starting with '.' or '-', no '..')");

@@ -115,6 +115,8 @@ for i, f in ipairs(events) do
         put('signal', f.signal)
         put('silent_ms', f.silent_ms)
         put('detail', f.detail)
+        put('core', f.core)
+        put('log_tail', f.log_tail)
       end
       redis.call(unpack(h))
       if LIVE[state] and not (was_live and same_place) then
@@ -130,8 +132,16 @@ for i, f in ipairs(events) do
         redis.call('RPUSH', base .. 'unlock', f.instance .. ' ' .. ts)
       end
     end
+    -- the history keeps every field but the crash report's log tail (up to 4 KiB: it
+    -- stays in the process record only, for the stopped-record TTL)
     local x = {'XADD', base .. 'events', 'MAXLEN', histmax, '*'}
-    for _, v in ipairs(batch[i]) do x[#x + 1] = v end
+    local fl = batch[i]
+    for k = 1, #fl, 2 do
+      if fl[k] ~= 'log_tail' then
+        x[#x + 1] = fl[k]
+        x[#x + 1] = fl[k + 1]
+      end
+    end
     if not f.ts_ms then
       x[#x + 1] = 'ts_ms'
       x[#x + 1] = nows
