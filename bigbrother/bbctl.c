@@ -51,8 +51,11 @@ static int find_socket(char *out, size_t cap)
         fprintf(stderr, "bbctl: cannot list /proc: %s\n", strerror(errno));
         return -1;
     }
+    enum { SHOWN_MAX = 16 };
+    char socks[SHOWN_MAX][BB_SOCK_PATH_MAX];
+    long pids[SHOWN_MAX];
     int found = 0;
-    char first[BB_SOCK_PATH_MAX] = "";
+    sd_log_set_level(SD_LOG_ERROR); /* the configs' own warnings are bigbrother's to say */
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         char *end;
@@ -105,24 +108,26 @@ static int find_socket(char *out, size_t cap)
             fprintf(stderr, "bbctl: bigbrother (pid %ld): %s\n", pid, err);
             continue;
         }
-        if (found++ == 0)
-            sd_strlcpy(first, cfg.control_socket, sizeof first);
-        else
-            fprintf(stderr, "%s  pid %ld: --socket %s\n",
-                    found == 2 ? "bbctl: several bigbrothers run here; pick one:\n" : "", pid,
-                    cfg.control_socket);
+        if (found < SHOWN_MAX) {
+            sd_strlcpy(socks[found], cfg.control_socket, sizeof socks[found]);
+            pids[found] = pid;
+        }
+        found++;
         bb_config_free(&cfg);
     }
     closedir(d);
     if (found == 1) {
-        sd_strlcpy(out, first, cap);
+        sd_strlcpy(out, socks[0], cap);
         return 0;
     }
-    if (found == 0)
+    if (found == 0) {
         fprintf(stderr, "bbctl: no bigbrother runs on this machine (or --socket PATH, "
                         "BB_CONTROL_SOCKET)\n");
-    else
-        fprintf(stderr, "  (and --socket %s)\n", first);
+        return -1;
+    }
+    fprintf(stderr, "bbctl: %d bigbrothers run here; pick one:\n", found);
+    for (int i = 0; i < found && i < SHOWN_MAX; i++)
+        fprintf(stderr, "  pid %ld: --socket %s\n", pids[i], socks[i]);
     return -1;
 }
 
@@ -188,8 +193,8 @@ static void print_status(json_t *st)
 {
     size_t i;
     json_t *in;
-    printf("%-40s %-16s %-9s %-8s %-8s %-24s %s\n", "INSTANCE", "SERVICE", "STATE", "PID",
-           "RESTARTS", "LAST EXIT", "UPTIME");
+    printf("%-40s %-16s %-9s %-8s %-8s %-24s %-8s %s\n", "INSTANCE", "SERVICE", "STATE", "PID",
+           "RESTARTS", "LAST EXIT", "UPTIME", "STATUS");
     json_array_foreach(json_object_get(st, "instances"), i, in) {
         char up[32], pid[16] = "-";
         const char *last = json_string_value(json_object_get(in, "reason_text"));
@@ -198,11 +203,14 @@ static void print_status(json_t *st)
         if (json_integer_value(json_object_get(in, "pid")) > 0)
             snprintf(pid, sizeof(pid), "%lld", json_integer_value(json_object_get(in, "pid")));
         fmt_uptime(json_integer_value(json_object_get(in, "uptime_ms")), up, sizeof(up));
-        printf("%-40s %-16s %-9s %-8s %-8lld %-24s %s\n",
+        /* the game's own STATUS= (agent or sd_notify), one line, at most 60 bytes shown */
+        const char *status = json_string_value(json_object_get(in, "status"));
+        printf("%-40s %-16s %-9s %-8s %-8lld %-24s %-8s %.60s\n",
                json_string_value(json_object_get(in, "instance")),
                json_string_value(json_object_get(in, "service")),
                json_string_value(json_object_get(in, "state")), pid,
-               json_integer_value(json_object_get(in, "restarts")), last, up);
+               json_integer_value(json_object_get(in, "restarts")), last, up,
+               status && *status ? status : "-");
     }
 }
 
