@@ -278,6 +278,9 @@ void bb_logs_start(void);
  * SD_LOG_TAIL_MAX bytes, control bytes and broken UTF-8 as '?'), and core, where a core
  * dump went, when the kernel reported one. Nothing for a clean exit or an operator's stop. */
 void bb_crash_report(const bb_inst_t *in, json_t *ev);
+/* STATE_DIR/logs/<service>-<slot>.log: the slot's log, every run of it (a header line
+ * "=== bigbrother <time>: starting instance <id> (generation <n>)" starts each). */
+void bb_log_path(const bb_inst_t *in, char *out, size_t cap);
 /* Watches the pidfd of a re-adopted instance (in->pid set). Returns 0 or -errno. */
 int bb_adopt_pid(bb_inst_t *in, pid_t ppid);
 /* ---------------------------------------------------------------- procscan.c */

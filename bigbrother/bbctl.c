@@ -32,11 +32,15 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: bbctl [--socket PATH] [-o json] status\n"
                "       bbctl [--socket PATH] start|stop|restart TARGET\n"
+               "       bbctl [--socket PATH] logs INSTANCE [--tail N] [-f]\n"
                "       bbctl --version | version\n"
                "TARGET: an instance id, a service name, or all. PATH defaults to\n"
                "$BB_CONTROL_SOCKET, else to the control socket of the one bigbrother running\n"
                "on this machine (its config's control_socket, by default\n"
                "STATE_DIR/control.sock); with several, --socket picks one.\n"
+               "logs: the output of one run (the current one of a slot, or an earlier one still\n"
+               "in its log), the last N lines (default 100; 0: all); -f follows it until it\n"
+               "ends (or Ctrl-C).\n"
                "exit codes (as sdctl's): 0 ok, 1 refused, 2 usage, 3 bigbrother unreachable,\n"
                "4 no such instance or service\n");
 }
@@ -214,6 +218,96 @@ static void print_status(json_t *st)
     }
 }
 
+/* Prints the run of instance id from the slot log at path: the lines after its header
+ * up to the next header (the next run of the slot), the last `tail` of them (0: all);
+ * with follow, then what the run appends, until another run's header or Ctrl-C. */
+static json_t *call(const char *path, const char *req);
+
+/* Whether instance id still runs, asked of bigbrother at sock (0 when it cannot tell). */
+static int still_running(const char *sock, const char *id)
+{
+    char req[SD_NAME_MAX + 16];
+    snprintf(req, sizeof req, "logs %s\n", id);
+    json_t *ans = call(sock, req);
+    int r = ans && json_is_true(json_object_get(ans, "running"));
+    json_decref(ans);
+    return r;
+}
+
+static int print_run(const char *sock, const char *path, const char *id, long tail, int follow)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "bbctl: cannot read %s: %s\n", path, strerror(errno));
+        return EXIT_REFUSED;
+    }
+    char marker[SD_NAME_MAX + 40];
+    snprintf(marker, sizeof marker, ": starting instance %s ", id);
+    enum { RING = 10000 }; /* lines kept for --tail; longer runs show their last 10,000 */
+    char **ring = calloc(RING, sizeof *ring);
+    long n = 0;
+    int in_run = 0, ended = 0;
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    while (!ended && (len = getline(&line, &cap, f)) > 0) {
+        int header = !strncmp(line, "=== bigbrother ", 15);
+        if (header && strstr(line, marker)) {
+            in_run = 1;
+            continue;
+        }
+        if (!in_run)
+            continue;
+        if (header && strstr(line, ": starting instance ")) {
+            ended = 1;
+            break;
+        }
+        free(ring[n % RING]);
+        ring[n % RING] = strdup(line);
+        n++;
+    }
+    long shown = tail > 0 && tail < n ? tail : n;
+    if (shown > RING)
+        shown = RING;
+    for (long i = n - shown; i < n; i++)
+        fputs(ring[i % RING], stdout);
+    for (long i = 0; i < RING; i++)
+        free(ring[i]);
+    free(ring);
+    fflush(stdout);
+    /* the rest as it comes, until the run's end: another run's header, or bigbrother
+     * saying it no longer runs (asked after each idle second), then what is left */
+    for (int idle = 0, last = 0; follow && in_run && !ended && !last;) {
+        clearerr(f);
+        int got = 0;
+        while ((len = getline(&line, &cap, f)) > 0) {
+            if (!strncmp(line, "=== bigbrother ", 15) && strstr(line, ": starting instance ")) {
+                ended = 1;
+                break;
+            }
+            fputs(line, stdout);
+            got = 1;
+        }
+        fflush(stdout);
+        idle = got ? 0 : idle + 1;
+        if (idle >= 5) {
+            idle = 0;
+            last = !still_running(sock, id); /* one more read above, then out */
+            if (last) {
+                clearerr(f);
+                while ((len = getline(&line, &cap, f)) > 0 &&
+                       strncmp(line, "=== bigbrother ", 15) != 0)
+                    fputs(line, stdout);
+            }
+        }
+        if (!ended && !last)
+            usleep(200000);
+    }
+    free(line);
+    fclose(f);
+    return in_run ? EXIT_OK : EXIT_NOT_FOUND;
+}
+
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {{"socket", required_argument, NULL, 's'},
@@ -223,7 +317,7 @@ int main(int argc, char **argv)
                                          {NULL, 0, NULL, 0}};
     const char *path = getenv("BB_CONTROL_SOCKET");
     int as_json = 0, o;
-    while ((o = getopt_long(argc, argv, "s:o:h", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, "+s:o:hV", opts, NULL)) != -1) {
         switch (o) {
         case 's': path = optarg; break;
         case 'o':
@@ -240,6 +334,53 @@ int main(int argc, char **argv)
     }
     int nargs = argc - optind;
     const char *cmd = nargs > 0 ? argv[optind] : "";
+    long tail = 100;
+    int follow = 0;
+    if (!strcmp(cmd, "logs")) { /* logs INSTANCE [--tail N] [-f], in any order */
+        const char *id = NULL;
+        for (int i = optind + 1; i < argc; i++) {
+            char *end;
+            if (!strcmp(argv[i], "-f") || !strcmp(argv[i], "--follow")) {
+                follow = 1;
+            } else if (!strcmp(argv[i], "--tail") && i + 1 < argc) {
+                tail = strtol(argv[++i], &end, 10);
+                if (*end || tail < 0) {
+                    fprintf(stderr, "bbctl: --tail takes a number of lines (0: all)\n");
+                    return EXIT_USAGE;
+                }
+            } else if (argv[i][0] != '-' && !id) {
+                id = argv[i];
+            } else {
+                usage(stderr);
+                return EXIT_USAGE;
+            }
+        }
+        if (!id || strpbrk(id, " \t\r\n") || strlen(id) > SD_NAME_MAX) {
+            usage(stderr);
+            return EXIT_USAGE;
+        }
+        char found[BB_SOCK_PATH_MAX], req[SD_NAME_MAX + 16];
+        if (!path || !path[0]) {
+            if (find_socket(found, sizeof found))
+                return EXIT_UNREACHABLE;
+            path = found;
+        }
+        snprintf(req, sizeof req, "logs %s\n", id);
+        json_t *ans = call(path, req);
+        if (!ans)
+            return EXIT_UNREACHABLE;
+        const char *err = json_string_value(json_object_get(ans, "error"));
+        int rc;
+        if (err) {
+            fprintf(stderr, "bbctl: %s\n", err);
+            rc = EXIT_NOT_FOUND;
+        } else {
+            rc = print_run(path, json_string_value(json_object_get(ans, "path")), id, tail,
+                           follow && json_is_true(json_object_get(ans, "running")));
+        }
+        json_decref(ans);
+        return rc;
+    }
     if (!strcmp(cmd, "version") && nargs == 1) {
         printf("bbctl %s\n", SD_VERSION);
         return EXIT_OK;

@@ -33,10 +33,11 @@ void bb_signal_group(bb_inst_t *in, int sig)
         kill(in->pid, sig);
 }
 
-static void log_path(const bb_inst_t *in, char *out, size_t cap)
+void bb_log_path(const bb_inst_t *in, char *out, size_t cap)
 {
     snprintf(out, cap, "%s/logs/%s-%d.log", bb.cfg.state_dir, in->svc->name, in->slot);
 }
+#define log_path bb_log_path
 
 /* log.N -> log.N+1 ... log.1 -> log.2, dropping what goes past log_keep. */
 static void shift_rotated(const char *path)

@@ -221,6 +221,63 @@ static void config_errors_name_file_and_field(void **state)
     assert_int_equal(bbt_run(usage, log), 100);
 }
 
+/* bbctl logs (issue 15, item 2): the output of the current run of a slot, of an earlier
+ * run after a restart (the same slot log), --tail, -f until the run ends, 4 for an
+ * instance with no log here. */
+static void bbctl_logs_of_runs(void **state)
+{
+    bbt_t b = {0};
+    pid_t pids[2];
+    two_gameprocs(&b);
+    assert_true(bbt_start(&b) > 0);
+    both_ready(&b, pids, 1);
+    json_t *in = bbt_inst(&b, "zone", 0);
+    char first[160], out[300], fol[300];
+    snprintf(first, sizeof first, "%s", bbt_str(in, "instance"));
+    json_decref(in);
+    snprintf(out, sizeof out, "%s/logs.out", b.dir);
+    snprintf(fol, sizeof fol, "%s/follow.out", b.dir);
+
+    const char *cur[] = {BBCTL, "--socket", b.sock, "logs", first, NULL};
+    assert_int_equal(bbt_run(cur, out), 0);
+    assert_true(bbt_file_has(out, "msg=ready"));
+    assert_false(bbt_file_has(out, "=== bigbrother")); /* the run's own lines only */
+
+    /* kill -9: the slot's next run; the first one's log is still there, and ends */
+    assert_int_equal(kill(pids[0], SIGKILL), 0);
+    in = bbt_wait(&b, "zone", 0, "ready", 2, 5000);
+    assert_non_null(in);
+    char second[160];
+    snprintf(second, sizeof second, "%s", bbt_str(in, "instance"));
+    json_decref(in);
+    assert_string_not_equal(first, second);
+    assert_int_equal(bbt_run(cur, out), 0);
+    assert_true(bbt_file_has(out, "msg=ready"));
+    char out1[300];
+    snprintf(out1, sizeof out1, "%s/logs-tail.out", b.dir);
+    const char *tail1[] = {BBCTL, "--socket", b.sock, "logs", first, "--tail", "1", NULL};
+    assert_int_equal(bbt_run(tail1, out1), 0);
+    assert_true(bbt_file_has(out1, "msg=ready"));
+    assert_false(bbt_file_has(out1, "msg=started")); /* one line: the last (ready) */
+
+    /* -f on the running one: its stop lines come, then bbctl ends by itself */
+    const char *follow[] = {BBCTL, "--socket", b.sock, "logs", second, "-f", NULL};
+    pid_t f = h_spawn(follow, fol, NULL);
+    h_sleep_ms(500);
+    json_decref(bbt_ctl(&b, "stop zone"));
+    int st = h_wait_exit(f, 10000);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    assert_true(bbt_file_has(fol, "msg=ready"));
+    assert_true(bbt_file_has(fol, "msg=stopped"));
+
+    const char *none[] = {BBCTL, "--socket", b.sock, "logs", "zone-nowhere-1", NULL};
+    assert_int_equal(bbt_run(none, out), 4);
+    const char *bad[] = {BBCTL, "--socket", b.sock, "logs", NULL};
+    assert_int_equal(bbt_run(bad, out), 2);
+    h_stop(b.pid, 3000);
+}
+
 static void bbctl_status_restart_stop_start(void **state)
 {
     bbt_t b = {0};
@@ -365,6 +422,7 @@ int main(void)
         cmocka_unit_test(lock_file_stops_a_second_bigbrother),
         cmocka_unit_test(config_errors_name_file_and_field),
         cmocka_unit_test(bbctl_status_restart_stop_start),
+        cmocka_unit_test(bbctl_logs_of_runs),
         cmocka_unit_test(agent_with_another_instance_id_is_rejected),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
