@@ -84,6 +84,8 @@ typedef struct {
     int log_keep;
     char metrics_host[64];  /* metrics_listen: "" when /metrics is not served */
     int metrics_port;
+    char logs_host[64];     /* logs_listen: "" when logs are not served (logsrv.c) */
+    int logs_port;
     bb_service_t *services;
     int nservices;
 } bb_config_t;
@@ -408,6 +410,11 @@ void bb_systemd_stopping(int sig, int running);
  * is set, starts the HTTP thread serving /metrics there. Returns 0 or -errno. */
 int bb_metrics_start(void);
 void bb_metrics_stop(void);
+/* A listening TCP socket on host:port (numeric IPv4 or IPv6): the fd or -errno. */
+int bb_listen_tcp(const char *host, int port);
+/* The logs port (logsrv.c), when logs_listen is set: 0, or -errno when it cannot open. */
+int bb_logsrv_start(void);
+void bb_logsrv_stop(void);
 /* The counters survive a SIGHUP re-exec: bb_metrics_save writes them to
  * state_dir/metrics.saved just before the exec, bb_metrics_restore (after
  * bb_metrics_start) reads them back and deletes the file. A damaged file is logged and

@@ -395,7 +395,7 @@ static int parse_root(sd_jv_t *v, bb_config_t *cfg)
     static const char *const keys[] = {
         "machine", "cluster", "serverdir", "state_dir", "agent_socket", "notify_socket",
         "control_socket", "log_max_bytes", "log_keep", "services", "address", "labels",
-        "capacity", "lease_ttl_ms", "metrics_listen", "mode", "primary_ttl_ms",
+        "capacity", "lease_ttl_ms", "metrics_listen", "logs_listen", "mode", "primary_ttl_ms",
         "placement_interval_ms", "assignment_wait_ms", NULL};
     static const char *const modes[] = {"standalone", "cluster", NULL};
     json_t *root = cfg->root, *o = NULL;
@@ -415,6 +415,12 @@ static int parse_root(sd_jv_t *v, bb_config_t *cfg)
                                  &cfg->metrics_port) ||
                !cfg->metrics_host[0] || cfg->metrics_port <= 0))
         return sd_jv_fail(v, "metrics_listen", "must be HOST:PORT (an IP address and a port)");
+    const char *ll = NULL;
+    if (sd_jv_str(v, root, "logs_listen", 0, 127, &ll) < 0)
+        return -1;
+    if (ll && (sd_parse_hostport(ll, cfg->logs_host, sizeof(cfg->logs_host), &cfg->logs_port) ||
+               !cfg->logs_host[0] || cfg->logs_port <= 0))
+        return sd_jv_fail(v, "logs_listen", "must be HOST:PORT (an IP address and a port)");
     int rc = sd_jv_object(v, root, "serverdir", 0, &o);
     if (rc < 0)
         return -1;

@@ -38,7 +38,8 @@ static void start_reporter(void)
     bb_report_opts_t o = {
         .state_dir = c->state_dir, .cluster = c->cluster, .machine = c->machine,
         .urls = c->urls, .token = c->token, .address = c->address, .labels = c->labels,
-        .capacity = c->capacity, .version = SD_VERSION, .lease_ttl_ms = c->lease_ttl_ms};
+        .capacity = c->capacity, .version = SD_VERSION, .lease_ttl_ms = c->lease_ttl_ms,
+        .logs_port = c->logs_port};
     int rc = bb_report_start(&o, &bb.report);
     if (rc)
         sd_die(SD_EXIT_SYSTEM, "cannot start the reporter", "error=%s", strerror(-rc));
@@ -97,6 +98,9 @@ int main(int argc, char **argv)
         sd_die(SD_EXIT_SYSTEM, "cannot serve metrics", "listen=%s port=%d error=%s",
                bb.cfg.metrics_host, bb.cfg.metrics_port, strerror(-rc));
     bb_metrics_restore();
+    if ((rc = bb_logsrv_start()))
+        sd_die(SD_EXIT_SYSTEM, "cannot serve logs", "listen=%s port=%d error=%s",
+               bb.cfg.logs_host, bb.cfg.logs_port, strerror(-rc));
     if ((rc = bb_agentsrv_init()) || (rc = bb_notify_init()) || (rc = bb_ctl_init()))
         sd_die(SD_EXIT_SYSTEM, "cannot open the sockets", "agent=%s notify=%s control=%s error=%s",
                bb.cfg.agent_socket, bb.cfg.notify_socket, bb.cfg.control_socket,
@@ -124,6 +128,7 @@ int main(int argc, char **argv)
     if (sig == SIGHUP)
         bb_metrics_save();
     bb_metrics_stop();
+    bb_logsrv_stop();
     bb_report_stop(bb.report);
     log_info("bigbrother exiting", "signal=%d processes_left_running=%d then=%s", sig, running,
              sig == SIGHUP ? "re-exec" : "exit");

@@ -253,8 +253,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return ret;
 }
 
-/* A listening TCP socket on host:port (numeric IPv4 or IPv6). Returns the fd or -errno. */
-static int listen_on(const char *host, int port)
+int bb_listen_tcp(const char *host, int port)
 {
     struct sockaddr_storage ss;
     socklen_t len;
@@ -293,7 +292,7 @@ int bb_metrics_start(void)
         return -ENOMEM;
     if (!bb.cfg.metrics_host[0])
         return 0;
-    int fd = listen_on(bb.cfg.metrics_host, bb.cfg.metrics_port);
+    int fd = bb_listen_tcp(bb.cfg.metrics_host, bb.cfg.metrics_port);
     if (fd < 0) {
         log_error("metrics port not opened", "listen=%s port=%d error=%s", bb.cfg.metrics_host,
                   bb.cfg.metrics_port, strerror(-fd));

@@ -32,6 +32,7 @@ typedef struct {
     int capacity;            /* max instances this machine accepts, 0 = unset */
     const char *version;     /* bigbrother version string */
     int lease_ttl_ms;        /* default 15000 */
+    int logs_port;           /* logs_listen's port, registered with the lease; 0 = none */
 } bb_report_opts_t;
 
 /* Opens (or recovers) the outbox, then starts the reporter thread which first sends

@@ -334,6 +334,7 @@ static int lease_init(bb_report_t *r, const bb_report_opts_t *o)
 {
     r->lease.capacity = o->capacity > 0 ? o->capacity : -1;
     r->lease.ttl_ms = r->ttl_ms;
+    r->lease.logs_port = o->logs_port;
     if (o->address && *o->address && !(r->address = strdup(o->address)))
         return -ENOMEM;
     if (o->version && *o->version && !(r->version = strdup(o->version)))

@@ -23,6 +23,7 @@ fi
 
 port=${SD_PORT:-7700}
 rport=${SD_REDIS_PORT:-7379}
+logs_port=${SD_LOGS_PORT:-$((port + 2))}   # bigbrother's logs port (sdctl logs)
 state=${SD_CLUSTER_DIR:-$SD_ROOT/.cluster}
 bin=${SD_BIN:-$SD_ROOT/build/bin}
 url="http://127.0.0.1:$port"
@@ -145,7 +146,7 @@ curl -fs "$url/readyz" >/dev/null || { echo "serverdir is not ready: see $state/
 (umask 077 && cat >"$state/bigbrother.json") <<JSON
 { "machine": "local-1", "cluster": "local", "address": "127.0.0.1",
   "serverdir": { "urls": ["$url"], "token": "$bb_token" },
-  "state_dir": "$state/bb",
+  "state_dir": "$state/bb", "logs_listen": "127.0.0.1:$logs_port",
   "services": [
     { "name": "zone", "command": "$bin/gameproc",
       "args": ["--tick-hz", "20", "--udp-port", "0", "--players", "3", "--max-players", "16",
@@ -205,6 +206,7 @@ ServerDir local cluster is up.
   master servers:     $(count /v1/master/servers address)
   sdctl:              SERVERDIR_URL=$url SERVERDIR_TOKEN=$ops_token SERVERDIR_CLUSTER=local $bin/sdctl ps
   bbctl:              $bin/bbctl --socket $ctl_sock status
+  instance logs:      sdctl logs INSTANCE [-f]  (bigbrother serves them on 127.0.0.1:$logs_port)
   tokens:             $state/tokens (ops, viewer, bigbrother bound to local-1, game bound to local)
   logs:               $state/*.log, $state/bb/
 Press Ctrl-C to stop.

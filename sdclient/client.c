@@ -331,6 +331,76 @@ static size_t header_cb(char *ptr, size_t size, size_t nmemb, void *ud)
     return n;
 }
 
+struct stream_ctx {
+    size_t (*out)(const char *, size_t, void *);
+    void *arg;
+    long status;
+    CURL *h;
+    sd_buf_t errbody; /* an error answer, kept for err instead of passed on */
+};
+
+static size_t stream_write(char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+    struct stream_ctx *s = userdata;
+    size_t n = size * nmemb;
+    if (!s->status)
+        curl_easy_getinfo(s->h, CURLINFO_RESPONSE_CODE, &s->status);
+    if (s->status >= 300) {
+        sd_buf_append(&s->errbody, ptr, n); /* capped: the rest is dropped */
+        return n;
+    }
+    return s->out(ptr, n, s->arg);
+}
+
+int sdc_stream(sdc_t *c, const char *url, int timeout_ms,
+               size_t (*out)(const char *, size_t, void *), void *arg, sdc_err_t *err)
+{
+    if (err)
+        memset(err, 0, sizeof *err);
+    if (strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0)
+        return sdc__inval(err, "the URL must be http:// or https://");
+    struct curl_slist *hl = NULL;
+    if (c->auth_header)
+        hl = curl_slist_append(hl, c->auth_header);
+    char ebuf[CURL_ERROR_SIZE] = "";
+    struct stream_ctx s = {out, arg, 0, c->curl, {0}};
+    sd_buf_init(&s.errbody, 64 << 10);
+    CURL *h = c->curl;
+    curl_easy_reset(h);
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)(timeout_ms > 0 ? timeout_ms : 0));
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 2000L);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, ebuf);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, stream_write);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &s);
+    CURLcode cc = curl_easy_perform(h);
+    curl_slist_free_all(hl);
+    long status = 0;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+    int rc = SDC_OK;
+    if (cc != CURLE_OK && !(cc == CURLE_WRITE_ERROR && status && status < 300)) {
+        if (err)
+            snprintf(err->message, sizeof err->message, "%s: %s", url,
+                     ebuf[0] ? ebuf : curl_easy_strerror(cc));
+        rc = SDC_E_TRANSPORT;
+    } else if (status >= 300) {
+        if (err) {
+            err->status = status;
+            snprintf(err->code, sizeof err->code, "http_error");
+            /* a plain text answer (a bigbrother's logs port) is the message */
+            snprintf(err->message, sizeof err->message, "%.*s",
+                     (int)(s.errbody.len && s.errbody.data[s.errbody.len - 1] == '\n'
+                               ? s.errbody.len - 1 : s.errbody.len),
+                     s.errbody.data ? s.errbody.data : "");
+        }
+        rc = SDC_E_HTTP;
+    }
+    sd_buf_free(&s.errbody);
+    return rc;
+}
+
 /* Fills err from an HTTP error answer (ServerDir's {"error":{code,message}} shape). */
 static void http_error(sdc_err_t *err, long status, const char *body, size_t len)
 {

@@ -24,6 +24,8 @@ int sdc_machine_put(sdc_t *c, const char *cluster, const char *machine,
             json_object_set_new(body, "capacity", json_integer(lease->capacity));
         if (lease->version)
             json_object_set_new(body, "version", json_string(lease->version));
+        if (lease->logs_port > 0)
+            json_object_set_new(body, "logs_port", json_integer(lease->logs_port));
         if (lease->ttl_ms > 0)
             json_object_set_new(body, "ttl_ms", json_integer(lease->ttl_ms));
     }

@@ -59,6 +59,14 @@ int sdc_request_raw(sdc_t *c, const char *method, const char *path,
                     size_t *outlen, const char *hdr_name, char *hdr_value, size_t hdr_cap,
                     sdc_err_t *err);
 
+/* GETs an absolute url (not below the ServerDir base URLs: a bigbrother's logs port) with
+ * the client's bearer token, handing the body to out(data, len, arg) as it arrives (out
+ * returns len to go on, anything else to stop: then SDC_OK). timeout_ms 0: none (a
+ * follow). SDC_OK after a 2xx; SDC_E_HTTP with err->status and the answer's text as
+ * err->message; SDC_E_TRANSPORT. */
+int sdc_stream(sdc_t *c, const char *url, int timeout_ms,
+               size_t (*out)(const char *, size_t, void *), void *arg, sdc_err_t *err);
+
 /* Percent-escapes s for use as one URL path segment or query value into buf. */
 const char *sdc_escape(const char *s, char *buf, size_t cap);
 
@@ -72,6 +80,7 @@ typedef struct {
     int capacity;          /* >= 0, or -1 for unset */
     const char *version;
     int ttl_ms;            /* 1000..300000, or 0 for the default */
+    int logs_port;         /* where bigbrother serves its instances' logs, or 0 for unset */
 } sdc_machine_lease_t;
 
 /* PUT /v1/clusters/{cluster}/machines/{machine}. lease may be NULL (a bare renewal).

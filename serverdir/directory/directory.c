@@ -157,8 +157,9 @@ static int address_valid(const char *s)
 
 int sd_dir_machine_args(const json_t *body, sd_argv_t *a, char *err, size_t errcap)
 {
-    static const char *const keys[] = {"address", "labels", "capacity", "version", "ttl_ms", NULL};
-    int64_t ttl = 15000, capacity = 0;
+    static const char *const keys[] = {"address", "labels", "capacity", "version", "ttl_ms",
+                                       "logs_port", NULL};
+    int64_t ttl = 15000, capacity = 0, logs_port = 0;
     const char *address = NULL, *version = NULL;
     json_t *labels = NULL;
     sd_jv_t v;
@@ -182,6 +183,12 @@ int sd_dir_machine_args(const json_t *body, sd_argv_t *a, char *err, size_t errc
     if (rc == 0) {
         sd_argv_add(a, "capacity");
         sd_argv_addf(a, "%lld", (long long)capacity);
+    }
+    if ((rc = sd_jv_int(&v, body, "logs_port", 0, 1, 65535, &logs_port)) < 0)
+        return -1;
+    if (rc == 0) { /* where the machine's bigbrother serves its instances' logs */
+        sd_argv_add(a, "logs_port");
+        sd_argv_addf(a, "%lld", (long long)logs_port);
     }
     if ((rc = sd_jv_str(&v, body, "version", 0, 64, &version)) < 0)
         return -1;
@@ -397,6 +404,7 @@ json_t *sd_dir_machine_json(const char *name, const redisReply *flat, int64_t no
     json_t *labels = obj_or_null(flat_get(flat, "labels"));
     json_object_set_new(o, "labels", json_is_null(labels) ? (json_decref(labels), json_object()) : labels);
     json_object_set_new(o, "capacity", int_or_null(flat_get(flat, "capacity")));
+    json_object_set_new(o, "logs_port", int_or_null(flat_get(flat, "logs_port")));
     json_object_set_new(o, "version", str_or_null(flat_get(flat, "version")));
     json_object_set_new(o, "state", json_string(left > 0 ? "live" : "lost"));
     json_object_set_new(o, "draining", json_boolean(flat_get(flat, "draining") != NULL));

@@ -23,8 +23,10 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "harness_sdctl.h"
 
-static char dir[400], url[64], sdport_env[32], rport_env[32], dir_env[450], bin_env[600];
+static char dir[400], url[64], sdport_env[32], rport_env[32], dir_env[450], bin_env[600],
+    logs_env[32];
 static const char *mode_env = "SD_REDIS=";
 static int port, rport, nredis = 1; /* the Redis ports: rport .. rport + nredis - 1 */
 
@@ -163,7 +165,7 @@ static void one_run(int round)
     char log[500];
     snprintf(log, sizeof log, "%s/script-%d.out", h_tmpdir(), round);
     const char *argv[] = {"/bin/bash", SD_SOURCE_DIR "/scripts/cluster.sh", NULL};
-    const char *env[] = {sdport_env, rport_env, dir_env, bin_env, mode_env, NULL};
+    const char *env[] = {sdport_env, rport_env, dir_env, bin_env, mode_env, logs_env, NULL};
     pid_t pid = h_spawn(argv, log, env);
     assert_true(pid > 0);
     banner_wait_t w = {pid, log, NULL, 0, 0};
@@ -192,6 +194,27 @@ static void one_run(int round)
     assert_int_equal(r.status, 401);
     h_resp_free(&r);
 
+    /* sdctl logs, as the banner says: a zone server's output through its machine's
+     * bigbrother (logs_listen), with the viewer token */
+    snprintf(u, sizeof u, "%s/v1/clusters/local/processes?state=ready", url);
+    assert_int_equal(h_http("GET", u, script_token("viewer", tok, sizeof tok), NULL, NULL, 0,
+                            NULL, &r), 0);
+    json_t *j = h_resp_json(&r);
+    h_resp_free(&r);
+    char inst[160];
+    snprintf(inst, sizeof inst, "%s",
+             json_string_value(json_object_get(json_array_get(json_object_get(j, "processes"), 0),
+                                               "instance")));
+    json_decref(j);
+    char env_url[200], env_tok[400], logs[8192];
+    snprintf(env_url, sizeof env_url, "SERVERDIR_URL=%s", url);
+    snprintf(env_tok, sizeof env_tok, "SERVERDIR_TOKEN=%s", tok);
+    const char *senv[] = {env_url, env_tok, "SERVERDIR_CLUSTER=local", NULL};
+    const char *args[] = {"logs", inst, "--tail", "5", NULL};
+    int lrc = h_sdctl_run(args, senv, 15000, logs, sizeof logs);
+    if (lrc != 0 || !strstr(logs, "level=info msg="))
+        fail_msg("round %d: sdctl logs %s -> %d:\n%s", round, inst, lrc, logs);
+
     kill(-pid, SIGINT); /* what a Ctrl-C delivers: SIGINT to the script's process group,
                            so a command it runs in the foreground gets it too (bash acts
                            on a SIGINT its foreground child survived only after the child
@@ -218,6 +241,7 @@ static void twice(void **state)
     snprintf(rport_env, sizeof rport_env, "SD_REDIS_PORT=%d", rport);
     snprintf(dir_env, sizeof dir_env, "SD_CLUSTER_DIR=%s", dir);
     snprintf(bin_env, sizeof bin_env, "SD_BIN=%s", SD_BIN_DIR);
+    snprintf(logs_env, sizeof logs_env, "SD_LOGS_PORT=%d", h_free_port());
     one_run(1);
     one_run(2); /* from the first run's state: the zone servers stopped by its Ctrl-C */
 }
@@ -258,6 +282,7 @@ static void on_a_redis_cluster(void **state)
     snprintf(dir_env, sizeof dir_env, "SD_CLUSTER_DIR=%s", dir);
     snprintf(bin_env, sizeof bin_env, "SD_BIN=%s", SD_BIN_DIR);
     mode_env = "SD_REDIS=cluster";
+    snprintf(logs_env, sizeof logs_env, "SD_LOGS_PORT=%d", h_free_port());
     one_run(1);
     one_run(2);
 }

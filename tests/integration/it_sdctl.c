@@ -426,15 +426,21 @@ static void crash_report_in_the_record_and_describe(void **state)
 {
     bbt_t b = {0};
     char extra[512], inst[160] = "", out[16384], line[512];
-    snprintf(extra, sizeof extra, ", \"serverdir\": {\"urls\": [\"%s\"], \"token\": \"%s\"}",
-             sd.url, H_TOK_BB);
-    char svc[1024];
+    int logs_port = h_free_port();
+    snprintf(extra, sizeof extra,
+             ", \"serverdir\": {\"urls\": [\"%s\"], \"token\": \"%s\"}, \"address\": "
+             "\"127.0.0.1\", \"logs_listen\": \"127.0.0.1:%d\"",
+             sd.url, H_TOK_BB, logs_port);
+    char svc[2048];
     snprintf(svc, sizeof svc,
              "[{\"name\": \"crashy\", \"command\": \"%s\", \"args\": [\"--tick-hz\", \"50\","
              " \"--crash-after\", \"0.3\", \"--exit-code\", \"3\"], \"count\": 1,"
              " \"health\": {\"type\": \"agent\", \"start_timeout_ms\": 5000},"
-             " \"restart\": {\"policy\": \"never\"}, \"cwd\": \"%s\"}]",
-             GAMEPROC, h_tmpdir());
+             " \"restart\": {\"policy\": \"never\"}, \"cwd\": \"%s\"},"
+             " {\"name\": \"steady\", \"command\": \"%s\", \"args\": [\"--tick-hz\", \"50\"],"
+             " \"count\": 1, \"health\": {\"type\": \"agent\", \"start_timeout_ms\": 5000},"
+             " \"stop\": {\"grace_ms\": 2000}, \"cwd\": \"%s\"}]",
+             GAMEPROC, h_tmpdir(), GAMEPROC, h_tmpdir());
     bbt_config(&b, svc, extra);
     assert_true(bbt_start(&b) > 0);
     assert_true(h_wait_until(crashy_stopped, inst, h_valgrind() ? 30000 : 10000));
@@ -467,6 +473,64 @@ static void crash_report_in_the_record_and_describe(void **state)
     assert_non_null(strstr(out, "Last output:"));
     assert_non_null(h_line_with(out, "  | ", line, sizeof line));
     assert_non_null(strstr(out, "msg=crashing how=exit code=3"));
+
+    /* sdctl logs (item 2): the stopped instance's output from its machine's bigbrother
+     * (logs_listen, registered as the lease's logs_port); -f on it just ends */
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "logs", inst, "--cluster",
+                           "c1", NULL), 0);
+    assert_non_null(strstr(out, "msg=crashing how=exit code=3"));
+    assert_null(strstr(out, "=== bigbrother"));
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "logs", inst, "-f",
+                           "--tail", "1", "--cluster", "c1", NULL), 0);
+    assert_non_null(strstr(out, "msg=crashing"));
+    assert_null(strstr(out, "msg=ready")); /* --tail 1: the last line only */
+
+    /* a live one: -f prints its output as it comes and ends when it stops */
+    json_t *st = bbt_wait(&b, "steady", 0, "ready", 1, 5000);
+    assert_non_null(st);
+    char live[160];
+    snprintf(live, sizeof live, "%s", bbt_str(st, "instance"));
+    json_decref(st);
+    char env_url[256], fol[300];
+    snprintf(env_url, sizeof env_url, "SERVERDIR_URL=%s", sd.url);
+    snprintf(fol, sizeof fol, "%s/logs-follow.out", h_tmpdir());
+    const char *env[] = {env_url, "SERVERDIR_TOKEN=" H_TOK_VIEWER, "SERVERDIR_CLUSTER=c1", NULL};
+    const char *argv[] = {SD_BIN_DIR "/sdctl", "logs", live, "-f", NULL};
+    pid_t f = h_spawn(argv, fol, env);
+    struct file_has w = {fol, "msg=ready"};
+    assert_true(h_wait_until(file_has, &w, 5000));
+    json_decref(bbt_ctl(&b, "stop steady"));
+    int rc = h_wait_exit(f, 15000);
+    assert_true(WIFEXITED(rc));
+    assert_int_equal(WEXITSTATUS(rc), 0);
+    w.needle = "msg=stopped";
+    assert_true(file_has(&w));
+
+    /* the logs port asks ServerDir about the caller's token: none or a wrong one 401, a
+     * game token 403, an instance of no machine here 404, a bad tail 400 */
+    char u[256];
+    snprintf(u, sizeof u, "http://127.0.0.1:%d/v1/logs/%s", logs_port, inst);
+    h_resp_t lr;
+    assert_int_equal(h_http("GET", u, NULL, NULL, NULL, 0, NULL, &lr), 0);
+    assert_int_equal(lr.status, 401);
+    h_resp_free(&lr);
+    assert_int_equal(h_http("GET", u, "wrong-token-0000000000", NULL, NULL, 0, NULL, &lr), 0);
+    assert_int_equal(lr.status, 401);
+    h_resp_free(&lr);
+    assert_int_equal(h_http("GET", u, H_TOK_GAME, NULL, NULL, 0, NULL, &lr), 0);
+    assert_int_equal(lr.status, 403);
+    h_resp_free(&lr);
+    snprintf(u, sizeof u, "http://127.0.0.1:%d/v1/logs/zone-m1-1", logs_port); /* prod's */
+    assert_int_equal(h_http("GET", u, H_TOK_VIEWER, NULL, NULL, 0, NULL, &lr), 0);
+    assert_int_equal(lr.status, 404);
+    h_resp_free(&lr);
+    snprintf(u, sizeof u, "http://127.0.0.1:%d/v1/logs/%s?tail=x", logs_port, inst);
+    assert_int_equal(h_http("GET", u, H_TOK_VIEWER, NULL, NULL, 0, NULL, &lr), 0);
+    assert_int_equal(lr.status, 400);
+    h_resp_free(&lr);
+    /* sdctl logs of an instance whose machine serves no logs (prod's m1): 4, saying so */
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "logs", "zone-m1-1", NULL), 4);
+    assert_non_null(strstr(out, "does not serve logs"));
     bbt_stop(&b, 3000);
 }
 

@@ -1,7 +1,7 @@
 -- Registers or renews a machine lease, timed by Redis TIME so every serverdir agrees.
 -- KEYS[1]: the cluster's key base "<prefix>{cluster}:"
 -- ARGV[1]: machine, ARGV[2]: machine_keep_ms (a lost machine stays listed this long),
--- ARGV[3]: ttl_ms, then field/value pairs given in the body (address, labels, capacity,
+-- ARGV[3]: ttl_ms, then field/value pairs given in the body (address, labels, capacity, logs_port,
 -- version); fields not given keep their stored value.
 -- Returns {registered_at_ms, expires_in_ms, new_registration (0|1)}.
 local now = now_ms()

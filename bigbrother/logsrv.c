@@ -1,0 +1,343 @@
+/* The logs port (config logs_listen, HOST:PORT; registered with the machine lease as
+ * logs_port): the output of the instances this bigbrother runs, for sdctl logs on any
+ * machine, without SSH.
+ *
+ *   GET /v1/logs/{instance}[?tail=N][&follow=1]     Authorization: Bearer TOKEN
+ *
+ * answers text/plain: the last N lines (default 100, 0 all, at most 10,000) of that run's
+ * output, read from its slot log (STATE_DIR/logs/<service>-<slot>.log or its .1: each
+ * run starts after a header line naming its instance); with follow=1 and a live instance,
+ * then what it writes, until the run ends. The caller's token is checked by ServerDir:
+ * the request is served when GET /v1/clusters/{cluster}/processes/{instance} answers 200
+ * with that token (a viewer, ops or bigbrother token of the cluster), so the logs port
+ * needs no secret of its own; without a serverdir section it serves nothing (503).
+ *
+ * Its own libmicrohttpd daemon, one thread per connection (at most 8): a follower sleeps
+ * in its thread between reads. It touches no supervisor state: the files and ServerDir. */
+#include "bb.h"
+#include "sdclient.h"
+#include "sdlog.h"
+#include "sdutil.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <stdatomic.h>
+#include <microhttpd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define TAIL_DEFAULT 100
+#define TAIL_MAX 10000
+#define FOLLOW_CHECK_MS 2000 /* how often a follower asks ServerDir whether the run lives */
+#define FOLLOW_POLL_US 200000
+#define LOGS_CONNECTIONS 8
+
+static struct MHD_Daemon *logsd;
+static atomic_int stopping; /* followers end their wait when bigbrother stops */
+
+/* The slot log holding instance id's run: 0 with its path in out, -1 when none here. */
+static int find_run(const char *id, char *out, size_t cap)
+{
+    char dir[300], marker[SD_NAME_MAX + 40];
+    snprintf(dir, sizeof dir, "%s/logs", bb.cfg.state_dir);
+    snprintf(marker, sizeof marker, ": starting instance %s ", id);
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    int found = 0;
+    struct dirent *e;
+    while (!found && (e = readdir(d)) != NULL) {
+        size_t n = strlen(e->d_name);
+        int cur = n > 4 && !strcmp(e->d_name + n - 4, ".log");
+        int rot = n > 6 && !strcmp(e->d_name + n - 6, ".log.1");
+        if (!cur && !rot)
+            continue;
+        /* <service>-<slot>.log: only the files of the id's service */
+        const char *dash = strrchr(e->d_name, '-');
+        if (!dash || strncmp(id, e->d_name, (size_t)(dash - e->d_name) + 1) != 0)
+            continue;
+        char path[600];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        char line[1024];
+        while (!found && fgets(line, sizeof line, f))
+            found = !strncmp(line, "=== bigbrother ", 15) && strstr(line, marker);
+        fclose(f);
+        if (found)
+            sd_strlcpy(out, path, cap);
+    }
+    closedir(d);
+    return found ? 0 : -1;
+}
+
+static int is_header(const char *line)
+{
+    return !strncmp(line, "=== bigbrother ", 15) && strstr(line, ": starting instance ");
+}
+
+typedef struct {
+    FILE *f;
+    char id[SD_NAME_MAX + 1];
+    char token[256];
+    char cluster[SD_NAME_MAX + 1];
+    sd_buf_t head;      /* the tail already read, sent first */
+    size_t head_off;
+    int follow, ended;
+    int64_t checked_ms;
+} run_t;
+
+/* Reads the run of r->id from r->f into r->head (its last `tail` lines); leaves r->f
+ * after what was read. r->ended when the next run's header came. Returns 0, or -1 when
+ * the run is not in the file. */
+static int read_run(run_t *r, long tail)
+{
+    char marker[SD_NAME_MAX + 40];
+    snprintf(marker, sizeof marker, ": starting instance %s ", r->id);
+    char **ring = calloc(TAIL_MAX, sizeof *ring);
+    if (!ring)
+        return -1;
+    long n = 0;
+    int in_run = 0;
+    char *line = NULL;
+    size_t cap = 0;
+    while (getline(&line, &cap, r->f) > 0) {
+        if (!in_run) {
+            in_run = is_header(line) && strstr(line, marker);
+            continue;
+        }
+        if (is_header(line)) {
+            r->ended = 1;
+            break;
+        }
+        free(ring[n % TAIL_MAX]);
+        ring[n % TAIL_MAX] = strdup(line);
+        n++;
+    }
+    free(line);
+    long shown = tail > 0 && tail < n ? tail : n;
+    if (shown > TAIL_MAX)
+        shown = TAIL_MAX;
+    for (long i = n - shown; i < n; i++)
+        if (ring[i % TAIL_MAX])
+            sd_buf_append(&r->head, ring[i % TAIL_MAX], strlen(ring[i % TAIL_MAX]));
+    for (long i = 0; i < TAIL_MAX; i++)
+        free(ring[i]);
+    free(ring);
+    return in_run ? 0 : -1;
+}
+
+/* ServerDir's word on the caller's token and the instance: the HTTP status to answer
+ * (200 when allowed) and, on 200, whether the record says it is live. */
+static int check_caller(const char *token, const char *id, int *live)
+{
+    sdc_t *c = sdc_new(bb.cfg.urls, token, 5000);
+    if (!c)
+        return MHD_HTTP_SERVICE_UNAVAILABLE;
+    json_t *p = NULL;
+    sdc_err_t err;
+    int rc = sdc_process_get(c, bb.cfg.cluster, id, &p, &err);
+    int status = MHD_HTTP_OK;
+    if (rc == SDC_OK) {
+        const char *st = json_string_value(json_object_get(p, "state"));
+        const char *m = json_string_value(json_object_get(p, "machine"));
+        *live = st && strcmp(st, "stopped") != 0;
+        if (!m || strcmp(m, bb.cfg.machine) != 0) /* another machine's instance */
+            status = MHD_HTTP_NOT_FOUND;
+    } else if (rc == SDC_E_HTTP && (err.status == 401 || err.status == 403 || err.status == 404)) {
+        status = (int)err.status;
+    } else {
+        status = MHD_HTTP_SERVICE_UNAVAILABLE;
+    }
+    if (rc != SDC_OK)
+        sdc_err_clear(&err);
+    json_decref(p);
+    sdc_free(c);
+    return status;
+}
+
+static ssize_t run_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    run_t *r = cls;
+    if (r->head_off < r->head.len) {
+        size_t n = r->head.len - r->head_off < max ? r->head.len - r->head_off : max;
+        memcpy(buf, r->head.data + r->head_off, n);
+        r->head_off += n;
+        return (ssize_t)n;
+    }
+    if (!r->follow || r->ended)
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    for (;;) { /* this connection's own thread: wait for more */
+        char line[4096];
+        clearerr(r->f);
+        long at = ftell(r->f);
+        if (fgets(line, sizeof line, r->f)) {
+            size_t n = strlen(line);
+            if (line[n - 1] != '\n' && !feof(r->f)) {
+                /* a long line: send what fits */
+            } else if (line[n - 1] != '\n') { /* a line still being written */
+                fseek(r->f, at, SEEK_SET);
+                goto wait;
+            }
+            if (is_header(line)) {
+                r->ended = 1;
+                return MHD_CONTENT_READER_END_OF_STREAM;
+            }
+            n = n < max ? n : max;
+            memcpy(buf, line, n);
+            if (n < strlen(line))
+                fseek(r->f, at + (long)n, SEEK_SET);
+            return (ssize_t)n;
+        }
+    wait:
+        if (atomic_load(&stopping))
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        if (sd_mono_ms() - r->checked_ms >= FOLLOW_CHECK_MS) {
+            int live = 0;
+            r->checked_ms = sd_mono_ms();
+            if (check_caller(r->token, r->id, &live) != MHD_HTTP_OK || !live) {
+                r->follow = 0; /* what is left, then the end */
+                clearerr(r->f);
+                if (fgets(line, sizeof line, r->f) && !is_header(line)) {
+                    size_t n = strlen(line) < max ? strlen(line) : max;
+                    memcpy(buf, line, n);
+                    r->follow = 1;
+                    return (ssize_t)n;
+                }
+                return MHD_CONTENT_READER_END_OF_STREAM;
+            }
+        }
+        usleep(FOLLOW_POLL_US);
+    }
+}
+
+static void run_free(void *cls)
+{
+    run_t *r = cls;
+    if (r->f)
+        fclose(r->f);
+    sd_buf_free(&r->head);
+    free(r);
+}
+
+static enum MHD_Result text(struct MHD_Connection *conn, unsigned status, const char *msg)
+{
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(strlen(msg), (void *)msg, MHD_RESPMEM_MUST_COPY);
+    if (!resp)
+        return MHD_NO;
+    MHD_add_response_header(resp, "Content-Type", "text/plain; charset=utf-8");
+    if (status == MHD_HTTP_UNAUTHORIZED)
+        MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
+    enum MHD_Result ret = MHD_queue_response(conn, status, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_size, void **ctx)
+{
+    (void)cls;
+    (void)version;
+    (void)upload_data;
+    if (!*ctx) { /* the headers: wait for the (empty) body */
+        *ctx = conn;
+        return MHD_YES;
+    }
+    if (*upload_size)
+        return text(conn, 413, "no body expected\n");
+    if (strcmp(method, "GET") != 0)
+        return text(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "GET only\n");
+    if (strncmp(url, "/v1/logs/", 9) != 0 || !sd_name_valid(url + 9, SD_NAME_MAX))
+        return text(conn, MHD_HTTP_NOT_FOUND, "GET /v1/logs/{instance}\n");
+    const char *id = url + 9;
+    const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+    if (!auth || strncmp(auth, "Bearer ", 7) != 0 || !auth[7] || strlen(auth + 7) >= 256)
+        return text(conn, MHD_HTTP_UNAUTHORIZED, "a bearer token is needed\n");
+    if (!bb.cfg.urls)
+        return text(conn, MHD_HTTP_SERVICE_UNAVAILABLE,
+                    "no ServerDir configured to check tokens with\n");
+    const char *ts = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "tail");
+    const char *fs = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "follow");
+    int64_t tail = TAIL_DEFAULT;
+    if (ts && sd_parse_i64(ts, 0, TAIL_MAX, &tail))
+        return text(conn, MHD_HTTP_BAD_REQUEST, "tail must be 0 to 10000\n");
+    if (fs && strcmp(fs, "0") && strcmp(fs, "1"))
+        return text(conn, MHD_HTTP_BAD_REQUEST, "follow must be 0 or 1\n");
+    int live = 0, status = check_caller(auth + 7, id, &live);
+    if (status != MHD_HTTP_OK)
+        return text(conn, (unsigned)status,
+                    status == MHD_HTTP_NOT_FOUND        ? "no such instance on this machine\n"
+                    : status == MHD_HTTP_SERVICE_UNAVAILABLE ? "ServerDir cannot be reached\n"
+                                                             : "not allowed\n");
+    char path[600];
+    run_t *r = calloc(1, sizeof *r);
+    if (!r)
+        return MHD_NO;
+    sd_buf_init(&r->head, (size_t)16 << 20);
+    sd_strlcpy(r->id, id, sizeof r->id);
+    sd_strlcpy(r->token, auth + 7, sizeof r->token);
+    r->follow = fs && !strcmp(fs, "1") && live;
+    r->checked_ms = sd_mono_ms();
+    if (find_run(id, path, sizeof path) || !(r->f = fopen(path, "r")) || read_run(r, (long)tail)) {
+        run_free(r);
+        return text(conn, MHD_HTTP_NOT_FOUND, "no log of that instance here\n");
+    }
+    /* a run in the rotated file (.1) has ended there: no following */
+    if (strlen(path) > 2 && !strcmp(path + strlen(path) - 2, ".1"))
+        r->follow = 0;
+    struct MHD_Response *resp =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, run_reader, r, run_free);
+    if (!resp) {
+        run_free(r);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, "Content-Type", "text/plain; charset=utf-8");
+    enum MHD_Result ret = MHD_queue_response(conn, MHD_HTTP_OK, resp);
+    MHD_destroy_response(resp);
+    log_info("logs served", "instance=%s tail=%lld follow=%d", id, (long long)tail, r->follow);
+    return ret;
+}
+
+int bb_logsrv_start(void)
+{
+    if (!bb.cfg.logs_host[0])
+        return 0;
+    atomic_store(&stopping, 0);
+    int fd = bb_listen_tcp(bb.cfg.logs_host, bb.cfg.logs_port);
+    if (fd < 0) {
+        log_error("logs port not opened", "listen=%s port=%d error=%s", bb.cfg.logs_host,
+                  bb.cfg.logs_port, strerror(-fd));
+        return fd;
+    }
+    logsd = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                                 MHD_USE_ERROR_LOG,
+                             0, NULL, NULL, on_request, NULL, MHD_OPTION_LISTEN_SOCKET, fd,
+                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)LOGS_CONNECTIONS,
+                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)0, MHD_OPTION_END);
+    if (!logsd) {
+        close(fd);
+        log_error("logs server not started", "listen=%s port=%d", bb.cfg.logs_host,
+                  bb.cfg.logs_port);
+        return -EIO;
+    }
+    log_info("logs served", "listen=%s port=%d path=%s", bb.cfg.logs_host, bb.cfg.logs_port,
+             "/v1/logs/{instance}");
+    return 0;
+}
+
+void bb_logsrv_stop(void)
+{
+    if (logsd) {
+        atomic_store(&stopping, 1);
+        MHD_stop_daemon(logsd);
+        logsd = NULL;
+    }
+}

@@ -1,0 +1,96 @@
+/* sdctl logs: an instance's output, from the bigbrother of its machine (its logs port,
+ * registered with the machine lease), on any machine, without SSH. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctl.h"
+#include "sdproto.h"
+
+SDCTL_CMD("logs", cmd_logs, "an instance's output, live or after it stopped (-f follows)");
+
+static const char usage_text[] =
+    "usage: sdctl logs INSTANCE [--tail N] [-f]\n"
+    "  Prints the output (stdout and stderr) of one run of an instance: the last N lines\n"
+    "  (default 100; 0: all), read from the bigbrother of its machine, which serves them\n"
+    "  on its logs port (bigbrother's logs_listen; the machine registers it as\n"
+    "  logs_port). -f goes on printing what the instance writes until it stops. A stopped\n"
+    "  instance shows its last output while its machine's log still holds it. The token\n"
+    "  is checked by ServerDir (a viewer token of the cluster is enough). Exit code 4 when\n"
+    "  the instance or its log is unknown, 3 when its machine cannot be reached.\n";
+
+static size_t to_stdout(const char *data, size_t len, void *arg)
+{
+    (void)arg;
+    size_t n = fwrite(data, 1, len, stdout);
+    fflush(stdout);
+    return n;
+}
+
+int cmd_logs(ctl_t *ctl, int argc, char **argv)
+{
+    if (ctl_wants_help(argc, argv, usage_text))
+        return CTL_EXIT_OK;
+    const char *inst = NULL;
+    long tail = 100;
+    int follow = 0;
+    for (int i = 1; i < argc; i++) {
+        char *end;
+        if (!strcmp(argv[i], "-f") || !strcmp(argv[i], "--follow")) {
+            follow = 1;
+        } else if (!strcmp(argv[i], "--tail") && i + 1 < argc) {
+            tail = strtol(argv[++i], &end, 10);
+            if (*end || end == argv[i] || tail < 0 || tail > 10000)
+                return ctl_usage("logs", "--tail takes 0 to 10000 lines");
+        } else if (argv[i][0] != '-' && !inst) {
+            inst = argv[i];
+        } else {
+            return ctl_usage("logs", "unexpected argument '%s'", argv[i]);
+        }
+    }
+    if (!inst)
+        return ctl_usage("logs", "expected INSTANCE");
+    if (!sd_name_valid(inst, SD_NAME_MAX))
+        return ctl_usage("logs", "'%s' is not a valid instance name", inst);
+
+    json_t *proc = NULL, *mach = NULL;
+    sdc_err_t err;
+    int rc = sdc_process_get(ctl->client, ctl->cluster, inst, &proc, &err);
+    if (rc != SDC_OK)
+        return ctl_fail_clear(rc, &err);
+    const char *machine = json_string_value(json_object_get(proc, "machine"));
+    rc = sdc_machine_get(ctl->client, ctl->cluster, machine ? machine : "?", &mach, &err);
+    if (rc != SDC_OK) {
+        json_decref(proc);
+        return ctl_fail_clear(rc, &err);
+    }
+    const char *addr = json_string_value(json_object_get(mach, "address"));
+    const json_t *port = json_object_get(mach, "logs_port");
+    if (!addr || !json_is_integer(port)) {
+        fprintf(stderr, "sdctl: machine '%s' does not serve logs (set logs_listen in its "
+                        "bigbrother config; then bbctl logs %s on it)\n", machine, inst);
+        json_decref(proc);
+        json_decref(mach);
+        return CTL_EXIT_NOT_FOUND;
+    }
+    char url[512];
+    int v6 = strchr(addr, ':') != NULL;
+    snprintf(url, sizeof url, "http://%s%s%s:%lld/v1/logs/%s?tail=%ld%s", v6 ? "[" : "", addr,
+             v6 ? "]" : "", (long long)json_integer_value(port), inst, tail,
+             follow ? "&follow=1" : "");
+    json_decref(proc);
+    json_decref(mach);
+    rc = sdc_stream(ctl->client, url, follow ? 0 : 30000, to_stdout, NULL, &err);
+    if (rc == SDC_E_TRANSPORT) {
+        fprintf(stderr, "sdctl: cannot reach the machine's bigbrother: %s\n", err.message);
+        return CTL_EXIT_UNAVAILABLE;
+    }
+    if (rc == SDC_E_HTTP) {
+        fprintf(stderr, "sdctl: %ld from the machine's bigbrother: %s\n", err.status, err.message);
+        return err.status == 404                            ? CTL_EXIT_NOT_FOUND
+               : err.status == 401 || err.status == 403     ? CTL_EXIT_AUTH
+               : err.status >= 500                          ? CTL_EXIT_UNAVAILABLE
+                                                            : CTL_EXIT_FAILED;
+    }
+    return rc == SDC_OK ? CTL_EXIT_OK : ctl_fail_clear(rc, &err);
+}
