@@ -73,6 +73,48 @@ static int global_option(ctl_t *ctl, int argc, char **argv, int i)
     return 0;
 }
 
+/* `sdctl __complete names`: the instance, service and machine names of the cluster for
+ * the shell completion (the first page of each: at most 500 instances and machines),
+ * one a line; nothing on any error. */
+static int complete_names(ctl_t *ctl)
+{
+    ctl->client = sdc_new(ctl->url, ctl->token, 3000);
+    if (!ctl->client)
+        return CTL_EXIT_OK;
+    json_t *names = json_object(), *ans = NULL;
+    sdc_err_t err;
+    static const struct {
+        const char *path, *list, *key;
+    } from[] = {{"/processes?limit=500", "processes", "instance"},
+                {"/services", "services", "service"},
+                {"/machines?limit=500", "machines", "machine"}};
+    for (size_t k = 0; k < sizeof from / sizeof from[0]; k++) {
+        char esc[400], path[512];
+        snprintf(path, sizeof path, "/v1/clusters/%s%s", sdc_escape(ctl->cluster, esc, sizeof esc),
+                 from[k].path);
+        if (sdc_request(ctl->client, "GET", path, NULL, &ans, &err) != SDC_OK) {
+            sdc_err_clear(&err);
+            continue;
+        }
+        size_t n;
+        json_t *o;
+        json_array_foreach(json_object_get(ans, from[k].list), n, o) {
+            const char *name = json_string_value(json_object_get(o, from[k].key));
+            if (name)
+                json_object_set_new(names, name, json_true());
+        }
+        json_decref(ans);
+        ans = NULL;
+    }
+    const char *name;
+    json_t *v;
+    json_object_foreach(names, name, v)
+        printf("%s\n", name);
+    json_decref(names);
+    sdc_free(ctl->client);
+    return CTL_EXIT_OK;
+}
+
 int main(int argc, char **argv)
 {
     ctl_t ctl = {0};
@@ -115,6 +157,8 @@ int main(int argc, char **argv)
     /* Hidden helper for the shell completion (packaging/bash-completion/sdctl): the
      * command names, one a line, straight from the generated table. */
     if (!strcmp(argv[i], "__complete")) {
+        if (i + 1 < argc && !strcmp(argv[i + 1], "names"))
+            return complete_names(&ctl);
         for (size_t k = 0; k < ctl_ncmds; k++)
             printf("%s\n", ctl_cmds[k].name);
         return CTL_EXIT_OK;

@@ -338,6 +338,25 @@ static void describe_instance_service_machine(void **state)
     assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "describe", "m1", "--cluster",
                            "other", NULL), 4);
 
+    /* bash completion of names (packaging/bash-completion/sdctl, sdctl __complete names):
+     * `sdctl --url U --token T --cluster prod describe zo<TAB>` offers the instance */
+    char script[2048], path_env[4200], cpath[300];
+    snprintf(script, sizeof script,
+             "source %s/packaging/bash-completion/sdctl; "
+             "COMP_WORDS=(sdctl --url %s --token %s --cluster prod describe zo); "
+             "COMP_CWORD=8; _sdctl; printf '%%s\\n' \"${COMPREPLY[@]}\"",
+             SD_SOURCE_DIR, sd.url, H_TOK_VIEWER);
+    snprintf(path_env, sizeof path_env, "PATH=%s:%s", SD_BIN_DIR, getenv("PATH"));
+    snprintf(cpath, sizeof cpath, "%s/complete.out", h_tmpdir());
+    const char *bash[] = {"/bin/bash", "-c", script, NULL};
+    const char *benv[] = {path_env, NULL};
+    int cst = h_wait_exit(h_spawn(bash, cpath, benv), 15000);
+    assert_true(WIFEXITED(cst));
+    struct file_has fh = {cpath, "zone-m1-1"};
+    assert_true(file_has(&fh));
+    fh.needle = "lobby";
+    assert_false(file_has(&fh)); /* only what starts with zo */
+
     /* an unknown cluster (a typo) says so instead of printing an empty table */
     static const char *const lists[] = {"ps", "machines", "services", "status", NULL};
     for (const char *const *l = lists; *l; l++) {
