@@ -10,16 +10,25 @@ SDCTL_CMD("machines", cmd_machines, "list machines and their leases (live or los
 static const char usage_text[] =
     "usage: sdctl machines [MACHINE]\n"
     "  Lists the machines of the cluster with their lease: STATE is live while the\n"
-    "  machine's Big Brother renews its lease, lost after it ran out. With MACHINE, only\n"
+    "  machine's Big Brother renews its lease, lost (\"lost 3m ago\": since the lease ran\n"
+    "  out) after it ran out. With MACHINE, only\n"
     "  that machine (exit code 4 when it is unknown). -o json prints the API answer.\n";
 
 static void machine_row(ctl_table_t *t, const json_t *m, int64_t now)
 {
-    char name[160], state[16], addr[300], capa[24], ver[80], exp[32], age[32], lab[512];
+    char name[160], state[48], addr[300], capa[24], ver[80], exp[32], age[32], lab[512];
     const json_t *reg = json_object_get(m, "registered_at_ms");
     const json_t *left = json_object_get(m, "expires_in_ms");
-    ctl_table_row(t, ctl_jstr(json_object_get(m, "machine"), name, sizeof name),
-                  ctl_jstr(json_object_get(m, "state"), state, sizeof state),
+    const json_t *renewed = json_object_get(m, "renewed_at_ms"), *ttl = json_object_get(m, "ttl_ms");
+    ctl_jstr(json_object_get(m, "state"), state, sizeof state);
+    if (!strcmp(state, "lost") && json_is_integer(renewed) && json_is_integer(ttl)) {
+        /* "lost 3m ago": since the lease ran out */
+        char ago[32];
+        snprintf(state, sizeof state, "lost %s ago",
+                 ctl_fmt_ms(now - json_integer_value(renewed) - json_integer_value(ttl), ago,
+                            sizeof ago));
+    }
+    ctl_table_row(t, ctl_jstr(json_object_get(m, "machine"), name, sizeof name), state,
                   ctl_jstr(json_object_get(m, "address"), addr, sizeof addr),
                   ctl_jstr(json_object_get(m, "capacity"), capa, sizeof capa),
                   ctl_jstr(json_object_get(m, "version"), ver, sizeof ver),

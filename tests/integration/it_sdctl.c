@@ -85,6 +85,18 @@ static void machines_table_and_json(void **state)
 
     assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "machines", "m9", NULL), 4);
     assert_non_null(strstr(out, "404 not_found"));
+
+    /* a lost machine says since when: "lost 1s ago" */
+    h_resp_t r;
+    assert_int_equal(h_http_json("PUT", sd.url, H_TOK_BB, "{\"ttl_ms\":1000}", &r,
+                                 "/v1/clusters/prod/machines/m-gone"), 0);
+    assert_int_equal(r.status, 200);
+    h_resp_free(&r);
+    h_sleep_ms(2100);
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "machines", NULL), 0);
+    assert_non_null(h_line_with(out, "m-gone", line, sizeof line));
+    assert_non_null(strstr(line, "lost "));
+    assert_non_null(strstr(line, "s ago")); /* lost 1s ago, a few under load */
 }
 
 static void ps_table_filters_and_json(void **state)
