@@ -85,8 +85,11 @@ static int processes_ready(void *arg)
 
 /* Runs chromium headless on url with the extra flag (--dump-dom or --screenshot=...),
  * stdout to out_path, stderr to a log. Returns the exit status (-1 on timeout). */
-static int chromium(const char *url, const char *flag, const char *out_path, int timeout_ms)
+static int chromium_w(const char *url, const char *flag, const char *out_path, int timeout_ms,
+                      int width)
 {
+    char winsize[64];
+    snprintf(winsize, sizeof winsize, "--window-size=%d,1000", width);
     char profile[512], log[512];
     snprintf(profile, sizeof profile, "%s/chromium-profile", h_tmpdir());
     snprintf(log, sizeof log, "%s/chromium.log", h_tmpdir());
@@ -97,7 +100,7 @@ static int chromium(const char *url, const char *flag, const char *out_path, int
                           "--disable-quic", "--no-first-run", "--disable-background-networking",
                           "--disable-component-update", "--disable-sync",
                           "--disable-dev-shm-usage", "--hide-scrollbars",
-                          "--window-size=1400,1000", "--virtual-time-budget=3000", udd, flag,
+                          winsize, "--virtual-time-budget=3000", udd, flag,
                           url, NULL};
     pid_t pid = fork();
     if (pid == 0) {
@@ -127,6 +130,11 @@ static int chromium(const char *url, const char *flag, const char *out_path, int
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
+static int chromium(const char *url, const char *flag, const char *out_path, int timeout_ms)
+{
+    return chromium_w(url, flag, out_path, timeout_ms, 1400);
+}
+
 /* The whole file as a NUL-terminated string (caller frees). */
 static char *slurp(const char *path)
 {
@@ -143,12 +151,14 @@ static char *slurp(const char *path)
     return text;
 }
 
-/* 1 if the DOM has a table cell whose text is exactly `text`. */
+/* 1 if the DOM has a table cell whose text is exactly `text` (or a link with that text,
+ * as the instance, service and machine names are). */
 static int has_cell(const char *dom, const char *text)
 {
-    char want[512];
+    char want[512], linked[512];
     snprintf(want, sizeof want, ">%s</td>", text);
-    return strstr(dom, want) != NULL;
+    snprintf(linked, sizeof linked, ">%s</a></td>", text);
+    return strstr(dom, want) != NULL || strstr(dom, linked) != NULL;
 }
 
 static void dashboard_shows_the_cluster(void **state)
@@ -270,6 +280,114 @@ static void dashboard_shows_the_cluster(void **state)
     free(real);
 }
 
+/* Dumps the DOM of the page at `query` (after ?), rendered elements only (the page's own
+ * script cut off); caller frees. */
+static char *dom_of(const char *query)
+{
+    char page[700], dom_path[512];
+    snprintf(page, sizeof page, "%s/?%s#token=%s", sd.url, query, H_TOK_OPS);
+    snprintf(dom_path, sizeof dom_path, "%s/dom-detail.html", h_tmpdir());
+    assert_int_equal(chromium(page, "--dump-dom", dom_path, 20000), 0);
+    char *dom = slurp(dom_path);
+    char *script = strstr(dom, "<script");
+    assert_non_null(script);
+    *script = 0;
+    return dom;
+}
+
+static void screenshot(const char *query, const char *name, int width)
+{
+    char page[700], png[600], flag[640], out[512];
+    struct stat sb;
+    snprintf(page, sizeof page, "%s/?%s#token=%s", sd.url, query, H_TOK_OPS);
+    snprintf(png, sizeof png, "%s/../%s", SD_BIN_DIR, name);
+    snprintf(flag, sizeof flag, "--screenshot=%s", png);
+    snprintf(out, sizeof out, "%s/screenshot.out", h_tmpdir());
+    unlink(png);
+    assert_int_equal(chromium_w(page, flag, out, 20000, width), 0);
+    assert_int_equal(stat(png, &sb), 0);
+    assert_true(sb.st_size > 5000);
+    printf("dashboard: screenshot %s (%d px wide, %lld bytes)\n", name, width, (long long)sb.st_size);
+}
+
+/* Issue 15, item 4: the pages an operator works from. An instance killed with SIGABRT:
+ * its page shows the record, the timeline, the crash report (its last output), the locks
+ * it held (none now) and a restart button; the service and machine pages list their
+ * instances with links; the home page at 500 px wide. Screenshots in build/. */
+static void instance_service_machine_pages(void **state)
+{
+    (void)state;
+    assert_true(h_wait_until(processes_ready, NULL, h_valgrind() ? 60000 : 20000));
+    json_t *procs = api("/v1/clusters/c1/processes?service=zone");
+    json_t *victim = json_array_get(json_object_get(procs, "processes"), 0);
+    char id[160], machine[160];
+    snprintf(id, sizeof id, "%s", json_string_value(json_object_get(victim, "instance")));
+    snprintf(machine, sizeof machine, "%s", json_string_value(json_object_get(victim, "machine")));
+    pid_t pid = (pid_t)json_integer_value(json_object_get(victim, "pid"));
+    json_decref(procs);
+    assert_int_equal(kill(pid, SIGABRT), 0);
+    char path[300];
+    snprintf(path, sizeof path, "/v1/clusters/c1/processes/%s", id);
+    for (int i = 0;; i++) { /* the stopped event with its crash report */
+        json_t *p = api(path);
+        int done = json_is_string(json_object_get(p, "log_tail"));
+        json_decref(p);
+        if (done)
+            break;
+        assert_true(i < 200);
+        h_sleep_ms(50);
+    }
+
+    char q[400];
+    snprintf(q, sizeof q, "cluster=c1&instance=%s", id);
+    char *dom = dom_of(q);
+    assert_null(strstr(dom, "class=\"err\""));
+    assert_non_null(strstr(dom, id));
+    assert_non_null(strstr(dom, "killed(signal 6)"));
+    assert_non_null(strstr(dom, "Crash report"));
+    assert_non_null(strstr(dom, "id=\"crash-log\""));
+    assert_non_null(strstr(dom, "msg=ready")); /* gameproc's own line, in the crash report */
+    assert_non_null(strstr(dom, "Timeline"));
+    assert_true(has_cell(dom, "started"));
+    assert_true(has_cell(dom, "stopped"));
+    assert_non_null(strstr(dom, "Locks held"));
+    assert_non_null(strstr(dom, "id=\"b-restart\""));
+    char mlink[400];
+    snprintf(mlink, sizeof mlink, "machine=%s\">%s</a>", machine, machine);
+    assert_non_null(strstr(dom, mlink)); /* click-through to the machine */
+    assert_non_null(strstr(dom, "<main id=\"home\" hidden=\"\">")); /* the cluster's tables are not shown */
+    free(dom);
+    screenshot(q, "dashboard-instance.png", 1400);
+
+    dom = dom_of("cluster=c1&service=zone");
+    assert_null(strstr(dom, "class=\"err\""));
+    assert_non_null(strstr(dom, "a static service"));
+    assert_true(has_cell(dom, id)); /* in Recently stopped */
+    assert_non_null(strstr(dom, "id=\"b-restart\""));
+    free(dom);
+    screenshot("cluster=c1&service=zone", "dashboard-service.png", 1400);
+
+    snprintf(q, sizeof q, "cluster=c1&machine=%s", machine);
+    dom = dom_of(q);
+    assert_null(strstr(dom, "class=\"err\""));
+    assert_non_null(strstr(dom, "127.0.0.1"));
+    assert_non_null(strstr(dom, "id=\"b-drain\""));
+    assert_true(has_cell(dom, "ready"));
+    free(dom);
+    screenshot(q, "dashboard-machine.png", 1400);
+
+    /* home: the activity picture, links, sortable headers; and usable at 500 px */
+    dom = dom_of("cluster=c1");
+    assert_non_null(strstr(dom, "<svg class=\"spark\""));
+    assert_non_null(strstr(dom, "failed in the last hour"));
+    assert_non_null(strstr(dom, "th class=\"sort\""));
+    char ilink[400];
+    snprintf(ilink, sizeof ilink, "instance=%s\">", id);
+    assert_non_null(strstr(dom, ilink));
+    free(dom);
+    screenshot("cluster=c1", "dashboard-500px.png", 500);
+}
+
 /* The page is served without a token, with a strict CSP; the API it reads needs one. */
 static void page_public_api_guarded(void **state)
 {
@@ -295,6 +413,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(page_public_api_guarded),
         cmocka_unit_test(dashboard_shows_the_cluster),
+        cmocka_unit_test(instance_service_machine_pages),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
