@@ -15,7 +15,41 @@ static const char usage_text[] =
     "  With INSTANCE, that one process record (exit code 4 when it is unknown).\n"
     "  AGE is the time since the process started (stopped: since it stopped); RESTARTS\n"
     "  how many times its slot was restarted before this run (generation - 1, bbctl's\n"
-    "  count). Rows come in instance order, numbers by value (zone-2 before zone-10).\n";
+    "  count). Rows come in instance order, numbers by value (zone-2 before zone-10).\n"
+    "  -o wide adds SLOT, GEN, TO_READY (start to ready), the stop's DETAIL and the crash\n"
+    "  report's LAST_OUTPUT line.\n";
+
+/* -o wide: the row, then SLOT, GEN, TO_READY (start to ready), the stop's DETAIL and the crash
+ * report's first characters. */
+static void proc_row_wide(ctl_table_t *t, const json_t *p, int64_t now)
+{
+    char inst[160], svc[160], mach[160], state[16], pid[24], restarts[24], ports[256], age[32];
+    char reason[SD_REASON_TEXT_MAX], slot[24], gen[24], toready[32], detail[300];
+    const char *st = json_string_value(json_object_get(p, "state"));
+    sd_reason_format_json(reason, sizeof reason, p);
+    const json_t *since = json_object_get(p, st && !strcmp(st, "stopped") ? "stopped_at_ms"
+                                                                           : "started_at_ms");
+    const json_t *s0 = json_object_get(p, "started_at_ms"), *r0 = json_object_get(p, "ready_at_ms");
+    const char *tail = json_string_value(json_object_get(p, "log_tail"));
+    const char *last = tail ? strrchr(tail, '\n') : NULL; /* the crash report's last line */
+    snprintf(detail, sizeof detail, "%s", last ? last + 1 : tail ? tail : "");
+    ctl_table_row(t, ctl_jstr(json_object_get(p, "instance"), inst, sizeof inst),
+                  ctl_jstr(json_object_get(p, "service"), svc, sizeof svc),
+                  ctl_jstr(json_object_get(p, "machine"), mach, sizeof mach),
+                  ctl_jstr(json_object_get(p, "state"), state, sizeof state),
+                  ctl_jstr(json_object_get(p, "pid"), pid, sizeof pid),
+                  ctl_restarts(p, restarts, sizeof restarts),
+                  ctl_kv_text(json_object_get(p, "ports"), ports, sizeof ports),
+                  json_is_integer(since) ? ctl_fmt_ms(now - json_integer_value(since), age, sizeof age)
+                                         : NULL,
+                  reason, ctl_jstr(json_object_get(p, "slot"), slot, sizeof slot),
+                  ctl_jstr(json_object_get(p, "generation"), gen, sizeof gen),
+                  json_is_integer(s0) && json_is_integer(r0)
+                      ? ctl_fmt_ms(json_integer_value(r0) - json_integer_value(s0), toready,
+                                   sizeof toready)
+                      : NULL,
+                  json_string_value(json_object_get(p, "detail")), detail[0] ? detail : NULL);
+}
 
 static void proc_row(ctl_table_t *t, const json_t *p, int64_t now)
 {
@@ -81,15 +115,20 @@ int cmd_ps(ctl_t *ctl, int argc, char **argv)
         ctl_print_json(ans);
     } else {
         int64_t now = sd_wall_ms();
-        ctl_table_t *t = ctl_table_new(9, "INSTANCE", "SERVICE", "MACHINE", "STATE", "PID",
-                                       "RESTARTS", "PORTS", "AGE", "REASON");
+        ctl_table_t *t = ctl->wide
+                             ? ctl_table_new(14, "INSTANCE", "SERVICE", "MACHINE", "STATE", "PID",
+                                             "RESTARTS", "PORTS", "AGE", "REASON", "SLOT", "GEN",
+                                             "TO_READY", "DETAIL", "LAST_OUTPUT")
+                             : ctl_table_new(9, "INSTANCE", "SERVICE", "MACHINE", "STATE", "PID",
+                                             "RESTARTS", "PORTS", "AGE", "REASON");
+        void (*row)(ctl_table_t *, const json_t *, int64_t) = ctl->wide ? proc_row_wide : proc_row;
         if (one) {
-            proc_row(t, ans, now);
+            row(t, ans, now);
         } else {
             size_t i;
             const json_t *p;
             json_array_foreach(json_object_get(ans, "processes"), i, p)
-                proc_row(t, p, now);
+                row(t, p, now);
         }
         ctl_table_print(t, stdout, ctl->color);
         if (json_is_true(json_object_get(ans, "truncated")))

@@ -28,7 +28,8 @@ typedef struct ctl {
     const char *url;
     const char *token;
     const char *cluster;
-    int json;   /* -o json */
+    int json;   /* -o json or -o yaml (the same answers, printed by ctl_print_json) */
+    int wide;   /* -o wide: tables with their extra columns */
     int color;  /* stdout is a terminal and NO_COLOR is unset */
 } ctl_t;
 
@@ -94,8 +95,12 @@ int ctl_switch_cmd(ctl_t *ctl, int argc, char **argv, const ctl_switch_t *sw);
  * "<what>: <word>", with " (already)" when the answer says nothing changed. */
 int ctl_switch_answer(const ctl_t *ctl, int rc, sdc_err_t *err, json_t *ans, const char *what,
                       const char *word);
-/* Prints v as indented JSON on stdout (for -o json). Does not steal v. */
+/* Prints v as indented JSON on stdout (for -o json), or as YAML after
+ * ctl_output_yaml(1) (-o yaml). Does not steal v. */
 void ctl_print_json(const json_t *v);
+void ctl_output_yaml(int on);
+/* v as block-style YAML ("---" first; strings double-quoted, JSON's escapes). */
+void ctl_print_yaml(FILE *f, const json_t *v);
 
 /* Column-aligned tables for people: add the header, then rows; print frees. */
 typedef struct ctl_table ctl_table_t;

@@ -16,7 +16,8 @@ static void usage(FILE *f)
                "                    default http://127.0.0.1:7700)\n"
                "  --token TOKEN     bearer token (env SERVERDIR_TOKEN)\n"
                "  --cluster NAME    cluster (env SERVERDIR_CLUSTER, default \"default\")\n"
-               "  -o json|table     output format (default table)\n"
+               "  -o FORMAT         table (default), wide (tables with more columns), json or\n"
+               "                    yaml\n"
                "  --no-headers      tables without their header row\n"
                "  -w, --watch[=S]   run the command again every S seconds (default 2) until\n"
                "                    Ctrl-C: ps, status, machines, locks, services, servers,\n"
@@ -63,11 +64,14 @@ static int global_option(ctl_t *ctl, int argc, char **argv, int i)
         return 2;
     }
     if (!strcmp(a, "-o") && val) {
-        if (strcmp(val, "json") && strcmp(val, "table")) {
-            fprintf(stderr, "sdctl: -o takes json or table\n");
+        if (strcmp(val, "json") && strcmp(val, "yaml") && strcmp(val, "table") &&
+            strcmp(val, "wide")) {
+            fprintf(stderr, "sdctl: -o takes json, yaml, table or wide\n");
             return -1;
         }
-        ctl->json = !strcmp(val, "json");
+        ctl->json = !strcmp(val, "json") || !strcmp(val, "yaml");
+        ctl->wide = !strcmp(val, "wide");
+        ctl_output_yaml(!strcmp(val, "yaml"));
         return 2;
     }
     return 0;

@@ -116,8 +116,112 @@ int ctl_switch_cmd(ctl_t *ctl, int argc, char **argv, const ctl_switch_t *sw)
     return ctl_switch_answer(ctl, rc, &err, ans, argv[1], on ? sw->on_word : sw->off_word);
 }
 
+static int yaml_out; /* -o yaml: ctl_print_json prints YAML */
+
+void ctl_output_yaml(int on) { yaml_out = on; }
+
+/* A scalar: numbers, booleans and null as themselves, strings as JSON strings (a JSON
+ * string is a valid YAML double-quoted scalar, so any text round-trips). */
+static void yaml_scalar(FILE *f, const json_t *v)
+{
+    char *s = json_dumps(v, JSON_ENCODE_ANY);
+    fputs(s ? s : "null", f);
+    free(s);
+}
+
+static int plain_key(const char *k)
+{
+    if (!*k || !(isalpha((unsigned char)*k) || *k == '_'))
+        return 0;
+    for (const char *p = k; *p; p++)
+        if (!isalnum((unsigned char)*p) && *p != '_' && *p != '-' && *p != '.')
+            return 0;
+    return strcmp(k, "true") && strcmp(k, "false") && strcmp(k, "null") && strcmp(k, "yes") &&
+           strcmp(k, "no") && strcmp(k, "on") && strcmp(k, "off");
+}
+
+static int is_container(const json_t *v)
+{
+    return (json_is_object(v) && json_object_size(v)) || (json_is_array(v) && json_array_size(v));
+}
+
+/* Block-style YAML of v at indent; `inline_first`: the first line continues a "- ". */
+static void yaml_value(FILE *f, const json_t *v, int indent, int inline_first)
+{
+    if (json_is_object(v) && json_object_size(v)) {
+        const char *k;
+        const json_t *x;
+        int first = 1;
+        json_object_foreach((json_t *)v, k, x) {
+            if (!(first && inline_first))
+                fprintf(f, "%*s", indent, "");
+            first = 0;
+            if (plain_key(k)) {
+                fputs(k, f);
+            } else {
+                json_t *ks = json_string(k); /* quoted, JSON's escapes */
+                yaml_scalar(f, ks ? ks : json_null());
+                json_decref(ks);
+            }
+            fputc(':', f);
+            if (is_container(x)) {
+                fputc('\n', f);
+                yaml_value(f, x, indent + 2, 0);
+            } else {
+                fputc(' ', f);
+                if (json_is_object(x))
+                    fputs("{}", f);
+                else if (json_is_array(x))
+                    fputs("[]", f);
+                else
+                    yaml_scalar(f, x);
+                fputc('\n', f);
+            }
+        }
+    } else if (json_is_array(v) && json_array_size(v)) {
+        size_t i;
+        const json_t *x;
+        json_array_foreach(v, i, x) {
+            if (!(i == 0 && inline_first))
+                fprintf(f, "%*s", indent, "");
+            fputs("- ", f);
+            if (is_container(x)) {
+                yaml_value(f, x, indent + 2, 1);
+            } else {
+                if (json_is_object(x))
+                    fputs("{}", f);
+                else if (json_is_array(x))
+                    fputs("[]", f);
+                else
+                    yaml_scalar(f, x);
+                fputc('\n', f);
+            }
+        }
+    } else {
+        if (inline_first == 0)
+            fprintf(f, "%*s", indent, "");
+        if (json_is_object(v))
+            fputs("{}", f);
+        else if (json_is_array(v))
+            fputs("[]", f);
+        else
+            yaml_scalar(f, v);
+        fputc('\n', f);
+    }
+}
+
+void ctl_print_yaml(FILE *f, const json_t *v)
+{
+    fputs("---\n", f);
+    yaml_value(f, v, 0, 0);
+}
+
 void ctl_print_json(const json_t *v)
 {
+    if (yaml_out) {
+        ctl_print_yaml(stdout, v);
+        return;
+    }
     char *s = json_dumps(v, JSON_INDENT(2) | JSON_ENCODE_ANY);
     if (s) {
         puts(s);

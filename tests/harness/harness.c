@@ -21,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static char *tmpdirs[64];
+static char *tmpdirs[256];
 static int ntmpdirs;
 static char *files[256];
 static int nfiles;
@@ -158,7 +158,7 @@ const char *h_tmpdir(void)
 {
     char tmpl[] = "/tmp/sdtest.XXXXXX";
     char *d = mkdtemp(tmpl);
-    if (!d || ntmpdirs == 64) {
+    if (!d || ntmpdirs == 256) {
         perror("mkdtemp");
         exit(1);
     }

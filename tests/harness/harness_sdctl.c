@@ -1,6 +1,7 @@
 /* Harness additions for the sdctl tests (harness_sdctl.h). */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/wait.h>
 
 #include "harness.h"
@@ -17,7 +18,11 @@ int h_sdctl_run(const char *const *args, const char *const *env, int timeout_ms,
         argv[n++] = *args;
     argv[n] = NULL;
     char logpath[300];
-    snprintf(logpath, sizeof logpath, "%s/sdctl.out", h_tmpdir());
+    static const char *dir; /* one directory for every run (h_tmpdir makes a new one) */
+    if (!dir)
+        dir = h_tmpdir();
+    snprintf(logpath, sizeof logpath, "%s/sdctl.out", dir);
+    unlink(logpath); /* h_spawn appends: this run's output only */
     pid_t pid = h_spawn(argv, logpath, env);
     int st = -1;
     int64_t until = h_now_ms() + timeout_ms;

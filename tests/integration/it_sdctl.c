@@ -369,6 +369,42 @@ static void describe_instance_service_machine(void **state)
     fh.needle = "lobby";
     assert_false(file_has(&fh)); /* only what starts with zo */
 
+    /* -o yaml: the same answers as -o json, in YAML (js-yaml reads them back equal),
+     * for a list, a describe with nested objects, a crash-free record; -o wide: more
+     * columns */
+    static const char *const yq[][4] = {{"ps", NULL, NULL, NULL},
+                                        {"describe", "zone-m1-1", NULL, NULL},
+                                        {"clusters", NULL, NULL, NULL},
+                                        {"services", NULL, NULL, NULL}};
+    const char *td = h_tmpdir(); /* a new directory each call */
+    for (size_t k = 0; k < sizeof yq / sizeof yq[0]; k++) {
+        char yf[300], jf[300], out2[16384], cmd[1200];
+        snprintf(yf, sizeof yf, "%s/out.yaml", td);
+        snprintf(jf, sizeof jf, "%s/out.json", td);
+        assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, yq[k][0], "-o", "yaml",
+                               yq[k][1], NULL), 0);
+        assert_int_equal(strncmp(out, "---\n", 4), 0);
+        h_write_file(td, "out.yaml", out, 0644);
+        assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out2, sizeof out2, yq[k][0], "-o", "json",
+                               yq[k][1], NULL), 0);
+        h_write_file(td, "out.json", out2, 0644);
+        snprintf(cmd, sizeof cmd,
+                 "NODE_PATH='%s/.npm-tools/node_modules' node '%s/tests/tools/yaml_equals_json.js' "
+                 "'%s' '%s' 2>&1",
+                 SD_SOURCE_DIR, SD_SOURCE_DIR, yf, jf);
+        FILE *pp = popen(cmd, "r");
+        assert_non_null(pp);
+        char res[4200];
+        res[fread(res, 1, sizeof res - 1, pp)] = '\0';
+        int pst = pclose(pp);
+        if (pst == -1 || !WIFEXITED(pst) || WEXITSTATUS(pst) != 0)
+            fail_msg("sdctl %s -o yaml is not the JSON answer:\n%s\n%s", yq[k][0], res, out);
+    }
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "ps", "-o", "wide", NULL), 0);
+    assert_non_null(strstr(out, "TO_READY"));
+    assert_non_null(h_line_with(out, "zone-m1-1", line, sizeof line));
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "ps", "-o", "xml", NULL), 2);
+
     /* an unknown cluster (a typo) says so instead of printing an empty table */
     static const char *const lists[] = {"ps", "machines", "services", "status", NULL};
     for (const char *const *l = lists; *l; l++) {
