@@ -222,7 +222,7 @@ static void bash_completion_uses_the_binary(void **state)
         assert_non_null(strstr(out, cmds[i]));
     free(out);
     out = complete("sdctl --cluster c1 lo");
-    assert_string_equal(out, "locks\n");
+    assert_string_equal(out, "locks logs\n");
     free(out);
     out = complete("sdctl locks ''");
     assert_non_null(strstr(out, "get"));
