@@ -4,8 +4,9 @@
 #      the integration tests on standalone Redis, and most of them again on a Redis
 #      Cluster (it.rc.*) and through a Redis Sentinel (it.rs.*);
 #   2. builds again with ASan+UBSan (build-asan/) and runs the suite again (without the
-#      it.rs.* repeats); a sanitizer report in any test or in any daemon a test started
-#      fails the run;
+#      it.rc.* / it.rs.* repeats: it.rcluster, it.locks_cluster and it.sentinel run the
+#      Cluster and Sentinel code there); a sanitizer report in any test or in any daemon a
+#      test started fails the run;
 #   3. runs the integration tests again with the daemons (serverdir, bigbrother) under
 #      valgrind memcheck (H_VALGRIND=1): any error or definite leak fails the run;
 #   4. builds the libFuzzer targets with clang (build-fuzz/) and runs each for
@@ -31,7 +32,7 @@ for stage in $stages; do
         sd_build build-asan -DSD_WERROR=ON -DSD_SANITIZE=ON
         (cd "$SD_ROOT/build-asan" &&
          ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
-         ctest --output-on-failure -j"$jobs" -LE rsentinel)
+         ctest --output-on-failure -j"$jobs" -LE "rcluster|rsentinel")
         ;;
     valgrind)
         echo "== stage valgrind: integration tests with the daemons under valgrind"
