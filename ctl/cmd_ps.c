@@ -19,56 +19,46 @@ static const char usage_text[] =
     "  -o wide adds SLOT, GEN, TO_READY (start to ready), the stop's DETAIL and the crash\n"
     "  report's LAST_OUTPUT line.\n";
 
-/* -o wide: the row, then SLOT, GEN, TO_READY (start to ready), the stop's DETAIL and the crash
- * report's first characters. */
-static void proc_row_wide(ctl_table_t *t, const json_t *p, int64_t now)
+/* One process as a row; with wide (-o wide) also SLOT, GEN, TO_READY (start to ready),
+ * the stop's DETAIL and the crash report's last line. */
+static void proc_row(ctl_table_t *t, const json_t *p, int64_t now, int wide)
 {
     char inst[160], svc[160], mach[160], state[16], pid[24], restarts[24], ports[256], age[32];
-    char reason[SD_REASON_TEXT_MAX], slot[24], gen[24], toready[32], detail[300];
+    char reason[SD_REASON_TEXT_MAX], slot[24], gen[24], toready[32], last[300];
     const char *st = json_string_value(json_object_get(p, "state"));
     sd_reason_format_json(reason, sizeof reason, p);
     const json_t *since = json_object_get(p, st && !strcmp(st, "stopped") ? "stopped_at_ms"
                                                                            : "started_at_ms");
+    const char *cells[14] = {
+        ctl_jstr(json_object_get(p, "instance"), inst, sizeof inst),
+        ctl_jstr(json_object_get(p, "service"), svc, sizeof svc),
+        ctl_jstr(json_object_get(p, "machine"), mach, sizeof mach),
+        ctl_jstr(json_object_get(p, "state"), state, sizeof state),
+        ctl_jstr(json_object_get(p, "pid"), pid, sizeof pid),
+        ctl_restarts(p, restarts, sizeof restarts),
+        ctl_kv_text(json_object_get(p, "ports"), ports, sizeof ports),
+        json_is_integer(since) ? ctl_fmt_ms(now - json_integer_value(since), age, sizeof age)
+                               : NULL,
+        reason};
+    if (!wide) {
+        ctl_table_row(t, cells[0], cells[1], cells[2], cells[3], cells[4], cells[5], cells[6],
+                      cells[7], cells[8]);
+        return;
+    }
     const json_t *s0 = json_object_get(p, "started_at_ms"), *r0 = json_object_get(p, "ready_at_ms");
     const char *tail = json_string_value(json_object_get(p, "log_tail"));
-    const char *last = tail ? strrchr(tail, '\n') : NULL; /* the crash report's last line */
-    snprintf(detail, sizeof detail, "%s", last ? last + 1 : tail ? tail : "");
-    ctl_table_row(t, ctl_jstr(json_object_get(p, "instance"), inst, sizeof inst),
-                  ctl_jstr(json_object_get(p, "service"), svc, sizeof svc),
-                  ctl_jstr(json_object_get(p, "machine"), mach, sizeof mach),
-                  ctl_jstr(json_object_get(p, "state"), state, sizeof state),
-                  ctl_jstr(json_object_get(p, "pid"), pid, sizeof pid),
-                  ctl_restarts(p, restarts, sizeof restarts),
-                  ctl_kv_text(json_object_get(p, "ports"), ports, sizeof ports),
-                  json_is_integer(since) ? ctl_fmt_ms(now - json_integer_value(since), age, sizeof age)
-                                         : NULL,
-                  reason, ctl_jstr(json_object_get(p, "slot"), slot, sizeof slot),
-                  ctl_jstr(json_object_get(p, "generation"), gen, sizeof gen),
-                  json_is_integer(s0) && json_is_integer(r0)
-                      ? ctl_fmt_ms(json_integer_value(r0) - json_integer_value(s0), toready,
-                                   sizeof toready)
-                      : NULL,
-                  json_string_value(json_object_get(p, "detail")), detail[0] ? detail : NULL);
-}
-
-static void proc_row(ctl_table_t *t, const json_t *p, int64_t now)
-{
-    char inst[160], svc[160], mach[160], state[16], pid[24], restarts[24], ports[256], age[32];
-    char reason[SD_REASON_TEXT_MAX];
-    const char *st = json_string_value(json_object_get(p, "state"));
-    sd_reason_format_json(reason, sizeof reason, p);
-    const json_t *since = json_object_get(p, st && !strcmp(st, "stopped") ? "stopped_at_ms"
-                                                                           : "started_at_ms");
-    ctl_table_row(t, ctl_jstr(json_object_get(p, "instance"), inst, sizeof inst),
-                  ctl_jstr(json_object_get(p, "service"), svc, sizeof svc),
-                  ctl_jstr(json_object_get(p, "machine"), mach, sizeof mach),
-                  ctl_jstr(json_object_get(p, "state"), state, sizeof state),
-                  ctl_jstr(json_object_get(p, "pid"), pid, sizeof pid),
-                  ctl_restarts(p, restarts, sizeof restarts),
-                  ctl_kv_text(json_object_get(p, "ports"), ports, sizeof ports),
-                  json_is_integer(since) ? ctl_fmt_ms(now - json_integer_value(since), age, sizeof age)
-                                         : NULL,
-                  reason);
+    const char *nl = tail ? strrchr(tail, '\n') : NULL;
+    snprintf(last, sizeof last, "%s", nl ? nl + 1 : tail ? tail : "");
+    cells[9] = ctl_jstr(json_object_get(p, "slot"), slot, sizeof slot);
+    cells[10] = ctl_jstr(json_object_get(p, "generation"), gen, sizeof gen);
+    cells[11] = json_is_integer(s0) && json_is_integer(r0)
+                    ? ctl_fmt_ms(json_integer_value(r0) - json_integer_value(s0), toready,
+                                 sizeof toready)
+                    : NULL;
+    cells[12] = json_string_value(json_object_get(p, "detail"));
+    cells[13] = last[0] ? last : NULL;
+    ctl_table_row(t, cells[0], cells[1], cells[2], cells[3], cells[4], cells[5], cells[6],
+                  cells[7], cells[8], cells[9], cells[10], cells[11], cells[12], cells[13]);
 }
 
 int cmd_ps(ctl_t *ctl, int argc, char **argv)
@@ -121,14 +111,13 @@ int cmd_ps(ctl_t *ctl, int argc, char **argv)
                                              "TO_READY", "DETAIL", "LAST_OUTPUT")
                              : ctl_table_new(9, "INSTANCE", "SERVICE", "MACHINE", "STATE", "PID",
                                              "RESTARTS", "PORTS", "AGE", "REASON");
-        void (*row)(ctl_table_t *, const json_t *, int64_t) = ctl->wide ? proc_row_wide : proc_row;
         if (one) {
-            row(t, ans, now);
+            proc_row(t, ans, now, ctl->wide);
         } else {
             size_t i;
             const json_t *p;
             json_array_foreach(json_object_get(ans, "processes"), i, p)
-                row(t, p, now);
+                proc_row(t, p, now, ctl->wide);
         }
         ctl_table_print(t, stdout, ctl->color);
         if (json_is_true(json_object_get(ans, "truncated")))

@@ -121,7 +121,8 @@ static int yaml_out; /* -o yaml: ctl_print_json prints YAML */
 void ctl_output_yaml(int on) { yaml_out = on; }
 
 /* A scalar: numbers, booleans and null as themselves, strings as JSON strings (a JSON
- * string is a valid YAML double-quoted scalar, so any text round-trips). */
+ * string is a valid YAML double-quoted scalar, so any text round-trips); an empty object
+ * or array as {} / [] (YAML's flow style). */
 static void yaml_scalar(FILE *f, const json_t *v)
 {
     char *s = json_dumps(v, JSON_ENCODE_ANY);
@@ -167,14 +168,9 @@ static void yaml_value(FILE *f, const json_t *v, int indent, int inline_first)
             if (is_container(x)) {
                 fputc('\n', f);
                 yaml_value(f, x, indent + 2, 0);
-            } else {
+            } else { /* a scalar, or an empty {} / [] in flow style */
                 fputc(' ', f);
-                if (json_is_object(x))
-                    fputs("{}", f);
-                else if (json_is_array(x))
-                    fputs("[]", f);
-                else
-                    yaml_scalar(f, x);
+                yaml_scalar(f, x);
                 fputc('\n', f);
             }
         }
@@ -188,24 +184,14 @@ static void yaml_value(FILE *f, const json_t *v, int indent, int inline_first)
             if (is_container(x)) {
                 yaml_value(f, x, indent + 2, 1);
             } else {
-                if (json_is_object(x))
-                    fputs("{}", f);
-                else if (json_is_array(x))
-                    fputs("[]", f);
-                else
-                    yaml_scalar(f, x);
+                yaml_scalar(f, x);
                 fputc('\n', f);
             }
         }
     } else {
         if (inline_first == 0)
             fprintf(f, "%*s", indent, "");
-        if (json_is_object(v))
-            fputs("{}", f);
-        else if (json_is_array(v))
-            fputs("[]", f);
-        else
-            yaml_scalar(f, v);
+        yaml_scalar(f, v);
         fputc('\n', f);
     }
 }

@@ -371,9 +371,11 @@ int sd_lock_names_one_slot(const char *const *names, int n)
     return 1;
 }
 
-/* One SADD or SREM of names to or from holder's index set (a cluster keeps it outside the
- * lock scripts). A SD_STORE_* code. */
-static int index_update(const char *op, const char *holder, const char *const *names, int n)
+/* `op <holder's index set> names...` (SADD, SREM, SMISMEMBER: a cluster keeps the index
+ * outside the lock scripts); *out (may be NULL) gets the reply. A SD_STORE_* code; an
+ * error reply is SD_STORE_ERROR. */
+static int index_cmd(const char *op, const char *holder, const char *const *names, int n,
+                     redisReply **out)
 {
     char key[SD_NAME_MAX + 96];
     sd_argv_t av;
@@ -385,11 +387,20 @@ static int index_update(const char *op, const char *holder, const char *const *n
     redisReply *r;
     int rc = sd_store_command(&av, &r);
     sd_argv_free(&av);
-    if (rc == SD_STORE_OK) {
-        rc = r->type == REDIS_REPLY_ERROR ? SD_STORE_ERROR : SD_STORE_OK;
+    if (rc != SD_STORE_OK)
+        return rc;
+    rc = r->type == REDIS_REPLY_ERROR ? SD_STORE_ERROR : SD_STORE_OK;
+    if (out && rc == SD_STORE_OK)
+        *out = r;
+    else
         freeReplyObject(r);
-    }
     return rc;
+}
+
+/* One SADD or SREM of names to or from holder's index set. */
+static int index_update(const char *op, const char *holder, const char *const *names, int n)
+{
+    return index_cmd(op, holder, names, n, NULL);
 }
 
 /* Cluster only, before an acquire: which of names the holder's index lacks (added[i] = 1),
@@ -398,16 +409,8 @@ static int index_update(const char *op, const char *holder, const char *const *n
 static int index_add_new(const char *holder, const char *const *names, int n,
                          unsigned char *added)
 {
-    char key[SD_NAME_MAX + 96];
-    sd_argv_t av;
-    sd_argv_init(&av);
-    sd_argv_add(&av, "SMISMEMBER");
-    sd_argv_addf(&av, "%s", holder_key(key, sizeof key, holder));
-    for (int i = 0; i < n; i++)
-        sd_argv_add(&av, names[i]);
     redisReply *r;
-    int rc = sd_store_command(&av, &r);
-    sd_argv_free(&av);
+    int rc = index_cmd("SMISMEMBER", holder, names, n, &r);
     if (rc != SD_STORE_OK)
         return rc;
     int ok = r->type == REDIS_REPLY_ARRAY && r->elements == (size_t)n;

@@ -317,17 +317,25 @@ void h_master_heartbeat(sd_req_t *req, sd_resp_t *resp)
 }
 
 /* GET one server of the master list (what a listing shows of it), from the index. */
-void h_master_get(sd_req_t *req, sd_resp_t *resp)
+/* The caller's IP (rate-limited) and the path's server address, normalized: 0, or -1
+ * after answering (429, 400 bad_address). */
+static int addr_request(sd_req_t *req, sd_resp_t *resp, char *ip, size_t ipcap, char *addr)
 {
-    char ip[48];
-    if (caller_ip(req, resp, ip, sizeof ip) || rate_refused(ip, resp))
-        return;
-    char addr[SD_MASTER_ADDR_MAX];
-    if (sd_master_parse_addr(req->params[0], addr, sizeof addr, NULL, 0, NULL, NULL)) {
+    if (caller_ip(req, resp, ip, ipcap) || rate_refused(ip, resp))
+        return -1;
+    if (sd_master_parse_addr(req->params[0], addr, SD_MASTER_ADDR_MAX, NULL, 0, NULL, NULL)) {
         sd_resp_error(resp, 400, "bad_address",
                       "the server must be given as IP:PORT or [IPv6]:PORT");
-        return;
+        return -1;
     }
+    return 0;
+}
+
+void h_master_get(sd_req_t *req, sd_resp_t *resp)
+{
+    char ip[48], addr[SD_MASTER_ADDR_MAX];
+    if (addr_request(req, resp, ip, sizeof ip, addr))
+        return;
     sd_buf_t js;
     sd_buf_init(&js, 1 << 16);
     int rc = sd_master_get(addr, &js);
@@ -342,15 +350,9 @@ void h_master_get(sd_req_t *req, sd_resp_t *resp)
 
 void h_master_delete(sd_req_t *req, sd_resp_t *resp)
 {
-    char ip[48];
-    if (caller_ip(req, resp, ip, sizeof ip) || rate_refused(ip, resp))
+    char ip[48], addr[SD_MASTER_ADDR_MAX];
+    if (addr_request(req, resp, ip, sizeof ip, addr))
         return;
-    char addr[SD_MASTER_ADDR_MAX];
-    if (sd_master_parse_addr(req->params[0], addr, sizeof addr, NULL, 0, NULL, NULL)) {
-        sd_resp_error(resp, 400, "bad_address",
-                      "the server must be given as IP:PORT or [IPv6]:PORT");
-        return;
-    }
     sd_master_refusal_t why;
     int rc = sd_master_terminate(addr, ip, &why);
     if (rc == SD_MASTER_REFUSED) {
