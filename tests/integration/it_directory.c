@@ -1112,6 +1112,42 @@ static void machine_lost_without_primary(void **state)
     assert_int_equal(lost, 2);
 }
 
+/* Walks the pages of `path` (a list of `list` objects named by `key`) of `limit`: each
+ * page at most limit long, names in order and never repeated, at most max_pages pages.
+ * Returns the names seen; *pages and prev (the last name, 64 bytes) are set. */
+static int walk_named_pages(const char *path, const char *list, const char *key, int limit,
+                            int max_pages, int *pages, char *prev)
+{
+    char url[256], after[64] = "";
+    int total = 0;
+    prev[0] = '\0';
+    *pages = 0;
+    for (;;) {
+        snprintf(url, sizeof url, "%s?limit=%d%s%s", path, limit, after[0] ? "&after=" : "",
+                 after);
+        json_t *j = get_json(H_TOK_VIEWER, url, 200);
+        size_t i;
+        json_t *o;
+        json_array_foreach(json_object_get(j, list), i, o) {
+            assert_true(strcmp(jstr(o, key), prev) > 0); /* name order, no repeat */
+            snprintf(prev, 64, "%s", jstr(o, key));
+            if (json_object_get(o, "state"))
+                assert_string_equal(jstr(o, "state"), "live");
+            total++;
+        }
+        assert_true(json_array_size(json_object_get(j, list)) <= (size_t)limit);
+        (*pages)++;
+        json_t *next = json_object_get(j, "next");
+        if (!json_is_string(next)) {
+            json_decref(j);
+            return total;
+        }
+        snprintf(after, sizeof after, "%s", json_string_value(next));
+        json_decref(j);
+        assert_true(*pages <= max_pages);
+    }
+}
+
 /* GET /machines and /services are paged along their name indexes (mix, six): 20,000
  * machines (written before the index existed, then indexed once) come in pages of 1000
  * in name order with no call over the SLOWLOG bar; libsdclient walks every page; 120
@@ -1150,31 +1186,9 @@ static void machines_and_services_are_paged(void **state)
     json_decref(j);
 
     slowlog_begin("sd:{cpg}:machines");
-    char url[256], after[64] = "", prev[64] = "";
-    int pages = 0, total = 0;
-    for (;;) {
-        snprintf(url, sizeof url, "/v1/clusters/cpg/machines?limit=1000%s%s",
-                 after[0] ? "&after=" : "", after);
-        j = get_json(H_TOK_VIEWER, url, 200);
-        size_t i;
-        json_t *m;
-        json_array_foreach(json_object_get(j, "machines"), i, m) {
-            assert_true(strcmp(jstr(m, "machine"), prev) > 0); /* name order, no repeat */
-            snprintf(prev, sizeof prev, "%s", jstr(m, "machine"));
-            assert_string_equal(jstr(m, "state"), "live");
-            total++;
-        }
-        assert_true(json_array_size(json_object_get(j, "machines")) <= 1000);
-        pages++;
-        json_t *next = json_object_get(j, "next");
-        if (!json_is_string(next)) {
-            json_decref(j);
-            break;
-        }
-        snprintf(after, sizeof after, "%s", json_string_value(next));
-        json_decref(j);
-        assert_true(pages <= 30);
-    }
+    char prev[64];
+    int pages, total = walk_named_pages("/v1/clusters/cpg/machines", "machines", "machine", 1000,
+                                        30, &pages, prev);
     assert_int_equal(total, 20003);
     assert_string_equal(prev, "z-last");
     slowlog_check();
@@ -1203,30 +1217,8 @@ static void machines_and_services_are_paged(void **state)
                          200);
         h_resp_free(&r);
     }
-    after[0] = '\0';
-    prev[0] = '\0';
-    pages = total = 0;
-    for (;;) {
-        snprintf(url, sizeof url, "/v1/clusters/cpg/services?limit=50%s%s",
-                 after[0] ? "&after=" : "", after);
-        j = get_json(H_TOK_VIEWER, url, 200);
-        size_t i;
-        json_t *s;
-        json_array_foreach(json_object_get(j, "services"), i, s) {
-            assert_true(strcmp(jstr(s, "service"), prev) > 0);
-            snprintf(prev, sizeof prev, "%s", jstr(s, "service"));
-            total++;
-        }
-        pages++;
-        json_t *next = json_object_get(j, "next");
-        if (!json_is_string(next)) {
-            json_decref(j);
-            break;
-        }
-        snprintf(after, sizeof after, "%s", json_string_value(next));
-        json_decref(j);
-        assert_true(pages <= 5);
-    }
+    total = walk_named_pages("/v1/clusters/cpg/services", "services", "service", 50, 5, &pages,
+                             prev);
     assert_int_equal(total, 120);
     assert_int_equal(pages, 3);
     assert_int_equal(sdc_services_list(c, "cpg", &out, &err), SDC_OK);
