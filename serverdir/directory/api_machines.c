@@ -45,30 +45,17 @@ static void sort_strings(json_t *arr)
  * from an empty one with it. */
 void h_clusters_list(sd_req_t *req, sd_resp_t *resp)
 {
-    char key[128], cursor[32] = "0";
-    snprintf(key, sizeof key, "%sclusters", sd_store_prefix());
+    char cursor[32] = "0";
     json_t *names = json_array();
     int truncated = 0;
     do {
-        sd_argv_t a;
-        sd_argv_init(&a);
-        sd_argv_add(&a, "SSCAN");
-        sd_argv_add(&a, key);
-        sd_argv_add(&a, cursor);
-        sd_argv_add(&a, "COUNT");
-        sd_argv_add(&a, "500");
         redisReply *r;
-        int rc = sd_store_command(&a, &r);
-        sd_argv_free(&a);
-        if (rc || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-            r->element[0]->type != REDIS_REPLY_STRING) {
-            if (!rc)
-                freeReplyObject(r);
+        int rc = sd_dir_clusters_step(cursor, sizeof cursor, 500, &r);
+        if (rc) {
             json_decref(names);
-            sd_resp_store_error(resp, rc ? rc : SD_STORE_ERROR);
+            sd_resp_store_error(resp, rc);
             return;
         }
-        snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
         redisReply *v = r->element[1];
         for (size_t i = 0; v->type == REDIS_REPLY_ARRAY && i < v->elements; i++) {
             const char *n = v->element[i]->str;

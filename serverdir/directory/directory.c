@@ -732,14 +732,38 @@ static int sweep_lease(const char *me)
     return got;
 }
 
+int sd_dir_clusters_step(char *cursor, size_t cap, int count, redisReply **out)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%sclusters", sd_store_prefix());
+    sd_argv_t a;
+    sd_argv_init(&a);
+    sd_argv_add(&a, "SSCAN");
+    sd_argv_add(&a, key);
+    sd_argv_add(&a, cursor);
+    sd_argv_add(&a, "COUNT");
+    sd_argv_addf(&a, "%d", count);
+    redisReply *r;
+    int rc = sd_store_command(&a, &r);
+    sd_argv_free(&a);
+    if (rc)
+        return rc;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+        r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_ARRAY) {
+        freeReplyObject(r);
+        return SD_STORE_ERROR;
+    }
+    sd_strlcpy(cursor, r->element[0]->str, cap);
+    *out = r;
+    return SD_STORE_OK;
+}
+
 static void *sweeper_main(void *arg)
 {
     (void)arg;
     char me[33];
     if (sd_random_hex(me, 16))
         snprintf(me, sizeof me, "%lld", (long long)sd_mono_us());
-    char key[128];
-    snprintf(key, sizeof key, "%sclusters", sd_store_prefix());
     for (;;) {
         pthread_mutex_lock(&sweep_mu);
         if (!sweep_stop) {
@@ -757,23 +781,9 @@ static void *sweeper_main(void *arg)
         char cursor[32] = "0";
         int rounds = 0, leased = 0;
         do {
-            sd_argv_t a;
-            sd_argv_init(&a);
-            sd_argv_add(&a, "SSCAN");
-            sd_argv_add(&a, key);
-            sd_argv_add(&a, cursor);
-            sd_argv_add(&a, "COUNT");
-            sd_argv_add(&a, "100");
             redisReply *r;
-            int rc = sd_store_command(&a, &r);
-            sd_argv_free(&a);
-            if (rc)
+            if (sd_dir_clusters_step(cursor, sizeof cursor, 100, &r))
                 break;
-            if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
-                freeReplyObject(r);
-                break;
-            }
-            sd_strlcpy(cursor, r->element[0]->str, sizeof cursor);
             for (size_t i = 0; i < r->element[1]->elements; i++) {
                 const char *c = r->element[1]->element[i]->str;
                 if (!sd_name_valid(c, SD_NAME_MAX) || !sweep_due(c))

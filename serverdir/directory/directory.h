@@ -91,4 +91,9 @@ int sd_dir_cluster_seen(const char *cluster);
 int sd_dir_sweeper_start(void);
 void sd_dir_sweeper_stop(void);
 
+/* One SSCAN step of COUNT count over the set of clusters that have had a machine lease
+ * (Pclusters), from cursor (updated in place; "0" when the walk is done). *out is the
+ * reply, {cursor, [names]} (caller frees). A SD_STORE_* code. */
+int sd_dir_clusters_step(char *cursor, size_t cap, int count, redisReply **out);
+
 #endif
