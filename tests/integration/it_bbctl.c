@@ -245,7 +245,7 @@ static void bbctl_logs_of_runs(void **state)
 
     /* kill -9: the slot's next run; the first one's log is still there, and ends */
     assert_int_equal(kill(pids[0], SIGKILL), 0);
-    in = bbt_wait(&b, "zone", 0, "ready", 2, 5000);
+    in = bbt_wait(&b, "zone", 0, "ready", 2, h_valgrind() ? 30000 : 5000);
     assert_non_null(in);
     char second[160];
     snprintf(second, sizeof second, "%s", bbt_str(in, "instance"));
@@ -265,7 +265,7 @@ static void bbctl_logs_of_runs(void **state)
     pid_t f = h_spawn(follow, fol, NULL);
     h_sleep_ms(500);
     json_decref(bbt_ctl(&b, "stop zone"));
-    int st = h_wait_exit(f, 10000);
+    int st = h_wait_exit(f, h_valgrind() ? 60000 : 10000);
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
     assert_true(bbt_file_has(fol, "msg=ready"));

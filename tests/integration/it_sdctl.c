@@ -553,7 +553,7 @@ static void crash_report_in_the_record_and_describe(void **state)
     assert_null(strstr(out, "msg=ready")); /* --tail 1: the last line only */
 
     /* a live one: -f prints its output as it comes and ends when it stops */
-    json_t *st = bbt_wait(&b, "steady", 0, "ready", 1, 5000);
+    json_t *st = bbt_wait(&b, "steady", 0, "ready", 1, h_valgrind() ? 30000 : 5000);
     assert_non_null(st);
     char live[160];
     snprintf(live, sizeof live, "%s", bbt_str(st, "instance"));
@@ -565,9 +565,9 @@ static void crash_report_in_the_record_and_describe(void **state)
     const char *argv[] = {SD_BIN_DIR "/sdctl", "logs", live, "-f", NULL};
     pid_t f = h_spawn(argv, fol, env);
     struct file_has w = {fol, "msg=ready"};
-    assert_true(h_wait_until(file_has, &w, 5000));
+    assert_true(h_wait_until(file_has, &w, h_valgrind() ? 30000 : 5000));
     json_decref(bbt_ctl(&b, "stop steady"));
-    int rc = h_wait_exit(f, 15000);
+    int rc = h_wait_exit(f, h_valgrind() ? 60000 : 15000);
     assert_true(WIFEXITED(rc));
     assert_int_equal(WEXITSTATUS(rc), 0);
     w.needle = "msg=stopped";
