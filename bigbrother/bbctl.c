@@ -74,8 +74,6 @@ static int find_socket(char *out, size_t cap)
         exe[n] = '\0';
         const char *base = strrchr(exe, '/');
         base = base ? base + 1 : exe;
-        if (strcmp(base, "bigbrother") != 0)
-            continue;
         snprintf(path, sizeof path, "/proc/%ld/cmdline", pid);
         FILE *f = fopen(path, "r");
         if (!f)
@@ -83,15 +81,24 @@ static int find_socket(char *out, size_t cap)
         size_t len = fread(args, 1, sizeof args - 1, f);
         fclose(f);
         args[len] = '\0';
+        /* the program is bigbrother, or runs it (valgrind bigbrother --config ...): its
+         * options follow the argument named bigbrother */
+        int is_bb = strcmp(base, "bigbrother") == 0;
         const char *config = NULL; /* "--config" PATH or "--config=PATH" or "-c" PATH */
         for (size_t i = 0; i < len; i += strlen(args + i) + 1) {
-            const char *a = args + i;
+            const char *a = args + i, *ab = strrchr(a, '/');
             size_t next = i + strlen(a) + 1;
-            if ((!strcmp(a, "--config") || !strcmp(a, "-c")) && next < len)
+            if (!strcmp(ab ? ab + 1 : a, "bigbrother"))
+                is_bb = 1;
+            else if (!is_bb)
+                continue;
+            else if ((!strcmp(a, "--config") || !strcmp(a, "-c")) && next < len)
                 config = args + next;
             else if (!strncmp(a, "--config=", 9))
                 config = a + 9;
         }
+        if (!is_bb)
+            continue;
         if (!config)
             continue;
         char cfgpath[4352];
