@@ -41,7 +41,8 @@ static int setup(void **state)
         return -1;
     h_resp_free(&r);
     if (h_http_json("PUT", sd.url, H_TOK_BB,
-                    "{\"address\":\"10.1.2.3\",\"capacity\":64,\"labels\":{\"zone\":\"eu\"}}", &r,
+                    "{\"address\":\"10.1.2.3\",\"capacity\":64,\"labels\":{\"zone\":\"eu\"},"
+                    "\"ttl_ms\":300000}", &r, /* live for the whole test: a lost m1 stops zone-m1-1 */
                     "/v1/clusters/prod/machines/m1") ||
         r.status != 200)
         return -1;
