@@ -8,7 +8,8 @@
 #      Cluster and Sentinel code there); a sanitizer report in any test or in any daemon a
 #      test started fails the run;
 #   3. runs the integration tests again with the daemons (serverdir, bigbrother) under
-#      valgrind memcheck (H_VALGRIND=1): any error or definite leak fails the run;
+#      valgrind memcheck (H_VALGRIND=1; not the novalgrind ones, whose daemons it does not
+#      wrap): any error or definite leak fails the run;
 #   4. builds the libFuzzer targets with clang (build-fuzz/) and runs each for
 #      SD_FUZZ_SECONDS (default 10) over its seed corpus and kept regressions.
 # SD_TEST_STAGES="plain asan" (any subset of plain asan valgrind fuzz) selects stages.
@@ -37,7 +38,7 @@ for stage in $stages; do
     valgrind)
         echo "== stage valgrind: integration tests with the daemons under valgrind"
         sd_build build -DSD_WERROR=ON
-        (cd "$SD_ROOT/build" && H_VALGRIND=1 ctest --output-on-failure -j"$jobs" -L integration)
+        (cd "$SD_ROOT/build" && H_VALGRIND=1 ctest --output-on-failure -j"$jobs" -L integration -LE novalgrind)
         ;;
     fuzz)
         echo "== stage fuzz: libFuzzer targets, ${SD_FUZZ_SECONDS:-10} s each"
