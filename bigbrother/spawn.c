@@ -268,8 +268,17 @@ void bb_crash_report(const bb_inst_t *in, json_t *ev)
     if (!failed)
         return;
     char *tail = malloc(SD_LOG_TAIL_MAX + 1);
-    if (tail && log_tail(in, tail, SD_LOG_TAIL_MAX + 1) == 0 && tail[0])
-        json_object_set_new(ev, "log_tail", json_string(tail));
+    if (tail && log_tail(in, tail, SD_LOG_TAIL_MAX + 1) == 0 && tail[0]) {
+        json_t *t = json_string(tail);
+        if (!t) { /* UTF-8 that jansson refuses (overlong, surrogates): ASCII then */
+            for (char *c = tail; *c; c++)
+                if ((unsigned char)*c >= 0x80)
+                    *c = '?';
+            t = json_string(tail);
+        }
+        if (t)
+            json_object_set_new(ev, "log_tail", t);
+    }
     free(tail);
     if (in->dumped) {
         char core[SD_CORE_PATH_MAX + 1];

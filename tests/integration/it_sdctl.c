@@ -507,7 +507,11 @@ static void crash_report_in_the_record_and_describe(void **state)
              " \"restart\": {\"policy\": \"never\"}, \"cwd\": \"%s\"},"
              " {\"name\": \"steady\", \"command\": \"%s\", \"args\": [\"--tick-hz\", \"50\"],"
              " \"count\": 1, \"health\": {\"type\": \"agent\", \"start_timeout_ms\": 5000},"
-             " \"stop\": {\"grace_ms\": 2000}, \"cwd\": \"%s\"}]",
+             " \"stop\": {\"grace_ms\": 2000}, \"cwd\": \"%s\"},"
+             /* bytes no JSON string may carry (an overlong UTF-8 sequence) in its output */
+             " {\"name\": \"badbytes\", \"command\": \"/bin/sh\", \"args\": [\"-c\","
+             " \"printf 'caf\\\\303\\\\251 \\\\300\\\\257 bad\\\\n'; exit 3\"], \"count\": 1,"
+             " \"health\": {\"type\": \"none\"}, \"restart\": {\"policy\": \"never\"}}]",
              GAMEPROC, h_tmpdir(), GAMEPROC, h_tmpdir());
     bbt_config(&b, svc, extra);
     assert_true(bbt_start(&b) > 0);
@@ -541,6 +545,26 @@ static void crash_report_in_the_record_and_describe(void **state)
     assert_non_null(strstr(out, "Last output:"));
     assert_non_null(h_line_with(out, "  | ", line, sizeof line));
     assert_non_null(strstr(out, "msg=crashing how=exit code=3"));
+
+    /* output a JSON string cannot hold still gives a crash report, in ASCII */
+    assert_int_equal(h_http_json("GET", sd.url, H_TOK_VIEWER, NULL, &r,
+                                 "/v1/clusters/c1/processes?state=stopped&service=badbytes"), 0);
+    json_t *bl = h_resp_json(&r);
+    h_resp_free(&r);
+    const char *bt = json_string_value(
+        json_object_get(json_array_get(json_object_get(bl, "processes"), 0), "instance"));
+    assert_non_null(bt);
+    assert_int_equal(h_http_json("GET", sd.url, H_TOK_VIEWER, NULL, &r,
+                                 "/v1/clusters/c1/processes/%s", bt), 0);
+    json_decref(bl);
+    json_t *bp = h_resp_json(&r);
+    h_resp_free(&r);
+    const char *btail = json_string_value(json_object_get(bp, "log_tail"));
+    assert_non_null(btail);
+    assert_non_null(strstr(btail, " bad"));
+    for (const char *c = btail; *c; c++)
+        assert_true((unsigned char)*c < 0x80);
+    json_decref(bp);
 
     /* sdctl logs (item 2): the stopped instance's output from its machine's bigbrother
      * (logs_listen, registered as the lease's logs_port); -f on it just ends */
