@@ -386,6 +386,14 @@ static void instance_service_machine_pages(void **state)
     assert_non_null(strstr(dom, ilink));
     free(dom);
     screenshot("cluster=c1", "dashboard-500px.png", 500);
+
+    /* the processes table is paged along the API's cursor: one a page here */
+    dom = dom_of("cluster=c1&page_size=1");
+    assert_null(strstr(dom, "class=\"err\""));
+    assert_non_null(strstr(dom, "page 1 of about 2"));
+    assert_non_null(strstr(dom, "<button id=\"p-next\">"));          /* enabled */
+    assert_non_null(strstr(dom, "<button id=\"p-prev\" disabled=\"\">")); /* first page */
+    free(dom);
 }
 
 /* The page is served without a token, with a strict CSP; the API it reads needs one. */
