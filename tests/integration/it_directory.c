@@ -983,7 +983,8 @@ static void lists_at_100k_stay_cheap(void **state)
     qsort(g.us, (size_t)g.n, sizeof g.us[0], cmp_i64);
     fprintf(stderr, "GET during 5000-record pages: %d calls, median %lld us, max %lld us\n",
             g.n, (long long)g.us[g.n / 2], (long long)g.us[g.n - 1]);
-    assert_true(g.us[g.n / 2] < 5000);
+    /* under valgrind serverdir's own work dominates a GET: the bar is Redis not blocking */
+    assert_true(g.us[g.n / 2] < (h_valgrind() ? 50000 : 5000));
 
     /* the whole directory in pages of 5000, a process stopped meanwhile */
     static unsigned char seen[100000];
