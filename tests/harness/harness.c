@@ -525,6 +525,14 @@ const char *h_lock_key(const char *name)
     return buf;
 }
 
+const char *h_master_key(const char *prefix, const char *name)
+{
+    static _Thread_local char buf[256];
+    snprintf(buf, sizeof buf, strcmp(h_redis_mode(), "cluster") == 0 ? "%s{master}:%s" : "%smaster:%s",
+             prefix, name);
+    return buf;
+}
+
 void h_redis_stop(h_redis_t *r)
 {
     if (r->ctl) {

@@ -79,6 +79,9 @@ int h_redis_route(h_redis_t *r, const char *key);
 /* The Redis key of lock name's record in this mode (sd:lock:{=name} on a cluster when
  * the name has no tag); a per-thread buffer. */
 const char *h_lock_key(const char *name);
+/* The Redis key `name` of the master list under key prefix `prefix` in this mode
+ * ("sd:{master}:s" on a cluster, "sd:master:s" otherwise); a per-thread buffer. */
+const char *h_master_key(const char *prefix, const char *name);
 /* Runs a command on r->ctl (reconnecting if needed); caller frees the reply. */
 redisReply *h_redis(h_redis_t *r, const char *fmt, ...);
 /* DBSIZE, and a digest of the whole keyspace (DEBUG DIGEST) to prove "nothing changed";
