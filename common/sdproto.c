@@ -128,7 +128,8 @@ int sd_event_check(sd_jv_t *v, const json_t *ev)
     static const char *const known[] = {"id", "type", "instance", "machine", "service",
                                         "pid", "ts_ms", "slot", "generation", "ports",
                                         "reason", "code", "signal", "silent_ms", "detail",
-                                        "log_tail", "core"};
+                                        "log_tail", "core", "players", "max_players",
+                                        "status", "allocation"};
     static const char *const stop_only[] = {"reason", "code", "signal", "silent_ms", "detail",
                                             "log_tail", "core"};
     static const struct {
@@ -171,6 +172,26 @@ int sd_event_check(sd_jv_t *v, const json_t *ev)
                       ints[n].max, &num) < 0)
             return -1;
     if (ev_ports(v, ev))
+        return -1;
+    static const char *const status_only[] = {"players", "max_players", "status"};
+    for (size_t n = 0; t != SD_EV_STATUS && n < sizeof status_only / sizeof *status_only; n++) {
+        json_t *y = json_object_get(ev, status_only[n]);
+        if (y && !json_is_null(y))
+            return sd_jv_fail(v, status_only[n], "is only allowed in a status event");
+    }
+    json_t *al = json_object_get(ev, "allocation");
+    if (al && !json_is_null(al) && t != SD_EV_CONFIRMED && t != SD_EV_RELEASED)
+        return sd_jv_fail(v, "allocation", "is only allowed in a confirmed or released event");
+    if (t == SD_EV_STATUS) {
+        const char *st;
+        if (sd_jv_int(v, ev, "players", SD_JV_OPTIONAL, 0, SD_PLAYERS_MAX, &num) < 0 ||
+            sd_jv_int(v, ev, "max_players", SD_JV_OPTIONAL, 0, SD_PLAYERS_MAX, &num) < 0 ||
+            sd_jv_str(v, ev, "status", SD_JV_OPTIONAL, SD_STATUS_MAX, &st) < 0)
+            return -1;
+    }
+    if ((t == SD_EV_CONFIRMED || t == SD_EV_RELEASED) &&
+        sd_jv_name(v, ev, "allocation", t == SD_EV_CONFIRMED ? SD_JV_REQUIRED : SD_JV_OPTIONAL,
+                   &id) < 0)
         return -1;
     if (t != SD_EV_STOPPED) {
         for (size_t n = 0; n < sizeof stop_only / sizeof *stop_only; n++) {

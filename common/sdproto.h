@@ -32,6 +32,14 @@
 #define SD_PORT_NAME_MAX 64     /* a key of `ports` (a name) */
 #define SD_PID_MAX 4194304      /* 1 << 22, Linux's pid_max ceiling */
 
+#define SD_STATUS_MAX 1024      /* status.status: the game's status line, bytes */
+#define SD_PLAYERS_MAX 1000000  /* status.players / max_players */
+
+/* POST /v1/clusters/{c}/allocations (docs/allocation.md) */
+#define SD_ALLOC_PAYLOAD_MAX 1024 /* the payload, compact JSON bytes */
+#define SD_ALLOC_WAIT_MAX_MS 60000
+#define SD_ALLOC_SELECTOR_MAX 16  /* entries of selector.machine_labels / metadata */
+
 /* GET /v1/clusters/{c}/events */
 #define SD_HISTORY_LIMIT_MAX 1000 /* events in one page of the history */
 
@@ -57,7 +65,10 @@
 #define SD_EVENT_TYPES(X)                                                                      \
     X(SD_EV_STARTED, "started")                                                                \
     X(SD_EV_READY, "ready")                                                                    \
-    X(SD_EV_STOPPED, "stopped")
+    X(SD_EV_STOPPED, "stopped")                                                                \
+    X(SD_EV_STATUS, "status")                                                                  \
+    X(SD_EV_CONFIRMED, "confirmed")                                                            \
+    X(SD_EV_RELEASED, "released")
 
 /* Why a process stopped (the `reason` of a stopped event). */
 #define SD_STOP_REASONS(X)                                                                     \
@@ -98,7 +109,10 @@ int sd_lock_token_valid(const char *s);
 /* Checks one process event against the events contract, all of it that depends on the
  * event alone: the known fields only; id, type, instance, machine and service present;
  * names, integer ranges, ports; pid required in a started event; reason required in a
- * stopped event and reason, code, signal, silent_ms, detail allowed only there. Null
+ * stopped event and reason, code, signal, silent_ms, detail allowed only there; players,
+ * max_players and status only in a status event (the game's load figures and status
+ * line); allocation required in a confirmed event, optional in a released one (absent:
+ * every open allocation of the instance), allowed only there. Null
  * counts as absent. Returns 0, or -1 with the message in v, whose path names the event
  * ("events[3].reason must be one of ..."). The one place the contract is checked:
  * bigbrother before an event enters its outbox, serverdir before a batch is applied. */
