@@ -575,7 +575,7 @@ static void bad_input_is_rejected_and_changes_nothing(void **state)
          "bad_field", "events[0].pid must be between 1 and 4194304"},
         {"POST", EVP, NULL, "{\"events\":[{\"id\":\"x1\",\"type\":\"begun\",\"instance\":\"i9\","
                             "\"machine\":\"m1\",\"service\":\"zone\"}]}", 400, "bad_field",
-         "events[0].type must be started, ready or stopped"},
+         "events[0].type must be started, ready, stopped, status, confirmed or released"},
         {"POST", EVP, NULL, "{\"events\":[{\"id\":\"x1\",\"type\":7,\"instance\":\"i9\","
                             "\"machine\":\"m1\",\"service\":\"zone\"}]}", 400, "bad_field",
          "events[0].type must be a string"},

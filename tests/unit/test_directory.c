@@ -89,7 +89,7 @@ static void events_errors_name_the_field(void **state)
         {"{\"events\":[{\"id\":\"a\",\"type\":\"ready\",\"instance\":\"i\",\"machine\":\"m\","
          "\"service\":\"s\"},{\"id\":\"b\",\"type\":\"gone\",\"instance\":\"i\",\"machine\":\"m\","
          "\"service\":\"s\"}]}",
-         "events[1].type must be started, ready or stopped"},
+         "events[1].type must be started, ready, stopped, status, confirmed or released"},
         {"{\"events\":[{\"type\":\"ready\",\"instance\":\"i\",\"machine\":\"m\",\"service\":\"s\"}]}",
          "events[0].id is required"},
         {"{\"events\":[{\"id\":\"a\",\"type\":\"ready\",\"instance\":\"i/j\",\"machine\":\"m\","

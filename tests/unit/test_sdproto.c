@@ -144,7 +144,7 @@ static void event_contract(void **state)
     assert_string_equal(check(EV("\"type\":\"ready\",\"color\":1"), 0, e, sizeof e),
                         "events[0] has an unknown field 'color'");
     assert_string_equal(check(EV("\"type\":\"exploded\""), 1, e, sizeof e),
-                        "events[1].type must be started, ready or stopped");
+                        "events[1].type must be started, ready, stopped, status, confirmed or released");
     assert_string_equal(check(EV("\"type\":\"started\""), 0, e, sizeof e),
                         "events[0].pid is required");
     assert_string_equal(check(EV("\"type\":\"stopped\",\"reason\":\"oom\""), 3, e, sizeof e),
