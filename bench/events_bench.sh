@@ -125,9 +125,9 @@ populate() {
 declare -a EV_RATIO RD_RATIO EV_SATP99 EV_LOAD RD_SATP99 RD_LOAD EV_SD EV_SD50 EV_SD99 EV_RB EV_RB50 EV_RB99 RD_SD RD_SD50 RD_SD99 RD_RB RD_RB50 RD_RB99
 
 # events_apply.lua as serverdir runs it (the build's copy, with its prelude), with a
-# per-call nonce (ARGV[6]) appended to ids and instances.
+# per-call nonce (ARGV[8]) appended to ids and instances.
 LUA_DIR=$BUILD_DIR/serverdir/lua
-sed 's/^  events\[i\] = f$/  f.id = f.id .. ARGV[6]; f.instance = f.instance .. ARGV[6]\n  events[i] = f/' \
+sed 's/^  events\[i\] = f$/  f.id = f.id .. ARGV[8]; f.instance = f.instance .. ARGV[8]\n  events[i] = f/' \
     "$LUA_DIR/events_apply.lua" >"$WORK/events_anchor.lua"
 if cmp -s "$WORK/events_anchor.lua" "$LUA_DIR/events_apply.lua"; then
     echo "could not derive the anchor script from events_apply.lua" >&2
@@ -162,7 +162,7 @@ for run in $(seq 1 "$RUNS"); do
     EV_LOAD+=("$(awk -v r="$RPS" -v b="$BATCH" 'BEGIN { printf "%.0f", r * b }')"); EV_SD50+=("$P50"); EV_SD99+=("$P99")
 
     ESHA=$(redis-cli -p "$RPORT" SCRIPT LOAD "$(cat "$WORK/events_anchor.lua")")
-    run_rb -r 100000000000 EVALSHA "$ESHA" 1 'sd:{benchraw}:' "$BATCH_JSON" 86400000 10000 10000 86400000 "-__rand_int__"
+    run_rb -r 100000000000 EVALSHA "$ESHA" 1 'sd:{benchraw}:' "$BATCH_JSON" 86400000 10000 10000 86400000 sd:assign benchraw "-__rand_int__"
     EV_RB+=("$(awk -v r="$RPS" -v b="$BATCH" 'BEGIN { printf "%.0f", r * b }')"); EV_RB50+=("$P50"); EV_RB99+=("$P99")
 
     run_wrk "$ROOT/bench/procs_get.lua" "$SD/v1/clusters/bench/processes"

@@ -123,7 +123,7 @@ load_rate() { # locks_load args...
     "$BUILD/bench/locks_load" -c "$CLIENTS" -d "$DUR" "$@" | sed -n 's/.* rate=\([0-9]*\).*/\1/p'
 }
 
-sed 's/^  events\[i\] = f$/  f.id = f.id .. ARGV[6]; f.instance = f.instance .. ARGV[6]\n  events[i] = f/' \
+sed 's/^  events\[i\] = f$/  f.id = f.id .. ARGV[8]; f.instance = f.instance .. ARGV[8]\n  events[i] = f/' \
     "$LUA/events_apply.lua" >"$WORK/events_anchor.lua"
 cmp -s "$WORK/events_anchor.lua" "$LUA/events_apply.lua" &&
     { echo "could not derive the anchor script from events_apply.lua" >&2; exit 1; }
@@ -155,7 +155,7 @@ for round in $(seq "$ROUNDS"); do
             redis-cli -p "$RPORT" FLUSHALL >/dev/null
             esha=$(redis-cli -p "$RPORT" SCRIPT LOAD "$(cat "$WORK/events_anchor.lua")")
             out=$(redis-benchmark -p "$RPORT" -c "$CONNS" -n 20000 -r 100000000000 --csv EVALSHA \
-                "$esha" 1 'sd:{benchraw}:' "$BATCH_JSON" 86400000 10000 10000 86400000 "-__rand_int__" |
+                "$esha" 1 'sd:{benchraw}:' "$BATCH_JSON" 86400000 10000 10000 86400000 sd:assign benchraw "-__rand_int__" |
                 tail -1 | tr -d '"')
             rev=$(awk -F, -v b="$BATCH" '{ printf "%.0f", $(NF - 6) * b }' <<<"$out")
             redis-cli -p "$RPORT" FLUSHALL >/dev/null

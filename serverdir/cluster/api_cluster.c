@@ -249,7 +249,8 @@ void h_state_get(sd_req_t *req, sd_resp_t *resp)
                             doc_json(m, sd_reply_num(a, 1), sd_reply_num(a, 2), stopped,
                                      rs(a, 3, num, sizeof num)));
     }
-    json_t *out = json_pack("{s:I, s:b, s:o, s:o, s:I, s:o}", "version", (json_int_t)sd_reply_num(r, 1),
+    json_t *out = json_pack("{s:I, s:I, s:b, s:o, s:o, s:I, s:o}", "now_ms", (json_int_t)now,
+                            "version", (json_int_t)sd_reply_num(r, 1),
                             "cluster_stopped", stopped, "services", services, "machines",
                             machines, "assignments_version", (json_int_t)sd_reply_num(r, 3),
                             "assignments", assignments);
@@ -444,7 +445,8 @@ int sd_assign_read(const char *cluster, const char *machine, json_t **doc, int64
     int rc = sd__cluster_run("assign_get", cluster, &r, machine, NULL);
     if (rc)
         return rc;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 4) {
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 5 ||
+        r->element[4]->type != REDIS_REPLY_ARRAY) {
         log_error("unexpected script reply", "script=%s type=%d", "assign_get", r->type);
         freeReplyObject(r);
         return SD_STORE_ERROR;
@@ -453,6 +455,22 @@ int sd_assign_read(const char *cluster, const char *machine, json_t **doc, int64
     *version = sd_reply_num(r, 0);
     *doc = doc_json(machine, *version, sd_reply_num(r, 1), sd_reply_num(r, 3) == 1,
                     rs(r, 2, num, sizeof num));
+    /* The open allocations on the machine, in id order: "<entry JSON>\x1f<payload>". */
+    json_t *allocs = json_array();
+    const redisReply *al = r->element[4];
+    for (size_t i = 0; i + 1 < al->elements; i += 2) {
+        const char *v = sd_reply_str(al, i + 1), *us = strchr(v, '\x1f');
+        json_t *e = us ? json_loadb(v, (size_t)(us - v), 0, NULL) : NULL;
+        json_t *pl = us ? json_loads(us + 1, JSON_DECODE_ANY, NULL) : NULL;
+        if (!json_is_object(e) || !pl) {
+            json_decref(e);
+            json_decref(pl);
+            continue;
+        }
+        json_object_set_new(e, "payload", pl);
+        json_array_append_new(allocs, e);
+    }
+    json_object_set_new(*doc, "allocations", allocs);
     freeReplyObject(r);
     return SD_STORE_OK;
 }

@@ -139,7 +139,7 @@ static int dry_run_flag(const sd_req_t *req, sd_resp_t *resp)
 
 json_t *sd_service_json(const redisReply *e)
 {
-    if (e->type != REDIS_REPLY_ARRAY || e->elements != 7 ||
+    if (e->type != REDIS_REPLY_ARRAY || e->elements < 7 || e->elements > 8 ||
         e->element[6]->type != REDIS_REPLY_ARRAY)
         return NULL;
     json_t *spec = json_loads(sd_reply_str(e, 1), 0, NULL);
@@ -154,6 +154,14 @@ json_t *sd_service_json(const redisReply *e)
     for (size_t i = 0; i + 1 < st->elements; i += 2)
         json_object_set_new(slots, sd_reply_str(st, i), json_integer(sd_reply_num(st, i + 1)));
     json_object_set_new(o, "slot_restart_tokens", slots);
+    const redisReply *p = e->elements == 8 ? e->element[7] : NULL;
+    if (p && p->type == REDIS_REPLY_ARRAY && p->elements == 4) /* pool_stats (lua_prelude) */
+        json_object_set_new(o, "pool",
+                            json_pack("{s:I, s:I, s:I, s:I}", "allocated",
+                                      (json_int_t)sd_reply_num(p, 0), "ready_free",
+                                      (json_int_t)sd_reply_num(p, 1), "max_allocated_slot",
+                                      (json_int_t)sd_reply_num(p, 2), "last_demand_ms",
+                                      (json_int_t)sd_reply_num(p, 3)));
     return o;
 }
 

@@ -76,6 +76,10 @@ void sd_assign_park(sd_req_t *req, sd_resp_t *resp, const char *cluster, const c
  * if_none_match names the current version. Steals doc. */
 void sd_assign_answer(sd_resp_t *resp, json_t *doc, int64_t version, const char *if_none_match);
 
+/* Ends the allocations of cluster whose confirm deadline passed and forgets ended ones
+ * older than an hour (api_alloc.c; run by the lost-machine sweeper, one copy at a time). */
+void sd_alloc_sweep(const char *cluster);
+
 /* ---------- running cluster scripts (cluster_spec.c) ---------- */
 
 /* Runs a cluster script with the cluster's key base as its one key and the string args

@@ -45,10 +45,44 @@ static int string_map(sd_jv_t *v, const json_t *obj, const char *key, int names,
     return 0;
 }
 
+/* spec.pool (docs/allocation.md, "Pools"): buffer an integer or "P%", min <= max. */
+static int pool_check(sd_jv_t *v, const json_t *pool)
+{
+    static const char *const keys[] = {"buffer", "min", "max", "scale_down_delay_s", NULL};
+    int64_t mn = 0, mx = SD_COUNT_MAX, n;
+    size_t mark = sd_jv_key(v, "pool");
+    if (sd_jv_only_keys(v, pool, keys) || sd_jv_int(v, pool, "min", 0, 0, SD_COUNT_MAX, &mn) < 0 ||
+        sd_jv_int(v, pool, "max", 0, 0, SD_COUNT_MAX, &mx) < 0 ||
+        sd_jv_int(v, pool, "scale_down_delay_s", 0, 0, 86400, &n) < 0)
+        return -1;
+    if (!json_object_get(pool, "min"))
+        mn = 0;
+    if (!json_object_get(pool, "max"))
+        mx = SD_COUNT_MAX;
+    if (mn > mx)
+        return sd_jv_fail(v, "min", "must not be larger than max (%lld)", (long long)mx);
+    const json_t *b = json_object_get(pool, "buffer");
+    if (!b)
+        return sd_jv_fail(v, "buffer", "is required");
+    if (json_is_string(b)) {
+        const char *t = json_string_value(b);
+        char *end;
+        long pc = strtol(t, &end, 10);
+        if (end == t || strcmp(end, "%") || *t == '+' || *t == '-' || pc < 1 || pc > 99)
+            return sd_jv_fail(v, "buffer", "must be an integer 0-%d or a percentage \"1%%\"-\"99%%\"",
+                              SD_COUNT_MAX);
+    } else if (sd_jv_int(v, pool, "buffer", 1, 0, SD_COUNT_MAX, &n) < 0) {
+        return -1;
+    }
+    sd_jv_pop(v, mark);
+    return 0;
+}
+
 int sd_spec_validate(const json_t *spec, char *err, size_t errcap)
 {
     static const char *const keys[] = {"command", "args", "env", "count", "placement", "health",
-                                       "restart", "stop", "user", "cwd", "rlimits", NULL};
+                                       "restart", "stop", "user", "cwd", "rlimits", "pool",
+                                       "on_release", "confirm_timeout_ms", NULL};
     static const char *const pkeys[] = {"labels", "max_per_machine", NULL};
     static const char *const objects[] = {"health", "restart", "stop", "rlimits"};
     const char *s;
@@ -60,13 +94,22 @@ int sd_spec_validate(const json_t *spec, char *err, size_t errcap)
         return -1;
     }
     sd_jv_init(&v, "", err, errcap);
+    json_t *pool = NULL;
     if (sd_jv_only_keys(&v, spec, keys) || sd_jv_str(&v, spec, "command", 1, STR_MAX, &s) < 0 ||
-        sd_jv_int(&v, spec, "count", 1, 0, SD_COUNT_MAX, &n) < 0 ||
+        sd_jv_object(&v, spec, "pool", SD_JV_NONNULL, &pool) < 0 ||
+        /* a pool's count is the primary's to compute: optional there */
+        sd_jv_int(&v, spec, "count", pool ? 0 : 1, 0, SD_COUNT_MAX, &n) < 0 ||
+        (pool && pool_check(&v, pool)) ||
+        sd_jv_int(&v, spec, "confirm_timeout_ms", 0, 100, 600000, &n) < 0 ||
+        sd_jv_str(&v, spec, "on_release", 0, 16, &s) < 0 ||
         sd_jv_str(&v, spec, "user", 0, 64, &s) < 0 ||
         sd_jv_str(&v, spec, "cwd", 0, STR_MAX, &s) < 0)
         return -1;
     if (!*json_string_value(json_object_get(spec, "command")))
         return sd_jv_fail(&v, "command", "must not be empty");
+    const char *rel = json_string_value(json_object_get(spec, "on_release"));
+    if (rel && strcmp(rel, "recycle") && strcmp(rel, "restart"))
+        return sd_jv_fail(&v, "on_release", "must be recycle or restart");
     if (sd_jv_array(&v, spec, "args", SD_JV_NONNULL, ARGS_MAX, &args) < 0)
         return -1;
     size_t i;

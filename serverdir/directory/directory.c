@@ -1,6 +1,7 @@
 /* Validation and conversion for the process directory and machine leases: what the
  * handlers check before any script runs, and how stored strings become typed JSON again.
  * See directory.h for the Redis layout. */
+#include "cluster.h"
 #include "directory.h"
 #include "locks.h"
 #include "master.h"
@@ -64,7 +65,8 @@ static int event_normalize(sd_jv_t *v, const json_t *ev, json_t *out)
     static const char *const order[] = {"id", "type", "instance", "machine", "service",
                                         "pid", "ts_ms", "slot", "generation", "ports",
                                         "reason", "code", "signal", "silent_ms", "detail",
-                                        "core", "log_tail"};
+                                        "core", "log_tail", "players", "max_players", "status",
+                                        "allocation"};
     if (sd_event_check(v, ev))
         return -1;
     json_t *flat = json_array();
@@ -318,6 +320,8 @@ int sd_dir_events_apply(const char *cluster, const char *batch, long long counts
     sd_argv_addf(&a, "%lld", (long long)sd_dir_cfg.history_max);
     sd_argv_addf(&a, "%lld", (long long)sd_dir_cfg.stopped_keep);
     sd_argv_addf(&a, "%lld", (long long)sd_dir_cfg.stopped_ttl_ms);
+    sd_argv_addf(&a, "%sassign", sd_store_prefix()); /* sd_assign_channel */
+    sd_argv_add(&a, cluster);
     redisReply *r = NULL;
     int rc = sd_store_run("events_apply", 1, &a, &r);
     if (rc)
@@ -758,6 +762,35 @@ int sd_dir_clusters_step(char *cursor, size_t cap, int count, redisReply **out)
     return SD_STORE_OK;
 }
 
+/* Whether cluster has an allocation past its confirm deadline, or an ended one older than
+ * an hour: two reads, so an idle sweep writes nothing. */
+static int alloc_sweep_due(const char *cluster)
+{
+    char key[300], now[24], old[24];
+    int64_t wall = sd_wall_ms();
+    snprintf(now, sizeof now, "%lld", (long long)wall);
+    snprintf(old, sizeof old, "%lld", (long long)(wall - 3600000));
+    static const char *const zsets[] = {"alloc:pending", "alloc:ended"};
+    for (int k = 0; k < 2; k++) {
+        const char *argv[] = {"ZRANGEBYSCORE", sd_key(key, sizeof key, cluster, "%s", zsets[k]),
+                              "-inf", k == 0 ? now : old, "LIMIT", "0", "1"};
+        sd_argv_t a;
+        sd_argv_init(&a);
+        for (size_t i = 0; i < SD_ARRAY_LEN(argv); i++)
+            sd_argv_add(&a, argv[i]);
+        redisReply *r;
+        int rc = sd_store_command(&a, &r);
+        sd_argv_free(&a);
+        if (rc)
+            return 0;
+        int due = r->type == REDIS_REPLY_ARRAY && r->elements > 0;
+        freeReplyObject(r);
+        if (due)
+            return 1;
+    }
+    return 0;
+}
+
 static void *sweeper_main(void *arg)
 {
     (void)arg;
@@ -786,7 +819,13 @@ static void *sweeper_main(void *arg)
                 break;
             for (size_t i = 0; i < r->element[1]->elements; i++) {
                 const char *c = r->element[1]->element[i]->str;
-                if (!sd_name_valid(c, SD_NAME_MAX) || !sweep_due(c))
+                if (!sd_name_valid(c, SD_NAME_MAX))
+                    continue;
+                /* Allocation deadlines: every copy may run the sweep (one script, a no-op
+                 * when another copy did it first). */
+                if (alloc_sweep_due(c))
+                    sd_alloc_sweep(c);
+                if (!sweep_due(c))
                     continue;
                 if (!leased && !(leased = sweep_lease(me)))
                     break; /* another copy sweeps this round */

@@ -95,3 +95,113 @@ local function master_sweep(P, now, n, maxlen)
   master_log(P, gone, maxlen)
   return gone
 end
+
+-- ---------- warm pools and allocations (docs/allocation.md, "Redis layout") ----------
+
+-- Bumps machine m's assignment document version and publishes it on channel `chan` as
+-- "<cluster> <m>", so the machine's Big Brother re-reads its allocations.
+local function doc_touch(base, chan, cluster, m)
+  local v = redis.call('INCR', base .. 'assign:version')
+  redis.call('HSET', base .. 'assign:' .. m, 'version', string.format('%d', v))
+  redis.call('PUBLISH', chan, cluster .. ' ' .. m)
+end
+
+-- Instance `inst` of service s on machine m is free (ready, no open allocation).
+local function pool_free_add(base, s, m, inst)
+  if redis.call('SADD', base .. 'free:' .. s .. ':' .. m, inst) == 1 then
+    local n = tonumber(redis.call('HGET', base .. 'amach:' .. s, m) or '0')
+    redis.call('ZADD', base .. 'free:' .. s, n, m)
+    redis.call('HINCRBY', base .. 'pstat:' .. s, 'free', 1)
+  end
+end
+
+-- Instance `inst` is no longer free (allocated, stopped, moved).
+local function pool_free_rem(base, s, m, inst)
+  local k = base .. 'free:' .. s .. ':' .. m
+  if redis.call('SREM', k, inst) == 1 then
+    if redis.call('HINCRBY', base .. 'pstat:' .. s, 'free', -1) < 0 then
+      redis.call('HSET', base .. 'pstat:' .. s, 'free', '0')
+    end
+    if redis.call('SCARD', k) == 0 then redis.call('ZREM', base .. 'free:' .. s, m) end
+  end
+end
+
+-- Counts instance (s, m, slot) as allocated (d = 1) or no longer (d = -1): the per-machine
+-- count the strategies order machines by, the service's count and allocated slots.
+local function pool_alloc_count(base, s, m, slot, d)
+  local n = redis.call('HINCRBY', base .. 'amach:' .. s, m, d)
+  if n <= 0 then redis.call('HDEL', base .. 'amach:' .. s, m); n = 0 end
+  redis.call('ZADD', base .. 'free:' .. s, 'XX', n, m)
+  local a = redis.call('HINCRBY', base .. 'pstat:' .. s, 'allocated', d)
+  if a < 0 then redis.call('HSET', base .. 'pstat:' .. s, 'allocated', '0') end
+  if slot and slot ~= '' then
+    if d > 0 then
+      redis.call('ZADD', base .. 'aslot:' .. s, tonumber(slot), slot)
+    else
+      redis.call('ZREM', base .. 'aslot:' .. s, slot)
+    end
+  end
+end
+
+-- The service's on_release ("recycle" unless its spec says "restart").
+local function svc_on_release(base, s)
+  local spec = redis.call('HGET', base .. 'svc:' .. s, 'spec')
+  if spec and string.find(spec, '"on_release":"restart"', 1, true) then return 'restart' end
+  return 'recycle'
+end
+
+-- Ends open allocation `id` with state st (released | expired | allocation_lost) and
+-- reason; ended records are kept an hour. Returns the allocation's instance, machine,
+-- service and whether the instance has no open allocation left (1), or nil when the
+-- allocation is not open.
+local function alloc_end(base, id, st, reason, now)
+  local k = base .. 'alloc:' .. id
+  local a = redis.call('HMGET', k, 'state', 'instance', 'machine', 'service', 'slot')
+  if a[1] ~= 'pending' and a[1] ~= 'active' then return nil end
+  local inst, m, s = a[2], a[3], a[4]
+  redis.call('HSET', k, 'state', st, 'reason', reason, 'ended_at_ms', string.format('%d', now))
+  redis.call('PEXPIRE', k, 3600000)
+  redis.call('ZREM', base .. 'alloc:pending', id)
+  redis.call('ZADD', base .. 'alloc:ended', now, id)
+  redis.call('HDEL', base .. 'alloc:m:' .. m, id)
+  local ik = base .. 'alloc:i:' .. inst
+  redis.call('SREM', ik, id)
+  local left = redis.call('SCARD', ik)
+  local pk = base .. 'proc:' .. inst
+  if redis.call('EXISTS', pk) == 1 then
+    redis.call('HSET', pk, 'allocs', string.format('%d', left))
+  end
+  if left == 0 then pool_alloc_count(base, s, m, a[5], -1) end
+  return inst, m, s, left == 0 and 1 or 0
+end
+
+-- Every open allocation of instance inst ends (st, reason); returns the machine whose
+-- document changed, or nil when none was open.
+local function alloc_end_instance(base, inst, st, reason, now)
+  local ids = redis.call('SMEMBERS', base .. 'alloc:i:' .. inst)
+  local m
+  for _, id in ipairs(ids) do
+    local _, am = alloc_end(base, id, st, reason, now)
+    m = am or m
+  end
+  return m
+end
+
+-- Whether the status line `status` ("k=v k=v ...") carries every pair of want (a table).
+local function meta_match(status, want)
+  if not want then return true end
+  local have = {}
+  for k, v in string.gmatch(status or '', '([^%s=]+)=([^%s]*)') do have[k] = v end
+  for k, v in pairs(want) do
+    if have[k] ~= v then return false end
+  end
+  return true
+end
+
+-- A service's pool figures for GET /state and the services list: {allocated instances,
+-- ready free instances, highest allocated slot (-1: none), last allocation request ms}.
+local function pool_stats(base, s)
+  local h = redis.call('HMGET', base .. 'pstat:' .. s, 'allocated', 'free', 'last_demand_ms')
+  local top = redis.call('ZREVRANGE', base .. 'aslot:' .. s, 0, 0, 'WITHSCORES')
+  return {h[1] or '0', h[2] or '0', top[2] or '-1', h[3] or '0'}
+end

@@ -4,7 +4,7 @@
 -- a call costs O(page).
 -- KEYS[1]: the cluster's key base.
 -- Returns {desired_version, next, {name, spec, version, stopped, restart_token,
--- max_unavailable, slot_tokens (flat slot, token, ...)}, ...}; next is the page's last
+-- max_unavailable, slot_tokens (flat slot, token, ...), pool_stats (lua_prelude)}, ...}; next is the page's last
 -- name when more may follow, else ''.
 local base = KEYS[1]
 local names
@@ -26,7 +26,8 @@ for _, s in ipairs(names) do
                        'restart_token', 'max_unavailable')
   if h[1] then
     out[#out + 1] = {s, h[1], h[2] or '0', h[3] or '0', h[4] or '0', h[5] or '1',
-                     redis.call('HGETALL', base .. 'svc:' .. s .. '#slots')}
+                     redis.call('HGETALL', base .. 'svc:' .. s .. '#slots'),
+                     pool_stats(base, s)}
   end
 end
 return out

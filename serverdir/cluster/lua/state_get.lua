@@ -3,7 +3,8 @@
 -- KEYS[1]: the cluster's key base.
 -- Returns {now_ms, desired_version, cluster_stopped (0|1), assignments_version,
 --   services: {{name, spec, version, stopped, restart_token, max_unavailable,
---               {slot, token, ...}}, ...},
+--               {slot, token, ...}, {allocated, free, max_allocated_slot,
+--               last_demand_ms}}, ...},
 --   machines: {{name, field, value, ...}, ...}   (as machine_list, plus draining),
 --   assignments: {{machine, version, epoch, slots}, ...}}
 local base = KEYS[1]
@@ -18,7 +19,8 @@ for _, s in ipairs(names) do
                        'restart_token', 'max_unavailable')
   if h[1] then
     services[#services + 1] = {s, h[1], h[2] or '0', h[3] or '0', h[4] or '0', h[5] or '1',
-                               redis.call('HGETALL', base .. 'svc:' .. s .. '#slots')}
+                               redis.call('HGETALL', base .. 'svc:' .. s .. '#slots'),
+                               pool_stats(base, s)}
   end
 end
 local machines = {}

@@ -4,7 +4,13 @@
 -- KEYS[1]: the cluster's key base "<prefix>{cluster}:"
 -- ARGV[1]: JSON array, per event a flat [key, value, ...] array of strings
 -- ARGV[2]: event id ttl ms, ARGV[3]: history max length, ARGV[4]: stopped records kept,
--- ARGV[5]: stopped record ttl ms.
+-- ARGV[5]: stopped record ttl ms, ARGV[6]: the assignments channel, ARGV[7]: the
+-- cluster's name (allocation changes wake the machine's document long-poll).
+-- status / confirmed / released events (docs/allocation.md) change the live record of
+-- the instance's current run only (stale otherwise) and go to no history.
+-- The warm-pool index follows every change: a run that becomes ready with no open
+-- allocation is free; one that stops, moves or is replaced is not, and its open
+-- allocations end (released when it exited with code 0, allocation_lost otherwise).
 -- Returns {accepted, duplicates, stale}. Each stop recorded is also pushed on the list
 -- <base>unlock, from which serverdir frees the instance's locks.
 --
@@ -23,10 +29,88 @@ local base = KEYS[1]
 local batch = cjson.decode(ARGV[1])
 local idttl, histmax = ARGV[2], ARGV[3]
 local keep, sttl = tonumber(ARGV[4]), tonumber(ARGV[5])
+local chan, cluster = ARGV[6], ARGV[7]
+local touched = {}
 local now = now_ms()
 local function s(n) return string.format('%d', n) end
 local nows = s(now)
 local LIVE = {starting = true, ready = true}
+local SIDE = {status = true, confirmed = true, released = true}
+
+-- The text form of a stop (sd_reason_format): "exited(code 3)", "killed(signal 9)", ...
+local function stop_text(f)
+  if f.reason == 'exited' and f.code then return 'exited(code ' .. f.code .. ')' end
+  if f.reason == 'killed' and f.signal then return 'killed(signal ' .. f.signal .. ')' end
+  if (f.reason == 'hung' or f.reason == 'start_timeout') and f.silent_ms then
+    return f.reason .. '(silent ' .. f.silent_ms .. 'ms)'
+  end
+  return f.reason or 'replaced'
+end
+
+-- The run of `inst` (record fields cur: state, machine, service, slot, max_players,
+-- players) leaves the pool: it stops, moves or is replaced by event f.
+local function leave_pool(inst, cur, f)
+  pool_free_rem(base, cur.service, cur.machine, inst)
+  redis.call('ZREM', base .. 'cap:' .. cur.service, inst)
+  local clean = f.type == 'stopped' and f.reason == 'exited' and f.code == '0'
+  local m = alloc_end_instance(base, inst, clean and 'released' or 'allocation_lost',
+                               f.type == 'stopped' and stop_text(f) or 'replaced', now)
+  if m then touched[m] = true end
+end
+
+-- The run of inst became ready on m: free when no allocation is open; its capacity
+-- (max_players - players) indexed when it reported max_players.
+local function enter_pool(inst, sv, m, key)
+  local h = redis.call('HMGET', key, 'allocs', 'players', 'max_players')
+  if tonumber(h[1] or '0') == 0 then pool_free_add(base, sv, m, inst) end
+  if h[3] then
+    redis.call('ZADD', base .. 'cap:' .. sv, tonumber(h[3]) - tonumber(h[2] or '0'), inst)
+  end
+end
+
+-- status / confirmed / released for the live run of f.instance; 1 applied, 0 stale.
+local function side_event(f)
+  local key = base .. 'proc:' .. f.instance
+  local cur = redis.call('HMGET', key, 'state', 'generation', 'machine', 'service')
+  if not LIVE[cur[1]] or cur[3] ~= f.machine or cur[4] ~= f.service or
+     (f.generation and tonumber(f.generation) ~= tonumber(cur[2] or '0')) then
+    return 0
+  end
+  if f.type == 'status' then
+    local h = {'HSET', key, 'updated_at_ms', nows}
+    for _, k in ipairs({'players', 'max_players', 'status'}) do
+      if f[k] then h[#h + 1] = k; h[#h + 1] = f[k] end
+    end
+    redis.call(unpack(h))
+    if cur[1] == 'ready' then
+      local p = redis.call('HMGET', key, 'players', 'max_players')
+      if p[2] then
+        redis.call('ZADD', base .. 'cap:' .. f.service, tonumber(p[2]) - tonumber(p[1] or '0'),
+                   f.instance)
+      end
+    end
+  elseif f.type == 'confirmed' then
+    local ak = base .. 'alloc:' .. f.allocation
+    local a = redis.call('HMGET', ak, 'state', 'instance')
+    if a[1] ~= 'pending' or a[2] ~= f.instance then return 0 end
+    redis.call('HSET', ak, 'state', 'active', 'confirmed_at_ms', nows)
+    redis.call('ZREM', base .. 'alloc:pending', f.allocation)
+  else
+    local ids = f.allocation and {f.allocation} or
+                redis.call('SMEMBERS', base .. 'alloc:i:' .. f.instance)
+    local freed = 0
+    for _, id in ipairs(ids) do
+      if redis.call('HGET', base .. 'alloc:' .. id, 'instance') == f.instance then
+        local _, m, _, last = alloc_end(base, id, 'released', 'game', now)
+        if m then touched[m] = true; freed = last end
+      end
+    end
+    if freed == 1 and cur[1] == 'ready' and svc_on_release(base, f.service) == 'recycle' then
+      pool_free_add(base, f.service, f.machine, f.instance)
+    end
+  end
+  return 1
+end
 
 if #batch > SD.EVENTS_MAX then
   return redis.error_reply('bad_field events must be at most ' .. SD.EVENTS_MAX .. ' events')
@@ -60,11 +144,14 @@ local accepted, dups, stale, stops = 0, 0, 0, 0
 for i, f in ipairs(events) do
   if not redis.call('SET', base .. 'evid:' .. f.id, '1', 'NX', 'PX', idttl) then
     dups = dups + 1
+  elseif SIDE[f.type] then
+    accepted = accepted + 1
+    if side_event(f) == 0 then stale = stale + 1 end
   else
     accepted = accepted + 1
     local ts = f.ts_ms or nows
     local key = base .. 'proc:' .. f.instance
-    local cur = redis.call('HMGET', key, 'state', 'generation', 'machine', 'service')
+    local cur = redis.call('HMGET', key, 'state', 'generation', 'machine', 'service', 'slot')
     local st = cur[1]
     local cgen = tonumber(cur[2] or '0')
     local gen = cgen
@@ -81,6 +168,9 @@ for i, f in ipairs(events) do
       end
       local was_live = st and LIVE[st]
       local same_place = cur[3] == f.machine and cur[4] == f.service
+      if was_live and (not LIVE[state] or not same_place or new_run) then
+        leave_pool(f.instance, {machine = cur[3], service = cur[4]}, f)
+      end
       if was_live and (not LIVE[state] or not same_place) then
         index('rem', f.instance, cur[3], cur[4], st)
       elseif was_live and st ~= state then
@@ -122,6 +212,9 @@ for i, f in ipairs(events) do
       if LIVE[state] and not (was_live and same_place) then
         index('add', f.instance, f.machine, f.service, state)
       end
+      if state == 'ready' and (new_run or st ~= 'ready' or not same_place) then
+        enter_pool(f.instance, f.service, f.machine, key)
+      end
       if state == 'stopped' then
         redis.call('ZADD', base .. 'stopped', nows, f.instance)
         redis.call('PEXPIRE', key, s(sttl))
@@ -149,6 +242,7 @@ for i, f in ipairs(events) do
     redis.call(unpack(x))
   end
 end
+for m in pairs(touched) do doc_touch(base, chan, cluster, m) end
 
 -- Keep the stopped records bounded: by age, then by count (oldest first).
 if stops > 0 then

@@ -1,0 +1,424 @@
+/* Allocations (docs/allocation.md): a ready instance handed to a match or a realm in one
+ * script (alloc_create.lua), read, listed and ended; the open ones reach the game through
+ * its machine's assignment document. A request with wait_ms that finds nothing is parked
+ * (http/park.h) and tried again every ALLOC_RETRY_MS until an instance is ready or the
+ * wait ends. The sweep of confirm deadlines runs with the lost-machine sweep
+ * (directory.c calls sd_alloc_sweep). */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cluster.h"
+#include "directory.h"
+#include "park.h"
+#include "sdvalid.h"
+
+SD_ROUTE(POST, "/v1/clusters/{c}/allocations", SD_R_OPS | SD_R_GAME, 0, h_alloc_create);
+SD_ROUTE(GET, "/v1/clusters/{c}/allocations", SD_R_READERS, 0, h_alloc_list);
+SD_ROUTE(GET, "/v1/clusters/{c}/allocations/{id}", SD_R_READERS, 0, h_alloc_get);
+SD_ROUTE(DELETE, "/v1/clusters/{c}/allocations/{id}", SD_R_OPS | SD_R_GAME, 0, h_alloc_delete);
+
+#define CONFIRM_DEFAULT_MS 10000
+#define KEY_TTL_MS (24LL * 3600 * 1000)
+#define ALLOC_RETRY_MS 20
+#define ALLOC_WAITERS_MAX 10000
+#define LIST_LIMIT_DEFAULT 100
+#define LIST_LIMIT_MAX 1000
+#define SWEEP_BATCH 200
+
+/* A validated allocation request: the script's arguments. */
+typedef struct {
+    char cluster[SD_NAME_MAX + 1];
+    char service[SD_NAME_MAX + 1];
+    char mode[8], strategy[16], key[SD_NAME_MAX + 1];
+    int64_t players, wait_ms, start_ms;
+    char *labels, *meta, *payload, *canon; /* malloc'd texts ("" none) */
+} alloc_req_t;
+
+static _Atomic int waiters;
+
+static void req_free(alloc_req_t *a)
+{
+    free(a->labels);
+    free(a->meta);
+    free(a->payload);
+    free(a->canon);
+}
+
+/* selector.<key>: absent, or an object of at most SD_ALLOC_SELECTOR_MAX name: string
+ * entries (the value a name too for labels, any text without spaces for metadata), into
+ * *out as canonical JSON or "". */
+static int selector_map(sd_jv_t *v, const json_t *sel, const char *key, char **out)
+{
+    json_t *o = NULL;
+    int rc = sel ? sd_jv_object(v, sel, key, SD_JV_OPTIONAL, &o) : 1;
+    if (rc < 0)
+        return -1;
+    if (!o || json_object_size(o) == 0) {
+        *out = strdup("");
+        return *out ? 0 : sd_jv_fail(v, key, "out of memory");
+    }
+    if (json_object_size(o) > SD_ALLOC_SELECTOR_MAX)
+        return sd_jv_fail(v, key, "must have at most %d entries", SD_ALLOC_SELECTOR_MAX);
+    const char *k;
+    json_t *x;
+    json_object_foreach(o, k, x) {
+        const char *s = json_string_value(x);
+        if (!sd_name_valid(k, SD_NAME_MAX) || strchr(k, '='))
+            return sd_jv_fail(v, key, "has a bad key '%.64s' (a name without '=')", k);
+        if (!s || strlen(s) > 256 || strpbrk(s, " \t\r\n"))
+            return sd_jv_fail(v, key, "['%.64s'] must be a string of at most 256 bytes without "
+                              "spaces", k);
+    }
+    *out = sd_json_canonical(o);
+    return *out ? 0 : sd_jv_fail(v, key, "out of memory");
+}
+
+/* Checks the body into *a. 0, or -1 with the message in err. */
+static int req_parse(const json_t *body, const char *idem_header, alloc_req_t *a, char *err,
+                     size_t errcap)
+{
+    static const char *const keys[] = {"service", "mode", "strategy", "selector", "players",
+                                       "payload", "idempotency_key", "wait_ms", NULL};
+    static const char *const skeys[] = {"machine_labels", "metadata", NULL};
+    sd_jv_t v;
+    const char *svc, *mode = "ready", *strategy = "packed", *key = NULL;
+    json_t *sel = NULL;
+    sd_jv_init(&v, "", err, errcap);
+    if (sd_jv_only_keys(&v, body, keys) || sd_jv_name(&v, body, "service", 1, &svc) < 0 ||
+        sd_jv_str(&v, body, "mode", 0, 8, &mode) < 0 ||
+        sd_jv_str(&v, body, "strategy", 0, 16, &strategy) < 0 ||
+        sd_jv_int(&v, body, "wait_ms", 0, 0, SD_ALLOC_WAIT_MAX_MS, &a->wait_ms) < 0 ||
+        sd_jv_name(&v, body, "idempotency_key", 0, &key) < 0 ||
+        sd_jv_object(&v, body, "selector", 0, &sel) < 0)
+        return -1;
+    if (strcmp(mode, "ready") && strcmp(mode, "join"))
+        return sd_jv_fail(&v, "mode", "must be ready or join");
+    if (strcmp(strategy, "packed") && strcmp(strategy, "distributed"))
+        return sd_jv_fail(&v, "strategy", "must be packed or distributed");
+    a->players = strcmp(mode, "join") == 0;
+    if (sd_jv_int(&v, body, "players", 0, 0, SD_PLAYERS_MAX, &a->players) < 0)
+        return -1;
+    if (idem_header) {
+        if (!sd_name_valid(idem_header, SD_NAME_MAX))
+            return sd_jv_fail(&v, "idempotency_key", "(the Idempotency-Key header) must be a "
+                              "name: 1-%d characters of " SD_NAME_CHARSET_TEXT, SD_NAME_MAX);
+        if (key && strcmp(key, idem_header))
+            return sd_jv_fail(&v, "idempotency_key", "differs from the Idempotency-Key header");
+        key = idem_header;
+    }
+    if (sel) {
+        size_t mark = sd_jv_key(&v, "selector");
+        if (sd_jv_only_keys(&v, sel, skeys))
+            return -1;
+        sd_jv_pop(&v, mark);
+    }
+    size_t mark = sd_jv_key(&v, "selector");
+    if (selector_map(&v, sel, "machine_labels", &a->labels) ||
+        selector_map(&v, sel, "metadata", &a->meta))
+        return -1;
+    sd_jv_pop(&v, mark);
+    const json_t *pl = json_object_get(body, "payload");
+    a->payload = pl ? json_dumps(pl, JSON_COMPACT | JSON_ENCODE_ANY) : strdup("null");
+    if (!a->payload)
+        return sd_jv_fail(&v, "payload", "could not be encoded");
+    if (strlen(a->payload) > SD_ALLOC_PAYLOAD_MAX)
+        return sd_jv_fail(&v, "payload", "must be at most %d bytes as compact JSON (is %zu)",
+                          SD_ALLOC_PAYLOAD_MAX, strlen(a->payload));
+    sd_strlcpy(a->service, svc, sizeof a->service);
+    sd_strlcpy(a->mode, mode, sizeof a->mode);
+    sd_strlcpy(a->strategy, strategy, sizeof a->strategy);
+    sd_strlcpy(a->key, key ? key : "", sizeof a->key);
+    /* What a replay under the same key must repeat: everything but the wait. */
+    json_t *c = json_deep_copy(body);
+    json_object_del(c, "wait_ms");
+    json_object_del(c, "idempotency_key");
+    a->canon = c ? sd_json_canonical(c) : NULL;
+    json_decref(c);
+    return a->canon ? 0 : sd_jv_fail(&v, NULL, "out of memory");
+}
+
+/* An allocation record (flat field, value, ... from element `from` of r) as API JSON. */
+static json_t *alloc_json(const redisReply *r, size_t from)
+{
+    static const char *const ints[] = {"players", "created_at_ms", "confirm_by_ms",
+                                       "confirmed_at_ms", "ended_at_ms", "slot", NULL};
+    static const char *const skip[] = {"req", "key", "payload", "ports", "address", NULL};
+    json_t *o = json_object();
+    for (size_t i = from; i + 1 < r->elements; i += 2) {
+        const char *k = sd_reply_str(r, i), *val = sd_reply_str(r, i + 1);
+        int is_int = 0, skipped = 0;
+        for (int n = 0; ints[n]; n++)
+            is_int |= !strcmp(k, ints[n]);
+        for (int n = 0; skip[n]; n++)
+            skipped |= !strcmp(k, skip[n]);
+        if (is_int && *val)
+            json_object_set_new(o, k, json_integer(strtoll(val, NULL, 10)));
+        else if (!strcmp(k, "payload") || !strcmp(k, "ports")) {
+            json_t *j = *val ? json_loads(val, JSON_DECODE_ANY, NULL) : NULL;
+            json_object_set_new(o, k, j ? j : json_null());
+        } else if (!strcmp(k, "address"))
+            json_object_set_new(o, k, *val ? json_string(val) : json_null());
+        else if (!strcmp(k, "key"))
+            json_object_set_new(o, "idempotency_key", json_string(val));
+        else if (!skipped && !is_int)
+            json_object_set_new(o, k, json_string(val));
+    }
+    if (!json_object_get(o, "reason"))
+        json_object_set_new(o, "reason", json_null());
+    return o;
+}
+
+static void no_capacity(sd_resp_t *resp, const alloc_req_t *a, int64_t looked)
+{
+    json_t *sel = json_object();
+    json_t *l = *a->labels ? json_loads(a->labels, 0, NULL) : NULL;
+    json_t *m = *a->meta ? json_loads(a->meta, 0, NULL) : NULL;
+    json_object_set_new(sel, "machine_labels", l ? l : json_object());
+    json_object_set_new(sel, "metadata", m ? m : json_object());
+    SD_COUNT("serverdir_allocations_total{result=\"no_capacity\"}",
+             "allocation requests by result", 1);
+    sd_resp_error_extra(resp, 409, "no_capacity",
+                        json_pack("{s:s, s:s, s:I, s:o, s:I}", "service", a->service, "mode",
+                                  a->mode, "players", (json_int_t)a->players, "selector", sel,
+                                  "looked_at", (json_int_t)looked),
+                        "no %s instance of service '%s' matches (machine_labels %s, metadata "
+                        "%s, %lld free player slots)",
+                        strcmp(a->mode, "join") ? "ready unallocated" : "running", a->service,
+                        *a->labels ? a->labels : "{}", *a->meta ? a->meta : "{}",
+                        (long long)a->players);
+}
+
+/* Runs alloc_create for a. Returns 1 when answered (resp filled), 0 on no_capacity with
+ * *looked set (resp untouched). */
+static int alloc_try(const alloc_req_t *a, sd_resp_t *resp, int64_t *looked)
+{
+    char chan[128], confirm[24], ttl[24], players[24];
+    snprintf(confirm, sizeof confirm, "%d", CONFIRM_DEFAULT_MS);
+    snprintf(ttl, sizeof ttl, "%lld", KEY_TTL_MS);
+    snprintf(players, sizeof players, "%lld", (long long)a->players);
+    redisReply *r = NULL;
+    int rc = sd__cluster_run("alloc_create", a->cluster, &r, a->service, a->mode, a->strategy,
+                             players, a->labels, a->meta, a->payload, a->key, a->canon,
+                             sd_assign_channel(chan, sizeof chan), a->cluster, confirm, ttl, NULL);
+    if (rc) {
+        sd_resp_store_error(resp, rc);
+        return 1;
+    }
+    int answered = 1;
+    if (sd_reply_status_is(r, "created") || sd_reply_status_is(r, "replayed")) {
+        int replay = sd_reply_status_is(r, "replayed");
+        json_t *o = alloc_json(r, 1);
+        if (replay)
+            json_object_set_new(o, "replayed", json_true());
+        if (!replay)
+            log_info("allocated", "cluster=%s allocation=%s service=%s instance=%s machine=%s "
+                     "mode=%s", a->cluster, json_string_value(json_object_get(o, "allocation")),
+                     a->service, json_string_value(json_object_get(o, "instance")),
+                     json_string_value(json_object_get(o, "machine")), a->mode);
+        SD_COUNT(replay ? "serverdir_allocations_total{result=\"replayed\"}"
+                        : "serverdir_allocations_total{result=\"allocated\"}",
+                 "allocation requests by result", 1);
+        sd_resp_json(resp, replay ? 200 : 201, o);
+    } else if (sd_reply_status_is(r, "no_capacity") && r->elements == 2) {
+        *looked = sd_reply_num(r, 1);
+        answered = 0;
+    } else if (sd_reply_status_is(r, "idempotency_conflict") && r->elements == 2) {
+        sd_resp_error_extra(resp, 409, "idempotency_conflict",
+                            json_pack("{s:s}", "allocation", sd_reply_str(r, 1)),
+                            "idempotency key '%s' was used for allocation %s with a different "
+                            "request", a->key, sd_reply_str(r, 1));
+    } else if (sd_reply_status_is(r, "no_such_service")) {
+        sd_resp_error_extra(resp, 404, "unknown_service", json_pack("{s:s}", "service", a->service),
+                            "service '%s' does not exist", a->service);
+    } else {
+        sd_resp_bad_reply(resp, "alloc_create", r);
+    }
+    freeReplyObject(r);
+    return answered;
+}
+
+/* ---------- waiting for an instance ---------- */
+
+static int wait_try(void *ctx, sd_resp_t *resp, int due, int64_t *retry_at_ms)
+{
+    alloc_req_t *a = ctx;
+    int64_t looked = 0;
+    if (alloc_try(a, resp, &looked))
+        return 1;
+    if (due || sd_mono_ms() >= a->start_ms + a->wait_ms) {
+        no_capacity(resp, a, looked);
+        return 1;
+    }
+    *retry_at_ms = sd_mono_ms() + ALLOC_RETRY_MS;
+    return 0;
+}
+
+static void wait_release(void *ctx)
+{
+    req_free(ctx);
+    free(ctx);
+    atomic_fetch_sub(&waiters, 1);
+}
+
+static const sd_park_kind_t wait_kind = {.try_answer = wait_try, .release = wait_release};
+
+/* POST /allocations -> 201 allocation | 200 replayed | 409 no_capacity / conflict. */
+void h_alloc_create(sd_req_t *req, sd_resp_t *resp)
+{
+    const char *cluster;
+    if (sd_req_name(req, resp, 0, "cluster", &cluster))
+        return;
+    json_t *body = sd_req_json(req, resp);
+    if (!body)
+        return;
+    alloc_req_t a = {0};
+    char err[SD_ERRMSG_MAX];
+    if (req_parse(body, sd_req_header(req, "Idempotency-Key"), &a, err, sizeof err)) {
+        sd_resp_error(resp, 400, "bad_field", "%s", err);
+        goto out;
+    }
+    if (sd_req_may_cluster(req, resp, cluster) || sd_dir_cluster_seen(cluster))
+        goto out;
+    sd_strlcpy(a.cluster, cluster, sizeof a.cluster);
+    int64_t looked = 0;
+    if (alloc_try(&a, resp, &looked))
+        goto out;
+    if (a.wait_ms == 0) {
+        no_capacity(resp, &a, looked);
+        goto out;
+    }
+    if (atomic_fetch_add(&waiters, 1) >= ALLOC_WAITERS_MAX) {
+        atomic_fetch_sub(&waiters, 1);
+        sd_resp_header(resp, "Retry-After", "1");
+        sd_resp_error(resp, 429, "too_many_waiters",
+                      "%d allocation requests are waiting already; retry, or without wait_ms",
+                      ALLOC_WAITERS_MAX);
+        goto out;
+    }
+    alloc_req_t *w = malloc(sizeof *w);
+    if (!w) {
+        atomic_fetch_sub(&waiters, 1);
+        sd_resp_error(resp, 500, "internal", "out of memory");
+        goto out;
+    }
+    *w = a;
+    w->start_ms = sd_mono_ms();
+    memset(&a, 0, sizeof a); /* w owns the texts now */
+    if (sd_park(&wait_kind, req, resp, w, w->start_ms + w->wait_ms)) {
+        wait_release(w);
+        sd_resp_error(resp, 503, "internal", "cannot start the allocation waiter");
+    }
+out:
+    req_free(&a);
+    json_decref(body);
+}
+
+/* GET /allocations/{id} */
+void h_alloc_get(sd_req_t *req, sd_resp_t *resp)
+{
+    const char *cluster, *id;
+    if (sd_req_cluster_and(req, resp, &cluster, "allocation", &id))
+        return;
+    redisReply *r = NULL;
+    int rc = sd__cluster_run("alloc_get", cluster, &r, id, NULL);
+    if (rc) {
+        sd_resp_store_error(resp, rc);
+        return;
+    }
+    if (r->type != REDIS_REPLY_ARRAY)
+        sd_resp_bad_reply(resp, "alloc_get", r);
+    else if (r->elements == 0)
+        sd_resp_error_extra(resp, 404, "no_such_allocation", json_pack("{s:s}", "allocation", id),
+                            "allocation '%s' does not exist (ended ones are kept an hour)", id);
+    else
+        sd_resp_json(resp, 200, alloc_json(r, 0));
+    freeReplyObject(r);
+}
+
+/* DELETE /allocations/{id} -> 200 the ended allocation. */
+void h_alloc_delete(sd_req_t *req, sd_resp_t *resp)
+{
+    const char *cluster, *id;
+    if (sd_req_cluster_and(req, resp, &cluster, "allocation", &id) ||
+        sd_req_may_cluster(req, resp, cluster))
+        return;
+    char chan[128];
+    redisReply *r = NULL;
+    int rc = sd__cluster_run("alloc_release", cluster, &r, id, sd_assign_channel(chan, sizeof chan),
+                             cluster, NULL);
+    if (rc) {
+        sd_resp_store_error(resp, rc);
+        return;
+    }
+    if (sd_reply_status_is(r, "no_such_allocation")) {
+        sd_resp_error_extra(resp, 404, "no_such_allocation", json_pack("{s:s}", "allocation", id),
+                            "allocation '%s' does not exist (ended ones are kept an hour)", id);
+    } else if (sd_reply_status_is(r, "ended") || sd_reply_status_is(r, "unchanged")) {
+        json_t *o = alloc_json(r, 1);
+        if (sd_reply_status_is(r, "ended")) {
+            log_info("allocation released", "cluster=%s allocation=%s by=api", cluster, id);
+            SD_COUNT("serverdir_allocations_ended_total{state=\"released\"}",
+                     "allocations ended, by final state (API and sweep)", 1);
+        }
+        json_object_set_new(o, "changed", json_boolean(sd_reply_status_is(r, "ended")));
+        sd_resp_json(resp, 200, o);
+    } else {
+        sd_resp_bad_reply(resp, "alloc_release", r);
+    }
+    freeReplyObject(r);
+}
+
+/* GET /allocations[?service=S&after=ID&limit=N] -> {allocations: [...], next}. */
+void h_alloc_list(sd_req_t *req, sd_resp_t *resp)
+{
+    const char *cluster, *after, *svc = sd_req_query(req, "service");
+    int64_t limit;
+    if (sd_req_page(req, resp, &cluster, LIST_LIMIT_MAX, LIST_LIMIT_DEFAULT, &limit, &after))
+        return;
+    if (svc && !sd_name_valid(svc, SD_NAME_MAX)) {
+        sd_resp_error(resp, 400, "bad_query", "query parameter 'service' must be a name");
+        return;
+    }
+    char lim[24];
+    snprintf(lim, sizeof lim, "%lld", (long long)limit);
+    redisReply *r = NULL;
+    int rc = sd__cluster_run("alloc_list", cluster, &r, after, lim, svc ? svc : "", NULL);
+    if (rc) {
+        sd_resp_store_error(resp, rc);
+        return;
+    }
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
+        sd_resp_bad_reply(resp, "alloc_list", r);
+        freeReplyObject(r);
+        return;
+    }
+    json_t *list = json_array();
+    for (size_t i = 1; i < r->elements; i++)
+        if (r->element[i]->type == REDIS_REPLY_ARRAY)
+            json_array_append_new(list, alloc_json(r->element[i], 0));
+    const char *next = sd_reply_str(r, 0);
+    sd_resp_json(resp, 200, json_pack("{s:o, s:o}", "allocations", list, "next",
+                                      *next ? json_string(next) : json_null()));
+    freeReplyObject(r);
+}
+
+/* ---------- the sweep ---------- */
+
+void sd_alloc_sweep(const char *cluster)
+{
+    char chan[128], n[16];
+    snprintf(n, sizeof n, "%d", SWEEP_BATCH);
+    redisReply *r = NULL;
+    if (sd__cluster_run("alloc_sweep", cluster, &r, sd_assign_channel(chan, sizeof chan), cluster,
+                        n, NULL))
+        return;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements > 0) {
+        log_info("allocations expired", "cluster=%s count=%zu first=%s", cluster, r->elements,
+                 sd_reply_str(r, 0));
+        SD_COUNT("serverdir_allocations_ended_total{state=\"expired\"}",
+                 "allocations ended, by final state (API and sweep)", (int64_t)r->elements);
+    }
+    freeReplyObject(r);
+}

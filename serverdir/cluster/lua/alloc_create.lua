@@ -1,0 +1,138 @@
+-- Allocates an instance (docs/allocation.md): picks a ready instance of a service that
+-- matches the selector, marks it allocated with the payload and answers where it runs.
+-- KEYS[1]: the cluster's key base.
+-- ARGV: 1 service, 2 mode (ready|join), 3 strategy (packed|distributed), 4 players,
+--   5 machine labels (JSON object or ''), 6 metadata (JSON object or ''), 7 payload
+--   (compact JSON), 8 idempotency key (''), 9 the request's canonical text (what a replay
+--   must repeat), 10 assignments channel, 11 cluster name, 12 confirm timeout ms when the
+--   spec names none, 13 idempotency key ttl ms.
+-- Returns {'created', field, value, ...} | {'replayed', field, value, ...} |
+--   {'idempotency_conflict', id} | {'no_capacity', looked_at} | {'no_such_service'}.
+-- The search is bounded: 64 machines in strategy order and 64 instances per machine
+-- (join: 64 instances in capacity order).
+local base = KEYS[1]
+local svc, mode, strategy, need = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local key = ARGV[8]
+local now = now_ms()
+local function s(n) return string.format('%d', n) end
+
+if key ~= '' then
+  local id = redis.call('GET', base .. 'alloc:key:' .. key)
+  if id then
+    local a = redis.call('HGETALL', base .. 'alloc:' .. id)
+    local req
+    for i = 1, #a, 2 do if a[i] == 'req' then req = a[i + 1] end end
+    if req == ARGV[9] then
+      table.insert(a, 1, 'replayed')
+      return a
+    end
+    return {'idempotency_conflict', id}
+  end
+end
+local spec = redis.call('HGET', base .. 'svc:' .. svc, 'spec')
+if not spec then return {'no_such_service'} end
+redis.call('HSET', base .. 'pstat:' .. svc, 'last_demand_ms', s(now))
+local labels = ARGV[5] ~= '' and cjson.decode(ARGV[5]) or nil
+local meta = ARGV[6] ~= '' and cjson.decode(ARGV[6]) or nil
+
+-- A machine the instance may run on: lease running, labels carried (cached per call).
+local mcache = {}
+local function machine_ok(m)
+  if mcache[m] ~= nil then return mcache[m] end
+  local h = redis.call('HMGET', base .. 'machine:' .. m, 'expires_at_ms', 'labels')
+  local ok = tonumber(h[1] or '0') > now
+  if ok and labels then
+    local have = h[2] and cjson.decode(h[2]) or {}
+    for k, v in pairs(labels) do
+      if have[k] ~= v then ok = false end
+    end
+  end
+  mcache[m] = ok
+  return ok
+end
+
+-- Whether instance i carries the metadata and the free player slots asked for.
+local function inst_ok(i)
+  local h = redis.call('HMGET', base .. 'proc:' .. i, 'state', 'status', 'players', 'max_players')
+  if h[1] ~= 'ready' or not meta_match(h[2], meta) then return false end
+  if need > 0 then
+    if not h[4] then return false end
+    return tonumber(h[4]) - tonumber(h[3] or '0') >= need
+  end
+  return true
+end
+
+local pick, looked = nil, 0
+if mode == 'join' then
+  local c
+  if strategy == 'packed' then
+    c = redis.call('ZRANGEBYSCORE', base .. 'cap:' .. svc, need, '+inf', 'LIMIT', 0, 64)
+  else
+    c = redis.call('ZREVRANGEBYSCORE', base .. 'cap:' .. svc, '+inf', need, 'LIMIT', 0, 64)
+  end
+  for _, i in ipairs(c) do
+    looked = looked + 1
+    local m = redis.call('HGET', base .. 'proc:' .. i, 'machine')
+    if m and machine_ok(m) and inst_ok(i) then pick = i; break end
+  end
+else
+  local ms
+  if strategy == 'packed' then
+    ms = redis.call('ZREVRANGE', base .. 'free:' .. svc, 0, 63)
+  else
+    ms = redis.call('ZRANGE', base .. 'free:' .. svc, 0, 63)
+  end
+  for _, m in ipairs(ms) do
+    if machine_ok(m) then
+      local fk = base .. 'free:' .. svc .. ':' .. m
+      if not meta and need == 0 then
+        looked = looked + 1
+        pick = redis.call('SRANDMEMBER', fk)
+      else
+        for _, i in ipairs(redis.call('SRANDMEMBER', fk, 64)) do
+          looked = looked + 1
+          if inst_ok(i) then pick = i; break end
+        end
+      end
+      if pick then break end
+    end
+  end
+end
+if not pick then return {'no_capacity', looked} end
+
+local pk = base .. 'proc:' .. pick
+local p = redis.call('HMGET', pk, 'machine', 'slot', 'ports', 'allocs')
+local m = p[1]
+local id = string.format('a%012d', redis.call('INCR', base .. 'alloc:seq'))
+local ik = base .. 'alloc:i:' .. pick
+redis.call('SADD', ik, id)
+redis.call('HSET', pk, 'allocs', s(redis.call('SCARD', ik)))
+if tonumber(p[4] or '0') == 0 then
+  pool_free_rem(base, svc, m, pick)
+  pool_alloc_count(base, svc, m, p[2], 1)
+end
+if mode == 'join' and need > 0 then
+  redis.call('ZINCRBY', base .. 'cap:' .. svc, -need, pick)
+  redis.call('HINCRBY', pk, 'players', need)
+end
+local confirm = tonumber(string.match(spec, '"confirm_timeout_ms":(%d+)') or ARGV[12])
+local rec = {'allocation', id, 'state', 'pending', 'service', svc, 'mode', mode,
+             'instance', pick, 'machine', m,
+             'address', redis.call('HGET', base .. 'machine:' .. m, 'address') or '',
+             'ports', p[3] or '', 'slot', p[2] or '', 'players', s(need),
+             'payload', ARGV[7], 'created_at_ms', s(now), 'confirm_by_ms', s(now + confirm),
+             'strategy', strategy, 'req', ARGV[9]}
+if key ~= '' then
+  rec[#rec + 1] = 'key'
+  rec[#rec + 1] = key
+  redis.call('SET', base .. 'alloc:key:' .. key, id, 'PX', ARGV[13])
+end
+redis.call('HSET', base .. 'alloc:' .. id, unpack(rec))
+redis.call('ZADD', base .. 'allocs', 0, id)
+redis.call('ZADD', base .. 'alloc:pending', now + confirm, id)
+redis.call('HSET', base .. 'alloc:m:' .. m, id,
+           cjson.encode({allocation = id, instance = pick, mode = mode, players = need}) ..
+           '\31' .. ARGV[7])
+doc_touch(base, ARGV[10], ARGV[11], m)
+table.insert(rec, 1, 'created')
+return rec

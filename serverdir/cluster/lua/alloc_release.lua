@@ -1,0 +1,23 @@
+-- Ends an allocation from outside (DELETE .../allocations/{id}): state released, reason
+-- "api". The instance goes back to the pool when its service recycles (on_release
+-- restart: its Big Brother restarts it, and the new run is free once ready).
+-- KEYS[1]: the cluster's key base; ARGV: 1 id, 2 assignments channel, 3 cluster name.
+-- Returns {'ended', field, value, ...}, {'unchanged', field, value, ...} (already ended)
+-- or {'no_such_allocation'}.
+local base = KEYS[1]
+local now = now_ms()
+local inst, m, svc, last = alloc_end(base, ARGV[1], 'released', 'api', now)
+local out = redis.call('HGETALL', base .. 'alloc:' .. ARGV[1])
+if #out == 0 then return {'no_such_allocation'} end
+if not inst then
+  table.insert(out, 1, 'unchanged')
+  return out
+end
+if last == 1 and redis.call('HGET', base .. 'proc:' .. inst, 'state') == 'ready' and
+   redis.call('HGET', base .. 'proc:' .. inst, 'machine') == m and
+   svc_on_release(base, svc) == 'recycle' then
+  pool_free_add(base, svc, m, inst)
+end
+doc_touch(base, ARGV[2], ARGV[3], m)
+table.insert(out, 1, 'ended')
+return out
