@@ -10,9 +10,10 @@
  * While it holds it, every placement_interval_ms it reads GET .../state and the live
  * directory, declares lost the machines whose lease expired that still have slots or
  * live processes (POST .../machines/{m}/lost, with its epoch), computes the placement
- * (placement.c) and PUTs the lists that changed with its epoch. Any 409 stale_epoch or
- * primary_held, or a lease that ran out without a renewal, makes it step down at once.
- * One log line per role change and per placement change. */
+ * (placement.c; first the count of every service with a pool, bb_pool_count) and PUTs the
+ * lists that changed with its epoch. Any 409 stale_epoch or primary_held, or a lease that
+ * ran out without a renewal, makes it step down at once.
+ * One log line per role change, per placement change and per pool size change. */
 #include "bb.h"
 #include "placement.h"
 #include "sdclient.h"
@@ -154,6 +155,8 @@ typedef struct {
     int64_t lease_until;   /* monotonic ms: the lease surely holds until then */
     int64_t ok_since;      /* monotonic ms since ServerDir answered every call; 0 after a failure */
     json_t *inflight;      /* rolling restarts under way (placement.h) */
+    json_t *pools;         /* service -> {count, since, peak, bad}: how this primary sized
+                              each pool (bb_pool_count's window), forgotten on step-down */
 } prim_t;
 
 /* Whether a call reached ServerDir and Redis (any answer but a transport error or a 5xx):
@@ -176,6 +179,7 @@ static void step_down(prim_t *p, const char *reason)
              (long long)p->epoch, reason);
     p->is_primary = 0;
     json_object_clear(p->inflight);
+    json_object_clear(p->pools);
 }
 
 /* A 409 that says another primary exists: step down and answer 1. */
@@ -279,11 +283,91 @@ static int declare_lost(prim_t *p, json_t *state, const json_t *live)
     return 0;
 }
 
+/* The count a pool service has now: the last one this primary used, else one past the
+ * highest slot assigned to it. */
+static int pool_current(const json_t *mem, const json_t *state, const char *service)
+{
+    const json_t *c = json_object_get(mem, "count");
+    if (json_is_integer(c))
+        return (int)json_integer_value(c);
+    json_int_t n = 0;
+    const char *m;
+    json_t *doc;
+    json_object_foreach(json_object_get(state, "assignments"), m, doc) {
+        size_t i;
+        json_t *e;
+        json_array_foreach(json_object_get(doc, "slots"), i, e) {
+            json_int_t slot = json_integer_value(json_object_get(e, "slot"));
+            const char *s = json_string_value(json_object_get(e, "service"));
+            if (s && !strcmp(s, service) && slot >= n && slot < 100000)
+                n = slot + 1;
+        }
+    }
+    return (int)n;
+}
+
+/* Sizes every pool (docs/allocation.md, "Pools"): answers a shallow copy of state in
+ * which each service with a pool has a spec copy whose count is bb_pool_count's (the
+ * caller decrefs; state is not changed). Updates p->pools and logs each size change. */
+static json_t *size_pools(prim_t *p, const json_t *state)
+{
+    const json_t *svcs = json_object_get(state, "services");
+    if (!json_is_array(svcs))
+        return json_incref((json_t *)state); /* bb_place refuses it */
+    const json_t *jnow = json_object_get(state, "now_ms");
+    int64_t now = json_integer_value(jnow) > 0 ? json_integer_value(jnow) : sd_wall_ms();
+    json_t *copy = json_copy((json_t *)state), *list = json_array(), *pools = json_object();
+    size_t i;
+    json_t *e;
+    json_array_foreach(svcs, i, e) {
+        const char *name = json_string_value(json_object_get(e, "service"));
+        json_t *spec = json_object_get(e, "spec");
+        json_t *pool = json_object_get(spec, "pool");
+        if (!name || !pool) {
+            json_array_append(list, e);
+            continue;
+        }
+        json_t *mem = json_object_get(p->pools, name);
+        mem = mem ? json_incref(mem) : json_object();
+        int cur = pool_current(mem, state, name);
+        bb_pool_window_t w = {
+            .surplus_since_ms = json_integer_value(json_object_get(mem, "since")),
+            .surplus_peak = (int)json_integer_value(json_object_get(mem, "peak"))};
+        const json_t *stats = json_object_get(e, "pool");
+        int n = bb_pool_count(pool, stats, cur, now, &w);
+        if (n < 0) {
+            if (!json_is_true(json_object_get(mem, "bad")))
+                log_error("pool not understood: count kept", "service=%s count=%d", name, cur);
+            json_object_set_new(mem, "bad", json_true());
+            n = cur;
+        } else {
+            json_object_del(mem, "bad");
+        }
+        if (n != cur)
+            log_info("pool resized", "service=%s from=%d to=%d allocated=%lld ready_free=%lld",
+                     name, cur, n,
+                     (long long)json_integer_value(json_object_get(stats, "allocated")),
+                     (long long)json_integer_value(json_object_get(stats, "ready_free")));
+        json_object_set_new(mem, "count", json_integer(n));
+        json_object_set_new(mem, "since", json_integer(w.surplus_since_ms));
+        json_object_set_new(mem, "peak", json_integer(w.surplus_peak));
+        json_object_set_new(pools, name, mem);
+        json_t *ce = json_copy(e), *cs = json_copy(spec);
+        json_object_set_new(cs, "count", json_integer(n));
+        json_object_set_new(ce, "spec", cs);
+        json_array_append_new(list, ce);
+    }
+    json_object_set_new(copy, "services", list);
+    json_decref(p->pools);
+    p->pools = pools; /* services without a pool any more are forgotten */
+    return copy;
+}
+
 /* One placement round of the primary. */
 static void place_round(prim_t *p)
 {
     char why[320];
-    json_t *state = NULL, *procs = NULL, *lists = NULL;
+    json_t *state = NULL, *procs = NULL, *lists = NULL, *sized = NULL;
     json_t *ready = json_object(), *live = json_object();
     sdc_err_t err = {0};
     int rc = sdc_state_get(cl.prim_client, bb.cfg.cluster, &state, &err);
@@ -301,8 +385,9 @@ static void place_round(prim_t *p)
     read_directory(procs, ready, live);
     if (declare_lost(p, state, live))
         goto out;
+    sized = size_pools(p, state);
     bb_place_stats_t st;
-    if (bb_place(state, ready, p->inflight, &lists, &st)) {
+    if (bb_place(sized, ready, p->inflight, &lists, &st)) {
         log_error("placement skipped: state not understood", "cluster=%s", bb.cfg.cluster);
         goto out;
     }
@@ -327,6 +412,7 @@ static void place_round(prim_t *p)
 out:
     sdc_err_clear(&err);
     json_decref(state);
+    json_decref(sized);
     json_decref(procs);
     json_decref(lists);
     json_decref(ready);
@@ -336,7 +422,7 @@ out:
 static void *prim_main(void *arg)
 {
     (void)arg;
-    prim_t p = {.inflight = json_object()};
+    prim_t p = {.inflight = json_object(), .pools = json_object()};
     int64_t next_renew = 0;
     int renew_every = bb.cfg.primary_ttl_ms / 3;
     do {
@@ -360,6 +446,7 @@ static void *prim_main(void *arg)
         sdc_err_clear(&err);
     }
     json_decref(p.inflight);
+    json_decref(p.pools);
     return NULL;
 }
 

@@ -5,6 +5,9 @@
  *      then the fewest slots, then the smallest name (spread)
  *   3. advance restart tokens / specs, at most max_unavailable slots of a service down
  *   4. answer the machines whose list changed
+ *
+ * and the count of a service with a pool (bb_pool_count), which the caller writes into
+ * the spec before placing.
  */
 #include "placement.h"
 
@@ -44,7 +47,93 @@ json_t *bb_spec_process_part(const json_t *spec)
     json_t *p = json_is_object(spec) ? json_deep_copy(spec) : json_object();
     json_object_del(p, "count");
     json_object_del(p, "placement");
+    json_object_del(p, "pool");               /* sizes the service, not the process */
+    json_object_del(p, "confirm_timeout_ms"); /* ServerDir's, for allocations */
     return p;
+}
+
+/* An integer member of obj within [lo, hi], def when absent; -1 when out of range. */
+static int pool_int(const json_t *obj, const char *key, int lo, int hi, int def, int *out)
+{
+    const json_t *v = json_object_get(obj, key);
+    if (!v) {
+        *out = def;
+        return 0;
+    }
+    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
+        return -1;
+    *out = (int)json_integer_value(v);
+    return 0;
+}
+
+/* A member of the GET /state pool statistics, def when absent or not an integer. */
+static int64_t stat_int(const json_t *stats, const char *key, int64_t def)
+{
+    const json_t *v = json_object_get(stats, key);
+    return json_is_integer(v) ? (int64_t)json_integer_value(v) : def;
+}
+
+/* The buffer: *n instances, or *pct percent (the other one 0). */
+static int pool_buffer(const json_t *pool, int *n, int *pct)
+{
+    const json_t *b = json_object_get(pool, "buffer");
+    *n = *pct = 0;
+    if (json_is_string(b)) {
+        const char *t = json_string_value(b);
+        char *end;
+        long p = strtol(t, &end, 10);
+        if (end == t || *t < '0' || *t > '9' || strcmp(end, "%") || p < 1 || p > 99)
+            return -1;
+        *pct = (int)p;
+        return 0;
+    }
+    return pool_int(pool, "buffer", 0, 100000, 0, n);
+}
+
+int bb_pool_count(const json_t *pool, const json_t *stats, int current, int64_t now_ms,
+                  bb_pool_window_t *w)
+{
+    int buffer, pct, min, max, delay_s;
+    if (!json_is_object(pool) || pool_buffer(pool, &buffer, &pct) ||
+        pool_int(pool, "min", 0, 100000, 0, &min) ||
+        pool_int(pool, "max", 0, 100000, 100000, &max) ||
+        pool_int(pool, "scale_down_delay_s", 0, 86400, 30, &delay_s) || min > max)
+        return -1;
+    int64_t allocated = stat_int(stats, "allocated", 0);
+    int64_t floor = stat_int(stats, "max_allocated_slot", -1) + 1;
+    int64_t demand = stat_int(stats, "last_demand_ms", 0);
+    int64_t delay_ms = (int64_t)delay_s * 1000;
+    allocated = allocated < 0 ? 0 : allocated;
+
+    int64_t want;
+    if (allocated == 0 && (demand <= 0 || now_ms - demand >= delay_ms))
+        want = 0; /* idle: scale to zero (min permitting) */
+    else if (pct) {
+        /* smallest N > allocated with (100 - pct) * N >= 100 * allocated */
+        want = (100 * allocated + (100 - pct) - 1) / (100 - pct);
+        if (want <= allocated)
+            want = allocated + 1;
+    } else
+        want = allocated + buffer;
+    int target = want < min ? min : want > max ? max : (int)want;
+
+    if (target >= current) {
+        w->surplus_since_ms = 0;
+        return target;
+    }
+    if (!w->surplus_since_ms) {
+        w->surplus_since_ms = now_ms;
+        w->surplus_peak = target;
+    } else if (target > w->surplus_peak) {
+        w->surplus_peak = target;
+    }
+    if (now_ms - w->surplus_since_ms < delay_ms)
+        return current;
+    if (floor <= w->surplus_peak) {
+        w->surplus_since_ms = 0; /* done: a further decrease waits a new delay */
+        return w->surplus_peak;
+    }
+    return floor < current ? (int)floor : current; /* an allocated slot holds it back */
 }
 
 static int cmp_mach(const void *a, const void *b)

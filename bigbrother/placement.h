@@ -5,6 +5,7 @@
 #define BB_PLACEMENT_H
 
 #include <jansson.h>
+#include <stdint.h>
 
 typedef struct {
     int kept;      /* slots that stay where they are */
@@ -40,8 +41,37 @@ typedef struct {
 int bb_place(const json_t *state, const json_t *ready, json_t *inflight, json_t **out,
              bb_place_stats_t *st);
 
-/* The parts of a service spec that decide how a process runs (spec without count and
- * placement): two specs run the same process when these are json_equal. New reference. */
+/* The parts of a service spec that decide how a process runs (spec without count,
+ * placement, pool and confirm_timeout_ms; on_release stays, the Big Brother acts on it):
+ * two specs run the same process when these are json_equal. New reference. */
 json_t *bb_spec_process_part(const json_t *spec);
+
+/* A pool's pending decrease, owned by the caller and kept between calls for one service
+ * (zeroed: none pending). */
+typedef struct {
+    int64_t surplus_since_ms; /* when the count wanted fell below the current one; 0: not */
+    int surplus_peak;         /* the highest count wanted since then */
+} bb_pool_window_t;
+
+/* The instance count of a service with a pool (docs/allocation.md, "Pools").
+ *
+ * pool: the spec's "pool" object {buffer: N | "P%", min, max, scale_down_delay_s}.
+ * stats: the service's "pool" object of GET /state {allocated, max_allocated_slot,
+ *   last_demand_ms}; NULL or a missing member counts as 0 (max_allocated_slot: -1).
+ * current: the count in use now. now_ms: the wall clock (Redis's), > 0.
+ *
+ * Wanted: allocated + buffer; for "P%" the smallest N > allocated with
+ * N - allocated >= P% of N (so at least one free instance). With nothing allocated and no
+ * allocation request for scale_down_delay_s (last_demand_ms 0: never), 0. Then clamped
+ * to [min, max]. A wanted count >= current applies at once. A lower one applies once
+ * the wanted count has stayed below current for scale_down_delay_s, and then goes to the
+ * highest count wanted during that time, never below max_allocated_slot + 1 (while that
+ * floor holds the decrease back, the window stays open: the decrease follows the floor
+ * down at once).
+ *
+ * Returns the count to use (*w updated), or -1 when pool is not shaped as above (*w
+ * untouched). */
+int bb_pool_count(const json_t *pool, const json_t *stats, int current, int64_t now_ms,
+                  bb_pool_window_t *w);
 
 #endif

@@ -1,6 +1,8 @@
 /* The primary's placement function (bigbrother/placement.c): spread, stability, eligible
  * machines (live, not draining, labels), capacity and max_per_machine, rolling restarts
- * bounded by max_unavailable, stopped services and a stopped cluster, bad input. */
+ * bounded by max_unavailable, stopped services and a stopped cluster, bad input; and the
+ * pool sizing (bb_pool_count): buffer as a number and a share, min/max, the delay of a
+ * decrease, the allocated-slot floor, scale to zero and back. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -327,6 +329,252 @@ static void bad_state_is_refused(void **unused)
     json_decref(ready);
 }
 
+/* ---------------------------------------------------------------- pools */
+
+#define NOW 1764212400000LL /* a wall clock in ms */
+
+static json_t *jparse(const char *text)
+{
+    json_error_t e;
+    json_t *j = json_loads(text, JSON_DECODE_ANY, &e);
+    if (!j)
+        fail_msg("bad test JSON: %s", e.text);
+    return j;
+}
+
+/* bb_pool_count with the pool and statistics given as JSON text. */
+static int pool_count(const char *pool, int allocated, int max_slot, int64_t demand_ms,
+                      int current, int64_t now, bb_pool_window_t *w)
+{
+    json_t *p = jparse(pool);
+    json_t *stats = json_pack("{s:i, s:i, s:i, s:I}", "allocated", allocated, "ready_free",
+                              0, "max_allocated_slot", max_slot, "last_demand_ms",
+                              (json_int_t)demand_ms);
+    int n = bb_pool_count(p, stats, current, now, w);
+    json_decref(p);
+    json_decref(stats);
+    return n;
+}
+
+static void pool_buffer_number_and_bounds(void **unused)
+{
+    (void)unused;
+    bb_pool_window_t w = {0};
+    const char *pool = "{\"buffer\": 4}";
+    /* demand a second ago, nothing running: the buffer, at once */
+    assert_int_equal(pool_count(pool, 0, -1, NOW - 1000, 0, NOW, &w), 4);
+    assert_int_equal(pool_count(pool, 3, 2, NOW - 1000, 4, NOW, &w), 7);
+    assert_int_equal(pool_count(pool, 100000, 99999, NOW, 100000, NOW, &w), 100000);
+    /* clamped to [min, max] */
+    pool = "{\"buffer\": 4, \"min\": 10, \"max\": 12}";
+    assert_int_equal(pool_count(pool, 1, 0, NOW, 0, NOW, &w), 10);
+    assert_int_equal(pool_count(pool, 7, 6, NOW, 10, NOW, &w), 11);
+    assert_int_equal(pool_count(pool, 30, 29, NOW, 11, NOW, &w), 12);
+    /* buffer 0: exactly what is allocated */
+    assert_int_equal(pool_count("{\"buffer\": 0}", 5, 4, NOW, 0, NOW, &w), 5);
+    /* no statistics at all (a ServerDir without pools): nothing allocated, no demand */
+    json_t *p = jparse("{\"buffer\": 4, \"min\": 2}");
+    assert_int_equal(bb_pool_count(p, NULL, 0, NOW, &w), 2);
+    json_decref(p);
+}
+
+/* The smallest N > allocated with N - allocated >= pct% of N, by search. */
+static int share_by_search(int allocated, int pct)
+{
+    for (int n = allocated + 1;; n++)
+        if ((n - allocated) * 100 >= pct * n)
+            return n;
+}
+
+static void pool_buffer_share(void **unused)
+{
+    (void)unused;
+    bb_pool_window_t w = {0};
+    assert_int_equal(pool_count("{\"buffer\": \"25%\"}", 3, 2, NOW, 0, NOW, &w), 4);
+    assert_int_equal(pool_count("{\"buffer\": \"25%\"}", 6, 5, NOW, 0, NOW, &w), 8);
+    assert_int_equal(pool_count("{\"buffer\": \"25%\"}", 7, 6, NOW, 0, NOW, &w), 10);
+    assert_int_equal(pool_count("{\"buffer\": \"99%\"}", 1, 0, NOW, 0, NOW, &w), 100);
+    /* nothing allocated but a recent request: one instance (a share of 0 would leave the
+     * pool empty for good) */
+    assert_int_equal(pool_count("{\"buffer\": \"10%\"}", 0, -1, NOW - 5, 0, NOW, &w), 1);
+    /* capped by max (default 100000) */
+    assert_int_equal(pool_count("{\"buffer\": \"99%\"}", 5000, 4999, NOW, 0, NOW, &w),
+                     100000);
+    static const int pcts[] = {1, 10, 25, 33, 50, 75, 99};
+    char pool[64];
+    for (size_t k = 0; k < sizeof(pcts) / sizeof(pcts[0]); k++) {
+        snprintf(pool, sizeof(pool), "{\"buffer\": \"%d%%\"}", pcts[k]);
+        for (int a = 1; a <= 300; a++) {
+            int want = share_by_search(a, pcts[k]);
+            assert_int_equal(pool_count(pool, a, a - 1, NOW, want, NOW, &w), want);
+        }
+    }
+}
+
+static void pool_refuses_bad_shapes(void **unused)
+{
+    (void)unused;
+    static const char *const bad[] = {
+        "{\"buffer\": \"0%\"}",   "{\"buffer\": \"100%\"}", "{\"buffer\": \"x%\"}",
+        "{\"buffer\": \"5\"}",    "{\"buffer\": \"-5%\"}",  "{\"buffer\": \"5 %\"}",
+        "{\"buffer\": -1}",       "{\"buffer\": 100001}",   "{\"buffer\": 1.5}",
+        "{\"buffer\": 1, \"min\": 5, \"max\": 4}", "{\"buffer\": 1, \"max\": -1}",
+        "{\"buffer\": 1, \"scale_down_delay_s\": 86401}", "[1]", "7"};
+    for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+        bb_pool_window_t w = {.surplus_since_ms = 5, .surplus_peak = 6};
+        assert_int_equal(pool_count(bad[k], 0, -1, NOW, 3, NOW, &w), -1);
+        assert_int_equal(w.surplus_since_ms, 5);
+        assert_int_equal(w.surplus_peak, 6);
+    }
+    /* the defaults: min 0, max 100000, scale_down_delay_s 30, buffer 0 */
+    bb_pool_window_t w = {0};
+    assert_int_equal(pool_count("{}", 2, 1, NOW, 9, NOW, &w), 9);
+    assert_int_equal(pool_count("{}", 2, 1, NOW, 9, NOW + 29999, &w), 9);
+    assert_int_equal(pool_count("{}", 2, 1, NOW, 9, NOW + 30000, &w), 2);
+}
+
+static void pool_decrease_waits_for_the_delay(void **unused)
+{
+    (void)unused;
+    bb_pool_window_t w = {0};
+    const char *pool = "{\"buffer\": 4, \"scale_down_delay_s\": 30}";
+    /* 3 allocated: 7. Two released: 5 is wanted, 7 stays for 30 s */
+    assert_int_equal(pool_count(pool, 3, 6, NOW, 0, NOW, &w), 7);
+    assert_int_equal(pool_count(pool, 1, 0, NOW, 7, NOW + 1000, &w), 7);
+    assert_int_equal(w.surplus_since_ms, NOW + 1000);
+    assert_int_equal(pool_count(pool, 1, 0, NOW, 7, NOW + 30999, &w), 7);
+    assert_int_equal(pool_count(pool, 1, 0, NOW, 7, NOW + 31000, &w), 5);
+    assert_int_equal(w.surplus_since_ms, 0);
+    assert_int_equal(pool_count(pool, 1, 0, NOW, 5, NOW + 32000, &w), 5);
+    /* a rise in between applies at once and ends the window: the delay starts again */
+    assert_int_equal(pool_count(pool, 0, -1, NOW + 40000, 5, NOW + 40000, &w), 5);
+    assert_int_equal(w.surplus_since_ms, NOW + 40000);
+    assert_int_equal(pool_count(pool, 0, -1, NOW + 50000, 5, NOW + 50000, &w), 5);
+    assert_int_equal(pool_count(pool, 3, 2, NOW + 55000, 5, NOW + 55000, &w), 7);
+    assert_int_equal(w.surplus_since_ms, 0);
+    assert_int_equal(pool_count(pool, 0, -1, NOW + 60000, 7, NOW + 60000, &w), 7);
+    assert_int_equal(pool_count(pool, 0, -1, NOW + 89999, 7, NOW + 89999, &w), 7);
+    assert_int_equal(pool_count(pool, 0, -1, NOW + 90000, 7, NOW + 90000, &w), 4);
+    /* the decrease goes to the highest count wanted during the delay, then further
+     * only after another delay */
+    w = (bb_pool_window_t){0};
+    assert_int_equal(pool_count(pool, 2, 9, NOW, 10, NOW, &w), 10);        /* wants 6 */
+    assert_int_equal(pool_count(pool, 4, 9, NOW, 10, NOW + 10000, &w), 10); /* wants 8 */
+    assert_int_equal(pool_count(pool, 1, 9, NOW, 10, NOW + 20000, &w), 10); /* wants 5 */
+    assert_int_equal(pool_count(pool, 1, 0, NOW, 10, NOW + 30000, &w), 8);
+    assert_int_equal(pool_count(pool, 1, 0, NOW, 8, NOW + 31000, &w), 8);
+    assert_int_equal(pool_count(pool, 1, 0, NOW, 8, NOW + 60999, &w), 8);
+    assert_int_equal(pool_count(pool, 1, 0, NOW, 8, NOW + 61000, &w), 5);
+    /* scale_down_delay_s 0: at once */
+    w = (bb_pool_window_t){0};
+    assert_int_equal(pool_count("{\"buffer\": 1, \"scale_down_delay_s\": 0}", 1, 0, NOW,
+                                9, NOW, &w), 2);
+    /* max lowered below the count: a decrease like any other */
+    w = (bb_pool_window_t){0};
+    pool = "{\"buffer\": 4, \"max\": 3}";
+    assert_int_equal(pool_count(pool, 0, -1, NOW, 6, NOW, &w), 6);
+    assert_int_equal(pool_count(pool, 0, -1, NOW, 6, NOW + 30000, &w), 3);
+}
+
+static void pool_never_removes_an_allocated_slot(void **unused)
+{
+    (void)unused;
+    bb_pool_window_t w = {0};
+    const char *pool = "{\"buffer\": 2}";
+    /* 10 slots, 3 allocated, the highest being slot 8: 5 wanted, 9 kept */
+    assert_int_equal(pool_count(pool, 3, 8, NOW, 10, NOW, &w), 10);
+    assert_int_equal(pool_count(pool, 3, 8, NOW, 10, NOW + 30000, &w), 9);
+    /* slot 8's match ends, slot 6 is the highest: down to 7 at once (the surplus lasted) */
+    assert_int_equal(pool_count(pool, 3, 6, NOW, 9, NOW + 31000, &w), 7);
+    assert_int_equal(pool_count(pool, 3, 2, NOW, 7, NOW + 32000, &w), 5);
+    assert_int_equal(w.surplus_since_ms, 0);
+    /* a floor above the count removes nothing and adds nothing */
+    w = (bb_pool_window_t){0};
+    assert_int_equal(pool_count(pool, 1, 20, NOW, 10, NOW, &w), 10);
+    assert_int_equal(pool_count(pool, 1, 20, NOW, 10, NOW + 60000, &w), 10);
+}
+
+static void pool_scales_to_zero_and_back(void **unused)
+{
+    (void)unused;
+    bb_pool_window_t w = {0};
+    const char *pool = "{\"buffer\": 4, \"scale_down_delay_s\": 30}";
+    /* a fresh pool nobody asked for (last_demand_ms 0): nothing */
+    assert_int_equal(pool_count(pool, 0, -1, 0, 0, NOW, &w), 0);
+    /* a request (answered no_capacity) is demand: the buffer at once */
+    assert_int_equal(pool_count(pool, 0, -1, NOW, 0, NOW, &w), 4);
+    /* the last request 29 s ago still holds the pool */
+    assert_int_equal(pool_count(pool, 0, -1, NOW, 4, NOW + 29000, &w), 4);
+    assert_int_equal(w.surplus_since_ms, 0);
+    /* no request for 30 s and nothing allocated: 0 is wanted, and applies 30 s later */
+    assert_int_equal(pool_count(pool, 0, -1, NOW, 4, NOW + 30000, &w), 4);
+    assert_int_equal(pool_count(pool, 0, -1, NOW, 4, NOW + 59999, &w), 4);
+    assert_int_equal(pool_count(pool, 0, -1, NOW, 4, NOW + 60000, &w), 0);
+    assert_int_equal(pool_count(pool, 0, -1, NOW, 0, NOW + 90000, &w), 0);
+    /* the next request brings it back at once */
+    assert_int_equal(pool_count(pool, 0, -1, NOW + 95000, 0, NOW + 95000, &w), 4);
+    /* an allocated instance keeps the pool up however old the last request */
+    w = (bb_pool_window_t){0};
+    assert_int_equal(pool_count(pool, 1, 3, NOW, 5, NOW + 3600000, &w), 5);
+    /* min > 0: never below it */
+    w = (bb_pool_window_t){0};
+    pool = "{\"buffer\": 4, \"min\": 2, \"scale_down_delay_s\": 0}";
+    assert_int_equal(pool_count(pool, 0, -1, 0, 4, NOW, &w), 2);
+}
+
+/* A pool service sized by bb_pool_count, then placed: a change of the pool, or of
+ * confirm_timeout_ms, resizes without restarting; a change of on_release restarts. */
+static void pool_changes_do_not_restart(void **unused)
+{
+    (void)unused;
+    json_t *st = mkstate(THREE, 0, NULL, NULL), *ready = json_object(), *inf = json_object();
+    json_t *svc = json_array_get(json_object_get(st, "services"), 0);
+    json_t *spec = json_object_get(svc, "spec");
+    json_object_set_new(spec, "pool", jparse("{\"buffer\": 3}"));
+    json_object_set_new(spec, "on_release", json_string("recycle"));
+    json_object_set_new(spec, "confirm_timeout_ms", json_integer(10000));
+    bb_pool_window_t w = {0};
+    json_t *stats = jparse("{\"allocated\": 0, \"last_demand_ms\": 1764212400000}");
+    int n = bb_pool_count(json_object_get(spec, "pool"), stats, 0, NOW, &w);
+    assert_int_equal(n, 3);
+    set_count(st, n);
+    bb_place_stats_t s;
+    assert_int_equal(place(st, ready, inf, &s), 3);
+    assert_int_equal(s.placed, 3);
+    all_ready(st, ready, 0);
+    /* the buffer grows: 2 more slots, the 3 running ones stay as they are (a new spec
+     * object: the assigned entries may share the old one) */
+    spec = json_deep_copy(spec);
+    json_object_set_new(svc, "spec", spec);
+    json_object_set_new(spec, "pool", jparse("{\"buffer\": 5}"));
+    json_object_set_new(spec, "confirm_timeout_ms", json_integer(20000));
+    n = bb_pool_count(json_object_get(spec, "pool"), stats, n, NOW, &w);
+    assert_int_equal(n, 5);
+    set_count(st, n);
+    place(st, ready, inf, &s);
+    assert_int_equal(s.kept, 3);
+    assert_int_equal(s.placed, 2);
+    assert_int_equal(s.rolled, 0);
+    all_ready(st, ready, 0);
+    /* on_release is the process's: the slots roll, one at a time */
+    spec = json_deep_copy(spec);
+    json_object_set_new(svc, "spec", spec);
+    json_object_set_new(spec, "on_release", json_string("restart"));
+    set_count(st, n);
+    place(st, ready, inf, &s);
+    assert_int_equal(s.rolled, 1);
+    json_t *proc = bb_spec_process_part(spec);
+    assert_null(json_object_get(proc, "pool"));
+    assert_null(json_object_get(proc, "confirm_timeout_ms"));
+    assert_null(json_object_get(proc, "count"));
+    assert_string_equal(json_string_value(json_object_get(proc, "on_release")), "restart");
+    json_decref(proc);
+    json_decref(stats);
+    json_decref(st);
+    json_decref(ready);
+    json_decref(inf);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -337,6 +585,13 @@ int main(void)
         cmocka_unit_test(instance_restart_bumps_one_slot),
         cmocka_unit_test(stopped_service_and_cluster),
         cmocka_unit_test(bad_state_is_refused),
+        cmocka_unit_test(pool_buffer_number_and_bounds),
+        cmocka_unit_test(pool_buffer_share),
+        cmocka_unit_test(pool_refuses_bad_shapes),
+        cmocka_unit_test(pool_decrease_waits_for_the_delay),
+        cmocka_unit_test(pool_never_removes_an_allocated_slot),
+        cmocka_unit_test(pool_scales_to_zero_and_back),
+        cmocka_unit_test(pool_changes_do_not_restart),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
