@@ -11,7 +11,16 @@
  *
  * "Owed" messages are tracked in `dirty`: on every (re)connection HELLO, then READY and
  * the last status if the game already said them; a send that finds the socket full
- * leaves its bit set and the next call retries it. */
+ * leaves its bit set and the next call retries it. Allocation acknowledgements and a
+ * release are owed until sent once, on whatever connection: they survive a reconnect.
+ *
+ * Allocations: an ALLOCATED or DEALLOCATED message read from Big Brother waits in one
+ * pending slot (the reading stops while it is full, the rest stays in the socket) until
+ * bbagent_poll returns it; then it is copied into the event buffers the returned event
+ * points into, and an ALLOCATED one is remembered in a small ring of recent allocations
+ * with its acknowledgement owed. An ALLOCATED for an id in the ring (Big Brother sends
+ * it again on a new connection until it sees the acknowledgement) is acknowledged
+ * again, not returned again. */
 #include "bbagent.h"
 #include "bbproto.h"
 
@@ -31,10 +40,23 @@
 #define BEAT_MIN_MS 50            /* never more than one heartbeat packet per 50 ms */
 #define BEAT_DEFAULT_HB_MS 250    /* HEARTBEAT_MS until a WELCOME says otherwise */
 #define INSTANCE_MAX 128
+#define ALLOC_ID_MAX 128          /* an allocation id, as ServerDir names it */
+#define PAYLOAD_MAX BBPROTO_MAX_VALUE /* the payload, compact JSON */
+#define RECENT_MAX 8              /* allocations remembered to spot a resent one */
+#define PLAYERS_MAX 1000000
 #define POLL_BUDGET 16            /* packets read per bbagent_poll call */
 #define NEVER (INT64_MIN / 2)
 
-enum { OWE_HELLO = 1, OWE_READY = 2, OWE_STATUS = 4 };
+enum { OWE_HELLO = 1, OWE_READY = 2, OWE_STATUS = 4, OWE_ACK = 8, OWE_RELEASE = 16 };
+#define OWE_UNTIL_SENT (OWE_ACK | OWE_RELEASE) /* kept across a reconnect */
+
+/* An allocation message read from Big Brother, or the one returned by the last poll. */
+typedef struct {
+    int type;                   /* BBAGENT_EVENT_ALLOCATED / _DEALLOCATED, 0: none */
+    int players, join;
+    char id[ALLOC_ID_MAX + 1];
+    char payload[PAYLOAD_MAX + 1];
+} alloc_msg_t;
 
 struct bbagent {
     /* What every bbagent_heartbeat call reads comes first, in one cache line: a game
@@ -57,6 +79,14 @@ struct bbagent {
     char instance[INSTANCE_MAX + 1];
     char status[BBPROTO_MAX_VALUE + 1];
     char buf[BBPROTO_MAX_MSG];  /* scratch for one message in or out */
+    alloc_msg_t pending;        /* read, not yet returned by bbagent_poll */
+    alloc_msg_t returned;       /* what the last returned event points into */
+    int returned_valid;         /* the last event bbagent_poll returned was `returned` */
+    struct {
+        char id[ALLOC_ID_MAX + 1];
+        int owe_ack;            /* ALLOCATION_ACK not sent yet */
+    } recent[RECENT_MAX];       /* the last allocations returned, a ring */
+    int recent_next;
 };
 
 static const char HEARTBEAT_MSG[] = "HEARTBEAT=1\n";
@@ -142,17 +172,40 @@ static int build_owed(bbagent_t *a, unsigned bit)
     }
 }
 
-/* Sends the owed messages in order (HELLO first); stops at the first failure. */
+/* Sends the owed acknowledgements, oldest first; 0 or the first failure. */
+static int flush_acks(bbagent_t *a)
+{
+    for (int k = 0; k < RECENT_MAX; k++) {
+        int i = (a->recent_next + k) % RECENT_MAX;
+        if (!a->recent[i].owe_ack)
+            continue;
+        int n = bbproto_put(a->buf, sizeof a->buf, 0, "ALLOCATION_ACK", a->recent[i].id);
+        int r = n < 0 ? 0 : link_send(a, a->buf, (size_t)n);
+        if (r < 0)
+            return r;
+        a->recent[i].owe_ack = 0;
+    }
+    return 0;
+}
+
+/* Sends the owed messages in order (HELLO first, a release last); stops at the first
+ * failure. */
 static int link_flush(bbagent_t *a)
 {
-    static const unsigned order[] = { OWE_HELLO, OWE_READY, OWE_STATUS };
+    static const unsigned order[] = { OWE_HELLO, OWE_READY, OWE_STATUS, OWE_ACK, OWE_RELEASE };
     for (size_t i = 0; i < sizeof order / sizeof order[0] && a->fd >= 0; i++) {
         if (!(a->dirty & order[i]))
             continue;
-        int n = build_owed(a, order[i]);
-        if (n < 0)
-            return n;
-        int r = link_send(a, a->buf, (size_t)n);
+        int r;
+        if (order[i] == OWE_ACK) {
+            r = flush_acks(a);
+        } else {
+            int n = order[i] == OWE_RELEASE ? bbproto_put(a->buf, sizeof a->buf, 0, "RELEASE", "1")
+                                            : build_owed(a, order[i]);
+            if (n < 0)
+                return n;
+            r = link_send(a, a->buf, (size_t)n);
+        }
         if (r < 0)
             return r;
         a->dirty &= ~order[i];
@@ -174,7 +227,8 @@ static int link_connect(bbagent_t *a, int64_t now)
         return -e;
     }
     a->fd = fd;
-    a->dirty = OWE_HELLO | (a->ready ? OWE_READY : 0u) | (a->has_status ? OWE_STATUS : 0u);
+    a->dirty = (a->dirty & OWE_UNTIL_SENT) | OWE_HELLO | (a->ready ? OWE_READY : 0u) |
+               (a->has_status ? OWE_STATUS : 0u);
     a->beat_every_ms = beat_period(a, BEAT_DEFAULT_HB_MS);
     a->last_beat_ms = NEVER;
     return 0;
@@ -288,15 +342,9 @@ API int bbagent_heartbeat(bbagent_t *a)
     return link_send(a, HEARTBEAT_MSG, sizeof HEARTBEAT_MSG - 1);
 }
 
-API int bbagent_status(bbagent_t *a, int players, int max_players, const char *kv)
+/* The status, sent when it changed; kv (n bytes, checked) may be a->status itself. */
+static int set_status(bbagent_t *a, int players, int max_players, const char *kv, size_t n)
 {
-    if (!a)
-        return -EINVAL;
-    if (!kv)
-        kv = "";
-    size_t n = strlen(kv);
-    if (n > BBPROTO_MAX_VALUE || memchr(kv, '\n', n))
-        return -EINVAL;
     if (players < 0)
         players = -1;
     if (max_players < 0)
@@ -307,8 +355,34 @@ API int bbagent_status(bbagent_t *a, int players, int max_players, const char *k
     a->has_status = 1;
     a->players = players;
     a->max_players = max_players;
-    memcpy(a->status, kv, n + 1);
+    memmove(a->status, kv, n + 1);
     return owe(a, OWE_STATUS);
+}
+
+API int bbagent_status(bbagent_t *a, int players, int max_players, const char *kv)
+{
+    if (!a)
+        return -EINVAL;
+    if (!kv)
+        kv = "";
+    size_t n = strlen(kv);
+    if (n > BBPROTO_MAX_VALUE || memchr(kv, '\n', n))
+        return -EINVAL;
+    return set_status(a, players, max_players, kv, n);
+}
+
+API int bbagent_set_players(bbagent_t *a, int players, int max_players)
+{
+    if (!a)
+        return -EINVAL;
+    return set_status(a, players, max_players, a->status, strlen(a->status));
+}
+
+API int bbagent_release(bbagent_t *a)
+{
+    if (!a)
+        return -EINVAL;
+    return owe(a, OWE_RELEASE);
 }
 
 API int bbagent_fd(bbagent_t *a)
@@ -316,6 +390,77 @@ API int bbagent_fd(bbagent_t *a)
     if (!a)
         return -EINVAL;
     return a->fd >= 0 ? a->fd : -ENOTCONN;
+}
+
+/* 1 when the value is an allocation id: 1-128 of A-Z a-z 0-9 _ . : @ - (a ServerDir
+ * name), so it is safe to log and to send back. */
+static int alloc_id_ok(const char *id, size_t n)
+{
+    if (!id || n == 0 || n > ALLOC_ID_MAX)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = id[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '.' || c == ':' || c == '@' || c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+/* The ring slot of a recently returned allocation, or -1. */
+static int recent_find(const bbagent_t *a, const char *id, size_t n)
+{
+    for (int i = 0; i < RECENT_MAX; i++)
+        if (strlen(a->recent[i].id) == n && memcmp(a->recent[i].id, id, n) == 0)
+            return i;
+    return -1;
+}
+
+/* ALLOCATED=<id> MODE=ready|join PLAYERS=<n> PAYLOAD=<json>, or DEALLOCATED=<id>, into
+ * the pending slot (which is empty: the reading stops while it is full). A message with
+ * a bad id, mode or player count is ignored; a resent allocation only owes its
+ * acknowledgement again. */
+static void handle_alloc(bbagent_t *a, const bbproto_field_t *f, int n)
+{
+    alloc_msg_t *p = &a->pending;
+    size_t il = 0, ml = 0, pl = 0;
+    const char *id = bbproto_get(f, n, "ALLOCATED", &il);
+    if (!id) {
+        id = bbproto_get(f, n, "DEALLOCATED", &il);
+        if (!alloc_id_ok(id, il))
+            return;
+        p->type = BBAGENT_EVENT_DEALLOCATED;
+        memcpy(p->id, id, il);
+        p->id[il] = '\0';
+        return;
+    }
+    if (!alloc_id_ok(id, il))
+        return;
+    const char *mode = bbproto_get(f, n, "MODE", &ml);
+    int join = mode && ml == 4 && memcmp(mode, "join", 4) == 0;
+    if (mode && !join && !(ml == 5 && memcmp(mode, "ready", 5) == 0))
+        return;
+    long long players = 0;
+    if (bbproto_get_int(f, n, "PLAYERS", 0, PLAYERS_MAX, &players) == -EINVAL)
+        return;
+    const char *payload = bbproto_get(f, n, "PAYLOAD", &pl);
+    if (!payload || pl == 0) {
+        payload = "null";
+        pl = 4;
+    }
+    int seen = recent_find(a, id, il);
+    if (seen >= 0) {
+        a->recent[seen].owe_ack = 1;
+        a->dirty |= OWE_ACK;
+        return;
+    }
+    p->type = BBAGENT_EVENT_ALLOCATED;
+    p->join = join;
+    p->players = (int)players;
+    memcpy(p->id, id, il);
+    p->id[il] = '\0';
+    memcpy(p->payload, payload, pl); /* pl <= BBPROTO_MAX_VALUE: the parser's cap */
+    p->payload[pl] = '\0';
 }
 
 /* Applies one message from Big Brother; unknown keys and malformed messages are
@@ -326,6 +471,10 @@ static void handle_msg(bbagent_t *a, size_t len)
     int n = bbproto_parse(a->buf, len, f, BBPROTO_MAX_FIELDS);
     if (n <= 0)
         return;
+    if (bbproto_get(f, n, "ALLOCATED", NULL) || bbproto_get(f, n, "DEALLOCATED", NULL)) {
+        handle_alloc(a, f, n);
+        return;
+    }
     long long v;
     if (bbproto_get(f, n, "WELCOME", NULL) &&
         bbproto_get_int(f, n, "HEARTBEAT_MS", 1, 3600000, &v) == 0)
@@ -338,11 +487,12 @@ static void handle_msg(bbagent_t *a, size_t len)
         a->drain_pending = 1;
 }
 
-/* Reads what Big Brother sent, at most POLL_BUDGET packets. EOF or an error drops the
- * connection (requests already read stay pending). */
+/* Reads what Big Brother sent, at most POLL_BUDGET packets, and none while an
+ * allocation message waits to be returned. EOF or an error drops the connection
+ * (requests already read stay pending). */
 static void link_read(bbagent_t *a)
 {
-    for (int i = 0; i < POLL_BUDGET && a->fd >= 0; i++) {
+    for (int i = 0; i < POLL_BUDGET && a->fd >= 0 && !a->pending.type; i++) {
         ssize_t n = recv(a->fd, a->buf, sizeof a->buf, MSG_DONTWAIT | MSG_TRUNC);
         if (n < 0) {
             if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
@@ -358,15 +508,53 @@ static void link_read(bbagent_t *a)
     }
 }
 
+/* Moves the pending allocation message into the returned event; an ALLOCATED one
+ * enters the ring of recent allocations with its acknowledgement owed. */
+static void return_alloc(bbagent_t *a, bbagent_event_t *ev)
+{
+    a->returned = a->pending;
+    a->pending.type = 0;
+    alloc_msg_t *r = &a->returned;
+    ev->type = (bbagent_event_type_t)r->type;
+    a->returned_valid = 1;
+    if (r->type != BBAGENT_EVENT_ALLOCATED)
+        return;
+    int i = a->recent_next;
+    a->recent_next = (i + 1) % RECENT_MAX;
+    memcpy(a->recent[i].id, r->id, sizeof r->id);
+    a->recent[i].owe_ack = 1;
+    a->dirty |= OWE_ACK;
+}
+
+API int bbagent_allocation(const bbagent_t *a, bbagent_allocation_t *out)
+{
+    if (!out)
+        return -EINVAL;
+    *out = (bbagent_allocation_t){NULL, NULL, -1, 0};
+    if (!a)
+        return -EINVAL;
+    if (!a->returned_valid)
+        return -ENOENT;
+    out->allocation = a->returned.id;
+    if (a->returned.type == BBAGENT_EVENT_ALLOCATED) {
+        out->payload = a->returned.payload;
+        out->players = a->returned.players;
+        out->join = a->returned.join;
+    }
+    return 0;
+}
+
 API int bbagent_poll(bbagent_t *a, bbagent_event_t *ev)
 {
     if (!a || !ev)
         return -EINVAL;
     ev->type = BBAGENT_EVENT_NONE;
     ev->grace_ms = -1;
+    a->returned_valid = 0;
     if (!a->enabled)
         return 0;
-    link_up(a, now_ms());
+    int64_t now = now_ms();
+    link_up(a, now);
     if (a->fd >= 0)
         link_read(a);
     if (a->shutdown_pending) {
@@ -376,7 +564,11 @@ API int bbagent_poll(bbagent_t *a, bbagent_event_t *ev)
     } else if (a->drain_pending) {
         a->drain_pending = 0;
         ev->type = BBAGENT_EVENT_DRAIN;
+    } else if (a->pending.type) {
+        return_alloc(a, ev);
     }
+    if (a->dirty)
+        link_up(a, now); /* the acknowledgement, or one a resent allocation owes */
     return 0;
 }
 
@@ -384,6 +576,8 @@ API void bbagent_close(bbagent_t *a, const char *reason)
 {
     if (!a)
         return;
+    if (a->fd >= 0 && a->dirty)
+        link_flush(a); /* a release or an acknowledgement said just before exiting */
     if (a->fd >= 0) {
         if (!reason || !*reason)
             reason = "exit";

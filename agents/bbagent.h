@@ -9,7 +9,8 @@
  * With no Big Brother around (no $BB_SOCKET, the process was started by hand) every call
  * is a cheap no-op returning 0. If Big Brother goes away and comes back (it restarted),
  * later calls reconnect by themselves, at most one attempt every 500 ms, and resend what
- * the game already said (READY, the last status).
+ * the game already said (READY, the last status) and what it still owes (allocation
+ * acknowledgements, a release).
  *
  * A handle is not thread-safe: use it from one thread (the game loop).
  * Every int-returning function returns 0 or a negative errno (bbagent_fd returns an fd).
@@ -24,8 +25,12 @@
  *       bbagent_event_t ev;
  *       while (bbagent_poll(a, &ev) == 0 && ev.type != BBAGENT_EVENT_NONE)
  *           handle(ev);                    // SHUTDOWN: save players, exit within grace
+ *                                          // ALLOCATED: a match starts
+ *                                          // (bbagent_allocation: id, payload)
  *       run_tick();
  *       bbagent_heartbeat(a);
+ *       if (match_over)
+ *           bbagent_release(a);            // back to the pool (docs/allocation.md)
  *   }
  */
 #ifndef BBAGENT_H
@@ -47,9 +52,11 @@ typedef struct {
 } bbagent_opts_t;
 
 typedef enum {
-    BBAGENT_EVENT_NONE = 0,     /* nothing pending */
-    BBAGENT_EVENT_SHUTDOWN = 1, /* save players and exit within grace_ms */
-    BBAGENT_EVENT_DRAIN = 2     /* take no new players; keep running */
+    BBAGENT_EVENT_NONE = 0,       /* nothing pending */
+    BBAGENT_EVENT_SHUTDOWN = 1,   /* save players and exit within grace_ms */
+    BBAGENT_EVENT_DRAIN = 2,      /* take no new players; keep running */
+    BBAGENT_EVENT_ALLOCATED = 3,  /* a session is handed to this process (allocation...) */
+    BBAGENT_EVENT_DEALLOCATED = 4 /* an allocation was ended from outside (DELETE, expired) */
 } bbagent_event_type_t;
 
 typedef struct {
@@ -58,6 +65,25 @@ typedef struct {
      * it sends the stop signal; -1 if it named none. Other events: -1. */
     int grace_ms;
 } bbagent_event_t;
+
+/* The details of an ALLOCATED or DEALLOCATED event (bbagent_allocation()). Kept out of
+ * bbagent_event_t so that programs built against the older, smaller event still run
+ * with this library. The strings point into the handle and stay valid until the next
+ * bbagent_poll() (or bbagent_close()) on it: copy what must live longer. */
+typedef struct {
+    /* The allocation id (1-128 characters of A-Z a-z 0-9 _ . : @ -, e.g.
+     * "a000000000017"). */
+    const char *allocation;
+    /* ALLOCATED: the allocator's payload as compact JSON text, at most 1024 bytes ("null"
+     * when it gave none). DEALLOCATED: NULL. */
+    const char *payload;
+    /* ALLOCATED: the player slots the allocator asked for (0 when it named none).
+     * DEALLOCATED: -1. */
+    int players;
+    /* ALLOCATED: 1 for a "join" allocation (players join a running session), 0 for
+     * "ready" (a fresh session). DEALLOCATED: 0. */
+    int join;
+} bbagent_allocation_t;
 
 /* Creates a handle (the only allocation the library makes) and tries once to connect.
  * No Big Brother reachable is not an error: the handle reconnects later by itself.
@@ -79,14 +105,35 @@ int bbagent_heartbeat(bbagent_t *a);
  * remembered across reconnects. Returns 0 or -EINVAL. */
 int bbagent_status(bbagent_t *a, int players, int max_players, const char *kv);
 
+/* bbagent_status() with the status text kept as it is: the load figures alone (what
+ * "join" allocations look at: max_players - players free slots). Returns 0 or -EINVAL. */
+int bbagent_set_players(bbagent_t *a, int players, int max_players);
+
+/* The session is over: sends RELEASE=1, and Big Brother ends every open allocation of
+ * this process (the instance goes back to its pool, or is restarted when the service says
+ * on_release "restart"). Sent once; when the connection is down or full, it is owed and
+ * sent by a later call (also after a reconnect). Returns 0 (also when owed). */
+int bbagent_release(bbagent_t *a);
+
 /* The connection's fd, to wait for POLLIN in the game's own poll loop, or -ENOTCONN.
  * The fd changes across reconnects: read it again before every poll. */
 int bbagent_fd(bbagent_t *a);
 
 /* Non-blocking: stores the next request from Big Brother in *ev (type NONE if there is
  * none) and returns 0, or a negative errno. Call it when bbagent_fd() is readable or
- * once per tick; it also notices a closed connection. */
+ * once per tick, until it returns NONE; it also notices a closed connection. Returning
+ * an ALLOCATED event acknowledges it to Big Brother (ALLOCATION_ACK, owed while the
+ * connection is down or full); an allocation Big Brother sends again (after a
+ * reconnect, before it saw the acknowledgement) is acknowledged again but not returned
+ * twice. Events come in this order: SHUTDOWN, DRAIN, then allocation events as they
+ * arrived. */
 int bbagent_poll(bbagent_t *a, bbagent_event_t *ev);
+
+/* After bbagent_poll() returned BBAGENT_EVENT_ALLOCATED or BBAGENT_EVENT_DEALLOCATED:
+ * that event's details in *out, valid until the next bbagent_poll(). Returns 0, or
+ * -ENOENT (and *out with NULL strings, players -1) when the last event bbagent_poll()
+ * returned was another one; -EINVAL for NULL arguments. */
+int bbagent_allocation(const bbagent_t *a, bbagent_allocation_t *out);
 
 /* Sends BYE=<reason> (NULL: "exit"), closes the connection and frees the handle. */
 void bbagent_close(bbagent_t *a, const char *reason);

@@ -17,11 +17,15 @@
  *   STATUS=<text>                      free text shown by sdctl
  *   PLAYERS=<n> MAX_PLAYERS=<n>        optional load figures
  *   STOPPING=1                         shutting down on its own
+ *   ALLOCATION_ACK=<id>                the game got the allocation (bbagent_poll)
+ *   RELEASE=1                          the session is over (bbagent_release)
  *   BYE=<reason>                       clean close
  * bigbrother -> agent
  *   WELCOME=1 HEARTBEAT_MS=<n>         accepted; send a heartbeat at least this often
  *   SHUTDOWN=1 GRACE_MS=<n>            save players and exit within the grace
  *   DRAIN=1                            take no new players
+ *   ALLOCATED=<id> MODE=ready|join PLAYERS=<n> PAYLOAD=<json>   a session for this process
+ *   DEALLOCATED=<id>                   an allocation ended from outside
  */
 #ifndef BBPROTO_H
 #define BBPROTO_H

@@ -3,7 +3,9 @@
  * checked against the kernel's SO_PEERCRED pid, which must be the instance's process or
  * a member of its process group. A connection that fails the check is logged and
  * closed. After WELCOME, every message proves the game loop runs; a closed connection
- * means the process is going away (its pidfd tells when it is gone). */
+ * means the process is going away (its pidfd tells when it is gone). Allocations go to
+ * the agent and their acknowledgements, releases and status changes come back through
+ * alloc.c. */
 #include "bb.h"
 #include "bbproto.h"
 #include "sdlog.h"
@@ -106,6 +108,15 @@ static int conn_send(bb_conn_t *c, const char *key, const char *val, const char 
     return 0;
 }
 
+int bb_agent_send_msg(bb_inst_t *in, const char *msg, size_t len)
+{
+    if (!in->conn)
+        return -ENOTCONN;
+    if (send(in->conn->w.fd, msg, len, MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)len)
+        return -errno;
+    return 0;
+}
+
 void bb_agent_send(bb_inst_t *in, const char *key, const char *val, const char *key2,
                    const char *val2)
 {
@@ -168,6 +179,7 @@ static int hello(bb_conn_t *c, const bbproto_field_t *f, int n)
         return -1;
     }
     log_info("agent connected", "instance=%s pid=%d heartbeat_ms=%s", id, (int)cr.pid, hb);
+    bb_alloc_connected(in);
     return 0;
 }
 
@@ -189,12 +201,28 @@ static int agent_message(bb_conn_t *c, const char *buf, size_t len)
     size_t vlen;
     const char *v;
     long long players, max_players;
-    if ((v = bbproto_get(f, n, "STATUS", &vlen)))
-        bb__copy_printable(in->status, sizeof(in->status), v, vlen);
-    if (!bbproto_get_int(f, n, "PLAYERS", 0, 1000000, &players))
+    char status[sizeof(in->status)];
+    int changed = 0;
+    if ((v = bbproto_get(f, n, "STATUS", &vlen))) {
+        bb__copy_printable(status, sizeof(status), v, vlen);
+        changed = strcmp(status, in->status) != 0;
+        memcpy(in->status, status, sizeof(status));
+    }
+    if (!bbproto_get_int(f, n, "PLAYERS", 0, SD_PLAYERS_MAX, &players)) {
+        changed |= in->players != (int)players;
         in->players = (int)players;
-    if (!bbproto_get_int(f, n, "MAX_PLAYERS", 0, 1000000, &max_players))
+    }
+    if (!bbproto_get_int(f, n, "MAX_PLAYERS", 0, SD_PLAYERS_MAX, &max_players)) {
+        changed |= in->max_players != (int)max_players;
         in->max_players = (int)max_players;
+    }
+    if (changed)
+        bb_status_changed(in);
+    if ((v = bbproto_get(f, n, "ALLOCATION_ACK", &vlen)))
+        bb_alloc_ack(in, v, vlen);
+    if (bbproto_get(f, n, "RELEASE", NULL))
+        bb_alloc_release(in);
+    bb_alloc_retry(in);
     if (bbproto_get(f, n, "STOPPING", NULL))
         log_info("instance stopping on its own", "instance=%s", in->id);
     /* readiness and liveness come from the configured health type only */

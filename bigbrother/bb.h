@@ -21,6 +21,7 @@
 #define BB_HTTP_PATH_MAX 400   /* http probe path: the request still fits the query buffer */
 #define BB_MAX_RLIMITS 8
 #define BB_WINDOW_MAX 64       /* max_restarts cap: restart times kept per instance */
+#define BB_ALLOCS_MAX 16       /* open allocations tracked per instance (alloc.c) */
 
 #define container_of(p, type, member) ((type *)(void *)((char *)(p) - offsetof(type, member)))
 
@@ -63,6 +64,10 @@ typedef struct {
     struct {
         int signal, grace_ms, hang_signal;
     } stop;
+    /* on_release "restart": the instance is restarted when its session ends (a release
+     * by the game, or an allocation ended from outside); 0: "recycle", kept as it is.
+     * The spec's pool and confirm_timeout_ms are ServerDir's and the primary's. */
+    int restart_on_release;
     int metrics_slot; /* metrics.c's row for this service name, plus one (0: not yet) */
 } bb_service_t;
 
@@ -181,8 +186,20 @@ typedef struct bb_inst {
     int64_t restart_mono[BB_WINDOW_MAX];
     int nrestart_mono;
     struct bb_conn *conn;       /* agent connection, NULL when none */
-    char status[128];
+    char status[SD_STATUS_MAX + 1];
     int players, max_players;
+    /* allocations and status events (alloc.c) */
+    struct bb_alloc {
+        char id[SD_NAME_MAX + 1];
+        int sent;               /* ALLOCATED went out on the current agent connection */
+        int acked;              /* ALLOCATION_ACK came back: confirmed was reported */
+        int released;           /* the game released it (RELEASE=1) */
+        int listed;             /* the document being applied lists it */
+    } allocs[BB_ALLOCS_MAX];
+    int nallocs;
+    bb_timer_t status_timer;    /* the next status event may go out then */
+    int64_t status_sent_mono;   /* when the last status event went out */
+    int status_dirty;           /* players / max_players / status changed since */
     /* probes (probe.c) */
     bb_watch_t probew;
     bb_timer_t probe_timer;
@@ -361,6 +378,9 @@ int bb_agentsrv_init(void);
 void bb_agentsrv_close(void);
 void bb_agent_send(bb_inst_t *in, const char *key, const char *val, const char *key2,
                    const char *val2);
+/* Sends one ready-made message (at most BBPROTO_MAX_MSG bytes) to the instance's agent:
+ * 0, -ENOTCONN without a connection, or the send's -errno (-EAGAIN: its socket is full). */
+int bb_agent_send_msg(bb_inst_t *in, const char *msg, size_t len);
 void bb_agent_detach(bb_inst_t *in);
 int bb_notify_init(void);
 void bb_notify_close(void);
@@ -389,6 +409,36 @@ void bb_state_save(void);
 
 /* Sends one started/ready/stopped event to the reporter. */
 void bb_report(bb_inst_t *in, const char *type);
+/* A new process event of `type` about in (type, instance, service, ts_ms, slot,
+ * generation), for the caller to complete and pass to bb_event_emit; NULL on ENOMEM. */
+json_t *bb_event_new(const bb_inst_t *in, const char *type);
+/* Appends ev to the outbox (a failure is logged) and drops the caller's reference. */
+void bb_event_emit(const bb_inst_t *in, json_t *ev);
+
+/* ---------------------------------------------------------------- alloc.c */
+
+/* Applies the assignment document's "allocations" array (borrowed; NULL: none): sends
+ * ALLOCATED to the instances with an agent connection that have not acknowledged it,
+ * DEALLOCATED for the allocations that left the document (then restarts the instance
+ * when its service says on_release "restart"). */
+void bb_alloc_apply(const json_t *allocs);
+/* A new agent connection of in: every allocation it has not acknowledged is sent again. */
+void bb_alloc_connected(bb_inst_t *in);
+/* Sends what could not be sent before (the agent's socket was full); cheap when nothing
+ * waits. Called on every message from the agent. */
+void bb_alloc_retry(bb_inst_t *in);
+/* ALLOCATION_ACK=<id> (len bytes) from the agent: reports `confirmed` once. */
+void bb_alloc_ack(bb_inst_t *in, const char *id, size_t len);
+/* RELEASE=1 from the agent: reports `released` and restarts by on_release. */
+void bb_alloc_release(bb_inst_t *in);
+/* The instance's process is gone or replaced: forgets its allocations and its pending
+ * status event. */
+void bb_alloc_reset(bb_inst_t *in);
+/* players, max_players or status changed: a `status` event, at most one per instance per
+ * second (a timer sends the latest values), when events go to ServerDir. */
+void bb_status_changed(bb_inst_t *in);
+/* Frees the document kept for resends (at exit). */
+void bb_alloc_free(void);
 /* Writes the last exit of in as text into buf, in sd_reason_format's wording
  * ("killed(signal 9)", "hung(silent 3012ms)"); returns the length it needed. */
 size_t bb_inst_reason_text(const bb_inst_t *in, char *buf, size_t cap);

@@ -268,7 +268,9 @@ static int parse_env(sd_jv_t *v, const json_t *o, bb_service_t *s)
 static int parse_service(sd_jv_t *v, const json_t *js, bb_service_t *s)
 {
     static const char *const keys[] = {"name", "command", "args", "env", "count", "user",
-                                       "cwd", "rlimits", "health", "restart", "stop", NULL};
+                                       "cwd", "rlimits", "health", "restart", "stop", "pool",
+                                       "on_release", "confirm_timeout_ms", NULL};
+    static const char *const on_release[] = {"recycle", "restart", NULL};
     json_t *o = NULL;
     if (!json_is_object(js))
         return sd_jv_fail(v, NULL, "must be an object");
@@ -319,6 +321,14 @@ static int parse_service(sd_jv_t *v, const json_t *js, bb_service_t *s)
     }
     if (s->cwd && s->cwd[0] != '/')
         return sd_jv_fail(v, "cwd", "must be an absolute path");
+    /* pool and confirm_timeout_ms are ServerDir's and the primary's (docs/allocation.md):
+     * only their shape is checked here */
+    int release = 0, confirm_ms = 0;
+    if (sd_jv_enum(v, js, "on_release", 0, on_release, &release) < 0 ||
+        sd_jv_object(v, js, "pool", 0, &o) < 0 ||
+        sd_jv_i32(v, js, "confirm_timeout_ms", 0, 100, 600000, &confirm_ms) < 0)
+        return -1;
+    s->restart_on_release = release == 1;
     /* The sub-objects; each parser but rlimits' also sets the defaults of an absent one. */
     static const struct {
         const char *key;

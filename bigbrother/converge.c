@@ -9,7 +9,10 @@
  *   - a running slot no longer listed gets SHUTDOWN, then the stop signal, then SIGKILL,
  *     and is reported stopped with reason `drained` (this machine is draining) or
  *     `replaced` (the slot moved, e.g. after this machine was declared lost);
- *   - cluster_stopped: every cluster slot is stopped that way, reason stopped_by_operator.
+ *   - cluster_stopped: every cluster slot is stopped that way, reason stopped_by_operator;
+ *   - the open allocations of this machine's instances ("allocations") go to their games
+ *     (alloc.c), after the slots, so a slot stopped by this document is not restarted
+ *     for an allocation it loses.
  *
  * Specs are parsed with the config parser (bb_config_parse), one bb_cspec_t per service
  * and spec version, shared by the entries that use it and freed when none does. A spec
@@ -268,6 +271,7 @@ void bb_converge_apply(const json_t *doc, int draining)
         bb_inst_stop(in, stopped_all ? WHY_OPERATOR : draining ? WHY_DRAINED : WHY_REPLACED);
     }
     specs_gc();
+    bb_alloc_apply(json_object_get(doc, "allocations"));
     log_info("assignment applied",
              "version=%lld epoch=%lld slots=%d started=%d stopping=%d cluster_stopped=%d "
              "draining=%d",

@@ -137,6 +137,7 @@ int main(int argc, char **argv)
         sd_die(SD_EXIT_SYSTEM, "re-exec failed", "error=%s", strerror(errno));
     }
     bb_converge_free();
+    bb_alloc_free();
     bb_config_free(&bb.cfg);
     free(bb.inst);
     return 0;

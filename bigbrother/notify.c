@@ -64,8 +64,14 @@ static void notify_message(bb_inst_t *in, pid_t pid, const char *buf, size_t len
     }
     size_t vlen;
     const char *v;
-    if ((v = bbproto_get(f, n, "STATUS", &vlen)))
-        bb__copy_printable(in->status, sizeof(in->status), v, vlen);
+    if ((v = bbproto_get(f, n, "STATUS", &vlen))) {
+        char status[sizeof(in->status)];
+        bb__copy_printable(status, sizeof(status), v, vlen);
+        if (strcmp(status, in->status)) {
+            memcpy(in->status, status, sizeof(status));
+            bb_status_changed(in);
+        }
+    }
     if (bbproto_get(f, n, "STOPPING", NULL))
         log_info("instance stopping on its own", "instance=%s", in->id);
     /* readiness and liveness come from the configured health type only: a program that

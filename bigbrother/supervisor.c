@@ -84,7 +84,7 @@ static void set_state(bb_inst_t *in, enum bb_state s)
     bb.state_dirty = 1;
 }
 
-static void report_json(bb_inst_t *in, json_t *ev)
+void bb_event_emit(const bb_inst_t *in, json_t *ev)
 {
     if (bb.report && bb_report_event(bb.report, ev))
         log_error("event not recorded", "instance=%s type=%s", in->id,
@@ -92,11 +92,16 @@ static void report_json(bb_inst_t *in, json_t *ev)
     json_decref(ev);
 }
 
+json_t *bb_event_new(const bb_inst_t *in, const char *type)
+{
+    return json_pack("{s:s, s:s, s:s, s:I, s:i, s:i}", "type", type, "instance", in->id,
+                     "service", in->svc->name, "ts_ms", (json_int_t)sd_wall_ms(), "slot",
+                     in->slot, "generation", in->generation);
+}
+
 void bb_report(bb_inst_t *in, const char *type)
 {
-    json_t *ev = json_pack("{s:s, s:s, s:s, s:I, s:i, s:i}", "type", type, "instance", in->id,
-                           "service", in->svc->name, "ts_ms", (json_int_t)sd_wall_ms(), "slot",
-                           in->slot, "generation", in->generation);
+    json_t *ev = bb_event_new(in, type);
     if (!ev)
         return;
     if (!strcmp(type, "started"))
@@ -111,7 +116,7 @@ void bb_report(bb_inst_t *in, const char *type)
             json_object_set_new(ev, "detail", json_string(in->detail));
         bb_crash_report(in, ev);
     }
-    report_json(in, ev);
+    bb_event_emit(in, ev);
 }
 
 size_t bb_inst_reason_text(const bb_inst_t *in, char *buf, size_t cap)
@@ -161,6 +166,7 @@ static void spawn(bb_inst_t *in)
     bb_converge_respawn(in);
     in->why = WHY_NONE;
     in->status[0] = 0;
+    bb_alloc_reset(in);
     int rc = bb_spawn(in);
     if (rc) {
         /* fork failed: the machine is short of something; retry after the backoff */
@@ -420,6 +426,7 @@ static void a_exit(bb_inst_t *in, const bb_ev_t *ev)
              in->id, (int)in->pid, in->reason, text, in->detail, bb_state_name(next),
              (long long)delay);
     bb_report(in, "stopped");
+    bb_alloc_reset(in);
     if (next == ST_FAILED)
         log_error("instance failed: crash loop", "service=%s slot=%d detail=%s", s->name,
                   in->slot, in->detail);

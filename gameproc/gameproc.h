@@ -14,7 +14,8 @@
 #include "gpquery.h"
 
 #define GP_NAME_MAX 63
-#define GP_STATUS_MAX 160
+#define GP_META_MAX 256           /* --meta */
+#define GP_STATUS_MAX (160 + GP_META_MAX)
 #define GP_STOP_WAIT_MS 5000      /* longest wait for saves on a stop without a grace */
 
 typedef struct gp gp_t;
@@ -78,6 +79,8 @@ struct gp {
     int64_t master_every_ms;
     const char *region;
     const char *tags;              /* comma-separated */
+    const char *meta;              /* appended to the status line; NULL: none */
+    int64_t release_after_ms;      /* release each allocation after this; -1: never */
 
     /* state */
     int64_t started_ms;
@@ -92,6 +95,7 @@ struct gp {
     int udp_fd;
     int udp_port;                  /* the bound port (for A2S EDF) */
     int stop_pending;              /* modules still finishing work before exit (saves) */
+    int64_t release_at_ms;         /* --release-after-ms: release then; -1: not armed */
 };
 
 /* Off-tick work (worker.c): a job runs on a module's worker thread, then its done

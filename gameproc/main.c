@@ -65,6 +65,8 @@ static void usage(FILE *out)
             "  --notify             speak sd_notify on $NOTIFY_SOCKET instead of libbbagent\n"
             "  --no-agent           talk to no supervisor at all\n"
             "  --save-ms N          time \"saving players\" takes on a graceful stop (default 0)\n"
+            "  --meta TEXT          key=value pairs appended to the status line (what\n"
+            "                       allocation selectors match), e.g. \"mode=ctf tier=2\"\n"
             "ServerDir (URLs and token also from $SERVERDIR_URL and $SERVERDIR_TOKEN):\n"
             "  --serverdir URLS     ServerDir base URLs, comma-separated\n"
             "  --token TOKEN        bearer token (role game)\n"
@@ -85,7 +87,9 @@ static void usage(FILE *out)
             "  --hang-after S       stop ticking and heartbeating forever after S\n"
             "  --crash-after S      abort() (SIGABRT) after S, or exit with --exit-code\n"
             "  --exit-code N        with --crash-after: exit(N) instead of abort()\n"
-            "  --ignore-term        ignore SIGTERM and SHUTDOWN requests\n");
+            "  --ignore-term        ignore SIGTERM and SHUTDOWN requests\n"
+            "  --release-after-ms N end each allocated session N ms after it was handed\n"
+            "                       over (bbagent_release)\n");
 }
 
 static int parse_seconds(const char *s, int64_t *ms)
@@ -126,6 +130,18 @@ static int parse_range(const char *s, int64_t *a, int64_t *b)
         *a > *b)
         return -EINVAL;
     return 0;
+}
+
+/* --meta: printable ASCII, the status line is shown and matched as text. */
+static int meta_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > GP_META_MAX)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] < 0x20 || (unsigned char)s[i] > 0x7e)
+            return 0;
+    return 1;
 }
 
 static int tags_ok(const char *s)
@@ -180,7 +196,7 @@ static void parse_args(gp_t *gp, int argc, char **argv)
     enum { O_NAME = 256, O_MAP, O_TICK, O_PLAYERS, O_MAXP, O_UDP, O_A2SCH, O_NOTIFY,
            O_NOAGENT, O_SAVE, O_LOGLVL, O_SLOW, O_HANG, O_CRASH, O_EXIT, O_IGNTERM, O_SD,
            O_TOKEN, O_KEYS, O_SAVE_EVERY, O_SESSION, O_MREST, O_MUDP, O_MINT, O_REGION,
-           O_TAGS, O_HELP };
+           O_TAGS, O_META, O_RELEASE, O_HELP };
     /* In the same order as the enum: "bad option" names opts[c - O_NAME]. */
     static const struct option opts[] = {
         { "name", required_argument, NULL, O_NAME },
@@ -209,6 +225,8 @@ static void parse_args(gp_t *gp, int argc, char **argv)
         { "master-interval-s", required_argument, NULL, O_MINT },
         { "region", required_argument, NULL, O_REGION },
         { "tags", required_argument, NULL, O_TAGS },
+        { "meta", required_argument, NULL, O_META },
+        { "release-after-ms", required_argument, NULL, O_RELEASE },
         { "help", no_argument, NULL, O_HELP },
         { NULL, 0, NULL, 0 },
     };
@@ -326,6 +344,16 @@ static void parse_args(gp_t *gp, int argc, char **argv)
             if (!tags_ok(optarg))
                 bad = "comma-separated names";
             gp->tags = optarg;
+            break;
+        case O_META:
+            if (!meta_ok(optarg))
+                bad = "1-" SD_STR(GP_META_MAX) " printable characters";
+            gp->meta = optarg;
+            break;
+        case O_RELEASE:
+            if (sd_parse_i64(optarg, 0, 86400000, &v))
+                bad = "an integer in 0..86400000";
+            gp->release_after_ms = v;
             break;
         case O_HELP:
             usage(stdout);
@@ -477,7 +505,7 @@ int main(int argc, char **argv)
 {
     static gp_t gp = {
         .name = "gameproc", .map = "gp_arena", .tick_hz = 20, .max_players = 16,
-        .hang_after_ms = -1, .crash_after_ms = -1, .exit_code = -1, .udp_fd = -1,
+        .hang_after_ms = -1, .crash_after_ms = -1, .release_after_ms = -1, .release_at_ms = -1, .exit_code = -1, .udp_fd = -1,
         .save_every_ms = 5000, .master_every_ms = 300000,
     };
     parse_args(&gp, argc, argv);

@@ -8,6 +8,7 @@
 #include "gameproc.h"
 #include "sdlog.h"
 #include "sdnotify.h"
+#include "sdutil.h"
 
 /* WATCHDOG=1 goes out every quarter of WATCHDOG_USEC (every quarter of this without it),
  * and never more often than WATCHDOG_MIN_MS. */
@@ -15,11 +16,11 @@
 #define WATCHDOG_DEFAULT_MS 250
 
 /* The status line both protocols carry; it changes only when the load or mode does, so
- * the supervisor hears it only then. */
+ * the supervisor hears it only then. --meta's pairs come last. */
 static void status_text(const gp_t *gp, char *out, size_t cap)
 {
-    snprintf(out, cap, "map=%s players=%d/%d%s", gp->map, gp->players, gp->max_players,
-             gp->draining ? " draining" : "");
+    snprintf(out, cap, "map=%s players=%d/%d%s%s%s", gp->map, gp->players, gp->max_players,
+             gp->draining ? " draining" : "", gp->meta ? " " : "", gp->meta ? gp->meta : "");
 }
 
 /* Sends one sd_notify message; a failure is logged once (the supervisor may be
@@ -91,6 +92,11 @@ void gp_sup_tick(gp_t *gp, int64_t now_ms)
     if (gp->agent) {
         bbagent_heartbeat(gp->agent);
         bbagent_status(gp->agent, gp->players, gp->max_players, st);
+        if (gp->release_at_ms >= 0 && now_ms >= gp->release_at_ms) {
+            gp->release_at_ms = -1;
+            log_info("releasing", "after_ms=%lld", (long long)gp->release_after_ms);
+            bbagent_release(gp->agent);
+        }
     } else if (gp->notify.on) {
         if (now_ms - gp->notify.last_watchdog_ms >= gp->notify.watchdog_every_ms) {
             gp->notify.last_watchdog_ms = now_ms;
@@ -111,7 +117,8 @@ int gp_sup_fd(gp_t *gp)
 }
 
 /* Requests from Big Brother: SHUTDOWN starts the graceful stop, DRAIN stops taking
- * players. sd_notify has no way back, so there is nothing to read in that mode. */
+ * players, an allocation is logged (and, with --release-after-ms, released later).
+ * sd_notify has no way back, so there is nothing to read in that mode. */
 void gp_sup_events(gp_t *gp)
 {
     if (!gp->agent)
@@ -125,6 +132,18 @@ void gp_sup_events(gp_t *gp)
             if (!gp->draining)
                 log_info("draining", "players=%d", gp->players);
             gp->draining = 1;
+        } else if (ev.type == BBAGENT_EVENT_ALLOCATED) {
+            bbagent_allocation_t al;
+            bbagent_allocation(gp->agent, &al);
+            log_info("allocated", "allocation=%s mode=%s players=%d payload=%s", al.allocation,
+                     al.join ? "join" : "ready", al.players, al.payload);
+            if (gp->release_after_ms >= 0)
+                gp->release_at_ms = sd_mono_ms() + gp->release_after_ms;
+        } else if (ev.type == BBAGENT_EVENT_DEALLOCATED) {
+            bbagent_allocation_t al;
+            bbagent_allocation(gp->agent, &al);
+            log_info("deallocated", "allocation=%s", al.allocation);
+            gp->release_at_ms = -1;
         } else {
             break;
         }

@@ -2,7 +2,8 @@
  * request, stops gracefully on SIGTERM and on an agent SHUTDOWN, ignores them with
  * --ignore-term, answers Quake III and Valve queries on its UDP port, and speaks
  * sd_notify to a NOTIFY_SOCKET and the agent protocol to a BB_SOCKET that this test
- * binds, playing the supervisor (and leaves it alone with --no-agent). */
+ * binds, playing the supervisor, allocations included (and leaves it alone with
+ * --no-agent). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -199,6 +200,7 @@ static void bad_options_are_usage_errors(void **state)
         { "--tick-hz", "0", NULL },          { "--crash-after", "soon", NULL },
         { "--exit-code", "7", NULL },        { "--players", "20", NULL },
         { "--name", "a\\b", NULL },          { "--udp-port", "example.com:1", NULL },
+        { "--release-after-ms", "-1", NULL }, { "--meta", "", NULL },
         { "--no-such-flag", NULL, NULL },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -521,6 +523,54 @@ static void agent_ready_heartbeat_shutdown(void **state)
     close(lfd);
 }
 
+/* Allocations through the agent protocol: an ALLOCATED is logged with its id, mode,
+ * players and payload and acknowledged; --release-after-ms releases the session that
+ * long after; DEALLOCATED is logged; --meta is appended to the status line. */
+static void agent_allocation_release_meta(void **state)
+{
+    char path[100], env_sock[120];
+    snprintf(path, sizeof path, "%s/agent-alloc.sock", dir);
+    snprintf(env_sock, sizeof env_sock, "BB_SOCKET=%s", path);
+    int lfd = gp_agent_listen(path);
+    const char *env[] = { env_sock, "BB_INSTANCE=match-it-1", NULL };
+    const char *args[] = { "--tick-hz", "50", "--meta", "mode=ctf tier=2",
+                           "--release-after-ms", "300", NULL };
+    gp_run_t g;
+    gp_start(&g, "agent-alloc", args, env);
+    assert_true(wait_readable(lfd, 3000));
+    int c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+    assert_true(c >= 0);
+    char msg[BBPROTO_MAX_MSG + 1];
+    assert_true(wait_key(c, "HELLO", 2000, msg, sizeof msg, NULL));
+    send(c, "WELCOME=1\nHEARTBEAT_MS=1000\n", 28, 0);
+    assert_true(wait_key(c, "READY", 2000, NULL, 0, NULL));
+    assert_true(wait_key(c, "STATUS", 2000, msg, sizeof msg, NULL));
+    assert_non_null(strstr(msg, "STATUS=map=gp_arena players=0/16 mode=ctf tier=2\n"));
+
+    static const char alloc[] =
+        "ALLOCATED=a000000000001\nMODE=join\nPLAYERS=8\nPAYLOAD={\"match\":\"m1\"}\n";
+    int64_t t0 = h_now_ms();
+    send(c, alloc, sizeof alloc - 1, 0);
+    assert_true(wait_key(c, "ALLOCATION_ACK", 2000, msg, sizeof msg, NULL));
+    assert_string_equal(msg, "ALLOCATION_ACK=a000000000001\n");
+    assert_true(log_wait(&g, "msg=allocated allocation=a000000000001 mode=join players=8 "
+                             "payload=\"{\\\"match\\\":\\\"m1\\\"}\"", 2000));
+    assert_true(wait_key(c, "RELEASE", 2000, msg, sizeof msg, NULL));
+    int64_t took = h_now_ms() - t0;
+    print_message("released %lld ms after the allocation\n", (long long)took);
+    assert_in_range(took, 280, 1500);
+
+    send(c, "DEALLOCATED=a000000000001\n", 26, 0);
+    assert_true(log_wait(&g, "msg=deallocated allocation=a000000000001", 2000));
+    send(c, "SHUTDOWN=1\nGRACE_MS=1000\n", 25, 0);
+    assert_true(wait_key(c, "BYE", 3000, NULL, 0, NULL));
+    int st = h_wait_exit(g.pid, 3000);
+    assert_true(st != -1 && WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    close(c);
+    close(lfd);
+}
+
 static void hang_stops_heartbeats(void **state)
 {
     char path[100], env_sock[120];
@@ -594,6 +644,7 @@ int main(void)
         cmocka_unit_test(udp_silent_until_ready),
         cmocka_unit_test(notify_ready_watchdog_stopping),
         cmocka_unit_test(agent_ready_heartbeat_shutdown),
+        cmocka_unit_test(agent_allocation_release_meta),
         cmocka_unit_test(hang_stops_heartbeats),
         cmocka_unit_test(no_agent_never_connects),
     };

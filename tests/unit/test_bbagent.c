@@ -2,8 +2,10 @@
  * the no-op mode, HELLO/READY/STATUS content, heartbeat rate limits, SHUTDOWN and DRAIN,
  * lazy reconnection paced at 500 ms, no call ever blocking (not even on a full backlog
  * or a full socket: counted as voluntary context switches), state resent after a
- * reconnect, and no allocation per call (counted by a malloc hook built into this test
- * executable only). */
+ * reconnect, allocations (ALLOCATED returned once and acknowledged, DEALLOCATED,
+ * malformed ones ignored, the 1024-byte payload cap, acknowledgements and a release
+ * owed across a reconnect), and no allocation per call (counted by a malloc hook built
+ * into this test executable only). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -26,6 +28,16 @@
 #include "bbproto.h"
 
 /* ---- allocation counter ---------------------------------------------------------- */
+
+
+/* The details of the allocation event bbagent_poll last returned (bbagent_allocation). */
+static bbagent_allocation_t al_get(const bbagent_t *a)
+{
+    bbagent_allocation_t al;
+    bbagent_allocation(a, &al);
+    return al;
+}
+#define AL(h) al_get(h)
 
 static volatile long alloc_count;
 
@@ -481,6 +493,177 @@ static void reconnect_without_blocking(void **state)
     close(lfd);
 }
 
+/* Receives one message and checks that it is exactly `want`. */
+static void expect_msg(int fd, const char *want)
+{
+    char buf[BBPROTO_MAX_MSG];
+    int n = recv_within(fd, buf, sizeof buf, 1000);
+    if (n != (int)strlen(want) || memcmp(buf, want, (size_t)n) != 0)
+        fail_msg("got '%.*s' (%d), want '%s'", n > 0 ? n : 0, buf, n, want);
+}
+
+static void send_str(int fd, const char *msg)
+{
+    assert_int_equal(send(fd, msg, strlen(msg), 0), (ssize_t)strlen(msg));
+}
+
+/* ALLOCATED is returned once with its fields and acknowledged; DEALLOCATED follows;
+ * malformed ones are ignored; the payload may be 1024 bytes, not more; a resent
+ * allocation (a reconnect before the acknowledgement arrived) is acknowledged again but
+ * not returned twice; the strings stay valid until the next poll. */
+static void allocated_and_deallocated(void **state)
+{
+    int lfd = listen_at(sock_path);
+    bbagent_t *a = open_at(sock_path, "al");
+    int c = accept_within(lfd, 1000);
+    assert_true(c >= 0);
+    expect_kv(c, "HELLO", "1");
+    bbagent_event_t ev;
+
+    send_str(c, "ALLOCATED=a000000000001\nMODE=ready\nPLAYERS=8\nPAYLOAD={\"match\":\"m1\"}\n");
+    usleep(10000);
+    assert_int_equal(bbagent_poll(a, &ev), 0);
+    assert_int_equal(ev.type, BBAGENT_EVENT_ALLOCATED);
+    assert_string_equal(AL(a).allocation, "a000000000001");
+    assert_string_equal(AL(a).payload, "{\"match\":\"m1\"}");
+    assert_int_equal(AL(a).players, 8);
+    assert_int_equal(AL(a).join, 0);
+    assert_int_equal(ev.grace_ms, -1);
+    expect_msg(c, "ALLOCATION_ACK=a000000000001\n");
+    assert_int_equal(bbagent_poll(a, &ev), 0);
+    assert_int_equal(ev.type, BBAGENT_EVENT_NONE);
+    assert_null(AL(a).allocation);
+    assert_null(AL(a).payload);
+    assert_int_equal(AL(a).players, -1);
+
+    /* Sent again (Big Brother did not see the acknowledgement yet): acknowledged again,
+     * not returned again. */
+    send_str(c, "ALLOCATED=a000000000001\nMODE=ready\nPLAYERS=8\nPAYLOAD={}\n");
+    usleep(10000);
+    assert_int_equal(bbagent_poll(a, &ev), 0);
+    assert_int_equal(ev.type, BBAGENT_EVENT_NONE);
+    expect_msg(c, "ALLOCATION_ACK=a000000000001\n");
+
+    /* Malformed: no id, a bad id, a bad mode, bad players, and an oversized payload
+     * (1025 bytes) are ignored; a join allocation without PAYLOAD / PLAYERS defaults. */
+    char big[1200];
+    int n = snprintf(big, sizeof big, "ALLOCATED=a2\nPAYLOAD=");
+    memset(big + n, 'p', 1025);
+    big[n + 1025] = '\n';
+    assert_true(send(c, big, (size_t)(n + 1026), 0) > 0);
+    send_str(c, "ALLOCATED=\nMODE=ready\n");
+    send_str(c, "ALLOCATED=a b\n");
+    send_str(c, "ALLOCATED=a3\nMODE=solo\n");
+    send_str(c, "ALLOCATED=a4\nPLAYERS=-1\n");
+    send_str(c, "DEALLOCATED=a\\b\n");
+    send_str(c, "ALLOCATED=a5\nMODE=join\n");
+    usleep(10000);
+    assert_int_equal(bbagent_poll(a, &ev), 0);
+    assert_int_equal(ev.type, BBAGENT_EVENT_ALLOCATED);
+    assert_string_equal(AL(a).allocation, "a5");
+    assert_string_equal(AL(a).payload, "null");
+    assert_int_equal(AL(a).players, 0);
+    assert_int_equal(AL(a).join, 1);
+    expect_msg(c, "ALLOCATION_ACK=a5\n");
+
+    /* Exactly 1024 bytes of payload (the value cap) arrive whole. Two allocation
+     * messages in a row: one per poll, each valid until the next poll. */
+    n = snprintf(big, sizeof big, "ALLOCATED=a6\nPAYLOAD=\"");
+    memset(big + n, 'q', 1022);
+    memcpy(big + n + 1022, "\"\n", 2);
+    assert_true(send(c, big, (size_t)(n + 1024), 0) > 0);
+    send_str(c, "DEALLOCATED=a5\n");
+    usleep(10000);
+    assert_int_equal(bbagent_poll(a, &ev), 0);
+    assert_int_equal(ev.type, BBAGENT_EVENT_ALLOCATED);
+    assert_string_equal(AL(a).allocation, "a6");
+    assert_int_equal(strlen(AL(a).payload), 1024);
+    assert_int_equal(AL(a).payload[0], '"');
+    expect_msg(c, "ALLOCATION_ACK=a6\n");
+    assert_int_equal(bbagent_poll(a, &ev), 0);
+    assert_int_equal(ev.type, BBAGENT_EVENT_DEALLOCATED);
+    assert_string_equal(AL(a).allocation, "a5");
+    assert_null(AL(a).payload);
+    assert_int_equal(bbagent_poll(a, &ev), 0);
+    assert_int_equal(ev.type, BBAGENT_EVENT_NONE);
+    expect_silence(c, 50);
+
+    /* SHUTDOWN goes before an allocation read in the same poll. */
+    send_str(c, "ALLOCATED=a7\n");
+    send_str(c, "SHUTDOWN=1\n");
+    usleep(10000);
+    assert_int_equal(bbagent_poll(a, &ev), 0);
+    assert_int_equal(ev.type, BBAGENT_EVENT_ALLOCATED); /* read first: the slot held it */
+    assert_int_equal(bbagent_poll(a, &ev), 0);
+    assert_int_equal(ev.type, BBAGENT_EVENT_SHUTDOWN);
+    bbagent_close(a, NULL);
+    close(c);
+    close(lfd);
+}
+
+/* An acknowledgement and a release that cannot be sent (Big Brother away) are owed and
+ * sent after the reconnect, after HELLO / READY / status, acknowledgement first; a
+ * release is sent once. bbagent_set_players keeps the status text. */
+static void release_and_ack_owed_across_reconnect(void **state)
+{
+    int lfd = listen_at(sock_path);
+    bbagent_t *a = open_at(sock_path, "rl");
+    int c = accept_within(lfd, 1000);
+    assert_true(c >= 0);
+    expect_kv(c, "HELLO", "1");
+    bbagent_status(a, 1, 8, "map=dm1 mode=ctf");
+    expect_kv(c, "STATUS", "map=dm1 mode=ctf");
+    assert_int_equal(bbagent_set_players(a, 3, 8), 0);
+    expect_msg(c, "PLAYERS=3\nMAX_PLAYERS=8\nSTATUS=map=dm1 mode=ctf\n");
+    assert_int_equal(bbagent_set_players(a, 3, 8), 0); /* unchanged: nothing sent */
+    expect_silence(c, 30);
+
+    send_str(c, "ALLOCATED=a100\nMODE=ready\nPAYLOAD=[1,2]\n");
+    close(c);
+    close(lfd);
+    unlink(sock_path);
+    usleep(10000);
+    bbagent_event_t ev;
+    assert_int_equal(bbagent_poll(a, &ev), 0);
+    assert_int_equal(ev.type, BBAGENT_EVENT_ALLOCATED); /* read before the EOF */
+    assert_string_equal(AL(a).payload, "[1,2]");
+    assert_int_equal(bbagent_fd(a), -ENOTCONN);
+    assert_int_equal(bbagent_release(a), 0);
+    assert_int_equal(bbagent_release(a), 0); /* still one owed release */
+
+    lfd = listen_at(sock_path);
+    int64_t t0 = mono_us();
+    while ((c = accept_within(lfd, 0)) < 0 && mono_us() - t0 < 2000000) {
+        bbagent_heartbeat(a);
+        usleep(5000);
+    }
+    assert_true(c >= 0);
+    expect_kv(c, "HELLO", "1");
+    expect_kv(c, "PLAYERS", "3");
+    expect_msg(c, "ALLOCATION_ACK=a100\n");
+    expect_msg(c, "RELEASE=1\n");
+    expect_kv(c, "HEARTBEAT", "1"); /* the call that reconnected */
+    /* Big Brother sends the unacknowledged allocation again on the new connection: it
+     * is acknowledged, not returned. */
+    send_str(c, "ALLOCATED=a100\nMODE=ready\nPAYLOAD=[1,2]\n");
+    usleep(10000);
+    assert_int_equal(bbagent_poll(a, &ev), 0);
+    assert_int_equal(ev.type, BBAGENT_EVENT_NONE);
+    expect_msg(c, "ALLOCATION_ACK=a100\n");
+    expect_silence(c, 50);
+
+    /* A release with the link up goes out at once, and a release said just before
+     * bbagent_close that found no room is still sent by the close. */
+    assert_int_equal(bbagent_release(a), 0);
+    expect_msg(c, "RELEASE=1\n");
+    assert_int_equal(bbagent_set_players(NULL, 1, 2), -EINVAL);
+    assert_int_equal(bbagent_release(NULL), -EINVAL);
+    bbagent_close(a, "done");
+    expect_msg(c, "BYE=done\n");
+    close(c);
+    close(lfd);
+}
+
 /* Where a blocking socket would wait, the shim does not: connecting to a listener whose
  * backlog is full, and sending to a Big Brother that stopped reading. */
 static void never_blocks_when_bigbrother_is_stuck(void **state)
@@ -581,12 +764,17 @@ static void no_allocation_per_call(void **state)
     for (int i = 0; i < 10000; i++) {
         assert_true(bbagent_heartbeat(a) >= -EAGAIN);
         bbagent_status(a, i % 7, 16, (i & 1) ? "odd" : "even");
+        bbagent_set_players(a, i % 5, 16);
         bbagent_poll(a, &ev);
         if (i % 1000 == 0) {
             char buf[BBPROTO_MAX_MSG];
             while (recv_within(c, buf, sizeof buf, 0) > 0)
                 ;
             send(c, "SHUTDOWN=1\nGRACE_MS=10\n", 23, MSG_DONTWAIT);
+            int n = snprintf(buf, sizeof buf, "ALLOCATED=a%d\nMODE=join\nPAYLOAD={}\n", i);
+            send(c, buf, (size_t)n, MSG_DONTWAIT);
+            send(c, "DEALLOCATED=a0\n", 15, MSG_DONTWAIT);
+            bbagent_release(a);
         }
     }
     /* Through a disconnection and a reconnection too. */
@@ -643,6 +831,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(heartbeat_rate_limit, setup, teardown),
         cmocka_unit_test_setup_teardown(shutdown_and_drain, setup, teardown),
         cmocka_unit_test_setup_teardown(reconnect_without_blocking, setup, teardown),
+        cmocka_unit_test_setup_teardown(allocated_and_deallocated, setup, teardown),
+        cmocka_unit_test_setup_teardown(release_and_ack_owed_across_reconnect, setup, teardown),
         cmocka_unit_test_setup_teardown(never_blocks_when_bigbrother_is_stuck, setup, teardown),
         cmocka_unit_test_setup_teardown(reconnect_is_paced, setup, teardown),
         cmocka_unit_test_setup_teardown(no_allocation_per_call, setup, teardown),

@@ -106,6 +106,15 @@ static void errors_name_the_field(void **state)
          "t.json: services[0].command: must be an absolute path"},
         {HEAD "\"services\": [{\"name\": \"g\", \"command\": \"/bin/true\"}]}",
          "t.json: services[0].health: is required"},
+        {HEAD "\"services\": [{\"name\": \"g\", \"command\": \"/bin/true\", \"health\": {\"type\": \"none\"},"
+              " \"on_release\": \"reboot\"}]}",
+         "t.json: services[0].on_release: 'reboot' must be recycle or restart"},
+        {HEAD "\"services\": [{\"name\": \"g\", \"command\": \"/bin/true\", \"health\": {\"type\": \"none\"},"
+              " \"pool\": 4}]}",
+         "t.json: services[0].pool: must be an object"},
+        {HEAD "\"services\": [{\"name\": \"g\", \"command\": \"/bin/true\", \"health\": {\"type\": \"none\"},"
+              " \"confirm_timeout_ms\": 5}]}",
+         "t.json: services[0].confirm_timeout_ms: must be between 100 and 600000"},
         {HEAD "\"services\": [{\"name\": \"g\", \"command\": \"/no/such/bin\", \"health\": {\"type\": \"none\"}}]}",
          "t.json: services[0].command: '/no/such/bin' is not executable: No such file or directory"},
         {HEAD "\"services\": [{\"name\": \"g\", \"command\": \"/bin/true\", \"health\": {\"type\": \"grpc\"}}]}",
@@ -189,6 +198,25 @@ static void cluster_mode_defaults(void **state)
     bb_config_free(&c);
 }
 
+/* The allocation fields of a service: on_release is bigbrother's (recycle by default),
+ * pool and confirm_timeout_ms are ServerDir's and the primary's, accepted and ignored. */
+static void allocation_fields(void **state)
+{
+    (void)state;
+    bb_config_t c;
+    char err[512] = "";
+    assert_int_equal(bb_config_parse(HEAD "\"services\": [{\"name\": \"a\", \"command\": \"/bin/true\","
+                                     " \"health\": {\"type\": \"none\"}, \"on_release\": \"restart\","
+                                     " \"pool\": {\"buffer\": \"25%\", \"min\": 0}, \"confirm_timeout_ms\": 100},"
+                                     " {\"name\": \"b\", \"command\": \"/bin/true\","
+                                     " \"health\": {\"type\": \"none\"}}]}",
+                                     "t.json", &c, err, sizeof(err)),
+                     0);
+    assert_int_equal(c.services[0].restart_on_release, 1);
+    assert_int_equal(c.services[1].restart_on_release, 0);
+    bb_config_free(&c);
+}
+
 static void unescape_signals_and_text(void **state)
 {
     unsigned char out[8];
@@ -217,6 +245,7 @@ int main(void)
         cmocka_unit_test(full_config_and_defaults),
         cmocka_unit_test(errors_name_the_field),
         cmocka_unit_test(cluster_mode_defaults),
+        cmocka_unit_test(allocation_fields),
         cmocka_unit_test(unescape_signals_and_text),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
