@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cluster.h"
 #include "directory.h"
 #include "http.h"
 #include "locks.h"
@@ -134,6 +135,7 @@ int main(int argc, char **argv)
                  getenv("NOTIFY_SOCKET"), strerror(-nrc));
     sd_metrics_init(sd_nroutes);
     sd_master_metrics_init();
+    sd_alloc_metrics_init();
     sd_locks_log_config();
 
     /* Block the signals before any thread starts so only sigwait below sees them. */

@@ -360,7 +360,7 @@ void h_alloc_delete(sd_req_t *req, sd_resp_t *resp)
         if (sd_reply_status_is(r, "ended")) {
             log_info("allocation released", "cluster=%s allocation=%s by=api", cluster, id);
             SD_COUNT("serverdir_allocations_ended_total{state=\"released\"}",
-                     "allocations ended, by final state (API and sweep)", 1);
+                     "allocations ended, by final state", 1);
         }
         json_object_set_new(o, "changed", json_boolean(sd_reply_status_is(r, "ended")));
         sd_resp_json(resp, 200, o);
@@ -404,6 +404,19 @@ void h_alloc_list(sd_req_t *req, sd_resp_t *resp)
     freeReplyObject(r);
 }
 
+/* The serverdir_allocations_waiting gauge: requests parked with wait_ms. */
+static int waiting_gauge(double *value)
+{
+    *value = (double)atomic_load(&waiters);
+    return 0;
+}
+
+void sd_alloc_metrics_init(void)
+{
+    sd_metric_gauge("serverdir_allocations_waiting",
+                    "allocation requests parked with wait_ms for an instance", waiting_gauge);
+}
+
 /* ---------- the sweep ---------- */
 
 void sd_alloc_sweep(const char *cluster)
@@ -418,7 +431,7 @@ void sd_alloc_sweep(const char *cluster)
         log_info("allocations expired", "cluster=%s count=%zu first=%s", cluster, r->elements,
                  sd_reply_str(r, 0));
         SD_COUNT("serverdir_allocations_ended_total{state=\"expired\"}",
-                 "allocations ended, by final state (API and sweep)", (int64_t)r->elements);
+                 "allocations ended, by final state", (int64_t)r->elements);
     }
     freeReplyObject(r);
 }

@@ -79,6 +79,8 @@ void sd_assign_answer(sd_resp_t *resp, json_t *doc, int64_t version, const char 
 /* Ends the allocations of cluster whose confirm deadline passed and forgets ended ones
  * older than an hour (api_alloc.c; run by the lost-machine sweeper, one copy at a time). */
 void sd_alloc_sweep(const char *cluster);
+/* Registers the allocation gauges (serverdir_allocations_waiting); once, at start. */
+void sd_alloc_metrics_init(void);
 
 /* ---------- running cluster scripts (cluster_spec.c) ---------- */
 

@@ -326,13 +326,19 @@ int sd_dir_events_apply(const char *cluster, const char *batch, long long counts
     int rc = sd_store_run("events_apply", 1, &a, &r);
     if (rc)
         return rc;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 3) {
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 5) {
         log_error("unexpected script reply", "script=%s type=%d", "events_apply", r->type);
         freeReplyObject(r);
         return SD_STORE_ERROR;
     }
     for (int i = 0; i < 3; i++)
         counts[i] = r->element[i]->integer;
+    if (r->element[3]->integer > 0)
+        SD_COUNT("serverdir_allocations_ended_total{state=\"allocation_lost\"}",
+                 "allocations ended, by final state", r->element[3]->integer);
+    if (r->element[4]->integer > 0)
+        SD_COUNT("serverdir_allocations_ended_total{state=\"released\"}",
+                 "allocations ended, by final state", r->element[4]->integer);
     freeReplyObject(r);
     drain_unlocks(cluster);
     return SD_STORE_OK;

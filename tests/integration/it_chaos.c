@@ -16,7 +16,8 @@
  *   desired    every desired instance is running and ready (directory and real processes)
  *   directory  every live record's pid runs and belongs to its bigbrother; every running
  *              instance is in the directory
- *   outbox     every event of every outbox is in the history exactly once
+ *   outbox     every event of every outbox is in the history exactly once (a status
+ *              event, which has no history entry: its idempotency record exists)
  *   locks      no two holders were granted a key with the same lock_seq (gameproc logs)
  *   blobs      no player blob's Blob-Seq, nor the lock_seq of its last accepted save, ever
  *              went down (sampled in Redis during the run)
@@ -29,6 +30,10 @@
  *              orphans left running unsupervised
  *   stale      no save, renew or release by a stale holder was accepted, and the new
  *              holder's data was intact after every stale retry
+ *   allocations  meanwhile the test allocates instances of the service (and ends some
+ *              with DELETE); no instance was ever held by two open allocations at once
+ *              (the intervals [created, ended) of each instance's allocations, read back
+ *              from the list, never overlap)
  * The test fails unless violations == 0. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -50,6 +55,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "harness_api.h"
 #include "harness_cluster.h"
 
 #ifndef SD_SOURCE_DIR
@@ -103,6 +109,85 @@ static int stale_stories, stale_refused, stale_accepted, stale_incomplete, stale
  * under a newer grant would show as a lock_seq going down). */
 static long long blob_max[NKEYS + 1], blob_lock_max[NKEYS + 1];
 static long long blob_samples, blob_backwards, blob_lock_backwards;
+
+/* Allocations made during the chaos (docs/allocation.md). */
+#define MAXALLOCS 2000
+static char alloc_ids[MAXALLOCS][24];
+static int nallocs, alloc_tries, alloc_none, alloc_errors, alloc_deleted;
+
+static uint64_t rnd(void);
+static int rnd_in(int lo, int hi);
+
+/* One allocation try of the service through the front (half the time), and now and then
+ * the end of an open one. Errors while a fault is on (503, transport) are counted. */
+static void allocate_some(void)
+{
+    if (rnd_in(0, 1))
+        return;
+    json_t *o = NULL;
+    char code[64];
+    alloc_tries++;
+    long st = ct_call(C.sd.url, H_TOK_GAME_OF_C1, "POST",
+                      "{\"service\":\"" SVC "\",\"payload\":{\"chaos\":true},"
+                      "\"strategy\":\"distributed\"}", &o, code, CL_BASE "/allocations");
+    if (st == 201 && nallocs < MAXALLOCS)
+        snprintf(alloc_ids[nallocs++], sizeof alloc_ids[0], "%s", ct_str(o, "allocation"));
+    else if (st == 409 && !strcmp(code, "no_capacity"))
+        alloc_none++;
+    else
+        alloc_errors++;
+    json_decref(o);
+    if (nallocs > 0 && rnd_in(0, 2) == 0) {
+        const char *id = alloc_ids[rnd_in(0, nallocs - 1)];
+        if (ct_call(C.sd.url, H_TOK_GAME_OF_C1, "DELETE", NULL, NULL, NULL,
+                    CL_BASE "/allocations/%s", id) == 200)
+            alloc_deleted++;
+    }
+}
+
+/* Reads back every allocation and counts the instances held by two open allocations at
+ * once: per instance, the [created, ended) intervals must not overlap. */
+static int double_allocations(int *listed, int *by_state_lost)
+{
+    json_t *all = json_array();
+    char after[64] = "";
+    for (int page = 0; page < 100; page++) {
+        json_t *o = NULL;
+        if (ct_call(C.sd.url, H_TOK_OPS, "GET", NULL, &o, NULL,
+                    CL_BASE "/allocations?limit=1000&after=%s", after) != 200) {
+            json_decref(o);
+            break;
+        }
+        json_array_extend(all, json_object_get(o, "allocations"));
+        const char *next = json_string_value(json_object_get(o, "next"));
+        snprintf(after, sizeof after, "%s", next ? next : "");
+        json_decref(o);
+        if (!next)
+            break;
+    }
+    *listed = (int)json_array_size(all);
+    *by_state_lost = 0;
+    int doubles = 0;
+    size_t i, j;
+    json_t *a, *b;
+    json_array_foreach(all, i, a) {
+        *by_state_lost += !strcmp(ct_str(a, "state"), "allocation_lost");
+        long long a0 = ct_int(a, "created_at_ms"), a1 = ct_int(a, "ended_at_ms");
+        json_array_foreach(all, j, b) {
+            if (j <= i || strcmp(ct_str(a, "instance"), ct_str(b, "instance")))
+                continue;
+            long long b0 = ct_int(b, "created_at_ms"), b1 = ct_int(b, "ended_at_ms");
+            if ((a1 < 0 || b0 < a1) && (b1 < 0 || a0 < b1)) {
+                print_message("chaos: instance %s held by %s and %s at once\n",
+                              ct_str(a, "instance"), ct_str(a, "allocation"),
+                              ct_str(b, "allocation"));
+                doubles++;
+            }
+        }
+    }
+    json_decref(all);
+    return doubles;
+}
 
 static uint64_t rnd(void)
 {
@@ -681,7 +766,7 @@ static json_t *history(void)
 
 /* Outbox ids missing from the history and ids the history holds twice. */
 typedef struct {
-    int outbox, missing, dups, history;
+    int outbox, missing, dups, history, status;
 } delivery_t;
 
 static int delivery(delivery_t *d, int verbose)
@@ -708,7 +793,19 @@ static int delivery(delivery_t *d, int verbose)
         json_t *evs = bbt_events(&C.bb[b]);
         json_array_foreach(evs, i, e) {
             d->outbox++;
-            if (!json_object_get(seen, bbt_str(e, "id"))) {
+            /* status events (the game's load figures) are applied without a history
+             * entry: their id's idempotency record proves serverdir took them */
+            int taken;
+            if (!strcmp(bbt_str(e, "type"), "status")) {
+                redisReply *r = h_redis(&C.redis, "EXISTS sd:{c1}:evid:%s", bbt_str(e, "id"));
+                taken = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+                if (r)
+                    freeReplyObject(r);
+                d->status++;
+            } else {
+                taken = json_object_get(seen, bbt_str(e, "id")) != NULL;
+            }
+            if (!taken) {
                 d->missing++;
                 if (verbose)
                     print_message("VIOLATION outbox event %s of m%d (%s %s) not in the history\n",
@@ -1017,6 +1114,7 @@ static void chaos_soak(void **state)
         }
         sample_blobs();
         reap_orphans();
+        allocate_some();
         h_sleep_ms(100);
     }
     thaw_due(INT64_MAX);
@@ -1046,16 +1144,17 @@ static void chaos_soak(void **state)
     long long saved_keys = 0;
     for (int k = 1; k <= NKEYS; k++)
         saved_keys += blob_max[k] > 0;
+    int listed = 0, lost = 0, v_allocs = double_allocations(&listed, &lost);
     int violations = v_desired + mism + d.missing + d.dups + v_locks + (int)blob_backwards +
                      (int)blob_lock_backwards + v_stops + v_procs + stale_accepted +
-                     stale_overwritten;
+                     stale_overwritten + v_allocs + (listed < nallocs);
     print_message("faults=%d violations=%d seed=%llu\n", faults, violations,
                   (unsigned long long)seed);
     print_message("desired: want=%d ready_in_directory=%d live_records=%d running=%d "
                   "violations=%d\n", nprocs, ready, live, running, v_desired);
     print_message("directory: live_records=%d running=%d mismatches=%d\n", live, running, mism);
-    print_message("outbox: events=%d history=%d missing=%d duplicates=%d\n", d.outbox,
-                  d.history, d.missing, d.dups);
+    print_message("outbox: events=%d (status %d) history=%d missing=%d duplicates=%d\n",
+                  d.outbox, d.status, d.history, d.missing, d.dups);
     print_message("locks: grants=%d same_seq_two_holders=%d\n", grants, v_locks);
     print_message("blobs: samples=%lld keys_saved=%lld seq_went_down=%lld "
                   "lock_seq_went_down=%lld\n",
@@ -1067,8 +1166,12 @@ static void chaos_soak(void **state)
                   stale_stories, stale_incomplete, stale_refused, stale_accepted,
                   stale_overwritten, stale_thefts);
     print_message("agent_flood: connections_refused=%d\n", flood_refused);
+    print_message("allocations: tries=%d allocated=%d no_capacity=%d errors=%d deleted=%d "
+                  "listed=%d allocation_lost=%d held_twice=%d\n",
+                  alloc_tries, nallocs, alloc_none, alloc_errors, alloc_deleted, listed, lost,
+                  v_allocs);
     assert_true(d.history < 10000); /* the history (history_max 10000) was not trimmed */
-    assert_true(grants > 0 && saved_keys > 0 && d.outbox > 0);
+    assert_true(grants > 0 && saved_keys > 0 && d.outbox > 0 && nallocs > 0);
     assert_int_equal(violations, 0);
 
     for (int i = 0; i < NBB; i++) {

@@ -7,11 +7,11 @@
 -- ARGV[5]: stopped record ttl ms, ARGV[6]: the assignments channel, ARGV[7]: the
 -- cluster's name (allocation changes wake the machine's document long-poll).
 -- status / confirmed / released events (docs/allocation.md) change the live record of
--- the instance's current run only (stale otherwise) and go to no history.
+-- the instance's current run only (stale otherwise); status events go to no history.
 -- The warm-pool index follows every change: a run that becomes ready with no open
 -- allocation is free; one that stops, moves or is replaced is not, and its open
 -- allocations end (released when it exited with code 0, allocation_lost otherwise).
--- Returns {accepted, duplicates, stale}. Each stop recorded is also pushed on the list
+-- Returns {accepted, duplicates, stale, allocations ended lost, allocations released}. Each stop recorded is also pushed on the list
 -- <base>unlock, from which serverdir frees the instance's locks.
 --
 -- Idempotency: evid:<id> is set NX with a ttl; an event whose id is set is a duplicate
@@ -31,6 +31,7 @@ local idttl, histmax = ARGV[2], ARGV[3]
 local keep, sttl = tonumber(ARGV[4]), tonumber(ARGV[5])
 local chan, cluster = ARGV[6], ARGV[7]
 local touched = {}
+local ended_lost, ended_released = 0, 0
 local now = now_ms()
 local function s(n) return string.format('%d', n) end
 local nows = s(now)
@@ -53,6 +54,8 @@ local function leave_pool(inst, cur, f)
   pool_free_rem(base, cur.service, cur.machine, inst)
   redis.call('ZREM', base .. 'cap:' .. cur.service, inst)
   local clean = f.type == 'stopped' and f.reason == 'exited' and f.code == '0'
+  local n = redis.call('SCARD', base .. 'alloc:i:' .. inst)
+  if clean then ended_released = ended_released + n else ended_lost = ended_lost + n end
   local m = alloc_end_instance(base, inst, clean and 'released' or 'allocation_lost',
                                f.type == 'stopped' and stop_text(f) or 'replaced', now)
   if m then touched[m] = true end
@@ -102,7 +105,7 @@ local function side_event(f)
     for _, id in ipairs(ids) do
       if redis.call('HGET', base .. 'alloc:' .. id, 'instance') == f.instance then
         local _, m, _, last = alloc_end(base, id, 'released', 'game', now)
-        if m then touched[m] = true; freed = last end
+        if m then touched[m] = true; freed = last; ended_released = ended_released + 1 end
       end
     end
     if freed == 1 and cur[1] == 'ready' and svc_on_release(base, f.service) == 'recycle' then
@@ -140,6 +143,23 @@ local function index(cmd, inst, m, sv, st)
   one(base .. 'ix:st:' .. st)
 end
 
+-- The history keeps every field of event fl (flat) but the crash report's log tail (up
+-- to 4 KiB: it stays in the process record only, for the stopped-record TTL).
+local function history(fl, f)
+  local x = {'XADD', base .. 'events', 'MAXLEN', histmax, '*'}
+  for k = 1, #fl, 2 do
+    if fl[k] ~= 'log_tail' then
+      x[#x + 1] = fl[k]
+      x[#x + 1] = fl[k + 1]
+    end
+  end
+  if not f.ts_ms then
+    x[#x + 1] = 'ts_ms'
+    x[#x + 1] = nows
+  end
+  redis.call(unpack(x))
+end
+
 local accepted, dups, stale, stops = 0, 0, 0, 0
 for i, f in ipairs(events) do
   if not redis.call('SET', base .. 'evid:' .. f.id, '1', 'NX', 'PX', idttl) then
@@ -147,6 +167,9 @@ for i, f in ipairs(events) do
   elseif SIDE[f.type] then
     accepted = accepted + 1
     if side_event(f) == 0 then stale = stale + 1 end
+    -- confirmed / released go to the history (the allocation's story); status events,
+    -- up to one a second per instance, only update the record
+    if f.type ~= 'status' then history(batch[i], f) end
   else
     accepted = accepted + 1
     local ts = f.ts_ms or nows
@@ -225,21 +248,7 @@ for i, f in ipairs(events) do
         redis.call('RPUSH', base .. 'unlock', f.instance .. ' ' .. ts)
       end
     end
-    -- the history keeps every field but the crash report's log tail (up to 4 KiB: it
-    -- stays in the process record only, for the stopped-record TTL)
-    local x = {'XADD', base .. 'events', 'MAXLEN', histmax, '*'}
-    local fl = batch[i]
-    for k = 1, #fl, 2 do
-      if fl[k] ~= 'log_tail' then
-        x[#x + 1] = fl[k]
-        x[#x + 1] = fl[k + 1]
-      end
-    end
-    if not f.ts_ms then
-      x[#x + 1] = 'ts_ms'
-      x[#x + 1] = nows
-    end
-    redis.call(unpack(x))
+    history(batch[i], f)
   end
 end
 for m in pairs(touched) do doc_touch(base, chan, cluster, m) end
@@ -254,4 +263,4 @@ if stops > 0 then
     redis.call('ZREMRANGEBYRANK', base .. 'stopped', 0, n - keep - 1)
   end
 end
-return {accepted, dups, stale}
+return {accepted, dups, stale, ended_lost, ended_released}
