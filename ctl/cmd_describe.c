@@ -248,7 +248,21 @@ static int describe_set(ctl_t *ctl, const char *kind, const char *name, json_t *
             json_t *spec = json_object_get(rec, "spec");
             if (!spec)
                 spec = rec;
-            line("Count:", ctl_jstr(json_object_get(spec, "count"), buf, sizeof buf));
+            char pool[64];
+            if (ctl_pool_text(rec, pool, sizeof pool)) { /* the primary sizes a warm pool */
+                char b[3][24];
+                const json_t *p = json_object_get(spec, "pool");
+                line("Count:", "pool (the primary sizes it)");
+                snprintf(buf, sizeof buf, "%s (buffer %s, min %s, max %s)", pool,
+                         ctl_jstr(json_object_get(p, "buffer"), b[0], sizeof b[0]),
+                         json_object_get(p, "min")
+                             ? ctl_jstr(json_object_get(p, "min"), b[1], sizeof b[1]) : "0",
+                         json_object_get(p, "max")
+                             ? ctl_jstr(json_object_get(p, "max"), b[2], sizeof b[2]) : "100000");
+                line("Pool:", buf);
+            } else {
+                line("Count:", ctl_jstr(json_object_get(spec, "count"), buf, sizeof buf));
+            }
             line("Version:", ctl_jstr(json_object_get(rec, "version"), buf, sizeof buf));
             line("Stopped:", json_is_true(json_object_get(rec, "stopped")) ? "yes" : "no");
             char *text = json_dumps(spec, JSON_COMPACT | JSON_SORT_KEYS);

@@ -22,28 +22,68 @@ static const char services_usage[] =
     "  labels and the COMMAND; then the static services, which run instances without being\n"
     "  desired ones (a machine's bigbrother config starts them), with how many run. With\n"
     "  SERVICE, that service's whole spec as JSON (exit code 4 when it does not exist).\n"
+    "  When a service has a warm pool (docs/allocation.md), COUNT says pool (the primary\n"
+    "  sizes it) and a POOL column its ready unallocated and its allocated instances\n"
+    "  (\"4 free / 2 alloc\"); -o wide adds the pool's BUFFER, MIN, MAX, ON_RELEASE and\n"
+    "  LAST_DEMAND (since the last allocation request).\n"
     "  -o json prints the API answer with \"static_services\": [{service, running}].\n";
 
-static void service_row(ctl_table_t *t, const json_t *s)
+/* The columns of the services table: the pool's only when a service has one. */
+static const char *const cols_base[] = {"SERVICE", "COUNT", "VERSION", "STOPPED", "RESTART",
+                                        "PLACEMENT", "COMMAND"};
+static const char *const cols_pool[] = {"SERVICE", "COUNT", "POOL", "VERSION", "STOPPED",
+                                        "RESTART", "PLACEMENT", "COMMAND", "BUFFER", "MIN",
+                                        "MAX", "ON_RELEASE", "LAST_DEMAND"};
+#define NCOLS_POOL 8      /* cols_pool without -o wide */
+#define NCOLS_POOL_WIDE 13
+
+/* Room for the text of one row's cells. */
+struct row_text {
+    char name[160], count[24], pool[64], ver[24], tok[24], lab[300], cmd[300];
+    char buffer[24], min[24], max[24], on_release[24], demand[32];
+};
+
+/* The cells of service s (cols_pool's order, NULL prints "-") into c; their text lives
+ * in b. */
+static void service_cells(const json_t *s, struct row_text *b, const char **c, int64_t now)
 {
-    const json_t *spec = json_object_get(s, "spec");
-    char name[160], count[24], ver[24], tok[24], cmd[300], lab[300] = "";
-    size_t o = 0;
-    const char *k;
-    const json_t *v;
-    json_object_foreach(json_object_get(json_object_get(spec, "placement"), "labels"), k, v) {
-        int n = snprintf(lab + o, sizeof lab - o, "%s%s=%s", o ? "," : "", k,
-                         json_is_string(v) ? json_string_value(v) : "?");
-        if (n < 0 || (size_t)n >= sizeof lab - o)
-            break;
-        o += (size_t)n;
+    const json_t *spec = json_object_get(s, "spec"), *pool = json_object_get(spec, "pool");
+    const json_t *demand = json_object_get(json_object_get(s, "pool"), "last_demand_ms");
+    ctl_kv_text(json_object_get(json_object_get(spec, "placement"), "labels"), b->lab,
+                sizeof b->lab);
+    c[0] = ctl_jstr(json_object_get(s, "service"), b->name, sizeof b->name);
+    c[1] = pool ? "pool" : ctl_jstr(json_object_get(spec, "count"), b->count, sizeof b->count);
+    c[2] = ctl_pool_text(s, b->pool, sizeof b->pool);
+    c[3] = ctl_jstr(json_object_get(s, "version"), b->ver, sizeof b->ver);
+    c[4] = json_is_true(json_object_get(s, "stopped")) ? "yes" : "no";
+    c[5] = ctl_jstr(json_object_get(s, "restart_token"), b->tok, sizeof b->tok);
+    c[6] = b->lab;
+    c[7] = ctl_jstr(json_object_get(spec, "command"), b->cmd, sizeof b->cmd);
+    c[8] = pool ? ctl_jstr(json_object_get(pool, "buffer"), b->buffer, sizeof b->buffer) : NULL;
+    c[9] = pool ? (json_object_get(pool, "min") ? ctl_jstr(json_object_get(pool, "min"), b->min,
+                                                            sizeof b->min) : "0") : NULL;
+    c[10] = pool ? (json_object_get(pool, "max") ? ctl_jstr(json_object_get(pool, "max"), b->max,
+                                                             sizeof b->max) : "100000") : NULL;
+    c[11] = pool ? (json_object_get(spec, "on_release")
+                        ? ctl_jstr(json_object_get(spec, "on_release"), b->on_release,
+                                   sizeof b->on_release)
+                        : "recycle")
+                 : NULL;
+    c[12] = pool && json_integer_value(demand) > 0
+                ? ctl_fmt_ms(now - json_integer_value(demand), b->demand, sizeof b->demand)
+                : NULL;
+}
+
+/* A row of the table: every column of cols_pool when the table has the pool's, else the
+ * base ones (c without POOL). */
+static void service_row(ctl_table_t *t, const char **c, int pooled)
+{
+    if (pooled) {
+        ctl_table_rowv(t, c);
+    } else {
+        const char *base[] = {c[0], c[1], c[3], c[4], c[5], c[6], c[7]};
+        ctl_table_rowv(t, base);
     }
-    ctl_table_row(t, ctl_jstr(json_object_get(s, "service"), name, sizeof name),
-                  ctl_jstr(json_object_get(spec, "count"), count, sizeof count),
-                  ctl_jstr(json_object_get(s, "version"), ver, sizeof ver),
-                  json_is_true(json_object_get(s, "stopped")) ? "yes" : "no",
-                  ctl_jstr(json_object_get(s, "restart_token"), tok, sizeof tok),
-                  *lab ? lab : NULL, ctl_jstr(json_object_get(spec, "command"), cmd, sizeof cmd));
 }
 
 /* One service's whole spec is JSON for people too. */
@@ -54,17 +94,27 @@ static void services_json(const ctl_t *ctl, const json_t *ans, const void *arg)
 
 static void services_table(const ctl_t *ctl, const json_t *ans, const void *arg)
 {
-    ctl_table_t *t = ctl_table_new(7, "SERVICE", "COUNT", "VERSION", "STOPPED", "RESTART",
-                                   "PLACEMENT", "COMMAND");
+    int pooled = 0;
     size_t i;
     const json_t *s;
-    json_array_foreach(json_object_get(ans, "services"), i, s) service_row(t, s);
+    json_array_foreach(json_object_get(ans, "services"), i, s)
+        pooled |= json_is_object(json_object_get(json_object_get(s, "spec"), "pool"));
+    ctl_table_t *t = pooled ? ctl_table_newv(ctl->wide ? NCOLS_POOL_WIDE : NCOLS_POOL, cols_pool)
+                            : ctl_table_newv(7, cols_base);
+    int64_t now = sd_wall_ms();
+    json_array_foreach(json_object_get(ans, "services"), i, s) {
+        struct row_text b;
+        const char *c[NCOLS_POOL_WIDE];
+        service_cells(s, &b, c, now);
+        service_row(t, c, pooled);
+    }
     json_array_foreach(json_object_get(ans, "static_services"), i, s) {
         char name[160], run[48];
         snprintf(run, sizeof run, "%lld running",
                  (long long)json_integer_value(json_object_get(s, "running")));
-        ctl_table_row(t, ctl_jstr(json_object_get(s, "service"), name, sizeof name), NULL, NULL,
-                      NULL, NULL, "static (bigbrother config)", run);
+        const char *c[NCOLS_POOL_WIDE] = {ctl_jstr(json_object_get(s, "service"), name, sizeof name),
+                                          [6] = "static (bigbrother config)", [7] = run};
+        service_row(t, c, pooled);
     }
     ctl_table_print(t, stdout, ctl->color);
 }

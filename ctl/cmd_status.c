@@ -21,7 +21,9 @@ static const char usage_text[] =
     "  READY instances from the directory (a static service, run by the machines'\n"
     "  bigbrother configs, shows DESIRED - and STATE static); the last failures from the\n"
     "  event history\n"
-    "  (exits, kills, hangs, start timeouts, crash loops, lost machines).\n"
+    "  (exits, kills, hangs, start timeouts, crash loops, lost machines). A service with a\n"
+    "  warm pool shows DESIRED pool (the primary sizes it; STATE ok when every instance\n"
+    "  is ready) and a POOL column its ready unallocated and allocated instances.\n"
     "  -o json prints the same as one object.\n";
 
 static int is_failure(const char *reason)
@@ -88,13 +90,25 @@ static json_t *status_build(ctl_t *ctl, const json_t *state, const sdc_primary_t
         const char *s = json_string_value(json_object_get(x, "service"));
         int stopped = json_is_true(json_object_get(x, "stopped"));
         json_int_t want = json_integer_value(json_object_get(json_object_get(x, "spec"), "count"));
-        json_array_append_new(
-            services, json_pack("{s:s, s:I, s:I, s:I, s:I, s:b}", "service", s ? s : "?",
+        json_t *svc = json_pack("{s:s, s:I, s:I, s:I, s:I, s:b}", "service", s ? s : "?",
                                 "count", want, "desired",
                                 (json_int_t)(stopped || stopped_realm ? 0 : want), "running",
                                 (json_int_t)cnt(by_svc, s ? s : "", "running"), "ready",
                                 (json_int_t)cnt(by_svc, s ? s : "", "ready"), "stopped",
-                                stopped));
+                                stopped);
+        /* a warm pool: the primary sizes it (no count of its own), so no desired figure */
+        const json_t *pool = json_object_get(x, "pool");
+        if (json_is_object(json_object_get(json_object_get(x, "spec"), "pool"))) {
+            json_object_set_new(svc, "count", json_null());
+            if (!stopped && !stopped_realm)
+                json_object_set_new(svc, "desired", json_null());
+            json_object_set_new(svc, "pool",
+                                json_pack("{s:I, s:I}", "ready_free",
+                                          json_integer_value(json_object_get(pool, "ready_free")),
+                                          "allocated",
+                                          json_integer_value(json_object_get(pool, "allocated"))));
+        }
+        json_array_append_new(services, svc);
     }
     /* static services (from the machines' bigbrother configs): no desired count, only
      * what runs */
@@ -159,19 +173,34 @@ static void status_print(ctl_t *ctl, const json_t *st)
     }
     ctl_table_print(t, stdout, ctl->color);
     printf("\n");
-    t = ctl_table_new(5, "SERVICE", "DESIRED", "RUNNING", "READY", "STATE");
+    /* a POOL column when a service has a warm pool */
+    int pooled = 0;
+    json_array_foreach(json_object_get(st, "services"), i, x)
+        pooled |= json_object_get(x, "pool") != NULL;
+    static const char *const cols[] = {"SERVICE", "DESIRED", "RUNNING", "READY", "STATE", "POOL"};
+    t = ctl_table_newv(pooled ? 6 : 5, cols);
     json_array_foreach(json_object_get(st, "services"), i, x) {
-        char name[160];
+        char name[160], pool[64] = "";
+        const json_t *p = json_object_get(x, "pool");
         long long want = json_integer_value(json_object_get(x, "desired"));
         long long ready = json_integer_value(json_object_get(x, "ready"));
-        ctl_table_row(t, ctl_jstr(json_object_get(x, "service"), name, sizeof name),
-                      ctl_jstr(json_object_get(x, "desired"), a, sizeof a),
-                      ctl_jstr(json_object_get(x, "running"), b, sizeof b),
-                      ctl_jstr(json_object_get(x, "ready"), c, sizeof c),
-                      json_is_true(json_object_get(x, "static"))    ? "static"
-                      : json_is_true(json_object_get(x, "stopped")) ? "stopped"
-                      : ready == want                              ? "ok"
-                                                                   : "converging");
+        long long running = json_integer_value(json_object_get(x, "running"));
+        if (p)
+            snprintf(pool, sizeof pool, "%lld free / %lld alloc",
+                     (long long)json_integer_value(json_object_get(p, "ready_free")),
+                     (long long)json_integer_value(json_object_get(p, "allocated")));
+        const char *row[] = {
+            ctl_jstr(json_object_get(x, "service"), name, sizeof name),
+            p && json_is_null(json_object_get(x, "desired"))
+                ? "pool" : ctl_jstr(json_object_get(x, "desired"), a, sizeof a),
+            ctl_jstr(json_object_get(x, "running"), b, sizeof b),
+            ctl_jstr(json_object_get(x, "ready"), c, sizeof c),
+            json_is_true(json_object_get(x, "static"))    ? "static"
+            : json_is_true(json_object_get(x, "stopped")) ? "stopped"
+            : (p ? ready == running : ready == want)     ? "ok"
+                                                         : "converging",
+            pool};
+        ctl_table_rowv(t, row);
     }
     ctl_table_print(t, stdout, ctl->color);
     const json_t *failures = json_object_get(st, "failures");

@@ -8,6 +8,7 @@
 #define SDCTL_CTL_H
 
 #include <jansson.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "sdclient.h"
@@ -19,7 +20,7 @@ enum {
     CTL_EXIT_USAGE = 2,      /* bad command line */
     CTL_EXIT_UNAVAILABLE = 3,/* ServerDir unreachable, or 5xx */
     CTL_EXIT_NOT_FOUND = 4,  /* 404 */
-    CTL_EXIT_CONFLICT = 5,   /* 409: held, fenced, stale */
+    CTL_EXIT_CONFLICT = 5,   /* 409: held, fenced, stale, no capacity to allocate */
     CTL_EXIT_AUTH = 6,       /* 401/403 */
 };
 
@@ -102,10 +103,14 @@ void ctl_output_yaml(int on);
 /* v as block-style YAML ("---" first; strings double-quoted, JSON's escapes). */
 void ctl_print_yaml(FILE *f, const json_t *v);
 
-/* Column-aligned tables for people: add the header, then rows; print frees. */
+/* Column-aligned tables for people (at most 32 columns): add the header, then rows;
+ * print frees. */
 typedef struct ctl_table ctl_table_t;
 ctl_table_t *ctl_table_new(int ncols, ...);
 void ctl_table_row(ctl_table_t *t, ...); /* ncols const char* cells (NULL prints "-") */
+void ctl_table_rowv(ctl_table_t *t, const char *const *cells); /* the same from an array */
+/* The column headers from an array (ncols of them). */
+ctl_table_t *ctl_table_newv(int ncols, const char *const *headers);
 void ctl_table_print(ctl_table_t *t, FILE *out, int color);
 /* --no-headers: every table after this prints without its header row. */
 void ctl_table_no_headers(int on);
@@ -125,6 +130,14 @@ const char *ctl_jstr(const json_t *v, char *buf, size_t cap);
 /* An object of strings or integers as "k=v,k=v" ("zone=eu,rack=3", "game=27960"; "?" for
  * another value), cut where the next pair would not fit in cap. */
 const char *ctl_kv_text(const json_t *obj, char *buf, size_t cap);
+
+/* A duration for a --wait option: a number of milliseconds, or a number with the unit
+ * ms, s or m ("500", "500ms", "2s", "1m"), from 0 to max_ms. 0, or -1 when s is not
+ * one. */
+int ctl_parse_ms(const char *s, int64_t max_ms, int64_t *out);
+/* The warm pool of a service record (GET .../services): "4 free / 2 alloc" (its ready
+ * unallocated and its allocated instances) when its spec has a pool, else NULL. */
+const char *ctl_pool_text(const json_t *service, char *buf, size_t cap);
 
 /* sdctl apply's file format: {"services": {NAME: SPEC, ...}} or [{"name": NAME, ...}, ...]
  * into a new {NAME: SPEC} object (specs are checked by ServerDir, not here), or NULL with

@@ -21,7 +21,7 @@ static void usage(FILE *f)
                "  --no-headers      tables without their header row\n"
                "  -w, --watch[=S]   run the command again every S seconds (default 2) until\n"
                "                    Ctrl-C: ps, status, machines, locks, services, servers,\n"
-               "                    describe, primary\n"
+               "                    describe, primary, allocations (not release)\n"
                "  --version, --help\n"
                "The global options may also follow the command and its arguments\n"
                "(`sdctl ps -o json`, `sdctl machines --cluster eu --no-headers`).\n\n"
@@ -31,7 +31,8 @@ static void usage(FILE *f)
     fprintf(f, "\n'sdctl COMMAND --help' describes a command. Colour only on a terminal\n"
                "(NO_COLOR turns it off).\n"
                "exit codes: 0 ok, 1 refused by ServerDir, 2 usage, 3 ServerDir unreachable or\n"
-               "failing, 4 not found, 5 conflict (held, fenced, stale), 6 not authorized\n");
+               "failing, 4 not found, 5 conflict (held, fenced, stale, no capacity to\n"
+               "allocate), 6 not authorized\n");
 }
 
 static int watch_s; /* --watch[=SECONDS]: the command again every watch_s seconds */
@@ -78,9 +79,10 @@ static int global_option(ctl_t *ctl, int argc, char **argv, int i)
 }
 
 /* `sdctl __complete names`: the instance, service and machine names of the cluster for
- * the shell completion (the first page of each: at most 500 instances and machines),
- * one a line; nothing on any error. */
-static int complete_names(ctl_t *ctl)
+ * the shell completion (the first page of each: at most 500 instances and machines);
+ * `sdctl __complete allocations` (allocs set): the ids of its allocations (the first
+ * 1000). One a line; nothing on any error. */
+static int complete_names(ctl_t *ctl, int allocs)
 {
     ctl->client = sdc_new(ctl->url, ctl->token, 3000);
     if (!ctl->client)
@@ -91,8 +93,10 @@ static int complete_names(ctl_t *ctl)
         const char *path, *list, *key;
     } from[] = {{"/processes?limit=500", "processes", "instance"},
                 {"/services", "services", "service"},
-                {"/machines?limit=500", "machines", "machine"}};
-    for (size_t k = 0; k < sizeof from / sizeof from[0]; k++) {
+                {"/machines?limit=500", "machines", "machine"},
+                {"/allocations?limit=1000", "allocations", "allocation"}};
+    size_t first = allocs ? 3 : 0, end = allocs ? 4 : 3;
+    for (size_t k = first; k < end; k++) {
         char esc[400], path[512];
         snprintf(path, sizeof path, "/v1/clusters/%s%s", sdc_escape(ctl->cluster, esc, sizeof esc),
                  from[k].path);
@@ -161,8 +165,8 @@ int main(int argc, char **argv)
     /* Hidden helper for the shell completion (packaging/bash-completion/sdctl): the
      * command names, one a line, straight from the generated table. */
     if (!strcmp(argv[i], "__complete")) {
-        if (i + 1 < argc && !strcmp(argv[i + 1], "names"))
-            return complete_names(&ctl);
+        if (i + 1 < argc && (!strcmp(argv[i + 1], "names") || !strcmp(argv[i + 1], "allocations")))
+            return complete_names(&ctl, !strcmp(argv[i + 1], "allocations"));
         for (size_t k = 0; k < ctl_ncmds; k++)
             printf("%s\n", ctl_cmds[k].name);
         return CTL_EXIT_OK;
@@ -208,13 +212,18 @@ int main(int argc, char **argv)
         rc = cmd->fn(&ctl, argc - i, argv + i);
     } else {
         static const char *const watchable[] = {"ps", "status", "machines", "locks", "services",
-                                                "servers", "describe", "primary", NULL};
+                                                "servers", "describe", "primary",
+                                                "allocations", NULL};
         int ok = 0;
         for (const char *const *w = watchable; *w && !ok; w++)
             ok = !strcmp(*w, cmd->name);
+        if (ok && !strcmp(cmd->name, "allocations") && argc > i + 1 &&
+            !strcmp(argv[i + 1], "release"))
+            ok = 0; /* a change, not a view */
         if (!ok) {
             sdc_free(ctl.client);
-            fprintf(stderr, "sdctl: --watch does not apply to %s\n", cmd->name);
+            fprintf(stderr, "sdctl: --watch does not apply to %s%s\n", cmd->name,
+                    strcmp(cmd->name, "allocations") ? "" : " release");
             return CTL_EXIT_USAGE;
         }
         /* like watch(1): the screen redrawn on a terminal, one header per round

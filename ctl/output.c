@@ -1,5 +1,6 @@
 /* Output helpers for sdctl: error mapping, JSON printing, aligned tables. */
 #include <ctype.h>
+#include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -221,35 +222,51 @@ struct ctl_table {
     char **cells; /* row-major, row 0 is the header */
 };
 
-ctl_table_t *ctl_table_new(int ncols, ...)
+#define TABLE_MAX_COLS 32 /* of the variadic ctl_table_new / ctl_table_row */
+
+ctl_table_t *ctl_table_newv(int ncols, const char *const *headers)
 {
     ctl_table_t *t = calloc(1, sizeof *t);
     t->ncols = ncols;
     t->cap = 16;
     t->cells = calloc((size_t)(t->cap * ncols), sizeof(char *));
-    va_list ap;
-    va_start(ap, ncols);
     for (int i = 0; i < ncols; i++)
-        t->cells[i] = strdup(va_arg(ap, const char *));
-    va_end(ap);
+        t->cells[i] = strdup(headers[i]);
     t->nrows = 1;
     return t;
 }
 
-void ctl_table_row(ctl_table_t *t, ...)
+ctl_table_t *ctl_table_new(int ncols, ...)
+{
+    const char *h[TABLE_MAX_COLS];
+    va_list ap;
+    va_start(ap, ncols);
+    for (int i = 0; i < ncols && i < TABLE_MAX_COLS; i++)
+        h[i] = va_arg(ap, const char *);
+    va_end(ap);
+    return ctl_table_newv(ncols < TABLE_MAX_COLS ? ncols : TABLE_MAX_COLS, h);
+}
+
+void ctl_table_rowv(ctl_table_t *t, const char *const *cells)
 {
     if (t->nrows == t->cap) {
         t->cap *= 2;
         t->cells = realloc(t->cells, (size_t)(t->cap * t->ncols) * sizeof(char *));
     }
+    for (int i = 0; i < t->ncols; i++)
+        t->cells[t->nrows * t->ncols + i] = strdup(cells[i] && *cells[i] ? cells[i] : "-");
+    t->nrows++;
+}
+
+void ctl_table_row(ctl_table_t *t, ...)
+{
+    const char *c[TABLE_MAX_COLS];
     va_list ap;
     va_start(ap, t);
-    for (int i = 0; i < t->ncols; i++) {
-        const char *s = va_arg(ap, const char *);
-        t->cells[t->nrows * t->ncols + i] = strdup(s && *s ? s : "-");
-    }
+    for (int i = 0; i < t->ncols; i++)
+        c[i] = va_arg(ap, const char *);
     va_end(ap);
-    t->nrows++;
+    ctl_table_rowv(t, c);
 }
 
 static int no_headers; /* --no-headers: tables print their rows only */
@@ -257,9 +274,11 @@ static int no_headers; /* --no-headers: tables print their rows only */
 /* The ANSI colour of a state word: green when well, yellow on the way, red when down. */
 static const char *state_color(const char *s)
 {
-    static const char *const good[] = {"ready", "live", "held", "running", NULL};
-    static const char *const mid[] = {"starting", "draining", "delayed", "stopping", "backoff", NULL};
-    static const char *const bad[] = {"stopped", "lost", "failed", "exited", NULL};
+    static const char *const good[] = {"ready", "live", "held", "running", "active", NULL};
+    static const char *const mid[] = {"starting", "draining", "delayed", "stopping", "backoff",
+                                      "pending", NULL};
+    static const char *const bad[] = {"stopped", "lost", "failed", "exited", "expired",
+                                      "allocation_lost", NULL};
     for (int i = 0; good[i]; i++)
         if (!strncmp(s, good[i], strlen(good[i])))
             return "32";
@@ -429,4 +448,36 @@ void ctl_sort_natural(json_t *array, const char *key)
     for (size_t i = 0; i < n; i++)
         json_array_append_new(array, v[i]);
     free(v);
+}
+
+int ctl_parse_ms(const char *s, int64_t max_ms, int64_t *out)
+{
+    static const struct {
+        const char *unit;
+        int64_t ms;
+    } units[] = {{"", 1}, {"ms", 1}, {"s", 1000}, {"m", 60000}};
+    char *end;
+    if (!isdigit((unsigned char)*s))
+        return -1;
+    errno = 0;
+    long long n = strtoll(s, &end, 10);
+    if (errno || end - s > 9) /* no overflow below: at most 999999999 minutes */
+        return -1;
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (!strcmp(end, units[i].unit) && n * units[i].ms <= max_ms) {
+            *out = n * units[i].ms;
+            return 0;
+        }
+    return -1;
+}
+
+const char *ctl_pool_text(const json_t *service, char *buf, size_t cap)
+{
+    const json_t *pool = json_object_get(service, "pool");
+    if (!json_is_object(json_object_get(json_object_get(service, "spec"), "pool")))
+        return NULL;
+    snprintf(buf, cap, "%lld free / %lld alloc",
+             (long long)json_integer_value(json_object_get(pool, "ready_free")),
+             (long long)json_integer_value(json_object_get(pool, "allocated")));
+    return buf;
 }

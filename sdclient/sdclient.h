@@ -327,6 +327,47 @@ int sdc_assignments_get(sdc_t *c, const char *cluster, const char *machine, int6
 int sdc_machine_lost(sdc_t *c, const char *cluster, const char *machine, int64_t epoch,
                      int *stopped, sdc_err_t *err);
 
+/* ---- allocations (docs/allocation.md) ---- */
+
+/* One allocation request. NULL / zero members are left out (the server's defaults). */
+typedef struct {
+    const char *service;           /* required */
+    int join;                      /* mode join (a running instance with free player slots)
+                                      instead of ready (an unallocated one) */
+    const char *strategy;          /* "packed" or "distributed"; NULL: packed */
+    const json_t *machine_labels;  /* object name -> string the machine must carry, or NULL */
+    const json_t *metadata;        /* object name -> string the status line must carry */
+    int64_t players;               /* free player slots required; < 0: the default (1 for
+                                      join, 0 for ready) */
+    const json_t *payload;         /* any JSON value handed to the game, or NULL */
+    const char *idempotency_key;   /* a name, or NULL */
+    int64_t wait_ms;               /* 0..60000: wait that long for a match (the client's
+                                      timeout must be longer) */
+} sdc_alloc_req_t;
+
+/* POST .../allocations: *out is the allocation {allocation, state, service, instance,
+ * machine, address, ports, ...; replayed: true when the idempotency key answered an
+ * earlier one}. 409 no_capacity (err->body names the selector) and
+ * idempotency_conflict, 404 unknown_service come back as SDC_E_HTTP. */
+int sdc_allocation_create(sdc_t *c, const char *cluster, const sdc_alloc_req_t *req,
+                          json_t **out, sdc_err_t *err);
+/* GET .../allocations/{id}: *out is the allocation (404 no_such_allocation). */
+int sdc_allocation_get(sdc_t *c, const char *cluster, const char *id, json_t **out,
+                       sdc_err_t *err);
+/* DELETE .../allocations/{id}: ends it (state released, reason api); *out is the
+ * allocation with changed: false when it had ended already. */
+int sdc_allocation_release(sdc_t *c, const char *cluster, const char *id, json_t **out,
+                           sdc_err_t *err);
+/* GET .../allocations, one page: *out is {allocations:[...], next: cursor|null}, oldest
+ * first; service NULL: every service; after: the previous page's next (NULL or "" for
+ * the first); limit 1..1000 (0: the server's default, 100). */
+int sdc_allocations_page(sdc_t *c, const char *cluster, const char *service,
+                         const char *after, int limit, json_t **out, sdc_err_t *err);
+/* Every page of GET .../allocations (at most 1,000,000): *out is {allocations:[...],
+ * next: null}, with "truncated": true when the cap stopped the walk. */
+int sdc_allocations_list(sdc_t *c, const char *cluster, const char *service, json_t **out,
+                         sdc_err_t *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -5,7 +5,8 @@
  * the test checks it shows what the API answers: the machine, every process instance,
  * the lock key and holder, the master server's address, and no error box. Then a
  * screenshot is saved as a test artifact (build/dashboard.png). /usr/bin/chromium is a
- * dependency (scripts/deps.sh): without it the test fails. */
+ * dependency (scripts/deps.sh): without it the test fails. A cluster of its own shows a
+ * warm pool and the Allocations section. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -396,6 +397,78 @@ static void instance_service_machine_pages(void **state)
     free(dom);
 }
 
+/* Issue 16: a warm pool in the services table (ready free / allocated) and the
+ * Allocations section (paged along the cursor), in a cluster of its own (c2: no
+ * bigbrother acts on it) with two ready instances reported through events, one allocated
+ * and one released. */
+static void pools_and_allocations(void **state)
+{
+    (void)state;
+    h_resp_t r;
+    static const struct {
+        const char *token, *method, *body, *path;
+    } calls[] = {
+        {H_TOK_BB, "PUT", "{\"address\":\"10.0.0.21\",\"ttl_ms\":300000}", "/v1/clusters/c2/machines/m9"},
+        {H_TOK_OPS, "PUT", "{\"command\":\"/bin/true\",\"pool\":{\"buffer\":2}}", "/v1/clusters/c2/services/match"},
+        {H_TOK_BB, "POST",
+         "{\"events\":["
+         "{\"id\":\"s0\",\"type\":\"started\",\"instance\":\"match-m9-0\",\"machine\":\"m9\",\"service\":\"match\",\"pid\":70,\"slot\":0},"
+         "{\"id\":\"r0\",\"type\":\"ready\",\"instance\":\"match-m9-0\",\"machine\":\"m9\",\"service\":\"match\"},"
+         "{\"id\":\"s1\",\"type\":\"started\",\"instance\":\"match-m9-1\",\"machine\":\"m9\",\"service\":\"match\",\"pid\":71,\"slot\":1},"
+         "{\"id\":\"r1\",\"type\":\"ready\",\"instance\":\"match-m9-1\",\"machine\":\"m9\",\"service\":\"match\"}]}",
+         "/v1/clusters/c2/events"},
+    };
+    for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {
+        assert_int_equal(h_http_json(calls[i].method, sd.url, calls[i].token, calls[i].body, &r,
+                                     "%s", calls[i].path), 0);
+        assert_int_equal(r.status, 200);
+        h_resp_free(&r);
+    }
+    char id[2][64];
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(h_http_json("POST", sd.url, H_TOK_OPS, "{\"service\":\"match\"}", &r,
+                                     "/v1/clusters/c2/allocations"), 0);
+        assert_int_equal(r.status, 201);
+        json_t *j = h_resp_json(&r);
+        snprintf(id[i], sizeof id[i], "%s", json_string_value(json_object_get(j, "allocation")));
+        json_decref(j);
+        h_resp_free(&r);
+    }
+    assert_int_equal(h_http_json("DELETE", sd.url, H_TOK_OPS, NULL, &r,
+                                 "/v1/clusters/c2/allocations/%s", id[1]), 0);
+    assert_int_equal(r.status, 200);
+    h_resp_free(&r);
+
+    char *dom = dom_of("cluster=c2");
+    assert_null(strstr(dom, "class=\"err\""));
+    assert_non_null(strstr(dom, "<td class=\"ok\">1 free / 1 alloc</td>")); /* the pool */
+    assert_non_null(strstr(dom, "<td class=\"ok\">pool</td>"));            /* desired */
+    assert_non_null(strstr(dom, "Allocations"));
+    assert_non_null(strstr(dom, "1 open, 1 ended"));
+    assert_true(has_cell(dom, id[0]));
+    assert_true(has_cell(dom, id[1]));
+    assert_non_null(strstr(dom, "<td class=\"warn\">pending</td>"));
+    assert_non_null(strstr(dom, "<td class=\"dim\">released</td>"));
+    assert_non_null(strstr(dom, "<td class=\"dim\">api</td>")); /* the reason */
+    free(dom);
+    screenshot("cluster=c2", "dashboard-allocations.png", 1400);
+
+    /* one a page: the allocations pager */
+    dom = dom_of("cluster=c2&alloc_page_size=1");
+    assert_null(strstr(dom, "class=\"err\""));
+    assert_true(has_cell(dom, id[0]));
+    assert_false(has_cell(dom, id[1]));
+    assert_non_null(strstr(dom, "<button id=\"a-next\">"));
+    assert_non_null(strstr(dom, "<button id=\"a-prev\" disabled=\"\">"));
+    free(dom);
+
+    /* the service's page says how its pool stands */
+    dom = dom_of("cluster=c2&service=match");
+    assert_null(strstr(dom, "class=\"err\""));
+    assert_non_null(strstr(dom, "a warm pool (the primary sizes it): 1 free / 1 alloc, buffer 2"));
+    free(dom);
+}
+
 /* The page is served without a token, with a strict CSP; the API it reads needs one. */
 static void page_public_api_guarded(void **state)
 {
@@ -417,11 +490,12 @@ static void page_public_api_guarded(void **state)
 
 int main(void)
 {
-    h_init(60);
+    h_init(120);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(page_public_api_guarded),
         cmocka_unit_test(dashboard_shows_the_cluster),
         cmocka_unit_test(instance_service_machine_pages),
+        cmocka_unit_test(pools_and_allocations),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

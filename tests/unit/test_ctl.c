@@ -1,4 +1,5 @@
-/* sdctl's output helpers: natural order of instance names, restarts from a record. */
+/* sdctl's output helpers: natural order of instance names, restarts from a record,
+ * durations of --wait, a service's pool figures. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -45,11 +46,47 @@ static void restarts_from_generation(void **state)
     json_decref(p);
 }
 
+/* --wait DURATION: milliseconds bare or with ms, s, m; within the bound; nothing else. */
+static void durations(void **state)
+{
+    (void)state;
+    int64_t ms = -1;
+    static const struct {
+        const char *text;
+        int64_t ms;
+    } good[] = {{"0", 0}, {"500", 500}, {"500ms", 500}, {"2s", 2000}, {"1m", 60000},
+                {"60000", 60000}, {"60s", 60000}};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        assert_int_equal(ctl_parse_ms(good[i].text, 60000, &ms), 0);
+        assert_int_equal(ms, good[i].ms);
+    }
+    static const char *const bad[] = {"", "-1", "2h", "61s", "60001", "1.5s", "s", "5 s",
+                                      "99999999999999999999", "2m", "+5", NULL};
+    for (const char *const *b = bad; *b; b++)
+        assert_int_equal(ctl_parse_ms(*b, 60000, &ms), -1);
+}
+
+/* The pool figures show for a service whose spec has a pool, not for another. */
+static void pool_text(void **state)
+{
+    (void)state;
+    char buf[64];
+    json_t *s = json_pack("{s:{s:s, s:{s:i}}, s:{s:i, s:i, s:i, s:i}}", "spec", "command", "/g",
+                          "pool", "buffer", 4, "pool", "allocated", 2, "ready_free", 4,
+                          "max_allocated_slot", 5, "last_demand_ms", 0);
+    assert_string_equal(ctl_pool_text(s, buf, sizeof buf), "4 free / 2 alloc");
+    json_object_del(json_object_get(s, "spec"), "pool");
+    assert_null(ctl_pool_text(s, buf, sizeof buf));
+    json_decref(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(natural_order),
         cmocka_unit_test(restarts_from_generation),
+        cmocka_unit_test(durations),
+        cmocka_unit_test(pool_text),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
