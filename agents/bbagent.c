@@ -44,6 +44,8 @@
 #define PAYLOAD_MAX BBPROTO_MAX_VALUE /* the payload, compact JSON */
 #define RECENT_MAX 8              /* allocations remembered to spot a resent one */
 #define PLAYERS_MAX 1000000
+#define PORTS_MAX 8               /* named ports a game reports (bbagent_port) */
+#define PORT_NAME_MAX 32
 #define POLL_BUDGET 16            /* packets read per bbagent_poll call */
 #define NEVER (INT64_MIN / 2)
 
@@ -78,6 +80,11 @@ struct bbagent {
     int drain_pending;
     char instance[INSTANCE_MAX + 1];
     char status[BBPROTO_MAX_VALUE + 1];
+    struct {
+        char name[PORT_NAME_MAX + 1];
+        int port;
+    } ports[PORTS_MAX];         /* bbagent_port, sent with the status as PORTS= */
+    int nports;
     char buf[BBPROTO_MAX_MSG];  /* scratch for one message in or out */
     alloc_msg_t pending;        /* read, not yet returned by bbagent_poll */
     alloc_msg_t returned;       /* what the last returned event points into */
@@ -168,6 +175,25 @@ static int build_owed(bbagent_t *a, unsigned bit)
             n = put_int(b, cap, n, "MAX_PLAYERS", a->max_players);
         if (n >= 0)
             n = bbproto_put(b, cap, (size_t)n, "STATUS", a->status);
+        if (n >= 0 && a->nports > 0) {
+            char v[PORTS_MAX * (PORT_NAME_MAX + 8)]; /* "name:65535 " each */
+            size_t len = 0;
+            for (int i = 0; i < a->nports; i++) {
+                if (i)
+                    v[len++] = ' ';
+                size_t nl = strlen(a->ports[i].name);
+                memcpy(v + len, a->ports[i].name, nl);
+                len += nl;
+                v[len++] = ':';
+                char num[8], *p = num + sizeof num;
+                for (int x = a->ports[i].port; x > 0; x /= 10)
+                    *--p = (char)('0' + x % 10);
+                memcpy(v + len, p, (size_t)(num + sizeof num - p));
+                len += (size_t)(num + sizeof num - p);
+            }
+            v[len] = '\0';
+            n = bbproto_put(b, cap, (size_t)n, "PORTS", v);
+        }
         return n;
     }
 }
@@ -376,6 +402,34 @@ API int bbagent_set_players(bbagent_t *a, int players, int max_players)
     if (!a)
         return -EINVAL;
     return set_status(a, players, max_players, a->status, strlen(a->status));
+}
+
+API int bbagent_port(bbagent_t *a, const char *name, int port)
+{
+    if (!a || !name || port < 1 || port > 65535)
+        return -EINVAL;
+    size_t n = strlen(name);
+    if (n == 0 || n > PORT_NAME_MAX || name[0] == '.' || name[0] == '-')
+        return -EINVAL;
+    for (size_t k = 0; k < n; k++) {
+        char c = name[k];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '.' || c == '-' || c == '@'))
+            return -EINVAL;
+    }
+    int i = 0;
+    while (i < a->nports && strcmp(a->ports[i].name, name))
+        i++;
+    if (i == PORTS_MAX)
+        return -ENOSPC;
+    if (i < a->nports && a->ports[i].port == port)
+        return 0;
+    memcpy(a->ports[i].name, name, n + 1);
+    a->ports[i].port = port;
+    if (i == a->nports)
+        a->nports++;
+    a->has_status = 1;
+    return owe(a, OWE_STATUS);
 }
 
 API int bbagent_release(bbagent_t *a)

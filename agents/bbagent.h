@@ -109,6 +109,14 @@ int bbagent_status(bbagent_t *a, int players, int max_players, const char *kv);
  * "join" allocations look at: max_players - players free slots). Returns 0 or -EINVAL. */
 int bbagent_set_players(bbagent_t *a, int players, int max_players);
 
+/* A port the game serves on, by name ("game", "query": 1-32 characters of A-Z a-z 0-9
+ * _ . @ -, not starting with . or -), sent with the status (PORTS=game:27960 ...) and
+ * remembered across reconnects: Big Brother reports it to ServerDir, and an allocation
+ * answers it to the matchmaker. Call it before bbagent_ready() so that the instance is
+ * listed with its ports as soon as it is ready. At most 8 names; the same name again
+ * replaces its port. Returns 0, -EINVAL (bad name or port) or -ENOSPC (a 9th name). */
+int bbagent_port(bbagent_t *a, const char *name, int port);
+
 /* The session is over: sends RELEASE=1, and Big Brother ends every open allocation of
  * this process (the instance goes back to its pool, or is restarted when the service says
  * on_release "restart"). Sent once; when the connection is down or full, it is owed and

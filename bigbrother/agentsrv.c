@@ -36,6 +36,7 @@ typedef struct bb_conn {
 static bb_watch_t listen_w = {-1, NULL};
 static int nconns;
 static bb_conn_t *conns; /* every open connection, newest first */
+static int ports_json(const char *v, size_t n, char *out, size_t cap);
 static bb_ratelimit_t reject_log; /* rejected, refused, evicted, bad messages */
 
 int bb__log_ok(bb_ratelimit_t *rl)
@@ -216,6 +217,17 @@ static int agent_message(bb_conn_t *c, const char *buf, size_t len)
         changed |= in->max_players != (int)max_players;
         in->max_players = (int)max_players;
     }
+    if ((v = bbproto_get(f, n, "PORTS", &vlen))) {
+        char ports[sizeof(in->ports)];
+        if (ports_json(v, vlen, ports, sizeof ports)) {
+            if (bb__log_ok(&reject_log))
+                log_warn("bad agent ports", "instance=%s ports=%.*s held_back=%lld", in->id,
+                         (int)(vlen > 128 ? 128 : vlen), v, held(&reject_log));
+        } else if (strcmp(ports, in->ports)) {
+            memcpy(in->ports, ports, sizeof ports);
+            changed = 1;
+        }
+    }
     if (changed)
         bb_status_changed(in);
     if ((v = bbproto_get(f, n, "ALLOCATION_ACK", &vlen)))
@@ -232,6 +244,44 @@ static int agent_message(bb_conn_t *c, const char *buf, size_t len)
         conn_close(c, "bye");
         return -1;
     }
+    return 0;
+}
+
+/* PORTS=<name>:<port>[ <name>:<port>...] (at most SD_PORTS_MAX, names as events take
+ * them) into compact JSON {"name":port,...}; 0, or -1 when malformed. */
+static int ports_json(const char *v, size_t n, char *out, size_t cap)
+{
+    char text[BBPROTO_MAX_VALUE + 1];
+    if (n >= sizeof text)
+        return -1;
+    memcpy(text, v, n);
+    text[n] = '\0';
+    json_t *o = json_object();
+    char *save = NULL;
+    int bad = 0;
+    for (char *t = strtok_r(text, " ", &save); t && !bad; t = strtok_r(NULL, " ", &save)) {
+        char *colon = strrchr(t, ':'), *end;
+        if (!colon) {
+            bad = 1;
+            break;
+        }
+        *colon = '\0';
+        long port = strtol(colon + 1, &end, 10);
+        bad = !sd_name_valid(t, SD_PORT_NAME_MAX) || *end || end == colon + 1 || port < 1 ||
+              port > 65535 || json_object_size(o) >= SD_PORTS_MAX;
+        if (!bad)
+            json_object_set_new(o, t, json_integer(port));
+    }
+    char *dump = NULL;
+    if (!bad && json_object_size(o) > 0)
+        dump = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(o);
+    if (!dump || strlen(dump) >= cap) {
+        free(dump);
+        return -1;
+    }
+    memcpy(out, dump, strlen(dump) + 1);
+    free(dump);
     return 0;
 }
 

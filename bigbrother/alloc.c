@@ -243,6 +243,9 @@ static void status_send(bb_inst_t *in)
     json_object_set_new(ev, "players", json_integer(in->players));
     json_object_set_new(ev, "max_players", json_integer(in->max_players));
     json_object_set_new(ev, "status", json_string(in->status));
+    json_t *ports = in->ports[0] ? json_loads(in->ports, 0, NULL) : NULL;
+    if (ports)
+        json_object_set_new(ev, "ports", ports);
     bb_event_emit(in, ev);
 }
 
@@ -251,6 +254,14 @@ static void on_status_timer(bb_timer_t *t)
     bb_inst_t *in = container_of(t, bb_inst_t, status_timer);
     if (in->status_dirty && in->pid > 0)
         status_send(in);
+}
+
+void bb_status_flush(bb_inst_t *in)
+{
+    if (!in->status_dirty || !bb.cfg.urls || !bb.report)
+        return;
+    bb_timer_cancel(&in->status_timer);
+    status_send(in);
 }
 
 void bb_status_changed(bb_inst_t *in)

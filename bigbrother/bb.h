@@ -188,6 +188,7 @@ typedef struct bb_inst {
     struct bb_conn *conn;       /* agent connection, NULL when none */
     char status[SD_STATUS_MAX + 1];
     int players, max_players;
+    char ports[SD_STATUS_MAX + 1]; /* PORTS the agent reported, as compact JSON ("" none) */
     /* allocations and status events (alloc.c) */
     struct bb_alloc {
         char id[SD_NAME_MAX + 1];
@@ -434,6 +435,9 @@ void bb_alloc_release(bb_inst_t *in);
 /* The instance's process is gone or replaced: forgets its allocations and its pending
  * status event. */
 void bb_alloc_reset(bb_inst_t *in);
+/* Sends a status change still held back by the one-a-second limit now (before the ready
+ * event, so the instance enters the pool with its status and ports). */
+void bb_status_flush(bb_inst_t *in);
 /* players, max_players or status changed: a `status` event, at most one per instance per
  * second (a timer sends the latest values), when events go to ServerDir. */
 void bb_status_changed(bb_inst_t *in);

@@ -106,6 +106,11 @@ void bb_report(bb_inst_t *in, const char *type)
         return;
     if (!strcmp(type, "started"))
         json_object_set_new(ev, "pid", json_integer(in->pid));
+    json_t *ports = in->ports[0] ? json_loads(in->ports, 0, NULL) : NULL;
+    if (ports && strcmp(type, "stopped"))
+        json_object_set_new(ev, "ports", ports);
+    else
+        json_decref(ports);
     if (!strcmp(type, "stopped")) {
         json_object_set_new(ev, "reason", json_string(in->reason));
         json_object_set_new(ev, "code", in->code >= 0 ? json_integer(in->code) : json_null());
@@ -149,6 +154,7 @@ static void become_ready(bb_inst_t *in)
         arm_deadline(in, in->svc->health.liveness_timeout_ms);
     log_info("instance ready", "instance=%s pid=%d start_ms=%lld", in->id, (int)in->pid,
              (long long)(now - in->spawned_mono));
+    bb_status_flush(in);
     bb_report(in, "ready");
 }
 
@@ -166,6 +172,7 @@ static void spawn(bb_inst_t *in)
     bb_converge_respawn(in);
     in->why = WHY_NONE;
     in->status[0] = 0;
+    in->ports[0] = 0;
     bb_alloc_reset(in);
     int rc = bb_spawn(in);
     if (rc) {

@@ -79,6 +79,15 @@ int gp_sup_open(gp_t *gp)
 
 void gp_sup_ready(gp_t *gp)
 {
+    /* the status line and the port before READY: the instance is listed (and can be
+     * allocated by its metadata) with both as soon as it is ready */
+    if (gp->agent) {
+        char st[GP_STATUS_MAX];
+        status_text(gp, st, sizeof st);
+        bbagent_status(gp->agent, gp->players, gp->max_players, st);
+    }
+    if (gp->agent && gp->udp_port > 0)
+        bbagent_port(gp->agent, "game", gp->udp_port);
     if (gp->agent)
         bbagent_ready(gp->agent);
     else if (gp->notify.on)

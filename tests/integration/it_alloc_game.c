@@ -1,6 +1,6 @@
 /* Warm pools and allocations end to end (docs/allocation.md) with real bigbrothers in
  * cluster mode and real gameprocs: the primary fills a pool to its buffer, an allocation
- * reaches the game through its shim (gameproc logs the match and its shim acknowledges:
+ * reaches the game through its shim and answers the port the game reported (gameproc logs the match and its shim acknowledges:
  * the allocation becomes active), the pool refills behind it, the game releases it and
  * the instance is free again, an allocated instance that is killed reports
  * allocation_lost (and the slot is restarted empty), a DELETE reaches the game as
@@ -77,7 +77,7 @@ static int alloc_is(cl_t *c, void *arg)
 
 typedef struct {
     char id[32], instance[128], machine[16];
-    int slot;
+    int slot, port;
 } got_t;
 
 /* Allocates from svc with body extra fields; fails the test unless 201. */
@@ -98,6 +98,7 @@ static void allocate(const char *svc, const char *extra, got_t *g)
              json_string_value(json_object_get(o, "instance")));
     snprintf(g->machine, sizeof g->machine, "%s", json_string_value(json_object_get(o, "machine")));
     g->slot = (int)json_integer_value(json_object_get(o, "slot"));
+    g->port = (int)json_integer_value(json_object_get(json_object_get(o, "ports"), "game"));
     json_decref(o);
 }
 
@@ -123,7 +124,7 @@ static void pool_allocate_release_crash(void **state)
     /* a pool of 2 free; the game releases each session 4 s after it got it */
     char spec[1024];
     snprintf(spec, sizeof spec,
-             SPEC("[\"--tick-hz\", \"20\", \"--meta\", \"mode=ctf region=eu\","
+             SPEC("[\"--tick-hz\", \"20\", \"--udp-port\", \"0\", \"--meta\", \"mode=ctf region=eu\","
                   " \"--release-after-ms\", \"%d\"]",
                   ", \"pool\": {\"buffer\": 2, \"min\": 2, \"scale_down_delay_s\": 2},"
                   " \"confirm_timeout_ms\": 20000"),
@@ -140,7 +141,12 @@ static void pool_allocate_release_crash(void **state)
     int64_t t0 = h_now_ms();
     allocate("match", "\"selector\":{\"metadata\":{\"mode\":\"ctf\"}},\"payload\":{\"match\":\"m-1\"},"
                       "\"idempotency_key\":\"m-1\"", &g);
+    /* the answer names the port the game reported through its shim (bbagent_port), the
+     * one it logged when it bound it */
+    assert_true(g.port > 0);
     char line[128];
+    snprintf(line, sizeof line, "udp_port=%d", g.port);
+    assert_true(bbt_file_has(log_of(&g, "match"), line));
     snprintf(line, sizeof line, "msg=allocated allocation=%s mode=ready", g.id);
     assert_true(bbt_wait_file_has(log_of(&g, "match"), line, cl_ms(5000)));
     assert_true(bbt_file_has(log_of(&g, "match"), "m-1"));

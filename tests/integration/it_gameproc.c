@@ -543,9 +543,11 @@ static void agent_allocation_release_meta(void **state)
     char msg[BBPROTO_MAX_MSG + 1];
     assert_true(wait_key(c, "HELLO", 2000, msg, sizeof msg, NULL));
     send(c, "WELCOME=1\nHEARTBEAT_MS=1000\n", 28, 0);
-    assert_true(wait_key(c, "READY", 2000, NULL, 0, NULL));
+    /* the status line (with --meta) and the port come before READY, so the instance is
+     * listed with both as soon as it is ready */
     assert_true(wait_key(c, "STATUS", 2000, msg, sizeof msg, NULL));
     assert_non_null(strstr(msg, "STATUS=map=gp_arena players=0/16 mode=ctf tier=2\n"));
+    assert_true(wait_key(c, "READY", 2000, NULL, 0, NULL));
 
     static const char alloc[] =
         "ALLOCATED=a000000000001\nMODE=join\nPLAYERS=8\nPAYLOAD={\"match\":\"m1\"}\n";

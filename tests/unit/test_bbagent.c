@@ -801,6 +801,43 @@ static void no_allocation_per_call(void **state)
 
 /* libbbagent.so is built with hidden visibility: the API is there, the protocol code it
  * carries inside (bbproto_*) is not, so it cannot clash with a game's own symbols. */
+/* Named ports go out with the status (PORTS=name:port ...), once per change; bad names
+ * and ports are refused, and at most 8 names are kept. */
+static void ports_sent_with_status(void **state)
+{
+    (void)state;
+    int lfd = listen_at(sock_path);
+    bbagent_t *a = open_at(sock_path, "pt");
+    int c = accept_within(lfd, 1000);
+    assert_true(c >= 0);
+    expect_kv(c, "HELLO", "1");
+    assert_int_equal(bbagent_port(a, "game", 27960), 0);
+    expect_msg(c, "STATUS=\nPORTS=game:27960\n");
+    assert_int_equal(bbagent_port(a, "game", 27960), 0); /* unchanged: nothing sent */
+    expect_silence(c, 50);
+    assert_int_equal(bbagent_port(a, "query", 27961), 0);
+    expect_msg(c, "STATUS=\nPORTS=game:27960 query:27961\n");
+    assert_int_equal(bbagent_status(a, 2, 16, "map=q3dm17"), 0);
+    expect_msg(c, "PLAYERS=2\nMAX_PLAYERS=16\nSTATUS=map=q3dm17\nPORTS=game:27960 query:27961\n");
+    static const char *const bad_names[] = {"", "has space", "-x", ".x", "a:b",
+                                            "012345678901234567890123456789012"};
+    for (size_t i = 0; i < sizeof bad_names / sizeof *bad_names; i++)
+        assert_int_equal(bbagent_port(a, bad_names[i], 1), -EINVAL);
+    assert_int_equal(bbagent_port(a, "game", 0), -EINVAL);
+    assert_int_equal(bbagent_port(a, "game", 65536), -EINVAL);
+    assert_int_equal(bbagent_port(a, NULL, 1), -EINVAL);
+    assert_int_equal(bbagent_port(NULL, "game", 1), -EINVAL);
+    char name[8];
+    for (int i = 2; i < 8; i++) {
+        snprintf(name, sizeof name, "p%d", i);
+        assert_int_equal(bbagent_port(a, name, 30000 + i), 0);
+    }
+    assert_int_equal(bbagent_port(a, "ninth", 1), -ENOSPC);
+    bbagent_close(a, NULL);
+    close(c);
+    close(lfd);
+}
+
 static void shared_library_exports_only_the_api(void **state)
 {
     void *so = dlopen(SD_BIN_DIR "/../lib/libbbagent.so", RTLD_NOW | RTLD_LOCAL);
@@ -808,7 +845,9 @@ static void shared_library_exports_only_the_api(void **state)
         fail_msg("dlopen: %s", dlerror());
     static const char *const api[] = { "bbagent_open", "bbagent_ready", "bbagent_heartbeat",
                                        "bbagent_status", "bbagent_fd", "bbagent_poll",
-                                       "bbagent_close" };
+                                       "bbagent_close", "bbagent_set_players",
+                                       "bbagent_release", "bbagent_allocation",
+                                       "bbagent_port" };
     for (size_t i = 0; i < sizeof api / sizeof api[0]; i++)
         if (!dlsym(so, api[i]))
             fail_msg("%s is not exported", api[i]);
@@ -836,6 +875,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(never_blocks_when_bigbrother_is_stuck, setup, teardown),
         cmocka_unit_test_setup_teardown(reconnect_is_paced, setup, teardown),
         cmocka_unit_test_setup_teardown(no_allocation_per_call, setup, teardown),
+        cmocka_unit_test_setup_teardown(ports_sent_with_status, setup, teardown),
         cmocka_unit_test(shared_library_exports_only_the_api),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

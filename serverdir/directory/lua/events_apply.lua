@@ -81,7 +81,7 @@ local function side_event(f)
   end
   if f.type == 'status' then
     local h = {'HSET', key, 'updated_at_ms', nows}
-    for _, k in ipairs({'players', 'max_players', 'status'}) do
+    for _, k in ipairs({'players', 'max_players', 'status', 'ports'}) do
       if f[k] then h[#h + 1] = k; h[#h + 1] = f[k] end
     end
     redis.call(unpack(h))
