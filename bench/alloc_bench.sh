@@ -1,0 +1,241 @@
+#!/usr/bin/env bash
+# Allocation benchmark (bench/README.md "## allocations", docs/allocation.md): serverdir's
+# POST /allocations against the same alloc_create.lua run raw on the same Redis.
+#
+# Starts its own redis-server (no persistence: --save "" --appendonly no) and serverdir
+# (open access, --threads SD_THREADS, --log-level warn) on free loopback ports, registers
+# MACHINES simulated machines (PUT .../machines/{m}, address, labels, 300 s lease), a
+# service "match" with "pool": {"buffer": 0} and POOL (1000) ready instances of it
+# (started + ready events, 1000 events per POST), and a service "burst" with BURST_POOL
+# ready instances. Then, RUNS rounds of DUR seconds per phase at CLIENTS (64) concurrent
+# allocators (bench/alloc_load.c, one thread and keep-alive connection each):
+#
+#   sd-cycle   each allocator: POST /allocations {"service":"match","payload":{...}}, then
+#              the game's release as its Big Brother reports it (POST /events, one
+#              "released" event for that instance and allocation), again and again: the
+#              pool stays at POOL ready instances (at most CLIENTS are out at any moment).
+#              Allocation latency and release latency are recorded apart.
+#   raw-cycle  the anchor: the same alloc_create.lua and events_apply.lua (the build's
+#              copies, with their prelude) by EVALSHA on the same Redis, with exactly the
+#              KEYS and ARGV serverdir passes, over CLIENTS hiredis connections.
+#   sd-paced, raw-paced
+#              the same two below saturation: each allocator paced so that both sides
+#              are offered LOAD (0.5) of serverdir's sd-cycle rate of that round; at
+#              saturation a closed loop's latency is only CLIENTS / rate (Little's law).
+#   sd-burst   allocations only, no release, from the BURST_POOL instances of "burst",
+#              until DUR passed or the pool is empty (the first no_capacity ends it); then,
+#              untimed, every allocation is released with events in batches of 1000.
+#   raw-burst  the same by EVALSHA.
+#
+# Every phase checks that no instance was handed out while another allocation held it
+# (double allocations) and that the pool is whole again afterwards (ready_free, allocated
+# 0). Then, once (REFILL=0 skips it): one bigbrother in cluster mode supervising gameproc
+# (agent health check) with a service whose pool is {"buffer": 2, "min": 2} and
+# "confirm_timeout_ms": 600000 (nothing confirms these allocations; they must not expire):
+# REFILL_SAMPLES times, wait until ready_free is 2, pause 0.2-1.2 s (a random phase against
+# the primary's placement passes), allocate one instance and time from the 201 until
+# ready_free is 2 again (polled every 10 ms).
+# Prints every figure (with Redis's CPU and EVALSHA time per allocation from INFO), the
+# medians, the ratios serverdir / raw and the goals.
+#
+# Usage: bench/alloc_bench.sh     (env: BUILD (build), RUNS (3), DUR (5), CLIENTS (64),
+#        POOL (1000), MACHINES (50), BURST_POOL (20000), SD_THREADS (8), LOAD (0.5), REFILL (1),
+#        REFILL_SAMPLES (10), PLACEMENT_MS (bigbrother's default), KEEP=1)
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+. "$ROOT/bench/lib.sh"
+BUILD=$(cd "${BUILD:-$ROOT/build}" && pwd) # absolute: the service's command is a path in it
+RUNS=${RUNS:-3}
+DUR=${DUR:-5}
+CLIENTS=${CLIENTS:-64}
+POOL=${POOL:-1000}
+MACHINES=${MACHINES:-50}
+BURST_POOL=${BURST_POOL:-20000}
+SD_THREADS=${SD_THREADS:-8}
+LOAD=${LOAD:-0.5}
+REFILL=${REFILL:-1}
+REFILL_SAMPLES=${REFILL_SAMPLES:-10}
+PLACEMENT_MS=${PLACEMENT_MS:-}
+BIN=$BUILD/bin
+LUA=$BUILD/serverdir/lua # the scripts as serverdir runs them, with their prelude
+GEN=$BUILD/bench/alloc_load
+
+command -v redis-server >/dev/null || apt-get install -y redis-server >/dev/null
+[ -x "$BIN/serverdir" ] || { echo "build serverdir first (cmake --build $BUILD)"; exit 1; }
+[ -x "$GEN" ] || cmake --build "$BUILD" -j2 --target alloc_load >/dev/null
+if [ "$REFILL" = 1 ] && { [ ! -x "$BIN/bigbrother" ] || [ ! -x "$BIN/gameproc" ]; }; then
+    cmake --build "$BUILD" -j2 --target bigbrother bbctl gameproc >/dev/null
+fi
+
+WORK=$(mktemp -d /tmp/alloc-bench.XXXXXX)
+PIDS=()
+BB_STATE=
+cleanup() {
+    set +e
+    # the game processes first (bigbrother leaves them running on TERM by design)
+    [ -z "$BB_STATE" ] || "$BIN/bbctl" --socket "$BB_STATE/control.sock" stop all >/dev/null 2>&1
+    bench_cleanup
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+rport=$(bench_free_port)
+bench_start_redis "$rport" "$WORK"
+sport=$(bench_free_port)
+"$BIN/serverdir" --listen "127.0.0.1:$sport" --redis "redis://127.0.0.1:$rport/0" \
+    --threads "$SD_THREADS" --log-level warn >"$WORK/serverdir.log" 2>&1 &
+PIDS+=($!)
+SD="http://127.0.0.1:$sport"
+for _ in $(seq 200); do curl -fs "$SD/readyz" >/dev/null 2>&1 && break; sleep 0.05; done
+curl -fs "$SD/readyz" >/dev/null || { echo "serverdir did not start" >&2; exit 1; }
+
+api() { # method cluster path [body]
+    curl -sf -X "$1" -H 'Content-Type: application/json' ${4:+--data-binary "$4"} \
+        "$SD/v1/clusters/$2$3"
+}
+
+machines_put() { # renews every simulated machine's lease (300 s)
+    local k
+    for k in $(seq "$MACHINES"); do
+        api PUT bench "/machines/m$(printf %03d "$k")" \
+            "{\"address\":\"10.0.$((k / 250)).$((k % 250 + 1))\",\"labels\":{\"zone\":\"eu\"},\"ttl_ms\":300000}" >/dev/null
+    done
+}
+
+# POSTs started + ready events for N instances of service S over the machines, 500
+# instances (1000 events) per request.
+populate() { # service n
+    awk -v s="$1" -v n="$2" -v m="$MACHINES" 'BEGIN {
+        for (i = 0; i < n; i++) {
+            if (i % 500 == 0) { if (i) print "]}"; printf "{\"events\":["; } else printf ",";
+            mm = sprintf("m%03d", i % m + 1);
+            printf "{\"id\":\"%s-%d-s\",\"type\":\"started\",\"instance\":\"%s-%05d\",\"machine\":\"%s\",\"service\":\"%s\",\"pid\":%d,\"slot\":%d,\"ports\":{\"game\":%d}},", s, i, s, i, mm, s, 1000 + i, i, 27000 + i % 30000;
+            printf "{\"id\":\"%s-%d-r\",\"type\":\"ready\",\"instance\":\"%s-%05d\",\"machine\":\"%s\",\"service\":\"%s\"}", s, i, s, i, mm, s;
+        }
+        print "]}" }' >"$WORK/populate.jsonl"
+    while IFS= read -r body; do
+        api POST bench /events "$body" | grep -q '"stale":0' ||
+            { echo "populating $1 failed" >&2; exit 1; }
+    done <"$WORK/populate.jsonl"
+}
+
+# "ready_free allocated" of a service's pool.
+pool_of() { # cluster service
+    api GET "$1" "/services/$2" | sed -n 's/.*"allocated":\([0-9]*\).*"ready_free":\([0-9]*\).*/\2 \1/p'
+}
+
+spec='{"command":"/bin/true","pool":{"buffer":0},"confirm_timeout_ms":600000}'
+machines_put
+api PUT bench /services/match "$spec" >/dev/null
+api PUT bench /services/burst "$spec" >/dev/null
+t0=$(date +%s%N)
+populate match "$POOL"
+populate burst "$BURST_POOL"
+setup_ms=$((($(date +%s%N) - t0) / 1000000))
+[ "$(pool_of bench match)" = "$POOL 0" ] && [ "$(pool_of bench burst)" = "$BURST_POOL 0" ] ||
+    { echo "pools not ready: match $(pool_of bench match), burst $(pool_of bench burst)" >&2; exit 1; }
+
+echo "allocation benchmark: $CLIENTS concurrent allocators, ${DUR}s per phase, $RUNS rounds;"
+echo "  pool of $POOL ready instances of \"match\" on $MACHINES machines (kept full: every allocation"
+echo "  is followed by its release, a \"released\" event, before that allocator's next one);"
+echo "  burst pool of $BURST_POOL ready instances of \"burst\" (allocations only, no release);"
+echo "  redis-server without persistence, serverdir --threads $SD_THREADS (open access, log level warn);"
+echo "  $(nproc) cores shared with other jobs; load average at the start: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "  setup: $((2 * (POOL + BURST_POOL))) started+ready events in ${setup_ms} ms"
+
+declare -A R
+add() { R[$1]+="$2 "; }
+field() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p" <<<"$2"; }
+fail=0
+
+# Runs one phase of alloc_load (with Redis's own figures: its CPU over the phase, % of
+# one core, and the EVALSHA time per allocation, its release included in the cycles) and
+# checks that the pool is whole afterwards.
+phase() { # name service expected_pool alloc_load-args...
+    local name=$1 svc=$2 want=$3 out pool
+    shift 3
+    redis-cli -p "$rport" config resetstat >/dev/null
+    out=$("$GEN" -c "$CLIENTS" -d "$DUR" -s "127.0.0.1:$rport" "$@") || fail=1
+    pool=$(pool_of bench "$svc")
+    [ "$pool" = "$want 0" ] || { echo "  $name: pool not whole afterwards: $pool (want $want 0)" >&2; fail=1; }
+    echo "  $name: $out"
+    last=$out
+    local f
+    for f in rate p50_ms p99_ms rel_p50_ms rel_p99_ms double errors redis_us redis_cpu; do
+        add "$name-$f" "$(field "$f" "$out")"
+    done
+}
+
+for round in $(seq "$RUNS"); do
+    echo "round $round (load average $(cut -d' ' -f1 /proc/loadavg))"
+    machines_put
+    phase sd-cycle match "$POOL" -r event sd "$SD" bench match
+    sd_rate=$(field rate "$last")
+    phase raw-cycle match "$POOL" -r event redis 127.0.0.1 "$rport" "$LUA" sd: bench match
+    # below saturation: both sides offered LOAD x serverdir's rate of this round
+    period=$(awk -v c="$CLIENTS" -v r="$sd_rate" -v l="$LOAD" 'BEGIN { printf "%.0f", c * 1e6 / (r * l) }')
+    phase sd-paced match "$POOL" -p "$period" -r event sd "$SD" bench match
+    phase raw-paced match "$POOL" -p "$period" -r event redis 127.0.0.1 "$rport" "$LUA" sd: bench match
+    phase sd-burst burst "$BURST_POOL" -r none sd "$SD" bench burst
+    phase raw-burst burst "$BURST_POOL" -r none redis 127.0.0.1 "$rport" "$LUA" sd: bench burst
+done
+load_end=$(cut -d' ' -f1-3 /proc/loadavg)
+
+med() { bench_median ${R[$1]}; }
+sum() { awk '{ s = 0; for (i = 1; i <= NF; i++) s += $i; print s }' <<<"${R[$1]}"; }
+
+refill_line=""
+if [ "$REFILL" = 1 ]; then
+    echo
+    echo "pool refill: one bigbrother (cluster mode, placement_interval_ms ${PLACEMENT_MS:-default 1000})" \
+        "supervising gameproc, pool {\"buffer\": 2, \"min\": 2}, $REFILL_SAMPLES samples"
+    BB_STATE=$WORK/bb/st
+    mkdir -p "$WORK/bb"
+    placement=""
+    [ -z "$PLACEMENT_MS" ] || placement="\"placement_interval_ms\": $PLACEMENT_MS,"
+    cat >"$WORK/bb/bb.json" <<EOF
+{ "machine": "bb1", "cluster": "pools", "address": "127.0.0.1", "state_dir": "$BB_STATE",
+  "capacity": 100, "serverdir": { "urls": ["$SD"] }, "mode": "cluster",
+  $placement "services": [] }
+EOF
+    "$BIN/bigbrother" --config "$WORK/bb/bb.json" --log-level warn >"$WORK/bb/bb.log" 2>&1 &
+    PIDS+=($!)
+    for _ in $(seq 300); do api GET pools /primary 2>/dev/null | grep -q '"holder":"bb1"' && break; sleep 0.1; done
+    api GET pools /primary | grep -q '"holder":"bb1"' || { echo "bigbrother never became primary" >&2; exit 1; }
+    api PUT pools /services/pooled "{\"command\":\"$BIN/gameproc\",\"args\":[\"--tick-hz\",\"20\"],
+        \"health\":{\"type\":\"agent\",\"start_timeout_ms\":10000,\"liveness_timeout_ms\":3000},
+        \"stop\":{\"signal\":\"TERM\",\"grace_ms\":2000},
+        \"pool\":{\"buffer\":2,\"min\":2},\"confirm_timeout_ms\":600000}" >/dev/null
+    out=$("$GEN" refill "$SD" pools pooled 2 "$REFILL_SAMPLES") ||
+        { echo "$out"; echo "the refill measurement failed (see $WORK/bb/bb.log)" >&2; exit 1; }
+    sed 's/^/  /' <<<"$out"
+    refill_line=$(tail -1 <<<"$out")
+fi
+
+sdc=$(med sd-cycle-rate) rawc=$(med raw-cycle-rate) sdb=$(med sd-burst-rate) rawb=$(med raw-burst-rate)
+doubles=0
+for p in sd-cycle raw-cycle sd-paced raw-paced sd-burst raw-burst; do doubles=$((doubles + $(sum $p-double))); done
+echo
+echo "medians of $RUNS rounds ($CLIENTS concurrent allocators; load average at the end: $load_end):"
+printf '  %-10s %9s %8s %8s %11s %11s %9s %10s   %s\n' phase allocs/s p50_ms p99_ms release_p50 release_p99 redis_us redis_cpu% "runs (allocs/s)"
+for p in sd-cycle raw-cycle sd-paced raw-paced sd-burst raw-burst; do
+    printf '  %-10s %9s %8s %8s %11s %11s %9s %10s   %s\n' "$p" "$(med $p-rate)" "$(med $p-p50_ms)" \
+        "$(med $p-p99_ms)" "$(med $p-rel_p50_ms)" "$(med $p-rel_p99_ms)" "$(med $p-redis_us)" \
+        "$(med $p-redis_cpu)" "${R[$p-rate]% }"
+done
+echo "ratios serverdir / raw Redis (same scripts):"
+echo "  pool of $POOL kept full (allocate + release): $(bench_ratio "$sdc" "$rawc")"
+echo "  allocations only (burst pool):             $(bench_ratio "$sdb" "$rawb")"
+echo "goals (issue 16): >= 10,000 allocations/s: pool of $POOL $sdc/s, allocations only $sdb/s;"
+echo "  p99 < 5 ms: $(med sd-paced-p99_ms) ms at $(med sd-paced-rate)/s ($LOAD of the saturated rate; raw Redis"
+echo "  $(med raw-paced-p99_ms) ms at the same load); saturated: $(med sd-cycle-p99_ms) ms (pool of $POOL),"
+echo "  $(med sd-burst-p99_ms) ms (allocations only), where a closed loop's latency is $CLIENTS / rate;"
+echo "  0 double allocations: $doubles"
+if [ -n "$refill_line" ]; then
+    echo "pool below buffer -> new instance ready (bigbrother + gameproc):" \
+        "median $(field median_ms "$refill_line") ms (min $(field min_ms "$refill_line")," \
+        "max $(field max_ms "$refill_line"), $REFILL_SAMPLES samples)"
+fi
+echo "for context, not measured here: Agones publishes about 300-400 allocations/s in its own"
+echo "  load tests, with allocation requests batched for 500 ms by default."
+exit "$fail"

@@ -1,0 +1,730 @@
+/* alloc_load: the load generator of bench/alloc_bench.sh (docs/allocation.md). N allocator
+ * threads, each with its own keep-alive connection, allocate instances of one service for
+ * D seconds and record every allocation's latency; at the end one line:
+ *
+ *     mode=sd release=event clients=64 secs=5.00 allocs=51234 rate=10246 p50_ms=2.41
+ *     p99_ms=6.80 rel_p50_ms=1.90 rel_p99_ms=5.20 double=0 no_capacity=0 errors=0
+ *
+ * Modes (the first argument after the options):
+ *
+ *   sd URL CLUSTER SERVICE       POST URL/v1/clusters/CLUSTER/allocations
+ *                                {"service":SERVICE,"payload":{"match":"m<thread>-<n>"}}
+ *   redis HOST PORT LUADIR PREFIX CLUSTER SERVICE
+ *                                the same alloc_create.lua (LUADIR: the build's copy with its
+ *                                prelude) by EVALSHA with exactly the KEYS and ARGV serverdir
+ *                                passes for that body
+ *   refill URL CLUSTER SERVICE BUFFER SAMPLES
+ *                                the pool refill time: SAMPLES times, wait until the service
+ *                                shows BUFFER ready_free instances, pause 0.2-1.2 s (a random
+ *                                phase against the primary's passes), allocate one, and time
+ *                                from the 201 until ready_free is BUFFER again (polled every
+ *                                10 ms); prints every sample and the median
+ *
+ * -p PERIOD_US paces each allocator to one allocation (cycle) per period, for latency
+ * below saturation (a saturated closed loop's latency is only CLIENTS / rate).
+ * -s HOST:PORT adds Redis's own figures over the phase: redis_us (EVALSHA time per
+ * allocation, its release included unless -r none; the caller resets the statistics
+ * first) and redis_cpu (% of one core).
+ *
+ * -r RELEASE says what follows each allocation in sd and redis modes:
+ *   event   (default) the game's release as its Big Brother reports it: a "released" event
+ *           for that instance and allocation, POSTed to /v1/clusters/C/events (sd), or the
+ *           same events_apply.lua by EVALSHA with the batch normalized as serverdir passes
+ *           it (redis); its latency is recorded apart from the allocation's. The instance is
+ *           back in the pool when the release is answered, so the pool keeps its size.
+ *   delete  DELETE /v1/clusters/C/allocations/{id} (sd only).
+ *   none    no release: allocate until D seconds passed or the pool is empty (the first
+ *           409 no_capacity ends the phase for every thread); afterwards, untimed, every
+ *           allocation is released with events in batches of 1000, so the pool is whole
+ *           again for the next phase.
+ *
+ * Double allocations: every 201's instance is looked up in a table instance -> open
+ * allocation. An instance handed out while another allocation holds it and that
+ * allocation's release was not yet sent is a double allocation (counted, the first few
+ * printed on stderr). Once a release was sent the instance may come back at any time (the
+ * script frees it before the answer reaches us).
+ *
+ * Built by bench/CMakeLists.txt (target alloc_load). */
+#include <curl/curl.h>
+#include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "sdutil.h"
+
+#define MAX_CLIENTS 512
+#define MAX_SAMPLES (1 << 18)
+#define NAME_MAX_LEN 128
+#define TABLE_BITS 18 /* instance table: up to 2^18 / 2 instances */
+#define RELEASE_BATCH 1000
+#define EVENT_ID_TTL_MS "86400000" /* serverdir's defaults for events_apply.lua */
+#define HISTORY_MAX "10000"
+#define STOPPED_KEEP "10000"
+#define STOPPED_TTL_MS "86400000"
+#define CONFIRM_DEFAULT_MS "10000" /* api_alloc.c */
+#define KEY_TTL_MS "86400000"
+
+enum mode { M_SD, M_REDIS, M_REFILL };
+enum release { R_EVENT, R_DELETE, R_NONE };
+
+static struct {
+    enum mode mode;
+    enum release release;
+    const char *name;
+    int clients;
+    double secs;
+    const char *url, *host, *luadir, *prefix, *cluster, *service;
+    int port, buffer, samples;
+    int64_t period_us; /* -p: each allocator starts a cycle every period (0: at once) */
+    char base[256], chan[256];
+    char sha_alloc[41], sha_events[41];
+} cfg;
+
+static atomic_int stop_all; /* release none: the pool ran empty */
+static atomic_int complaints; /* error messages printed (the first few only) */
+static atomic_long run_nonce;
+
+/* ---------- instance -> open allocation ---------- */
+
+typedef struct {
+    char instance[NAME_MAX_LEN + 1];
+    char allocation[32];
+    int state; /* 0 free, 1 held, 2 release sent */
+} slot_t;
+
+static slot_t *table;
+static pthread_mutex_t table_mu = PTHREAD_MUTEX_INITIALIZER;
+static atomic_long doubles;
+
+static slot_t *table_slot(const char *inst)
+{
+    uint32_t h = 2166136261u;
+    for (const char *p = inst; *p; p++)
+        h = (h ^ (uint8_t)*p) * 16777619u;
+    size_t mask = ((size_t)1 << TABLE_BITS) - 1;
+    for (size_t i = h & mask;; i = (i + 1) & mask) {
+        if (!table[i].instance[0])
+            snprintf(table[i].instance, sizeof table[i].instance, "%s", inst);
+        if (!strcmp(table[i].instance, inst))
+            return &table[i];
+    }
+}
+
+/* A 201 handed out inst under allocation id: a double allocation when another allocation
+ * holds it and was not released. */
+static void table_take(const char *inst, const char *id)
+{
+    pthread_mutex_lock(&table_mu);
+    slot_t *s = table_slot(inst);
+    if (s->state == 1) {
+        if (atomic_fetch_add(&doubles, 1) < 5)
+            fprintf(stderr, "alloc_load: DOUBLE ALLOCATION of %s: %s while %s is open\n", inst,
+                    id, s->allocation);
+    }
+    s->state = 1;
+    snprintf(s->allocation, sizeof s->allocation, "%s", id);
+    pthread_mutex_unlock(&table_mu);
+}
+
+/* Allocation id of inst is being released (next = 2) or its release was answered
+ * (next = 0); changes nothing when another allocation holds inst by now. */
+static void table_mark(const char *inst, const char *id, int next)
+{
+    pthread_mutex_lock(&table_mu);
+    slot_t *s = table_slot(inst);
+    if (!strcmp(s->allocation, id))
+        s->state = next;
+    pthread_mutex_unlock(&table_mu);
+}
+
+/* ---------- one allocator ---------- */
+
+typedef struct {
+    char instance[NAME_MAX_LEN + 1], machine[NAME_MAX_LEN + 1], allocation[32];
+} held_t;
+
+typedef struct {
+    int id;
+    uint32_t *lat_us, *rel_us;
+    size_t n, nrel;
+    long errors, no_capacity;
+    char body[64 << 10];
+    size_t blen;
+    CURL *h;
+    redisContext *r;
+    held_t *held; /* release none: what to release afterwards */
+    size_t nheld, capheld;
+} client_t;
+
+static size_t sink(char *p, size_t size, size_t nmemb, void *ud)
+{
+    client_t *c = ud;
+    size_t n = size * nmemb;
+    if (c->blen + n < sizeof c->body) {
+        memcpy(c->body + c->blen, p, n);
+        c->blen += n;
+        c->body[c->blen] = '\0';
+    }
+    return n;
+}
+
+static struct curl_slist *json_hdrs; /* made once in main */
+
+/* One HTTP request on the client's keep-alive handle; the status (0: transport error). */
+static long http(client_t *c, const char *method, const char *url, const char *body)
+{
+    c->blen = 0;
+    c->body[0] = '\0';
+    curl_easy_reset(c->h); /* keeps the connection */
+    curl_easy_setopt(c->h, CURLOPT_URL, url);
+    curl_easy_setopt(c->h, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(c->h, CURLOPT_HTTPHEADER, json_hdrs);
+    curl_easy_setopt(c->h, CURLOPT_WRITEFUNCTION, sink);
+    curl_easy_setopt(c->h, CURLOPT_WRITEDATA, c);
+    curl_easy_setopt(c->h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c->h, CURLOPT_TIMEOUT_MS, 10000L);
+    if (body) {
+        curl_easy_setopt(c->h, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(c->h, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
+    }
+    long status = 0;
+    if (curl_easy_perform(c->h) == CURLE_OK)
+        curl_easy_getinfo(c->h, CURLINFO_RESPONSE_CODE, &status);
+    return status;
+}
+
+/* The string value of "field":"..." in text into out (0), or -1. */
+static int json_str(const char *text, const char *field, char *out, size_t cap)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":\"", field);
+    const char *p = strstr(text, pat);
+    if (!p)
+        return -1;
+    p += strlen(pat);
+    const char *q = strchr(p, '"');
+    if (!q || (size_t)(q - p) >= cap)
+        return -1;
+    memcpy(out, p, (size_t)(q - p));
+    out[q - p] = '\0';
+    return 0;
+}
+
+/* The integer after "field": in text, or -1 when absent. */
+static long long json_int(const char *text, const char *field)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", field);
+    const char *p = strstr(text, pat);
+    return p ? strtoll(p + strlen(pat), NULL, 10) : -1;
+}
+
+static redisReply *evalsha(redisContext *r, const char *sha, int argc, const char **argv)
+{
+    const char *a[24];
+    size_t l[24];
+    a[0] = "EVALSHA", a[1] = sha, a[2] = "1", a[3] = cfg.base;
+    for (int i = 0; i < argc; i++)
+        a[4 + i] = argv[i];
+    for (int i = 0; i < argc + 4; i++)
+        l[i] = strlen(a[i]);
+    return redisCommandArgv(r, argc + 4, a, l);
+}
+
+/* The value of field name in a flat {status, field, value, ...} script reply into out. */
+static int reply_field(const redisReply *rep, const char *name, char *out, size_t cap)
+{
+    for (size_t i = 1; i + 1 < rep->elements; i += 2) {
+        if (rep->element[i]->type == REDIS_REPLY_STRING && !strcmp(rep->element[i]->str, name) &&
+            rep->element[i + 1]->type == REDIS_REPLY_STRING) {
+            snprintf(out, cap, "%s", rep->element[i + 1]->str);
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* One allocation for payload {"match":"<match>"}: 1 allocated (into *out), 0 no_capacity,
+ * -1 error. */
+static int allocate(client_t *c, const char *match, held_t *out)
+{
+    char payload[96];
+    snprintf(payload, sizeof payload, "{\"match\":\"%s\"}", match);
+    if (cfg.mode != M_REDIS) {
+        char url[512], body[512];
+        snprintf(url, sizeof url, "%s/v1/clusters/%s/allocations", cfg.url, cfg.cluster);
+        snprintf(body, sizeof body, "{\"service\":\"%s\",\"payload\":%s}", cfg.service, payload);
+        long st = http(c, "POST", url, body);
+        if (st == 409 && strstr(c->body, "no_capacity"))
+            return 0;
+        if (st != 201 || json_str(c->body, "allocation", out->allocation, sizeof out->allocation) ||
+            json_str(c->body, "instance", out->instance, sizeof out->instance) ||
+            json_str(c->body, "machine", out->machine, sizeof out->machine)) {
+            if (atomic_fetch_add(&complaints, 1) < 5)
+                fprintf(stderr, "alloc_load: allocation answered %ld: %.300s\n", st, c->body);
+            return -1;
+        }
+        return 1;
+    }
+    /* What serverdir passes for that body (api_alloc.c alloc_try): mode ready, strategy
+     * packed, 0 players, no selector, the compact payload, no idempotency key, the body's
+     * canonical text (sorted keys, compact), the channel, the cluster, the defaults. */
+    char canon[512];
+    snprintf(canon, sizeof canon, "{\"payload\":%s,\"service\":\"%s\"}", payload, cfg.service);
+    const char *argv[] = {cfg.service, "ready", "packed", "0", "", "", payload, "", canon,
+                          cfg.chan, cfg.cluster, CONFIRM_DEFAULT_MS, KEY_TTL_MS};
+    redisReply *rep = evalsha(c->r, cfg.sha_alloc, 13, argv);
+    int rc = -1;
+    if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1 &&
+        rep->element[0]->type == REDIS_REPLY_STRING) {
+        if (!strcmp(rep->element[0]->str, "no_capacity"))
+            rc = 0;
+        else if (!strcmp(rep->element[0]->str, "created") &&
+                 !reply_field(rep, "allocation", out->allocation, sizeof out->allocation) &&
+                 !reply_field(rep, "instance", out->instance, sizeof out->instance) &&
+                 !reply_field(rep, "machine", out->machine, sizeof out->machine))
+            rc = 1;
+    }
+    if (rc < 0 && atomic_fetch_add(&complaints, 1) < 5)
+        fprintf(stderr, "alloc_load: alloc_create answered %s\n",
+                !rep ? c->r->errstr : rep->type == REDIS_REPLY_ERROR ? rep->str : "an odd reply");
+    if (rep)
+        freeReplyObject(rep);
+    return rc;
+}
+
+/* Releases n allocations with "released" events (one batch): through serverdir's events
+ * route (sd) or events_apply.lua (redis). 0 when all were applied. */
+static int release_events(client_t *c, const held_t *hs, size_t n, long seq)
+{
+    size_t cap = n * 512 + 64;
+    char *b = malloc(cap);
+    size_t o = 0;
+    int sd = cfg.mode == M_SD;
+    o += (size_t)snprintf(b + o, cap - o, sd ? "{\"events\":[" : "[");
+    for (size_t i = 0; i < n; i++) {
+        const held_t *h = &hs[i];
+        char id[96];
+        snprintf(id, sizeof id, "rel-%lx-%d-%ld-%zu", (long)atomic_load(&run_nonce), c->id, seq, i);
+        if (sd)
+            o += (size_t)snprintf(b + o, cap - o,
+                                  "%s{\"id\":\"%s\",\"type\":\"released\",\"instance\":\"%s\","
+                                  "\"machine\":\"%s\",\"service\":\"%s\",\"allocation\":\"%s\"}",
+                                  i ? "," : "", id, h->instance, h->machine, cfg.service,
+                                  h->allocation);
+        else /* normalized: fields in serverdir's order (directory.c event_normalize) */
+            o += (size_t)snprintf(b + o, cap - o,
+                                  "%s[\"id\",\"%s\",\"type\",\"released\",\"instance\",\"%s\","
+                                  "\"machine\",\"%s\",\"service\",\"%s\",\"allocation\",\"%s\"]",
+                                  i ? "," : "", id, h->instance, h->machine, cfg.service,
+                                  h->allocation);
+    }
+    snprintf(b + o, cap - o, sd ? "]}" : "]");
+    int ok = 0;
+    if (sd) {
+        char url[512];
+        snprintf(url, sizeof url, "%s/v1/clusters/%s/events", cfg.url, cfg.cluster);
+        ok = http(c, "POST", url, b) == 200 && json_int(c->body, "accepted") == (long long)n &&
+             json_int(c->body, "stale") == 0;
+        if (!ok && atomic_fetch_add(&complaints, 1) < 5)
+            fprintf(stderr, "alloc_load: release answered %.300s\n", c->body);
+    } else {
+        const char *argv[] = {b, EVENT_ID_TTL_MS, HISTORY_MAX, STOPPED_KEEP, STOPPED_TTL_MS,
+                              cfg.chan, cfg.cluster};
+        redisReply *rep = evalsha(c->r, cfg.sha_events, 7, argv);
+        ok = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 3 &&
+             rep->element[0]->integer == (long long)n && rep->element[2]->integer == 0;
+        if (!ok && atomic_fetch_add(&complaints, 1) < 5)
+            fprintf(stderr, "alloc_load: events_apply answered %s\n",
+                    rep && rep->type == REDIS_REPLY_ERROR ? rep->str : "an odd reply");
+        if (rep)
+            freeReplyObject(rep);
+    }
+    free(b);
+    return ok ? 0 : -1;
+}
+
+/* DELETE of one allocation (sd only); 0 when it ended. */
+static int release_delete(client_t *c, const held_t *h)
+{
+    char url[512];
+    snprintf(url, sizeof url, "%s/v1/clusters/%s/allocations/%s", cfg.url, cfg.cluster,
+             h->allocation);
+    return http(c, "DELETE", url, NULL) == 200 && strstr(c->body, "\"changed\":true") ? 0 : -1;
+}
+
+static void keep_held(client_t *c, const held_t *h)
+{
+    if (c->nheld == c->capheld) {
+        c->capheld = c->capheld ? 2 * c->capheld : 1024;
+        c->held = realloc(c->held, c->capheld * sizeof *c->held);
+    }
+    c->held[c->nheld++] = *h;
+}
+
+/* -s HOST:PORT: Redis's own figures over the phase (INFO cpu and commandstats; the
+ * caller resets the command statistics before the phase). */
+typedef struct {
+    double cpu_s;        /* used_cpu_sys + used_cpu_user */
+    long long evalsha_us; /* time spent in EVALSHA since the reset */
+    int64_t at_us;
+} stats_t;
+
+static const char *stats_addr;
+static stats_t stats_begin, stats_end;
+
+static void stats_read(stats_t *st)
+{
+    st->at_us = sd_mono_us();
+    if (!stats_addr)
+        return;
+    char host[256];
+    snprintf(host, sizeof host, "%s", stats_addr);
+    char *colon = strrchr(host, ':');
+    if (!colon)
+        return;
+    *colon = '\0';
+    redisContext *r = redisConnect(host, atoi(colon + 1));
+    redisReply *rep = r && !r->err ? redisCommand(r, "INFO all") : NULL;
+    if (rep && rep->type == REDIS_REPLY_STRING) { /* RESP2: a bulk string */
+        const char *p;
+        if ((p = strstr(rep->str, "used_cpu_sys:")))
+            st->cpu_s = atof(p + 13);
+        if ((p = strstr(rep->str, "used_cpu_user:")))
+            st->cpu_s += atof(p + 14);
+        if ((p = strstr(rep->str, "cmdstat_evalsha:calls=")) && (p = strstr(p, "usec=")))
+            st->evalsha_us = atoll(p + 5);
+    }
+    if (rep)
+        freeReplyObject(rep);
+    if (r)
+        redisFree(r);
+}
+
+static int64_t t_end_us; /* when the measured phase ends */
+static pthread_barrier_t done; /* every allocator stopped (release none, stats) */
+static _Atomic int64_t t_last_us; /* release none: when the last thread stopped allocating */
+
+static void *client_main(void *arg)
+{
+    client_t *c = arg;
+    if (cfg.mode == M_SD) {
+        c->h = curl_easy_init();
+    } else {
+        c->r = redisConnect(cfg.host, cfg.port);
+        if (!c->r || c->r->err) {
+            fprintf(stderr, "alloc_load: cannot connect to redis\n");
+            exit(1);
+        }
+    }
+    long seq = 0;
+    /* -p: one cycle per period, the allocators' starts spread over the first one */
+    int64_t next = sd_mono_us() + cfg.period_us * c->id / cfg.clients;
+    while (sd_mono_us() < t_end_us && !atomic_load(&stop_all)) {
+        if (cfg.period_us) {
+            int64_t wait = next - sd_mono_us();
+            if (wait > 0) {
+                struct timespec ts = {(time_t)(wait / 1000000), (long)(wait % 1000000) * 1000};
+                nanosleep(&ts, NULL);
+            }
+            next += cfg.period_us;
+        }
+        char match[48];
+        snprintf(match, sizeof match, "m%d-%ld", c->id, seq++);
+        held_t h;
+        int64_t t0 = sd_mono_us();
+        int rc = allocate(c, match, &h);
+        if (rc < 0) {
+            c->errors++;
+            continue;
+        }
+        if (rc == 0) {
+            c->no_capacity++;
+            if (cfg.release == R_NONE)
+                atomic_store(&stop_all, 1);
+            continue;
+        }
+        if (c->n < MAX_SAMPLES)
+            c->lat_us[c->n++] = (uint32_t)(sd_mono_us() - t0);
+        table_take(h.instance, h.allocation);
+        if (cfg.release == R_NONE) {
+            keep_held(c, &h);
+            continue;
+        }
+        table_mark(h.instance, h.allocation, 2);
+        int64_t t1 = sd_mono_us();
+        rc = cfg.release == R_EVENT ? release_events(c, &h, 1, seq) : release_delete(c, &h);
+        if (rc) {
+            c->errors++;
+            continue;
+        }
+        if (c->nrel < MAX_SAMPLES)
+            c->rel_us[c->nrel++] = (uint32_t)(sd_mono_us() - t1);
+        table_mark(h.instance, h.allocation, 0);
+    }
+    int64_t now = sd_mono_us(), last = atomic_load(&t_last_us);
+    while (now > last && !atomic_compare_exchange_weak(&t_last_us, &last, now))
+        ;
+    /* Nothing is released below before every thread stopped allocating (one could be
+     * handed an instance released here), and Redis's figures are read in between. */
+    pthread_barrier_wait(&done);
+    if (c->id == 0)
+        stats_read(&stats_end);
+    pthread_barrier_wait(&done);
+    /* release none: give everything back, untimed, in batches */
+    for (size_t i = 0; i < c->nheld; i++)
+        table_mark(c->held[i].instance, c->held[i].allocation, 0);
+    for (size_t i = 0; i < c->nheld; i += RELEASE_BATCH) {
+        size_t n = c->nheld - i < RELEASE_BATCH ? c->nheld - i : RELEASE_BATCH;
+        if (release_events(c, c->held + i, n, -(long)(i + 1)))
+            c->errors++;
+    }
+    if (c->h)
+        curl_easy_cleanup(c->h);
+    if (c->r)
+        redisFree(c->r);
+    free(c->held);
+    return NULL;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The p-th percentile (0..100) of n sorted samples, in ms. */
+static double pct_ms(const uint32_t *v, size_t n, int p)
+{
+    return n ? v[n * (size_t)p / 100 < n ? n * (size_t)p / 100 : n - 1] / 1000.0 : 0;
+}
+
+/* Loads LUADIR/name.lua with SCRIPT LOAD into sha. */
+static void load_script(const char *name, char sha[41])
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s.lua", cfg.luadir, name);
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "alloc_load: cannot read %s\n", path);
+        exit(2);
+    }
+    static char src[1 << 17];
+    size_t n = fread(src, 1, sizeof src - 1, f);
+    src[n] = '\0';
+    fclose(f);
+    redisContext *r = redisConnect(cfg.host, cfg.port);
+    redisReply *rep = r && !r->err ? redisCommand(r, "SCRIPT LOAD %s", src) : NULL;
+    if (!rep || rep->type != REDIS_REPLY_STRING) {
+        fprintf(stderr, "alloc_load: SCRIPT LOAD %s failed\n", name);
+        exit(1);
+    }
+    snprintf(sha, 41, "%s", rep->str);
+    freeReplyObject(rep);
+    redisFree(r);
+}
+
+/* ---------- refill: pool below buffer -> a new instance ready ---------- */
+
+/* The service's pool.ready_free (-1 when it cannot be read). */
+static long long ready_free(client_t *c)
+{
+    char url[512];
+    snprintf(url, sizeof url, "%s/v1/clusters/%s/services/%s", cfg.url, cfg.cluster, cfg.service);
+    if (http(c, "GET", url, NULL) != 200)
+        return -1;
+    return json_int(c->body, "ready_free");
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Polls every 10 ms until ready_free >= want; the time it took in ms, or -1 after 60 s. */
+static double wait_ready_free(client_t *c, long long want)
+{
+    int64_t t0 = sd_mono_us();
+    while (ready_free(c) < want) {
+        if (sd_mono_us() - t0 > 60 * 1000000LL)
+            return -1;
+        sleep_ms(10);
+    }
+    return (double)(sd_mono_us() - t0) / 1000.0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int refill_main(void)
+{
+    client_t *c = calloc(1, sizeof *c);
+    c->h = curl_easy_init();
+    double *ms = calloc((size_t)cfg.samples, sizeof *ms);
+    if (wait_ready_free(c, cfg.buffer) < 0) {
+        fprintf(stderr, "alloc_load: the pool never reached %d ready_free\n", cfg.buffer);
+        return 1;
+    }
+    for (int k = 0; k < cfg.samples; k++) {
+        /* a random phase against the primary's placement passes */
+        sleep_ms(200 + rand() % 1000);
+        if (wait_ready_free(c, cfg.buffer) < 0) {
+            fprintf(stderr, "alloc_load: the pool did not come back to %d\n", cfg.buffer);
+            return 1;
+        }
+        char match[32];
+        snprintf(match, sizeof match, "refill-%d", k);
+        held_t h;
+        if (allocate(c, match, &h) != 1) {
+            fprintf(stderr, "alloc_load: refill allocation %d failed\n", k);
+            return 1;
+        }
+        ms[k] = wait_ready_free(c, cfg.buffer);
+        if (ms[k] < 0) {
+            fprintf(stderr, "alloc_load: no refill within 60 s\n");
+            return 1;
+        }
+        printf("refill sample=%d instance=%s ms=%.1f\n", k + 1, h.instance, ms[k]);
+        fflush(stdout);
+    }
+    qsort(ms, (size_t)cfg.samples, sizeof *ms, cmp_double);
+    printf("mode=refill samples=%d median_ms=%.1f min_ms=%.1f max_ms=%.1f\n", cfg.samples,
+           ms[(cfg.samples - 1) / 2], ms[0], ms[cfg.samples - 1]);
+    curl_easy_cleanup(c->h);
+    free(c);
+    free(ms);
+    return 0;
+}
+
+static void usage(void)
+{
+    fprintf(stderr,
+            "usage: alloc_load [-c CLIENTS] [-d SECONDS] [-r event|delete|none] [-s HOST:PORT]\n"
+            "                  [-p PERIOD_US] MODE ARGS...\n"
+            "  sd URL CLUSTER SERVICE | redis HOST PORT LUADIR PREFIX CLUSTER SERVICE |\n"
+            "  refill URL CLUSTER SERVICE BUFFER SAMPLES\n");
+    exit(2);
+}
+
+int main(int argc, char **argv)
+{
+    cfg.clients = 64;
+    cfg.secs = 5;
+    int i = 1;
+    for (; i + 1 < argc && argv[i][0] == '-'; i += 2) {
+        if (!strcmp(argv[i], "-c"))
+            cfg.clients = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-d"))
+            cfg.secs = atof(argv[i + 1]);
+        else if (!strcmp(argv[i], "-p"))
+            cfg.period_us = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "-s"))
+            stats_addr = argv[i + 1];
+        else if (!strcmp(argv[i], "-r") && !strcmp(argv[i + 1], "event"))
+            cfg.release = R_EVENT;
+        else if (!strcmp(argv[i], "-r") && !strcmp(argv[i + 1], "delete"))
+            cfg.release = R_DELETE;
+        else if (!strcmp(argv[i], "-r") && !strcmp(argv[i + 1], "none"))
+            cfg.release = R_NONE;
+        else
+            usage();
+    }
+    if (i >= argc || cfg.clients < 1 || cfg.clients > MAX_CLIENTS || cfg.secs <= 0 ||
+        cfg.secs > 600)
+        usage();
+    cfg.name = argv[i];
+    int rest = argc - i - 1;
+    char **a = argv + i + 1;
+    if (!strcmp(cfg.name, "sd") && rest == 3) {
+        cfg.mode = M_SD, cfg.url = a[0], cfg.cluster = a[1], cfg.service = a[2];
+    } else if (!strcmp(cfg.name, "redis") && rest == 6 && cfg.release != R_DELETE) {
+        cfg.mode = M_REDIS, cfg.host = a[0], cfg.port = atoi(a[1]), cfg.luadir = a[2],
+        cfg.prefix = a[3], cfg.cluster = a[4], cfg.service = a[5];
+    } else if (!strcmp(cfg.name, "refill") && rest == 5) {
+        cfg.mode = M_REFILL, cfg.url = a[0], cfg.cluster = a[1], cfg.service = a[2],
+        cfg.buffer = atoi(a[3]), cfg.samples = atoi(a[4]);
+        if (cfg.buffer < 1 || cfg.samples < 1)
+            usage();
+    } else {
+        usage();
+    }
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    json_hdrs = curl_slist_append(NULL, "Content-Type: application/json");
+    json_hdrs = curl_slist_append(json_hdrs, "Expect:");
+    if (cfg.mode == M_REFILL)
+        return refill_main();
+    if (cfg.mode == M_REDIS) {
+        /* the key base and channel serverdir uses (sd_key, sd_assign_channel) */
+        snprintf(cfg.base, sizeof cfg.base, "%s{%s}:", cfg.prefix, cfg.cluster);
+        snprintf(cfg.chan, sizeof cfg.chan, "%sassign", cfg.prefix);
+        load_script("alloc_create", cfg.sha_alloc);
+        load_script("events_apply", cfg.sha_events);
+    }
+    atomic_store(&run_nonce, (long)time(NULL) * 1000 + getpid() % 1000);
+    table = calloc((size_t)1 << TABLE_BITS, sizeof *table);
+
+    client_t *cs = calloc((size_t)cfg.clients, sizeof *cs);
+    pthread_t *th = calloc((size_t)cfg.clients, sizeof *th);
+    pthread_barrier_init(&done, NULL, (unsigned)cfg.clients);
+    stats_read(&stats_begin);
+    int64_t t0 = sd_mono_us();
+    t_end_us = t0 + (int64_t)(cfg.secs * 1e6);
+    for (int k = 0; k < cfg.clients; k++) {
+        cs[k].id = k;
+        cs[k].lat_us = malloc(MAX_SAMPLES * sizeof(uint32_t));
+        cs[k].rel_us = malloc(MAX_SAMPLES * sizeof(uint32_t));
+        pthread_create(&th[k], NULL, client_main, &cs[k]);
+    }
+    size_t total = 0, nrel = 0;
+    long errors = 0, nocap = 0;
+    for (int k = 0; k < cfg.clients; k++) {
+        pthread_join(th[k], NULL);
+        total += cs[k].n;
+        nrel += cs[k].nrel;
+        errors += cs[k].errors;
+        nocap += cs[k].no_capacity;
+    }
+    double secs = (double)(atomic_load(&t_last_us) - t0) / 1e6;
+    uint32_t *all = malloc((total + nrel + 1) * sizeof *all), *rel = all + total;
+    size_t o = 0, orel = 0;
+    for (int k = 0; k < cfg.clients; k++) {
+        memcpy(all + o, cs[k].lat_us, cs[k].n * sizeof *all);
+        o += cs[k].n;
+        memcpy(rel + orel, cs[k].rel_us, cs[k].nrel * sizeof *all);
+        orel += cs[k].nrel;
+        free(cs[k].lat_us);
+        free(cs[k].rel_us);
+    }
+    qsort(all, total, sizeof *all, cmp_u32);
+    qsort(rel, nrel, sizeof *rel, cmp_u32);
+    static const char *const rnames[] = {"event", "delete", "none"};
+    printf("mode=%s release=%s clients=%d secs=%.2f allocs=%zu rate=%.0f p50_ms=%.2f "
+           "p99_ms=%.2f rel_p50_ms=%.2f rel_p99_ms=%.2f double=%ld no_capacity=%ld errors=%ld",
+           cfg.name, rnames[cfg.release], cfg.clients, secs, total, (double)total / secs,
+           pct_ms(all, total, 50), pct_ms(all, total, 99), pct_ms(rel, nrel, 50),
+           pct_ms(rel, nrel, 99), atomic_load(&doubles), nocap, errors);
+    if (stats_addr) /* script time per allocation (with its release in the cycles) */
+        printf(" redis_us=%.0f redis_cpu=%.0f",
+               (double)stats_end.evalsha_us / (double)(total ? total : 1),
+               (stats_end.cpu_s - stats_begin.cpu_s) * 1e8 /
+                   (double)(stats_end.at_us - stats_begin.at_us));
+    printf("\n");
+    free(all);
+    free(cs);
+    free(th);
+    free(table);
+    pthread_barrier_destroy(&done);
+    curl_slist_free_all(json_hdrs);
+    curl_global_cleanup();
+    return errors || atomic_load(&doubles) ? 1 : 0;
+}
