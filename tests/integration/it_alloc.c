@@ -115,14 +115,17 @@ static void *allocator(void *arg)
     worker_t *w = arg;
     for (int i = 0; i < 40; i++) {
         json_t *o = NULL;
-        char code[64];
-        long st = alloc("cc", "{\"service\":\"zone\",\"strategy\":\"distributed\"}", &o, code);
+        /* the error code from the body: h_err_code's buffer is shared between threads */
+        long st = alloc("cc", "{\"service\":\"zone\",\"strategy\":\"distributed\"}", &o, NULL);
+        const char *code = ct_str(json_object_get(o, "error"), "code");
         if (st == 201 && w->ok < POOL)
             snprintf(w->got[w->ok++], 64, "%s", ct_str(o, "instance"));
         else if (st == 409 && !strcmp(code, "no_capacity"))
             w->none++;
-        else
+        else {
             w->other++;
+            fprintf(stderr, "allocator: unexpected %ld %s\n", st, code);
+        }
         json_decref(o);
     }
     return NULL;
