@@ -130,7 +130,12 @@ static int req_parse(const json_t *body, const char *idem_header, alloc_req_t *a
     sd_strlcpy(a->mode, mode, sizeof a->mode);
     sd_strlcpy(a->strategy, strategy, sizeof a->strategy);
     sd_strlcpy(a->key, key ? key : "", sizeof a->key);
-    /* What a replay under the same key must repeat: everything but the wait. */
+    /* What a replay under the same key must repeat: everything but the wait (only with
+     * a key: the common request needs no copy). */
+    if (!key) {
+        a->canon = strdup("");
+        return a->canon ? 0 : sd_jv_fail(&v, NULL, "out of memory");
+    }
     json_t *c = json_deep_copy(body);
     json_object_del(c, "wait_ms");
     json_object_del(c, "idempotency_key");

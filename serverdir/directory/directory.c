@@ -326,7 +326,7 @@ int sd_dir_events_apply(const char *cluster, const char *batch, long long counts
     int rc = sd_store_run("events_apply", 1, &a, &r);
     if (rc)
         return rc;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 5) {
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 6) {
         log_error("unexpected script reply", "script=%s type=%d", "events_apply", r->type);
         freeReplyObject(r);
         return SD_STORE_ERROR;
@@ -339,8 +339,10 @@ int sd_dir_events_apply(const char *cluster, const char *batch, long long counts
     if (r->element[4]->integer > 0)
         SD_COUNT("serverdir_allocations_ended_total{state=\"released\"}",
                  "allocations ended, by final state", r->element[4]->integer);
+    int unlock_waiting = r->element[5]->integer > 0;
     freeReplyObject(r);
-    drain_unlocks(cluster);
+    if (unlock_waiting) /* two round trips saved on every batch without a stop */
+        drain_unlocks(cluster);
     return SD_STORE_OK;
 }
 

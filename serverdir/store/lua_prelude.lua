@@ -115,23 +115,30 @@ local function pool_free_add(base, s, m, inst)
   end
 end
 
--- Instance `inst` is no longer free (allocated, stopped, moved).
-local function pool_free_rem(base, s, m, inst)
+-- Instance `inst` is no longer free (allocated, stopped, moved); `popped`: the caller
+-- already took it out of the set (SPOP). Returns false when m has no free instance of s
+-- left (it left the machine order), else true.
+local function pool_free_rem(base, s, m, inst, popped)
   local k = base .. 'free:' .. s .. ':' .. m
-  if redis.call('SREM', k, inst) == 1 then
+  if popped or redis.call('SREM', k, inst) == 1 then
     if redis.call('HINCRBY', base .. 'pstat:' .. s, 'free', -1) < 0 then
       redis.call('HSET', base .. 'pstat:' .. s, 'free', '0')
     end
-    if redis.call('SCARD', k) == 0 then redis.call('ZREM', base .. 'free:' .. s, m) end
+    if redis.call('SCARD', k) == 0 then
+      redis.call('ZREM', base .. 'free:' .. s, m)
+      return false
+    end
   end
+  return true
 end
 
 -- Counts instance (s, m, slot) as allocated (d = 1) or no longer (d = -1): the per-machine
 -- count the strategies order machines by, the service's count and allocated slots.
-local function pool_alloc_count(base, s, m, slot, d)
+-- `unlisted`: m is known to have no free instance of s (nothing to reorder).
+local function pool_alloc_count(base, s, m, slot, d, unlisted)
   local n = redis.call('HINCRBY', base .. 'amach:' .. s, m, d)
   if n <= 0 then redis.call('HDEL', base .. 'amach:' .. s, m); n = 0 end
-  redis.call('ZADD', base .. 'free:' .. s, 'XX', n, m)
+  if not unlisted then redis.call('ZADD', base .. 'free:' .. s, 'XX', n, m) end
   local a = redis.call('HINCRBY', base .. 'pstat:' .. s, 'allocated', d)
   if a < 0 then redis.call('HSET', base .. 'pstat:' .. s, 'allocated', '0') end
   if slot and slot ~= '' then
@@ -167,10 +174,6 @@ local function alloc_end(base, id, st, reason, now)
   local ik = base .. 'alloc:i:' .. inst
   redis.call('SREM', ik, id)
   local left = redis.call('SCARD', ik)
-  local pk = base .. 'proc:' .. inst
-  if redis.call('EXISTS', pk) == 1 then
-    redis.call('HSET', pk, 'allocs', string.format('%d', left))
-  end
   if left == 0 then pool_alloc_count(base, s, m, a[5], -1) end
   return inst, m, s, left == 0 and 1 or 0
 end
@@ -201,7 +204,8 @@ end
 -- A service's pool figures for GET /state and the services list: {allocated instances,
 -- ready free instances, highest allocated slot (-1: none), last allocation request ms}.
 local function pool_stats(base, s)
-  local h = redis.call('HMGET', base .. 'pstat:' .. s, 'allocated', 'free', 'last_demand_ms')
+  local h = redis.call('HMGET', base .. 'pstat:' .. s, 'allocated', 'free')
   local top = redis.call('ZREVRANGE', base .. 'aslot:' .. s, 0, 0, 'WITHSCORES')
-  return {h[1] or '0', h[2] or '0', top[2] or '-1', h[3] or '0'}
+  return {h[1] or '0', h[2] or '0', top[2] or '-1',
+          redis.call('HGET', base .. 'svc:' .. s, 'last_demand_ms') or '0'}
 end

@@ -9,7 +9,9 @@
 -- Returns {'created', field, value, ...} | {'replayed', field, value, ...} |
 --   {'idempotency_conflict', id} | {'no_capacity', looked_at} | {'no_such_service'}.
 -- The search is bounded: 64 machines in strategy order and 64 instances per machine
--- (join: 64 instances in capacity order).
+-- (join: 64 instances in capacity order). Every Redis call counts (one allocation is
+-- about 20; bench/README.md, "allocations"): the common request, without selector, takes
+-- its instance with one SPOP, and the last request time is written at most once a second.
 local base = KEYS[1]
 local svc, mode, strategy, need = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local key = ARGV[8]
@@ -29,17 +31,21 @@ if key ~= '' then
     return {'idempotency_conflict', id}
   end
 end
-local spec = redis.call('HGET', base .. 'svc:' .. svc, 'spec')
-if not spec then return {'no_such_service'} end
-redis.call('HSET', base .. 'pstat:' .. svc, 'last_demand_ms', s(now))
+local sk = base .. 'svc:' .. svc
+local sv = redis.call('HMGET', sk, 'spec', 'last_demand_ms')
+if not sv[1] then return {'no_such_service'} end
+if now - tonumber(sv[2] or '0') >= 1000 then
+  redis.call('HSET', sk, 'last_demand_ms', s(now))
+end
 local labels = ARGV[5] ~= '' and cjson.decode(ARGV[5]) or nil
 local meta = ARGV[6] ~= '' and cjson.decode(ARGV[6]) or nil
 
 -- A machine the instance may run on: lease running, labels carried (cached per call).
-local mcache = {}
+local mcache, maddr = {}, {}
 local function machine_ok(m)
   if mcache[m] ~= nil then return mcache[m] end
-  local h = redis.call('HMGET', base .. 'machine:' .. m, 'expires_at_ms', 'labels')
+  local h = redis.call('HMGET', base .. 'machine:' .. m, 'expires_at_ms', 'labels', 'address')
+  maddr[m] = h[3] or ''
   local ok = tonumber(h[1] or '0') > now
   if ok and labels then
     local have = h[2] and cjson.decode(h[2]) or {}
@@ -62,7 +68,7 @@ local function inst_ok(i)
   return true
 end
 
-local pick, looked = nil, 0
+local pick, looked, popped = nil, 0, nil
 if mode == 'join' then
   local c
   if strategy == 'packed' then
@@ -87,7 +93,8 @@ else
       local fk = base .. 'free:' .. svc .. ':' .. m
       if not meta and need == 0 then
         looked = looked + 1
-        pick = redis.call('SRANDMEMBER', fk)
+        pick = redis.call('SPOP', fk) -- taken out of the free set here (popped below)
+        if pick then popped = m end
       else
         for _, i in ipairs(redis.call('SRANDMEMBER', fk, 64)) do
           looked = looked + 1
@@ -101,30 +108,33 @@ end
 if not pick then return {'no_capacity', looked} end
 
 local pk = base .. 'proc:' .. pick
-local p = redis.call('HMGET', pk, 'machine', 'slot', 'ports', 'allocs')
+local p = redis.call('HMGET', pk, 'machine', 'slot', 'ports')
 local m = p[1]
 local id = string.format('a%012d', redis.call('INCR', base .. 'alloc:seq'))
+-- a ready-mode pick comes from the free set, so it held nothing; a join may share
 local ik = base .. 'alloc:i:' .. pick
+local held = mode == 'join' and redis.call('SCARD', ik) or 0
 redis.call('SADD', ik, id)
-redis.call('HSET', pk, 'allocs', s(redis.call('SCARD', ik)))
-if tonumber(p[4] or '0') == 0 then
-  pool_free_rem(base, svc, m, pick)
-  pool_alloc_count(base, svc, m, p[2], 1)
+if held == 0 then
+  local listed = pool_free_rem(base, svc, m, pick, popped == m)
+  pool_alloc_count(base, svc, m, p[2], 1, not listed)
 end
 if mode == 'join' and need > 0 then
   redis.call('ZINCRBY', base .. 'cap:' .. svc, -need, pick)
   redis.call('HINCRBY', pk, 'players', need)
 end
-local confirm = tonumber(string.match(spec, '"confirm_timeout_ms":(%d+)') or ARGV[12])
+local confirm = tonumber(string.match(sv[1], '"confirm_timeout_ms":(%d+)') or ARGV[12])
+if maddr[m] == nil then machine_ok(m) end
 local rec = {'allocation', id, 'state', 'pending', 'service', svc, 'mode', mode,
-             'instance', pick, 'machine', m,
-             'address', redis.call('HGET', base .. 'machine:' .. m, 'address') or '',
+             'instance', pick, 'machine', m, 'address', maddr[m],
              'ports', p[3] or '', 'slot', p[2] or '', 'players', s(need),
              'payload', ARGV[7], 'created_at_ms', s(now), 'confirm_by_ms', s(now + confirm),
-             'strategy', strategy, 'req', ARGV[9]}
+             'strategy', strategy}
 if key ~= '' then
   rec[#rec + 1] = 'key'
   rec[#rec + 1] = key
+  rec[#rec + 1] = 'req'
+  rec[#rec + 1] = ARGV[9]
   redis.call('SET', base .. 'alloc:key:' .. key, id, 'PX', ARGV[13])
 end
 redis.call('HSET', base .. 'alloc:' .. id, unpack(rec))

@@ -11,7 +11,8 @@
 -- The warm-pool index follows every change: a run that becomes ready with no open
 -- allocation is free; one that stops, moves or is replaced is not, and its open
 -- allocations end (released when it exited with code 0, allocation_lost otherwise).
--- Returns {accepted, duplicates, stale, allocations ended lost, allocations released}. Each stop recorded is also pushed on the list
+-- Returns {accepted, duplicates, stale, allocations ended lost, allocations released,
+-- entries on the unlock list}. Each stop recorded is also pushed on the list
 -- <base>unlock, from which serverdir frees the instance's locks.
 --
 -- Idempotency: evid:<id> is set NX with a ttl; an event whose id is set is a duplicate
@@ -64,10 +65,12 @@ end
 -- The run of inst became ready on m: free when no allocation is open; its capacity
 -- (max_players - players) indexed when it reported max_players.
 local function enter_pool(inst, sv, m, key)
-  local h = redis.call('HMGET', key, 'allocs', 'players', 'max_players')
-  if tonumber(h[1] or '0') == 0 then pool_free_add(base, sv, m, inst) end
-  if h[3] then
-    redis.call('ZADD', base .. 'cap:' .. sv, tonumber(h[3]) - tonumber(h[2] or '0'), inst)
+  local h = redis.call('HMGET', key, 'players', 'max_players')
+  if redis.call('SCARD', base .. 'alloc:i:' .. inst) == 0 then
+    pool_free_add(base, sv, m, inst)
+  end
+  if h[2] then
+    redis.call('ZADD', base .. 'cap:' .. sv, tonumber(h[2]) - tonumber(h[1] or '0'), inst)
   end
 end
 
@@ -263,4 +266,7 @@ if stops > 0 then
     redis.call('ZREMRANGEBYRANK', base .. 'stopped', 0, n - keep - 1)
   end
 end
-return {accepted, dups, stale, ended_lost, ended_released}
+-- what waits on the lock hand-off list (this batch's stops and any a failed drain left):
+-- serverdir drains it only when it is not empty
+return {accepted, dups, stale, ended_lost, ended_released,
+        redis.call('LLEN', base .. 'unlock')}
