@@ -141,8 +141,9 @@ redis.call('HSET', base .. 'alloc:' .. id, unpack(rec))
 redis.call('ZADD', base .. 'allocs', 0, id)
 redis.call('ZADD', base .. 'alloc:pending', now + confirm, id)
 redis.call('HSET', base .. 'alloc:m:' .. m, id,
-           cjson.encode({allocation = id, instance = pick, mode = mode, players = need}) ..
-           '\31' .. ARGV[7])
+           -- ids and instances are names (no character JSON escapes), mode a word
+           '{"allocation":"' .. id .. '","instance":"' .. pick .. '","mode":"' .. mode ..
+           '","players":' .. s(need) .. '}\31' .. ARGV[7])
 doc_touch(base, ARGV[10], ARGV[11], m)
 table.insert(rec, 1, 'created')
 return rec
