@@ -56,6 +56,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_redis.h"
 #include "sdutil.h"
 
 #define MAX_CLIENTS 512
@@ -505,29 +506,11 @@ static double pct_ms(const uint32_t *v, size_t n, int p)
     return n ? v[n * (size_t)p / 100 < n ? n * (size_t)p / 100 : n - 1] / 1000.0 : 0;
 }
 
-/* Loads LUADIR/name.lua with SCRIPT LOAD into sha. */
+/* Loads LUADIR/name.lua with SCRIPT LOAD into sha (exits when it cannot). */
 static void load_script(const char *name, char sha[41])
 {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s.lua", cfg.luadir, name);
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        fprintf(stderr, "alloc_load: cannot read %s\n", path);
-        exit(2);
-    }
-    static char src[1 << 17];
-    size_t n = fread(src, 1, sizeof src - 1, f);
-    src[n] = '\0';
-    fclose(f);
-    redisContext *r = redisConnect(cfg.host, cfg.port);
-    redisReply *rep = r && !r->err ? redisCommand(r, "SCRIPT LOAD %s", src) : NULL;
-    if (!rep || rep->type != REDIS_REPLY_STRING) {
-        fprintf(stderr, "alloc_load: SCRIPT LOAD %s failed\n", name);
+    if (bench_script_load("alloc_load", cfg.host, cfg.port, cfg.luadir, name, sha))
         exit(1);
-    }
-    snprintf(sha, 41, "%s", rep->str);
-    freeReplyObject(rep);
-    redisFree(r);
 }
 
 /* ---------- refill: pool below buffer -> a new instance ready ---------- */

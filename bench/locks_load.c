@@ -28,6 +28,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_redis.h"
 #include "sdproto.h"
 #include "sdutil.h"
 
@@ -370,29 +371,11 @@ static int cmp_u32(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Loads LUADIR/name.lua with SCRIPT LOAD into sha. */
+/* Loads LUADIR/name.lua with SCRIPT LOAD into sha (exits when it cannot). */
 static void load_script(const char *name, char sha[41])
 {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s.lua", cfg.luadir, name);
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        fprintf(stderr, "locks_load: cannot read %s\n", path);
-        exit(2);
-    }
-    static char src[1 << 16];
-    size_t n = fread(src, 1, sizeof src - 1, f);
-    src[n] = '\0';
-    fclose(f);
-    redisContext *r = redisConnect(cfg.host, cfg.port);
-    redisReply *rep = r && !r->err ? redisCommand(r, "SCRIPT LOAD %s", src) : NULL;
-    if (!rep || rep->type != REDIS_REPLY_STRING) {
-        fprintf(stderr, "locks_load: SCRIPT LOAD %s failed\n", name);
+    if (bench_script_load("locks_load", cfg.host, cfg.port, cfg.luadir, name, sha))
         exit(1);
-    }
-    snprintf(sha, 41, "%s", rep->str);
-    freeReplyObject(rep);
-    redisFree(r);
 }
 
 static void usage(void)

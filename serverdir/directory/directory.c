@@ -601,21 +601,18 @@ int sd_dir_cluster_seen(const char *cluster)
     return SD_STORE_OK;
 }
 
-/* Whether cluster has, by this copy's clock, a machine whose lease ran out and no live
- * primary: two reads, so an idle sweep writes nothing. */
-static int sweep_due(const char *cluster)
+/* Whether the sorted set `name` of cluster has a member scored at most max_ms (one
+ * ZRANGEBYSCORE ... LIMIT 0 1); 0 too when Redis does not answer. */
+static int zset_due(const char *cluster, const char *name, int64_t max_ms)
 {
-    char key[300], now[24];
-    snprintf(now, sizeof now, "%lld", (long long)sd_wall_ms());
+    char key[300], max[24];
+    snprintf(max, sizeof max, "%lld", (long long)max_ms);
+    const char *argv[] = {"ZRANGEBYSCORE", sd_key(key, sizeof key, cluster, "%s", name), "-inf",
+                          max, "LIMIT", "0", "1"};
     sd_argv_t a;
     sd_argv_init(&a);
-    sd_argv_add(&a, "ZRANGEBYSCORE");
-    sd_argv_add(&a, sd_key(key, sizeof key, cluster, "leases"));
-    sd_argv_add(&a, "-inf");
-    sd_argv_add(&a, now);
-    sd_argv_add(&a, "LIMIT");
-    sd_argv_add(&a, "0");
-    sd_argv_add(&a, "1");
+    for (size_t i = 0; i < SD_ARRAY_LEN(argv); i++)
+        sd_argv_add(&a, argv[i]);
     redisReply *r;
     int rc = sd_store_command(&a, &r);
     sd_argv_free(&a);
@@ -623,8 +620,19 @@ static int sweep_due(const char *cluster)
         return 0;
     int due = r->type == REDIS_REPLY_ARRAY && r->elements > 0;
     freeReplyObject(r);
-    if (!due)
+    return due;
+}
+
+/* Whether cluster has, by this copy's clock, a machine whose lease ran out and no live
+ * primary: two reads, so an idle sweep writes nothing. */
+static int sweep_due(const char *cluster)
+{
+    char key[300];
+    if (!zset_due(cluster, "leases", sd_wall_ms()))
         return 0;
+    sd_argv_t a;
+    redisReply *r;
+    int rc;
     sd_argv_init(&a);
     sd_argv_add(&a, "HMGET");
     sd_argv_add(&a, sd_key(key, sizeof key, cluster, "primary"));
@@ -774,29 +782,8 @@ int sd_dir_clusters_step(char *cursor, size_t cap, int count, redisReply **out)
  * an hour: two reads, so an idle sweep writes nothing. */
 static int alloc_sweep_due(const char *cluster)
 {
-    char key[300], now[24], old[24];
-    int64_t wall = sd_wall_ms();
-    snprintf(now, sizeof now, "%lld", (long long)wall);
-    snprintf(old, sizeof old, "%lld", (long long)(wall - 3600000));
-    static const char *const zsets[] = {"alloc:pending", "alloc:ended"};
-    for (int k = 0; k < 2; k++) {
-        const char *argv[] = {"ZRANGEBYSCORE", sd_key(key, sizeof key, cluster, "%s", zsets[k]),
-                              "-inf", k == 0 ? now : old, "LIMIT", "0", "1"};
-        sd_argv_t a;
-        sd_argv_init(&a);
-        for (size_t i = 0; i < SD_ARRAY_LEN(argv); i++)
-            sd_argv_add(&a, argv[i]);
-        redisReply *r;
-        int rc = sd_store_command(&a, &r);
-        sd_argv_free(&a);
-        if (rc)
-            return 0;
-        int due = r->type == REDIS_REPLY_ARRAY && r->elements > 0;
-        freeReplyObject(r);
-        if (due)
-            return 1;
-    }
-    return 0;
+    int64_t now = sd_wall_ms();
+    return zset_due(cluster, "alloc:pending", now) || zset_due(cluster, "alloc:ended", now - 3600000);
 }
 
 static void *sweeper_main(void *arg)

@@ -74,6 +74,11 @@ static const expect_t expected[] = {
     {"POST", "/v1/clusters/{c}/machines/{m}/drain", OPS_ONLY},
     {"POST", "/v1/clusters/{c}/machines/{m}/undrain", OPS_ONLY},
 
+    {"POST", "/v1/clusters/{c}/allocations", GAME},
+    {"GET", "/v1/clusters/{c}/allocations", BB | GAME | VIEWER},
+    {"GET", "/v1/clusters/{c}/allocations/{id}", BB | GAME | VIEWER},
+    {"DELETE", "/v1/clusters/{c}/allocations/{id}", GAME},
+
     {"POST", "/v1/clusters/{c}/primary", BB},
     {"GET", "/v1/clusters/{c}/primary", BB | VIEWER},
     {"DELETE", "/v1/clusters/{c}/primary", BB},
