@@ -409,7 +409,8 @@ static void pools_and_allocations(void **state)
         const char *token, *method, *body, *path;
     } calls[] = {
         {H_TOK_BB, "PUT", "{\"address\":\"10.0.0.21\",\"ttl_ms\":300000}", "/v1/clusters/c2/machines/m9"},
-        {H_TOK_OPS, "PUT", "{\"command\":\"/bin/true\",\"pool\":{\"buffer\":2}}", "/v1/clusters/c2/services/match"},
+        {H_TOK_OPS, "PUT", "{\"command\":\"/bin/true\",\"pool\":{\"buffer\":2},"
+                    "\"confirm_timeout_ms\":600000}", "/v1/clusters/c2/services/match"},
         {H_TOK_BB, "POST",
          "{\"events\":["
          "{\"id\":\"s0\",\"type\":\"started\",\"instance\":\"match-m9-0\",\"machine\":\"m9\",\"service\":\"match\",\"pid\":70,\"slot\":0},"

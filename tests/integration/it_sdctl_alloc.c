@@ -39,7 +39,7 @@ static int setup(void **state)
          "/v1/clusters/a1/machines/m2"},
         {H_TOK_OPS, "PUT",
          "{\"command\":\"/usr/bin/gameproc\",\"pool\":{\"buffer\":2,\"max\":10},"
-         "\"on_release\":\"restart\"}",
+         "\"on_release\":\"restart\",\"confirm_timeout_ms\":600000}",
          "/v1/clusters/a1/services/match"},
         {H_TOK_OPS, "PUT", "{\"command\":\"/usr/bin/lobby\",\"count\":1}",
          "/v1/clusters/a1/services/lobby"},
