@@ -942,7 +942,10 @@ static void slowlog_check(void)
     fprintf(stderr, "slowlog: %zu commands over 5 ms (%lld scripts run), worst %lld us\n", r->elements,
             calls, worst);
     assert_true((long long)r->elements <= calls / 50 + 1);
-    assert_true(worst < 25000);
+    /* under valgrind the daemons' work keeps both cores busy and Redis waits for one
+     * longer (a 32 ms preemption seen once): the bar for a command that grows with the
+     * total stays far below that (40-450 ms a call) */
+    assert_true(worst < (h_valgrind() ? 60000 : 25000));
     freeReplyObject(r);
     freeReplyObject(h_redis(&redis, "CONFIG SET slowlog-log-slower-than 10000"));
 }
@@ -1237,7 +1240,7 @@ static void machines_and_services_are_paged(void **state)
 
 int main(void)
 {
-    h_init(120);
+    h_init(h_valgrind() ? 240 : 120); /* 100,000 processes written through a valgrind'd serverdir */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(machine_lease_register_renew_expire_delete),
         cmocka_unit_test(event_batch_applied_then_retried_as_duplicates),
