@@ -5,7 +5,8 @@
 #      Cluster (it.rc.*) and through a Redis Sentinel (it.rs.*);
 #   2. builds again with ASan+UBSan (build-asan/) and runs the suite again (without the
 #      it.rc.* / it.rs.* repeats: it.rcluster, it.locks_cluster and it.sentinel run the
-#      Cluster and Sentinel code there); a sanitizer report in any test or in any daemon a
+#      Cluster and Sentinel code there; nor the plainonly ones: the dashboard's browser
+#      screenshots and the packages); a sanitizer report in any test or in any daemon a
 #      test started fails the run;
 #   3. runs the integration tests again with the daemons (serverdir, bigbrother) under
 #      valgrind memcheck (H_VALGRIND=1; not the novalgrind ones, whose daemons it does not
@@ -33,7 +34,7 @@ for stage in $stages; do
         sd_build build-asan -DSD_WERROR=ON -DSD_SANITIZE=ON
         (cd "$SD_ROOT/build-asan" &&
          ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
-         ctest --output-on-failure -j"$jobs" -LE "rcluster|rsentinel")
+         ctest --output-on-failure -j"$jobs" -LE "rcluster|rsentinel|plainonly")
         ;;
     valgrind)
         echo "== stage valgrind: integration tests with the daemons under valgrind"
