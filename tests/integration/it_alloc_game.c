@@ -4,7 +4,8 @@
  * the allocation becomes active), the pool refills behind it, the game releases it and
  * the instance is free again, an allocated instance that is killed reports
  * allocation_lost (and the slot is restarted empty), a DELETE reaches the game as
- * DEALLOCATED, and a surplus shrinks after scale_down_delay_s. */
+ * DEALLOCATED, a join puts players into a running instance with room, and a surplus
+ * shrinks after scale_down_delay_s. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -198,6 +199,15 @@ static void pool_allocate_release_crash(void **state)
     snprintf(line, sizeof line, "msg=deallocated allocation=%s", d.id);
     assert_true(bbt_wait_file_has(log_of(&d, "match"), line, cl_ms(5000)));
     assert_true(cl_wait(&C, pool_is, &two_free, cl_ms(20000)));
+
+    /* join: players into a running instance with room (gameproc reports 0/16): the game
+     * logs a join for 3 players, and the instance is allocated (no longer free) */
+    got_t j;
+    allocate("match", "\"mode\":\"join\",\"players\":3", &j);
+    snprintf(line, sizeof line, "msg=allocated allocation=%s mode=join players=3", j.id);
+    assert_true(bbt_wait_file_has(log_of(&j, "match"), line, cl_ms(5000)));
+    alloc_want_t jact = {j.id, "active"};
+    assert_true(cl_wait(&C, alloc_is, &jact, cl_ms(3000)));
 
     /* the idempotency key still answers the first allocation, ended as it is */
     long st;

@@ -952,9 +952,12 @@ static void slowlog_check(void)
 
 static void lists_at_100k_stay_cheap(void **state)
 {
+    /* under valgrind 20,000: the writes through a valgrind'd serverdir are what takes the
+     * time there (two minutes for 100,000), and the pages and filters are the same code */
+    const int N = h_valgrind() ? 20000 : 100000;
     size_t cap = 200000;
     char *batch = malloc(cap);
-    for (int b = 0; b < 100; b++) {
+    for (int b = 0; b < N / 1000; b++) {
         int n = snprintf(batch, cap, "[");
         for (int i = 0; i < 1000; i++) {
             int k = b * 1000 + i;
@@ -1006,11 +1009,13 @@ static void lists_at_100k_stay_cheap(void **state)
             seen[k] = 1;
             total++;
         }
-        if (pages == 3) {
-            json_t *x = post_events("c100k", "[{\"id\":\"stop-99999\",\"type\":\"stopped\","
-                                              "\"instance\":\"p099999\",\"machine\":\"m99\","
-                                              "\"service\":\"s4\",\"reason\":\"killed\"}]");
-            json_decref(x);
+        if (pages == 1) { /* the last instance's page is still to come */
+            char stop[256];
+            snprintf(stop, sizeof stop,
+                     "[{\"id\":\"stop-last\",\"type\":\"stopped\",\"instance\":\"p%06d\","
+                     "\"machine\":\"m%d\",\"service\":\"s%d\",\"reason\":\"killed\"}]",
+                     N - 1, (N - 1) % 100, (N - 1) % 7);
+            json_decref(post_events("c100k", stop));
         }
         pages++;
         json_t *next = json_object_get(j, "next");
@@ -1022,8 +1027,8 @@ static void lists_at_100k_stay_cheap(void **state)
         json_decref(j);
         assert_true(pages <= 20);
     }
-    assert_int_equal(total, 99999); /* all but the one stopped before its page came */
-    assert_false(seen[99999]);
+    assert_int_equal(total, N - 1); /* all but the one stopped before its page came */
+    assert_false(seen[N - 1]);
 
     /* the filters that used to read every record */
     static const char *const paths[] = {
