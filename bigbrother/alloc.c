@@ -24,10 +24,11 @@
  * counted; only an instance that is starting or ready is restarted (one already stopping
  * keeps its reason).
  *
- * Status events: the players, max_players and status text the game reports go to
- * ServerDir as `status` events (what `join` allocations and metadata selectors read),
- * at most one per instance per second; a timer sends the latest values when changes come
- * faster. Only when events go to ServerDir at all (a ServerDir URL is configured): a
+ * Status events: the players, max_players, status text and ports the game reports go to
+ * ServerDir as `status` events (what `join` allocations, metadata selectors and the
+ * allocation's answer read), at most one per instance per second; a timer sends the
+ * latest values when changes come faster, and a change still held back goes out at once
+ * before the ready event (bb_status_flush), so an instance enters the pool with them. Only when events go to ServerDir at all (a ServerDir URL is configured): a
  * standalone outbox is not filled with them. */
 #include "bb.h"
 #include "bbproto.h"
