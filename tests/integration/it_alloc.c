@@ -348,37 +348,50 @@ static const char *open_alloc(const char *c, const char *svc, char *id, char *in
     return id;
 }
 
+/* Posts one event `type` of instance inst (service match, its machine read from the name
+ * match-<m>-<i>) about allocation id: event id "<type>.<id>", more fields in extra
+ * (",\"k\":v..." or ""). */
+static void match_event(const char *c, const char *type, const char *id, const char *inst,
+                        const char *extra)
+{
+    char m[8], ev[512];
+    assert_int_equal(sscanf(inst, "match-%7[^-]", m), 1);
+    snprintf(ev, sizeof ev, "[{\"id\":\"%s.%s\",\"type\":\"%s\",\"instance\":\"%s\","
+             "\"machine\":\"%s\",\"service\":\"match\"%s}]", type, id, type, inst, m, extra);
+    events(c, ev);
+}
+
+/* Allocation id of cluster c is in state st, with reason (NULL: not checked). */
+static void expect_alloc(const char *c, const char *id, const char *st, const char *reason)
+{
+    json_t *g = get_alloc(c, id);
+    assert_string_equal(ct_str(g, "state"), st);
+    if (reason)
+        assert_string_equal(ct_str(g, "reason"), reason);
+    json_decref(g);
+}
+
 static void allocation_ends(void **state)
 {
     (void)state;
     fleet("ce", "match", "\"confirm_timeout_ms\":600", 2, 2, 0);
-    char id[64], inst[64], m[8], ev[1024];
+    char id[64], inst[64];
     long long al, fr;
     json_t *g;
 
     /* confirmed by the game, then released by it: active, then released, instance free */
     open_alloc("ce", "match", id, inst);
-    sscanf(inst, "match-%2[^-]", m);
-    snprintf(ev, sizeof ev, "[{\"id\":\"c.%s\",\"type\":\"confirmed\",\"instance\":\"%s\",\"machine\":\"%s\","
-             "\"service\":\"match\",\"allocation\":\"%s\"}]", id, inst, m, id);
-    events("ce", ev);
-    g = get_alloc("ce", id);
-    assert_string_equal(ct_str(g, "state"), "active");
-    json_decref(g);
+    char extra[128];
+    snprintf(extra, sizeof extra, ",\"allocation\":\"%s\"", id);
+    match_event("ce", "confirmed", id, inst, extra);
+    expect_alloc("ce", id, "active", NULL);
     h_sleep_ms(1500); /* past the 600 ms confirm deadline: a confirmed one does not expire */
-    g = get_alloc("ce", id);
-    assert_string_equal(ct_str(g, "state"), "active");
-    json_decref(g);
+    expect_alloc("ce", id, "active", NULL);
     pool_of("ce", "match", &al, &fr);
     assert_int_equal(al, 1);
     assert_int_equal(fr, 3);
-    snprintf(ev, sizeof ev, "[{\"id\":\"rel.%s\",\"type\":\"released\",\"instance\":\"%s\",\"machine\":\"%s\","
-             "\"service\":\"match\"}]", id, inst, m);
-    events("ce", ev);
-    g = get_alloc("ce", id);
-    assert_string_equal(ct_str(g, "state"), "released");
-    assert_string_equal(ct_str(g, "reason"), "game");
-    json_decref(g);
+    match_event("ce", "released", id, inst, "");
+    expect_alloc("ce", id, "released", "game");
     pool_of("ce", "match", &al, &fr);
     assert_int_equal(al, 0);
     assert_int_equal(fr, 4);
@@ -416,39 +429,21 @@ static void allocation_ends(void **state)
 
     /* a crash: allocation_lost with the stop's reason; the instance leaves the pool */
     open_alloc("ce", "match", id, inst);
-    sscanf(inst, "match-%2[^-]", m);
-    snprintf(ev, sizeof ev, "[{\"id\":\"k.%s\",\"type\":\"stopped\",\"instance\":\"%s\",\"machine\":\"%s\","
-             "\"service\":\"match\",\"reason\":\"killed\",\"signal\":9}]", id, inst, m);
-    events("ce", ev);
-    g = get_alloc("ce", id);
-    assert_string_equal(ct_str(g, "state"), "allocation_lost");
-    assert_string_equal(ct_str(g, "reason"), "killed(signal 9)");
-    json_decref(g);
+    match_event("ce", "stopped", id, inst, ",\"reason\":\"killed\",\"signal\":9");
+    expect_alloc("ce", id, "allocation_lost", "killed(signal 9)");
     pool_of("ce", "match", &al, &fr);
     assert_int_equal(al, 0);
     assert_int_equal(fr, 3);
 
     /* a clean exit (code 0) while allocated ends the session: released */
     open_alloc("ce", "match", id, inst);
-    sscanf(inst, "match-%2[^-]", m);
-    snprintf(ev, sizeof ev, "[{\"id\":\"x.%s\",\"type\":\"stopped\",\"instance\":\"%s\",\"machine\":\"%s\","
-             "\"service\":\"match\",\"reason\":\"exited\",\"code\":0}]", id, inst, m);
-    events("ce", ev);
-    g = get_alloc("ce", id);
-    assert_string_equal(ct_str(g, "state"), "released");
-    assert_string_equal(ct_str(g, "reason"), "exited(code 0)");
-    json_decref(g);
+    match_event("ce", "stopped", id, inst, ",\"reason\":\"exited\",\"code\":0");
+    expect_alloc("ce", id, "released", "exited(code 0)");
 
     /* machine lost: allocation_lost, machine_lost */
     open_alloc("ce", "match", id, inst);
-    sscanf(inst, "match-%2[^-]", m);
-    snprintf(ev, sizeof ev, "[{\"id\":\"l.%s\",\"type\":\"stopped\",\"instance\":\"%s\",\"machine\":\"%s\","
-             "\"service\":\"match\",\"reason\":\"machine_lost\"}]", id, inst, m);
-    events("ce", ev);
-    g = get_alloc("ce", id);
-    assert_string_equal(ct_str(g, "state"), "allocation_lost");
-    assert_string_equal(ct_str(g, "reason"), "machine_lost");
-    json_decref(g);
+    match_event("ce", "stopped", id, inst, ",\"reason\":\"machine_lost\"");
+    expect_alloc("ce", id, "allocation_lost", "machine_lost");
     pool_of("ce", "match", &al, &fr);
     assert_int_equal(al, 0);
     assert_int_equal(fr, 1);
