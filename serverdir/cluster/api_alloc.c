@@ -149,26 +149,25 @@ static json_t *alloc_json(const redisReply *r, size_t from)
 {
     static const char *const ints[] = {"players", "created_at_ms", "confirm_by_ms",
                                        "confirmed_at_ms", "ended_at_ms", "slot", NULL};
-    static const char *const skip[] = {"req", "key", "payload", "ports", "address", NULL};
     json_t *o = json_object();
     for (size_t i = from; i + 1 < r->elements; i += 2) {
         const char *k = sd_reply_str(r, i), *val = sd_reply_str(r, i + 1);
-        int is_int = 0, skipped = 0;
+        int is_int = 0;
         for (int n = 0; ints[n]; n++)
             is_int |= !strcmp(k, ints[n]);
-        for (int n = 0; skip[n]; n++)
-            skipped |= !strcmp(k, skip[n]);
-        if (is_int && *val)
-            json_object_set_new(o, k, json_integer(strtoll(val, NULL, 10)));
-        else if (!strcmp(k, "payload") || !strcmp(k, "ports")) {
+        if (is_int) {
+            if (*val)
+                json_object_set_new(o, k, json_integer(strtoll(val, NULL, 10)));
+        } else if (!strcmp(k, "payload") || !strcmp(k, "ports")) {
             json_t *j = *val ? json_loads(val, JSON_DECODE_ANY, NULL) : NULL;
             json_object_set_new(o, k, j ? j : json_null());
-        } else if (!strcmp(k, "address"))
+        } else if (!strcmp(k, "address")) {
             json_object_set_new(o, k, *val ? json_string(val) : json_null());
-        else if (!strcmp(k, "key"))
+        } else if (!strcmp(k, "key")) {
             json_object_set_new(o, "idempotency_key", json_string(val));
-        else if (!skipped && !is_int)
+        } else if (strcmp(k, "req")) { /* the request a replay must repeat: not shown */
             json_object_set_new(o, k, json_string(val));
+        }
     }
     if (!json_object_get(o, "reason"))
         json_object_set_new(o, "reason", json_null());

@@ -157,6 +157,16 @@ local function svc_on_release(base, s)
   return 'recycle'
 end
 
+-- The instance `inst` of service s whose last allocation ended goes back to the pool of m
+-- when it still runs there, ready, and its service recycles (on_release "restart": its Big
+-- Brother restarts it, and the new run is free once ready).
+local function pool_refree(base, s, m, inst)
+  local p = redis.call('HMGET', base .. 'proc:' .. inst, 'state', 'machine')
+  if p[1] == 'ready' and p[2] == m and svc_on_release(base, s) == 'recycle' then
+    pool_free_add(base, s, m, inst)
+  end
+end
+
 -- Ends open allocation `id` with state st (released | expired | allocation_lost) and
 -- reason; ended records are kept an hour. Returns the allocation's instance, machine,
 -- service and whether the instance has no open allocation left (1), or nil when the
@@ -179,15 +189,15 @@ local function alloc_end(base, id, st, reason, now)
 end
 
 -- Every open allocation of instance inst ends (st, reason); returns the machine whose
--- document changed, or nil when none was open.
+-- document changed (nil when none was open) and how many ended.
 local function alloc_end_instance(base, inst, st, reason, now)
   local ids = redis.call('SMEMBERS', base .. 'alloc:i:' .. inst)
-  local m
+  local m, n = nil, 0
   for _, id in ipairs(ids) do
     local _, am = alloc_end(base, id, st, reason, now)
-    m = am or m
+    if am then m, n = am, n + 1 end
   end
-  return m
+  return m, n
 end
 
 -- Whether the status line `status` ("k=v k=v ...") carries every pair of want (a table).
@@ -202,10 +212,10 @@ local function meta_match(status, want)
 end
 
 -- A service's pool figures for GET /state and the services list: {allocated instances,
--- ready free instances, highest allocated slot (-1: none), last allocation request ms}.
-local function pool_stats(base, s)
+-- ready free instances, highest allocated slot (-1: none), last allocation request ms};
+-- last_demand: the service record's last_demand_ms, which the caller reads anyway.
+local function pool_stats(base, s, last_demand)
   local h = redis.call('HMGET', base .. 'pstat:' .. s, 'allocated', 'free')
   local top = redis.call('ZREVRANGE', base .. 'aslot:' .. s, 0, 0, 'WITHSCORES')
-  return {h[1] or '0', h[2] or '0', top[2] or '-1',
-          redis.call('HGET', base .. 'svc:' .. s, 'last_demand_ms') or '0'}
+  return {h[1] or '0', h[2] or '0', top[2] or '-1', last_demand or '0'}
 end

@@ -13,11 +13,7 @@ if not inst then
   table.insert(out, 1, 'unchanged')
   return out
 end
-if last == 1 and redis.call('HGET', base .. 'proc:' .. inst, 'state') == 'ready' and
-   redis.call('HGET', base .. 'proc:' .. inst, 'machine') == m and
-   svc_on_release(base, svc) == 'recycle' then
-  pool_free_add(base, svc, m, inst)
-end
+if last == 1 then pool_refree(base, svc, m, inst) end
 doc_touch(base, ARGV[2], ARGV[3], m)
 table.insert(out, 1, 'ended')
 return out

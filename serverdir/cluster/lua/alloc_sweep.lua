@@ -13,11 +13,7 @@ for _, id in ipairs(late) do
   local inst, m, svc, last = alloc_end(base, id, 'expired', 'not confirmed in time', now)
   if inst then
     touched[m] = true
-    if last == 1 and redis.call('HGET', base .. 'proc:' .. inst, 'state') == 'ready' and
-       redis.call('HGET', base .. 'proc:' .. inst, 'machine') == m and
-       svc_on_release(base, svc) == 'recycle' then
-      pool_free_add(base, svc, m, inst)
-    end
+    if last == 1 then pool_refree(base, svc, m, inst) end
   else
     redis.call('ZREM', base .. 'alloc:pending', id)
   end

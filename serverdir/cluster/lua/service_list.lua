@@ -23,11 +23,11 @@ end
 local out = {redis.call('GET', base .. 'desired:version') or '0', next}
 for _, s in ipairs(names) do
   local h = redis.call('HMGET', base .. 'svc:' .. s, 'spec', 'version', 'stopped',
-                       'restart_token', 'max_unavailable')
+                       'restart_token', 'max_unavailable', 'last_demand_ms')
   if h[1] then
     out[#out + 1] = {s, h[1], h[2] or '0', h[3] or '0', h[4] or '0', h[5] or '1',
                      redis.call('HGETALL', base .. 'svc:' .. s .. '#slots'),
-                     pool_stats(base, s)}
+                     pool_stats(base, s, h[6])}
   end
 end
 return out

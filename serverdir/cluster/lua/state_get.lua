@@ -16,11 +16,11 @@ local names = redis.call('SMEMBERS', base .. 'services')
 table.sort(names)
 for _, s in ipairs(names) do
   local h = redis.call('HMGET', base .. 'svc:' .. s, 'spec', 'version', 'stopped',
-                       'restart_token', 'max_unavailable')
+                       'restart_token', 'max_unavailable', 'last_demand_ms')
   if h[1] then
     services[#services + 1] = {s, h[1], h[2] or '0', h[3] or '0', h[4] or '0', h[5] or '1',
                                redis.call('HGETALL', base .. 'svc:' .. s .. '#slots'),
-                               pool_stats(base, s)}
+                               pool_stats(base, s, h[6])}
   end
 end
 local machines = {}

@@ -55,10 +55,9 @@ local function leave_pool(inst, cur, f)
   pool_free_rem(base, cur.service, cur.machine, inst)
   redis.call('ZREM', base .. 'cap:' .. cur.service, inst)
   local clean = f.type == 'stopped' and f.reason == 'exited' and f.code == '0'
-  local n = redis.call('SCARD', base .. 'alloc:i:' .. inst)
+  local m, n = alloc_end_instance(base, inst, clean and 'released' or 'allocation_lost',
+                                  f.type == 'stopped' and stop_text(f) or 'replaced', now)
   if clean then ended_released = ended_released + n else ended_lost = ended_lost + n end
-  local m = alloc_end_instance(base, inst, clean and 'released' or 'allocation_lost',
-                               f.type == 'stopped' and stop_text(f) or 'replaced', now)
   if m then touched[m] = true end
 end
 
@@ -111,9 +110,7 @@ local function side_event(f)
         if m then touched[m] = true; freed = last; ended_released = ended_released + 1 end
       end
     end
-    if freed == 1 and cur[1] == 'ready' and svc_on_release(base, f.service) == 'recycle' then
-      pool_free_add(base, f.service, f.machine, f.instance)
-    end
+    if freed == 1 then pool_refree(base, f.service, f.machine, f.instance) end
   end
   return 1
 end
