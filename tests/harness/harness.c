@@ -222,6 +222,21 @@ int h_valgrind(void)
     return v && *v && strcmp(v, "0") != 0;
 }
 
+int h_sanitized(void)
+{
+#if defined(__SANITIZE_ADDRESS__)
+    return 1;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+    return 1;
+#else
+    return 0;
+#endif
+#else
+    return 0;
+#endif
+}
+
 /* Under H_VALGRIND=1 the project's daemons run under memcheck; the report goes to a
  * .vglog file beside the daemon's log, which the exit scan turns into a failure. */
 static int is_daemon(const char *path)

@@ -37,6 +37,9 @@ const char *h_write_file(const char *dir, const char *name, const char *text, in
 /* Nonzero when H_VALGRIND is set: h_spawn runs serverdir and bigbrother under valgrind
  * memcheck, and tests should allow them more time to start. */
 int h_valgrind(void);
+/* Nonzero in the sanitizer build (ASan+UBSan: the daemons the tests start are that
+ * build's too, several times slower at bulk work). */
+int h_sanitized(void);
 
 /* Spawns argv[0] (a path) in its own process group with stdout+stderr to logpath. */
 pid_t h_spawn(const char *const *argv, const char *logpath, const char *const *envp_extra);
