@@ -11,7 +11,7 @@
 #   3. runs the integration tests again with the daemons (serverdir, bigbrother) under
 #      valgrind memcheck (H_VALGRIND=1; not the novalgrind ones, whose daemons it does not
 #      wrap): any error or definite leak fails the run;
-#   4. builds the libFuzzer targets with clang (build-fuzz/) and runs each for
+#   4. builds the libFuzzer targets (only them) with clang (build-fuzz/) and runs each for
 #      SD_FUZZ_SECONDS (default 10) over its seed corpus and kept regressions.
 # SD_TEST_STAGES="plain asan" (any subset of plain asan valgrind fuzz) selects stages.
 set -euo pipefail
@@ -43,7 +43,8 @@ for stage in $stages; do
         ;;
     fuzz)
         echo "== stage fuzz: libFuzzer targets, ${SD_FUZZ_SECONDS:-10} s each"
-        CC=clang sd_build build-fuzz -DSD_WERROR=ON -DSD_FUZZ=ON -DSD_FUZZ_SECONDS="${SD_FUZZ_SECONDS:-10}"
+        CC=clang SD_BUILD_TARGETS=fuzz_targets \
+            sd_build build-fuzz -DSD_WERROR=ON -DSD_FUZZ=ON -DSD_FUZZ_SECONDS="${SD_FUZZ_SECONDS:-10}"
         (cd "$SD_ROOT/build-fuzz" && ctest --output-on-failure -j"$jobs" -L fuzz)
         ;;
     *) echo "unknown stage '$stage'"; exit 2 ;;
