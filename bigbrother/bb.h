@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/resource.h>
 #include <sys/types.h>
 
@@ -86,7 +87,8 @@ typedef struct {
     char agent_socket[BB_SOCK_PATH_MAX], notify_socket[BB_SOCK_PATH_MAX],
         control_socket[BB_SOCK_PATH_MAX];
     int64_t log_max_bytes;
-    int log_keep;
+    int log_keep;              /* rotations kept of an instance log (.1 ... .N) */
+    int log_runs;              /* instance logs kept per slot (the newest) */
     char metrics_host[64];  /* metrics_listen: "" when /metrics is not served */
     int metrics_port;
     char logs_host[64];     /* logs_listen: "" when logs are not served (logsrv.c) */
@@ -294,13 +296,33 @@ void bb_signal_group(bb_inst_t *in, int sig);
  * log_max_bytes (copy + truncate). */
 void bb_logs_start(void);
 /* A failed stop's crash report into the stopped event ev: log_tail, the last lines of the
- * run's output (its slot log after the run's header; SD_LOG_TAIL_LINES lines, at most
- * SD_LOG_TAIL_MAX bytes, control bytes and broken UTF-8 as '?'), and core, where a core
- * dump went, when the kernel reported one. Nothing for a clean exit or an operator's stop. */
+ * run's output (its log less the header line, with the end of its .1 before it when the
+ * log was rotated a moment ago; SD_LOG_TAIL_LINES lines, at most SD_LOG_TAIL_MAX bytes,
+ * control bytes and broken UTF-8 as '?'), and core, where a core dump went, when the
+ * kernel reported one. Nothing for a clean exit or an operator's stop. */
 void bb_crash_report(const bb_inst_t *in, json_t *ev);
-/* STATE_DIR/logs/<service>-<slot>.log: the slot's log, every run of it (a header line
- * "=== bigbrother <time>: starting instance <id> (generation <n>)" starts each). */
+/* STATE_DIR/logs/<service>-<slot>/<instance>.log: the log of in's run, one file per
+ * instance, made at its spawn with a header line "=== bigbrother <time>: starting
+ * instance <id> (generation <n>)", rotated past log_max_bytes into .1 ... .<log_keep>.
+ * STATE_DIR/logs/<service>-<slot>.log is a symlink to the slot's current one; a slot
+ * keeps its newest log_runs instance logs. */
 void bb_log_path(const bb_inst_t *in, char *out, size_t cap);
+/* The log of instance id, current or earlier: STATE_DIR/logs/<dir>/<id>.log for a slot
+ * directory <dir> of the id's service (a stat per slot directory, no file read). 0 with
+ * the path in out, -1 when there is none (or id is not a name). Reads only the state
+ * dir, not the supervisor's state: any thread may call it. */
+int bb_log_find(const char *id, char *out, size_t cap);
+/* What a log line is: 1 the spawn header of instance id's run, 2 the spawn header of
+ * another run (the end of id's; not expected in a log of one instance), 0 output. */
+int bb_log_header(const char *line, const char *id);
+#define BB_LOG_LINES_MAX 10000 /* lines a log reader keeps for a tail */
+/* Reads instance id's run from its log f (opened at path, read from f's position): the
+ * whole file is the run, less its header line. Appends to out its last `tail` lines (0:
+ * all), at most BB_LOG_LINES_MAX and the newest that fit in out's cap; when f holds no
+ * more than `tail` lines (it was just rotated), or tail is 0, the lines of path.1 (the
+ * run's output before the rotation) come before f's. Leaves f after what it read.
+ * Returns 1 when another run's header ended the run, else 0. */
+int bb_log_read_run(FILE *f, const char *path, const char *id, long tail, sd_buf_t *out);
 /* Watches the pidfd of a re-adopted instance (in->pid set). Returns 0 or -errno. */
 int bb_adopt_pid(bb_inst_t *in, pid_t ppid);
 /* ---------------------------------------------------------------- procscan.c */

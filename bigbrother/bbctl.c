@@ -2,6 +2,8 @@
  *
  *   bbctl [--socket PATH] [-o json] status
  *   bbctl [--socket PATH] start|stop|restart TARGET     (instance id, service name or all)
+ *   bbctl [--socket PATH] logs INSTANCE [--tail N] [-f] (one run's output: its log file,
+ *                                                        STATE_DIR/logs/SERVICE-SLOT/ID.log)
  *   bbctl --version | version
  *
  * PATH defaults to $BB_CONTROL_SOCKET, else to the control socket of the one bigbrother
@@ -20,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -38,9 +41,11 @@ static void usage(FILE *f)
                "$BB_CONTROL_SOCKET, else to the control socket of the one bigbrother running\n"
                "on this machine (its config's control_socket, by default\n"
                "STATE_DIR/control.sock); with several, --socket picks one.\n"
-               "logs: the output of one run (the current one of a slot, or an earlier one still\n"
-               "in its log), the last N lines (default 100; 0: all); -f follows it until it\n"
-               "ends (or Ctrl-C).\n"
+               "logs: the output of one run, from its own log file\n"
+               "(STATE_DIR/logs/SERVICE-SLOT/INSTANCE.log: the current run of a slot, or one\n"
+               "of the log_runs earlier runs a slot keeps): the last N lines (default 100; 0:\n"
+               "all), those of the file's rotation .1 first when the file holds fewer (just\n"
+               "rotated); -f follows it until it ends (or Ctrl-C).\n"
                "exit codes (as sdctl's): 0 ok, 1 refused, 2 usage, 3 bigbrother unreachable,\n"
                "4 no such instance or service\n");
 }
@@ -225,11 +230,6 @@ static void print_status(json_t *st)
     }
 }
 
-/* Prints the run of instance id from the slot log at path: the lines after its header
- * up to the next header (the next run of the slot), the last `tail` of them (0: all);
- * with follow, then what the run appends, until another run's header or Ctrl-C. */
-static json_t *call(const char *path, const char *req);
-
 /* Whether instance id still runs, asked of bigbrother at sock (0 when it cannot tell). */
 static int still_running(const char *sock, const char *id)
 {
@@ -241,6 +241,11 @@ static int still_running(const char *sock, const char *id)
     return r;
 }
 
+/* Prints the last `tail` lines (0: all) of instance id's run from its log at path (the
+ * whole file less its header line; the end of path.1 first when the file holds no more
+ * than `tail` lines, as after a rotation); with follow, then what the run appends, until
+ * bigbrother says it no longer runs, or Ctrl-C. A log rotated while followed (copied to
+ * .1, truncated) is read on from its new start. */
 static int print_run(const char *sock, const char *path, const char *id, long tail, int follow)
 {
     FILE *f = fopen(path, "r");
@@ -248,47 +253,25 @@ static int print_run(const char *sock, const char *path, const char *id, long ta
         fprintf(stderr, "bbctl: cannot read %s: %s\n", path, strerror(errno));
         return EXIT_REFUSED;
     }
-    char marker[SD_NAME_MAX + 40];
-    snprintf(marker, sizeof marker, ": starting instance %s ", id);
-    enum { RING = 10000 }; /* lines kept for --tail; longer runs show their last 10,000 */
-    char **ring = calloc(RING, sizeof *ring);
-    long n = 0;
-    int in_run = 0, ended = 0;
+    sd_buf_t head;
+    sd_buf_init(&head, ANSWER_MAX);
+    int ended = bb_log_read_run(f, path, id, tail, &head);
+    if (head.len)
+        fwrite(head.data, 1, head.len, stdout);
+    sd_buf_free(&head);
+    fflush(stdout);
+    /* the rest as it comes, until the run's end: bigbrother saying it no longer runs
+     * (asked after each idle second), then what is left */
     char *line = NULL;
     size_t cap = 0;
-    ssize_t len;
-    while (!ended && (len = getline(&line, &cap, f)) > 0) {
-        int header = !strncmp(line, "=== bigbrother ", 15);
-        if (header && strstr(line, marker)) {
-            in_run = 1;
-            continue;
-        }
-        if (!in_run)
-            continue;
-        if (header && strstr(line, ": starting instance ")) {
-            ended = 1;
-            break;
-        }
-        free(ring[n % RING]);
-        ring[n % RING] = strdup(line);
-        n++;
-    }
-    long shown = tail > 0 && tail < n ? tail : n;
-    if (shown > RING)
-        shown = RING;
-    for (long i = n - shown; i < n; i++)
-        fputs(ring[i % RING], stdout);
-    for (long i = 0; i < RING; i++)
-        free(ring[i]);
-    free(ring);
-    fflush(stdout);
-    /* the rest as it comes, until the run's end: another run's header, or bigbrother
-     * saying it no longer runs (asked after each idle second), then what is left */
-    for (int idle = 0, last = 0; follow && in_run && !ended && !last;) {
+    for (int idle = 0, last = 0; follow && !ended && !last;) {
+        struct stat st;
         clearerr(f);
+        if (fstat(fileno(f), &st) == 0 && st.st_size < ftell(f)) /* rotated: truncated */
+            fseek(f, 0, SEEK_SET);
         int got = 0;
-        while ((len = getline(&line, &cap, f)) > 0) {
-            if (!strncmp(line, "=== bigbrother ", 15) && strstr(line, ": starting instance ")) {
+        while (getline(&line, &cap, f) > 0) {
+            if (bb_log_header(line, id) == 2) {
                 ended = 1;
                 break;
             }
@@ -302,8 +285,7 @@ static int print_run(const char *sock, const char *path, const char *id, long ta
             last = !still_running(sock, id); /* one more read above, then out */
             if (last) {
                 clearerr(f);
-                while ((len = getline(&line, &cap, f)) > 0 &&
-                       strncmp(line, "=== bigbrother ", 15) != 0)
+                while (getline(&line, &cap, f) > 0 && bb_log_header(line, id) != 2)
                     fputs(line, stdout);
             }
         }
@@ -312,7 +294,7 @@ static int print_run(const char *sock, const char *path, const char *id, long ta
     }
     free(line);
     fclose(f);
-    return in_run ? EXIT_OK : EXIT_NOT_FOUND;
+    return EXIT_OK;
 }
 
 int main(int argc, char **argv)

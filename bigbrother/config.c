@@ -404,9 +404,9 @@ static int parse_root(sd_jv_t *v, bb_config_t *cfg)
 {
     static const char *const keys[] = {
         "machine", "cluster", "serverdir", "state_dir", "agent_socket", "notify_socket",
-        "control_socket", "log_max_bytes", "log_keep", "services", "address", "labels",
-        "capacity", "lease_ttl_ms", "metrics_listen", "logs_listen", "mode", "primary_ttl_ms",
-        "placement_interval_ms", "assignment_wait_ms", NULL};
+        "control_socket", "log_max_bytes", "log_keep", "log_runs", "services", "address",
+        "labels", "capacity", "lease_ttl_ms", "metrics_listen", "logs_listen", "mode",
+        "primary_ttl_ms", "placement_interval_ms", "assignment_wait_ms", NULL};
     static const char *const modes[] = {"standalone", "cluster", NULL};
     json_t *root = cfg->root, *o = NULL;
     if (!json_is_object(root))
@@ -469,13 +469,15 @@ static int parse_root(sd_jv_t *v, bb_config_t *cfg)
     cfg->assignment_wait_ms = 10000;
     cfg->log_max_bytes = 10 << 20;
     cfg->log_keep = 3;
+    cfg->log_runs = 5;
     if (sd_jv_i32(v, root, "lease_ttl_ms", 0, 1000, 300000, &cfg->lease_ttl_ms) < 0 ||
         sd_jv_i32(v, root, "primary_ttl_ms", 0, 1000, 300000, &cfg->primary_ttl_ms) < 0 ||
         sd_jv_i32(v, root, "placement_interval_ms", 0, 100, 60000,
                   &cfg->placement_interval_ms) < 0 ||
         sd_jv_i32(v, root, "assignment_wait_ms", 0, 500, 60000, &cfg->assignment_wait_ms) < 0 ||
         sd_jv_int(v, root, "log_max_bytes", 0, 4096, (int64_t)1 << 40, &cfg->log_max_bytes) < 0 ||
-        sd_jv_i32(v, root, "log_keep", 0, 0, 100, &cfg->log_keep) < 0)
+        sd_jv_i32(v, root, "log_keep", 0, 0, 100, &cfg->log_keep) < 0 ||
+        sd_jv_i32(v, root, "log_runs", 0, 1, 1000, &cfg->log_runs) < 0)
         return -1;
     if (sock_path(v, root, "agent_socket", cfg->state_dir, "agent.sock", cfg->agent_socket) ||
         sock_path(v, root, "notify_socket", cfg->state_dir, "notify.sock",

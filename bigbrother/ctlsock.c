@@ -3,9 +3,10 @@
  *
  *   status                       -> {"machine", "cluster", "pending_events", "instances": [...]}
  *   start|stop|restart TARGET    -> {"matched": N}  or  {"error": "..."}
- *   logs INSTANCE                -> {"instance", "path", "running"}: the slot log that
- *                                   holds that run (the current one or an earlier one
- *                                   still in the file), for bbctl to read
+ *   logs INSTANCE                -> {"instance", "path", "running"}: the log file of that
+ *                                   run (STATE_DIR/logs/<service>-<slot>/<id>.log, of
+ *                                   the current run of a slot or of an earlier one the
+ *                                   slot still keeps), for bbctl to read
  *
  * TARGET is an instance id, a service name or "all". Used by bbctl. */
 #include "bb.h"
@@ -84,33 +85,7 @@ static json_t *status_json(void)
                      arr);
 }
 
-/* 1 if the file at path (or its first rotation, path.1) holds the header of instance id's
- * run; which one in *which (0 path, 1 path.1). Each is at most log_max_bytes (10 MiB by
- * default): an operator's request, a few ms of the loop. */
-static int log_has_run(const char *path, const char *id, int *which)
-{
-    char marker[SD_NAME_MAX + 40], p1[600];
-    snprintf(marker, sizeof marker, ": starting instance %s ", id);
-    for (int k = 0; k < 2; k++) {
-        if (k)
-            snprintf(p1, sizeof p1, "%s.1", path);
-        FILE *f = fopen(k ? p1 : path, "r");
-        if (!f)
-            continue;
-        char line[1024];
-        int found = 0;
-        while (!found && fgets(line, sizeof line, f))
-            found = !strncmp(line, "=== bigbrother ", 15) && strstr(line, marker);
-        fclose(f);
-        if (found) {
-            *which = k;
-            return 1;
-        }
-    }
-    return 0;
-}
-
-/* The logs request: the slot log path of instance id (running or not). */
+/* The logs request: the log path of instance id (running or not). */
 static json_t *logs_json(const char *id)
 {
     char path[600];
@@ -120,19 +95,8 @@ static json_t *logs_json(const char *id)
             return json_pack("{s:s, s:s, s:b}", "instance", id, "path", path, "running",
                              bb.inst[i].pid > 0);
         }
-    for (int i = 0; i < bb.ninst; i++) { /* an earlier run of a slot of its service */
-        const bb_inst_t *in = &bb.inst[i];
-        size_t n = strlen(in->svc->name);
-        if (strncmp(id, in->svc->name, n) != 0 || id[n] != '-')
-            continue;
-        bb_log_path(in, path, sizeof path);
-        int which;
-        if (log_has_run(path, id, &which)) {
-            if (which)
-                strncat(path, ".1", sizeof path - strlen(path) - 1);
-            return json_pack("{s:s, s:s, s:b}", "instance", id, "path", path, "running", 0);
-        }
-    }
+    if (bb_log_find(id, path, sizeof path) == 0) /* an earlier run a slot keeps */
+        return json_pack("{s:s, s:s, s:b}", "instance", id, "path", path, "running", 0);
     return json_pack("{s:s, s:s}", "error", "no log of that instance here", "code", "not_found");
 }
 

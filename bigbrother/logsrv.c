@@ -5,12 +5,14 @@
  *   GET /v1/logs/{instance}[?tail=N][&follow=1]     Authorization: Bearer TOKEN
  *
  * answers text/plain: the last N lines (default 100, 0 all, at most 10,000) of that run's
- * output, read from its slot log (STATE_DIR/logs/<service>-<slot>.log or its .1: each
- * run starts after a header line naming its instance); with follow=1 and a live instance,
- * then what it writes, until the run ends. The caller's token is checked by ServerDir:
- * the request is served when GET /v1/clusters/{cluster}/processes/{instance} answers 200
- * with that token (a viewer, ops or bigbrother token of the cluster), so the logs port
- * needs no secret of its own; without a serverdir section it serves nothing (503).
+ * output, read from its log (STATE_DIR/logs/<service>-<slot>/<instance>.log, less its
+ * header line; the lines of its .1 first when N is 0 or the file holds no more than N
+ * lines, as after a rotation); with follow=1 and a live instance, then what it writes (from the file's
+ * new start after a rotation truncated it), until the run ends. The caller's token is
+ * checked by ServerDir: the request is served when GET
+ * /v1/clusters/{cluster}/processes/{instance} answers 200 with that token (a viewer, ops
+ * or bigbrother token of the cluster), so the logs port needs no secret of its own;
+ * without a serverdir section it serves nothing (503).
  *
  * Its own libmicrohttpd daemon, one thread per connection (at most 8): a follower sleeps
  * in its thread between reads. It touches no supervisor state: the files and ServerDir. */
@@ -20,7 +22,6 @@
 #include "sdutil.h"
 
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <errno.h>
 #include <stdatomic.h>
 #include <microhttpd.h>
@@ -28,58 +29,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define TAIL_DEFAULT 100
-#define TAIL_MAX 10000
+#define TAIL_MAX BB_LOG_LINES_MAX
 #define FOLLOW_CHECK_MS 2000 /* how often a follower asks ServerDir whether the run lives */
 #define FOLLOW_POLL_US 200000
 #define LOGS_CONNECTIONS 8
 
 static struct MHD_Daemon *logsd;
 static atomic_int stopping; /* followers end their wait when bigbrother stops */
-
-/* The slot log holding instance id's run: 0 with its path in out, -1 when none here. */
-static int find_run(const char *id, char *out, size_t cap)
-{
-    char dir[300], marker[SD_NAME_MAX + 40];
-    snprintf(dir, sizeof dir, "%s/logs", bb.cfg.state_dir);
-    snprintf(marker, sizeof marker, ": starting instance %s ", id);
-    DIR *d = opendir(dir);
-    if (!d)
-        return -1;
-    int found = 0;
-    struct dirent *e;
-    while (!found && (e = readdir(d)) != NULL) {
-        size_t n = strlen(e->d_name);
-        int cur = n > 4 && !strcmp(e->d_name + n - 4, ".log");
-        int rot = n > 6 && !strcmp(e->d_name + n - 6, ".log.1");
-        if (!cur && !rot)
-            continue;
-        /* <service>-<slot>.log: only the files of the id's service */
-        const char *dash = strrchr(e->d_name, '-');
-        if (!dash || strncmp(id, e->d_name, (size_t)(dash - e->d_name) + 1) != 0)
-            continue;
-        char path[600];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        FILE *f = fopen(path, "r");
-        if (!f)
-            continue;
-        char line[1024];
-        while (!found && fgets(line, sizeof line, f))
-            found = !strncmp(line, "=== bigbrother ", 15) && strstr(line, marker);
-        fclose(f);
-        if (found)
-            sd_strlcpy(out, path, cap);
-    }
-    closedir(d);
-    return found ? 0 : -1;
-}
-
-static int is_header(const char *line)
-{
-    return !strncmp(line, "=== bigbrother ", 15) && strstr(line, ": starting instance ");
-}
 
 typedef struct {
     FILE *f;
@@ -91,46 +51,6 @@ typedef struct {
     int follow, ended;
     int64_t checked_ms;
 } run_t;
-
-/* Reads the run of r->id from r->f into r->head (its last `tail` lines); leaves r->f
- * after what was read. r->ended when the next run's header came. Returns 0, or -1 when
- * the run is not in the file. */
-static int read_run(run_t *r, long tail)
-{
-    char marker[SD_NAME_MAX + 40];
-    snprintf(marker, sizeof marker, ": starting instance %s ", r->id);
-    char **ring = calloc(TAIL_MAX, sizeof *ring);
-    if (!ring)
-        return -1;
-    long n = 0;
-    int in_run = 0;
-    char *line = NULL;
-    size_t cap = 0;
-    while (getline(&line, &cap, r->f) > 0) {
-        if (!in_run) {
-            in_run = is_header(line) && strstr(line, marker);
-            continue;
-        }
-        if (is_header(line)) {
-            r->ended = 1;
-            break;
-        }
-        free(ring[n % TAIL_MAX]);
-        ring[n % TAIL_MAX] = strdup(line);
-        n++;
-    }
-    free(line);
-    long shown = tail > 0 && tail < n ? tail : n;
-    if (shown > TAIL_MAX)
-        shown = TAIL_MAX;
-    for (long i = n - shown; i < n; i++)
-        if (ring[i % TAIL_MAX])
-            sd_buf_append(&r->head, ring[i % TAIL_MAX], strlen(ring[i % TAIL_MAX]));
-    for (long i = 0; i < TAIL_MAX; i++)
-        free(ring[i]);
-    free(ring);
-    return in_run ? 0 : -1;
-}
 
 /* ServerDir's word on the caller's token and the instance: the HTTP status to answer
  * (200 when allowed) and, on 200, whether the record says it is live. */
@@ -175,8 +95,13 @@ static ssize_t run_reader(void *cls, uint64_t pos, char *buf, size_t max)
         return MHD_CONTENT_READER_END_OF_STREAM;
     for (;;) { /* this connection's own thread: wait for more */
         char line[4096];
+        struct stat st;
         clearerr(r->f);
         long at = ftell(r->f);
+        if (fstat(fileno(r->f), &st) == 0 && st.st_size < at) { /* rotated: truncated */
+            fseek(r->f, 0, SEEK_SET);
+            at = 0;
+        }
         if (fgets(line, sizeof line, r->f)) {
             size_t n = strlen(line);
             if (line[n - 1] != '\n' && !feof(r->f)) {
@@ -185,7 +110,7 @@ static ssize_t run_reader(void *cls, uint64_t pos, char *buf, size_t max)
                 fseek(r->f, at, SEEK_SET);
                 goto wait;
             }
-            if (is_header(line)) {
+            if (bb_log_header(line, r->id) == 2) {
                 r->ended = 1;
                 return MHD_CONTENT_READER_END_OF_STREAM;
             }
@@ -204,7 +129,7 @@ static ssize_t run_reader(void *cls, uint64_t pos, char *buf, size_t max)
             if (check_caller(r->token, r->id, &live) != MHD_HTTP_OK || !live) {
                 r->follow = 0; /* what is left, then the end */
                 clearerr(r->f);
-                if (fgets(line, sizeof line, r->f) && !is_header(line)) {
+                if (fgets(line, sizeof line, r->f) && bb_log_header(line, r->id) != 2) {
                     size_t n = strlen(line) < max ? strlen(line) : max;
                     memcpy(buf, line, n);
                     r->follow = 1;
@@ -286,13 +211,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     sd_strlcpy(r->token, auth + 7, sizeof r->token);
     r->follow = fs && !strcmp(fs, "1") && live;
     r->checked_ms = sd_mono_ms();
-    if (find_run(id, path, sizeof path) || !(r->f = fopen(path, "r")) || read_run(r, (long)tail)) {
+    if (bb_log_find(id, path, sizeof path) || !(r->f = fopen(path, "r"))) {
         run_free(r);
         return text(conn, MHD_HTTP_NOT_FOUND, "no log of that instance here\n");
     }
-    /* a run in the rotated file (.1) has ended there: no following */
-    if (strlen(path) > 2 && !strcmp(path + strlen(path) - 2, ".1"))
-        r->follow = 0;
+    r->ended = bb_log_read_run(r->f, path, id, (long)tail, &r->head);
     struct MHD_Response *resp =
         MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, run_reader, r, run_free);
     if (!resp) {

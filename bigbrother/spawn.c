@@ -1,10 +1,18 @@
 /* Starting processes: fork + exec in their own process group, stdout/stderr appended to
- * state_dir/logs/<service>-<slot>.log (one file per slot, so restarts do not pile up
- * files; each spawn writes a header line naming the instance id), the environment that
- * tells the process where bigbrother is, and the pidfd that reports its exit. */
+ * the instance's own log, the environment that tells the process where bigbrother is,
+ * and the pidfd that reports its exit.
+ *
+ * Instance logs: STATE_DIR/logs/<service>-<slot>/<instance>.log, one file per run, its
+ * first line a header naming the instance ("=== bigbrother <time>: starting instance
+ * <id> (generation <n>)"). STATE_DIR/logs/<service>-<slot>.log is a symlink to the
+ * slot's current one (tail -F follows the slot across restarts). A file past
+ * log_max_bytes is copied to .1 (.1 -> .2 ... up to log_keep) and truncated while the
+ * process writes on; at each spawn a slot keeps its newest log_runs files. Readers
+ * (crash reports here, logsrv.c, bbctl) take a whole file as the run. */
 #include "bb.h"
 #include "sdlog.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -35,9 +43,253 @@ void bb_signal_group(bb_inst_t *in, int sig)
 
 void bb_log_path(const bb_inst_t *in, char *out, size_t cap)
 {
-    snprintf(out, cap, "%s/logs/%s-%d.log", bb.cfg.state_dir, in->svc->name, in->slot);
+    snprintf(out, cap, "%s/logs/%s-%d/%s.log", bb.cfg.state_dir, in->svc->name, in->slot,
+             in->id);
 }
-#define log_path bb_log_path
+
+int bb_log_find(const char *id, char *out, size_t cap)
+{
+    char dir[300];
+    if (!sd_name_valid(id, SD_NAME_MAX))
+        return -1;
+    snprintf(dir, sizeof dir, "%s/logs", bb.cfg.state_dir);
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    int found = 0;
+    struct dirent *e;
+    while (!found && (e = readdir(d)) != NULL) {
+        /* <service>-<slot>: only the slot directories of the id's service (whose name an
+         * id too long for SD_NAME_MAX holds cut to 64 bytes: bb_spawn) */
+        const char *dash = strrchr(e->d_name, '-');
+        size_t svc = dash ? (size_t)(dash - e->d_name) : 0, k = svc > 64 ? 64 : svc;
+        if (!svc || !dash[1] || strspn(dash + 1, "0123456789") != strlen(dash + 1) ||
+            strncmp(id, e->d_name, k) != 0 || id[k] != '-')
+            continue;
+        struct stat st;
+        snprintf(out, cap, "%s/%s/%s.log", dir, e->d_name, id);
+        found = stat(out, &st) == 0 && S_ISREG(st.st_mode);
+    }
+    closedir(d);
+    return found ? 0 : -1;
+}
+
+int bb_log_header(const char *line, const char *id)
+{
+    static const char what[] = ": starting instance ";
+    if (strncmp(line, "=== bigbrother ", 15) != 0)
+        return 0;
+    size_t len = strcspn(line, "\n"), idlen = strlen(id);
+    const char *m = memmem(line, len, what, sizeof what - 1);
+    if (!m)
+        return 0;
+    m += sizeof what - 1;
+    return (size_t)(line + len - m) > idlen && !strncmp(m, id, idlen) && m[idlen] == ' ' ? 1 : 2;
+}
+
+/* Lines of id's run from f's position into ring (the newest BB_LOG_LINES_MAX kept, *n
+ * counting all), its own header left out. Returns 1 when another run's header ended it
+ * (that line read), else 0 at the end of the file. */
+static int ring_read(FILE *f, const char *id, char **ring, long *n)
+{
+    char *line = NULL;
+    size_t cap = 0;
+    int ended = 0;
+    while (getline(&line, &cap, f) > 0) {
+        int h = bb_log_header(line, id);
+        if (h == 2) {
+            ended = 1;
+            break;
+        }
+        if (h == 1)
+            continue;
+        free(ring[*n % BB_LOG_LINES_MAX]);
+        ring[*n % BB_LOG_LINES_MAX] = line;
+        (*n)++;
+        line = NULL;
+        cap = 0;
+    }
+    free(line);
+    return ended;
+}
+
+/* The number of lines in f from its position to its end; f is left where it was. */
+static long count_lines(FILE *f)
+{
+    char chunk[16384];
+    long at = ftell(f), lines = 0;
+    size_t got;
+    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0)
+        for (const char *p = chunk; (p = memchr(p, '\n', got - (size_t)(p - chunk))); p++)
+            lines++;
+    clearerr(f);
+    fseek(f, at, SEEK_SET);
+    return lines;
+}
+
+int bb_log_read_run(FILE *f, const char *path, const char *id, long tail, sd_buf_t *out)
+{
+    char **ring = calloc(BB_LOG_LINES_MAX, sizeof *ring);
+    if (!ring)
+        return 0;
+    long n = 0;
+    if (tail == 0 || count_lines(f) <= tail) { /* short after a rotation: .1 first */
+        char rot[600];
+        snprintf(rot, sizeof rot, "%s.1", path);
+        FILE *f1 = fopen(rot, "r");
+        if (f1) {
+            ring_read(f1, id, ring, &n);
+            fclose(f1);
+        }
+    }
+    int ended = ring_read(f, id, ring, &n);
+    long shown = tail > 0 && tail < n ? tail : n, first;
+    if (shown > BB_LOG_LINES_MAX)
+        shown = BB_LOG_LINES_MAX;
+    size_t room = out->max - out->len, bytes = 0;
+    for (first = n; first > n - shown; first--) { /* the newest lines that fit in out */
+        size_t len = strlen(ring[(first - 1) % BB_LOG_LINES_MAX]);
+        if (bytes + len > room)
+            break;
+        bytes += len;
+    }
+    for (long i = first; i < n; i++)
+        sd_buf_append(out, ring[i % BB_LOG_LINES_MAX], strlen(ring[i % BB_LOG_LINES_MAX]));
+    for (long i = 0; i < BB_LOG_LINES_MAX; i++)
+        free(ring[i]);
+    free(ring);
+    return ended;
+}
+
+/* ---- a slot's logs at spawn */
+
+/* Points STATE_DIR/logs/<service>-<slot>.log at in's log by a relative symlink, replaced
+ * atomically (made under a temporary name, renamed over it): tail -F on it follows the
+ * slot from run to run. A regular file there, the one log per slot that earlier versions
+ * wrote, moves into the slot directory as before-upgrade.log (with its rotations), to be
+ * kept and pruned like a run's log. */
+static void link_slot_log(const bb_inst_t *in, const char *slotdir)
+{
+    char link[512], tmp[520], target[300], from[540], to[560];
+    snprintf(link, sizeof link, "%s.log", slotdir);
+    struct stat st;
+    if (lstat(link, &st) == 0 && S_ISREG(st.st_mode)) {
+        snprintf(to, sizeof to, "%s/before-upgrade.log", slotdir);
+        if (rename(link, to)) { /* kept where it is, not replaced by the link */
+            log_warn("slot log link not updated", "path=%s error=%s", link, strerror(errno));
+            return;
+        }
+        log_info("slot log moved", "from=%s to=%s", link, to);
+        for (int i = 1; i <= 100; i++) { /* log_keep is at most 100 */
+            snprintf(from, sizeof from, "%s.%d", link, i);
+            snprintf(to, sizeof to, "%s/before-upgrade.log.%d", slotdir, i);
+            rename(from, to);
+        }
+    }
+    snprintf(tmp, sizeof tmp, "%s/logs/.%s-%d.log.tmp", bb.cfg.state_dir, in->svc->name,
+             in->slot);
+    snprintf(target, sizeof target, "%s-%d/%s.log", in->svc->name, in->slot, in->id);
+    unlink(tmp);
+    if (symlink(target, tmp) || rename(tmp, link)) {
+        log_warn("slot log link not updated", "path=%s error=%s", link, strerror(errno));
+        unlink(tmp);
+    }
+}
+
+/* 1 when name is the log base (a name ending .log) or one of its rotations (base.N). */
+static int is_log_of(const char *name, const char *base)
+{
+    size_t n = strlen(base);
+    if (strncmp(name, base, n) != 0)
+        return 0;
+    return !name[n] || (name[n] == '.' && name[n + 1] &&
+                        strspn(name + n + 1, "0123456789") == strlen(name + n + 1));
+}
+
+typedef struct {
+    char name[SD_NAME_MAX + 8];
+    struct timespec mtime;
+} run_log_t;
+
+static int newest_first(const void *a, const void *b)
+{
+    const struct timespec *x = &((const run_log_t *)a)->mtime, *y = &((const run_log_t *)b)->mtime;
+    if (x->tv_sec != y->tv_sec)
+        return x->tv_sec < y->tv_sec ? 1 : -1;
+    return x->tv_nsec < y->tv_nsec ? 1 : x->tv_nsec > y->tv_nsec ? -1 : 0;
+}
+
+/* Keeps the newest log_runs logs (*.log files, by mtime) of the slot directory slotdir,
+ * current (the log just created, always kept) among them, and deletes the older ones with
+ * their rotations. Returns how many runs' logs it deleted. */
+static int prune_runs(const char *slotdir, const char *current)
+{
+    DIR *d = opendir(slotdir);
+    if (!d)
+        return 0;
+    run_log_t *runs = NULL;
+    size_t n = 0, cap = 0, keep = (size_t)bb.cfg.log_runs - 1;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        size_t len = strlen(e->d_name);
+        struct stat st;
+        if (len <= 4 || len >= sizeof runs->name || strcmp(e->d_name + len - 4, ".log") ||
+            !strcmp(e->d_name, current) ||
+            fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) || !S_ISREG(st.st_mode))
+            continue;
+        if (n == cap) {
+            run_log_t *more = realloc(runs, (cap = cap ? 2 * cap : 16) * sizeof *runs);
+            if (!more)
+                break;
+            runs = more;
+        }
+        memcpy(runs[n].name, e->d_name, len + 1);
+        runs[n++].mtime = st.st_mtim;
+    }
+    int removed = 0;
+    if (n > keep) {
+        qsort(runs, n, sizeof *runs, newest_first);
+        rewinddir(d);
+        while ((e = readdir(d)) != NULL)
+            for (size_t i = keep; i < n; i++)
+                if (is_log_of(e->d_name, runs[i].name)) {
+                    unlinkat(dirfd(d), e->d_name, 0);
+                    break;
+                }
+        removed = (int)(n - keep);
+    }
+    free(runs);
+    closedir(d);
+    return removed;
+}
+
+/* Creates in's log (its slot directory as needed), writes its header, points the slot
+ * link at it and prunes the slot's old logs. Returns the fd to write to, or -errno. */
+static int open_run_log(const bb_inst_t *in)
+{
+    char slotdir[400], path[512], stamp[32];
+    snprintf(slotdir, sizeof slotdir, "%s/logs/%s-%d", bb.cfg.state_dir, in->svc->name,
+             in->slot);
+    if (mkdir(slotdir, 0750) && errno != EEXIST)
+        return -errno;
+    bb_log_path(in, path, sizeof path);
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+    if (fd < 0)
+        return -errno;
+    time_t now = time(NULL);
+    struct tm tm;
+    strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tm));
+    dprintf(fd, "=== bigbrother %s: starting instance %s (generation %d)\n", stamp, in->id,
+            in->generation + 1);
+    link_slot_log(in, slotdir);
+    int removed = prune_runs(slotdir, strrchr(path, '/') + 1);
+    if (removed)
+        log_info("old logs removed", "slot=%s-%d removed=%d kept=%d", in->svc->name, in->slot,
+                 removed, bb.cfg.log_runs);
+    return fd;
+}
+
+/* ---- size rotation of the running instances' logs */
 
 /* log.N -> log.N+1 ... log.1 -> log.2, dropping what goes past log_keep. */
 static void shift_rotated(const char *path)
@@ -48,22 +300,6 @@ static void shift_rotated(const char *path)
         snprintf(to, sizeof(to), "%s.%d", path, i + 1);
         rename(from, to);
     }
-}
-
-/* Rotates a log nobody writes to (before a spawn) by renaming. */
-static void rotate_by_rename(const char *path)
-{
-    struct stat st;
-    if (stat(path, &st) || st.st_size < bb.cfg.log_max_bytes)
-        return;
-    char to[540];
-    if (bb.cfg.log_keep == 0) {
-        unlink(path);
-        return;
-    }
-    shift_rotated(path);
-    snprintf(to, sizeof(to), "%s.1", path);
-    rename(path, to);
 }
 
 /* Rotates a log a running process appends to: copy to .1 in the kernel, then truncate
@@ -106,7 +342,7 @@ static void on_rotate(bb_timer_t *t)
     char path[512];
     for (int i = 0; i < bb.ninst; i++)
         if (bb.inst[i].pid > 0) {
-            log_path(&bb.inst[i], path, sizeof(path));
+            bb_log_path(&bb.inst[i], path, sizeof(path));
             rotate_by_copy(path);
         }
     bb_timer_set(t, sd_mono_ms() + LOG_ROTATE_EVERY_MS);
@@ -114,7 +350,7 @@ static void on_rotate(bb_timer_t *t)
 
 /* ---- crash reports */
 
-#define TAIL_READ_MAX (64 << 10) /* bytes of the log end searched for the run's header */
+#define TAIL_READ_MAX (64 << 10) /* bytes of a log's end read for a crash report */
 
 /* Copies at most cap - 1 bytes of src (len) into dst, keeping valid UTF-8 sequences, tab
  * and newline, and writing '?' for any other control byte or broken sequence (the tail
@@ -143,43 +379,75 @@ static size_t clean_text(char *dst, size_t cap, const char *src, size_t len)
     return o;
 }
 
-/* The last output of in's run: the end of its slot log after the header line bigbrother
- * wrote when it spawned in (or the whole end read when the header is further back), at
- * most SD_LOG_TAIL_LINES lines and SD_LOG_TAIL_MAX bytes. 0 with the text in out (cap
- * > SD_LOG_TAIL_MAX), -1 when there is no log. */
+/* Reads the last bytes of the file at path, at most cap, into buf: how many (0 when there
+ * is no file); *cut when the file holds more before them. */
+static size_t read_end(const char *path, char *buf, size_t cap, int *cut)
+{
+    struct stat st;
+    ssize_t n = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    *cut = 0;
+    if (fd < 0)
+        return 0;
+    if (fstat(fd, &st) == 0) {
+        off_t from = st.st_size > (off_t)cap ? st.st_size - (off_t)cap : 0;
+        n = pread(fd, buf, (size_t)(st.st_size - from), from);
+        *cut = from > 0;
+    }
+    close(fd);
+    return n > 0 ? (size_t)n : 0;
+}
+
+/* The last output of in's run: the end of its log (and, when that holds less than
+ * TAIL_READ_MAX, after a rotation, the end of its .1 before it), less the header line
+ * bigbrother wrote when it spawned in, at most SD_LOG_TAIL_LINES lines and
+ * SD_LOG_TAIL_MAX bytes. 0 with the text in out (cap > SD_LOG_TAIL_MAX), -1 when there is
+ * no log. */
 static int log_tail(const bb_inst_t *in, char *out, size_t cap)
 {
-    char path[512];
-    log_path(in, path, sizeof path);
+    char path[512], rot[520];
+    bb_log_path(in, path, sizeof path);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return -1;
     struct stat st;
     char *buf = malloc(TAIL_READ_MAX + 1);
     ssize_t n = -1;
+    size_t n1 = 0;
+    int cut = 0; /* buf starts inside a line */
     if (buf && fstat(fd, &st) == 0) {
-        off_t from = st.st_size > TAIL_READ_MAX ? st.st_size - TAIL_READ_MAX : 0;
-        n = pread(fd, buf, (size_t)(st.st_size - from), from);
+        off_t len = st.st_size > TAIL_READ_MAX ? TAIL_READ_MAX : st.st_size;
+        snprintf(rot, sizeof rot, "%s.1", path);
+        if (len < TAIL_READ_MAX)
+            n1 = read_end(rot, buf, (size_t)(TAIL_READ_MAX - len), &cut);
+        else
+            cut = st.st_size > TAIL_READ_MAX;
+        n = pread(fd, buf + n1, (size_t)len, st.st_size - len);
     }
     close(fd);
     if (n < 0) {
         free(buf);
         return -1;
     }
-    buf[n] = '\0';
-    char marker[SD_NAME_MAX + 40];
-    snprintf(marker, sizeof marker, ": starting instance %s ", in->id);
-    const char *start = buf, *m = NULL;
-    for (const char *p = buf; (p = strstr(p, marker)) != NULL; p++)
-        m = p;
-    if (m) {
-        const char *nl = strchr(m, '\n');
-        start = nl ? nl + 1 : buf + n;
-    } else if (n == TAIL_READ_MAX) { /* cut inside a line: start at the next one */
-        const char *nl = strchr(buf, '\n');
-        start = nl ? nl + 1 : buf + n;
+    const char *p = buf, *start = buf, *end = NULL, *stop = buf + n1 + n;
+    buf[n1 + n] = '\0';
+    if (cut) { /* start at the next line */
+        const char *nl = memchr(buf, '\n', (size_t)(stop - buf));
+        p = start = nl ? nl + 1 : stop;
     }
-    const char *end = buf + n;
+    while (p < stop) { /* after in's header; up to another run's (none is expected) */
+        const char *nl = memchr(p, '\n', (size_t)(stop - p)), *next = nl ? nl + 1 : stop;
+        int h = bb_log_header(p, in->id);
+        if (h == 1) {
+            start = next;
+            end = NULL;
+        } else if (h == 2 && !end) {
+            end = p;
+        }
+        p = next;
+    }
+    if (!end)
+        end = stop;
     while (end > start && end[-1] == '\n')
         end--;
     const char *t = end;
@@ -419,7 +687,6 @@ static void on_pidfd(bb_watch_t *w, uint32_t events)
 int bb_spawn(bb_inst_t *in)
 {
     const bb_service_t *s = in->svc;
-    char path[512], stamp[32];
     int rc = 0;
     snprintf(in->id, sizeof(in->id), "%s-%s-%s-%llu", s->name, bb.cfg.machine, bb.run_id,
              (unsigned long long)++bb.counter);
@@ -427,16 +694,9 @@ int bb_spawn(bb_inst_t *in)
         snprintf(in->id, sizeof(in->id), "%.*s-%s-%llu", 64, s->name, bb.run_id,
                  (unsigned long long)bb.counter);
     bb.state_dirty = 1;
-    log_path(in, path, sizeof(path));
-    rotate_by_rename(path);
-    int logfd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+    int logfd = open_run_log(in);
     if (logfd < 0)
-        return -errno;
-    time_t now = time(NULL);
-    struct tm tm;
-    strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tm));
-    dprintf(logfd, "=== bigbrother %s: starting instance %s (generation %d)\n", stamp, in->id,
-            in->generation + 1);
+        return logfd;
     char **env = build_env(in);
     if (!env) {
         close(logfd);

@@ -222,7 +222,7 @@ static void config_errors_name_file_and_field(void **state)
 }
 
 /* bbctl logs (issue 15, item 2): the output of the current run of a slot, of an earlier
- * run after a restart (the same slot log), --tail, -f until the run ends, 4 for an
+ * run after a restart (its own log file, kept), --tail, -f until the run ends, 4 for an
  * instance with no log here. */
 static void bbctl_logs_of_runs(void **state)
 {
@@ -275,6 +275,100 @@ static void bbctl_logs_of_runs(void **state)
     assert_int_equal(bbt_run(none, out), 4);
     const char *bad[] = {BBCTL, "--socket", b.sock, "logs", NULL};
     assert_int_equal(bbt_run(bad, out), 2);
+    h_stop(b.pid, 3000);
+}
+
+/* Lines of the file at path that contain needle. */
+static int lines_with(const char *path, const char *needle)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    char line[1024];
+    int n = 0;
+    while (fgets(line, sizeof(line), f))
+        n += strstr(line, needle) != NULL;
+    fclose(f);
+    return n;
+}
+
+/* h_wait_until condition: bigbrother (arg, a bbt_t) logged two log rotations. */
+static int rotated_twice(void *arg)
+{
+    return lines_with(((bbt_t *)arg)->log, "msg=\"log rotated\"") >= 2;
+}
+
+/* bbctl logs of a run whose log was rotated (copied to .1, truncated): with fewer lines
+ * in the file than --tail, the end of .1 comes first (the header line never); -f goes on
+ * from the file's new start when a rotation truncates it under the follower. */
+static void bbctl_logs_across_rotations(void **state)
+{
+    bbt_t b = {0};
+    bbt_dirs(&b);
+    const char *script =
+        "batch() { i=0; while [ $i -lt 100 ]; do\n"
+        "  echo \"$1-$i ..................................................\"; i=$((i+1)); done; }\n"
+        "wait_for() { while [ ! -e \"$D/$1\" ]; do sleep 0.05; done; }\n"
+        "batch first\n"
+        "wait_for go1; echo after-rotation\n"
+        "wait_for go2; batch second\n"
+        "wait_for go3; echo after-second-rotation\n"
+        "exec sleep 100\n";
+    char svc[1024], flag[300], out[300], fol[300], id[160];
+    snprintf(svc, sizeof(svc),
+             "[{\"name\": \"p\", \"command\": \"/bin/sh\", \"args\": [\"%s\"],"
+             " \"env\": {\"D\": \"%s\"}, \"health\": {\"type\": \"none\"},"
+             " \"stop\": {\"grace_ms\": 1000}}]",
+             h_write_file(b.dir, "batches.sh", script, 0644), b.dir);
+    bbt_config(&b, svc, ", \"log_max_bytes\": 4096, \"log_keep\": 2");
+    assert_true(bbt_start(&b) > 0);
+    json_t *in = bbt_wait(&b, "p", 0, "ready", 1, h_valgrind() ? 30000 : 5000);
+    assert_non_null(in);
+    snprintf(id, sizeof(id), "%s", bbt_str(in, "instance"));
+    json_decref(in);
+    snprintf(fol, sizeof(fol), "%s/follow.out", b.dir);
+
+    /* the first batch (6 KB) rotated away: the file holds less than --tail 3 */
+    assert_true(bbt_wait_file_has(b.log, "msg=\"log rotated\"", h_valgrind() ? 30000 : 8000));
+    const char *tail3[] = {BBCTL, "--socket", b.sock, "logs", id, "--tail", "3", NULL};
+    snprintf(out, sizeof(out), "%s/tail3.out", b.dir); /* (bbt_run appends) */
+    assert_int_equal(bbt_run(tail3, out), 0);
+    assert_int_equal(lines_with(out, "first-"), 3);
+    assert_int_equal(lines_with(out, "first-99 "), 1);
+    assert_int_equal(lines_with(out, "first-97 "), 1);
+
+    /* one line in the file, --tail 2: the last of .1, then that line */
+    snprintf(flag, sizeof(flag), "%s/go1", b.dir);
+    fclose(fopen(flag, "w"));
+    char link[400];
+    snprintf(link, sizeof(link), "%s/logs/p-0.log", b.state);
+    assert_true(bbt_wait_file_has(link, "after-rotation", h_valgrind() ? 30000 : 5000));
+    const char *tail2[] = {BBCTL, "--socket", b.sock, "logs", id, "--tail", "2", NULL};
+    snprintf(out, sizeof(out), "%s/tail2.out", b.dir);
+    assert_int_equal(bbt_run(tail2, out), 0);
+    assert_int_equal(lines_with(out, "first-"), 1);
+    assert_int_equal(lines_with(out, "first-99 "), 1);
+    assert_int_equal(lines_with(out, "after-rotation"), 1);
+    const char *all[] = {BBCTL, "--socket", b.sock, "logs", id, "--tail", "0", NULL};
+    snprintf(out, sizeof(out), "%s/all.out", b.dir);
+    assert_int_equal(bbt_run(all, out), 0);
+    assert_int_equal(lines_with(out, "first-"), 100);
+    assert_int_equal(lines_with(out, "=== bigbrother"), 0);
+
+    /* a follower across the next rotation */
+    const char *follow[] = {BBCTL, "--socket", b.sock, "logs", id, "-f", "--tail", "1", NULL};
+    pid_t f = h_spawn(follow, fol, NULL);
+    assert_true(bbt_wait_file_has(fol, "after-rotation", h_valgrind() ? 30000 : 5000));
+    snprintf(flag, sizeof(flag), "%s/go2", b.dir);
+    fclose(fopen(flag, "w"));
+    assert_true(h_wait_until(rotated_twice, &b, h_valgrind() ? 30000 : 8000));
+    snprintf(flag, sizeof(flag), "%s/go3", b.dir);
+    fclose(fopen(flag, "w"));
+    assert_true(bbt_wait_file_has(fol, "after-second-rotation", h_valgrind() ? 30000 : 5000));
+    json_decref(bbt_ctl(&b, "stop p"));
+    int st = h_wait_exit(f, h_valgrind() ? 60000 : 10000);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
     h_stop(b.pid, 3000);
 }
 
@@ -414,7 +508,7 @@ static void agent_with_another_instance_id_is_rejected(void **state)
 
 int main(void)
 {
-    h_init(58);
+    h_init(70);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(survives_kill9_of_bigbrother),
         cmocka_unit_test(sigterm_leaves_processes_running),
@@ -423,6 +517,7 @@ int main(void)
         cmocka_unit_test(config_errors_name_file_and_field),
         cmocka_unit_test(bbctl_status_restart_stop_start),
         cmocka_unit_test(bbctl_logs_of_runs),
+        cmocka_unit_test(bbctl_logs_across_rotations),
         cmocka_unit_test(agent_with_another_instance_id_is_rejected),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

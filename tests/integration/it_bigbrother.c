@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -354,8 +355,9 @@ static void env_cwd_logs_and_on_failure(void **state)
     assert_true(bbt_start(&b) > 0);
     json_t *in = bbt_wait(&b, "sh", 0, "ready", 1, 3000);
     assert_non_null(in);
-    char id[160];
-    snprintf(id, sizeof(id), "BB_INSTANCE=%s", bbt_str(in, "instance"));
+    char inst[160], id[180];
+    snprintf(inst, sizeof(inst), "%s", bbt_str(in, "instance"));
+    snprintf(id, sizeof(id), "BB_INSTANCE=%s", inst);
     json_decref(in);
     in = bbt_wait(&b, "once", 0, "exited", 1, 3000);
     assert_non_null(in);
@@ -363,9 +365,16 @@ static void env_cwd_logs_and_on_failure(void **state)
     assert_int_equal(bbt_int(in, "code"), 0);
     json_decref(in);
 
-    char log[400], rotated[410], want[400];
-    snprintf(log, sizeof(log), "%s/logs/sh-0.log", b.state);
+    /* the instance's own log, and the slot's link to it */
+    char log[600], rotated[610], want[400], link[400], target[300];
+    snprintf(log, sizeof(log), "%s/logs/sh-0/%s.log", b.state, inst);
     snprintf(rotated, sizeof(rotated), "%s.1", log);
+    snprintf(link, sizeof(link), "%s/logs/sh-0.log", b.state);
+    ssize_t tn = readlink(link, target, sizeof(target) - 1);
+    assert_true(tn > 0);
+    target[tn] = 0;
+    snprintf(want, sizeof(want), "sh-0/%s.log", inst);
+    assert_string_equal(target, want);
     bbt_wait_file_has(rotated, "xxxx", 6000);
     assert_true(bbt_file_has(rotated, id));
     assert_true(bbt_file_has(rotated, "BB_MACHINE=m1"));
@@ -382,15 +391,143 @@ static void env_cwd_logs_and_on_failure(void **state)
      * moment after the copy shows up) */
     bbt_wait_file_has(b.log, "msg=\"log rotated\"", 6000);
     assert_true(bbt_file_has(b.log, "msg=\"log rotated\""));
-    struct stat st;
+    struct stat st, lst;
     assert_int_equal(stat(log, &st), 0);
     assert_true(st.st_size < 4096); /* truncated after the copy */
+    assert_int_equal(stat(link, &lst), 0); /* tail -F logs/sh-0.log reads the same file */
+    assert_int_equal(lst.st_ino, st.st_ino);
     /* the clean exit stays exited */
     in = bbt_inst(&b, "once", 0);
     assert_string_equal(bbt_str(in, "state"), "exited");
     assert_int_equal(bbt_int(in, "generation"), 1);
     json_decref(in);
     h_stop(b.pid, 3000);
+}
+
+/* The run logs of slot dir (STATE_DIR/logs/sh-0): names of its *.log files into names
+ * (at most max), how many; *rotations counts the other files (.log.N). */
+static int run_logs(const char *dir, char names[][200], int max, int *rotations)
+{
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    int n = 0;
+    *rotations = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        size_t len = strlen(e->d_name);
+        if (e->d_name[0] == '.')
+            continue;
+        if (len > 4 && !strcmp(e->d_name + len - 4, ".log") && n < max)
+            snprintf(names[n++], 200, "%s", e->d_name);
+        else
+            (*rotations)++;
+    }
+    closedir(d);
+    return n;
+}
+
+/* Lines of the file at path that contain needle. */
+static int lines_with(const char *path, const char *needle)
+{
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char line[1024];
+    int n = 0;
+    while (fgets(line, sizeof(line), f))
+        n += strstr(line, needle) != NULL;
+    fclose(f);
+    return n;
+}
+
+/* One log file per instance (issue 15, item 2): a slot restarted 4 times under log_runs 2
+ * keeps the logs of its last 2 instances, each holding its own run only (its header
+ * first, its own output), logs/sh-0.log links to the current one, and the slot log of
+ * the old layout found at the first start is kept as before-upgrade.log until pruned. */
+static void log_file_per_instance_and_log_runs(void **state)
+{
+    bbt_t b = {0};
+    char svc[1024], dir[400], link[400], path[700], want[400], target[300];
+    snprintf(svc, sizeof(svc),
+             "[{\"name\": \"sh\", \"command\": \"/bin/sh\", \"args\": [\"-c\","
+             " \"echo hello from $BB_INSTANCE; exec sleep 100\"],"
+             " \"health\": {\"type\": \"none\"}, \"restart\": %s, \"stop\": %s}]",
+             FAST_RESTART, STOP_1S);
+    bbt_config(&b, svc, ", \"log_runs\": 2");
+    /* the old layout: one file per slot, every run in it, and its rotation */
+    snprintf(dir, sizeof(dir), "%s/logs", b.state);
+    assert_int_equal(mkdir(b.state, 0750), 0);
+    assert_int_equal(mkdir(dir, 0750), 0);
+    snprintf(link, sizeof(link), "%s/logs/sh-0.log", b.state);
+    h_write_file(dir, "sh-0.log", "=== bigbrother old run\nold output\n", 0640);
+    h_write_file(dir, "sh-0.log.1", "older output\n", 0640);
+    snprintf(dir, sizeof(dir), "%s/logs/sh-0", b.state);
+    assert_true(bbt_start(&b) > 0);
+
+    char ids[5][160], names[16][200];
+    int rotations;
+    for (int g = 1; g <= 5; g++) {
+        json_t *in = bbt_wait(&b, "sh", 0, "ready", g, h_valgrind() ? 30000 : 5000);
+        assert_non_null(in);
+        snprintf(ids[g - 1], sizeof(ids[g - 1]), "%s", bbt_str(in, "instance"));
+        pid_t pid = (pid_t)bbt_int(in, "pid");
+        json_decref(in);
+        /* its output, through the slot link */
+        snprintf(want, sizeof(want), "hello from %.159s", ids[g - 1]);
+        assert_true(bbt_wait_file_has(link, want, h_valgrind() ? 30000 : 5000));
+        if (g == 1) { /* the old slot log moved into the slot directory, a link in its place */
+            snprintf(path, sizeof(path), "%s/before-upgrade.log", dir);
+            assert_true(bbt_file_has(path, "old output"));
+            snprintf(path, sizeof(path), "%s/before-upgrade.log.1", dir);
+            assert_true(bbt_file_has(path, "older output"));
+            assert_int_equal(run_logs(dir, names, 16, &rotations), 2);
+            assert_int_equal(rotations, 1);
+        }
+        if (g < 5)
+            assert_int_equal(kill(pid, SIGKILL), 0);
+    }
+
+    /* the last two instances' logs, no rotation left, nothing of the older runs */
+    assert_int_equal(run_logs(dir, names, 16, &rotations), 2);
+    assert_int_equal(rotations, 0);
+    for (int k = 3; k < 5; k++) {
+        snprintf(path, sizeof(path), "%s/%s.log", dir, ids[k]);
+        FILE *f = fopen(path, "r");
+        assert_non_null(f);
+        char first[512] = "";
+        assert_non_null(fgets(first, sizeof(first), f));
+        fclose(f);
+        snprintf(want, sizeof(want), ": starting instance %s (generation %d)\n", ids[k], k + 1);
+        assert_int_equal(strncmp(first, "=== bigbrother ", 15), 0);
+        assert_non_null(strstr(first, want));
+        assert_int_equal(lines_with(path, "=== bigbrother"), 1);
+        assert_int_equal(lines_with(path, "hello from"), 1);
+        snprintf(want, sizeof(want), "hello from %s", ids[k]);
+        assert_int_equal(lines_with(path, want), 1);
+    }
+    for (int k = 0; k < 3; k++) {
+        snprintf(path, sizeof(path), "%s/%.159s.log", dir, ids[k]);
+        assert_int_not_equal(access(path, F_OK), 0);
+    }
+    ssize_t tn = readlink(link, target, sizeof(target) - 1);
+    assert_true(tn > 0);
+    target[tn] = 0;
+    snprintf(want, sizeof(want), "sh-0/%s.log", ids[4]);
+    assert_string_equal(target, want);
+    assert_true(bbt_file_has(b.log, "msg=\"old logs removed\" slot=sh-0 removed=1"));
+
+    /* the control socket's logs request: a kept earlier run by its file, a pruned one
+     * not found */
+    snprintf(want, sizeof(want), "logs %s", ids[3]);
+    json_t *ans = bbt_ctl(&b, want);
+    snprintf(path, sizeof(path), "%s/%s.log", dir, ids[3]);
+    assert_string_equal(bbt_str(ans, "path"), path);
+    assert_false(json_is_true(json_object_get(ans, "running")));
+    json_decref(ans);
+    snprintf(want, sizeof(want), "logs %s", ids[0]);
+    ans = bbt_ctl(&b, want);
+    assert_string_equal(bbt_str(ans, "code"), "not_found");
+    json_decref(ans);
+    bbt_stop(&b, 3000);
 }
 
 int main(void)
@@ -408,6 +545,7 @@ int main(void)
         cmocka_unit_test(http_probe_wants_2xx_3xx),
         cmocka_unit_test(exec_probe),
         cmocka_unit_test(env_cwd_logs_and_on_failure),
+        cmocka_unit_test(log_file_per_instance_and_log_runs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -336,8 +336,8 @@ static void bb_config(int i)
                  " \"mode\": \"cluster\", \"capacity\": 100, \"labels\": {\"zone\": \"eu\"},"
                  " \"serverdir\": {\"urls\": [\"%s\"], \"token\": \"%s\"},"
                  " \"lease_ttl_ms\": %d, \"primary_ttl_ms\": %d, \"log_keep\": 100,"
-                 " \"placement_interval_ms\": 300, \"assignment_wait_ms\": 2000,"
-                 " \"services\": []}",
+                 " \"log_runs\": 1000, \"placement_interval_ms\": 300,"
+                 " \"assignment_wait_ms\": 2000, \"services\": []}",
                  C.name[i], b->state, C.sd.url, bb_tokens[i], slow(3000), slow(3000)) < 0)
         abort();
     snprintf(b->cfg, sizeof b->cfg, "%s", h_write_file(b->dir, "bb.json", text, 0644));
@@ -960,58 +960,56 @@ static int logfmt_get(const char *line, const char *key, char *out, size_t cap)
     return 0;
 }
 
-/* Lock grants ("player joined key=K lock_seq=S") from every gameproc log, attributed to the
- * instance named by bigbrother's spawn header; a (key, lock_seq) granted to two instances
- * is a violation. */
+/* Lock grants ("player joined key=K lock_seq=S") from every gameproc log: every instance's
+ * log file and its rotations (logs/<SVC>-<slot>/<instance>.log[.N]), attributed to the
+ * instance the file belongs to; a (key, lock_seq) granted to two instances is a
+ * violation, and so is a file holding the spawn header of another instance. */
 static int lock_violations(int *grants)
 {
     json_t *holder = json_object();
     int bad = 0;
     *grants = 0;
     for (int b = 0; b < NBB; b++) {
-        for (int slot = 0; slot < 64; slot++) {
-            char base[400], pattern[420];
-            snprintf(base, sizeof base, "%s/logs/%s-%d.log", C.bb[b].state, SVC, slot);
-            snprintf(pattern, sizeof pattern, "%s*", base);
-            glob_t g;
-            if (glob(pattern, 0, NULL, &g))
-                continue;
-            char cur[200] = "";
-            /* oldest first: .100 ... .1, then the file itself */
-            for (int r = 100; r >= 0; r--) {
-                char path[440];
-                if (r)
-                    snprintf(path, sizeof path, "%s.%d", base, r);
-                else
-                    snprintf(path, sizeof path, "%s", base);
-                FILE *f = fopen(path, "r");
-                char line[4096];
-                while (f && fgets(line, sizeof line, f)) {
-                    const char *s = strstr(line, "starting instance ");
-                    if (!strncmp(line, "=== bigbrother", 14) && s) {
-                        sscanf(s + 18, "%199s", cur);
-                        continue;
-                    }
-                    char key[128], seq[32], k2[200];
-                    if (!strstr(line, "player joined") || logfmt_get(line, "key", key, sizeof key) ||
-                        logfmt_get(line, "lock_seq", seq, sizeof seq))
-                        continue;
-                    (*grants)++;
-                    snprintf(k2, sizeof k2, "%s#%s", key, seq);
-                    const char *prev = json_string_value(json_object_get(holder, k2));
-                    if (prev && strcmp(prev, cur)) {
+        char pattern[420];
+        snprintf(pattern, sizeof pattern, "%s/logs/%s-*/*.log*", C.bb[b].state, SVC);
+        glob_t g;
+        if (glob(pattern, 0, NULL, &g))
+            continue;
+        for (size_t k = 0; k < g.gl_pathc; k++) {
+            const char *name = strrchr(g.gl_pathv[k], '/') + 1;
+            char cur[200];
+            snprintf(cur, sizeof cur, "%.*s", (int)(strstr(name, ".log") - name), name);
+            FILE *f = fopen(g.gl_pathv[k], "r");
+            char line[4096], head[220];
+            snprintf(head, sizeof head, "starting instance %s ", cur);
+            while (f && fgets(line, sizeof line, f)) {
+                const char *s = strstr(line, "starting instance ");
+                if (!strncmp(line, "=== bigbrother", 14) && s) {
+                    if (strncmp(s, head, strlen(head))) {
                         bad++;
-                        print_message("VIOLATION %s lock_seq %s granted to %s and to %s\n", key,
-                                      seq, prev, cur);
-                    } else if (!prev) {
-                        json_object_set_new(holder, k2, json_string(cur));
+                        print_message("VIOLATION %s holds another run: %s", g.gl_pathv[k], line);
                     }
+                    continue;
                 }
-                if (f)
-                    fclose(f);
+                char key[128], seq[32], k2[200];
+                if (!strstr(line, "player joined") || logfmt_get(line, "key", key, sizeof key) ||
+                    logfmt_get(line, "lock_seq", seq, sizeof seq))
+                    continue;
+                (*grants)++;
+                snprintf(k2, sizeof k2, "%s#%s", key, seq);
+                const char *prev = json_string_value(json_object_get(holder, k2));
+                if (prev && strcmp(prev, cur)) {
+                    bad++;
+                    print_message("VIOLATION %s lock_seq %s granted to %s and to %s\n", key,
+                                  seq, prev, cur);
+                } else if (!prev) {
+                    json_object_set_new(holder, k2, json_string(cur));
+                }
             }
-            globfree(&g);
+            if (f)
+                fclose(f);
         }
+        globfree(&g);
     }
     json_decref(holder);
     return bad;

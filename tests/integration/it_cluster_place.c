@@ -4,7 +4,7 @@
  * restart with max_unavailable 2 never has more than 2 instances down and replaces every
  * instance; a cluster stop sends SHUTDOWN to every game process and stops them all, and a
  * cluster start brings the service back. */
-#include <dirent.h>
+#include <glob.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -24,28 +24,26 @@ static int has_primary(cl_t *c, void *arg)
 }
 
 /* How many times "reason=SHUTDOWN" (gameproc: a graceful stop asked by bigbrother)
- * appears in the instance logs of every machine. */
+ * appears in the instance logs of every machine (logs/<service>-<slot>/<instance>.log and
+ * their rotations). */
 static int shutdowns(const cl_t *c)
 {
     int n = 0;
     for (int i = 0; i < c->n; i++) {
-        char dir[400];
-        snprintf(dir, sizeof(dir), "%s/logs", c->bb[i].state);
-        DIR *d = opendir(dir);
-        struct dirent *e;
-        while (d && (e = readdir(d))) {
-            if (!strstr(e->d_name, ".log"))
-                continue;
-            char path[700], line[4096];
-            snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-            FILE *f = fopen(path, "r");
+        char pattern[400];
+        snprintf(pattern, sizeof(pattern), "%s/logs/*/*.log*", c->bb[i].state);
+        glob_t g;
+        if (glob(pattern, 0, NULL, &g))
+            continue;
+        for (size_t k = 0; k < g.gl_pathc; k++) {
+            char line[4096];
+            FILE *f = fopen(g.gl_pathv[k], "r");
             while (f && fgets(line, sizeof(line), f))
                 n += strstr(line, "reason=SHUTDOWN") != NULL;
             if (f)
                 fclose(f);
         }
-        if (d)
-            closedir(d);
+        globfree(&g);
     }
     return n;
 }

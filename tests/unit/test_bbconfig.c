@@ -19,6 +19,7 @@ static void full_config_and_defaults(void **state)
     const char *text =
         HEAD "\"serverdir\": {\"urls\": [\"http://127.0.0.1:7700\", \"http://[::1]:7701\"],"
              " \"token\": \"t\"}, \"log_max_bytes\": 65536, \"log_keep\": 2,"
+             " \"log_runs\": 1000,"
              " \"control_socket\": \"/run/bb.sock\","
              " \"services\": ["
              " {\"name\": \"zone\", \"command\": \"/bin/sh\", \"args\": [\"--tick-hz\", \"20\"],"
@@ -42,6 +43,8 @@ static void full_config_and_defaults(void **state)
     assert_string_equal(c.notify_socket, "/var/lib/bb/notify.sock");
     assert_string_equal(c.control_socket, "/run/bb.sock");
     assert_int_equal(c.log_max_bytes, 65536);
+    assert_int_equal(c.log_keep, 2);
+    assert_int_equal(c.log_runs, 1000);
     assert_int_equal(c.nservices, 3);
     bb_service_t *z = &c.services[0];
     assert_string_equal(z->argv[0], "/bin/sh");
@@ -81,6 +84,8 @@ static void full_config_and_defaults(void **state)
     assert_int_equal(bb_config_parse(HEAD "\"services\": []}", "t.json", &c, err, sizeof(err)), 0);
     assert_null(c.urls);
     assert_int_equal(c.nservices, 0);
+    assert_int_equal(c.log_keep, 3);
+    assert_int_equal(c.log_runs, 5);
     bb_config_free(&c);
 }
 
@@ -162,6 +167,9 @@ static void errors_name_the_field(void **state)
               " \"capacity\": 0}",
          "t.json: capacity: must be at least 1 in cluster mode"},
         {HEAD "\"primary_ttl_ms\": 10}", "t.json: primary_ttl_ms: must be between 1000 and 300000"},
+        {HEAD "\"log_runs\": 0}", "t.json: log_runs: must be between 1 and 1000"},
+        {HEAD "\"log_runs\": 1001}", "t.json: log_runs: must be between 1 and 1000"},
+        {HEAD "\"log_runs\": \"5\"}", "t.json: log_runs: must be"},
         {"{\"machine\": \"m\", \"cluster\": \"c\", \"state_dir\": "
          "\"/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}",
          "t.json: agent_socket: socket path"},
