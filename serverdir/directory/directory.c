@@ -20,6 +20,7 @@ sd_dir_config_t sd_dir_cfg = {
     .event_id_ttl_ms = 24LL * 3600 * 1000,
     .machine_keep_ms = 24LL * 3600 * 1000,
     .lost_sweep_ms = 1000,
+    .series_interval_ms = 60000,
 };
 
 int sd_dir_config_load(const json_t *section, char *err, size_t errcap)
@@ -31,27 +32,33 @@ int sd_dir_config_load(const json_t *section, char *err, size_t errcap)
     if (!json_is_object(section))
         return sd_jv_fail(&v, "directory", "must be an object");
     static const char *const keys[] = {"history_max", "stopped_keep", "stopped_ttl_s",
-                                       "event_id_ttl_s", "machine_keep_s", "lost_sweep_ms", NULL};
+                                       "event_id_ttl_s", "machine_keep_s", "lost_sweep_ms",
+                                       "series_interval_ms", NULL};
     if (sd_jv_only_keys(&v, section, keys))
         return -1;
     int64_t hist = sd_dir_cfg.history_max, keep = sd_dir_cfg.stopped_keep;
     int64_t sttl = sd_dir_cfg.stopped_ttl_ms / 1000, idttl = sd_dir_cfg.event_id_ttl_ms / 1000;
     int64_t mkeep = sd_dir_cfg.machine_keep_ms / 1000, sweep = sd_dir_cfg.lost_sweep_ms;
+    int64_t series = sd_dir_cfg.series_interval_ms;
     if (sd_jv_int(&v, section, "history_max", 0, 10, 10000000, &hist) < 0 ||
         sd_jv_int(&v, section, "stopped_keep", 0, 10, 10000000, &keep) < 0 ||
         sd_jv_int(&v, section, "stopped_ttl_s", 0, 1, 30LL * 86400, &sttl) < 0 ||
         sd_jv_int(&v, section, "event_id_ttl_s", 0, 86400, 30LL * 86400, &idttl) < 0 ||
         sd_jv_int(&v, section, "machine_keep_s", 0, 1, 30LL * 86400, &mkeep) < 0 ||
-        sd_jv_int(&v, section, "lost_sweep_ms", 0, 0, 3600000, &sweep) < 0)
+        sd_jv_int(&v, section, "lost_sweep_ms", 0, 0, 3600000, &sweep) < 0 ||
+        sd_jv_int(&v, section, "series_interval_ms", 0, 0, 3600000, &series) < 0)
         return -1;
     if (sweep > 0 && sweep < 100)
         return sd_jv_fail(&v, "directory.lost_sweep_ms", "must be 0 (off) or at least 100");
+    if (series > 0 && series < 100)
+        return sd_jv_fail(&v, "directory.series_interval_ms", "must be 0 (off) or at least 100");
     sd_dir_cfg.history_max = hist;
     sd_dir_cfg.stopped_keep = keep;
     sd_dir_cfg.stopped_ttl_ms = sttl * 1000;
     sd_dir_cfg.event_id_ttl_ms = idttl * 1000;
     sd_dir_cfg.machine_keep_ms = mkeep * 1000;
     sd_dir_cfg.lost_sweep_ms = sweep;
+    sd_dir_cfg.series_interval_ms = series;
     return 0;
 }
 
@@ -786,28 +793,78 @@ static int alloc_sweep_due(const char *cluster)
     return zset_due(cluster, "alloc:pending", now) || zset_due(cluster, "alloc:ended", now - 3600000);
 }
 
+/* One ready-vs-desired sample of cluster (series_sample.lua), written when the cluster's
+ * last one is series_interval_ms old by the Redis clock and a figure changed (the script
+ * decides, so copies that all call it write at most one a period, and an idle cluster
+ * nothing). Returns the ms until the cluster's next sample is due (the interval after a
+ * check or a Redis error). */
+static int64_t series_sample(const char *cluster)
+{
+    int64_t every = sd_dir_cfg.series_interval_ms;
+    if (sd_dir_ensure_index(cluster)) /* ready and starting are counted on its indexes */
+        return every;
+    char base[256];
+    sd_argv_t a;
+    sd_argv_init(&a);
+    sd_argv_add(&a, sd_key(base, sizeof base, cluster, "%s", ""));
+    sd_argv_addf(&a, "%lld", (long long)every);
+    sd_argv_addf(&a, "%d", SD_SERIES_MAX);
+    redisReply *r;
+    if (sd_store_run("series_sample", 1, &a, &r))
+        return every;
+    int64_t due = r->type == REDIS_REPLY_ARRAY && r->elements == 2 ? sd_reply_num(r, 1) : every;
+    freeReplyObject(r);
+    return due > 0 && due <= every ? due : every;
+}
+
+/* Waits ms, or until sd_dir_sweeper_stop; 1 when the thread is to stop. */
+static int sweeper_wait(int64_t ms)
+{
+    pthread_mutex_lock(&sweep_mu);
+    if (!sweep_stop && ms > 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        int64_t ns = ts.tv_nsec + (ms % 1000) * 1000000;
+        ts.tv_sec += ms / 1000 + ns / 1000000000;
+        ts.tv_nsec = ns % 1000000000;
+        pthread_cond_timedwait(&sweep_cv, &sweep_mu, &ts);
+    }
+    int stop = sweep_stop;
+    pthread_mutex_unlock(&sweep_mu);
+    return stop;
+}
+
+/* The sweeper: two timers on one walk of the known clusters. Every lost_sweep_ms the
+ * allocation deadlines (every copy may run that sweep: one script, a no-op when another
+ * copy did it first) and the lost-machine sweep (under the lease); every
+ * series_interval_ms a ready-vs-desired sample. The series timer wakes when the first
+ * cluster's sample is due (the scripts say when), at least interval/20 after the last
+ * walk, so a copy runs each cluster's script about once a period. */
 static void *sweeper_main(void *arg)
 {
     (void)arg;
     char me[33];
     if (sd_random_hex(me, 16))
         snprintf(me, sizeof me, "%lld", (long long)sd_mono_us());
+    const int64_t lost_every = sd_dir_cfg.lost_sweep_ms;
+    const int64_t series_every = sd_dir_cfg.series_interval_ms;
+    int64_t next_lost = sd_mono_ms() + lost_every, next_series = sd_mono_ms();
     for (;;) {
-        pthread_mutex_lock(&sweep_mu);
-        if (!sweep_stop) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            int64_t ns = ts.tv_nsec + (sd_dir_cfg.lost_sweep_ms % 1000) * 1000000;
-            ts.tv_sec += sd_dir_cfg.lost_sweep_ms / 1000 + ns / 1000000000;
-            ts.tv_nsec = ns % 1000000000;
-            pthread_cond_timedwait(&sweep_cv, &sweep_mu, &ts);
-        }
-        int stop = sweep_stop;
-        pthread_mutex_unlock(&sweep_mu);
-        if (stop)
+        int64_t wake = lost_every > 0 ? next_lost : INT64_MAX;
+        if (series_every > 0 && next_series < wake)
+            wake = next_series;
+        if (sweeper_wait(wake - sd_mono_ms()))
             break;
+        int64_t now = sd_mono_ms();
+        int lost = lost_every > 0 && now >= next_lost;
+        int series = series_every > 0 && now >= next_series;
+        if (!lost && !series)
+            continue;
+        if (lost)
+            next_lost = now + lost_every;
+        int64_t series_in = series_every;
         char cursor[32] = "0";
-        int rounds = 0, leased = 0;
+        int rounds = 0, leased = 0, swept_elsewhere = 0;
         do {
             redisReply *r;
             if (sd_dir_clusters_step(cursor, sizeof cursor, 100, &r))
@@ -816,18 +873,25 @@ static void *sweeper_main(void *arg)
                 const char *c = r->element[1]->element[i]->str;
                 if (!sd_name_valid(c, SD_NAME_MAX))
                     continue;
-                /* Allocation deadlines: every copy may run the sweep (one script, a no-op
-                 * when another copy did it first). */
-                if (alloc_sweep_due(c))
+                if (lost && alloc_sweep_due(c))
                     sd_alloc_sweep(c);
-                if (!sweep_due(c))
-                    continue;
-                if (!leased && !(leased = sweep_lease(me)))
-                    break; /* another copy sweeps this round */
-                sweep_cluster(c);
+                if (lost && !swept_elsewhere && sweep_due(c)) {
+                    if (leased || (leased = sweep_lease(me)))
+                        sweep_cluster(c);
+                    else
+                        swept_elsewhere = 1; /* another copy sweeps this round */
+                }
+                if (series) {
+                    int64_t due = series_sample(c);
+                    series_in = due < series_in ? due : series_in;
+                }
             }
             freeReplyObject(r);
         } while (strcmp(cursor, "0") != 0 && ++rounds < 1000);
+        if (series) {
+            int64_t least = series_every / 20; /* clusters out of phase: no walk sooner */
+            next_series = sd_mono_ms() + (series_in > least ? series_in : least);
+        }
     }
     sd_store_thread_close();
     return NULL;
@@ -835,7 +899,7 @@ static void *sweeper_main(void *arg)
 
 int sd_dir_sweeper_start(void)
 {
-    if (sd_dir_cfg.lost_sweep_ms <= 0 || sweeper_on)
+    if ((sd_dir_cfg.lost_sweep_ms <= 0 && sd_dir_cfg.series_interval_ms <= 0) || sweeper_on)
         return 0;
     int rc = pthread_create(&sweeper, NULL, sweeper_main, NULL);
     if (rc)

@@ -17,8 +17,12 @@
  *                           stopped_ttl_ms, the records of trimmed ones are deleted
  *   evid:<id>        string an applied event id, expires after event_id_ttl_ms
  *   events           stream the event history, MAXLEN history_max
+ *   series           list   "<ts_ms> <ready> <starting> <desired>" samples, oldest first:
+ *                           at most one per series_interval_ms, written when a figure
+ *                           changed (each holds until the next); the newest SD_SERIES_MAX
+ *                           kept (series_sample.lua)
  * Every change is one Lua script in directory/lua/ (machine_put, machine_delete,
- * events_apply); reads use read scripts or single commands. */
+ * events_apply, series_sample); reads use read scripts or single commands. */
 #ifndef SD_DIRECTORY_H
 #define SD_DIRECTORY_H
 
@@ -36,7 +40,11 @@ typedef struct {
     int64_t machine_keep_ms; /* how long a lost machine stays listed */
     int64_t lost_sweep_ms;   /* period of the lost-machine sweep of clusters without a
                                 primary; 0: off */
+    int64_t series_interval_ms; /* one ready-vs-desired sample per cluster this often; 0: off */
 } sd_dir_config_t;
+
+#define SD_SERIES_MAX 120 /* samples kept per cluster (two hours of changes at the default
+                             interval, one each minute; longer when fewer change) */
 
 extern sd_dir_config_t sd_dir_cfg;
 
@@ -86,8 +94,11 @@ long long sd_dir_mark_lost(const char *cluster, const char *machine, const char 
                            const char *const *svcs, size_t n);
 /* Remembers cluster in <prefix>clusters (the sweep's list); a SD_STORE_* code. */
 int sd_dir_cluster_seen(const char *cluster);
-/* The lost-machine sweep thread (every lost_sweep_ms, one serverdir copy at a time under
- * a Redis lease); start returns 0 or -errno. */
+/* The sweeper thread: the lost-machine sweep (every lost_sweep_ms, one serverdir copy at
+ * a time under a Redis lease), the allocation deadlines, and a ready-vs-desired sample of
+ * each cluster every series_interval_ms (series_sample.lua: several copies still write at
+ * most one a period, and only a changed one). Runs when either period is on; start returns
+ * 0 or -errno. */
 int sd_dir_sweeper_start(void);
 void sd_dir_sweeper_stop(void);
 

@@ -676,6 +676,15 @@ const char *h_tokens_file(void)
     return path;
 }
 
+const char *h_sd_default_config(void)
+{
+    static const char *path;
+    if (!path)
+        path = h_write_file(h_tmpdir(), "sd-default.json",
+                            "{\"directory\": {\"series_interval_ms\": 0}}", 0644);
+    return path;
+}
+
 int h_serverdir_start(h_serverdir_t *s, const char *redis_url, const char *tokens,
                       const char *const *extra)
 {
@@ -694,8 +703,15 @@ int h_serverdir_start(h_serverdir_t *s, const char *redis_url, const char *token
             argv[argc++] = "--tokens";
             argv[argc++] = tokens;
         }
-        for (const char *const *e = extra; e && *e && argc < 46; e++)
+        int config = 0;
+        for (const char *const *e = extra; e && *e && argc < 44; e++) {
+            config |= !strcmp(*e, "--config");
             argv[argc++] = *e;
+        }
+        if (!config) {
+            argv[argc++] = "--config";
+            argv[argc++] = h_sd_default_config();
+        }
         argv[argc] = NULL;
         s->pid = h_spawn(argv, s->log, NULL);
         snprintf(s->url, sizeof s->url, "http://127.0.0.1:%d", s->port);
@@ -731,7 +747,8 @@ int h_serverdir_restart(h_serverdir_t *s, const char *redis_url)
     snprintf(listen, sizeof listen, "127.0.0.1:%d", s->port);
     snprintf(health, sizeof health, "%s/healthz", s->url);
     const char *argv[] = {SD_BIN_DIR "/serverdir", "--listen", listen, "--redis", redis_url,
-                          "--threads", "4", s->tokens[0] ? "--tokens" : NULL, s->tokens, NULL};
+                          "--threads", "4", "--config", h_sd_default_config(),
+                          s->tokens[0] ? "--tokens" : NULL, s->tokens, NULL};
     s->pid = h_spawn(argv, s->log, NULL);
     return h_wait_until(h_http_ok, health, h_valgrind() ? 30000 : 8000) ? 0 : -1;
 }

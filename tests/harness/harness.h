@@ -104,14 +104,20 @@ typedef struct {
 } h_serverdir_t;
 
 /* Starts serverdir on a free port against redis_url and waits for /healthz.
- * tokens may be NULL (open mode). extra: NULL-terminated extra flags, or NULL. */
+ * tokens may be NULL (open mode). extra: NULL-terminated extra flags, or NULL; without a
+ * --config among them serverdir gets h_sd_default_config(). */
 int h_serverdir_start(h_serverdir_t *s, const char *redis_url, const char *tokens,
                       const char *const *extra);
 void h_serverdir_stop(h_serverdir_t *s);
 /* Starts serverdir s again (after h_serverdir_stop) on the port and with the token file it
- * had, against redis_url, logging to the same log, and waits for /healthz. 0, or -1 when
- * it does not answer in time. */
+ * had (and h_sd_default_config()), against redis_url, logging to the same log, and waits
+ * for /healthz. 0, or -1 when it does not answer in time. */
 int h_serverdir_restart(h_serverdir_t *s, const char *redis_url);
+/* The config file of a serverdir started without one: the ready-vs-desired sampler off
+ * (directory.series_interval_ms 0). It writes on a timer, and the tests' "nothing
+ * changed" checks compare the whole keyspace (h_redis_digest); h_sd_start turns it off
+ * in a test's config too unless the config sets it (it.series, it.dashboard). */
+const char *h_sd_default_config(void);
 
 /* Raw TCP for tests that write requests byte by byte: a connection to 127.0.0.1:port
  * (-1 when it fails); all n bytes of s sent on fd (0, or -1 on a send error); and what

@@ -2,6 +2,7 @@
 #include "harness_stack.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 /* The pair h_stack_setup started, for h_stack_teardown (one setup at a time). */
 static struct {
@@ -19,8 +20,18 @@ int h_sd_start(h_serverdir_t *s, const h_redis_t *r, const h_sd_opts_t *o)
     char udp[64], udp6[64];
     int port = 0, port6 = 0;
     if (o->config) {
+        /* the series sampler off unless the test's config sets it (h_sd_default_config) */
+        json_t *cfg = json_loads(o->config, 0, NULL);
+        json_t *dir = json_object_get(cfg, "directory");
+        if (json_is_object(cfg) && !dir)
+            json_object_set_new(cfg, "directory", dir = json_object());
+        if (json_is_object(dir) && !json_object_get(dir, "series_interval_ms"))
+            json_object_set_new(dir, "series_interval_ms", json_integer(0));
+        char *text = json_is_object(cfg) ? json_dumps(cfg, JSON_COMPACT) : NULL;
         argv[argc++] = "--config";
-        argv[argc++] = h_write_file(h_tmpdir(), "sd.json", o->config, 0644);
+        argv[argc++] = h_write_file(h_tmpdir(), "sd.json", text ? text : o->config, 0644);
+        free(text);
+        json_decref(cfg);
     }
     if (o->master_udp) {
         port = h_free_port();

@@ -83,6 +83,7 @@ static const expect_t expected[] = {
     {"GET", "/v1/clusters/{c}/primary", BB | VIEWER},
     {"DELETE", "/v1/clusters/{c}/primary", BB},
     {"GET", "/v1/clusters/{c}/state", BB | VIEWER},
+    {"GET", "/v1/clusters/{c}/series", BB | VIEWER},
     {"PUT", "/v1/clusters/{c}/assignments", BB},
     {"GET", "/v1/clusters/{c}/machines/{m}/assignments", BB | VIEWER},
     {"POST", "/v1/clusters/{c}/machines/{m}/lost", BB},

@@ -35,7 +35,9 @@ static bbt_t bbt;
 
 static int setup(void **state)
 {
-    if (h_stack_setup(state, &redis, &sd, NULL))
+    /* a ready-vs-desired sample every second, so the home page's chart has a line */
+    h_sd_opts_t o = {.config = "{\"directory\":{\"series_interval_ms\":1000}}"};
+    if (h_stack_setup(state, &redis, &sd, &o))
         return -1;
     char svc[2048], extra[512];
     snprintf(svc, sizeof svc,
@@ -377,16 +379,31 @@ static void instance_service_machine_pages(void **state)
     free(dom);
     screenshot(q, "dashboard-machine.png", 1400);
 
-    /* home: the activity picture, links, sortable headers; and usable at 500 px */
+    /* home: the activity picture, the ready-vs-desired chart (its two lines and legend:
+     * zone's 2 static processes ready, lobby's 3 desired), links, sortable headers; and
+     * usable at 500 px */
+    json_t *series = api("/v1/clusters/c1/series");
+    assert_true(json_array_size(json_object_get(series, "samples")) >= 1);
+    json_decref(series);
     dom = dom_of("cluster=c1");
     assert_non_null(strstr(dom, "<svg class=\"spark\""));
     assert_non_null(strstr(dom, "failed in the last hour"));
+    assert_non_null(strstr(dom, "<svg class=\"chart\""));
+    assert_non_null(strstr(dom, "<path class=\"desired\" d=\"M"));
+    assert_non_null(strstr(dom, "<path class=\"ready\" d=\"M"));
+    assert_non_null(strstr(dom, "desired <b>3</b>"));
+    assert_non_null(strstr(dom, "checked every 1.0s, the last change"));
     assert_non_null(strstr(dom, "th class=\"sort\""));
     char ilink[400];
     snprintf(ilink, sizeof ilink, "instance=%s\">", id);
     assert_non_null(strstr(dom, ilink));
     free(dom);
     screenshot("cluster=c1", "dashboard-500px.png", 500);
+    dom = dom_of("cluster=c9"); /* a cluster serverdir has not sampled */
+    assert_null(strstr(dom, "class=\"err\""));
+    assert_non_null(strstr(dom, "no samples yet: serverdir takes one every 1.0s"));
+    assert_null(strstr(dom, "<svg class=\"chart\""));
+    free(dom);
 
     /* the processes table is paged along the API's cursor: one a page here */
     dom = dom_of("cluster=c1&page_size=1");

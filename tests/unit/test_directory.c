@@ -227,6 +227,25 @@ static void config_section(void **state)
     assert_int_equal(sd_dir_config_load(c, err, sizeof err), -1);
     assert_non_null(strstr(err, "event_id_ttl_s"));
     json_decref(c);
+    /* the ready-vs-desired series: 0 (off) or at least 100 ms */
+    assert_int_equal(sd_dir_cfg.series_interval_ms, 60000);
+    c = parse("{\"series_interval_ms\":50}");
+    assert_int_equal(sd_dir_config_load(c, err, sizeof err), -1);
+    assert_non_null(strstr(err, "series_interval_ms"));
+    assert_non_null(strstr(err, "must be 0 (off) or at least 100"));
+    assert_int_equal(sd_dir_cfg.series_interval_ms, 60000);
+    json_decref(c);
+    c = parse("{\"series_interval_ms\":3600001}");
+    assert_int_equal(sd_dir_config_load(c, err, sizeof err), -1);
+    json_decref(c);
+    c = parse("{\"series_interval_ms\":0}");
+    assert_int_equal(sd_dir_config_load(c, err, sizeof err), 0);
+    assert_int_equal(sd_dir_cfg.series_interval_ms, 0);
+    json_decref(c);
+    c = parse("{\"series_interval_ms\":100}");
+    assert_int_equal(sd_dir_config_load(c, err, sizeof err), 0);
+    assert_int_equal(sd_dir_cfg.series_interval_ms, 100);
+    json_decref(c);
     c = parse("{\"history\":5}");
     assert_int_equal(sd_dir_config_load(c, err, sizeof err), -1);
     assert_non_null(strstr(err, "unknown field 'history'"));
