@@ -208,7 +208,9 @@ typedef struct bb_inst {
     bb_timer_t probe_timer;
     int probe_busy;
     pid_t probe_pid;
-    int probe_failures;
+    int probe_failures;      /* consecutive, reset by a success */
+    int probe_failures_total; /* this run's, for the health view (health.c) */
+    char probe_error[96];    /* why the last probe failed ("" none yet) */
     int probe_sent;          /* http: the request is written, the status line is awaited */
     char probe_head[16];     /* http: the first bytes of the reply, "HTTP/1.1 200 " */
     int probe_head_len;
@@ -414,6 +416,7 @@ void bb_ctl_close(void);
 
 void bb_probe_start(bb_inst_t *in);  /* begins periodic probing of a new process */
 void bb_probe_stop(bb_inst_t *in);
+void bb_probe_free(void);             /* at exit: the killed exec probes not reaped yet */
 
 /* ---------------------------------------------------------------- state.c */
 
@@ -488,6 +491,13 @@ int bb_metrics_start(void);
 void bb_metrics_stop(void);
 /* A listening TCP socket on host:port (numeric IPv4 or IPv6): the fd or -errno. */
 int bb_listen_tcp(const char *host, int port);
+/* The health view (health.c): a snapshot of every instance's liveness, rebuilt by the
+ * loop every second, read by the logs port's threads. bb_health_dump answers the whole
+ * machine (id NULL) or the current run named id as compact JSON (malloc'd; NULL when
+ * there is no such run or no snapshot). */
+void bb_health_start(void);
+void bb_health_stop(void);
+char *bb_health_dump(const char *id);
 /* The logs port (logsrv.c), when logs_listen is set: 0, or -errno when it cannot open. */
 int bb_logsrv_start(void);
 void bb_logsrv_stop(void);

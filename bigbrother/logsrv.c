@@ -1,21 +1,30 @@
 /* The logs port (config logs_listen, HOST:PORT; registered with the machine lease as
- * logs_port): the output of the instances this bigbrother runs, for sdctl logs on any
- * machine, without SSH.
+ * logs_port): the output and the health of the instances this bigbrother runs, for
+ * sdctl logs / describe and the dashboard on any machine, without SSH.
  *
  *   GET /v1/logs/{instance}[?tail=N][&follow=1]     Authorization: Bearer TOKEN
+ *   GET /v1/health                                  (every instance here)
+ *   GET /v1/health/{instance}                       (the current run of a slot)
  *
- * answers text/plain: the last N lines (default 100, 0 all, at most 10,000) of that run's
- * output, read from its log (STATE_DIR/logs/<service>-<slot>/<instance>.log, less its
- * header line; the lines of its .1 first when N is 0 or the file holds no more than N
- * lines, as after a rotation); with follow=1 and a live instance, then what it writes (from the file's
- * new start after a rotation truncated it), until the run ends. The caller's token is
- * checked by ServerDir: the request is served when GET
+ * /v1/logs answers text/plain: the last N lines (default 100, 0 all, at most 10,000) of
+ * that run's output, read from its log (STATE_DIR/logs/<service>-<slot>/<instance>.log,
+ * less its header line; the lines of its .1 first when N is 0 or the file holds no more
+ * than N lines, as after a rotation); with follow=1 and a live instance, then what it
+ * writes (from the file's new start after a rotation truncated it), until the run ends.
+ * /v1/health answers the health view's JSON (health.c: heartbeat age, probe failures).
+ *
+ * The caller's token is checked by ServerDir: an instance's request is served when GET
  * /v1/clusters/{cluster}/processes/{instance} answers 200 with that token (a viewer, ops
- * or bigbrother token of the cluster), so the logs port needs no secret of its own;
- * without a serverdir section it serves nothing (503).
+ * or bigbrother token of the cluster), the machine's when GET .../machines/{machine}
+ * does, so the logs port needs no secret of its own; without a serverdir section it
+ * serves nothing (503). Answers allow any origin (CORS, with the preflight): the
+ * dashboard reads them from the browser with the operator's token.
  *
- * Its own libmicrohttpd daemon, one thread per connection (at most 8): a follower sleeps
- * in its thread between reads. It touches no supervisor state: the files and ServerDir. */
+ * Its own libmicrohttpd daemon, one thread per connection (at most 16): a follower
+ * sleeps in its thread between reads (so no idle timeout: a quiet game's follower would
+ * be cut), and every other answer closes its connection, so that no browser keeps an
+ * idle one holding a thread. It touches no supervisor state: the files, the health
+ * snapshot and ServerDir. */
 #include "bb.h"
 #include "sdclient.h"
 #include "sdlog.h"
@@ -36,7 +45,7 @@
 #define TAIL_MAX BB_LOG_LINES_MAX
 #define FOLLOW_CHECK_MS 2000 /* how often a follower asks ServerDir whether the run lives */
 #define FOLLOW_POLL_US 200000
-#define LOGS_CONNECTIONS 8
+#define LOGS_CONNECTIONS 16
 
 static struct MHD_Daemon *logsd;
 static atomic_int stopping; /* followers end their wait when bigbrother stops */
@@ -151,16 +160,101 @@ static void run_free(void *cls)
     free(r);
 }
 
+/* Every answer may be read by a page of another origin (the dashboard, served by
+ * ServerDir): the token travels in the Authorization header, never in a cookie, so a
+ * page without the token can read nothing. */
+static void cors(struct MHD_Response *resp)
+{
+    MHD_add_response_header(resp, "Access-Control-Allow-Origin", "*");
+}
+
+/* The headers of every answer but a log: CORS, and the connection closed after it. */
+static void short_answer(struct MHD_Response *resp)
+{
+    cors(resp);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+}
+
 static enum MHD_Result text(struct MHD_Connection *conn, unsigned status, const char *msg)
 {
     struct MHD_Response *resp =
         MHD_create_response_from_buffer(strlen(msg), (void *)msg, MHD_RESPMEM_MUST_COPY);
     if (!resp)
         return MHD_NO;
+    short_answer(resp);
     MHD_add_response_header(resp, "Content-Type", "text/plain; charset=utf-8");
     if (status == MHD_HTTP_UNAUTHORIZED)
         MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
     enum MHD_Result ret = MHD_queue_response(conn, status, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+/* A browser's CORS preflight for a GET with an Authorization header. */
+static enum MHD_Result preflight(struct MHD_Connection *conn)
+{
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+    if (!resp)
+        return MHD_NO;
+    short_answer(resp);
+    MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET");
+    MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization");
+    MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+    enum MHD_Result ret = MHD_queue_response(conn, MHD_HTTP_NO_CONTENT, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+/* ServerDir's word on a token for this machine as a whole: the HTTP status to answer
+ * (200 when GET /v1/clusters/{cluster}/machines/{machine} answers 200 with it). */
+static int check_machine_caller(const char *token)
+{
+    sdc_t *c = sdc_new(bb.cfg.urls, token, 5000);
+    if (!c)
+        return MHD_HTTP_SERVICE_UNAVAILABLE;
+    json_t *m = NULL;
+    sdc_err_t err;
+    int rc = sdc_machine_get(c, bb.cfg.cluster, bb.cfg.machine, &m, &err);
+    int status = MHD_HTTP_OK;
+    if (rc == SDC_E_HTTP && (err.status == 401 || err.status == 403 || err.status == 404))
+        status = (int)err.status;
+    else if (rc != SDC_OK)
+        status = MHD_HTTP_SERVICE_UNAVAILABLE;
+    if (rc != SDC_OK)
+        sdc_err_clear(&err);
+    json_decref(m);
+    sdc_free(c);
+    return status;
+}
+
+/* GET /v1/health[/{id}]: the health view (health.c) of every instance here, or of the
+ * current run named id, once ServerDir accepts the caller's token for it. */
+static enum MHD_Result health_answer(struct MHD_Connection *conn, const char *token,
+                                     const char *id)
+{
+    int live = 0;
+    int status = id ? check_caller(token, id, &live) : check_machine_caller(token);
+    if (status != MHD_HTTP_OK)
+        return text(conn, (unsigned)status,
+                    status == MHD_HTTP_NOT_FOUND ? (id ? "no such instance on this machine\n"
+                                                       : "this machine is not registered\n")
+                    : status == MHD_HTTP_SERVICE_UNAVAILABLE ? "ServerDir cannot be reached\n"
+                                                             : "not allowed\n");
+    char *body = bb_health_dump(id);
+    if (!body)
+        return text(conn, MHD_HTTP_NOT_FOUND,
+                    id ? "that instance is not the current run of a slot here\n"
+                       : "no health snapshot yet\n");
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(body);
+        return MHD_NO;
+    }
+    short_answer(resp);
+    MHD_add_response_header(resp, "Content-Type", "application/json");
+    MHD_add_response_header(resp, "Cache-Control", "no-store");
+    enum MHD_Result ret = MHD_queue_response(conn, MHD_HTTP_OK, resp);
     MHD_destroy_response(resp);
     return ret;
 }
@@ -178,17 +272,24 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     if (*upload_size)
         return text(conn, 413, "no body expected\n");
+    if (!strcmp(method, "OPTIONS"))
+        return preflight(conn);
     if (strcmp(method, "GET") != 0)
         return text(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "GET only\n");
-    if (strncmp(url, "/v1/logs/", 9) != 0 || !sd_name_valid(url + 9, SD_NAME_MAX))
-        return text(conn, MHD_HTTP_NOT_FOUND, "GET /v1/logs/{instance}\n");
-    const char *id = url + 9;
+    int health = !strcmp(url, "/v1/health") || !strncmp(url, "/v1/health/", 11);
+    const char *id = health ? (url[10] ? url + 11 : NULL) : url + 9;
+    if (health ? id && !sd_name_valid(id, SD_NAME_MAX)
+               : strncmp(url, "/v1/logs/", 9) != 0 || !sd_name_valid(id, SD_NAME_MAX))
+        return text(conn, MHD_HTTP_NOT_FOUND,
+                    "GET /v1/logs/{instance}, /v1/health or /v1/health/{instance}\n");
     const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
     if (!auth || strncmp(auth, "Bearer ", 7) != 0 || !auth[7] || strlen(auth + 7) >= 256)
         return text(conn, MHD_HTTP_UNAUTHORIZED, "a bearer token is needed\n");
     if (!bb.cfg.urls)
         return text(conn, MHD_HTTP_SERVICE_UNAVAILABLE,
                     "no ServerDir configured to check tokens with\n");
+    if (health)
+        return health_answer(conn, auth + 7, id);
     const char *ts = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "tail");
     const char *fs = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "follow");
     int64_t tail = TAIL_DEFAULT;
@@ -222,6 +323,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         run_free(r);
         return MHD_NO;
     }
+    cors(resp);
     MHD_add_response_header(resp, "Content-Type", "text/plain; charset=utf-8");
     enum MHD_Result ret = MHD_queue_response(conn, MHD_HTTP_OK, resp);
     MHD_destroy_response(resp);

@@ -93,6 +93,7 @@ int main(int argc, char **argv)
     if (rc)
         sd_die(SD_EXIT_SYSTEM, "cannot set up the event loop", "error=%s", strerror(-rc));
     bb_logs_start();
+    bb_health_start();
     start_reporter();
     if ((rc = bb_metrics_start()))
         sd_die(SD_EXIT_SYSTEM, "cannot serve metrics", "listen=%s port=%d error=%s",
@@ -129,6 +130,7 @@ int main(int argc, char **argv)
         bb_metrics_save();
     bb_metrics_stop();
     bb_logsrv_stop();
+    bb_health_stop();
     bb_report_stop(bb.report);
     log_info("bigbrother exiting", "signal=%d processes_left_running=%d then=%s", sig, running,
              sig == SIGHUP ? "re-exec" : "exit");
@@ -138,6 +140,7 @@ int main(int argc, char **argv)
     }
     bb_converge_free();
     bb_alloc_free();
+    bb_probe_free();
     bb_config_free(&bb.cfg);
     free(bb.inst);
     return 0;

@@ -33,10 +33,24 @@ static int probing(const bb_inst_t *in)
     return t == BB_H_TCP || t == BB_H_UDP || t == BB_H_HTTP || t == BB_H_EXEC;
 }
 
-/* An exec probe given up while running: killed, and reaped when its pidfd says so. */
-typedef struct {
+/* An exec probe given up while running: killed, and reaped when its pidfd says so. The
+ * ones not reaped yet are listed, so that bigbrother's exit frees them (bb_probe_free). */
+typedef struct reaper {
     bb_watch_t w;
+    struct reaper *prev, *next;
 } reaper_t;
+
+static reaper_t *reapers;
+
+static void reaper_unlink(reaper_t *r)
+{
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        reapers = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+}
 
 static void on_reap(bb_watch_t *w, uint32_t events)
 {
@@ -45,7 +59,19 @@ static void on_reap(bb_watch_t *w, uint32_t events)
     if (bb_pidfd_wait(w->fd, &si) == 0 && si.si_pid == 0)
         return;
     bb_pidfd_close(w);
-    bb_defer_free(container_of(w, reaper_t, w));
+    reaper_t *r = container_of(w, reaper_t, w);
+    reaper_unlink(r);
+    bb_defer_free(r);
+}
+
+void bb_probe_free(void)
+{
+    while (reapers) {
+        reaper_t *r = reapers;
+        reaper_unlink(r);
+        bb_pidfd_close(&r->w);
+        free(r);
+    }
 }
 
 /* Ends the running probe (if any): closes its fd; an exec probe still running is killed
@@ -64,6 +90,10 @@ static void probe_end(bb_inst_t *in)
             if (bb_watch_mod(&r->w, EPOLLIN) == 0) {
                 in->probew.fd = -1;
                 in->probe_pid = 0;
+                r->next = reapers;
+                if (reapers)
+                    reapers->prev = r;
+                reapers = r;
                 return;
             }
             free(r);
@@ -93,6 +123,8 @@ static void probe_result(bb_inst_t *in, int ok, const char *why)
     if (in->state != ST_READY)
         return;
     in->probe_failures++;
+    in->probe_failures_total++;
+    sd_strlcpy(in->probe_error, why, sizeof in->probe_error);
     log_warn("probe failed", "instance=%s failures=%d threshold=%d why=%s", in->id,
              in->probe_failures, in->svc->health.failure_threshold, why);
     if (in->probe_failures >= in->svc->health.failure_threshold)
@@ -258,7 +290,8 @@ void bb_probe_start(bb_inst_t *in)
     if (!probing(in))
         return;
     bb_probe_stop(in);
-    in->probe_failures = 0;
+    in->probe_failures = in->probe_failures_total = 0;
+    in->probe_error[0] = '\0';
     in->probe_ok_mono = sd_mono_ms();
     in->probe_timer.fn = on_probe_timer;
     bb_timer_set(&in->probe_timer, sd_mono_ms() + FIRST_PROBE_MS);

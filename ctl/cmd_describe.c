@@ -81,6 +81,72 @@ static void instances_table(const ctl_t *ctl, const json_t *live, const json_t *
     ctl_table_print(t, stdout, ctl->color);
 }
 
+static size_t to_buf(const char *data, size_t len, void *arg)
+{
+    sd_buf_t *b = arg;
+    return sd_buf_append(b, data, len) ? 0 : len;
+}
+
+/* The live instance's health as its machine's bigbrother sees it (GET /v1/health/ID on
+ * the logs port): the object, or NULL with why in why (no logs port, unreachable, ...). */
+static json_t *instance_health(ctl_t *ctl, const json_t *p, char *why, size_t cap)
+{
+    char path[200], url[512];
+    sdc_err_t err;
+    snprintf(path, sizeof path, "/v1/health/%s", str_of(p, "instance"));
+    int rc = ctl_bb_url(ctl, str_of(p, "machine"), path, url, sizeof url, &err);
+    if (rc == 1) {
+        snprintf(why, cap, "unknown (the machine serves no logs port)");
+        return NULL;
+    }
+    sd_buf_t b;
+    sd_buf_init(&b, 1 << 20);
+    if (rc == SDC_OK)
+        rc = sdc_stream(ctl->client, url, 3000, to_buf, &b, &err);
+    json_t *h = NULL;
+    if (rc == SDC_OK) {
+        h = json_loadb(b.data ? b.data : "", b.len, 0, NULL);
+        if (!h)
+            snprintf(why, cap, "unknown (the machine's bigbrother answered no JSON)");
+    } else {
+        snprintf(why, cap, "unknown (the machine's bigbrother: %s)",
+                 err.message[0] ? err.message : "no answer");
+        sdc_err_clear(&err);
+    }
+    sd_buf_free(&b);
+    return h;
+}
+
+/* "agent heartbeat 0.4s ago (deadline 8.0s), connected" / "http probe ok 1.2s ago,
+ * failing 1/3 (4 this run; last: connection refused)". */
+static const char *health_text(const json_t *h, char *buf, size_t cap)
+{
+    char age[32], lim[32];
+    const char *check = str_of(h, "check");
+    const json_t *a = json_object_get(h, "heartbeat_age_ms");
+    const char *ago = json_is_integer(a) ? ctl_fmt_ms(json_integer_value(a), age, sizeof age)
+                                         : NULL;
+    if (!strcmp(check, "none")) {
+        snprintf(buf, cap, "no check (health type none)");
+    } else if (json_object_get(h, "liveness_timeout_ms")) {
+        const json_t *c = json_object_get(h, "agent_connected");
+        snprintf(buf, cap, "%s heartbeat %s%s (deadline %s)%s", check, ago ? ago : "-",
+                 ago ? " ago" : "",
+                 ctl_fmt_ms(json_integer_value(json_object_get(h, "liveness_timeout_ms")), lim,
+                            sizeof lim),
+                 !c ? "" : json_is_true(c) ? ", agent connected" : ", agent NOT connected");
+    } else {
+        const char *last = str_of(h, "last_probe_error");
+        snprintf(buf, cap, "%s probe ok %s%s, failing %lld/%lld (%lld this run%s%s)", check,
+                 ago ? ago : "-", ago ? " ago" : "",
+                 (long long)json_integer_value(json_object_get(h, "probe_failures")),
+                 (long long)json_integer_value(json_object_get(h, "failure_threshold")),
+                 (long long)json_integer_value(json_object_get(h, "probe_failures_total")),
+                 *last ? "; last: " : "", last);
+    }
+    return buf;
+}
+
 static int describe_instance(ctl_t *ctl, json_t *p)
 {
     const char *inst = str_of(p, "instance");
@@ -99,15 +165,21 @@ static int describe_instance(ctl_t *ctl, json_t *p)
         if (rc != SDC_OK) /* expired between the two reads: no entry */
             sdc_err_clear(&err);
     }
+    char hwhy[300] = "";
+    json_t *health = strcmp(str_of(p, "state"), "stopped") != 0
+                         ? instance_health(ctl, p, hwhy, sizeof hwhy)
+                         : NULL;
     if (ctl->json) {
-        json_t *o = json_pack("{s:s, s:O, s:O, s:O}", "kind", "instance", "process", p, "locks",
-                              json_object_get(locks, "locks"), "master",
-                              master ? master : json_null());
+        json_t *o = json_pack("{s:s, s:O, s:O, s:O, s:O}", "kind", "instance", "process", p,
+                              "locks", json_object_get(locks, "locks"), "master",
+                              master ? master : json_null(), "health",
+                              health ? health : json_null());
         ctl_print_json(o);
         json_decref(o);
         json_decref(p);
         json_decref(locks);
         json_decref(master);
+        json_decref(health);
         return CTL_EXIT_OK;
     }
     int64_t now = sd_wall_ms();
@@ -135,6 +207,15 @@ static int describe_instance(ctl_t *ctl, json_t *p)
     snprintf(buf, sizeof buf, "%lld (generation %lld of slot %s)", g > 1 ? g - 1 : 0, g,
              ctl_jstr(json_object_get(p, "slot"), t1, sizeof t1));
     line("Restarts:", buf);
+    if (health || hwhy[0])
+        line("Health:", health ? health_text(health, buf, sizeof buf) : hwhy);
+    if (health && json_is_integer(json_object_get(health, "max_players")))
+        snprintf(buf, sizeof buf, "%lld / %lld",
+                 (long long)json_integer_value(json_object_get(health, "players")),
+                 (long long)json_integer_value(json_object_get(health, "max_players")));
+    if (health && json_is_integer(json_object_get(health, "max_players")))
+        line("Players:", buf);
+    json_decref(health);
     printf("Timeline:\n");
     static const char *const steps[][2] = {{"started", "started_at_ms"},
                                            {"ready", "ready_at_ms"},

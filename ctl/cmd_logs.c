@@ -27,6 +27,26 @@ static size_t to_stdout(const char *data, size_t len, void *arg)
     return n;
 }
 
+int ctl_bb_url(ctl_t *ctl, const char *machine, const char *path, char *url, size_t cap,
+               sdc_err_t *err)
+{
+    json_t *mach = NULL;
+    int rc = sdc_machine_get(ctl->client, ctl->cluster, machine ? machine : "?", &mach, err);
+    if (rc != SDC_OK)
+        return rc;
+    const char *addr = json_string_value(json_object_get(mach, "address"));
+    const json_t *port = json_object_get(mach, "logs_port");
+    if (!addr || !json_is_integer(port)) {
+        json_decref(mach);
+        return 1;
+    }
+    int v6 = strchr(addr, ':') != NULL;
+    snprintf(url, cap, "http://%s%s%s:%lld%s", v6 ? "[" : "", addr, v6 ? "]" : "",
+             (long long)json_integer_value(port), path);
+    json_decref(mach);
+    return SDC_OK;
+}
+
 int cmd_logs(ctl_t *ctl, int argc, char **argv)
 {
     if (ctl_wants_help(argc, argv, usage_text))
@@ -53,33 +73,23 @@ int cmd_logs(ctl_t *ctl, int argc, char **argv)
     if (!sd_name_valid(inst, SD_NAME_MAX))
         return ctl_usage("logs", "'%s' is not a valid instance name", inst);
 
-    json_t *proc = NULL, *mach = NULL;
+    json_t *proc = NULL;
     sdc_err_t err;
     int rc = sdc_process_get(ctl->client, ctl->cluster, inst, &proc, &err);
     if (rc != SDC_OK)
         return ctl_fail_clear(rc, &err);
+    char path[256], url[512];
+    snprintf(path, sizeof path, "/v1/logs/%s?tail=%ld%s", inst, tail, follow ? "&follow=1" : "");
     const char *machine = json_string_value(json_object_get(proc, "machine"));
-    rc = sdc_machine_get(ctl->client, ctl->cluster, machine ? machine : "?", &mach, &err);
-    if (rc != SDC_OK) {
-        json_decref(proc);
-        return ctl_fail_clear(rc, &err);
-    }
-    const char *addr = json_string_value(json_object_get(mach, "address"));
-    const json_t *port = json_object_get(mach, "logs_port");
-    if (!addr || !json_is_integer(port)) {
+    rc = ctl_bb_url(ctl, machine, path, url, sizeof url, &err);
+    if (rc == 1)
         fprintf(stderr, "sdctl: machine '%s' does not serve logs (set logs_listen in its "
                         "bigbrother config; then bbctl logs %s on it)\n", machine, inst);
-        json_decref(proc);
-        json_decref(mach);
-        return CTL_EXIT_NOT_FOUND;
-    }
-    char url[512];
-    int v6 = strchr(addr, ':') != NULL;
-    snprintf(url, sizeof url, "http://%s%s%s:%lld/v1/logs/%s?tail=%ld%s", v6 ? "[" : "", addr,
-             v6 ? "]" : "", (long long)json_integer_value(port), inst, tail,
-             follow ? "&follow=1" : "");
     json_decref(proc);
-    json_decref(mach);
+    if (rc == 1)
+        return CTL_EXIT_NOT_FOUND;
+    if (rc != SDC_OK)
+        return ctl_fail_clear(rc, &err);
     rc = sdc_stream(ctl->client, url, follow ? 0 : 30000, to_stdout, NULL, &err);
     if (rc == SDC_E_TRANSPORT) {
         fprintf(stderr, "sdctl: cannot reach the machine's bigbrother: %s\n", err.message);

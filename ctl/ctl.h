@@ -52,6 +52,11 @@ extern const size_t ctl_ncmds;
 int ctl_fail(int rc, const sdc_err_t *err);
 /* ctl_fail, then frees what err holds (sdc_err_clear): the end of a failed call. */
 int ctl_fail_clear(int rc, sdc_err_t *err);
+/* The URL of path on the logs port of machine's bigbrother (its lease's address and
+ * logs_port) into url: SDC_OK, 1 when the machine serves no logs port, or the sdc error
+ * of reading the machine (err set). */
+int ctl_bb_url(ctl_t *ctl, const char *machine, const char *path, char *url, size_t cap,
+               sdc_err_t *err);
 /* When any of argv[1..argc-1] is --help or -h: prints text on stdout and returns 1. */
 int ctl_wants_help(int argc, char **argv, const char *text);
 /* Prints a usage error for cmd and returns CTL_EXIT_USAGE. */

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -626,6 +627,179 @@ static void crash_report_in_the_record_and_describe(void **state)
     bbt_stop(&b, 3000);
 }
 
+/* GET a bigbrother health URL with token: the status, and the JSON in *out on 200. */
+static long health_get(const char *url, const char *token, json_t **out)
+{
+    h_resp_t r;
+    assert_int_equal(h_http("GET", url, token, NULL, NULL, 0, NULL, &r), 0);
+    long status = r.status;
+    /* every answer, an error too, may be read by the dashboard's origin */
+    assert_non_null(r.headers);
+    assert_non_null(strstr(r.headers, "Access-Control-Allow-Origin: *"));
+    if (out)
+        *out = status == 200 ? h_resp_json(&r) : NULL;
+    h_resp_free(&r);
+    return status;
+}
+
+struct health_wait {
+    char url[300];
+    const char *field;
+    long long at_least;
+};
+
+static int health_reaches(void *arg)
+{
+    struct health_wait *w = arg;
+    json_t *h = NULL;
+    if (health_get(w->url, H_TOK_VIEWER, &h) != 200)
+        return 0;
+    const json_t *v = json_object_get(h, w->field);
+    int ok = json_is_integer(v) && json_integer_value(v) >= w->at_least;
+    json_decref(h);
+    return ok;
+}
+
+/* Issue 15 item 4 (heartbeat age / probe failures per instance, what Consul shows per
+ * check): bigbrother's logs port serves its health view, GET /v1/health[/{instance}],
+ * checked by ServerDir like the logs and readable from the dashboard's origin (CORS);
+ * sdctl describe prints it. */
+static void health_view_and_cors(void **state)
+{
+    (void)state;
+    bbt_t b = {0};
+    char extra[512], svc[2048], out[16384], line[512];
+    const char *dir = h_tmpdir();
+    int logs_port = h_free_port();
+    snprintf(extra, sizeof extra,
+             ", \"serverdir\": {\"urls\": [\"%s\"], \"token\": \"%s\"}, \"address\": "
+             "\"127.0.0.1\", \"logs_listen\": \"127.0.0.1:%d\"",
+             sd.url, H_TOK_BB, logs_port);
+    /* an agent-checked gameproc, and a shell checked by an exec probe that passes while
+     * its file exists (a high threshold: the failures are counted, nothing is killed) */
+    snprintf(svc, sizeof svc,
+             "[{\"name\": \"beating\", \"command\": \"%s\", \"args\": [\"--tick-hz\", \"50\"],"
+             " \"count\": 1, \"health\": {\"type\": \"agent\", \"start_timeout_ms\": 5000,"
+             " \"liveness_timeout_ms\": 20000}, \"stop\": {\"grace_ms\": 2000}, \"cwd\": \"%s\"},"
+             " {\"name\": \"probed\", \"command\": \"/bin/sh\", \"args\": [\"-c\", \"exec sleep 600\"],"
+             " \"count\": 1, \"health\": {\"type\": \"exec\", \"command\": \"test -f %s/up\","
+             " \"period_ms\": 100, \"timeout_ms\": 2000, \"failure_threshold\": 100}}]",
+             GAMEPROC, dir, dir);
+    h_write_file(dir, "up", "", 0644);
+    bbt_config(&b, svc, extra);
+    assert_true(bbt_start(&b) > 0);
+    int slow = h_valgrind() ? 6 : 1;
+    json_t *in = bbt_wait(&b, "beating", 0, "ready", 1, 5000 * slow);
+    assert_non_null(in);
+    char beating[160], probed[160];
+    snprintf(beating, sizeof beating, "%s", bbt_str(in, "instance"));
+    pid_t beating_pid = (pid_t)bbt_int(in, "pid");
+    json_decref(in);
+    in = bbt_wait(&b, "probed", 0, "ready", 1, 5000 * slow);
+    assert_non_null(in);
+    snprintf(probed, sizeof probed, "%s", bbt_str(in, "instance"));
+    json_decref(in);
+
+    /* one instance: its check, a fresh heartbeat, the deadline, the agent connected */
+    struct health_wait w = {.field = "heartbeat_age_ms", .at_least = 0};
+    snprintf(w.url, sizeof w.url, "http://127.0.0.1:%d/v1/health/%s", logs_port, beating);
+    assert_true(h_wait_until(health_reaches, &w, 5000 * slow)); /* ready in the snapshot */
+    json_t *h = NULL;
+    assert_int_equal(health_get(w.url, H_TOK_VIEWER, &h), 200);
+    assert_string_equal(json_string_value(json_object_get(h, "instance")), beating);
+    assert_string_equal(json_string_value(json_object_get(h, "machine")), "m1");
+    assert_string_equal(json_string_value(json_object_get(h, "check")), "agent");
+    assert_string_equal(json_string_value(json_object_get(h, "state")), "ready");
+    assert_true(json_is_true(json_object_get(h, "agent_connected")));
+    assert_int_equal(json_integer_value(json_object_get(h, "liveness_timeout_ms")), 20000);
+    assert_true(json_integer_value(json_object_get(h, "heartbeat_age_ms")) < 3000 * slow);
+    assert_true(json_integer_value(json_object_get(h, "as_of_ms")) > 0);
+    json_decref(h);
+
+    /* a frozen game: the age grows past a second (its deadline is 20 s away) */
+    assert_int_equal(kill(beating_pid, SIGSTOP), 0);
+    w.at_least = 1500;
+    assert_true(h_wait_until(health_reaches, &w, 6000 * slow));
+    assert_int_equal(kill(beating_pid, SIGCONT), 0);
+    w.at_least = 0;
+
+    /* the probed one: failures counted with the probe's reason once its file is gone */
+    char upf[300];
+    snprintf(upf, sizeof upf, "%s/up", dir);
+    assert_int_equal(unlink(upf), 0);
+    struct health_wait pw = {.field = "probe_failures_total", .at_least = 3};
+    snprintf(pw.url, sizeof pw.url, "http://127.0.0.1:%d/v1/health/%s", logs_port, probed);
+    assert_true(h_wait_until(health_reaches, &pw, 10000 * slow));
+    assert_int_equal(health_get(pw.url, H_TOK_VIEWER, &h), 200);
+    assert_string_equal(json_string_value(json_object_get(h, "check")), "exec");
+    assert_true(json_integer_value(json_object_get(h, "probe_failures")) >= 3);
+    assert_int_equal(json_integer_value(json_object_get(h, "failure_threshold")), 100);
+    assert_int_equal(json_integer_value(json_object_get(h, "period_ms")), 100);
+    assert_true(json_is_string(json_object_get(h, "last_probe_error")));
+    assert_null(json_object_get(h, "agent_connected"));
+    json_decref(h);
+    /* passing again before the threshold (100 x 100 ms) kills it: the streak resets, the
+     * run's total stays */
+    h_write_file(dir, "up", "", 0644);
+
+    /* the whole machine */
+    char mu[200];
+    snprintf(mu, sizeof mu, "http://127.0.0.1:%d/v1/health", logs_port);
+    assert_int_equal(health_get(mu, H_TOK_VIEWER, &h), 200);
+    assert_string_equal(json_string_value(json_object_get(h, "machine")), "m1");
+    assert_int_equal(json_array_size(json_object_get(h, "instances")), 2);
+    json_decref(h);
+
+    /* sdctl describe of the live instance prints it */
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "describe", beating,
+                           "--cluster", "c1", NULL), 0);
+    assert_non_null(h_line_with(out, "Health:", line, sizeof line));
+    assert_non_null(strstr(line, "agent heartbeat "));
+    assert_non_null(strstr(line, "agent connected"));
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "describe", probed,
+                           "--cluster", "c1", NULL), 0);
+    assert_non_null(h_line_with(out, "Health:", line, sizeof line));
+    assert_non_null(strstr(line, "exec probe ok "));
+    assert_non_null(strstr(line, "last: "));
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "describe", beating,
+                           "--cluster", "c1", "-o", "json", NULL), 0);
+    json_t *dj = json_loads(out, 0, NULL);
+    assert_non_null(dj);
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(dj, "health"), "check")), "agent");
+    json_decref(dj);
+
+    /* tokens: none 401, unknown 401, a game token 403, another machine's instance 404,
+     * not a name 404 */
+    assert_int_equal(health_get(w.url, NULL, NULL), 401);
+    assert_int_equal(health_get(w.url, "wrong-token-0000000000", NULL), 401);
+    assert_int_equal(health_get(w.url, H_TOK_GAME, NULL), 403);
+    assert_int_equal(health_get(mu, "wrong-token-0000000000", NULL), 401);
+    char u[300];
+    snprintf(u, sizeof u, "http://127.0.0.1:%d/v1/health/zone-m1-1", logs_port); /* prod's */
+    assert_int_equal(health_get(u, H_TOK_VIEWER, NULL), 404);
+    snprintf(u, sizeof u, "http://127.0.0.1:%d/v1/health/a%%2Fb", logs_port);
+    assert_int_equal(health_get(u, H_TOK_VIEWER, NULL), 404);
+
+    /* a browser's preflight for a GET with the Authorization header */
+    h_resp_t pr;
+    const char *pre[] = {"Origin: http://127.0.0.1:1", "Access-Control-Request-Method: GET",
+                         "Access-Control-Request-Headers: authorization", NULL};
+    assert_int_equal(h_http("OPTIONS", w.url, NULL, NULL, NULL, 0, pre, &pr), 0);
+    assert_int_equal(pr.status, 204);
+    assert_non_null(strstr(pr.headers, "Access-Control-Allow-Origin: *"));
+    assert_non_null(strstr(pr.headers, "Access-Control-Allow-Headers: Authorization"));
+    assert_non_null(strstr(pr.headers, "Access-Control-Allow-Methods: GET"));
+    h_resp_free(&pr);
+    /* and a log, read the same way */
+    snprintf(u, sizeof u, "http://127.0.0.1:%d/v1/logs/%s?tail=5", logs_port, beating);
+    assert_int_equal(h_http("GET", u, H_TOK_VIEWER, NULL, NULL, 0, NULL, &pr), 0);
+    assert_int_equal(pr.status, 200);
+    assert_non_null(strstr(pr.headers, "Access-Control-Allow-Origin: *"));
+    h_resp_free(&pr);
+    bbt_stop(&b, 3000);
+}
+
 static void exit_codes(void **state)
 {
     char out[4096];
@@ -680,6 +854,7 @@ int main(void)
         cmocka_unit_test(describe_instance_service_machine),
         cmocka_unit_test(ps_watch_redraws),
         cmocka_unit_test(crash_report_in_the_record_and_describe),
+        cmocka_unit_test(health_view_and_cors),
         cmocka_unit_test(exit_codes),
     };
     return cmocka_run_group_tests(tests, setup, h_stack_teardown);
