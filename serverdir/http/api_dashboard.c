@@ -1,5 +1,7 @@
 /* The dashboard: one static page (http/www/dashboard.html, embedded by the build)
- * that reads the REST API from the browser, with a viewer token if auth is on. */
+ * that reads the REST API from the browser, with a viewer token if auth is on. Its
+ * policy lets it connect to other http(s) origins as well: an instance's live log and
+ * health come from the logs port of its machine's bigbrother (docs/operations.md). */
 #include <string.h>
 
 #include "sd.h"
@@ -12,7 +14,7 @@ void h_dashboard(sd_req_t *req, sd_resp_t *resp)
         if (strcmp(sd_www_srcs[i].name, "dashboard") == 0) {
             sd_resp_header(resp, "Content-Security-Policy",
                            "default-src 'self'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; "
-                           "connect-src 'self'; frame-ancestors 'none'");
+                           "connect-src 'self' http: https:; frame-ancestors 'none'");
             sd_resp_header(resp, "X-Content-Type-Options", "nosniff");
             sd_resp_bytes(resp, 200, "text/html; charset=utf-8", sd_www_srcs[i].body,
                           strlen(sd_www_srcs[i].body));

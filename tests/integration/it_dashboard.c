@@ -32,6 +32,7 @@
 static h_redis_t redis;
 static h_serverdir_t sd;
 static bbt_t bbt;
+static int logs_port; /* bigbrother's logs port: the instance page's health and live log */
 
 static int setup(void **state)
 {
@@ -47,9 +48,11 @@ static int setup(void **state)
              " \"stop\": {\"signal\": \"TERM\", \"grace_ms\": 500}, \"cwd\": \"%s\","
              " \"rlimits\": {\"core\": 0}}]",
              GAMEPROC, h_tmpdir());
+    logs_port = h_free_port();
     snprintf(extra, sizeof extra,
-             ", \"address\": \"127.0.0.1\", \"serverdir\": {\"urls\": [\"%s\"], \"token\": \"%s\"}",
-             sd.url, H_TOK_BB);
+             ", \"address\": \"127.0.0.1\", \"serverdir\": {\"urls\": [\"%s\"], \"token\": \"%s\"},"
+             " \"logs_listen\": \"127.0.0.1:%d\"",
+             sd.url, H_TOK_BB, logs_port);
     bbt_config(&bbt, svc, extra);
     return bbt_start(&bbt) > 0 ? 0 : -1;
 }
@@ -342,8 +345,29 @@ static void instance_service_machine_pages(void **state)
     }
 
     char q[400];
-    snprintf(q, sizeof q, "cluster=c1&instance=%s", id);
+    /* a live instance: its health (heartbeat age, deadline, agent) and live log, read
+     * from its machine's bigbrother by the page itself (CORS) */
+    json_t *ready = api("/v1/clusters/c1/processes?service=zone&state=ready");
+    char live[160];
+    snprintf(live, sizeof live, "%s",
+             json_string_value(json_object_get(
+                 json_array_get(json_object_get(ready, "processes"), 0), "instance")));
+    json_decref(ready);
+    snprintf(q, sizeof q, "cluster=c1&instance=%s", live);
     char *dom = dom_of(q);
+    assert_null(strstr(dom, "class=\"err\""));
+    assert_non_null(strstr(dom, "last heartbeat"));
+    assert_non_null(strstr(dom, " ago</span>"));
+    assert_non_null(strstr(dom, "3.0s without one: hung, killed and restarted"));
+    assert_non_null(strstr(dom, ">connected</span>"));
+    assert_non_null(strstr(dom, "id=\"live-log\">")); /* shown (not hidden) */
+    assert_non_null(strstr(dom, "msg=ready"));        /* the game's own output */
+    assert_non_null(strstr(dom, "last 200 lines, every 2 s"));
+    free(dom);
+    screenshot(q, "dashboard-instance-live.png", 1400);
+
+    snprintf(q, sizeof q, "cluster=c1&instance=%s", id);
+    dom = dom_of(q);
     assert_null(strstr(dom, "class=\"err\""));
     assert_non_null(strstr(dom, id));
     assert_non_null(strstr(dom, "killed(signal 6)"));
@@ -359,6 +383,8 @@ static void instance_service_machine_pages(void **state)
     snprintf(mlink, sizeof mlink, "machine=%s\">%s</a>", machine, machine);
     assert_non_null(strstr(dom, mlink)); /* click-through to the machine */
     assert_non_null(strstr(dom, "<main id=\"home\" hidden=\"\">")); /* the cluster's tables are not shown */
+    assert_non_null(strstr(dom, "not running: no check"));
+    assert_non_null(strstr(dom, "the run's last 200 lines")); /* the stopped run's log */
     free(dom);
     screenshot(q, "dashboard-instance.png", 1400);
 
@@ -376,6 +402,9 @@ static void instance_service_machine_pages(void **state)
     assert_non_null(strstr(dom, "127.0.0.1"));
     assert_non_null(strstr(dom, "id=\"b-drain\""));
     assert_true(has_cell(dom, "ready"));
+    assert_non_null(strstr(dom, ">heartbeat</th>")); /* from the machine's /v1/health */
+    assert_non_null(strstr(dom, "s ago</td>"));
+    assert_null(strstr(dom, "(health: "));            /* no error reading it */
     free(dom);
     screenshot(q, "dashboard-machine.png", 1400);
 
@@ -501,6 +530,7 @@ static void page_public_api_guarded(void **state)
     char csp[512];
     assert_int_equal(h_resp_header(&r, "Content-Security-Policy", csp, sizeof csp), 0);
     assert_non_null(strstr(csp, "default-src 'self'"));
+    assert_non_null(strstr(csp, "connect-src 'self' http: https:")); /* bigbrothers' logs ports */
     assert_non_null(strstr(r.body, "location.hash")); /* reads #token= */
     h_resp_free(&r);
     assert_int_equal(h_http_json("GET", sd.url, NULL, NULL, &r, "/v1/clusters/c1/processes"), 0);
