@@ -7,7 +7,8 @@
  * loop watches; the loop then applies it (converge.c). Only the latest document counts.
  *
  * The primary thread competes for the primary lease (POST .../primary every ttl/3).
- * While it holds it, every placement_interval_ms it reads GET .../state and the live
+ * While it holds it, every placement_interval_ms (sooner after an allocation: between
+ * rounds it long-polls GET .../pool-demand) it reads GET .../state and the live
  * directory, declares lost the machines whose lease expired that still have slots or
  * live processes (POST .../machines/{m}/lost, with its epoch), computes the placement
  * (placement.c; first the count of every service with a pool, bb_pool_count) and PUTs the
@@ -30,6 +31,9 @@
 #include <unistd.h>
 
 #define RETRY_MS 1000
+/* rounds woken by allocations: a quarter of the placement interval apart, within these */
+#define ROUND_GAP_MIN_MS 50
+#define ROUND_GAP_MAX_MS 250
 
 static struct {
     pthread_t poll_thr, prim_thr;
@@ -41,6 +45,7 @@ static struct {
     int pending_draining;
     bb_watch_t evw;        /* eventfd: a document is pending */
     sdc_t *poll_client, *prim_client;
+    int prim_wait_max;     /* the longest pool-demand long-poll within prim_client's timeout */
 } cl = {.mu = PTHREAD_MUTEX_INITIALIZER, .evw = {-1, NULL}};
 
 /* Waits up to ms or until bb_cluster_stop; returns 1 when stopping. */
@@ -157,6 +162,9 @@ typedef struct {
     json_t *inflight;      /* rolling restarts under way (placement.h) */
     json_t *pools;         /* service -> {count, since, peak, bad}: how this primary sized
                               each pool (bb_pool_count's window), forgotten on step-down */
+    int64_t demand;        /* the pool-demand counter last seen, -1 none yet */
+    int no_demand;         /* ServerDir has no pool-demand route (older): passes on time only */
+    int64_t round_mono;    /* when the last placement round started */
 } prim_t;
 
 /* Whether a call reached ServerDir and Redis (any answer but a transport error or a 5xx):
@@ -419,24 +427,66 @@ out:
     json_decref(live);
 }
 
+/* Waits ms for the next placement round, or less: as primary, the wait is a long-poll
+ * of the cluster's pool-demand counter, which every allocation (and every allocation
+ * that found no instance) moves, so a pool below its buffer is refilled at once instead
+ * of at the next pass. Rounds woken that way are a quarter of the interval apart (50 to
+ * 250 ms: each reads the state and the live directory). Returns 1 when stopping. */
+static int wait_round(prim_t *p, int ms)
+{
+    int64_t now = sd_mono_ms(), until = now + ms;
+    if (!p->is_primary || p->no_demand)
+        return pause_ms(ms);
+    int gap = bb.cfg.placement_interval_ms / 4;
+    gap = gap < ROUND_GAP_MIN_MS ? ROUND_GAP_MIN_MS : gap > ROUND_GAP_MAX_MS ? ROUND_GAP_MAX_MS : gap;
+    while ((now = sd_mono_ms()) < until && !stopping()) {
+        int64_t v = -1;
+        int left = (int)(until - now);
+        int wait = p->demand < 0 ? 0 : left < cl.prim_wait_max ? left : cl.prim_wait_max;
+        sdc_err_t err = {0};
+        int rc = sdc_pool_demand(cl.prim_client, bb.cfg.cluster, p->demand, wait, &v, &err);
+        if (rc == SDC_E_HTTP && (err.status == 404 || err.status == 405)) {
+            log_warn("pool demand not followed", "why=%s then=%s", err.message,
+                     "pools are sized at each placement pass");
+            p->no_demand = 1;
+        }
+        sdc_err_clear(&err);
+        if (rc != SDC_OK)
+            return pause_ms((int)(until - sd_mono_ms() > 0 ? until - sd_mono_ms() : 0));
+        if (p->demand >= 0 && v != p->demand) { /* an allocation: a round soon */
+            p->demand = v;
+            int64_t at = p->round_mono + gap;
+            now = sd_mono_ms();
+            return at > now ? pause_ms((int)(at - now)) : stopping();
+        }
+        p->demand = v;
+    }
+    return stopping();
+}
+
 static void *prim_main(void *arg)
 {
     (void)arg;
-    prim_t p = {.inflight = json_object(), .pools = json_object()};
+    prim_t p = {.inflight = json_object(), .pools = json_object(), .demand = -1};
     int64_t next_renew = 0;
-    int renew_every = bb.cfg.primary_ttl_ms / 3;
+    int renew_every = bb.cfg.primary_ttl_ms / 3, wait;
     do {
         int64_t now = sd_mono_ms();
         if (now >= next_renew) {
             renew(&p);
             next_renew = now + renew_every;
         }
-        if (p.is_primary && sd_mono_ms() < p.lease_until)
+        if (p.is_primary && sd_mono_ms() < p.lease_until) {
+            p.round_mono = sd_mono_ms();
             place_round(&p);
-        else if (p.is_primary)
+        } else if (p.is_primary) {
             next_renew = 0; /* the lease ran out between renewals: renew before acting */
-    } while (!pause_ms(bb.cfg.placement_interval_ms < renew_every ? bb.cfg.placement_interval_ms
-                                                                   : renew_every));
+        }
+        wait = bb.cfg.placement_interval_ms < renew_every ? bb.cfg.placement_interval_ms
+                                                          : renew_every;
+        if (next_renew - sd_mono_ms() < wait) /* never past a renewal */
+            wait = (int)(next_renew - sd_mono_ms() > 0 ? next_renew - sd_mono_ms() : 0);
+    } while (!wait_round(&p, wait));
     if (p.is_primary) {
         sdc_err_t err = {0};
         if (sdc_primary_release(cl.prim_client, bb.cfg.cluster, bb.cfg.machine, &err) ==
@@ -465,6 +515,7 @@ int bb_cluster_start(void)
     timeout = timeout < 1000 ? 1000 : timeout > 5000 ? 5000 : timeout;
     cl.poll_client = sdc_new(bb.cfg.urls, bb.cfg.token, bb.cfg.assignment_wait_ms + 5000);
     cl.prim_client = sdc_new(bb.cfg.urls, bb.cfg.token, timeout);
+    cl.prim_wait_max = timeout - 500;
     if (!cl.poll_client || !cl.prim_client)
         return -EINVAL;
     cl.evw.fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

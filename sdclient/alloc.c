@@ -138,3 +138,29 @@ int sdc_allocations_list(sdc_t *c, const char *cluster, const char *service, jso
         return rc;
     return sdc__walk(c, path, "allocations", "after", "next", SDC_ALLOCS_MAX, out, err);
 }
+
+int sdc_pool_demand(sdc_t *c, const char *cluster, int64_t version, int wait_ms,
+                    int64_t *out, sdc_err_t *err)
+{
+    if (sdc__names(err, 1, "cluster", cluster))
+        return SDC_E_INVAL;
+    if (wait_ms < 0)
+        return sdc__inval(err, "the wait is negative");
+    json_t *res = NULL;
+    int rc = version >= 0 && wait_ms > 0
+                 ? sdc__cluster_call(c, "GET", cluster, NULL, NULL, NULL, &res, err,
+                                     "/pool-demand?version=%lld&wait=%d", (long long)version,
+                                     wait_ms)
+                 : sdc__cluster_call(c, "GET", cluster, NULL, NULL, NULL, &res, err,
+                                     "/pool-demand");
+    if (rc)
+        return rc;
+    const json_t *v = json_object_get(res, "version");
+    if (!json_is_integer(v)) {
+        json_decref(res);
+        return sdc__proto(err, "pool-demand answer without a version");
+    }
+    *out = json_integer_value(v);
+    json_decref(res);
+    return SDC_OK;
+}

@@ -349,6 +349,12 @@ typedef struct {
  * machine, address, ports, ...; replayed: true when the idempotency key answered an
  * earlier one}. 409 no_capacity (err->body names the selector) and
  * idempotency_conflict, 404 unknown_service come back as SDC_E_HTTP. */
+/* GET .../pool-demand: the counter every allocation (and every allocation that found no
+ * instance) moves, in *out. With version >= 0 and wait_ms > 0 a long-poll that answers
+ * when it differs from version or wait_ms passed (the client's timeout must be longer):
+ * what bigbrother's primary waits on between placement passes. */
+int sdc_pool_demand(sdc_t *c, const char *cluster, int64_t version, int wait_ms,
+                    int64_t *out, sdc_err_t *err);
 int sdc_allocation_create(sdc_t *c, const char *cluster, const sdc_alloc_req_t *req,
                           json_t **out, sdc_err_t *err);
 /* GET .../allocations/{id}: *out is the allocation (404 no_such_allocation). */

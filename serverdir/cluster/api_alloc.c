@@ -18,6 +18,7 @@ SD_ROUTE(POST, "/v1/clusters/{c}/allocations", SD_R_OPS | SD_R_GAME, 0, h_alloc_
 SD_ROUTE(GET, "/v1/clusters/{c}/allocations", SD_R_READERS, 0, h_alloc_list);
 SD_ROUTE(GET, "/v1/clusters/{c}/allocations/{id}", SD_R_READERS, 0, h_alloc_get);
 SD_ROUTE(DELETE, "/v1/clusters/{c}/allocations/{id}", SD_R_OPS | SD_R_GAME, 0, h_alloc_delete);
+SD_ROUTE(GET, "/v1/clusters/{c}/pool-demand", SD_R_READERS, 0, h_pool_demand);
 
 #define CONFIRM_DEFAULT_MS 10000
 #define KEY_TTL_MS (24LL * 3600 * 1000)
@@ -317,6 +318,105 @@ void h_alloc_create(sd_req_t *req, sd_resp_t *resp)
 out:
     req_free(&a);
     json_decref(body);
+}
+
+/* ---------- the pool demand long-poll ---------- */
+
+/* One parked GET .../pool-demand: answered when the counter moved from version. */
+typedef struct {
+    char cluster[SD_NAME_MAX + 1];
+    int64_t version;
+} demand_wait_t;
+
+static _Atomic int demand_waiters;
+
+/* The cluster's pool demand counter: 0 and *v, or a SD_STORE_* error. */
+static int demand_read(const char *cluster, int64_t *v)
+{
+    redisReply *r = NULL;
+    int rc = sd__cluster_run("pool_demand", cluster, &r, NULL);
+    if (rc)
+        return rc;
+    *v = r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10) : 0;
+    freeReplyObject(r);
+    return 0;
+}
+
+static void demand_answer(sd_resp_t *resp, int64_t v)
+{
+    sd_resp_json(resp, 200, json_pack("{s:I}", "version", (json_int_t)v));
+}
+
+/* No wake-up source: the counter is read again every ALLOC_RETRY_MS (one GET; one
+ * primary per cluster waits). */
+static int demand_try(void *ctx, sd_resp_t *resp, int due, int64_t *retry_at_ms)
+{
+    demand_wait_t *w = ctx;
+    int64_t v = 0;
+    int rc = demand_read(w->cluster, &v);
+    if (rc && due) {
+        sd_resp_store_error(resp, rc);
+        return 1;
+    }
+    if (rc || (v == w->version && !due)) {
+        *retry_at_ms = sd_mono_ms() + ALLOC_RETRY_MS;
+        return 0;
+    }
+    demand_answer(resp, v);
+    return 1;
+}
+
+static void demand_release(void *ctx)
+{
+    free(ctx);
+    atomic_fetch_sub(&demand_waiters, 1);
+}
+
+static const sd_park_kind_t demand_kind = {.try_answer = demand_try,
+                                           .release = demand_release};
+
+/* GET /pool-demand[?version=V&wait=MS] -> {version}: the counter alloc_create moves on
+ * every take and every miss. With version equal to the current one and wait > 0 the
+ * request is parked until it moves or the wait ends (200 either way): bigbrother's
+ * primary waits here between placement passes, so a pool refills at once. */
+void h_pool_demand(sd_req_t *req, sd_resp_t *resp)
+{
+    const char *cluster;
+    int64_t version, wait, cur = 0;
+    if (sd_req_name(req, resp, 0, "cluster", &cluster) ||
+        sd_req_may_cluster(req, resp, cluster) ||
+        sd_req_query_int(req, resp, "version", 0, INT64_MAX, -1, &version) ||
+        sd_req_query_int(req, resp, "wait", 0, SD_ASSIGN_WAIT_MAX_MS, 0, &wait))
+        return;
+    int rc = demand_read(cluster, &cur);
+    if (rc) {
+        sd_resp_store_error(resp, rc);
+        return;
+    }
+    if (wait == 0 || version != cur || sd_http_stopping()) {
+        demand_answer(resp, cur);
+        return;
+    }
+    if (atomic_fetch_add(&demand_waiters, 1) >= ALLOC_WAITERS_MAX) {
+        atomic_fetch_sub(&demand_waiters, 1);
+        sd_resp_header(resp, "Retry-After", "1");
+        sd_resp_error(resp, 429, "too_many_waiters",
+                      "%d pool-demand long-polls are waiting already; retry",
+                      ALLOC_WAITERS_MAX);
+        return;
+    }
+    demand_wait_t *w = calloc(1, sizeof *w);
+    if (!w) {
+        atomic_fetch_sub(&demand_waiters, 1);
+        sd_resp_error(resp, 500, "internal", "out of memory");
+        return;
+    }
+    sd_strlcpy(w->cluster, cluster, sizeof w->cluster);
+    w->version = version;
+    if (sd_park(&demand_kind, req, resp, w, sd_mono_ms() + wait)) {
+        demand_release(w);
+        sd_resp_error(resp, 503, "internal", "cannot start the pool-demand waiter");
+    }
 }
 
 /* GET /allocations/{id} */

@@ -15,6 +15,8 @@
 
 #include <cmocka.h>
 
+int cl_placement_interval_ms, cl_primary_ttl_ms;
+
 int cl_ms(int ms)
 {
     return h_valgrind() ? ms * 4 : ms;
@@ -32,9 +34,11 @@ static void cl_config(cl_t *c, int i)
                  " \"mode\": \"cluster\", \"capacity\": 100, \"labels\": {\"zone\": \"eu\"},"
                  " \"serverdir\": {\"urls\": [\"%s\"], \"token\": \"%s\"},"
                  " \"lease_ttl_ms\": %d, \"primary_ttl_ms\": %d,"
-                 " \"placement_interval_ms\": 300, \"assignment_wait_ms\": 2000,"
+                 " \"placement_interval_ms\": %d, \"assignment_wait_ms\": 2000,"
                  " \"services\": []}",
-                 c->name[i], b->state, c->sd.url, H_TOK_BB, cl_ms(3000), cl_ms(3000)) < 0)
+                 c->name[i], b->state, c->sd.url, H_TOK_BB, cl_ms(3000),
+                 cl_primary_ttl_ms ? cl_primary_ttl_ms : cl_ms(3000),
+                 cl_placement_interval_ms ? cl_placement_interval_ms : 300) < 0)
         abort();
     snprintf(b->cfg, sizeof(b->cfg), "%s", h_write_file(b->dir, "bb.json", text, 0644));
     free(text);

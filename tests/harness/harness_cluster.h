@@ -33,6 +33,10 @@ typedef struct {
 /* ms, multiplied on slow machines (valgrind). */
 int cl_ms(int ms);
 
+/* The bigbrothers' placement_interval_ms and primary_ttl_ms for the next cl_start (0:
+ * the defaults, 300 ms and cl_ms(3000)); a test that sets them resets them to 0. */
+extern int cl_placement_interval_ms, cl_primary_ttl_ms;
+
 /* Starts redis, serverdir and n bigbrothers (cluster mode, short leases); fails the
  * test when one does not start. */
 void cl_start(cl_t *c, int n);

@@ -541,6 +541,73 @@ static void wait_for_capacity_and_document(void **state)
     json_decref(o);
 }
 
+/* GET .../pool-demand: the counter every allocation and every miss moves, long-polled by
+ * the primary; a parked request answers when an allocation happens, or when its wait
+ * ends unchanged. */
+typedef struct {
+    long long since;
+    int wait;
+    long status;
+    long long version;
+    int64_t took;
+} demand_t;
+
+static void *demand_poll(void *arg)
+{
+    demand_t *d = arg;
+    json_t *o = NULL;
+    int64_t t0 = h_now_ms();
+    d->status = ct_call(sd.url, H_TOK_BB, "GET", NULL, &o, NULL,
+                        "/v1/clusters/cd/pool-demand?version=%lld&wait=%d", d->since, d->wait);
+    d->took = h_now_ms() - t0;
+    d->version = o ? ct_int(o, "version") : -1;
+    json_decref(o);
+    return NULL;
+}
+
+static void pool_demand_long_poll(void **state)
+{
+    (void)state;
+    fleet("cd", "match", NULL, 1, 2, 0);
+    json_t *o = NULL;
+    assert_int_equal(ct_call(sd.url, H_TOK_VIEWER, "GET", NULL, &o, NULL,
+                             "/v1/clusters/cd/pool-demand"), 200);
+    long long v0 = ct_int(o, "version");
+    json_decref(o);
+    assert_int_equal(v0, 0);
+    /* parked at v0: an allocation 300 ms later answers it with the next value */
+    demand_t d = {.since = v0, .wait = 5000};
+    pthread_t t;
+    pthread_create(&t, NULL, demand_poll, &d);
+    h_sleep_ms(300);
+    char code[64];
+    assert_int_equal(alloc("cd", "{\"service\":\"match\"}", &o, code), 201);
+    json_decref(o);
+    pthread_join(t, NULL);
+    assert_int_equal(d.status, 200);
+    assert_int_equal(d.version, v0 + 1);
+    assert_true(d.took >= 250 && d.took < 3000);
+    /* a miss moves it too (demand for a pool with nothing free) */
+    assert_int_equal(alloc("cd", "{\"service\":\"match\",\"selector\":{\"metadata\":{\"map\":\"none\"}}}",
+                           &o, code), 409);
+    json_decref(o);
+    /* an older version answers at once; the current one waits out its wait */
+    d = (demand_t){.since = v0, .wait = 5000};
+    demand_poll(&d);
+    assert_int_equal(d.version, v0 + 2);
+    assert_true(d.took < 1000);
+    d = (demand_t){.since = v0 + 2, .wait = 400};
+    demand_poll(&d);
+    assert_int_equal(d.status, 200);
+    assert_int_equal(d.version, v0 + 2);
+    assert_true(d.took >= 380);
+    /* bad arguments */
+    assert_int_equal(ct_call(sd.url, H_TOK_BB, "GET", NULL, NULL, code,
+                             "/v1/clusters/cd/pool-demand?wait=61000&version=1"), 400);
+    assert_int_equal(ct_call(sd.url, H_TOK_BB, "GET", NULL, NULL, code,
+                             "/v1/clusters/cd/pool-demand?version=x"), 400);
+}
+
 /* The pool spec is validated: bad shapes are refused naming the field. */
 static void pool_spec_validated(void **state)
 {
@@ -585,6 +652,7 @@ int main(void)
         cmocka_unit_test(join_reserves_player_slots),
         cmocka_unit_test(allocation_ends),
         cmocka_unit_test(wait_for_capacity_and_document),
+        cmocka_unit_test(pool_demand_long_poll),
         cmocka_unit_test(pool_spec_validated),
     };
     return cmocka_run_group_tests(tests, setup, h_stack_teardown);

@@ -223,11 +223,49 @@ static void pool_allocate_release_crash(void **state)
     cl_stop(&C);
 }
 
+/* The primary wakes on allocations (GET .../pool-demand long-poll): with placement
+ * passes a minute apart and the primary lease renewed every 30 s, an empty pool (min 0)
+ * is filled by the first request's demand and refilled behind the allocation in well
+ * under a pass. Before, both waited for the next pass: the parked request ran out. */
+static void allocation_wakes_the_primary(void **state)
+{
+    (void)state;
+    cl_placement_interval_ms = 60000;
+    cl_primary_ttl_ms = 90000;
+    cl_start(&C, 1);
+    cl_placement_interval_ms = cl_primary_ttl_ms = 0;
+    for (int i = 0; !cl_primary(&C, NULL)[0]; i++) { /* the lease taken: its first pass ran */
+        assert_true(i < cl_ms(10000) / 50);
+        h_sleep_ms(50);
+    }
+    char spec[1024];
+    snprintf(spec, sizeof spec,
+             SPEC("[\"--tick-hz\", \"20\"]", ", \"pool\": {\"buffer\": 1, \"min\": 0}"));
+    assert_int_equal(cl_op(&C, "PUT", "/services/warm", spec), 200);
+
+    /* nothing ready (min 0, no demand yet): the request waits, its demand wakes the
+     * primary, which starts an instance, and the request gets it */
+    got_t g;
+    char extra[64];
+    snprintf(extra, sizeof extra, "\"wait_ms\":%d", cl_ms(15000));
+    int64_t t0 = h_now_ms();
+    allocate("warm", extra, &g);
+    print_message("an empty pool served a waiting request after %lld ms\n",
+                  (long long)(h_now_ms() - t0));
+    /* and refilled behind it: 1 allocated, 1 free */
+    t0 = h_now_ms();
+    pool_want_t refilled = {"warm", 1, 1};
+    assert_true(cl_wait(&C, pool_is, &refilled, cl_ms(10000)));
+    print_message("pool refilled to 1 free after %lld ms\n", (long long)(h_now_ms() - t0));
+    cl_stop(&C);
+}
+
 int main(void)
 {
     h_init(h_valgrind() ? 400 : 200);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(pool_allocate_release_crash),
+        cmocka_unit_test(allocation_wakes_the_primary),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

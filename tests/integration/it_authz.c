@@ -78,6 +78,7 @@ static const expect_t expected[] = {
     {"GET", "/v1/clusters/{c}/allocations", BB | GAME | VIEWER},
     {"GET", "/v1/clusters/{c}/allocations/{id}", BB | GAME | VIEWER},
     {"DELETE", "/v1/clusters/{c}/allocations/{id}", GAME},
+    {"GET", "/v1/clusters/{c}/pool-demand", BB | GAME | VIEWER},
 
     {"POST", "/v1/clusters/{c}/primary", BB},
     {"GET", "/v1/clusters/{c}/primary", BB | VIEWER},

@@ -105,7 +105,13 @@ else
     end
   end
 end
-if not pick then return {'no_capacity', looked} end
+-- pool:demand moves on every take and every miss: the primary long-polls it
+-- (pool_demand.lua) to size the pools at once instead of at its next pass
+if not pick then
+  redis.call('INCR', base .. 'pool:demand')
+  return {'no_capacity', looked}
+end
+redis.call('INCR', base .. 'pool:demand')
 
 local pk = base .. 'proc:' .. pick
 local p = redis.call('HMGET', pk, 'machine', 'slot', 'ports')
