@@ -309,8 +309,14 @@ void bb_crash_report(const bb_inst_t *in, json_t *ev);
  * STATE_DIR/logs/<service>-<slot>.log is a symlink to the slot's current one; a slot
  * keeps its newest log_runs instance logs. */
 void bb_log_path(const bb_inst_t *in, char *out, size_t cap);
+/* The file in's run writes to: bb_log_path's, or for a run adopted across the upgrade to
+ * one file per instance (it has none), the slot log of the layout before, a regular file
+ * STATE_DIR/logs/<service>-<slot>.log, until the slot's next spawn moves it aside. */
+void bb_log_path_current(const bb_inst_t *in, char *out, size_t cap);
 /* The log of instance id, current or earlier: STATE_DIR/logs/<dir>/<id>.log for a slot
- * directory <dir> of the id's service (a stat per slot directory, no file read). 0 with
+ * directory <dir> of the id's service (a stat per slot directory, no file read), else
+ * the slot log of the layout before that holds its header (a run adopted across the
+ * upgrade: the regular .log files of STATE_DIR/logs are read). 0 with
  * the path in out, -1 when there is none (or id is not a name). Reads only the state
  * dir, not the supervisor's state: any thread may call it. */
 int bb_log_find(const char *id, char *out, size_t cap);

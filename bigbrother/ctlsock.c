@@ -91,7 +91,7 @@ static json_t *logs_json(const char *id)
     char path[600];
     for (int i = 0; i < bb.ninst; i++) /* the current run of a slot */
         if (!strcmp(bb.inst[i].id, id)) {
-            bb_log_path(&bb.inst[i], path, sizeof path);
+            bb_log_path_current(&bb.inst[i], path, sizeof path);
             return json_pack("{s:s, s:s, s:b}", "instance", id, "path", path, "running",
                              bb.inst[i].pid > 0);
         }

@@ -47,6 +47,48 @@ void bb_log_path(const bb_inst_t *in, char *out, size_t cap)
              in->id);
 }
 
+void bb_log_path_current(const bb_inst_t *in, char *out, size_t cap)
+{
+    struct stat st;
+    bb_log_path(in, out, cap);
+    if (stat(out, &st) == 0)
+        return;
+    char legacy[512];
+    snprintf(legacy, sizeof legacy, "%s/logs/%s-%d.log", bb.cfg.state_dir, in->svc->name,
+             in->slot);
+    if (lstat(legacy, &st) == 0 && S_ISREG(st.st_mode))
+        sd_strlcpy(out, legacy, cap);
+}
+
+/* The slot log of the layout before one file per instance (a regular file
+ * STATE_DIR/logs/<service>-<slot>.log, not yet moved aside by a spawn) that holds the
+ * spawn header of id: a run adopted across the upgrade goes on writing there. */
+static int find_legacy(const char *dir, const char *id, char *out, size_t cap)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    int found = 0;
+    struct dirent *e;
+    while (!found && (e = readdir(d)) != NULL) {
+        size_t n = strlen(e->d_name);
+        struct stat st;
+        if (n < 5 || strcmp(e->d_name + n - 4, ".log") != 0 || e->d_name[0] == '.')
+            continue;
+        snprintf(out, cap, "%s/%s", dir, e->d_name);
+        if (lstat(out, &st) || !S_ISREG(st.st_mode))
+            continue;
+        FILE *f = fopen(out, "r");
+        char line[1024];
+        while (f && !found && fgets(line, sizeof line, f))
+            found = bb_log_header(line, id) == 1;
+        if (f)
+            fclose(f);
+    }
+    closedir(d);
+    return found ? 0 : -1;
+}
+
 int bb_log_find(const char *id, char *out, size_t cap)
 {
     char dir[300];
@@ -71,7 +113,7 @@ int bb_log_find(const char *id, char *out, size_t cap)
         found = stat(out, &st) == 0 && S_ISREG(st.st_mode);
     }
     closedir(d);
-    return found ? 0 : -1;
+    return found ? 0 : find_legacy(dir, id, out, cap);
 }
 
 int bb_log_header(const char *line, const char *id)
@@ -89,20 +131,26 @@ int bb_log_header(const char *line, const char *id)
 
 /* Lines of id's run from f's position into ring (the newest BB_LOG_LINES_MAX kept, *n
  * counting all), its own header left out. Returns 1 when another run's header ended it
- * (that line read), else 0 at the end of the file. */
+ * (that line read), else 0 at the end of the file. In a slot log of the layout before
+ * one file per instance (bb_log_path_current), what comes before id's header is other
+ * runs' output: dropped when the header comes. */
 static int ring_read(FILE *f, const char *id, char **ring, long *n)
 {
     char *line = NULL;
     size_t cap = 0;
-    int ended = 0;
+    int ended = 0, own = 0;
+    long n0 = *n;
     while (getline(&line, &cap, f) > 0) {
         int h = bb_log_header(line, id);
-        if (h == 2) {
+        if (h == 2 && own) {
             ended = 1;
             break;
         }
-        if (h == 1)
+        if (h) { /* id's header, or an earlier run's before it: what came before is not id's */
+            own = own || h == 1;
+            *n = n0;
             continue;
+        }
         free(ring[*n % BB_LOG_LINES_MAX]);
         ring[*n % BB_LOG_LINES_MAX] = line;
         (*n)++;
@@ -342,7 +390,7 @@ static void on_rotate(bb_timer_t *t)
     char path[512];
     for (int i = 0; i < bb.ninst; i++)
         if (bb.inst[i].pid > 0) {
-            bb_log_path(&bb.inst[i], path, sizeof(path));
+            bb_log_path_current(&bb.inst[i], path, sizeof(path));
             rotate_by_copy(path);
         }
     bb_timer_set(t, sd_mono_ms() + LOG_ROTATE_EVERY_MS);
@@ -406,7 +454,7 @@ static size_t read_end(const char *path, char *buf, size_t cap, int *cut)
 static int log_tail(const bb_inst_t *in, char *out, size_t cap)
 {
     char path[512], rot[520];
-    bb_log_path(in, path, sizeof path);
+    bb_log_path_current(in, path, sizeof path);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return -1;

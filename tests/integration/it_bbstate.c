@@ -199,6 +199,75 @@ static void state_garbage(void **state)
     readopts_after(GARBAGE);
 }
 
+/* A run adopted across the upgrade to one log file per instance: it goes on writing to
+ * the slot log of the layout before (a regular STATE_DIR/logs/zone-0.log holding earlier
+ * runs too). Its log is found there (the control socket's logs request), its crash
+ * report is its own output after its header, and the slot's next spawn moves that file
+ * aside as before-upgrade.log. Simulated with this bigbrother: killed with its game
+ * running, the run's file put back where the old layout kept it, an earlier run's lines
+ * in front of it. */
+static void adopted_across_log_layout_upgrade(void **state)
+{
+    (void)state;
+    bbt_t b = {0};
+    pid_t pid[1];
+    char ids[1][160];
+    zone_config(&b, 1);
+    assert_true(bbt_start(&b) > 0);
+    all_ready(&b, 1, pid, ids, 1);
+    kill9(&b);
+    char own[700], slotlog[400], text[1 << 16];
+    snprintf(own, sizeof own, "%s/logs/zone-0/%s.log", b.state, ids[0]);
+    snprintf(slotlog, sizeof slotlog, "%s/logs/zone-0.log", b.state);
+    assert_int_equal(unlink(slotlog), 0); /* the symlink */
+    assert_int_equal(rename(own, slotlog), 0);
+    /* an earlier run in front, in the same file (the game appends to the same inode) */
+    int fd = open(slotlog, O_RDWR);
+    assert_true(fd >= 0);
+    ssize_t n = pread(fd, text, sizeof text - 1, 0);
+    assert_true(n > 0);
+    static const char earlier[] = "=== bigbrother 2026-11-26T00:00:00Z: starting instance "
+                                  "zone-m1-old-1 (generation 1)\nearlier run's output\n";
+    assert_int_equal(ftruncate(fd, 0), 0);
+    assert_int_equal(pwrite(fd, earlier, sizeof earlier - 1, 0), (ssize_t)(sizeof earlier - 1));
+    assert_int_equal(pwrite(fd, text, (size_t)n, sizeof earlier - 1), n);
+    close(fd);
+
+    assert_true(bbt_start(&b) > 0);
+    pid_t after[1];
+    all_ready(&b, 1, after, NULL, 1);
+    assert_int_equal(after[0], pid[0]); /* adopted */
+    char req[200];
+    snprintf(req, sizeof req, "logs %s", ids[0]);
+    json_t *l = bbt_ctl(&b, req);
+    assert_non_null(l);
+    assert_string_equal(bbt_str(l, "path"), slotlog);
+    json_decref(l);
+    /* a crash: the report is the run's own output */
+    kill(pid[0], SIGKILL);
+    json_t *in = bbt_wait(&b, "zone", 0, "ready", 2, h_valgrind() ? 20000 : 5000);
+    assert_non_null(in);
+    json_decref(in);
+    json_t *evs = bbt_events_of(&b, ids[0]);
+    const char *tail = NULL;
+    size_t i;
+    json_t *e;
+    json_array_foreach(evs, i, e) if (!strcmp(bbt_str(e, "type"), "stopped")) tail =
+        json_string_value(json_object_get(e, "log_tail"));
+    assert_non_null(tail);
+    assert_non_null(strstr(tail, "msg=ready"));
+    assert_null(strstr(tail, "earlier run"));
+    json_decref(evs);
+    /* the new run moved the old slot log aside and links its own */
+    char moved[420];
+    snprintf(moved, sizeof moved, "%s/logs/zone-0/before-upgrade.log", b.state);
+    assert_true(bbt_file_has(moved, "earlier run's output"));
+    struct stat st;
+    assert_int_equal(lstat(slotlog, &st), 0);
+    assert_true(S_ISLNK(st.st_mode));
+    bbt_stop(&b, 5000);
+}
+
 /* The config loses slot 2 while bigbrother is down: its process is stopped with reason
  * orphaned (stopped event in the outbox), the others are re-adopted. */
 static void removed_slot_is_orphaned(enum damage how)
@@ -297,6 +366,7 @@ int main(void)
         cmocka_unit_test(removed_slot_state_deleted),
         cmocka_unit_test(removed_slot_state_intact),
         cmocka_unit_test(two_bigbrothers_keep_their_own),
+        cmocka_unit_test(adopted_across_log_layout_upgrade),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
