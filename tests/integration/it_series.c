@@ -386,10 +386,14 @@ static char *slurp(const char *path)
 static void sample_cheap_at_20000_processes(void **state)
 {
     (void)state;
-    enum { N = 20000, BATCH = 1000 };
+    /* 5,000 under valgrind and the sanitizers: the writes through their serverdir are
+     * what takes the time there, and the Redis figures compared are the same code */
+    const int N = h_valgrind() || h_sanitized() ? 5000 : 20000;
+    enum { BATCH = 1000 };
     lease("c20k");
-    call(H_TOK_OPS, "PUT", "/v1/clusters/c20k/services/big",
-         "{\"command\":\"/bin/true\",\"count\":20000}", 200);
+    char spec[64];
+    snprintf(spec, sizeof spec, "{\"command\":\"/bin/true\",\"count\":%d}", N);
+    call(H_TOK_OPS, "PUT", "/v1/clusters/c20k/services/big", spec, 200);
     size_t cap = 200000;
     char *batch = malloc(cap);
     assert_non_null(batch);
@@ -406,7 +410,7 @@ static void sample_cheap_at_20000_processes(void **state)
         call(H_TOK_BB, "POST", "/v1/clusters/c20k/events", batch, 200);
     }
     free(batch);
-    expect_sample("c20k", 15000, 5000, 20000);
+    expect_sample("c20k", N / 4 * 3, N / 4, N);
 
     /* every command on the cluster's node recorded with its time, for a few samples */
     assert_int_equal(h_redis_route(&redis, "sd:{c20k}:series"), 0);
