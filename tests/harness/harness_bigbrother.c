@@ -159,6 +159,19 @@ int bbt_file_has(const char *path, const char *needle)
     return strstr(buf, needle) != NULL;
 }
 
+int bbt_lines_with(const char *path, const char *needle)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    char line[1024];
+    int n = 0;
+    while (fgets(line, sizeof(line), f))
+        n += strstr(line, needle) != NULL;
+    fclose(f);
+    return n;
+}
+
 int bbt_run(const char *const *argv, const char *logpath)
 {
     pid_t pid = h_spawn(argv, logpath, NULL);

@@ -59,6 +59,9 @@ int bbt_alive(pid_t pid);
 /* 1 if the file contains needle. */
 int bbt_file_has(const char *path, const char *needle);
 
+/* The lines of the file at path that contain needle (0 when it cannot be read). */
+int bbt_lines_with(const char *path, const char *needle);
+
 /* Polls until the file at path contains needle: 1 when it does, 0 after timeout_ms. */
 int bbt_wait_file_has(const char *path, const char *needle, int timeout_ms);
 

@@ -278,24 +278,10 @@ static void bbctl_logs_of_runs(void **state)
     h_stop(b.pid, 3000);
 }
 
-/* Lines of the file at path that contain needle. */
-static int lines_with(const char *path, const char *needle)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return 0;
-    char line[1024];
-    int n = 0;
-    while (fgets(line, sizeof(line), f))
-        n += strstr(line, needle) != NULL;
-    fclose(f);
-    return n;
-}
-
 /* h_wait_until condition: bigbrother (arg, a bbt_t) logged two log rotations. */
 static int rotated_twice(void *arg)
 {
-    return lines_with(((bbt_t *)arg)->log, "msg=\"log rotated\"") >= 2;
+    return bbt_lines_with(((bbt_t *)arg)->log, "msg=\"log rotated\"") >= 2;
 }
 
 /* bbctl logs of a run whose log was rotated (copied to .1, truncated): with fewer lines
@@ -333,9 +319,9 @@ static void bbctl_logs_across_rotations(void **state)
     const char *tail3[] = {BBCTL, "--socket", b.sock, "logs", id, "--tail", "3", NULL};
     snprintf(out, sizeof(out), "%s/tail3.out", b.dir); /* (bbt_run appends) */
     assert_int_equal(bbt_run(tail3, out), 0);
-    assert_int_equal(lines_with(out, "first-"), 3);
-    assert_int_equal(lines_with(out, "first-99 "), 1);
-    assert_int_equal(lines_with(out, "first-97 "), 1);
+    assert_int_equal(bbt_lines_with(out, "first-"), 3);
+    assert_int_equal(bbt_lines_with(out, "first-99 "), 1);
+    assert_int_equal(bbt_lines_with(out, "first-97 "), 1);
 
     /* one line in the file, --tail 2: the last of .1, then that line */
     snprintf(flag, sizeof(flag), "%s/go1", b.dir);
@@ -346,14 +332,14 @@ static void bbctl_logs_across_rotations(void **state)
     const char *tail2[] = {BBCTL, "--socket", b.sock, "logs", id, "--tail", "2", NULL};
     snprintf(out, sizeof(out), "%s/tail2.out", b.dir);
     assert_int_equal(bbt_run(tail2, out), 0);
-    assert_int_equal(lines_with(out, "first-"), 1);
-    assert_int_equal(lines_with(out, "first-99 "), 1);
-    assert_int_equal(lines_with(out, "after-rotation"), 1);
+    assert_int_equal(bbt_lines_with(out, "first-"), 1);
+    assert_int_equal(bbt_lines_with(out, "first-99 "), 1);
+    assert_int_equal(bbt_lines_with(out, "after-rotation"), 1);
     const char *all[] = {BBCTL, "--socket", b.sock, "logs", id, "--tail", "0", NULL};
     snprintf(out, sizeof(out), "%s/all.out", b.dir);
     assert_int_equal(bbt_run(all, out), 0);
-    assert_int_equal(lines_with(out, "first-"), 100);
-    assert_int_equal(lines_with(out, "=== bigbrother"), 0);
+    assert_int_equal(bbt_lines_with(out, "first-"), 100);
+    assert_int_equal(bbt_lines_with(out, "=== bigbrother"), 0);
 
     /* a follower across the next rotation */
     const char *follow[] = {BBCTL, "--socket", b.sock, "logs", id, "-f", "--tail", "1", NULL};

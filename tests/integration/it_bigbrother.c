@@ -426,19 +426,6 @@ static int run_logs(const char *dir, char names[][200], int max, int *rotations)
     return n;
 }
 
-/* Lines of the file at path that contain needle. */
-static int lines_with(const char *path, const char *needle)
-{
-    FILE *f = fopen(path, "r");
-    assert_non_null(f);
-    char line[1024];
-    int n = 0;
-    while (fgets(line, sizeof(line), f))
-        n += strstr(line, needle) != NULL;
-    fclose(f);
-    return n;
-}
-
 /* One log file per instance (issue 15, item 2): a slot restarted 4 times under log_runs 2
  * keeps the logs of its last 2 instances, each holding its own run only (its header
  * first, its own output), logs/sh-0.log links to the current one, and the slot log of
@@ -499,10 +486,10 @@ static void log_file_per_instance_and_log_runs(void **state)
         snprintf(want, sizeof(want), ": starting instance %s (generation %d)\n", ids[k], k + 1);
         assert_int_equal(strncmp(first, "=== bigbrother ", 15), 0);
         assert_non_null(strstr(first, want));
-        assert_int_equal(lines_with(path, "=== bigbrother"), 1);
-        assert_int_equal(lines_with(path, "hello from"), 1);
+        assert_int_equal(bbt_lines_with(path, "=== bigbrother"), 1);
+        assert_int_equal(bbt_lines_with(path, "hello from"), 1);
         snprintf(want, sizeof(want), "hello from %s", ids[k]);
-        assert_int_equal(lines_with(path, want), 1);
+        assert_int_equal(bbt_lines_with(path, want), 1);
     }
     for (int k = 0; k < 3; k++) {
         snprintf(path, sizeof(path), "%s/%.159s.log", dir, ids[k]);
