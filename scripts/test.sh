@@ -6,8 +6,8 @@
 #   2. builds again with ASan+UBSan (build-asan/) and runs the suite again (without the
 #      it.rc.* / it.rs.* repeats: it.rcluster, it.locks_cluster and it.sentinel run the
 #      Cluster and Sentinel code there; nor the plainonly ones: the dashboard's browser
-#      screenshots and the packages); a sanitizer report in any test or in any daemon a
-#      test started fails the run;
+#      screenshots, the packages, scripts/cluster.sh and the OpenAPI validator); a
+#      sanitizer report in any test or in any daemon a test started fails the run;
 #   3. runs the integration tests again with the daemons (serverdir, bigbrother) under
 #      valgrind memcheck (H_VALGRIND=1; not the novalgrind ones, whose daemons it does not
 #      wrap): any error or definite leak fails the run;
