@@ -14,6 +14,8 @@
 #   4. builds the libFuzzer targets (only them) with clang (build-fuzz/) and runs each for
 #      SD_FUZZ_SECONDS (default 10) over its seed corpus and kept regressions.
 # SD_TEST_STAGES="plain asan" (any subset of plain asan valgrind fuzz) selects stages.
+# The ASan tree builds (nice 19) while the plain stage's tests run, the fuzz tree while
+# the ASan stage's do (logs: build-asan.bg.log, build-fuzz.bg.log).
 set -euo pipefail
 SD_ROOT=$(cd "$(dirname "$0")/.." && pwd)
 . "$SD_ROOT/scripts/deps.sh"
@@ -21,17 +23,42 @@ sd_install_deps
 sd_npm_tools
 stages=${SD_TEST_STAGES:-"plain asan valgrind fuzz"}
 jobs=$(nproc)
+fuzz_args=(-DSD_WERROR=ON -DSD_FUZZ=ON -DSD_FUZZ_SECONDS="${SD_FUZZ_SECONDS:-10}")
+
+# The ASan and fuzz trees are built in the background, at the lowest CPU priority, while
+# the stage before them runs its tests (which leave much of the CPU idle: they wait on
+# the daemons they start). A stage waits for its tree, then builds it in the foreground:
+# nothing is left to do, or the error is shown there.
+has_stage() { [[ " $stages " == *" $1 "* ]]; }
+asan_bg="" fuzz_bg=""
+trap 'kill $asan_bg $fuzz_bg 2>/dev/null || true' EXIT
+bg_wait() { # PID NAME
+    [[ -n $1 ]] || return 0
+    wait "$1" || echo "(the background build of $2 failed: building it again here)"
+}
 
 for stage in $stages; do
     case $stage in
     plain)
         echo "== stage plain: -Werror build, unit + integration tests"
         sd_build build -DSD_WERROR=ON
+        if has_stage asan; then
+            (nice -n 19 sd_build build-asan -DSD_WERROR=ON -DSD_SANITIZE=ON \
+                >"$SD_ROOT/build-asan.bg.log" 2>&1) &
+            asan_bg=$!
+        fi
         (cd "$SD_ROOT/build" && ctest --output-on-failure -j"$jobs")
         ;;
     asan)
         echo "== stage asan: ASan+UBSan build, unit + integration tests"
+        bg_wait "$asan_bg" build-asan
+        asan_bg=""
         sd_build build-asan -DSD_WERROR=ON -DSD_SANITIZE=ON
+        if has_stage fuzz; then
+            (export CC=clang SD_BUILD_TARGETS=fuzz_targets
+             nice -n 19 sd_build build-fuzz "${fuzz_args[@]}" >"$SD_ROOT/build-fuzz.bg.log" 2>&1) &
+            fuzz_bg=$!
+        fi
         (cd "$SD_ROOT/build-asan" &&
          ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
          ctest --output-on-failure -j"$jobs" -LE "rcluster|rsentinel|plainonly")
@@ -43,8 +70,9 @@ for stage in $stages; do
         ;;
     fuzz)
         echo "== stage fuzz: libFuzzer targets, ${SD_FUZZ_SECONDS:-10} s each"
-        CC=clang SD_BUILD_TARGETS=fuzz_targets \
-            sd_build build-fuzz -DSD_WERROR=ON -DSD_FUZZ=ON -DSD_FUZZ_SECONDS="${SD_FUZZ_SECONDS:-10}"
+        bg_wait "$fuzz_bg" build-fuzz
+        fuzz_bg=""
+        CC=clang SD_BUILD_TARGETS=fuzz_targets sd_build build-fuzz "${fuzz_args[@]}"
         (cd "$SD_ROOT/build-fuzz" && ctest --output-on-failure -j"$jobs" -L fuzz)
         ;;
     *) echo "unknown stage '$stage'"; exit 2 ;;
