@@ -43,8 +43,8 @@ for stage in $stages; do
         echo "== stage plain: -Werror build, unit + integration tests"
         sd_build build -DSD_WERROR=ON
         if has_stage asan; then
-            (nice -n 19 sd_build build-asan -DSD_WERROR=ON -DSD_SANITIZE=ON \
-                >"$SD_ROOT/build-asan.bg.log" 2>&1) &
+            (renice -n 19 -p "$BASHPID" >/dev/null
+             sd_build build-asan -DSD_WERROR=ON -DSD_SANITIZE=ON >"$SD_ROOT/build-asan.bg.log" 2>&1) &
             asan_bg=$!
         fi
         (cd "$SD_ROOT/build" && ctest --output-on-failure -j"$jobs")
@@ -55,8 +55,9 @@ for stage in $stages; do
         asan_bg=""
         sd_build build-asan -DSD_WERROR=ON -DSD_SANITIZE=ON
         if has_stage fuzz; then
-            (export CC=clang SD_BUILD_TARGETS=fuzz_targets
-             nice -n 19 sd_build build-fuzz "${fuzz_args[@]}" >"$SD_ROOT/build-fuzz.bg.log" 2>&1) &
+            (renice -n 19 -p "$BASHPID" >/dev/null
+             export CC=clang SD_BUILD_TARGETS=fuzz_targets
+             sd_build build-fuzz "${fuzz_args[@]}" >"$SD_ROOT/build-fuzz.bg.log" 2>&1) &
             fuzz_bg=$!
         fi
         (cd "$SD_ROOT/build-asan" &&
