@@ -61,8 +61,9 @@ typedef struct {
     int64_t checked_ms;
 } run_t;
 
-/* ServerDir's word on the caller's token and the instance: the HTTP status to answer
- * (200 when allowed) and, on 200, whether the record says it is live. */
+/* ServerDir's word on the caller's token and the instance id (NULL: this machine as a
+ * whole, GET .../machines/{machine}): the HTTP status to answer (200 when allowed) and,
+ * on 200 for an instance, whether its record says it is live. */
 static int check_caller(const char *token, const char *id, int *live)
 {
     sdc_t *c = sdc_new(bb.cfg.urls, token, 5000);
@@ -70,9 +71,10 @@ static int check_caller(const char *token, const char *id, int *live)
         return MHD_HTTP_SERVICE_UNAVAILABLE;
     json_t *p = NULL;
     sdc_err_t err;
-    int rc = sdc_process_get(c, bb.cfg.cluster, id, &p, &err);
+    int rc = id ? sdc_process_get(c, bb.cfg.cluster, id, &p, &err)
+                : sdc_machine_get(c, bb.cfg.cluster, bb.cfg.machine, &p, &err);
     int status = MHD_HTTP_OK;
-    if (rc == SDC_OK) {
+    if (rc == SDC_OK && id) {
         const char *st = json_string_value(json_object_get(p, "state"));
         const char *m = json_string_value(json_object_get(p, "machine"));
         *live = st && strcmp(st, "stopped") != 0;
@@ -80,7 +82,7 @@ static int check_caller(const char *token, const char *id, int *live)
             status = MHD_HTTP_NOT_FOUND;
     } else if (rc == SDC_E_HTTP && (err.status == 401 || err.status == 403 || err.status == 404)) {
         status = (int)err.status;
-    } else {
+    } else if (rc != SDC_OK) {
         status = MHD_HTTP_SERVICE_UNAVAILABLE;
     }
     if (rc != SDC_OK)
@@ -205,35 +207,13 @@ static enum MHD_Result preflight(struct MHD_Connection *conn)
     return ret;
 }
 
-/* ServerDir's word on a token for this machine as a whole: the HTTP status to answer
- * (200 when GET /v1/clusters/{cluster}/machines/{machine} answers 200 with it). */
-static int check_machine_caller(const char *token)
-{
-    sdc_t *c = sdc_new(bb.cfg.urls, token, 5000);
-    if (!c)
-        return MHD_HTTP_SERVICE_UNAVAILABLE;
-    json_t *m = NULL;
-    sdc_err_t err;
-    int rc = sdc_machine_get(c, bb.cfg.cluster, bb.cfg.machine, &m, &err);
-    int status = MHD_HTTP_OK;
-    if (rc == SDC_E_HTTP && (err.status == 401 || err.status == 403 || err.status == 404))
-        status = (int)err.status;
-    else if (rc != SDC_OK)
-        status = MHD_HTTP_SERVICE_UNAVAILABLE;
-    if (rc != SDC_OK)
-        sdc_err_clear(&err);
-    json_decref(m);
-    sdc_free(c);
-    return status;
-}
-
 /* GET /v1/health[/{id}]: the health view (health.c) of every instance here, or of the
  * current run named id, once ServerDir accepts the caller's token for it. */
 static enum MHD_Result health_answer(struct MHD_Connection *conn, const char *token,
                                      const char *id)
 {
     int live = 0;
-    int status = id ? check_caller(token, id, &live) : check_machine_caller(token);
+    int status = check_caller(token, id, &live);
     if (status != MHD_HTTP_OK)
         return text(conn, (unsigned)status,
                     status == MHD_HTTP_NOT_FOUND ? (id ? "no such instance on this machine\n"
