@@ -5,7 +5,9 @@
  * other: each has its own libsdclient handle (its own connection), and every request is
  * bounded by a timeout of ttl / (6 × number of URLs), at most 2 s. So a stuck event POST
  * delays a lease renewal that is due by at most ttl/6 (it still lands before ttl/2), and
- * a failing lease never holds events back longer than that either.
+ * a failing lease never holds events back longer than that either. When one job's
+ * request gets through after ServerDir was down, the other's backoff is cut short (once),
+ * so a lease that lapsed in the outage is renewed with the first batch sent after it.
  *
  * Sending, per batch (up to 500 events, about 512 KiB), with libsdclient's
  * sdc_events_post (the lease: sdc_machine_put):
@@ -278,6 +280,7 @@ static void *reporter_main(void *arg)
     sender_t s = {.batch_max = BATCH_MAX, .size_cap = BATCH_MAX};
     int64_t lease_due = 0, retry_at = 0;
     int lease_fails = 0, fails = 0; /* consecutive failures: the backoff attempt */
+    int lease_hurried = 0; /* the failing lease was retried early once, see below */
     uint64_t seen_kicks = 0;
     for (;;) {
         pthread_mutex_lock(&r->mu);
@@ -288,7 +291,12 @@ static void *reporter_main(void *arg)
         int64_t now = sd_mono_ms();
         if (now >= lease_due) {
             if (lease_renew(r, lease) == SDC_OK) {
+                /* ServerDir is back: events waiting out a backoff go now, not seconds
+                 * later (the backoff grows while it is down). */
+                if (lease_fails > 0 && fails > 0)
+                    retry_at = 0;
                 lease_fails = 0;
+                lease_hurried = 0;
                 lease_due = sd_deadline_ms(sd_mono_ms(), r->ttl_ms / 3);
             } else {
                 lease_due = sd_deadline_ms(sd_mono_ms(),
@@ -301,6 +309,14 @@ static void *reporter_main(void *arg)
             if (st == SEND_PROGRESS) {
                 fails = 0;
                 retry_at = 0;
+                /* ServerDir answered while the lease is failing: after an outage the
+                 * lease may have lapsed (the machine shows lost), so renew it now
+                 * rather than at the end of its backoff. Once per lease outage, so a
+                 * lease refused while events pass does not follow every batch. */
+                if (lease_fails > 0 && !lease_hurried) {
+                    lease_hurried = 1;
+                    lease_due = 0;
+                }
                 continue;
             }
             if (st == SEND_RETRY)

@@ -68,6 +68,7 @@ static struct fake {
     long duplicates, posts, rejected, max_batch;
     int64_t put_ms[MAX_PUTS];
     int nputs;
+    long lease_tries;       /* lease PUTs, refused ones too */
     json_t *last_put;
     int bad_auth;
 } fk = {.mu = PTHREAD_MUTEX_INITIALIZER};
@@ -178,6 +179,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     } else if (m == M_503) {
         if (is_events)
             fk.posts++;
+        else
+            fk.lease_tries++;
         ret = answer(c, 503, "{\"error\":{\"code\":\"store_unavailable\",\"message\":\"redis down\"}}");
     } else if (is_lease) {
         if (fk.nputs < MAX_PUTS)
@@ -254,6 +257,7 @@ static void fake_reset(void)
     fk.nevents = 0;
     fk.duplicates = fk.posts = fk.rejected = fk.max_batch = 0;
     fk.nputs = 0;
+    fk.lease_tries = 0;
     fk.bad_auth = 0;
     pthread_mutex_unlock(&fk.mu);
 }
@@ -305,6 +309,15 @@ static int drained(void *r) { return bb_report_pending(r) == 0; }
 static int posts_reach(void *arg)
 {
     return fake_posts() >= *(const long *)arg;
+}
+
+/* h_wait_until condition: the stand-in refused at least *arg (a long) lease PUTs. */
+static int lease_tries_reach(void *arg)
+{
+    pthread_mutex_lock(&fk.mu);
+    long n = fk.lease_tries;
+    pthread_mutex_unlock(&fk.mu);
+    return n >= *(const long *)arg;
 }
 
 /* h_wait_until condition: the stand-in applied an event (arg unused). */
@@ -617,6 +630,52 @@ static void slow_batches_shrink_until_they_fit(void **state)
     pthread_mutex_unlock(&fk.mu);
 }
 
+/* ServerDir comes back while the lease is deep in its backoff (long ttl: the backoff
+ * grows to 10 s). The first events POST it answers brings the lease renewal forward, so
+ * a lease that lapsed in the outage (the machine shows lost) is back at once, not after
+ * the rest of the backoff (here at least 800 ms more: the fifth refusal's). */
+static void lease_renewed_when_events_get_through(void **state)
+{
+    fake_reset();
+    fake_mode(M_OK, M_503, 0);
+    const char *dir = h_tmpdir();
+    bb_report_t *r = reporter_start(dir, 30000);
+    long tries = 5; /* refused at about 0, 75, 225, 525, 1125 ms: the next in 800-1600 ms */
+    assert_true(h_wait_until(lease_tries_reach, &tries, 6000));
+    fake_mode(M_OK, M_OK, 0);
+    int64_t t0 = h_now_ms();
+    event(r, "h", 0);
+    assert_true(h_wait_until(drained, r, 5000));
+    assert_true(h_wait_until(lease_put, NULL, 5000));
+    pthread_mutex_lock(&fk.mu);
+    int64_t renewed = fk.put_ms[0] - t0;
+    pthread_mutex_unlock(&fk.mu);
+    assert_in_range(renewed, 0, 400);
+    bb_report_stop(r);
+}
+
+/* The other way round: events deep in their backoff (it grows to 30 s) go as soon as the
+ * lease, retried every ttl/3 at most, finds ServerDir back; not after the rest of the
+ * events' backoff (here at least 1.6 s more: the sixth failure's). */
+static void events_resent_when_lease_gets_through(void **state)
+{
+    fake_reset();
+    fake_mode(M_503, M_503, 0);
+    const char *dir = h_tmpdir();
+    bb_report_t *r = reporter_start(dir, 1500); /* the lease: retried within 500 ms */
+    for (int i = 0; i < 20; i++)
+        event(r, "e", i);
+    long posts = 6; /* refused at about 0, 75, 225, 525, 1125, 2325 ms */
+    assert_true(h_wait_until(posts_reach, &posts, 8000));
+    fake_mode(M_OK, M_OK, 0);
+    int64_t t0 = h_now_ms();
+    assert_true(h_wait_until(drained, r, 10000));
+    assert_in_range(h_now_ms() - t0, 0, 1100);
+    int at = 0;
+    expect_run("e", 20, &at);
+    bb_report_stop(r);
+}
+
 /* ---- against a real serverdir and redis-server ---- */
 
 static h_redis_t redis;
@@ -654,6 +713,17 @@ static void report(bb_report_t *r, const char *type, int i, const char *reason)
     json_decref(e);
 }
 
+/* h_wait_until condition: machine m1 shows live (arg unused). */
+static int machine_live(void *arg)
+{
+    (void)arg;
+    json_t *m = sd_get("/v1/clusters/c1/machines/m1");
+    const char *st = json_string_value(json_object_get(m, "state"));
+    int live = st && strcmp(st, "live") == 0;
+    json_decref(m);
+    return live;
+}
+
 /* Processes churn while serverdir is stopped; once it is back, the directory matches what
  * happened: the live instances ready, the stopped ones stopped with their reasons, the
  * history holds every event once and in order, and the machine is live. */
@@ -684,6 +754,9 @@ static void real_serverdir_directory_matches_after_outage(void **state)
     assert_int_equal(bb_report_pending(r), 17);
     assert_int_equal(h_serverdir_restart(&sd, redis.url), 0); /* the same port and URL */
     assert_true(h_wait_until(drained, r, 20000));
+    /* The outage outlasted the lease's ttl: the machine is back to live with the renewal
+     * that follows the first batch ServerDir takes (see lease_renewed_when_events_...). */
+    assert_true(h_wait_until(machine_live, NULL, 2000));
     bb_report_stop(r);
 
     json_t *live = sd_get("/v1/clusters/c1/processes");
@@ -956,6 +1029,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(rejected_event_goes_to_dead_letter),
         cmocka_unit_test(lease_cadence_independent_of_events),
         cmocka_unit_test(slow_batches_shrink_until_they_fit),
+        cmocka_unit_test(lease_renewed_when_events_get_through),
+        cmocka_unit_test(events_resent_when_lease_gets_through),
         cmocka_unit_test(real_serverdir_directory_matches_after_outage),
         cmocka_unit_test(real_serverdir_kill9_producer),
         cmocka_unit_test(real_bigbrother_churn_during_outage),
