@@ -163,9 +163,87 @@ int sdc_primary_release(sdc_t *c, const char *cluster, const char *machine, sdc_
 
 /* ---------- state and assignments ---------- */
 
+/* One walk of GET .../state's pages into *out (the first page's header, every page's
+ * services, machines and assignments). *changed: the desired-state version moved during
+ * the walk (the services may come from two versions). */
+static int state_walk(sdc_t *c, const char *cluster, json_t **out, int *changed, sdc_err_t *err)
+{
+    json_t *all = NULL;
+    char after[600] = "", esc[3 * sizeof after];
+    size_t records = 0;
+    int rc;
+    *changed = 0;
+    for (;;) {
+        json_t *page = NULL;
+        rc = after[0] ? sdc__cluster_call(c, "GET", cluster, NULL, NULL, NULL, &page, err,
+                                          "/state?limit=%d&after=%s", SDC_STATE_PAGE,
+                                          sdc_escape(after, esc, sizeof esc))
+                      : sdc__cluster_call(c, "GET", cluster, NULL, NULL, NULL, &page, err,
+                                          "/state?limit=%d", SDC_STATE_PAGE);
+        if (rc)
+            break;
+        json_t *svcs = json_object_get(page, "services"), *machs = json_object_get(page, "machines");
+        json_t *docs = json_object_get(page, "assignments");
+        if (!json_is_array(svcs) || !json_is_array(machs) || !json_is_object(docs)) {
+            json_decref(page);
+            rc = sdc__proto(err, "a state page lacks services, machines or assignments");
+            break;
+        }
+        records += json_array_size(svcs) + json_array_size(machs) + json_object_size(docs);
+        const char *next = json_string_value(json_object_get(page, "next"));
+        int more = next && *next;
+        if (more && strlen(next) >= sizeof after) {
+            json_decref(page);
+            rc = sdc__proto(err, "a state page's next is too long");
+            break;
+        }
+        if (more)
+            snprintf(after, sizeof after, "%s", next);
+        if (!all) {
+            all = page;
+            json_object_del(all, "next");
+        } else {
+            json_array_extend(json_object_get(all, "services"), svcs);
+            json_array_extend(json_object_get(all, "machines"), machs);
+            json_object_update(json_object_get(all, "assignments"), docs);
+            if (json_integer_value(json_object_get(page, "version")) !=
+                json_integer_value(json_object_get(all, "version")))
+                *changed = 1;
+            json_decref(page);
+        }
+        if (!more)
+            break;
+        if (records > SDC_STATE_RECORDS_MAX) {
+            rc = sdc__proto(err, "the state holds more than SDC_STATE_RECORDS_MAX records");
+            break;
+        }
+    }
+    if (rc) {
+        json_decref(all);
+        return rc;
+    }
+    *out = all;
+    return SDC_OK;
+}
+
 int sdc_state_get(sdc_t *c, const char *cluster, json_t **out, sdc_err_t *err)
 {
-    return sdc__cluster_call(c, "GET", cluster, NULL, NULL, NULL, out, err, "/state");
+    *out = NULL;
+    int rc = sdc__names(err, 1, "cluster", cluster);
+    for (int walk = 0; !rc; walk++) {
+        int changed;
+        json_t *st = NULL;
+        if ((rc = state_walk(c, cluster, &st, &changed, err)))
+            break;
+        /* a desired-state change mid-walk: walk again, twice at most (then the mix;
+         * the next read has it whole) */
+        if (!changed || walk == 2) {
+            *out = st;
+            break;
+        }
+        json_decref(st);
+    }
+    return rc;
 }
 
 int sdc_assignments_put(sdc_t *c, const char *cluster, int64_t epoch, const json_t *machines,

@@ -310,8 +310,13 @@ int sdc_primary_get(sdc_t *c, const char *cluster, sdc_primary_t *out, sdc_err_t
 /* DELETE .../primary?machine=M (only the holder; 409 not_primary otherwise). */
 int sdc_primary_release(sdc_t *c, const char *cluster, const char *machine, sdc_err_t *err);
 
-/* GET .../state: *out {version, cluster_stopped, services, machines, assignments_version,
- * assignments}. */
+/* GET .../state, every page (SDC_STATE_PAGE records each): *out {now_ms, version,
+ * cluster_stopped, services, machines, assignments_version, assignments}, the header of
+ * the first page. The pages are read at different instants; a walk during which the
+ * desired-state version moved is walked again (twice at most). SDC_E_PROTO beyond
+ * SDC_STATE_RECORDS_MAX records. */
+#define SDC_STATE_PAGE 1000
+#define SDC_STATE_RECORDS_MAX 1000000
 int sdc_state_get(sdc_t *c, const char *cluster, json_t **out, sdc_err_t *err);
 /* PUT .../assignments {epoch, machines} (machines: object of machine -> slot array, not
  * stolen). version/changed may be NULL. 409 stale_epoch: no longer primary. */

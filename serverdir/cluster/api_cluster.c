@@ -200,30 +200,46 @@ static json_t *doc_json(const char *machine, int64_t version, int64_t epoch, int
                      "slots", json_is_array(slots) ? slots : (json_decref(slots), json_array()));
 }
 
-/* GET /state -> {version, cluster_stopped, services, machines, assignments_version,
- * assignments: {m: doc}} read at one instant (one script). */
-void h_state_get(sd_req_t *req, sd_resp_t *resp)
+/* GET /state[?limit=N&after=NEXT] -> {now_ms, version, cluster_stopped, services,
+ * machines, assignments_version, assignments: {m: doc}, next}. Paged along the service,
+ * machine and assignment name indexes: a page holds at most limit records and about
+ * STATE_PAGE_BYTES of their text, and next is what to pass as after for the following
+ * one (absent on the last). Without limit and after, the whole state in one answer, for
+ * a cluster of at most STATE_WHOLE_MAX records (400 page_required beyond). A page is
+ * built from state_get.lua calls of at most STATE_CALL_MAX records and STATE_CALL_BYTES
+ * (the header from the first), so no call's Redis work grows with the cluster. */
+#define STATE_LIMIT_DEFAULT 500
+#define STATE_LIMIT_MAX 5000
+#define STATE_WHOLE_MAX 5000
+#define STATE_PAGE_BYTES (1 << 20)
+#define STATE_CALL_MAX 100
+#define STATE_CALL_BYTES (256 << 10)
+
+/* A state cursor: "" or "<s|m|a>:<name>" (the name may be empty). */
+static int state_cursor_valid(const char *c)
 {
-    const char *cluster;
-    if (sd_req_name(req, resp, 0, "cluster", &cluster))
-        return;
-    redisReply *r = NULL;
-    int rc = sd__cluster_run("state_get", cluster, &r, NULL);
-    if (rc) {
-        sd_resp_store_error(resp, rc);
-        return;
-    }
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 7 ||
+    return !*c || (strchr("sma", c[0]) && c[1] == ':' &&
+                   (!c[2] || sd_name_valid(c + 2, SD_NAME_MAX)));
+}
+
+/* Adds one state_get reply's records to the page out (made from the first reply's
+ * header); returns the records added, or -1 when the reply is not the script's. */
+static int state_add(json_t **out, const redisReply *r)
+{
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 9 ||
         r->element[4]->type != REDIS_REPLY_ARRAY || r->element[5]->type != REDIS_REPLY_ARRAY ||
-        r->element[6]->type != REDIS_REPLY_ARRAY) {
-        sd_resp_bad_reply(resp, "state_get", r);
-        freeReplyObject(r);
-        return;
-    }
+        r->element[6]->type != REDIS_REPLY_ARRAY)
+        return -1;
     int64_t now = sd_reply_num(r, 0);
     int stopped = sd_reply_num(r, 2) == 1;
+    if (!*out)
+        *out = json_pack("{s:I, s:I, s:b, s:[], s:[], s:I, s:{}}", "now_ms", (json_int_t)now,
+                         "version", (json_int_t)sd_reply_num(r, 1), "cluster_stopped", stopped,
+                         "services", "machines", "assignments_version",
+                         (json_int_t)sd_reply_num(r, 3), "assignments");
+    json_t *services = json_object_get(*out, "services"), *machines = json_object_get(*out, "machines");
+    json_t *assignments = json_object_get(*out, "assignments");
     char num[32];
-    json_t *services = json_array(), *machines = json_array(), *assignments = json_object();
     for (size_t i = 0; i < r->element[4]->elements; i++) {
         json_t *s = sd_service_json(r->element[4]->element[i]);
         if (s)
@@ -249,12 +265,70 @@ void h_state_get(sd_req_t *req, sd_resp_t *resp)
                             doc_json(m, sd_reply_num(a, 1), sd_reply_num(a, 2), stopped,
                                      rs(a, 3, num, sizeof num)));
     }
-    json_t *out = json_pack("{s:I, s:I, s:b, s:o, s:o, s:I, s:o}", "now_ms", (json_int_t)now,
-                            "version", (json_int_t)sd_reply_num(r, 1),
-                            "cluster_stopped", stopped, "services", services, "machines",
-                            machines, "assignments_version", (json_int_t)sd_reply_num(r, 3),
-                            "assignments", assignments);
-    freeReplyObject(r);
+    return (int)(r->element[4]->elements + r->element[5]->elements + r->element[6]->elements);
+}
+
+void h_state_get(sd_req_t *req, sd_resp_t *resp)
+{
+    const char *cluster, *after;
+    int64_t limit;
+    int whole = !sd_req_query(req, "limit") && !sd_req_query(req, "after");
+    if (sd_req_name(req, resp, 0, "cluster", &cluster) ||
+        sd_req_query_int(req, resp, "limit", 1, STATE_LIMIT_MAX, STATE_LIMIT_DEFAULT, &limit))
+        return;
+    after = sd_req_query(req, "after");
+    if (!after)
+        after = "";
+    if (!state_cursor_valid(after)) {
+        sd_resp_error(resp, 400, "bad_query",
+                      "query parameter 'after' must be the 'next' of a previous page");
+        return;
+    }
+    char cursor[SD_NAME_MAX + 3];
+    sd_strlcpy(cursor, after[0] ? after : "s:", sizeof cursor);
+    json_t *out = NULL;
+    int64_t records = 0, bytes = 0;
+    /* the whole state: the first call checks the size; at most STATE_WHOLE_MAX records
+     * (and the few stale index names dropped on the way) follow */
+    if (whole)
+        limit = 2 * STATE_WHOLE_MAX + 16;
+    while (cursor[0] && records < limit && (whole || bytes < STATE_PAGE_BYTES)) {
+        int64_t want = limit - records, budget = whole ? STATE_CALL_BYTES : STATE_PAGE_BYTES - bytes;
+        char part[2] = {cursor[0], '\0'}, n[24], b[24], wmax[24];
+        snprintf(n, sizeof n, "%lld", (long long)(want < STATE_CALL_MAX ? want : STATE_CALL_MAX));
+        snprintf(b, sizeof b, "%lld",
+                 (long long)(budget < STATE_CALL_BYTES ? budget : STATE_CALL_BYTES));
+        snprintf(wmax, sizeof wmax, "%d", STATE_WHOLE_MAX);
+        redisReply *r = NULL;
+        int rc = sd__cluster_run("state_get", cluster, &r, whole && !out ? "w" : part,
+                                 cursor + 2, n, b, wmax, NULL);
+        if (rc) {
+            json_decref(out);
+            sd_resp_store_error(resp, rc);
+            return;
+        }
+        if (sd_reply_status_is(r, "too_large")) {
+            sd_resp_error(resp, 400, "page_required",
+                          "cluster '%s' holds %lld services, machines and assignment documents, "
+                          "more than %d in one answer: page it with ?limit= and after=<next>",
+                          cluster, (long long)sd_reply_num(r, 1), STATE_WHOLE_MAX);
+            freeReplyObject(r);
+            return;
+        }
+        int got = state_add(&out, r);
+        if (got < 0) {
+            json_decref(out);
+            sd_resp_bad_reply(resp, "state_get", r);
+            freeReplyObject(r);
+            return;
+        }
+        records += got;
+        bytes += sd_reply_num(r, 8);
+        sd_strlcpy(cursor, sd_reply_str(r, 7), sizeof cursor);
+        freeReplyObject(r);
+    }
+    if (cursor[0])
+        json_object_set_new(out, "next", json_string(cursor));
     sd_resp_json(resp, 200, out);
 }
 

@@ -19,6 +19,8 @@
  *                             repeats
  *   assign:<m>         hash   slots (canonical JSON array), version, epoch
  *   assign:machines    set    machines with an assignment document
+ *   aix                zset   the same names, score 0: GET /state pages along it (and along
+ *                             six and mix, the service and machine name indexes)
  *   assign:version     string the assignments version: grows on every change of any
  *                             machine's document (slots or the cluster stop flag)
  * A change of assignments is published on the channel "<prefix>assign" as

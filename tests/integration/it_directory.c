@@ -52,7 +52,7 @@ static json_t *get_json(const char *token, const char *path, long want)
     h_resp_t r;
     long st = req("GET", token, NULL, &r, path);
     if (st != want)
-        fprintf(stderr, "GET %s -> %ld %s\n", path, st, r.body ? r.body : "");
+        fprintf(stderr, "GET %s -> %ld %.300s\n", path, st, r.body ? r.body : "");
     assert_int_equal(st, want);
     return body_of(&r);
 }
@@ -1244,6 +1244,164 @@ static void machines_and_services_are_paged(void **state)
     json_decref(j);
 }
 
+/* One walk of GET .../state in pages of `limit`: counts the services, machines and
+ * assignment documents seen (each once) and the pages, and the most big documents (those
+ * whose name starts with "big") one page held. */
+typedef struct {
+    int services, machines, assignments, pages, big_per_page;
+} state_walk_t;
+
+static void walk_state(const char *cluster, int limit, state_walk_t *w)
+{
+    memset(w, 0, sizeof *w);
+    char url[256], after[128] = "";
+    json_t *seen = json_object();
+    for (;;) {
+        snprintf(url, sizeof url, "/v1/clusters/%s/state?limit=%d%s%s", cluster, limit,
+                 after[0] ? "&after=" : "", after);
+        json_t *j = get_json(H_TOK_VIEWER, url, 200);
+        json_t *svcs = json_object_get(j, "services"), *machs = json_object_get(j, "machines");
+        json_t *docs = json_object_get(j, "assignments");
+        assert_true(json_array_size(svcs) + json_array_size(machs) + json_object_size(docs) <=
+                    (size_t)limit);
+        size_t i;
+        json_t *o;
+        const char *k;
+        json_array_foreach(svcs, i, o) {
+            char key[96];
+            snprintf(key, sizeof key, "s:%s", jstr(o, "service"));
+            assert_null(json_object_get(seen, key));
+            json_object_set_new(seen, key, json_true());
+            w->services++;
+        }
+        json_array_foreach(machs, i, o) {
+            char key[96];
+            snprintf(key, sizeof key, "m:%s", jstr(o, "machine"));
+            assert_null(json_object_get(seen, key));
+            json_object_set_new(seen, key, json_true());
+            w->machines++;
+        }
+        int big = 0;
+        json_object_foreach(docs, k, o) {
+            char key[96];
+            snprintf(key, sizeof key, "a:%s", k);
+            assert_null(json_object_get(seen, key));
+            json_object_set_new(seen, key, json_true());
+            w->assignments++;
+            big += strncmp(k, "big", 3) == 0;
+        }
+        if (big > w->big_per_page)
+            w->big_per_page = big;
+        w->pages++;
+        json_t *next = json_object_get(j, "next");
+        if (!json_is_string(next)) {
+            json_decref(j);
+            break;
+        }
+        assert_true(strlen(json_string_value(next)) < sizeof after);
+        snprintf(after, sizeof after, "%s", json_string_value(next));
+        json_decref(j);
+        assert_true(w->pages <= 100);
+    }
+    json_decref(seen);
+}
+
+/* GET .../state, what the primary reads every round, is paged too (issue 14: it read
+ * every service, machine and assignment document in one script). 20,000 machines with
+ * a lease and an assignment document (written before the index aix existed), 4 documents
+ * of 10,000 slots (about 480 KB each) and 30 services: walked in pages of at most 5000
+ * records and about 1 MiB, no Redis command over the SLOWLOG bar; libsdclient merges the
+ * pages; without limit or after, a cluster this large is refused (400 page_required)
+ * rather than read in one script; bad cursors are refused. */
+static void state_is_paged(void **state)
+{
+    (void)state;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    long long now = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    const int N = 20000;
+    assert_int_equal(h_redis_route(&redis, "sd:{cst}:machines"), 0); /* pipelined below */
+    for (int i = 0; i < N; i++) {
+        redisAppendCommand(redis.ctl, "HSET sd:{cst}:machine:m%05d registered_at_ms %lld "
+                                      "renewed_at_ms %lld expires_at_ms %lld ttl_ms 600000 "
+                                      "address 10.2.%d.%d",
+                           i, now, now, now + 600000, i / 250, i % 250);
+        redisAppendCommand(redis.ctl, "SADD sd:{cst}:machines m%05d", i);
+        redisAppendCommand(redis.ctl, "HSET sd:{cst}:assign:m%05d slots %s version 1 epoch 1", i,
+                           "[{\"service\":\"zone\",\"slot\":1,\"spec_version\":1}]");
+        redisAppendCommand(redis.ctl, "SADD sd:{cst}:assign:machines m%05d", i);
+    }
+    size_t bigcap = 10000 * 64 + 16;
+    char *big = malloc(bigcap);
+    size_t n = (size_t)snprintf(big, bigcap, "[");
+    for (int k = 0; k < 10000; k++)
+        n += (size_t)snprintf(big + n, bigcap - n, "%s{\"service\":\"zone\",\"slot\":%d,\"spec_version\":1}",
+                              k ? "," : "", k);
+    snprintf(big + n, bigcap - n, "]");
+    for (int i = 0; i < 4; i++) {
+        redisAppendCommand(redis.ctl, "HSET sd:{cst}:assign:big%d slots %s version 1 epoch 1", i, big);
+        redisAppendCommand(redis.ctl, "SADD sd:{cst}:assign:machines big%d", i);
+    }
+    free(big);
+    for (int i = 0; i < 4 * N + 8; i++) {
+        redisReply *x = NULL;
+        assert_int_equal(redisGetReply(redis.ctl, (void **)&x), REDIS_OK);
+        freeReplyObject(x);
+    }
+    h_resp_t r;
+    for (int i = 0; i < 30; i++) {
+        char path[96];
+        snprintf(path, sizeof path, "/v1/clusters/cst/services/svc%03d", i);
+        assert_int_equal(req("PUT", H_TOK_OPS, "{\"command\":\"/usr/bin/gameproc\",\"count\":1}",
+                             &r, path),
+                         200);
+        h_resp_free(&r);
+    }
+
+    /* too large for one answer */
+    json_t *j = get_json(H_TOK_VIEWER, "/v1/clusters/cst/state", 400);
+    assert_string_equal(jstr(json_object_get(j, "error"), "code"), "page_required");
+    json_decref(j);
+
+    state_walk_t w;
+    walk_state("cst", 5000, &w); /* the first walk builds the indexes (once) */
+    slowlog_begin("sd:{cst}:machines");
+    walk_state("cst", 5000, &w);
+    slowlog_check();
+    assert_int_equal(w.services, 30);
+    assert_int_equal(w.machines, N);
+    assert_int_equal(w.assignments, N + 4);
+    assert_true(w.pages >= 9);         /* 40,034 records in pages of at most 5000 */
+    assert_int_equal(w.big_per_page, 3); /* 480 KB each: the page ends after the third, the
+                                            one that crosses 1 MiB */
+    walk_state("cst", 997, &w);        /* pages that end inside a part and cross into the next */
+    assert_int_equal(w.services + w.machines + w.assignments, 30 + 2 * N + 4);
+
+    sdc_t *c = sdc_new(sd.url, H_TOK_VIEWER, 5000);
+    sdc_err_t err;
+    json_t *out = NULL;
+    assert_int_equal(sdc_state_get(c, "cst", &out, &err), SDC_OK);
+    assert_int_equal(json_array_size(json_object_get(out, "services")), 30);
+    assert_int_equal(json_array_size(json_object_get(out, "machines")), N);
+    assert_int_equal(json_object_size(json_object_get(out, "assignments")), N + 4);
+    json_t *doc = json_object_get(json_object_get(out, "assignments"), "big3");
+    assert_int_equal(json_array_size(json_object_get(doc, "slots")), 10000);
+    assert_null(json_object_get(out, "next"));
+    json_decref(out);
+    sdc_free(c);
+
+    static const char *const bad[] = {"/v1/clusters/cst/state?after=x:m00001",
+                                      "/v1/clusters/cst/state?after=m",
+                                      "/v1/clusters/cst/state?after=m:%2Fbad",
+                                      "/v1/clusters/cst/state?limit=0",
+                                      "/v1/clusters/cst/state?limit=5001", NULL};
+    for (const char *const *p = bad; *p; p++) {
+        j = get_json(H_TOK_VIEWER, *p, 400);
+        assert_string_equal(jstr(json_object_get(j, "error"), "code"), "bad_query");
+        json_decref(j);
+    }
+}
+
 int main(void)
 {
     h_init(h_valgrind() ? 240 : 120); /* 100,000 processes written through a valgrind'd serverdir */
@@ -1264,6 +1422,7 @@ int main(void)
         cmocka_unit_test(old_live_sets_are_migrated),
         cmocka_unit_test(machine_lost_without_primary),
         cmocka_unit_test(machines_and_services_are_paged),
+        cmocka_unit_test(state_is_paged),
     };
     return cmocka_run_group_tests(tests, setup, h_stack_teardown);
 }

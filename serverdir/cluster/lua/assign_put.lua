@@ -27,6 +27,7 @@ for _, i in ipairs(changed) do
   redis.call('HSET', base .. 'assign:' .. m, 'slots', pairs_[i + 1], 'version', v,
              'epoch', ARGV[1])
   redis.call('SADD', base .. 'assign:machines', m)
+  redis.call('ZADD', base .. 'aix', 0, m)
   names[#names + 1] = m
 end
 redis.call('PUBLISH', ARGV[2], ARGV[3] .. ' ' .. table.concat(names, ' '))
