@@ -365,10 +365,26 @@ redisContext *sd__rc_connect(int slot)
 {
     if (!map_loaded)
         refresh(1);
-    int node = slot >= 0 ? map_get(slot) : primary_at(0);
-    if (node < 0)
-        return NULL;
-    return open_node(nodes[node].host, nodes[node].port, CONNECT_TIMEOUT_MS);
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass)
+            refresh(0); /* the node is gone: maybe a failover moved its slots */
+        if (slot >= 0) {
+            int node = map_get(slot);
+            redisContext *c = node >= 0 ? open_node(nodes[node].host, nodes[node].port,
+                                                    CONNECT_TIMEOUT_MS)
+                                        : NULL;
+            if (c)
+                return c;
+            continue;
+        }
+        /* any primary: the first that answers */
+        for (int i = 0, node; (node = primary_at(i)) >= 0; i++) {
+            redisContext *c = open_node(nodes[node].host, nodes[node].port, CONNECT_TIMEOUT_MS);
+            if (c)
+                return c;
+        }
+    }
+    return NULL;
 }
 
 /* ---------- commands ---------- */

@@ -37,8 +37,9 @@ enum sd_rc_fail {
 redisReply *sd__rc_command(int slot, int argc, const char **argv, const size_t *argl,
                            enum sd_rc_fail *why);
 
-/* A new connection of the caller's own to the primary of slot (slot < 0: any primary),
- * AUTH done; NULL when none is reachable. */
+/* A new connection of the caller's own to the primary of slot (slot < 0: the first
+ * primary that answers), AUTH done; when the map's node does not answer, the map is
+ * reloaded and the new one tried (a failover). NULL when none is reachable. */
 redisContext *sd__rc_connect(int slot);
 
 /* The primaries known now: how many, and for SCAN-like walks that visit each node,

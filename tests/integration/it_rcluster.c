@@ -276,6 +276,64 @@ static void failover_followed(void **state)
     freeReplyObject(r);
 }
 
+/* A new connection of the caller's own (the subscriber of assignment changes, the
+ * blocking lock waits) after a failover that no command has seen yet: the map still
+ * names the dead primary, so the connect reloads it and reaches the promoted replica
+ * (the old code returned NULL until some command happened to reload the map). */
+static int promoted(void *arg)
+{
+    int *v = arg;
+    int p = h_rc_primary_of(&rc, v[0]);
+    return p >= 0 && p != v[1] && rc.pid[p] != 0;
+}
+
+static void connect_follows_failover(void **state)
+{
+    (void)state;
+    /* a key whose primary still has its replica (failover_followed killed another) */
+    char k[32];
+    int slot = -1, victim = -1;
+    for (int i = 0; i < 1000 && victim < 0; i++) {
+        snprintf(k, sizeof k, "{cf%d}:x", i);
+        slot = (int)sd__rc_slot(k, strlen(k));
+        int p = h_rc_primary_of(&rc, slot);
+        if (p >= 0 && rc.pid[p]) {
+            redisReply *r = h_rc_node(&rc, p, "ROLE");
+            /* a primary with a connected replica: ROLE's third element lists them */
+            if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 3 &&
+                r->element[2]->type == REDIS_REPLY_ARRAY && r->element[2]->elements > 0)
+                victim = p;
+            if (r)
+                freeReplyObject(r);
+        }
+    }
+    assert_true(victim >= 0);
+    enum sd_rc_fail why;
+    redisReply *r = cmd(&why, "SET", k, "v"); /* the map as it is now */
+    assert_non_null(r);
+    freeReplyObject(r);
+    kill(rc.pid[victim], SIGKILL);
+    h_wait_exit(rc.pid[victim], 2000);
+    rc.pid[victim] = 0;
+    int arg[2] = {slot, victim};
+    assert_true(h_wait_every(promoted, arg, 20000, 100));
+    h_sleep_ms(200); /* past REFRESH_MIN_MS since the last map load */
+
+    redisContext *c = sd__rc_connect(slot);
+    assert_non_null(c);
+    r = redisCommand(c, "ROLE");
+    assert_non_null(r);
+    assert_string_equal(r->element[0]->str, "master");
+    freeReplyObject(r);
+    redisFree(c);
+    c = sd__rc_connect(-1); /* any primary: the dead one is skipped */
+    assert_non_null(c);
+    r = redisCommand(c, "PING");
+    assert_non_null(r);
+    freeReplyObject(r);
+    redisFree(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -284,6 +342,7 @@ int main(void)
         cmocka_unit_test(ask_while_migrating_then_moved),
         cmocka_unit_test(store_scripts_on_every_node),
         cmocka_unit_test(failover_followed),
+        cmocka_unit_test(connect_follows_failover),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
