@@ -41,6 +41,26 @@ local function index_once(set, ix, flag)
   redis.call('SET', flag, '1')
 end
 
+-- Machine m's lease record as {m, field, value, ...} (plus draining 1 when m is in the
+-- draining set), or nil when it expired (lost longer than machine_keep); then, when
+-- prune, its name leaves the machine set and the name index <base>mix.
+local function machine_entry(base, m, prune)
+  local h = redis.call('HGETALL', base .. 'machine:' .. m)
+  if #h == 0 then
+    if prune then
+      redis.call('SREM', base .. 'machines', m)
+      redis.call('ZREM', base .. 'mix', m)
+    end
+    return nil
+  end
+  table.insert(h, 1, m)
+  if redis.call('SISMEMBER', base .. 'draining', m) == 1 then
+    h[#h + 1] = 'draining'
+    h[#h + 1] = '1'
+  end
+  return h
+end
+
 -- The fence of a primary's write to the cluster at key base `base`: nil when `epoch` is
 -- the epoch of a primary whose lease is still running at `now`, else the reply
 -- {'stale_epoch', current_epoch, holder ('' when none or expired)} to return as is.

@@ -1251,6 +1251,16 @@ typedef struct {
     int services, machines, assignments, pages, big_per_page;
 } state_walk_t;
 
+/* Records name of part (s, m, a) in seen, asserting it was not there; returns 1. */
+static int seen_once(json_t *seen, char part, const char *name)
+{
+    char key[96];
+    snprintf(key, sizeof key, "%c:%s", part, name);
+    assert_null(json_object_get(seen, key));
+    json_object_set_new(seen, key, json_true());
+    return 1;
+}
+
 static void walk_state(const char *cluster, int limit, state_walk_t *w)
 {
     memset(w, 0, sizeof *w);
@@ -1267,27 +1277,13 @@ static void walk_state(const char *cluster, int limit, state_walk_t *w)
         size_t i;
         json_t *o;
         const char *k;
-        json_array_foreach(svcs, i, o) {
-            char key[96];
-            snprintf(key, sizeof key, "s:%s", jstr(o, "service"));
-            assert_null(json_object_get(seen, key));
-            json_object_set_new(seen, key, json_true());
-            w->services++;
-        }
-        json_array_foreach(machs, i, o) {
-            char key[96];
-            snprintf(key, sizeof key, "m:%s", jstr(o, "machine"));
-            assert_null(json_object_get(seen, key));
-            json_object_set_new(seen, key, json_true());
-            w->machines++;
-        }
+        json_array_foreach(svcs, i, o)
+            w->services += seen_once(seen, 's', jstr(o, "service"));
+        json_array_foreach(machs, i, o)
+            w->machines += seen_once(seen, 'm', jstr(o, "machine"));
         int big = 0;
         json_object_foreach(docs, k, o) {
-            char key[96];
-            snprintf(key, sizeof key, "a:%s", k);
-            assert_null(json_object_get(seen, key));
-            json_object_set_new(seen, key, json_true());
-            w->assignments++;
+            w->assignments += seen_once(seen, 'a', k);
             big += strncmp(k, "big", 3) == 0;
         }
         if (big > w->big_per_page)

@@ -47,19 +47,10 @@ local function service(s)
 end
 
 local function machine(m)
-  local h = redis.call('HGETALL', base .. 'machine:' .. m)
-  if #h == 0 then
-    redis.call('SREM', base .. 'machines', m)
-    redis.call('ZREM', base .. 'mix', m)
-    return nil
-  end
+  local h = machine_entry(base, m, true)
+  if not h then return nil end
   local bytes = 0
   for i = 1, #h do bytes = bytes + #h[i] end
-  table.insert(h, 1, m)
-  if redis.call('SISMEMBER', base .. 'draining', m) == 1 then
-    h[#h + 1] = 'draining'
-    h[#h + 1] = '1'
-  end
   machines[#machines + 1] = h
   return bytes
 end

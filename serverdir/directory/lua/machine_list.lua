@@ -23,17 +23,6 @@ else
   if #names == limit then out[2] = names[#names] end
 end
 for _, m in ipairs(names) do
-  local h = redis.call('HGETALL', base .. 'machine:' .. m)
-  if #h > 0 then
-    table.insert(h, 1, m)
-    if redis.call('SISMEMBER', base .. 'draining', m) == 1 then
-      h[#h + 1] = 'draining'
-      h[#h + 1] = '1'
-    end
-    out[#out + 1] = h
-  elseif ARGV[1] == '' then
-    redis.call('SREM', base .. 'machines', m)
-    redis.call('ZREM', base .. 'mix', m)
-  end
+  out[#out + 1] = machine_entry(base, m, ARGV[1] == '')
 end
 return out
