@@ -1303,7 +1303,7 @@ static void walk_state(const char *cluster, int limit, state_walk_t *w)
 }
 
 /* GET .../state, what the primary reads every round, is paged too (issue 14: it read
- * every service, machine and assignment document in one script). 20,000 machines (4000
+ * every service, machine and assignment document in one script). 20,000 machines (2600
  * under valgrind and the sanitizers) with
  * a lease and an assignment document (written before the index aix existed), 4 documents
  * of 10,000 slots (about 480 KB each) and 30 services: walked in pages of at most 5000
@@ -1316,9 +1316,9 @@ static void state_is_paged(void **state)
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     long long now = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-    /* under valgrind and the sanitizers 4000 (still more than one answer may hold): the
+    /* under valgrind and the sanitizers 2600 (still more than one answer may hold): the
      * pages are the same code, and the plain stage checks the cost at 20,000 */
-    const int N = h_valgrind() || h_sanitized() ? 4000 : 20000;
+    const int N = h_valgrind() || h_sanitized() ? 2600 : 20000;
     assert_int_equal(h_redis_route(&redis, "sd:{cst}:machines"), 0); /* pipelined below */
     for (int i = 0; i < N; i++) {
         redisAppendCommand(redis.ctl, "HSET sd:{cst}:machine:m%05d registered_at_ms %lld "
@@ -1371,8 +1371,9 @@ static void state_is_paged(void **state)
     assert_int_equal(w.machines, N);
     assert_int_equal(w.assignments, N + 4);
     assert_true(w.pages >= (2 * N + 34 + 4999) / 5000); /* pages of at most 5000 records */
-    assert_int_equal(w.big_per_page, 3); /* 480 KB each: the page ends after the third, the
-                                            one that crosses 1 MiB */
+    /* 480 KB each: a page ends after the one that crosses 1 MiB (the second or the third,
+     * as the machines before them on the page weigh) */
+    assert_in_range(w.big_per_page, 2, 3);
     walk_state("cst", 997, &w);        /* pages that end inside a part and cross into the next */
     assert_int_equal(w.services + w.machines + w.assignments, 30 + 2 * N + 4);
 
