@@ -12,7 +12,7 @@
 #      valgrind memcheck (H_VALGRIND=1; not the novalgrind ones, whose daemons it does not
 #      wrap): any error or definite leak fails the run;
 #   4. builds the libFuzzer targets (only them) with clang (build-fuzz/) and runs each for
-#      SD_FUZZ_SECONDS (default 10) over its seed corpus and kept regressions.
+#      SD_FUZZ_SECONDS (default 6) over its seed corpus and kept regressions.
 # SD_TEST_STAGES="plain asan" (any subset of plain asan valgrind fuzz) selects stages.
 # The ASan tree builds (nice 19) while the plain stage's tests run, the fuzz tree while
 # the ASan stage's do (logs: build-asan.bg.log, build-fuzz.bg.log).
@@ -23,7 +23,7 @@ sd_install_deps
 sd_npm_tools
 stages=${SD_TEST_STAGES:-"plain asan valgrind fuzz"}
 jobs=$(nproc)
-fuzz_args=(-DSD_WERROR=ON -DSD_FUZZ=ON -DSD_FUZZ_SECONDS="${SD_FUZZ_SECONDS:-10}")
+fuzz_args=(-DSD_WERROR=ON -DSD_FUZZ=ON -DSD_FUZZ_SECONDS="${SD_FUZZ_SECONDS:-6}")
 
 # The ASan and fuzz trees are built in the background, at the lowest CPU priority, while
 # the stage before them runs its tests (which leave much of the CPU idle: they wait on
@@ -70,7 +70,7 @@ for stage in $stages; do
         (cd "$SD_ROOT/build" && H_VALGRIND=1 ctest --output-on-failure -j"$jobs" -L integration -LE novalgrind)
         ;;
     fuzz)
-        echo "== stage fuzz: libFuzzer targets, ${SD_FUZZ_SECONDS:-10} s each"
+        echo "== stage fuzz: libFuzzer targets, ${SD_FUZZ_SECONDS:-6} s each"
         bg_wait "$fuzz_bg" build-fuzz
         fuzz_bg=""
         CC=clang SD_BUILD_TARGETS=fuzz_targets sd_build build-fuzz "${fuzz_args[@]}"
