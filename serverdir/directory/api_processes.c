@@ -53,7 +53,7 @@ void h_events_post(sd_req_t *req, sd_resp_t *resp)
         return;
     }
 
-    long long counts[3];
+    long long counts[4];
     rc = sd_dir_events_apply(cluster, batch, counts);
     free(batch);
     if (rc) {
@@ -64,6 +64,21 @@ void h_events_post(sd_req_t *req, sd_resp_t *resp)
     SD_COUNT("serverdir_events_accepted_total", "process events applied (new ids)", accepted);
     SD_COUNT("serverdir_events_duplicate_total", "process events ignored as already applied", dups);
     SD_COUNT("serverdir_events_stale_total", "process events older than the record they name", stale);
+    if (counts[3] >= 0 && counts[3] < sd_dir_cfg.wait_replicas) {
+        /* applied on the primary, not yet on enough replicas: a failover now could lose
+         * it, so the sender keeps the batch and resends it (its ids make that a no-op) */
+        SD_COUNT("serverdir_event_replication_timeouts_total",
+                 "Event batches answered 503 because too few replicas confirmed them", 1);
+        sd_resp_header(resp, "Retry-After", "1");
+        sd_resp_error_extra(resp, 503, "replication_timeout",
+                            json_pack("{s:I, s:I}", "replicas", (json_int_t)counts[3], "wanted",
+                                      (json_int_t)sd_dir_cfg.wait_replicas),
+                            "the batch reached %lld of %lld replicas within %lld ms; resend it "
+                            "(event ids make that a no-op)",
+                            counts[3], (long long)sd_dir_cfg.wait_replicas,
+                            (long long)sd_dir_cfg.wait_timeout_ms);
+        return;
+    }
     sd_resp_json(resp, 200, json_pack("{s:I, s:I, s:I}", "accepted", accepted,
                                       "duplicates", dups, "stale", stale));
 }

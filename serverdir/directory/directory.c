@@ -21,6 +21,8 @@ sd_dir_config_t sd_dir_cfg = {
     .machine_keep_ms = 24LL * 3600 * 1000,
     .lost_sweep_ms = 1000,
     .series_interval_ms = 60000,
+    .wait_replicas = 0,
+    .wait_timeout_ms = 500,
 };
 
 int sd_dir_config_load(const json_t *section, char *err, size_t errcap)
@@ -33,20 +35,24 @@ int sd_dir_config_load(const json_t *section, char *err, size_t errcap)
         return sd_jv_fail(&v, "directory", "must be an object");
     static const char *const keys[] = {"history_max", "stopped_keep", "stopped_ttl_s",
                                        "event_id_ttl_s", "machine_keep_s", "lost_sweep_ms",
-                                       "series_interval_ms", NULL};
+                                       "series_interval_ms", "wait_replicas",
+                                       "wait_timeout_ms", NULL};
     if (sd_jv_only_keys(&v, section, keys))
         return -1;
     int64_t hist = sd_dir_cfg.history_max, keep = sd_dir_cfg.stopped_keep;
     int64_t sttl = sd_dir_cfg.stopped_ttl_ms / 1000, idttl = sd_dir_cfg.event_id_ttl_ms / 1000;
     int64_t mkeep = sd_dir_cfg.machine_keep_ms / 1000, sweep = sd_dir_cfg.lost_sweep_ms;
     int64_t series = sd_dir_cfg.series_interval_ms;
+    int64_t wrep = sd_dir_cfg.wait_replicas, wms = sd_dir_cfg.wait_timeout_ms;
     if (sd_jv_int(&v, section, "history_max", 0, 10, 10000000, &hist) < 0 ||
         sd_jv_int(&v, section, "stopped_keep", 0, 10, 10000000, &keep) < 0 ||
         sd_jv_int(&v, section, "stopped_ttl_s", 0, 1, 30LL * 86400, &sttl) < 0 ||
         sd_jv_int(&v, section, "event_id_ttl_s", 0, 86400, 30LL * 86400, &idttl) < 0 ||
         sd_jv_int(&v, section, "machine_keep_s", 0, 1, 30LL * 86400, &mkeep) < 0 ||
         sd_jv_int(&v, section, "lost_sweep_ms", 0, 0, 3600000, &sweep) < 0 ||
-        sd_jv_int(&v, section, "series_interval_ms", 0, 0, 3600000, &series) < 0)
+        sd_jv_int(&v, section, "series_interval_ms", 0, 0, 3600000, &series) < 0 ||
+        sd_jv_int(&v, section, "wait_replicas", 0, 0, 16, &wrep) < 0 ||
+        sd_jv_int(&v, section, "wait_timeout_ms", 0, 1, 2500, &wms) < 0)
         return -1;
     if (sweep > 0 && sweep < 100)
         return sd_jv_fail(&v, "directory.lost_sweep_ms", "must be 0 (off) or at least 100");
@@ -59,6 +65,8 @@ int sd_dir_config_load(const json_t *section, char *err, size_t errcap)
     sd_dir_cfg.machine_keep_ms = mkeep * 1000;
     sd_dir_cfg.lost_sweep_ms = sweep;
     sd_dir_cfg.series_interval_ms = series;
+    sd_dir_cfg.wait_replicas = wrep;
+    sd_dir_cfg.wait_timeout_ms = wms;
     return 0;
 }
 
@@ -316,7 +324,7 @@ static void drain_unlocks(const char *cluster)
     }
 }
 
-int sd_dir_events_apply(const char *cluster, const char *batch, long long counts[3])
+int sd_dir_events_apply(const char *cluster, const char *batch, long long counts[4])
 {
     char base[256];
     sd_argv_t a;
@@ -348,6 +356,13 @@ int sd_dir_events_apply(const char *cluster, const char *batch, long long counts
                  "allocations ended, by final state", r->element[4]->integer);
     int unlock_waiting = r->element[5]->integer > 0;
     freeReplyObject(r);
+    counts[3] = -1;
+    /* on the node that ran the batch: the thread's last command went there. Every batch,
+     * duplicates too: the resend of a batch answered 503 below waits again */
+    if (sd_dir_cfg.wait_replicas > 0 &&
+        (rc = sd_store_wait(sd_dir_cfg.wait_replicas, sd_dir_cfg.wait_timeout_ms,
+                            &counts[3])) != SD_STORE_OK)
+        return rc;
     if (unlock_waiting) /* two round trips saved on every batch without a stop */
         drain_unlocks(cluster);
     return SD_STORE_OK;
@@ -562,7 +577,7 @@ long long sd_dir_mark_lost(const char *cluster, const char *machine, const char 
                       machine, err);
             return SD_STORE_ERROR;
         }
-        long long counts[3];
+        long long counts[4]; /* a short WAIT is not an error here: the primary asks again */
         rc = sd_dir_events_apply(cluster, batch, counts);
         free(batch);
         if (rc)

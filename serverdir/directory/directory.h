@@ -41,6 +41,8 @@ typedef struct {
     int64_t lost_sweep_ms;   /* period of the lost-machine sweep of clusters without a
                                 primary; 0: off */
     int64_t series_interval_ms; /* one ready-vs-desired sample per cluster this often; 0: off */
+    int64_t wait_replicas;   /* WAIT for this many replicas after a batch that wrote; 0: no */
+    int64_t wait_timeout_ms; /* ... for at most this long */
 } sd_dir_config_t;
 
 #define SD_SERIES_MAX 120 /* samples kept per cluster (two hours of changes at the default
@@ -64,8 +66,10 @@ int sd_dir_events_normalize(const json_t *body, char **out, size_t *nevents, cha
 /* Applies a normalized batch (sd_dir_events_normalize) with events_apply.lua: the one
  * path by which process records change (POST .../events, and the primary's
  * POST .../machines/{m}/lost). Returns SD_STORE_OK with counts {accepted, duplicates,
- * stale}, or a SD_STORE_* error. */
-int sd_dir_events_apply(const char *cluster, const char *batch, long long counts[3]);
+ * stale, replicas}, or a SD_STORE_* error. replicas: with directory.wait_replicas set,
+ * how many replicas confirmed the batch (WAIT on the node that ran it, before anything
+ * else is sent; a resent batch of duplicates waits too), else -1. */
+int sd_dir_events_apply(const char *cluster, const char *batch, long long counts[4]);
 
 /* Validates the body of PUT .../machines/{m} (NULL or {} allowed) and appends to a the
  * lease ttl_ms and the given fields as field/value pairs (labels as compact JSON).

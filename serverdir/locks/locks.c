@@ -193,7 +193,7 @@ int sd_locks_wait_acked(sd_resp_t *resp)
     if (sd_locks_cfg.wait_replicas <= 0)
         return 0;
     long long got;
-    int rc = sd_lock_wait_replicas(&got);
+    int rc = sd_store_wait(sd_locks_cfg.wait_replicas, sd_locks_cfg.wait_timeout_ms, &got);
     if (rc != SD_STORE_OK) {
         sd_resp_store_error(resp, rc);
         return -1;
@@ -557,25 +557,6 @@ int sd_lock_acquire(const sd_lock_req_t *a, redisReply **out)
         }
     }
     return rc;
-}
-
-/* Durability knob: WAIT for sd_locks_cfg.wait_replicas replicas, at most
- * wait_timeout_ms. *got: how many confirmed (-1 on an odd reply). A SD_STORE_* code. */
-int sd_lock_wait_replicas(long long *got)
-{
-    sd_argv_t av;
-    sd_argv_init(&av);
-    sd_argv_add(&av, "WAIT");
-    sd_argv_addf(&av, "%lld", (long long)sd_locks_cfg.wait_replicas);
-    sd_argv_addf(&av, "%lld", (long long)sd_locks_cfg.wait_timeout_ms);
-    redisReply *r;
-    int rc = sd_store_command(&av, &r);
-    sd_argv_free(&av);
-    if (rc != SD_STORE_OK)
-        return rc;
-    *got = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
-    freeReplyObject(r);
-    return SD_STORE_OK;
 }
 
 int sd_lock_release(const sd_lock_rel_t *rel, redisReply **out)

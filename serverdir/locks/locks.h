@@ -108,8 +108,6 @@ int sd_lock_release_holder(const char *holder, int64_t stopped_ms, int64_t delay
 /* After a grant or a save: WAIT for sd_locks_cfg.wait_replicas replicas (nothing when 0).
  * 0 when reached, else -1 with the 503 replication_timeout (or store error) in resp. */
 int sd_locks_wait_acked(sd_resp_t *resp);
-/* WAIT for sd_locks_cfg.wait_replicas replicas; *got: how many confirmed (-1: odd reply). */
-int sd_lock_wait_replicas(long long *got);
 /* One bounded walk over the lock records from cursor ("" or "0": the start; else one
  * this call left there): appends to locks up to limit held locks as {key, holder,
  * lock_seq, since_ms, expires_in_ms} and leaves in cursor (cap bytes) where to go on

@@ -390,6 +390,23 @@ static redisContext *get_ctx(void)
     return c;
 }
 
+int sd_store_wait(long long replicas, long long timeout_ms, long long *got)
+{
+    sd_argv_t av;
+    sd_argv_init(&av);
+    sd_argv_add(&av, "WAIT");
+    sd_argv_addf(&av, "%lld", replicas);
+    sd_argv_addf(&av, "%lld", timeout_ms);
+    redisReply *r;
+    int rc = sd_store_command(&av, &r);
+    sd_argv_free(&av);
+    if (rc != SD_STORE_OK)
+        return rc;
+    *got = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+    freeReplyObject(r);
+    return SD_STORE_OK;
+}
+
 redisContext *sd_store_connect(void)
 {
     if (target.cluster)

@@ -61,6 +61,10 @@ int sd_store_command_v(int argc, const char *const *argv, const size_t *argl, re
  * thread's command connection. NULL when Redis is unreachable; the caller frees it with
  * redisFree. */
 redisContext *sd_store_connect(void);
+/* WAIT replicas timeout_ms on the thread's connection (the node its last command went
+ * to: call it right after the write it must cover). *got: how many replicas confirmed
+ * (-1 on an odd reply). A SD_STORE_* code. */
+int sd_store_wait(long long replicas, long long timeout_ms, long long *got);
 /* PING with the thread's connection; 0 if Redis answers. */
 int sd_store_ping(void);
 /* "sd:{cluster}:" + formatted suffix into buf; returns buf. */

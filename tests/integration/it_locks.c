@@ -25,7 +25,7 @@ static h_redis_t redis;
 static int on_cluster; /* H_REDIS=cluster: a multi-key acquire's names carry one tag */
 static h_serverdir_t sd;       /* defaults: no lock-delay, no WAIT */
 static h_serverdir_t sd_delay; /* locks.lock_delay_ms = 400 */
-static h_serverdir_t sd_wait;  /* locks.wait_replicas = 1 */
+static h_serverdir_t sd_wait;  /* locks.wait_replicas = 1, directory.wait_replicas = 1 */
 
 /* cmocka group setup: redis-server and the three serverdirs on it. */
 static int setup(void **state)
@@ -34,6 +34,8 @@ static int setup(void **state)
         h_sd_start(&sd_delay, &redis, &(h_sd_opts_t){.config = "{\"locks\": {\"lock_delay_ms\": 400}}"}) ||
         h_sd_start(&sd_wait, &redis,
                    &(h_sd_opts_t){.config = "{\"locks\": {\"wait_replicas\": 1,"
+                                            " \"wait_timeout_ms\": 200},"
+                                            " \"directory\": {\"wait_replicas\": 1,"
                                             " \"wait_timeout_ms\": 200}}"}))
         return -1;
     return 0;
@@ -618,6 +620,16 @@ static void wait_replicas_knob(void **state)
         h_resp_free(&r);
         lock_tok_hdr[0] = '\0';
     }
+    /* So is an event batch (directory.wait_replicas): applied on the primary, answered
+     * 503, so its sender keeps it and resends it. */
+    static const char batch[] =
+        "{\"events\":[{\"id\":\"dur-1\",\"type\":\"started\",\"instance\":\"dur-i\","
+        "\"machine\":\"m1\",\"service\":\"zone\",\"pid\":42}]}";
+    assert_int_equal(call(&sd_wait, "POST", H_TOK_BB, batch, &r, "/v1/clusters/cdur/events"), 503);
+    assert_string_equal(h_err_code(&r), "replication_timeout");
+    h_resp_free(&r);
+    assert_int_equal(call(&sd, "GET", H_TOK_VIEWER, NULL, &r, "/v1/clusters/cdur/processes/dur-i"), 200);
+    h_resp_free(&r);
 
     /* With a replica attached the same re-acquire answers 200 with the same lock_seq. */
     h_redis_t replica;
@@ -629,6 +641,10 @@ static void wait_replicas_knob(void **state)
     assert_true(s > 0);
     assert_int_equal(call(&sd, "GET", H_TOK_VIEWER, NULL, &r, "/v1/locks/p-dur"), 200);
     assert_int_equal(jget(&r, "lock_seq"), s);
+    h_resp_free(&r);
+    /* and the resent batch answers 200: a duplicate, now confirmed */
+    assert_int_equal(call(&sd_wait, "POST", H_TOK_BB, batch, &r, "/v1/clusters/cdur/events"), 200);
+    assert_int_equal(jget(&r, "duplicates"), 1);
     h_resp_free(&r);
     release("p-dur", "A", s);
     h_redis_stop(&replica);
