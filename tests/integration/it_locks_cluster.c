@@ -399,12 +399,17 @@ static void *flow_main(void *arg)
         h_resp_free(&r);
         json_int_t seq = ji(j, "lock_seq");
         snprintf(tok, sizeof tok, "%s", js(j, "lock_token"));
-        /* a holder whose release failed (a 503 in the failover) acquires again: the same
-         * grant, by design; any new grant must be above every earlier one */
+        /* a holder whose release failed (a 503 in the failover) acquires again: the grant
+         * it holds, by design, which may be one answered 503 replication_timeout (never
+         * acknowledged, so above the last acknowledged one); any new grant must be above
+         * every earlier acknowledged one */
         int again = json_is_true(json_object_get(j, "reacquired"));
         json_decref(j);
-        if (again ? seq != f->last_seq[k] : seq <= f->last_seq[k])
+        if (again ? seq < f->last_seq[k] : seq <= f->last_seq[k]) {
+            fprintf(stderr, "lock_seq repeated: %s %s seq %lld after %lld\n", key,
+                    again ? "reacquired" : "granted", (long long)seq, (long long)f->last_seq[k]);
             f->dup_seq++;
+        }
         f->last_seq[k] = seq;
         f->grants++;
         char data[32];
