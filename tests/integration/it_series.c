@@ -295,13 +295,19 @@ static void idle_writes_nothing(void **state)
          "{\"events\":[" EV("i0s", "started", "calm-0", "calm", ",\"pid\":7") "]}", 200);
     expect_sample("cs4", 0, 1, 0);
     h_sleep_ms(3 * INTERVAL_MS); /* the last changes of the other clusters, sampled */
+    /* one sample, or two when a pass came between the lease (which makes the cluster
+     * known) and the event: 0 0 0, then 0 1 0 (seen once under valgrind) */
+    json_t *o = series("cs4");
+    size_t n0 = json_array_size(json_object_get(o, "samples"));
+    json_decref(o);
+    assert_in_range(n0, 1, 2);
     char before[64], after[64];
     h_redis_digest(&redis, before);
     h_sleep_ms(8 * INTERVAL_MS);
     h_redis_digest(&redis, after);
     assert_string_equal(before, after);
-    json_t *o = series("cs4");
-    assert_int_equal(json_array_size(json_object_get(o, "samples")), 1);
+    o = series("cs4");
+    assert_int_equal(json_array_size(json_object_get(o, "samples")), n0);
     json_decref(o);
 }
 
