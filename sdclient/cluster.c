@@ -175,11 +175,9 @@ static int state_walk(sdc_t *c, const char *cluster, json_t **out, int *changed,
     *changed = 0;
     for (;;) {
         json_t *page = NULL;
-        rc = after[0] ? sdc__cluster_call(c, "GET", cluster, NULL, NULL, NULL, &page, err,
-                                          "/state?limit=%d&after=%s", SDC_STATE_PAGE,
-                                          sdc_escape(after, esc, sizeof esc))
-                      : sdc__cluster_call(c, "GET", cluster, NULL, NULL, NULL, &page, err,
-                                          "/state?limit=%d", SDC_STATE_PAGE);
+        rc = sdc__cluster_call(c, "GET", cluster, NULL, NULL, NULL, &page, err,
+                               "/state?limit=%d%s%s", SDC_STATE_PAGE, after[0] ? "&after=" : "",
+                               after[0] ? sdc_escape(after, esc, sizeof esc) : "");
         if (rc)
             break;
         json_t *svcs = json_object_get(page, "services"), *machs = json_object_get(page, "machines");
