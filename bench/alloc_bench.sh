@@ -8,20 +8,29 @@
 # service "match" with "pool": {"buffer": 0} and POOL (1000) ready instances of it
 # (started + ready events, 1000 events per POST), and a service "burst" with BURST_POOL
 # ready instances. Then, RUNS rounds of DUR seconds per phase at CLIENTS (64) concurrent
-# allocators (bench/alloc_load.c, one thread and keep-alive connection each):
+# allocators (bench/alloc_load.c: one thread drives every keep-alive connection from one
+# epoll, the same client for both sides; -e threads in alloc_load for one libcurl or
+# hiredis thread per allocator):
 #
-#   sd-cycle   each allocator: POST /allocations {"service":"match","payload":{...}}, then
-#              the game's release as its Big Brother reports it (POST /events, one
-#              "released" event for that instance and allocation), again and again: the
-#              pool stays at POOL ready instances (at most CLIENTS are out at any moment).
-#              Allocation latency and release latency are recorded apart.
-#   raw-cycle  the anchor: the same alloc_create.lua and events_apply.lua (the build's
+#   sd-pool    each allocator: POST /allocations {"service":"match","payload":{...}},
+#              again and again; each instance's release is reported the way its machine's
+#              Big Brother reports it (bigbrother/reporter.c): one connection per machine,
+#              and whenever nothing is in flight on it, every release waiting (up to 500)
+#              in one POST /events of "released" events. The pool stays at POOL ready
+#              instances. Allocation latency, and the time from an allocation's answer to
+#              its release being applied, are recorded.
+#   raw-pool   the anchor: the same alloc_create.lua and events_apply.lua (the build's
 #              copies, with their prelude) by EVALSHA on the same Redis, with exactly the
-#              KEYS and ARGV serverdir passes, over CLIENTS hiredis connections.
+#              KEYS and ARGV serverdir passes (the release batches normalized the way
+#              serverdir passes them), over the same connections.
 #   sd-paced, raw-paced
 #              the same two below saturation: each allocator paced so that both sides
-#              are offered LOAD (0.5) of serverdir's sd-cycle rate of that round; at
+#              are offered LOAD (0.5) of serverdir's sd-pool rate of that round; at
 #              saturation a closed loop's latency is only CLIENTS / rate (Little's law).
+#   sd-cycle, raw-cycle
+#              the worst case for releases: each allocator sends its allocation's release
+#              itself right after the answer, one "released" event per POST /events (one
+#              events_apply.lua each, raw), before its next allocation.
 #   sd-burst   allocations only, no release, from the BURST_POOL instances of "burst",
 #              until DUR passed or the pool is empty (the first no_capacity ends it); then,
 #              untimed, every allocation is released with events in batches of 1000.
@@ -169,13 +178,15 @@ phase() { # name service expected_pool alloc_load-args...
 for round in $(seq "$RUNS"); do
     echo "round $round (load average $(cut -d' ' -f1 /proc/loadavg))"
     machines_put
-    phase sd-cycle match "$POOL" -r event sd "$SD" bench match
+    phase sd-pool match "$POOL" -r machine sd "$SD" bench match
     sd_rate=$(field rate "$last")
-    phase raw-cycle match "$POOL" -r event redis 127.0.0.1 "$rport" "$LUA" sd: bench match
+    phase raw-pool match "$POOL" -r machine redis 127.0.0.1 "$rport" "$LUA" sd: bench match
     # below saturation: both sides offered LOAD x serverdir's rate of this round
     period=$(awk -v c="$CLIENTS" -v r="$sd_rate" -v l="$LOAD" 'BEGIN { printf "%.0f", c * 1e6 / (r * l) }')
-    phase sd-paced match "$POOL" -p "$period" -r event sd "$SD" bench match
-    phase raw-paced match "$POOL" -p "$period" -r event redis 127.0.0.1 "$rport" "$LUA" sd: bench match
+    phase sd-paced match "$POOL" -p "$period" -r machine sd "$SD" bench match
+    phase raw-paced match "$POOL" -p "$period" -r machine redis 127.0.0.1 "$rport" "$LUA" sd: bench match
+    phase sd-cycle match "$POOL" -r event sd "$SD" bench match
+    phase raw-cycle match "$POOL" -r event redis 127.0.0.1 "$rport" "$LUA" sd: bench match
     phase sd-burst burst "$BURST_POOL" -r none sd "$SD" bench burst
     phase raw-burst burst "$BURST_POOL" -r none redis 127.0.0.1 "$rport" "$LUA" sd: bench burst
 done
@@ -212,23 +223,27 @@ EOF
     refill_line=$(tail -1 <<<"$out")
 fi
 
+sdp=$(med sd-pool-rate) rawp=$(med raw-pool-rate)
 sdc=$(med sd-cycle-rate) rawc=$(med raw-cycle-rate) sdb=$(med sd-burst-rate) rawb=$(med raw-burst-rate)
+PHASES="sd-pool raw-pool sd-paced raw-paced sd-cycle raw-cycle sd-burst raw-burst"
 doubles=0
-for p in sd-cycle raw-cycle sd-paced raw-paced sd-burst raw-burst; do doubles=$((doubles + $(sum $p-double))); done
+for p in $PHASES; do doubles=$((doubles + $(sum $p-double))); done
 echo
 echo "medians of $RUNS rounds ($CLIENTS concurrent allocators; load average at the end: $load_end):"
 printf '  %-10s %9s %8s %8s %11s %11s %9s %10s   %s\n' phase allocs/s p50_ms p99_ms release_p50 release_p99 redis_us redis_cpu% "runs (allocs/s)"
-for p in sd-cycle raw-cycle sd-paced raw-paced sd-burst raw-burst; do
+for p in $PHASES; do
     printf '  %-10s %9s %8s %8s %11s %11s %9s %10s   %s\n' "$p" "$(med $p-rate)" "$(med $p-p50_ms)" \
         "$(med $p-p99_ms)" "$(med $p-rel_p50_ms)" "$(med $p-rel_p99_ms)" "$(med $p-redis_us)" \
         "$(med $p-redis_cpu)" "${R[$p-rate]% }"
 done
 echo "ratios serverdir / raw Redis (same scripts):"
-echo "  pool of $POOL kept full (allocate + release): $(bench_ratio "$sdc" "$rawc")"
-echo "  allocations only (burst pool):             $(bench_ratio "$sdb" "$rawb")"
-echo "goals (issue 16): >= 10,000 allocations/s: pool of $POOL $sdc/s, allocations only $sdb/s;"
+echo "  pool of $POOL kept full, releases reported per machine: $(bench_ratio "$sdp" "$rawp")"
+echo "  pool of $POOL kept full, one release per request:       $(bench_ratio "$sdc" "$rawc")"
+echo "  allocations only (burst pool):                       $(bench_ratio "$sdb" "$rawb")"
+echo "goals (issue 16): >= 10,000 allocations/s: pool of $POOL $sdp/s (one release per request"
+echo "  $sdc/s), allocations only $sdb/s;"
 echo "  p99 < 5 ms: $(med sd-paced-p99_ms) ms at $(med sd-paced-rate)/s ($LOAD of the saturated rate; raw Redis"
-echo "  $(med raw-paced-p99_ms) ms at the same load); saturated: $(med sd-cycle-p99_ms) ms (pool of $POOL),"
+echo "  $(med raw-paced-p99_ms) ms at the same load); saturated: $(med sd-pool-p99_ms) ms (pool of $POOL),"
 echo "  $(med sd-burst-p99_ms) ms (allocations only), where a closed loop's latency is $CLIENTS / rate;"
 echo "  0 double allocations: $doubles"
 if [ -n "$refill_line" ]; then

@@ -46,6 +46,14 @@
  *
  * Built by bench/CMakeLists.txt (target alloc_load). */
 #include <curl/curl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <hiredis/read.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
 #include <hiredis/hiredis.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -72,7 +80,7 @@
 #define KEY_TTL_MS "86400000"
 
 enum mode { M_SD, M_REDIS, M_REFILL };
-enum release { R_EVENT, R_DELETE, R_NONE };
+enum release { R_EVENT, R_DELETE, R_NONE, R_MACHINE };
 
 static struct {
     enum mode mode;
@@ -82,6 +90,7 @@ static struct {
     double secs;
     const char *url, *host, *luadir, *prefix, *cluster, *service;
     int port, buffer, samples;
+    int threads; /* -e threads: one thread and libcurl/hiredis handle per allocator */
     int64_t period_us; /* -p: each allocator starts a cycle every period (0: at once) */
     char base[256], chan[256];
     char sha_alloc[41], sha_events[41];
@@ -251,36 +260,44 @@ static int reply_field(const redisReply *rep, const char *name, char *out, size_
     return -1;
 }
 
-/* One allocation for payload {"match":"<match>"}: 1 allocated (into *out), 0 no_capacity,
- * -1 error. */
-static int allocate(client_t *c, const char *match, held_t *out)
+/* The body serverdir gets for one allocation of payload {"match":"<match>"}. */
+static void alloc_body(const char *match, char *body, size_t cap)
 {
-    char payload[96];
-    snprintf(payload, sizeof payload, "{\"match\":\"%s\"}", match);
-    if (cfg.mode != M_REDIS) {
-        char url[512], body[512];
-        snprintf(url, sizeof url, "%s/v1/clusters/%s/allocations", cfg.url, cfg.cluster);
-        snprintf(body, sizeof body, "{\"service\":\"%s\",\"payload\":%s}", cfg.service, payload);
-        long st = http(c, "POST", url, body);
-        if (st == 409 && strstr(c->body, "no_capacity"))
-            return 0;
-        if (st != 201 || json_str(c->body, "allocation", out->allocation, sizeof out->allocation) ||
-            json_str(c->body, "instance", out->instance, sizeof out->instance) ||
-            json_str(c->body, "machine", out->machine, sizeof out->machine)) {
-            if (atomic_fetch_add(&complaints, 1) < 5)
-                fprintf(stderr, "alloc_load: allocation answered %ld: %.300s\n", st, c->body);
-            return -1;
-        }
-        return 1;
+    snprintf(body, cap, "{\"service\":\"%s\",\"payload\":{\"match\":\"%s\"}}", cfg.service, match);
+}
+
+/* What serverdir passes to alloc_create.lua for that body (api_alloc.c alloc_try): mode
+ * ready, strategy packed, 0 players, no selector, the compact payload, no idempotency key,
+ * the body's canonical text (sorted keys, compact), the channel, the cluster, the
+ * defaults. The 13 arguments go into argv, pointing into payload and canon. */
+static void alloc_args(const char *match, char *payload, char *canon, size_t cap,
+                       const char *argv[13])
+{
+    snprintf(payload, cap, "{\"match\":\"%s\"}", match);
+    snprintf(canon, cap, "{\"payload\":%s,\"service\":\"%s\"}", payload, cfg.service);
+    const char *a[] = {cfg.service, "ready", "packed", "0", "", "", payload, "", canon,
+                       cfg.chan, cfg.cluster, CONFIRM_DEFAULT_MS, KEY_TTL_MS};
+    memcpy(argv, a, sizeof a);
+}
+
+/* serverdir's answer to an allocation: 1 allocated (into *out), 0 no_capacity, -1 error. */
+static int alloc_http_answer(long st, const char *body, held_t *out)
+{
+    if (st == 409 && strstr(body, "no_capacity"))
+        return 0;
+    if (st != 201 || json_str(body, "allocation", out->allocation, sizeof out->allocation) ||
+        json_str(body, "instance", out->instance, sizeof out->instance) ||
+        json_str(body, "machine", out->machine, sizeof out->machine)) {
+        if (atomic_fetch_add(&complaints, 1) < 5)
+            fprintf(stderr, "alloc_load: allocation answered %ld: %.300s\n", st, body);
+        return -1;
     }
-    /* What serverdir passes for that body (api_alloc.c alloc_try): mode ready, strategy
-     * packed, 0 players, no selector, the compact payload, no idempotency key, the body's
-     * canonical text (sorted keys, compact), the channel, the cluster, the defaults. */
-    char canon[512];
-    snprintf(canon, sizeof canon, "{\"payload\":%s,\"service\":\"%s\"}", payload, cfg.service);
-    const char *argv[] = {cfg.service, "ready", "packed", "0", "", "", payload, "", canon,
-                          cfg.chan, cfg.cluster, CONFIRM_DEFAULT_MS, KEY_TTL_MS};
-    redisReply *rep = evalsha(c->r, cfg.sha_alloc, 13, argv);
+    return 1;
+}
+
+/* alloc_create.lua's reply (NULL: transport error, errstr says why), the same way. */
+static int alloc_redis_answer(const redisReply *rep, const char *errstr, held_t *out)
+{
     int rc = -1;
     if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1 &&
         rep->element[0]->type == REDIS_REPLY_STRING) {
@@ -294,15 +311,32 @@ static int allocate(client_t *c, const char *match, held_t *out)
     }
     if (rc < 0 && atomic_fetch_add(&complaints, 1) < 5)
         fprintf(stderr, "alloc_load: alloc_create answered %s\n",
-                !rep ? c->r->errstr : rep->type == REDIS_REPLY_ERROR ? rep->str : "an odd reply");
+                !rep ? errstr : rep->type == REDIS_REPLY_ERROR ? rep->str : "an odd reply");
+    return rc;
+}
+
+/* One allocation on the client's own blocking connection (threads and refill). */
+static int allocate(client_t *c, const char *match, held_t *out)
+{
+    if (cfg.mode != M_REDIS) {
+        char url[512], body[512];
+        snprintf(url, sizeof url, "%s/v1/clusters/%s/allocations", cfg.url, cfg.cluster);
+        alloc_body(match, body, sizeof body);
+        return alloc_http_answer(http(c, "POST", url, body), c->body, out);
+    }
+    char payload[160], canon[320];
+    const char *argv[13];
+    alloc_args(match, payload, canon, sizeof canon, argv);
+    redisReply *rep = evalsha(c->r, cfg.sha_alloc, 13, argv);
+    int rc = alloc_redis_answer(rep, c->r->errstr, out);
     if (rep)
         freeReplyObject(rep);
     return rc;
 }
 
-/* Releases n allocations with "released" events (one batch): through serverdir's events
- * route (sd) or events_apply.lua (redis). 0 when all were applied. */
-static int release_events(client_t *c, const held_t *hs, size_t n, long seq)
+/* The batch releasing n allocations with "released" events: serverdir's events body
+ * (sd) or events_apply.lua's normalized batch (redis); malloc'd. */
+static char *release_body(const client_t *c, const held_t *hs, size_t n, long seq)
 {
     size_t cap = n * 512 + 64;
     char *b = malloc(cap);
@@ -327,23 +361,52 @@ static int release_events(client_t *c, const held_t *hs, size_t n, long seq)
                                   h->allocation);
     }
     snprintf(b + o, cap - o, sd ? "]}" : "]");
-    int ok = 0;
-    if (sd) {
+    return b;
+}
+
+/* The 7 arguments of events_apply.lua for a normalized batch. */
+static void release_args(const char *batch, const char *argv[7])
+{
+    const char *a[] = {batch, EVENT_ID_TTL_MS, HISTORY_MAX, STOPPED_KEEP, STOPPED_TTL_MS,
+                       cfg.chan, cfg.cluster};
+    memcpy(argv, a, sizeof a);
+}
+
+/* Whether a release of n answered "all applied": serverdir's answer, or events_apply's. */
+static int release_http_ok(long st, const char *body, size_t n)
+{
+    int ok = st == 200 && json_int(body, "accepted") == (long long)n && json_int(body, "stale") == 0;
+    if (!ok && atomic_fetch_add(&complaints, 1) < 5)
+        fprintf(stderr, "alloc_load: release answered %ld: %.300s\n", st, body);
+    return ok;
+}
+
+static int release_redis_ok(const redisReply *rep, size_t n)
+{
+    int ok = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 3 &&
+             rep->element[0]->integer == (long long)n && rep->element[2]->integer == 0;
+    if (!ok && atomic_fetch_add(&complaints, 1) < 5)
+        fprintf(stderr, "alloc_load: events_apply answered %s\n",
+                rep && rep->type == REDIS_REPLY_ERROR ? rep->str : "an odd reply");
+    return ok;
+}
+
+/* Releases n allocations in one batch on the client's blocking connection. 0 when all
+ * were applied. */
+static int release_events(client_t *c, const held_t *hs, size_t n, long seq)
+{
+    char *b = release_body(c, hs, n, seq);
+    int ok;
+    if (cfg.mode == M_SD) {
         char url[512];
         snprintf(url, sizeof url, "%s/v1/clusters/%s/events", cfg.url, cfg.cluster);
-        ok = http(c, "POST", url, b) == 200 && json_int(c->body, "accepted") == (long long)n &&
-             json_int(c->body, "stale") == 0;
-        if (!ok && atomic_fetch_add(&complaints, 1) < 5)
-            fprintf(stderr, "alloc_load: release answered %.300s\n", c->body);
+        long st = http(c, "POST", url, b);
+        ok = release_http_ok(st, c->body, n);
     } else {
-        const char *argv[] = {b, EVENT_ID_TTL_MS, HISTORY_MAX, STOPPED_KEEP, STOPPED_TTL_MS,
-                              cfg.chan, cfg.cluster};
+        const char *argv[7];
+        release_args(b, argv);
         redisReply *rep = evalsha(c->r, cfg.sha_events, 7, argv);
-        ok = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 3 &&
-             rep->element[0]->integer == (long long)n && rep->element[2]->integer == 0;
-        if (!ok && atomic_fetch_add(&complaints, 1) < 5)
-            fprintf(stderr, "alloc_load: events_apply answered %s\n",
-                    rep && rep->type == REDIS_REPLY_ERROR ? rep->str : "an odd reply");
+        ok = release_redis_ok(rep, n);
         if (rep)
             freeReplyObject(rep);
     }
@@ -494,6 +557,451 @@ static void *client_main(void *arg)
     return NULL;
 }
 
+/* ---------- the loop engine (default): one thread, every connection on one epoll ----------
+ *
+ * The threaded engine (-T) costs more CPU than serverdir itself: 64 threads each blocking in
+ * libcurl (poll, send, recv and a handle reset per request). On a 2-core machine the
+ * generator's cost is taken from serverdir and Redis, so the loop engine drives every
+ * allocator from one thread: a request is one send, its answer one or two recvs, and one
+ * epoll_wait serves all connections. HTTP/1.1 keep-alive with Content-Length answers
+ * (serverdir's), RESP by hiredis's reader: the same client for both sides. */
+
+enum { CS_IDLE, CS_ALLOC, CS_RELEASE };
+
+typedef struct {
+    client_t *c;
+    int fd;
+    int st;              /* CS_*: what is in flight */
+    int64_t sent_us;     /* when the request in flight was sent */
+    int64_t next_us;     /* -p: when the next cycle may start */
+    long seq;
+    held_t h;
+    int reporter;        /* -r machine: this connection is a machine's Big Brother */
+    char machine[NAME_MAX_LEN + 1];
+    held_t *queue, *batch; /* reporter: releases waiting, and the batch in flight */
+    size_t nqueue, capqueue, nbatch;
+    int64_t *queued_us, *batch_us; /* when each release was queued */
+    char *in;            /* the answer so far (HTTP) */
+    size_t ilen;
+    redisReader *rd;     /* the answer so far (RESP) */
+} conn_t;
+
+#define IN_CAP (64 << 10)
+
+static char sd_host[256];
+static int sd_port;
+
+static int conn_open(const char *host, int port)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai;
+    char ps[16];
+    snprintf(ps, sizeof ps, "%d", port);
+    if (getaddrinfo(host, ps, &hints, &ai)) {
+        fprintf(stderr, "alloc_load: cannot resolve %s\n", host);
+        exit(1);
+    }
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || connect(fd, ai->ai_addr, ai->ai_addrlen)) {
+        fprintf(stderr, "alloc_load: cannot connect to %s:%d: %s\n", host, port, strerror(errno));
+        exit(1);
+    }
+    freeaddrinfo(ai);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    return fd;
+}
+
+/* Sends the whole request (a few hundred bytes on a connection with nothing in flight:
+ * the socket buffer takes it at once); exits on anything else. */
+static void conn_send(conn_t *k, const char *p, size_t n)
+{
+    ssize_t w = send(k->fd, p, n, MSG_NOSIGNAL);
+    if (w != (ssize_t)n) {
+        fprintf(stderr, "alloc_load: send: %s\n", w < 0 ? strerror(errno) : "short write");
+        exit(1);
+    }
+    k->sent_us = sd_mono_us();
+    k->ilen = 0;
+}
+
+static void http_send(conn_t *k, const char *path, const char *body)
+{
+    char req[IN_CAP];
+    size_t bl = strlen(body);
+    int n = snprintf(req, sizeof req,
+                     "POST /v1/clusters/%s/%s HTTP/1.1\r\nHost: %s:%d\r\n"
+                     "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
+                     cfg.cluster, path, sd_host, sd_port, bl);
+    if (n < 0 || (size_t)n + bl >= sizeof req) {
+        fprintf(stderr, "alloc_load: request too large\n");
+        exit(1);
+    }
+    memcpy(req + n, body, bl);
+    conn_send(k, req, (size_t)n + bl);
+}
+
+static void resp_send(conn_t *k, const char *sha, int argc, const char **argv)
+{
+    const char *a[24];
+    size_t l[24];
+    a[0] = "EVALSHA", a[1] = sha, a[2] = "1", a[3] = cfg.base;
+    for (int i = 0; i < argc; i++)
+        a[4 + i] = argv[i];
+    for (int i = 0; i < argc + 4; i++)
+        l[i] = strlen(a[i]);
+    char *cmd;
+    long long n = redisFormatCommandArgv(&cmd, argc + 4, a, l);
+    conn_send(k, cmd, (size_t)n);
+    redisFreeCommand(cmd);
+}
+
+/* Starts the connection's next cycle: an allocation. */
+static void cycle_start(conn_t *k)
+{
+    char match[48];
+    snprintf(match, sizeof match, "m%d-%ld", k->c->id, k->seq++);
+    if (cfg.mode == M_SD) {
+        char body[512];
+        alloc_body(match, body, sizeof body);
+        http_send(k, "allocations", body);
+    } else {
+        char payload[160], canon[320];
+        const char *argv[13];
+        alloc_args(match, payload, canon, sizeof canon, argv);
+        resp_send(k, cfg.sha_alloc, 13, argv);
+    }
+    k->st = CS_ALLOC;
+}
+
+static void release_start(conn_t *k)
+{
+    char *b = release_body(k->c, &k->h, 1, k->seq);
+    if (cfg.mode == M_SD) {
+        http_send(k, "events", b);
+    } else {
+        const char *argv[7];
+        release_args(b, argv);
+        resp_send(k, cfg.sha_events, 7, argv);
+    }
+    free(b);
+    k->st = CS_RELEASE;
+}
+
+/* A whole HTTP answer in k->in: its status, with *body pointing at its (NUL-ended) body;
+ * 0 when more is needed; -1 when it cannot be read. */
+static long http_answer(conn_t *k, char **body)
+{
+    k->in[k->ilen] = '\0';
+    char *end = strstr(k->in, "\r\n\r\n");
+    if (!end)
+        return k->ilen >= IN_CAP - 1 ? -1 : 0;
+    *end = '\0';
+    const char *cl = strcasestr(k->in, "\r\ncontent-length:");
+    long st = strncmp(k->in, "HTTP/1.1 ", 9) ? -1 : strtol(k->in + 9, NULL, 10);
+    *end = '\r';
+    if (!cl || st < 100)
+        return -1;
+    size_t want = (size_t)(end + 4 - k->in) + (size_t)strtoul(cl + 17, NULL, 10);
+    if (want >= IN_CAP)
+        return -1;
+    if (k->ilen < want)
+        return 0;
+    if (k->ilen > want) /* nothing else was asked for */
+        return -1;
+    *body = end + 4;
+    return st;
+}
+
+/* -r machine: one connection per machine seen, created on its first allocation, that
+ * reports the releases of the machine's instances the way a Big Brother's reporter does
+ * (bigbrother/reporter.c): whenever nothing is in flight, everything waiting (at most
+ * REPORT_MAX) goes in one POST .../events (events_apply.lua with the whole batch, raw). */
+#define REPORTERS_MAX 256
+#define REPORT_MAX 500
+
+static conn_t *reporters[REPORTERS_MAX];
+static int nreporters;
+static client_t reporter_clients[REPORTERS_MAX];
+static conn_t *reporter_new(const char *machine); /* in loop_run's scope below */
+
+static void reporter_queue(const held_t *h, int64_t now)
+{
+    conn_t *r = NULL;
+    for (int i = 0; i < nreporters && !r; i++)
+        if (!strcmp(reporters[i]->machine, h->machine))
+            r = reporters[i];
+    if (!r)
+        r = reporter_new(h->machine);
+    if (r->nqueue == r->capqueue) {
+        r->capqueue = r->capqueue ? 2 * r->capqueue : 256;
+        r->queue = realloc(r->queue, r->capqueue * sizeof *r->queue);
+        r->queued_us = realloc(r->queued_us, r->capqueue * sizeof *r->queued_us);
+    }
+    r->queue[r->nqueue] = *h;
+    r->queued_us[r->nqueue++] = now;
+}
+
+static void reporter_send(conn_t *r)
+{
+    size_t n = r->nqueue < REPORT_MAX ? r->nqueue : REPORT_MAX;
+    r->batch = realloc(r->batch, REPORT_MAX * sizeof *r->batch);
+    r->batch_us = realloc(r->batch_us, REPORT_MAX * sizeof *r->batch_us);
+    memcpy(r->batch, r->queue, n * sizeof *r->batch);
+    memcpy(r->batch_us, r->queued_us, n * sizeof *r->batch_us);
+    memmove(r->queue, r->queue + n, (r->nqueue - n) * sizeof *r->queue);
+    memmove(r->queued_us, r->queued_us + n, (r->nqueue - n) * sizeof *r->queued_us);
+    r->nqueue -= n;
+    r->nbatch = n;
+    for (size_t i = 0; i < n; i++)
+        table_mark(r->batch[i].instance, r->batch[i].allocation, 2);
+    char *b = release_body(r->c, r->batch, n, r->seq++);
+    if (cfg.mode == M_SD) {
+        http_send(r, "events", b);
+    } else {
+        const char *argv[7];
+        release_args(b, argv);
+        resp_send(r, cfg.sha_events, 7, argv);
+    }
+    free(b);
+    r->st = CS_RELEASE;
+}
+
+static void record(uint32_t *v, size_t *n, int64_t us)
+{
+    if (*n < MAX_SAMPLES)
+        v[(*n)++] = (uint32_t)us;
+}
+
+/* The answer in flight is whole: account for it and send what comes next (or go idle). */
+static void conn_answered(conn_t *k, long st, const char *body, redisReply *rep)
+{
+    client_t *c = k->c;
+    int64_t now = sd_mono_us();
+    if (k->st == CS_ALLOC) {
+        int rc = cfg.mode == M_SD ? alloc_http_answer(st, body, &k->h)
+                                  : alloc_redis_answer(rep, "no reply", &k->h);
+        k->st = CS_IDLE;
+        if (rc < 0) {
+            c->errors++;
+            return;
+        }
+        if (rc == 0) {
+            c->no_capacity++;
+            if (cfg.release == R_NONE)
+                atomic_store(&stop_all, 1);
+            return;
+        }
+        record(c->lat_us, &c->n, now - k->sent_us);
+        table_take(k->h.instance, k->h.allocation);
+        if (cfg.release == R_NONE) {
+            keep_held(c, &k->h);
+            return;
+        }
+        if (cfg.release == R_MACHINE) {
+            reporter_queue(&k->h, now);
+            return;
+        }
+        table_mark(k->h.instance, k->h.allocation, 2);
+        release_start(k);
+        return;
+    }
+    if (k->reporter) {
+        int ok = cfg.mode == M_SD ? release_http_ok(st, body, k->nbatch)
+                                  : release_redis_ok(rep, k->nbatch);
+        k->st = CS_IDLE;
+        if (!ok)
+            c->errors++;
+        for (size_t i = 0; i < k->nbatch; i++) {
+            if (ok)
+                record(c->rel_us, &c->nrel, now - k->batch_us[i]);
+            table_mark(k->batch[i].instance, k->batch[i].allocation, 0);
+        }
+        c->n++; /* batches */
+        k->nbatch = 0;
+        return;
+    }
+    int ok = cfg.mode == M_SD ? release_http_ok(st, body, 1) : release_redis_ok(rep, 1);
+    k->st = CS_IDLE;
+    if (!ok) {
+        c->errors++;
+        return;
+    }
+    record(c->rel_us, &c->nrel, now - k->sent_us);
+    table_mark(k->h.instance, k->h.allocation, 0);
+}
+
+/* Reads what the connection has; returns when the socket is drained. */
+static void conn_readable(conn_t *k)
+{
+    for (;;) {
+        char buf[16384];
+        ssize_t r;
+        if (cfg.mode == M_SD)
+            r = recv(k->fd, k->in + k->ilen, IN_CAP - 1 - k->ilen, 0);
+        else
+            r = recv(k->fd, buf, sizeof buf, 0);
+        if (r < 0 && (errno == EAGAIN || errno == EINTR))
+            return;
+        if (r <= 0) {
+            fprintf(stderr, "alloc_load: connection %d: %s\n", k->c->id,
+                    r ? strerror(errno) : "closed by the peer");
+            exit(1);
+        }
+        if (cfg.mode == M_SD) {
+            k->ilen += (size_t)r;
+            char *body = NULL;
+            long st = http_answer(k, &body);
+            if (st < 0) {
+                fprintf(stderr, "alloc_load: connection %d: an answer that cannot be read\n",
+                        k->c->id);
+                exit(1);
+            }
+            if (st > 0)
+                conn_answered(k, st, body, NULL);
+            else
+                continue;
+        } else {
+            redisReaderFeed(k->rd, buf, (size_t)r);
+            void *rep = NULL;
+            if (redisReaderGetReply(k->rd, &rep) != REDIS_OK) {
+                fprintf(stderr, "alloc_load: connection %d: bad RESP\n", k->c->id);
+                exit(1);
+            }
+            if (rep) {
+                conn_answered(k, 0, NULL, rep);
+                freeReplyObject(rep);
+                return;
+            }
+            continue;
+        }
+        return; /* an answer is whole: nothing else comes before the next request */
+    }
+}
+
+static int loop_ep = -1;
+
+static void conn_setup(conn_t *k)
+{
+    k->fd = cfg.mode == M_SD ? conn_open(sd_host, sd_port) : conn_open(cfg.host, cfg.port);
+    if (cfg.mode == M_SD)
+        k->in = malloc(IN_CAP);
+    else
+        k->rd = redisReaderCreate();
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = k};
+    epoll_ctl(loop_ep, EPOLL_CTL_ADD, k->fd, &ev);
+}
+
+static void conn_close(conn_t *k)
+{
+    close(k->fd);
+    free(k->in);
+    if (k->rd)
+        redisReaderFree(k->rd);
+}
+
+static conn_t *reporter_new(const char *machine)
+{
+    if (nreporters == REPORTERS_MAX) {
+        fprintf(stderr, "alloc_load: more than %d machines\n", REPORTERS_MAX);
+        exit(1);
+    }
+    conn_t *r = calloc(1, sizeof *r);
+    client_t *c = &reporter_clients[nreporters];
+    c->id = 100000 + nreporters; /* event ids apart from the allocators' */
+    c->rel_us = malloc(MAX_SAMPLES * sizeof(uint32_t));
+    r->c = c;
+    r->reporter = 1;
+    snprintf(r->machine, sizeof r->machine, "%s", machine);
+    conn_setup(r);
+    reporters[nreporters++] = r;
+    return r;
+}
+
+/* Runs every allocator on one epoll until the phase ends; fills t_last_us. */
+static void loop_run(client_t *cs)
+{
+    if (cfg.mode == M_SD) {
+        const char *u = cfg.url;
+        if (!strncmp(u, "http://", 7))
+            u += 7;
+        snprintf(sd_host, sizeof sd_host, "%s", u);
+        char *colon = strrchr(sd_host, ':');
+        char *slash = strchr(sd_host, '/');
+        if (slash)
+            *slash = '\0';
+        if (!colon) {
+            fprintf(stderr, "alloc_load: the loop engine wants http://HOST:PORT\n");
+            exit(1);
+        }
+        *colon = '\0';
+        sd_port = atoi(colon + 1);
+    }
+    loop_ep = epoll_create1(EPOLL_CLOEXEC);
+    conn_t *ks = calloc((size_t)cfg.clients, sizeof *ks);
+    int64_t start = sd_mono_us();
+    for (int i = 0; i < cfg.clients; i++) {
+        conn_t *k = &ks[i];
+        k->c = &cs[i];
+        conn_setup(k);
+        /* -p: the allocators' starts spread over the first period */
+        k->next_us = start + cfg.period_us * i / cfg.clients;
+    }
+    int busy = 0;
+    int64_t alloc_end_us = 0;
+    for (;;) {
+        int64_t now = sd_mono_us(), wake = INT64_MAX;
+        int open = now < t_end_us && !atomic_load(&stop_all);
+        busy = 0;
+        for (int i = 0; i < cfg.clients; i++) {
+            conn_t *k = &ks[i];
+            if (k->st == CS_IDLE && open) {
+                if (k->next_us <= now) {
+                    if (cfg.period_us)
+                        k->next_us += cfg.period_us;
+                    cycle_start(k);
+                } else if (k->next_us < wake) {
+                    wake = k->next_us;
+                }
+            }
+            busy += k->st != CS_IDLE;
+        }
+        if (!busy && !open && !alloc_end_us)
+            alloc_end_us = sd_mono_us(); /* the allocators' part ends here */
+        for (int i = 0; i < nreporters; i++) {
+            conn_t *r = reporters[i];
+            if (r->st == CS_IDLE && r->nqueue)
+                reporter_send(r);
+            busy += r->st != CS_IDLE;
+        }
+        if (!busy && !open)
+            break;
+        int timeout = 100;
+        if (wake != INT64_MAX)
+            timeout = (int)((wake - now + 999) / 1000);
+        if (timeout > 100)
+            timeout = 100;
+        struct epoll_event evs[MAX_CLIENTS];
+        int n = epoll_wait(loop_ep, evs, MAX_CLIENTS, timeout);
+        for (int i = 0; i < n; i++)
+            conn_readable(evs[i].data.ptr);
+    }
+    atomic_store(&t_last_us, alloc_end_us);
+    for (int i = 0; i < cfg.clients; i++)
+        conn_close(&ks[i]);
+    for (int i = 0; i < nreporters; i++) {
+        conn_t *r = reporters[i];
+        conn_close(r);
+        free(r->queue);
+        free(r->queued_us);
+        free(r->batch);
+        free(r->batch_us);
+        free(r);
+    }
+    free(ks);
+    close(loop_ep);
+}
+
 static int cmp_u32(const void *a, const void *b)
 {
     uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
@@ -593,7 +1101,7 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: alloc_load [-c CLIENTS] [-d SECONDS] [-r event|delete|none] [-s HOST:PORT]\n"
-            "                  [-p PERIOD_US] MODE ARGS...\n"
+            "                  [-p PERIOD_US] [-e loop|threads] MODE ARGS...\n"
             "  sd URL CLUSTER SERVICE | redis HOST PORT LUADIR PREFIX CLUSTER SERVICE |\n"
             "  refill URL CLUSTER SERVICE BUFFER SAMPLES\n");
     exit(2);
@@ -611,6 +1119,10 @@ int main(int argc, char **argv)
             cfg.secs = atof(argv[i + 1]);
         else if (!strcmp(argv[i], "-p"))
             cfg.period_us = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "-e") && !strcmp(argv[i + 1], "threads"))
+            cfg.threads = 1;
+        else if (!strcmp(argv[i], "-e") && !strcmp(argv[i + 1], "loop"))
+            cfg.threads = 0;
         else if (!strcmp(argv[i], "-s"))
             stats_addr = argv[i + 1];
         else if (!strcmp(argv[i], "-r") && !strcmp(argv[i + 1], "event"))
@@ -619,6 +1131,8 @@ int main(int argc, char **argv)
             cfg.release = R_DELETE;
         else if (!strcmp(argv[i], "-r") && !strcmp(argv[i + 1], "none"))
             cfg.release = R_NONE;
+        else if (!strcmp(argv[i], "-r") && !strcmp(argv[i + 1], "machine"))
+            cfg.release = R_MACHINE;
         else
             usage();
     }
@@ -666,16 +1180,54 @@ int main(int argc, char **argv)
         cs[k].id = k;
         cs[k].lat_us = malloc(MAX_SAMPLES * sizeof(uint32_t));
         cs[k].rel_us = malloc(MAX_SAMPLES * sizeof(uint32_t));
-        pthread_create(&th[k], NULL, client_main, &cs[k]);
+        if (cfg.threads)
+            pthread_create(&th[k], NULL, client_main, &cs[k]);
+    }
+    if (!cfg.threads) {
+        loop_run(cs);
+        stats_read(&stats_end);
+        /* release none: give everything back, untimed, in batches, on one blocking
+         * connection (the allocators' connections are closed) */
+        client_t *rc = calloc(1, sizeof *rc);
+        if (cfg.mode == M_SD) {
+            rc->h = curl_easy_init();
+        } else if (!(rc->r = redisConnect(cfg.host, cfg.port)) || rc->r->err) {
+            fprintf(stderr, "alloc_load: cannot connect to redis\n");
+            exit(1);
+        }
+        for (int k = 0; k < cfg.clients; k++) {
+            client_t *c = &cs[k];
+            for (size_t j = 0; j < c->nheld; j++)
+                table_mark(c->held[j].instance, c->held[j].allocation, 0);
+            for (size_t j = 0; j < c->nheld; j += RELEASE_BATCH) {
+                size_t n = c->nheld - j < RELEASE_BATCH ? c->nheld - j : RELEASE_BATCH;
+                rc->id = c->id;
+                if (release_events(rc, c->held + j, n, -(long)(j + 1)))
+                    c->errors++;
+            }
+            free(c->held);
+        }
+        if (rc->h)
+            curl_easy_cleanup(rc->h);
+        if (rc->r)
+            redisFree(rc->r);
+        free(rc);
     }
     size_t total = 0, nrel = 0;
     long errors = 0, nocap = 0;
     for (int k = 0; k < cfg.clients; k++) {
-        pthread_join(th[k], NULL);
+        if (cfg.threads)
+            pthread_join(th[k], NULL);
         total += cs[k].n;
         nrel += cs[k].nrel;
         errors += cs[k].errors;
         nocap += cs[k].no_capacity;
+    }
+    size_t batches = 0;
+    for (int k = 0; k < nreporters; k++) {
+        nrel += reporter_clients[k].nrel;
+        errors += reporter_clients[k].errors;
+        batches += reporter_clients[k].n;
     }
     double secs = (double)(atomic_load(&t_last_us) - t0) / 1e6;
     uint32_t *all = malloc((total + nrel + 1) * sizeof *all), *rel = all + total;
@@ -688,14 +1240,22 @@ int main(int argc, char **argv)
         free(cs[k].lat_us);
         free(cs[k].rel_us);
     }
+    for (int k = 0; k < nreporters; k++) {
+        memcpy(rel + orel, reporter_clients[k].rel_us, reporter_clients[k].nrel * sizeof *all);
+        orel += reporter_clients[k].nrel;
+        free(reporter_clients[k].rel_us);
+    }
     qsort(all, total, sizeof *all, cmp_u32);
     qsort(rel, nrel, sizeof *rel, cmp_u32);
-    static const char *const rnames[] = {"event", "delete", "none"};
-    printf("mode=%s release=%s clients=%d secs=%.2f allocs=%zu rate=%.0f p50_ms=%.2f "
+    static const char *const rnames[] = {"event", "delete", "none", "machine"};
+    printf("mode=%s engine=%s release=%s clients=%d secs=%.2f allocs=%zu rate=%.0f p50_ms=%.2f "
            "p99_ms=%.2f rel_p50_ms=%.2f rel_p99_ms=%.2f double=%ld no_capacity=%ld errors=%ld",
-           cfg.name, rnames[cfg.release], cfg.clients, secs, total, (double)total / secs,
+           cfg.name, cfg.threads ? "threads" : "loop", rnames[cfg.release], cfg.clients, secs,
+           total, (double)total / secs,
            pct_ms(all, total, 50), pct_ms(all, total, 99), pct_ms(rel, nrel, 50),
            pct_ms(rel, nrel, 99), atomic_load(&doubles), nocap, errors);
+    if (cfg.release == R_MACHINE)
+        printf(" machines=%d batches=%zu", nreporters, batches);
     if (stats_addr) /* script time per allocation (with its release in the cycles) */
         printf(" redis_us=%.0f redis_cpu=%.0f",
                (double)stats_end.evalsha_us / (double)(total ? total : 1),

@@ -190,11 +190,12 @@ end
 -- Ends open allocation `id` with state st (released | expired | allocation_lost) and
 -- reason; ended records are kept an hour. Returns the allocation's instance, machine,
 -- service and whether the instance has no open allocation left (1), or nil when the
--- allocation is not open.
-local function alloc_end(base, id, st, reason, now)
+-- allocation is not open (or, with `of`, not an allocation of instance `of`).
+local function alloc_end(base, id, st, reason, now, of)
   local k = base .. 'alloc:' .. id
   local a = redis.call('HMGET', k, 'state', 'instance', 'machine', 'service', 'slot')
   if a[1] ~= 'pending' and a[1] ~= 'active' then return nil end
+  if of and a[2] ~= of then return nil end
   local inst, m, s = a[2], a[3], a[4]
   redis.call('HSET', k, 'state', st, 'reason', reason, 'ended_at_ms', string.format('%d', now))
   redis.call('PEXPIRE', k, 3600000)

@@ -390,6 +390,15 @@ static void allocation_ends(void **state)
     pool_of("ce", "match", &al, &fr);
     assert_int_equal(al, 1);
     assert_int_equal(fr, 3);
+    /* a released event of another instance naming this allocation ends nothing */
+    char other[64];
+    snprintf(other, sizeof other, "%s", inst);
+    other[strlen(other) - 1] = other[strlen(other) - 1] == '0' ? '1' : '0';
+    match_event("ce", "released", "other", other, extra);
+    expect_alloc("ce", id, "active", NULL);
+    pool_of("ce", "match", &al, &fr);
+    assert_int_equal(al, 1);
+    assert_int_equal(fr, 3);
     match_event("ce", "released", id, inst, "");
     expect_alloc("ce", id, "released", "game");
     pool_of("ce", "match", &al, &fr);

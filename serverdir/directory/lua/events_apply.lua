@@ -38,6 +38,7 @@ local function s(n) return string.format('%d', n) end
 local nows = s(now)
 local LIVE = {starting = true, ready = true}
 local SIDE = {status = true, confirmed = true, released = true}
+local on_release = {} -- service -> its spec's on_release, read once a batch
 
 -- The text form of a stop (sd_reason_format): "exited(code 3)", "killed(signal 9)", ...
 local function stop_text(f)
@@ -105,12 +106,19 @@ local function side_event(f)
                 redis.call('SMEMBERS', base .. 'alloc:i:' .. f.instance)
     local freed = 0
     for _, id in ipairs(ids) do
-      if redis.call('HGET', base .. 'alloc:' .. id, 'instance') == f.instance then
-        local _, m, _, last = alloc_end(base, id, 'released', 'game', now)
-        if m then touched[m] = true; freed = last; ended_released = ended_released + 1 end
-      end
+      local _, m, _, last = alloc_end(base, id, 'released', 'game', now, f.instance)
+      if m then touched[m] = true; freed = last; ended_released = ended_released + 1 end
     end
-    if freed == 1 then pool_refree(base, f.service, f.machine, f.instance) end
+    -- back in the pool (pool_refree, with the record read above: the instance is live on
+    -- f.machine, and ready when cur says so; the service's on_release read once a batch)
+    if freed == 1 and cur[1] == 'ready' then
+      local r = on_release[f.service]
+      if not r then
+        r = svc_on_release(base, f.service)
+        on_release[f.service] = r
+      end
+      if r == 'recycle' then pool_free_add(base, f.service, f.machine, f.instance) end
+    end
   end
   return 1
 end
