@@ -9,8 +9,9 @@
 #      screenshots, the packages, scripts/cluster.sh and the OpenAPI validator); a
 #      sanitizer report in any test or in any daemon a test started fails the run;
 #   3. runs the integration tests again with the daemons (serverdir, bigbrother) under
-#      valgrind memcheck (H_VALGRIND=1; not the novalgrind ones, whose daemons it does not
-#      wrap): any error or definite leak fails the run;
+#      valgrind memcheck (H_VALGRIND=1; not the novalgrind ones: those whose daemons it does
+#      not wrap, and it.chaos, run with ASan's leak checks in stage 2): any error or
+#      definite leak fails the run;
 #   4. builds the libFuzzer targets (only them) with clang (build-fuzz/) and runs each for
 #      SD_FUZZ_SECONDS (default 6) over its seed corpus and kept regressions.
 # SD_TEST_STAGES="plain asan" (any subset of plain asan valgrind fuzz) selects stages.
