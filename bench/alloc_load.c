@@ -1,9 +1,10 @@
-/* alloc_load: the load generator of bench/alloc_bench.sh (docs/allocation.md). N allocator
- * threads, each with its own keep-alive connection, allocate instances of one service for
- * D seconds and record every allocation's latency; at the end one line:
+/* alloc_load: the load generator of bench/alloc_bench.sh (docs/allocation.md). N
+ * allocators, each with its own keep-alive connection, allocate instances of one service
+ * for D seconds and record every allocation's latency; at the end one line:
  *
- *     mode=sd release=event clients=64 secs=5.00 allocs=51234 rate=10246 p50_ms=2.41
- *     p99_ms=6.80 rel_p50_ms=1.90 rel_p99_ms=5.20 double=0 no_capacity=0 errors=0
+ *     mode=sd engine=loop release=machine clients=64 secs=5.00 allocs=51234 rate=10246
+ *     p50_ms=2.41 p99_ms=6.80 rel_p50_ms=1.90 rel_p99_ms=5.20 double=0 no_capacity=0
+ *     errors=0 machines=2 batches=4218 p90_ms=1.20 p999_ms=9.10 max_ms=12.40
  *
  * Modes (the first argument after the options):
  *
@@ -32,11 +33,20 @@
  *           same events_apply.lua by EVALSHA with the batch normalized as serverdir passes
  *           it (redis); its latency is recorded apart from the allocation's. The instance is
  *           back in the pool when the release is answered, so the pool keeps its size.
- *   delete  DELETE /v1/clusters/C/allocations/{id} (sd only).
+ *   delete  DELETE /v1/clusters/C/allocations/{id} (sd and -e threads only).
+ *   machine the release as the instance's machine's Big Brother reports it: queued on one
+ *           connection per machine, which sends everything waiting (at most 500) in one
+ *           batch whenever nothing is in flight on it; rel_* is the time from the
+ *           allocation's answer to its release being applied. Allocators do not wait.
  *   none    no release: allocate until D seconds passed or the pool is empty (the first
  *           409 no_capacity ends the phase for every thread); afterwards, untimed, every
  *           allocation is released with events in batches of 1000, so the pool is whole
  *           again for the next phase.
+ *
+ * -e ENGINE: loop (default) drives every connection from one thread and one epoll (a
+ * request is one send, its answer a recv or two: the generator's own CPU, taken from the
+ * same cores as serverdir and Redis, stays small); threads runs one thread per allocator
+ * with libcurl (sd) or hiredis (redis), as the first version did (not with -r machine).
  *
  * Double allocations: every 201's instance is looked up in a table instance -> open
  * allocation. An instance handed out while another allocation holds it and that
@@ -1100,8 +1110,9 @@ static int refill_main(void)
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: alloc_load [-c CLIENTS] [-d SECONDS] [-r event|delete|none] [-s HOST:PORT]\n"
-            "                  [-p PERIOD_US] [-e loop|threads] MODE ARGS...\n"
+            "usage: alloc_load [-c CLIENTS] [-d SECONDS] [-r event|machine|delete|none]\n"
+            "                  [-s HOST:PORT]"
+             " [-p PERIOD_US] [-e loop|threads] MODE ARGS...\n"
             "  sd URL CLUSTER SERVICE | redis HOST PORT LUADIR PREFIX CLUSTER SERVICE |\n"
             "  refill URL CLUSTER SERVICE BUFFER SAMPLES\n");
     exit(2);
@@ -1137,7 +1148,8 @@ int main(int argc, char **argv)
             usage();
     }
     if (i >= argc || cfg.clients < 1 || cfg.clients > MAX_CLIENTS || cfg.secs <= 0 ||
-        cfg.secs > 600)
+        cfg.secs > 600 || (cfg.threads && cfg.release == R_MACHINE) ||
+        (!cfg.threads && cfg.release == R_DELETE))
         usage();
     cfg.name = argv[i];
     int rest = argc - i - 1;
@@ -1261,6 +1273,10 @@ int main(int argc, char **argv)
                (double)stats_end.evalsha_us / (double)(total ? total : 1),
                (stats_end.cpu_s - stats_begin.cpu_s) * 1e8 /
                    (double)(stats_end.at_us - stats_begin.at_us));
+    /* the allocations' tail: p90, p99.9, max */
+    printf(" p90_ms=%.2f p999_ms=%.2f max_ms=%.2f", pct_ms(all, total, 90),
+           total ? all[total * 999 / 1000 < total ? total * 999 / 1000 : total - 1] / 1000.0 : 0,
+           total ? all[total - 1] / 1000.0 : 0);
     printf("\n");
     free(all);
     free(cs);
