@@ -215,6 +215,12 @@ static int describe_instance(ctl_t *ctl, json_t *p)
                  (long long)json_integer_value(json_object_get(health, "max_players")));
     if (health && json_is_integer(json_object_get(health, "max_players")))
         line("Players:", buf);
+    /* the game's STATUS= line: bigbrother's live view, else the last one it reported */
+    const char *status = json_string_value(json_object_get(health, "status"));
+    if (!status || !*status)
+        status = json_string_value(json_object_get(p, "status"));
+    if (status && *status)
+        line("Status:", status);
     json_decref(health);
     printf("Timeline:\n");
     static const char *const steps[][2] = {{"started", "started_at_ms"},

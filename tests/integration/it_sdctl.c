@@ -756,6 +756,8 @@ static void health_view_and_cors(void **state)
     assert_non_null(h_line_with(out, "Health:", line, sizeof line));
     assert_non_null(strstr(line, "agent heartbeat "));
     assert_non_null(strstr(line, "agent connected"));
+    assert_non_null(h_line_with(out, "Status:", line, sizeof line)); /* gameproc's STATUS= */
+    assert_non_null(strstr(line, "map=gp_arena"));
     assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "describe", probed,
                            "--cluster", "c1", NULL), 0);
     assert_non_null(h_line_with(out, "Health:", line, sizeof line));
