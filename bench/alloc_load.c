@@ -245,7 +245,8 @@ static long long json_int(const char *text, const char *field)
     return p ? strtoll(p + strlen(pat), NULL, 10) : -1;
 }
 
-static redisReply *evalsha(redisContext *r, const char *sha, int argc, const char **argv)
+/* EVALSHA sha 1 <key base> argv... as RESP, malloc'd (redisFreeCommand); its length. */
+static long long evalsha_format(char **cmd, const char *sha, int argc, const char **argv)
 {
     const char *a[24];
     size_t l[24];
@@ -254,7 +255,18 @@ static redisReply *evalsha(redisContext *r, const char *sha, int argc, const cha
         a[4 + i] = argv[i];
     for (int i = 0; i < argc + 4; i++)
         l[i] = strlen(a[i]);
-    return redisCommandArgv(r, argc + 4, a, l);
+    return redisFormatCommandArgv(cmd, argc + 4, a, l);
+}
+
+static redisReply *evalsha(redisContext *r, const char *sha, int argc, const char **argv)
+{
+    char *cmd;
+    long long n = evalsha_format(&cmd, sha, argc, argv);
+    redisReply *rep = NULL;
+    if (n > 0 && redisAppendFormattedCommand(r, cmd, (size_t)n) == REDIS_OK)
+        redisGetReply(r, (void **)&rep);
+    redisFreeCommand(cmd);
+    return rep;
 }
 
 /* The value of field name in a flat {status, field, value, ...} script reply into out. */
@@ -442,6 +454,36 @@ static void keep_held(client_t *c, const held_t *h)
     c->held[c->nheld++] = *h;
 }
 
+static void record(uint32_t *v, size_t *n, int64_t us)
+{
+    if (*n < MAX_SAMPLES)
+        v[(*n)++] = (uint32_t)us;
+}
+
+/* Accounts for one allocation's outcome rc (allocate's) after lat_us: errors, no
+ * capacity (which ends a release-none phase), the latency and the double-allocation
+ * table. Returns 1 when the allocation must now be released by the caller. */
+static int alloc_account(client_t *c, int rc, int64_t lat_us, const held_t *h)
+{
+    if (rc < 0) {
+        c->errors++;
+        return 0;
+    }
+    if (rc == 0) {
+        c->no_capacity++;
+        if (cfg.release == R_NONE)
+            atomic_store(&stop_all, 1);
+        return 0;
+    }
+    record(c->lat_us, &c->n, lat_us);
+    table_take(h->instance, h->allocation);
+    if (cfg.release == R_NONE) {
+        keep_held(c, h);
+        return 0;
+    }
+    return 1;
+}
+
 /* -s HOST:PORT: Redis's own figures over the phase (INFO cpu and commandstats; the
  * caller resets the command statistics before the phase). */
 typedef struct {
@@ -514,23 +556,8 @@ static void *client_main(void *arg)
         held_t h;
         int64_t t0 = sd_mono_us();
         int rc = allocate(c, match, &h);
-        if (rc < 0) {
-            c->errors++;
+        if (!alloc_account(c, rc, sd_mono_us() - t0, &h))
             continue;
-        }
-        if (rc == 0) {
-            c->no_capacity++;
-            if (cfg.release == R_NONE)
-                atomic_store(&stop_all, 1);
-            continue;
-        }
-        if (c->n < MAX_SAMPLES)
-            c->lat_us[c->n++] = (uint32_t)(sd_mono_us() - t0);
-        table_take(h.instance, h.allocation);
-        if (cfg.release == R_NONE) {
-            keep_held(c, &h);
-            continue;
-        }
         table_mark(h.instance, h.allocation, 2);
         int64_t t1 = sd_mono_us();
         rc = cfg.release == R_EVENT ? release_events(c, &h, 1, seq) : release_delete(c, &h);
@@ -653,15 +680,8 @@ static void http_send(conn_t *k, const char *path, const char *body)
 
 static void resp_send(conn_t *k, const char *sha, int argc, const char **argv)
 {
-    const char *a[24];
-    size_t l[24];
-    a[0] = "EVALSHA", a[1] = sha, a[2] = "1", a[3] = cfg.base;
-    for (int i = 0; i < argc; i++)
-        a[4 + i] = argv[i];
-    for (int i = 0; i < argc + 4; i++)
-        l[i] = strlen(a[i]);
     char *cmd;
-    long long n = redisFormatCommandArgv(&cmd, argc + 4, a, l);
+    long long n = evalsha_format(&cmd, sha, argc, argv);
     conn_send(k, cmd, (size_t)n);
     redisFreeCommand(cmd);
 }
@@ -684,9 +704,10 @@ static void cycle_start(conn_t *k)
     k->st = CS_ALLOC;
 }
 
-static void release_start(conn_t *k)
+/* Sends n releases in one batch (POST .../events, or events_apply.lua). */
+static void releases_send(conn_t *k, const held_t *hs, size_t n, long seq)
 {
-    char *b = release_body(k->c, &k->h, 1, k->seq);
+    char *b = release_body(k->c, hs, n, seq);
     if (cfg.mode == M_SD) {
         http_send(k, "events", b);
     } else {
@@ -697,6 +718,8 @@ static void release_start(conn_t *k)
     free(b);
     k->st = CS_RELEASE;
 }
+
+static void release_start(conn_t *k) { releases_send(k, &k->h, 1, k->seq); }
 
 /* A whole HTTP answer in k->in: its status, with *body pointing at its (NUL-ended) body;
  * 0 when more is needed; -1 when it cannot be read. */
@@ -765,22 +788,7 @@ static void reporter_send(conn_t *r)
     r->nbatch = n;
     for (size_t i = 0; i < n; i++)
         table_mark(r->batch[i].instance, r->batch[i].allocation, 2);
-    char *b = release_body(r->c, r->batch, n, r->seq++);
-    if (cfg.mode == M_SD) {
-        http_send(r, "events", b);
-    } else {
-        const char *argv[7];
-        release_args(b, argv);
-        resp_send(r, cfg.sha_events, 7, argv);
-    }
-    free(b);
-    r->st = CS_RELEASE;
-}
-
-static void record(uint32_t *v, size_t *n, int64_t us)
-{
-    if (*n < MAX_SAMPLES)
-        v[(*n)++] = (uint32_t)us;
+    releases_send(r, r->batch, n, r->seq++);
 }
 
 /* The answer in flight is whole: account for it and send what comes next (or go idle). */
@@ -792,22 +800,8 @@ static void conn_answered(conn_t *k, long st, const char *body, redisReply *rep)
         int rc = cfg.mode == M_SD ? alloc_http_answer(st, body, &k->h)
                                   : alloc_redis_answer(rep, "no reply", &k->h);
         k->st = CS_IDLE;
-        if (rc < 0) {
-            c->errors++;
+        if (!alloc_account(c, rc, now - k->sent_us, &k->h))
             return;
-        }
-        if (rc == 0) {
-            c->no_capacity++;
-            if (cfg.release == R_NONE)
-                atomic_store(&stop_all, 1);
-            return;
-        }
-        record(c->lat_us, &c->n, now - k->sent_us);
-        table_take(k->h.instance, k->h.allocation);
-        if (cfg.release == R_NONE) {
-            keep_held(c, &k->h);
-            return;
-        }
         if (cfg.release == R_MACHINE) {
             reporter_queue(&k->h, now);
             return;
