@@ -60,33 +60,59 @@ void bb_log_path_current(const bb_inst_t *in, char *out, size_t cap)
         sd_strlcpy(out, legacy, cap);
 }
 
-/* The slot log of the layout before one file per instance (a regular file
- * STATE_DIR/logs/<service>-<slot>.log, not yet moved aside by a spawn) that holds the
- * spawn header of id: a run adopted across the upgrade goes on writing there. */
-static int find_legacy(const char *dir, const char *id, char *out, size_t cap)
+/* Calls match(dir, entry name, id, out, cap) for each entry of dir until one answers 1
+ * (it has written the path into out). Returns 0 then, -1 when none did. */
+typedef int log_match_fn(const char *dir, const char *name, const char *id, char *out,
+                         size_t cap);
+
+static int log_scan(const char *dir, log_match_fn *match, const char *id, char *out, size_t cap)
 {
     DIR *d = opendir(dir);
     if (!d)
         return -1;
     int found = 0;
     struct dirent *e;
-    while (!found && (e = readdir(d)) != NULL) {
-        size_t n = strlen(e->d_name);
-        struct stat st;
-        if (n < 5 || strcmp(e->d_name + n - 4, ".log") != 0 || e->d_name[0] == '.')
-            continue;
-        snprintf(out, cap, "%s/%s", dir, e->d_name);
-        if (lstat(out, &st) || !S_ISREG(st.st_mode))
-            continue;
-        FILE *f = fopen(out, "r");
-        char line[1024];
-        while (f && !found && fgets(line, sizeof line, f))
-            found = bb_log_header(line, id) == 1;
-        if (f)
-            fclose(f);
-    }
+    while (!found && (e = readdir(d)) != NULL)
+        found = match(dir, e->d_name, id, out, cap);
     closedir(d);
     return found ? 0 : -1;
+}
+
+/* A slot log of the layout before one file per instance (a regular file
+ * STATE_DIR/logs/<service>-<slot>.log, not yet moved aside by a spawn) that holds the
+ * spawn header of id: a run adopted across the upgrade goes on writing there. */
+static int legacy_match(const char *dir, const char *name, const char *id, char *out,
+                        size_t cap)
+{
+    size_t n = strlen(name);
+    struct stat st;
+    if (n < 5 || strcmp(name + n - 4, ".log") != 0 || name[0] == '.')
+        return 0;
+    snprintf(out, cap, "%s/%s", dir, name);
+    if (lstat(out, &st) || !S_ISREG(st.st_mode))
+        return 0;
+    FILE *f = fopen(out, "r");
+    char line[1024];
+    int found = 0;
+    while (f && !found && fgets(line, sizeof line, f))
+        found = bb_log_header(line, id) == 1;
+    if (f)
+        fclose(f);
+    return found;
+}
+
+/* The run's own file in a slot directory <service>-<slot> of the id's service (whose name
+ * an id too long for SD_NAME_MAX holds cut to 64 bytes: bb_spawn). */
+static int slot_match(const char *dir, const char *name, const char *id, char *out, size_t cap)
+{
+    const char *dash = strrchr(name, '-');
+    size_t svc = dash ? (size_t)(dash - name) : 0, k = svc > 64 ? 64 : svc;
+    if (!svc || !dash[1] || strspn(dash + 1, "0123456789") != strlen(dash + 1) ||
+        strncmp(id, name, k) != 0 || id[k] != '-')
+        return 0;
+    struct stat st;
+    snprintf(out, cap, "%s/%s/%s.log", dir, name, id);
+    return stat(out, &st) == 0 && S_ISREG(st.st_mode);
 }
 
 int bb_log_find(const char *id, char *out, size_t cap)
@@ -95,25 +121,8 @@ int bb_log_find(const char *id, char *out, size_t cap)
     if (!sd_name_valid(id, SD_NAME_MAX))
         return -1;
     snprintf(dir, sizeof dir, "%s/logs", bb.cfg.state_dir);
-    DIR *d = opendir(dir);
-    if (!d)
-        return -1;
-    int found = 0;
-    struct dirent *e;
-    while (!found && (e = readdir(d)) != NULL) {
-        /* <service>-<slot>: only the slot directories of the id's service (whose name an
-         * id too long for SD_NAME_MAX holds cut to 64 bytes: bb_spawn) */
-        const char *dash = strrchr(e->d_name, '-');
-        size_t svc = dash ? (size_t)(dash - e->d_name) : 0, k = svc > 64 ? 64 : svc;
-        if (!svc || !dash[1] || strspn(dash + 1, "0123456789") != strlen(dash + 1) ||
-            strncmp(id, e->d_name, k) != 0 || id[k] != '-')
-            continue;
-        struct stat st;
-        snprintf(out, cap, "%s/%s/%s.log", dir, e->d_name, id);
-        found = stat(out, &st) == 0 && S_ISREG(st.st_mode);
-    }
-    closedir(d);
-    return found ? 0 : find_legacy(dir, id, out, cap);
+    return log_scan(dir, slot_match, id, out, cap) == 0 ? 0
+                                                         : log_scan(dir, legacy_match, id, out, cap);
 }
 
 int bb_log_header(const char *line, const char *id)
