@@ -126,10 +126,11 @@ local function doc_touch(base, chan, cluster, m)
   redis.call('PUBLISH', chan, cluster .. ' ' .. m)
 end
 
--- Instance `inst` of service s on machine m is free (ready, no open allocation).
-local function pool_free_add(base, s, m, inst)
+-- Instance `inst` of service s on machine m is free (ready, no open allocation); n: m's
+-- count of allocated instances of s when the caller has it (alloc_end), else read.
+local function pool_free_add(base, s, m, inst, n)
   if redis.call('SADD', base .. 'free:' .. s .. ':' .. m, inst) == 1 then
-    local n = tonumber(redis.call('HGET', base .. 'amach:' .. s, m) or '0')
+    n = n or tonumber(redis.call('HGET', base .. 'amach:' .. s, m) or '0')
     redis.call('ZADD', base .. 'free:' .. s, n, m)
     redis.call('HINCRBY', base .. 'pstat:' .. s, 'free', 1)
   end
@@ -154,7 +155,8 @@ end
 
 -- Counts instance (s, m, slot) as allocated (d = 1) or no longer (d = -1): the per-machine
 -- count the strategies order machines by, the service's count and allocated slots.
--- `unlisted`: m is known to have no free instance of s (nothing to reorder).
+-- `unlisted`: m is known to have no free instance of s (nothing to reorder). Returns the
+-- machine's new count.
 local function pool_alloc_count(base, s, m, slot, d, unlisted)
   local n = redis.call('HINCRBY', base .. 'amach:' .. s, m, d)
   if n <= 0 then redis.call('HDEL', base .. 'amach:' .. s, m); n = 0 end
@@ -168,6 +170,7 @@ local function pool_alloc_count(base, s, m, slot, d, unlisted)
       redis.call('ZREM', base .. 'aslot:' .. s, slot)
     end
   end
+  return n
 end
 
 -- The service's on_release ("recycle" unless its spec says "restart").
@@ -180,17 +183,18 @@ end
 -- The instance `inst` of service s whose last allocation ended goes back to the pool of m
 -- when it still runs there, ready, and its service recycles (on_release "restart": its Big
 -- Brother restarts it, and the new run is free once ready).
-local function pool_refree(base, s, m, inst)
+local function pool_refree(base, s, m, inst, n)
   local p = redis.call('HMGET', base .. 'proc:' .. inst, 'state', 'machine')
   if p[1] == 'ready' and p[2] == m and svc_on_release(base, s) == 'recycle' then
-    pool_free_add(base, s, m, inst)
+    pool_free_add(base, s, m, inst, n)
   end
 end
 
 -- Ends open allocation `id` with state st (released | expired | allocation_lost) and
 -- reason; ended records are kept an hour. Returns the allocation's instance, machine,
--- service and whether the instance has no open allocation left (1), or nil when the
--- allocation is not open (or, with `of`, not an allocation of instance `of`).
+-- service, whether the instance has no open allocation left (1) and then the machine's
+-- count of allocated instances (pool_free_add's n), or nil when the allocation is not
+-- open (or, with `of`, not an allocation of instance `of`).
 local function alloc_end(base, id, st, reason, now, of)
   local k = base .. 'alloc:' .. id
   local a = redis.call('HMGET', k, 'state', 'instance', 'machine', 'service', 'slot')
@@ -199,14 +203,16 @@ local function alloc_end(base, id, st, reason, now, of)
   local inst, m, s = a[2], a[3], a[4]
   redis.call('HSET', k, 'state', st, 'reason', reason, 'ended_at_ms', string.format('%d', now))
   redis.call('PEXPIRE', k, 3600000)
-  redis.call('ZREM', base .. 'alloc:pending', id)
+  -- only a pending one waits for its confirmation (a confirmed one left the set then)
+  if a[1] == 'pending' then redis.call('ZREM', base .. 'alloc:pending', id) end
   redis.call('ZADD', base .. 'alloc:ended', now, id)
   redis.call('HDEL', base .. 'alloc:m:' .. m, id)
   local ik = base .. 'alloc:i:' .. inst
   redis.call('SREM', ik, id)
   local left = redis.call('SCARD', ik)
-  if left == 0 then pool_alloc_count(base, s, m, a[5], -1) end
-  return inst, m, s, left == 0 and 1 or 0
+  local n
+  if left == 0 then n = pool_alloc_count(base, s, m, a[5], -1) end
+  return inst, m, s, left == 0 and 1 or 0, n
 end
 
 -- Every open allocation of instance inst ends (st, reason); returns the machine whose

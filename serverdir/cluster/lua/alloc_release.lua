@@ -6,14 +6,14 @@
 -- or {'no_such_allocation'}.
 local base = KEYS[1]
 local now = now_ms()
-local inst, m, svc, last = alloc_end(base, ARGV[1], 'released', 'api', now)
+local inst, m, svc, last, n = alloc_end(base, ARGV[1], 'released', 'api', now)
 local out = redis.call('HGETALL', base .. 'alloc:' .. ARGV[1])
 if #out == 0 then return {'no_such_allocation'} end
 if not inst then
   table.insert(out, 1, 'unchanged')
   return out
 end
-if last == 1 then pool_refree(base, svc, m, inst) end
+if last == 1 then pool_refree(base, svc, m, inst, n) end
 doc_touch(base, ARGV[2], ARGV[3], m)
 table.insert(out, 1, 'ended')
 return out

@@ -10,10 +10,10 @@ local n = tonumber(ARGV[3])
 local late = redis.call('ZRANGEBYSCORE', base .. 'alloc:pending', '-inf', now, 'LIMIT', 0, n)
 local touched = {}
 for _, id in ipairs(late) do
-  local inst, m, svc, last = alloc_end(base, id, 'expired', 'not confirmed in time', now)
+  local inst, m, svc, last, n = alloc_end(base, id, 'expired', 'not confirmed in time', now)
   if inst then
     touched[m] = true
-    if last == 1 then pool_refree(base, svc, m, inst) end
+    if last == 1 then pool_refree(base, svc, m, inst, n) end
   else
     redis.call('ZREM', base .. 'alloc:pending', id)
   end
