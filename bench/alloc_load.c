@@ -62,6 +62,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <hiredis/hiredis.h>
@@ -596,8 +597,8 @@ static void *client_main(void *arg)
 
 /* ---------- the loop engine (default): one thread, every connection on one epoll ----------
  *
- * The threaded engine (-T) costs more CPU than serverdir itself: 64 threads each blocking in
- * libcurl (poll, send, recv and a handle reset per request). On a 2-core machine the
+ * The threaded engine (-e threads) costs more CPU than serverdir itself: 64 threads each
+ * blocking in libcurl (poll, send, recv and a handle reset per request). On a 2-core machine the
  * generator's cost is taken from serverdir and Redis, so the loop engine drives every
  * allocator from one thread: a request is one send, its answer one or two recvs, and one
  * epoll_wait serves all connections. HTTP/1.1 keep-alive with Content-Length answers
@@ -649,33 +650,42 @@ static int conn_open(const char *host, int port)
     return fd;
 }
 
-/* Sends the whole request (a few hundred bytes on a connection with nothing in flight:
- * the socket buffer takes it at once); exits on anything else. */
+/* Sends the whole request. An allocation (a few hundred bytes on a connection with
+ * nothing in flight) goes in one send; a large release batch may wait for the socket
+ * buffer (poll), holding up the loop for that long. Exits on an error. */
 static void conn_send(conn_t *k, const char *p, size_t n)
 {
-    ssize_t w = send(k->fd, p, n, MSG_NOSIGNAL);
-    if (w != (ssize_t)n) {
-        fprintf(stderr, "alloc_load: send: %s\n", w < 0 ? strerror(errno) : "short write");
-        exit(1);
-    }
     k->sent_us = sd_mono_us();
     k->ilen = 0;
+    for (size_t off = 0; off < n;) {
+        ssize_t w = send(k->fd, p + off, n - off, MSG_NOSIGNAL);
+        if (w > 0) {
+            off += (size_t)w;
+        } else if (w < 0 && (errno == EAGAIN || errno == EINTR)) {
+            struct pollfd pf = {.fd = k->fd, .events = POLLOUT};
+            poll(&pf, 1, 1000);
+        } else {
+            fprintf(stderr, "alloc_load: send: %s\n", w < 0 ? strerror(errno) : "nothing sent");
+            exit(1);
+        }
+    }
 }
 
 static void http_send(conn_t *k, const char *path, const char *body)
 {
-    char req[IN_CAP];
-    size_t bl = strlen(body);
-    int n = snprintf(req, sizeof req,
+    size_t bl = strlen(body), cap = bl + 1024;
+    char *req = malloc(cap);
+    int n = snprintf(req, cap,
                      "POST /v1/clusters/%s/%s HTTP/1.1\r\nHost: %s:%d\r\n"
                      "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
                      cfg.cluster, path, sd_host, sd_port, bl);
-    if (n < 0 || (size_t)n + bl >= sizeof req) {
+    if (n < 0 || (size_t)n + bl >= cap) {
         fprintf(stderr, "alloc_load: request too large\n");
         exit(1);
     }
     memcpy(req + n, body, bl);
     conn_send(k, req, (size_t)n + bl);
+    free(req);
 }
 
 static void resp_send(conn_t *k, const char *sha, int argc, const char **argv)
