@@ -44,8 +44,9 @@
 # REFILL_SAMPLES times, wait until ready_free is 2, pause 0.2-1.2 s (a random phase against
 # the primary's placement passes), allocate one instance and time from the 201 until
 # ready_free is 2 again (polled every 10 ms).
-# Prints every figure (with Redis's CPU and EVALSHA time per allocation from INFO), the
-# medians, the ratios serverdir / raw and the goals.
+# Prints every figure (with Redis's CPU, the EVALSHA time and the Redis calls per
+# allocation from INFO: the calls do not depend on the shared cores' noise), the medians,
+# the ratios serverdir / raw and the goals.
 #
 # Usage: bench/alloc_bench.sh     (env: BUILD (build), RUNS (3), DUR (5), CLIENTS (64),
 #        POOL (1000), MACHINES (50), BURST_POOL (20000), SD_THREADS (8), LOAD (0.5), REFILL (1),
@@ -165,12 +166,18 @@ phase() { # name service expected_pool alloc_load-args...
     shift 3
     redis-cli -p "$rport" config resetstat >/dev/null
     out=$("$GEN" -c "$CLIENTS" -d "$DUR" -s "127.0.0.1:$rport" "$@") || fail=1
+    # Redis calls per allocation, its release included (the scripts' calls, and the few
+    # of serverdir's timers): the cost of the scripts without the noise of shared cores
+    out+=" calls=$(redis-cli -p "$rport" info commandstats | tr -d '\r' |
+        awk -F'[:=,]' -v n="$(field allocs "$out")" '
+            /^cmdstat_/ && $1 !~ /cmdstat_(evalsha|info|config|script|client|hello|ping|select)/ { c += $3 }
+            END { printf "%.1f", (n > 0 ? c / n : 0) }')"
     pool=$(pool_of bench "$svc")
     [ "$pool" = "$want 0" ] || { echo "  $name: pool not whole afterwards: $pool (want $want 0)" >&2; fail=1; }
     echo "  $name: $out"
     last=$out
     local f
-    for f in rate p50_ms p99_ms rel_p50_ms rel_p99_ms double errors redis_us redis_cpu; do
+    for f in rate p50_ms p99_ms rel_p50_ms rel_p99_ms double errors redis_us redis_cpu calls; do
         add "$name-$f" "$(field "$f" "$out")"
     done
 }
@@ -230,11 +237,11 @@ doubles=0
 for p in $PHASES; do doubles=$((doubles + $(sum $p-double))); done
 echo
 echo "medians of $RUNS rounds ($CLIENTS concurrent allocators; load average at the end: $load_end):"
-printf '  %-10s %9s %8s %8s %11s %11s %9s %10s   %s\n' phase allocs/s p50_ms p99_ms release_p50 release_p99 redis_us redis_cpu% "runs (allocs/s)"
+printf '  %-10s %9s %8s %8s %11s %11s %9s %10s %6s   %s\n' phase allocs/s p50_ms p99_ms release_p50 release_p99 redis_us redis_cpu% calls "runs (allocs/s)"
 for p in $PHASES; do
-    printf '  %-10s %9s %8s %8s %11s %11s %9s %10s   %s\n' "$p" "$(med $p-rate)" "$(med $p-p50_ms)" \
+    printf '  %-10s %9s %8s %8s %11s %11s %9s %10s %6s   %s\n' "$p" "$(med $p-rate)" "$(med $p-p50_ms)" \
         "$(med $p-p99_ms)" "$(med $p-rel_p50_ms)" "$(med $p-rel_p99_ms)" "$(med $p-redis_us)" \
-        "$(med $p-redis_cpu)" "${R[$p-rate]% }"
+        "$(med $p-redis_cpu)" "$(med $p-calls)" "${R[$p-rate]% }"
 done
 echo "ratios serverdir / raw Redis (same scripts):"
 echo "  pool of $POOL kept full, releases reported per machine: $(bench_ratio "$sdp" "$rawp")"
