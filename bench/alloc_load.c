@@ -862,6 +862,7 @@ static void conn_readable(conn_t *k)
                     r ? strerror(errno) : "closed by the peer");
             exit(1);
         }
+        int whole;
         if (cfg.mode == M_SD) {
             k->ilen += (size_t)r;
             char *body = NULL;
@@ -871,10 +872,8 @@ static void conn_readable(conn_t *k)
                         k->c->id);
                 exit(1);
             }
-            if (st > 0)
+            if ((whole = st > 0))
                 conn_answered(k, st, body, NULL);
-            else
-                continue;
         } else {
             redisReaderFeed(k->rd, buf, (size_t)r);
             void *rep = NULL;
@@ -882,14 +881,13 @@ static void conn_readable(conn_t *k)
                 fprintf(stderr, "alloc_load: connection %d: bad RESP\n", k->c->id);
                 exit(1);
             }
-            if (rep) {
+            if ((whole = rep != NULL)) {
                 conn_answered(k, 0, NULL, rep);
                 freeReplyObject(rep);
-                return;
             }
-            continue;
         }
-        return; /* an answer is whole: nothing else comes before the next request */
+        if (whole) /* nothing else comes before the next request */
+            return;
     }
 }
 
@@ -961,12 +959,10 @@ static void loop_run(client_t *cs)
         /* -p: the allocators' starts spread over the first period */
         k->next_us = start + cfg.period_us * i / cfg.clients;
     }
-    int busy = 0;
     int64_t alloc_end_us = 0;
     for (;;) {
         int64_t now = sd_mono_us(), wake = INT64_MAX;
-        int open = now < t_end_us && !atomic_load(&stop_all);
-        busy = 0;
+        int open = now < t_end_us && !atomic_load(&stop_all), busy = 0;
         for (int i = 0; i < cfg.clients; i++) {
             conn_t *k = &ks[i];
             if (k->st == CS_IDLE && open) {
