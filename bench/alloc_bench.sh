@@ -158,6 +158,12 @@ add() { R[$1]+="$2 "; }
 field() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p" <<<"$2"; }
 fail=0
 
+# serverdir's alloc_create.lua calls and the requests they carried, from /metrics.
+sd_groups() {
+    curl -s "$SD/metrics" | awk '/^serverdir_allocation_calls_total / { c = $2 }
+        /^serverdir_allocation_call_requests_total / { r = $2 } END { print c + 0, r + 0 }'
+}
+
 # Runs one phase of alloc_load (with Redis's own figures: its CPU over the phase, % of
 # one core, and the EVALSHA time per allocation, its release included in the cycles) and
 # checks that the pool is whole afterwards.
@@ -165,7 +171,13 @@ phase() { # name service expected_pool alloc_load-args...
     local name=$1 svc=$2 want=$3 out pool
     shift 3
     redis-cli -p "$rport" config resetstat >/dev/null
+    local g0 g1
+    g0=$(sd_groups)
     out=$("$GEN" -c "$CLIENTS" -d "$DUR" -s "127.0.0.1:$rport" "$@") || fail=1
+    g1=$(sd_groups)
+    # serverdir's group commit: allocation requests per alloc_create.lua call
+    [[ $name != sd-* ]] || out+=" $(awk -v a="$g0" -v b="$g1" 'BEGIN { split(a, x, " "); split(b, y, " ");
+        c = y[1] - x[1]; printf "script_calls=%d per_call=%.2f", c, (c > 0 ? (y[2] - x[2]) / c : 0) }')"
     # Redis calls per allocation, its release included (the scripts' calls, and the few
     # of serverdir's timers): the cost of the scripts without the noise of shared cores
     out+=" calls=$(redis-cli -p "$rport" info commandstats | tr -d '\r' |

@@ -13,7 +13,8 @@
  *   redis HOST PORT LUADIR PREFIX CLUSTER SERVICE
  *                                the same alloc_create.lua (LUADIR: the build's copy with its
  *                                prelude) by EVALSHA with exactly the KEYS and ARGV serverdir
- *                                passes for that body
+ *                                passes for that body (a call of one request, or with -g
+ *                                the calls serverdir groups)
  *   refill URL CLUSTER SERVICE BUFFER SAMPLES
  *                                the pool refill time: SAMPLES times, wait until the service
  *                                shows BUFFER ready_free instances, pause 0.2-1.2 s (a random
@@ -42,6 +43,12 @@
  *           409 no_capacity ends the phase for every thread); afterwards, untimed, every
  *           allocation is released with events in batches of 1000, so the pool is whole
  *           again for the next phase.
+ *
+ * -g (redis, loop engine): the allocations go the way serverdir sends them (api_alloc.c,
+ * group commit): queued, and one connection carries one alloc_create.lua call at a time
+ * with everything queued (at most 32); a lone allocation goes at once. Without -g each
+ * allocator makes its own call of one request, as a client of the script without
+ * serverdir would. Prints script_calls and per_call (requests per call).
  *
  * -e ENGINE: loop (default) drives every connection from one thread and one epoll (a
  * request is one send, its answer a recv or two: the generator's own CPU, taken from the
@@ -89,6 +96,10 @@
 #define STOPPED_TTL_MS "86400000"
 #define CONFIRM_DEFAULT_MS "10000" /* api_alloc.c */
 #define KEY_TTL_MS "86400000"
+#define ALLOC_HEAD 4 /* alloc_create.lua's arguments: the call's, then ALLOC_PER per request */
+#define ALLOC_PER 9
+#define GROUP_MAX 32 /* api_alloc.c */
+#define ARGS_MAX (ALLOC_HEAD + GROUP_MAX * ALLOC_PER)
 
 enum mode { M_SD, M_REDIS, M_REFILL };
 enum release { R_EVENT, R_DELETE, R_NONE, R_MACHINE };
@@ -102,6 +113,7 @@ static struct {
     const char *url, *host, *luadir, *prefix, *cluster, *service;
     int port, buffer, samples;
     int threads; /* -e threads: one thread and libcurl/hiredis handle per allocator */
+    int group;   /* -g: raw allocations grouped as serverdir groups them */
     int64_t period_us; /* -p: each allocator starts a cycle every period (0: at once) */
     char base[256], chan[256];
     char sha_alloc[41], sha_events[41];
@@ -249,8 +261,8 @@ static long long json_int(const char *text, const char *field)
 /* EVALSHA sha 1 <key base> argv... as RESP, malloc'd (redisFreeCommand); its length. */
 static long long evalsha_format(char **cmd, const char *sha, int argc, const char **argv)
 {
-    const char *a[24];
-    size_t l[24];
+    const char *a[4 + ARGS_MAX];
+    size_t l[4 + ARGS_MAX];
     a[0] = "EVALSHA", a[1] = sha, a[2] = "1", a[3] = cfg.base;
     for (int i = 0; i < argc; i++)
         a[4 + i] = argv[i];
@@ -289,17 +301,23 @@ static void alloc_body(const char *match, char *body, size_t cap)
     snprintf(body, cap, "{\"service\":\"%s\",\"payload\":{\"match\":\"%s\"}}", cfg.service, match);
 }
 
-/* What serverdir passes to alloc_create.lua for that body (api_alloc.c alloc_try): mode
- * ready, strategy packed, 0 players, no selector, the compact payload, no idempotency key,
- * the body's canonical text (sorted keys, compact), the channel, the cluster, the
- * defaults. The 13 arguments go into argv, pointing into payload and canon. */
+/* What serverdir passes to alloc_create.lua (api_alloc.c group_call): first the call's
+ * 4 arguments (the channel, the cluster, the defaults) into argv[0..4), then per request
+ * alloc_args's 9 for that body: mode ready, strategy packed, 0 players, no selector, the
+ * compact payload, no idempotency key, the body's canonical text (sorted keys, compact),
+ * pointing into payload and canon. */
+static void alloc_head(const char *argv[ALLOC_HEAD])
+{
+    const char *a[] = {cfg.chan, cfg.cluster, CONFIRM_DEFAULT_MS, KEY_TTL_MS};
+    memcpy(argv, a, sizeof a);
+}
+
 static void alloc_args(const char *match, char *payload, char *canon, size_t cap,
-                       const char *argv[13])
+                       const char *argv[ALLOC_PER])
 {
     snprintf(payload, cap, "{\"match\":\"%s\"}", match);
     snprintf(canon, cap, "{\"payload\":%s,\"service\":\"%s\"}", payload, cfg.service);
-    const char *a[] = {cfg.service, "ready", "packed", "0", "", "", payload, "", canon,
-                       cfg.chan, cfg.cluster, CONFIRM_DEFAULT_MS, KEY_TTL_MS};
+    const char *a[] = {cfg.service, "ready", "packed", "0", "", "", payload, "", canon};
     memcpy(argv, a, sizeof a);
 }
 
@@ -322,6 +340,9 @@ static int alloc_http_answer(long st, const char *body, held_t *out)
 static int alloc_redis_answer(const redisReply *rep, const char *errstr, held_t *out)
 {
     int rc = -1;
+    if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 1 &&
+        rep->element[0]->type == REDIS_REPLY_ARRAY) /* a call of one request */
+        rep = rep->element[0];
     if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1 &&
         rep->element[0]->type == REDIS_REPLY_STRING) {
         if (!strcmp(rep->element[0]->str, "no_capacity"))
@@ -348,9 +369,10 @@ static int allocate(client_t *c, const char *match, held_t *out)
         return alloc_http_answer(http(c, "POST", url, body), c->body, out);
     }
     char payload[160], canon[320];
-    const char *argv[13];
-    alloc_args(match, payload, canon, sizeof canon, argv);
-    redisReply *rep = evalsha(c->r, cfg.sha_alloc, 13, argv);
+    const char *argv[ALLOC_HEAD + ALLOC_PER];
+    alloc_head(argv);
+    alloc_args(match, payload, canon, sizeof canon, argv + ALLOC_HEAD);
+    redisReply *rep = evalsha(c->r, cfg.sha_alloc, ALLOC_HEAD + ALLOC_PER, argv);
     int rc = alloc_redis_answer(rep, c->r->errstr, out);
     if (rep)
         freeReplyObject(rep);
@@ -604,7 +626,7 @@ static void *client_main(void *arg)
  * epoll_wait serves all connections. HTTP/1.1 keep-alive with Content-Length answers
  * (serverdir's), RESP by hiredis's reader: the same client for both sides. */
 
-enum { CS_IDLE, CS_ALLOC, CS_RELEASE };
+enum { CS_IDLE, CS_ALLOC, CS_RELEASE, CS_QUEUED };
 
 typedef struct {
     client_t *c;
@@ -622,7 +644,16 @@ typedef struct {
     char *in;            /* the answer so far (HTTP) */
     size_t ilen;
     redisReader *rd;     /* the answer so far (RESP) */
+    char match[48];      /* -g: the queued allocation's match */
 } conn_t;
+
+/* -g (raw): serverdir's group commit (api_alloc.c) done by the generator, so that the raw
+ * side runs the very calls serverdir makes: an allocator's allocation queues (CS_QUEUED);
+ * one connection carries one alloc_create.lua call at a time with everything queued (at
+ * most GROUP_MAX, in arrival order); a lone allocation goes at once, alone. */
+static conn_t *grp, *gq[MAX_CLIENTS], *gin[GROUP_MAX];
+static int ngq, ngin;
+static long group_calls, group_requests;
 
 #define IN_CAP (64 << 10)
 
@@ -705,13 +736,43 @@ static void cycle_start(conn_t *k)
         char body[512];
         alloc_body(match, body, sizeof body);
         http_send(k, "allocations", body);
+    } else if (cfg.group) {
+        snprintf(k->match, sizeof k->match, "%s", match);
+        k->sent_us = sd_mono_us();
+        gq[ngq++] = k;
+        k->st = CS_QUEUED;
+        return;
     } else {
         char payload[160], canon[320];
-        const char *argv[13];
-        alloc_args(match, payload, canon, sizeof canon, argv);
-        resp_send(k, cfg.sha_alloc, 13, argv);
+        const char *argv[ALLOC_HEAD + ALLOC_PER];
+        alloc_head(argv);
+        alloc_args(match, payload, canon, sizeof canon, argv + ALLOC_HEAD);
+        resp_send(k, cfg.sha_alloc, ALLOC_HEAD + ALLOC_PER, argv);
     }
     k->st = CS_ALLOC;
+}
+
+/* -g: one call with the queued allocations (the group connection is idle). */
+static void group_send(void)
+{
+    static char payload[GROUP_MAX][160], canon[GROUP_MAX][320];
+    const char *argv[ARGS_MAX];
+    int n = ngq < GROUP_MAX ? ngq : GROUP_MAX;
+    alloc_head(argv);
+    for (int i = 0; i < n; i++) {
+        gin[i] = gq[i];
+        alloc_args(gq[i]->match, payload[i], canon[i], sizeof canon[i],
+                   argv + ALLOC_HEAD + i * ALLOC_PER);
+    }
+    memmove(gq, gq + n, (size_t)(ngq - n) * sizeof *gq);
+    ngq -= n;
+    ngin = n;
+    int64_t sent = sd_mono_us();
+    resp_send(grp, cfg.sha_alloc, ALLOC_HEAD + n * ALLOC_PER, argv);
+    grp->sent_us = sent;
+    grp->st = CS_ALLOC;
+    group_calls++;
+    group_requests += n;
 }
 
 /* Sends n releases in one batch (POST .../events, or events_apply.lua). */
@@ -806,7 +867,15 @@ static void conn_answered(conn_t *k, long st, const char *body, redisReply *rep)
 {
     client_t *c = k->c;
     int64_t now = sd_mono_us();
-    if (k->st == CS_ALLOC) {
+    if (k == grp) {
+        int whole = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == (size_t)ngin;
+        grp->st = CS_IDLE;
+        for (int i = 0; i < ngin; i++)
+            conn_answered(gin[i], 0, NULL, whole ? rep->element[i] : NULL);
+        ngin = 0;
+        return;
+    }
+    if (k->st == CS_ALLOC || k->st == CS_QUEUED) {
         int rc = cfg.mode == M_SD ? alloc_http_answer(st, body, &k->h)
                                   : alloc_redis_answer(rep, "no reply", &k->h);
         k->st = CS_IDLE;
@@ -959,6 +1028,12 @@ static void loop_run(client_t *cs)
         /* -p: the allocators' starts spread over the first period */
         k->next_us = start + cfg.period_us * i / cfg.clients;
     }
+    if (cfg.group) {
+        static client_t gc = {.id = -1};
+        grp = calloc(1, sizeof *grp);
+        grp->c = &gc;
+        conn_setup(grp);
+    }
     int64_t alloc_end_us = 0;
     for (;;) {
         int64_t now = sd_mono_us(), wake = INT64_MAX;
@@ -978,6 +1053,9 @@ static void loop_run(client_t *cs)
         }
         if (!busy && !open && !alloc_end_us)
             alloc_end_us = sd_mono_us(); /* the allocators' part ends here */
+        if (grp && grp->st == CS_IDLE && ngq)
+            group_send();
+        busy += grp && grp->st != CS_IDLE;
         for (int i = 0; i < nreporters; i++) {
             conn_t *r = reporters[i];
             if (r->st == CS_IDLE && r->nqueue)
@@ -1112,7 +1190,7 @@ static void usage(void)
     fprintf(stderr,
             "usage: alloc_load [-c CLIENTS] [-d SECONDS] [-r event|machine|delete|none]\n"
             "                  [-s HOST:PORT]"
-             " [-p PERIOD_US] [-e loop|threads] MODE ARGS...\n"
+             " [-p PERIOD_US] [-e loop|threads] [-g] MODE ARGS...\n"
             "  sd URL CLUSTER SERVICE | redis HOST PORT LUADIR PREFIX CLUSTER SERVICE |\n"
             "  refill URL CLUSTER SERVICE BUFFER SAMPLES\n");
     exit(2);
@@ -1144,12 +1222,14 @@ int main(int argc, char **argv)
             cfg.release = R_NONE;
         else if (!strcmp(argv[i], "-r") && !strcmp(argv[i + 1], "machine"))
             cfg.release = R_MACHINE;
+        else if (!strcmp(argv[i], "-g"))
+            cfg.group = 1, i--; /* no value */
         else
             usage();
     }
     if (i >= argc || cfg.clients < 1 || cfg.clients > MAX_CLIENTS || cfg.secs <= 0 ||
         cfg.secs > 600 || (cfg.threads && cfg.release == R_MACHINE) ||
-        (!cfg.threads && cfg.release == R_DELETE))
+        (!cfg.threads && cfg.release == R_DELETE) || (cfg.group && cfg.threads))
         usage();
     cfg.name = argv[i];
     int rest = argc - i - 1;
@@ -1159,6 +1239,8 @@ int main(int argc, char **argv)
     } else if (!strcmp(cfg.name, "redis") && rest == 6 && cfg.release != R_DELETE) {
         cfg.mode = M_REDIS, cfg.host = a[0], cfg.port = atoi(a[1]), cfg.luadir = a[2],
         cfg.prefix = a[3], cfg.cluster = a[4], cfg.service = a[5];
+    } else if (cfg.group) {
+        usage(); /* -g: redis mode only */
     } else if (!strcmp(cfg.name, "refill") && rest == 5) {
         cfg.mode = M_REFILL, cfg.url = a[0], cfg.cluster = a[1], cfg.service = a[2],
         cfg.buffer = atoi(a[3]), cfg.samples = atoi(a[4]);
@@ -1268,6 +1350,9 @@ int main(int argc, char **argv)
            pct_ms(rel, nrel, 99), atomic_load(&doubles), nocap, errors);
     if (cfg.release == R_MACHINE)
         printf(" machines=%d batches=%zu", nreporters, batches);
+    if (cfg.group) /* -g: alloc_create.lua calls and requests per call */
+        printf(" script_calls=%ld per_call=%.2f", group_calls,
+               (double)group_requests / (double)(group_calls ? group_calls : 1));
     if (stats_addr) /* script time per allocation (with its release in the cycles) */
         printf(" redis_us=%.0f redis_cpu=%.0f",
                (double)stats_end.evalsha_us / (double)(total ? total : 1),

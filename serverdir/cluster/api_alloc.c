@@ -4,6 +4,7 @@
  * (http/park.h) and tried again every ALLOC_RETRY_MS until an instance is ready or the
  * wait ends. The sweep of confirm deadlines runs with the lost-machine sweep
  * (directory.c calls sd_alloc_sweep). */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -195,18 +196,88 @@ static void no_capacity(sd_resp_t *resp, const alloc_req_t *a, int64_t looked)
                         (long long)a->players);
 }
 
-/* Runs alloc_create for a. Returns 1 when answered (resp filled), 0 on no_capacity with
- * *looked set (resp untouched). */
-static int alloc_try(const alloc_req_t *a, sd_resp_t *resp, int64_t *looked)
+/* ---------- group commit ----------
+ * Every allocation runs alloc_create.lua, whose cost on Redis is mostly per call (the
+ * round trip, the script's start, the clock, the service and machine reads, the demand
+ * counter and the assignment documents), not per request; and a worker thread that blocks
+ * on Redis for each request pays two context switches for it. So the handler checks the
+ * request, parks it (sd_req_park: its HTTP thread goes on with other connections) and
+ * queues it; ALLOC_THREADS allocator threads each take everything queued for one cluster
+ * (at most GROUP_MAX, in arrival order) into one call, answer each request from its part
+ * of the reply and resume it. Nothing waits on a timer: a request that finds an allocator
+ * idle goes at once, alone; a group is only what queued up while the calls in flight ran.
+ * Concurrent allocators never get the same instance either way: the script takes its
+ * instances one request after another. A request that found nothing and may wait
+ * (wait_ms) goes on to the park thread, which tries it again every ALLOC_RETRY_MS, alone. */
+#define GROUP_MAX 32
+#define ALLOC_THREADS 2
+
+typedef struct alloc_job {
+    alloc_req_t *a;    /* the job's (malloc'd, with its texts) */
+    sd_req_t *req;     /* the parked request (NULL: a call of the park thread's own) */
+    sd_resp_t *resp;
+    redisReply *r;     /* its reply, once called */
+    int rc;
+    struct alloc_job *next;
+} alloc_job_t;
+
+static pthread_mutex_t queue_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t queue_cv = PTHREAD_COND_INITIALIZER;
+static alloc_job_t *queue_head, **queue_tail = &queue_head;
+static int allocators; /* allocator threads started (under queue_mu); -1: cannot */
+
+/* One call for the jobs g[0..n) (one cluster): each gets its reply or the store's code. */
+static void group_call(alloc_job_t **g, int n)
 {
-    char chan[128], confirm[24], ttl[24], players[24];
+    enum { PER = 9, HEAD = 5 };
+    const char *argv[HEAD + GROUP_MAX * PER];
+    size_t argl[HEAD + GROUP_MAX * PER];
+    char base[256], chan[128], confirm[24], ttl[24], players[GROUP_MAX][24];
+    int c = 0;
     snprintf(confirm, sizeof confirm, "%d", CONFIRM_DEFAULT_MS);
     snprintf(ttl, sizeof ttl, "%lld", KEY_TTL_MS);
-    snprintf(players, sizeof players, "%lld", (long long)a->players);
+    argv[c++] = sd_key(base, sizeof base, g[0]->a->cluster, "%s", "");
+    argv[c++] = sd_assign_channel(chan, sizeof chan);
+    argv[c++] = g[0]->a->cluster;
+    argv[c++] = confirm;
+    argv[c++] = ttl;
+    for (int i = 0; i < n; i++) {
+        const alloc_req_t *a = g[i]->a;
+        snprintf(players[i], sizeof players[i], "%lld", (long long)a->players);
+        const char *v[PER] = {a->service, a->mode, a->strategy, players[i], a->labels,
+                              a->meta, a->payload, a->key, a->canon};
+        for (int k = 0; k < PER; k++)
+            argv[c++] = v[k];
+    }
+    for (int i = 0; i < c; i++)
+        argl[i] = strlen(argv[i]);
     redisReply *r = NULL;
-    int rc = sd__cluster_run("alloc_create", a->cluster, &r, a->service, a->mode, a->strategy,
-                             players, a->labels, a->meta, a->payload, a->key, a->canon,
-                             sd_assign_channel(chan, sizeof chan), a->cluster, confirm, ttl, NULL);
+    int rc = sd_store_script_v("alloc_create", 1, c, argv, argl, &r);
+    SD_COUNT("serverdir_allocation_calls_total",
+             "alloc_create.lua calls (each carries one or more allocation requests)", 1);
+    SD_COUNT("serverdir_allocation_call_requests_total",
+             "allocation requests carried by alloc_create.lua calls", n);
+    if (!rc && (r->type != REDIS_REPLY_ARRAY || r->elements != (size_t)n)) {
+        log_error("bad script reply", "script=alloc_create type=%d elements=%zu requests=%d",
+                  r->type, r->type == REDIS_REPLY_ARRAY ? r->elements : 0, n);
+        rc = SD_STORE_ERROR;
+    }
+    for (int i = 0; i < n; i++) {
+        g[i]->rc = rc;
+        g[i]->r = NULL;
+        if (!rc) {
+            g[i]->r = r->element[i];
+            r->element[i] = NULL; /* the job's now; freeReplyObject skips NULL elements */
+        }
+    }
+    freeReplyObject(r);
+}
+
+/* Answers a from its reply r (freed here) or the store's code rc. Returns 1 when answered
+ * (resp filled), 0 on no_capacity with *looked set (resp untouched). */
+static int alloc_answer(const alloc_req_t *a, int rc, redisReply *r, sd_resp_t *resp,
+                        int64_t *looked)
+{
     if (rc) {
         sd_resp_store_error(resp, rc);
         return 1;
@@ -246,11 +317,14 @@ static int alloc_try(const alloc_req_t *a, sd_resp_t *resp, int64_t *looked)
 
 /* ---------- waiting for an instance ---------- */
 
+/* The park thread's tries: a call of its own, alone. */
 static int wait_try(void *ctx, sd_resp_t *resp, int due, int64_t *retry_at_ms)
 {
     alloc_req_t *a = ctx;
     int64_t looked = 0;
-    if (alloc_try(a, resp, &looked))
+    alloc_job_t j = {.a = a}, *g = &j;
+    group_call(&g, 1);
+    if (alloc_answer(a, j.rc, j.r, resp, &looked))
         return 1;
     if (due || sd_mono_ms() >= a->start_ms + a->wait_ms) {
         no_capacity(resp, a, looked);
@@ -269,6 +343,106 @@ static void wait_release(void *ctx)
 
 static const sd_park_kind_t wait_kind = {.try_answer = wait_try, .release = wait_release};
 
+/* The first try of job j is done: answers the request (and resumes it when parked), or
+ * hands it to the park thread to wait. Frees j. */
+static void job_finish(alloc_job_t *j, int parked)
+{
+    alloc_req_t *a = j->a;
+    int64_t looked = 0;
+    int answered = alloc_answer(a, j->rc, j->r, j->resp, &looked);
+    if (!answered && a->wait_ms == 0) {
+        no_capacity(j->resp, a, looked);
+        answered = 1;
+    }
+    if (!answered && atomic_fetch_add(&waiters, 1) >= ALLOC_WAITERS_MAX) {
+        atomic_fetch_sub(&waiters, 1);
+        sd_resp_header(j->resp, "Retry-After", "1");
+        sd_resp_error(j->resp, 429, "too_many_waiters",
+                      "%d allocation requests are waiting already; retry, or without wait_ms",
+                      ALLOC_WAITERS_MAX);
+        answered = 1;
+    }
+    if (!answered) {
+        int64_t until = a->start_ms + a->wait_ms;
+        if (!(parked ? sd_park_suspended(&wait_kind, j->req, j->resp, a, until)
+                     : sd_park(&wait_kind, j->req, j->resp, a, until))) {
+            free(j); /* the park thread owns a now */
+            return;
+        }
+        atomic_fetch_sub(&waiters, 1);
+        sd_resp_error(j->resp, 503, "internal", "cannot start the allocation waiter");
+    }
+    if (parked)
+        sd_req_resume(j->req);
+    req_free(a);
+    free(a);
+    free(j);
+}
+
+static void *allocator_main(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        alloc_job_t *g[GROUP_MAX];
+        int n = 0;
+        pthread_mutex_lock(&queue_mu);
+        while (!queue_head)
+            pthread_cond_wait(&queue_cv, &queue_mu);
+        const char *cluster = queue_head->a->cluster;
+        for (alloc_job_t **p = &queue_head; *p && n < GROUP_MAX;) {
+            alloc_job_t *j = *p;
+            if (!strcmp(j->a->cluster, cluster)) {
+                g[n++] = j;
+                *p = j->next;
+                if (!j->next)
+                    queue_tail = p;
+            } else {
+                p = &j->next;
+            }
+        }
+        pthread_mutex_unlock(&queue_mu);
+        group_call(g, n);
+        for (int i = 0; i < n; i++)
+            job_finish(g[i], 1);
+    }
+    return NULL;
+}
+
+/* Starts the allocator threads on first use: 0, or -1 when none can start. */
+static int allocators_start(void)
+{
+    pthread_mutex_lock(&queue_mu);
+    while (allocators >= 0 && allocators < ALLOC_THREADS) {
+        pthread_attr_t attr;
+        pthread_t th;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        int rc = pthread_create(&th, &attr, allocator_main, NULL);
+        pthread_attr_destroy(&attr);
+        if (rc) {
+            log_error("cannot start an allocator thread", "errno=%d started=%d", rc, allocators);
+            if (allocators == 0)
+                allocators = -1;
+            break;
+        }
+        allocators++;
+    }
+    int ok = allocators > 0;
+    pthread_mutex_unlock(&queue_mu);
+    return ok ? 0 : -1;
+}
+
+/* Queues j (its request parked) for the allocator threads. */
+static void job_queue(alloc_job_t *j)
+{
+    pthread_mutex_lock(&queue_mu);
+    j->next = NULL;
+    *queue_tail = j;
+    queue_tail = &j->next;
+    pthread_cond_signal(&queue_cv);
+    pthread_mutex_unlock(&queue_mu);
+}
+
 /* POST /allocations -> 201 allocation | 200 replayed | 409 no_capacity / conflict. */
 void h_alloc_create(sd_req_t *req, sd_resp_t *resp)
 {
@@ -278,45 +452,39 @@ void h_alloc_create(sd_req_t *req, sd_resp_t *resp)
     json_t *body = sd_req_json(req, resp);
     if (!body)
         return;
-    alloc_req_t a = {0};
+    alloc_req_t *a = calloc(1, sizeof *a);
+    alloc_job_t *j = calloc(1, sizeof *j);
     char err[SD_ERRMSG_MAX];
-    if (req_parse(body, sd_req_header(req, "Idempotency-Key"), &a, err, sizeof err)) {
+    if (!a || !j) {
+        sd_resp_error(resp, 500, "internal", "out of memory");
+        goto fail;
+    }
+    if (req_parse(body, sd_req_header(req, "Idempotency-Key"), a, err, sizeof err)) {
         sd_resp_error(resp, 400, "bad_field", "%s", err);
-        goto out;
+        goto fail;
     }
     if (sd_req_may_cluster(req, resp, cluster) || sd_dir_cluster_seen(cluster))
-        goto out;
-    sd_strlcpy(a.cluster, cluster, sizeof a.cluster);
-    int64_t looked = 0;
-    if (alloc_try(&a, resp, &looked))
-        goto out;
-    if (a.wait_ms == 0) {
-        no_capacity(resp, &a, looked);
-        goto out;
+        goto fail;
+    sd_strlcpy(a->cluster, cluster, sizeof a->cluster);
+    a->start_ms = sd_mono_ms();
+    j->a = a;
+    j->req = req;
+    j->resp = resp;
+    if (allocators_start() == 0) {
+        sd_req_park(req);
+        job_queue(j);
+    } else { /* no allocator thread: this one calls, alone */
+        alloc_job_t *g = j;
+        group_call(&g, 1);
+        job_finish(j, 0);
     }
-    if (atomic_fetch_add(&waiters, 1) >= ALLOC_WAITERS_MAX) {
-        atomic_fetch_sub(&waiters, 1);
-        sd_resp_header(resp, "Retry-After", "1");
-        sd_resp_error(resp, 429, "too_many_waiters",
-                      "%d allocation requests are waiting already; retry, or without wait_ms",
-                      ALLOC_WAITERS_MAX);
-        goto out;
-    }
-    alloc_req_t *w = malloc(sizeof *w);
-    if (!w) {
-        atomic_fetch_sub(&waiters, 1);
-        sd_resp_error(resp, 500, "internal", "out of memory");
-        goto out;
-    }
-    *w = a;
-    w->start_ms = sd_mono_ms();
-    memset(&a, 0, sizeof a); /* w owns the texts now */
-    if (sd_park(&wait_kind, req, resp, w, w->start_ms + w->wait_ms)) {
-        wait_release(w);
-        sd_resp_error(resp, 503, "internal", "cannot start the allocation waiter");
-    }
-out:
-    req_free(&a);
+    json_decref(body);
+    return;
+fail:
+    if (a)
+        req_free(a);
+    free(a);
+    free(j);
     json_decref(body);
 }
 

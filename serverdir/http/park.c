@@ -157,8 +157,8 @@ static int start_locked(void)
     return 0;
 }
 
-int sd_park(const sd_park_kind_t *kind, sd_req_t *req, sd_resp_t *resp, void *ctx,
-            int64_t deadline_ms)
+static int park(const sd_park_kind_t *kind, sd_req_t *req, sd_resp_t *resp, void *ctx,
+                int64_t deadline_ms, int suspend)
 {
     entry_t *e = calloc(1, sizeof *e);
     if (!e)
@@ -179,7 +179,8 @@ int sd_park(const sd_park_kind_t *kind, sd_req_t *req, sd_resp_t *resp, void *ct
     }
     if (!known)
         kinds[nkinds++] = kind;
-    sd_req_park(req);
+    if (suspend)
+        sd_req_park(req);
     e->next = incoming;
     incoming = e;
     pthread_mutex_unlock(&mu);
@@ -187,4 +188,16 @@ int sd_park(const sd_park_kind_t *kind, sd_req_t *req, sd_resp_t *resp, void *ct
     if (write(wake_fd, &one, sizeof one) < 0 && errno != EAGAIN)
         log_error("park wake failed", "errno=%d", errno);
     return 0;
+}
+
+int sd_park(const sd_park_kind_t *kind, sd_req_t *req, sd_resp_t *resp, void *ctx,
+            int64_t deadline_ms)
+{
+    return park(kind, req, resp, ctx, deadline_ms, 1);
+}
+
+int sd_park_suspended(const sd_park_kind_t *kind, sd_req_t *req, sd_resp_t *resp, void *ctx,
+                      int64_t deadline_ms)
+{
+    return park(kind, req, resp, ctx, deadline_ms, 0);
 }

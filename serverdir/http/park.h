@@ -35,6 +35,11 @@ typedef struct sd_park_kind {
  * caller's. */
 int sd_park(const sd_park_kind_t *kind, sd_req_t *req, sd_resp_t *resp, void *ctx,
             int64_t deadline_ms);
+/* sd_park for a request its handler parked already (sd_req_park) and another thread now
+ * hands over (api_alloc.c: an allocation that found nothing and may wait). On -1 the
+ * caller still owns ctx and must answer and resume req itself. */
+int sd_park_suspended(const sd_park_kind_t *kind, sd_req_t *req, sd_resp_t *resp, void *ctx,
+                      int64_t deadline_ms);
 
 /* Park thread only (kind callbacks): marks the entries of kind for which match(ctx, arg)
  * is true (every entry when match is NULL) to be tried before the next poll. */
