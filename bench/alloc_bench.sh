@@ -22,7 +22,11 @@
 #   raw-pool   the anchor: the same alloc_create.lua and events_apply.lua (the build's
 #              copies, with their prelude) by EVALSHA on the same Redis, with exactly the
 #              KEYS and ARGV serverdir passes (the release batches normalized the way
-#              serverdir passes them), over the same connections.
+#              serverdir passes them), over the same connections; the allocations grouped
+#              the way serverdir groups them (alloc_load -g: what is queued while a call
+#              is in flight goes in the next call, two calls in flight at most).
+#   raw1-pool  the same with one request per call (each allocator its own EVALSHA, as a
+#              client of the script without serverdir's group commit would).
 #   sd-paced, raw-paced
 #              the same two below saturation: each allocator paced so that both sides
 #              are offered LOAD (0.5) of serverdir's sd-pool rate of that round; at
@@ -34,7 +38,7 @@
 #   sd-burst   allocations only, no release, from the BURST_POOL instances of "burst",
 #              until DUR passed or the pool is empty (the first no_capacity ends it); then,
 #              untimed, every allocation is released with events in batches of 1000.
-#   raw-burst  the same by EVALSHA.
+#   raw-burst  the same by EVALSHA, grouped; raw1-burst one request per call.
 #
 # Every phase checks that no instance was handed out while another allocation held it
 # (double allocations) and that the pool is whole again afterwards (ready_free, allocated
@@ -45,8 +49,9 @@
 # the primary's placement passes), allocate one instance and time from the 201 until
 # ready_free is 2 again (polled every 10 ms).
 # Prints every figure (with Redis's CPU, the EVALSHA time and the Redis calls per
-# allocation from INFO: the calls do not depend on the shared cores' noise), the medians,
-# the ratios serverdir / raw and the goals.
+# allocation from INFO: the calls do not depend on the shared cores' noise; per_call: the
+# allocation requests per alloc_create.lua call, from serverdir's /metrics or alloc_load),
+# the medians, the ratios serverdir / raw and the goals.
 #
 # Usage: bench/alloc_bench.sh     (env: BUILD (build), RUNS (3), DUR (5), CLIENTS (64),
 #        POOL (1000), MACHINES (50), BURST_POOL (20000), SD_THREADS (8), LOAD (0.5), REFILL (1),
@@ -178,6 +183,7 @@ phase() { # name service expected_pool alloc_load-args...
     # serverdir's group commit: allocation requests per alloc_create.lua call
     [[ $name != sd-* ]] || out+=" $(awk -v a="$g0" -v b="$g1" 'BEGIN { split(a, x, " "); split(b, y, " ");
         c = y[1] - x[1]; printf "script_calls=%d per_call=%.2f", c, (c > 0 ? (y[2] - x[2]) / c : 0) }')"
+    [[ $out == *per_call=* ]] || out+=" per_call=1.00" # raw without -g: one request per call
     # Redis calls per allocation, its release included (the scripts' calls, and the few
     # of serverdir's timers): the cost of the scripts without the noise of shared cores
     out+=" calls=$(redis-cli -p "$rport" info commandstats | tr -d '\r' |
@@ -189,7 +195,7 @@ phase() { # name service expected_pool alloc_load-args...
     echo "  $name: $out"
     last=$out
     local f
-    for f in rate p50_ms p99_ms rel_p50_ms rel_p99_ms double errors redis_us redis_cpu calls; do
+    for f in rate p50_ms p99_ms rel_p50_ms rel_p99_ms double errors redis_us redis_cpu calls per_call; do
         add "$name-$f" "$(field "$f" "$out")"
     done
 }
@@ -199,15 +205,17 @@ for round in $(seq "$RUNS"); do
     machines_put
     phase sd-pool match "$POOL" -r machine sd "$SD" bench match
     sd_rate=$(field rate "$last")
-    phase raw-pool match "$POOL" -r machine redis 127.0.0.1 "$rport" "$LUA" sd: bench match
+    phase raw-pool match "$POOL" -r machine -g redis 127.0.0.1 "$rport" "$LUA" sd: bench match
+    phase raw1-pool match "$POOL" -r machine redis 127.0.0.1 "$rport" "$LUA" sd: bench match
     # below saturation: both sides offered LOAD x serverdir's rate of this round
     period=$(awk -v c="$CLIENTS" -v r="$sd_rate" -v l="$LOAD" 'BEGIN { printf "%.0f", c * 1e6 / (r * l) }')
     phase sd-paced match "$POOL" -p "$period" -r machine sd "$SD" bench match
-    phase raw-paced match "$POOL" -p "$period" -r machine redis 127.0.0.1 "$rport" "$LUA" sd: bench match
+    phase raw-paced match "$POOL" -p "$period" -r machine -g redis 127.0.0.1 "$rport" "$LUA" sd: bench match
     phase sd-cycle match "$POOL" -r event sd "$SD" bench match
-    phase raw-cycle match "$POOL" -r event redis 127.0.0.1 "$rport" "$LUA" sd: bench match
+    phase raw-cycle match "$POOL" -r event -g redis 127.0.0.1 "$rport" "$LUA" sd: bench match
     phase sd-burst burst "$BURST_POOL" -r none sd "$SD" bench burst
-    phase raw-burst burst "$BURST_POOL" -r none redis 127.0.0.1 "$rport" "$LUA" sd: bench burst
+    phase raw-burst burst "$BURST_POOL" -r none -g redis 127.0.0.1 "$rport" "$LUA" sd: bench burst
+    phase raw1-burst burst "$BURST_POOL" -r none redis 127.0.0.1 "$rport" "$LUA" sd: bench burst
 done
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 
@@ -244,21 +252,23 @@ fi
 
 sdp=$(med sd-pool-rate) rawp=$(med raw-pool-rate)
 sdc=$(med sd-cycle-rate) rawc=$(med raw-cycle-rate) sdb=$(med sd-burst-rate) rawb=$(med raw-burst-rate)
-PHASES="sd-pool raw-pool sd-paced raw-paced sd-cycle raw-cycle sd-burst raw-burst"
+PHASES="sd-pool raw-pool raw1-pool sd-paced raw-paced sd-cycle raw-cycle sd-burst raw-burst raw1-burst"
 doubles=0
 for p in $PHASES; do doubles=$((doubles + $(sum $p-double))); done
 echo
 echo "medians of $RUNS rounds ($CLIENTS concurrent allocators; load average at the end: $load_end):"
-printf '  %-10s %9s %8s %8s %11s %11s %9s %10s %6s   %s\n' phase allocs/s p50_ms p99_ms release_p50 release_p99 redis_us redis_cpu% calls "runs (allocs/s)"
+printf '  %-10s %9s %8s %8s %11s %11s %9s %10s %6s %8s   %s\n' phase allocs/s p50_ms p99_ms release_p50 release_p99 redis_us redis_cpu% calls per_call "runs (allocs/s)"
 for p in $PHASES; do
-    printf '  %-10s %9s %8s %8s %11s %11s %9s %10s %6s   %s\n' "$p" "$(med $p-rate)" "$(med $p-p50_ms)" \
+    printf '  %-10s %9s %8s %8s %11s %11s %9s %10s %6s %8s   %s\n' "$p" "$(med $p-rate)" "$(med $p-p50_ms)" \
         "$(med $p-p99_ms)" "$(med $p-rel_p50_ms)" "$(med $p-rel_p99_ms)" "$(med $p-redis_us)" \
-        "$(med $p-redis_cpu)" "$(med $p-calls)" "${R[$p-rate]% }"
+        "$(med $p-redis_cpu)" "$(med $p-calls)" "$(med $p-per_call)" "${R[$p-rate]% }"
 done
 echo "ratios serverdir / raw Redis (same scripts):"
 echo "  pool of $POOL kept full, releases reported per machine: $(bench_ratio "$sdp" "$rawp")"
 echo "  pool of $POOL kept full, one release per request:       $(bench_ratio "$sdc" "$rawc")"
 echo "  allocations only (burst pool):                       $(bench_ratio "$sdb" "$rawb")"
+echo "what the group commit buys on Redis alone (raw, grouped / one request per call):"
+echo "  pool of $POOL: $(bench_ratio "$rawp" "$(med raw1-pool-rate)"), allocations only: $(bench_ratio "$rawb" "$(med raw1-burst-rate)")"
 echo "goals (issue 16): >= 10,000 allocations/s: pool of $POOL $sdp/s (one release per request"
 echo "  $sdc/s), allocations only $sdb/s;"
 echo "  p99 < 5 ms: $(med sd-paced-p99_ms) ms at $(med sd-paced-rate)/s ($LOAD of the saturated rate; raw Redis"

@@ -45,8 +45,9 @@
  *           again for the next phase.
  *
  * -g (redis, loop engine): the allocations go the way serverdir sends them (api_alloc.c,
- * group commit): queued, and one connection carries one alloc_create.lua call at a time
- * with everything queued (at most 32); a lone allocation goes at once. Without -g each
+ * group commit): queued, and each of 2 connections (serverdir's 2 allocator threads)
+ * carries one alloc_create.lua call at a time with everything queued (at most 32); a
+ * lone allocation goes at once. Without -g each
  * allocator makes its own call of one request, as a client of the script without
  * serverdir would. Prints script_calls and per_call (requests per call).
  *
@@ -645,14 +646,17 @@ typedef struct {
     size_t ilen;
     redisReader *rd;     /* the answer so far (RESP) */
     char match[48];      /* -g: the queued allocation's match */
+    int group;           /* -g: this is group connection group - 1 (0: not one) */
 } conn_t;
 
 /* -g (raw): serverdir's group commit (api_alloc.c) done by the generator, so that the raw
  * side runs the very calls serverdir makes: an allocator's allocation queues (CS_QUEUED);
- * one connection carries one alloc_create.lua call at a time with everything queued (at
- * most GROUP_MAX, in arrival order); a lone allocation goes at once, alone. */
-static conn_t *grp, *gq[MAX_CLIENTS], *gin[GROUP_MAX];
-static int ngq, ngin;
+ * each of GROUP_CONNS connections (serverdir's ALLOC_THREADS) carries one alloc_create.lua
+ * call at a time with everything queued (at most GROUP_MAX, in arrival order); a lone
+ * allocation goes at once, alone. */
+#define GROUP_CONNS 2
+static conn_t *grp[GROUP_CONNS], *gq[MAX_CLIENTS], *gin[GROUP_CONNS][GROUP_MAX];
+static int ngq, ngin[GROUP_CONNS];
 static long group_calls, group_requests;
 
 #define IN_CAP (64 << 10)
@@ -752,25 +756,23 @@ static void cycle_start(conn_t *k)
     k->st = CS_ALLOC;
 }
 
-/* -g: one call with the queued allocations (the group connection is idle). */
-static void group_send(void)
+/* -g: one call with the queued allocations on group connection g (idle). */
+static void group_send(int g)
 {
     static char payload[GROUP_MAX][160], canon[GROUP_MAX][320];
     const char *argv[ARGS_MAX];
     int n = ngq < GROUP_MAX ? ngq : GROUP_MAX;
     alloc_head(argv);
     for (int i = 0; i < n; i++) {
-        gin[i] = gq[i];
+        gin[g][i] = gq[i];
         alloc_args(gq[i]->match, payload[i], canon[i], sizeof canon[i],
                    argv + ALLOC_HEAD + i * ALLOC_PER);
     }
     memmove(gq, gq + n, (size_t)(ngq - n) * sizeof *gq);
     ngq -= n;
-    ngin = n;
-    int64_t sent = sd_mono_us();
-    resp_send(grp, cfg.sha_alloc, ALLOC_HEAD + n * ALLOC_PER, argv);
-    grp->sent_us = sent;
-    grp->st = CS_ALLOC;
+    ngin[g] = n;
+    resp_send(grp[g], cfg.sha_alloc, ALLOC_HEAD + n * ALLOC_PER, argv);
+    grp[g]->st = CS_ALLOC;
     group_calls++;
     group_requests += n;
 }
@@ -867,12 +869,13 @@ static void conn_answered(conn_t *k, long st, const char *body, redisReply *rep)
 {
     client_t *c = k->c;
     int64_t now = sd_mono_us();
-    if (k == grp) {
-        int whole = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == (size_t)ngin;
-        grp->st = CS_IDLE;
-        for (int i = 0; i < ngin; i++)
-            conn_answered(gin[i], 0, NULL, whole ? rep->element[i] : NULL);
-        ngin = 0;
+    if (k->group) {
+        int g = k->group - 1;
+        int whole = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == (size_t)ngin[g];
+        k->st = CS_IDLE;
+        for (int i = 0; i < ngin[g]; i++)
+            conn_answered(gin[g][i], 0, NULL, whole ? rep->element[i] : NULL);
+        ngin[g] = 0;
         return;
     }
     if (k->st == CS_ALLOC || k->st == CS_QUEUED) {
@@ -1028,11 +1031,12 @@ static void loop_run(client_t *cs)
         /* -p: the allocators' starts spread over the first period */
         k->next_us = start + cfg.period_us * i / cfg.clients;
     }
-    if (cfg.group) {
+    for (int g = 0; cfg.group && g < GROUP_CONNS; g++) {
         static client_t gc = {.id = -1};
-        grp = calloc(1, sizeof *grp);
-        grp->c = &gc;
-        conn_setup(grp);
+        grp[g] = calloc(1, sizeof *grp[g]);
+        grp[g]->c = &gc;
+        grp[g]->group = g + 1;
+        conn_setup(grp[g]);
     }
     int64_t alloc_end_us = 0;
     for (;;) {
@@ -1053,9 +1057,11 @@ static void loop_run(client_t *cs)
         }
         if (!busy && !open && !alloc_end_us)
             alloc_end_us = sd_mono_us(); /* the allocators' part ends here */
-        if (grp && grp->st == CS_IDLE && ngq)
-            group_send();
-        busy += grp && grp->st != CS_IDLE;
+        for (int g = 0; g < GROUP_CONNS && grp[g]; g++) {
+            if (grp[g]->st == CS_IDLE && ngq)
+                group_send(g);
+            busy += grp[g]->st != CS_IDLE;
+        }
         for (int i = 0; i < nreporters; i++) {
             conn_t *r = reporters[i];
             if (r->st == CS_IDLE && r->nqueue)

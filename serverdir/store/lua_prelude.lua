@@ -127,12 +127,16 @@ local function doc_touch(base, chan, cluster, m)
 end
 
 -- Instance `inst` of service s on machine m is free (ready, no open allocation); n: m's
--- count of allocated instances of s when the caller has it (alloc_end), else read.
+-- count of allocated instances of s when the caller has it (alloc_end), else read. With
+-- n, m's place in the machine order is set here even when inst was free already (the
+-- caller's alloc_end may have left it to this call: `refree`).
 local function pool_free_add(base, s, m, inst, n)
   if redis.call('SADD', base .. 'free:' .. s .. ':' .. m, inst) == 1 then
     n = n or tonumber(redis.call('HGET', base .. 'amach:' .. s, m) or '0')
     redis.call('ZADD', base .. 'free:' .. s, n, m)
     redis.call('HINCRBY', base .. 'pstat:' .. s, 'free', 1)
+  elseif n then
+    redis.call('ZADD', base .. 'free:' .. s, 'XX', n, m)
   end
 end
 
@@ -194,8 +198,9 @@ end
 -- reason; ended records are kept an hour. Returns the allocation's instance, machine,
 -- service, whether the instance has no open allocation left (1) and then the machine's
 -- count of allocated instances (pool_free_add's n), or nil when the allocation is not
--- open (or, with `of`, not an allocation of instance `of`).
-local function alloc_end(base, id, st, reason, now, of)
+-- open (or, with `of`, not an allocation of instance `of`). `refree`: the caller puts the
+-- instance back in the pool next (pool_free_add with that n), which orders the machine.
+local function alloc_end(base, id, st, reason, now, of, refree)
   local k = base .. 'alloc:' .. id
   local a = redis.call('HMGET', k, 'state', 'instance', 'machine', 'service', 'slot')
   if a[1] ~= 'pending' and a[1] ~= 'active' then return nil end
@@ -211,7 +216,7 @@ local function alloc_end(base, id, st, reason, now, of)
   redis.call('SREM', ik, id)
   local left = redis.call('SCARD', ik)
   local n
-  if left == 0 then n = pool_alloc_count(base, s, m, a[5], -1) end
+  if left == 0 then n = pool_alloc_count(base, s, m, a[5], -1, refree) end
   return inst, m, s, left == 0 and 1 or 0, n
 end
 

@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -651,6 +652,407 @@ static void pool_spec_validated(void **state)
                              NULL, NULL, "/v1/clusters/cp/services/x"), 200);
 }
 
+/* ---------- group commit ---------- */
+
+/* The value of series (its whole name, with labels if any) in sd's /metrics: 0 when
+ * absent (a counter shows once it moved). */
+static long long metric_of(const char *series)
+{
+    h_resp_t r;
+    assert_int_equal(h_http_json("GET", sd.url, NULL, NULL, &r, "/metrics"), 0);
+    assert_int_equal(r.status, 200);
+    char line[160];
+    snprintf(line, sizeof line, "\n%s ", series);
+    const char *m = strstr(r.body, line);
+    long long v = m ? strtoll(m + strlen(line), NULL, 10) : 0;
+    h_resp_free(&r);
+    return v;
+}
+
+#define CALLS "serverdir_allocation_calls_total"
+#define CALL_REQS "serverdir_allocation_call_requests_total"
+#define GRP_CONFIRM "\"confirm_timeout_ms\":120000" /* nothing expires during the test */
+
+/* One allocation request of a burst and its answer. Thread-safe: the error code and the
+ * other fields are read from the body (h_err_code's buffer is shared). */
+typedef struct {
+    const char *cluster;
+    char body[256];
+    char key[64]; /* the Idempotency-Key header, "" for none */
+    int kind, group, variant;
+    long status;
+    int replayed;
+    char code[64], allocation[64], instance[64], err_alloc[64], err_service[64];
+    int64_t took, end;
+} greq_t;
+
+static void grp_send(greq_t *q)
+{
+    char url[512], hdr[128];
+    snprintf(url, sizeof url, "%s/v1/clusters/%s/allocations", sd.url, q->cluster);
+    snprintf(hdr, sizeof hdr, "Idempotency-Key: %s", q->key);
+    const char *const hl[] = {hdr, NULL};
+    h_resp_t r;
+    int64_t t0 = h_now_ms();
+    int rc = h_http("POST", url, H_TOK_GAME, NULL, q->body, strlen(q->body), q->key[0] ? hl : NULL,
+                    &r);
+    q->end = h_now_ms();
+    q->took = q->end - t0;
+    q->status = rc ? -1 : r.status;
+    json_t *o = h_resp_json(&r);
+    const json_t *e = json_object_get(o, "error");
+    snprintf(q->code, sizeof q->code, "%s", ct_str(e, "code"));
+    snprintf(q->allocation, sizeof q->allocation, "%s", ct_str(o, "allocation"));
+    snprintf(q->instance, sizeof q->instance, "%s", ct_str(o, "instance"));
+    snprintf(q->err_alloc, sizeof q->err_alloc, "%s", ct_str(e, "allocation"));
+    snprintf(q->err_service, sizeof q->err_service, "%s", ct_str(e, "service"));
+    q->replayed = json_is_true(json_object_get(o, "replayed"));
+    json_decref(o);
+    h_resp_free(&r);
+}
+
+#define GRP_THREADS 64
+#define GRP_PER 3
+
+/* A burst: n threads released together by a barrier, each sending its `per` requests one
+ * after another; finished is set when a thread's last answer is in. */
+typedef struct {
+    pthread_barrier_t *go;
+    greq_t *q;
+    int per;
+    atomic_int finished;
+} gthread_t;
+
+typedef struct {
+    pthread_barrier_t go;
+    pthread_t th[GRP_THREADS];
+    gthread_t t[GRP_THREADS];
+    int n;
+} burst_t;
+
+static void *grp_thread(void *arg)
+{
+    gthread_t *t = arg;
+    pthread_barrier_wait(t->go);
+    for (int i = 0; i < t->per; i++)
+        grp_send(&t->q[i]);
+    atomic_store(&t->finished, 1);
+    return NULL;
+}
+
+static void burst_start(burst_t *b, greq_t *q, int n, int per)
+{
+    assert_true(n > 0 && n <= GRP_THREADS);
+    b->n = n;
+    assert_int_equal(pthread_barrier_init(&b->go, NULL, (unsigned)n), 0);
+    for (int i = 0; i < n; i++) {
+        b->t[i].go = &b->go;
+        b->t[i].q = q + i * per;
+        b->t[i].per = per;
+        atomic_init(&b->t[i].finished, 0);
+        assert_int_equal(pthread_create(&b->th[i], NULL, grp_thread, &b->t[i]), 0);
+    }
+}
+
+static void burst_join(burst_t *b)
+{
+    for (int i = 0; i < b->n; i++)
+        pthread_join(b->th[i], NULL);
+    pthread_barrier_destroy(&b->go);
+}
+
+static int strp_cmp(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The n strings of v (reordered) are all different. */
+static void all_distinct(const char **v, int n, const char *what)
+{
+    qsort(v, (size_t)n, sizeof *v, strp_cmp);
+    for (int i = 1; i < n; i++)
+        if (!strcmp(v[i - 1], v[i]))
+            fail_msg("%s '%s' handed twice", what, v[i]);
+}
+
+static void expect_answer(const greq_t *q, long status, const char *code)
+{
+    if (q->status != status || strcmp(q->code, code))
+        fail_msg("%s (key '%s'): %ld '%s', expected %ld '%s'", q->body, q->key, q->status,
+                 q->code, status, code);
+}
+
+enum { K_VALID, K_UNKNOWN, K_EMPTY, K_PAIR, K_REPLAY, K_CONFLICT, K_TRI, K_WAIT, K_SHORT };
+
+#define MIX_ROUNDS 5
+#define MIX_N 33 /* requests of a round: 12 valid, 4 unknown, 4 empty, 4 pairs (8), 1 replay,
+                    1 conflict, 1 triple (3) */
+#define MIX_ALLOCS 18 /* allocations a round makes: 12 valid, 4 pairs, the first use of
+                         its key, the triple's */
+
+/* Names handed out, copied (a burst's requests are filled again the next round). */
+#define SEEN_MAX (GRP_THREADS * GRP_PER + MIX_ROUNDS * MIX_ALLOCS)
+static char seen_buf[SEEN_MAX][64];
+static const char *seen[SEEN_MAX];
+
+static void note_seen(int *n, const char *name)
+{
+    assert_true(*n < SEEN_MAX);
+    snprintf(seen_buf[*n], sizeof seen_buf[*n], "%s", name);
+    seen[*n] = seen_buf[*n];
+    (*n)++;
+}
+
+/* Requests of many kinds queued together are carried by shared alloc_create.lua calls
+ * (group commit, serverdir/cluster/api_alloc.c) and each is answered from its own part:
+ * a burst of allocations gets distinct instances in fewer calls than requests; a mixed
+ * burst (valid, unknown service, no capacity, the same key twice, a key reused with
+ * another body) answers each request what it would alone; a request with wait_ms in a
+ * burst waits alone and gets the instance that becomes ready. */
+static void grouped_requests_answered_each_their_own(void **state)
+{
+    (void)state;
+    static greq_t q1[GRP_THREADS * GRP_PER];
+    static burst_t b;
+    int nseen = 0;
+    long long al, fr;
+
+    /* 1. 64 threads x 3 allocations released together against 200 instances: each gets
+     * its own instance; the script calls carried all 192, in fewer calls. */
+    fleet("grp", "burst", GRP_CONFIRM, 8, 25, 0);
+    long long calls0 = metric_of(CALLS), reqs0 = metric_of(CALL_REQS);
+    for (int i = 0; i < GRP_THREADS * GRP_PER; i++) {
+        q1[i] = (greq_t){.cluster = "grp"};
+        snprintf(q1[i].body, sizeof q1[i].body, "{\"service\":\"burst\",\"strategy\":\"%s\"}",
+                 i % 2 ? "distributed" : "packed");
+    }
+    burst_start(&b, q1, GRP_THREADS, GRP_PER);
+    burst_join(&b);
+    const char *ids[GRP_THREADS * GRP_PER];
+    for (int i = 0; i < GRP_THREADS * GRP_PER; i++) {
+        expect_answer(&q1[i], 201, "");
+        assert_false(q1[i].replayed);
+        assert_true(q1[i].instance[0] && q1[i].allocation[0]);
+        note_seen(&nseen, q1[i].instance);
+        ids[i] = q1[i].allocation;
+    }
+    all_distinct(seen, nseen, "instance");
+    all_distinct(ids, GRP_THREADS * GRP_PER, "allocation");
+    long long calls = metric_of(CALLS) - calls0, reqs = metric_of(CALL_REQS) - reqs0;
+    assert_int_equal(reqs, GRP_THREADS * GRP_PER);
+    if (calls < 1 || calls >= reqs)
+        fail_msg("%lld script calls carried %lld requests: none were grouped", calls, reqs);
+    pool_of("grp", "burst", &al, &fr);
+    assert_int_equal(al, GRP_THREADS * GRP_PER);
+    assert_int_equal(fr, 8 * 25 - GRP_THREADS * GRP_PER);
+
+    /* 2. Mixed bursts, several rounds: every request gets its own answer. */
+    fleet("grp-mix", "mix", GRP_CONFIRM, 4, 30, 0);
+    assert_int_equal(ct_call(sd.url, H_TOK_OPS, "PUT", "{\"command\":\"/bin/true\",\"count\":1}",
+                             NULL, NULL, "/v1/clusters/grp-mix/services/empty"), 200);
+    reqs0 = metric_of(CALL_REQS);
+    static greq_t q2[MIX_N];
+    nseen = 0;
+    for (int r = 0; r < MIX_ROUNDS; r++) {
+        /* the first use of key pre-<r>, before the burst */
+        char pre_body[128], pre_id[64];
+        json_t *o = NULL;
+        snprintf(pre_body, sizeof pre_body,
+                 "{\"service\":\"mix\",\"payload\":{\"pre\":%d},\"idempotency_key\":\"pre-%d\"}",
+                 r, r);
+        assert_int_equal(alloc("grp-mix", pre_body, &o, NULL), 201);
+        snprintf(pre_id, sizeof pre_id, "%s", ct_str(o, "allocation"));
+        json_decref(o);
+
+        int n = 0;
+        for (int k = 0; k < 12; k++) {
+            q2[n] = (greq_t){.cluster = "grp-mix", .kind = K_VALID};
+            snprintf(q2[n++].body, sizeof q2[0].body,
+                     "{\"service\":\"mix\",\"payload\":{\"v\":%d}}", k);
+            if (k < 4) {
+                q2[n] = (greq_t){.cluster = "grp-mix", .kind = K_UNKNOWN};
+                snprintf(q2[n++].body, sizeof q2[0].body, "{\"service\":\"nosuch%d%d\"}", r, k);
+                q2[n] = (greq_t){.cluster = "grp-mix", .kind = K_EMPTY};
+                snprintf(q2[n++].body, sizeof q2[0].body, "{\"service\":\"empty\"}");
+                for (int two = 0; two < 2; two++) { /* the same key and body twice */
+                    q2[n] = (greq_t){.cluster = "grp-mix", .kind = K_PAIR, .group = k};
+                    snprintf(q2[n].key, sizeof q2[0].key, "pair-%d-%d", r, k);
+                    snprintf(q2[n++].body, sizeof q2[0].body,
+                             "{\"service\":\"mix\",\"payload\":{\"pair\":%d}}", k);
+                }
+            }
+        }
+        /* pre-<r> again: the same request (by the header) is replayed, another refused */
+        q2[n] = (greq_t){.cluster = "grp-mix", .kind = K_REPLAY};
+        snprintf(q2[n].key, sizeof q2[0].key, "pre-%d", r);
+        snprintf(q2[n++].body, sizeof q2[0].body,
+                 "{\"service\":\"mix\",\"payload\":{\"pre\":%d}}", r);
+        q2[n] = (greq_t){.cluster = "grp-mix", .kind = K_CONFLICT};
+        snprintf(q2[n].key, sizeof q2[0].key, "pre-%d", r);
+        snprintf(q2[n++].body, sizeof q2[0].body, "{\"service\":\"mix\",\"payload\":{\"pre\":-1}}");
+        /* a fresh key three times in the burst, twice with body a and once with b: which
+         * comes first is timing; the others answer after it */
+        for (int i = 0; i < 3; i++) {
+            q2[n] = (greq_t){.cluster = "grp-mix", .kind = K_TRI, .variant = i == 1};
+            snprintf(q2[n++].body, sizeof q2[0].body,
+                     "{\"service\":\"mix\",\"payload\":{\"tri\":\"%s\"},"
+                     "\"idempotency_key\":\"tri-%d\"}",
+                     i == 1 ? "b" : "a", r);
+        }
+        assert_int_equal(n, MIX_N);
+        burst_start(&b, q2, MIX_N, 1);
+        burst_join(&b);
+
+        const greq_t *pair[4][2] = {{0}}, *tri_first = NULL;
+        char want[64];
+        for (int i = 0; i < MIX_N; i++) {
+            const greq_t *q = &q2[i];
+            switch (q->kind) {
+            case K_VALID:
+                expect_answer(q, 201, "");
+                assert_false(q->replayed);
+                note_seen(&nseen, q->instance);
+                break;
+            case K_UNKNOWN:
+                expect_answer(q, 404, "unknown_service");
+                assert_int_equal(sscanf(q->body, "{\"service\":\"%63[^\"]", want), 1);
+                assert_string_equal(q->err_service, want);
+                break;
+            case K_EMPTY:
+                expect_answer(q, 409, "no_capacity");
+                assert_string_equal(q->err_service, "empty");
+                break;
+            case K_PAIR:
+                pair[q->group][pair[q->group][0] ? 1 : 0] = q;
+                break;
+            case K_REPLAY:
+                expect_answer(q, 200, "");
+                assert_true(q->replayed);
+                assert_string_equal(q->allocation, pre_id);
+                break;
+            case K_CONFLICT:
+                expect_answer(q, 409, "idempotency_conflict");
+                assert_string_equal(q->err_alloc, pre_id);
+                break;
+            case K_TRI:
+                if (q->status == 201) {
+                    assert_null(tri_first);
+                    tri_first = q;
+                }
+                break;
+            }
+        }
+        for (int k = 0; k < 4; k++) {
+            const greq_t *c = pair[k][0]->status == 201 ? pair[k][0] : pair[k][1];
+            const greq_t *p = c == pair[k][0] ? pair[k][1] : pair[k][0];
+            expect_answer(c, 201, "");
+            assert_false(c->replayed);
+            expect_answer(p, 200, "");
+            assert_true(p->replayed);
+            assert_string_equal(p->allocation, c->allocation);
+            assert_string_equal(p->instance, c->instance);
+            note_seen(&nseen, c->instance);
+        }
+        if (!tri_first)
+            fail_msg("round %d: no request of key tri-%d was created", r, r);
+        assert_false(tri_first->replayed);
+        note_seen(&nseen, tri_first->instance);
+        for (int i = 0; i < MIX_N; i++) {
+            const greq_t *q = &q2[i];
+            if (q->kind != K_TRI || q == tri_first)
+                continue;
+            if (q->variant == tri_first->variant) {
+                expect_answer(q, 200, "");
+                assert_true(q->replayed);
+                assert_string_equal(q->allocation, tri_first->allocation);
+            } else {
+                expect_answer(q, 409, "idempotency_conflict");
+                assert_string_equal(q->err_alloc, tri_first->allocation);
+            }
+        }
+        /* the first use of pre-<r> is listed here too, all of them distinct */
+        json_t *g = get_alloc("grp-mix", pre_id);
+        note_seen(&nseen, ct_str(g, "instance"));
+        json_decref(g);
+    }
+    assert_int_equal(nseen, MIX_ROUNDS * MIX_ALLOCS);
+    all_distinct(seen, nseen, "instance");
+    /* every request (the bursts' and the first uses of pre-<r>) rode exactly one call;
+     * the pools hold exactly what was answered */
+    assert_int_equal(metric_of(CALL_REQS) - reqs0, MIX_ROUNDS * (MIX_N + 1));
+    pool_of("grp-mix", "mix", &al, &fr);
+    assert_int_equal(al, MIX_ROUNDS * MIX_ALLOCS);
+    assert_int_equal(fr, 4 * 30 - MIX_ROUNDS * MIX_ALLOCS);
+    pool_of("grp-mix", "empty", &al, &fr);
+    assert_int_equal(al, 0);
+    assert_int_equal(fr, 0);
+
+    /* 3. A request with wait_ms in a burst: the others answered, it waits alone; the
+     * instance made ready then is its own. */
+    fleet("grp-wait", "now", GRP_CONFIRM, 1, 8, 0);
+    assert_int_equal(ct_call(sd.url, H_TOK_OPS, "PUT", "{\"command\":\"/bin/true\",\"count\":1}",
+                             NULL, NULL, "/v1/clusters/grp-wait/services/late"), 200);
+    assert_int_equal(ct_call(sd.url, H_TOK_OPS, "PUT", "{\"command\":\"/bin/true\",\"count\":1}",
+                             NULL, NULL, "/v1/clusters/grp-wait/services/empty"), 200);
+    int wait_ms = h_valgrind() || h_sanitized() ? 10000 : 3000; /* an upper bound only */
+    long long waiting0 = metric_of("serverdir_allocations_waiting");
+    static greq_t q3[10];
+    q3[0] = (greq_t){.cluster = "grp-wait", .kind = K_WAIT};
+    snprintf(q3[0].body, sizeof q3[0].body, "{\"service\":\"late\",\"wait_ms\":%d}", wait_ms);
+    q3[1] = (greq_t){.cluster = "grp-wait", .kind = K_SHORT};
+    snprintf(q3[1].body, sizeof q3[1].body, "{\"service\":\"empty\",\"wait_ms\":300}");
+    for (int i = 2; i < 10; i++) {
+        q3[i] = (greq_t){.cluster = "grp-wait", .kind = i < 8 ? K_VALID : K_EMPTY};
+        snprintf(q3[i].body, sizeof q3[i].body, "{\"service\":\"%s\"}", i < 8 ? "now" : "late");
+    }
+    burst_start(&b, q3, 10, 1);
+    /* bounded: every other request answered (the no-wait ones on late found nothing) and
+     * the waiter parked */
+    int64_t until = h_now_ms() + 10000;
+    for (;;) {
+        int others = 1;
+        for (int i = 1; i < 10; i++)
+            others &= atomic_load(&b.t[i].finished);
+        if (others && metric_of("serverdir_allocations_waiting") > waiting0)
+            break;
+        if (atomic_load(&b.t[0].finished))
+            fail_msg("the waiter was answered before an instance was ready: %ld '%s'",
+                     q3[0].status, q3[0].code);
+        assert_true(h_now_ms() < until);
+        h_sleep_ms(10);
+    }
+    int64_t ready_at = h_now_ms();
+    events("grp-wait", "[{\"id\":\"s.late\",\"type\":\"started\",\"instance\":\"late-m0-0\","
+                       "\"machine\":\"m0\",\"service\":\"late\",\"pid\":777,\"slot\":50},"
+                       "{\"id\":\"r.late\",\"type\":\"ready\",\"instance\":\"late-m0-0\","
+                       "\"machine\":\"m0\",\"service\":\"late\"}]");
+    burst_join(&b);
+    expect_answer(&q3[0], 201, "");
+    assert_string_equal(q3[0].instance, "late-m0-0");
+    assert_true(q3[0].end >= ready_at);
+    assert_true(q3[0].took < wait_ms);
+    expect_answer(&q3[1], 409, "no_capacity");
+    assert_true(q3[1].took >= 280);
+    nseen = 0;
+    for (int i = 2; i < 10; i++) {
+        if (q3[i].kind == K_VALID) {
+            expect_answer(&q3[i], 201, "");
+            note_seen(&nseen, q3[i].instance);
+        } else {
+            expect_answer(&q3[i], 409, "no_capacity");
+            assert_string_equal(q3[i].err_service, "late");
+        }
+    }
+    all_distinct(seen, nseen, "instance");
+    expect_alloc("grp-wait", q3[0].allocation, "pending", NULL);
+    pool_of("grp-wait", "late", &al, &fr);
+    assert_int_equal(al, 1);
+    assert_int_equal(fr, 0);
+    pool_of("grp-wait", "now", &al, &fr);
+    assert_int_equal(al, 6);
+    assert_int_equal(fr, 2);
+}
+
 int main(void)
 {
     h_init(240);
@@ -663,6 +1065,7 @@ int main(void)
         cmocka_unit_test(wait_for_capacity_and_document),
         cmocka_unit_test(pool_demand_long_poll),
         cmocka_unit_test(pool_spec_validated),
+        cmocka_unit_test(grouped_requests_answered_each_their_own),
     };
     return cmocka_run_group_tests(tests, setup, h_stack_teardown);
 }

@@ -26,6 +26,19 @@ local function s(n) return string.format('%d', n) end
 -- The services' specs (false: no such service), the machines' leases, the machines whose
 -- assignment document changed, and how many requests moved the demand counter.
 local specs, leases, touched, demand = {}, {}, {}, 0
+local nreq = math.floor((#ARGV - 4) / 9)
+
+-- Allocation ids: one INCRBY for this request and the ones after it in the call (an id a
+-- later request does not use is skipped: ids grow, with gaps).
+local id_next, id_last = 1, 0
+local function new_id(i)
+  if id_next > id_last then
+    id_last = redis.call('INCRBY', base .. 'alloc:seq', nreq - i + 1)
+    id_next = id_last - (nreq - i)
+  end
+  id_next = id_next + 1
+  return string.format('a%012d', id_next - 1)
+end
 
 local function spec_of(svc)
   local sv = specs[svc]
@@ -64,7 +77,8 @@ local function machine_ok(m, labels)
   return true
 end
 
-local function alloc_one(o)
+local function alloc_one(i)
+  local o = 4 + (i - 1) * 9
   local svc, mode, strategy, need = ARGV[o + 1], ARGV[o + 2], ARGV[o + 3], tonumber(ARGV[o + 4])
   local payload, key, canon = ARGV[o + 7], ARGV[o + 8], ARGV[o + 9]
   if key ~= '' then
@@ -147,7 +161,7 @@ local function alloc_one(o)
   local pk = base .. 'proc:' .. pick
   local p = redis.call('HMGET', pk, 'machine', 'slot', 'ports')
   local m = p[1]
-  local id = string.format('a%012d', redis.call('INCR', base .. 'alloc:seq'))
+  local id = new_id(i)
   -- a ready-mode pick comes from the free set, so it held nothing; a join may share
   local ik = base .. 'alloc:i:' .. pick
   local held = mode == 'join' and redis.call('SCARD', ik) or 0
@@ -186,8 +200,8 @@ local function alloc_one(o)
 end
 
 local out = {}
-for i = 1, math.floor((#ARGV - 4) / 9) do
-  local ok, r = pcall(alloc_one, 4 + (i - 1) * 9)
+for i = 1, nreq do
+  local ok, r = pcall(alloc_one, i)
   if not ok then
     r = {'failed', type(r) == 'table' and tostring(r.err) or tostring(r)}
   end

@@ -104,24 +104,28 @@ local function side_event(f)
   else
     local ids = f.allocation and {f.allocation} or
                 redis.call('SMEMBERS', base .. 'alloc:i:' .. f.instance)
-    local freed, n = 0, nil
-    for _, id in ipairs(ids) do
-      local _, m, _, last, count = alloc_end(base, id, 'released', 'game', now, f.instance)
-      if m then
-        touched[m] = true; freed = last; ended_released = ended_released + 1
-        if last == 1 then n = count end
-      end
-    end
-    -- back in the pool (pool_refree, with the record read above: the instance is live on
-    -- f.machine, and ready when cur says so; the service's on_release read once a batch)
-    if freed == 1 and cur[1] == 'ready' then
+    -- back in the pool once its last allocation ends (pool_refree, with the record read
+    -- above: the instance is live on f.machine, and ready when cur says so; the service's
+    -- on_release read once a batch)
+    local refree = false
+    if cur[1] == 'ready' then
       local r = on_release[f.service]
       if not r then
         r = svc_on_release(base, f.service)
         on_release[f.service] = r
       end
-      if r == 'recycle' then pool_free_add(base, f.service, f.machine, f.instance, n) end
+      refree = r == 'recycle'
     end
+    local freed, n = 0, nil
+    for _, id in ipairs(ids) do
+      local _, m, _, last, count = alloc_end(base, id, 'released', 'game', now, f.instance,
+                                             refree)
+      if m then
+        touched[m] = true; freed = last; ended_released = ended_released + 1
+        if last == 1 then n = count end
+      end
+    end
+    if freed == 1 and refree then pool_free_add(base, f.service, f.machine, f.instance, n) end
   end
   return 1
 end
