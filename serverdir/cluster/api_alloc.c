@@ -224,7 +224,8 @@ typedef struct alloc_job {
 static pthread_mutex_t queue_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t queue_cv = PTHREAD_COND_INITIALIZER;
 static alloc_job_t *queue_head, **queue_tail = &queue_head;
-static int allocators; /* allocator threads started (under queue_mu); -1: cannot */
+static int allocators;             /* allocator threads started (under queue_mu) */
+static _Atomic int allocators_ok;  /* 1: started (some), -1: none could start, 0: not tried */
 
 /* One call for the jobs g[0..n) (one cluster): each gets its reply or the store's code. */
 static void group_call(alloc_job_t **g, int n)
@@ -411,8 +412,11 @@ static void *allocator_main(void *arg)
 /* Starts the allocator threads on first use: 0, or -1 when none can start. */
 static int allocators_start(void)
 {
+    int st = atomic_load(&allocators_ok);
+    if (st)
+        return st > 0 ? 0 : -1;
     pthread_mutex_lock(&queue_mu);
-    while (allocators >= 0 && allocators < ALLOC_THREADS) {
+    while (!atomic_load(&allocators_ok) && allocators < ALLOC_THREADS) {
         pthread_attr_t attr;
         pthread_t th;
         pthread_attr_init(&attr);
@@ -421,15 +425,16 @@ static int allocators_start(void)
         pthread_attr_destroy(&attr);
         if (rc) {
             log_error("cannot start an allocator thread", "errno=%d started=%d", rc, allocators);
-            if (allocators == 0)
-                allocators = -1;
             break;
         }
         allocators++;
     }
-    int ok = allocators > 0;
+    /* tried once: with none, every request calls on its own thread */
+    if (!atomic_load(&allocators_ok))
+        atomic_store(&allocators_ok, allocators > 0 ? 1 : -1);
+    st = atomic_load(&allocators_ok);
     pthread_mutex_unlock(&queue_mu);
-    return ok ? 0 : -1;
+    return st > 0 ? 0 : -1;
 }
 
 /* Queues j (its request parked) for the allocator threads. */

@@ -126,6 +126,30 @@ local function doc_touch(base, chan, cluster, m)
   redis.call('PUBLISH', chan, cluster .. ' ' .. m)
 end
 
+-- The pool counters pstat:<s> (allocated, free) move by d, kept at 0 or more. A script
+-- that moves them per request or event (alloc_create, events_apply) sets pstat_delta to a
+-- table first and calls pstat_flush before it returns: the moves add up there and are
+-- written once per service and counter; otherwise they are written at once.
+local pstat_delta = nil
+local function pstat_incr(base, s, f, d)
+  if pstat_delta then
+    local t = pstat_delta[s]
+    if not t then t = {allocated = 0, free = 0}; pstat_delta[s] = t end
+    t[f] = t[f] + d
+  elseif redis.call('HINCRBY', base .. 'pstat:' .. s, f, d) < 0 then
+    redis.call('HSET', base .. 'pstat:' .. s, f, '0')
+  end
+end
+local function pstat_flush(base)
+  local pend = pstat_delta
+  pstat_delta = nil
+  for s, t in pairs(pend or {}) do
+    for f, d in pairs(t) do
+      if d ~= 0 then pstat_incr(base, s, f, d) end
+    end
+  end
+end
+
 -- Instance `inst` of service s on machine m is free (ready, no open allocation); n: m's
 -- count of allocated instances of s when the caller has it (alloc_end), else read. With
 -- n, m's place in the machine order is set here even when inst was free already (the
@@ -134,7 +158,7 @@ local function pool_free_add(base, s, m, inst, n)
   if redis.call('SADD', base .. 'free:' .. s .. ':' .. m, inst) == 1 then
     n = n or tonumber(redis.call('HGET', base .. 'amach:' .. s, m) or '0')
     redis.call('ZADD', base .. 'free:' .. s, n, m)
-    redis.call('HINCRBY', base .. 'pstat:' .. s, 'free', 1)
+    pstat_incr(base, s, 'free', 1)
   elseif n then
     redis.call('ZADD', base .. 'free:' .. s, 'XX', n, m)
   end
@@ -146,9 +170,7 @@ end
 local function pool_free_rem(base, s, m, inst, popped)
   local k = base .. 'free:' .. s .. ':' .. m
   if popped or redis.call('SREM', k, inst) == 1 then
-    if redis.call('HINCRBY', base .. 'pstat:' .. s, 'free', -1) < 0 then
-      redis.call('HSET', base .. 'pstat:' .. s, 'free', '0')
-    end
+    pstat_incr(base, s, 'free', -1)
     if redis.call('SCARD', k) == 0 then
       redis.call('ZREM', base .. 'free:' .. s, m)
       return false
@@ -165,8 +187,7 @@ local function pool_alloc_count(base, s, m, slot, d, unlisted)
   local n = redis.call('HINCRBY', base .. 'amach:' .. s, m, d)
   if n <= 0 then redis.call('HDEL', base .. 'amach:' .. s, m); n = 0 end
   if not unlisted then redis.call('ZADD', base .. 'free:' .. s, 'XX', n, m) end
-  local a = redis.call('HINCRBY', base .. 'pstat:' .. s, 'allocated', d)
-  if a < 0 then redis.call('HSET', base .. 'pstat:' .. s, 'allocated', '0') end
+  pstat_incr(base, s, 'allocated', d)
   if slot and slot ~= '' then
     if d > 0 then
       redis.call('ZADD', base .. 'aslot:' .. s, tonumber(slot), slot)

@@ -27,6 +27,7 @@ local function s(n) return string.format('%d', n) end
 -- assignment document changed, and how many requests moved the demand counter.
 local specs, leases, touched, demand = {}, {}, {}, 0
 local nreq = math.floor((#ARGV - 4) / 9)
+pstat_delta = {} -- the pool counters, written once at the end (pstat_flush)
 
 -- Allocation ids: one INCRBY for this request and the ones after it in the call (an id a
 -- later request does not use is skipped: ids grow, with gaps).
@@ -208,6 +209,7 @@ for i = 1, nreq do
   out[i] = r
 end
 if demand > 0 then redis.call('INCRBY', base .. 'pool:demand', demand) end
+pstat_flush(base)
 -- one version for every document this call changed (doc_touch, once per call)
 if next(touched) then
   local v = s(redis.call('INCR', base .. 'assign:version'))

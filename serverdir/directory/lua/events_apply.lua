@@ -39,6 +39,7 @@ local nows = s(now)
 local LIVE = {starting = true, ready = true}
 local SIDE = {status = true, confirmed = true, released = true}
 local on_release = {} -- service -> its spec's on_release, read once a batch
+pstat_delta = {} -- the pool counters, written once at the end (pstat_flush)
 
 -- The text form of a stop (sd_reason_format): "exited(code 3)", "killed(signal 9)", ...
 local function stop_text(f)
@@ -267,6 +268,7 @@ for i, f in ipairs(events) do
   end
 end
 for m in pairs(touched) do doc_touch(base, chan, cluster, m) end
+pstat_flush(base)
 
 -- Keep the stopped records bounded: by age, then by count (oldest first).
 if stops > 0 then
