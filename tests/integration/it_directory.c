@@ -904,7 +904,9 @@ static int cmp_i64(const void *a, const void *b)
  * command under 5 ms. A shared 2-core machine preempts Redis now and then, so a few
  * commands (at most 1 in 50 of those run, plus one) may cross 5 ms, none 25 ms: a list
  * whose cost grows with the total (the old proc_list: 40-450 ms per call at 100,000)
- * makes every call slow and each far slower. */
+ * makes every call slow and each far slower. Under valgrind the daemons keep both cores
+ * busy and Redis waits for one far more often (a run with the machine's load average at
+ * 5 saw 15 of 221 over 5 ms, plain HMGET and HGETALL among them): 1 in 10 there. */
 static void slowlog_begin(const char *key)
 {
     assert_int_equal(h_redis_route(&redis, key), 0);
@@ -941,7 +943,7 @@ static void slowlog_check(void)
     }
     fprintf(stderr, "slowlog: %zu commands over 5 ms (%lld scripts run), worst %lld us\n", r->elements,
             calls, worst);
-    assert_true((long long)r->elements <= calls / 50 + 1);
+    assert_true((long long)r->elements <= calls / (h_valgrind() ? 10 : 50) + 1);
     /* under valgrind the daemons' work keeps both cores busy and Redis waits for one
      * longer (a 32 ms preemption seen once): the bar for a command that grows with the
      * total stays far below that (40-450 ms a call) */
