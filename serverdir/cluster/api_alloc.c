@@ -380,6 +380,15 @@ static void job_finish(alloc_job_t *j, int parked)
     free(j);
 }
 
+/* Whether a's search may read a record per candidate instance (metadata, free player
+ * slots, join mode: up to 64 x 64 reads, milliseconds of Redis in the worst case). Such a
+ * request gets a call of its own, so that no call holds Redis for more than one of them
+ * or GROUP_MAX plain ones (about 50 us each). */
+static int job_heavy(const alloc_req_t *a)
+{
+    return *a->meta || a->players > 0 || strcmp(a->mode, "ready");
+}
+
 static void *allocator_main(void *arg)
 {
     (void)arg;
@@ -390,9 +399,10 @@ static void *allocator_main(void *arg)
         while (!queue_head)
             pthread_cond_wait(&queue_cv, &queue_mu);
         const char *cluster = queue_head->a->cluster;
-        for (alloc_job_t **p = &queue_head; *p && n < GROUP_MAX;) {
+        int heavy = job_heavy(queue_head->a); /* alone; else the plain ones of its cluster */
+        for (alloc_job_t **p = &queue_head; *p && n < GROUP_MAX && !(heavy && n);) {
             alloc_job_t *j = *p;
-            if (!strcmp(j->a->cluster, cluster)) {
+            if (!strcmp(j->a->cluster, cluster) && (heavy || !job_heavy(j->a))) {
                 g[n++] = j;
                 *p = j->next;
                 if (!j->next)

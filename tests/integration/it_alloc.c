@@ -1053,6 +1053,48 @@ static void grouped_requests_answered_each_their_own(void **state)
     assert_int_equal(fr, 2);
 }
 
+/* A request whose search reads a record per candidate (metadata, free player slots, join
+ * mode) gets a call of its own (api_alloc.c, job_heavy): 32 of those at up to 64 x 64
+ * reads each would hold Redis for a long time in one call. Sent together with plain ones,
+ * the calls carry the plain ones in groups and each heavy one alone. */
+static void heavy_requests_get_a_call_each(void **state)
+{
+    (void)state;
+    enum { HEAVY = 24, PLAIN = 40 };
+    static greq_t q[HEAVY + PLAIN];
+    static burst_t b;
+    fleet("grp-heavy", "h", GRP_CONFIRM, 4, 20, 0);
+    long long calls0 = metric_of(CALLS), reqs0 = metric_of(CALL_REQS);
+    for (int i = 0; i < HEAVY + PLAIN; i++) {
+        q[i] = (greq_t){.cluster = "grp-heavy"};
+        if (i % 8 < 3) /* heavy, in three kinds, spread among the plain ones */
+            snprintf(q[i].body, sizeof q[i].body, "%s",
+                     i % 8 == 0 ? "{\"service\":\"h\",\"selector\":{\"metadata\":{\"map\":\"nowhere\"}}}"
+                     : i % 8 == 1 ? "{\"service\":\"h\",\"players\":4}"
+                                  : "{\"service\":\"h\",\"mode\":\"join\",\"players\":2}");
+        else
+            snprintf(q[i].body, sizeof q[i].body, "{\"service\":\"h\"}");
+    }
+    burst_start(&b, q, HEAVY + PLAIN, 1);
+    burst_join(&b);
+    int heavy = 0;
+    for (int i = 0; i < HEAVY + PLAIN; i++) {
+        if (i % 8 < 3) {
+            heavy++;
+            expect_answer(&q[i], 409, "no_capacity"); /* no instance reports those */
+        } else {
+            expect_answer(&q[i], 201, "");
+        }
+    }
+    assert_int_equal(heavy, HEAVY);
+    long long calls = metric_of(CALLS) - calls0, reqs = metric_of(CALL_REQS) - reqs0;
+    assert_int_equal(reqs, HEAVY + PLAIN);
+    /* every heavy request alone, the plain ones in at least one more call */
+    if (calls < HEAVY + 1)
+        fail_msg("%lld script calls carried %d heavy and %d plain requests: heavy ones were "
+                 "grouped", calls, HEAVY, PLAIN);
+}
+
 int main(void)
 {
     h_init(240);
@@ -1066,6 +1108,7 @@ int main(void)
         cmocka_unit_test(pool_demand_long_poll),
         cmocka_unit_test(pool_spec_validated),
         cmocka_unit_test(grouped_requests_answered_each_their_own),
+        cmocka_unit_test(heavy_requests_get_a_call_each),
     };
     return cmocka_run_group_tests(tests, setup, h_stack_teardown);
 }
