@@ -82,7 +82,7 @@ JSON
     m2=$(used)
     curl -fs -o /dev/null -X PUT -H 'Content-Type: application/json' \
         -d '{"address":"10.0.0.5","labels":{"zone":"eu-1a"},"capacity":400,"version":"0.1.0","ttl_ms":300000}' \
-        "$base/v1/clusters/c1/machines/m[1-$N_MACHINE]"
+        "$base/v1/clusters/c3/machines/m[1-$N_MACHINE]"
     m3=$(used)
     local ch
     for ((i = 0; i < N_SERVER; i++)); do
