@@ -118,12 +118,16 @@ end
 
 -- ---------- warm pools and allocations (docs/allocation.md, "Redis layout") ----------
 
--- Bumps machine m's assignment document version and publishes it on channel `chan` as
--- "<cluster> <m>", so the machine's Big Brother re-reads its allocations.
-local function doc_touch(base, chan, cluster, m)
-  local v = redis.call('INCR', base .. 'assign:version')
-  redis.call('HSET', base .. 'assign:' .. m, 'version', string.format('%d', v))
-  redis.call('PUBLISH', chan, cluster .. ' ' .. m)
+-- Bumps the assignment document version of every machine of the set ms ({m = true, ...})
+-- to one new version and publishes each on channel `chan` as "<cluster> <m>", so the
+-- machine's Big Brother re-reads its allocations.
+local function doc_touch(base, chan, cluster, ms)
+  if not next(ms) then return end
+  local v = string.format('%d', redis.call('INCR', base .. 'assign:version'))
+  for m in pairs(ms) do
+    redis.call('HSET', base .. 'assign:' .. m, 'version', v)
+    redis.call('PUBLISH', chan, cluster .. ' ' .. m)
+  end
 end
 
 -- The pool counters pstat:<s> (allocated, free) move by d, kept at 0 or more. A script

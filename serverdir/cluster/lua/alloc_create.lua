@@ -210,12 +210,5 @@ for i = 1, nreq do
 end
 if demand > 0 then redis.call('INCRBY', base .. 'pool:demand', demand) end
 pstat_flush(base)
--- one version for every document this call changed (doc_touch, once per call)
-if next(touched) then
-  local v = s(redis.call('INCR', base .. 'assign:version'))
-  for m in pairs(touched) do
-    redis.call('HSET', base .. 'assign:' .. m, 'version', v)
-    redis.call('PUBLISH', chan, cluster .. ' ' .. m)
-  end
-end
+doc_touch(base, chan, cluster, touched) -- one version for every document this call changed
 return out

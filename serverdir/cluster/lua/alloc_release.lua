@@ -14,6 +14,6 @@ if not inst then
   return out
 end
 if last == 1 then pool_refree(base, svc, m, inst, n) end
-doc_touch(base, ARGV[2], ARGV[3], m)
+doc_touch(base, ARGV[2], ARGV[3], {[m] = true})
 table.insert(out, 1, 'ended')
 return out

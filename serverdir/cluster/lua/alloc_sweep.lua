@@ -18,7 +18,7 @@ for _, id in ipairs(late) do
     redis.call('ZREM', base .. 'alloc:pending', id)
   end
 end
-for m in pairs(touched) do doc_touch(base, ARGV[1], ARGV[2], m) end
+doc_touch(base, ARGV[1], ARGV[2], touched)
 local old = redis.call('ZRANGEBYSCORE', base .. 'alloc:ended', '-inf', now - 3600000, 'LIMIT', 0, n)
 for _, id in ipairs(old) do
   redis.call('ZREM', base .. 'allocs', id)

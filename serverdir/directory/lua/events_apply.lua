@@ -267,7 +267,7 @@ for i, f in ipairs(events) do
     history(batch[i], f)
   end
 end
-for m in pairs(touched) do doc_touch(base, chan, cluster, m) end
+doc_touch(base, chan, cluster, touched)
 pstat_flush(base)
 
 -- Keep the stopped records bounded: by age, then by count (oldest first).
