@@ -47,9 +47,9 @@
  * -g (redis, loop engine): the allocations go the way serverdir sends them (api_alloc.c,
  * group commit): queued, and each of 2 connections (serverdir's 2 allocator threads)
  * carries one alloc_create.lua call at a time with everything queued (at most 32); a
- * lone allocation goes at once. Without -g each
- * allocator makes its own call of one request, as a client of the script without
- * serverdir would. Prints script_calls and per_call (requests per call).
+ * lone allocation goes at once. Without -g each allocator makes its own call of one
+ * request, as a client of the script without serverdir would. Prints script_calls and
+ * per_call (requests per call).
  *
  * -e ENGINE: loop (default) drives every connection from one thread and one epoll (a
  * request is one send, its answer a recv or two: the generator's own CPU, taken from the

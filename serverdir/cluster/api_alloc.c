@@ -224,7 +224,6 @@ typedef struct alloc_job {
 static pthread_mutex_t queue_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t queue_cv = PTHREAD_COND_INITIALIZER;
 static alloc_job_t *queue_head, **queue_tail = &queue_head;
-static int allocators;             /* allocator threads started (under queue_mu) */
 static _Atomic int allocators_ok;  /* 1: started (some), -1: none could start, 0: not tried */
 
 /* One call for the jobs g[0..n) (one cluster): each gets its reply or the store's code. */
@@ -426,7 +425,11 @@ static int allocators_start(void)
     if (st)
         return st > 0 ? 0 : -1;
     pthread_mutex_lock(&queue_mu);
-    while (!atomic_load(&allocators_ok) && allocators < ALLOC_THREADS) {
+    for (int n = 0; !atomic_load(&allocators_ok); n++) { /* tried once, under the lock */
+        if (n == ALLOC_THREADS) {
+            atomic_store(&allocators_ok, 1);
+            break;
+        }
         pthread_attr_t attr;
         pthread_t th;
         pthread_attr_init(&attr);
@@ -434,14 +437,12 @@ static int allocators_start(void)
         int rc = pthread_create(&th, &attr, allocator_main, NULL);
         pthread_attr_destroy(&attr);
         if (rc) {
-            log_error("cannot start an allocator thread", "errno=%d started=%d", rc, allocators);
+            log_error("cannot start an allocator thread", "errno=%d started=%d", rc, n);
+            /* with none, every request calls on its own thread */
+            atomic_store(&allocators_ok, n > 0 ? 1 : -1);
             break;
         }
-        allocators++;
     }
-    /* tried once: with none, every request calls on its own thread */
-    if (!atomic_load(&allocators_ok))
-        atomic_store(&allocators_ok, allocators > 0 ? 1 : -1);
     st = atomic_load(&allocators_ok);
     pthread_mutex_unlock(&queue_mu);
     return st > 0 ? 0 : -1;
