@@ -201,11 +201,14 @@ static void no_capacity(sd_resp_t *resp, const alloc_req_t *a, int64_t looked)
  * round trip, the script's start, the clock, the service and machine reads, the demand
  * counter and the assignment documents), not per request; and a worker thread that blocks
  * on Redis for each request pays two context switches for it. So the handler checks the
- * request, parks it (sd_req_park: its HTTP thread goes on with other connections) and
- * queues it; ALLOC_THREADS allocator threads each take everything queued for one cluster
- * (at most GROUP_MAX, in arrival order) into one call, answer each request from its part
- * of the reply and resume it. Nothing waits on a timer: a request that finds an allocator
- * idle goes at once, alone; a group is only what queued up while the calls in flight ran.
+ * request and, while ALLOC_THREADS calls are in flight already, parks it (sd_req_park: its
+ * HTTP thread goes on with other connections) and queues it; the allocator threads each
+ * take everything queued for one cluster (at most GROUP_MAX, in arrival order) into one
+ * call as soon as fewer are in flight, answer each request from its part of the reply and
+ * resume it. Nothing waits on a timer: a request that finds the queue empty and a call
+ * free goes at once, alone, on its own HTTP thread (no park, no hand-over to another
+ * thread: the cheapest path, the one every request takes below saturation); a group is
+ * only what queued up while the calls in flight ran.
  * Concurrent allocators never get the same instance either way: the script takes its
  * instances one request after another. A request that found nothing and may wait
  * (wait_ms) goes on to the park thread, which tries it again every ALLOC_RETRY_MS, alone. */
@@ -224,6 +227,7 @@ typedef struct alloc_job {
 static pthread_mutex_t queue_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t queue_cv = PTHREAD_COND_INITIALIZER;
 static alloc_job_t *queue_head, **queue_tail = &queue_head;
+static int calls_busy; /* calls in flight, at most ALLOC_THREADS (under queue_mu) */
 static _Atomic int allocators_ok;  /* 1: started (some), -1: none could start, 0: not tried */
 
 /* One call for the jobs g[0..n) (one cluster): each gets its reply or the store's code. */
@@ -388,6 +392,16 @@ static int job_heavy(const alloc_req_t *a)
     return *a->meta || a->players > 0 || strcmp(a->mode, "ready");
 }
 
+/* A call ended: another may start for what queued up meanwhile. */
+static void call_done(void)
+{
+    pthread_mutex_lock(&queue_mu);
+    calls_busy--;
+    if (queue_head)
+        pthread_cond_signal(&queue_cv);
+    pthread_mutex_unlock(&queue_mu);
+}
+
 static void *allocator_main(void *arg)
 {
     (void)arg;
@@ -395,8 +409,9 @@ static void *allocator_main(void *arg)
         alloc_job_t *g[GROUP_MAX];
         int n = 0;
         pthread_mutex_lock(&queue_mu);
-        while (!queue_head)
+        while (!queue_head || calls_busy >= ALLOC_THREADS)
             pthread_cond_wait(&queue_cv, &queue_mu);
+        calls_busy++;
         const char *cluster = queue_head->a->cluster;
         int heavy = job_heavy(queue_head->a); /* alone; else the plain ones of its cluster */
         for (alloc_job_t **p = &queue_head; *p && n < GROUP_MAX && !(heavy && n);) {
@@ -412,6 +427,7 @@ static void *allocator_main(void *arg)
         }
         pthread_mutex_unlock(&queue_mu);
         group_call(g, n);
+        call_done();
         for (int i = 0; i < n; i++)
             job_finish(g[i], 1);
     }
@@ -448,15 +464,23 @@ static int allocators_start(void)
     return st > 0 ? 0 : -1;
 }
 
-/* Queues j (its request parked) for the allocator threads. */
-static void job_queue(alloc_job_t *j)
+/* Queues j for the allocator threads (its request parked) and returns 1, or, when nothing
+ * is queued and a call is free, takes that call for j and returns 0: the caller calls. */
+static int job_queue(alloc_job_t *j)
 {
     pthread_mutex_lock(&queue_mu);
+    if (!queue_head && calls_busy < ALLOC_THREADS) {
+        calls_busy++;
+        pthread_mutex_unlock(&queue_mu);
+        return 0;
+    }
+    sd_req_park(j->req);
     j->next = NULL;
     *queue_tail = j;
     queue_tail = &j->next;
     pthread_cond_signal(&queue_cv);
     pthread_mutex_unlock(&queue_mu);
+    return 1;
 }
 
 /* POST /allocations -> 201 allocation | 200 replayed | 409 no_capacity / conflict. */
@@ -486,12 +510,13 @@ void h_alloc_create(sd_req_t *req, sd_resp_t *resp)
     j->a = a;
     j->req = req;
     j->resp = resp;
-    if (allocators_start() == 0) {
-        sd_req_park(req);
-        job_queue(j);
-    } else { /* no allocator thread: this one calls, alone */
+    /* 1: queued; 0: a call free, this thread's; -1: no allocator thread, this one calls */
+    int queued = allocators_start() == 0 ? job_queue(j) : -1;
+    if (queued != 1) {
         alloc_job_t *g = j;
         group_call(&g, 1);
+        if (queued == 0)
+            call_done();
         job_finish(j, 0);
     }
     json_decref(body);
