@@ -4,7 +4,6 @@
  * (http/park.h) and tried again every ALLOC_RETRY_MS until an instance is ready or the
  * wait ends. The sweep of confirm deadlines runs with the lost-machine sweep
  * (directory.c calls sd_alloc_sweep). */
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +11,7 @@
 
 #include "cluster.h"
 #include "directory.h"
+#include "group.h"
 #include "park.h"
 #include "sdvalid.h"
 
@@ -199,39 +199,30 @@ static void no_capacity(sd_resp_t *resp, const alloc_req_t *a, int64_t looked)
 /* ---------- group commit ----------
  * Every allocation runs alloc_create.lua, whose cost on Redis is mostly per call (the
  * round trip, the script's start, the clock, the service and machine reads, the demand
- * counter and the assignment documents), not per request; and a worker thread that blocks
- * on Redis for each request pays two context switches for it. So the handler checks the
- * request and, while ALLOC_THREADS calls are in flight already, parks it (sd_req_park: its
- * HTTP thread goes on with other connections) and queues it; the allocator threads each
- * take everything queued for one cluster (at most GROUP_MAX, in arrival order) into one
- * call as soon as fewer are in flight, answer each request from its part of the reply and
- * resume it. Nothing waits on a timer: a request that finds the queue empty and a call
- * free goes at once, alone, on its own HTTP thread (no park, no hand-over to another
- * thread: the cheapest path, the one every request takes below saturation); a group is
- * only what queued up while the calls in flight ran.
- * Concurrent allocators never get the same instance either way: the script takes its
- * instances one request after another. A request that found nothing and may wait
- * (wait_ms) goes on to the park thread, which tries it again every ALLOC_RETRY_MS, alone. */
+ * counter and the assignment documents), not per request. So allocations share calls
+ * (http/group.h): below saturation each request makes its own call on its HTTP thread;
+ * what arrives while ALLOC_CALLS calls are in flight is parked and queued, and the next
+ * call takes everything queued for one cluster (at most GROUP_MAX, in arrival order) and
+ * answers each request from its part of the reply. Concurrent allocators never get the
+ * same instance either way: the script takes its instances one request after another. A
+ * request that found nothing and may wait (wait_ms) goes on to the park thread, which
+ * tries it again every ALLOC_RETRY_MS, alone. */
 #define GROUP_MAX 32
-#define ALLOC_THREADS 2
+#define ALLOC_CALLS 2
 
 typedef struct alloc_job {
+    sd_group_job_t g;  /* first: the group's link and request (NULL: the park thread's) */
     alloc_req_t *a;    /* the job's (malloc'd, with its texts) */
-    sd_req_t *req;     /* the parked request (NULL: a call of the park thread's own) */
     sd_resp_t *resp;
     redisReply *r;     /* its reply, once called */
     int rc;
-    struct alloc_job *next;
 } alloc_job_t;
 
-static pthread_mutex_t queue_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t queue_cv = PTHREAD_COND_INITIALIZER;
-static alloc_job_t *queue_head, **queue_tail = &queue_head;
-static int calls_busy; /* calls in flight, at most ALLOC_THREADS (under queue_mu) */
-static _Atomic int allocators_ok;  /* 1: started (some), -1: none could start, 0: not tried */
+#define JOB(p) ((alloc_job_t *)(p)) /* its sd_group_job_t is its first member */
 
-/* One call for the jobs g[0..n) (one cluster): each gets its reply or the store's code. */
-static void group_call(alloc_job_t **g, int n)
+/* One call for the jobs jobs[0..n) (one cluster): each gets its reply or the store's
+ * code. */
+static void group_call(sd_group_job_t **jobs, int n)
 {
     enum { PER = 9, HEAD = 5 };
     const char *argv[HEAD + GROUP_MAX * PER];
@@ -240,13 +231,13 @@ static void group_call(alloc_job_t **g, int n)
     int c = 0;
     snprintf(confirm, sizeof confirm, "%d", CONFIRM_DEFAULT_MS);
     snprintf(ttl, sizeof ttl, "%lld", KEY_TTL_MS);
-    argv[c++] = sd_key(base, sizeof base, g[0]->a->cluster, "%s", "");
+    argv[c++] = sd_key(base, sizeof base, JOB(jobs[0])->a->cluster, "%s", "");
     argv[c++] = sd_assign_channel(chan, sizeof chan);
-    argv[c++] = g[0]->a->cluster;
+    argv[c++] = JOB(jobs[0])->a->cluster;
     argv[c++] = confirm;
     argv[c++] = ttl;
     for (int i = 0; i < n; i++) {
-        const alloc_req_t *a = g[i]->a;
+        const alloc_req_t *a = JOB(jobs[i])->a;
         snprintf(players[i], sizeof players[i], "%lld", (long long)a->players);
         const char *v[PER] = {a->service, a->mode, a->strategy, players[i], a->labels,
                               a->meta, a->payload, a->key, a->canon};
@@ -267,10 +258,11 @@ static void group_call(alloc_job_t **g, int n)
         rc = SD_STORE_ERROR;
     }
     for (int i = 0; i < n; i++) {
-        g[i]->rc = rc;
-        g[i]->r = NULL;
+        alloc_job_t *j = JOB(jobs[i]);
+        j->rc = rc;
+        j->r = NULL;
         if (!rc) {
-            g[i]->r = r->element[i];
+            j->r = r->element[i];
             r->element[i] = NULL; /* the job's now; freeReplyObject skips NULL elements */
         }
     }
@@ -326,7 +318,8 @@ static int wait_try(void *ctx, sd_resp_t *resp, int due, int64_t *retry_at_ms)
 {
     alloc_req_t *a = ctx;
     int64_t looked = 0;
-    alloc_job_t j = {.a = a}, *g = &j;
+    alloc_job_t j = {.a = a};
+    sd_group_job_t *g = &j.g;
     group_call(&g, 1);
     if (alloc_answer(a, j.rc, j.r, resp, &looked))
         return 1;
@@ -368,8 +361,8 @@ static void job_finish(alloc_job_t *j, int parked)
     }
     if (!answered) {
         int64_t until = a->start_ms + a->wait_ms;
-        if (!(parked ? sd_park_suspended(&wait_kind, j->req, j->resp, a, until)
-                     : sd_park(&wait_kind, j->req, j->resp, a, until))) {
+        if (!(parked ? sd_park_suspended(&wait_kind, j->g.req, j->resp, a, until)
+                     : sd_park(&wait_kind, j->g.req, j->resp, a, until))) {
             free(j); /* the park thread owns a now */
             return;
         }
@@ -377,7 +370,7 @@ static void job_finish(alloc_job_t *j, int parked)
         sd_resp_error(j->resp, 503, "internal", "cannot start the allocation waiter");
     }
     if (parked)
-        sd_req_resume(j->req);
+        sd_req_resume(j->g.req);
     req_free(a);
     free(a);
     free(j);
@@ -392,96 +385,21 @@ static int job_heavy(const alloc_req_t *a)
     return *a->meta || a->players > 0 || strcmp(a->mode, "ready");
 }
 
-/* A call ended: another may start for what queued up meanwhile. */
-static void call_done(void)
-{
-    pthread_mutex_lock(&queue_mu);
-    calls_busy--;
-    if (queue_head)
-        pthread_cond_signal(&queue_cv);
-    pthread_mutex_unlock(&queue_mu);
-}
+static const char *job_key(const sd_group_job_t *j) { return JOB(j)->a->cluster; }
 
-static void *allocator_main(void *arg)
-{
-    (void)arg;
-    for (;;) {
-        alloc_job_t *g[GROUP_MAX];
-        int n = 0;
-        pthread_mutex_lock(&queue_mu);
-        while (!queue_head || calls_busy >= ALLOC_THREADS)
-            pthread_cond_wait(&queue_cv, &queue_mu);
-        calls_busy++;
-        const char *cluster = queue_head->a->cluster;
-        int heavy = job_heavy(queue_head->a); /* alone; else the plain ones of its cluster */
-        for (alloc_job_t **p = &queue_head; *p && n < GROUP_MAX && !(heavy && n);) {
-            alloc_job_t *j = *p;
-            if (!strcmp(j->a->cluster, cluster) && (heavy || !job_heavy(j->a))) {
-                g[n++] = j;
-                *p = j->next;
-                if (!j->next)
-                    queue_tail = p;
-            } else {
-                p = &j->next;
-            }
-        }
-        pthread_mutex_unlock(&queue_mu);
-        group_call(g, n);
-        call_done();
-        for (int i = 0; i < n; i++)
-            job_finish(g[i], 1);
-    }
-    return NULL;
-}
+static long job_weight(const sd_group_job_t *j) { return job_heavy(JOB(j)->a) ? GROUP_MAX : 1; }
 
-/* Starts the allocator threads on first use: 0, or -1 when none can start. */
-static int allocators_start(void)
-{
-    int st = atomic_load(&allocators_ok);
-    if (st)
-        return st > 0 ? 0 : -1;
-    pthread_mutex_lock(&queue_mu);
-    for (int n = 0; !atomic_load(&allocators_ok); n++) { /* tried once, under the lock */
-        if (n == ALLOC_THREADS) {
-            atomic_store(&allocators_ok, 1);
-            break;
-        }
-        pthread_attr_t attr;
-        pthread_t th;
-        pthread_attr_init(&attr);
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        int rc = pthread_create(&th, &attr, allocator_main, NULL);
-        pthread_attr_destroy(&attr);
-        if (rc) {
-            log_error("cannot start an allocator thread", "errno=%d started=%d", rc, n);
-            /* with none, every request calls on its own thread */
-            atomic_store(&allocators_ok, n > 0 ? 1 : -1);
-            break;
-        }
-    }
-    st = atomic_load(&allocators_ok);
-    pthread_mutex_unlock(&queue_mu);
-    return st > 0 ? 0 : -1;
-}
+static void job_finish_g(sd_group_job_t *j, int parked) { job_finish(JOB(j), parked); }
 
-/* Queues j for the allocator threads (its request parked) and returns 1, or, when nothing
- * is queued and a call is free, takes that call for j and returns 0: the caller calls. */
-static int job_queue(alloc_job_t *j)
-{
-    pthread_mutex_lock(&queue_mu);
-    if (!queue_head && calls_busy < ALLOC_THREADS) {
-        calls_busy++;
-        pthread_mutex_unlock(&queue_mu);
-        return 0;
-    }
-    sd_req_park(j->req);
-    j->next = NULL;
-    *queue_tail = j;
-    queue_tail = &j->next;
-    pthread_cond_signal(&queue_cv);
-    pthread_mutex_unlock(&queue_mu);
-    return 1;
-}
+static sd_group_t alloc_group = {.name = "allocations",
+                                 .calls = ALLOC_CALLS,
+                                 .jobs_max = GROUP_MAX,
+                                 .weight_max = GROUP_MAX,
+                                 .key = job_key,
+                                 .weight = job_weight,
+                                 .call = group_call,
+                                 .finish = job_finish_g,
+                                 SD_GROUP_STATE};
 
 /* POST /allocations -> 201 allocation | 200 replayed | 409 no_capacity / conflict. */
 void h_alloc_create(sd_req_t *req, sd_resp_t *resp)
@@ -508,17 +426,9 @@ void h_alloc_create(sd_req_t *req, sd_resp_t *resp)
     sd_strlcpy(a->cluster, cluster, sizeof a->cluster);
     a->start_ms = sd_mono_ms();
     j->a = a;
-    j->req = req;
+    j->g.req = req;
     j->resp = resp;
-    /* 1: queued; 0: a call free, this thread's; -1: no allocator thread, this one calls */
-    int queued = allocators_start() == 0 ? job_queue(j) : -1;
-    if (queued != 1) {
-        alloc_job_t *g = j;
-        group_call(&g, 1);
-        if (queued == 0)
-            call_done();
-        job_finish(j, 0);
-    }
+    sd_group_submit(&alloc_group, &j->g);
     json_decref(body);
     return;
 fail:

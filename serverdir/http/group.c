@@ -1,0 +1,109 @@
+/* Group commit: see group.h. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "group.h"
+
+/* A call ended: another may start for what queued up meanwhile. */
+static void call_done(sd_group_t *g)
+{
+    pthread_mutex_lock(&g->mu);
+    g->busy--;
+    if (g->head)
+        pthread_cond_signal(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* Takes the oldest job and every later one that may share its call into jobs (under
+ * g->mu). Returns how many. */
+static int take(sd_group_t *g, sd_group_job_t **jobs)
+{
+    const char *key = g->key(g->head);
+    long left = g->weight_max;
+    int n = 0;
+    for (sd_group_job_t **p = &g->head; *p && n < g->jobs_max && left > 0;) {
+        sd_group_job_t *j = *p;
+        long w = g->weight(j);
+        if (n == 0 || (w <= left && !strcmp(g->key(j), key))) {
+            jobs[n++] = j;
+            left -= w;
+            *p = j->next;
+            if (!j->next)
+                g->tail = p;
+        } else {
+            p = &j->next;
+        }
+    }
+    return n;
+}
+
+static void *worker_main(void *arg)
+{
+    sd_group_t *g = arg;
+    sd_group_job_t **jobs = calloc((size_t)g->jobs_max, sizeof *jobs);
+    if (!jobs)
+        abort(); /* at start, once per worker */
+    for (;;) {
+        pthread_mutex_lock(&g->mu);
+        while (!g->head || g->busy >= g->calls)
+            pthread_cond_wait(&g->cv, &g->mu);
+        g->busy++;
+        int n = take(g, jobs);
+        pthread_mutex_unlock(&g->mu);
+        g->call(jobs, n);
+        call_done(g);
+        for (int i = 0; i < n; i++)
+            g->finish(jobs[i], 1);
+    }
+    return NULL;
+}
+
+/* Starts the workers on first use (under g->mu). 0, or -1 when none could start. */
+static int workers_start(sd_group_t *g)
+{
+    if (g->started)
+        return g->started > 0 ? 0 : -1;
+    g->tail = &g->head;
+    int n = 0;
+    for (; n < g->calls; n++) {
+        pthread_attr_t attr;
+        pthread_t th;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        int rc = pthread_create(&th, &attr, worker_main, g);
+        pthread_attr_destroy(&attr);
+        if (rc) {
+            log_error("cannot start a group-commit thread", "group=%s errno=%d started=%d",
+                      g->name, rc, n);
+            break;
+        }
+    }
+    /* with none, every request calls on its own thread */
+    g->started = n > 0 ? 1 : -1;
+    return n > 0 ? 0 : -1;
+}
+
+void sd_group_submit(sd_group_t *g, sd_group_job_t *j)
+{
+    pthread_mutex_lock(&g->mu);
+    int queue = workers_start(g) == 0; /* without workers: every call on its own thread */
+    if (queue && !g->head && g->busy < g->calls) {
+        g->busy++; /* a call free: this thread's */
+        queue = 0;
+    } else if (queue) {
+        sd_req_park(j->req); /* before a worker can see it */
+        j->next = NULL;
+        *g->tail = j;
+        g->tail = &j->next;
+        if (g->busy < g->calls) /* else call_done signals */
+            pthread_cond_signal(&g->cv);
+    }
+    int counted = !queue && g->started > 0;
+    pthread_mutex_unlock(&g->mu);
+    if (queue)
+        return;
+    g->call(&j, 1);
+    if (counted)
+        call_done(g);
+    g->finish(j, 0);
+}

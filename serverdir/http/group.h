@@ -1,0 +1,57 @@
+/* Group commit (group.c): requests whose work is one Redis script call each, where most
+ * of a call's cost is per call (the round trip, the script's start, its shared reads and
+ * writes), share calls when they arrive faster than the calls run.
+ *
+ * A request that finds nothing queued and fewer than `calls` calls in flight makes its
+ * call at once on its own HTTP thread, alone: no park, no hand-over, the cheapest path
+ * and the one every request takes below saturation. Otherwise it is parked (sd_req_park)
+ * and queued; `calls` worker threads each take, as soon as a call is free, the oldest
+ * job and every later one that may share its call (same key, within the weight budget),
+ * make one call for them and finish each. Nothing waits on a timer: a group is only what
+ * queued up while the calls in flight ran.
+ *
+ * A module describes its kind of group once, in a static sd_group_t, and embeds an
+ * sd_group_job_t first in its own job struct. */
+#ifndef SD_GROUP_H
+#define SD_GROUP_H
+
+#include <pthread.h>
+
+#include "sd.h"
+
+typedef struct sd_group_job {
+    struct sd_group_job *next;
+    sd_req_t *req; /* its request (parked while queued) */
+} sd_group_job_t;
+
+typedef struct sd_group {
+    const char *name; /* for logs: "allocations" */
+    int calls;        /* calls in flight at most, and worker threads */
+    int jobs_max;     /* jobs in one call at most */
+    long weight_max;  /* sum of the jobs' weights in one call at most (the first job always goes) */
+    /* The key jobs must share to share a call (the cluster). */
+    const char *(*key)(const sd_group_job_t *j);
+    /* Its weight (>= 1): a job of weight_max has a call of its own. */
+    long (*weight)(const sd_group_job_t *j);
+    /* One call for jobs[0..n) (one key); each job keeps its own result. */
+    void (*call)(sd_group_job_t **jobs, int n);
+    /* Answers j from its result, resumes its request when parked (queued), frees j. */
+    void (*finish)(sd_group_job_t *j, int parked);
+
+    /* state, zero-initialized (SD_GROUP_STATE) */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    sd_group_job_t *head, **tail;
+    int busy;       /* calls in flight */
+    int started;    /* 1: workers started, -1: none could start */
+} sd_group_t;
+
+#define SD_GROUP_STATE                                                                 \
+    .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .head = NULL,     \
+    .tail = NULL, .busy = 0, .started = 0
+
+/* Runs j's call: at once on this thread (finished here, parked 0), or parked and queued
+ * for a worker. j->req must be set; j belongs to g's callbacks from here on. */
+void sd_group_submit(sd_group_t *g, sd_group_job_t *j);
+
+#endif
