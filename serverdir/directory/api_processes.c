@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "directory.h"
+#include "group.h"
 #include "sd.h"
 
 SD_ROUTE(POST, "/v1/clusters/{c}/events", SD_R_BB, 0, h_events_post);
@@ -19,6 +20,108 @@ SD_ROUTE(GET, "/v1/clusters/{c}/processes/{instance}", SD_R_BB | SD_R_VIEWER, 0,
 #define PROCS_BUDGET 500       /* index entries one call looks at */
 #define PROCS_CALLS_MAX 120    /* calls per request (a page of 5000: 100) */
 #define EVENTS_LIMIT_DEFAULT 100
+
+/* ---------- group commit ----------
+ * Every batch runs events_apply.lua, part of whose cost is per call (the round trip, the
+ * script's start, the clock, the pool counters, the assignment documents, the unlock
+ * list): batches that arrive while EVENTS_CALLS calls are in flight share the next call
+ * (http/group.h), at most EVENTS_GROUP_MAX batches and SD_EVENTS_MAX events, so no call
+ * holds Redis longer than one full batch does. */
+#define EVENTS_CALLS 2
+#define EVENTS_GROUP_MAX 32
+
+typedef struct {
+    sd_group_job_t g; /* first */
+    char cluster[SD_NAME_MAX + 1];
+    char *batch; /* normalized (malloc'd) */
+    long nevents;
+    sd_resp_t *resp;
+    long long counts[4];
+    int rc;
+} events_job_t;
+
+#define EJOB(p) ((events_job_t *)(p)) /* its sd_group_job_t is its first member */
+
+static const char *events_key(const sd_group_job_t *j) { return EJOB(j)->cluster; }
+
+static long events_weight(const sd_group_job_t *j)
+{
+    return EJOB(j)->nevents > 0 ? EJOB(j)->nevents : 1;
+}
+
+static void events_call(sd_group_job_t **jobs, int n)
+{
+    const char *batches[EVENTS_GROUP_MAX];
+    long long counts[EVENTS_GROUP_MAX][4];
+    for (int i = 0; i < n; i++)
+        batches[i] = EJOB(jobs[i])->batch;
+    int rc = sd_dir_events_apply_many(EJOB(jobs[0])->cluster, batches, n, counts);
+    SD_COUNT("serverdir_events_calls_total",
+             "events_apply.lua calls (each carries one or more event batches)", 1);
+    SD_COUNT("serverdir_events_call_batches_total",
+             "event batches carried by events_apply.lua calls", n);
+    if (rc == SD_STORE_ERROR && n > 1) {
+        /* Redis refused the call (a batch the script's own check refused, before any
+         * write): each batch again alone, so only its own request fails */
+        for (int i = 0; i < n; i++)
+            events_call(&jobs[i], 1);
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        events_job_t *j = EJOB(jobs[i]);
+        j->rc = rc;
+        if (!rc)
+            memcpy(j->counts, counts[i], sizeof j->counts);
+    }
+}
+
+/* Answers j's request from its counts, resumes it when parked, frees j. */
+static void events_finish(sd_group_job_t *g, int parked)
+{
+    events_job_t *j = EJOB(g);
+    sd_resp_t *resp = j->resp;
+    long long *counts = j->counts;
+    if (j->rc) {
+        sd_resp_store_error(resp, j->rc);
+        goto done;
+    }
+    long long accepted = counts[0], dups = counts[1], stale = counts[2];
+    SD_COUNT("serverdir_events_accepted_total", "process events applied (new ids)", accepted);
+    SD_COUNT("serverdir_events_duplicate_total", "process events ignored as already applied", dups);
+    SD_COUNT("serverdir_events_stale_total", "process events older than the record they name", stale);
+    if (counts[3] >= 0 && counts[3] < sd_dir_cfg.wait_replicas) {
+        /* applied on the primary, not yet on enough replicas: a failover now could lose
+         * it, so the sender keeps the batch and resends it (its ids make that a no-op) */
+        SD_COUNT("serverdir_event_replication_timeouts_total",
+                 "Event batches answered 503 because too few replicas confirmed them", 1);
+        sd_resp_header(resp, "Retry-After", "1");
+        sd_resp_error_extra(resp, 503, "replication_timeout",
+                            json_pack("{s:I, s:I}", "replicas", (json_int_t)counts[3], "wanted",
+                                      (json_int_t)sd_dir_cfg.wait_replicas),
+                            "the batch reached %lld of %lld replicas within %lld ms; resend it "
+                            "(event ids make that a no-op)",
+                            counts[3], (long long)sd_dir_cfg.wait_replicas,
+                            (long long)sd_dir_cfg.wait_timeout_ms);
+        goto done;
+    }
+    sd_resp_json(resp, 200, json_pack("{s:I, s:I, s:I}", "accepted", accepted,
+                                      "duplicates", dups, "stale", stale));
+done:
+    if (parked)
+        sd_req_resume(j->g.req);
+    free(j->batch);
+    free(j);
+}
+
+static sd_group_t events_group = {.name = "events",
+                                  .calls = EVENTS_CALLS,
+                                  .jobs_max = EVENTS_GROUP_MAX,
+                                  .weight_max = SD_EVENTS_MAX,
+                                  .key = events_key,
+                                  .weight = events_weight,
+                                  .call = events_call,
+                                  .finish = events_finish,
+                                  SD_GROUP_STATE};
 
 /* Validates the batch, then applies it with one script. Answers
  * {"accepted": N, "duplicates": D, "stale": S}: stale events were new but older than the
@@ -53,34 +156,18 @@ void h_events_post(sd_req_t *req, sd_resp_t *resp)
         return;
     }
 
-    long long counts[4];
-    rc = sd_dir_events_apply(cluster, batch, counts);
-    free(batch);
-    if (rc) {
-        sd_resp_store_error(resp, rc);
+    events_job_t *j = calloc(1, sizeof *j);
+    if (!j) {
+        free(batch);
+        sd_resp_error(resp, 500, "internal", "out of memory");
         return;
     }
-    long long accepted = counts[0], dups = counts[1], stale = counts[2];
-    SD_COUNT("serverdir_events_accepted_total", "process events applied (new ids)", accepted);
-    SD_COUNT("serverdir_events_duplicate_total", "process events ignored as already applied", dups);
-    SD_COUNT("serverdir_events_stale_total", "process events older than the record they name", stale);
-    if (counts[3] >= 0 && counts[3] < sd_dir_cfg.wait_replicas) {
-        /* applied on the primary, not yet on enough replicas: a failover now could lose
-         * it, so the sender keeps the batch and resends it (its ids make that a no-op) */
-        SD_COUNT("serverdir_event_replication_timeouts_total",
-                 "Event batches answered 503 because too few replicas confirmed them", 1);
-        sd_resp_header(resp, "Retry-After", "1");
-        sd_resp_error_extra(resp, 503, "replication_timeout",
-                            json_pack("{s:I, s:I}", "replicas", (json_int_t)counts[3], "wanted",
-                                      (json_int_t)sd_dir_cfg.wait_replicas),
-                            "the batch reached %lld of %lld replicas within %lld ms; resend it "
-                            "(event ids make that a no-op)",
-                            counts[3], (long long)sd_dir_cfg.wait_replicas,
-                            (long long)sd_dir_cfg.wait_timeout_ms);
-        return;
-    }
-    sd_resp_json(resp, 200, json_pack("{s:I, s:I, s:I}", "accepted", accepted,
-                                      "duplicates", dups, "stale", stale));
+    sd_strlcpy(j->cluster, cluster, sizeof j->cluster);
+    j->batch = batch;
+    j->nevents = (long)n;
+    j->g.req = req;
+    j->resp = resp;
+    sd_group_submit(&events_group, &j->g);
 }
 
 /* GET .../events?since=ID&limit=N: history entries after `since` (oldest first), or

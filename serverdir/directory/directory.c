@@ -324,30 +324,35 @@ static void drain_unlocks(const char *cluster)
     }
 }
 
-int sd_dir_events_apply(const char *cluster, const char *batch, long long counts[4])
+int sd_dir_events_apply_many(const char *cluster, const char *const *batches, int n,
+                             long long (*counts)[4])
 {
     char base[256];
     sd_argv_t a;
     sd_argv_init(&a);
     sd_argv_add(&a, sd_key(base, sizeof base, cluster, "%s", ""));
-    sd_argv_add(&a, batch);
+    sd_argv_add(&a, batches[0]);
     sd_argv_addf(&a, "%lld", (long long)sd_dir_cfg.event_id_ttl_ms);
     sd_argv_addf(&a, "%lld", (long long)sd_dir_cfg.history_max);
     sd_argv_addf(&a, "%lld", (long long)sd_dir_cfg.stopped_keep);
     sd_argv_addf(&a, "%lld", (long long)sd_dir_cfg.stopped_ttl_ms);
     sd_argv_addf(&a, "%sassign", sd_store_prefix()); /* sd_assign_channel */
     sd_argv_add(&a, cluster);
+    for (int i = 1; i < n; i++)
+        sd_argv_add(&a, batches[i]);
     redisReply *r = NULL;
     int rc = sd_store_run("events_apply", 1, &a, &r);
     if (rc)
         return rc;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 6) {
-        log_error("unexpected script reply", "script=%s type=%d", "events_apply", r->type);
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 6 + 3 * (size_t)(n - 1)) {
+        log_error("unexpected script reply", "script=%s type=%d batches=%d", "events_apply",
+                  r->type, n);
         freeReplyObject(r);
         return SD_STORE_ERROR;
     }
-    for (int i = 0; i < 3; i++)
-        counts[i] = r->element[i]->integer;
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < 3; k++)
+            counts[i][k] = r->element[i ? 6 + 3 * (i - 1) + k : k]->integer;
     if (r->element[3]->integer > 0)
         SD_COUNT("serverdir_allocations_ended_total{state=\"allocation_lost\"}",
                  "allocations ended, by final state", r->element[3]->integer);
@@ -356,16 +361,23 @@ int sd_dir_events_apply(const char *cluster, const char *batch, long long counts
                  "allocations ended, by final state", r->element[4]->integer);
     int unlock_waiting = r->element[5]->integer > 0;
     freeReplyObject(r);
-    counts[3] = -1;
-    /* on the node that ran the batch: the thread's last command went there. Every batch,
+    long long replicas = -1;
+    /* on the node that ran the batches: the thread's last command went there. Every call,
      * duplicates too: the resend of a batch answered 503 below waits again */
     if (sd_dir_cfg.wait_replicas > 0 &&
         (rc = sd_store_wait(sd_dir_cfg.wait_replicas, sd_dir_cfg.wait_timeout_ms,
-                            &counts[3])) != SD_STORE_OK)
+                            &replicas)) != SD_STORE_OK)
         return rc;
-    if (unlock_waiting) /* two round trips saved on every batch without a stop */
+    for (int i = 0; i < n; i++)
+        counts[i][3] = replicas;
+    if (unlock_waiting) /* two round trips saved on every call without a stop */
         drain_unlocks(cluster);
     return SD_STORE_OK;
+}
+
+int sd_dir_events_apply(const char *cluster, const char *batch, long long counts[4])
+{
+    return sd_dir_events_apply_many(cluster, &batch, 1, (long long (*)[4])counts);
 }
 
 /* ---------- stored -> API JSON ---------- */

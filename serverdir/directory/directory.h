@@ -70,6 +70,11 @@ int sd_dir_events_normalize(const json_t *body, char **out, size_t *nevents, cha
  * how many replicas confirmed the batch (WAIT on the node that ran it, before anything
  * else is sent; a resent batch of duplicates waits too), else -1. */
 int sd_dir_events_apply(const char *cluster, const char *batch, long long counts[4]);
+/* sd_dir_events_apply for n batches (n >= 1) in one call, applied in order: counts[i] for
+ * batches[i] (replicas the same for all). On an error nothing says which batch caused it
+ * (a malformed one stops the call before any write). */
+int sd_dir_events_apply_many(const char *cluster, const char *const *batches, int n,
+                             long long (*counts)[4]);
 
 /* Validates the body of PUT .../machines/{m} (NULL or {} allowed) and appends to a the
  * lease ttl_ms and the given fields as field/value pairs (labels as compact JSON).

@@ -1406,6 +1406,165 @@ static void state_is_paged(void **state)
     }
 }
 
+/* ---------- group commit ---------- */
+
+/* The value of series in sd's /metrics: 0 when absent (a counter shows once it moved). */
+static long long metric_of(const char *series)
+{
+    h_resp_t r;
+    assert_int_equal(h_http_json("GET", sd.url, NULL, NULL, &r, "/metrics"), 0);
+    assert_int_equal(r.status, 200);
+    char line[160];
+    snprintf(line, sizeof line, "\n%s ", series);
+    const char *m = strstr(r.body, line);
+    long long v = m ? strtoll(m + strlen(line), NULL, 10) : 0;
+    h_resp_free(&r);
+    return v;
+}
+
+#define GB_THREADS 48
+#define GB_ROUNDS 3
+
+/* One sender of the burst: its batches, one after another, and their answers. */
+typedef struct {
+    pthread_barrier_t *go;
+    int t;
+    char *body[GB_ROUNDS];
+    long status[GB_ROUNDS];
+    long long got[GB_ROUNDS][3]; /* accepted, duplicates, stale */
+} gb_t;
+
+static void *gb_sender(void *arg)
+{
+    gb_t *g = arg;
+    char url[256];
+    snprintf(url, sizeof url, "%s/v1/clusters/gb/events", sd.url);
+    pthread_barrier_wait(g->go);
+    for (int r = 0; r < GB_ROUNDS; r++) {
+        h_resp_t resp;
+        int rc = h_http("POST", url, H_TOK_BB, NULL, g->body[r], strlen(g->body[r]), NULL, &resp);
+        g->status[r] = rc ? -1 : resp.status;
+        json_t *o = h_resp_json(&resp);
+        const char *k[3] = {"accepted", "duplicates", "stale"};
+        for (int i = 0; i < 3; i++)
+            g->got[r][i] = json_integer_value(json_object_get(o, k[i]));
+        json_decref(o);
+        h_resp_free(&resp);
+    }
+    return NULL;
+}
+
+/* A "started" event of instance inst (machine gm<t>), id id. */
+static void gb_started(char **b, const char *id, const char *inst, int t)
+{
+    char *o = *b;
+    assert_true(asprintf(b, "%s%s{\"id\":\"%s\",\"type\":\"started\",\"instance\":\"%s\","
+                            "\"machine\":\"gm%d\",\"service\":\"zone\",\"pid\":%d,\"slot\":0}",
+                         o, o[strlen(o) - 1] == '[' ? "" : ",", id, inst, t, 100 + t) > 0);
+    free(o);
+}
+
+/* Batches of many senders at once share events_apply.lua calls (group commit,
+ * serverdir/directory/api_processes.c) and each is answered with its own counts: sender
+ * t's batch of round r holds t % 4 + 1 new events, t % 3 events sent before the burst
+ * (duplicates) and t % 2 events for an instance that stopped before it (stale), so a
+ * batch answered with another's counts, or applied twice or not at all, shows. */
+static void concurrent_batches_answered_each_their_own(void **state)
+{
+    (void)state;
+    /* before the burst: the events the duplicates repeat, and the stopped instances */
+    for (int t = 0; t < GB_THREADS; t++) {
+        char *b = strdup("[");
+        for (int r = 0; r < GB_ROUNDS; r++) {
+            for (int k = 0; k < t % 3; k++) {
+                char id[64], inst[64];
+                snprintf(id, sizeof id, "gb-pre-%d-%d-%d", t, r, k);
+                snprintf(inst, sizeof inst, "gb-pre-%d-%d-%d", t, r, k);
+                gb_started(&b, id, inst, t);
+            }
+            char *o = b;
+            assert_true(asprintf(&b, "%s%s{\"id\":\"gb-stop-%d-%d\",\"type\":\"stopped\","
+                                     "\"instance\":\"gb-dead-%d-%d\",\"machine\":\"gm%d\","
+                                     "\"service\":\"zone\",\"reason\":\"exited\",\"code\":0}",
+                                 o, o[strlen(o) - 1] == '[' ? "" : ",", t, r, t, r, t) > 0);
+            free(o);
+        }
+        char *batch = NULL;
+        assert_true(asprintf(&batch, "%s]", b) > 0);
+        json_decref(post_events("gb", batch));
+        free(batch);
+        free(b);
+    }
+
+    long long calls0 = metric_of("serverdir_events_calls_total");
+    long long batches0 = metric_of("serverdir_events_call_batches_total");
+    pthread_barrier_t go;
+    assert_int_equal(pthread_barrier_init(&go, NULL, GB_THREADS), 0);
+    static gb_t g[GB_THREADS];
+    pthread_t th[GB_THREADS];
+    for (int t = 0; t < GB_THREADS; t++) {
+        g[t].go = &go;
+        g[t].t = t;
+        for (int r = 0; r < GB_ROUNDS; r++) {
+            char *b = strdup("[");
+            for (int k = 0; k < t % 4 + 1; k++) {
+                char id[64];
+                snprintf(id, sizeof id, "gb-new-%d-%d-%d", t, r, k);
+                gb_started(&b, id, id, t);
+            }
+            for (int k = 0; k < t % 3; k++) {
+                char id[64];
+                snprintf(id, sizeof id, "gb-pre-%d-%d-%d", t, r, k);
+                gb_started(&b, id, id, t);
+            }
+            if (t % 2) {
+                char id[64], inst[64];
+                snprintf(id, sizeof id, "gb-late-%d-%d", t, r);
+                snprintf(inst, sizeof inst, "gb-dead-%d-%d", t, r);
+                gb_started(&b, id, inst, t);
+            }
+            assert_true(asprintf(&g[t].body[r], "{\"events\":%s]}", b) > 0);
+            free(b);
+        }
+        assert_int_equal(pthread_create(&th[t], NULL, gb_sender, &g[t]), 0);
+    }
+    for (int t = 0; t < GB_THREADS; t++)
+        pthread_join(th[t], NULL);
+    pthread_barrier_destroy(&go);
+
+    for (int t = 0; t < GB_THREADS; t++)
+        for (int r = 0; r < GB_ROUNDS; r++) {
+            long long want[3] = {t % 4 + 1 + t % 2, t % 3, t % 2};
+            if (g[t].status[r] != 200 || memcmp(g[t].got[r], want, sizeof want))
+                fail_msg("sender %d round %d: %ld {%lld, %lld, %lld}, expected 200 {%lld, "
+                         "%lld, %lld}",
+                         t, r, g[t].status[r], g[t].got[r][0], g[t].got[r][1], g[t].got[r][2],
+                         want[0], want[1], want[2]);
+            free(g[t].body[r]);
+        }
+    /* every new instance recorded once, on its own machine; the stopped ones stay so */
+    json_t *j = get_json(H_TOK_VIEWER, "/v1/clusters/gb/processes/gb-new-47-2-3", 200);
+    assert_string_equal(jstr(j, "state"), "starting");
+    assert_string_equal(jstr(j, "machine"), "gm47");
+    json_decref(j);
+    j = get_json(H_TOK_VIEWER, "/v1/clusters/gb/processes/gb-dead-47-2", 200);
+    assert_string_equal(jstr(j, "state"), "stopped");
+    json_decref(j);
+    j = get_json(H_TOK_VIEWER, "/v1/clusters/gb/processes?limit=1000", 200);
+    long live = 0;
+    for (int t = 0; t < GB_THREADS; t++)
+        live += GB_ROUNDS * (t % 4 + 1 + t % 3);
+    assert_int_equal((long)json_array_size(json_object_get(j, "processes")), live);
+    json_decref(j);
+
+    /* the burst's batches went in fewer calls than batches */
+    long long calls = metric_of("serverdir_events_calls_total") - calls0;
+    long long batches = metric_of("serverdir_events_call_batches_total") - batches0;
+    fprintf(stderr, "# %d batches in %lld calls\n", GB_THREADS * GB_ROUNDS, calls);
+    assert_int_equal(batches, GB_THREADS * GB_ROUNDS);
+    assert_true(calls > 0 && calls < batches);
+}
+
 int main(void)
 {
     h_init(h_valgrind() ? 240 : 120); /* 100,000 processes written through a valgrind'd serverdir */
@@ -1417,6 +1576,7 @@ int main(void)
         cmocka_unit_test(history_since_and_limit),
         cmocka_unit_test(history_and_stopped_bounded),
         cmocka_unit_test(batch_of_1000_accepted),
+        cmocka_unit_test(concurrent_batches_answered_each_their_own),
         cmocka_unit_test(bad_input_is_rejected_and_changes_nothing),
         cmocka_unit_test(auth_roles),
         cmocka_unit_test(token_file_reloaded_on_sighup),

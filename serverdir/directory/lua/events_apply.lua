@@ -1,8 +1,10 @@
--- Applies one batch of process events atomically: the whole batch or, on a bad input,
--- nothing (the batch was validated in C; the first loop re-checks its shape, with the
--- wire contract's SD constants, before any write).
+-- Applies one or more batches of process events (one POST each: serverdir's group
+-- commit, http/group.h), in order, atomically: every batch or, on a bad input, nothing
+-- (the batches were validated in C; the first loop re-checks their shape, with the wire
+-- contract's SD constants, before any write).
 -- KEYS[1]: the cluster's key base "<prefix>{cluster}:"
--- ARGV[1]: JSON array, per event a flat [key, value, ...] array of strings
+-- ARGV[1]: the first batch: a JSON array, per event a flat [key, value, ...] array of
+-- strings; ARGV[8..]: the batches after it, the same way
 -- ARGV[2]: event id ttl ms, ARGV[3]: history max length, ARGV[4]: stopped records kept,
 -- ARGV[5]: stopped record ttl ms, ARGV[6]: the assignments channel, ARGV[7]: the
 -- cluster's name (allocation changes wake the machine's document long-poll).
@@ -12,7 +14,8 @@
 -- allocation is free; one that stops, moves or is replaced is not, and its open
 -- allocations end (released when it exited with code 0, allocation_lost otherwise).
 -- Returns {accepted, duplicates, stale, allocations ended lost, allocations released,
--- entries on the unlock list}. Each stop recorded is also pushed on the list
+-- entries on the unlock list}, the first three of the first batch, then accepted,
+-- duplicates and stale of each batch after it. Each stop recorded is also pushed on the list
 -- <base>unlock, from which serverdir frees the instance's locks.
 --
 -- Idempotency: evid:<id> is set NX with a ttl; an event whose id is set is a duplicate
@@ -27,7 +30,8 @@
 --   same              stopped                     stale: a stopped run never comes back
 --   same              starting/ready              applied (started keeps ready)
 local base = KEYS[1]
-local batch = cjson.decode(ARGV[1])
+local raws = {ARGV[1]}
+for k = 8, #ARGV do raws[#raws + 1] = ARGV[k] end
 local idttl, histmax = ARGV[2], ARGV[3]
 local keep, sttl = tonumber(ARGV[4]), tonumber(ARGV[5])
 local chan, cluster = ARGV[6], ARGV[7]
@@ -131,19 +135,24 @@ local function side_event(f)
   return 1
 end
 
-if #batch > SD.EVENTS_MAX then
-  return redis.error_reply('bad_field events must be at most ' .. SD.EVENTS_MAX .. ' events')
-end
-local events = {}
-for i, e in ipairs(batch) do
-  local f = {}
-  for k = 1, #e, 2 do f[e[k]] = e[k + 1] end
-  if type(f.id) ~= 'string' or type(f.instance) ~= 'string' or type(f.machine) ~= 'string'
-     or type(f.service) ~= 'string' or not SD.EVENT_TYPES[f.type]
-     or (f.type == 'stopped') ~= (SD.STOP_REASONS[f.reason] ~= nil) then
-    return redis.error_reply('bad_field events[' .. (i - 1) .. '] is malformed')
+local batches, parsed = {}, {}
+for b, raw in ipairs(raws) do
+  local batch = cjson.decode(raw)
+  if #batch > SD.EVENTS_MAX then
+    return redis.error_reply('bad_field events must be at most ' .. SD.EVENTS_MAX .. ' events')
   end
-  events[i] = f
+  local events = {}
+  for i, e in ipairs(batch) do
+    local f = {}
+    for k = 1, #e, 2 do f[e[k]] = e[k + 1] end
+    if type(f.id) ~= 'string' or type(f.instance) ~= 'string' or type(f.machine) ~= 'string'
+       or type(f.service) ~= 'string' or not SD.EVENT_TYPES[f.type]
+       or (f.type == 'stopped') ~= (SD.STOP_REASONS[f.reason] ~= nil) then
+      return redis.error_reply('bad_field events[' .. (i - 1) .. '] is malformed')
+    end
+    events[i] = f
+  end
+  batches[b], parsed[b] = batch, events
 end
 
 -- The live indexes the paged lists walk (proc_list.lua): sorted sets, score 0, in
@@ -176,96 +185,107 @@ local function history(fl, f)
   redis.call(unpack(x))
 end
 
-local accepted, dups, stale, stops = 0, 0, 0, 0
-for i, f in ipairs(events) do
-  if not redis.call('SET', base .. 'evid:' .. f.id, '1', 'NX', 'PX', idttl) then
-    dups = dups + 1
-  elseif SIDE[f.type] then
-    accepted = accepted + 1
-    if side_event(f) == 0 then stale = stale + 1 end
-    -- confirmed / released go to the history (the allocation's story); status events,
-    -- up to one a second per instance, only update the record
-    if f.type ~= 'status' then history(batch[i], f) end
-  else
-    accepted = accepted + 1
-    local ts = f.ts_ms or nows
-    local key = base .. 'proc:' .. f.instance
-    local cur = redis.call('HMGET', key, 'state', 'generation', 'machine', 'service', 'slot')
-    local st = cur[1]
-    local cgen = tonumber(cur[2] or '0')
-    local gen = cgen
-    if f.generation then gen = tonumber(f.generation) end
-    local new_run = (not st) or gen > cgen
-    if not (new_run or (gen == cgen and st ~= 'stopped')) then
-      stale = stale + 1
+local stops = 0
+-- One batch's events, in order: {accepted, duplicates, stale}.
+local function apply(batch, events)
+  local accepted, dups, stale = 0, 0, 0
+  for i, f in ipairs(events) do
+    if not redis.call('SET', base .. 'evid:' .. f.id, '1', 'NX', 'PX', idttl) then
+      dups = dups + 1
+    elseif SIDE[f.type] then
+      accepted = accepted + 1
+      if side_event(f) == 0 then stale = stale + 1 end
+      -- confirmed / released go to the history (the allocation's story); status events,
+      -- up to one a second per instance, only update the record
+      if f.type ~= 'status' then history(batch[i], f) end
     else
-      local state = 'stopped'
-      if f.type == 'started' then
-        state = (not new_run and st == 'ready') and 'ready' or 'starting'
-      elseif f.type == 'ready' then
-        state = 'ready'
-      end
-      local was_live = st and LIVE[st]
-      local same_place = cur[3] == f.machine and cur[4] == f.service
-      if was_live and (not LIVE[state] or not same_place or new_run) then
-        leave_pool(f.instance, {machine = cur[3], service = cur[4]}, f)
-      end
-      if was_live and (not LIVE[state] or not same_place) then
-        index('rem', f.instance, cur[3], cur[4], st)
-      elseif was_live and st ~= state then
-        -- starting -> ready in place: only the state index moves
-        redis.call('ZREM', base .. 'ix:st:' .. st, f.instance)
-        redis.call('ZADD', base .. 'ix:st:' .. state, 0, f.instance)
-      end
-      if new_run and st then
-        redis.call('DEL', key)
-        if st == 'stopped' then redis.call('ZREM', base .. 'stopped', f.instance) end
-      end
-      local h = {'HSET', key, 'instance', f.instance, 'machine', f.machine,
-                 'service', f.service, 'state', state, 'generation', s(gen),
-                 'updated_at_ms', nows}
-      local function put(k, v)
-        if v then
-          h[#h + 1] = k
-          h[#h + 1] = v
+      accepted = accepted + 1
+      local ts = f.ts_ms or nows
+      local key = base .. 'proc:' .. f.instance
+      local cur = redis.call('HMGET', key, 'state', 'generation', 'machine', 'service', 'slot')
+      local st = cur[1]
+      local cgen = tonumber(cur[2] or '0')
+      local gen = cgen
+      if f.generation then gen = tonumber(f.generation) end
+      local new_run = (not st) or gen > cgen
+      if not (new_run or (gen == cgen and st ~= 'stopped')) then
+        stale = stale + 1
+      else
+        local state = 'stopped'
+        if f.type == 'started' then
+          state = (not new_run and st == 'ready') and 'ready' or 'starting'
+        elseif f.type == 'ready' then
+          state = 'ready'
+        end
+        local was_live = st and LIVE[st]
+        local same_place = cur[3] == f.machine and cur[4] == f.service
+        if was_live and (not LIVE[state] or not same_place or new_run) then
+          leave_pool(f.instance, {machine = cur[3], service = cur[4]}, f)
+        end
+        if was_live and (not LIVE[state] or not same_place) then
+          index('rem', f.instance, cur[3], cur[4], st)
+        elseif was_live and st ~= state then
+          -- starting -> ready in place: only the state index moves
+          redis.call('ZREM', base .. 'ix:st:' .. st, f.instance)
+          redis.call('ZADD', base .. 'ix:st:' .. state, 0, f.instance)
+        end
+        if new_run and st then
+          redis.call('DEL', key)
+          if st == 'stopped' then redis.call('ZREM', base .. 'stopped', f.instance) end
+        end
+        local h = {'HSET', key, 'instance', f.instance, 'machine', f.machine,
+                   'service', f.service, 'state', state, 'generation', s(gen),
+                   'updated_at_ms', nows}
+        local function put(k, v)
+          if v then
+            h[#h + 1] = k
+            h[#h + 1] = v
+          end
+        end
+        put('pid', f.pid)
+        put('slot', f.slot)
+        put('ports', f.ports)
+        if f.type == 'started' then
+          put('started_at_ms', ts)
+        elseif f.type == 'ready' then
+          put('ready_at_ms', ts)
+        else
+          put('stopped_at_ms', ts)
+          put('reason', f.reason)
+          put('code', f.code)
+          put('signal', f.signal)
+          put('silent_ms', f.silent_ms)
+          put('detail', f.detail)
+          put('core', f.core)
+          put('log_tail', f.log_tail)
+        end
+        redis.call(unpack(h))
+        if LIVE[state] and not (was_live and same_place) then
+          index('add', f.instance, f.machine, f.service, state)
+        end
+        if state == 'ready' and (new_run or st ~= 'ready' or not same_place) then
+          enter_pool(f.instance, f.service, f.machine, key)
+        end
+        if state == 'stopped' then
+          redis.call('ZADD', base .. 'stopped', nows, f.instance)
+          redis.call('PEXPIRE', key, s(sttl))
+          stops = stops + 1
+          -- The hand-off to the lock table, in the same script as the stop: serverdir
+          -- releases the instance's locks from this list (directory.c, drain_unlocks).
+          -- "instance stopped_at_ms": only locks granted before the stop are its run's.
+          redis.call('RPUSH', base .. 'unlock', f.instance .. ' ' .. ts)
         end
       end
-      put('pid', f.pid)
-      put('slot', f.slot)
-      put('ports', f.ports)
-      if f.type == 'started' then
-        put('started_at_ms', ts)
-      elseif f.type == 'ready' then
-        put('ready_at_ms', ts)
-      else
-        put('stopped_at_ms', ts)
-        put('reason', f.reason)
-        put('code', f.code)
-        put('signal', f.signal)
-        put('silent_ms', f.silent_ms)
-        put('detail', f.detail)
-        put('core', f.core)
-        put('log_tail', f.log_tail)
-      end
-      redis.call(unpack(h))
-      if LIVE[state] and not (was_live and same_place) then
-        index('add', f.instance, f.machine, f.service, state)
-      end
-      if state == 'ready' and (new_run or st ~= 'ready' or not same_place) then
-        enter_pool(f.instance, f.service, f.machine, key)
-      end
-      if state == 'stopped' then
-        redis.call('ZADD', base .. 'stopped', nows, f.instance)
-        redis.call('PEXPIRE', key, s(sttl))
-        stops = stops + 1
-        -- The hand-off to the lock table, in the same script as the stop: serverdir
-        -- releases the instance's locks from this list (directory.c, drain_unlocks).
-        -- "instance stopped_at_ms": only locks granted before the stop are its run's.
-        redis.call('RPUSH', base .. 'unlock', f.instance .. ' ' .. ts)
-      end
+      history(batch[i], f)
     end
-    history(batch[i], f)
   end
+  return accepted, dups, stale
+end
+
+local counts = {}
+for b = 1, #batches do
+  local n = #counts
+  counts[n + 1], counts[n + 2], counts[n + 3] = apply(batches[b], parsed[b])
 end
 doc_touch(base, chan, cluster, touched)
 pstat_flush(base)
@@ -282,5 +302,7 @@ if stops > 0 then
 end
 -- what waits on the lock hand-off list (this batch's stops and any a failed drain left):
 -- serverdir drains it only when it is not empty
-return {accepted, dups, stale, ended_lost, ended_released,
-        redis.call('LLEN', base .. 'unlock')}
+local reply = {counts[1], counts[2], counts[3], ended_lost, ended_released,
+               redis.call('LLEN', base .. 'unlock')}
+for k = 4, #counts do reply[#reply + 1] = counts[k] end
+return reply
