@@ -47,9 +47,12 @@
  * -g (redis, loop engine): the allocations go the way serverdir sends them (api_alloc.c,
  * group commit): queued, and each of 2 connections (serverdir's 2 allocator threads)
  * carries one alloc_create.lua call at a time with everything queued (at most 32); a
- * lone allocation goes at once. Without -g each allocator makes its own call of one
- * request, as a client of the script without serverdir would. Prints script_calls and
- * per_call (requests per call).
+ * lone allocation goes at once. The releases (-r event, -r machine) go the same way
+ * (api_processes.c): each of 2 more connections carries one events_apply.lua call at a
+ * time with every batch queued (at most 32 batches and 1000 events). Without -g each
+ * allocator or machine makes its own call of one request, as a client of the scripts
+ * without serverdir would. Prints script_calls and per_call (allocation requests per
+ * call), event_calls and batches_per_call.
  *
  * -e ENGINE: loop (default) drives every connection from one thread and one epoll (a
  * request is one send, its answer a recv or two: the generator's own CPU, taken from the
@@ -87,6 +90,7 @@
 #include "sdutil.h"
 
 #define MAX_CLIENTS 512
+#define REPORTERS_MAX 256 /* -r machine: machines */
 #define MAX_SAMPLES (1 << 18)
 #define NAME_MAX_LEN 128
 #define TABLE_BITS 18 /* instance table: up to 2^18 / 2 instances */
@@ -427,10 +431,12 @@ static int release_http_ok(long st, const char *body, size_t n)
     return ok;
 }
 
-static int release_redis_ok(const redisReply *rep, size_t n)
+/* rep: events_apply's answer; idx: the batch's place in its call (0: the first). */
+static int release_redis_ok(const redisReply *rep, int idx, size_t n)
 {
-    int ok = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 3 &&
-             rep->element[0]->integer == (long long)n && rep->element[2]->integer == 0;
+    size_t at = idx ? 6 + 3 * (size_t)(idx - 1) : 0; /* its accepted, duplicates, stale */
+    int ok = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements >= at + 3 &&
+             rep->element[at]->integer == (long long)n && rep->element[at + 2]->integer == 0;
     if (!ok && atomic_fetch_add(&complaints, 1) < 5)
         fprintf(stderr, "alloc_load: events_apply answered %s\n",
                 rep && rep->type == REDIS_REPLY_ERROR ? rep->str : "an odd reply");
@@ -452,7 +458,7 @@ static int release_events(client_t *c, const held_t *hs, size_t n, long seq)
         const char *argv[7];
         release_args(b, argv);
         redisReply *rep = evalsha(c->r, cfg.sha_events, 7, argv);
-        ok = release_redis_ok(rep, n);
+        ok = release_redis_ok(rep, 0, n);
         if (rep)
             freeReplyObject(rep);
     }
@@ -627,7 +633,7 @@ static void *client_main(void *arg)
  * epoll_wait serves all connections. HTTP/1.1 keep-alive with Content-Length answers
  * (serverdir's), RESP by hiredis's reader: the same client for both sides. */
 
-enum { CS_IDLE, CS_ALLOC, CS_RELEASE, CS_QUEUED };
+enum { CS_IDLE, CS_ALLOC, CS_RELEASE, CS_QUEUED, CS_RQUEUED };
 
 typedef struct {
     client_t *c;
@@ -647,6 +653,10 @@ typedef struct {
     redisReader *rd;     /* the answer so far (RESP) */
     char match[48];      /* -g: the queued allocation's match */
     int group;           /* -g: this is group connection group - 1 (0: not one) */
+    int egroup;          /* -g: this is events group connection egroup - 1 (0: not one) */
+    char *ebatch;        /* -g: the queued release batch (normalized), and its size */
+    size_t enevents;
+    int eidx;            /* -g: its batch's place in the events call's reply */
 } conn_t;
 
 /* -g (raw): serverdir's group commit (api_alloc.c) done by the generator, so that the raw
@@ -658,6 +668,18 @@ typedef struct {
 static conn_t *grp[GROUP_CONNS], *gq[MAX_CLIENTS], *gin[GROUP_CONNS][GROUP_MAX];
 static int ngq, ngin[GROUP_CONNS];
 static long group_calls, group_requests;
+
+/* -g: the releases as serverdir groups them (api_processes.c): a release batch queues
+ * (CS_RQUEUED); each of EGROUP_CONNS connections carries one events_apply.lua call at a
+ * time with the queued batches (at most EGROUP_MAX batches and EGROUP_EVENTS events, the
+ * first always). */
+#define EGROUP_CONNS 2
+#define EGROUP_MAX 32
+#define EGROUP_EVENTS 1000
+static conn_t *egrp[EGROUP_CONNS], *eq[MAX_CLIENTS + REPORTERS_MAX];
+static conn_t *ein[EGROUP_CONNS][EGROUP_MAX];
+static int neq, nein[EGROUP_CONNS];
+static long egroup_calls, egroup_batches;
 
 #define IN_CAP (64 << 10)
 
@@ -777,12 +799,47 @@ static void group_send(int g)
     group_requests += n;
 }
 
+/* -g: one events_apply.lua call with the queued batches on events connection g (idle). */
+static void egroup_send(int g)
+{
+    const char *argv[7 + EGROUP_MAX];
+    int n = 0;
+    size_t events = 0;
+    while (n < neq && n < EGROUP_MAX && (n == 0 || events + eq[n]->enevents <= EGROUP_EVENTS)) {
+        ein[g][n] = eq[n];
+        eq[n]->eidx = n;
+        events += eq[n]->enevents;
+        n++;
+    }
+    release_args(ein[g][0]->ebatch, argv);
+    for (int i = 1; i < n; i++)
+        argv[6 + i] = ein[g][i]->ebatch;
+    memmove(eq, eq + n, (size_t)(neq - n) * sizeof *eq);
+    neq -= n;
+    nein[g] = n;
+    resp_send(egrp[g], cfg.sha_events, 6 + n, argv);
+    for (int i = 0; i < n; i++) {
+        free(ein[g][i]->ebatch);
+        ein[g][i]->ebatch = NULL;
+    }
+    egrp[g]->st = CS_RELEASE;
+    egroup_calls++;
+    egroup_batches += n;
+}
+
 /* Sends n releases in one batch (POST .../events, or events_apply.lua). */
 static void releases_send(conn_t *k, const held_t *hs, size_t n, long seq)
 {
     char *b = release_body(k->c, hs, n, seq);
     if (cfg.mode == M_SD) {
         http_send(k, "events", b);
+    } else if (cfg.group) {
+        k->ebatch = b; /* the call's now */
+        k->enevents = n;
+        k->sent_us = sd_mono_us();
+        eq[neq++] = k;
+        k->st = CS_RQUEUED;
+        return;
     } else {
         const char *argv[7];
         release_args(b, argv);
@@ -823,7 +880,6 @@ static long http_answer(conn_t *k, char **body)
  * reports the releases of the machine's instances the way a Big Brother's reporter does
  * (bigbrother/reporter.c): whenever nothing is in flight, everything waiting (at most
  * REPORT_MAX) goes in one POST .../events (events_apply.lua with the whole batch, raw). */
-#define REPORTERS_MAX 256
 #define REPORT_MAX 500
 
 static conn_t *reporters[REPORTERS_MAX];
@@ -878,6 +934,16 @@ static void conn_answered(conn_t *k, long st, const char *body, redisReply *rep)
         ngin[g] = 0;
         return;
     }
+    if (k->egroup) {
+        int g = k->egroup - 1;
+        k->st = CS_IDLE;
+        for (int i = 0; i < nein[g]; i++) {
+            ein[g][i]->st = CS_RELEASE;
+            conn_answered(ein[g][i], 0, NULL, rep);
+        }
+        nein[g] = 0;
+        return;
+    }
     if (k->st == CS_ALLOC || k->st == CS_QUEUED) {
         int rc = cfg.mode == M_SD ? alloc_http_answer(st, body, &k->h)
                                   : alloc_redis_answer(rep, "no reply", &k->h);
@@ -894,7 +960,7 @@ static void conn_answered(conn_t *k, long st, const char *body, redisReply *rep)
     }
     if (k->reporter) {
         int ok = cfg.mode == M_SD ? release_http_ok(st, body, k->nbatch)
-                                  : release_redis_ok(rep, k->nbatch);
+                                  : release_redis_ok(rep, k->eidx, k->nbatch);
         k->st = CS_IDLE;
         if (!ok)
             c->errors++;
@@ -907,7 +973,7 @@ static void conn_answered(conn_t *k, long st, const char *body, redisReply *rep)
         k->nbatch = 0;
         return;
     }
-    int ok = cfg.mode == M_SD ? release_http_ok(st, body, 1) : release_redis_ok(rep, 1);
+    int ok = cfg.mode == M_SD ? release_http_ok(st, body, 1) : release_redis_ok(rep, k->eidx, 1);
     k->st = CS_IDLE;
     if (!ok) {
         c->errors++;
@@ -1038,6 +1104,13 @@ static void loop_run(client_t *cs)
         grp[g]->group = g + 1;
         conn_setup(grp[g]);
     }
+    for (int g = 0; cfg.group && cfg.release != R_NONE && g < EGROUP_CONNS; g++) {
+        static client_t ec = {.id = -2};
+        egrp[g] = calloc(1, sizeof *egrp[g]);
+        egrp[g]->c = &ec;
+        egrp[g]->egroup = g + 1;
+        conn_setup(egrp[g]);
+    }
     int64_t alloc_end_us = 0;
     for (;;) {
         int64_t now = sd_mono_us(), wake = INT64_MAX;
@@ -1067,6 +1140,11 @@ static void loop_run(client_t *cs)
             if (r->st == CS_IDLE && r->nqueue)
                 reporter_send(r);
             busy += r->st != CS_IDLE;
+        }
+        for (int g = 0; g < EGROUP_CONNS && egrp[g]; g++) {
+            if (egrp[g]->st == CS_IDLE && neq)
+                egroup_send(g);
+            busy += egrp[g]->st != CS_IDLE;
         }
         if (!busy && !open)
             break;
@@ -1357,8 +1435,9 @@ int main(int argc, char **argv)
     if (cfg.release == R_MACHINE)
         printf(" machines=%d batches=%zu", nreporters, batches);
     if (cfg.group) /* -g: alloc_create.lua calls and requests per call */
-        printf(" script_calls=%ld per_call=%.2f", group_calls,
-               (double)group_requests / (double)(group_calls ? group_calls : 1));
+        printf(" script_calls=%ld per_call=%.2f event_calls=%ld batches_per_call=%.2f",
+               group_calls, (double)group_requests / (double)(group_calls ? group_calls : 1),
+               egroup_calls, (double)egroup_batches / (double)(egroup_calls ? egroup_calls : 1));
     if (stats_addr) /* script time per allocation (with its release in the cycles) */
         printf(" redis_us=%.0f redis_cpu=%.0f",
                (double)stats_end.evalsha_us / (double)(total ? total : 1),
