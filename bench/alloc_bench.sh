@@ -22,19 +22,21 @@
 #   raw-pool   the anchor: the same alloc_create.lua and events_apply.lua (the build's
 #              copies, with their prelude) by EVALSHA on the same Redis, with exactly the
 #              KEYS and ARGV serverdir passes (the release batches normalized the way
-#              serverdir passes them), over the same connections; the allocations grouped
-#              the way serverdir groups them (alloc_load -g: what is queued while a call
-#              is in flight goes in the next call, two calls in flight at most).
-#   raw1-pool  the same with one request per call (each allocator its own EVALSHA, as a
-#              client of the script without serverdir's group commit would).
+#              serverdir passes them), over the same connections; the allocations and the
+#              release batches grouped the way serverdir groups them (alloc_load -g: what
+#              is queued while a call is in flight goes in the next call, two calls of
+#              each script in flight at most).
+#   raw1-pool  the same with one request per call (each allocator and each machine its
+#              own EVALSHA, as a client of the scripts without serverdir's group commit
+#              would).
 #   sd-paced, raw-paced
 #              the same two below saturation: each allocator paced so that both sides
 #              are offered LOAD (0.5) of serverdir's sd-pool rate of that round; at
 #              saturation a closed loop's latency is only CLIENTS / rate (Little's law).
 #   sd-cycle, raw-cycle
 #              the worst case for releases: each allocator sends its allocation's release
-#              itself right after the answer, one "released" event per POST /events (one
-#              events_apply.lua each, raw), before its next allocation.
+#              itself right after the answer, one "released" event per POST /events
+#              (events_apply.lua by EVALSHA, grouped, raw), before its next allocation.
 #   sd-burst   allocations only, no release, from the BURST_POOL instances of "burst",
 #              until DUR passed or the pool is empty (the first no_capacity ends it); then,
 #              untimed, every allocation is released with events in batches of 1000.
@@ -50,7 +52,8 @@
 # ready_free is 2 again (polled every 10 ms).
 # Prints every figure (with Redis's CPU, the EVALSHA time and the Redis calls per
 # allocation from INFO: the calls do not depend on the shared cores' noise; per_call: the
-# allocation requests per alloc_create.lua call, from serverdir's /metrics or alloc_load),
+# allocation requests per alloc_create.lua call, batches: the release batches per
+# events_apply.lua call, from serverdir's /metrics or alloc_load),
 # the medians, the ratios serverdir / raw and the goals.
 #
 # Usage: bench/alloc_bench.sh     (env: BUILD (build), RUNS (3), DUR (5), CLIENTS (64),
@@ -163,10 +166,14 @@ add() { R[$1]+="$2 "; }
 field() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p" <<<"$2"; }
 fail=0
 
-# serverdir's alloc_create.lua calls and the requests they carried, from /metrics.
+# serverdir's alloc_create.lua calls and the requests they carried, and its
+# events_apply.lua calls and the batches they carried, from /metrics.
 sd_groups() {
     curl -s "$SD/metrics" | awk '/^serverdir_allocation_calls_total / { c = $2 }
-        /^serverdir_allocation_call_requests_total / { r = $2 } END { print c + 0, r + 0 }'
+        /^serverdir_allocation_call_requests_total / { r = $2 }
+        /^serverdir_events_calls_total / { ec = $2 }
+        /^serverdir_events_call_batches_total / { eb = $2 }
+        END { print c + 0, r + 0, ec + 0, eb + 0 }'
 }
 
 # Runs one phase of alloc_load (with Redis's own figures: its CPU over the phase, % of
@@ -180,10 +187,14 @@ phase() { # name service expected_pool alloc_load-args...
     g0=$(sd_groups)
     out=$("$GEN" -c "$CLIENTS" -d "$DUR" -s "127.0.0.1:$rport" "$@") || fail=1
     g1=$(sd_groups)
-    # serverdir's group commit: allocation requests per alloc_create.lua call
+    # serverdir's group commit: allocation requests per alloc_create.lua call, release
+    # batches per events_apply.lua call
     [[ $name != sd-* ]] || out+=" $(awk -v a="$g0" -v b="$g1" 'BEGIN { split(a, x, " "); split(b, y, " ");
-        c = y[1] - x[1]; printf "script_calls=%d per_call=%.2f", c, (c > 0 ? (y[2] - x[2]) / c : 0) }')"
+        c = y[1] - x[1]; e = y[3] - x[3]
+        printf "script_calls=%d per_call=%.2f event_calls=%d batches_per_call=%.2f", c,
+            (c > 0 ? (y[2] - x[2]) / c : 0), e, (e > 0 ? (y[4] - x[4]) / e : 0) }')"
     [[ $out == *per_call=* ]] || out+=" per_call=1.00" # raw without -g: one request per call
+    [[ $out == *batches_per_call=* ]] || out+=" batches_per_call=1.00"
     # Redis calls per allocation, its release included (the scripts' calls, and the few
     # of serverdir's timers): the cost of the scripts without the noise of shared cores
     out+=" calls=$(redis-cli -p "$rport" info commandstats | tr -d '\r' |
@@ -195,7 +206,8 @@ phase() { # name service expected_pool alloc_load-args...
     echo "  $name: $out"
     last=$out
     local f
-    for f in rate p50_ms p99_ms rel_p50_ms rel_p99_ms double errors redis_us redis_cpu calls per_call; do
+    for f in rate p50_ms p99_ms rel_p50_ms rel_p99_ms double errors redis_us redis_cpu calls per_call \
+        batches_per_call; do
         add "$name-$f" "$(field "$f" "$out")"
     done
 }
@@ -257,11 +269,12 @@ doubles=0
 for p in $PHASES; do doubles=$((doubles + $(sum $p-double))); done
 echo
 echo "medians of $RUNS rounds ($CLIENTS concurrent allocators; load average at the end: $load_end):"
-printf '  %-10s %9s %8s %8s %11s %11s %9s %10s %6s %8s   %s\n' phase allocs/s p50_ms p99_ms release_p50 release_p99 redis_us redis_cpu% calls per_call "runs (allocs/s)"
+printf '  %-10s %9s %8s %8s %11s %11s %9s %10s %6s %8s %8s   %s\n' phase allocs/s p50_ms p99_ms release_p50 release_p99 redis_us redis_cpu% calls per_call batches "runs (allocs/s)"
 for p in $PHASES; do
-    printf '  %-10s %9s %8s %8s %11s %11s %9s %10s %6s %8s   %s\n' "$p" "$(med $p-rate)" "$(med $p-p50_ms)" \
+    printf '  %-10s %9s %8s %8s %11s %11s %9s %10s %6s %8s %8s   %s\n' "$p" "$(med $p-rate)" "$(med $p-p50_ms)" \
         "$(med $p-p99_ms)" "$(med $p-rel_p50_ms)" "$(med $p-rel_p99_ms)" "$(med $p-redis_us)" \
-        "$(med $p-redis_cpu)" "$(med $p-calls)" "$(med $p-per_call)" "${R[$p-rate]% }"
+        "$(med $p-redis_cpu)" "$(med $p-calls)" "$(med $p-per_call)" "$(med $p-batches_per_call)" \
+        "${R[$p-rate]% }"
 done
 echo "ratios serverdir / raw Redis (same scripts):"
 echo "  pool of $POOL kept full, releases reported per machine: $(bench_ratio "$sdp" "$rawp")"
