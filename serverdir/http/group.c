@@ -1,5 +1,4 @@
 /* Group commit: see group.h. */
-#include <stdlib.h>
 #include <string.h>
 
 #include "group.h"
@@ -20,8 +19,8 @@ static int take(sd_group_t *g, sd_group_job_t **jobs)
 {
     const char *key = g->key(g->head);
     long left = g->weight_max;
-    int n = 0;
-    for (sd_group_job_t **p = &g->head; *p && n < g->jobs_max && left > 0;) {
+    int n = 0, max = g->jobs_max < SD_GROUP_JOBS_MAX ? g->jobs_max : SD_GROUP_JOBS_MAX;
+    for (sd_group_job_t **p = &g->head; *p && n < max && left > 0;) {
         sd_group_job_t *j = *p;
         long w = g->weight(j);
         if (n == 0 || (w <= left && !strcmp(g->key(j), key))) {
@@ -40,9 +39,7 @@ static int take(sd_group_t *g, sd_group_job_t **jobs)
 static void *worker_main(void *arg)
 {
     sd_group_t *g = arg;
-    sd_group_job_t **jobs = calloc((size_t)g->jobs_max, sizeof *jobs);
-    if (!jobs)
-        abort(); /* at start, once per worker */
+    sd_group_job_t *jobs[SD_GROUP_JOBS_MAX];
     for (;;) {
         pthread_mutex_lock(&g->mu);
         while (!g->head || g->busy >= g->calls)

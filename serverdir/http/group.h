@@ -19,6 +19,8 @@
 
 #include "sd.h"
 
+#define SD_GROUP_JOBS_MAX 64
+
 typedef struct sd_group_job {
     struct sd_group_job *next;
     sd_req_t *req; /* its request (parked while queued) */
@@ -27,7 +29,7 @@ typedef struct sd_group_job {
 typedef struct sd_group {
     const char *name; /* for logs: "allocations" */
     int calls;        /* calls in flight at most, and worker threads */
-    int jobs_max;     /* jobs in one call at most */
+    int jobs_max;     /* jobs in one call at most (up to SD_GROUP_JOBS_MAX) */
     long weight_max;  /* sum of the jobs' weights in one call at most (the first job always goes) */
     /* The key jobs must share to share a call (the cluster). */
     const char *(*key)(const sd_group_job_t *j);
