@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <poll.h>
+#include <pthread.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -188,14 +189,28 @@ static int port_free(int port)
  * outgoing connection's source port or to a bind to port 0 elsewhere. */
 int h_free_port(void)
 {
+    /* The ports handed out before: a port is free until its process binds it, so two
+     * picks before the first bind (a cluster's node ports and bus ports) could collide. */
+    static int given[1024];
+    static int ngiven, next;
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
     static unsigned seed;
+    pthread_mutex_lock(&mu);
     if (!seed)
         seed = (unsigned)getpid() * 2654435761u ^ (unsigned)h_now_ms();
     for (int attempt = 0; attempt < 1000; attempt++) {
-        int port = 20000 + (int)(rand_r(&seed) % 12000);
-        if (port_free(port))
+        int port = 20000 + (int)(rand_r(&seed) % 12000), seen = 0;
+        for (int i = 0; i < ngiven && !seen; i++)
+            seen = given[i] == port;
+        if (!seen && port_free(port)) {
+            given[next++ % 1024] = port;
+            if (ngiven < 1024)
+                ngiven++;
+            pthread_mutex_unlock(&mu);
             return port;
+        }
     }
+    pthread_mutex_unlock(&mu);
     fprintf(stderr, "harness: no free port in 20000-31999\n");
     exit(1);
 }
@@ -837,6 +852,21 @@ void h_resp_free(h_resp_t *r)
     free(r->body);
     free(r->headers);
     r->body = r->headers = NULL;
+}
+
+long long h_metric(const char *base, const char *series)
+{
+    h_resp_t r;
+    if (h_http_json("GET", base, NULL, NULL, &r, "/metrics") || r.status != 200 || !r.body) {
+        h_resp_free(&r);
+        return -1;
+    }
+    char line[256];
+    snprintf(line, sizeof line, "\n%s ", series);
+    const char *m = strstr(r.body, line);
+    long long v = m ? strtoll(m + strlen(line), NULL, 10) : 0;
+    h_resp_free(&r);
+    return v;
 }
 
 json_t *h_resp_json(const h_resp_t *r)

@@ -162,6 +162,9 @@ int h_http(const char *method, const char *url, const char *token, const char *c
 int h_http_json(const char *method, const char *base, const char *token, const char *body,
                 h_resp_t *out, const char *pathfmt, ...) __attribute__((format(printf, 6, 7)));
 void h_resp_free(h_resp_t *r);
+/* The value of series (its whole name, labels included) in GET base/metrics: 0 when
+ * absent (a counter shows once it moved), -1 when /metrics cannot be read. */
+long long h_metric(const char *base, const char *series);
 /* Parses the body as JSON (NULL if it is not). Caller decrefs. */
 json_t *h_resp_json(const h_resp_t *r);
 /* Value of a response header (case-insensitive) into out; 0 if found. */
