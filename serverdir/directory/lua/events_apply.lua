@@ -15,8 +15,8 @@
 -- allocations end (released when it exited with code 0, allocation_lost otherwise).
 -- Returns {accepted, duplicates, stale, allocations ended lost, allocations released,
 -- entries on the unlock list}, the first three of the first batch, then accepted,
--- duplicates and stale of each batch after it. Each stop recorded is also pushed on the list
--- <base>unlock, from which serverdir frees the instance's locks.
+-- duplicates and stale of each batch after it. Each stop recorded is also pushed on the
+-- list <base>unlock, from which serverdir frees the instance's locks.
 --
 -- Idempotency: evid:<id> is set NX with a ttl; an event whose id is set is a duplicate
 -- and changes nothing. Every other event goes to the history stream.
