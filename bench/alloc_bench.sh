@@ -53,7 +53,10 @@
 # Prints every figure (with Redis's CPU, the EVALSHA time and the Redis calls per
 # allocation from INFO: the calls do not depend on the shared cores' noise; per_call: the
 # allocation requests per alloc_create.lua call, batches: the release batches per
-# events_apply.lua call, from serverdir's /metrics or alloc_load),
+# events_apply.lua call, from serverdir's /metrics or alloc_load; sd_within_5ms: the % of
+# allocations whose time in serverdir, from the request read to its answer queued, was
+# under 5 ms, from its latency histogram; a request that waits for a busy HTTP thread to
+# read it waits outside that time),
 # the medians, the ratios serverdir / raw and the goals.
 #
 # Usage: bench/alloc_bench.sh     (env: BUILD (build), RUNS (3), DUR (5), CLIENTS (64),
@@ -166,14 +169,17 @@ add() { R[$1]+="$2 "; }
 field() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p" <<<"$2"; }
 fail=0
 
-# serverdir's alloc_create.lua calls and the requests they carried, and its
-# events_apply.lua calls and the batches they carried, from /metrics.
+# serverdir's alloc_create.lua calls and the requests they carried, its events_apply.lua
+# calls and the batches they carried, and its allocation requests answered within 5 ms
+# of their own time and in all, from /metrics.
 sd_groups() {
     curl -s "$SD/metrics" | awk '/^serverdir_allocation_calls_total / { c = $2 }
         /^serverdir_allocation_call_requests_total / { r = $2 }
         /^serverdir_events_calls_total / { ec = $2 }
         /^serverdir_events_call_batches_total / { eb = $2 }
-        END { print c + 0, r + 0, ec + 0, eb + 0 }'
+        /^serverdir_http_request_duration_seconds_bucket\{method="POST",route="\/v1\/clusters\/\{c\}\/allocations",le="0.005"\}/ { f = $2 }
+        /^serverdir_http_request_duration_seconds_bucket\{method="POST",route="\/v1\/clusters\/\{c\}\/allocations",le="\+Inf"\}/ { a = $2 }
+        END { print c + 0, r + 0, ec + 0, eb + 0, f + 0, a + 0 }'
 }
 
 # Runs one phase of alloc_load (with Redis's own figures: its CPU over the phase, % of
@@ -191,8 +197,10 @@ phase() { # name service expected_pool alloc_load-args...
     # batches per events_apply.lua call
     [[ $name != sd-* ]] || out+=" $(awk -v a="$g0" -v b="$g1" 'BEGIN { split(a, x, " "); split(b, y, " ");
         c = y[1] - x[1]; e = y[3] - x[3]
-        printf "script_calls=%d per_call=%.2f event_calls=%d batches_per_call=%.2f", c,
-            (c > 0 ? (y[2] - x[2]) / c : 0), e, (e > 0 ? (y[4] - x[4]) / e : 0) }')"
+        n = y[6] - x[6]
+        printf "script_calls=%d per_call=%.2f event_calls=%d batches_per_call=%.2f sd_within_5ms=%.2f", c,
+            (c > 0 ? (y[2] - x[2]) / c : 0), e, (e > 0 ? (y[4] - x[4]) / e : 0),
+            (n > 0 ? 100 * (y[5] - x[5]) / n : 0) }')"
     [[ $out == *per_call=* ]] || out+=" per_call=1.00" # raw without -g: one request per call
     [[ $out == *batches_per_call=* ]] || out+=" batches_per_call=1.00"
     # Redis calls per allocation, its release included (the scripts' calls, and the few
@@ -207,7 +215,7 @@ phase() { # name service expected_pool alloc_load-args...
     last=$out
     local f
     for f in rate p50_ms p99_ms rel_p50_ms rel_p99_ms double errors redis_us redis_cpu calls per_call \
-        batches_per_call; do
+        batches_per_call sd_within_5ms; do
         add "$name-$f" "$(field "$f" "$out")"
     done
 }
@@ -287,6 +295,9 @@ echo "  $sdc/s), allocations only $sdb/s;"
 echo "  p99 < 5 ms: $(med sd-paced-p99_ms) ms at $(med sd-paced-rate)/s ($LOAD of the saturated rate; raw Redis"
 echo "  $(med raw-paced-p99_ms) ms at the same load); saturated: $(med sd-pool-p99_ms) ms (pool of $POOL),"
 echo "  $(med sd-burst-p99_ms) ms (allocations only), where a closed loop's latency is $CLIENTS / rate;"
+echo "  at $LOAD of the rate, serverdir's own time (from the request read to its answer queued,"
+echo "  serverdir_http_request_duration_seconds: without the wait for an HTTP thread to read it)"
+echo "  was under 5 ms for $(med sd-paced-sd_within_5ms)% of the allocations;"
 echo "  0 double allocations: $doubles"
 if [ -n "$refill_line" ]; then
     echo "pool below buffer -> new instance ready (bigbrother + gameproc):" \
