@@ -123,7 +123,8 @@ static sd_group_t events_group = {.name = "events",
                                   .finish = events_finish,
                                   SD_GROUP_STATE};
 
-/* Validates the batch, then applies it with one script. Answers
+/* Validates the batch, then applies it with events_apply.lua, in a call of its own or one
+ * it shares with other batches (the group commit above). Answers
  * {"accepted": N, "duplicates": D, "stale": S}: stale events were new but older than the
  * record (ordering safety) and only went to the history. */
 void h_events_post(sd_req_t *req, sd_resp_t *resp)
