@@ -24,13 +24,13 @@ sd_install_deps
 sd_npm_tools
 stages=${SD_TEST_STAGES:-"plain asan valgrind fuzz"}
 # Tests at once: an integration test mostly waits (leases running out, processes starting,
-# timeouts), so twice the cores keeps the machine busy (on 2 cores: plain 383 -> 222 s,
-# ASan 245 -> 149 s); under valgrind the daemons use a core each while they run: the cores
-# plus one (317 -> 236 s). The fuzzers are CPU-bound: one per core. SD_TEST_JOBS overrides
-# the first two.
+# timeouts), so the plain stage and valgrind's run the cores plus one (on 2 cores: plain
+# 383 -> 222 s with 4, valgrind 317 -> 236 s with 3). The ASan stage stays at one per core:
+# with 4 at once (2.5x the CPU each, and the fuzz tree building beside them), it.chaos saw
+# a bigbrother miss its lease renewals and it.bbctl a log rotation come late. The fuzzers
+# are CPU-bound: one per core. SD_TEST_JOBS overrides the plain and valgrind stages'.
 cores=$(nproc)
-jobs=${SD_TEST_JOBS:-$((cores * 2))}
-vg_jobs=${SD_TEST_JOBS:-$((cores + 1))}
+jobs=${SD_TEST_JOBS:-$((cores + 1))}
 fuzz_args=(-DSD_WERROR=ON -DSD_FUZZ=ON -DSD_FUZZ_SECONDS="${SD_FUZZ_SECONDS:-6}")
 
 # The ASan and fuzz trees are built in the background, at the lowest CPU priority, while
@@ -70,12 +70,12 @@ for stage in $stages; do
         fi
         (cd "$SD_ROOT/build-asan" &&
          ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
-         ctest --output-on-failure -j"$jobs" -LE "rcluster|rsentinel|plainonly")
+         ctest --output-on-failure -j"$cores" -LE "rcluster|rsentinel|plainonly")
         ;;
     valgrind)
         echo "== stage valgrind: integration tests with the daemons under valgrind"
         sd_build build -DSD_WERROR=ON
-        (cd "$SD_ROOT/build" && H_VALGRIND=1 ctest --output-on-failure -j"$vg_jobs" -L integration -LE novalgrind)
+        (cd "$SD_ROOT/build" && H_VALGRIND=1 ctest --output-on-failure -j"$jobs" -L integration -LE novalgrind)
         ;;
     fuzz)
         echo "== stage fuzz: libFuzzer targets, ${SD_FUZZ_SECONDS:-6} s each"
