@@ -33,6 +33,9 @@
 #              the same two below saturation: each allocator paced so that both sides
 #              are offered LOAD (0.5) of serverdir's sd-pool rate of that round; at
 #              saturation a closed loop's latency is only CLIENTS / rate (Little's law).
+#   sd-R, raw-R
+#              the same two at fixed offered rates R in RATES (1000 2000 allocations/s):
+#              where the p99 stays under 5 ms, whatever the saturated rate of the round.
 #   sd-cycle, raw-cycle
 #              the worst case for releases: each allocator sends its allocation's release
 #              itself right after the answer, one "released" event per POST /events
@@ -60,8 +63,9 @@
 # the medians, the ratios serverdir / raw and the goals.
 #
 # Usage: bench/alloc_bench.sh     (env: BUILD (build), RUNS (3), DUR (5), CLIENTS (64),
-#        POOL (1000), MACHINES (50), BURST_POOL (20000), SD_THREADS (8), LOAD (0.5), REFILL (1),
-#        REFILL_SAMPLES (10), PLACEMENT_MS (bigbrother's default), KEEP=1)
+#        POOL (1000), MACHINES (50), BURST_POOL (20000), SD_THREADS (8), LOAD (0.5),
+#        RATES ("1000 2000"; "" skips them), REFILL (1), REFILL_SAMPLES (10), PLACEMENT_MS
+#        (bigbrother's default), KEEP=1)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 . "$ROOT/bench/lib.sh"
@@ -74,6 +78,7 @@ MACHINES=${MACHINES:-50}
 BURST_POOL=${BURST_POOL:-20000}
 SD_THREADS=${SD_THREADS:-8}
 LOAD=${LOAD:-0.5}
+RATES=${RATES-1000 2000}
 REFILL=${REFILL:-1}
 REFILL_SAMPLES=${REFILL_SAMPLES:-10}
 PLACEMENT_MS=${PLACEMENT_MS:-}
@@ -231,6 +236,11 @@ for round in $(seq "$RUNS"); do
     period=$(awk -v c="$CLIENTS" -v r="$sd_rate" -v l="$LOAD" 'BEGIN { printf "%.0f", c * 1e6 / (r * l) }')
     phase sd-paced match "$POOL" -p "$period" -r machine sd "$SD" bench match
     phase raw-paced match "$POOL" -p "$period" -r machine -g redis 127.0.0.1 "$rport" "$LUA" sd: bench match
+    for r in $RATES; do # fixed offered rates
+        period=$(awk -v c="$CLIENTS" -v r="$r" 'BEGIN { printf "%.0f", c * 1e6 / r }')
+        phase "sd-$r" match "$POOL" -p "$period" -r machine sd "$SD" bench match
+        phase "raw-$r" match "$POOL" -p "$period" -r machine -g redis 127.0.0.1 "$rport" "$LUA" sd: bench match
+    done
     phase sd-cycle match "$POOL" -r event sd "$SD" bench match
     phase raw-cycle match "$POOL" -r event -g redis 127.0.0.1 "$rport" "$LUA" sd: bench match
     phase sd-burst burst "$BURST_POOL" -r none sd "$SD" bench burst
@@ -272,7 +282,9 @@ fi
 
 sdp=$(med sd-pool-rate) rawp=$(med raw-pool-rate)
 sdc=$(med sd-cycle-rate) rawc=$(med raw-cycle-rate) sdb=$(med sd-burst-rate) rawb=$(med raw-burst-rate)
-PHASES="sd-pool raw-pool raw1-pool sd-paced raw-paced sd-cycle raw-cycle sd-burst raw-burst raw1-burst"
+PHASES="sd-pool raw-pool raw1-pool sd-paced raw-paced"
+for r in $RATES; do PHASES+=" sd-$r raw-$r"; done
+PHASES+=" sd-cycle raw-cycle sd-burst raw-burst raw1-burst"
 doubles=0
 for p in $PHASES; do doubles=$((doubles + $(sum $p-double))); done
 echo
@@ -298,6 +310,11 @@ echo "  $(med sd-burst-p99_ms) ms (allocations only), where a closed loop's late
 echo "  at $LOAD of the rate, serverdir's own time (from the request read to its answer queued,"
 echo "  serverdir_http_request_duration_seconds: without the wait for an HTTP thread to read it)"
 echo "  was under 5 ms for $(med sd-paced-sd_within_5ms)% of the allocations;"
+[ -z "$RATES" ] || echo "  p99 at fixed offered rates (pool of $POOL, releases per machine):"
+for r in $RATES; do
+    echo "    $r/s: $(med sd-$r-p99_ms) ms (raw Redis $(med raw-$r-p99_ms) ms; under 5 ms inside" \
+        "serverdir: $(med sd-$r-sd_within_5ms)%)"
+done
 echo "  0 double allocations: $doubles"
 if [ -n "$refill_line" ]; then
     echo "pool below buffer -> new instance ready (bigbrother + gameproc):" \
