@@ -13,7 +13,7 @@
 #      not wrap, and it.chaos, run with ASan's leak checks in stage 2): any error or
 #      definite leak fails the run;
 #   4. builds the libFuzzer targets (only them) with clang (build-fuzz/) and runs each for
-#      SD_FUZZ_SECONDS (default 6) over its seed corpus and kept regressions.
+#      SD_FUZZ_SECONDS (default 10) over its seed corpus and kept regressions.
 # SD_TEST_STAGES="plain asan" (any subset of plain asan valgrind fuzz) selects stages.
 # The ASan tree builds (nice 19) while the plain stage's tests run, the fuzz tree while
 # the ASan stage's do (logs: build-asan.bg.log, build-fuzz.bg.log).
@@ -25,13 +25,15 @@ sd_npm_tools
 stages=${SD_TEST_STAGES:-"plain asan valgrind fuzz"}
 # Tests at once: an integration test mostly waits (leases running out, processes starting,
 # timeouts), so the plain stage and valgrind's run the cores plus one (on 2 cores: plain
-# 383 -> 269 s, valgrind 317 -> 235 s; the whole suite 17 min 29 s -> 13 min 59 s). The ASan stage stays at one per core:
-# with 4 at once (2.5x the CPU each, and the fuzz tree building beside them), it.chaos saw
-# a bigbrother miss its lease renewals and it.bbctl a log rotation come late. The fuzzers
-# are CPU-bound: one per core. SD_TEST_JOBS overrides the plain and valgrind stages'.
+# 383 -> 269 s, valgrind 317 -> 235 s; the whole suite 17 min 29 s -> 13 min 59 s, and
+# the fuzzers got back their 10 s each with part of it). The ASan stage stays at one per
+# core: with 4 at once (2.5x the CPU each, and the fuzz tree building beside them), it.chaos
+# saw a bigbrother miss its lease renewals and it.bbctl a log rotation come late. The
+# fuzzers are CPU-bound: one per core. SD_TEST_JOBS overrides the plain and valgrind
+# stages'.
 cores=$(nproc)
 jobs=${SD_TEST_JOBS:-$((cores + 1))}
-fuzz_args=(-DSD_WERROR=ON -DSD_FUZZ=ON -DSD_FUZZ_SECONDS="${SD_FUZZ_SECONDS:-6}")
+fuzz_args=(-DSD_WERROR=ON -DSD_FUZZ=ON -DSD_FUZZ_SECONDS="${SD_FUZZ_SECONDS:-10}")
 
 # The ASan and fuzz trees are built in the background, at the lowest CPU priority, while
 # the stage before them runs its tests (which leave much of the CPU idle: they wait on
@@ -78,7 +80,7 @@ for stage in $stages; do
         (cd "$SD_ROOT/build" && H_VALGRIND=1 ctest --output-on-failure -j"$jobs" -L integration -LE novalgrind)
         ;;
     fuzz)
-        echo "== stage fuzz: libFuzzer targets, ${SD_FUZZ_SECONDS:-6} s each"
+        echo "== stage fuzz: libFuzzer targets, ${SD_FUZZ_SECONDS:-10} s each"
         bg_wait "$fuzz_bg" build-fuzz
         fuzz_bg=""
         CC=clang SD_BUILD_TARGETS=fuzz_targets sd_build build-fuzz "${fuzz_args[@]}"
