@@ -2,6 +2,10 @@
 #include "harness_rcluster.h"
 
 #include <arpa/inet.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
 #include <curl/curl.h>
 #include <dirent.h>
 #include <errno.h>
@@ -11,7 +15,6 @@
 #include <pthread.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -235,6 +238,15 @@ int h_valgrind(void)
 {
     const char *v = getenv("H_VALGRIND");
     return v && *v && strcmp(v, "0") != 0;
+}
+
+int h_ms(int ms)
+{
+    const char *v = getenv("H_TIME_SCALE");
+    long scale = v && *v ? strtol(v, NULL, 10) : 1;
+    if (scale < 1 || scale > 100)
+        scale = 1;
+    return (int)(ms * scale * (h_valgrind() ? 10 : h_sanitized() ? 3 : 1));
 }
 
 int h_sanitized(void)
@@ -610,60 +622,212 @@ redisReply *h_redis(h_redis_t *r, const char *fmt, ...)
     return rep;
 }
 
-/* On a cluster, fmt's reply from every live node, in node order: cb(reply, arg) each. */
-static void each_node(h_redis_t *r, const char *cmd, void (*cb)(redisReply *, void *), void *arg)
+/* A command on node (-1: r->ctl, following a MOVED); the caller frees the reply. */
+static redisReply *node_cmd(h_redis_t *r, int node, const char *fmt, const char *arg1,
+                            const char *arg2)
 {
-    h_rcluster_t *rc = r->cluster;
-    for (int i = 0; i < rc->n; i++) {
-        if (!rc->pid[i])
-            continue;
-        redisReply *rep = h_rc_node(rc, i, cmd);
-        cb(rep, arg);
-        if (rep)
-            freeReplyObject(rep);
-    }
+    return node < 0 ? h_redis(r, fmt, arg1, arg2) : h_rc_node(r->cluster, node, fmt, arg1, arg2);
 }
 
-static void add_int(redisReply *rep, void *arg)
+/* Records key with its value's digest and its time to live, both read on node (where the
+ * key lives: DEBUG is not redirected on a cluster); a key gone since the scan is not. */
+static void keys_add(h_redis_t *r, int node, h_keys_t *k, const char *key)
 {
-    long long *sum = arg;
-    if (*sum >= 0)
-        *sum = rep && rep->type == REDIS_REPLY_INTEGER ? *sum + rep->integer : -1;
-}
-
-long long h_redis_dbsize(h_redis_t *r)
-{
-    if (r->cluster) {
-        long long sum = 0;
-        each_node(r, "DBSIZE", add_int, &sum);
-        return sum;
+    /* the lost-machine sweep's lease: written by serverdir's timer, never by a request */
+    size_t len = strlen(key);
+    if (len >= 9 && strcmp(key + len - 9, "lostsweep") == 0)
+        return;
+    redisReply *rep = node_cmd(r, node, "DEBUG DIGEST-VALUE %s", key, NULL);
+    const char *sum = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 1 &&
+                              rep->element[0]->type == REDIS_REPLY_STATUS
+                          ? rep->element[0]->str
+                          : NULL;
+    if (!sum) {
+        fprintf(stderr, "h_keys_take: DEBUG DIGEST-VALUE %s failed: %s\n", key,
+                rep && rep->type == REDIS_REPLY_ERROR ? rep->str : "no reply");
+        abort();
     }
-    redisReply *rep = h_redis(r, "DBSIZE");
-    long long n = rep && rep->type == REDIS_REPLY_INTEGER ? rep->integer : -1;
-    if (rep)
+    if (strspn(sum, "0") == strlen(sum)) { /* gone (expired) since the scan */
         freeReplyObject(rep);
-    return n;
-}
-
-static void cat_digest(redisReply *rep, void *arg)
-{
-    char *out = arg;
-    size_t n = strlen(out);
-    /* 12 hex digits of each node's digest: 3 primaries fit in 64 bytes */
-    snprintf(out + n, 64 - n, "%.12s.", rep && rep->type == REDIS_REPLY_STATUS ? rep->str : "?");
-}
-
-void h_redis_digest(h_redis_t *r, char out[64])
-{
-    if (r->cluster) { /* every node's keyspace */
-        out[0] = '\0';
-        each_node(r, "DEBUG DIGEST", cat_digest, out);
         return;
     }
-    redisReply *rep = h_redis(r, "DEBUG DIGEST");
-    snprintf(out, 64, "%s", rep && rep->type == REDIS_REPLY_STATUS ? rep->str : "?");
+    if (k->n == k->cap) {
+        k->cap = k->cap ? 2 * k->cap : 64;
+        k->key = realloc(k->key, k->cap * sizeof *k->key);
+        k->sum = realloc(k->sum, k->cap * sizeof *k->sum);
+        k->pttl = realloc(k->pttl, k->cap * sizeof *k->pttl);
+        if (!k->key || !k->sum || !k->pttl)
+            abort();
+    }
+    k->key[k->n] = strdup(key);
+    snprintf(k->sum[k->n], sizeof k->sum[k->n], "%s", sum);
+    freeReplyObject(rep);
+    rep = node_cmd(r, node, "PTTL %s", key, NULL);
+    k->pttl[k->n] = rep && rep->type == REDIS_REPLY_INTEGER && rep->integer >= 0 ? rep->integer : -1;
     if (rep)
         freeReplyObject(rep);
+    k->n++;
+}
+
+/* Every key matching pattern on one node (node < 0: r->ctl), SCAN to the end. */
+static void keys_scan(h_redis_t *r, int node, const char *pattern, h_keys_t *k)
+{
+    char cursor[32] = "0";
+    do {
+        redisReply *rep = node_cmd(r, node, "SCAN %s MATCH %s COUNT 1000", cursor, pattern);
+        if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2) {
+            fprintf(stderr, "h_keys_take: SCAN failed: %s\n",
+                    rep && rep->type == REDIS_REPLY_ERROR ? rep->str : "no reply");
+            abort();
+        }
+        snprintf(cursor, sizeof cursor, "%s", rep->element[0]->str);
+        for (size_t i = 0; i < rep->element[1]->elements; i++)
+            keys_add(r, node, k, rep->element[1]->element[i]->str);
+        freeReplyObject(rep);
+    } while (strcmp(cursor, "0") != 0);
+}
+
+/* Whether cluster node i is a primary now (ROLE). */
+static int node_is_primary(h_redis_t *r, int i)
+{
+    redisReply *rep = h_rc_node(r->cluster, i, "ROLE");
+    int yes = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements > 0 &&
+              rep->element[0]->type == REDIS_REPLY_STRING && strcmp(rep->element[0]->str, "master") == 0;
+    if (rep)
+        freeReplyObject(rep);
+    return yes;
+}
+
+static int cmp_key_at(const void *a, const void *b, void *arg)
+{
+    const h_keys_t *k = arg;
+    return strcmp(k->key[*(const size_t *)a], k->key[*(const size_t *)b]);
+}
+
+size_t h_keys_take(h_redis_t *r, h_keys_t *k, ...)
+{
+    memset(k, 0, sizeof *k);
+    k->t0 = h_now_ms();
+    va_list ap;
+    va_start(ap, k);
+    for (const char *pat; (pat = va_arg(ap, const char *));) {
+        if (!r->cluster) {
+            keys_scan(r, -1, pat, k);
+            continue;
+        }
+        h_rcluster_t *rc = r->cluster;
+        for (int i = 0; i < rc->n; i++)
+            if (rc->pid[i] && node_is_primary(r, i))
+                keys_scan(r, i, pat, k);
+    }
+    va_end(ap);
+    /* sorted by name, each once (two patterns may both match it) */
+    size_t *ix = malloc((k->n ? k->n : 1) * sizeof *ix);
+    char **key = malloc((k->n ? k->n : 1) * sizeof *key);
+    char(*sum)[41] = malloc((k->n ? k->n : 1) * sizeof *sum);
+    long long *pttl = malloc((k->n ? k->n : 1) * sizeof *pttl);
+    if (!ix || !key || !sum || !pttl)
+        abort();
+    for (size_t i = 0; i < k->n; i++)
+        ix[i] = i;
+    qsort_r(ix, k->n, sizeof *ix, cmp_key_at, k);
+    size_t w = 0;
+    for (size_t i = 0; i < k->n; i++) {
+        size_t j = ix[i];
+        if (w && strcmp(key[w - 1], k->key[j]) == 0) {
+            free(k->key[j]);
+            continue;
+        }
+        key[w] = k->key[j];
+        memcpy(sum[w], k->sum[j], sizeof sum[w]);
+        pttl[w] = k->pttl[j];
+        w++;
+    }
+    free(ix);
+    free(k->key);
+    free(k->sum);
+    free(k->pttl);
+    k->key = key, k->sum = sum, k->pttl = pttl;
+    k->n = k->cap = w;
+    k->t1 = h_now_ms();
+    return k->n;
+}
+
+static const char *keys_diff(const h_keys_t *a, const h_keys_t *b, int names_only)
+{
+    static _Thread_local char buf[1024];
+    size_t i = 0, j = 0, len = 0, shown = 0, more = 0;
+    buf[0] = '\0';
+    while (i < a->n || j < b->n) {
+        int c = i == a->n ? 1 : j == b->n ? -1 : strcmp(a->key[i], b->key[j]);
+        const char *what = NULL, *key = NULL;
+        if (c < 0) {
+            /* expired: its time to live, counted from when a began, had passed when b ended */
+            if (a->pttl[i] < 0 || a->t0 + a->pttl[i] > b->t1)
+                what = "removed", key = a->key[i];
+            i++;
+        } else if (c > 0) {
+            what = "added", key = b->key[j++];
+        } else {
+            if (!names_only && strcmp(a->sum[i], b->sum[j]) != 0)
+                what = "changed", key = a->key[i];
+            i++, j++;
+        }
+        if (!what)
+            continue;
+        if (shown < 6 && len < sizeof buf - 200) {
+            len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%s %.150s", shown ? "; " : "",
+                                    what, key);
+            shown++;
+        } else {
+            more++;
+        }
+    }
+    if (more)
+        snprintf(buf + len, sizeof buf - len, "; and %zu more", more);
+    return shown ? buf : NULL;
+}
+
+const char *h_keys_diff(const h_keys_t *a, const h_keys_t *b)
+{
+    return keys_diff(a, b, 0);
+}
+
+const char *h_keys_names_diff(const h_keys_t *a, const h_keys_t *b)
+{
+    return keys_diff(a, b, 1);
+}
+
+void h_keys_free(h_keys_t *k)
+{
+    for (size_t i = 0; i < k->n; i++)
+        free(k->key[i]);
+    free(k->key);
+    free(k->sum);
+    free(k->pttl);
+    memset(k, 0, sizeof *k);
+}
+
+static void keys_same(h_keys_t *before, h_keys_t *after, const char *what, int names_only)
+{
+    const char *d = keys_diff(before, after, names_only);
+    char msg[1200];
+    if (d)
+        snprintf(msg, sizeof msg, "%s changed Redis: %s", what, d);
+    h_keys_free(before);
+    h_keys_free(after);
+    if (d)
+        fail_msg("%s", msg);
+}
+
+void h_keys_same(h_keys_t *before, h_keys_t *after, const char *what)
+{
+    keys_same(before, after, what, 0);
+}
+
+void h_keys_same_names(h_keys_t *before, h_keys_t *after, const char *what)
+{
+    keys_same(before, after, what, 1);
 }
 
 /* ---------- serverdir ---------- */

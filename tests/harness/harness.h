@@ -40,6 +40,11 @@ int h_valgrind(void);
 /* Nonzero in the sanitizer build (ASan+UBSan: the daemons the tests start are that
  * build's too, several times slower at bulk work). */
 int h_sanitized(void);
+/* A bound on how long a daemon may take to answer, for timeouts given to clients (libsdclient,
+ * sdctl): ms on the plain build, 3 times it under the sanitizers, 10 times under valgrind,
+ * and times H_TIME_SCALE (a whole number, default 1) on a machine known to be slow. A
+ * bound, not a pace: a test never waits it out unless the daemon is stuck. */
+int h_ms(int ms);
 
 /* Spawns argv[0] (a path) in its own process group with stdout+stderr to logpath. */
 pid_t h_spawn(const char *const *argv, const char *logpath, const char *const *envp_extra);
@@ -87,10 +92,44 @@ const char *h_lock_key(const char *name);
 const char *h_master_key(const char *prefix, const char *name);
 /* Runs a command on r->ctl (reconnecting if needed); caller frees the reply. */
 redisReply *h_redis(h_redis_t *r, const char *fmt, ...);
-/* DBSIZE, and a digest of the whole keyspace (DEBUG DIGEST) to prove "nothing changed";
- * on a cluster, of every node. */
-long long h_redis_dbsize(h_redis_t *r);
-void h_redis_digest(h_redis_t *r, char out[64]);
+/* "Changed nothing" checks compare the keys a request could have written, never the whole
+ * keyspace at two instants: timers in serverdir (the lost-machine sweep and its lease,
+ * the allocation sweep) and keys expiring from earlier tests write on their own, and on a
+ * slow machine (valgrind, a busy CI) they land between any two snapshots.
+ *
+ * h_keys_take records every key that matches one of the NULL-terminated glob patterns
+ * (SCAN MATCH; on a cluster, on every node), each with the digest of its value (DEBUG
+ * DIGEST-VALUE: type and content, not the expiry), sorted by name. A pattern names what
+ * the request's route and body may touch, e.g. "sd:{cx}:*" for cluster cx, or one lock's
+ * record. Keys only serverdir's timers write (the lost-machine sweep's lease) are left
+ * out. Returns the number of keys recorded. */
+typedef struct {
+    size_t n, cap;
+    char **key;
+    char (*sum)[41];
+    long long *pttl;      /* each key's time to live when taken, -1 for none */
+    int64_t t0, t1;       /* h_now_ms() when the snapshot began, and ended */
+} h_keys_t;
+size_t h_keys_take(h_redis_t *r, h_keys_t *k, ...) __attribute__((sentinel));
+/* NULL when a and b hold the same keys with the same values; otherwise what differs
+ * ("changed K; added K; removed K", the first few), in a per-thread buffer. A key of a
+ * that b lacks is not a difference when its time to live had run out by the end of b
+ * (Redis expired it: no request could have written that). */
+const char *h_keys_diff(const h_keys_t *a, const h_keys_t *b);
+/* The same, on key names only: no key added or removed (expiry aside), whatever their
+ * values. For claims such as "a refused name creates no key": background timers may
+ * still change the values of keys that exist. */
+const char *h_keys_names_diff(const h_keys_t *a, const h_keys_t *b);
+void h_keys_free(h_keys_t *k);
+/* Fails the test (cmocka's fail_msg) naming what differs, and frees both. what: the
+ * request or case, for the message. */
+void h_keys_same(h_keys_t *before, h_keys_t *after, const char *what);
+void h_keys_same_names(h_keys_t *before, h_keys_t *after, const char *what);
+/* Patterns for h_keys_take: a cluster's keys (with the list of clusters), and every lock's
+ * and blob's keys (records, #q lists, holder sets). */
+#define H_KEYS_CLUSTER(c) "sd:{" c "}:*", "sd:clusters"
+#define H_KEYS_LOCKS "sd:lock:*", "sd:blob:*"
+#define H_KEYS_MASTER "sd:master:*", "sd:{master}:*"
 
 typedef struct {
     pid_t pid;
@@ -114,9 +153,9 @@ void h_serverdir_stop(h_serverdir_t *s);
  * for /healthz. 0, or -1 when it does not answer in time. */
 int h_serverdir_restart(h_serverdir_t *s, const char *redis_url);
 /* The config file of a serverdir started without one: the ready-vs-desired sampler off
- * (directory.series_interval_ms 0). It writes on a timer, and the tests' "nothing
- * changed" checks compare the whole keyspace (h_redis_digest); h_sd_start turns it off
- * in a test's config too unless the config sets it (it.series, it.dashboard). */
+ * (directory.series_interval_ms 0). It writes on a timer, into the keys of the clusters
+ * the "nothing changed" checks look at (h_keys_take); h_sd_start turns it off in a test's
+ * config too unless the config sets it (it.series, it.dashboard). */
 const char *h_sd_default_config(void);
 
 /* Raw TCP for tests that write requests byte by byte: a connection to 127.0.0.1:port

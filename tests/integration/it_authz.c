@@ -279,20 +279,37 @@ static long ask(const char *method, const char *path, const char *token, const c
 
 static int bound_failures;
 
+/* What a request on path could write: its cluster's keys, or else the lock table's and
+ * the master list's. */
+static void take_scope(const char *path, h_keys_t *k)
+{
+    char name[130], pat[160];
+    if (sscanf(path, "/v1/clusters/%128[^/?]", name) == 1) {
+        snprintf(pat, sizeof pat, "sd:{%s}:*", name);
+        h_keys_take(&redis, k, pat, "sd:clusters", NULL);
+    } else {
+        h_keys_take(&redis, k, H_KEYS_LOCKS, H_KEYS_MASTER, NULL);
+    }
+}
+
 /* Acting for another: 403 forbidden naming the binding, and Redis unchanged. */
 static void for_other(const char *what, const char *method, const char *path, const char *token,
                       const char *ctype, const char *body, const char *hdr)
 {
-    char before[64], after[64], msg[1024];
-    h_redis_digest(&redis, before);
+    char msg[1024];
+    h_keys_t before, after;
+    take_scope(path, &before);
     long st = ask(method, path, token, ctype, body, hdr, msg, sizeof msg);
-    h_redis_digest(&redis, after);
+    take_scope(path, &after);
+    const char *changed = h_keys_diff(&before, &after);
     if (st != 403 || !strstr(msg, "\"forbidden\"") || !strstr(msg, "this token is bound to") ||
-        strcmp(before, after)) {
-        printf("BOUND %s: %s %s -> %ld %s%s\n", what, method, path, st, msg,
-               strcmp(before, after) ? " (Redis changed)" : "");
+        changed) {
+        printf("BOUND %s: %s %s -> %ld %s%s%s\n", what, method, path, st, msg,
+               changed ? " (Redis changed: " : "", changed ? changed : "");
         bound_failures++;
     }
+    h_keys_free(&before);
+    h_keys_free(&after);
 }
 
 /* Acting for itself: past the binding (any answer but 401/403). *st gets the status. */
@@ -477,21 +494,26 @@ static void bound_game_tokens_act_for_their_holders(void **state)
     for_other("release as lobby-1", "DELETE", path, H_TOK_GAME_ZONE, NULL, NULL, hdr);
     /* A save with lobby-1's leaked grant: the prefix is checked in the save's script. */
     {
-        char before[64], after[64], url[400];
+        char url[400];
+        h_keys_t before, after;
         snprintf(url, sizeof url, "%s/v1/blobs/bk2", sd.url);
         snprintf(seqh, sizeof seqh, "Lock-Seq: %lld", lseq);
         const char *hs[] = {seqh, hdr, "Blob-Seq: 1", NULL};
         h_resp_t r;
-        h_redis_digest(&redis, before);
+        h_keys_take(&redis, &before, H_KEYS_LOCKS, NULL);
         assert_int_equal(h_http("PUT", url, H_TOK_GAME_ZONE, "application/octet-stream", "x", 1,
                                 hs, &r),
                          0);
-        h_redis_digest(&redis, after);
+        h_keys_take(&redis, &after, H_KEYS_LOCKS, NULL);
+        const char *changed = h_keys_diff(&before, &after);
         if (r.status != 403 || !strstr(r.body, "bound to holders starting with 'zone-'") ||
-            strcmp(before, after)) {
-            printf("BOUND save with lobby-1's grant -> %ld %s\n", r.status, r.body);
+            changed) {
+            printf("BOUND save with lobby-1's grant -> %ld %s %s\n", r.status, r.body,
+                   changed ? changed : "");
             bound_failures++;
         }
+        h_keys_free(&before);
+        h_keys_free(&after);
         h_resp_free(&r);
         snprintf(url, sizeof url, "%s/v1/blobs/bk1", sd.url);
         snprintf(seqh, sizeof seqh, "Lock-Seq: %lld", zseq);

@@ -62,8 +62,8 @@ static long put_raw(const char *key, const char *h1, const char *h2, const void 
 static void put_refused(const char *key, const char *h1, const char *h2, const void *data,
                         size_t len, const char *token, long status, const char *code)
 {
-    char before[64], after[64];
-    h_redis_digest(&redis, before);
+    h_keys_t before, after;
+    h_keys_take(&redis, &before, H_KEYS_LOCKS, NULL);
     h_resp_t r;
     long got = put_raw(key, h1, h2, data, len, token, &r);
     if (got != status || strcmp(h_err_code(&r), code))
@@ -71,13 +71,13 @@ static void put_refused(const char *key, const char *h1, const char *h2, const v
     assert_int_equal(got, status);
     assert_string_equal(h_err_code(&r), code);
     h_resp_free(&r);
-    h_redis_digest(&redis, after);
-    assert_string_equal(before, after);
+    h_keys_take(&redis, &after, H_KEYS_LOCKS, NULL);
+    h_keys_same(&before, &after, __func__);
 }
 
 static void save_and_read_bytes(void **state)
 {
-    sdc_t *c = sdc_new(sd.url, H_TOK_GAME, 5000);
+    sdc_t *c = sdc_new(sd.url, H_TOK_GAME, h_ms(5000));
     sdc_lock_t s = lock(c, "b-rw", "A");
     sdc_err_t err;
     void *data;
@@ -124,7 +124,7 @@ static void save_and_read_bytes(void **state)
 
 static void stale_and_fenced_saves_change_nothing(void **state)
 {
-    sdc_t *c = sdc_new(sd.url, H_TOK_GAME, 5000);
+    sdc_t *c = sdc_new(sd.url, H_TOK_GAME, h_ms(5000));
     sdc_lock_t s = lock(c, "b-fence", "A");
     token_header(cur_tok, sizeof cur_tok, &s);
     sdc_err_t err;
@@ -141,16 +141,16 @@ static void stale_and_fenced_saves_change_nothing(void **state)
     /* A reader naming a wrong lock_seq is fenced too, and stamps nothing. */
     char url[256];
     snprintf(url, sizeof url, "%s/v1/blobs/b-fence", sd.url);
-    char before[64], after[64];
-    h_redis_digest(&redis, before);
+    h_keys_t before, after;
+    h_keys_take(&redis, &before, H_KEYS_LOCKS, NULL);
     h_resp_t r;
     const char *hdr[] = {ls, cur_tok, NULL};
     assert_int_equal(h_http("GET", url, H_TOK_GAME, NULL, NULL, 0, hdr, &r), 0);
     assert_int_equal(r.status, 409);
     assert_string_equal(h_err_code(&r), "fenced");
     h_resp_free(&r);
-    h_redis_digest(&redis, after);
-    assert_string_equal(before, after);
+    h_keys_take(&redis, &after, H_KEYS_LOCKS, NULL);
+    h_keys_same(&before, &after, __func__);
 
     /* Released: nobody holds the lock, every save is fenced. */
     assert_int_equal(sdc_lock_release(c, &s, "A", &err), SDC_OK);
@@ -169,7 +169,7 @@ static void stale_and_fenced_saves_change_nothing(void **state)
 
 static void bad_headers_keys_and_sizes(void **state)
 {
-    sdc_t *c = sdc_new(sd.url, H_TOK_GAME, 5000);
+    sdc_t *c = sdc_new(sd.url, H_TOK_GAME, h_ms(5000));
     sdc_lock_t s = lock(c, "b-bad", "A");
     sdc_err_t err;
     assert_int_equal(sdc_blob_put(c, &s, 1, "one", 3, &err), SDC_OK);
@@ -251,9 +251,9 @@ static void bad_headers_keys_and_sizes(void **state)
 /* The fencing story: two game servers and an operator. */
 static void fencing_story_two_servers(void **state)
 {
-    sdc_t *a = sdc_new(sd.url, H_TOK_GAME, 5000);
-    sdc_t *b = sdc_new(sd.url, H_TOK_GAME, 5000);
-    sdc_t *ops = sdc_new(sd.url, H_TOK_OPS, 5000);
+    sdc_t *a = sdc_new(sd.url, H_TOK_GAME, h_ms(5000));
+    sdc_t *b = sdc_new(sd.url, H_TOK_GAME, h_ms(5000));
+    sdc_t *ops = sdc_new(sd.url, H_TOK_OPS, h_ms(5000));
     sdc_err_t err;
     void *data;
     size_t len;
@@ -288,8 +288,8 @@ static void fencing_story_two_servers(void **state)
     assert_int_equal(sdc_blob_put(b, &sb, 3, "B:level3", 8, &err), SDC_OK);
 
     /* A wakes up with old data in memory: every save is refused, whatever Blob-Seq. */
-    char before[64], after[64];
-    h_redis_digest(&redis, before);
+    h_keys_t before, after;
+    h_keys_take(&redis, &before, H_KEYS_LOCKS, NULL);
     assert_int_equal(sdc_blob_put(a, &sa, 3, "A:stale3", 8, &err), SDC_E_HTTP);
     assert_string_equal(err.code, "fenced");
     sdc_err_clear(&err);
@@ -302,8 +302,8 @@ static void fencing_story_two_servers(void **state)
     assert_int_equal(sdc_lock_renew(a, &sa, "server-A", 1000, NULL, &err), SDC_E_HTTP);
     assert_string_equal(err.code, "not_holder");
     sdc_err_clear(&err);
-    h_redis_digest(&redis, after);
-    assert_string_equal(before, after);
+    h_keys_take(&redis, &after, H_KEYS_LOCKS, NULL);
+    h_keys_same(&before, &after, __func__);
 
     /* B's data is intact. */
     assert_int_equal(sdc_blob_get(ops, "player-42", NULL, &data, &len, &bseq, &err), SDC_OK);
@@ -347,9 +347,9 @@ static long raw(const char *method, const char *path, const char *token, const c
  * makes its save pass: only the new holder's secret lock_token would. */
 static void stale_holder_retrying_with_numbers_it_can_read_is_fenced(void **state)
 {
-    sdc_t *a = sdc_new(sd.url, H_TOK_GAME, 5000);
-    sdc_t *b = sdc_new(sd.url, H_TOK_GAME, 5000);
-    sdc_t *ops = sdc_new(sd.url, H_TOK_OPS, 5000);
+    sdc_t *a = sdc_new(sd.url, H_TOK_GAME, h_ms(5000));
+    sdc_t *b = sdc_new(sd.url, H_TOK_GAME, h_ms(5000));
+    sdc_t *ops = sdc_new(sd.url, H_TOK_OPS, h_ms(5000));
     sdc_err_t err;
     sdc_lock_t la = lock(a, "p-retry", "server-A");
     assert_int_equal(sdc_blob_put(a, &la, 1, "A:1", 3, &err), SDC_OK);
@@ -358,8 +358,8 @@ static void stale_holder_retrying_with_numbers_it_can_read_is_fenced(void **stat
     assert_int_equal(sdc_blob_put(b, &lb, 2, "B:2", 3, &err), SDC_OK);
     assert_string_not_equal(la.lock_token, lb.lock_token);
 
-    char before[64], after[64];
-    h_redis_digest(&redis, before);
+    h_keys_t before, after;
+    h_keys_take(&redis, &before, H_KEYS_LOCKS, NULL);
     /* A's save: 409 fenced that says nothing of the current grant. */
     assert_int_equal(sdc_blob_put(a, &la, 3, "A:3", 3, &err), SDC_E_HTTP);
     assert_int_equal(err.status, 409);
@@ -396,8 +396,8 @@ static void stale_holder_retrying_with_numbers_it_can_read_is_fenced(void **stat
     snprintf(ls, sizeof ls, "Lock-Seq: %lld", (long long)li.lock_seq);
     cur_tok[0] = '\0';
     put_refused("p-retry", ls, "Blob-Seq: 9", "A:y", 3, H_TOK_GAME, 400, "missing_lock_token");
-    h_redis_digest(&redis, after);
-    assert_string_equal(before, after);
+    h_keys_take(&redis, &after, H_KEYS_LOCKS, NULL);
+    h_keys_same(&before, &after, __func__);
 
     /* B's save and data stand. */
     void *data;
@@ -417,8 +417,8 @@ static void stale_holder_retrying_with_numbers_it_can_read_is_fenced(void **stat
  * not hold and guesses tokens: it can neither save, renew, release nor read as holder. */
 static void another_game_token_cannot_act_for_the_holder(void **state)
 {
-    sdc_t *owner = sdc_new(sd.url, H_TOK_GAME, 5000);
-    sdc_t *other = sdc_new(sd.url, H_TOK_GAME2, 5000);
+    sdc_t *owner = sdc_new(sd.url, H_TOK_GAME, h_ms(5000));
+    sdc_t *other = sdc_new(sd.url, H_TOK_GAME2, h_ms(5000));
     sdc_err_t err;
     sdc_lock_t l = lock(owner, "p-other", "zone-1");
     assert_int_equal(sdc_blob_put(owner, &l, 1, "mine", 4, &err), SDC_OK);
@@ -432,8 +432,8 @@ static void another_game_token_cannot_act_for_the_holder(void **state)
     sdc_lock_t guess = {.key = "p-other", .lock_seq = strtoll(seqv, NULL, 10)};
     assert_int_equal(guess.lock_seq, l.lock_seq);
 
-    char before[64], after[64];
-    h_redis_digest(&redis, before);
+    h_keys_t before, after;
+    h_keys_take(&redis, &before, H_KEYS_LOCKS, NULL);
     const char *tries[] = {"00000000000000000000000000000000", "ffffffffffffffffffffffffffffffff",
                            NULL};
     char flipped[33];
@@ -460,8 +460,8 @@ static void another_game_token_cannot_act_for_the_holder(void **state)
         assert_string_equal(err.code, "fenced");
         sdc_err_clear(&err);
     }
-    h_redis_digest(&redis, after);
-    assert_string_equal(before, after);
+    h_keys_take(&redis, &after, H_KEYS_LOCKS, NULL);
+    h_keys_same(&before, &after, __func__);
     /* The holder's grant still works. */
     assert_int_equal(sdc_lock_renew(owner, &l, "zone-1", 0, NULL, &err), SDC_OK);
     assert_int_equal(sdc_blob_put(owner, &l, 2, "mine2", 5, &err), SDC_OK);
@@ -474,8 +474,8 @@ static void another_game_token_cannot_act_for_the_holder(void **state)
  * cannot push it near 2^53 and lock the holder out); ops can delete a blob to repair it. */
 static void blob_seq_jump_refused_and_ops_delete_repairs(void **state)
 {
-    sdc_t *c = sdc_new(sd.url, H_TOK_GAME, 5000);
-    sdc_t *ops = sdc_new(sd.url, H_TOK_OPS, 5000);
+    sdc_t *c = sdc_new(sd.url, H_TOK_GAME, h_ms(5000));
+    sdc_t *ops = sdc_new(sd.url, H_TOK_OPS, h_ms(5000));
     sdc_err_t err;
     sdc_lock_t l = lock(c, "p-jump", "A");
     assert_int_equal(sdc_blob_put(c, &l, 5, "five", 4, &err), SDC_OK);
@@ -497,8 +497,8 @@ static void blob_seq_jump_refused_and_ops_delete_repairs(void **state)
     assert_int_equal(sdc_blob_put(c, &l, 5 + 4294967296LL, "step", 4, &err), SDC_OK);
 
     /* Only ops may delete. */
-    char before[64], after[64];
-    h_redis_digest(&redis, before);
+    h_keys_t before, after;
+    h_keys_take(&redis, &before, H_KEYS_LOCKS, NULL);
     assert_int_equal(raw("DELETE", "/v1/blobs/p-jump", H_TOK_GAME, NULL, &r), 403);
     h_resp_free(&r);
     assert_int_equal(raw("DELETE", "/v1/blobs/p-jump", H_TOK_VIEWER, NULL, &r), 403);
@@ -506,8 +506,8 @@ static void blob_seq_jump_refused_and_ops_delete_repairs(void **state)
     assert_int_equal(raw("DELETE", "/v1/blobs/p-none", H_TOK_OPS, NULL, &r), 404);
     assert_string_equal(h_err_code(&r), "no_blob");
     h_resp_free(&r);
-    h_redis_digest(&redis, after);
-    assert_string_equal(before, after);
+    h_keys_take(&redis, &after, H_KEYS_LOCKS, NULL);
+    h_keys_same(&before, &after, __func__);
     json_t *ans = NULL;
     assert_int_equal(sdc_blob_delete(ops, "p-none", &ans, &err), SDC_E_HTTP);
     assert_string_equal(err.code, "no_blob");
@@ -541,7 +541,7 @@ static void blob_seq_jump_refused_and_ops_delete_repairs(void **state)
  * record, the listings, a blob read, an error, or serverdir's log. */
 static void lock_token_is_shown_to_nobody_else(void **state)
 {
-    sdc_t *c = sdc_new(sd.url, H_TOK_GAME, 5000);
+    sdc_t *c = sdc_new(sd.url, H_TOK_GAME, h_ms(5000));
     sdc_err_t err;
     sdc_lock_t l = lock(c, "p-secret", "holder-S");
     assert_int_equal(strlen(l.lock_token), 32);

@@ -208,15 +208,14 @@ static void event_batch_applied_then_retried_as_duplicates(void **state)
     assert_int_equal(jint(j, "accepted"), 3);
     assert_int_equal(jint(j, "duplicates"), 0);
     json_decref(j);
-    char before[64], after[64];
-    h_redis_digest(&redis, before);
-    assert_string_not_equal(before, "?");
+    h_keys_t before, after;
+    assert_true(h_keys_take(&redis, &before, "sd:{ce}:*", "sd:clusters", NULL) > 0);
     j = post_events("ce", CONTRACT_BATCH);
     assert_int_equal(jint(j, "accepted"), 0);
     assert_int_equal(jint(j, "duplicates"), 3);
     json_decref(j);
-    h_redis_digest(&redis, after);
-    assert_string_equal(before, after);
+    h_keys_take(&redis, &after, "sd:{ce}:*", "sd:clusters", NULL);
+    h_keys_same(&before, &after, "the batch again");
 
     j = get_json(H_TOK_VIEWER, "/v1/clusters/ce/processes/zone-m1-7f3a9c-3", 200);
     assert_string_equal(jstr(j, "state"), "stopped");
@@ -627,9 +626,11 @@ static void bad_input_is_rejected_and_changes_nothing(void **state)
         {"DELETE", "/v1/clusters/cx/machines/-m", NULL, NULL, 400, "bad_name", "machine name"},
         {"GET", "/v1/clusters/cx/processes/a..b", NULL, NULL, 400, "bad_name", "instance name"},
     };
-    char before[64], after[64];
-    h_redis_digest(&redis, before);
-    assert_string_not_equal(before, "?");
+    /* what these routes could write: cluster cx's keys, the cluster list, and a cluster
+     * named by a bad path */
+#define CX_SCOPE "sd:{cx}:*", "sd:clusters", "sd:{bad*", "sd:{..x}*"
+    h_keys_t before, after;
+    assert_true(h_keys_take(&redis, &before, CX_SCOPE, NULL) > 0);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const struct bad_case *c = &cases[i];
         char url[256];
@@ -646,12 +647,49 @@ static void bad_input_is_rejected_and_changes_nothing(void **state)
                      r.status, r.body ? r.body : "", c->status, c->code, c->msg);
         json_decref(j);
         h_resp_free(&r);
-        h_redis_digest(&redis, after);
-        if (strcmp(before, after))
-            fail_msg("case %zu (%s %s) changed Redis", i, c->method, c->path);
+        h_keys_take(&redis, &after, CX_SCOPE, NULL);
+        const char *d = h_keys_diff(&before, &after);
+        if (d)
+            fail_msg("case %zu (%s %s) changed Redis: %s", i, c->method, c->path, d);
+        h_keys_free(&after);
     }
+    h_keys_free(&before);
+#undef CX_SCOPE
     free(many);
     free(huge);
+}
+
+/* The "changed nothing" check itself: it sees a write inside its scope (a changed value,
+ * an added key, a deleted one), not one outside it, and not a key that Redis expired. */
+static void keys_check_sees_writes_and_allows_expiry(void **state)
+{
+    (void)state;
+    h_keys_t a, b;
+    freeReplyObject(h_redis(&redis, "HSET sd:{ck}:proc:i1 state ready"));
+    freeReplyObject(h_redis(&redis, "SET sd:{ck}:evid:soon 1 PX 50"));
+    assert_int_equal(h_keys_take(&redis, &a, "sd:{ck}:*", NULL), 2);
+    freeReplyObject(h_redis(&redis, "SET sd:{other}:x 1"));
+    h_sleep_ms(120);
+    h_keys_take(&redis, &b, "sd:{ck}:*", NULL);
+    assert_null(h_keys_diff(&a, &b));
+    h_keys_free(&b);
+    freeReplyObject(h_redis(&redis, "HSET sd:{ck}:proc:i1 state stopped"));
+    freeReplyObject(h_redis(&redis, "SET sd:{ck}:new 1"));
+    h_keys_take(&redis, &b, "sd:{ck}:*", NULL);
+    const char *d = h_keys_diff(&a, &b);
+    assert_non_null(d);
+    assert_non_null(strstr(d, "changed sd:{ck}:proc:i1"));
+    assert_non_null(strstr(d, "added sd:{ck}:new"));
+    const char *nd = h_keys_names_diff(&a, &b); /* the same buffer as d: d is read */
+    assert_non_null(nd);
+    assert_null(strstr(nd, "proc:i1"));
+    h_keys_free(&b);
+    freeReplyObject(h_redis(&redis, "DEL sd:{ck}:proc:i1 sd:{ck}:new"));
+    freeReplyObject(h_redis(&redis, "DEL sd:{other}:x"));
+    h_keys_take(&redis, &b, "sd:{ck}:*", NULL);
+    assert_non_null(strstr(h_keys_diff(&a, &b), "removed sd:{ck}:proc:i1"));
+    h_keys_free(&a);
+    h_keys_free(&b);
 }
 
 /* ---------------------------------------------------------------- auth */
@@ -660,8 +698,8 @@ static void auth_roles(void **state)
 {
     const char *ev = "{\"events\":[{\"id\":\"a1\",\"type\":\"started\",\"instance\":\"i1\","
                      "\"machine\":\"m1\",\"service\":\"zone\",\"pid\":1}]}";
-    char before[64], after[64];
-    h_redis_digest(&redis, before);
+    h_keys_t before, after;
+    h_keys_take(&redis, &before, "sd:{ca}:*", "sd:clusters", NULL);
     h_resp_t r;
     assert_int_equal(req("POST", NULL, ev, &r, "/v1/clusters/ca/events"), 401);
     assert_string_equal(h_err_code(&r), "unauthorized");
@@ -680,8 +718,8 @@ static void auth_roles(void **state)
     h_resp_free(&r);
     assert_int_equal(req("DELETE", H_TOK_VIEWER, NULL, &r, "/v1/clusters/ca/machines/m1"), 403);
     h_resp_free(&r);
-    h_redis_digest(&redis, after);
-    assert_string_equal(before, after);
+    h_keys_take(&redis, &after, "sd:{ca}:*", "sd:clusters", NULL);
+    h_keys_same(&before, &after, "refused requests");
 
     assert_int_equal(req("POST", H_TOK_BB, ev, &r, "/v1/clusters/ca/events"), 200);
     h_resp_free(&r);
@@ -806,7 +844,7 @@ static void sdclient_typed_calls_and_failover(void **state)
     snprintf(urls, sizeof urls, "http://127.0.0.1:%d,%s", h_free_port(), sd.url);
     /* The URL list is shuffled per client: several clients cover both orders. */
     for (int round = 0; round < 6; round++) {
-        sdc_t *c = sdc_new(urls, H_TOK_OPS, 3000);
+        sdc_t *c = sdc_new(urls, H_TOK_OPS, h_ms(3000));
         assert_non_null(c);
         sdc_err_t err = {0};
         json_t *labels = json_pack("{s:s}", "zone", "eu");
@@ -916,39 +954,37 @@ static void slowlog_begin(const char *key)
     freeReplyObject(h_redis(&redis, "CONFIG RESETSTAT"));
 }
 
+/* No script call grows with the total: the mean time Redis spent in one (INFO
+ * commandstats, every script run since slowlog_begin) stays under a bound that a call
+ * walking the whole cluster (40-450 ms at these sizes) is far above. The mean, not the
+ * slowest call: on a busy machine any command can be preempted for tens of milliseconds
+ * (the SLOWLOG shows them, for the reader). */
 static void slowlog_check(void)
 {
-    /* the scripts run (EVALSHA and the like; the commands inside a script count in
-     * commandstats too, and are not what SLOWLOG times) */
     redisReply *info = h_redis(&redis, "INFO commandstats");
-    long long calls = 0;
+    long long calls = 0, usec = 0;
     for (const char *p = info->str; (p = strstr(p, "cmdstat_eval")) != NULL; p++) {
-        const char *c = strstr(p, "calls=");
-        if (c)
+        const char *c = strstr(p, "calls="), *u = strstr(p, "usec=");
+        if (c && u) {
             calls += atoll(c + 6);
+            usec += atoll(u + 5);
+        }
     }
     freeReplyObject(info);
     redisReply *r = h_redis(&redis, "SLOWLOG GET 1024");
-    long long worst = 0;
-    for (size_t i = 0; i < r->elements; i++) {
+    for (size_t i = 0; i < r->elements && i < 5; i++) {
         redisReply *e = r->element[i];
-        if (e->element[2]->integer > worst)
-            worst = e->element[2]->integer;
-        if (i < 5) {
-            fprintf(stderr, "slow: %lld us:", e->element[2]->integer);
-            for (size_t k = 0; k < e->element[3]->elements && k < 10; k++)
-                fprintf(stderr, " %.40s", e->element[3]->element[k]->str);
-            fprintf(stderr, "\n");
-        }
+        fprintf(stderr, "slow: %lld us:", e->element[2]->integer);
+        for (size_t k = 0; k < e->element[3]->elements && k < 10; k++)
+            fprintf(stderr, " %.40s", e->element[3]->element[k]->str);
+        fprintf(stderr, "\n");
     }
-    fprintf(stderr, "slowlog: %zu commands over 5 ms (%lld scripts run), worst %lld us\n", r->elements,
-            calls, worst);
-    assert_true((long long)r->elements <= calls / (h_valgrind() ? 10 : 50) + 1);
-    /* under valgrind the daemons' work keeps both cores busy and Redis waits for one
-     * longer (a 32 ms preemption seen once): the bar for a command that grows with the
-     * total stays far below that (40-450 ms a call) */
-    assert_true(worst < (h_valgrind() ? 60000 : 25000));
+    long long mean = calls ? usec / calls : 0;
+    fprintf(stderr, "scripts: %lld calls, %lld us in Redis, %lld us a call; %zu commands over 5 ms\n",
+            calls, usec, mean, r->elements);
     freeReplyObject(r);
+    assert_true(calls > 0);
+    assert_true(mean < 8000);
     freeReplyObject(h_redis(&redis, "CONFIG SET slowlog-log-slower-than 10000"));
 }
 
@@ -1207,7 +1243,7 @@ static void machines_and_services_are_paged(void **state)
     assert_string_equal(prev, "z-last");
     slowlog_check();
 
-    sdc_t *c = sdc_new(sd.url, H_TOK_VIEWER, 3000);
+    sdc_t *c = sdc_new(sd.url, H_TOK_VIEWER, h_ms(3000));
     sdc_err_t err;
     json_t *out = NULL;
     assert_int_equal(sdc_machines_list(c, "cpg", &out, &err), SDC_OK);
@@ -1381,7 +1417,7 @@ static void state_is_paged(void **state)
     walk_state("cst", 997, &w);        /* pages that end inside a part and cross into the next */
     assert_int_equal(w.services + w.machines + w.assignments, 30 + 2 * N + 4);
 
-    sdc_t *c = sdc_new(sd.url, H_TOK_VIEWER, 5000);
+    sdc_t *c = sdc_new(sd.url, H_TOK_VIEWER, h_ms(5000));
     sdc_err_t err;
     json_t *out = NULL;
     assert_int_equal(sdc_state_get(c, "cst", &out, &err), SDC_OK);
@@ -1565,6 +1601,7 @@ int main(void)
         cmocka_unit_test(batch_of_1000_accepted),
         cmocka_unit_test(concurrent_batches_answered_each_their_own),
         cmocka_unit_test(bad_input_is_rejected_and_changes_nothing),
+        cmocka_unit_test(keys_check_sees_writes_and_allows_expiry),
         cmocka_unit_test(auth_roles),
         cmocka_unit_test(token_file_reloaded_on_sighup),
         cmocka_unit_test(sdclient_typed_calls_and_failover),

@@ -75,7 +75,7 @@ static void *client_main(void *arg)
     client_t *c = arg;
     char holder[32];
     snprintf(holder, sizeof holder, "client-%d", c->id);
-    sdc_t *cl = sdc_new(c->url, H_TOK_GAME, 5000);
+    sdc_t *cl = sdc_new(c->url, H_TOK_GAME, h_ms(5000));
     unsigned seed = (unsigned)c->id * 7919u + 1;
     int64_t end = now_us() + RUN_MS * 1000LL;
     while (now_us() < end && c->nev + 8 < MAX_EV) {
@@ -144,7 +144,7 @@ static void *client_main(void *arg)
 static void *ops_main(void *arg)
 {
     int *forced = arg;
-    sdc_t *cl = sdc_new(sd.url, H_TOK_OPS, 5000);
+    sdc_t *cl = sdc_new(sd.url, H_TOK_OPS, h_ms(5000));
     unsigned seed = 4242;
     for (int i = 0; i < 100 && !stop_ops; i++) {
         h_sleep_ms(60);
@@ -259,7 +259,7 @@ static void race_checker(void **state)
                     assert_true(saves[i]->blob_seq < saves[j]->blob_seq);
         /* The stored blob is the last accepted save. */
         assert_true(ns > 0);
-        sdc_t *cl = sdc_new(sd.url, H_TOK_VIEWER, 5000);
+        sdc_t *cl = sdc_new(sd.url, H_TOK_VIEWER, h_ms(5000));
         void *data;
         size_t len;
         int64_t bseq;

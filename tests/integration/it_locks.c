@@ -173,8 +173,8 @@ static void release(const char *key, const char *holder, json_int_t seq)
 static void refused(const h_serverdir_t *s, const char *method, const char *token,
                     const char *body, const char *path, long status, const char *code)
 {
-    char before[64], after[64];
-    h_redis_digest(&redis, before);
+    h_keys_t before, after;
+    h_keys_take(&redis, &before, H_KEYS_LOCKS, NULL);
     h_resp_t r;
     long got = call(s, method, token, body, &r, path);
     if (got != status || strcmp(h_err_code(&r), code) != 0)
@@ -182,8 +182,8 @@ static void refused(const h_serverdir_t *s, const char *method, const char *toke
     assert_int_equal(got, status);
     assert_string_equal(h_err_code(&r), code);
     h_resp_free(&r);
-    h_redis_digest(&redis, after);
-    assert_string_equal(before, after);
+    h_keys_take(&redis, &after, H_KEYS_LOCKS, NULL);
+    h_keys_same(&before, &after, __func__);
 }
 
 /* ---- tests ---- */
@@ -283,7 +283,7 @@ static void many_keys_all_or_nothing(void **state)
     release(k2, "B", sb);
 
     /* Through libsdclient: all three granted, then released together. */
-    sdc_t *c = sdc_new(sd.url, H_TOK_GAME, 5000);
+    sdc_t *c = sdc_new(sd.url, H_TOK_GAME, h_ms(5000));
     const char *keys[] = {k1, k2, k3};
     sdc_lock_t got[3];
     sdc_err_t err;
@@ -298,8 +298,8 @@ static void many_keys_all_or_nothing(void **state)
     sdc_lock_t bad[3];
     memcpy(bad, got, sizeof bad);
     bad[2].lock_seq--;
-    char before[64], after[64];
-    h_redis_digest(&redis, before);
+    h_keys_t before, after;
+    h_keys_take(&redis, &before, H_KEYS_LOCKS, NULL);
     assert_int_equal(sdc_lock_release_many(c, bad, 3, "A", &err), SDC_E_HTTP);
     assert_string_equal(err.code, "stale_lock_seq");
     sdc_err_clear(&err);
@@ -309,8 +309,8 @@ static void many_keys_all_or_nothing(void **state)
     assert_int_equal(sdc_lock_release_many(c, bad, 3, "A", &err), SDC_E_HTTP);
     assert_string_equal(err.code, "fenced");
     sdc_err_clear(&err);
-    h_redis_digest(&redis, after);
-    assert_string_equal(before, after);
+    h_keys_take(&redis, &after, H_KEYS_LOCKS, NULL);
+    h_keys_same(&before, &after, __func__);
     assert_int_equal(sdc_lock_release_many(c, got, 3, "A", &err), SDC_OK);
     sdc_lock_info_t li;
     assert_int_equal(sdc_lock_get(c, k3, &li, NULL, &err), SDC_OK);
@@ -394,7 +394,7 @@ static void renew_extends_lease_holder_only(void **state)
     refused(&sd, "POST", H_TOK_GAME, body, "/v1/locks/p-renew/renew", 409, "fenced");
 
     /* A longer lease by renew, through libsdclient; then it runs out. */
-    sdc_t *c = sdc_new(sd.url, H_TOK_GAME, 5000);
+    sdc_t *c = sdc_new(sd.url, H_TOK_GAME, h_ms(5000));
     sdc_err_t err;
     int64_t exp = 0;
     sdc_lock_t g = {.key = "p-renew", .lock_seq = s};
@@ -421,7 +421,7 @@ struct waiter {
 static void *waiter_main(void *arg)
 {
     struct waiter *w = arg;
-    sdc_t *c = sdc_new(w->url, H_TOK_GAME, 10000);
+    sdc_t *c = sdc_new(w->url, H_TOK_GAME, h_ms(10000));
     sdc_lock_opts_t o = {.wait_ms = w->wait_ms};
     sdc_lock_t l;
     sdc_err_t err;
@@ -867,8 +867,8 @@ static void lock_seq_survives_failover_to_a_stale_replica(void **state)
 
     /* Clients fail over to the promoted replica (a serverdir pointed at it). */
     assert_int_equal(h_serverdir_start(&sd2, replica.url, h_tokens_file(), NULL), 0);
-    char before[64], after[64];
-    h_redis_digest(&replica, before);
+    h_keys_t before, after;
+    h_keys_take(&replica, &before, H_KEYS_LOCKS, NULL);
     char url[256];
     snprintf(url, sizeof url, "%s/v1/blobs/p-failover", sd2.url);
     char h1[64], h3[64];
@@ -879,8 +879,8 @@ static void lock_seq_survives_failover_to_a_stale_replica(void **state)
     assert_int_equal(r.status, 409);
     assert_string_equal(h_err_code(&r), "fenced");
     h_resp_free(&r);
-    h_redis_digest(&replica, after);
-    assert_string_equal(before, after);
+    h_keys_take(&replica, &after, H_KEYS_LOCKS, NULL);
+    h_keys_same(&before, &after, __func__);
     /* There A still holds it (its release was lost too): the operator frees it, and the
      * next grant is above every grant the old primary made. */
     assert_int_equal(call(&sd2, "DELETE", H_TOK_OPS, NULL, &r, "/v1/locks/p-failover?force=true"), 200);
@@ -1091,7 +1091,7 @@ static void lock_lists_are_paged(void **state)
     for (int i = 0; i < 1500; i++)
         assert_true(seen[i]);
 
-    sdc_t *c = sdc_new(sd.url, H_TOK_VIEWER, 5000);
+    sdc_t *c = sdc_new(sd.url, H_TOK_VIEWER, h_ms(5000));
     sdc_err_t err;
     json_t *out = NULL;
     assert_int_equal(sdc_lock_list_by_holder(c, "HP", &out, &err), SDC_OK);

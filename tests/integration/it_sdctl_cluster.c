@@ -86,12 +86,12 @@ static void apply_dry_run_apply_unchanged(void **state)
         dir, "bad.json",
         "{\"services\": {\"aaa\": {\"command\": \"/bin/a\", \"count\": 1},"
         " \"zzz\": {\"command\": \"/bin/z\", \"count\": -4}}}", 0644);
-    char before[64], after[64];
-    h_redis_digest(&redis, before);
+    h_keys_t before, after;
+    h_keys_take(&redis, &before, H_KEYS_CLUSTER("k1"), NULL);
     assert_int_equal(sdctl("k1", H_TOK_OPS, out, sizeof out, "apply", "-f", bad, NULL), 1);
     assert_non_null(strstr(out, "bad_spec"));
-    h_redis_digest(&redis, after);
-    assert_string_equal(before, after);
+    h_keys_take(&redis, &after, H_KEYS_CLUSTER("k1"), NULL);
+    h_keys_same(&before, &after, __func__);
     /* Usage errors. */
     assert_int_equal(sdctl("k1", H_TOK_OPS, out, sizeof out, "apply", NULL), 2);
     assert_int_equal(sdctl("k1", H_TOK_OPS, out, sizeof out, "apply", "-f", "/nonexistent/x",

@@ -113,10 +113,11 @@ static void dry_run_shows_changes_and_writes_nothing(void **state)
 {
     (void)state;
     json_t *o;
-    char ch[1024], before[64], after[64];
+    char ch[1024];
+    h_keys_t before, after;
     assert_int_equal(ct_call(sd.url, H_TOK_OPS, "PUT", ZONE, NULL, NULL,
                              "/v1/clusters/s2/services/zone"), 200);
-    h_redis_digest(&redis, before);
+    h_keys_take(&redis, &before, H_KEYS_CLUSTER("s2"), NULL);
     assert_int_equal(ct_call(sd.url, H_TOK_OPS, "PUT",
                              "{\"command\":\"/usr/bin/gameproc\",\"args\":[\"--tick-hz\",\"30\"],"
                              "\"count\":5,\"placement\":{\"labels\":{\"zone\":\"us\"},"
@@ -139,8 +140,8 @@ static void dry_run_shows_changes_and_writes_nothing(void **state)
                              "/v1/clusters/s2/services/zone/scale?dry_run=true"), 200);
     assert_string_equal(changes_text(o, ch, sizeof ch), "count: 3 -> 9");
     json_decref(o);
-    h_redis_digest(&redis, after);
-    assert_string_equal(before, after);
+    h_keys_take(&redis, &after, H_KEYS_CLUSTER("s2"), NULL);
+    h_keys_same(&before, &after, __func__);
 }
 
 static void bad_specs_are_refused_and_change_nothing(void **state)
@@ -166,8 +167,9 @@ static void bad_specs_are_refused_and_change_nothing(void **state)
         {"{\"command\":\"x\",\"count\":1,\"health\":\"agent\"}", "bad_spec"},
         {"{\"command\":\"x\",\"count\":1", "bad_json"},
     };
-    char before[64], after[64], code[64];
-    h_redis_digest(&redis, before);
+    h_keys_t before, after;
+    char code[64];
+    h_keys_take(&redis, &before, H_KEYS_CLUSTER("s3"), NULL);
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         assert_int_equal(ct_call(sd.url, H_TOK_OPS, "PUT", bad[i].body, NULL, code,
                                  "/v1/clusters/s3/services/zone"), 400);
@@ -202,8 +204,8 @@ static void bad_specs_are_refused_and_change_nothing(void **state)
     assert_int_equal(ct_call(sd.url, H_TOK_OPS, "PUT", ZONE, NULL, code,
                              "/v1/clusters/s3/services/zone?dry_run=maybe"), 400);
     assert_string_equal(code, "bad_query");
-    h_redis_digest(&redis, after);
-    assert_string_equal(before, after);
+    h_keys_take(&redis, &after, H_KEYS_CLUSTER("s3"), NULL);
+    h_keys_same(&before, &after, __func__);
 }
 
 static void roles(void **state)
