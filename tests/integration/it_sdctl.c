@@ -567,7 +567,7 @@ static void crash_report_in_the_record_and_describe(void **state)
         assert_true((unsigned char)*c < 0x80);
     json_decref(bp);
 
-    /* sdctl logs (item 2): the stopped instance's output from its machine's bigbrother
+    /* sdctl logs: the stopped instance's output from its machine's bigbrother
      * (logs_listen, registered as the lease's logs_port); -f on it just ends */
     assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "logs", inst, "--cluster",
                            "c1", NULL), 0);
