@@ -62,14 +62,23 @@
 # read it waits outside that time),
 # the medians, the ratios serverdir / raw and the goals.
 #
-# Usage: bench/alloc_bench.sh     (env: BUILD (build), RUNS (3), DUR (5), CLIENTS (64),
+# Exits non-zero when a phase failed or a figure is missing.
+#
+# Usage: bench/alloc_bench.sh     (env: BUILD_DIR (build), RUNS (3), DUR (5), CLIENTS (64),
 #        POOL (1000), MACHINES (50), BURST_POOL (20000), SD_THREADS (8), LOAD (0.5),
 #        RATES ("1000 2000"; "" skips them), REFILL (1), REFILL_SAMPLES (10), PLACEMENT_MS
-#        (bigbrother's default), KEEP=1)
+#        (bigbrother's default), KEEP=1; SMOKE=1: 1 round of 0.3 s phases at 4 allocators,
+#        a pool of 20 on 4 machines, a burst pool of 200, one fixed rate (500/s), one
+#        refill sample with placement every 200 ms; ctest bench.alloc_smoke)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 . "$ROOT/bench/lib.sh"
-BUILD=$(cd "${BUILD:-$ROOT/build}" && pwd) # absolute: the service's command is a path in it
+if bench_smoke; then
+    : "${RUNS:=1}" "${DUR:=0.3}" "${CLIENTS:=4}" "${POOL:=20}" "${MACHINES:=4}"
+    : "${BURST_POOL:=200}" "${SD_THREADS:=2}" "${RATES:=500}" "${REFILL_SAMPLES:=1}"
+    : "${PLACEMENT_MS:=200}"
+fi
+BUILD_DIR=$(cd "${BUILD_DIR:-$ROOT/build}" && pwd) # absolute: the service's command is a path in it
 RUNS=${RUNS:-3}
 DUR=${DUR:-5}
 CLIENTS=${CLIENTS:-64}
@@ -82,15 +91,15 @@ RATES=${RATES-1000 2000}
 REFILL=${REFILL:-1}
 REFILL_SAMPLES=${REFILL_SAMPLES:-10}
 PLACEMENT_MS=${PLACEMENT_MS:-}
-BIN=$BUILD/bin
-LUA=$BUILD/serverdir/lua # the scripts as serverdir runs them, with their prelude
-GEN=$BUILD/bench/alloc_load
+BIN=$BUILD_DIR/bin
+LUA=$BUILD_DIR/serverdir/lua # the scripts as serverdir runs them, with their prelude
+GEN=$BUILD_DIR/bench/alloc_load
 
 command -v redis-server >/dev/null || apt-get install -y redis-server >/dev/null
-[ -x "$BIN/serverdir" ] || { echo "build serverdir first (cmake --build $BUILD)"; exit 1; }
-[ -x "$GEN" ] || cmake --build "$BUILD" -j2 --target alloc_load >/dev/null
+[ -x "$BIN/serverdir" ] || { echo "build serverdir first (cmake --build $BUILD_DIR)"; exit 1; }
+[ -x "$GEN" ] || cmake --build "$BUILD_DIR" -j2 --target alloc_load >/dev/null
 if [ "$REFILL" = 1 ] && { [ ! -x "$BIN/bigbrother" ] || [ ! -x "$BIN/gameproc" ]; }; then
-    cmake --build "$BUILD" -j2 --target bigbrother bbctl gameproc >/dev/null
+    cmake --build "$BUILD_DIR" -j2 --target bigbrother bbctl gameproc >/dev/null
 fi
 
 WORK=$(mktemp -d /tmp/alloc-bench.XXXXXX)
@@ -286,7 +295,16 @@ PHASES="sd-pool raw-pool raw1-pool sd-paced raw-paced"
 for r in $RATES; do PHASES+=" sd-$r raw-$r"; done
 PHASES+=" sd-cycle raw-cycle sd-burst raw-burst raw1-burst"
 doubles=0
-for p in $PHASES; do doubles=$((doubles + $(sum $p-double))); done
+figs=()
+for p in $PHASES; do
+    doubles=$((doubles + $(sum $p-double)))
+    figs+=("$p allocations/s=$(med $p-rate)")
+done
+bench_check_positive "${figs[@]}"
+figs=()
+for p in $PHASES; do figs+=("$p p99=$(med $p-p99_ms)" "$p Redis calls=$(med $p-calls)"); done
+[ -z "$refill_line" ] || figs+=("refill median=$(field median_ms "$refill_line")")
+bench_check_figures "${figs[@]}"
 echo
 echo "medians of $RUNS rounds ($CLIENTS concurrent allocators; load average at the end: $load_end):"
 printf '  %-10s %9s %8s %8s %11s %11s %9s %10s %6s %8s %8s   %s\n' phase allocs/s p50_ms p99_ms release_p50 release_p99 redis_us redis_cpu% calls per_call batches "runs (allocs/s)"
@@ -302,7 +320,7 @@ echo "  pool of $POOL kept full, one release per request:       $(bench_ratio "$
 echo "  allocations only (burst pool):                       $(bench_ratio "$sdb" "$rawb")"
 echo "what the group commit buys on Redis alone (raw, grouped / one request per call):"
 echo "  pool of $POOL: $(bench_ratio "$rawp" "$(med raw1-pool-rate)"), allocations only: $(bench_ratio "$rawb" "$(med raw1-burst-rate)")"
-echo "goals (issue 16): >= 10,000 allocations/s: pool of $POOL $sdp/s (one release per request"
+echo "goals: >= 10,000 allocations/s: pool of $POOL $sdp/s (one release per request"
 echo "  $sdc/s), allocations only $sdb/s;"
 echo "  p99 < 5 ms: $(med sd-paced-p99_ms) ms at $(med sd-paced-rate)/s ($LOAD of the saturated rate; raw Redis"
 echo "  $(med raw-paced-p99_ms) ms at the same load); saturated: $(med sd-pool-p99_ms) ms (pool of $POOL),"

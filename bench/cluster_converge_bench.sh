@@ -14,15 +14,21 @@
 #      statically configured with count N/B, started at once: the same spawns and events
 #      without any orchestration. Time until the directory shows N ready.
 # The service is `sleep` with health "none" (ready at spawn), the lightest process.
-# Prints each run, the medians, and cluster / anchor. Not part of ctest.
+# Prints each run, the medians, and cluster / anchor; exits non-zero when a figure is
+# missing.
 #
-# Usage: bench/cluster_converge_bench.sh [RUNS]   (env: BUILD_DIR, N, B, KEEP=1)
+# Usage: bench/cluster_converge_bench.sh [RUNS]   (env: BUILD_DIR (build), RUNS (3), N,
+#        B, TIMEOUT_S (180), KEEP=1; SMOKE=1: 1 run of 10 instances across 2
+#        bigbrothers, ctest bench.cluster_converge_smoke)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 . "$ROOT/bench/lib.sh"
+if bench_smoke; then
+    : "${RUNS:=1}" "${N:=10}" "${B:=2}" "${TIMEOUT_S:=60}"
+fi
 BUILD_DIR=${BUILD_DIR:-$ROOT/build}
-RUNS=${1:-3}
+RUNS=${1:-${RUNS:-3}}
 N=${N:-1000}
 B=${B:-5}
 BIN=$BUILD_DIR/bin
@@ -192,6 +198,8 @@ md=$(awk '{print $3}' "$WORK/c.txt" | bench_median)
 mde=$(awk '{print $4}' "$WORK/c.txt" | bench_median)
 ma=$(awk '{print $1}' "$WORK/a.txt" | bench_median)
 mae=$(awk '{print $2}' "$WORK/a.txt" | bench_median)
+bench_check_positive "cluster 0->N ms=$mu" "cluster N->0 ms=$md" "anchor ms=$ma" \
+    "cluster 0->N events/s=$mue" "cluster N->0 events/s=$mde" "anchor events/s=$mae"
 echo "median: cluster 0->$N converged in $mu ms, serverdir took $mue events/s"
 echo "median: cluster $N->0 converged in $md ms, serverdir took $mde events/s"
 echo "median: anchor (static config, same spawns and events) $ma ms, $mae events/s"

@@ -8,28 +8,36 @@
 # and long-poll answers per second serverdir served and the CPU of serverdir and Redis
 # (% of one core). The anchor, measured in the same run: the same machines polling their
 # assignments with a plain GET every POLL_MS (1000) instead of long-polling (the lease
-# traffic is the same). Runs ROUNDS rounds (default 3) and prints medians with ratios.
-# Needs a build (BUILD, default ./build).
+# traffic is the same) for ANCHOR_DUR (15) seconds after ANCHOR_WARMUP (3). Runs ROUNDS
+# rounds (default 3), prints medians with ratios and exits non-zero when a figure is
+# missing. Needs a build (BUILD_DIR, default ./build). SMOKE=1: 1 round, 10 machines,
+# 1 s of warm-up and 1 s measured per side, leases every 500 ms, long-polls of 1 s, polls
+# every 200 ms (ctest bench.cluster_idle_smoke).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 . "$ROOT/bench/lib.sh"
-BUILD=${BUILD:-$ROOT/build}
+if bench_smoke; then
+    : "${MACHINES:=10}" "${DUR:=1}" "${WARMUP:=1}" "${ANCHOR_DUR:=1}" "${ANCHOR_WARMUP:=1}"
+    : "${LEASE_MS:=500}" "${WAIT_MS:=1000}" "${POLL_MS:=200}" "${ROUNDS:=1}" "${SD_THREADS:=2}"
+fi
+BUILD_DIR=${BUILD_DIR:-$ROOT/build}
 MACHINES=${MACHINES:-500}
 DUR=${DUR:-30}
 WARMUP=${WARMUP:-5}
 ANCHOR_DUR=${ANCHOR_DUR:-15}
+ANCHOR_WARMUP=${ANCHOR_WARMUP:-3}
 LEASE_MS=${LEASE_MS:-5000}
 WAIT_MS=${WAIT_MS:-30000}
 POLL_MS=${POLL_MS:-1000}
 ROUNDS=${ROUNDS:-3}
 SD_THREADS=${SD_THREADS:-8}
 
-[ -x "$BUILD/bin/serverdir" ] || { echo "build serverdir first (cmake --build build)"; exit 1; }
+[ -x "$BUILD_DIR/bin/serverdir" ] || { echo "build serverdir first (cmake --build build)"; exit 1; }
 WORK=$(mktemp -d /tmp/cluster-bench.XXXXXX)
 PIDS=()
 bench_trap_cleanup
 
-[ -x "$BUILD/bench/cluster_idle_load" ] || cmake --build "$BUILD" -j2 --target cluster_idle_load >/dev/null
+[ -x "$BUILD_DIR/bench/cluster_idle_load" ] || cmake --build "$BUILD_DIR" -j2 --target cluster_idle_load >/dev/null
 
 rport=$(bench_free_port)
 bench_start_redis "$rport" "$WORK"
@@ -38,7 +46,7 @@ rpid=${PIDS[-1]}
 sport=$(bench_free_port)
 echo "bigbrother bench-bigbrother-token-0123" >"$WORK/tokens"
 chmod 600 "$WORK/tokens"
-"$BUILD/bin/serverdir" --listen "127.0.0.1:$sport" --redis "redis://127.0.0.1:$rport/0" \
+"$BUILD_DIR/bin/serverdir" --listen "127.0.0.1:$sport" --redis "redis://127.0.0.1:$rport/0" \
     --tokens "$WORK/tokens" --threads "$SD_THREADS" --log-level warn >"$WORK/serverdir.log" 2>&1 &
 spid=$!
 PIDS+=($spid)
@@ -50,18 +58,20 @@ echo "anchor: the same machines polling every ${POLL_MS} ms; serverdir --threads
 printf '%-7s %-9s %10s %12s %10s %8s %10s %10s\n' round mode leases/s longpolls/s polls/s errors sd_cpu% redis_cpu%
 declare -a lp_sd lp_rd lp_lease lp_lp an_sd an_rd an_poll
 for r in $(seq "$ROUNDS"); do
-    read -r l p q e c1 c2 < <("$BUILD/bench/cluster_idle_load" "$sd" bench-bigbrother-token-0123 "idle$r" "$MACHINES" \
+    read -r l p q e c1 c2 < <("$BUILD_DIR/bench/cluster_idle_load" "$sd" bench-bigbrother-token-0123 "idle$r" "$MACHINES" \
         longpoll "$WARMUP" "$DUR" "$LEASE_MS" "$WAIT_MS" "$POLL_MS" "$spid" "$rpid")
     printf '%-7s %-9s %10s %12s %10s %8s %10s %10s\n' "$r" longpoll "$l" "$p" "$q" "$e" "$c1" "$c2"
     lp_lease+=("$l"); lp_lp+=("$p"); lp_sd+=("$c1"); lp_rd+=("$c2")
-    read -r l p q e c1 c2 < <("$BUILD/bench/cluster_idle_load" "$sd" bench-bigbrother-token-0123 "poll$r" "$MACHINES" \
-        poll 3 "$ANCHOR_DUR" "$LEASE_MS" "$WAIT_MS" "$POLL_MS" "$spid" "$rpid")
-    printf '%-7s %-9s %10s %12s %10s %8s %10s %10s\n' "$r" poll-1s "$l" "$p" "$q" "$e" "$c1" "$c2"
+    read -r l p q e c1 c2 < <("$BUILD_DIR/bench/cluster_idle_load" "$sd" bench-bigbrother-token-0123 "poll$r" "$MACHINES" \
+        poll "$ANCHOR_WARMUP" "$ANCHOR_DUR" "$LEASE_MS" "$WAIT_MS" "$POLL_MS" "$spid" "$rpid")
+    printf '%-7s %-9s %10s %12s %10s %8s %10s %10s\n' "$r" poll "$l" "$p" "$q" "$e" "$c1" "$c2"
     an_poll+=("$q"); an_sd+=("$c1"); an_rd+=("$c2")
 done
 m_lease=$(bench_median "${lp_lease[@]}"); m_lp=$(bench_median "${lp_lp[@]}")
 m_sd=$(bench_median "${lp_sd[@]}"); m_rd=$(bench_median "${lp_rd[@]}")
 a_poll=$(bench_median "${an_poll[@]}"); a_sd=$(bench_median "${an_sd[@]}"); a_rd=$(bench_median "${an_rd[@]}")
+bench_check_positive "long-poll leases/s=$m_lease" "long-poll answers/s=$m_lp" "anchor polls/s=$a_poll"
+bench_check_figures "serverdir CPU=$m_sd" "redis CPU=$m_rd" "anchor serverdir CPU=$a_sd" "anchor redis CPU=$a_rd"
 echo
 echo "medians of $ROUNDS rounds:"
 echo "  long-poll idle: $m_lease leases/s + $m_lp long-poll answers/s; serverdir ${m_sd}% of a core, redis ${m_rd}%"

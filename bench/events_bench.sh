@@ -10,22 +10,34 @@
 #      latency target is measured below saturation;
 #   2. anchor: redis-benchmark, same Redis, same connections, EVALSHA of events_apply.lua
 #      with the same batch (normalized the way serverdir passes it), i.e. exactly the
-#      Redis commands serverdir issues per event. The only change to the script is a
-#      per-call nonce appended to event ids and instance names (one __rand_int__ that
-#      redis-benchmark redraws per call), so every call does first-time work;
+#      Redis commands serverdir issues per event. The script runs unchanged behind a
+#      two-line preamble (bench/lib.sh, bench_events_anchor_script) that puts a per-call
+#      nonce (one __rand_int__ that redis-benchmark redraws per call) into the event ids
+#      and instance names, so every call does first-time work; before the timed run the
+#      anchor is checked to accept a whole batch as new events, twice;
 #   3. wrk GETs the live directory of a random machine (PER_MACHINE records), flat out
 #      and at LOAD of that rate;
-#   4. anchor: redis-benchmark EVALSHA proc_list.lua with the same filter.
-# Prints each run and the medians, with serverdir/anchor ratios. Not part of ctest.
+#   4. anchor: redis-benchmark EVALSHA proc_list.lua with the same filter and page size
+#      as serverdir's first call per request (api_processes.c: at most 50 records and 500
+#      index entries a call); before the timed run the anchor is checked to return a
+#      machine's PER_MACHINE records (up to 50).
+# Prints each run and the medians, with serverdir/anchor ratios, and exits non-zero when
+# a figure is missing.
 #
-# Usage: bench/events_bench.sh [RUNS]     (env: BUILD_DIR, DURATION, CONNS, BATCH,
-#        MACHINES, PER_MACHINE, ANCHOR_N, THREADS, LOAD)
+# Usage: bench/events_bench.sh [RUNS]     (env: BUILD_DIR (build), RUNS (3), DURATION (8),
+#        CONNS (64), BATCH (20), MACHINES (100), PER_MACHINE (50), ANCHOR_N (20000),
+#        THREADS (8), LOAD (0.5), SMOKE=1: 1 run of 1 s phases at 4 connections, a
+#        directory of 4 x 5 processes, 200 anchor calls; ctest bench.events_smoke)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 . "$ROOT/bench/lib.sh"
+if bench_smoke; then
+    : "${RUNS:=1}" "${DURATION:=1}" "${CONNS:=4}" "${MACHINES:=4}" "${PER_MACHINE:=5}"
+    : "${ANCHOR_N:=200}" "${THREADS:=2}"
+fi
 BUILD_DIR=${BUILD_DIR:-$ROOT/build}
-RUNS=${1:-3}
+RUNS=${1:-${RUNS:-3}}
 DURATION=${DURATION:-8}
 CONNS=${CONNS:-64}
 BATCH=${BATCH:-20}
@@ -124,15 +136,10 @@ populate() {
 
 declare -a EV_RATIO RD_RATIO EV_SATP99 EV_LOAD RD_SATP99 RD_LOAD EV_SD EV_SD50 EV_SD99 EV_RB EV_RB50 EV_RB99 RD_SD RD_SD50 RD_SD99 RD_RB RD_RB50 RD_RB99
 
-# events_apply.lua as serverdir runs it (the build's copy, with its prelude), with a
-# per-call nonce (ARGV[8]) appended to ids and instances.
+# events_apply.lua as serverdir runs it (the build's copy, with its prelude), behind the
+# preamble that puts a per-call nonce into ids and instances.
 LUA_DIR=$BUILD_DIR/serverdir/lua
-sed 's/^  events\[i\] = f$/  f.id = f.id .. ARGV[8]; f.instance = f.instance .. ARGV[8]\n  events[i] = f/' \
-    "$LUA_DIR/events_apply.lua" >"$WORK/events_anchor.lua"
-if cmp -s "$WORK/events_anchor.lua" "$LUA_DIR/events_apply.lua"; then
-    echo "could not derive the anchor script from events_apply.lua" >&2
-    exit 1
-fi
+bench_events_anchor_script "$LUA_DIR" "$WORK/events_anchor.lua"
 BATCH_JSON=$(bench_events_anchor_batch)
 
 echo "events bench: $RUNS runs, ${DURATION}s per wrk phase, $CONNS connections, batches of $BATCH events,"
@@ -162,7 +169,8 @@ for run in $(seq 1 "$RUNS"); do
     EV_LOAD+=("$(awk -v r="$RPS" -v b="$BATCH" 'BEGIN { printf "%.0f", r * b }')"); EV_SD50+=("$P50"); EV_SD99+=("$P99")
 
     ESHA=$(redis-cli -p "$RPORT" SCRIPT LOAD "$(cat "$WORK/events_anchor.lua")")
-    run_rb -r 100000000000 EVALSHA "$ESHA" 1 'sd:{benchraw}:' "$BATCH_JSON" 86400000 10000 10000 86400000 sd:assign benchraw "-__rand_int__"
+    bench_events_anchor_check "$RPORT" "$ESHA"
+    run_rb -r 100000000000 EVALSHA "$ESHA" 1 "$BENCH_EV_KEY" "$BATCH_JSON" "${BENCH_EV_ARGV[@]}" "-__rand_int__"
     EV_RB+=("$(awk -v r="$RPS" -v b="$BATCH" 'BEGIN { printf "%.0f", r * b }')"); EV_RB50+=("$P50"); EV_RB99+=("$P99")
 
     run_wrk "$ROOT/bench/procs_get.lua" "$SD/v1/clusters/bench/processes"
@@ -171,7 +179,17 @@ for run in $(seq 1 "$RUNS"); do
     run_wrk "$ROOT/bench/procs_get.lua" "$SD/v1/clusters/bench/processes" "$(delay_for "$RPS")"
     RD_LOAD+=("$RPS"); RD_SD50+=("$P50"); RD_SD99+=("$P99")
     PSHA=$(redis-cli -p "$RPORT" SCRIPT LOAD "$(cat "$LUA_DIR/proc_list.lua")")
-    run_rb -r "$MACHINES" EVALSHA "$PSHA" 1 'sd:{bench}:' '' 'm__rand_int__' '' 10000
+    # ARGV: state, machine, service, after, limit, budget (serverdir's first call)
+    PARGS=('' 'm__rand_int__' '' '' 50 500)
+    got=$(redis-cli -2 --json -p "$RPORT" EVALSHA "$PSHA" 1 'sd:{bench}:' '' m000000000000 '' '' 50 500 |
+        grep -o '"instance"' | wc -l)
+    want=$((PER_MACHINE < 50 ? PER_MACHINE : 50))
+    if [ "$got" != "$want" ]; then
+        echo "the reads anchor (proc_list.lua, ARGV ${PARGS[*]}) returned $got records of" \
+             "machine m000000000000, not $want: has the script's ARGV contract changed?" >&2
+        exit 1
+    fi
+    run_rb -r "$MACHINES" EVALSHA "$PSHA" 1 'sd:{bench}:' "${PARGS[@]}"
     RD_RB+=("$RPS"); RD_RB50+=("$P50"); RD_RB99+=("$P99")
 
     i=$((run - 1))
@@ -191,6 +209,14 @@ done
 
 ev_sd=$(bench_median "${EV_SD[@]}"); ev_rb=$(bench_median "${EV_RB[@]}")
 rd_sd=$(bench_median "${RD_SD[@]}"); rd_rb=$(bench_median "${RD_RB[@]}")
+bench_check_positive "serverdir events/s=$ev_sd" "anchor events/s=$ev_rb" \
+    "serverdir reads/s=$rd_sd" "anchor reads/s=$rd_rb" \
+    "serverdir events/s at load=$(bench_median "${EV_LOAD[@]}")" \
+    "serverdir reads/s at load=$(bench_median "${RD_LOAD[@]}")"
+bench_check_figures "events p99=$(bench_median "${EV_SD99[@]}")" \
+    "anchor events p99=$(bench_median "${EV_RB99[@]}")" "reads p99=$(bench_median "${RD_SD99[@]}")" \
+    "anchor reads p99=$(bench_median "${RD_RB99[@]}")" "events ratio=$(bench_median "${EV_RATIO[@]}")" \
+    "reads ratio=$(bench_median "${RD_RATIO[@]}")"
 echo "medians of $RUNS runs ($CONNS connections, batches of $BATCH events; latency at $LOAD of the measured rate):"
 printf '  events: serverdir %s events/s, redis-benchmark %s events/s (p50 %s ms, p99 %s ms), ratio %s (median of the runs; target >= 0.40)\n' \
     "$ev_sd" "$ev_rb" "$(bench_median "${EV_RB50[@]}")" "$(bench_median "${EV_RB99[@]}")" "$(bench_median "${EV_RATIO[@]}")"

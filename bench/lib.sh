@@ -56,16 +56,90 @@ bench_median() {
 # a / b with two decimals, or n/a when b is 0.
 bench_ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
 
+# Smoke mode: with SMOKE=1 every benchmark runs for a second or two per side, at tiny
+# sizes and one round, still measuring both serverdir and its anchor and printing every
+# figure (ctest runs each so: the tests labelled bench). A script sets its smoke defaults
+# with `: "${VAR:=value}"` under `[ "${SMOKE:-0}" = 1 ]`, before its own defaults, so a
+# knob given by the caller still wins. The figures mean little at these sizes: the point
+# is that the script still runs end to end against the code of the day.
+bench_smoke() { [ "${SMOKE:-0}" = 1 ]; }
+
+# Fails the run (exit 1) unless every NAME=VALUE given holds a number: a figure the run
+# could not produce (empty, n/a, nan, -) is an error, not a blank in the table.
+bench_check_figures() { # NAME=VALUE...
+    local kv bad=()
+    for kv in "$@"; do
+        [[ ${kv#*=} =~ ^-?[0-9]+(\.[0-9]+)?$ ]] || bad+=("${kv%%=*}='${kv#*=}'")
+    done
+    [ ${#bad[@]} -eq 0 ] && return 0
+    echo "missing figures: ${bad[*]}" >&2
+    exit 1
+}
+
+# The same for figures that must be above 0 (rates, counts of what was measured).
+bench_check_positive() { # NAME=VALUE...
+    bench_check_figures "$@"
+    local kv bad=()
+    for kv in "$@"; do
+        awk -v v="${kv#*=}" 'BEGIN { exit !(v + 0 > 0) }' || bad+=("${kv%%=*}=${kv#*=}")
+    done
+    [ ${#bad[@]} -eq 0 ] && return 0
+    echo "figures that should be above 0: ${bad[*]}" >&2
+    exit 1
+}
+
 # The events_apply.lua batch of one wrk request of bench/events_post.lua (BATCH/2
 # instances started then stopped), normalized the way serverdir passes it: the anchor
-# of the event benchmarks. Needs BATCH.
+# of the event benchmarks. Every event id and instance name ends in the placeholder @N@,
+# which the anchor script replaces with a per-call nonce. Needs BATCH.
 bench_events_anchor_batch() {
     awk -v b="$BATCH" 'BEGIN {
         printf "[";
         for (k = 1; k <= b / 2; k++) {
             if (k > 1) printf ",";
-            printf "[\"id\",\"a%d-s\",\"type\",\"started\",\"instance\",\"a%d\",\"machine\",\"m%012d\",\"service\",\"zone\",\"pid\",\"%d\",\"ports\",\"{\\\"game\\\":%d}\"],", k, k, k, 1000 + k, 27000 + k;
-            printf "[\"id\",\"a%d-x\",\"type\",\"stopped\",\"instance\",\"a%d\",\"machine\",\"m%012d\",\"service\",\"zone\",\"reason\",\"exited\",\"code\",\"0\"]", k, k, k;
+            printf "[\"id\",\"a%d-s@N@\",\"type\",\"started\",\"instance\",\"a%d@N@\",\"machine\",\"m%012d\",\"service\",\"zone\",\"pid\",\"%d\",\"ports\",\"{\\\"game\\\":%d}\"],", k, k, k, 1000 + k, 27000 + k;
+            printf "[\"id\",\"a%d-x@N@\",\"type\",\"stopped\",\"instance\",\"a%d@N@\",\"machine\",\"m%012d\",\"service\",\"zone\",\"reason\",\"exited\",\"code\",\"0\"]", k, k, k;
         }
         printf "]" }'
+}
+
+# The ARGV after the batch that serverdir passes events_apply.lua (directory.c,
+# sd_dir_events_apply_many): event id ttl ms, history max length, stopped records kept,
+# stopped record ttl ms, the assignments channel, the cluster's name; the key base is
+# BENCH_EV_KEY.
+BENCH_EV_KEY='sd:{benchraw}:'
+BENCH_EV_ARGV=(86400000 10000 10000 86400000 sd:assign benchraw)
+
+# Writes the anchor script of the event benchmarks to OUT: the build's events_apply.lua
+# (the script as serverdir runs it, with its prelude) unchanged, after a two-line preamble
+# that takes a nonce from one extra, last ARGV and puts it in place of every @N@ of the
+# first batch. redis-benchmark redraws the nonce (-__rand_int__) per call, so every call
+# applies new events, as serverdir's calls do; the preamble's gsub over the batch is all
+# the anchor does that serverdir's call does not. Nothing inside the script is patched:
+# the anchor only relies on the script's ARGV contract (the first batch in ARGV[1], more
+# batches from ARGV[8]), which bench_events_anchor_check verifies.
+bench_events_anchor_script() { # lua_dir out
+    {
+        echo "-- bench anchor preamble (bench/lib.sh): the last ARGV is a per-call nonce for @N@"
+        echo "local bench_nonce = table.remove(ARGV); ARGV[1] = string.gsub(ARGV[1], '@N@', bench_nonce)"
+        cat "$1/events_apply.lua"
+    } >"$2"
+}
+
+# Runs the anchor script (loaded as SHA on the Redis at PORT) twice with the batch, under
+# two nonces, and fails loudly unless each call accepted all BATCH events as new ones
+# (no duplicates, nothing stale): the anchor must do the work serverdir's call does. Needs
+# BATCH and BATCH_JSON.
+bench_events_anchor_check() { # port sha
+    local n reply
+    for n in -check1 -check2; do
+        reply=$(redis-cli -p "$1" EVALSHA "$2" 1 "$BENCH_EV_KEY" "$BATCH_JSON" "${BENCH_EV_ARGV[@]}" "$n" |
+            head -n 3 | tr '\n' ' ')
+        if [ "$reply" != "$BATCH 0 0 " ]; then
+            echo "the events anchor (events_apply.lua with the nonce preamble) did not apply a" \
+                 "batch of $BATCH new events (accepted duplicates stale: $reply): has the" \
+                 "script's ARGV contract changed? (bench/lib.sh, bench_events_anchor_script)" >&2
+            exit 1
+        fi
+    done
 }

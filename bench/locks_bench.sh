@@ -8,19 +8,27 @@
 #   - etcd lock + unlock pairs through its v3 HTTP JSON gateway;
 #   - 10 KB blob saves through serverdir and by the same script straight on Redis;
 #   - redis-benchmark of the acquire and save scripts (single-script figures).
-# It runs ROUNDS rounds (default 3), prints every figure and the medians with ratios.
-# Needs a build (BUILD, default ./build); installs etcd-server and redis-tools when missing.
+# It runs ROUNDS rounds (default 3), prints every figure and the medians with ratios, and
+# exits non-zero when a figure is missing.
+# Needs a build (BUILD_DIR, default ./build); installs etcd-server and redis-tools when
+# missing. Other knobs: CLIENTS, DUR, ROUNDS, BLOB (10240), SD_THREADS (8), RB_N (4000 per
+# client) redis-benchmark calls. SMOKE=1: 1 round of 1 s runs at 4 clients, 100
+# redis-benchmark calls per client (ctest bench.locks_smoke).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 . "$ROOT/bench/lib.sh"
-BUILD=${BUILD:-$ROOT/build}
+if bench_smoke; then
+    : "${CLIENTS:=4}" "${DUR:=1}" "${ROUNDS:=1}" "${RB_N:=100}" "${SD_THREADS:=2}"
+fi
+BUILD_DIR=${BUILD_DIR:-$ROOT/build}
 CLIENTS=${CLIENTS:-64}
 DUR=${DUR:-5}
 ROUNDS=${ROUNDS:-3}
 BLOB=${BLOB:-10240}
 SD_THREADS=${SD_THREADS:-8}
+RB_N=${RB_N:-4000}
 
-[ -x "$BUILD/bin/serverdir" ] || { echo "build serverdir first (cmake --build build)"; exit 1; }
+[ -x "$BUILD_DIR/bin/serverdir" ] || { echo "build serverdir first (cmake --build build)"; exit 1; }
 need=()
 command -v etcd >/dev/null || need+=(etcd-server)
 command -v redis-benchmark >/dev/null || need+=(redis-tools)
@@ -33,14 +41,14 @@ WORK=$(mktemp -d /tmp/locks-bench.XXXXXX)
 PIDS=()
 bench_trap_cleanup
 
-[ -x "$BUILD/bench/locks_load" ] || cmake --build "$BUILD" -j2 --target locks_load >/dev/null
+[ -x "$BUILD_DIR/bench/locks_load" ] || cmake --build "$BUILD_DIR" -j2 --target locks_load >/dev/null
 
 rport=$(bench_free_port)
 bench_start_redis "$rport" "$WORK"
 
 sport=$(bench_free_port)
 echo "game bench-game-token" >"$WORK/tokens"
-"$BUILD/bin/serverdir" --listen "127.0.0.1:$sport" --redis "redis://127.0.0.1:$rport/0" \
+"$BUILD_DIR/bin/serverdir" --listen "127.0.0.1:$sport" --redis "redis://127.0.0.1:$rport/0" \
     --tokens "$WORK/tokens" --threads "$SD_THREADS" --log-level warn >"$WORK/serverdir.log" 2>&1 &
 PIDS+=($!)
 sd="http://127.0.0.1:$sport"
@@ -56,7 +64,7 @@ PIDS+=($!)
 etcd_url="http://127.0.0.1:$eport"
 for _ in $(seq 200); do curl -fs "$etcd_url/health" >/dev/null 2>&1 && break; sleep 0.05; done
 
-lua="$BUILD/serverdir/lua" # the scripts as serverdir runs them, with their prelude
+lua="$BUILD_DIR/serverdir/lua" # the scripts as serverdir runs them, with their prelude
 acq_sha=$(redis-cli -p "$rport" SCRIPT LOAD "$(cat "$lua/lock_acquire.lua")")
 save_sha=$(redis-cli -p "$rport" SCRIPT LOAD "$(cat "$lua/blob_save.lua")")
 head -c "$BLOB" /dev/zero | tr '\0' 'x' >"$WORK/blob"
@@ -68,7 +76,7 @@ run() { # name, locks_load args...
     shift
     redis-cli -p "$rport" FLUSHALL >/dev/null
     local out
-    out=$("$BUILD/bench/locks_load" -c "$CLIENTS" -d "$DUR" "$@")
+    out=$("$BUILD_DIR/bench/locks_load" -c "$CLIENTS" -d "$DUR" "$@")
     echo "  $out"
     rates[$name]+="$(sed -n 's/.* rate=\([0-9]*\).*/\1/p' <<<"$out") "
     p99s[$name]+="$(sed -n 's/.* p99_ms=\([0-9.]*\).*/\1/p' <<<"$out") "
@@ -81,7 +89,7 @@ rb() { # name, redis-benchmark command...
     [ "$name" != rb-save ] ||
         redis-cli -p "$rport" HSET sd:lock:rb holder rb seq 1 expires 0 token "$tok" >/dev/null
     local out
-    out=$(redis-benchmark -p "$rport" -c "$CLIENTS" -n $((CLIENTS * 4000)) -r 1000000 --csv "$@" |
+    out=$(redis-benchmark -p "$rport" -c "$CLIENTS" -n $((CLIENTS * RB_N)) -r 1000000 --csv "$@" |
         tail -1)
     # CSV: "test","rps","avg","min","p50","p95","p99","max"; the test name holds the args.
     local rps p99
@@ -111,6 +119,15 @@ for m in sd-lock redis-lock etcd-lock sd-blob redis-blob rb-acquire rb-save; do
     printf '  %-11s %8s ops/s   p99 %6s ms   (runs: %s)\n' "$m" "$(bench_median ${rates[$m]})" \
         "$(bench_median ${p99s[$m]})" "${rates[$m]% }"
 done
+figs=()
+for m in sd-lock redis-lock etcd-lock sd-blob redis-blob rb-acquire rb-save; do
+    figs+=("$m ops/s=$(bench_median ${rates[$m]})")
+done
+bench_check_positive "${figs[@]}"
+for m in sd-lock redis-lock etcd-lock sd-blob redis-blob rb-acquire rb-save; do
+    figs+=("$m p99=$(bench_median ${p99s[$m]})")
+done
+bench_check_figures "${figs[@]}"
 sdl=$(bench_median ${rates[sd-lock]})
 sdb=$(bench_median ${rates[sd-blob]})
 echo "ratios:"

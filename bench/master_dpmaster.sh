@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# serverdir's UDP master front side by side with dpmaster (issue 13): the same load
+# serverdir's UDP master front side by side with dpmaster: the same load
 # generator (bench/master_dpmaster.c, DarkPlaces protocol over loopback, many 127.x source
 # addresses) drives each, at 1,000, 10,000 and 100,000 listed servers, RUNS times each
 # size, every run on a fresh master (serverdir: a flushed Redis and a new process;
@@ -19,36 +19,44 @@
 # 127.x stands for 100,000 servers), dpmaster with --allow-loopback, -N 0 (no per-address
 # limit), -n 200000 and -H 16.
 #
-# dpmaster is not part of this repository. Build it in a scratch folder outside it:
+# dpmaster is not part of this repository and no Debian package provides it: build it
+# from source in a folder outside the repository (DP below):
 #   fetch a dpmaster 2.2 source (e.g. https://github.com/kphillisjr/dpmaster, "Dark
 #   Places Master server v2.2 (revision 11251)"), then
-#   mkdir -p /work/scratch/dpmaster-src && (cd SRC && git archive HEAD) | tar -x -C /work/scratch/dpmaster-src
-#   make -C /work/scratch/dpmaster-src/src release
-# and point DPMASTER at the binary (default /work/scratch/dpmaster-src/src/dpmaster).
-# Without it the dpmaster column is skipped and the serverdir figures still print.
+#   mkdir -p DP && (cd SRC && git archive HEAD) | tar -x -C DP
+#   make -C DP/src release
+# and point DPMASTER at the binary (DP/src/dpmaster). The dpmaster side runs only when
+# DPMASTER is given: without it the run says so and measures the serverdir side alone
+# (so does the smoke run of the suite); with DPMASTER set to something that is not an
+# executable the run fails rather than leave the anchor out.
 #
 # Usage: bench/master_dpmaster.sh   (env: RUNS=3, SIZES="1000 10000 100000", MS=3000
-#        query time per phase, BUILD_DIR=build, DPMASTER)
+#        query time per phase, BUILD_DIR=build, DPMASTER, SMOKE=1: 1 run at 100 servers
+#        with 300 ms query phases, ctest bench.master_dpmaster_smoke)
+# Exits non-zero when a figure of a side that ran is missing.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 . "$ROOT/bench/lib.sh"
+if bench_smoke; then
+    : "${RUNS:=1}" "${SIZES:=100}" "${MS:=300}"
+fi
 BUILD_DIR=${BUILD_DIR:-$ROOT/build}
 RUNS=${RUNS:-3}
 SIZES=${SIZES:-"1000 10000 100000"}
 MS=${MS:-3000}
-DPMASTER=${DPMASTER:-/work/scratch/dpmaster-src/src/dpmaster}
+DPMASTER=${DPMASTER:-}
 GEN=$BUILD_DIR/bench/bench_master_dpmaster
 
 if [ ! -x "$GEN" ] || [ ! -x "$BUILD_DIR/bin/serverdir" ]; then
     cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >/dev/null
     cmake --build "$BUILD_DIR" --target serverdir bench_master_dpmaster -j2 >/dev/null
 fi
-HAVE_DP=1
-if [ ! -x "$DPMASTER" ]; then
-    HAVE_DP=0
-    echo "dpmaster not found at $DPMASTER: the dpmaster column is skipped (build it as the" \
-         "header of $0 says, or set DPMASTER)" >&2
+HAVE_DP=0
+if [ -n "$DPMASTER" ]; then
+    [ -x "$DPMASTER" ] || { echo "DPMASTER=$DPMASTER is not an executable: build dpmaster as the" \
+        "header of $0 says" >&2; exit 1; }
+    HAVE_DP=1
 fi
 
 WORK=$(mktemp -d /tmp/master_dpmaster.XXXXXX)
@@ -100,6 +108,8 @@ field() { # line name
 }
 
 echo "master list side by side: serverdir vs dpmaster, sizes $SIZES, $RUNS runs each"
+[ $HAVE_DP = 1 ] || echo "dpmaster: not requested (DPMASTER unset): the serverdir side only, the dpmaster" \
+    "column stays empty (the header of $0 says how to build dpmaster)"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 declare -A S D
 base=100
@@ -141,6 +151,22 @@ echo "amplification bound per serverdir copy at the defaults: 65536 bytes/s to o
 echo "  (udp_reply_bytes_per_s, burst 2x) and 16777216 bytes/s to all victims together"
 echo "  (udp_reply_bytes_total_per_s, burst 2x), whatever the list size; dpmaster has no such cap"
 echo
+figs=()
+for n in $SIZES; do
+    for f in reg_per_s q1_per_s q8_per_s mem_per_server_b; do
+        figs+=("serverdir $f [$n]=$(med S "$n" "$f")")
+        [ $HAVE_DP = 0 ] || figs+=("dpmaster $f [$n]=$(med D "$n" "$f")")
+    done
+done
+bench_check_positive "${figs[@]}"
+figs=()
+for n in $SIZES; do
+    for f in q1_p99_ms q8_p99_ms hb_p50_ms hb_p99_ms; do
+        figs+=("serverdir $f [$n]=$(med S "$n" "$f")")
+        [ $HAVE_DP = 0 ] || figs+=("dpmaster $f [$n]=$(med D "$n" "$f")")
+    done
+done
+bench_check_figures "${figs[@]}"
 printf '%-34s %12s %12s %8s\n' "figure (median of $RUNS)" serverdir dpmaster ratio
 for n in $SIZES; do
     for spec in "reg_per_s:registrations/s:up" "q1_per_s:queries/s, 1 in flight:up" \

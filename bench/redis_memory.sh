@@ -20,16 +20,23 @@
 #      replaces an older one); the rest is the record and its index entries, kept an hour.
 #      MEMORY USAGE of one key of each kind is printed too.
 # Anchor: used_memory of the empty Redis (printed; every figure is a delta from the step
-# before, step 5's from its own anchor). Prints bytes per object. Not part of ctest.
+# before, step 5's from its own anchor). Prints bytes per object; exits non-zero when a
+# figure is missing.
 #
-# Usage: bench/redis_memory.sh [RUNS]   (env: BUILD_DIR, N_PROC, N_LOCK, N_MACHINE, N_SERVER,
-#        N_ALLOC, N_ALLOC_MACHINE)
+# Usage: bench/redis_memory.sh [RUNS]   (env: BUILD_DIR (build), RUNS (3), N_PROC (a
+#        multiple of 100), N_LOCK, N_MACHINE, N_SERVER, N_ALLOC, N_ALLOC_MACHINE; SMOKE=1:
+#        1 run of 200 processes, 100 locks, 10 machines, 10 servers, 100 allocations on 4
+#        machines, ctest bench.redis_memory_smoke)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 . "$ROOT/bench/lib.sh"
+if bench_smoke; then
+    : "${RUNS:=1}" "${N_PROC:=200}" "${N_LOCK:=100}" "${N_MACHINE:=10}" "${N_SERVER:=10}"
+    : "${N_ALLOC:=100}" "${N_ALLOC_MACHINE:=4}"
+fi
 BUILD_DIR=${BUILD_DIR:-$ROOT/build}
-RUNS=${1:-3}
+RUNS=${1:-${RUNS:-3}}
 N_PROC=${N_PROC:-20000}
 N_LOCK=${N_LOCK:-20000}
 N_MACHINE=${N_MACHINE:-500}
@@ -174,9 +181,14 @@ for ((r = 1; r <= RUNS; r++)); do
         "history stream ${f[13]} -> ${f[14]} entries"
     results+=("$line")
 done
+figs=()
 for col in $(seq 1 15); do
     med[col]=$(printf '%s\n' "${results[@]}" | awk -v c=$col '{print $c}' | bench_median)
+    figs+=("column $col=${med[col]}")
 done
+bench_check_figures "${figs[@]}"
+bench_check_positive "empty Redis=${med[1]}" "per process=${med[2]}" "per lock=${med[3]}" \
+    "per machine=${med[4]}" "per server=${med[5]}" "per open allocation=${med[6]}"
 echo "median: empty Redis ${med[1]} B (anchor); per process ${med[2]} B (incl. 2 history entries), per lock ${med[3]} B, per machine ${med[4]} B, per master server ${med[5]} B"
 echo "median: per open allocation ${med[6]} B; per ended allocation ${med[7]} B: its released event's id" \
     "${med[8]} B (kept directory.event_id_ttl_s), history entry ${med[9]} B (the stream went from" \

@@ -10,7 +10,9 @@
 #     (bench/locks_load, the same load as bench/locks_bench.sh);
 # and once per round, the raw Redis anchor on the standalone Redis: the same Lua scripts
 # by EVALSHA (events_apply.lua by redis-benchmark with the same batch, lock_acquire +
-# lock_release and blob_save by locks_load's redis modes). Prints every figure, the
+# lock_release and blob_save by locks_load's redis modes; events_apply.lua runs unchanged
+# behind the per-call nonce preamble of bench/lib.sh, checked first to accept a whole batch
+# as new events). Prints every figure, the
 # medians of ROUNDS rounds and each backend's ratio to raw Redis; then the key
 # distribution of 10,000 players' lock records and 10 clusters' directories across
 # the slots and nodes of the 3-primary cluster.
@@ -19,11 +21,20 @@
 # checks (a floor for what serverdir can reach on one Redis); on a cluster serverdir also
 # keeps a holder index outside the lock scripts (one SADD before a grant, one SREM after
 # a release). Nothing fsyncs on either side.
-# Usage: bench/redis_modes_bench.sh      (env: BUILD, ROUNDS, DUR, CLIENTS, CONNS, BATCH)
+# Exits non-zero when a figure is missing.
+# Usage: bench/redis_modes_bench.sh      (env: BUILD_DIR (build), ROUNDS (3), DUR (5),
+#        CLIENTS (64), CONNS (64), BATCH (20), ANCHOR_N (20000) events_apply.lua calls of
+#        the anchor, KEYS_PLAYERS (10000) and KEYS_CLUSTERS (10) of the key distribution;
+#        SMOKE=1: 1 round of 1 s figures at 4 clients and connections, 200 anchor calls,
+#        100 players; ctest bench.redis_modes_smoke)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 . "$ROOT/bench/lib.sh"
-BUILD=${BUILD:-$ROOT/build}
+if bench_smoke; then
+    : "${ROUNDS:=1}" "${DUR:=1}" "${CLIENTS:=4}" "${CONNS:=4}" "${ANCHOR_N:=200}"
+    : "${KEYS_PLAYERS:=100}" "${SD_THREADS:=2}"
+fi
+BUILD_DIR=${BUILD_DIR:-$ROOT/build}
 ROUNDS=${ROUNDS:-3}
 DUR=${DUR:-5}
 CLIENTS=${CLIENTS:-64}
@@ -31,6 +42,9 @@ CONNS=${CONNS:-64}
 BATCH=${BATCH:-20}
 BLOB=${BLOB:-10240}
 SD_THREADS=${SD_THREADS:-8}
+ANCHOR_N=${ANCHOR_N:-20000}
+KEYS_PLAYERS=${KEYS_PLAYERS:-10000}
+KEYS_CLUSTERS=${KEYS_CLUSTERS:-10}
 
 need=()
 command -v wrk >/dev/null || need+=(wrk)
@@ -39,13 +53,13 @@ if [ ${#need[@]} -gt 0 ]; then
     echo "installing ${need[*]}"
     DEBIAN_FRONTEND=noninteractive apt-get install -y "${need[@]}" >/dev/null
 fi
-[ -x "$BUILD/bin/serverdir" ] || { echo "build serverdir first (cmake --build build)"; exit 1; }
-[ -x "$BUILD/bench/locks_load" ] || cmake --build "$BUILD" -j2 --target locks_load >/dev/null
+[ -x "$BUILD_DIR/bin/serverdir" ] || { echo "build serverdir first (cmake --build build)"; exit 1; }
+[ -x "$BUILD_DIR/bench/locks_load" ] || cmake --build "$BUILD_DIR" -j2 --target locks_load >/dev/null
 
 WORK=$(mktemp -d /tmp/redis-modes.XXXXXX)
 PIDS=()
 bench_trap_cleanup
-LUA=$BUILD/serverdir/lua
+LUA=$BUILD_DIR/serverdir/lua
 
 # A cluster node on port $1 (its bus port chosen free), files in $WORK/n$1.
 start_node() {
@@ -120,13 +134,10 @@ events_rate() {
 }
 
 load_rate() { # locks_load args...
-    "$BUILD/bench/locks_load" -c "$CLIENTS" -d "$DUR" "$@" | sed -n 's/.* rate=\([0-9]*\).*/\1/p'
+    "$BUILD_DIR/bench/locks_load" -c "$CLIENTS" -d "$DUR" "$@" | sed -n 's/.* rate=\([0-9]*\).*/\1/p'
 }
 
-sed 's/^  events\[i\] = f$/  f.id = f.id .. ARGV[8]; f.instance = f.instance .. ARGV[8]\n  events[i] = f/' \
-    "$LUA/events_apply.lua" >"$WORK/events_anchor.lua"
-cmp -s "$WORK/events_anchor.lua" "$LUA/events_apply.lua" &&
-    { echo "could not derive the anchor script from events_apply.lua" >&2; exit 1; }
+bench_events_anchor_script "$LUA" "$WORK/events_anchor.lua"
 BATCH_JSON=$(bench_events_anchor_batch)
 
 declare -A R
@@ -139,7 +150,7 @@ for round in $(seq "$ROUNDS"); do
     for b in standalone cluster1 cluster3; do
         start_backend "$b"
         sport=$(bench_free_port)
-        "$BUILD/bin/serverdir" --listen "127.0.0.1:$sport" --redis "$URL" --threads "$SD_THREADS" \
+        "$BUILD_DIR/bin/serverdir" --listen "127.0.0.1:$sport" --redis "$URL" --threads "$SD_THREADS" \
             --log-level warn >"$WORK/serverdir-$b.log" 2>&1 &
         PIDS+=($!)
         sd="http://127.0.0.1:$sport"
@@ -154,8 +165,9 @@ for round in $(seq "$ROUNDS"); do
         if [ "$b" = standalone ]; then
             redis-cli -p "$RPORT" FLUSHALL >/dev/null
             esha=$(redis-cli -p "$RPORT" SCRIPT LOAD "$(cat "$WORK/events_anchor.lua")")
-            out=$(redis-benchmark -p "$RPORT" -c "$CONNS" -n 20000 -r 100000000000 --csv EVALSHA \
-                "$esha" 1 'sd:{benchraw}:' "$BATCH_JSON" 86400000 10000 10000 86400000 sd:assign benchraw "-__rand_int__" |
+            bench_events_anchor_check "$RPORT" "$esha"
+            out=$(redis-benchmark -p "$RPORT" -c "$CONNS" -n "$ANCHOR_N" -r 100000000000 --csv EVALSHA \
+                "$esha" 1 "$BENCH_EV_KEY" "$BATCH_JSON" "${BENCH_EV_ARGV[@]}" "-__rand_int__" |
                 tail -1 | tr -d '"')
             rev=$(awk -F, -v b="$BATCH" '{ printf "%.0f", $(NF - 6) * b }' <<<"$out")
             redis-cli -p "$RPORT" FLUSHALL >/dev/null
@@ -178,6 +190,12 @@ for b in raw standalone cluster1 cluster3; do
     e=$(bench_median ${R[$b-events]}) l=$(bench_median ${R[$b-locks]}) s=$(bench_median ${R[$b-blobs]})
     printf '  %-12s %14s %14s %14s\n' "$b" "$e" "$l" "$s"
 done
+figs=()
+for b in raw standalone cluster1 cluster3; do
+    figs+=("$b events/s=$(bench_median ${R[$b-events]})" "$b lock pairs/s=$(bench_median ${R[$b-locks]})"
+           "$b blob saves/s=$(bench_median ${R[$b-blobs]})")
+done
+bench_check_positive "${figs[@]}"
 for b in standalone cluster1 cluster3; do
     printf '  %-12s ratios   events %s   lock pairs %s   blob saves %s\n' "$b" \
         "$(bench_ratio "$(bench_median ${R[$b-events]})" "$(bench_median ${R[raw-events]})")" \
@@ -185,8 +203,8 @@ for b in standalone cluster1 cluster3; do
         "$(bench_ratio "$(bench_median ${R[$b-blobs]})" "$(bench_median ${R[raw-blobs]})")"
 done
 
-# Key distribution on a 3-primary cluster: 10,000 players' lock records (untagged names:
-# wrapped {=player:N}) and 10 clusters' directories (all of one cluster under {cN}).
+# Key distribution on a 3-primary cluster: KEYS_PLAYERS (10,000) players' lock records
+# (untagged names: wrapped {=player:N}) and KEYS_CLUSTERS (10) clusters' directories (all of one cluster under {cN}).
 start_backend cluster3
 # "start end port" per slot range of a primary (CLUSTER NODES: ip:port@bus ... ranges)
 mapfile -t ranges < <(redis-cli -p "$RPORT" cluster nodes | awk '$3 ~ /master/ {
@@ -199,9 +217,9 @@ node_of() { # slot -> port of its primary
         if [ "$1" -le "$slot" ] && [ "$slot" -le "$2" ]; then echo "$3"; return; fi
     done
 }
-for i in $(seq 10000); do echo "CLUSTER KEYSLOT sd:lock:{=player:$i}"; done |
+for i in $(seq "$KEYS_PLAYERS"); do echo "CLUSTER KEYSLOT sd:lock:{=player:$i}"; done |
     redis-cli -p "$RPORT" >"$WORK/player-slots"
-for i in $(seq 10); do echo "CLUSTER KEYSLOT sd:{c$i}:machines"; done |
+for i in $(seq "$KEYS_CLUSTERS"); do echo "CLUSTER KEYSLOT sd:{c$i}:machines"; done |
     redis-cli -p "$RPORT" >"$WORK/cluster-slots"
 echo
 echo "key distribution on 3 primaries (slots: distinct slots used):"
@@ -212,6 +230,8 @@ for r in "${ranges[@]}"; do
     set -- $r
     printf '  node :%s slots %5s-%-5s  players %5s  clusters %s\n' "$3" "$1" "$2" "${pn[$3]:-0}" "${cn[$3]:-0}"
 done
-echo "  players: $(sort -u "$WORK/player-slots" | wc -l) distinct slots of 10000 keys;" \
-    "clusters: $(sort -u "$WORK/cluster-slots" | wc -l) distinct slots of 10"
+echo "  players: $(sort -u "$WORK/player-slots" | wc -l) distinct slots of $KEYS_PLAYERS keys;" \
+    "clusters: $(sort -u "$WORK/cluster-slots" | wc -l) distinct slots of $KEYS_CLUSTERS"
+[ "$(wc -l <"$WORK/player-slots")" = "$KEYS_PLAYERS" ] && [ ${#ranges[@]} -ge 3 ] ||
+    { echo "the key distribution is incomplete" >&2; exit 1; }
 stop_all

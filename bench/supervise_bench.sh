@@ -12,10 +12,14 @@
 # The supervised program is bench/supervise_probe (it logs its start time on
 # CLOCK_MONOTONIC; `supervise_probe kill` logs the kill time), the same for both.
 #
-# usage: bench/supervise_bench.sh [BUILD_DIR]     (default: build)
-# env:   N=1000 CPU_S=30 CRASH_SAMPLES=25 HANG_SAMPLES=100 HANG_DEADLINE_MS=200
+# usage: bench/supervise_bench.sh
+# env:   BUILD_DIR=build N=1000 CPU_S=30 SETTLE_S=5 (start-up let settle before the CPU is
+#        measured) CRASH_SAMPLES=25 HANG_SAMPLES=100 HANG_DEADLINE_MS=200
 #        NICE=-10 (both supervisors and their processes), BENCH_TMP=/dev/shm (work dir)
 #        KEEP=1 keeps the work dir (probe logs with every sample, supervisor logs)
+#        SMOKE=1: 10 idle processes, 1 s settled and 1 s of CPU, 2 kills, 2 hangs, NICE=0,
+#        both supervisors (ctest bench.supervise_smoke)
+# Exits non-zero when a figure is missing.
 # The machine is shared with other jobs (builds, test suites): to measure the supervisors
 # and not the neighbours, both supervisors run at the same raised priority (NICE, needs
 # root; NICE=0 turns it off) and everything they and the probes write goes to tmpfs (BENCH_TMP),
@@ -25,9 +29,16 @@
 # is stopped on exit.
 set -euo pipefail
 
-BUILD=${1:-build}
+HERE=$(cd "$(dirname "$0")" && pwd)
+. "$HERE/lib.sh"
+if bench_smoke; then
+    : "${N:=10}" "${CPU_S:=1}" "${SETTLE_S:=1}" "${CRASH_SAMPLES:=2}" "${HANG_SAMPLES:=2}"
+    : "${NICE:=0}"
+fi
+BUILD_DIR=${BUILD_DIR:-$HERE/../build}
 N=${N:-1000}
 CPU_S=${CPU_S:-30}
+SETTLE_S=${SETTLE_S:-5}
 CRASH_SAMPLES=${CRASH_SAMPLES:-25}
 HANG_SAMPLES=${HANG_SAMPLES:-100}
 HANG_DEADLINE_MS=${HANG_DEADLINE_MS:-200}
@@ -36,11 +47,10 @@ BENCH_TMP=${BENCH_TMP:-/dev/shm}
 CRASH_SPACING_S=1.2 # > supervisord's 1 s loop tick, so it sees every process RUNNING first
 RUN_LIMIT_S=900
 
-BIN=$(cd "$BUILD/bin" 2>/dev/null && pwd) || { echo "no $BUILD/bin: build first" >&2; exit 1; }
+BIN=$(cd "$BUILD_DIR/bin" 2>/dev/null && pwd) || { echo "no $BUILD_DIR/bin: build first" >&2; exit 1; }
 for b in bigbrother bbctl; do
     [ -x "$BIN/$b" ] || { echo "missing $BIN/$b: build first" >&2; exit 1; }
 done
-HERE=$(cd "$(dirname "$0")" && pwd)
 [ -d "$BENCH_TMP" ] || BENCH_TMP=/tmp
 WORK=$(mktemp -d "$BENCH_TMP/supbench.XXXXXX")
 PROBE=$BIN/supervise_probe
@@ -110,7 +120,7 @@ rss_kb() { awk '/^VmRSS:/{print $2}' "/proc/$1/status"; }
 # Prints "cpu_percent rss_mib" of pid over CPU_S seconds.
 measure_idle() { # pid
     local t0 t1
-    sleep 5 # let the start-up settle
+    sleep "$SETTLE_S" # let the start-up settle
     t0=$(cpu_ticks "$1")
     sleep "$CPU_S"
     t1=$(cpu_ticks "$1")
@@ -246,6 +256,11 @@ wait "$SV_PID" 2>/dev/null || true
 SV_PID=
 
 # ---- summary -------------------------------------------------------------------------------
+bench_check_figures "bigbrother idle CPU=$BB_CPU" "supervisord idle CPU=$SV_CPU" \
+    "bigbrother RSS=$BB_RSS" "supervisord RSS=$SV_RSS" "bigbrother crash median=$BB_CRASH_MED" \
+    "supervisord crash median=$SV_CRASH_MED" "bigbrother crash p90=$BB_CRASH_P90" \
+    "supervisord crash p90=$SV_CRASH_P90" "hang p99=$HANG_P99"
+bench_check_positive "bigbrother kills=$BB_CRASH_N" "supervisord kills=$SV_CRASH_N" "hangs=$HANG_N"
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN{if(b>0) printf "%.1fx", a/b; else print "inf"}'; }
 verdict() { awk -v v="$1" -v lim="$2" 'BEGIN{print (v < lim) ? "ok" : "MISSED"}'; }
 echo

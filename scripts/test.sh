@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what is missing, then
-#   1. builds with warnings as errors and runs every unit and integration test (CTest),
+#   1. builds with warnings as errors and runs every unit and integration test (CTest)
+#      and every benchmark in smoke mode (bench.*),
 #      the integration tests on standalone Redis, and most of them again on a Redis
 #      Cluster (it.rc.*) and through a Redis Sentinel (it.rs.*);
 #   2. builds again with ASan+UBSan (build-asan/) and runs the suite again (without the
 #      it.rc.* / it.rs.* repeats: it.rcluster, it.locks_cluster and it.sentinel run the
 #      Cluster and Sentinel code there; nor the plainonly ones: the dashboard's browser
-#      screenshots, the packages, scripts/cluster.sh and the OpenAPI validator); a
+#      screenshots, the packages, scripts/cluster.sh and the OpenAPI validator; nor the
+#      benchmarks' smoke runs, label bench); a
 #      sanitizer report in any test or in any daemon a test started fails the run;
 #   3. runs the integration tests again with the daemons (serverdir, bigbrother) under
 #      valgrind memcheck (H_VALGRIND=1; not the novalgrind ones: those whose daemons it does
@@ -72,7 +74,7 @@ for stage in $stages; do
         fi
         (cd "$SD_ROOT/build-asan" &&
          ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
-         ctest --output-on-failure -j"$cores" -LE "rcluster|rsentinel|plainonly")
+         ctest --output-on-failure -j"$cores" -LE "rcluster|rsentinel|plainonly|bench")
         ;;
     valgrind)
         echo "== stage valgrind: integration tests with the daemons under valgrind"

@@ -221,7 +221,7 @@ static void config_errors_name_file_and_field(void **state)
     assert_int_equal(bbt_run(usage, log), 100);
 }
 
-/* bbctl logs (issue 15, item 2): the output of the current run of a slot, of an earlier
+/* bbctl logs: the output of the current run of a slot, of an earlier
  * run after a restart (its own log file, kept), --tail, -f until the run ends, 4 for an
  * instance with no log here. */
 static void bbctl_logs_of_runs(void **state)

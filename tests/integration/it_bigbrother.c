@@ -426,7 +426,7 @@ static int run_logs(const char *dir, char names[][200], int max, int *rotations)
     return n;
 }
 
-/* One log file per instance (issue 15, item 2): a slot restarted 4 times under log_runs 2
+/* One log file per instance: a slot restarted 4 times under log_runs 2
  * keeps the logs of its last 2 instances, each holding its own run only (its header
  * first, its own output), logs/sh-0.log links to the current one, and the slot log of
  * the old layout found at the first start is kept as before-upgrade.log until pruned. */

@@ -316,7 +316,7 @@ static void screenshot(const char *query, const char *name, int width)
     printf("dashboard: screenshot %s (%d px wide, %lld bytes)\n", name, width, (long long)sb.st_size);
 }
 
-/* Issue 15, item 4: the pages an operator works from. An instance killed with SIGABRT:
+/* The pages an operator works from. An instance killed with SIGABRT:
  * its page shows the record, the timeline, the crash report (its last output), the locks
  * it held (none now) and a restart button; the service and machine pages list their
  * instances with links; the home page at 500 px wide. Screenshots in build/. */
@@ -443,7 +443,7 @@ static void instance_service_machine_pages(void **state)
     free(dom);
 }
 
-/* Issue 16: a warm pool in the services table (ready free / allocated) and the
+/* A warm pool in the services table (ready free / allocated) and the
  * Allocations section (paged along the cursor), in a cluster of its own (c2: no
  * bigbrother acts on it) with two ready instances reported through events, one allocated
  * and one released. */

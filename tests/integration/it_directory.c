@@ -897,10 +897,10 @@ static void sdclient_typed_calls_and_failover(void **state)
     }
 }
 
-/* Issue 14, "no request walks a whole set": 100,000 live processes; every page of the
- * largest size (5000) and the filtered lists that used to read every record (state=...)
- * are walked, and no Redis command takes 5 ms or more (slowlog_check; the old proc_list read
- * the whole set in one script: 40 ms for ?limit=10, 450 ms for ?state=starting). A
+/* No request walks a whole set: 100,000 live processes; every page of the largest size
+ * (5000) and the filtered lists a whole-set read would answer (state=...) are walked,
+ * and no Redis command takes 5 ms or more (slowlog_check; a script reading the whole set
+ * takes 40 ms for ?limit=10, 450 ms for ?state=starting). A
  * process stopped in the middle of a walk is not seen twice and none is missed. */
 typedef struct {
     volatile int stop;
@@ -1071,7 +1071,7 @@ static void lists_at_100k_stay_cheap(void **state)
     assert_int_equal(total, N - 1); /* all but the one stopped before its page came */
     assert_false(seen[N - 1]);
 
-    /* the filters that used to read every record */
+    /* the filters a whole-set read would answer */
     static const char *const paths[] = {
         "/v1/clusters/c100k/processes?state=starting&limit=10",
         "/v1/clusters/c100k/processes?state=ready&limit=5000",
@@ -1121,7 +1121,7 @@ static int nolead_stopped(void *arg)
     return n == 0;
 }
 
-/* Issue 15, item 1: a cluster without a primary (static services), its machine's lease
+/* A cluster without a primary (static services), its machine's lease
  * runs out: a serverdir copy's sweep marks the machine's live processes stopped with
  * reason machine_lost (once; the other machine's are untouched), as a primary would. */
 static void machine_lost_without_primary(void **state)
@@ -1342,8 +1342,8 @@ static void walk_state(const char *cluster, int limit, state_walk_t *w)
     json_decref(seen);
 }
 
-/* GET .../state, what the primary reads every round, is paged too (issue 14: it read
- * every service, machine and assignment document in one script). 20,000 machines (2600
+/* GET .../state, what the primary reads every round, is paged too (no script reads
+ * every service, machine and assignment document at once). 20,000 machines (2600
  * under valgrind and the sanitizers) with
  * a lease and an assignment document (written before the index aix existed), 4 documents
  * of 10,000 slots (about 480 KB each) and 30 services: walked in pages of at most 5000

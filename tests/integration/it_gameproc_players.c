@@ -289,7 +289,7 @@ static int lock_free_or_other(void *arg)
     return strcmp(holder, "kz-a") != 0;
 }
 
-/* Issue 15, item 1, end to end: a zone server holding two players is killed with SIGKILL
+/* End to end: a zone server holding two players is killed with SIGKILL
  * (no save, no release); when the directory records its stop, its locks are freed after
  * the lock-delay, another server picks the players up and saves them (a higher lock_seq:
  * the dead one's grants are fenced), and its master-list entry is gone at once. */

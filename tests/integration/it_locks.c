@@ -1061,7 +1061,7 @@ static int walk_lock_pages(const char *holder, int limit, unsigned char *seen)
 
 /* (Runs last: its 1500 locks stay held.) The lock lists are paged with cursors and lose
  * nothing: 1500 locks of one holder (more
- * than the 1000 the holder list used to stop at) in pages of 100 and through
+ * than 1000, past any fixed cap of a holder list) in pages of 100 and through
  * libsdclient; every lock in pages of 7 (a page that fills inside one SCAN step resumes
  * there instead of skipping the step's rest). */
 static void lock_lists_are_paged(void **state)

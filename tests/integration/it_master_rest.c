@@ -601,7 +601,7 @@ static void flood_limits(void **state)
     assert_string_equal(code, "too_many_servers");
     assert_int_equal(announce(&B, "10.9.8.1", 27000, BASIC, code, sizeof code), 200);
 
-    /* Challenges cost no Redis state (issue 13, item 7): 200 challenges from 200
+    /* Challenges cost no Redis state: 200 challenges from 200
      * addresses leave Redis as it was; each address is held to its request rate. */
     char chal[64];
     h_keys_t before, after;

@@ -749,10 +749,10 @@ static void qstat_lists_every_server(void **state)
     assert_int_equal(qstat_count("-stm"), listed);
 }
 
-/* Challenges cost no Redis state (issue 13, item 7): 2,000 heartbeats from 2,000 source
+/* Challenges cost no Redis state: 2,000 heartbeats from 2,000 source
  * addresses (spoofed ones would look the same to the master) each get their getinfo, and
- * Redis is exactly as it was (the old master wrote two keys per challenge and kept them
- * 65 s: 60,000 keys and 12 MB for 30,000 spoofed heartbeats). */
+ * Redis is exactly as it was (a master storing two keys per challenge for 65 s would
+ * hold 60,000 keys and 12 MB for 30,000 spoofed heartbeats). */
 static void challenge_flood_costs_no_redis_state(void **state)
 {
     /* no key anywhere: a challenge could write any (the master's values may change by

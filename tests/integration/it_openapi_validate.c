@@ -1,7 +1,7 @@
 /* docs/openapi.yaml passes a maintained OpenAPI 3 validator (@apidevtools/swagger-parser,
  * from npm, installed by the README test command into .npm-tools/) and every operation
- * has its own operationId (issue 15, item 5: three inline mappings with unquoted commas
- * had made bogus keys, and no validator ran). */
+ * has its own operationId (an inline mapping with unquoted commas makes bogus keys that
+ * only a validator notices). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -869,7 +869,7 @@ static int bb_drained(void *b)
     return done;
 }
 
-/* The issue's end-to-end case with the real bigbrother: serverdir is stopped while
+/* End to end with the real bigbrother: serverdir is stopped while
  * supervised processes are killed and restarted and bigbrother itself is killed with -9
  * and started again; once serverdir is back, the live directory is exactly what bbctl
  * shows, the killed instances are stopped with reason killed(signal 9), and serverdir's history

@@ -227,7 +227,7 @@ static int describe_shows_master(void *arg)
            strstr(out, "Master list:  127.0.0.1:27960 \"EU 1\"");
 }
 
-/* sdctl describe (issue 15, item 3): an instance with its record, timeline, locks and
+/* sdctl describe: an instance with its record, timeline, locks and
  * master-list entry; a stopped one with its reason; a static service and a machine with
  * their instances; not found, usage and the global options after the command. */
 static void describe_instance_service_machine(void **state)
@@ -488,7 +488,7 @@ static int crashy_stopped(void *arg)
     return ok;
 }
 
-/* Issue 15, item 2: a crashed instance's stopped event carries its crash report (the
+/* A crashed instance's stopped event carries its crash report (the
  * last lines it wrote, from bigbrother's log of its run), the process record keeps it,
  * the event history does not (4 KiB each), and sdctl describe shows it. */
 static void crash_report_in_the_record_and_describe(void **state)
@@ -567,7 +567,7 @@ static void crash_report_in_the_record_and_describe(void **state)
         assert_true((unsigned char)*c < 0x80);
     json_decref(bp);
 
-    /* sdctl logs (item 2): the stopped instance's output from its machine's bigbrother
+    /* sdctl logs: the stopped instance's output from its machine's bigbrother
      * (logs_listen, registered as the lease's logs_port); -f on it just ends */
     assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "logs", inst, "--cluster",
                            "c1", NULL), 0);
@@ -660,7 +660,7 @@ static int health_reaches(void *arg)
     return ok;
 }
 
-/* Issue 15 item 4 (heartbeat age / probe failures per instance, what Consul shows per
+/* The health view (heartbeat age / probe failures per instance, what Consul shows per
  * check): bigbrother's logs port serves its health view, GET /v1/health[/{instance}],
  * checked by ServerDir like the logs and readable from the dashboard's origin (CORS);
  * sdctl describe prints it. */

@@ -1,4 +1,4 @@
-/* The ready vs desired series (GET /v1/clusters/{c}/series; issue 15, item 4) against a
+/* The ready vs desired series (GET /v1/clusters/{c}/series) against a
  * real redis-server and serverdir sampling every 200 ms (directory.series_interval_ms):
  * the values of a sample (ready and starting from the directory, desired from the
  * services: counts, a stopped service, warm pools sized as the primary does, a stopped

@@ -490,7 +490,7 @@ static void goldsrc(void **state)
     assert_string_equal(sd_gs_parse_info(B("0\n\\challenge\\1\\pro\x01tocol\\48"), &s, &c), "bad_infostring");
 }
 
-/* Stateless challenges (issue 13, item 7): bound to what they were issued for, verified
+/* Stateless challenges: bound to what they were issued for, verified
  * under the current or the previous secret, expired by their own issue time, never the
  * same twice. */
 static void stateless_challenges(void **state)
