@@ -88,7 +88,9 @@ typedef struct {
 /* Creates a handle (the only allocation the library makes) and tries once to connect.
  * No Big Brother reachable is not an error: the handle reconnects later by itself.
  * Returns NULL with errno set only for ENOMEM or EINVAL (a socket path longer than
- * sun_path, an instance id over 128 bytes or holding a newline). opts may be NULL. */
+ * sun_path, or an instance id that is not a ServerDir name: 1-128 of A-Z a-z 0-9 _ . : @ -,
+ * not starting with '.' or '-', no ".."; an empty or unset one is allowed). opts may be
+ * NULL. */
 bbagent_t *bbagent_open(const bbagent_opts_t *opts);
 
 /* Start-up is done: the process serves players. Remembered and sent again after a
