@@ -327,7 +327,7 @@ static void drain_unlocks(const char *cluster)
 int sd_dir_events_apply_many(const char *cluster, const char *const *batches, int n,
                              long long (*counts)[4])
 {
-    char base[256];
+    char base[256], chan[128];
     sd_argv_t a;
     sd_argv_init(&a);
     sd_argv_add(&a, sd_key(base, sizeof base, cluster, "%s", ""));
@@ -336,7 +336,7 @@ int sd_dir_events_apply_many(const char *cluster, const char *const *batches, in
     sd_argv_addf(&a, "%lld", (long long)sd_dir_cfg.history_max);
     sd_argv_addf(&a, "%lld", (long long)sd_dir_cfg.stopped_keep);
     sd_argv_addf(&a, "%lld", (long long)sd_dir_cfg.stopped_ttl_ms);
-    sd_argv_addf(&a, "%sassign", sd_store_prefix()); /* sd_assign_channel */
+    sd_argv_add(&a, sd_assign_channel(chan, sizeof chan));
     sd_argv_add(&a, cluster);
     for (int i = 1; i < n; i++)
         sd_argv_add(&a, batches[i]);
