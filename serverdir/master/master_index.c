@@ -703,21 +703,14 @@ static int follow(int block_ms)
 
 static int run_sweep(void)
 {
-    const char *argv[5];
-    size_t argl[5];
-    char k[128], now[24], nn[16], ml[16];
-    snprintf(k, sizeof k, "%s", sd_master_base());
-    snprintf(now, sizeof now, "%lld", (long long)sd_wall_ms());
-    snprintf(nn, sizeof nn, "%d", SWEEP_BATCH);
-    snprintf(ml, sizeof ml, "%d", SD_MASTER_LOG_MAXLEN);
-    argv[0] = k;
-    argv[1] = now;
-    argv[2] = nn;
-    argv[3] = ml;
-    for (int i = 0; i < 4; i++)
-        argl[i] = strlen(argv[i]);
+    sd_argv_t a;
+    sd_argv_init(&a);
+    sd_argv_add(&a, sd_master_base());
+    sd_argv_addf(&a, "%lld", (long long)sd_wall_ms());
+    sd_argv_addf(&a, "%d", SWEEP_BATCH);
+    sd_argv_addf(&a, "%d", SD_MASTER_LOG_MAXLEN);
     redisReply *r;
-    int rc = sd_store_script_v("master_sweep", 1, 4, argv, argl, &r);
+    int rc = sd_store_run("master_sweep", 1, &a, &r);
     if (rc)
         return rc;
     if (r->type == REDIS_REPLY_ARRAY && r->elements > 0) {
@@ -904,44 +897,25 @@ int sd_master_write_terminate(const char *proto, const char *addr)
  * the index. */
 static void write_heartbeats(struct wop **ops, int n)
 {
-    int argc = 7 + 4 * n; /* the key base, 6 arguments, then 4 per heartbeat */
-    const char **argv = malloc((size_t)argc * sizeof *argv);
-    size_t *argl = malloc((size_t)argc * sizeof *argl);
-    if (!argv || !argl) {
-        free(argv);
-        free(argl);
-        return;
-    }
-    char k[128], now[24], ttl[24], per[24], maxs[24], ml[16], nn[16];
-    int64_t t = sd_wall_ms();
-    snprintf(k, sizeof k, "%s", sd_master_base());
-    snprintf(now, sizeof now, "%lld", (long long)t);
-    snprintf(ttl, sizeof ttl, "%lld", (long long)sd_master_cfg.heartbeat_interval_s * 3000);
-    snprintf(per, sizeof per, "%lld", (long long)sd_master_cfg.servers_per_address);
-    snprintf(maxs, sizeof maxs, "%lld", (long long)sd_master_cfg.max_servers);
-    snprintf(ml, sizeof ml, "%d", SD_MASTER_LOG_MAXLEN);
-    snprintf(nn, sizeof nn, "%d", n);
-    const char *head[] = {k, now, ttl, per, maxs, ml, nn};
-    /* KEYS[1] is k; ARGV starts at now */
-    for (int i = 0; i < 7; i++) {
-        argv[i] = head[i];
-        argl[i] = strlen(head[i]);
-    }
-    argc = 7;
+    /* KEYS[1] the key base; ARGV now, ttl, per-address and total caps, the log's length,
+     * n, then 4 per heartbeat */
+    sd_argv_t a;
+    sd_argv_init(&a);
+    sd_argv_add(&a, sd_master_base());
+    sd_argv_addf(&a, "%lld", (long long)sd_wall_ms());
+    sd_argv_addf(&a, "%lld", (long long)sd_master_cfg.heartbeat_interval_s * 3000);
+    sd_argv_addf(&a, "%lld", (long long)sd_master_cfg.servers_per_address);
+    sd_argv_addf(&a, "%lld", (long long)sd_master_cfg.max_servers);
+    sd_argv_addf(&a, "%d", SD_MASTER_LOG_MAXLEN);
+    sd_argv_addf(&a, "%d", n);
     for (int i = 0; i < n; i++) {
-        argv[argc] = ops[i]->addr;
-        argl[argc++] = strlen(ops[i]->addr);
-        argv[argc] = ops[i]->group;
-        argl[argc++] = strlen(ops[i]->group);
-        argv[argc] = ops[i]->inst;
-        argl[argc++] = strlen(ops[i]->inst);
-        argv[argc] = ops[i]->rec;
-        argl[argc++] = ops[i]->reclen;
+        sd_argv_add(&a, ops[i]->addr);
+        sd_argv_add(&a, ops[i]->group);
+        sd_argv_add(&a, ops[i]->inst);
+        sd_argv_addn(&a, ops[i]->rec, ops[i]->reclen);
     }
     redisReply *r;
-    int rc = sd_store_script_v("master_heartbeat", 1, argc, argv, argl, &r);
-    free(argv);
-    free(argl);
+    int rc = sd_store_run("master_heartbeat", 1, &a, &r);
     if (rc) {
         for (int i = 0; i < n; i++)
             sd_master_count_drop(ops[i]->proto, "store");
