@@ -219,6 +219,18 @@ int sdc__walk(sdc_t *c, const char *path, const char *list, const char *in_curso
     return SDC_OK;
 }
 
+int sdc__cluster_walk(sdc_t *c, const char *cluster, const char *suffix, const char *list,
+                      size_t max, json_t **out, sdc_err_t *err)
+{
+    *out = NULL;
+    int rc = sdc__names(err, 1, "cluster", cluster);
+    if (rc)
+        return rc;
+    char path[SDC__PATH_MAX];
+    sdc__cpath(path, sizeof path, cluster, "%s", suffix);
+    return sdc__walk(c, path, list, "after", "next", max, out, err);
+}
+
 int sdc__cluster_call(sdc_t *c, const char *method, const char *cluster, const char *what,
                       const char *name, const json_t *body, json_t **out, sdc_err_t *err,
                       const char *fmt, ...)
