@@ -44,7 +44,7 @@
 #define RECENT_MAX 8              /* allocations remembered to spot a resent one */
 #define PLAYERS_MAX 1000000
 #define PORTS_MAX 8               /* named ports a game reports (bbagent_port) */
-#define PORT_NAME_MAX 32
+#define PORT_NAME_MAX 32          /* the shim's room per name (events allow SD_PORT_NAME_MAX) */
 #define POLL_BUDGET 16            /* packets read per bbagent_poll call */
 #define NEVER (INT64_MIN / 2)
 
@@ -407,15 +407,10 @@ API int bbagent_port(bbagent_t *a, const char *name, int port)
 {
     if (!a || !name || port < 1 || port > 65535)
         return -EINVAL;
+    /* a name as bigbrother checks it, without ':' (PORTS= separates name:port with it) */
     size_t n = strlen(name);
-    if (n == 0 || n > PORT_NAME_MAX || name[0] == '.' || name[0] == '-')
+    if (!sd_name_validn(name, n, PORT_NAME_MAX) || memchr(name, ':', n))
         return -EINVAL;
-    for (size_t k = 0; k < n; k++) {
-        char c = name[k];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '_' || c == '.' || c == '-' || c == '@'))
-            return -EINVAL;
-    }
     int i = 0;
     while (i < a->nports && strcmp(a->ports[i].name, name))
         i++;

@@ -112,7 +112,7 @@ int bbagent_status(bbagent_t *a, int players, int max_players, const char *kv);
 int bbagent_set_players(bbagent_t *a, int players, int max_players);
 
 /* A port the game serves on, by name ("game", "query": 1-32 characters of A-Z a-z 0-9
- * _ . @ -, not starting with . or -), sent with the status (PORTS=game:27960 ...) and
+ * _ . @ -, not starting with . or -, no ".."), sent with the status (PORTS=game:27960 ...) and
  * remembered across reconnects: Big Brother reports it to ServerDir, and an allocation
  * answers it to the matchmaker. Call it before bbagent_ready() so that the instance is
  * listed with its ports as soon as it is ready. At most 8 names; the same name again

@@ -820,7 +820,7 @@ static void ports_sent_with_status(void **state)
     expect_msg(c, "STATUS=\nPORTS=game:27960 query:27961\n");
     assert_int_equal(bbagent_status(a, 2, 16, "map=q3dm17"), 0);
     expect_msg(c, "PLAYERS=2\nMAX_PLAYERS=16\nSTATUS=map=q3dm17\nPORTS=game:27960 query:27961\n");
-    static const char *const bad_names[] = {"", "has space", "-x", ".x", "a:b",
+    static const char *const bad_names[] = {"", "has space", "-x", ".x", "a:b", "a..b",
                                             "012345678901234567890123456789012"};
     for (size_t i = 0; i < sizeof bad_names / sizeof *bad_names; i++)
         assert_int_equal(bbagent_port(a, bad_names[i], 1), -EINVAL);
