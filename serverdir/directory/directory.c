@@ -225,7 +225,7 @@ int sd_dir_machine_args(const json_t *body, sd_argv_t *a, char *err, size_t errc
         json_object_foreach(labels, k, j) {
             if (!sd_name_valid(k, 64))
                 return sd_jv_fail(&v, NULL, "has a bad key (1-64 characters of "
-                                            "A-Z a-z 0-9 _ . : @ -)");
+                                            SD_NAME_CHARSET_TEXT ")");
             if (!json_is_string(j) || json_string_length(j) > 128 ||
                 strlen(json_string_value(j)) != json_string_length(j))
                 return sd_jv_fail(&v, k, "must be a string of at most 128 bytes");
