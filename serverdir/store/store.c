@@ -719,22 +719,6 @@ int sd_store_run(const char *name, int nkeys, sd_argv_t *a, redisReply **out)
     return rc;
 }
 
-int sd_store_command_v(int argc, const char *const *argv, const size_t *argl, redisReply **out)
-{
-    *out = NULL;
-    if (argc < 1 || argc > SD_STORE_ARGV_MAX)
-        return SD_STORE_ERROR;
-    if (!get_ctx())
-        return SD_STORE_DOWN;
-    redisReply *r = roundtrip(argc, (const char **)argv, argl);
-    if (!r) {
-        SD_COUNT("serverdir_redis_errors_total{kind=\"io\"}", "Redis calls that failed", 1);
-        return SD_STORE_DOWN;
-    }
-    *out = r;
-    return SD_STORE_OK;
-}
-
 int sd_store_primaries(void) { return target.cluster ? sd__rc_primaries() : 1; }
 
 int sd_store_command_primary(int i, sd_argv_t *a, redisReply **out)

@@ -55,10 +55,9 @@ int sd_store_command_primary(int i, sd_argv_t *a, redisReply **out);
  * the caller frees with freeReplyObject; a Lua error_reply comes back as *out of type
  * REDIS_REPLY_ERROR with SD_STORE_OK, so scripts can return typed errors. */
 int sd_store_run(const char *name, int nkeys, sd_argv_t *a, redisReply **out);
-/* Runs one plain command (argv form). Same reply ownership as sd_store_run; a is kept. */
+/* Runs one plain command (argv form). Same reply ownership as sd_store_run; a is kept
+ * (the caller frees it). */
 int sd_store_command(sd_argv_t *a, redisReply **out);
-/* The same with a caller-built argument array of up to SD_STORE_ARGV_MAX entries. */
-int sd_store_command_v(int argc, const char *const *argv, const size_t *argl, redisReply **out);
 /* Opens a connection of the caller's own to the current primary (under Sentinel, the one
  * the sentinels name; AUTH and SELECT done), for a subscriber that cannot share the
  * thread's command connection. NULL when Redis is unreachable; the caller frees it with
