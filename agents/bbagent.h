@@ -71,8 +71,8 @@ typedef struct {
  * with this library. The strings point into the handle and stay valid until the next
  * bbagent_poll() (or bbagent_close()) on it: copy what must live longer. */
 typedef struct {
-    /* The allocation id (1-128 characters of A-Z a-z 0-9 _ . : @ -, e.g.
-     * "a000000000017"). */
+    /* The allocation id, a ServerDir name (1-128 characters of A-Z a-z 0-9 _ . : @ -,
+     * not starting with . or -, no ".."), e.g. "a000000000017". */
     const char *allocation;
     /* ALLOCATED: the allocator's payload as compact JSON text, at most 1024 bytes ("null"
      * when it gave none). DEALLOCATED: NULL. */
