@@ -23,6 +23,7 @@
  * again, not returned again. */
 #include "bbagent.h"
 #include "bbproto.h"
+#include "sdname.h" /* the name rule, header-only: the shim links nothing of libsdcommon */
 
 #include <errno.h>
 #include <stddef.h>
@@ -39,13 +40,11 @@
 #define RECONNECT_MS 500          /* at most one connection attempt per this period */
 #define BEAT_MIN_MS 50            /* never more than one heartbeat packet per 50 ms */
 #define BEAT_DEFAULT_HB_MS 250    /* HEARTBEAT_MS until a WELCOME says otherwise */
-#define INSTANCE_MAX 128
-#define ALLOC_ID_MAX 128          /* an allocation id, as ServerDir names it */
 #define PAYLOAD_MAX BBPROTO_MAX_VALUE /* the payload, compact JSON */
 #define RECENT_MAX 8              /* allocations remembered to spot a resent one */
 #define PLAYERS_MAX 1000000
 #define PORTS_MAX 8               /* named ports a game reports (bbagent_port) */
-#define PORT_NAME_MAX 32
+#define PORT_NAME_MAX 32          /* the shim's room per name (events allow SD_PORT_NAME_MAX) */
 #define POLL_BUDGET 16            /* packets read per bbagent_poll call */
 #define NEVER (INT64_MIN / 2)
 
@@ -56,7 +55,7 @@ enum { OWE_HELLO = 1, OWE_READY = 2, OWE_STATUS = 4, OWE_ACK = 8, OWE_RELEASE = 
 typedef struct {
     int type;                   /* BBAGENT_EVENT_ALLOCATED / _DEALLOCATED, 0: none */
     int players, join;
-    char id[ALLOC_ID_MAX + 1];
+    char id[SD_NAME_MAX + 1]; /* an allocation id: a name */
     char payload[PAYLOAD_MAX + 1];
 } alloc_msg_t;
 
@@ -78,7 +77,7 @@ struct bbagent {
     int shutdown_pending;
     int shutdown_grace_ms;      /* -1: none given */
     int drain_pending;
-    char instance[INSTANCE_MAX + 1];
+    char instance[SD_NAME_MAX + 1];
     char status[BBPROTO_MAX_VALUE + 1];
     struct {
         char name[PORT_NAME_MAX + 1];
@@ -90,7 +89,7 @@ struct bbagent {
     alloc_msg_t returned;       /* what the last returned event points into */
     int returned_valid;         /* the last event bbagent_poll returned was `returned` */
     struct {
-        char id[ALLOC_ID_MAX + 1];
+        char id[SD_NAME_MAX + 1]; /* an allocation id: a name */
         int owe_ack;            /* ALLOCATION_ACK not sent yet */
     } recent[RECENT_MAX];       /* the last allocations returned, a ring */
     int recent_next;
@@ -298,7 +297,7 @@ API bbagent_t *bbagent_open(const bbagent_opts_t *opts)
     if (!inst)
         inst = "";
     size_t il = strlen(inst);
-    if (il > INSTANCE_MAX || memchr(inst, '\n', il)) {
+    if (il && !sd_name_validn(inst, il, SD_NAME_MAX)) {
         errno = EINVAL;
         return NULL;
     }
@@ -408,15 +407,10 @@ API int bbagent_port(bbagent_t *a, const char *name, int port)
 {
     if (!a || !name || port < 1 || port > 65535)
         return -EINVAL;
+    /* a name as bigbrother checks it, without ':' (PORTS= separates name:port with it) */
     size_t n = strlen(name);
-    if (n == 0 || n > PORT_NAME_MAX || name[0] == '.' || name[0] == '-')
+    if (!sd_name_validn(name, n, PORT_NAME_MAX) || memchr(name, ':', n))
         return -EINVAL;
-    for (size_t k = 0; k < n; k++) {
-        char c = name[k];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '_' || c == '.' || c == '-' || c == '@'))
-            return -EINVAL;
-    }
     int i = 0;
     while (i < a->nports && strcmp(a->ports[i].name, name))
         i++;
@@ -446,21 +440,6 @@ API int bbagent_fd(bbagent_t *a)
     return a->fd >= 0 ? a->fd : -ENOTCONN;
 }
 
-/* 1 when the value is an allocation id: 1-128 of A-Z a-z 0-9 _ . : @ - (a ServerDir
- * name), so it is safe to log and to send back. */
-static int alloc_id_ok(const char *id, size_t n)
-{
-    if (!id || n == 0 || n > ALLOC_ID_MAX)
-        return 0;
-    for (size_t i = 0; i < n; i++) {
-        char c = id[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '_' || c == '.' || c == ':' || c == '@' || c == '-'))
-            return 0;
-    }
-    return 1;
-}
-
 /* The ring slot of a recently returned allocation, or -1. */
 static int recent_find(const bbagent_t *a, const char *id, size_t n)
 {
@@ -481,14 +460,14 @@ static void handle_alloc(bbagent_t *a, const bbproto_field_t *f, int n)
     const char *id = bbproto_get(f, n, "ALLOCATED", &il);
     if (!id) {
         id = bbproto_get(f, n, "DEALLOCATED", &il);
-        if (!alloc_id_ok(id, il))
+        if (!sd_name_validn(id, il, SD_NAME_MAX))
             return;
         p->type = BBAGENT_EVENT_DEALLOCATED;
         memcpy(p->id, id, il);
         p->id[il] = '\0';
         return;
     }
-    if (!alloc_id_ok(id, il))
+    if (!sd_name_validn(id, il, SD_NAME_MAX))
         return;
     const char *mode = bbproto_get(f, n, "MODE", &ml);
     int join = mode && ml == 4 && memcmp(mode, "join", 4) == 0;

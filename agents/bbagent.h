@@ -71,8 +71,8 @@ typedef struct {
  * with this library. The strings point into the handle and stay valid until the next
  * bbagent_poll() (or bbagent_close()) on it: copy what must live longer. */
 typedef struct {
-    /* The allocation id (1-128 characters of A-Z a-z 0-9 _ . : @ -, e.g.
-     * "a000000000017"). */
+    /* The allocation id, a ServerDir name (1-128 characters of A-Z a-z 0-9 _ . : @ -,
+     * not starting with . or -, no ".."), e.g. "a000000000017". */
     const char *allocation;
     /* ALLOCATED: the allocator's payload as compact JSON text, at most 1024 bytes ("null"
      * when it gave none). DEALLOCATED: NULL. */
@@ -88,7 +88,9 @@ typedef struct {
 /* Creates a handle (the only allocation the library makes) and tries once to connect.
  * No Big Brother reachable is not an error: the handle reconnects later by itself.
  * Returns NULL with errno set only for ENOMEM or EINVAL (a socket path longer than
- * sun_path, an instance id over 128 bytes or holding a newline). opts may be NULL. */
+ * sun_path, or an instance id that is not a ServerDir name: 1-128 of A-Z a-z 0-9 _ . : @ -,
+ * not starting with '.' or '-', no ".."; an empty or unset one is allowed). opts may be
+ * NULL. */
 bbagent_t *bbagent_open(const bbagent_opts_t *opts);
 
 /* Start-up is done: the process serves players. Remembered and sent again after a
@@ -110,7 +112,7 @@ int bbagent_status(bbagent_t *a, int players, int max_players, const char *kv);
 int bbagent_set_players(bbagent_t *a, int players, int max_players);
 
 /* A port the game serves on, by name ("game", "query": 1-32 characters of A-Z a-z 0-9
- * _ . @ -, not starting with . or -), sent with the status (PORTS=game:27960 ...) and
+ * _ . @ -, not starting with . or -, no ".."), sent with the status (PORTS=game:27960 ...) and
  * remembered across reconnects: Big Brother reports it to ServerDir, and an allocation
  * answers it to the matchmaker. Call it before bbagent_ready() so that the instance is
  * listed with its ports as soon as it is ready. At most 8 names; the same name again

@@ -44,23 +44,6 @@ int sd_lock_token_valid(const char *s)
     return n == SD_LOCK_TOKEN_LEN;
 }
 
-int sd_name_valid(const char *s, size_t max)
-{
-    if (!s)
-        return 0;
-    size_t n = strlen(s);
-    if (n == 0 || n > max || s[0] == '.' || s[0] == '-')
-        return 0;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                 c == '_' || c == '.' || c == '-' || c == ':' || c == '@';
-        if (!ok)
-            return 0;
-    }
-    return strstr(s, "..") == NULL;
-}
-
 int sd_lock_name_valid(const char *s)
 {
     if (!s)

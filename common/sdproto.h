@@ -1,12 +1,13 @@
-/* The wire contract shared by bigbrother, libsdclient, serverdir and sdctl: names, the
- * limits of a request, the process event types and stop reasons, and the one text form
- * of a stop reason ("killed(signal 9)"), and the check of a process event.
+/* The wire contract shared by bigbrother, libsdclient, serverdir and sdctl: names (the
+ * rule itself is in sdname.h, which libbbagent shares), the limits of a request, the
+ * process event types and stop reasons, and the one text form of a stop reason
+ * ("killed(signal 9)"), and the check of a process event.
  *
  * serverdir's Lua scripts get the same values from the build: cmake/lua_prelude.cmake
- * reads every "#define SD_NAME <decimal>" line below and the rows X(SD_EV_..., "name")
- * and X(SD_STOP_..., "name") of the SD_EVENT_TYPES / SD_STOP_REASONS tables into the
- * prelude in front of each script (SD.NAME, SD.EVENT_TYPES[name],
- * SD.STOP_REASONS[name]). Keep those lines in that shape. */
+ * reads every "#define SD_NAME <decimal>" line below (and in sdname.h) and the rows
+ * X(SD_EV_..., "name") and X(SD_STOP_..., "name") of the SD_EVENT_TYPES /
+ * SD_STOP_REASONS tables into the prelude in front of each script (SD.NAME,
+ * SD.EVENT_TYPES[name], SD.STOP_REASONS[name]). Keep those lines in that shape. */
 #ifndef SD_PROTO_H
 #define SD_PROTO_H
 
@@ -14,13 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sdname.h" /* the name rule: SD_NAME_MAX, sd_name_valid */
 #include "sdvalid.h"
-
-/* A name (cluster, machine, service, instance, event id, lock key part): 1..SD_NAME_MAX
- * bytes of [A-Za-z0-9_.:@-], not starting with '.' or '-', no "..". Safe as a Redis key
- * part, a file name and a URL path segment. */
-#define SD_NAME_MAX 128
-#define SD_NAME_CHARSET_TEXT "A-Z a-z 0-9 _ . : @ -"
 
 /* POST /v1/clusters/{c}/events */
 #define SD_EVENTS_MAX 1000      /* events in one POST */
@@ -97,8 +93,6 @@ const char *sd_stop_reason_name(sd_stop_reason_t r);
 int sd_event_type_parse(const char *s);
 int sd_stop_reason_parse(const char *s);
 
-/* 1 when s is a name (see SD_NAME_MAX) of at most max bytes, else 0 (NULL too). */
-int sd_name_valid(const char *s, size_t max);
 /* A lock or blob key name: a name (sd_name_valid), or one with one Redis Cluster hash
  * tag, "{player42}:bank" (the tag itself a name): keys with one tag share a slot. */
 int sd_lock_name_valid(const char *s);

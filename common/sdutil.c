@@ -178,6 +178,13 @@ int sd_read_file(const char *path, size_t max, char **out, size_t *len)
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return -errno;
+    int rc = sd_read_fd(fd, max, out, len);
+    close(fd);
+    return rc;
+}
+
+int sd_read_fd(int fd, size_t max, char **out, size_t *len)
+{
     sd_buf_t b;
     sd_buf_init(&b, max);
     int rc = sd_buf_append(&b, "", 0);
@@ -194,7 +201,6 @@ int sd_read_file(const char *path, size_t max, char **out, size_t *len)
             break;
         rc = sd_buf_append(&b, chunk, (size_t)r);
     }
-    close(fd);
     if (rc) {
         sd_buf_free(&b);
         return rc;

@@ -45,6 +45,8 @@ int sd_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out);
 /* Reads a whole file of at most max bytes into a NUL-terminated malloc'd buffer that the
  * caller frees. Returns 0, -E2BIG when larger, or a negative errno. */
 int sd_read_file(const char *path, size_t max, char **out, size_t *len);
+/* The same from an open descriptor (a pipe, stdin), read to its end; fd stays open. */
+int sd_read_fd(int fd, size_t max, char **out, size_t *len);
 
 /* strlcpy: copies at most cap-1 bytes, always NUL-terminates, returns strlen(src). */
 size_t sd_strlcpy(char *dst, const char *src, size_t cap);

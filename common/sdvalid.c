@@ -146,7 +146,7 @@ int sd_jv_name(sd_jv_t *v, const json_t *obj, const char *key, int required,
         return rc;
     if (!sd_name_valid(s, SD_NAME_MAX))
         return sd_jv_fail(v, key,
-                          "must be 1-%d characters of A-Z a-z 0-9 _ . : @ - "
+                          "must be 1-%d characters of " SD_NAME_CHARSET_TEXT " "
                           "(not starting with '.' or '-', no '..')",
                           SD_NAME_MAX);
     *out = s;

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ctl.h"
 #include "sdjson.h"
@@ -27,24 +28,10 @@ static json_t *load_services(const char *path)
 {
     char *text = NULL, err[256];
     size_t len = 0;
-    int rc;
-    if (!strcmp(path, "-")) {
-        size_t cap = 65536;
-        text = malloc(cap);
-        while (text && !feof(stdin) && len < FILE_MAX) {
-            if (len + 1 >= cap && !(text = realloc(text, cap *= 2)))
-                break;
-            len += fread(text + len, 1, cap - len - 1, stdin);
-            if (ferror(stdin))
-                break;
-        }
-        rc = text && !ferror(stdin) && len < FILE_MAX ? 0 : -1;
-    } else {
-        rc = sd_read_file(path, FILE_MAX, &text, &len);
-    }
+    int rc = strcmp(path, "-") ? sd_read_file(path, FILE_MAX, &text, &len)
+                               : sd_read_fd(STDIN_FILENO, FILE_MAX, &text, &len);
     if (rc) {
         fprintf(stderr, "sdctl apply: cannot read %s\n", path);
-        free(text);
         return NULL;
     }
     json_t *out = ctl_apply_parse(text, len, err, sizeof err);

@@ -1,5 +1,6 @@
 /* Transport of libsdclient: URL list, failover, request/response plumbing. */
 #include <curl/curl.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -218,6 +219,18 @@ int sdc__walk(sdc_t *c, const char *path, const char *list, const char *in_curso
     return SDC_OK;
 }
 
+int sdc__cluster_walk(sdc_t *c, const char *cluster, const char *suffix, const char *list,
+                      size_t max, json_t **out, sdc_err_t *err)
+{
+    *out = NULL;
+    int rc = sdc__names(err, 1, "cluster", cluster);
+    if (rc)
+        return rc;
+    char path[SDC__PATH_MAX];
+    sdc__cpath(path, sizeof path, cluster, "%s", suffix);
+    return sdc__walk(c, path, list, "after", "next", max, out, err);
+}
+
 int sdc__cluster_call(sdc_t *c, const char *method, const char *cluster, const char *what,
                       const char *name, const json_t *body, json_t **out, sdc_err_t *err,
                       const char *fmt, ...)
@@ -280,9 +293,9 @@ const char *sdc_escape(const char *s, char *buf, size_t cap)
     return buf;
 }
 
+/* A response body, capped at MAX_RESPONSE; overflow says the cap stopped the transfer. */
 struct sink {
-    char *p;
-    size_t len;
+    sd_buf_t body;
     int overflow;
 };
 
@@ -290,18 +303,10 @@ static size_t sink_write(char *ptr, size_t size, size_t nmemb, void *ud)
 {
     struct sink *s = ud;
     size_t n = size * nmemb;
-    if (s->len + n > MAX_RESPONSE) {
+    int rc = sd_buf_append(&s->body, ptr, n);
+    if (rc == -E2BIG)
         s->overflow = 1;
-        return 0;
-    }
-    char *np = realloc(s->p, s->len + n + 1);
-    if (!np)
-        return 0;
-    memcpy(np + s->len, ptr, n);
-    s->p = np;
-    s->len += n;
-    s->p[s->len] = '\0';
-    return n;
+    return rc ? 0 : n;
 }
 
 struct hdr_capture {
@@ -446,9 +451,7 @@ static int perform(sdc_t *c, const char *method, const char *path, struct curl_s
             curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
         }
         ebuf[0] = '\0';
-        free(out->p);
-        out->p = NULL;
-        out->len = 0;
+        sd_buf_reset(&out->body);
         CURLcode rc = curl_easy_perform(h);
         if (rc == CURLE_OK) {
             curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
@@ -491,6 +494,7 @@ int sdc_request(sdc_t *c, const char *method, const char *path, const json_t *bo
     hl = curl_slist_append(hl, "Accept: application/json");
     hl = curl_slist_append(hl, "Expect:");
     struct sink s = {0};
+    sd_buf_init(&s.body, MAX_RESPONSE);
     struct hdr_capture hc = {0};
     long status = 0;
     int rc = perform(c, method, path, hl, payload, payload ? strlen(payload) : 0, &s, &hc,
@@ -499,11 +503,11 @@ int sdc_request(sdc_t *c, const char *method, const char *path, const json_t *bo
     free(payload);
     if (rc == SDC_OK) {
         if (status < 200 || status >= 300) {
-            http_error(err, status, s.p, s.len);
+            http_error(err, status, s.body.data, s.body.len);
             rc = SDC_E_HTTP;
-        } else if (out && s.len) {
+        } else if (out && s.body.len) {
             json_error_t je;
-            *out = json_loadb(s.p, s.len, 0, &je);
+            *out = json_loadb(s.body.data, s.body.len, 0, &je);
             if (!*out) {
                 if (err)
                     snprintf(err->message, sizeof err->message, "bad JSON: %s", je.text);
@@ -513,7 +517,7 @@ int sdc_request(sdc_t *c, const char *method, const char *path, const json_t *bo
         if (err)
             err->status = status;
     }
-    free(s.p);
+    sd_buf_free(&s.body);
     return rc;
 }
 
@@ -539,23 +543,24 @@ int sdc_request_raw(sdc_t *c, const char *method, const char *path,
     for (const char *const *h = headers; h && *h; h++)
         hl = curl_slist_append(hl, *h);
     struct sink s = {0};
+    sd_buf_init(&s.body, MAX_RESPONSE);
     struct hdr_capture hc = {hdr_name, hdr_value, hdr_cap};
     long status = 0;
     int rc = perform(c, method, path, hl, body ? body : NULL, len, &s, &hc, &status, err);
     curl_slist_free_all(hl);
     if (rc == SDC_OK) {
         if (status < 200 || status >= 300) {
-            http_error(err, status, s.p, s.len);
+            http_error(err, status, s.body.data, s.body.len);
             rc = SDC_E_HTTP;
         } else if (out) {
-            *out = s.p ? s.p : calloc(1, 1);
+            *out = s.body.data ? s.body.data : calloc(1, 1);
             if (outlen)
-                *outlen = s.len;
-            s.p = NULL;
+                *outlen = s.body.len;
+            s.body.data = NULL;
         }
         if (err)
             err->status = status;
     }
-    free(s.p);
+    sd_buf_free(&s.body);
     return rc;
 }

@@ -25,13 +25,7 @@ int sdc_service_put(sdc_t *c, const char *cluster, const char *svc, const json_t
 
 int sdc_services_list(sdc_t *c, const char *cluster, json_t **out, sdc_err_t *err)
 {
-    *out = NULL;
-    int rc = sdc__names(err, 1, "cluster", cluster);
-    if (rc)
-        return rc;
-    char path[SDC__PATH_MAX];
-    sdc__cpath(path, sizeof path, cluster, "/services?limit=500");
-    return sdc__walk(c, path, "services", "after", "next", 100000, out, err);
+    return sdc__cluster_walk(c, cluster, "/services?limit=500", "services", 100000, out, err);
 }
 
 int sdc_service_get(sdc_t *c, const char *cluster, const char *svc, json_t **out,

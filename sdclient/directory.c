@@ -47,13 +47,7 @@ int sdc_machine_put(sdc_t *c, const char *cluster, const char *machine,
 
 int sdc_machines_list(sdc_t *c, const char *cluster, json_t **out, sdc_err_t *err)
 {
-    *out = NULL;
-    int rc = sdc__names(err, 1, "cluster", cluster);
-    if (rc)
-        return rc;
-    char path[SDC__PATH_MAX];
-    sdc__cpath(path, sizeof path, cluster, "/machines?limit=1000");
-    return sdc__walk(c, path, "machines", "after", "next", 1000000, out, err);
+    return sdc__cluster_walk(c, cluster, "/machines?limit=1000", "machines", 1000000, out, err);
 }
 
 int sdc_machine_get(sdc_t *c, const char *cluster, const char *machine, json_t **out,

@@ -10,7 +10,6 @@
 #include "sdproto.h"
 #include "sdutil.h"
 
-#define KEY_MAX 128
 #define MANY_MAX 16
 
 static int64_t jint(const json_t *o, const char *k, int64_t dflt)
@@ -62,9 +61,9 @@ static int grant_parse(const json_t *g, sdc_lock_t *out)
 int sdc_lock_acquire(sdc_t *c, const char *key, const char *holder, const sdc_lock_opts_t *opts,
                      sdc_lock_t *out, sdc_err_t *err)
 {
-    if (!sd_lock_name_valid(key) || !sd_name_valid(holder, KEY_MAX))
+    if (!sd_lock_name_valid(key) || !sd_name_valid(holder, SD_NAME_MAX))
         return sdc__inval(err, "key and holder must be names");
-    char esc[3 * KEY_MAX + 1], path[3 * KEY_MAX + 32];
+    char esc[3 * SD_NAME_MAX + 1], path[3 * SD_NAME_MAX + 32];
     snprintf(path, sizeof path, "/v1/locks/%s", sdc_escape(key, esc, sizeof esc));
     json_t *body = json_object();
     opts_add(body, holder, opts);
@@ -80,7 +79,7 @@ int sdc_lock_acquire(sdc_t *c, const char *key, const char *holder, const sdc_lo
 int sdc_lock_acquire_many(sdc_t *c, const char *const *keys, int n, const char *holder,
                           const sdc_lock_opts_t *opts, sdc_lock_t *out, sdc_err_t *err)
 {
-    if (n < 1 || n > MANY_MAX || !sd_name_valid(holder, KEY_MAX))
+    if (n < 1 || n > MANY_MAX || !sd_name_valid(holder, SD_NAME_MAX))
         return sdc__inval(err, "1 to 16 keys and a holder name are needed");
     json_t *arr = json_array();
     for (int i = 0; i < n; i++) {
@@ -117,9 +116,9 @@ static int grant_ok(const sdc_lock_t *lock)
 
 int sdc_lock_release(sdc_t *c, const sdc_lock_t *lock, const char *holder, sdc_err_t *err)
 {
-    if (!grant_ok(lock) || !sd_name_valid(holder, KEY_MAX))
+    if (!grant_ok(lock) || !sd_name_valid(holder, SD_NAME_MAX))
         return sdc__inval(err, "a grant (key, lock_seq, lock_token) and a holder name are needed");
-    char ek[3 * KEY_MAX + 1], eh[3 * KEY_MAX + 1], path[6 * KEY_MAX + 64], tok[64];
+    char ek[3 * SD_NAME_MAX + 1], eh[3 * SD_NAME_MAX + 1], path[6 * SD_NAME_MAX + 64], tok[64];
     snprintf(path, sizeof path, "/v1/locks/%s?holder=%s&lock_seq=%" PRId64,
              sdc_escape(lock->key, ek, sizeof ek), sdc_escape(holder, eh, sizeof eh),
              lock->lock_seq);
@@ -131,7 +130,7 @@ int sdc_lock_release(sdc_t *c, const sdc_lock_t *lock, const char *holder, sdc_e
 int sdc_lock_release_many(sdc_t *c, const sdc_lock_t *locks, int n, const char *holder,
                           sdc_err_t *err)
 {
-    if (n < 1 || n > MANY_MAX || !sd_name_valid(holder, KEY_MAX))
+    if (n < 1 || n > MANY_MAX || !sd_name_valid(holder, SD_NAME_MAX))
         return sdc__inval(err, "1 to 16 locks and a holder name are needed");
     for (int i = 0; i < n; i++)
         if (!grant_ok(&locks[i]))
@@ -152,9 +151,9 @@ int sdc_lock_release_many(sdc_t *c, const sdc_lock_t *locks, int n, const char *
 int sdc_lock_renew(sdc_t *c, const sdc_lock_t *lock, const char *holder, int64_t ttl_ms,
                    int64_t *expires_in_ms, sdc_err_t *err)
 {
-    if (!grant_ok(lock) || !sd_name_valid(holder, KEY_MAX))
+    if (!grant_ok(lock) || !sd_name_valid(holder, SD_NAME_MAX))
         return sdc__inval(err, "a grant (key, lock_seq, lock_token) and a holder name are needed");
-    char esc[3 * KEY_MAX + 1], path[3 * KEY_MAX + 32];
+    char esc[3 * SD_NAME_MAX + 1], path[3 * SD_NAME_MAX + 32];
     snprintf(path, sizeof path, "/v1/locks/%s/renew", sdc_escape(lock->key, esc, sizeof esc));
     json_t *body = json_pack("{s:s, s:I, s:s}", "holder", holder, "lock_seq",
                              (json_int_t)lock->lock_seq, "lock_token", lock->lock_token);
@@ -176,7 +175,7 @@ int sdc_lock_get(sdc_t *c, const char *key, sdc_lock_info_t *out, json_t **raw,
         *raw = NULL;
     if (!sd_lock_name_valid(key))
         return sdc__inval(err, "key must be a name");
-    char esc[3 * KEY_MAX + 1], path[3 * KEY_MAX + 32];
+    char esc[3 * SD_NAME_MAX + 1], path[3 * SD_NAME_MAX + 32];
     snprintf(path, sizeof path, "/v1/locks/%s", sdc_escape(key, esc, sizeof esc));
     json_t *ans = NULL;
     int rc = sdc_request(c, "GET", path, NULL, &ans, err);
@@ -206,9 +205,9 @@ int sdc_lock_get(sdc_t *c, const char *key, sdc_lock_info_t *out, json_t **raw,
 int sdc_lock_list_by_holder(sdc_t *c, const char *holder, json_t **out, sdc_err_t *err)
 {
     *out = NULL;
-    if (!sd_name_valid(holder, KEY_MAX))
+    if (!sd_name_valid(holder, SD_NAME_MAX))
         return sdc__inval(err, "holder must be a name");
-    char esc[3 * KEY_MAX + 1], path[3 * KEY_MAX + 32];
+    char esc[3 * SD_NAME_MAX + 1], path[3 * SD_NAME_MAX + 32];
     snprintf(path, sizeof path, "/v1/locks?holder=%s", sdc_escape(holder, esc, sizeof esc));
     return sdc__walk(c, path, "locks", "cursor", "cursor", 1000000, out, err);
 }
@@ -229,7 +228,7 @@ static int key_delete(sdc_t *c, const char *base, const char *key, const char *t
         *out = NULL;
     if (!sd_lock_name_valid(key))
         return sdc__inval(err, "key must be a name");
-    char esc[3 * KEY_MAX + 1], path[3 * KEY_MAX + 48];
+    char esc[3 * SD_NAME_MAX + 1], path[3 * SD_NAME_MAX + 48];
     snprintf(path, sizeof path, "%s%s%s", base, sdc_escape(key, esc, sizeof esc), tail);
     return sdc_request(c, "DELETE", path, NULL, out, err);
 }
@@ -253,7 +252,7 @@ int sdc_blob_get(sdc_t *c, const char *key, const sdc_lock_t *lock, void **data,
     *len = 0;
     if (!sd_lock_name_valid(key) || (lock && (!grant_ok(lock) || strcmp(lock->key, key))))
         return sdc__inval(err, "key must be a name, lock a grant of that key");
-    char esc[3 * KEY_MAX + 1], path[3 * KEY_MAX + 32], h1[48], h2[64], seq[32];
+    char esc[3 * SD_NAME_MAX + 1], path[3 * SD_NAME_MAX + 32], h1[48], h2[64], seq[32];
     snprintf(path, sizeof path, "/v1/blobs/%s", sdc_escape(key, esc, sizeof esc));
     const char *headers[] = {h1, h2, NULL};
     if (lock)
@@ -282,7 +281,7 @@ int sdc_blob_put(sdc_t *c, const sdc_lock_t *lock, int64_t blob_seq, const void 
     if (!grant_ok(lock) || blob_seq < 1 || (len && !data))
         return sdc__inval(err, "a grant (key, lock_seq, lock_token) and a positive blob_seq "
                                "are needed");
-    char esc[3 * KEY_MAX + 1], path[3 * KEY_MAX + 32], h1[48], h2[64], h3[48];
+    char esc[3 * SD_NAME_MAX + 1], path[3 * SD_NAME_MAX + 32], h1[48], h2[64], h3[48];
     snprintf(path, sizeof path, "/v1/blobs/%s", sdc_escape(lock->key, esc, sizeof esc));
     grant_headers(lock, h1, sizeof h1, h2, sizeof h2);
     snprintf(h3, sizeof h3, "Blob-Seq: %" PRId64, blob_seq);

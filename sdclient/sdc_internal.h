@@ -36,6 +36,11 @@ int sdc__call_object(sdc_t *c, const char *method, const char *path, const json_
  * "truncated": true when max stopped the walk. */
 int sdc__walk(sdc_t *c, const char *path, const char *list, const char *in_cursor,
               const char *out_cursor, size_t max, json_t **out, sdc_err_t *err);
+/* sdc__walk of a cluster's list: checks the cluster's name, then walks
+ * "/v1/clusters/<cluster>" plus suffix (the path and query of the first page) with the
+ * after / next cursor. */
+int sdc__cluster_walk(sdc_t *c, const char *cluster, const char *suffix, const char *list,
+                      size_t max, json_t **out, sdc_err_t *err);
 /* The shape of most calls: checks cluster and, when `what` is given, the name `name`
  * (SDC_E_INVAL naming the bad one), then sends method to "/v1/clusters/<cluster>" plus the
  * printf-formatted suffix with body (or none). With out, the answer must be a JSON object

@@ -14,6 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sdproto.h" /* SD_NAME_MAX, SD_LOCK_TOKEN_LEN */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -142,23 +144,20 @@ typedef struct {
     int64_t steal_if_older_than_ms;      /* take over a lock held this long; 0: never */
 } sdc_lock_opts_t;
 
-/* Length of a lock_token (hex characters). */
-#define SDC_LOCK_TOKEN_LEN 32
-
 typedef struct {
-    char key[129];
+    char key[SD_NAME_MAX + 1];
     int64_t lock_seq;
-    char lock_token[SDC_LOCK_TOKEN_LEN + 1]; /* the grant's secret: never log it */
+    char lock_token[SD_LOCK_TOKEN_LEN + 1]; /* the grant's secret: never log it */
     int64_t since_ms;       /* when the holder got it (Redis time, ms since the epoch) */
     int64_t expires_in_ms;  /* -1: no expiry */
     int reacquired;         /* the holder already held it: same lock_seq */
-    char stolen_from[129];  /* "" unless taken over from another holder */
+    char stolen_from[SD_NAME_MAX + 1]; /* "" unless taken over from another holder */
 } sdc_lock_t;
 
 typedef struct {
-    char key[129];
+    char key[SD_NAME_MAX + 1];
     int held;               /* 0: free */
-    char holder[129];       /* "" when free */
+    char holder[SD_NAME_MAX + 1]; /* "" when free */
     int64_t lock_seq;       /* the last granted one; 0 when the key has no record */
     int64_t since_ms, held_for_ms;
     int64_t expires_in_ms;  /* -1: no expiry or free */
@@ -296,7 +295,7 @@ int sdc_machine_drain(sdc_t *c, const char *cluster, const char *machine, int dr
 
 /* The primary lease as ServerDir reports it. holder is "" when nobody holds it. */
 typedef struct {
-    char holder[129];
+    char holder[SD_NAME_MAX + 1];
     int64_t epoch;
     int64_t expires_in_ms;
 } sdc_primary_t;

@@ -224,30 +224,29 @@ typedef struct alloc_job {
  * code. */
 static void group_call(sd_group_job_t **jobs, int n)
 {
-    enum { PER = 9, HEAD = 5 };
-    const char *argv[HEAD + GROUP_MAX * PER];
-    size_t argl[HEAD + GROUP_MAX * PER];
-    char base[256], chan[128], confirm[24], ttl[24], players[GROUP_MAX][24];
-    int c = 0;
-    snprintf(confirm, sizeof confirm, "%d", CONFIRM_DEFAULT_MS);
-    snprintf(ttl, sizeof ttl, "%lld", KEY_TTL_MS);
-    argv[c++] = sd_key(base, sizeof base, JOB(jobs[0])->a->cluster, "%s", "");
-    argv[c++] = sd_assign_channel(chan, sizeof chan);
-    argv[c++] = JOB(jobs[0])->a->cluster;
-    argv[c++] = confirm;
-    argv[c++] = ttl;
+    char base[256], chan[128];
+    const char *cluster = JOB(jobs[0])->a->cluster;
+    sd_argv_t av;
+    sd_argv_init(&av);
+    sd_argv_add(&av, sd_key(base, sizeof base, cluster, "%s", ""));
+    sd_argv_add(&av, sd_assign_channel(chan, sizeof chan));
+    sd_argv_add(&av, cluster);
+    sd_argv_addf(&av, "%d", CONFIRM_DEFAULT_MS);
+    sd_argv_addf(&av, "%lld", KEY_TTL_MS);
     for (int i = 0; i < n; i++) {
         const alloc_req_t *a = JOB(jobs[i])->a;
-        snprintf(players[i], sizeof players[i], "%lld", (long long)a->players);
-        const char *v[PER] = {a->service, a->mode, a->strategy, players[i], a->labels,
-                              a->meta, a->payload, a->key, a->canon};
-        for (int k = 0; k < PER; k++)
-            argv[c++] = v[k];
+        sd_argv_add(&av, a->service);
+        sd_argv_add(&av, a->mode);
+        sd_argv_add(&av, a->strategy);
+        sd_argv_addf(&av, "%lld", (long long)a->players);
+        sd_argv_add(&av, a->labels);
+        sd_argv_add(&av, a->meta);
+        sd_argv_add(&av, a->payload);
+        sd_argv_add(&av, a->key);
+        sd_argv_add(&av, a->canon);
     }
-    for (int i = 0; i < c; i++)
-        argl[i] = strlen(argv[i]);
     redisReply *r = NULL;
-    int rc = sd_store_script_v("alloc_create", 1, c, argv, argl, &r);
+    int rc = sd_store_run("alloc_create", 1, &av, &r);
     SD_COUNT("serverdir_allocation_calls_total",
              "alloc_create.lua calls (each carries one or more allocation requests)", 1);
     SD_COUNT("serverdir_allocation_call_requests_total",

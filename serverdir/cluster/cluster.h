@@ -86,9 +86,9 @@ void sd_alloc_metrics_init(void);
 
 /* ---------- running cluster scripts (cluster_spec.c) ---------- */
 
-/* Runs a cluster script with the cluster's key base as its one key and the string args
- * that follow, up to a terminating NULL. Returns a SD_STORE_* code, *out as
- * sd_store_script. */
+/* sd_store_run for a cluster script: the cluster's key base as its one key, then the
+ * string args that follow, up to a terminating NULL. Returns a SD_STORE_* code, *out as
+ * sd_store_run. */
 int sd__cluster_run(const char *script, const char *cluster, redisReply **out, ...)
     __attribute__((sentinel));
 

@@ -238,6 +238,5 @@ int sd__cluster_run(const char *script, const char *cluster, redisReply **out, .
     for (const char *arg = va_arg(ap, const char *); arg; arg = va_arg(ap, const char *))
         sd_argv_add(&a, arg);
     va_end(ap);
-    int rc = sd_store_run(script, 1, &a, out);
-    return rc;
+    return sd_store_run(script, 1, &a, out);
 }

@@ -225,7 +225,7 @@ int sd_dir_machine_args(const json_t *body, sd_argv_t *a, char *err, size_t errc
         json_object_foreach(labels, k, j) {
             if (!sd_name_valid(k, 64))
                 return sd_jv_fail(&v, NULL, "has a bad key (1-64 characters of "
-                                            "A-Z a-z 0-9 _ . : @ -)");
+                                            SD_NAME_CHARSET_TEXT ")");
             if (!json_is_string(j) || json_string_length(j) > 128 ||
                 strlen(json_string_value(j)) != json_string_length(j))
                 return sd_jv_fail(&v, k, "must be a string of at most 128 bytes");
@@ -327,7 +327,7 @@ static void drain_unlocks(const char *cluster)
 int sd_dir_events_apply_many(const char *cluster, const char *const *batches, int n,
                              long long (*counts)[4])
 {
-    char base[256];
+    char base[256], chan[128];
     sd_argv_t a;
     sd_argv_init(&a);
     sd_argv_add(&a, sd_key(base, sizeof base, cluster, "%s", ""));
@@ -336,7 +336,7 @@ int sd_dir_events_apply_many(const char *cluster, const char *const *batches, in
     sd_argv_addf(&a, "%lld", (long long)sd_dir_cfg.history_max);
     sd_argv_addf(&a, "%lld", (long long)sd_dir_cfg.stopped_keep);
     sd_argv_addf(&a, "%lld", (long long)sd_dir_cfg.stopped_ttl_ms);
-    sd_argv_addf(&a, "%sassign", sd_store_prefix()); /* sd_assign_channel */
+    sd_argv_add(&a, sd_assign_channel(chan, sizeof chan));
     sd_argv_add(&a, cluster);
     for (int i = 1; i < n; i++)
         sd_argv_add(&a, batches[i]);

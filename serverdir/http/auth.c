@@ -69,7 +69,8 @@ static const char *parse_binding(const char *kv, sd_auth_t *a)
         if (*dst)
             return "a binding is given twice";
         if (!sd_name_valid(eq + 1, SD_NAME_MAX))
-            return "a binding's value must be a name (1-128 of " SD_NAME_CHARSET_TEXT ")";
+            return "a binding's value must be a name (1-" SD_STR(SD_NAME_MAX) " of "
+                   SD_NAME_CHARSET_TEXT ")";
         snprintf(dst, SD_NAME_MAX + 1, "%s", eq + 1);
         return NULL;
     }

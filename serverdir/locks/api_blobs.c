@@ -34,6 +34,34 @@ static int seq_header(const sd_req_t *req, sd_resp_t *resp, const char *header,
     return 0;
 }
 
+/* Starts av with the KEYS of a blob script on name: its blob record, then its lock
+ * record (bkey, lkey: the caller's buffers for them). */
+static void blob_keys(sd_argv_t *av, const char *name, char *bkey, char *lkey, size_t cap)
+{
+    sd_argv_init(av);
+    sd_argv_add(av, sd_blob_key(bkey, cap, name));
+    sd_argv_add(av, sd_lock_key(lkey, cap, name));
+}
+
+/* Runs blob script `script` on av (freed) and returns its reply, an array whose first
+ * element is the status word, for the caller to free; NULL after answering resp (Redis
+ * unreachable or failing, or a reply of another shape). */
+static redisReply *blob_run(sd_resp_t *resp, const char *script, int nkeys, sd_argv_t *av)
+{
+    redisReply *r;
+    int rc = sd_store_run(script, nkeys, av, &r);
+    if (rc != SD_STORE_OK) {
+        sd_resp_store_error(resp, rc);
+        return NULL;
+    }
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
+        sd_resp_bad_reply(resp, script, r);
+        freeReplyObject(r);
+        return NULL;
+    }
+    return r;
+}
+
 /* GET /v1/blobs/{key} [Lock-Seq: N, Lock-Token: T] -> 200 raw bytes, headers Blob-Seq and
  * Lock-Seq (the key's current lock_seq, 0 when free). With Lock-Seq (and then Lock-Token)
  * the reader proves it holds the lock (else 409 fenced) and that lock_seq is stamped on
@@ -49,25 +77,15 @@ void h_blob_get(sd_req_t *req, sd_resp_t *resp)
         return;
     char bkey[SD_NAME_MAX + 96], lkey[SD_NAME_MAX + 96];
     sd_argv_t av;
-    sd_argv_init(&av);
-    sd_argv_add(&av, sd_blob_key(bkey, sizeof bkey, name));
-    sd_argv_add(&av, sd_lock_key(lkey, sizeof lkey, name));
+    blob_keys(&av, name, bkey, lkey, sizeof bkey);
     if (has == 0)
         sd_argv_addf(&av, "%lld", (long long)lock_seq);
     else
         sd_argv_add(&av, "");
     sd_argv_add(&av, token);
-    redisReply *r;
-    int rc = sd_store_run("blob_get", 2, &av, &r);
-    if (rc != SD_STORE_OK) {
-        sd_resp_store_error(resp, rc);
+    redisReply *r = blob_run(resp, "blob_get", 2, &av);
+    if (!r)
         return;
-    }
-    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
-        sd_resp_bad_reply(resp, "blob_get", r);
-        freeReplyObject(r);
-        return;
-    }
     const char *st = sd_reply_str(r, 0);
     if (strcmp(st, "fenced") == 0) {
         sd_lock_fenced(resp, "read", name);
@@ -122,25 +140,15 @@ void h_blob_put(sd_req_t *req, sd_resp_t *resp)
     }
     char bkey[SD_NAME_MAX + 96], lkey[SD_NAME_MAX + 96];
     sd_argv_t av;
-    sd_argv_init(&av);
-    sd_argv_add(&av, sd_blob_key(bkey, sizeof bkey, name));
-    sd_argv_add(&av, sd_lock_key(lkey, sizeof lkey, name));
+    blob_keys(&av, name, bkey, lkey, sizeof bkey);
     sd_argv_addf(&av, "%lld", (long long)lock_seq);
     sd_argv_add(&av, token);
     sd_argv_addf(&av, "%lld", (long long)blob_seq);
     sd_argv_addn(&av, req->body.data ? req->body.data : "", req->body.len);
     sd_argv_add(&av, sd_req_holder_prefix(req));
-    redisReply *r;
-    rc = sd_store_run("blob_save", 2, &av, &r);
-    if (rc != SD_STORE_OK) {
-        sd_resp_store_error(resp, rc);
+    redisReply *r = blob_run(resp, "blob_save", 2, &av);
+    if (!r)
         return;
-    }
-    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
-        sd_resp_bad_reply(resp, "blob_save", r);
-        freeReplyObject(r);
-        return;
-    }
     const char *st = sd_reply_str(r, 0);
     if (strcmp(st, "fenced") == 0) {
         sd_lock_fenced(resp, "save", name);
@@ -188,17 +196,14 @@ void h_blob_delete(sd_req_t *req, sd_resp_t *resp)
     sd_argv_t av;
     sd_argv_init(&av);
     sd_argv_add(&av, sd_blob_key(bkey, sizeof bkey, name));
-    redisReply *r;
-    int rc = sd_store_run("blob_delete", 1, &av, &r);
-    if (rc != SD_STORE_OK) {
-        sd_resp_store_error(resp, rc);
+    redisReply *r = blob_run(resp, "blob_delete", 1, &av);
+    if (!r)
         return;
-    }
     const char *st = sd_reply_str(r, 0);
-    if (r->type == REDIS_REPLY_ARRAY && strcmp(st, "no_blob") == 0) {
+    if (strcmp(st, "no_blob") == 0) {
         sd_resp_error_extra(resp, 404, "no_blob", json_pack("{s:s}", "key", name),
                             "no blob is stored under '%s'", name);
-    } else if (r->type == REDIS_REPLY_ARRAY && strcmp(st, "ok") == 0 && r->elements == 3) {
+    } else if (strcmp(st, "ok") == 0 && r->elements == 3) {
         log_warn("blob deleted", "key=%s blob_seq=%s bytes=%s peer=%s", name, sd_reply_str(r, 1),
                  sd_reply_str(r, 2), req->peer_ip);
         SD_COUNT("serverdir_blob_deletes_total", "Blobs deleted by ops", 1);

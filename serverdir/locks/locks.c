@@ -133,7 +133,7 @@ int sd_req_lock_name(const sd_req_t *req, sd_resp_t *resp, const char *what, con
     const char *s = req->nparams > 0 ? req->params[0] : NULL;
     if (!sd_lock_name_valid(s)) {
         sd_resp_error(resp, 400, "bad_name",
-                      "%s name must be 1-%d characters of A-Z a-z 0-9 _ . : @ - "
+                      "%s name must be 1-%d characters of " SD_NAME_CHARSET_TEXT " "
                       "(not starting with '.' or '-', no '..') with at most one "
                       "{hash tag}",
                       what, SD_NAME_MAX);
@@ -261,8 +261,8 @@ static int keys_parse(const json_t *body, const char **names, int *n, const char
         if (!s || !sd_lock_name_valid(s)) {
             *code = "bad_name";
             snprintf(err, errcap,
-                     "keys[%zu] must be a lock key name (1-%d characters of A-Z a-z 0-9 "
-                     "_ . : @ -, and at most one {hash tag})",
+                     "keys[%zu] must be a lock key name (1-%d characters of "
+                     SD_NAME_CHARSET_TEXT ", and at most one {hash tag})",
                      i, SD_NAME_MAX);
             return -1;
         }

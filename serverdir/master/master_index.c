@@ -493,13 +493,18 @@ static int stream_end(int first, char *id, size_t cap)
 {
     char key[128];
     key_of(key, sizeof key, "log");
-    const char *argv[] = {first ? "XRANGE" : "XREVRANGE", key, first ? "-" : "+",
-                          first ? "+" : "-", "COUNT", "1"};
-    size_t argl[6];
-    for (int i = 0; i < 6; i++)
-        argl[i] = strlen(argv[i]);
+    sd_argv_t a;
+    sd_argv_init(&a);
+    sd_argv_add(&a, first ? "XRANGE" : "XREVRANGE");
+    sd_argv_add(&a, key);
+    sd_argv_add(&a, first ? "-" : "+");
+    sd_argv_add(&a, first ? "+" : "-");
+    sd_argv_add(&a, "COUNT");
+    sd_argv_add(&a, "1");
     redisReply *r;
-    if (sd_store_command_v(6, argv, argl, &r))
+    int failed = sd_store_command(&a, &r);
+    sd_argv_free(&a);
+    if (failed)
         return -1;
     int rc = -1;
     if (r->type == REDIS_REPLY_ARRAY) {
@@ -534,19 +539,16 @@ static int fetch_apply(char **addrs, size_t n)
     key_of(key, sizeof key, "s");
     for (size_t at = 0; at < n; at += HMGET_CHUNK) {
         size_t m = n - at < HMGET_CHUNK ? n - at : HMGET_CHUNK;
-        const char *argv[HMGET_CHUNK + 2];
-        size_t argl[HMGET_CHUNK + 2];
-        argv[0] = "HMGET";
-        argv[1] = key;
-        argl[0] = 5;
-        argl[1] = strlen(key);
-        for (size_t i = 0; i < m; i++) {
-            argv[2 + i] = addrs[at + i];
-            argl[2 + i] = strlen(addrs[at + i]);
-        }
+        sd_argv_t a;
+        sd_argv_init(&a);
+        sd_argv_add(&a, "HMGET");
+        sd_argv_add(&a, key);
+        for (size_t i = 0; i < m; i++)
+            sd_argv_add(&a, addrs[at + i]);
         pthread_mutex_lock(&apply_mu);
         redisReply *r;
-        int rc = sd_store_command_v((int)m + 2, argv, argl, &r);
+        int rc = sd_store_command(&a, &r);
+        sd_argv_free(&a);
         if (rc) {
             pthread_mutex_unlock(&apply_mu);
             return -1;
@@ -583,13 +585,18 @@ static int load_all(void)
     size_t total = 0;
     int64_t t0 = sd_mono_ms();
     do {
-        const char *argv[] = {"HSCAN", key, cursor, "COUNT", "1000"};
-        size_t argl[5];
-        for (int i = 0; i < 5; i++)
-            argl[i] = strlen(argv[i]);
+        sd_argv_t a;
+        sd_argv_init(&a);
+        sd_argv_add(&a, "HSCAN");
+        sd_argv_add(&a, key);
+        sd_argv_add(&a, cursor);
+        sd_argv_add(&a, "COUNT");
+        sd_argv_add(&a, "1000");
         pthread_mutex_lock(&apply_mu);
         redisReply *r;
-        if (sd_store_command_v(5, argv, argl, &r)) {
+        int failed = sd_store_command(&a, &r);
+        sd_argv_free(&a);
+        if (failed) {
             pthread_mutex_unlock(&apply_mu);
             return -1;
         }
@@ -639,15 +646,22 @@ static int load_all(void)
 /* One XREAD of P log after last_id (blocking up to block_ms) and the records it names. */
 static int follow(int block_ms)
 {
-    char key[128], blk[16];
+    char key[128];
     key_of(key, sizeof key, "log");
-    snprintf(blk, sizeof blk, "%d", block_ms);
-    const char *argv[] = {"XREAD", "COUNT", "200", "BLOCK", blk, "STREAMS", key, last_id};
-    size_t argl[8];
-    for (int i = 0; i < 8; i++)
-        argl[i] = strlen(argv[i]);
+    sd_argv_t a;
+    sd_argv_init(&a);
+    sd_argv_add(&a, "XREAD");
+    sd_argv_add(&a, "COUNT");
+    sd_argv_add(&a, "200");
+    sd_argv_add(&a, "BLOCK");
+    sd_argv_addf(&a, "%d", block_ms);
+    sd_argv_add(&a, "STREAMS");
+    sd_argv_add(&a, key);
+    sd_argv_add(&a, last_id);
     redisReply *r;
-    if (sd_store_command_v(8, argv, argl, &r))
+    int failed = sd_store_command(&a, &r);
+    sd_argv_free(&a);
+    if (failed)
         return -1;
     if (r->type == REDIS_REPLY_NIL) {
         freeReplyObject(r);
@@ -703,21 +717,14 @@ static int follow(int block_ms)
 
 static int run_sweep(void)
 {
-    const char *argv[5];
-    size_t argl[5];
-    char k[128], now[24], nn[16], ml[16];
-    snprintf(k, sizeof k, "%s", sd_master_base());
-    snprintf(now, sizeof now, "%lld", (long long)sd_wall_ms());
-    snprintf(nn, sizeof nn, "%d", SWEEP_BATCH);
-    snprintf(ml, sizeof ml, "%d", SD_MASTER_LOG_MAXLEN);
-    argv[0] = k;
-    argv[1] = now;
-    argv[2] = nn;
-    argv[3] = ml;
-    for (int i = 0; i < 4; i++)
-        argl[i] = strlen(argv[i]);
+    sd_argv_t a;
+    sd_argv_init(&a);
+    sd_argv_add(&a, sd_master_base());
+    sd_argv_addf(&a, "%lld", (long long)sd_wall_ms());
+    sd_argv_addf(&a, "%d", SWEEP_BATCH);
+    sd_argv_addf(&a, "%d", SD_MASTER_LOG_MAXLEN);
     redisReply *r;
-    int rc = sd_store_script_v("master_sweep", 1, 4, argv, argl, &r);
+    int rc = sd_store_run("master_sweep", 1, &a, &r);
     if (rc)
         return rc;
     if (r->type == REDIS_REPLY_ARRAY && r->elements > 0) {
@@ -904,44 +911,25 @@ int sd_master_write_terminate(const char *proto, const char *addr)
  * the index. */
 static void write_heartbeats(struct wop **ops, int n)
 {
-    int argc = 7 + 4 * n; /* the key base, 6 arguments, then 4 per heartbeat */
-    const char **argv = malloc((size_t)argc * sizeof *argv);
-    size_t *argl = malloc((size_t)argc * sizeof *argl);
-    if (!argv || !argl) {
-        free(argv);
-        free(argl);
-        return;
-    }
-    char k[128], now[24], ttl[24], per[24], maxs[24], ml[16], nn[16];
-    int64_t t = sd_wall_ms();
-    snprintf(k, sizeof k, "%s", sd_master_base());
-    snprintf(now, sizeof now, "%lld", (long long)t);
-    snprintf(ttl, sizeof ttl, "%lld", (long long)sd_master_cfg.heartbeat_interval_s * 3000);
-    snprintf(per, sizeof per, "%lld", (long long)sd_master_cfg.servers_per_address);
-    snprintf(maxs, sizeof maxs, "%lld", (long long)sd_master_cfg.max_servers);
-    snprintf(ml, sizeof ml, "%d", SD_MASTER_LOG_MAXLEN);
-    snprintf(nn, sizeof nn, "%d", n);
-    const char *head[] = {k, now, ttl, per, maxs, ml, nn};
-    /* KEYS[1] is k; ARGV starts at now */
-    for (int i = 0; i < 7; i++) {
-        argv[i] = head[i];
-        argl[i] = strlen(head[i]);
-    }
-    argc = 7;
+    /* KEYS[1] the key base; ARGV now, ttl, per-address and total caps, the log's length,
+     * n, then 4 per heartbeat */
+    sd_argv_t a;
+    sd_argv_init(&a);
+    sd_argv_add(&a, sd_master_base());
+    sd_argv_addf(&a, "%lld", (long long)sd_wall_ms());
+    sd_argv_addf(&a, "%lld", (long long)sd_master_cfg.heartbeat_interval_s * 3000);
+    sd_argv_addf(&a, "%lld", (long long)sd_master_cfg.servers_per_address);
+    sd_argv_addf(&a, "%lld", (long long)sd_master_cfg.max_servers);
+    sd_argv_addf(&a, "%d", SD_MASTER_LOG_MAXLEN);
+    sd_argv_addf(&a, "%d", n);
     for (int i = 0; i < n; i++) {
-        argv[argc] = ops[i]->addr;
-        argl[argc++] = strlen(ops[i]->addr);
-        argv[argc] = ops[i]->group;
-        argl[argc++] = strlen(ops[i]->group);
-        argv[argc] = ops[i]->inst;
-        argl[argc++] = strlen(ops[i]->inst);
-        argv[argc] = ops[i]->rec;
-        argl[argc++] = ops[i]->reclen;
+        sd_argv_add(&a, ops[i]->addr);
+        sd_argv_add(&a, ops[i]->group);
+        sd_argv_add(&a, ops[i]->inst);
+        sd_argv_addn(&a, ops[i]->rec, ops[i]->reclen);
     }
     redisReply *r;
-    int rc = sd_store_script_v("master_heartbeat", 1, argc, argv, argl, &r);
-    free(argv);
-    free(argl);
+    int rc = sd_store_run("master_heartbeat", 1, &a, &r);
     if (rc) {
         for (int i = 0; i < n; i++)
             sd_master_count_drop(ops[i]->proto, "store");
@@ -983,30 +971,25 @@ static void write_heartbeats(struct wop **ops, int n)
 
 static void write_probes(struct wop **ops, int n)
 {
-    const char **argv = malloc((size_t)(3 + 2 * n) * sizeof *argv);
-    size_t *argl = malloc((size_t)(3 + 2 * n) * sizeof *argl);
-    char (*dl)[24] = malloc((size_t)n * sizeof *dl);
+    char (*dl)[24] = malloc((size_t)n * sizeof *dl); /* the deadlines, as text */
     char key[128];
-    if (!argv || !argl || !dl)
-        goto out;
+    if (!dl)
+        return;
     key_of(key, sizeof key, "probe");
-    argv[0] = "ZADD";
-    argv[1] = key;
-    argv[2] = "NX";
-    int argc = 3;
+    sd_argv_t a;
+    sd_argv_init(&a);
+    sd_argv_add(&a, "ZADD");
+    sd_argv_add(&a, key);
+    sd_argv_add(&a, "NX");
     for (int i = 0; i < n; i++) {
         snprintf(dl[i], sizeof dl[i], "%lld", (long long)ops[i]->at_ms);
-        argv[argc++] = dl[i];
-        argv[argc++] = ops[i]->addr;
+        sd_argv_add(&a, dl[i]);
+        sd_argv_add(&a, ops[i]->addr);
     }
-    for (int i = 0; i < argc; i++)
-        argl[i] = strlen(argv[i]);
     redisReply *r;
-    if (sd_store_command_v(argc, argv, argl, &r) == 0)
+    if (sd_store_command(&a, &r) == 0)
         freeReplyObject(r);
-out:
-    free(argv);
-    free(argl);
+    sd_argv_free(&a);
     free(dl);
 }
 

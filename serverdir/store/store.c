@@ -56,11 +56,43 @@ static pthread_mutex_t sha_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* ---------- argv builder ---------- */
 
-void sd_argv_init(sd_argv_t *a) { memset(a, 0, sizeof *a); }
+void sd_argv_init(sd_argv_t *a)
+{
+    memset(a, 0, sizeof *a);
+    a->argv = a->inline_argv;
+    a->argl = a->inline_argl;
+    a->cap = SD_ARGV_INLINE;
+}
+
+/* Doubles a's room, moving its entries into allocated arrays. 0, or -1 when a is at
+ * SD_STORE_ARGV_MAX or out of memory (a unchanged). */
+static int argv_grow(sd_argv_t *a)
+{
+    if (a->cap >= SD_STORE_ARGV_MAX)
+        return -1;
+    int ncap = a->cap * 2 < SD_STORE_ARGV_MAX ? a->cap * 2 : SD_STORE_ARGV_MAX;
+    const char **v = malloc((size_t)ncap * sizeof *v);
+    size_t *l = malloc((size_t)ncap * sizeof *l);
+    if (!v || !l) {
+        free(v);
+        free(l);
+        return -1;
+    }
+    memcpy(v, a->argv, (size_t)a->argc * sizeof *v);
+    memcpy(l, a->argl, (size_t)a->argc * sizeof *l);
+    if (a->argv != a->inline_argv) {
+        free((void *)a->argv);
+        free(a->argl);
+    }
+    a->argv = v;
+    a->argl = l;
+    a->cap = ncap;
+    return 0;
+}
 
 void sd_argv_addn(sd_argv_t *a, const char *p, size_t n)
 {
-    if (a->argc >= (int)SD_ARRAY_LEN(a->argv)) {
+    if (a->argc == a->cap && argv_grow(a)) {
         a->overflow = 1;
         return;
     }
@@ -94,6 +126,13 @@ void sd_argv_free(sd_argv_t *a)
 {
     for (int i = 0; i < a->nowned; i++)
         free(a->owned[i]);
+    if (a->argv != a->inline_argv) {
+        free((void *)a->argv);
+        free(a->argl);
+        a->argv = a->inline_argv;
+        a->argl = a->inline_argl;
+        a->cap = SD_ARGV_INLINE;
+    }
     a->nowned = a->argc = 0;
 }
 
@@ -597,29 +636,12 @@ static int script_load(int idx)
     return rc;
 }
 
-int sd_store_script(const char *name, int nkeys, sd_argv_t *a, redisReply **out)
+/* Runs script idx (name, for the logs) with args as EVALSHA's KEYS and ARGV. */
+static int script_call(int idx, const char *name, int nkeys, const sd_argv_t *args,
+                       redisReply **out)
 {
-    *out = NULL;
-    if (a->overflow) {
-        log_error("bad script call", "script=%s", name);
-        return SD_STORE_ERROR;
-    }
-    return sd_store_script_v(name, nkeys, a->argc, a->argv, a->argl, out);
-}
-
-int sd_store_script_v(const char *name, int nkeys, int argc, const char *const *args,
-                      const size_t *lens, redisReply **out)
-{
-    *out = NULL;
-    int idx = script_index(name);
-    if (idx < 0 || argc < 0 || argc > SD_STORE_ARGV_MAX - 3) {
-        log_error("bad script call", "script=%s", name);
-        return SD_STORE_ERROR;
-    }
-    if (!get_ctx())
-        return SD_STORE_DOWN;
-    const char **argv = malloc((size_t)(argc + 3) * sizeof *argv);
-    size_t *argl = malloc((size_t)(argc + 3) * sizeof *argl);
+    const char **argv = malloc((size_t)(args->argc + 3) * sizeof *argv);
+    size_t *argl = malloc((size_t)(args->argc + 3) * sizeof *argl);
     if (!argv || !argl) {
         free(argv);
         free(argl);
@@ -648,11 +670,9 @@ int sd_store_script_v(const char *name, int nkeys, int argc, const char *const *
         argl[1] = 40;
         argv[2] = nk;
         argl[2] = strlen(nk);
-        for (int i = 0; i < argc; i++) {
-            argv[3 + i] = args[i];
-            argl[3 + i] = lens[i];
-        }
-        redisReply *r = roundtrip(argc + 3, argv, argl);
+        memcpy(argv + 3, args->argv, (size_t)args->argc * sizeof *argv);
+        memcpy(argl + 3, args->argl, (size_t)args->argc * sizeof *argl);
+        redisReply *r = roundtrip(args->argc + 3, argv, argl);
         if (!r) {
             SD_COUNT("serverdir_redis_errors_total{kind=\"io\"}", "Redis calls that failed", 1);
             rc = SD_STORE_DOWN;
@@ -683,20 +703,20 @@ int sd_store_script_v(const char *name, int nkeys, int argc, const char *const *
     return rc;
 }
 
-int sd_store_command_v(int argc, const char *const *argv, const size_t *argl, redisReply **out)
+int sd_store_run(const char *name, int nkeys, sd_argv_t *a, redisReply **out)
 {
     *out = NULL;
-    if (argc < 1 || argc > SD_STORE_ARGV_MAX)
-        return SD_STORE_ERROR;
-    if (!get_ctx())
-        return SD_STORE_DOWN;
-    redisReply *r = roundtrip(argc, (const char **)argv, argl);
-    if (!r) {
-        SD_COUNT("serverdir_redis_errors_total{kind=\"io\"}", "Redis calls that failed", 1);
-        return SD_STORE_DOWN;
+    int idx = script_index(name), rc;
+    if (idx < 0 || a->overflow || a->argc > SD_STORE_ARGV_MAX - 3) {
+        log_error("bad script call", "script=%s", name);
+        rc = SD_STORE_ERROR;
+    } else if (!get_ctx()) {
+        rc = SD_STORE_DOWN;
+    } else {
+        rc = script_call(idx, name, nkeys, a, out);
     }
-    *out = r;
-    return SD_STORE_OK;
+    sd_argv_free(a);
+    return rc;
 }
 
 int sd_store_primaries(void) { return target.cluster ? sd__rc_primaries() : 1; }
@@ -732,9 +752,3 @@ int sd_store_ping(void)
     return rc;
 }
 
-int sd_store_run(const char *name, int nkeys, sd_argv_t *a, redisReply **out)
-{
-    int rc = sd_store_script(name, nkeys, a, out);
-    sd_argv_free(a);
-    return rc;
-}

@@ -14,13 +14,21 @@ enum {
     SD_STORE_ERROR = -2,  /* Redis answered with an unexpected error */
 };
 
-/* A command's or script's arguments, at most 64 (more sets overflow and the call fails);
- * sd_argv_addf's formatted copies are owned here until sd_argv_free. */
+/* A command's or script's arguments: the first SD_ARGV_INLINE in the struct itself,
+ * more in arrays it allocates, up to SD_STORE_ARGV_MAX (past that, or out of memory, or
+ * past SD_ARGV_INLINE formatted copies, overflow is set and the call fails). The
+ * formatted copies of sd_argv_addf and the grown arrays are owned here until
+ * sd_argv_free. argv and argl point into the struct: initialize it where it stays, with
+ * sd_argv_init, and do not copy it. */
+#define SD_ARGV_INLINE 64
+#define SD_STORE_ARGV_MAX 8192
 typedef struct {
-    const char *argv[64];
-    size_t argl[64];
-    char *owned[64];
-    int argc, nowned, overflow;
+    const char **argv;
+    size_t *argl;
+    int argc, cap, nowned, overflow;
+    char *owned[SD_ARGV_INLINE];
+    const char *inline_argv[SD_ARGV_INLINE];
+    size_t inline_argl[SD_ARGV_INLINE];
 } sd_argv_t;
 
 void sd_argv_init(sd_argv_t *a);
@@ -41,21 +49,15 @@ int sd_store_is_cluster(void);
  * one command sent to the i-th. */
 int sd_store_primaries(void);
 int sd_store_command_primary(int i, sd_argv_t *a, redisReply **out);
-/* Runs the embedded script `name` with the first nkeys entries of a as KEYS and the rest
- * as ARGV (EVALSHA, loading it after NOSCRIPT). On success *out is a reply the caller
- * frees with freeReplyObject; a Lua error_reply comes back as *out of type
+/* The one way to run a Lua script: the embedded script `name` with the first nkeys
+ * entries of a as KEYS and the rest as ARGV (EVALSHA, loading it after NOSCRIPT; on a
+ * Redis Cluster sent to the node of KEYS[1]), then frees a. On success *out is a reply
+ * the caller frees with freeReplyObject; a Lua error_reply comes back as *out of type
  * REDIS_REPLY_ERROR with SD_STORE_OK, so scripts can return typed errors. */
-int sd_store_script(const char *name, int nkeys, sd_argv_t *a, redisReply **out);
-/* sd_store_script, then frees a: for the callers that built a for this one call. */
 int sd_store_run(const char *name, int nkeys, sd_argv_t *a, redisReply **out);
-/* Runs one plain command (argv form). Same reply ownership as sd_store_script. */
+/* Runs one plain command (argv form). Same reply ownership as sd_store_run; a is kept
+ * (the caller frees it). */
 int sd_store_command(sd_argv_t *a, redisReply **out);
-/* The same two with caller-built argument arrays of any length up to SD_STORE_ARGV_MAX
- * (for batched writes; the arrays are not kept). */
-#define SD_STORE_ARGV_MAX 8192
-int sd_store_script_v(const char *name, int nkeys, int argc, const char *const *argv,
-                      const size_t *argl, redisReply **out);
-int sd_store_command_v(int argc, const char *const *argv, const size_t *argl, redisReply **out);
 /* Opens a connection of the caller's own to the current primary (under Sentinel, the one
  * the sentinels name; AUTH and SELECT done), for a subscriber that cannot share the
  * thread's command connection. NULL when Redis is unreachable; the caller frees it with

@@ -4,8 +4,8 @@
  * or a full socket: counted as voluntary context switches), state resent after a
  * reconnect, allocations (ALLOCATED returned once and acknowledged, DEALLOCATED,
  * malformed ones ignored, the 1024-byte payload cap, acknowledgements and a release
- * owed across a reconnect), and no allocation per call (counted by a malloc hook built
- * into this test executable only). */
+ * owed across a reconnect), names checked by the directory's own rule, and no
+ * allocation per call (counted by a malloc hook built into this test executable only). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -26,6 +26,7 @@
 
 #include "bbagent.h"
 #include "bbproto.h"
+#include "sdproto.h"
 
 /* ---- allocation counter ---------------------------------------------------------- */
 
@@ -819,7 +820,7 @@ static void ports_sent_with_status(void **state)
     expect_msg(c, "STATUS=\nPORTS=game:27960 query:27961\n");
     assert_int_equal(bbagent_status(a, 2, 16, "map=q3dm17"), 0);
     expect_msg(c, "PLAYERS=2\nMAX_PLAYERS=16\nSTATUS=map=q3dm17\nPORTS=game:27960 query:27961\n");
-    static const char *const bad_names[] = {"", "has space", "-x", ".x", "a:b",
+    static const char *const bad_names[] = {"", "has space", "-x", ".x", "a:b", "a..b",
                                             "012345678901234567890123456789012"};
     for (size_t i = 0; i < sizeof bad_names / sizeof *bad_names; i++)
         assert_int_equal(bbagent_port(a, bad_names[i], 1), -EINVAL);
@@ -833,6 +834,79 @@ static void ports_sent_with_status(void **state)
         assert_int_equal(bbagent_port(a, name, 30000 + i), 0);
     }
     assert_int_equal(bbagent_port(a, "ninth", 1), -ENOSPC);
+    bbagent_close(a, NULL);
+    close(c);
+    close(lfd);
+}
+
+/* The shim checks names with the rule serverdir and bigbrother use (sd_name_valid,
+ * common/sdname.h): bbagent_open refuses an instance id the directory refuses, and an
+ * ALLOCATED or DEALLOCATED carrying an id the directory refuses is ignored, while the
+ * names it accepts go through. */
+static void names_checked_as_the_directory_does(void **state)
+{
+    char longest[SD_NAME_MAX + 1], over[SD_NAME_MAX + 2];
+    memset(longest, 'n', SD_NAME_MAX);
+    longest[SD_NAME_MAX] = '\0';
+    memset(over, 'n', SD_NAME_MAX + 1);
+    over[SD_NAME_MAX + 1] = '\0';
+    enum { NVALID = 4 };
+    const char *const names[] = { "zone-m1-7f3a9c-3", "a.b:c@D_9-f", longest, "x",
+                                  over, ".hidden", "-flag", "a..b", "a b", "a/b",
+                                  "{tag}b", "a=b", "a\\b", "caf\xc3\xa9", "a#b" };
+    const size_t count = sizeof names / sizeof names[0];
+
+    for (size_t i = 0; i < count; i++) {
+        int valid = sd_name_valid(names[i], SD_NAME_MAX);
+        assert_int_equal(valid, i < NVALID); /* the directory's verdict */
+        bbagent_opts_t o = { .socket_path = "", .instance = names[i] };
+        errno = 0;
+        bbagent_t *a = bbagent_open(&o);
+        if (valid) {
+            assert_non_null(a);
+            bbagent_close(a, NULL);
+        } else {
+            if (a)
+                fail_msg("instance '%s' accepted", names[i]);
+            assert_int_equal(errno, EINVAL);
+        }
+    }
+
+    int lfd = listen_at(sock_path);
+    bbagent_t *a = open_at(sock_path, "names");
+    int c = accept_within(lfd, 1000);
+    assert_true(c >= 0);
+    expect_kv(c, "HELLO", "1");
+    bbagent_event_t ev;
+    char msg[SD_NAME_MAX + 64];
+    for (size_t i = 0; i < count; i++) {
+        snprintf(msg, sizeof msg, "ALLOCATED=%s\nMODE=ready\n", names[i]);
+        send_str(c, msg);
+        usleep(10000);
+        assert_int_equal(bbagent_poll(a, &ev), 0);
+        if (i >= NVALID) {
+            if (ev.type != BBAGENT_EVENT_NONE)
+                fail_msg("allocation id '%s' accepted", names[i]);
+            snprintf(msg, sizeof msg, "DEALLOCATED=%s\n", names[i]);
+            send_str(c, msg);
+            usleep(10000);
+            assert_int_equal(bbagent_poll(a, &ev), 0);
+            if (ev.type != BBAGENT_EVENT_NONE)
+                fail_msg("deallocation id '%s' accepted", names[i]);
+            continue;
+        }
+        assert_int_equal(ev.type, BBAGENT_EVENT_ALLOCATED);
+        assert_string_equal(AL(a).allocation, names[i]);
+        snprintf(msg, sizeof msg, "ALLOCATION_ACK=%s\n", names[i]);
+        expect_msg(c, msg);
+        snprintf(msg, sizeof msg, "DEALLOCATED=%s\n", names[i]);
+        send_str(c, msg);
+        usleep(10000);
+        assert_int_equal(bbagent_poll(a, &ev), 0);
+        assert_int_equal(ev.type, BBAGENT_EVENT_DEALLOCATED);
+        assert_string_equal(AL(a).allocation, names[i]);
+    }
+    expect_silence(c, 50);
     bbagent_close(a, NULL);
     close(c);
     close(lfd);
@@ -876,6 +950,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(reconnect_is_paced, setup, teardown),
         cmocka_unit_test_setup_teardown(no_allocation_per_call, setup, teardown),
         cmocka_unit_test_setup_teardown(ports_sent_with_status, setup, teardown),
+        cmocka_unit_test_setup_teardown(names_checked_as_the_directory_does, setup, teardown),
         cmocka_unit_test(shared_library_exports_only_the_api),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -6,7 +6,9 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "router.h"
 #include "sd.h"
@@ -127,6 +129,31 @@ static void buf_cap_is_enforced(void **state)
     sd_buf_free(&b);
 }
 
+/* sd_read_fd reads a pipe to its end into one NUL-terminated buffer, and refuses one
+ * longer than the cap (-E2BIG) without handing back a buffer. */
+static void read_fd_to_the_end_with_a_cap(void **state)
+{
+    int p[2];
+    char *text = NULL;
+    size_t len = 0;
+    assert_int_equal(pipe(p), 0);
+    assert_int_equal(write(p[1], "{\"services\":{}}", 15), 15);
+    close(p[1]);
+    assert_int_equal(sd_read_fd(p[0], 15, &text, &len), 0);
+    close(p[0]);
+    assert_int_equal(len, 15);
+    assert_string_equal(text, "{\"services\":{}}");
+    free(text);
+
+    assert_int_equal(pipe(p), 0);
+    assert_int_equal(write(p[1], "0123456789", 10), 10);
+    close(p[1]);
+    text = NULL;
+    assert_int_equal(sd_read_fd(p[0], 9, &text, &len), -E2BIG);
+    assert_null(text);
+    close(p[0]);
+}
+
 static size_t fmt(char *out, size_t cap, const char *f, ...)
 {
     va_list ap;
@@ -195,6 +222,7 @@ int main(void)
         cmocka_unit_test(router_not_found_and_bad_method),
         cmocka_unit_test(names_are_validated),
         cmocka_unit_test(hostport_parsing),
+        cmocka_unit_test(read_fd_to_the_end_with_a_cap),
         cmocka_unit_test(buf_cap_is_enforced),
         cmocka_unit_test(logfmt_quotes_values),
         cmocka_unit_test(json_getters_name_the_field),

@@ -1,7 +1,8 @@
 /* Unit tests of the Redis URL forms serverdir accepts (store.c, sentinel.c): redis://,
  * unix:// and sentinel://, and the ones it must refuse; and, for redis://, that the
  * connection goes to the host, port and database (and with the password) the URL names:
- * a fake Redis on a loopback port records what the store sends it. */
+ * a fake Redis on a loopback port records what the store sends it. Also the argument
+ * list every command and script call is built in (sd_argv_t), past its inline room. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -183,12 +184,46 @@ static void parsed_fields_are_used(void **state)
     }
 }
 
+/* sd_argv_t keeps every argument in order past its SD_ARGV_INLINE inline slots, up to
+ * SD_STORE_ARGV_MAX; one more sets overflow, and sd_store_run refuses an overflowed list
+ * (and frees it) before it reaches Redis. */
+static void argv_grows_past_its_inline_room(void **state)
+{
+    (void)state;
+    static const char digits[] = "0123456789";
+    sd_argv_t a;
+    sd_argv_init(&a);
+    for (int i = 0; i < SD_STORE_ARGV_MAX; i++)
+        sd_argv_addn(&a, digits + i % 10, 1 + (size_t)(i % 3));
+    sd_argv_addf(&a, "%d", 7);
+    assert_int_equal(a.argc, SD_STORE_ARGV_MAX);
+    assert_int_equal(a.overflow, 1);
+    for (int i = 0; i < SD_STORE_ARGV_MAX; i++) {
+        if (a.argv[i] != digits + i % 10 || a.argl[i] != 1 + (size_t)(i % 3))
+            fail_msg("argument %d moved", i);
+    }
+    redisReply dummy, *r = &dummy; /* the call must clear it */
+    assert_int_equal(sd_store_run("machine_put", 1, &a, &r), SD_STORE_ERROR);
+    assert_null(r);
+    assert_int_equal(a.argc, 0);
+    assert_true(a.argv == a.inline_argv);
+
+    sd_argv_init(&a);
+    for (int i = 0; i < 3 * SD_ARGV_INLINE; i++)
+        sd_argv_addf(&a, "%d", i);
+    assert_int_equal(a.overflow, 1); /* past SD_ARGV_INLINE formatted copies */
+    assert_int_equal(a.argc, SD_ARGV_INLINE);
+    assert_string_equal(a.argv[SD_ARGV_INLINE - 1], "63");
+    sd_argv_free(&a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(good_urls),
         cmocka_unit_test(bad_urls),
         cmocka_unit_test(parsed_fields_are_used),
+        cmocka_unit_test(argv_grows_past_its_inline_room),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
