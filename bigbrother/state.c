@@ -22,7 +22,7 @@
  * A cluster slot (cluster mode) is saved with its spec, restart token and whether it was
  * assigned, and restored from them (converge.c) before the first assignment arrives;
  * that assignment then decides whether it keeps running. */
-#include "bb.h"
+#include "bb_daemon.h"
 #include "sdjson.h"
 #include "sdlog.h"
 

@@ -9,7 +9,7 @@
  * PATH defaults to $BB_CONTROL_SOCKET, else to the control socket of the one bigbrother
  * running on the machine (its --config, read from /proc). Exit codes, the same table as
  * sdctl's: 0 done, 1 refused, 2 usage, 3 bigbrother unreachable, 4 no such target. */
-#include "bb.h"
+#include "instance/bb_instance.h"
 #include "sdlog.h"
 #include "sdutil.h"
 #include "sdversion.h"

@@ -15,8 +15,8 @@
  * lists that changed with its epoch. Any 409 stale_epoch or primary_held, or a lease that
  * ran out without a renewal, makes it step down at once.
  * One log line per role change, per placement change and per pool size change. */
-#include "bb.h"
-#include "placement.h"
+#include "cluster/bb_cluster.h"
+#include "instance/bb_instance.h"
 #include "sdclient.h"
 #include "sdlog.h"
 
@@ -159,7 +159,7 @@ typedef struct {
     json_int_t epoch;
     int64_t lease_until;   /* monotonic ms: the lease surely holds until then */
     int64_t ok_since;      /* monotonic ms since ServerDir answered every call; 0 after a failure */
-    json_t *inflight;      /* rolling restarts under way (placement.h) */
+    json_t *inflight;      /* rolling restarts under way (bb_cluster.h) */
     json_t *pools;         /* service -> {count, since, peak, bad}: how this primary sized
                               each pool (bb_pool_count's window), forgotten on step-down */
     int64_t demand;        /* the pool-demand counter last seen, -1 none yet */

@@ -6,7 +6,7 @@
  * SIGKILL to the group after the grace, and when its pidfd reports it gone, one
  * `stopped` event with reason `orphaned` and the detail of why. Never restarted. An
  * orphan still running when bigbrother exits is found again by the next run. */
-#include "bb.h"
+#include "instance/bb_instance.h"
 #include "sdlog.h"
 #include "sdtime.h"
 

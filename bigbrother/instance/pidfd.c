@@ -6,7 +6,7 @@
  * process is gone: waitid(WNOWAIT) for bigbrother's children, /proc/<pid>/stat (same
  * start time, not a zombie) for re-adopted ones. The timer runs only in that mode and
  * only while there are processes to watch. bb_pidfd_wait() reaps in both modes. */
-#include "bb.h"
+#include "instance/bb_instance.h"
 #include "sdlog.h"
 
 #include <errno.h>

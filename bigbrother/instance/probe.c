@@ -7,7 +7,7 @@
  *
  * While starting, the first success makes the instance ready (the start deadline covers
  * the failures); once ready, failure_threshold consecutive failures are a hang. */
-#include "bb.h"
+#include "instance/bb_instance.h"
 #include "sdlog.h"
 
 #include <arpa/inet.h>

@@ -15,7 +15,7 @@
  * lies between one tick before BB_SPAWNED_MS and SPAWN_SLACK_MS after it. The stat is
  * read before and after the environment and must name the same start: a pid recycled
  * in between is skipped. */
-#include "bb.h"
+#include "instance/bb_instance.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -9,7 +9,7 @@
  * log_max_bytes is copied to .1 (.1 -> .2 ... up to log_keep) and truncated while the
  * process writes on; at each spawn a slot keeps its newest log_runs files. Readers
  * (crash reports here, logsrv.c, bbctl) take a whole file as the run. */
-#include "bb.h"
+#include "instance/bb_instance.h"
 #include "sdlog.h"
 
 #include <dirent.h>

@@ -41,7 +41,7 @@
  *            a starting / ready process that still runs is watched again (its deadline
  *            and probes armed); one that died meanwhile is an exit of unknown status
  */
-#include "bb.h"
+#include "instance/bb_instance.h"
 #include "sdlog.h"
 #include "sdtime.h"
 
@@ -51,8 +51,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-
-bb_daemon_t bb;
 
 /* One event and what it carries. */
 typedef struct {
@@ -65,14 +63,6 @@ typedef struct {
 
 typedef void (*action_fn)(bb_inst_t *in, const bb_ev_t *ev);
 
-static const char *const state_names[ST__COUNT] = {
-    "backoff", "starting", "ready", "stopping", "exited", "failed", "stopped"};
-
-const char *bb_state_name(enum bb_state s)
-{
-    return (unsigned)s < ST__COUNT ? state_names[s] : "?";
-}
-
 static int uses_heartbeats(const bb_inst_t *in)
 {
     return in->svc->health.type == BB_H_AGENT || in->svc->health.type == BB_H_NOTIFY;
@@ -82,52 +72,6 @@ static void set_state(bb_inst_t *in, enum bb_state s)
 {
     in->state = s;
     bb.state_dirty = 1;
-}
-
-void bb_event_emit(const bb_inst_t *in, json_t *ev)
-{
-    if (bb.report && bb_report_event(bb.report, ev))
-        log_error("event not recorded", "instance=%s type=%s", in->id,
-                  json_string_value(json_object_get(ev, "type")));
-    json_decref(ev);
-}
-
-json_t *bb_event_new(const bb_inst_t *in, const char *type)
-{
-    return json_pack("{s:s, s:s, s:s, s:I, s:i, s:i}", "type", type, "instance", in->id,
-                     "service", in->svc->name, "ts_ms", (json_int_t)sd_wall_ms(), "slot",
-                     in->slot, "generation", in->generation);
-}
-
-void bb_report(bb_inst_t *in, const char *type)
-{
-    json_t *ev = bb_event_new(in, type);
-    if (!ev)
-        return;
-    if (!strcmp(type, "started"))
-        json_object_set_new(ev, "pid", json_integer(in->pid));
-    json_t *ports = in->ports[0] ? json_loads(in->ports, 0, NULL) : NULL;
-    if (ports && strcmp(type, "stopped"))
-        json_object_set_new(ev, "ports", ports);
-    else
-        json_decref(ports);
-    if (!strcmp(type, "stopped")) {
-        json_object_set_new(ev, "reason", json_string(in->reason));
-        json_object_set_new(ev, "code", in->code >= 0 ? json_integer(in->code) : json_null());
-        json_object_set_new(ev, "signal", in->sig > 0 ? json_integer(in->sig) : json_null());
-        if (!strcmp(in->reason, "hung") || !strcmp(in->reason, "start_timeout"))
-            json_object_set_new(ev, "silent_ms", json_integer(in->why_silent_ms));
-        if (in->detail[0])
-            json_object_set_new(ev, "detail", json_string(in->detail));
-        bb_crash_report(in, ev);
-    }
-    bb_event_emit(in, ev);
-}
-
-size_t bb_inst_reason_text(const bb_inst_t *in, char *buf, size_t cap)
-{
-    return sd_reason_format(buf, cap, in->reason, in->code >= 0 ? in->code : SD_REASON_NONE,
-                            in->sig > 0 ? in->sig : SD_REASON_NONE, in->why_silent_ms);
 }
 
 /* ---- actions */
@@ -154,7 +98,8 @@ static void become_ready(bb_inst_t *in)
         arm_deadline(in, in->svc->health.liveness_timeout_ms);
     log_info("instance ready", "instance=%s pid=%d start_ms=%lld", in->id, (int)in->pid,
              (long long)(now - in->spawned_mono));
-    bb_status_flush(in);
+    if (bb_inst_hooks.ready)
+        bb_inst_hooks.ready(in);
     bb_report(in, "ready");
 }
 
@@ -169,11 +114,13 @@ static void a_ready(bb_inst_t *in, const bb_ev_t *ev)
 static void spawn(bb_inst_t *in)
 {
     bb_timer_cancel(&in->deadline);
-    bb_converge_respawn(in);
+    if (bb_inst_hooks.respawn)
+        bb_inst_hooks.respawn(in);
     in->why = WHY_NONE;
     in->status[0] = 0;
     in->ports[0] = 0;
-    bb_alloc_reset(in);
+    if (bb_inst_hooks.reset)
+        bb_inst_hooks.reset(in);
     int rc = bb_spawn(in);
     if (rc) {
         /* fork failed: the machine is short of something; retry after the backoff */
@@ -188,7 +135,8 @@ static void spawn(bb_inst_t *in)
     in->spawned_wall = sd_wall_ms();
     in->ready_mono = 0;
     set_state(in, ST_STARTING);
-    bb_metrics_spawn(in);
+    if (bb_inst_hooks.spawned)
+        bb_inst_hooks.spawned(in);
     log_info("instance started", "instance=%s service=%s slot=%d pid=%d generation=%d", in->id,
              in->svc->name, in->slot, (int)in->pid, in->generation);
     bb_report(in, "started");
@@ -246,7 +194,8 @@ static void a_hang(bb_inst_t *in, const bb_ev_t *ev)
     log_warn("instance hung", "instance=%s pid=%d state=%s silent_ms=%lld detail=%s signal=%d",
              in->id, (int)in->pid, bb_state_name(in->state), (long long)in->why_silent_ms,
              in->why_detail, s->stop.hang_signal);
-    bb_metrics_hang(in, in->state == ST_STARTING);
+    if (bb_inst_hooks.hung)
+        bb_inst_hooks.hung(in, in->state == ST_STARTING);
     bb_probe_stop(in);
     bb_signal_group(in, s->stop.hang_signal);
     bb_signal_group(in, SIGCONT); /* a stopped process takes the signal now */
@@ -257,14 +206,12 @@ static void a_hang(bb_inst_t *in, const bb_ev_t *ev)
 
 static void begin_stop(bb_inst_t *in, enum bb_why why)
 {
-    char grace[24];
     in->why = why;
     in->why_detail[0] = 0;
     bb_probe_stop(in);
     set_state(in, ST_STOPPING);
-    if (in->conn) {
-        snprintf(grace, sizeof(grace), "%d", in->svc->stop.grace_ms);
-        bb_agent_send(in, "SHUTDOWN", "1", "GRACE_MS", grace);
+    if (in->conn && bb_inst_hooks.shutdown) {
+        bb_inst_hooks.shutdown(in, in->svc->stop.grace_ms);
         in->stop_phase = 0;
     } else {
         bb_signal_group(in, in->svc->stop.signal);
@@ -389,7 +336,8 @@ static void a_exit(bb_inst_t *in, const bb_ev_t *ev)
     classify_exit(in, ev->code, ev->sig);
     bb_timer_cancel(&in->deadline);
     bb_probe_stop(in);
-    bb_agent_detach(in);
+    if (bb_inst_hooks.detach)
+        bb_inst_hooks.detach(in);
     if (in->pidw.fd >= 0) {
         bb_pidfd_close(&in->pidw);
         kill(-in->pid, SIGKILL); /* leftovers of the process group */
@@ -426,14 +374,16 @@ static void a_exit(bb_inst_t *in, const bb_ev_t *ev)
                  in->nrestart_mono, s->restart.window_s, text);
         sd_strlcpy(in->reason, "crash_loop", sizeof(in->reason));
     }
-    bb_metrics_exit(in, next == ST_BACKOFF);
+    if (bb_inst_hooks.exited)
+        bb_inst_hooks.exited(in, next == ST_BACKOFF);
     bb_inst_reason_text(in, text, sizeof text);
     log_info("instance stopped",
              "instance=%s pid=%d reason=%s reason_text=%s detail=%s next=%s restart_in_ms=%lld",
              in->id, (int)in->pid, in->reason, text, in->detail, bb_state_name(next),
              (long long)delay);
     bb_report(in, "stopped");
-    bb_alloc_reset(in);
+    if (bb_inst_hooks.reset)
+        bb_inst_hooks.reset(in);
     if (next == ST_FAILED)
         log_error("instance failed: crash loop", "service=%s slot=%d detail=%s", s->name,
                   in->slot, in->detail);
@@ -557,23 +507,6 @@ void bb_supervisor_start_all(void)
     for (int i = 0; i < bb.ninst; i++)
         if (!bb.inst[i].loaded && (!bb.inst[i].cspec || bb.inst[i].assigned))
             bb_inst_event(&bb.inst[i], EV_START);
-}
-
-bb_inst_t *bb_inst_by_id(const char *id)
-{
-    for (int i = 0; i < bb.ninst; i++)
-        if (bb.inst[i].pid > 0 && !strcmp(bb.inst[i].id, id))
-            return &bb.inst[i];
-    return NULL;
-}
-
-bb_inst_t *bb_inst_by_pid(pid_t pid)
-{
-    pid_t pgid = getpgid(pid);
-    for (int i = 0; i < bb.ninst; i++)
-        if (bb.inst[i].pid > 0 && (bb.inst[i].pid == pid || bb.inst[i].pid == pgid))
-            return &bb.inst[i];
-    return NULL;
 }
 
 int bb_operator(const char *cmd, const char *target)

@@ -9,7 +9,7 @@
  *                                   slot still keeps), for bbctl to read
  *
  * TARGET is an instance id, a service name or "all". Used by bbctl. */
-#include "bb.h"
+#include "ops/bb_ops.h"
 #include "sdlog.h"
 
 #include <errno.h>

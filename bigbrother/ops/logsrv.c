@@ -25,7 +25,7 @@
  * be cut), and every other answer closes its connection, so that no browser keeps an
  * idle one holding a thread. It touches no supervisor state: the files, the health
  * snapshot and ServerDir. */
-#include "bb.h"
+#include "ops/bb_ops.h"
 #include "sdclient.h"
 #include "sdlog.h"
 #include "sdutil.h"

@@ -11,7 +11,7 @@
  * fixed table that only the supervision thread appends to; it writes the row, then
  * publishes the new count with release order, and the HTTP thread reads the count with
  * acquire order, so it never sees a half-written row and nothing is ever moved. */
-#include "bb.h"
+#include "ops/bb_ops.h"
 #include "sdjson.h"
 #include "sdlog.h"
 #include "sdutil.h"
@@ -91,7 +91,9 @@ static size_t reason_index(const char *r)
     return 0;
 }
 
-void bb_metrics_exit(const bb_inst_t *in, int restarting)
+/* The state machine's hooks: an exit with in->reason (restarting: a restart follows),
+ * a hang kill (start: of the start deadline), a spawn. */
+static void on_exit_hook(const bb_inst_t *in, int restarting)
 {
     svc_metrics_t *m = of(in);
     if (!m)
@@ -102,14 +104,14 @@ void bb_metrics_exit(const bb_inst_t *in, int restarting)
         atomic_fetch_add_explicit(&m->restarts[r], 1, memory_order_relaxed);
 }
 
-void bb_metrics_hang(const bb_inst_t *in, int start)
+static void on_hang(const bb_inst_t *in, int start)
 {
     svc_metrics_t *m = of(in);
     if (m)
         atomic_fetch_add_explicit(&m->hangs[start ? 1 : 0], 1, memory_order_relaxed);
 }
 
-void bb_metrics_spawn(const bb_inst_t *in)
+static void on_spawn(const bb_inst_t *in)
 {
     svc_metrics_t *m = of(in);
     if (m)
@@ -290,6 +292,9 @@ int bb_metrics_start(void)
     counts = calloc((size_t)MAX_SERVICES * ST__COUNT, sizeof(*counts));
     if (!svcm || !counts)
         return -ENOMEM;
+    bb_inst_hooks.spawned = on_spawn;
+    bb_inst_hooks.hung = on_hang;
+    bb_inst_hooks.exited = on_exit_hook;
     if (!bb.cfg.metrics_host[0])
         return 0;
     int fd = bb_listen_tcp(bb.cfg.metrics_host, bb.cfg.metrics_port);

@@ -33,8 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "outbox.h"
-#include "report.h"
+#include "report/bb_report.h"
 #include "sdclient.h"
 #include "sdlog.h"
 #include "sdtime.h"

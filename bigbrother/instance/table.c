@@ -1,0 +1,85 @@
+/* The instance table: the daemon's one global (bb: the config, the table of instances,
+ * the reporter), the hooks through which the state machine's actions reach the other
+ * subsystems, lookups into the table, and the constructors of the process events the
+ * instances report (started, ready, stopped, and the events built on them elsewhere). */
+#include "instance/bb_instance.h"
+#include "sdlog.h"
+#include "sdtime.h"
+
+#include <string.h>
+#include <unistd.h>
+
+bb_daemon_t bb;
+bb_inst_hooks_t bb_inst_hooks;
+
+static const char *const state_names[ST__COUNT] = {
+    "backoff", "starting", "ready", "stopping", "exited", "failed", "stopped"};
+
+const char *bb_state_name(enum bb_state s)
+{
+    return (unsigned)s < ST__COUNT ? state_names[s] : "?";
+}
+
+void bb_event_emit(const bb_inst_t *in, json_t *ev)
+{
+    if (bb.report && bb_report_event(bb.report, ev))
+        log_error("event not recorded", "instance=%s type=%s", in->id,
+                  json_string_value(json_object_get(ev, "type")));
+    json_decref(ev);
+}
+
+json_t *bb_event_new(const bb_inst_t *in, const char *type)
+{
+    return json_pack("{s:s, s:s, s:s, s:I, s:i, s:i}", "type", type, "instance", in->id,
+                     "service", in->svc->name, "ts_ms", (json_int_t)sd_wall_ms(), "slot",
+                     in->slot, "generation", in->generation);
+}
+
+void bb_report(bb_inst_t *in, const char *type)
+{
+    json_t *ev = bb_event_new(in, type);
+    if (!ev)
+        return;
+    if (!strcmp(type, "started"))
+        json_object_set_new(ev, "pid", json_integer(in->pid));
+    json_t *ports = in->ports[0] ? json_loads(in->ports, 0, NULL) : NULL;
+    if (ports && strcmp(type, "stopped"))
+        json_object_set_new(ev, "ports", ports);
+    else
+        json_decref(ports);
+    if (!strcmp(type, "stopped")) {
+        json_object_set_new(ev, "reason", json_string(in->reason));
+        json_object_set_new(ev, "code", in->code >= 0 ? json_integer(in->code) : json_null());
+        json_object_set_new(ev, "signal", in->sig > 0 ? json_integer(in->sig) : json_null());
+        if (!strcmp(in->reason, "hung") || !strcmp(in->reason, "start_timeout"))
+            json_object_set_new(ev, "silent_ms", json_integer(in->why_silent_ms));
+        if (in->detail[0])
+            json_object_set_new(ev, "detail", json_string(in->detail));
+        bb_crash_report(in, ev);
+    }
+    bb_event_emit(in, ev);
+}
+
+size_t bb_inst_reason_text(const bb_inst_t *in, char *buf, size_t cap)
+{
+    return sd_reason_format(buf, cap, in->reason, in->code >= 0 ? in->code : SD_REASON_NONE,
+                            in->sig > 0 ? in->sig : SD_REASON_NONE, in->why_silent_ms);
+}
+
+bb_inst_t *bb_inst_by_id(const char *id)
+{
+    for (int i = 0; i < bb.ninst; i++)
+        if (bb.inst[i].pid > 0 && !strcmp(bb.inst[i].id, id))
+            return &bb.inst[i];
+    return NULL;
+}
+
+bb_inst_t *bb_inst_by_pid(pid_t pid)
+{
+    pid_t pgid = getpgid(pid);
+    for (int i = 0; i < bb.ninst; i++)
+        if (bb.inst[i].pid > 0 && (bb.inst[i].pid == pid || bb.inst[i].pid == pgid))
+            return &bb.inst[i];
+    return NULL;
+}
+
