@@ -1,16 +1,17 @@
 # Writes each serverdir Lua script as Redis runs it: the wire constants of common/sdproto.h
 # as a Lua table SD, then the pieces of the shared prelude (serverdir/store/lua_prelude.lua)
 # the script uses, then the script. The constants are every "#define SD_NAME <decimal>" line of the header, and the
-# rows X(SD_EV_..., "name") / X(SD_STOP_..., "name") of its event type and stop reason
-# tables, as sets SD.EVENT_TYPES and SD.STOP_REASONS.
+# rows X(SD_EV_..., "name") / X(SD_STOP_..., "name", flags) of its event type and stop
+# reason tables, as sets SD.EVENT_TYPES and SD.STOP_REASONS.
 # Usage: cmake -DHEADER=sdproto.h -DPRELUDE=lua_prelude.lua -DSOURCES="x.lua;y.lua"
 #              -DOUTDIR=dir -P lua_prelude.cmake   (writes dir/x.lua, dir/y.lua)
 include(${CMAKE_CURRENT_LIST_DIR}/write_if_changed.cmake)
 file(READ "${HEADER}" header)
 
-# A Lua set {name = true, ...} of the names in the X(PREFIX..., "name") rows of the header.
+# A Lua set {name = true, ...} of the names in the X(PREFIX..., "name"[, more]) rows of
+# the header.
 function(lua_set prefix out)
-  string(REGEX MATCHALL "X\\(${prefix}[A-Z0-9_]+, \"[a-z_]+\"\\)" rows "${header}")
+  string(REGEX MATCHALL "X\\(${prefix}[A-Z0-9_]+, \"[a-z_]+\"" rows "${header}")
   if(NOT rows)
     message(FATAL_ERROR "lua_prelude.cmake: no X(${prefix}..., \"name\") rows in ${HEADER}")
   endif()

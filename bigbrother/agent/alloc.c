@@ -221,7 +221,7 @@ static void alloc_ack(bb_inst_t *in, const char *id, size_t len)
         return; /* acknowledged again after a reconnect */
     a->acked = 1;
     log_info("allocation confirmed", "instance=%s allocation=%s", in->id, a->id);
-    json_t *ev = bb_event_new(in, "confirmed");
+    json_t *ev = bb_event_new(in, SD_EV_CONFIRMED);
     if (!ev)
         return;
     json_object_set_new(ev, "allocation", json_string(a->id));
@@ -237,7 +237,7 @@ static void alloc_release(bb_inst_t *in, const char *val, size_t len)
         in->allocs[i].released = 1;
     log_info("instance released its session", "instance=%s allocations=%d", in->id,
              in->nallocs);
-    json_t *ev = bb_event_new(in, "released");
+    json_t *ev = bb_event_new(in, SD_EV_RELEASED);
     if (ev)
         bb_event_emit(in, ev);
     restart_for_release(in, "released");
@@ -247,7 +247,7 @@ static void status_send(bb_inst_t *in)
 {
     in->status_dirty = 0;
     in->status_sent_mono = sd_mono_ms();
-    json_t *ev = bb_event_new(in, "status");
+    json_t *ev = bb_event_new(in, SD_EV_STATUS);
     if (!ev)
         return;
     json_object_set_new(ev, "players", json_integer(in->players));

@@ -72,8 +72,10 @@ static bb_cspec_t *spec_get(const char *service, json_int_t version, const json_
                  (long long)version);
         char detail[SD_DETAIL_MAX + 1];
         snprintf(detail, sizeof(detail), "bad spec: %s", err);
-        json_t *ev = json_pack("{s:s, s:s, s:s, s:s, s:s}", "type", "stopped", "instance", id,
-                               "service", service, "reason", "exited", "detail", detail);
+        json_t *ev = json_pack("{s:s, s:s, s:s, s:s, s:s}", "type",
+                               sd_event_type_name(SD_EV_STOPPED), "instance", id, "service",
+                               service, "reason", sd_stop_reason_name(SD_STOP_EXITED),
+                               "detail", detail);
         if (ev && bb.report)
             bb_report_event(bb.report, ev);
         json_decref(ev);
@@ -169,7 +171,8 @@ static void slot_start(const json_t *e, const char *service, int slot, bb_cspec_
     if (!same) {
         in->generation = 0;
         in->restarts = 0;
-        in->reason[0] = in->detail[0] = 0;
+        in->reason = BB_NO_REASON;
+        in->detail[0] = 0;
     }
     spec_ref(in->cspec, -1);
     spec_ref(in->next_cspec, -1);

@@ -11,6 +11,7 @@
 #include "core/bb.h"
 #include "report/bb_report.h"
 
+#define BB_NO_REASON SD_STOP_COUNT /* bb_inst_t.reason of an instance that never stopped */
 #define BB_ALLOCS_MAX 16       /* open allocations tracked per instance (agent/alloc.c) */
 
 /* ---------------------------------------------------------------- instances (supervisor.c) */
@@ -46,7 +47,7 @@ typedef struct bb_inst {
     char why_detail[160];
     int loaded;                 /* state restored from the persisted table */
     /* the last exit, shown by bbctl status */
-    char reason[24];
+    sd_stop_reason_t reason;    /* BB_NO_REASON before the first exit */
     int code, sig;              /* -1 when not applicable */
     int dumped;                 /* the kernel reported a core dump (CLD_DUMPED) */
     char detail[200];
@@ -156,16 +157,19 @@ extern bb_inst_hooks_t bb_inst_hooks;
 
 /* ---------------------------------------------------------------- events (table.c) */
 
-void bb_report(bb_inst_t *in, const char *type);
+/* Sends one started/ready/stopped event to the reporter. */
+void bb_report(bb_inst_t *in, sd_event_type_t type);
 /* A new process event of `type` about in (type, instance, service, ts_ms, slot,
  * generation), for the caller to complete and pass to bb_event_emit; NULL on ENOMEM. */
-json_t *bb_event_new(const bb_inst_t *in, const char *type);
+json_t *bb_event_new(const bb_inst_t *in, sd_event_type_t type);
 /* Appends ev to the outbox (a failure is logged) and drops the caller's reference. */
 void bb_event_emit(const bb_inst_t *in, json_t *ev);
 
 /* Writes the last exit of in as text into buf, in sd_reason_format's wording
  * ("killed(signal 9)", "hung(silent 3012ms)"); returns the length it needed. */
 size_t bb_inst_reason_text(const bb_inst_t *in, char *buf, size_t cap);
+/* The wire name of in's last stop reason, "" before the first exit. */
+const char *bb_inst_reason(const bb_inst_t *in);
 
 /* ---------------------------------------------------------------- spawn.c */
 

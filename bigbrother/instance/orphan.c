@@ -37,13 +37,14 @@ static void orphan_gone(orphan_t *o, int code, int sig)
     log_info("orphaned instance stopped", "instance=%s pid=%d code=%d signal=%d", o->f.id,
              (int)o->f.pid, code, sig);
     json_t *ev = json_pack("{s:s, s:s, s:s, s:I, s:i, s:i, s:s, s:o, s:o, s:s}", "type",
-                           "stopped", "instance", o->f.id, "service", o->f.service, "ts_ms",
+                           sd_event_type_name(SD_EV_STOPPED), "instance", o->f.id, "service", o->f.service, "ts_ms",
                            (json_int_t)sd_wall_ms(), "slot", o->f.slot, "generation",
-                           o->f.generation, "reason", "orphaned", "code",
+                           o->f.generation, "reason", sd_stop_reason_name(SD_STOP_ORPHANED), "code",
                            code >= 0 ? json_integer(code) : json_null(), "signal",
                            sig > 0 ? json_integer(sig) : json_null(), "detail", o->detail);
     if (!ev || (bb.report && bb_report_event(bb.report, ev)))
-        log_error("event not recorded", "instance=%s type=%s", o->f.id, "stopped");
+        log_error("event not recorded", "instance=%s type=%s", o->f.id,
+                  sd_event_type_name(SD_EV_STOPPED));
     json_decref(ev);
     bb_timer_cancel(&o->kill_timer);
     if (o->pidw.fd >= 0)

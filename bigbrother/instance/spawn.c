@@ -587,9 +587,8 @@ static void core_path(const bb_inst_t *in, char *out, size_t cap)
 
 void bb_crash_report(const bb_inst_t *in, json_t *ev)
 {
-    int failed = (!strcmp(in->reason, "exited") && in->code != 0) ||
-                 !strcmp(in->reason, "killed") || !strcmp(in->reason, "hung") ||
-                 !strcmp(in->reason, "start_timeout");
+    int failed = (sd_stop_reason_flags(in->reason) & SD_STOP_F_CRASH) &&
+                 !(in->reason == SD_STOP_EXITED && in->code == 0);
     if (!failed)
         return;
     char *tail = malloc(SD_LOG_TAIL_MAX + 1);

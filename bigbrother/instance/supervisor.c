@@ -100,7 +100,7 @@ static void become_ready(bb_inst_t *in)
              (long long)(now - in->spawned_mono));
     if (bb_inst_hooks.ready)
         bb_inst_hooks.ready(in);
-    bb_report(in, "ready");
+    bb_report(in, SD_EV_READY);
 }
 
 static void a_ready(bb_inst_t *in, const bb_ev_t *ev)
@@ -139,7 +139,7 @@ static void spawn(bb_inst_t *in)
         bb_inst_hooks.spawned(in);
     log_info("instance started", "instance=%s service=%s slot=%d pid=%d generation=%d", in->id,
              in->svc->name, in->slot, (int)in->pid, in->generation);
-    bb_report(in, "started");
+    bb_report(in, SD_EV_STARTED);
     if (in->svc->health.type == BB_H_NONE) {
         become_ready(in);
         return;
@@ -281,28 +281,28 @@ static void classify_exit(bb_inst_t *in, int code, int sig)
     in->detail[0] = 0;
     switch (in->why) {
     case WHY_HUNG:
-        sd_strlcpy(in->reason, "hung", sizeof(in->reason));
+        in->reason = SD_STOP_HUNG;
         snprintf(in->detail, sizeof(in->detail), "%s", in->why_detail);
         break;
     case WHY_START_TIMEOUT:
-        sd_strlcpy(in->reason, "start_timeout", sizeof(in->reason));
+        in->reason = SD_STOP_START_TIMEOUT;
         snprintf(in->detail, sizeof(in->detail), "%s", in->why_detail);
         break;
     case WHY_OPERATOR:
     case WHY_RESTART:
-        sd_strlcpy(in->reason, "stopped_by_operator", sizeof(in->reason));
+        in->reason = SD_STOP_BY_OPERATOR;
         break;
     case WHY_REPLACED:
-        sd_strlcpy(in->reason, "replaced", sizeof(in->reason));
+        in->reason = SD_STOP_REPLACED;
         break;
     case WHY_DRAINED:
-        sd_strlcpy(in->reason, "drained", sizeof(in->reason));
+        in->reason = SD_STOP_DRAINED;
         break;
     case WHY_NONE:
         if (sig > 0) {
-            sd_strlcpy(in->reason, "killed", sizeof(in->reason));
+            in->reason = SD_STOP_KILLED;
         } else {
-            sd_strlcpy(in->reason, "exited", sizeof(in->reason));
+            in->reason = SD_STOP_EXITED;
             if (code < 0)
                 sd_strlcpy(in->detail, "exit status unknown (re-adopted process)",
                            sizeof(in->detail));
@@ -372,16 +372,16 @@ static void a_exit(bb_inst_t *in, const bb_ev_t *ev)
         bb_inst_reason_text(in, text, sizeof text);
         snprintf(in->detail, sizeof(in->detail), "%d restarts in %d s; last: %s",
                  in->nrestart_mono, s->restart.window_s, text);
-        sd_strlcpy(in->reason, "crash_loop", sizeof(in->reason));
+        in->reason = SD_STOP_CRASH_LOOP;
     }
     if (bb_inst_hooks.exited)
         bb_inst_hooks.exited(in, next == ST_BACKOFF);
     bb_inst_reason_text(in, text, sizeof text);
     log_info("instance stopped",
              "instance=%s pid=%d reason=%s reason_text=%s detail=%s next=%s restart_in_ms=%lld",
-             in->id, (int)in->pid, in->reason, text, in->detail, bb_state_name(next),
+             in->id, (int)in->pid, bb_inst_reason(in), text, in->detail, bb_state_name(next),
              (long long)delay);
-    bb_report(in, "stopped");
+    bb_report(in, SD_EV_STOPPED);
     if (bb_inst_hooks.reset)
         bb_inst_hooks.reset(in);
     if (next == ST_FAILED)
@@ -475,8 +475,9 @@ static void on_deadline(bb_timer_t *t)
 
 void bb_inst_init_entry(bb_inst_t *in)
 {
-    *in = (bb_inst_t){.state = ST_STOPPED, .pidw.fd = -1, .probew.fd = -1, .code = -1,
-                      .sig = -1, .deadline.fn = on_deadline};
+    *in = (bb_inst_t){.state = ST_STOPPED, .pidw.fd = -1, .probew.fd = -1,
+                      .reason = BB_NO_REASON, .code = -1, .sig = -1,
+                      .deadline.fn = on_deadline};
 }
 
 int bb_supervisor_init(void)

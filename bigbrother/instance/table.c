@@ -28,30 +28,30 @@ void bb_event_emit(const bb_inst_t *in, json_t *ev)
     json_decref(ev);
 }
 
-json_t *bb_event_new(const bb_inst_t *in, const char *type)
+json_t *bb_event_new(const bb_inst_t *in, sd_event_type_t type)
 {
-    return json_pack("{s:s, s:s, s:s, s:I, s:i, s:i}", "type", type, "instance", in->id,
+    return json_pack("{s:s, s:s, s:s, s:I, s:i, s:i}", "type", sd_event_type_name(type), "instance", in->id,
                      "service", in->svc->name, "ts_ms", (json_int_t)sd_wall_ms(), "slot",
                      in->slot, "generation", in->generation);
 }
 
-void bb_report(bb_inst_t *in, const char *type)
+void bb_report(bb_inst_t *in, sd_event_type_t type)
 {
     json_t *ev = bb_event_new(in, type);
     if (!ev)
         return;
-    if (!strcmp(type, "started"))
+    if (type == SD_EV_STARTED)
         json_object_set_new(ev, "pid", json_integer(in->pid));
     json_t *ports = in->ports[0] ? json_loads(in->ports, 0, NULL) : NULL;
-    if (ports && strcmp(type, "stopped"))
+    if (ports && type != SD_EV_STOPPED)
         json_object_set_new(ev, "ports", ports);
     else
         json_decref(ports);
-    if (!strcmp(type, "stopped")) {
-        json_object_set_new(ev, "reason", json_string(in->reason));
+    if (type == SD_EV_STOPPED) {
+        json_object_set_new(ev, "reason", json_string(bb_inst_reason(in)));
         json_object_set_new(ev, "code", in->code >= 0 ? json_integer(in->code) : json_null());
         json_object_set_new(ev, "signal", in->sig > 0 ? json_integer(in->sig) : json_null());
-        if (!strcmp(in->reason, "hung") || !strcmp(in->reason, "start_timeout"))
+        if (sd_stop_reason_flags(in->reason) & SD_STOP_F_SILENT)
             json_object_set_new(ev, "silent_ms", json_integer(in->why_silent_ms));
         if (in->detail[0])
             json_object_set_new(ev, "detail", json_string(in->detail));
@@ -60,9 +60,15 @@ void bb_report(bb_inst_t *in, const char *type)
     bb_event_emit(in, ev);
 }
 
+const char *bb_inst_reason(const bb_inst_t *in)
+{
+    const char *name = sd_stop_reason_name(in->reason);
+    return name ? name : "";
+}
+
 size_t bb_inst_reason_text(const bb_inst_t *in, char *buf, size_t cap)
 {
-    return sd_reason_format(buf, cap, in->reason, in->code >= 0 ? in->code : SD_REASON_NONE,
+    return sd_reason_format(buf, cap, bb_inst_reason(in), in->code >= 0 ? in->code : SD_REASON_NONE,
                             in->sig > 0 ? in->sig : SD_REASON_NONE, in->why_silent_ms);
 }
 

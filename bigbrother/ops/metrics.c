@@ -29,17 +29,19 @@
 
 #define RENDER_CAP (4 << 20)
 
-/* The exit reasons of supervisor.c's classify_exit, plus crash_loop. */
-static const char *const reasons[] = {"exited", "killed", "hung", "start_timeout",
-                                      "stopped_by_operator", "crash_loop"};
-#define NREASONS (sizeof(reasons) / sizeof(reasons[0]))
+/* The exit and restart counters are kept per stop reason (sdproto.h's table) and shown
+ * for the reasons flagged SD_STOP_F_COUNTED; an exit of another reason counts as exited. */
+static int counted(size_t r)
+{
+    return (sd_stop_reason_flags((sd_stop_reason_t)r) & SD_STOP_F_COUNTED) != 0;
+}
 
 #define MAX_SERVICES 512 /* rows; the services past it are not broken down */
 
 typedef struct {
     char name[128];
-    _Atomic int64_t exits[NREASONS];
-    _Atomic int64_t restarts[NREASONS];
+    _Atomic int64_t exits[SD_STOP_COUNT];
+    _Atomic int64_t restarts[SD_STOP_COUNT];
     _Atomic int64_t hangs[2]; /* [0] liveness, [1] start */
     _Atomic int64_t spawns;
     _Atomic int64_t state[ST__COUNT];
@@ -83,12 +85,9 @@ static svc_metrics_t *of(const bb_inst_t *in)
     return m;
 }
 
-static size_t reason_index(const char *r)
+static size_t reason_index(sd_stop_reason_t r)
 {
-    for (size_t i = 0; i < NREASONS; i++)
-        if (!strcmp(reasons[i], r))
-            return i;
-    return 0;
+    return counted(r) ? r : SD_STOP_EXITED;
 }
 
 /* The state machine's hooks: an exit with in->reason (restarting: a restart follows),
@@ -171,17 +170,21 @@ static void render(sd_buf_t *b)
     family(b, "bigbrother_process_exits_total", "counter",
            "Instance exits by service and reason (exited, killed, hung, ...).");
     for (int s = 0; s < n; s++)
-        for (size_t r = 0; r < NREASONS; r++)
-            sd_buf_printf(b, "bigbrother_process_exits_total{service=\"%s\",reason=\"%s\"} %lld\n",
-                          svcm[s].name, reasons[r], (long long)ld(&svcm[s].exits[r]));
+        for (size_t r = 0; r < SD_STOP_COUNT; r++)
+            if (counted(r))
+                sd_buf_printf(b,
+                              "bigbrother_process_exits_total{service=\"%s\",reason=\"%s\"} %lld\n",
+                              svcm[s].name, sd_stop_reason_name((sd_stop_reason_t)r),
+                              (long long)ld(&svcm[s].exits[r]));
 
     family(b, "bigbrother_restarts_total", "counter",
            "Restarts scheduled by bigbrother, by service and the reason of the exit.");
     for (int s = 0; s < n; s++)
-        for (size_t r = 0; r < NREASONS; r++)
-            sd_buf_printf(b, "bigbrother_restarts_total{service=\"%s\",reason=\"%s\"} %lld\n",
-                          svcm[s].name, reasons[r],
-                          (long long)ld(&svcm[s].restarts[r]));
+        for (size_t r = 0; r < SD_STOP_COUNT; r++)
+            if (counted(r))
+                sd_buf_printf(b, "bigbrother_restarts_total{service=\"%s\",reason=\"%s\"} %lld\n",
+                              svcm[s].name, sd_stop_reason_name((sd_stop_reason_t)r),
+                              (long long)ld(&svcm[s].restarts[r]));
 
     family(b, "bigbrother_hang_kills_total", "counter",
            "Instances signalled for missing their start or liveness deadline.");
@@ -350,9 +353,12 @@ void bb_metrics_save(void)
     int n = atomic_load_explicit(&nsvc, memory_order_relaxed);
     for (int i = 0; i < n; i++) {
         json_t *ex = json_object(), *re = json_object();
-        for (size_t r = 0; r < NREASONS; r++) {
-            json_object_set_new(ex, reasons[r], json_integer(ld(&svcm[i].exits[r])));
-            json_object_set_new(re, reasons[r], json_integer(ld(&svcm[i].restarts[r])));
+        for (size_t r = 0; r < SD_STOP_COUNT; r++) {
+            const char *rn = sd_stop_reason_name((sd_stop_reason_t)r);
+            if (!counted(r))
+                continue;
+            json_object_set_new(ex, rn, json_integer(ld(&svcm[i].exits[r])));
+            json_object_set_new(re, rn, json_integer(ld(&svcm[i].restarts[r])));
         }
         json_object_set_new(svcs, svcm[i].name,
                             json_pack("{s:o, s:o, s:[I,I], s:I}", "exits", ex, "restarts", re,
@@ -402,9 +408,12 @@ void bb_metrics_restore(void)
         svc_metrics_t *m = sd_name_valid(name, SD_NAME_MAX) ? row_named(name) : NULL;
         if (!m || !json_is_object(o))
             continue;
-        for (size_t r = 0; r < NREASONS; r++) {
-            add_saved(&m->exits[r], json_object_get(o, "exits"), reasons[r]);
-            add_saved(&m->restarts[r], json_object_get(o, "restarts"), reasons[r]);
+        for (size_t r = 0; r < SD_STOP_COUNT; r++) {
+            const char *rn = sd_stop_reason_name((sd_stop_reason_t)r);
+            if (!counted(r))
+                continue;
+            add_saved(&m->exits[r], json_object_get(o, "exits"), rn);
+            add_saved(&m->restarts[r], json_object_get(o, "restarts"), rn);
         }
         json_t *h = json_object_get(o, "hangs");
         for (size_t k = 0; k < 2; k++) {
