@@ -8,6 +8,7 @@
 #include "cluster.h"
 #include "directory.h"
 #include "sd.h"
+#include "sdtime.h"
 #include "sdvalid.h"
 
 #include <pthread.h>
@@ -204,11 +205,7 @@ static int sweeper_wait(int64_t ms)
 {
     pthread_mutex_lock(&sweep_mu);
     if (!sweep_stop && ms > 0) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        int64_t ns = ts.tv_nsec + (ms % 1000) * 1000000;
-        ts.tv_sec += ms / 1000 + ns / 1000000000;
-        ts.tv_nsec = ns % 1000000000;
+        struct timespec ts = sd_timespec_after_ms(CLOCK_REALTIME, ms);
         pthread_cond_timedwait(&sweep_cv, &sweep_mu, &ts);
     }
     int stop = sweep_stop;

@@ -19,6 +19,7 @@
 #include "instance/bb_instance.h"
 #include "sdclient.h"
 #include "sdlog.h"
+#include "sdtime.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -51,14 +52,7 @@ static struct {
 /* Waits up to ms or until bb_cluster_stop; returns 1 when stopping. */
 static int pause_ms(int ms)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
+    struct timespec ts = sd_timespec_after_ms(CLOCK_MONOTONIC, ms);
     pthread_mutex_lock(&cl.mu);
     while (!cl.stopping && pthread_cond_timedwait(&cl.cond, &cl.mu, &ts) != ETIMEDOUT)
         ;
