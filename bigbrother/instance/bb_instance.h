@@ -101,7 +101,7 @@ typedef struct {
     int state_dirty;
 } bb_daemon_t;
 
-extern bb_daemon_t bb;
+extern bb_daemon_t bb; /* the daemon's one global (table.c) */
 
 const char *bb_state_name(enum bb_state s);
 /* Creates the instance table from the config (state ST_STOPPED, no process). */
@@ -133,7 +133,8 @@ void bb_inst_stop(bb_inst_t *in, enum bb_why why);
 
 /* ---------------------------------------------------------------- hooks (supervisor.c)
  * The actions out of the state machine. Each member belongs to one subsystem, which sets
- * it at its init; a NULL member is skipped. Called on the supervision thread, in the
+ * it before it is needed (at its init; converge with its first cluster slot); a NULL
+ * member is skipped. Called on the supervision thread, in the
  * order the state machine runs them. */
 typedef struct {
     /* before each spawn: a cluster slot switches to its next spec (cluster/) */
@@ -258,10 +259,10 @@ void bb_orphan_stop(const bb_found_t *f, const bb_service_t *svc, const char *de
 /* ---------------------------------------------------------------- pidfd.c */
 
 /* An fd that becomes readable when pid exits (pidfd_open, or its emulation where the
- * system call is missing). Returns the fd or -1 with errno. */
+ * system call is missing). Returns the fd or -errno. */
 int bb_pidfd_open(pid_t pid);
 /* waitid(WEXITED | WNOHANG) for the process of a bb_pidfd_open fd; si->si_pid is 0 while
- * it runs. Returns 0 or -1 with errno (ECHILD: not our child). */
+ * it runs. Returns 0 or -errno (-ECHILD: not our child). */
 int bb_pidfd_wait(int fd, siginfo_t *si);
 /* Closes a watch whose fd came from bb_pidfd_open (or any other fd). */
 void bb_pidfd_close(bb_watch_t *w);

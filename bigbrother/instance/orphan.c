@@ -102,8 +102,9 @@ void bb_orphan_stop(const bb_found_t *f, const bb_service_t *svc, const char *de
     o->pidw.fn = on_orphan_exit;
     log_warn("orphaned instance: stopping it", "instance=%s service=%s slot=%d pid=%d detail=%s",
              f->id, f->service, f->slot, (int)f->pid, detail);
-    o->pidw.fd = bb_pidfd_open(f->pid);
-    if (o->pidw.fd < 0 || bb_watch_add(&o->pidw, EPOLLIN)) {
+    int fd = bb_pidfd_open(f->pid);
+    o->pidw.fd = fd < 0 ? -1 : fd;
+    if (fd < 0 || bb_watch_add(&o->pidw, EPOLLIN)) {
         kill(-f->pid, SIGKILL); /* gone already, or no way to watch it: no grace */
         orphan_gone(o, -1, -1);
         return;

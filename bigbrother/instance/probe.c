@@ -260,9 +260,10 @@ static int start_exec_probe(bb_inst_t *in)
     }
     setpgid(pid, pid);
     in->probe_pid = pid;
-    in->probew.fd = bb_pidfd_open(pid);
-    if (in->probew.fd < 0)
-        return -errno;
+    int fd = bb_pidfd_open(pid);
+    in->probew.fd = fd < 0 ? -1 : fd;
+    if (fd < 0)
+        return fd;
     return bb_watch_add(&in->probew, EPOLLIN);
 }
 

@@ -29,19 +29,20 @@
 #define SPAWN_SLACK_MS 10000   /* fork to start time, on a loaded machine */
 
 /* Reads at most cap - 1 bytes of path into buf and NUL-terminates them. Returns the
- * length, or -1 when the file cannot be opened or read. */
+ * length, or -errno when the file cannot be opened or read. */
 static ssize_t read_bounded(const char *path, char *buf, size_t cap)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return -1;
+        return -errno;
     size_t len = 0;
     ssize_t n = 0;
     while (len < cap - 1 && (n = read(fd, buf + len, cap - 1 - len)) > 0)
         len += (size_t)n;
+    int err = errno;
     close(fd);
     if (n < 0)
-        return -1;
+        return -err;
     buf[len] = 0;
     return (ssize_t)len;
 }

@@ -771,10 +771,11 @@ int bb_spawn(bb_inst_t *in)
     in->is_child = 1;
     in->start_ticks = 0;
     bb_proc_stat(pid, &in->start_ticks, NULL);
-    in->pidw.fd = bb_pidfd_open(pid);
+    int fd = bb_pidfd_open(pid);
+    in->pidw.fd = fd < 0 ? -1 : fd;
     in->pidw.fn = on_pidfd;
-    if (in->pidw.fd < 0 || (rc = bb_watch_add(&in->pidw, EPOLLIN))) {
-        rc = in->pidw.fd < 0 ? -errno : rc;
+    if (fd < 0 || (rc = bb_watch_add(&in->pidw, EPOLLIN))) {
+        rc = fd < 0 ? fd : rc;
         log_error("pidfd failed", "pid=%d error=%s", (int)pid, strerror(-rc));
         kill(-pid, SIGKILL);
         waitpid(pid, NULL, 0);
@@ -788,10 +789,11 @@ int bb_spawn(bb_inst_t *in)
 /* Watches a re-adopted process: pidfd for its exit (no status unless it is our child). */
 int bb_adopt_pid(bb_inst_t *in, pid_t ppid)
 {
-    in->pidw.fd = bb_pidfd_open(in->pid);
+    int fd = bb_pidfd_open(in->pid);
+    in->pidw.fd = fd < 0 ? -1 : fd;
     in->pidw.fn = on_pidfd;
     in->is_child = ppid == getpid();
-    if (in->pidw.fd < 0)
-        return -errno;
+    if (fd < 0)
+        return fd;
     return bb_watch_add(&in->pidw, EPOLLIN);
 }
