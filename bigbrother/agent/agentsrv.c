@@ -41,8 +41,8 @@ static bb_ratelimit_t reject_log; /* rejected, refused, evicted, bad messages */
 #define HANDLERS_MAX 8
 static const bb_agent_handler_t *handlers[HANDLERS_MAX]; /* in registration order */
 static int nhandlers;
-static void (*on_connect[HANDLERS_MAX])(bb_inst_t *in);
-static int non_connect;
+static void (*listeners[BB_AGENT__COUNT][HANDLERS_MAX])(bb_inst_t *in);
+static int nlisteners[BB_AGENT__COUNT];
 
 int bb_agent_handle(const bb_agent_handler_t *h)
 {
@@ -55,15 +55,22 @@ int bb_agent_handle(const bb_agent_handler_t *h)
     return 0;
 }
 
-int bb_agent_on_connect(void (*fn)(bb_inst_t *in))
+int bb_agent_on(enum bb_agent_event ev, void (*fn)(bb_inst_t *in))
 {
-    for (int i = 0; i < non_connect; i++)
-        if (on_connect[i] == fn)
+    for (int i = 0; i < nlisteners[ev]; i++)
+        if (listeners[ev][i] == fn)
             return 0;
-    if (non_connect == HANDLERS_MAX)
+    if (nlisteners[ev] == HANDLERS_MAX)
         return -ENOSPC;
-    on_connect[non_connect++] = fn;
+    listeners[ev][nlisteners[ev]++] = fn;
     return 0;
+}
+
+/* Tells the listeners of ev about in. */
+static void agent_event(enum bb_agent_event ev, bb_inst_t *in)
+{
+    for (int i = 0; i < nlisteners[ev]; i++)
+        listeners[ev][i](in);
 }
 
 int bb__log_ok(bb_ratelimit_t *rl)
@@ -207,8 +214,7 @@ static int hello(bb_conn_t *c, const bbproto_field_t *f, int n)
         return -1;
     }
     log_info("agent connected", "instance=%s pid=%d heartbeat_ms=%s", id, (int)cr.pid, hb);
-    for (int i = 0; i < non_connect; i++)
-        on_connect[i](in);
+    agent_event(BB_AGENT_CONNECTED, in);
     return 0;
 }
 
@@ -257,7 +263,7 @@ static int agent_message(bb_conn_t *c, const char *buf, size_t len)
         }
     }
     if (changed)
-        bb_status_changed(in);
+        agent_event(BB_AGENT_STATUS, in);
     for (int i = 0; i < nhandlers; i++) {
         const bb_agent_handler_t *h = handlers[i];
         vlen = 0;

@@ -312,7 +312,9 @@ int bb_alloc_init(void)
 {
     int rc;
     if ((rc = bb_agent_handle(&on_ack)) || (rc = bb_agent_handle(&on_release)) ||
-        (rc = bb_agent_handle(&on_any)) || (rc = bb_agent_on_connect(alloc_connected)))
+        (rc = bb_agent_handle(&on_any)) ||
+        (rc = bb_agent_on(BB_AGENT_CONNECTED, alloc_connected)) ||
+        (rc = bb_agent_on(BB_AGENT_STATUS, bb_status_changed)))
         return rc;
     bb_inst_hooks.reset = bb_alloc_reset;
     bb_inst_hooks.ready = bb_status_flush;

@@ -25,9 +25,12 @@ typedef struct {
 /* Adds h (static storage) to the table; again with the same h is a no-op. 0, or -ENOSPC
  * when the table is full. */
 int bb_agent_handle(const bb_agent_handler_t *h);
-/* Registers fn to run when an agent connection of an instance is accepted (after
- * WELCOME). 0, or -ENOSPC. */
-int bb_agent_on_connect(void (*fn)(bb_inst_t *in));
+/* What else an agent connection tells its listeners: the connection of an instance was
+ * accepted (after WELCOME); its players, max_players, status or ports changed. */
+enum bb_agent_event { BB_AGENT_CONNECTED, BB_AGENT_STATUS, BB_AGENT__COUNT };
+/* Registers fn to run, after those registered before it, on each ev; again with the same
+ * fn is a no-op. 0, or -ENOSPC. */
+int bb_agent_on(enum bb_agent_event ev, void (*fn)(bb_inst_t *in));
 
 void bb_agent_send(bb_inst_t *in, const char *key, const char *val, const char *key2,
                    const char *val2);
@@ -59,7 +62,8 @@ void bb_notify_close(void);
 /* ---------------------------------------------------------------- alloc.c */
 
 /* Registers the allocation handlers into the agent server's table (ALLOCATION_ACK,
- * RELEASE, the resend on every message and on connect) and hooks allocations into the
+ * RELEASE, the resend on every message and on connect, the status event on a change)
+ * and hooks allocations into the
  * state machine (forgotten on respawn and exit, a held status flushed before ready).
  * Call once after bb_agentsrv_init; again is a no-op. 0 or -errno. */
 int bb_alloc_init(void);

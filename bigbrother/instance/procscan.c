@@ -94,7 +94,8 @@ static const char *env_get(const char *env, size_t len, const char *name)
     return NULL;
 }
 
-/* The real uid of pid (the "Uid:" line of its status). Returns 0 or -1. */
+/* The real uid of pid (the "Uid:" line of its status). Returns 0, or -1 when the process
+ * is gone or its status has no readable Uid line. */
 static int proc_uid(const char *proc_root, pid_t pid, uid_t *uid)
 {
     char path[512], buf[4096];
