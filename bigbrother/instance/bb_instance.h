@@ -158,8 +158,6 @@ extern bb_inst_hooks_t bb_inst_hooks;
 
 /* ---------------------------------------------------------------- events (table.c) */
 
-/* Sends one started/ready/stopped event to the reporter. */
-void bb_report(bb_inst_t *in, sd_event_type_t type);
 /* A new process event of `type` about in (type, instance, service, ts_ms, slot,
  * generation), for the caller to complete and pass to bb_event_emit; NULL on ENOMEM. */
 json_t *bb_event_new(const bb_inst_t *in, sd_event_type_t type);

@@ -74,6 +74,33 @@ static void set_state(bb_inst_t *in, enum bb_state s)
     bb.state_dirty = 1;
 }
 
+/* Sends one started / ready / stopped event about in to the reporter: a stopped one with
+ * the reason, the exit status and the crash report. */
+static void report(bb_inst_t *in, sd_event_type_t type)
+{
+    json_t *ev = bb_event_new(in, type);
+    if (!ev)
+        return;
+    if (type == SD_EV_STARTED)
+        json_object_set_new(ev, "pid", json_integer(in->pid));
+    json_t *ports = in->ports[0] ? json_loads(in->ports, 0, NULL) : NULL;
+    if (ports && type != SD_EV_STOPPED)
+        json_object_set_new(ev, "ports", ports);
+    else
+        json_decref(ports);
+    if (type == SD_EV_STOPPED) {
+        json_object_set_new(ev, "reason", json_string(bb_inst_reason(in)));
+        json_object_set_new(ev, "code", in->code >= 0 ? json_integer(in->code) : json_null());
+        json_object_set_new(ev, "signal", in->sig > 0 ? json_integer(in->sig) : json_null());
+        if (sd_stop_reason_flags(in->reason) & SD_STOP_F_SILENT)
+            json_object_set_new(ev, "silent_ms", json_integer(in->why_silent_ms));
+        if (in->detail[0])
+            json_object_set_new(ev, "detail", json_string(in->detail));
+        bb_crash_report(in, ev);
+    }
+    bb_event_emit(in, ev);
+}
+
 /* ---- actions */
 
 static void a_none(bb_inst_t *in, const bb_ev_t *ev)
@@ -100,7 +127,7 @@ static void become_ready(bb_inst_t *in)
              (long long)(now - in->spawned_mono));
     if (bb_inst_hooks.ready)
         bb_inst_hooks.ready(in);
-    bb_report(in, SD_EV_READY);
+    report(in, SD_EV_READY);
 }
 
 static void a_ready(bb_inst_t *in, const bb_ev_t *ev)
@@ -139,7 +166,7 @@ static void spawn(bb_inst_t *in)
         bb_inst_hooks.spawned(in);
     log_info("instance started", "instance=%s service=%s slot=%d pid=%d generation=%d", in->id,
              in->svc->name, in->slot, (int)in->pid, in->generation);
-    bb_report(in, SD_EV_STARTED);
+    report(in, SD_EV_STARTED);
     if (in->svc->health.type == BB_H_NONE) {
         become_ready(in);
         return;
@@ -381,7 +408,7 @@ static void a_exit(bb_inst_t *in, const bb_ev_t *ev)
              "instance=%s pid=%d reason=%s reason_text=%s detail=%s next=%s restart_in_ms=%lld",
              in->id, (int)in->pid, bb_inst_reason(in), text, in->detail, bb_state_name(next),
              (long long)delay);
-    bb_report(in, SD_EV_STOPPED);
+    report(in, SD_EV_STOPPED);
     if (bb_inst_hooks.reset)
         bb_inst_hooks.reset(in);
     if (next == ST_FAILED)

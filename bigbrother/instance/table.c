@@ -1,10 +1,9 @@
 /* The instance table: the daemon's one global (bb: the config, the table of instances,
  * the reporter), the hooks through which the state machine's actions reach the other
- * subsystems, lookups into the table, and the constructors of the process events the
- * instances report (started, ready, stopped, and the events built on them elsewhere). */
+ * subsystems, lookups into the table, and the process events' constructor and emitter
+ * (the state machine and alloc.c complete the events they send). */
 #include "instance/bb_instance.h"
 #include "sdlog.h"
-#include "sdtime.h"
 
 #include <string.h>
 #include <unistd.h>
@@ -33,31 +32,6 @@ json_t *bb_event_new(const bb_inst_t *in, sd_event_type_t type)
     return json_pack("{s:s, s:s, s:s, s:I, s:i, s:i}", "type", sd_event_type_name(type), "instance", in->id,
                      "service", in->svc->name, "ts_ms", (json_int_t)sd_wall_ms(), "slot",
                      in->slot, "generation", in->generation);
-}
-
-void bb_report(bb_inst_t *in, sd_event_type_t type)
-{
-    json_t *ev = bb_event_new(in, type);
-    if (!ev)
-        return;
-    if (type == SD_EV_STARTED)
-        json_object_set_new(ev, "pid", json_integer(in->pid));
-    json_t *ports = in->ports[0] ? json_loads(in->ports, 0, NULL) : NULL;
-    if (ports && type != SD_EV_STOPPED)
-        json_object_set_new(ev, "ports", ports);
-    else
-        json_decref(ports);
-    if (type == SD_EV_STOPPED) {
-        json_object_set_new(ev, "reason", json_string(bb_inst_reason(in)));
-        json_object_set_new(ev, "code", in->code >= 0 ? json_integer(in->code) : json_null());
-        json_object_set_new(ev, "signal", in->sig > 0 ? json_integer(in->sig) : json_null());
-        if (sd_stop_reason_flags(in->reason) & SD_STOP_F_SILENT)
-            json_object_set_new(ev, "silent_ms", json_integer(in->why_silent_ms));
-        if (in->detail[0])
-            json_object_set_new(ev, "detail", json_string(in->detail));
-        bb_crash_report(in, ev);
-    }
-    bb_event_emit(in, ev);
 }
 
 const char *bb_inst_reason(const bb_inst_t *in)
