@@ -14,9 +14,9 @@
 #
 #   sd-pool    each allocator: POST /allocations {"service":"match","payload":{...}},
 #              again and again; each instance's release is reported the way its machine's
-#              Big Brother reports it (bigbrother/reporter.c): one connection per machine,
-#              and whenever nothing is in flight on it, every release waiting (up to 500)
-#              in one POST /events of "released" events. The pool stays at POOL ready
+#              Big Brother reports it (bigbrother/report/reporter.c): one connection per
+#              machine, and whenever nothing is in flight on it, every release waiting (up
+#              to 500) in one POST /events of "released" events. The pool stays at POOL ready
 #              instances. Allocation latency, and the time from an allocation's answer to
 #              its release being applied, are recorded.
 #   raw-pool   the anchor: the same alloc_create.lua and events_apply.lua (the build's

@@ -878,7 +878,7 @@ static long http_answer(conn_t *k, char **body)
 
 /* -r machine: one connection per machine seen, created on its first allocation, that
  * reports the releases of the machine's instances the way a Big Brother's reporter does
- * (bigbrother/reporter.c): whenever nothing is in flight, everything waiting (at most
+ * (bigbrother/report/reporter.c): whenever nothing is in flight, everything waiting (at most
  * REPORT_MAX) goes in one POST .../events (events_apply.lua with the whole batch, raw). */
 #define REPORT_MAX 500
 

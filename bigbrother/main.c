@@ -1,13 +1,13 @@
 /* bigbrother: the per-machine supervisor. Parses the command line and the config, takes
- * the state dir's lock, starts the reporter thread (report.h), opens the agent / notify /
+ * the state dir's lock, starts the reporter thread (report/), opens the agent / notify /
  * control sockets, re-adopts what the previous run left running, then runs the one
- * supervision loop (loop.c) until SIGTERM, SIGINT or SIGHUP.
+ * supervision loop (core/loop.c) until SIGTERM, SIGINT or SIGHUP.
  *
  * SIGTERM / SIGINT: bigbrother exits and LEAVES THE GAME PROCESSES RUNNING; the next
  * bigbrother on the same state dir re-adopts them (`bbctl stop all` stops them first).
  * SIGHUP: the same, then bigbrother re-executes itself with the same arguments, which
  * re-reads the config and re-adopts every process (they stay its children). */
-#include "bb.h"
+#include "bb_daemon.h"
 #include "sdlog.h"
 
 #include <errno.h>
@@ -102,7 +102,8 @@ int main(int argc, char **argv)
     if ((rc = bb_logsrv_start()))
         sd_die(SD_EXIT_SYSTEM, "cannot serve logs", "listen=%s port=%d error=%s",
                bb.cfg.logs_host, bb.cfg.logs_port, strerror(-rc));
-    if ((rc = bb_agentsrv_init()) || (rc = bb_notify_init()) || (rc = bb_ctl_init()))
+    if ((rc = bb_agentsrv_init()) || (rc = bb_alloc_init()) || (rc = bb_notify_init()) ||
+        (rc = bb_ctl_init()))
         sd_die(SD_EXIT_SYSTEM, "cannot open the sockets", "agent=%s notify=%s control=%s error=%s",
                bb.cfg.agent_socket, bb.cfg.notify_socket, bb.cfg.control_socket,
                strerror(-rc));

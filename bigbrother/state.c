@@ -22,7 +22,7 @@
  * A cluster slot (cluster mode) is saved with its spec, restart token and whether it was
  * assigned, and restored from them (converge.c) before the first assignment arrives;
  * that assignment then decides whether it keeps running. */
-#include "bb.h"
+#include "bb_daemon.h"
 #include "sdjson.h"
 #include "sdlog.h"
 
@@ -123,7 +123,7 @@ static json_t *inst_json(const bb_inst_t *in)
                      bb_state_name(in->state), "pid", (int)in->pid, "start_ticks",
                      (json_int_t)in->start_ticks, "started_wall_ms",
                      (json_int_t)in->spawned_wall, "generation", in->generation, "restarts",
-                     in->restarts, "fail_streak", in->fail_streak, "reason", in->reason,
+                     in->restarts, "fail_streak", in->fail_streak, "reason", bb_inst_reason(in),
                      "code", in->code, "signal", in->sig, "detail", in->detail, "why",
                      (int)in->why);
     if (o && spec) /* a cluster slot: what it runs comes from the assignment */
@@ -279,8 +279,8 @@ static void load_one(json_t *e, bb_found_t *found, int nfound)
     in->code = (int)json_integer_value(json_object_get(e, "code"));
     in->sig = (int)json_integer_value(json_object_get(e, "signal"));
     in->spawned_wall = json_integer_value(json_object_get(e, "started_wall_ms"));
-    sd_strlcpy(in->reason, json_string_value(json_object_get(e, "reason")) ?: "",
-               sizeof(in->reason));
+    int reason = sd_stop_reason_parse(json_string_value(json_object_get(e, "reason")));
+    in->reason = reason < 0 ? BB_NO_REASON : (sd_stop_reason_t)reason;
     sd_strlcpy(in->detail, json_string_value(json_object_get(e, "detail")) ?: "",
                sizeof(in->detail));
     int running = state == ST_STARTING || state == ST_READY || state == ST_STOPPING;

@@ -6,7 +6,7 @@
  * call, a livelock) stops feeding the watchdog and systemd restarts bigbrother; with
  * KillMode=process that restart kills only bigbrother, and the next one re-adopts the
  * game processes. */
-#include "bb.h"
+#include "bb_daemon.h"
 #include "sdlog.h"
 #include "sdnotify.h"
 

@@ -2,7 +2,7 @@
 # and common/sdproto.h as a Lua table SD, then the pieces of the shared prelude
 # (serverdir/store/lua_prelude.lua) the script uses, then the script. The constants are
 # every "#define SD_NAME <decimal>" line of the headers, and the rows X(SD_EV_..., "name")
-# / X(SD_STOP_..., "name") of the event type and stop reason tables, as sets
+# / X(SD_STOP_..., "name", flags) of the event type and stop reason tables, as sets
 # SD.EVENT_TYPES and SD.STOP_REASONS.
 # Usage: cmake "-DHEADER=sdname.h;sdproto.h" -DPRELUDE=lua_prelude.lua -DSOURCES="x.lua;y.lua"
 #              -DOUTDIR=dir -P lua_prelude.cmake   (writes dir/x.lua, dir/y.lua)
@@ -13,9 +13,10 @@ foreach(h IN LISTS HEADER) # sdname.h;sdproto.h: the name rule's header, then th
   string(APPEND header "${text}")
 endforeach()
 
-# A Lua set {name = true, ...} of the names in the X(PREFIX..., "name") rows of the header.
+# A Lua set {name = true, ...} of the names in the X(PREFIX..., "name"[, more]) rows of
+# the header.
 function(lua_set prefix out)
-  string(REGEX MATCHALL "X\\(${prefix}[A-Z0-9_]+, \"[a-z_]+\"\\)" rows "${header}")
+  string(REGEX MATCHALL "X\\(${prefix}[A-Z0-9_]+, \"[a-z_]+\"" rows "${header}")
   if(NOT rows)
     message(FATAL_ERROR "lua_prelude.cmake: no X(${prefix}..., \"name\") rows in ${HEADER}")
   endif()

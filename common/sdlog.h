@@ -43,4 +43,17 @@ void sd_die(int code, const char *msg, const char *kvfmt, ...)
 #define SD_EXIT_USAGE 100
 #define SD_EXIT_SYSTEM 111
 
+/* Exit codes of the command-line tools, sdctl and bbctl (documented in their --help and
+ * docs/operations.md). "The service" is ServerDir for sdctl, the local bigbrother for
+ * bbctl. */
+enum {
+    CTL_EXIT_OK = 0,
+    CTL_EXIT_FAILED = 1,      /* the service refused the request (4xx other than below) */
+    CTL_EXIT_USAGE = 2,       /* bad command line */
+    CTL_EXIT_UNAVAILABLE = 3, /* the service is unreachable, or 5xx */
+    CTL_EXIT_NOT_FOUND = 4,   /* 404, no such instance */
+    CTL_EXIT_CONFLICT = 5,    /* 409: held, fenced, stale, no capacity to allocate */
+    CTL_EXIT_AUTH = 6,        /* 401/403 */
+};
+
 #endif

@@ -6,9 +6,14 @@
 #include <string.h>
 
 #define SD__PROTO_NAME(id, name) name,
+#define SD__PROTO_NAME3(id, name, flags) name,
+#define SD__PROTO_FLAGS3(id, name, flags) flags,
 static const char *const event_types[SD_EV_COUNT] = {SD_EVENT_TYPES(SD__PROTO_NAME)};
-static const char *const stop_reasons[SD_STOP_COUNT] = {SD_STOP_REASONS(SD__PROTO_NAME)};
+static const char *const stop_reasons[SD_STOP_COUNT] = {SD_STOP_REASONS(SD__PROTO_NAME3)};
+static const unsigned stop_flags[SD_STOP_COUNT] = {SD_STOP_REASONS(SD__PROTO_FLAGS3)};
 #undef SD__PROTO_NAME
+#undef SD__PROTO_NAME3
+#undef SD__PROTO_FLAGS3
 
 const char *sd_event_type_name(sd_event_type_t t)
 {
@@ -32,6 +37,11 @@ static int name_index(const char *s, const char *const *names, int n)
 int sd_event_type_parse(const char *s) { return name_index(s, event_types, SD_EV_COUNT); }
 
 int sd_stop_reason_parse(const char *s) { return name_index(s, stop_reasons, SD_STOP_COUNT); }
+
+unsigned sd_stop_reason_flags(sd_stop_reason_t r)
+{
+    return (unsigned)r < SD_STOP_COUNT ? stop_flags[r] : 0;
+}
 
 int sd_lock_token_valid(const char *s)
 {
@@ -210,23 +220,17 @@ size_t sd_reason_format(char *buf, size_t cap, const char *reason, int64_t code,
     int64_t v = SD_REASON_NONE;
     if (!reason || !*reason)
         reason = "-";
-    switch (sd_stop_reason_parse(reason)) {
-    case SD_STOP_EXITED:
+    int r = sd_stop_reason_parse(reason);
+    if (r == SD_STOP_EXITED) {
         label = "code";
         v = code;
-        break;
-    case SD_STOP_KILLED:
+    } else if (r == SD_STOP_KILLED) {
         label = "signal";
         v = signal;
-        break;
-    case SD_STOP_HUNG:
-    case SD_STOP_START_TIMEOUT:
+    } else if (sd_stop_reason_flags((sd_stop_reason_t)r) & SD_STOP_F_SILENT) {
         label = "silent";
         unit = "ms";
         v = silent_ms;
-        break;
-    default:
-        break;
     }
     int n = v == SD_REASON_NONE
                 ? snprintf(buf, cap, "%s", reason)

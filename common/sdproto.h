@@ -5,7 +5,7 @@
  *
  * serverdir's Lua scripts get the same values from the build: cmake/lua_prelude.cmake
  * reads every "#define SD_NAME <decimal>" line below (and in sdname.h) and the rows
- * X(SD_EV_..., "name") and X(SD_STOP_..., "name") of the SD_EVENT_TYPES /
+ * X(SD_EV_..., "name") and X(SD_STOP_..., "name", flags) of the SD_EVENT_TYPES /
  * SD_STOP_REASONS tables into the prelude in front of each script (SD.NAME,
  * SD.EVENT_TYPES[name], SD.STOP_REASONS[name]). Keep those lines in that shape. */
 #ifndef SD_PROTO_H
@@ -66,23 +66,39 @@
     X(SD_EV_CONFIRMED, "confirmed")                                                            \
     X(SD_EV_RELEASED, "released")
 
-/* Why a process stopped (the `reason` of a stopped event). */
+/* What is true of a stop reason, the third column of SD_STOP_REASONS. */
+enum {
+    SD_STOP_F_FAILURE = 1, /* the process failed or was lost (sdctl status lists these) */
+    SD_STOP_F_CRASH = 2,   /* the process's own end: its stopped event carries the crash
+                            * report (log tail, core); for exited only with a code not 0 */
+    SD_STOP_F_SILENT = 4,  /* a missed deadline: the event and the text carry silent_ms */
+    SD_STOP_F_COUNTED = 8, /* a label of bigbrother's exit and restart counters (it
+                            * counts an exit of another reason as exited) */
+};
+
+/* Why a process stopped (the `reason` of a stopped event): X(enum constant, wire name,
+ * SD_STOP_F_* flags). Every list of reasons (metric labels, sdctl's failures, what a
+ * stopped event carries) is read from this table. */
 #define SD_STOP_REASONS(X)                                                                     \
-    X(SD_STOP_EXITED, "exited")                                                                \
-    X(SD_STOP_KILLED, "killed")                                                                \
-    X(SD_STOP_HUNG, "hung")                                                                    \
-    X(SD_STOP_START_TIMEOUT, "start_timeout")                                                  \
-    X(SD_STOP_CRASH_LOOP, "crash_loop")                                                        \
-    X(SD_STOP_BY_OPERATOR, "stopped_by_operator")                                              \
-    X(SD_STOP_MACHINE_LOST, "machine_lost")                                                    \
-    X(SD_STOP_DRAINED, "drained")                                                              \
-    X(SD_STOP_REPLACED, "replaced")                                                            \
-    X(SD_STOP_ORPHANED, "orphaned")
+    X(SD_STOP_EXITED, "exited", SD_STOP_F_FAILURE | SD_STOP_F_CRASH | SD_STOP_F_COUNTED)      \
+    X(SD_STOP_KILLED, "killed", SD_STOP_F_FAILURE | SD_STOP_F_CRASH | SD_STOP_F_COUNTED)      \
+    X(SD_STOP_HUNG, "hung",                                                                    \
+      SD_STOP_F_FAILURE | SD_STOP_F_CRASH | SD_STOP_F_SILENT | SD_STOP_F_COUNTED)              \
+    X(SD_STOP_START_TIMEOUT, "start_timeout",                                                  \
+      SD_STOP_F_FAILURE | SD_STOP_F_CRASH | SD_STOP_F_SILENT | SD_STOP_F_COUNTED)              \
+    X(SD_STOP_CRASH_LOOP, "crash_loop", SD_STOP_F_FAILURE | SD_STOP_F_COUNTED)                 \
+    X(SD_STOP_BY_OPERATOR, "stopped_by_operator", SD_STOP_F_COUNTED)                           \
+    X(SD_STOP_MACHINE_LOST, "machine_lost", SD_STOP_F_FAILURE)                                 \
+    X(SD_STOP_DRAINED, "drained", 0)                                                           \
+    X(SD_STOP_REPLACED, "replaced", 0)                                                         \
+    X(SD_STOP_ORPHANED, "orphaned", 0)
 
 #define SD__PROTO_ENUM(id, name) id,
+#define SD__PROTO_ENUM3(id, name, flags) id,
 typedef enum { SD_EVENT_TYPES(SD__PROTO_ENUM) SD_EV_COUNT } sd_event_type_t;
-typedef enum { SD_STOP_REASONS(SD__PROTO_ENUM) SD_STOP_COUNT } sd_stop_reason_t;
+typedef enum { SD_STOP_REASONS(SD__PROTO_ENUM3) SD_STOP_COUNT } sd_stop_reason_t;
 #undef SD__PROTO_ENUM
+#undef SD__PROTO_ENUM3
 
 /* The wire name of an event type / stop reason (a static string), or NULL when out of
  * range. */
@@ -92,6 +108,8 @@ const char *sd_stop_reason_name(sd_stop_reason_t r);
 /* The event type / stop reason named s, or -1 when s is NULL or no such name. */
 int sd_event_type_parse(const char *s);
 int sd_stop_reason_parse(const char *s);
+/* The SD_STOP_F_* flags of a stop reason; 0 when out of range. */
+unsigned sd_stop_reason_flags(sd_stop_reason_t r);
 
 /* A lock or blob key name: a name (sd_name_valid), or one with one Redis Cluster hash
  * tag, "{player42}:bank" (the tag itself a name): keys with one tag share a slot. */

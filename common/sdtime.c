@@ -33,3 +33,23 @@ int64_t sd_ms_left(int64_t deadline_ms, int64_t now_ms)
 {
     return deadline_ms > now_ms ? deadline_ms - now_ms : 0;
 }
+
+struct timespec sd_timespec_add_ms(struct timespec t, int64_t ms)
+{
+    if (ms < 0)
+        ms = 0;
+    t.tv_sec += (time_t)(ms / 1000);
+    t.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (t.tv_nsec >= 1000000000L) {
+        t.tv_sec++;
+        t.tv_nsec -= 1000000000L;
+    }
+    return t;
+}
+
+struct timespec sd_timespec_after_ms(clockid_t clock, int64_t ms)
+{
+    struct timespec now;
+    clock_gettime(clock, &now);
+    return sd_timespec_add_ms(now, ms);
+}

@@ -1,10 +1,12 @@
 /* Timing arithmetic shared by the daemons: jittered exponential backoff and deadlines on
- * the CLOCK_MONOTONIC millisecond clock of sdutil.h (sd_mono_ms). Pure functions: no
- * clock is read here, the caller passes `now` and the randomness. */
+ * the CLOCK_MONOTONIC millisecond clock of sdutil.h (sd_mono_ms), and the absolute
+ * timespec deadlines pthread_cond_timedwait takes. Pure functions, the caller passes
+ * `now` and the randomness; only sd_timespec_after_ms reads a clock. */
 #ifndef SD_TIME_H
 #define SD_TIME_H
 
 #include <stdint.h>
+#include <time.h>
 
 /* The un-jittered delay before retry number `attempt` (0 = after the first failure):
  * min_ms * 2^attempt, capped at max_ms (also when min_ms > max_ms). min_ms <= 0 gives 0
@@ -23,5 +25,13 @@ int64_t sd_deadline_ms(int64_t now_ms, int64_t timeout_ms);
 
 /* Milliseconds from now_ms until deadline_ms, 0 once it has passed. */
 int64_t sd_ms_left(int64_t deadline_ms, int64_t now_ms);
+
+/* t plus ms (a negative ms counts as 0), tv_nsec kept below one second. */
+struct timespec sd_timespec_add_ms(struct timespec t, int64_t ms);
+
+/* Now on `clock` plus ms: the absolute deadline of a pthread_cond_timedwait whose
+ * condition variable uses that clock (CLOCK_MONOTONIC when set with
+ * pthread_condattr_setclock, else CLOCK_REALTIME). */
+struct timespec sd_timespec_after_ms(clockid_t clock, int64_t ms);
 
 #endif

@@ -26,14 +26,11 @@ static const char usage_text[] =
     "  is ready) and a POOL column its ready unallocated and allocated instances.\n"
     "  -o json prints the same as one object.\n";
 
+/* A stop the status lists among the failures (sdproto.h: SD_STOP_F_FAILURE). */
 static int is_failure(const char *reason)
 {
-    static const char *const r[] = {"exited", "killed", "hung", "start_timeout", "crash_loop",
-                                    "machine_lost"};
-    for (size_t i = 0; reason && i < SD_ARRAY_LEN(r); i++)
-        if (!strcmp(reason, r[i]))
-            return 1;
-    return 0;
+    int r = sd_stop_reason_parse(reason);
+    return r >= 0 && (sd_stop_reason_flags((sd_stop_reason_t)r) & SD_STOP_F_FAILURE);
 }
 
 /* Counts of live processes by `key` ("service" or "machine"): {name: {running, ready}}. */

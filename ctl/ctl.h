@@ -12,17 +12,7 @@
 #include <stdio.h>
 
 #include "sdclient.h"
-
-/* Exit codes (documented in `sdctl --help` and docs/operations.md). */
-enum {
-    CTL_EXIT_OK = 0,
-    CTL_EXIT_FAILED = 1,     /* ServerDir refused the request (4xx other than below) */
-    CTL_EXIT_USAGE = 2,      /* bad command line */
-    CTL_EXIT_UNAVAILABLE = 3,/* ServerDir unreachable, or 5xx */
-    CTL_EXIT_NOT_FOUND = 4,  /* 404 */
-    CTL_EXIT_CONFLICT = 5,   /* 409: held, fenced, stale, no capacity to allocate */
-    CTL_EXIT_AUTH = 6,       /* 401/403 */
-};
+#include "sdlog.h" /* the exit codes, CTL_EXIT_* */
 
 typedef struct ctl {
     sdc_t *client;

@@ -13,6 +13,7 @@
 
 #include "gameproc.h"
 #include "sdlog.h"
+#include "sdtime.h"
 
 struct gp_worker {
     pthread_t thread;
@@ -122,14 +123,7 @@ int gp_worker_free(gp_worker_t *w, int64_t wait_ms)
 {
     if (!w)
         return 0;
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += wait_ms / 1000;
-    until.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    struct timespec until = sd_timespec_after_ms(CLOCK_MONOTONIC, wait_ms);
     pthread_mutex_lock(&w->mu);
     w->quit = 1;
     pthread_cond_broadcast(&w->cv);

@@ -153,7 +153,7 @@ int main(int argc, char **argv)
     rc = sd_master_start();
     if (rc)
         sd_die(SD_EXIT_SYSTEM, "cannot start the master list", "err=%s", strerror(-rc));
-    rc = sd_dir_sweeper_start();
+    rc = sd_sweeper_start();
     if (rc)
         sd_die(SD_EXIT_SYSTEM, "cannot start the lost-machine sweep", "err=%s", strerror(-rc));
     rc = sd_http_start(sd_cfg.listen, sd_cfg.threads, sd_cfg.conn_timeout_s,
@@ -211,7 +211,7 @@ int main(int argc, char **argv)
     }
     sd_master_udp_stop();
     sd_http_stop(10000);
-    sd_dir_sweeper_stop();
+    sd_sweeper_stop();
     sd_master_stop();
     sd_store_stop();
     json_decref(sd_cfg.file);

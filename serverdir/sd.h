@@ -218,4 +218,13 @@ extern sd_config_t sd_cfg;
  * neither cfg nor any module's settings changed. */
 int sd_config_apply(json_t *root, sd_config_t *cfg, int *log_level, char *err, size_t errcap);
 
+/* ---- the sweeper thread (sweeper.c) ---- */
+/* The lost-machine sweep (every lost_sweep_ms, one serverdir copy at a time under a
+ * Redis lease), the allocation deadlines, and a ready-vs-desired sample of each cluster
+ * every series_interval_ms (series_sample.lua: several copies still write at most one a
+ * period, and only a changed one). Runs when either period is on; start returns 0 or
+ * -errno. */
+int sd_sweeper_start(void);
+void sd_sweeper_stop(void);
+
 #endif

@@ -103,13 +103,6 @@ long long sd_dir_mark_lost(const char *cluster, const char *machine, const char 
                            const char *const *svcs, size_t n);
 /* Remembers cluster in <prefix>clusters (the sweep's list); a SD_STORE_* code. */
 int sd_dir_cluster_seen(const char *cluster);
-/* The sweeper thread: the lost-machine sweep (every lost_sweep_ms, one serverdir copy at
- * a time under a Redis lease), the allocation deadlines, and a ready-vs-desired sample of
- * each cluster every series_interval_ms (series_sample.lua: several copies still write at
- * most one a period, and only a changed one). Runs when either period is on; start returns
- * 0 or -errno. */
-int sd_dir_sweeper_start(void);
-void sd_dir_sweeper_stop(void);
 
 /* One SSCAN step of COUNT count over the set of clusters that have had a machine lease
  * (Pclusters), from cursor (updated in place; "0" when the walk is done). *out is the

@@ -15,6 +15,7 @@
 
 #include "router.h"
 #include "sd.h"
+#include "sdtime.h"
 
 static struct MHD_Daemon *daemon_;
 static int listen_fd = -1;
@@ -627,14 +628,7 @@ void sd_http_stop(int grace_ms)
     MHD_socket fd = MHD_quiesce_daemon(daemon_);
     if (fd != MHD_INVALID_SOCKET)
         close(fd);
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += grace_ms / 1000;
-    until.tv_nsec += (long)(grace_ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    struct timespec until = sd_timespec_after_ms(CLOCK_REALTIME, grace_ms);
     pthread_mutex_lock(&inflight_mu);
     while (inflight > 0 &&
            pthread_cond_timedwait(&inflight_cv, &inflight_mu, &until) == 0)

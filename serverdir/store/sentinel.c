@@ -13,6 +13,7 @@
 #include <hiredis/hiredis.h>
 
 #include "sd.h"
+#include "sdtime.h"
 #include "sentinel.h"
 
 #define SENTINEL_MAX 8
@@ -246,14 +247,7 @@ static void switch_announced(const char *msg)
 /* Waits up to ms for sd__sentinel_stop; 1 when stopping. */
 static int sub_wait(int ms)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
+    struct timespec ts = sd_timespec_after_ms(CLOCK_REALTIME, ms);
     pthread_mutex_lock(&sub_mu);
     while (!sub_stop && pthread_cond_timedwait(&sub_cond, &sub_mu, &ts) == 0)
         ;

@@ -1,10 +1,10 @@
-/* libFuzzer target: the bigbrother config parser (bigbrother/config.c). On any input it
+/* libFuzzer target: the bigbrother config parser (bigbrother/core/config.c). On any input it
  * either fails with a message naming the file, or yields a config whose promises hold:
  * socket paths fit sun_path, argv starts with the absolute command and is
  * NULL-terminated, every env entry is KEY=VALUE, timings and limits are in range.
  * Seeds: tests/fuzz/corpus/bbconfig/. Build (clang):
  *   clang -g -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -Icommon -Ibigbrother \
- *     tests/fuzz/fuzz_bbconfig.c bigbrother/config.c common/sdjson.c common/sdutil.c \
+ *     tests/fuzz/fuzz_bbconfig.c bigbrother/core/config.c common/sdjson.c common/sdutil.c \
  *     common/sdlog.c -ljansson -o fuzz_bbconfig
  *   ./fuzz_bbconfig tests/fuzz/corpus/bbconfig */
 #include <stddef.h>
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bb.h"
+#include "core/bb.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -1,4 +1,4 @@
-/* libFuzzer target: bigbrother's outbox recovery (bigbrother/outbox.c) on any bytes left
+/* libFuzzer target: bigbrother's outbox recovery (bigbrother/report/outbox.c) on any bytes left
  * on disk: an ack file and two segment files, as a power loss or a full disk could leave
  * them. Input layout: byte 0 = ack length A (0-127), byte 1 = where the rest splits into
  * segment 1 and segment 2 (as a fraction of 255), then A bytes of ack file, then the
@@ -19,7 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "outbox.h"
+#include "report/bb_report.h"
 #include "sdlog.h"
 
 static char dir[64];

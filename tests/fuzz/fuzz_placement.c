@@ -1,15 +1,15 @@
-/* libFuzzer target: the primary's placement function (bigbrother/placement.c) on any
+/* libFuzzer target: the primary's placement function (bigbrother/cluster/placement.c) on any
  * GET /state document. It either refuses the document or answers lists whose promises
  * hold: an object of machine -> array, every entry names a service and a slot, and no
  * (service, slot) is given to two machines. Seeds: tests/fuzz/corpus/placement/. Build
  * (clang): clang -g -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -Ibigbrother \
- *   tests/fuzz/fuzz_placement.c bigbrother/placement.c -ljansson -o fuzz_placement */
+ *   tests/fuzz/fuzz_placement.c bigbrother/cluster/placement.c -ljansson -o fuzz_placement */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "placement.h"
+#include "cluster/bb_cluster.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -69,7 +69,7 @@ int bbt_wait_file_has(const char *path, const char *needle, int timeout_ms);
 int bbt_run(const char *const *argv, const char *logpath);
 
 /* Every event bigbrother put in its outbox (the .seg files of state_dir/outbox/, the
- * record format of bigbrother/outbox.h: "<len hex> <crc hex> <json>\n"), in order, as a
+ * record format of bigbrother/report/bb_report.h: "<len hex> <crc hex> <json>\n"), in order, as a
  * new JSON array. */
 json_t *bbt_events(const bbt_t *b);
 

@@ -1,4 +1,4 @@
-/* The reporter (bigbrother/reporter.c + outbox.c) against a ServerDir stand-in that this
+/* The reporter (bigbrother/report/: reporter.c + outbox.c) against a ServerDir stand-in that this
  * test serves itself with libmicrohttpd: it applies event batches all-or-nothing and
  * dedupes them by id like ServerDir does, and can be made unreachable, answer 503, drop
  * connections after applying a batch, answer slowly, or reject a bad event with 400.
@@ -39,7 +39,7 @@
 #include "harness_bigbrother.h"
 #include "harness_stack.h"
 #include "harness.h"
-#include "report.h"
+#include "report/bb_report.h"
 #include "sdlog.h"
 #include "sdutil.h"
 

@@ -20,7 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "bb.h"
+#include "bb_daemon.h"
 #include "bbagent.h"
 #include "harness.h"
 #include "harness_bigbrother.h"
@@ -103,6 +103,7 @@ static int setup(void **state)
     sd_strlcpy(bb.cfg.agent_socket, box.agent, sizeof(bb.cfg.agent_socket));
     assert_int_equal(bb_loop_init(), 0);
     assert_int_equal(bb_agentsrv_init(), 0);
+    assert_int_equal(bb_alloc_init(), 0);
     bb_report_opts_t o = {.state_dir = box.state, .cluster = "c1", .machine = "m1",
                           .version = "test"};
     assert_int_equal(bb_report_start(&o, &bb.report), 0);

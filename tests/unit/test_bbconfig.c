@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "bb.h"
+#include "agent/bb_agent.h"
 
 #define HEAD "{\"machine\": \"m1\", \"cluster\": \"c1\", \"state_dir\": \"/var/lib/bb\", "
 

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <sys/resource.h>
 
-#include "bb.h"
+#include "core/bb.h"
 
 #define N 300
 

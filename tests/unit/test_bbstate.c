@@ -17,7 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "bb.h"
+#include "bb_daemon.h"
 #include "harness.h"
 
 #define IDENT "0123456789abcdef0123456789abcdef"

@@ -1,4 +1,4 @@
-/* The outbox (bigbrother/outbox.c) and the standalone reporter: order, acknowledgement
+/* The outbox (bigbrother/report/outbox.c) and the standalone reporter: order, acknowledgement
  * and recovery across reopen, torn and garbled tails, segment rotation and deletion, the
  * size cap, a concurrent producer and reader, and event ids. */
 #include <setjmp.h>
@@ -18,8 +18,7 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "outbox.h"
-#include "report.h"
+#include "report/bb_report.h"
 
 static outbox_t *open_ob(const char *dir, uint64_t max, uint64_t seg)
 {

@@ -1,4 +1,4 @@
-/* The primary's placement function (bigbrother/placement.c): spread, stability, eligible
+/* The primary's placement function (bigbrother/cluster/placement.c): spread, stability, eligible
  * machines (live, not draining, labels), capacity and max_per_machine, rolling restarts
  * bounded by max_unavailable, stopped services and a stopped cluster, bad input; and the
  * pool sizing (bb_pool_count): buffer as a number and a share, min/max, the delay of a
@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "placement.h"
+#include "cluster/bb_cluster.h"
 
 /* A state with `machines` (JSON array text) and one service "zone" of `count` slots;
  * extra: JSON members of the service entry, placement: the spec's placement object. */

@@ -92,6 +92,15 @@ static void tables(void **state)
         assert_int_equal(sd_stop_reason_parse(sd_stop_reason_name((sd_stop_reason_t)r)), r);
     assert_string_equal(sd_stop_reason_name(SD_STOP_BY_OPERATOR), "stopped_by_operator");
     assert_int_equal(sd_stop_reason_parse("oom"), -1);
+    /* the flags every list of reasons is read from */
+    assert_true(sd_stop_reason_flags(SD_STOP_HUNG) & SD_STOP_F_SILENT);
+    assert_true(sd_stop_reason_flags(SD_STOP_START_TIMEOUT) & SD_STOP_F_SILENT);
+    assert_false(sd_stop_reason_flags(SD_STOP_KILLED) & SD_STOP_F_SILENT);
+    assert_true(sd_stop_reason_flags(SD_STOP_MACHINE_LOST) & SD_STOP_F_FAILURE);
+    assert_false(sd_stop_reason_flags(SD_STOP_MACHINE_LOST) & SD_STOP_F_COUNTED);
+    assert_false(sd_stop_reason_flags(SD_STOP_CRASH_LOOP) & SD_STOP_F_CRASH);
+    assert_int_equal(sd_stop_reason_flags(SD_STOP_DRAINED), 0);
+    assert_int_equal(sd_stop_reason_flags(SD_STOP_COUNT), 0);
 }
 
 static void names(void **state)

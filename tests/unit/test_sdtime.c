@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 #include <cmocka.h>
 
 #include "sdtime.h"
@@ -70,6 +71,36 @@ static void deadlines_and_time_left(void **state)
     assert_int_equal(sd_ms_left(1000, 1250), 0); /* passed: clamped, never negative */
 }
 
+static void timespec_deadlines_carry_the_milliseconds(void **state)
+{
+    (void)state;
+    struct timespec t = {.tv_sec = 10, .tv_nsec = 999000000L};
+    struct timespec d = sd_timespec_add_ms(t, 1);
+    assert_int_equal(d.tv_sec, 11);
+    assert_int_equal(d.tv_nsec, 0);
+    d = sd_timespec_add_ms(t, 2500);
+    assert_int_equal(d.tv_sec, 13);
+    assert_int_equal(d.tv_nsec, 499000000L);
+    d = sd_timespec_add_ms(t, 0);
+    assert_int_equal(d.tv_sec, 10);
+    assert_int_equal(d.tv_nsec, 999000000L);
+    d = sd_timespec_add_ms(t, -5); /* a negative wait is no wait */
+    assert_int_equal(d.tv_sec, 10);
+    assert_int_equal(d.tv_nsec, 999000000L);
+    d = sd_timespec_add_ms((struct timespec){.tv_sec = 0, .tv_nsec = 0}, 86400000LL * 365);
+    assert_int_equal(d.tv_sec, 86400LL * 365);
+    assert_int_equal(d.tv_nsec, 0);
+    /* now on the clock plus ms: between the clock read before and after, plus ms */
+    struct timespec before, after;
+    clock_gettime(CLOCK_MONOTONIC, &before);
+    d = sd_timespec_after_ms(CLOCK_MONOTONIC, 1500);
+    clock_gettime(CLOCK_MONOTONIC, &after);
+    int64_t ns = (int64_t)d.tv_sec * 1000000000 + d.tv_nsec;
+    assert_true(ns >= (int64_t)before.tv_sec * 1000000000 + before.tv_nsec + 1500000000LL);
+    assert_true(ns <= (int64_t)after.tv_sec * 1000000000 + after.tv_nsec + 1500000000LL);
+    assert_true(d.tv_nsec >= 0 && d.tv_nsec < 1000000000L);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -77,6 +108,7 @@ int main(void)
         cmocka_unit_test(backoff_step_doubles_up_to_the_cap),
         cmocka_unit_test(jitter_stays_in_the_upper_half),
         cmocka_unit_test(deadlines_and_time_left),
+        cmocka_unit_test(timespec_deadlines_carry_the_milliseconds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,4 +1,4 @@
-/* Placement (see placement.h): services x machines -> per-machine slot lists.
+/* Placement (see bb_cluster.h): services x machines -> per-machine slot lists.
  *
  *   1. keep every assigned slot whose machine is still eligible for it (stable)
  *   2. give each missing slot the eligible machine with the fewest slots of its service,
@@ -9,7 +9,7 @@
  * and the count of a service with a pool (bb_pool_count), which the caller writes into
  * the spec before placing.
  */
-#include "placement.h"
+#include "cluster/bb_cluster.h"
 
 #include <stdint.h>
 #include <stdio.h>

@@ -1,6 +1,6 @@
 /* The bigbrother config file: parsing and validation. Every error names the file, the
  * field as a path (services[0].restart.policy) and why; the daemon exits 100 on it. */
-#include "bb.h"
+#include "core/bb.h"
 #include "sdjson.h"
 #include "sdlog.h"
 #include "sdvalid.h"

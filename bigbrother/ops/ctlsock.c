@@ -9,7 +9,7 @@
  *                                   slot still keeps), for bbctl to read
  *
  * TARGET is an instance id, a service name or "all". Used by bbctl. */
-#include "bb.h"
+#include "ops/bb_ops.h"
 #include "sdlog.h"
 
 #include <errno.h>
@@ -67,13 +67,12 @@ static json_t *status_json(void)
             "{s:s, s:s, s:i, s:s, s:i, s:i, s:i, s:s, s:o, s:o, s:o, s:I, s:s, s:I, s:s, s:i, s:b}",
             "instance", in->id, "service", in->svc->name, "slot", in->slot, "state",
             bb_state_name(in->state), "pid", running ? (int)in->pid : 0, "restarts",
-            in->restarts, "generation", in->generation, "reason", in->reason, "reason_text",
-            in->reason[0] ? json_string(text) : json_null(), "code",
+            in->restarts, "generation", in->generation, "reason", bb_inst_reason(in),
+            "reason_text", in->reason != BB_NO_REASON ? json_string(text) : json_null(), "code",
             in->code >= 0 ? json_integer(in->code) : json_null(), "signal",
             in->sig > 0 ? json_integer(in->sig) : json_null(), "silent_ms",
-            (json_int_t)(strcmp(in->reason, "hung") && strcmp(in->reason, "start_timeout")
-                             ? 0
-                             : in->why_silent_ms),
+            (json_int_t)(sd_stop_reason_flags(in->reason) & SD_STOP_F_SILENT ? in->why_silent_ms
+                                                                              : 0),
             "detail", in->detail,
             "uptime_ms", (json_int_t)(running && in->spawned_wall ? now - in->spawned_wall : 0),
             "status", in->status, "players", in->players, "agent", in->conn != NULL);

@@ -1,4 +1,4 @@
-/* The outbox: an append-only queue of records in segment files (see outbox.h for the
+/* The outbox: an append-only queue of records in segment files (see bb_report.h for the
  * on-disk format and the durability it gives).
  *
  * The producer owns the write side (wfd, appends, rotation); the reader owns the head
@@ -18,7 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "outbox.h"
+#include "report/bb_report.h"
 #include "sdlog.h"
 #include "sdutil.h"
 

@@ -9,7 +9,7 @@
  * The loop thread rebuilds a snapshot every second (and at start); the logs port's
  * threads copy from it under a mutex and never touch the instance table. An answer is
  * at most HEALTH_EVERY_MS old: as_of_ms says when it was taken. */
-#include "bb.h"
+#include "instance/bb_instance.h"
 #include "sdlog.h"
 
 #include <pthread.h>

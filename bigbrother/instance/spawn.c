@@ -9,7 +9,7 @@
  * log_max_bytes is copied to .1 (.1 -> .2 ... up to log_keep) and truncated while the
  * process writes on; at each spawn a slot keeps its newest log_runs files. Readers
  * (crash reports here, logsrv.c, bbctl) take a whole file as the run. */
-#include "bb.h"
+#include "instance/bb_instance.h"
 #include "sdlog.h"
 
 #include <dirent.h>
@@ -587,9 +587,8 @@ static void core_path(const bb_inst_t *in, char *out, size_t cap)
 
 void bb_crash_report(const bb_inst_t *in, json_t *ev)
 {
-    int failed = (!strcmp(in->reason, "exited") && in->code != 0) ||
-                 !strcmp(in->reason, "killed") || !strcmp(in->reason, "hung") ||
-                 !strcmp(in->reason, "start_timeout");
+    int failed = (sd_stop_reason_flags(in->reason) & SD_STOP_F_CRASH) &&
+                 !(in->reason == SD_STOP_EXITED && in->code == 0);
     if (!failed)
         return;
     char *tail = malloc(SD_LOG_TAIL_MAX + 1);
@@ -772,10 +771,11 @@ int bb_spawn(bb_inst_t *in)
     in->is_child = 1;
     in->start_ticks = 0;
     bb_proc_stat(pid, &in->start_ticks, NULL);
-    in->pidw.fd = bb_pidfd_open(pid);
+    int fd = bb_pidfd_open(pid);
+    in->pidw.fd = fd < 0 ? -1 : fd;
     in->pidw.fn = on_pidfd;
-    if (in->pidw.fd < 0 || (rc = bb_watch_add(&in->pidw, EPOLLIN))) {
-        rc = in->pidw.fd < 0 ? -errno : rc;
+    if (fd < 0 || (rc = bb_watch_add(&in->pidw, EPOLLIN))) {
+        rc = fd < 0 ? fd : rc;
         log_error("pidfd failed", "pid=%d error=%s", (int)pid, strerror(-rc));
         kill(-pid, SIGKILL);
         waitpid(pid, NULL, 0);
@@ -789,10 +789,11 @@ int bb_spawn(bb_inst_t *in)
 /* Watches a re-adopted process: pidfd for its exit (no status unless it is our child). */
 int bb_adopt_pid(bb_inst_t *in, pid_t ppid)
 {
-    in->pidw.fd = bb_pidfd_open(in->pid);
+    int fd = bb_pidfd_open(in->pid);
+    in->pidw.fd = fd < 0 ? -1 : fd;
     in->pidw.fn = on_pidfd;
     in->is_child = ppid == getpid();
-    if (in->pidw.fd < 0)
-        return -errno;
+    if (fd < 0)
+        return fd;
     return bb_watch_add(&in->pidw, EPOLLIN);
 }

@@ -7,7 +7,7 @@
  *
  * The loop knows none of its users by name: they come in as watches, timers and hooks.
  * Nothing here sleeps or blocks on the network. */
-#include "bb.h"
+#include "core/bb.h"
 #include "sdlog.h"
 
 #include <errno.h>

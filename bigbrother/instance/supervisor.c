@@ -41,7 +41,7 @@
  *            a starting / ready process that still runs is watched again (its deadline
  *            and probes armed); one that died meanwhile is an exit of unknown status
  */
-#include "bb.h"
+#include "instance/bb_instance.h"
 #include "sdlog.h"
 #include "sdtime.h"
 
@@ -51,8 +51,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-
-bb_daemon_t bb;
 
 /* One event and what it carries. */
 typedef struct {
@@ -65,14 +63,6 @@ typedef struct {
 
 typedef void (*action_fn)(bb_inst_t *in, const bb_ev_t *ev);
 
-static const char *const state_names[ST__COUNT] = {
-    "backoff", "starting", "ready", "stopping", "exited", "failed", "stopped"};
-
-const char *bb_state_name(enum bb_state s)
-{
-    return (unsigned)s < ST__COUNT ? state_names[s] : "?";
-}
-
 static int uses_heartbeats(const bb_inst_t *in)
 {
     return in->svc->health.type == BB_H_AGENT || in->svc->health.type == BB_H_NOTIFY;
@@ -84,50 +74,31 @@ static void set_state(bb_inst_t *in, enum bb_state s)
     bb.state_dirty = 1;
 }
 
-void bb_event_emit(const bb_inst_t *in, json_t *ev)
-{
-    if (bb.report && bb_report_event(bb.report, ev))
-        log_error("event not recorded", "instance=%s type=%s", in->id,
-                  json_string_value(json_object_get(ev, "type")));
-    json_decref(ev);
-}
-
-json_t *bb_event_new(const bb_inst_t *in, const char *type)
-{
-    return json_pack("{s:s, s:s, s:s, s:I, s:i, s:i}", "type", type, "instance", in->id,
-                     "service", in->svc->name, "ts_ms", (json_int_t)sd_wall_ms(), "slot",
-                     in->slot, "generation", in->generation);
-}
-
-void bb_report(bb_inst_t *in, const char *type)
+/* Sends one started / ready / stopped event about in to the reporter: a stopped one with
+ * the reason, the exit status and the crash report. */
+static void report(bb_inst_t *in, sd_event_type_t type)
 {
     json_t *ev = bb_event_new(in, type);
     if (!ev)
         return;
-    if (!strcmp(type, "started"))
+    if (type == SD_EV_STARTED)
         json_object_set_new(ev, "pid", json_integer(in->pid));
     json_t *ports = in->ports[0] ? json_loads(in->ports, 0, NULL) : NULL;
-    if (ports && strcmp(type, "stopped"))
+    if (ports && type != SD_EV_STOPPED)
         json_object_set_new(ev, "ports", ports);
     else
         json_decref(ports);
-    if (!strcmp(type, "stopped")) {
-        json_object_set_new(ev, "reason", json_string(in->reason));
+    if (type == SD_EV_STOPPED) {
+        json_object_set_new(ev, "reason", json_string(bb_inst_reason(in)));
         json_object_set_new(ev, "code", in->code >= 0 ? json_integer(in->code) : json_null());
         json_object_set_new(ev, "signal", in->sig > 0 ? json_integer(in->sig) : json_null());
-        if (!strcmp(in->reason, "hung") || !strcmp(in->reason, "start_timeout"))
+        if (sd_stop_reason_flags(in->reason) & SD_STOP_F_SILENT)
             json_object_set_new(ev, "silent_ms", json_integer(in->why_silent_ms));
         if (in->detail[0])
             json_object_set_new(ev, "detail", json_string(in->detail));
         bb_crash_report(in, ev);
     }
     bb_event_emit(in, ev);
-}
-
-size_t bb_inst_reason_text(const bb_inst_t *in, char *buf, size_t cap)
-{
-    return sd_reason_format(buf, cap, in->reason, in->code >= 0 ? in->code : SD_REASON_NONE,
-                            in->sig > 0 ? in->sig : SD_REASON_NONE, in->why_silent_ms);
 }
 
 /* ---- actions */
@@ -154,8 +125,9 @@ static void become_ready(bb_inst_t *in)
         arm_deadline(in, in->svc->health.liveness_timeout_ms);
     log_info("instance ready", "instance=%s pid=%d start_ms=%lld", in->id, (int)in->pid,
              (long long)(now - in->spawned_mono));
-    bb_status_flush(in);
-    bb_report(in, "ready");
+    if (bb_inst_hooks.ready)
+        bb_inst_hooks.ready(in);
+    report(in, SD_EV_READY);
 }
 
 static void a_ready(bb_inst_t *in, const bb_ev_t *ev)
@@ -169,11 +141,13 @@ static void a_ready(bb_inst_t *in, const bb_ev_t *ev)
 static void spawn(bb_inst_t *in)
 {
     bb_timer_cancel(&in->deadline);
-    bb_converge_respawn(in);
+    if (bb_inst_hooks.respawn)
+        bb_inst_hooks.respawn(in);
     in->why = WHY_NONE;
     in->status[0] = 0;
     in->ports[0] = 0;
-    bb_alloc_reset(in);
+    if (bb_inst_hooks.reset)
+        bb_inst_hooks.reset(in);
     int rc = bb_spawn(in);
     if (rc) {
         /* fork failed: the machine is short of something; retry after the backoff */
@@ -188,10 +162,11 @@ static void spawn(bb_inst_t *in)
     in->spawned_wall = sd_wall_ms();
     in->ready_mono = 0;
     set_state(in, ST_STARTING);
-    bb_metrics_spawn(in);
+    if (bb_inst_hooks.spawned)
+        bb_inst_hooks.spawned(in);
     log_info("instance started", "instance=%s service=%s slot=%d pid=%d generation=%d", in->id,
              in->svc->name, in->slot, (int)in->pid, in->generation);
-    bb_report(in, "started");
+    report(in, SD_EV_STARTED);
     if (in->svc->health.type == BB_H_NONE) {
         become_ready(in);
         return;
@@ -246,7 +221,8 @@ static void a_hang(bb_inst_t *in, const bb_ev_t *ev)
     log_warn("instance hung", "instance=%s pid=%d state=%s silent_ms=%lld detail=%s signal=%d",
              in->id, (int)in->pid, bb_state_name(in->state), (long long)in->why_silent_ms,
              in->why_detail, s->stop.hang_signal);
-    bb_metrics_hang(in, in->state == ST_STARTING);
+    if (bb_inst_hooks.hung)
+        bb_inst_hooks.hung(in, in->state == ST_STARTING);
     bb_probe_stop(in);
     bb_signal_group(in, s->stop.hang_signal);
     bb_signal_group(in, SIGCONT); /* a stopped process takes the signal now */
@@ -257,14 +233,12 @@ static void a_hang(bb_inst_t *in, const bb_ev_t *ev)
 
 static void begin_stop(bb_inst_t *in, enum bb_why why)
 {
-    char grace[24];
     in->why = why;
     in->why_detail[0] = 0;
     bb_probe_stop(in);
     set_state(in, ST_STOPPING);
-    if (in->conn) {
-        snprintf(grace, sizeof(grace), "%d", in->svc->stop.grace_ms);
-        bb_agent_send(in, "SHUTDOWN", "1", "GRACE_MS", grace);
+    if (in->conn && bb_inst_hooks.shutdown) {
+        bb_inst_hooks.shutdown(in, in->svc->stop.grace_ms);
         in->stop_phase = 0;
     } else {
         bb_signal_group(in, in->svc->stop.signal);
@@ -334,28 +308,28 @@ static void classify_exit(bb_inst_t *in, int code, int sig)
     in->detail[0] = 0;
     switch (in->why) {
     case WHY_HUNG:
-        sd_strlcpy(in->reason, "hung", sizeof(in->reason));
+        in->reason = SD_STOP_HUNG;
         snprintf(in->detail, sizeof(in->detail), "%s", in->why_detail);
         break;
     case WHY_START_TIMEOUT:
-        sd_strlcpy(in->reason, "start_timeout", sizeof(in->reason));
+        in->reason = SD_STOP_START_TIMEOUT;
         snprintf(in->detail, sizeof(in->detail), "%s", in->why_detail);
         break;
     case WHY_OPERATOR:
     case WHY_RESTART:
-        sd_strlcpy(in->reason, "stopped_by_operator", sizeof(in->reason));
+        in->reason = SD_STOP_BY_OPERATOR;
         break;
     case WHY_REPLACED:
-        sd_strlcpy(in->reason, "replaced", sizeof(in->reason));
+        in->reason = SD_STOP_REPLACED;
         break;
     case WHY_DRAINED:
-        sd_strlcpy(in->reason, "drained", sizeof(in->reason));
+        in->reason = SD_STOP_DRAINED;
         break;
     case WHY_NONE:
         if (sig > 0) {
-            sd_strlcpy(in->reason, "killed", sizeof(in->reason));
+            in->reason = SD_STOP_KILLED;
         } else {
-            sd_strlcpy(in->reason, "exited", sizeof(in->reason));
+            in->reason = SD_STOP_EXITED;
             if (code < 0)
                 sd_strlcpy(in->detail, "exit status unknown (re-adopted process)",
                            sizeof(in->detail));
@@ -389,7 +363,8 @@ static void a_exit(bb_inst_t *in, const bb_ev_t *ev)
     classify_exit(in, ev->code, ev->sig);
     bb_timer_cancel(&in->deadline);
     bb_probe_stop(in);
-    bb_agent_detach(in);
+    if (bb_inst_hooks.detach)
+        bb_inst_hooks.detach(in);
     if (in->pidw.fd >= 0) {
         bb_pidfd_close(&in->pidw);
         kill(-in->pid, SIGKILL); /* leftovers of the process group */
@@ -424,16 +399,18 @@ static void a_exit(bb_inst_t *in, const bb_ev_t *ev)
         bb_inst_reason_text(in, text, sizeof text);
         snprintf(in->detail, sizeof(in->detail), "%d restarts in %d s; last: %s",
                  in->nrestart_mono, s->restart.window_s, text);
-        sd_strlcpy(in->reason, "crash_loop", sizeof(in->reason));
+        in->reason = SD_STOP_CRASH_LOOP;
     }
-    bb_metrics_exit(in, next == ST_BACKOFF);
+    if (bb_inst_hooks.exited)
+        bb_inst_hooks.exited(in, next == ST_BACKOFF);
     bb_inst_reason_text(in, text, sizeof text);
     log_info("instance stopped",
              "instance=%s pid=%d reason=%s reason_text=%s detail=%s next=%s restart_in_ms=%lld",
-             in->id, (int)in->pid, in->reason, text, in->detail, bb_state_name(next),
+             in->id, (int)in->pid, bb_inst_reason(in), text, in->detail, bb_state_name(next),
              (long long)delay);
-    bb_report(in, "stopped");
-    bb_alloc_reset(in);
+    report(in, SD_EV_STOPPED);
+    if (bb_inst_hooks.reset)
+        bb_inst_hooks.reset(in);
     if (next == ST_FAILED)
         log_error("instance failed: crash loop", "service=%s slot=%d detail=%s", s->name,
                   in->slot, in->detail);
@@ -525,8 +502,9 @@ static void on_deadline(bb_timer_t *t)
 
 void bb_inst_init_entry(bb_inst_t *in)
 {
-    *in = (bb_inst_t){.state = ST_STOPPED, .pidw.fd = -1, .probew.fd = -1, .code = -1,
-                      .sig = -1, .deadline.fn = on_deadline};
+    *in = (bb_inst_t){.state = ST_STOPPED, .pidw.fd = -1, .probew.fd = -1,
+                      .reason = BB_NO_REASON, .code = -1, .sig = -1,
+                      .deadline.fn = on_deadline};
 }
 
 int bb_supervisor_init(void)
@@ -557,23 +535,6 @@ void bb_supervisor_start_all(void)
     for (int i = 0; i < bb.ninst; i++)
         if (!bb.inst[i].loaded && (!bb.inst[i].cspec || bb.inst[i].assigned))
             bb_inst_event(&bb.inst[i], EV_START);
-}
-
-bb_inst_t *bb_inst_by_id(const char *id)
-{
-    for (int i = 0; i < bb.ninst; i++)
-        if (bb.inst[i].pid > 0 && !strcmp(bb.inst[i].id, id))
-            return &bb.inst[i];
-    return NULL;
-}
-
-bb_inst_t *bb_inst_by_pid(pid_t pid)
-{
-    pid_t pgid = getpgid(pid);
-    for (int i = 0; i < bb.ninst; i++)
-        if (bb.inst[i].pid > 0 && (bb.inst[i].pid == pid || bb.inst[i].pid == pgid))
-            return &bb.inst[i];
-    return NULL;
 }
 
 int bb_operator(const char *cmd, const char *target)

@@ -2,7 +2,7 @@
  * speaks it (READY=1, WATCHDOG=1, STATUS=, STOPPING=1) is supervised unmodified. The
  * sender is identified by the SCM_CREDENTIALS pid the kernel attaches (SO_PASSCRED),
  * which must be an instance's process or in its process group; anything else is dropped. */
-#include "bb.h"
+#include "agent/bb_agent.h"
 #include "bbproto.h"
 #include "sdlog.h"
 

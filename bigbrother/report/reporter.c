@@ -33,8 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "outbox.h"
-#include "report.h"
+#include "report/bb_report.h"
 #include "sdclient.h"
 #include "sdlog.h"
 #include "sdtime.h"
@@ -325,15 +324,8 @@ static void *reporter_main(void *arg)
         int64_t deadline = lease_due;
         if (outbox_pending(r->ob) > 0 && retry_at < deadline)
             deadline = retry_at;
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        int64_t wait = sd_ms_left(deadline, sd_mono_ms());
-        ts.tv_sec += wait / 1000;
-        ts.tv_nsec += (wait % 1000) * 1000000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
+        struct timespec ts =
+            sd_timespec_after_ms(CLOCK_MONOTONIC, sd_ms_left(deadline, sd_mono_ms()));
         pthread_mutex_lock(&r->mu);
         while (!r->stop && r->kicks == seen_kicks &&
                pthread_cond_timedwait(&r->cv, &r->mu, &ts) != ETIMEDOUT)

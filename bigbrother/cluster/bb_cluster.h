@@ -1,11 +1,39 @@
-/* Placement: the primary's pure function from the desired state to per-machine slot
- * lists. No I/O, no clock: the same inputs always give the same answer (unit-tested in
- * tests/unit/test_placement.c). */
-#ifndef BB_PLACEMENT_H
-#define BB_PLACEMENT_H
+/* Cluster mode: the assignments and primary threads (cluster.c), the supervision
+ * thread's side that makes the table match an assignment (converge.c), and the primary's
+ * placement (placement.c). */
+#ifndef BB_CLUSTER_H
+#define BB_CLUSTER_H
 
 #include <jansson.h>
 #include <stdint.h>
+
+struct bb_inst; /* instance/bb_instance.h: this header stays free of it, so placement.c
+                 * builds alone (the fuzzer) */
+
+/* cluster.c: starts the assignments and primary threads (cluster mode only) and the
+ * eventfd through which a new assignment reaches the supervision thread. 0 or -errno. */
+int bb_cluster_start(void);
+/* Stops both threads (releases the primary lease if held). */
+void bb_cluster_stop(void);
+/* converge.c: makes the cluster slots of the table match the assignment document `doc`
+ * (borrowed); draining says why removed slots stop (drained or replaced). Runs on the
+ * supervision thread; never blocks. The first call (or bb_converge_restore) hooks
+ * converge into the state machine's spawn: a restart for a new spec switches the
+ * instance to it. */
+void bb_converge_apply(const json_t *doc, int draining);
+/* For state.c: the process spec of a cluster slot (borrowed; NULL for a static one), and
+ * re-creating a cluster slot's entry from the persisted table (not started; NULL when
+ * the spec is refused or the table is full). */
+const json_t *bb_converge_spec(const struct bb_inst *in);
+struct bb_inst *bb_converge_restore(const char *service, int slot, const json_t *spec,
+                                    int64_t restart_token, int assigned);
+/* Frees every cluster spec (at exit). */
+void bb_converge_free(void);
+
+/* ---------------------------------------------------------------- placement.c
+ * The primary's pure function from the desired state to per-machine slot lists. No I/O,
+ * no clock: the same inputs always give the same answer (unit-tested in
+ * tests/unit/test_placement.c). */
 
 typedef struct {
     int kept;      /* slots that stay where they are */

@@ -9,7 +9,7 @@
  * PATH defaults to $BB_CONTROL_SOCKET, else to the control socket of the one bigbrother
  * running on the machine (its --config, read from /proc). Exit codes, the same table as
  * sdctl's: 0 done, 1 refused, 2 usage, 3 bigbrother unreachable, 4 no such target. */
-#include "bb.h"
+#include "instance/bb_instance.h"
 #include "sdlog.h"
 #include "sdutil.h"
 #include "sdversion.h"
@@ -28,8 +28,6 @@
 #include <unistd.h>
 
 #define ANSWER_MAX (32 << 20)
-
-enum { EXIT_OK = 0, EXIT_REFUSED = 1, EXIT_USAGE = 2, EXIT_UNREACHABLE = 3, EXIT_NOT_FOUND = 4 };
 
 static void usage(FILE *f)
 {
@@ -251,7 +249,7 @@ static int print_run(const char *sock, const char *path, const char *id, long ta
     FILE *f = fopen(path, "r");
     if (!f) {
         fprintf(stderr, "bbctl: cannot read %s: %s\n", path, strerror(errno));
-        return EXIT_REFUSED;
+        return CTL_EXIT_FAILED;
     }
     sd_buf_t head;
     sd_buf_init(&head, ANSWER_MAX);
@@ -294,7 +292,7 @@ static int print_run(const char *sock, const char *path, const char *id, long ta
     }
     free(line);
     fclose(f);
-    return EXIT_OK;
+    return CTL_EXIT_OK;
 }
 
 int main(int argc, char **argv)
@@ -312,13 +310,13 @@ int main(int argc, char **argv)
         case 'o':
             if (strcmp(optarg, "json")) {
                 fprintf(stderr, "bbctl: -o takes json\n");
-                return EXIT_USAGE;
+                return CTL_EXIT_USAGE;
             }
             as_json = 1;
             break;
-        case 'h': usage(stdout); return EXIT_OK;
-        case 'V': printf("bbctl %s\n", SD_VERSION); return EXIT_OK;
-        default: usage(stderr); return EXIT_USAGE;
+        case 'h': usage(stdout); return CTL_EXIT_OK;
+        case 'V': printf("bbctl %s\n", SD_VERSION); return CTL_EXIT_OK;
+        default: usage(stderr); return CTL_EXIT_USAGE;
         }
     }
     int nargs = argc - optind;
@@ -335,34 +333,34 @@ int main(int argc, char **argv)
                 tail = strtol(argv[++i], &end, 10);
                 if (*end || tail < 0) {
                     fprintf(stderr, "bbctl: --tail takes a number of lines (0: all)\n");
-                    return EXIT_USAGE;
+                    return CTL_EXIT_USAGE;
                 }
             } else if (argv[i][0] != '-' && !id) {
                 id = argv[i];
             } else {
                 usage(stderr);
-                return EXIT_USAGE;
+                return CTL_EXIT_USAGE;
             }
         }
         if (!id || strpbrk(id, " \t\r\n") || strlen(id) > SD_NAME_MAX) {
             usage(stderr);
-            return EXIT_USAGE;
+            return CTL_EXIT_USAGE;
         }
         char found[BB_SOCK_PATH_MAX], req[SD_NAME_MAX + 16];
         if (!path || !path[0]) {
             if (find_socket(found, sizeof found))
-                return EXIT_UNREACHABLE;
+                return CTL_EXIT_UNAVAILABLE;
             path = found;
         }
         snprintf(req, sizeof req, "logs %s\n", id);
         json_t *ans = call(path, req);
         if (!ans)
-            return EXIT_UNREACHABLE;
+            return CTL_EXIT_UNAVAILABLE;
         const char *err = json_string_value(json_object_get(ans, "error"));
         int rc;
         if (err) {
             fprintf(stderr, "bbctl: %s\n", err);
-            rc = EXIT_NOT_FOUND;
+            rc = CTL_EXIT_NOT_FOUND;
         } else {
             rc = print_run(path, json_string_value(json_object_get(ans, "path")), id, tail,
                            follow && json_is_true(json_object_get(ans, "running")));
@@ -372,19 +370,19 @@ int main(int argc, char **argv)
     }
     if (!strcmp(cmd, "version") && nargs == 1) {
         printf("bbctl %s\n", SD_VERSION);
-        return EXIT_OK;
+        return CTL_EXIT_OK;
     }
     int is_status = !strcmp(cmd, "status") && nargs == 1;
     int is_op = (!strcmp(cmd, "start") || !strcmp(cmd, "stop") || !strcmp(cmd, "restart")) &&
                 nargs == 2;
     if (!is_status && !is_op) {
         usage(stderr);
-        return EXIT_USAGE;
+        return CTL_EXIT_USAGE;
     }
     char found[BB_SOCK_PATH_MAX];
     if (!path || !path[0]) {
         if (find_socket(found, sizeof found))
-            return EXIT_UNREACHABLE;
+            return CTL_EXIT_UNAVAILABLE;
         path = found;
     }
     char req[600];
@@ -392,17 +390,17 @@ int main(int argc, char **argv)
                  is_op ? argv[optind + 1] : "") >= (int)sizeof(req) ||
         strpbrk(is_op ? argv[optind + 1] : "", " \t\r\n")) {
         fprintf(stderr, "bbctl: bad TARGET\n");
-        return EXIT_USAGE;
+        return CTL_EXIT_USAGE;
     }
     json_t *ans = call(path, req);
     if (!ans)
-        return EXIT_UNREACHABLE;
-    int rc = EXIT_OK;
+        return CTL_EXIT_UNAVAILABLE;
+    int rc = CTL_EXIT_OK;
     const char *err = json_string_value(json_object_get(ans, "error"));
     if (err) {
         const char *code = json_string_value(json_object_get(ans, "code"));
         fprintf(stderr, "bbctl: %s\n", err);
-        rc = code && !strcmp(code, "not_found") ? EXIT_NOT_FOUND : EXIT_REFUSED;
+        rc = code && !strcmp(code, "not_found") ? CTL_EXIT_NOT_FOUND : CTL_EXIT_FAILED;
     } else if (as_json) {
         char *s = json_dumps(ans, JSON_INDENT(2));
         printf("%s\n", s ? s : "null");

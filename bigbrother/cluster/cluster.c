@@ -15,10 +15,11 @@
  * lists that changed with its epoch. Any 409 stale_epoch or primary_held, or a lease that
  * ran out without a renewal, makes it step down at once.
  * One log line per role change, per placement change and per pool size change. */
-#include "bb.h"
-#include "placement.h"
+#include "cluster/bb_cluster.h"
+#include "instance/bb_instance.h"
 #include "sdclient.h"
 #include "sdlog.h"
+#include "sdtime.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -51,14 +52,7 @@ static struct {
 /* Waits up to ms or until bb_cluster_stop; returns 1 when stopping. */
 static int pause_ms(int ms)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
+    struct timespec ts = sd_timespec_after_ms(CLOCK_MONOTONIC, ms);
     pthread_mutex_lock(&cl.mu);
     while (!cl.stopping && pthread_cond_timedwait(&cl.cond, &cl.mu, &ts) != ETIMEDOUT)
         ;
@@ -159,7 +153,7 @@ typedef struct {
     json_int_t epoch;
     int64_t lease_until;   /* monotonic ms: the lease surely holds until then */
     int64_t ok_since;      /* monotonic ms since ServerDir answered every call; 0 after a failure */
-    json_t *inflight;      /* rolling restarts under way (placement.h) */
+    json_t *inflight;      /* rolling restarts under way (bb_cluster.h) */
     json_t *pools;         /* service -> {count, since, peak, bad}: how this primary sized
                               each pool (bb_pool_count's window), forgotten on step-down */
     int64_t demand;        /* the pool-demand counter last seen, -1 none yet */

@@ -11,7 +11,7 @@
  * fixed table that only the supervision thread appends to; it writes the row, then
  * publishes the new count with release order, and the HTTP thread reads the count with
  * acquire order, so it never sees a half-written row and nothing is ever moved. */
-#include "bb.h"
+#include "ops/bb_ops.h"
 #include "sdjson.h"
 #include "sdlog.h"
 #include "sdutil.h"
@@ -29,17 +29,19 @@
 
 #define RENDER_CAP (4 << 20)
 
-/* The exit reasons of supervisor.c's classify_exit, plus crash_loop. */
-static const char *const reasons[] = {"exited", "killed", "hung", "start_timeout",
-                                      "stopped_by_operator", "crash_loop"};
-#define NREASONS (sizeof(reasons) / sizeof(reasons[0]))
+/* The exit and restart counters are kept per stop reason (sdproto.h's table) and shown
+ * for the reasons flagged SD_STOP_F_COUNTED; an exit of another reason counts as exited. */
+static int counted(size_t r)
+{
+    return (sd_stop_reason_flags((sd_stop_reason_t)r) & SD_STOP_F_COUNTED) != 0;
+}
 
 #define MAX_SERVICES 512 /* rows; the services past it are not broken down */
 
 typedef struct {
     char name[128];
-    _Atomic int64_t exits[NREASONS];
-    _Atomic int64_t restarts[NREASONS];
+    _Atomic int64_t exits[SD_STOP_COUNT];
+    _Atomic int64_t restarts[SD_STOP_COUNT];
     _Atomic int64_t hangs[2]; /* [0] liveness, [1] start */
     _Atomic int64_t spawns;
     _Atomic int64_t state[ST__COUNT];
@@ -83,15 +85,14 @@ static svc_metrics_t *of(const bb_inst_t *in)
     return m;
 }
 
-static size_t reason_index(const char *r)
+static size_t reason_index(sd_stop_reason_t r)
 {
-    for (size_t i = 0; i < NREASONS; i++)
-        if (!strcmp(reasons[i], r))
-            return i;
-    return 0;
+    return counted(r) ? r : SD_STOP_EXITED;
 }
 
-void bb_metrics_exit(const bb_inst_t *in, int restarting)
+/* The state machine's hooks: an exit with in->reason (restarting: a restart follows),
+ * a hang kill (start: of the start deadline), a spawn. */
+static void on_exit_hook(const bb_inst_t *in, int restarting)
 {
     svc_metrics_t *m = of(in);
     if (!m)
@@ -102,14 +103,14 @@ void bb_metrics_exit(const bb_inst_t *in, int restarting)
         atomic_fetch_add_explicit(&m->restarts[r], 1, memory_order_relaxed);
 }
 
-void bb_metrics_hang(const bb_inst_t *in, int start)
+static void on_hang(const bb_inst_t *in, int start)
 {
     svc_metrics_t *m = of(in);
     if (m)
         atomic_fetch_add_explicit(&m->hangs[start ? 1 : 0], 1, memory_order_relaxed);
 }
 
-void bb_metrics_spawn(const bb_inst_t *in)
+static void on_spawn(const bb_inst_t *in)
 {
     svc_metrics_t *m = of(in);
     if (m)
@@ -169,17 +170,21 @@ static void render(sd_buf_t *b)
     family(b, "bigbrother_process_exits_total", "counter",
            "Instance exits by service and reason (exited, killed, hung, ...).");
     for (int s = 0; s < n; s++)
-        for (size_t r = 0; r < NREASONS; r++)
-            sd_buf_printf(b, "bigbrother_process_exits_total{service=\"%s\",reason=\"%s\"} %lld\n",
-                          svcm[s].name, reasons[r], (long long)ld(&svcm[s].exits[r]));
+        for (size_t r = 0; r < SD_STOP_COUNT; r++)
+            if (counted(r))
+                sd_buf_printf(b,
+                              "bigbrother_process_exits_total{service=\"%s\",reason=\"%s\"} %lld\n",
+                              svcm[s].name, sd_stop_reason_name((sd_stop_reason_t)r),
+                              (long long)ld(&svcm[s].exits[r]));
 
     family(b, "bigbrother_restarts_total", "counter",
            "Restarts scheduled by bigbrother, by service and the reason of the exit.");
     for (int s = 0; s < n; s++)
-        for (size_t r = 0; r < NREASONS; r++)
-            sd_buf_printf(b, "bigbrother_restarts_total{service=\"%s\",reason=\"%s\"} %lld\n",
-                          svcm[s].name, reasons[r],
-                          (long long)ld(&svcm[s].restarts[r]));
+        for (size_t r = 0; r < SD_STOP_COUNT; r++)
+            if (counted(r))
+                sd_buf_printf(b, "bigbrother_restarts_total{service=\"%s\",reason=\"%s\"} %lld\n",
+                              svcm[s].name, sd_stop_reason_name((sd_stop_reason_t)r),
+                              (long long)ld(&svcm[s].restarts[r]));
 
     family(b, "bigbrother_hang_kills_total", "counter",
            "Instances signalled for missing their start or liveness deadline.");
@@ -290,6 +295,9 @@ int bb_metrics_start(void)
     counts = calloc((size_t)MAX_SERVICES * ST__COUNT, sizeof(*counts));
     if (!svcm || !counts)
         return -ENOMEM;
+    bb_inst_hooks.spawned = on_spawn;
+    bb_inst_hooks.hung = on_hang;
+    bb_inst_hooks.exited = on_exit_hook;
     if (!bb.cfg.metrics_host[0])
         return 0;
     int fd = bb_listen_tcp(bb.cfg.metrics_host, bb.cfg.metrics_port);
@@ -345,9 +353,12 @@ void bb_metrics_save(void)
     int n = atomic_load_explicit(&nsvc, memory_order_relaxed);
     for (int i = 0; i < n; i++) {
         json_t *ex = json_object(), *re = json_object();
-        for (size_t r = 0; r < NREASONS; r++) {
-            json_object_set_new(ex, reasons[r], json_integer(ld(&svcm[i].exits[r])));
-            json_object_set_new(re, reasons[r], json_integer(ld(&svcm[i].restarts[r])));
+        for (size_t r = 0; r < SD_STOP_COUNT; r++) {
+            const char *rn = sd_stop_reason_name((sd_stop_reason_t)r);
+            if (!counted(r))
+                continue;
+            json_object_set_new(ex, rn, json_integer(ld(&svcm[i].exits[r])));
+            json_object_set_new(re, rn, json_integer(ld(&svcm[i].restarts[r])));
         }
         json_object_set_new(svcs, svcm[i].name,
                             json_pack("{s:o, s:o, s:[I,I], s:I}", "exits", ex, "restarts", re,
@@ -397,9 +408,12 @@ void bb_metrics_restore(void)
         svc_metrics_t *m = sd_name_valid(name, SD_NAME_MAX) ? row_named(name) : NULL;
         if (!m || !json_is_object(o))
             continue;
-        for (size_t r = 0; r < NREASONS; r++) {
-            add_saved(&m->exits[r], json_object_get(o, "exits"), reasons[r]);
-            add_saved(&m->restarts[r], json_object_get(o, "restarts"), reasons[r]);
+        for (size_t r = 0; r < SD_STOP_COUNT; r++) {
+            const char *rn = sd_stop_reason_name((sd_stop_reason_t)r);
+            if (!counted(r))
+                continue;
+            add_saved(&m->exits[r], json_object_get(o, "exits"), rn);
+            add_saved(&m->restarts[r], json_object_get(o, "restarts"), rn);
         }
         json_t *h = json_object_get(o, "hangs");
         for (size_t k = 0; k < 2; k++) {

@@ -5,7 +5,7 @@
  *   - a listed slot with no running entry gets one (a free entry of the table, the same
  *     (service, slot) first so its log file continues) and is started;
  *   - a listed slot whose restart_token grew, or whose process spec changed, is restarted
- *     (the new spec takes effect at the respawn, see bb_converge_respawn);
+ *     (the new spec takes effect at the respawn, see respawn below);
  *   - a running slot no longer listed gets SHUTDOWN, then the stop signal, then SIGKILL,
  *     and is reported stopped with reason `drained` (this machine is draining) or
  *     `replaced` (the slot moved, e.g. after this machine was declared lost);
@@ -18,8 +18,9 @@
  * and spec version, shared by the entries that use it and freed when none does. A spec
  * the parser refuses is reported as a `stopped` event with reason `exited` and detail
  * `bad spec: ...`, once per service and version; nothing is started for it. */
-#include "bb.h"
-#include "placement.h"
+#include "agent/bb_agent.h"
+#include "cluster/bb_cluster.h"
+#include "instance/bb_instance.h"
 #include "sdlog.h"
 
 #include <stdio.h>
@@ -71,8 +72,10 @@ static bb_cspec_t *spec_get(const char *service, json_int_t version, const json_
                  (long long)version);
         char detail[SD_DETAIL_MAX + 1];
         snprintf(detail, sizeof(detail), "bad spec: %s", err);
-        json_t *ev = json_pack("{s:s, s:s, s:s, s:s, s:s}", "type", "stopped", "instance", id,
-                               "service", service, "reason", "exited", "detail", detail);
+        json_t *ev = json_pack("{s:s, s:s, s:s, s:s, s:s}", "type",
+                               sd_event_type_name(SD_EV_STOPPED), "instance", id, "service",
+                               service, "reason", sd_stop_reason_name(SD_STOP_EXITED),
+                               "detail", detail);
         if (ev && bb.report)
             bb_report_event(bb.report, ev);
         json_decref(ev);
@@ -121,7 +124,9 @@ static int running(const bb_inst_t *in)
            in->state == ST_BACKOFF;
 }
 
-void bb_converge_respawn(bb_inst_t *in)
+/* The state machine's respawn hook, before each spawn: a restart for a new spec switches
+ * the instance to it (a no-op when no new spec waits). */
+static void respawn(bb_inst_t *in)
 {
     if (!in->next_cspec)
         return;
@@ -166,7 +171,8 @@ static void slot_start(const json_t *e, const char *service, int slot, bb_cspec_
     if (!same) {
         in->generation = 0;
         in->restarts = 0;
-        in->reason[0] = in->detail[0] = 0;
+        in->reason = BB_NO_REASON;
+        in->detail[0] = 0;
     }
     spec_ref(in->cspec, -1);
     spec_ref(in->next_cspec, -1);
@@ -208,6 +214,7 @@ bb_inst_t *bb_converge_restore(const char *service, int slot, const json_t *spec
 {
     if (!bb.cfg.cluster_mode || bb.ninst >= bb.inst_cap)
         return NULL;
+    bb_inst_hooks.respawn = respawn;
     bb_cspec_t *c = spec_get(service, 0, spec);
     if (!c || !c->cfg.root) {
         specs_gc();
@@ -226,6 +233,7 @@ bb_inst_t *bb_converge_restore(const char *service, int slot, const json_t *spec
 
 void bb_converge_apply(const json_t *doc, int draining)
 {
+    bb_inst_hooks.respawn = respawn;
     const json_t *slots = json_object_get(doc, "slots");
     int stopped_all = json_is_true(json_object_get(doc, "cluster_stopped"));
     int started = 0, stopped = 0;

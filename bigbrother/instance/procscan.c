@@ -15,7 +15,7 @@
  * lies between one tick before BB_SPAWNED_MS and SPAWN_SLACK_MS after it. The stat is
  * read before and after the environment and must name the same start: a pid recycled
  * in between is skipped. */
-#include "bb.h"
+#include "instance/bb_instance.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -29,19 +29,20 @@
 #define SPAWN_SLACK_MS 10000   /* fork to start time, on a loaded machine */
 
 /* Reads at most cap - 1 bytes of path into buf and NUL-terminates them. Returns the
- * length, or -1 when the file cannot be opened or read. */
+ * length, or -errno when the file cannot be opened or read. */
 static ssize_t read_bounded(const char *path, char *buf, size_t cap)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return -1;
+        return -errno;
     size_t len = 0;
     ssize_t n = 0;
     while (len < cap - 1 && (n = read(fd, buf + len, cap - 1 - len)) > 0)
         len += (size_t)n;
+    int err = errno;
     close(fd);
     if (n < 0)
-        return -1;
+        return -err;
     buf[len] = 0;
     return (ssize_t)len;
 }
@@ -93,7 +94,8 @@ static const char *env_get(const char *env, size_t len, const char *name)
     return NULL;
 }
 
-/* The real uid of pid (the "Uid:" line of its status). Returns 0 or -1. */
+/* The real uid of pid (the "Uid:" line of its status). Returns 0, or -1 when the process
+ * is gone or its status has no readable Uid line. */
 static int proc_uid(const char *proc_root, pid_t pid, uid_t *uid)
 {
     char path[512], buf[4096];

@@ -21,11 +21,14 @@
  * dashboard reads them from the browser with the operator's token.
  *
  * Its own libmicrohttpd daemon, one thread per connection (at most 16): a follower
- * sleeps in its thread between reads (so no idle timeout: a quiet game's follower would
- * be cut), and every other answer closes its connection, so that no browser keeps an
+ * waits in its thread between reads, in poll() on an inotify watch of the log (woken by
+ * a write), the stop eventfd (woken when bigbrother stops) and a timeout (the next
+ * liveness check, and at most FOLLOW_POLL_MS in case a change went unseen); there is no
+ * idle timeout (a quiet game's follower would be cut), and every other answer closes its
+ * connection, so that no browser keeps an
  * idle one holding a thread. It touches no supervisor state: the files, the health
  * snapshot and ServerDir. */
-#include "bb.h"
+#include "ops/bb_ops.h"
 #include "sdclient.h"
 #include "sdlog.h"
 #include "sdutil.h"
@@ -34,9 +37,12 @@
 #include <errno.h>
 #include <stdatomic.h>
 #include <microhttpd.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <sys/inotify.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -44,11 +50,12 @@
 #define TAIL_DEFAULT 100
 #define TAIL_MAX BB_LOG_LINES_MAX
 #define FOLLOW_CHECK_MS 2000 /* how often a follower asks ServerDir whether the run lives */
-#define FOLLOW_POLL_US 200000
+#define FOLLOW_POLL_MS 200 /* the longest wait without a look at the file */
 #define LOGS_CONNECTIONS 16
 
 static struct MHD_Daemon *logsd;
 static atomic_int stopping; /* followers end their wait when bigbrother stops */
+static int stop_fd = -1;    /* eventfd, readable once bigbrother stops: wakes followers */
 
 typedef struct {
     FILE *f;
@@ -59,7 +66,23 @@ typedef struct {
     size_t head_off;
     int follow, ended;
     int64_t checked_ms;
+    int ino; /* inotify fd watching the log for writes (-1: none, the timeout only) */
 } run_t;
+
+/* A follower's wait for more of the log: until the file is written to, bigbrother stops,
+ * or the timeout (the next liveness check, at most FOLLOW_POLL_MS) passes. */
+static void follow_wait(run_t *r)
+{
+    int64_t ms = FOLLOW_CHECK_MS - (sd_mono_ms() - r->checked_ms);
+    if (ms > FOLLOW_POLL_MS)
+        ms = FOLLOW_POLL_MS;
+    struct pollfd p[2] = {{.fd = r->ino, .events = POLLIN}, {.fd = stop_fd, .events = POLLIN}};
+    if (poll(p, 2, ms > 0 ? (int)ms : 0) > 0 && (p[0].revents & POLLIN)) {
+        char ev[4096]; /* the events say only "written": drop them */
+        while (read(r->ino, ev, sizeof ev) > 0)
+            ;
+    }
+}
 
 /* ServerDir's word on the caller's token and the instance id (NULL: this machine as a
  * whole, GET .../machines/{machine}): the HTTP status to answer (200 when allowed) and,
@@ -149,7 +172,7 @@ static ssize_t run_reader(void *cls, uint64_t pos, char *buf, size_t max)
                 return MHD_CONTENT_READER_END_OF_STREAM;
             }
         }
-        usleep(FOLLOW_POLL_US);
+        follow_wait(r);
     }
 }
 
@@ -158,6 +181,8 @@ static void run_free(void *cls)
     run_t *r = cls;
     if (r->f)
         fclose(r->f);
+    if (r->ino >= 0)
+        close(r->ino);
     sd_buf_free(&r->head);
     free(r);
 }
@@ -287,6 +312,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     run_t *r = calloc(1, sizeof *r);
     if (!r)
         return MHD_NO;
+    r->ino = -1;
     sd_buf_init(&r->head, (size_t)16 << 20);
     sd_strlcpy(r->id, id, sizeof r->id);
     sd_strlcpy(r->token, auth + 7, sizeof r->token);
@@ -297,6 +323,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return text(conn, MHD_HTTP_NOT_FOUND, "no log of that instance here\n");
     }
     r->ended = bb_log_read_run(r->f, path, id, (long)tail, &r->head);
+    if (r->follow && !r->ended) { /* without inotify, the wait is the timeout alone */
+        r->ino = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+        if (r->ino >= 0 && inotify_add_watch(r->ino, path, IN_MODIFY) < 0) {
+            close(r->ino);
+            r->ino = -1;
+        }
+    }
     struct MHD_Response *resp =
         MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, run_reader, r, run_free);
     if (!resp) {
@@ -316,8 +349,13 @@ int bb_logsrv_start(void)
     if (!bb.cfg.logs_host[0])
         return 0;
     atomic_store(&stopping, 0);
+    stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (stop_fd < 0)
+        return -errno;
     int fd = bb_listen_tcp(bb.cfg.logs_host, bb.cfg.logs_port);
     if (fd < 0) {
+        close(stop_fd);
+        stop_fd = -1;
         log_error("logs port not opened", "listen=%s port=%d error=%s", bb.cfg.logs_host,
                   bb.cfg.logs_port, strerror(-fd));
         return fd;
@@ -329,6 +367,8 @@ int bb_logsrv_start(void)
                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)0, MHD_OPTION_END);
     if (!logsd) {
         close(fd);
+        close(stop_fd);
+        stop_fd = -1;
         log_error("logs server not started", "listen=%s port=%d", bb.cfg.logs_host,
                   bb.cfg.logs_port);
         return -EIO;
@@ -342,7 +382,12 @@ void bb_logsrv_stop(void)
 {
     if (logsd) {
         atomic_store(&stopping, 1);
+        uint64_t one = 1;
+        if (write(stop_fd, &one, sizeof one) != (ssize_t)sizeof one)
+            log_warn("logs followers not woken", "error=%s", strerror(errno));
         MHD_stop_daemon(logsd);
         logsd = NULL;
+        close(stop_fd);
+        stop_fd = -1;
     }
 }

@@ -6,7 +6,7 @@
  * process is gone: waitid(WNOWAIT) for bigbrother's children, /proc/<pid>/stat (same
  * start time, not a zombie) for re-adopted ones. The timer runs only in that mode and
  * only while there are processes to watch. bb_pidfd_wait() reaps in both modes. */
-#include "bb.h"
+#include "instance/bb_instance.h"
 #include "sdlog.h"
 
 #include <errno.h>
@@ -80,20 +80,18 @@ static int emu_open(pid_t pid)
 {
     int64_t ticks = 0;
     if (bb_proc_stat(pid, &ticks, NULL) && kill(pid, 0)) /* a zombie is fine: it exited */
-        return -1;
+        return -errno;
     if (nemus == capemus) {
         int cap = capemus ? capemus * 2 : 64;
         emu_t *n = realloc(emus, (size_t)cap * sizeof(*n));
-        if (!n) {
-            errno = ENOMEM;
-            return -1;
-        }
+        if (!n)
+            return -ENOMEM;
         emus = n;
         capemus = cap;
     }
     int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (fd < 0)
-        return -1;
+        return -errno;
     emus[nemus++] = (emu_t){pid, fd, ticks, 0};
     emu_timer.fn = emu_poll;
     if (!emu_timer.idx)
@@ -105,8 +103,10 @@ int bb_pidfd_open(pid_t pid)
 {
     if (!emulate) {
         int fd = ON_VALGRIND() ? -1 : (int)syscall(SYS_pidfd_open, pid, 0);
-        if (fd >= 0 || (errno != ENOSYS && !ON_VALGRIND()))
+        if (fd >= 0)
             return fd;
+        if (errno != ENOSYS && !ON_VALGRIND())
+            return -errno;
         emulate = 1;
         log_warn("pidfd_open is not available: exits are polled every 100 ms", "pid=%d",
                  (int)pid);
@@ -118,13 +118,11 @@ int bb_pidfd_wait(int fd, siginfo_t *si)
 {
     memset(si, 0, sizeof(*si));
     if (!emulate)
-        return waitid((idtype_t)P_PIDFD, (id_t)fd, si, WEXITED | WNOHANG);
+        return waitid((idtype_t)P_PIDFD, (id_t)fd, si, WEXITED | WNOHANG) ? -errno : 0;
     emu_t *e = emu_find(fd);
-    if (!e) {
-        errno = EBADF;
-        return -1;
-    }
-    return waitid(P_PID, (id_t)e->pid, si, WEXITED | WNOHANG);
+    if (!e)
+        return -EBADF;
+    return waitid(P_PID, (id_t)e->pid, si, WEXITED | WNOHANG) ? -errno : 0;
 }
 
 void bb_pidfd_close(bb_watch_t *w)

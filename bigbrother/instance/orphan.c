@@ -6,7 +6,7 @@
  * SIGKILL to the group after the grace, and when its pidfd reports it gone, one
  * `stopped` event with reason `orphaned` and the detail of why. Never restarted. An
  * orphan still running when bigbrother exits is found again by the next run. */
-#include "bb.h"
+#include "instance/bb_instance.h"
 #include "sdlog.h"
 #include "sdtime.h"
 
@@ -37,13 +37,14 @@ static void orphan_gone(orphan_t *o, int code, int sig)
     log_info("orphaned instance stopped", "instance=%s pid=%d code=%d signal=%d", o->f.id,
              (int)o->f.pid, code, sig);
     json_t *ev = json_pack("{s:s, s:s, s:s, s:I, s:i, s:i, s:s, s:o, s:o, s:s}", "type",
-                           "stopped", "instance", o->f.id, "service", o->f.service, "ts_ms",
+                           sd_event_type_name(SD_EV_STOPPED), "instance", o->f.id, "service", o->f.service, "ts_ms",
                            (json_int_t)sd_wall_ms(), "slot", o->f.slot, "generation",
-                           o->f.generation, "reason", "orphaned", "code",
+                           o->f.generation, "reason", sd_stop_reason_name(SD_STOP_ORPHANED), "code",
                            code >= 0 ? json_integer(code) : json_null(), "signal",
                            sig > 0 ? json_integer(sig) : json_null(), "detail", o->detail);
     if (!ev || (bb.report && bb_report_event(bb.report, ev)))
-        log_error("event not recorded", "instance=%s type=%s", o->f.id, "stopped");
+        log_error("event not recorded", "instance=%s type=%s", o->f.id,
+                  sd_event_type_name(SD_EV_STOPPED));
     json_decref(ev);
     bb_timer_cancel(&o->kill_timer);
     if (o->pidw.fd >= 0)
@@ -101,8 +102,9 @@ void bb_orphan_stop(const bb_found_t *f, const bb_service_t *svc, const char *de
     o->pidw.fn = on_orphan_exit;
     log_warn("orphaned instance: stopping it", "instance=%s service=%s slot=%d pid=%d detail=%s",
              f->id, f->service, f->slot, (int)f->pid, detail);
-    o->pidw.fd = bb_pidfd_open(f->pid);
-    if (o->pidw.fd < 0 || bb_watch_add(&o->pidw, EPOLLIN)) {
+    int fd = bb_pidfd_open(f->pid);
+    o->pidw.fd = fd < 0 ? -1 : fd;
+    if (fd < 0 || bb_watch_add(&o->pidw, EPOLLIN)) {
         kill(-f->pid, SIGKILL); /* gone already, or no way to watch it: no grace */
         orphan_gone(o, -1, -1);
         return;

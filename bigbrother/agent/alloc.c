@@ -30,7 +30,7 @@
  * latest values when changes come faster, and a change still held back goes out at once
  * before the ready event (bb_status_flush), so an instance enters the pool with them. Only when events go to ServerDir at all (a ServerDir URL is configured): a
  * standalone outbox is not filled with them. */
-#include "bb.h"
+#include "agent/bb_agent.h"
 #include "bbproto.h"
 #include "sdlog.h"
 
@@ -184,7 +184,8 @@ void bb_alloc_apply(const json_t *allocs)
     }
 }
 
-void bb_alloc_connected(bb_inst_t *in)
+/* A new agent connection of in: every allocation it has not acknowledged is sent again. */
+static void alloc_connected(bb_inst_t *in)
 {
     for (int i = 0; i < in->nallocs; i++) {
         in->allocs[i].sent = 0;
@@ -192,13 +193,18 @@ void bb_alloc_connected(bb_inst_t *in)
     }
 }
 
-void bb_alloc_retry(bb_inst_t *in)
+/* Sends what could not be sent before (the agent's socket was full); cheap when nothing
+ * waits. Runs on every message from the agent. */
+static void alloc_retry(bb_inst_t *in, const char *val, size_t len)
 {
+    (void)val;
+    (void)len;
     for (int i = 0; i < in->nallocs; i++)
         alloc_send(in, &in->allocs[i]);
 }
 
-void bb_alloc_ack(bb_inst_t *in, const char *id, size_t len)
+/* ALLOCATION_ACK=<id> (len bytes) from the agent: reports `confirmed` once. */
+static void alloc_ack(bb_inst_t *in, const char *id, size_t len)
 {
     char aid[SD_NAME_MAX + 1];
     bb__copy_printable(aid, sizeof(aid), id, len);
@@ -215,20 +221,23 @@ void bb_alloc_ack(bb_inst_t *in, const char *id, size_t len)
         return; /* acknowledged again after a reconnect */
     a->acked = 1;
     log_info("allocation confirmed", "instance=%s allocation=%s", in->id, a->id);
-    json_t *ev = bb_event_new(in, "confirmed");
+    json_t *ev = bb_event_new(in, SD_EV_CONFIRMED);
     if (!ev)
         return;
     json_object_set_new(ev, "allocation", json_string(a->id));
     bb_event_emit(in, ev);
 }
 
-void bb_alloc_release(bb_inst_t *in)
+/* RELEASE=1 from the agent: reports `released` and restarts by on_release. */
+static void alloc_release(bb_inst_t *in, const char *val, size_t len)
 {
+    (void)val;
+    (void)len;
     for (int i = 0; i < in->nallocs; i++)
         in->allocs[i].released = 1;
     log_info("instance released its session", "instance=%s allocations=%d", in->id,
              in->nallocs);
-    json_t *ev = bb_event_new(in, "released");
+    json_t *ev = bb_event_new(in, SD_EV_RELEASED);
     if (ev)
         bb_event_emit(in, ev);
     restart_for_release(in, "released");
@@ -238,7 +247,7 @@ static void status_send(bb_inst_t *in)
 {
     in->status_dirty = 0;
     in->status_sent_mono = sd_mono_ms();
-    json_t *ev = bb_event_new(in, "status");
+    json_t *ev = bb_event_new(in, SD_EV_STATUS);
     if (!ev)
         return;
     json_object_set_new(ev, "players", json_integer(in->players));
@@ -292,4 +301,22 @@ void bb_alloc_free(void)
 {
     json_decref(doc_allocs);
     doc_allocs = NULL;
+}
+
+/* What alloc.c handles of the agent's messages, in this order. */
+static const bb_agent_handler_t on_ack = {"ALLOCATION_ACK", alloc_ack};
+static const bb_agent_handler_t on_release = {"RELEASE", alloc_release};
+static const bb_agent_handler_t on_any = {NULL, alloc_retry};
+
+int bb_alloc_init(void)
+{
+    int rc;
+    if ((rc = bb_agent_handle(&on_ack)) || (rc = bb_agent_handle(&on_release)) ||
+        (rc = bb_agent_handle(&on_any)) ||
+        (rc = bb_agent_on(BB_AGENT_CONNECTED, alloc_connected)) ||
+        (rc = bb_agent_on(BB_AGENT_STATUS, bb_status_changed)))
+        return rc;
+    bb_inst_hooks.reset = bb_alloc_reset;
+    bb_inst_hooks.ready = bb_status_flush;
+    return 0;
 }

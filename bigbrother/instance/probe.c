@@ -7,7 +7,7 @@
  *
  * While starting, the first success makes the instance ready (the start deadline covers
  * the failures); once ready, failure_threshold consecutive failures are a hang. */
-#include "bb.h"
+#include "instance/bb_instance.h"
 #include "sdlog.h"
 
 #include <arpa/inet.h>
@@ -260,9 +260,10 @@ static int start_exec_probe(bb_inst_t *in)
     }
     setpgid(pid, pid);
     in->probe_pid = pid;
-    in->probew.fd = bb_pidfd_open(pid);
-    if (in->probew.fd < 0)
-        return -errno;
+    int fd = bb_pidfd_open(pid);
+    in->probew.fd = fd < 0 ? -1 : fd;
+    if (fd < 0)
+        return fd;
     return bb_watch_add(&in->probew, EPOLLIN);
 }
 

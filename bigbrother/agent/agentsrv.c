@@ -4,9 +4,10 @@
  * a member of its process group. A connection that fails the check is logged and
  * closed. After WELCOME, every message proves the game loop runs; a closed connection
  * means the process is going away (its pidfd tells when it is gone). Allocations go to
- * the agent and their acknowledgements, releases and status changes come back through
- * alloc.c. */
-#include "bb.h"
+ * the agent and their acknowledgements and releases come back through the handlers
+ * alloc.c registers (bb_agent_handle): after the status fields, each message runs the
+ * table of handlers, one dispatch line per field. */
+#include "agent/bb_agent.h"
 #include "bbproto.h"
 #include "sdlog.h"
 
@@ -16,8 +17,6 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #define MSGS_PER_WAKEUP 16
@@ -38,6 +37,41 @@ static int nconns;
 static bb_conn_t *conns; /* every open connection, newest first */
 static int ports_json(const char *v, size_t n, char *out, size_t cap);
 static bb_ratelimit_t reject_log; /* rejected, refused, evicted, bad messages */
+
+#define HANDLERS_MAX 8
+static const bb_agent_handler_t *handlers[HANDLERS_MAX]; /* in registration order */
+static int nhandlers;
+static void (*listeners[BB_AGENT__COUNT][HANDLERS_MAX])(bb_inst_t *in);
+static int nlisteners[BB_AGENT__COUNT];
+
+int bb_agent_handle(const bb_agent_handler_t *h)
+{
+    for (int i = 0; i < nhandlers; i++)
+        if (handlers[i] == h)
+            return 0;
+    if (nhandlers == HANDLERS_MAX)
+        return -ENOSPC;
+    handlers[nhandlers++] = h;
+    return 0;
+}
+
+int bb_agent_on(enum bb_agent_event ev, void (*fn)(bb_inst_t *in))
+{
+    for (int i = 0; i < nlisteners[ev]; i++)
+        if (listeners[ev][i] == fn)
+            return 0;
+    if (nlisteners[ev] == HANDLERS_MAX)
+        return -ENOSPC;
+    listeners[ev][nlisteners[ev]++] = fn;
+    return 0;
+}
+
+/* Tells the listeners of ev about in. */
+static void agent_event(enum bb_agent_event ev, bb_inst_t *in)
+{
+    for (int i = 0; i < nlisteners[ev]; i++)
+        listeners[ev][i](in);
+}
 
 int bb__log_ok(bb_ratelimit_t *rl)
 {
@@ -180,7 +214,7 @@ static int hello(bb_conn_t *c, const bbproto_field_t *f, int n)
         return -1;
     }
     log_info("agent connected", "instance=%s pid=%d heartbeat_ms=%s", id, (int)cr.pid, hb);
-    bb_alloc_connected(in);
+    agent_event(BB_AGENT_CONNECTED, in);
     return 0;
 }
 
@@ -229,12 +263,13 @@ static int agent_message(bb_conn_t *c, const char *buf, size_t len)
         }
     }
     if (changed)
-        bb_status_changed(in);
-    if ((v = bbproto_get(f, n, "ALLOCATION_ACK", &vlen)))
-        bb_alloc_ack(in, v, vlen);
-    if (bbproto_get(f, n, "RELEASE", NULL))
-        bb_alloc_release(in);
-    bb_alloc_retry(in);
+        agent_event(BB_AGENT_STATUS, in);
+    for (int i = 0; i < nhandlers; i++) {
+        const bb_agent_handler_t *h = handlers[i];
+        vlen = 0;
+        if (!h->key || (v = bbproto_get(f, n, h->key, &vlen)))
+            h->fn(in, h->key ? v : NULL, vlen);
+    }
     if (bbproto_get(f, n, "STOPPING", NULL))
         log_info("instance stopping on its own", "instance=%s", in->id);
     /* readiness and liveness come from the configured health type only */
@@ -387,38 +422,18 @@ static void on_accept(bb_watch_t *w, uint32_t events)
     }
 }
 
-/* Binds a unix socket of `type` at path (replacing a stale one), mode 0666: any local
- * process may connect, the kernel credentials decide what it may claim. */
-int bb__unix_listen(const char *path, int type, int mode)
+/* The state machine's shutdown hook: the first step of a stop, over the connection. */
+static void shutdown_hook(bb_inst_t *in, int grace_ms)
 {
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    sd_strlcpy(sa.sun_path, path, sizeof(sa.sun_path));
-    int fd = socket(AF_UNIX, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -errno;
-    unlink(path);
-    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || chmod(path, (mode_t)mode) ||
-        (type != SOCK_DGRAM && listen(fd, SOMAXCONN))) {
-        int err = errno;
-        close(fd);
-        return -err;
-    }
-    return fd;
-}
-
-int bb__unix_listen_watch(bb_watch_t *w, const char *path, int type, int mode,
-                          void (*fn)(bb_watch_t *w, uint32_t events))
-{
-    int fd = bb__unix_listen(path, type, mode);
-    if (fd < 0)
-        return fd;
-    w->fd = fd;
-    w->fn = fn;
-    return bb_watch_add(w, EPOLLIN);
+    char grace[24];
+    snprintf(grace, sizeof(grace), "%d", grace_ms);
+    bb_agent_send(in, "SHUTDOWN", "1", "GRACE_MS", grace);
 }
 
 int bb_agentsrv_init(void)
 {
+    bb_inst_hooks.shutdown = shutdown_hook;
+    bb_inst_hooks.detach = bb_agent_detach;
     return bb__unix_listen_watch(&listen_w, bb.cfg.agent_socket, SOCK_SEQPACKET, 0666,
                                  on_accept);
 }
