@@ -605,6 +605,37 @@ static void goldsrc_heartbeat_and_valve_walk(void **state)
     }
 }
 
+/* qstat 2.17 writes each Valve paging seed over the previous one, so a seed shorter than
+ * the one before keeps a stray last digit: the captured "127.0.2.3:279010" (seed
+ * 127.0.2.3:27901) is answered, and "127.0.0.1:470000" pages on after 127.0.0.1:47000,
+ * where REST's cursor does. */
+static void valve_seed_with_leftover_digit_answered(void **state)
+{
+    int fd = udp_socket(0);
+    uint8_t buf[2048];
+    static const char captured[] = "1\xff" "127.0.2.3:279010";
+    send_to(fd, &master, captured, sizeof captured); /* with its NUL */
+    ssize_t got = recv_within(fd, buf, sizeof buf, 3000);
+    assert_true(got >= 12);
+    assert_memory_equal(buf, "\xff\xff\xff\xff\x66\x0a", 6);
+
+    static const char leftover[] = "1\xff" "127.0.0.1:470000";
+    send_to(fd, &master, leftover, sizeof leftover);
+    got = recv_within(fd, buf, sizeof buf, 3000);
+    assert_true(got >= 12);
+    assert_memory_equal(buf, "\xff\xff\xff\xff\x66\x0a", 6);
+    char first[64];
+    snprintf(first, sizeof first, "%d.%d.%d.%d:%d\n", buf[6], buf[7], buf[8], buf[9],
+             buf[10] << 8 | buf[11]);
+    h_resp_t r;
+    assert_int_equal(h_http_json("GET", sd.url, NULL, NULL, &r,
+                                 "/v1/master/servers?after=127.0.0.1:47000&limit=1&format=text"), 0);
+    assert_int_equal(r.status, 200);
+    assert_string_equal(r.body, first);
+    h_resp_free(&r);
+    close(fd);
+}
+
 /* ---------- spoofed shutdowns ---------- */
 
 /* Lists the server at fd's address on the master at m over GoldSrc (q, challenge, info). */
@@ -936,6 +967,7 @@ int main(void)
         cmocka_unit_test(q3_getservers_over_1100),
         cmocka_unit_test(q3_ipv6_server_in_getserversext),
         cmocka_unit_test(goldsrc_heartbeat_and_valve_walk),
+        cmocka_unit_test(valve_seed_with_leftover_digit_answered),
         cmocka_unit_test(spoofed_shutdowns_remove_only_their_protocols_servers),
         cmocka_unit_test(malformed_dropped_and_counted),
         cmocka_unit_test(reply_budget_caps_amplification),
