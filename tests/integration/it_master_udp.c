@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -717,8 +718,8 @@ static int probe_gone(void *addr)
  * listed: a server listed over REST survives a spoofed b\n and a spoofed DarkPlaces
  * heartbeat left unanswered, a DarkPlaces one survives a b\n, a GoldSrc one an unanswered
  * getinfo; a GoldSrc server still leaves on b\n and a DarkPlaces one when its getinfo
- * goes unanswered (the spoof copy's getinfo_timeout_ms is 300), and a late probe of a REST
- * server is dropped by the sweep. The test's sockets are
+ * goes unanswered (the spoof copy's getinfo_timeout_ms is 300), a late probe of a REST
+ * server is dropped by the sweep, and a record naming no source goes on b\n as before. The test's sockets are
  * the servers' addresses, as a spoofer would forge them. */
 static void spoofed_shutdowns_remove_only_their_protocols_servers(void **state)
 {
@@ -768,6 +769,31 @@ static void spoofed_shutdowns_remove_only_their_protocols_servers(void **state)
     freeReplyObject(r);
     assert_true(h_wait_until(probe_gone, (void *)addr, 5000));
     assert_true(spoof_lists(rest));
+
+    /* A record that names no source (none is written so; a hand-made one, written here
+     * as the scripts would) is removed by b\n as before sources were checked. */
+    int old = udp_socket(0);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    long long now = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    char rec[256];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", local_port(old));
+    int len = snprintf(rec, sizeof rec,
+                       "c\x1f" "127.0.0.1\x1f\x1f%lld\x1f%lld\x1f\x1f" "spooftest\x1fm\x1fn\x1fv\x1f\x1f"
+                       "\x1f" "1\x1f" "8\x1f" "0\x1f" "0\x1f" "1\x1f" "0\x1f\x1f" "3\x1f-1",
+                       now + 600000, now);
+    r = h_redis(&redis, "HSET %s %s %b", h_master_key("sds:", "s"), addr, rec, (size_t)len);
+    freeReplyObject(r);
+    r = h_redis(&redis, "ZADD %s %lld %s", h_master_key("sds:", "exp"), now + 600000, addr);
+    freeReplyObject(r);
+    r = h_redis(&redis, "HINCRBY %s 127.0.0.1 1", h_master_key("sds:", "n"));
+    freeReplyObject(r);
+    r = h_redis(&redis, "XADD %s * a %s", h_master_key("sds:", "log"), addr);
+    freeReplyObject(r);
+    assert_true(h_wait_until(spoof_lists_cond, &old, 3000));
+    SEND_LIT(old, &spoof_master, "b\n");
+    assert_true(h_wait_until(spoof_gone_cond, &old, 3000));
+    close(old);
     for (int i = 0; i < 4; i++)
         close(fds[i]);
 }
