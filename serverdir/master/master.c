@@ -256,8 +256,10 @@ int sd_master_challenge(char kind, const char *bind, char *chal, size_t chalcap,
         return SD_MASTER_REFUSED;
     }
     /* A heartbeat from a listed Q3/DP server: unless the getinfo is answered within
-     * probe_ms, the server is shutting down (docs/master.md, "Shutdown"). */
-    if (probe_ms > 0 && sd_master_index_lookup(bind, NULL, 0, NULL))
+     * probe_ms, the server is shutting down (docs/master.md, "Shutdown"). A REST or
+     * GoldSrc server never answers a getinfo: a heartbeat spoofed from its address must
+     * not start a probe of it. */
+    if (probe_ms > 0 && sd_master_index_listed_by(bind, "q3"))
         sd_master_write_probe(bind, sd_wall_ms() + probe_ms);
     return 0;
 }
@@ -338,12 +340,15 @@ int sd_master_accept(const char *bind, const char *challenge, const sd_master_se
     return rc;
 }
 
-int sd_master_remove(const char *addr, int *removed, sd_master_refusal_t *why)
+int sd_master_remove(const char *addr, const char *source, int *removed,
+                     sd_master_refusal_t *why)
 {
     sd_argv_t a;
     master_argv_init(&a, sd_wall_ms());
     sd_argv_add(&a, addr);
     sd_argv_addf(&a, "%d", SD_MASTER_LOG_MAXLEN);
+    if (source)
+        sd_argv_add(&a, source);
     redisReply *r;
     int rc = sd_store_run("master_terminate", 1, &a, &r);
     if (rc == 0) {
@@ -376,7 +381,7 @@ int sd_master_terminate(const char *addr, const char *ip, sd_master_refusal_t *w
         return SD_MASTER_REFUSED;
     }
     int removed;
-    return sd_master_remove(key, &removed, why);
+    return sd_master_remove(key, NULL, &removed, why);
 }
 
 void sd_master_batch_free(sd_master_batch_t *b)

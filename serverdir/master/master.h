@@ -152,9 +152,11 @@ const char *sd_master_addr_group(const char *ip, int v4bits, char *out, size_t c
 #define SD_MASTER_GROUP_MAX 64
 
 /* Issues a stateless challenge of kind ('r' REST, bound to an IP; 'q' Q3/DP, bound to
- * "ip:port") into chal. probe_ms > 0 (the Q3/DP getinfo): when `bind` is listed, it is
- * removed unless a heartbeat answering a challenge of it comes within probe_ms (a server
- * that shuts down heartbeats once more and leaves the getinfo unanswered). 0, or
+ * "ip:port") into chal. probe_ms > 0 (the Q3/DP getinfo): when `bind` is listed by the
+ * Q3/DP protocol, it is removed unless a heartbeat answering a challenge of it comes
+ * within probe_ms (a server that shuts down heartbeats once more and leaves the getinfo
+ * unanswered); an entry REST or GoldSrc listed is not probed (anyone can send a
+ * heartbeat from its address, and it would never answer). 0, or
  * SD_MASTER_REFUSED "no_key" while no secret could be read from Redis yet. */
 int sd_master_challenge(char kind, const char *bind, char *chal, size_t chalcap,
                         int64_t probe_ms, sd_master_refusal_t *why);
@@ -255,6 +257,11 @@ void sd_master_index_publish(void);
 size_t sd_master_index_count(void);
 /* 1 when key is in the index (its last challenge and expiry copied out), else 0. */
 int sd_master_index_lookup(const char *key, char *chal, size_t chalcap, int64_t *exp);
+/* 1 when key is in the index and the protocol `source` ("rest", "q3", "goldsrc") listed
+ * it, or its record names no source (written before the field was checked), else 0. What
+ * a UDP protocol may remove without a challenge (GoldSrc's b\n, an unanswered getinfo)
+ * it removes only from its own entries (docs/master.md, "Who may remove an entry"). */
+int sd_master_index_listed_by(const char *key, const char *source);
 /* Held around a local "write to Redis, then apply to the index" (master_index.c). */
 void sd_master_apply_lock(void);
 void sd_master_apply_unlock(void);
@@ -262,6 +269,7 @@ void sd_master_apply_unlock(void);
 int sd_master_write_heartbeat(const char *proto, const char *addr, const char *group,
                               const char *inst, const char *rec, size_t reclen);
 int sd_master_write_probe(const char *addr, int64_t deadline_ms);
+/* Queues the removal of addr if the protocol proto listed it (sd_master_remove). */
 int sd_master_write_terminate(const char *proto, const char *addr);
 /* Starts the index thread (load, follow, sweep, key refresh) and the writer; 0 or -errno. */
 int sd_master_start(void);
@@ -271,8 +279,12 @@ void sd_master_stop(void);
 size_t sd_master_record(const sd_master_server_t *s, const char *chal, const char *group,
                         int64_t now, int64_t exp, char *out, size_t cap);
 /* Removes addr (any caller: the checks are the caller's); *removed is 1 when it was
- * listed. SD_MASTER_REFUSED "not_listed" otherwise. */
-int sd_master_remove(const char *addr, int *removed, sd_master_refusal_t *why);
+ * listed. source: NULL removes whatever listed addr; a protocol ("goldsrc") removes it
+ * only when that protocol listed it (checked in Redis, in the same script: a heartbeat of
+ * another protocol cannot slip in between). SD_MASTER_REFUSED "not_listed" or
+ * "other_protocol" otherwise. */
+int sd_master_remove(const char *addr, const char *source, int *removed,
+                     sd_master_refusal_t *why);
 
 /* FNV-1a of a NUL-terminated text. */
 uint32_t sd_master_hash(const char *s);

@@ -341,6 +341,21 @@ int sd_master_index_lookup(const char *key, char *chal, size_t chalcap, int64_t 
     return found;
 }
 
+int sd_master_index_listed_by(const char *key, const char *source)
+{
+    int yes = 0;
+    pthread_mutex_lock(&idx_mu);
+    if (buckets) {
+        sd_msrv_t *s = *find_slot(key);
+        if (s) {
+            const char *src = SD_MREC(s, SD_MREC_SOURCE);
+            yes = !src[0] || strcmp(src, source) == 0;
+        }
+    }
+    pthread_mutex_unlock(&idx_mu);
+    return yes;
+}
+
 /* ---------- snapshots ---------- */
 
 static void snap_free_old_locked(void)
@@ -997,7 +1012,7 @@ static void write_terminate(struct wop *op)
 {
     int removed = 0;
     sd_master_refusal_t why;
-    int rc = sd_master_remove(op->addr, &removed, &why);
+    int rc = sd_master_remove(op->addr, op->proto, &removed, &why);
     if (rc) {
         sd_master_count_drop(op->proto, rc == SD_MASTER_REFUSED ? why.code : "store");
         return;

@@ -348,10 +348,17 @@ static void gs_info(const uint8_t *p, size_t n, const char *key, const char *ip,
     accept_server("goldsrc", key, ip, family, port, &s, chal);
 }
 
+/* b\n carries no challenge: anyone can send it from any address, so it removes only an
+ * entry GoldSrc listed (master_terminate.lua checks again, atomically), never one REST
+ * or DarkPlaces listed. */
 static void gs_quit(const char *key)
 {
     if (!sd_master_index_lookup(key, NULL, 0, NULL)) {
         sd_master_count_drop("goldsrc", "not_listed");
+        return;
+    }
+    if (!sd_master_index_listed_by(key, "goldsrc")) {
+        sd_master_count_drop("goldsrc", "other_protocol");
         return;
     }
     sd_master_write_terminate("goldsrc", key);

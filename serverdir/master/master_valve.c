@@ -106,27 +106,47 @@ const char *sd_valve_parse_query(const uint8_t *p, size_t n, sd_valve_query_t *q
     if (n < 3 || p[0] != 0x31)
         return "bad_query";
     q->region = p[1];
-    /* The seed: "a.b.c.d:port" up to a NUL. Liberal, as real clients need: the address is
-     * the leading run of digits, dots and colons, and bytes after it up to the NUL are
-     * ignored (qstat 2.17 pages with "<seed>r" and no filter); a datagram that ends
-     * without the NUL ends the seed there (docs/master.md). */
+    /* The seed: "a.b.c.d:port" up to a NUL. Liberal, as real clients need: the seed is
+     * the leading IPv4 address, colon and port of its field, and bytes after it up to the
+     * NUL are ignored (qstat 2.17 pages with "<seed>r" and no filter); a datagram that
+     * ends without the NUL ends the seed there (docs/master.md).
+     * A port has at most five digits, and qstat 2.17 writes each seed over the previous
+     * one in place: a seed shorter than the one before keeps that one's last digit
+     * ("127.0.2.3:279010" for 127.0.2.3:27901). So with more than five digits the rest
+     * are left over: the port is the first five, or the first four when those five are
+     * more than 65535 (then the fifth is left over too). Five digits or fewer are the port
+     * as they stand (a leftover among them cannot be told from the port). */
     const uint8_t *seed = p + 2;
     const uint8_t *nul = memchr(seed, '\0', n - 2);
     size_t field = nul ? (size_t)(nul - seed) : n - 2;
-    size_t sl = 0;
-    while (sl < field && ((seed[sl] >= '0' && seed[sl] <= '9') || seed[sl] == '.' || seed[sl] == ':'))
-        sl++;
-    char s[SD_MASTER_ADDR_MAX];
-    if (sl == 0 || sl >= 22)
+    size_t il = 0;
+    while (il < field && ((seed[il] >= '0' && seed[il] <= '9') || seed[il] == '.'))
+        il++;
+    if (il == 0 || il >= 16 || il == field || seed[il] != ':')
         return "bad_seed";
-    memcpy(s, seed, sl);
-    s[sl] = '\0';
-    if (strcmp(s, "0.0.0.0:0") != 0) {
+    char ip[16];
+    memcpy(ip, seed, il);
+    ip[il] = '\0';
+    const uint8_t *digits = seed + il + 1;
+    size_t nd = 0;
+    while (il + 1 + nd < field && digits[nd] >= '0' && digits[nd] <= '9')
+        nd++;
+    size_t used = nd > 5 ? 5 : nd;
+    long port = 0;
+    for (size_t k = 0; k < used; k++)
+        port = port * 10 + (digits[k] - '0');
+    if (nd > 5 && port > 65535) {
+        port /= 10;
+        used = 4;
+    }
+    if (used == 0 || port > 65535)
+        return "bad_seed";
+    if (strcmp(ip, "0.0.0.0") != 0 || port != 0) {
         int fam;
-        if (sd_master_parse_addr(s, q->seed, sizeof q->seed, NULL, 0, NULL, &fam) || fam != 4)
+        if (sd_master_addr_key(ip, (int)port, q->seed, sizeof q->seed, NULL, 0, &fam) || fam != 4)
             return "bad_seed";
     }
-    q->seed_garbage = sl != field;
+    q->seed_garbage = il + 1 + used != field;
     if (!nul)
         nul = p + n - 1; /* no filter follows */
     /* The filter: "\key\value..." up to a NUL (tolerated missing at the very end). */

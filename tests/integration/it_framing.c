@@ -1,7 +1,8 @@
 /* HTTP framing against a real serverdir, with requests sent raw over a socket:
  *   - ambiguous or unsupported framing (Content-Length with Transfer-Encoding, two
- *     different Content-Lengths, a transfer coding other than chunked) is answered 400
- *     bad_framing, the connection is closed, and Redis is unchanged;
+ *     different Content-Lengths, a transfer coding other than chunked, whitespace between
+ *     a header name and its colon) is answered 400 bad_framing, the connection is
+ *     closed, and Redis is unchanged;
  *   - a chunked body with a non-JSON content type gets 415 like a Content-Length one,
  *     and a well-formed chunked JSON request gets its normal answer.
  * What slow readers may hold is it.security's slow_readers_bounded_by_max_connections. */
@@ -123,6 +124,19 @@ static void bad_framing_refused_and_closed(void **state)
                               "Transfer-Encoding: chunked\r\n\r\n" MACHINE_CHUNKED},
         {"Transfer-Encoding on a GET",
          HEAD("GET", "/v1/clusters/c1/processes") "Transfer-Encoding: identity\r\n\r\n"},
+        /* RFC 9112 5.1: no whitespace between a field name and its colon. A proxy that
+         * trims it frames this by the chunked coding, one that keeps it in the name by
+         * Content-Length: the bytes after the 4 would be a second request. */
+        {"space before the colon",
+         HEAD("PUT", MACHINE) "Content-Type: application/json\r\nContent-Length: 4\r\n"
+                              "Transfer-Encoding : chunked\r\n\r\n0\r\n\r\n"
+                              HEAD("DELETE", MACHINE) "\r\n"},
+        {"tab before the colon",
+         HEAD("PUT", MACHINE) "Content-Type: application/json\r\nContent-Length: 4\r\n"
+                              "Transfer-Encoding\t: chunked\r\n\r\n0\r\n\r\n"
+                              HEAD("DELETE", MACHINE) "\r\n"},
+        {"space before the colon of another field",
+         HEAD("GET", "/v1/clusters/c1/processes") "X-Anything : 1\r\n\r\n"},
     };
     h_keys_t before, after;
     h_keys_take(&redis, &before, H_KEYS_CLUSTER("c1"), NULL);

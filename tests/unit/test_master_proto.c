@@ -375,6 +375,23 @@ static void valve_query(void **state)
     assert_false(q.seed_garbage);
     assert_null(sd_valve_parse_query(B("\x31\xff" "0.0.0.0:0"), &q));
     assert_string_equal(q.seed, "");
+    /* qstat 2.17 writes each seed over the previous one: a shorter seed keeps the
+     * previous one's last digit. Captured from quakestat -stm paging 1,800 servers (region
+     * 0xff, seed 127.0.2.3:27901, a leftover 0, no filter). */
+    assert_null(sd_valve_parse_query(B("1\xff" "127.0.2.3:279010\0"), &q));
+    assert_string_equal(q.seed, "127.0.2.3:27901");
+    assert_true(q.seed_garbage);
+    assert_int_equal(q.filter.n, 1);
+    /* The longest seed with a leftover; five digits past 65535 leave four; the leftover
+     * of a longer previous seed may hold dots and a colon too. */
+    assert_null(sd_valve_parse_query(B("\x31\xff" "255.255.255.255:655350\0"), &q));
+    assert_string_equal(q.seed, "255.255.255.255:65535");
+    assert_null(sd_valve_parse_query(B("\x31\xff" "1.2.3.4:6553690\0"), &q));
+    assert_string_equal(q.seed, "1.2.3.4:6553");
+    assert_true(q.seed_garbage);
+    assert_null(sd_valve_parse_query(B("\x31\xff" "1.2.3.4:500.200:27015\0"), &q));
+    assert_string_equal(q.seed, "1.2.3.4:500");
+    assert_true(q.seed_garbage);
     assert_null(sd_valve_parse_query(B("\x31\x03" "10.0.0.1:27015 \xff\0\\gamedir\\cstrike\0"), &q));
     assert_string_equal(q.seed, "10.0.0.1:27015");
     assert_string_equal(q.filter.t[0].b, "cstrike");
@@ -417,6 +434,10 @@ static void valve_query(void **state)
     assert_string_equal(sd_valve_parse_query(B("\x31\xff" "1.2.3:5\0\0"), &q), "bad_seed");
     assert_string_equal(sd_valve_parse_query(B("\x31\xff" "[::1]:5\0\0"), &q), "bad_seed");
     assert_string_equal(sd_valve_parse_query(B("\x31\xff" "1.2.3.4:70000\0\0"), &q), "bad_seed");
+    assert_string_equal(sd_valve_parse_query(B("\x31\xff" "1.2.3.4:\0\0"), &q), "bad_seed");
+    assert_string_equal(sd_valve_parse_query(B("\x31\xff" "1.2.3.4:0\0\0"), &q), "bad_seed");
+    assert_string_equal(sd_valve_parse_query(B("\x31\xff" "1.2.3.4\0\0"), &q), "bad_seed");
+    assert_string_equal(sd_valve_parse_query(B("\x31\xff" "1111.2222.3333.44:5\0\0"), &q), "bad_seed");
     assert_string_equal(sd_valve_parse_query(B("\x31\x09" "0.0.0.0:0\0\0"), &q), "bad_region");
     assert_string_equal(sd_valve_parse_query(B("\x31\xff" "0.0.0.0:0\0\\gamedir\0"), &q), "bad_filter");
     assert_string_equal(sd_valve_parse_query(B("\x31\xff" "0.0.0.0:0\0\\nor\\x\0"), &q), "bad_filter");
