@@ -181,8 +181,9 @@ static long long redis_acquire(redisContext *r, const char *key, const char *hol
     if (sd_random_hex(fresh, SD_LOCK_TOKEN_BYTES))
         return 0;
     /* KEYS: the lock record, its blob record, the holder's index (standalone layout) */
-    const char *argv[] = {lk, bk, hk, holder, "0", "0", "604800000", "", "0", cfg.prefix, "1", fresh};
-    redisReply *rep = evalsha(r, cfg.sha_acquire, 3, 12, argv, NULL);
+    /* ARGV as serverdir's for a caller that presents no token: the fresh one, flag 0 */
+    const char *argv[] = {lk, bk, hk, holder, "0", "0", "604800000", "", "0", cfg.prefix, "1", fresh, "0"};
+    redisReply *rep = evalsha(r, cfg.sha_acquire, 3, 13, argv, NULL);
     long long seq = 0;
     /* ok, now, then name, lock_seq, reacquired, stolen_from, since, expires, lock_token */
     if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 9 &&

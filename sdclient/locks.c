@@ -58,20 +58,39 @@ static int grant_parse(const json_t *g, sdc_lock_t *out)
     return out->lock_seq > 0 && out->key[0] ? 0 : -1;
 }
 
+/* The token an acquire presents: the grant's (opts->lock_token) or a fresh one of its own
+ * (a retry of the same request then gets its grant back). -1 with err set. */
+static int token_for(const sdc_lock_opts_t *o, char tok[SD_LOCK_TOKEN_LEN + 1], sdc_err_t *err)
+{
+    if (o && o->lock_token) {
+        if (!sd_lock_token_valid(o->lock_token))
+            return sdc__inval(err, "opts->lock_token must be a grant's lock_token");
+        snprintf(tok, SD_LOCK_TOKEN_LEN + 1, "%s", o->lock_token);
+        return 0;
+    }
+    if (sd_random_hex(tok, SD_LOCK_TOKEN_BYTES))
+        return sdc__inval(err, "no randomness for a lock_token");
+    return 0;
+}
+
 int sdc_lock_acquire(sdc_t *c, const char *key, const char *holder, const sdc_lock_opts_t *opts,
                      sdc_lock_t *out, sdc_err_t *err)
 {
     if (!sd_lock_name_valid(key) || !sd_name_valid(holder, SD_NAME_MAX))
         return sdc__inval(err, "key and holder must be names");
-    char esc[3 * SD_NAME_MAX + 1], path[3 * SD_NAME_MAX + 32];
+    char esc[3 * SD_NAME_MAX + 1], path[3 * SD_NAME_MAX + 32], tok[SD_LOCK_TOKEN_LEN + 1];
+    int rc = token_for(opts, tok, err);
+    if (rc)
+        return rc;
     snprintf(path, sizeof path, "/v1/locks/%s", sdc_escape(key, esc, sizeof esc));
     json_t *body = json_object();
     opts_add(body, holder, opts);
+    json_object_set_new(body, "lock_token", json_string(tok));
     json_t *ans = NULL;
-    int rc = sdc_request(c, "PUT", path, body, &ans, err);
+    rc = sdc_request(c, "PUT", path, body, &ans, err);
     json_decref(body);
-    if (rc == SDC_OK && grant_parse(ans, out))
-        rc = sdc__proto(err, "the grant has no lock_seq or lock_token");
+    if (rc == SDC_OK && (grant_parse(ans, out) || strcmp(out->lock_token, tok) != 0))
+        rc = sdc__proto(err, "the grant has no lock_seq or not the lock_token presented");
     json_decref(ans);
     return rc;
 }
@@ -89,7 +108,15 @@ int sdc_lock_acquire_many(sdc_t *c, const char *const *keys, int n, const char *
         }
         json_array_append_new(arr, json_string(keys[i]));
     }
-    json_t *body = json_pack("{s:o}", "keys", arr);
+    char tok[SD_LOCK_TOKEN_LEN + 1];
+    if (token_for(opts, tok, err)) {
+        json_decref(arr);
+        return SDC_E_INVAL;
+    }
+    json_t *toks = json_object();
+    for (int i = 0; i < n; i++)
+        json_object_set_new(toks, keys[i], json_string(tok));
+    json_t *body = json_pack("{s:o, s:o}", "keys", arr, "lock_tokens", toks);
     opts_add(body, holder, opts);
     json_t *ans = NULL;
     int rc = sdc_request(c, "POST", "/v1/locks/acquire", body, &ans, err);
@@ -100,7 +127,7 @@ int sdc_lock_acquire_many(sdc_t *c, const char *const *keys, int n, const char *
             rc = sdc__proto(err, "the answer does not list every key");
         for (int i = 0; rc == SDC_OK && i < n; i++)
             if (grant_parse(json_array_get(locks, (size_t)i), &out[i]) ||
-                strcmp(out[i].key, keys[i]) != 0)
+                strcmp(out[i].key, keys[i]) != 0 || strcmp(out[i].lock_token, tok) != 0)
                 rc = sdc__proto(err, "a grant has no lock_seq or names another key");
     }
     json_decref(ans);

@@ -142,6 +142,9 @@ typedef struct {
     const char *steal_if_holder_stopped; /* cluster name: take over a holder the directory
                                             knows is stopped; NULL: never */
     int64_t steal_if_older_than_ms;      /* take over a lock held this long; 0: never */
+    const char *lock_token;              /* the lock_token of the grant already held, to
+                                            acquire again (extend it, learn its lock_seq);
+                                            NULL: a new grant */
 } sdc_lock_opts_t;
 
 typedef struct {
@@ -165,7 +168,11 @@ typedef struct {
 } sdc_lock_info_t;
 
 /* Acquires key for holder (opts may be NULL). 409 lock_held / lock_delayed come back as
- * SDC_E_HTTP with err->code set (err->body names the holder). */
+ * SDC_E_HTTP with err->code set (err->body names the holder). The grant is a capability:
+ * a holder acquiring again presents its grant's lock_token (opts->lock_token), else it is
+ * refused like anyone else (409 lock_held). For a new grant the library draws the token
+ * itself and presents it, so a request retried after a lost answer gets its own grant
+ * back (reacquired) rather than a refusal. */
 int sdc_lock_acquire(sdc_t *c, const char *key, const char *holder, const sdc_lock_opts_t *opts,
                      sdc_lock_t *out, sdc_err_t *err);
 /* Acquires n keys (1..16) all or nothing; out[i] is filled for keys[i]. */

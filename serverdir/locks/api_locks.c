@@ -47,9 +47,16 @@ static void acquire_refused(sd_resp_t *resp, const redisReply *r, int64_t waited
     json_object_set_new(extra, "expires_in_ms",
                         expires > 0 ? json_integer(expires - now) : json_null());
     SD_COUNT("serverdir_lock_conflicts_total{reason=\"lock_held\"}", "Refused acquires", 1);
-    sd_resp_error_extra(resp, 409, "lock_held", extra,
-                        "lock '%s' is held by '%s' since %lld (for %lld ms)", name,
-                        sd_reply_str(r, 2), (long long)since, (long long)(now - since));
+    if (strcmp(sd_reply_str(r, 6), "1") == 0) /* the caller's holder, without its grant */
+        sd_resp_error_extra(resp, 409, "lock_held", extra,
+                            "lock '%s' is held by '%s' since %lld under a grant this request "
+                            "did not present: acquire again with its lock_token, or wait for "
+                            "its release or expiry",
+                            name, sd_reply_str(r, 2), (long long)since);
+    else
+        sd_resp_error_extra(resp, 409, "lock_held", extra,
+                            "lock '%s' is held by '%s' since %lld (for %lld ms)", name,
+                            sd_reply_str(r, 2), (long long)since, (long long)(now - since));
 }
 
 /* One granted key of an ok reply (status, now, then SD_LOCK_GRANT_FIELDS per key) as

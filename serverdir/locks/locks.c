@@ -282,17 +282,61 @@ static int keys_parse(const json_t *body, const char **names, int *n, const char
     return 0;
 }
 
+/* The lock_token(s) an acquire presents: body.lock_token (one key) or body.lock_tokens
+ * {key: token} (several; any subset of the keys), each a well-formed token. */
+static int tokens_parse(const json_t *body, int many, sd_lock_req_t *a, const char **code,
+                        char *err, size_t errcap)
+{
+    *code = "bad_lock_token";
+    if (!many) {
+        const json_t *t = json_object_get(body, "lock_token");
+        if (t && !sd_lock_token_valid(json_string_value(t))) {
+            snprintf(err, errcap, "field 'lock_token' must be a lock_token (%d hex characters)",
+                     SD_LOCK_TOKEN_LEN);
+            return -1;
+        }
+        a->tokens[0] = t ? json_string_value(t) : NULL;
+        return 0;
+    }
+    const json_t *lt = json_object_get(body, "lock_tokens");
+    if (!lt)
+        return 0;
+    if (!json_is_object(lt)) {
+        snprintf(err, errcap, "field 'lock_tokens' must be an object {key: lock_token}");
+        return -1;
+    }
+    const char *k;
+    const json_t *v;
+    json_object_foreach((json_t *)lt, k, v) {
+        int i = 0;
+        while (i < a->n && strcmp(a->names[i], k) != 0)
+            i++;
+        if (i == a->n) {
+            snprintf(err, errcap, "lock_tokens names '%.128s', which is not one of the keys", k);
+            return -1;
+        }
+        if (!sd_lock_token_valid(json_string_value(v))) {
+            snprintf(err, errcap, "lock_tokens['%.128s'] must be a lock_token (%d hex characters)",
+                     k, SD_LOCK_TOKEN_LEN);
+            return -1;
+        }
+        a->tokens[i] = json_string_value(v);
+    }
+    return 0;
+}
+
 int sd_lock_req_parse(const json_t *body, int many, sd_lock_req_t *a, const char **code,
                       char *err, size_t errcap)
 {
     static const char *const one[] = {"holder", "ttl_ms", "wait_ms", "steal_if_holder_stopped",
-                                      "steal_if_older_than_ms", NULL};
+                                      "steal_if_older_than_ms", "lock_token", NULL};
     static const char *const several[] = {"keys", "holder", "ttl_ms", "wait_ms",
                                           "steal_if_holder_stopped", "steal_if_older_than_ms",
-                                          NULL};
+                                          "lock_tokens", NULL};
     *code = "bad_field";
     a->steal_cluster = "";
     a->ttl_ms = a->wait_ms = a->steal_older_ms = 0;
+    memset(a->tokens, 0, sizeof a->tokens);
     sd_jv_t jv;
     sd_jv_init(&jv, "", err, errcap);
     if (sd_jv_only_keys(&jv, body, many ? several : one))
@@ -306,7 +350,7 @@ int sd_lock_req_parse(const json_t *body, int many, sd_lock_req_t *a, const char
         sd_jv_int(&jv, body, "steal_if_older_than_ms", 0, 1, SD_LOCKS_TTL_MAX_MS * 365,
                   &a->steal_older_ms) < 0)
         return -1;
-    return 0;
+    return tokens_parse(body, many, a, code, err, errcap);
 }
 
 int sd_lock_release_parse(const json_t *body, sd_lock_rel_t *rel, const char **code, char *err,
@@ -532,12 +576,17 @@ int sd_lock_acquire(const sd_lock_req_t *a, redisReply **out)
     sd_argv_addf(&av, "%d", a->n);
     for (int i = 0; i < a->n; i++) {
         char token[SD_LOCK_TOKEN_LEN + 1];
-        if (sd_random_hex(token, SD_LOCK_TOKEN_BYTES)) {
+        if (a->tokens[i]) {
+            sd_argv_add(&av, a->tokens[i]);
+        } else if (sd_random_hex(token, SD_LOCK_TOKEN_BYTES)) {
             sd_argv_free(&av);
             return SD_STORE_ERROR;
+        } else {
+            sd_argv_addf(&av, "%s", token);
         }
-        sd_argv_addf(&av, "%s", token);
     }
+    for (int i = 0; i < a->n; i++)
+        sd_argv_add(&av, a->tokens[i] ? "1" : "0");
     if (cluster && a->steal_cluster[0]) {
         int rc = stopped_holders(a, &av);
         if (rc != SD_STORE_OK) {
@@ -997,6 +1046,7 @@ typedef struct {
     char name[SD_NAME_MAX + 1]; /* the key the last refusal named ("": not tried yet) */
     char holder[SD_NAME_MAX + 1], cluster[SD_NAME_MAX + 1];
     char names[SD_LOCKS_MAX_KEYS][SD_NAME_MAX + 1];
+    char tokens[SD_LOCKS_MAX_KEYS][SD_LOCK_TOKEN_LEN + 1];
 } waiter_t;
 
 static atomic_int waiters;
@@ -1249,6 +1299,10 @@ void sd_lock_park(const sd_lock_req_t *a, int many, int64_t start_ms, sd_req_t *
     for (int i = 0; i < a->n; i++) {
         sd_strlcpy(w->names[i], a->names[i], sizeof w->names[i]);
         w->a.names[i] = w->names[i];
+        if (a->tokens[i]) { /* the body goes away while it waits: its own copies */
+            sd_strlcpy(w->tokens[i], a->tokens[i], sizeof w->tokens[i]);
+            w->a.tokens[i] = w->tokens[i];
+        }
     }
     if (sd_park(&waiter_kind, req, resp, w, start_ms + a->wait_ms)) {
         free(w);

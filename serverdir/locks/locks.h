@@ -29,6 +29,9 @@ typedef struct {
     int n;
     int64_t ttl_ms, wait_ms, steal_older_ms; /* 0: not given */
     const char *steal_cluster;               /* "": not given */
+    /* per key, the lock_token the caller presents (NULL: none): its grant's, to acquire
+     * again, or one of its own for a new grant, so that a retry is recognised */
+    const char *tokens[SD_LOCKS_MAX_KEYS];
 } sd_lock_req_t;
 
 /* Validates an acquire body: PUT /v1/locks/{key} (many = 0; the key comes from the path
@@ -76,7 +79,8 @@ void sd_locks_log_config(void);
 /* ---- script calls: each returns a SD_STORE_* code and on success *out, a reply the
  * caller frees with freeReplyObject (the reply shapes are in each script's header) ---- */
 
-/* lock_acquire.lua once for a's keys, with a fresh lock_token drawn for each key. */
+/* lock_acquire.lua once for a's keys, with the lock_token presented for each key or else
+ * a fresh one drawn. */
 int sd_lock_acquire(const sd_lock_req_t *a, redisReply **out);
 /* lock_release.lua: release each key of rel with the grant presented for it. */
 int sd_lock_release(const sd_lock_rel_t *rel, redisReply **out);

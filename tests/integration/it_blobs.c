@@ -546,10 +546,25 @@ static void lock_token_is_shown_to_nobody_else(void **state)
     sdc_lock_t l = lock(c, "p-secret", "holder-S");
     assert_int_equal(strlen(l.lock_token), 32);
     assert_int_equal(sdc_blob_put(c, &l, 1, "s", 1, &err), SDC_OK);
-    /* The same holder acquiring again gets the same grant, token included. */
-    sdc_lock_t again = lock(c, "p-secret", "holder-S");
+    /* The same holder acquiring again with its grant's token gets the same grant; naming
+     * the holder without the token learns nothing (409, no token in the answer). */
+    sdc_lock_t again;
+    sdc_lock_opts_t o = {.lock_token = l.lock_token};
+    assert_int_equal(sdc_lock_acquire(c, "p-secret", "holder-S", &o, &again, &err), SDC_OK);
     assert_true(again.reacquired);
+    assert_int_equal(again.lock_seq, l.lock_seq);
     assert_string_equal(again.lock_token, l.lock_token);
+    {
+        h_resp_t r;
+        char url[256];
+        snprintf(url, sizeof url, "%s/v1/locks/p-secret", sd.url);
+        assert_int_equal(h_http("PUT", url, H_TOK_GAME, "application/json",
+                                "{\"holder\":\"holder-S\"}", 21, NULL, &r),
+                         0);
+        assert_int_equal(r.status, 409);
+        assert_null(strstr(r.body ? r.body : "", l.lock_token));
+        h_resp_free(&r);
+    }
 
     const char *reads[] = {"/v1/locks/p-secret", "/v1/locks?holder=holder-S", "/v1/locks",
                            "/v1/blobs/p-secret", NULL};

@@ -194,9 +194,36 @@ static void grant_reacquire_conflict_release(void **state)
     h_resp_t r;
     char buf[64];
 
-    /* Re-acquire by the same holder: the same lock_seq, reacquired true. */
-    assert_int_equal(call(&sd, "PUT", H_TOK_GAME, "{\"holder\":\"A\"}", &r, "/v1/locks/p-basic"), 200);
+    /* Naming the holder is not holding the grant: the same holder name without the
+     * grant's lock_token, or with another, is refused like anyone else (the answer
+     * carries no token; the lease is not extended). */
+    char gtok[64], body[160];
+    use_grant("p-basic", gtok, sizeof gtok);
+    lock_tok_hdr[0] = '\0';
+    refused(&sd, "PUT", H_TOK_GAME, "{\"holder\":\"A\"}", "/v1/locks/p-basic", 409, "lock_held");
+    assert_int_equal(call(&sd, "PUT", H_TOK_GAME, "{\"holder\":\"A\"}", &r, "/v1/locks/p-basic"), 409);
+    assert_null(strstr(r.body, gtok));
+    assert_non_null(strstr(r.body, "did not present"));
+    h_resp_free(&r);
+    snprintf(body, sizeof body, "{\"holder\":\"A\",\"lock_token\":\"%032d\"}", 5);
+    refused(&sd, "PUT", H_TOK_GAME, body, "/v1/locks/p-basic", 409, "lock_held");
+    snprintf(body, sizeof body, "{\"holder\":\"A\",\"keys\":[\"p-basic\"]}");
+    refused(&sd, "POST", H_TOK_GAME, body, "/v1/locks/acquire", 409, "lock_held");
+    refused(&sd, "PUT", H_TOK_GAME, "{\"holder\":\"A\",\"lock_token\":\"xyz\"}", "/v1/locks/p-basic",
+            400, "bad_lock_token");
+    snprintf(body, sizeof body, "{\"holder\":\"A\",\"keys\":[\"p-basic\"],"
+                                "\"lock_tokens\":{\"p-other\":\"%s\"}}", gtok);
+    refused(&sd, "POST", H_TOK_GAME, body, "/v1/locks/acquire", 400, "bad_lock_token");
+
+    /* With the grant's lock_token: the same grant (lock_seq), reacquired true. */
+    snprintf(body, sizeof body, "{\"holder\":\"A\",\"lock_token\":\"%s\"}", gtok);
+    assert_int_equal(call(&sd, "PUT", H_TOK_GAME, body, &r, "/v1/locks/p-basic"), 200);
     assert_int_equal(jget(&r, "lock_seq"), s1);
+    assert_non_null(strstr(r.body, "\"reacquired\":true"));
+    h_resp_free(&r);
+    snprintf(body, sizeof body, "{\"holder\":\"A\",\"keys\":[\"p-basic\"],"
+                                "\"lock_tokens\":{\"p-basic\":\"%s\"}}", gtok);
+    assert_int_equal(call(&sd, "POST", H_TOK_GAME, body, &r, "/v1/locks/acquire"), 200);
     assert_non_null(strstr(r.body, "\"reacquired\":true"));
     h_resp_free(&r);
 
@@ -585,12 +612,16 @@ static void lock_delay_after_force_and_expiry_not_release(void **state)
     release("p-delay", "E", se);
 }
 
+/* A's acquire of p-dur presents a lock_token of its own, so that its retries after a 503
+ * are recognised as the same grant. */
+#define DUR_BODY "{\"holder\":\"A\",\"lock_token\":\"d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0\"}"
+
 /* h_wait_every condition: the re-acquire of p-dur by A on sd_wait is confirmed by a
  * replica (200); *arg (a json_int_t) gets its lock_seq. */
 static int regrant_confirmed(void *arg)
 {
     h_resp_t r;
-    if (call(&sd_wait, "PUT", H_TOK_GAME, "{\"holder\":\"A\"}", &r, "/v1/locks/p-dur") == 200)
+    if (call(&sd_wait, "PUT", H_TOK_GAME, DUR_BODY, &r, "/v1/locks/p-dur") == 200)
         *(json_int_t *)arg = jget(&r, "lock_seq");
     h_resp_free(&r);
     return *(json_int_t *)arg > 0;
@@ -600,7 +631,7 @@ static void wait_replicas_knob(void **state)
 {
     /* No replica: the grant is answered 503 replication_timeout (retry is idempotent). */
     h_resp_t r;
-    assert_int_equal(call(&sd_wait, "PUT", H_TOK_GAME, "{\"holder\":\"A\"}", &r, "/v1/locks/p-dur"), 503);
+    assert_int_equal(call(&sd_wait, "PUT", H_TOK_GAME, DUR_BODY, &r, "/v1/locks/p-dur"), 503);
     assert_string_equal(h_err_code(&r), "replication_timeout");
     h_resp_free(&r);
     /* A blob save is held to the same bar: stored on the primary, answered 503. */

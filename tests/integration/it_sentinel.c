@@ -239,8 +239,11 @@ static void *traffic(void *arg)
     int t = (int)(intptr_t)arg;
     char holder[32];
     snprintf(holder, sizeof holder, "holder-%d", t);
-    char body[64];
-    snprintf(body, sizeof body, "{\"holder\": \"%s\"}", holder);
+    /* the holder's own lock_token, presented on every acquire: a key it still holds (its
+     * release was refused or lost) is acquired again, not refused */
+    char body[128];
+    snprintf(body, sizeof body, "{\"holder\": \"%s\", \"lock_token\": \"%032x\"}", holder,
+             t + 1);
     int64_t deadline = h_now_ms() + 60000;
     for (int round = 0; !atomic_load(&stop_traffic) && h_now_ms() < deadline; round++) {
         int i = round % NKEYS, j = (round + NKEYS - 2) % NKEYS;

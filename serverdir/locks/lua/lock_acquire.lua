@@ -5,15 +5,20 @@
 -- index before this script and removes a previous holder's after it: the index lives in
 -- another slot).
 -- ARGV: holder, ttl_ms (0: no expiry), lock_delay_ms, retain_ms, steal_cluster ("": no),
---       steal_older_ms (0: no), prefix, n, then a fresh random lock_token per key
---       (serverdir draws them): a new grant stores its key's; a holder acquiring again
---       keeps the token it was granted (so every copy of one holder shares it); then, on
---       a cluster, the holders serverdir found stopped in steal_cluster's directory.
+--       steal_older_ms (0: no), prefix, n, then a lock_token per key (the one the caller
+--       presented, or a fresh random one serverdir drew), then per key '1' when the caller
+--       presented it, else '0'; then, on a cluster, the holders serverdir found stopped in
+--       steal_cluster's directory.
+-- A new grant stores its key's token. The grant is a capability: acquiring a lock one
+-- already holds (the same holder name) succeeds only with the grant's lock_token
+-- presented, so naming a holder never hands out its secret or extends its lease; a
+-- client that presents a token of its own on the first acquire can retry it safely.
 -- On standalone Redis/Sentinel a previous holder's index set and the directory's process
 -- hash <prefix>{<cluster>}:proc:<holder> are derived here (one Redis holds them all).
 -- Returns {'ok', now_ms, then per key: name, lock_seq, reacquired 0/1, stolen_from,
--- since_ms, expires_ms, lock_token} or {'lock_held', name, holder, since_ms, expires_ms, now_ms} or
--- {'lock_delayed', name, retry_after_ms}.
+-- since_ms, expires_ms, lock_token} or {'lock_held', name, holder, since_ms, expires_ms,
+-- now_ms, not_presented} (not_presented '1': the holder is the caller's, its grant's
+-- lock_token was not presented) or {'lock_delayed', name, retry_after_ms}.
 local holder = ARGV[1]
 local ttl = tonumber(ARGV[2])
 local delay = tonumber(ARGV[3])
@@ -25,7 +30,7 @@ local n = tonumber(ARGV[8])
 local indexed = #KEYS > 2 * n
 local lock_ns = prefix .. 'lock:'
 local stopped = {}
-for i = 9 + n, #ARGV do stopped[ARGV[i]] = true end
+for i = 9 + 2 * n, #ARGV do stopped[ARGV[i]] = true end
 
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -52,6 +57,9 @@ for i = 1, n do
     local action = 'grant'
     local why = ''
     if cur == holder then
+        if ARGV[8 + n + i] ~= '1' or r[6] ~= ARGV[8 + i] then
+            return {'lock_held', name, cur, fmt(since), fmt(expires), fmt(now), '1'}
+        end
         action = 'again'
     elseif cur ~= '' then
         if steal_cluster ~= '' then
@@ -64,7 +72,7 @@ for i = 1, n do
         end
         if why == '' and steal_older > 0 and now - since >= steal_older then why = 'held_too_long' end
         if why == '' then
-            return {'lock_held', name, cur, fmt(since), fmt(expires), fmt(now)}
+            return {'lock_held', name, cur, fmt(since), fmt(expires), fmt(now), '0'}
         end
         prev = cur
     elseif delay_until > now then
@@ -88,11 +96,6 @@ for i = 1, n do
     local stolen = ''
     local token = p.token
     if p.action == 'again' then
-        if token == '' then
-            -- A grant made before lock tokens existed: it gets one now.
-            token = ARGV[8 + i]
-            redis.call('HSET', KEYS[i], 'token', token)
-        end
         redis.call('HSET', KEYS[i], 'expires', fmt(expires), 'ttl', fmt(ttl))
     else
         token = ARGV[8 + i]
