@@ -40,12 +40,6 @@ static const char *rs(const redisReply *r, size_t i, char *num, size_t cap)
     return sd_reply_str(r, i);
 }
 
-const char *sd_assign_channel(char *buf, size_t cap)
-{
-    snprintf(buf, cap, "%sassign", sd_store_prefix());
-    return buf;
-}
-
 /* Answers 409 stale_epoch from a {'stale_epoch', epoch, holder} reply. */
 static void stale_epoch(sd_resp_t *resp, const redisReply *r, int64_t epoch)
 {

@@ -61,8 +61,6 @@ char *sd_json_canonical(const json_t *v);
  *  slot_restart_tokens: {"3": 1}}. NULL when malformed. */
 json_t *sd_service_json(const redisReply *entry);
 
-/* The channel assignment changes are published on ("<prefix>assign"), into buf. */
-const char *sd_assign_channel(char *buf, size_t cap);
 
 /* Reads machine m's assignment document with this thread's Redis connection.
  * Returns SD_STORE_OK with *doc (new reference) and *version, or a SD_STORE_* error. */

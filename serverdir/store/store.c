@@ -501,6 +501,12 @@ const char *sd_key(char *buf, size_t cap, const char *cluster, const char *fmt, 
     return buf;
 }
 
+const char *sd_assign_channel(char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%sassign", target.prefix);
+    return buf;
+}
+
 /* True when the connection failed because the peer had closed it (Redis restarted or
  * dropped us): the command never ran on a live server, so sending it again is safe. A
  * timeout is not such a failure: the command may have run. */

@@ -72,6 +72,10 @@ int sd_store_ping(void);
 /* "sd:{cluster}:" + formatted suffix into buf; returns buf. */
 const char *sd_key(char *buf, size_t cap, const char *cluster, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* The channel assignment changes are published on ("<prefix>assign"; not a key), into
+ * buf: the directory's events and the cluster's writes publish there, assign_wait.c
+ * subscribes. */
+const char *sd_assign_channel(char *buf, size_t cap);
 const char *sd_store_prefix(void);
 /* The master list's key base: "<prefix>master:", or on a Redis Cluster "<prefix>{master}:"
  * so that every key of the list shares one slot (the list's scripts touch several). */
