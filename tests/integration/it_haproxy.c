@@ -177,8 +177,10 @@ static void round_trip(tally_t *t, int n)
     count(t, rc, &r, "PUT machine");
     h_resp_free(&r);
 
-    rc = h_http_json("PUT", front, H_TOK_GAME, "{\"holder\":\"zone-1\"}", &r, "/v1/locks/player-%d",
-                     n % 7);
+    /* zone-1 acquires its players again and again: it presents its grants' token */
+    rc = h_http_json("PUT", front, H_TOK_GAME,
+                     "{\"holder\":\"zone-1\",\"lock_token\":\"2011a2011a2011a2011a2011a2011a20\"}",
+                     &r, "/v1/locks/player-%d", n % 7);
     count(t, rc, &r, "PUT lock");
     h_resp_free(&r);
 
