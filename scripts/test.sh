@@ -44,8 +44,19 @@ fuzz_args=(-DSD_WERROR=ON -DSD_FUZZ=ON -DSD_FUZZ_SECONDS="${SD_FUZZ_SECONDS:-10}
 has_stage() { [[ " $stages " == *" $1 "* ]]; }
 asan_bg="" fuzz_bg=""
 trap 'kill $asan_bg $fuzz_bg 2>/dev/null || true' EXIT
+# Gives PID and every process below it the niceness N (the background build's make and
+# compilers inherit the lowest priority; the ones it starts later inherit the new one).
+renice_tree() { # PID N
+    local child
+    for child in $(pgrep -P "$1" 2>/dev/null); do renice_tree "$child" "$2"; done
+    renice -n "$2" -p "$1" >/dev/null 2>&1 || true
+}
+# Waits for a background build. It is still running when the stage before it left no CPU
+# idle (a busy machine: at the lowest priority beside CPU-bound work it gets about 1% of a
+# core and takes hours), so from here on it runs at this script's own priority.
 bg_wait() { # PID NAME
     [[ -n $1 ]] || return 0
+    renice_tree "$1" "$(nice)"
     wait "$1" || echo "(the background build of $2 failed: building it again here)"
 }
 
