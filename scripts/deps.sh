@@ -3,14 +3,14 @@
 # Extra packages can be passed in SD_EXTRA_PACKAGES. wrk, etcd-server and supervisor are
 # what the benchmarks' smoke runs (ctest -L bench) load serverdir with or compare it to.
 sd_packages="cmake make gcc pkg-config libmicrohttpd-dev libjansson-dev libhiredis-dev
-libcurl4-openssl-dev libssl-dev libcmocka-dev redis-server redis-tools curl valgrind
+libcurl4-openssl-dev libssl-dev libjwt-dev libcmocka-dev redis-server redis-tools curl valgrind
 clang libclang-rt-dev haproxy systemd binutils chromium qstat nodejs npm wrk etcd-server
 supervisor ${SD_EXTRA_PACKAGES:-}"
 
 # What the main command (scripts/cluster.sh) needs: the build and the cluster's own
 # programs, not the test tools (valgrind, clang, haproxy, chromium, qstat).
 sd_cluster_packages="cmake make gcc pkg-config libmicrohttpd-dev libjansson-dev libhiredis-dev
-libcurl4-openssl-dev libssl-dev libcmocka-dev redis-server redis-tools curl"
+libcurl4-openssl-dev libssl-dev libjwt-dev libcmocka-dev redis-server redis-tools curl"
 
 # Installs the missing ones of the packages given (default: all of $sd_packages).
 sd_install_deps() {

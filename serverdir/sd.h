@@ -49,6 +49,17 @@ typedef struct {
     char cluster[SD_NAME_MAX + 1];
     char machine[SD_NAME_MAX + 1];
     char holder_prefix[SD_NAME_MAX + 1];
+    /* An instance credential (a signed JWT bigbrother obtained for one instance it runs,
+     * docs/operations.md "Security"): role SD_R_GAME, cluster and machine set as above,
+     * and these name the one instance it speaks for. cred is 0 for token-file tokens. */
+    int cred;
+    char service[SD_NAME_MAX + 1];
+    char instance[SD_NAME_MAX + 1];
+    int64_t generation;
+    /* Who is asking, as a stable id that owned records (allocations) store:
+     * "token:<12 hex of SHA-256 of the token>", "instance:<cluster>/<instance>" for a
+     * credential, "open" in open mode. */
+    char principal[SD_NAME_MAX + 32];
 } sd_auth_t;
 
 typedef struct sd_req {
