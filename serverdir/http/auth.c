@@ -11,6 +11,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <openssl/sha.h>
+
 #include "sd.h"
 
 #define TOKEN_FILE_MAX (1 << 20)
@@ -103,6 +105,10 @@ static const char *parse_line(char *l, struct token *t)
         return "machine= needs cluster= (a machine is named within its cluster)";
     t->len = len;
     memcpy(t->w, tok, len);
+    unsigned char md[SHA256_DIGEST_LENGTH];
+    SHA256((const unsigned char *)tok, len, md);
+    snprintf(t->auth.principal, sizeof t->auth.principal, "token:%02x%02x%02x%02x%02x%02x",
+             md[0], md[1], md[2], md[3], md[4], md[5]);
     return NULL;
 }
 

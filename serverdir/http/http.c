@@ -371,6 +371,7 @@ static void precheck(struct reqctx *rc, const char *method, const char *url)
 
     if (sd_auth_open_mode()) {
         req->role = req->auth.role = SD_R_OPS;
+        snprintf(req->auth.principal, sizeof req->auth.principal, "open");
     } else {
         const char *auth = NULL;
         size_t alen = 0;
