@@ -36,7 +36,18 @@ typedef struct {
     char mode[8], strategy[16], key[SD_NAME_MAX + 1];
     int64_t players, wait_ms, start_ms;
     char *labels, *meta, *payload, *canon; /* malloc'd texts ("" none) */
+    char owner[sizeof ((sd_auth_t *)0)->principal];  /* the caller's principal */
+    char viewer[sizeof ((sd_auth_t *)0)->principal]; /* whose replays it may see ("" all) */
 } alloc_req_t;
+
+/* Allocations belong to their creator (docs/allocation.md, "Ownership"): a game caller
+ * (token or instance credential) sees only the allocations its principal created, and
+ * those of before owners were recorded; ops, viewers and Big Brothers see all. Returns the
+ * principal the scripts filter by, "" for all. */
+static const char *alloc_viewer(const sd_req_t *req)
+{
+    return req->role == SD_R_GAME ? req->auth.principal : "";
+}
 
 static _Atomic int waiters;
 
@@ -244,6 +255,8 @@ static void group_call(sd_group_job_t **jobs, int n)
         sd_argv_add(&av, a->payload);
         sd_argv_add(&av, a->key);
         sd_argv_add(&av, a->canon);
+        sd_argv_add(&av, a->owner);
+        sd_argv_add(&av, a->viewer);
     }
     redisReply *r = NULL;
     int rc = sd_store_run("alloc_create", 1, &av, &r);
@@ -300,6 +313,11 @@ static int alloc_answer(const alloc_req_t *a, int rc, redisReply *r, sd_resp_t *
                             json_pack("{s:s}", "allocation", sd_reply_str(r, 1)),
                             "idempotency key '%s' was used for allocation %s with a different "
                             "request", a->key, sd_reply_str(r, 1));
+    } else if (sd_reply_status_is(r, "not_yours")) {
+        SD_COUNT("serverdir_allocation_refusals_total{reason=\"not_owner\"}",
+                 "allocation requests refused because another principal owns the allocation", 1);
+        sd_resp_error(resp, 404, "no_such_allocation",
+                      "no allocation of yours has idempotency key '%s'", a->key);
     } else if (sd_reply_status_is(r, "no_such_service")) {
         sd_resp_error_extra(resp, 404, "unknown_service", json_pack("{s:s}", "service", a->service),
                             "service '%s' does not exist", a->service);
@@ -423,6 +441,8 @@ void h_alloc_create(sd_req_t *req, sd_resp_t *resp)
     if (sd_req_may_cluster(req, resp, cluster) || sd_dir_cluster_seen(cluster))
         goto fail;
     sd_strlcpy(a->cluster, cluster, sizeof a->cluster);
+    sd_strlcpy(a->owner, req->auth.principal, sizeof a->owner);
+    sd_strlcpy(a->viewer, alloc_viewer(req), sizeof a->viewer);
     a->start_ms = sd_mono_ms();
     j->a = a;
     j->g.req = req;
@@ -537,14 +557,33 @@ void h_pool_demand(sd_req_t *req, sd_resp_t *resp)
     }
 }
 
+/* Whether id has the form of the ids alloc_create.lua hands out ("a" and 12 or more
+ * digits). Any other name would read another key of the cluster as an allocation record
+ * (alloc:m:<machine>, alloc:pending, ...): answered 404 without a look. */
+static int alloc_id_valid(const char *id)
+{
+    size_t n = strlen(id);
+    return id[0] == 'a' && n >= 13 && strspn(id + 1, "0123456789") == n - 1;
+}
+
+static void no_such_allocation(sd_resp_t *resp, const char *id)
+{
+    sd_resp_error_extra(resp, 404, "no_such_allocation", json_pack("{s:s}", "allocation", id),
+                        "allocation '%s' does not exist (ended ones are kept an hour)", id);
+}
+
 /* GET /allocations/{id} */
 void h_alloc_get(sd_req_t *req, sd_resp_t *resp)
 {
     const char *cluster, *id;
     if (sd_req_cluster_and(req, resp, &cluster, "allocation", &id))
         return;
+    if (!alloc_id_valid(id)) {
+        no_such_allocation(resp, id);
+        return;
+    }
     redisReply *r = NULL;
-    int rc = sd__cluster_run("alloc_get", cluster, &r, id, NULL);
+    int rc = sd__cluster_run("alloc_get", cluster, &r, id, alloc_viewer(req), NULL);
     if (rc) {
         sd_resp_store_error(resp, rc);
         return;
@@ -552,8 +591,7 @@ void h_alloc_get(sd_req_t *req, sd_resp_t *resp)
     if (r->type != REDIS_REPLY_ARRAY)
         sd_resp_bad_reply(resp, "alloc_get", r);
     else if (r->elements == 0)
-        sd_resp_error_extra(resp, 404, "no_such_allocation", json_pack("{s:s}", "allocation", id),
-                            "allocation '%s' does not exist (ended ones are kept an hour)", id);
+        no_such_allocation(resp, id);
     else
         sd_resp_json(resp, 200, alloc_json(r, 0));
     freeReplyObject(r);
@@ -566,17 +604,20 @@ void h_alloc_delete(sd_req_t *req, sd_resp_t *resp)
     if (sd_req_cluster_and(req, resp, &cluster, "allocation", &id) ||
         sd_req_may_cluster(req, resp, cluster))
         return;
+    if (!alloc_id_valid(id)) {
+        no_such_allocation(resp, id);
+        return;
+    }
     char chan[128];
     redisReply *r = NULL;
     int rc = sd__cluster_run("alloc_release", cluster, &r, id, sd_assign_channel(chan, sizeof chan),
-                             cluster, NULL);
+                             cluster, alloc_viewer(req), NULL);
     if (rc) {
         sd_resp_store_error(resp, rc);
         return;
     }
     if (sd_reply_status_is(r, "no_such_allocation")) {
-        sd_resp_error_extra(resp, 404, "no_such_allocation", json_pack("{s:s}", "allocation", id),
-                            "allocation '%s' does not exist (ended ones are kept an hour)", id);
+        no_such_allocation(resp, id);
     } else if (sd_reply_status_is(r, "ended") || sd_reply_status_is(r, "unchanged")) {
         json_t *o = alloc_json(r, 1);
         if (sd_reply_status_is(r, "ended")) {
@@ -606,7 +647,8 @@ void h_alloc_list(sd_req_t *req, sd_resp_t *resp)
     char lim[24];
     snprintf(lim, sizeof lim, "%lld", (long long)limit);
     redisReply *r = NULL;
-    int rc = sd__cluster_run("alloc_list", cluster, &r, after, lim, svc ? svc : "", NULL);
+    int rc = sd__cluster_run("alloc_list", cluster, &r, after, lim, svc ? svc : "",
+                             alloc_viewer(req), NULL);
     if (rc) {
         sd_resp_store_error(resp, rc);
         return;

@@ -2,12 +2,14 @@
  * the live directory with filters, one process record, and the bounded event history.
  * Every batch is applied by one script (lua/events_apply.lua); see directory.h for the
  * Redis layout. */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "directory.h"
 #include "group.h"
 #include "sd.h"
+#include "sdutil.h"
 
 SD_ROUTE(POST, "/v1/clusters/{c}/events", SD_R_BB, 0, h_events_post);
 SD_ROUTE(GET, "/v1/clusters/{c}/events", SD_R_BB | SD_R_VIEWER, 0, h_events_list);
@@ -33,11 +35,13 @@ SD_ROUTE(GET, "/v1/clusters/{c}/processes/{instance}", SD_R_BB | SD_R_VIEWER, 0,
 typedef struct {
     sd_group_job_t g; /* first */
     char cluster[SD_NAME_MAX + 1];
+    char bound[SD_NAME_MAX + 1]; /* the machine the sender's token is bound to, or "" */
     char *batch; /* normalized (malloc'd) */
     long nevents;
     sd_resp_t *resp;
     long long counts[4];
     int rc;
+    sd_dir_refusal_t why; /* with rc SD_DIR_REFUSED */
 } events_job_t;
 
 #define EJOB(p) ((events_job_t *)(p)) /* its sd_group_job_t is its first member */
@@ -51,16 +55,17 @@ static long events_weight(const sd_group_job_t *j)
 
 static void events_call(sd_group_job_t **jobs, int n)
 {
-    const char *batches[EVENTS_GROUP_MAX];
+    sd_dir_batch_t batches[EVENTS_GROUP_MAX];
     long long counts[EVENTS_GROUP_MAX][4];
+    sd_dir_refusal_t why;
     for (int i = 0; i < n; i++)
-        batches[i] = EJOB(jobs[i])->batch;
-    int rc = sd_dir_events_apply_many(EJOB(jobs[0])->cluster, batches, n, counts);
+        batches[i] = (sd_dir_batch_t){.events = EJOB(jobs[i])->batch, .bound = EJOB(jobs[i])->bound};
+    int rc = sd_dir_events_apply_many(EJOB(jobs[0])->cluster, batches, n, counts, &why);
     SD_COUNT("serverdir_events_calls_total",
              "events_apply.lua calls (each carries one or more event batches)", 1);
     SD_COUNT("serverdir_events_call_batches_total",
              "event batches carried by events_apply.lua calls", n);
-    if (rc == SD_STORE_ERROR && n > 1) {
+    if ((rc == SD_STORE_ERROR || rc == SD_DIR_REFUSED) && n > 1) {
         /* Redis refused the call (a batch the script's own check refused, before any
          * write): each batch again alone, so only its own request fails */
         for (int i = 0; i < n; i++)
@@ -72,7 +77,48 @@ static void events_call(sd_group_job_t **jobs, int n)
         j->rc = rc;
         if (!rc)
             memcpy(j->counts, counts[i], sizeof j->counts);
+        if (rc == SD_DIR_REFUSED)
+            j->why = why;
     }
+}
+
+/* Answers the refusal of j's batch: 403 when it named an instance the directory records on
+ * another machine than the token's, 429 when it would pass a machine's live-process quota.
+ * Logged at most once a second: the sender is a peer with a valid token. */
+static void events_refuse(sd_resp_t *resp, const events_job_t *j)
+{
+    const sd_dir_refusal_t *w = &j->why;
+    static _Atomic int64_t last_log;
+    int64_t now = sd_mono_ms(), prev = atomic_load(&last_log);
+    int log = now - prev >= 1000 && atomic_compare_exchange_strong(&last_log, &prev, now);
+    if (w->quota) {
+        SD_COUNT("serverdir_quota_exceeded_total{quota=\"live_processes_per_machine\"}",
+                 "Requests refused because they would pass a quota, by quota", 1);
+        if (log)
+            log_warn("events refused: quota", "cluster=%s machine=%s quota=%s limit=%lld",
+                     j->cluster, w->machine, "live_processes_per_machine", w->limit);
+        sd_resp_error_extra(resp, 429, "quota_exceeded",
+                            json_pack("{s:s, s:s, s:I}", "quota", "live_processes_per_machine",
+                                      "machine", w->machine, "limit", (json_int_t)w->limit),
+                            "machine '%s' has %lld live processes, its limit "
+                            "(live_processes_per_machine, or its declared capacity when lower): "
+                            "the batch changed nothing", w->machine, w->limit);
+        return;
+    }
+    SD_COUNT("serverdir_events_refused_total{reason=\"instance_of_another_machine\"}",
+             "Event batches refused: a machine-bound token named an instance the directory "
+             "records on another machine", 1);
+    if (log)
+        log_warn("events refused: instance of another machine",
+                 "cluster=%s token_machine=%s instance=%s recorded_machine=%s", j->cluster,
+                 j->bound, w->instance, w->machine);
+    sd_resp_error_extra(resp, 403, "forbidden",
+                        json_pack("{s:i, s:s, s:s}", "event", w->event, "instance", w->instance,
+                                  "recorded_machine", w->machine),
+                        "events[%d]: instance '%s' is recorded on machine '%s'; a token bound "
+                        "to machine '%s' reports its own machine's instances only (a move "
+                        "between machines is an operator's act): the batch changed nothing",
+                        w->event, w->instance, w->machine, j->bound);
 }
 
 /* Answers j's request from its counts, resumes it when parked, frees j. */
@@ -81,6 +127,10 @@ static void events_finish(sd_group_job_t *g, int parked)
     events_job_t *j = EJOB(g);
     sd_resp_t *resp = j->resp;
     long long *counts = j->counts;
+    if (j->rc == SD_DIR_REFUSED) {
+        events_refuse(resp, j);
+        goto done;
+    }
     if (j->rc) {
         sd_resp_store_error(resp, j->rc);
         goto done;
@@ -136,7 +186,8 @@ void h_events_post(sd_req_t *req, sd_resp_t *resp)
     if (!body)
         return;
     /* A token bound to a machine reports that machine's events only: one event for
-     * another refuses the whole batch. */
+     * another refuses the whole batch (and so does one about an instance the directory
+     * records on another machine: events_apply.lua checks that, events_refuse answers). */
     const json_t *ev;
     size_t i;
     json_array_foreach(json_object_get(body, "events"), i, ev) {
@@ -164,6 +215,7 @@ void h_events_post(sd_req_t *req, sd_resp_t *resp)
         return;
     }
     sd_strlcpy(j->cluster, cluster, sizeof j->cluster);
+    sd_strlcpy(j->bound, req->auth.machine, sizeof j->bound);
     j->batch = batch;
     j->nevents = (long)n;
     j->g.req = req;

@@ -22,6 +22,7 @@ sd_dir_config_t sd_dir_cfg = {
     .series_interval_ms = 60000,
     .wait_replicas = 0,
     .wait_timeout_ms = 500,
+    .live_max = 10000,
 };
 
 int sd_dir_config_load(const json_t *section, char *err, size_t errcap)
@@ -35,7 +36,7 @@ int sd_dir_config_load(const json_t *section, char *err, size_t errcap)
     static const char *const keys[] = {"history_max", "stopped_keep", "stopped_ttl_s",
                                        "event_id_ttl_s", "machine_keep_s", "lost_sweep_ms",
                                        "series_interval_ms", "wait_replicas",
-                                       "wait_timeout_ms", NULL};
+                                       "wait_timeout_ms", "live_processes_per_machine", NULL};
     if (sd_jv_only_keys(&v, section, keys))
         return -1;
     int64_t hist = sd_dir_cfg.history_max, keep = sd_dir_cfg.stopped_keep;
@@ -43,6 +44,7 @@ int sd_dir_config_load(const json_t *section, char *err, size_t errcap)
     int64_t mkeep = sd_dir_cfg.machine_keep_ms / 1000, sweep = sd_dir_cfg.lost_sweep_ms;
     int64_t series = sd_dir_cfg.series_interval_ms;
     int64_t wrep = sd_dir_cfg.wait_replicas, wms = sd_dir_cfg.wait_timeout_ms;
+    int64_t live = sd_dir_cfg.live_max;
     if (sd_jv_int(&v, section, "history_max", 0, 10, 10000000, &hist) < 0 ||
         sd_jv_int(&v, section, "stopped_keep", 0, 10, 10000000, &keep) < 0 ||
         sd_jv_int(&v, section, "stopped_ttl_s", 0, 1, 30LL * 86400, &sttl) < 0 ||
@@ -51,7 +53,8 @@ int sd_dir_config_load(const json_t *section, char *err, size_t errcap)
         sd_jv_int(&v, section, "lost_sweep_ms", 0, 0, 3600000, &sweep) < 0 ||
         sd_jv_int(&v, section, "series_interval_ms", 0, 0, 3600000, &series) < 0 ||
         sd_jv_int(&v, section, "wait_replicas", 0, 0, 16, &wrep) < 0 ||
-        sd_jv_int(&v, section, "wait_timeout_ms", 0, 1, 2500, &wms) < 0)
+        sd_jv_int(&v, section, "wait_timeout_ms", 0, 1, 2500, &wms) < 0 ||
+        sd_jv_int(&v, section, "live_processes_per_machine", 0, 1, 10000000, &live) < 0)
         return -1;
     if (sweep > 0 && sweep < 100)
         return sd_jv_fail(&v, "directory.lost_sweep_ms", "must be 0 (off) or at least 100");
@@ -66,6 +69,7 @@ int sd_dir_config_load(const json_t *section, char *err, size_t errcap)
     sd_dir_cfg.series_interval_ms = series;
     sd_dir_cfg.wait_replicas = wrep;
     sd_dir_cfg.wait_timeout_ms = wms;
+    sd_dir_cfg.live_max = live;
     return 0;
 }
 
@@ -323,26 +327,54 @@ static void drain_unlocks(const char *cluster)
     }
 }
 
-int sd_dir_events_apply_many(const char *cluster, const char *const *batches, int n,
-                             long long (*counts)[4])
+/* Reads the script's refusal ("forbidden <batch> <event> <instance> <machine>" or
+ * "quota_exceeded <batch> <machine> <limit>", batch 1-based) into why; 0, or -1 when r
+ * says something else. */
+static int refusal_parse(const redisReply *r, sd_dir_refusal_t *why)
+{
+    memset(why, 0, sizeof *why);
+    if (r->type != REDIS_REPLY_ERROR)
+        return -1;
+    if (sscanf(r->str, "forbidden %d %d %128s %128s", &why->batch, &why->event, why->instance,
+               why->machine) == 4) {
+        why->batch--;
+        return 0;
+    }
+    if (sscanf(r->str, "quota_exceeded %d %128s %lld", &why->batch, why->machine,
+               &why->limit) == 3) {
+        why->batch--;
+        why->quota = 1;
+        return 0;
+    }
+    return -1;
+}
+
+int sd_dir_events_apply_many(const char *cluster, const sd_dir_batch_t *batches, int n,
+                             long long (*counts)[4], sd_dir_refusal_t *why)
 {
     char base[256], chan[128];
     sd_argv_t a;
     sd_argv_init(&a);
     sd_argv_add(&a, sd_key(base, sizeof base, cluster, "%s", ""));
-    sd_argv_add(&a, batches[0]);
     sd_argv_addf(&a, "%lld", (long long)sd_dir_cfg.event_id_ttl_ms);
     sd_argv_addf(&a, "%lld", (long long)sd_dir_cfg.history_max);
     sd_argv_addf(&a, "%lld", (long long)sd_dir_cfg.stopped_keep);
     sd_argv_addf(&a, "%lld", (long long)sd_dir_cfg.stopped_ttl_ms);
     sd_argv_add(&a, sd_assign_channel(chan, sizeof chan));
     sd_argv_add(&a, cluster);
-    for (int i = 1; i < n; i++)
-        sd_argv_add(&a, batches[i]);
+    sd_argv_addf(&a, "%lld", (long long)sd_dir_cfg.live_max);
+    for (int i = 0; i < n; i++) {
+        sd_argv_add(&a, batches[i].bound);
+        sd_argv_add(&a, batches[i].events);
+    }
     redisReply *r = NULL;
     int rc = sd_store_run("events_apply", 1, &a, &r);
     if (rc)
         return rc;
+    if (!refusal_parse(r, why) && why->batch >= 0 && why->batch < n) {
+        freeReplyObject(r);
+        return SD_DIR_REFUSED;
+    }
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 6 + 3 * (size_t)(n - 1)) {
         log_error("unexpected script reply", "script=%s type=%d batches=%d", "events_apply",
                   r->type, n);
@@ -376,7 +408,16 @@ int sd_dir_events_apply_many(const char *cluster, const char *const *batches, in
 
 int sd_dir_events_apply(const char *cluster, const char *batch, long long counts[4])
 {
-    return sd_dir_events_apply_many(cluster, &batch, 1, (long long (*)[4])counts);
+    sd_dir_batch_t b = {.events = batch, .bound = ""};
+    sd_dir_refusal_t why;
+    int rc = sd_dir_events_apply_many(cluster, &b, 1, (long long (*)[4])counts, &why);
+    if (rc == SD_DIR_REFUSED) { /* an unbound batch of stops: only a quota past, and stops
+                                   never add a live process */
+        log_error("events refused", "cluster=%s machine=%s quota=%d", cluster, why.machine,
+                  why.quota);
+        return SD_STORE_ERROR;
+    }
+    return rc;
 }
 
 /* ---------- stored -> API JSON ---------- */

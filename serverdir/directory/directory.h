@@ -43,6 +43,8 @@ typedef struct {
     int64_t series_interval_ms; /* one ready-vs-desired sample per cluster this often; 0: off */
     int64_t wait_replicas;   /* WAIT for this many replicas after a batch that wrote; 0: no */
     int64_t wait_timeout_ms; /* ... for at most this long */
+    int64_t live_max;        /* live processes per machine at most (a machine's declared
+                                capacity, when lower, bounds it): live_processes_per_machine */
 } sd_dir_config_t;
 
 #define SD_SERIES_MAX 120 /* samples kept per cluster (two hours of changes at the default
@@ -70,11 +72,32 @@ int sd_dir_events_normalize(const json_t *body, char **out, size_t *nevents, cha
  * how many replicas confirmed the batch (WAIT on the node that ran it, before anything
  * else is sent; a resent batch of duplicates waits too), else -1. */
 int sd_dir_events_apply(const char *cluster, const char *batch, long long counts[4]);
+/* One batch of sd_dir_events_apply_many: the normalized events, and the machine the
+ * sender's token is bound to ("" when none: it may also move an instance between machines). */
+typedef struct {
+    const char *events;
+    const char *bound;
+} sd_dir_batch_t;
+
+/* Why events_apply.lua refused a call before any write (SD_DIR_REFUSED): batch `batch`
+ * (0-based) named, as its event `event`, an instance the directory records on machine
+ * `machine`, not on the machine its token is bound to; or (quota set) it would make a
+ * process live on `machine` past its limit of `limit` (live_processes_per_machine). */
+typedef struct {
+    int batch, event, quota;
+    long long limit;
+    char instance[SD_NAME_MAX + 1];
+    char machine[SD_NAME_MAX + 1];
+} sd_dir_refusal_t;
+#define SD_DIR_REFUSED (-3) /* beside the SD_STORE_* codes */
+
 /* sd_dir_events_apply for n batches (n >= 1) in one call, applied in order: counts[i] for
- * batches[i] (replicas the same for all). On an error nothing says which batch caused it
- * (a malformed one stops the call before any write). */
-int sd_dir_events_apply_many(const char *cluster, const char *const *batches, int n,
-                             long long (*counts)[4]);
+ * batches[i] (replicas the same for all). SD_DIR_REFUSED with *why filled when a batch
+ * broke ownership or the quota (nothing written; the others may go again without it). On
+ * another error nothing says which batch caused it (a malformed one stops the call before
+ * any write). */
+int sd_dir_events_apply_many(const char *cluster, const sd_dir_batch_t *batches, int n,
+                             long long (*counts)[4], sd_dir_refusal_t *why);
 
 /* Validates the body of PUT .../machines/{m} (NULL or {} allowed) and appends to a the
  * lease ttl_ms and the given fields as field/value pairs (labels as compact JSON).

@@ -41,6 +41,30 @@ local function index_once(set, ix, flag)
   redis.call('SET', flag, '1')
 end
 
+-- Key layout 2: a key that carries a machine's or service's name after a word of its own
+-- holds the name after '/', which names cannot hold ([A-Za-z0-9_.:@-]), so no two names
+-- share a key and no name meets a fixed key: assign/<m> (was assign:<m>, where a machine
+-- "version" met the counter assign:version) and free/<s>/<m> (was free:<s>:<m>, where
+-- service "match" on machine "p1" met service "match:p1"'s free:match:p1). Every script
+-- that touches these keys calls this first: once per cluster (keyv = 2) it moves the keys
+-- of layout 1, a bounded walk of the cluster's machines and pools.
+local function key_layout(base)
+  if redis.call('GET', base .. 'keyv') == '2' then return end
+  local function move(old, new, kind)
+    if redis.call('TYPE', old).ok == kind then redis.call('RENAME', old, new) end
+  end
+  local ms = redis.call('SUNION', base .. 'assign:machines', base .. 'machines')
+  for _, m in ipairs(ms) do move(base .. 'assign:' .. m, base .. 'assign/' .. m, 'hash') end
+  for _, sv in ipairs(redis.call('SMEMBERS', base .. 'services')) do
+    if redis.call('TYPE', base .. 'free:' .. sv).ok == 'zset' then
+      for _, m in ipairs(redis.call('ZRANGE', base .. 'free:' .. sv, 0, -1)) do
+        move(base .. 'free:' .. sv .. ':' .. m, base .. 'free/' .. sv .. '/' .. m, 'set')
+      end
+    end
+  end
+  redis.call('SET', base .. 'keyv', '2')
+end
+
 -- Machine m's lease record as {m, field, value, ...} (plus draining 1 when m is in the
 -- draining set), or nil when it expired (lost longer than machine_keep); then, when
 -- prune, its name leaves the machine set and the name index <base>mix.
@@ -125,7 +149,7 @@ local function doc_touch(base, chan, cluster, ms)
   if not next(ms) then return end
   local v = string.format('%d', redis.call('INCR', base .. 'assign:version'))
   for m in pairs(ms) do
-    redis.call('HSET', base .. 'assign:' .. m, 'version', v)
+    redis.call('HSET', base .. 'assign/' .. m, 'version', v)
     redis.call('PUBLISH', chan, cluster .. ' ' .. m)
   end
 end
@@ -159,7 +183,7 @@ end
 -- n, m's place in the machine order is set here even when inst was free already (the
 -- caller's alloc_end may have left it to this call: `refree`).
 local function pool_free_add(base, s, m, inst, n)
-  if redis.call('SADD', base .. 'free:' .. s .. ':' .. m, inst) == 1 then
+  if redis.call('SADD', base .. 'free/' .. s .. '/' .. m, inst) == 1 then
     n = n or tonumber(redis.call('HGET', base .. 'amach:' .. s, m) or '0')
     redis.call('ZADD', base .. 'free:' .. s, n, m)
     pstat_incr(base, s, 'free', 1)
@@ -172,7 +196,7 @@ end
 -- already took it out of the set (SPOP). Returns false when m has no free instance of s
 -- left (it left the machine order), else true.
 local function pool_free_rem(base, s, m, inst, popped)
-  local k = base .. 'free:' .. s .. ':' .. m
+  local k = base .. 'free/' .. s .. '/' .. m
   if popped or redis.call('SREM', k, inst) == 1 then
     pstat_incr(base, s, 'free', -1)
     if redis.call('SCARD', k) == 0 then

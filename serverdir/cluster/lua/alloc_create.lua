@@ -7,10 +7,12 @@
 --   none, 4 idempotency key ttl ms; then 9 per request: service, mode (ready|join),
 --   strategy (packed|distributed), players, machine labels (JSON object or ''), metadata
 --   (JSON object or ''), payload (compact JSON), idempotency key (''), the request's
---   canonical text (what a replay must repeat).
+--   canonical text (what a replay must repeat), the caller's principal (recorded as the
+--   allocation's owner), the principal whose allocations it may replay ('' any: ops).
+--   A key of an allocation another principal owns answers {'not_yours'}, as if unused.
 -- Returns one reply per request, in order: {'created', field, value, ...} |
 --   {'replayed', field, value, ...} | {'idempotency_conflict', id} |
---   {'no_capacity', looked_at} | {'no_such_service'} | {'failed', error} (that request's
+--   {'no_capacity', looked_at} | {'no_such_service'} | {'not_yours'} | {'failed', error} (that request's
 --   Redis error; the others go on).
 -- The search is bounded: 64 machines in strategy order (read 8 first) and 64 instances per
 -- machine (join: 64 instances in capacity order). Every Redis call counts (bench/README.md,
@@ -19,6 +21,7 @@
 -- assignment documents are read or written once per call, not per request, and the last
 -- request time at most once a second.
 local base = KEYS[1]
+key_layout(base)
 local chan, cluster, confirm_default, key_ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local now = now_ms()
 local function s(n) return string.format('%d', n) end
@@ -26,7 +29,7 @@ local function s(n) return string.format('%d', n) end
 -- The services' specs (false: no such service), the machines' leases, the machines whose
 -- assignment document changed, and how many requests moved the demand counter.
 local specs, leases, touched, demand = {}, {}, {}, 0
-local nreq = math.floor((#ARGV - 4) / 9)
+local nreq = math.floor((#ARGV - 4) / 11)
 pstat_delta = {} -- the pool counters, written once at the end (pstat_flush)
 
 -- Allocation ids: one INCRBY for this request and the ones after it in the call (an id a
@@ -79,15 +82,19 @@ local function machine_ok(m, labels)
 end
 
 local function alloc_one(i)
-  local o = 4 + (i - 1) * 9
+  local o = 4 + (i - 1) * 11
   local svc, mode, strategy, need = ARGV[o + 1], ARGV[o + 2], ARGV[o + 3], tonumber(ARGV[o + 4])
   local payload, key, canon = ARGV[o + 7], ARGV[o + 8], ARGV[o + 9]
+  local owner, viewer = ARGV[o + 10], ARGV[o + 11]
   if key ~= '' then
     local id = redis.call('GET', base .. 'alloc:key:' .. key)
     if id then
       local a = redis.call('HGETALL', base .. 'alloc:' .. id)
-      local req
-      for i = 1, #a, 2 do if a[i] == 'req' then req = a[i + 1] end end
+      local req, by
+      for i = 1, #a, 2 do
+        if a[i] == 'req' then req = a[i + 1] elseif a[i] == 'owner' then by = a[i + 1] end
+      end
+      if viewer ~= '' and by and by ~= viewer then return {'not_yours'} end
       if req == canon then
         table.insert(a, 1, 'replayed')
         return a
@@ -138,7 +145,7 @@ local function alloc_one(i)
       end
       for _, m in ipairs(ms) do
         if machine_ok(m, labels) then
-          local fk = fz .. ':' .. m
+          local fk = base .. 'free/' .. svc .. '/' .. m
           if not meta and need == 0 then
             looked = looked + 1
             pick = redis.call('SPOP', fk) -- taken out of the free set here (popped below)
@@ -180,7 +187,7 @@ local function alloc_one(i)
                'instance', pick, 'machine', m, 'address', lease_of(m).address,
                'ports', p[3] or '', 'slot', p[2] or '', 'players', s(need),
                'payload', payload, 'created_at_ms', s(now), 'confirm_by_ms', s(now + confirm),
-               'strategy', strategy}
+               'strategy', strategy, 'owner', owner}
   if key ~= '' then
     rec[#rec + 1] = 'key'
     rec[#rec + 1] = key

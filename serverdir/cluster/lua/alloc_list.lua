@@ -1,6 +1,7 @@
 -- One page of allocations, oldest first (ids sort by creation).
 -- KEYS[1]: the cluster's key base; ARGV: 1 after (an id, '' from the start), 2 limit,
--- 3 service ('' any). Looks at most 4 x limit entries of the index, so a filter costs
+-- 3 service ('' any), 4 the principal whose allocations the caller sees ('' all; a
+-- record without an owner is everyone's). Looks at most 4 x limit entries of the index, so a filter costs
 -- a bounded amount per page.
 -- Returns {next ('' at the end), {field, value, ...}, ...}.
 local base = KEYS[1]
@@ -12,11 +13,10 @@ for _, id in ipairs(ids) do
   last = id
   local a = redis.call('HGETALL', base .. 'alloc:' .. id)
   if #a > 0 then
-    local keep = ARGV[3] == ''
-    if not keep then
-      for i = 1, #a, 2 do
-        if a[i] == 'service' then keep = a[i + 1] == ARGV[3] end
-      end
+    local keep = true
+    for i = 1, #a, 2 do
+      if a[i] == 'service' and ARGV[3] ~= '' then keep = keep and a[i + 1] == ARGV[3] end
+      if a[i] == 'owner' and ARGV[4] ~= '' then keep = keep and a[i + 1] == ARGV[4] end
     end
     if keep then
       out[#out + 1] = a

@@ -5,6 +5,7 @@
 -- KEYS[1]: the cluster's key base; ARGV: 1 assignments channel, 2 cluster name, 3 batch.
 -- Returns the ids that expired.
 local base = KEYS[1]
+key_layout(base)
 local now = now_ms()
 local n = tonumber(ARGV[3])
 local late = redis.call('ZRANGEBYSCORE', base .. 'alloc:pending', '-inf', now, 'LIMIT', 0, n)

@@ -4,7 +4,8 @@
 -- "<entry JSON>\31<payload JSON>", ...: the open allocations on the machine)}. The version is the
 -- larger of the machine's own and the one of the last cluster stop/start, so both kinds
 -- of change are seen by a long-poll; a machine without a document has version 0.
-local h = redis.call('HMGET', KEYS[1] .. 'assign:' .. ARGV[1], 'slots', 'version', 'epoch')
+key_layout(KEYS[1])
+local h = redis.call('HMGET', KEYS[1] .. 'assign/' .. ARGV[1], 'slots', 'version', 'epoch')
 local c = redis.call('HMGET', KEYS[1] .. 'cluster', 'stopped', 'stopped_version')
 local v = tonumber(h[2] or '0')
 local sv = tonumber(c[2] or '0')

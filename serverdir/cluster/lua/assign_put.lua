@@ -11,10 +11,11 @@ local base = KEYS[1]
 local now = now_ms()
 local stale = stale_epoch(base, ARGV[1], now)
 if stale then return stale end
+key_layout(base)
 local pairs_ = cjson.decode(ARGV[4])
 local changed = {}
 for i = 1, #pairs_, 2 do
-  local cur = redis.call('HGET', base .. 'assign:' .. pairs_[i], 'slots') or '[]'
+  local cur = redis.call('HGET', base .. 'assign/' .. pairs_[i], 'slots') or '[]'
   if cur ~= pairs_[i + 1] then changed[#changed + 1] = i end
 end
 if #changed == 0 then
@@ -24,7 +25,7 @@ local v = string.format('%d', redis.call('INCR', base .. 'assign:version'))
 local names = {}
 for _, i in ipairs(changed) do
   local m = pairs_[i]
-  redis.call('HSET', base .. 'assign:' .. m, 'slots', pairs_[i + 1], 'version', v,
+  redis.call('HSET', base .. 'assign/' .. m, 'slots', pairs_[i + 1], 'version', v,
              'epoch', ARGV[1])
   redis.call('SADD', base .. 'assign:machines', m)
   redis.call('ZADD', base .. 'aix', 0, m)

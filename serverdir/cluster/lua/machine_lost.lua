@@ -9,12 +9,13 @@ local base = KEYS[1]
 local now = now_ms()
 local stale = stale_epoch(base, ARGV[1], now)
 if stale then return stale end
+key_layout(base)
 local m = ARGV[2]
 local out = {'ok', redis.call('GET', base .. 'assign:version') or '0', 0}
-local cur = redis.call('HGET', base .. 'assign:' .. m, 'slots') or '[]'
+local cur = redis.call('HGET', base .. 'assign/' .. m, 'slots') or '[]'
 if cur ~= '[]' then
   local v = string.format('%d', redis.call('INCR', base .. 'assign:version'))
-  redis.call('HSET', base .. 'assign:' .. m, 'slots', '[]', 'version', v, 'epoch', ARGV[1])
+  redis.call('HSET', base .. 'assign/' .. m, 'slots', '[]', 'version', v, 'epoch', ARGV[1])
   redis.call('PUBLISH', ARGV[3], ARGV[4] .. ' ' .. m)
   out[2], out[3] = v, 1
 end

@@ -19,6 +19,7 @@
 --   next: '' when the walk is done, else the part and name to start the next call at,
 --   bytes: the texts read}.
 local base = KEYS[1]
+key_layout(base)
 local now = now_ms()
 local c = redis.call('HMGET', base .. 'cluster', 'stopped', 'stopped_version')
 local sv = tonumber(c[2] or '0')
@@ -56,7 +57,7 @@ local function machine(m)
 end
 
 local function assignment(m)
-  local h = redis.call('HMGET', base .. 'assign:' .. m, 'slots', 'version', 'epoch')
+  local h = redis.call('HMGET', base .. 'assign/' .. m, 'slots', 'version', 'epoch')
   if not h[1] then return nil end
   local v = tonumber(h[2] or '0')
   if sv > v then v = sv end

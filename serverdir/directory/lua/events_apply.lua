@@ -1,13 +1,24 @@
 -- Applies one or more batches of process events (one POST each: serverdir's group
--- commit, http/group.h), in order, atomically: every batch or, on a bad input, nothing
--- (the batches were validated in C; the first loop re-checks their shape, with the wire
--- contract's SD constants, before any write).
+-- commit, http/group.h), in order, atomically: every batch or, on a bad input, a refused
+-- batch or a quota past, nothing (the batches were validated in C; the first loop
+-- re-checks their shape, with the wire contract's SD constants, and checks ownership and
+-- the live-process quota, before any write).
 -- KEYS[1]: the cluster's key base "<prefix>{cluster}:"
--- ARGV[1]: the first batch: a JSON array, per event a flat [key, value, ...] array of
--- strings; ARGV[8..]: the batches after it, the same way
--- ARGV[2]: event id ttl ms, ARGV[3]: history max length, ARGV[4]: stopped records kept,
--- ARGV[5]: stopped record ttl ms, ARGV[6]: the assignments channel, ARGV[7]: the
--- cluster's name (allocation changes wake the machine's document long-poll).
+-- ARGV[1]: event id ttl ms, ARGV[2]: history max length, ARGV[3]: stopped records kept,
+-- ARGV[4]: stopped record ttl ms, ARGV[5]: the assignments channel, ARGV[6]: the
+-- cluster's name (allocation changes wake the machine's document long-poll), ARGV[7]:
+-- live processes per machine at most (directory.live_processes_per_machine; a machine's
+-- declared capacity, when lower, bounds it), then per batch two: the machine the sender's
+-- token is bound to ('' when none) and the batch: a JSON array, per event a flat
+-- [key, value, ...] array of strings.
+-- Ownership: a batch of a machine-bound token may name only instances the directory
+-- records on that machine, or records nowhere; one naming an instance recorded on another
+-- machine refuses the call: error "forbidden <batch> <event> <instance> <machine>"
+-- (1-based batch, 0-based event). A move between machines is an unbound token's act (an
+-- operator, or serverdir itself declaring a machine lost). Instance names of Big Brothers
+-- carry their machine's name, so a legitimate run never changes machine.
+-- Quota: an event that makes an instance live on machine m when m has as many live as its
+-- limit refuses the call: error "quota_exceeded <batch> <machine> <limit>".
 -- status / confirmed / released events (docs/allocation.md) change the live record of
 -- the instance's current run only (stale otherwise); status events go to no history.
 -- The warm-pool index follows every change: a run that becomes ready with no open
@@ -30,11 +41,15 @@
 --   same              stopped                     stale: a stopped run never comes back
 --   same              starting/ready              applied (started keeps ready)
 local base = KEYS[1]
-local raws = {ARGV[1]}
-for k = 8, #ARGV do raws[#raws + 1] = ARGV[k] end
-local idttl, histmax = ARGV[2], ARGV[3]
-local keep, sttl = tonumber(ARGV[4]), tonumber(ARGV[5])
-local chan, cluster = ARGV[6], ARGV[7]
+local bound, raws = {}, {}
+for k = 8, #ARGV - 1, 2 do
+  bound[#bound + 1] = ARGV[k]
+  raws[#raws + 1] = ARGV[k + 1]
+end
+local idttl, histmax = ARGV[1], ARGV[2]
+local keep, sttl = tonumber(ARGV[3]), tonumber(ARGV[4])
+local chan, cluster = ARGV[5], ARGV[6]
+local live_max = tonumber(ARGV[7])
 local touched = {}
 local ended_lost, ended_released = 0, 0
 local now = now_ms()
@@ -154,6 +169,62 @@ for b, raw in ipairs(raws) do
   end
   batches[b], parsed[b] = batch, events
 end
+
+-- Ownership and quota, before any write: the call's events are played on a copy of the
+-- records they name (state, generation, machine), with the ordering rule of apply below,
+-- so that what an earlier event of the call does counts for a later one.
+local sim, seen, live_n, live_cap = {}, {}, {}, {}
+local function sim_rec(inst)
+  local r = sim[inst]
+  if not r then
+    local h = redis.call('HMGET', base .. 'proc:' .. inst, 'state', 'generation', 'machine')
+    r = {st = h[1], gen = tonumber(h[2] or '0'), m = h[3]}
+    sim[inst] = r
+  end
+  return r
+end
+-- How many instances machine m has live, as the call has played so far, and its limit.
+local function live_of(m)
+  if not live_n[m] then
+    live_n[m] = redis.call('ZCARD', base .. 'ix:m:' .. m)
+    local c = tonumber(redis.call('HGET', base .. 'machine:' .. m, 'capacity') or '0') or 0
+    live_cap[m] = (c > 0 and c < live_max) and c or live_max
+  end
+  return live_n[m]
+end
+local function dup(id)
+  if seen[id] then return true end
+  seen[id] = true
+  return redis.call('EXISTS', base .. 'evid:' .. id) == 1
+end
+for b, events in ipairs(parsed) do
+  for i, f in ipairs(events) do
+    local r = sim_rec(f.instance)
+    if bound[b] ~= '' and r.m and r.m ~= bound[b] then
+      return redis.error_reply(string.format('forbidden %d %d %s %s', b, i - 1, f.instance, r.m))
+    end
+    if not SIDE[f.type] and not dup(f.id) then
+      local gen = f.generation and tonumber(f.generation) or r.gen
+      local new_run = (not r.st) or gen > r.gen
+      if new_run or (gen == r.gen and r.st ~= 'stopped') then
+        local state = f.type == 'stopped' and 'stopped' or 'starting'
+        local was = LIVE[r.st] and r.m or nil
+        local now_on = state ~= 'stopped' and f.machine or nil
+        if was and was ~= now_on then live_n[was] = live_of(was) - 1 end
+        if now_on and was ~= now_on then
+          if live_of(now_on) >= live_cap[now_on] then
+            return redis.error_reply(string.format('quota_exceeded %d %s %d', b, now_on,
+                                                   live_cap[now_on]))
+          end
+          live_n[now_on] = live_n[now_on] + 1
+        end
+        r.st, r.gen, r.m = state, gen, f.machine
+      end
+    end
+  end
+end
+
+key_layout(base) -- the checks passed: from here on the call writes
 
 -- The live indexes the paged lists walk (proc_list.lua): sorted sets, score 0, in
 -- instance order: all live, per machine, per service, per state.
