@@ -218,6 +218,43 @@ static void services_whose_names_extend_each_other_keep_their_pools(void **state
     }
 }
 
+/* Data of key layout 1 (assign:<m>, free:<s>:<m>), as a serverdir of before left it, is
+ * moved by the first script that reads it: the machine's assignments and the service's
+ * free instance stay. */
+static void layout_1_keys_are_moved(void **state)
+{
+    (void)state;
+    machine_put("kv3", "m1", NULL);
+    service_put("kv3", "old");
+    redisReply *r[] = {
+        h_redis(&redis, "HSET sd:{kv3}:assign:m1 slots %s version 7 epoch 1",
+                "[{\"service\":\"old\",\"slot\":0}]"),
+        h_redis(&redis, "SADD sd:{kv3}:assign:machines m1"),
+        h_redis(&redis, "SET sd:{kv3}:assign:version 7"),
+        h_redis(&redis, "HSET sd:{kv3}:proc:old-1 instance old-1 machine m1 service old "
+                        "state ready generation 1"),
+        h_redis(&redis, "ZADD sd:{kv3}:ix:m:m1 0 old-1"),
+        h_redis(&redis, "SADD sd:{kv3}:free:old:m1 old-1"),
+        h_redis(&redis, "ZADD sd:{kv3}:free:old 0 m1"),
+        h_redis(&redis, "DEL sd:{kv3}:keyv")};
+    for (size_t i = 0; i < sizeof r / sizeof *r; i++) {
+        assert_non_null(r[i]);
+        assert_int_not_equal(r[i]->type, REDIS_REPLY_ERROR);
+        freeReplyObject(r[i]);
+    }
+    json_t *o = NULL;
+    assert_int_equal(ct_call(sd.url, H_TOK_BB, "GET", NULL, &o, NULL,
+                             "/v1/clusters/kv3/machines/m1/assignments"), 200);
+    assert_int_equal(ct_int(json_array_get(json_object_get(o, "slots"), 0), "slot"), 0);
+    json_decref(o);
+    char inst[64];
+    assert_int_equal(alloc_from("kv3", "old", inst), 201);
+    assert_string_equal(inst, "old-1");
+    redisReply *x = h_redis(&redis, "EXISTS sd:{kv3}:assign:m1 sd:{kv3}:free:old:m1");
+    assert_int_equal(x->integer, 0);
+    freeReplyObject(x);
+}
+
 /* ---------- finding 8: live processes per machine ---------- */
 
 /* A batch of n started events, instances <pfx>0.. on machine m. */
@@ -342,6 +379,7 @@ int main(void)
         cmocka_unit_test(bound_token_cannot_report_another_machines_instance),
         cmocka_unit_test(machine_named_version_gets_assignments),
         cmocka_unit_test(services_whose_names_extend_each_other_keep_their_pools),
+        cmocka_unit_test(layout_1_keys_are_moved),
         cmocka_unit_test(live_processes_stop_at_the_machines_capacity),
         cmocka_unit_test(allocations_belong_to_their_creator),
     };
