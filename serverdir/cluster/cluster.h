@@ -17,7 +17,8 @@
  *   primary            hash   holder ("" when released), epoch, expires_at_ms, acquired_at_ms
  *   primary:epoch      string the last epoch handed out; never deleted, so an epoch never
  *                             repeats
- *   assign:<m>         hash   slots (canonical JSON array), version, epoch
+ *   assign/<m>         hash   slots (canonical JSON array), version, epoch ('/' is in no
+ *                             name: a machine "version" keeps its own key; key layout 2)
  *   assign:machines    set    machines with an assignment document
  *   aix                zset   the same names, score 0: GET /state pages along it (and along
  *                             six and mix, the service and machine name indexes)
@@ -25,7 +26,8 @@
  *                             machine's document (slots or the cluster stop flag)
  * A change of assignments is published on the channel "<prefix>assign" as
  * "<cluster> <machine> <machine> ..." or "<cluster> *" (every machine of the cluster);
- * assign_wait.c subscribes to it. '#' is not allowed in names, so no key can collide. */
+ * assign_wait.c subscribes to it. '#' and '/' are not allowed in names, so no key can
+ * collide: a name follows '/' where a fixed key shares its word (assign/<m>). */
 #ifndef SD_CLUSTER_H
 #define SD_CLUSTER_H
 

@@ -100,7 +100,7 @@ static void events_refuse(sd_resp_t *resp, const events_job_t *j)
         sd_resp_error_extra(resp, 429, "quota_exceeded",
                             json_pack("{s:s, s:s, s:I}", "quota", "live_processes_per_machine",
                                       "machine", w->machine, "limit", (json_int_t)w->limit),
-                            "machine '%s' has %lld live processes, its limit "
+                            "machine '%s' is at its limit of %lld live processes "
                             "(live_processes_per_machine, or its declared capacity when lower): "
                             "the batch changed nothing", w->machine, w->limit);
         return;
