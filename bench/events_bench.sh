@@ -170,7 +170,7 @@ for run in $(seq 1 "$RUNS"); do
 
     ESHA=$(redis-cli -p "$RPORT" SCRIPT LOAD "$(cat "$WORK/events_anchor.lua")")
     bench_events_anchor_check "$RPORT" "$ESHA"
-    run_rb -r 100000000000 EVALSHA "$ESHA" 1 "$BENCH_EV_KEY" "$BATCH_JSON" "${BENCH_EV_ARGV[@]}" "-__rand_int__"
+    run_rb -r 100000000000 EVALSHA "$ESHA" 1 "$BENCH_EV_KEY" "${BENCH_EV_ARGV[@]}" "$BATCH_JSON" "-__rand_int__"
     EV_RB+=("$(awk -v r="$RPS" -v b="$BATCH" 'BEGIN { printf "%.0f", r * b }')"); EV_RB50+=("$P50"); EV_RB99+=("$P99")
 
     run_wrk "$ROOT/bench/procs_get.lua" "$SD/v1/clusters/bench/processes"

@@ -167,7 +167,7 @@ for round in $(seq "$ROUNDS"); do
             esha=$(redis-cli -p "$RPORT" SCRIPT LOAD "$(cat "$WORK/events_anchor.lua")")
             bench_events_anchor_check "$RPORT" "$esha"
             out=$(redis-benchmark -p "$RPORT" -c "$CONNS" -n "$ANCHOR_N" -r 100000000000 --csv EVALSHA \
-                "$esha" 1 "$BENCH_EV_KEY" "$BATCH_JSON" "${BENCH_EV_ARGV[@]}" "-__rand_int__" |
+                "$esha" 1 "$BENCH_EV_KEY" "${BENCH_EV_ARGV[@]}" "$BATCH_JSON" "-__rand_int__" |
                 tail -1 | tr -d '"')
             rev=$(awk -F, -v b="$BATCH" '{ printf "%.0f", $(NF - 6) * b }' <<<"$out")
             redis-cli -p "$RPORT" FLUSHALL >/dev/null

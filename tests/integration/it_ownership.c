@@ -113,6 +113,11 @@ static void bound_token_cannot_report_another_machines_instance(void **state)
                 code, NULL);
     assert_int_equal(st, 403);
     assert_string_equal(code, "forbidden");
+    st = events(H_TOK_BB_M1, c,
+                "[{\"id\":\"atk.3\",\"type\":\"released\",\"instance\":\"web-m2-1\","
+                "\"machine\":\"m1\",\"service\":\"web\"}]",
+                code, NULL);
+    assert_int_equal(st, 403);
     h_keys_take(&redis, &after, H_KEYS_CLUSTER("authz1"), H_KEYS_LOCKS, NULL);
     h_keys_same(&before, &after, "events of m1 about m2's instance");
     o = proc(c, "web-m2-1");

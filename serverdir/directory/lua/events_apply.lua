@@ -199,11 +199,12 @@ local function dup(id)
 end
 for b, events in ipairs(parsed) do
   for i, f in ipairs(events) do
-    local r = sim_rec(f.instance)
-    if bound[b] ~= '' and r.m and r.m ~= bound[b] then
+    -- (status, confirmed, released change no state: unbound, they need no look)
+    local r = (bound[b] ~= '' or not SIDE[f.type]) and sim_rec(f.instance)
+    if r and bound[b] ~= '' and r.m and r.m ~= bound[b] then
       return redis.error_reply(string.format('forbidden %d %d %s %s', b, i - 1, f.instance, r.m))
     end
-    if not SIDE[f.type] and not dup(f.id) then
+    if r and not SIDE[f.type] and not dup(f.id) then
       local gen = f.generation and tonumber(f.generation) or r.gen
       local new_run = (not r.st) or gen > r.gen
       if new_run or (gen == r.gen and r.st ~= 'stopped') then
