@@ -102,7 +102,7 @@
 #define CONFIRM_DEFAULT_MS "10000" /* api_alloc.c */
 #define KEY_TTL_MS "86400000"
 #define ALLOC_HEAD 4 /* alloc_create.lua's arguments: the call's, then ALLOC_PER per request */
-#define ALLOC_PER 9
+#define ALLOC_PER 11
 #define GROUP_MAX 32 /* api_alloc.c */
 #define ARGS_MAX (ALLOC_HEAD + GROUP_MAX * ALLOC_PER)
 
@@ -308,9 +308,10 @@ static void alloc_body(const char *match, char *body, size_t cap)
 
 /* What serverdir passes to alloc_create.lua (api_alloc.c group_call): first the call's
  * 4 arguments (the channel, the cluster, the defaults) into argv[0..4), then per request
- * alloc_args's 9 for that body: mode ready, strategy packed, 0 players, no selector, the
+ * alloc_args's 11 for that body: mode ready, strategy packed, 0 players, no selector, the
  * compact payload, no idempotency key, the body's canonical text (sorted keys, compact),
- * pointing into payload and canon. */
+ * pointing into payload and canon, the owner and the viewer of serverdir in open mode
+ * (principal "open", role ops: sees all). */
 static void alloc_head(const char *argv[ALLOC_HEAD])
 {
     const char *a[] = {cfg.chan, cfg.cluster, CONFIRM_DEFAULT_MS, KEY_TTL_MS};
@@ -322,7 +323,7 @@ static void alloc_args(const char *match, char *payload, char *canon, size_t cap
 {
     snprintf(payload, cap, "{\"match\":\"%s\"}", match);
     snprintf(canon, cap, "{\"payload\":%s,\"service\":\"%s\"}", payload, cfg.service);
-    const char *a[] = {cfg.service, "ready", "packed", "0", "", "", payload, "", canon};
+    const char *a[] = {cfg.service, "ready", "packed", "0", "", "", payload, "", canon, "open", ""};
     memcpy(argv, a, sizeof a);
 }
 
@@ -414,11 +415,14 @@ static char *release_body(const client_t *c, const held_t *hs, size_t n, long se
     return b;
 }
 
-/* The 7 arguments of events_apply.lua for a normalized batch. */
-static void release_args(const char *batch, const char *argv[7])
+/* The 9 arguments of events_apply.lua for one normalized batch: the call's 7 (serverdir's
+ * defaults, live processes per machine 10000), then the batch's bound machine (none) and
+ * the batch. More batches add two each. */
+#define EV_HEAD 7
+static void release_args(const char *batch, const char *argv[EV_HEAD + 2])
 {
-    const char *a[] = {batch, EVENT_ID_TTL_MS, HISTORY_MAX, STOPPED_KEEP, STOPPED_TTL_MS,
-                       cfg.chan, cfg.cluster};
+    const char *a[] = {EVENT_ID_TTL_MS, HISTORY_MAX, STOPPED_KEEP, STOPPED_TTL_MS,
+                       cfg.chan, cfg.cluster, "10000", "", batch};
     memcpy(argv, a, sizeof a);
 }
 
@@ -455,9 +459,9 @@ static int release_events(client_t *c, const held_t *hs, size_t n, long seq)
         long st = http(c, "POST", url, b);
         ok = release_http_ok(st, c->body, n);
     } else {
-        const char *argv[7];
+        const char *argv[EV_HEAD + 2];
         release_args(b, argv);
-        redisReply *rep = evalsha(c->r, cfg.sha_events, 7, argv);
+        redisReply *rep = evalsha(c->r, cfg.sha_events, EV_HEAD + 2, argv);
         ok = release_redis_ok(rep, 0, n);
         if (rep)
             freeReplyObject(rep);
@@ -802,7 +806,7 @@ static void group_send(int g)
 /* -g: one events_apply.lua call with the queued batches on events connection g (idle). */
 static void egroup_send(int g)
 {
-    const char *argv[7 + EGROUP_MAX];
+    const char *argv[EV_HEAD + 2 * EGROUP_MAX];
     int n = 0;
     size_t events = 0;
     while (n < neq && n < EGROUP_MAX && (n == 0 || events + eq[n]->enevents <= EGROUP_EVENTS)) {
@@ -812,12 +816,14 @@ static void egroup_send(int g)
         n++;
     }
     release_args(ein[g][0]->ebatch, argv);
-    for (int i = 1; i < n; i++)
-        argv[6 + i] = ein[g][i]->ebatch;
+    for (int i = 1; i < n; i++) {
+        argv[EV_HEAD + 2 * i] = "";
+        argv[EV_HEAD + 2 * i + 1] = ein[g][i]->ebatch;
+    }
     memmove(eq, eq + n, (size_t)(neq - n) * sizeof *eq);
     neq -= n;
     nein[g] = n;
-    resp_send(egrp[g], cfg.sha_events, 6 + n, argv);
+    resp_send(egrp[g], cfg.sha_events, EV_HEAD + 2 * n, argv);
     for (int i = 0; i < n; i++) {
         free(ein[g][i]->ebatch);
         ein[g][i]->ebatch = NULL;
@@ -841,9 +847,9 @@ static void releases_send(conn_t *k, const held_t *hs, size_t n, long seq)
         k->st = CS_RQUEUED;
         return;
     } else {
-        const char *argv[7];
+        const char *argv[EV_HEAD + 2];
         release_args(b, argv);
-        resp_send(k, cfg.sha_events, 7, argv);
+        resp_send(k, cfg.sha_events, EV_HEAD + 2, argv);
     }
     free(b);
     k->st = CS_RELEASE;
