@@ -415,14 +415,14 @@ static char *release_body(const client_t *c, const held_t *hs, size_t n, long se
     return b;
 }
 
-/* The 9 arguments of events_apply.lua for one normalized batch: the call's 7 (serverdir's
- * defaults, live processes per machine 10000), then the batch's bound machine (none) and
- * the batch. More batches add two each. */
-#define EV_HEAD 7
+/* The 10 arguments of events_apply.lua for one normalized batch: the call's 8 (serverdir's
+ * defaults, live processes per machine 10000 and 100 above capacity), then the batch's
+ * bound machine (none) and the batch. More batches add two each. */
+#define EV_HEAD 8
 static void release_args(const char *batch, const char *argv[EV_HEAD + 2])
 {
     const char *a[] = {EVENT_ID_TTL_MS, HISTORY_MAX, STOPPED_KEEP, STOPPED_TTL_MS,
-                       cfg.chan, cfg.cluster, "10000", "", batch};
+                       cfg.chan, cfg.cluster, "10000", "100", "", batch};
     memcpy(argv, a, sizeof a);
 }
 

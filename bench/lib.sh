@@ -106,24 +106,24 @@ bench_events_anchor_batch() {
 # The ARGV before the batch that serverdir passes events_apply.lua (directory.c,
 # sd_dir_events_apply_many): event id ttl ms, history max length, stopped records kept,
 # stopped record ttl ms, the assignments channel, the cluster's name, live processes per
-# machine at most, the machine the batch's token is bound to ('': none; the batch has no
-# status events, for which a bound batch reads more); the key base is BENCH_EV_KEY. The
-# batch follows as ARGV[9].
+# machine at most and above its capacity, the machine the batch's token is bound to ('':
+# none; the batch has no status events, for which a bound batch reads more); the key base
+# is BENCH_EV_KEY. The batch follows as ARGV[10].
 BENCH_EV_KEY='sd:{benchraw}:'
-BENCH_EV_ARGV=(86400000 10000 10000 86400000 sd:assign benchraw 10000000 '')
+BENCH_EV_ARGV=(86400000 10000 10000 86400000 sd:assign benchraw 10000000 100 '')
 
 # Writes the anchor script of the event benchmarks to OUT: the build's events_apply.lua
 # (the script as serverdir runs it, with its prelude) unchanged, after a two-line preamble
 # that takes a nonce from one extra, last ARGV and puts it in place of every @N@ of the
-# batch (ARGV[9]). redis-benchmark redraws the nonce (-__rand_int__) per call, so every call
+# batch (ARGV[10]). redis-benchmark redraws the nonce (-__rand_int__) per call, so every call
 # applies new events, as serverdir's calls do; the preamble's gsub over the batch is all
 # the anchor does that serverdir's call does not. Nothing inside the script is patched:
-# the anchor only relies on the script's ARGV contract (7 values, then per batch the bound
+# the anchor only relies on the script's ARGV contract (8 values, then per batch the bound
 # machine and the batch), which bench_events_anchor_check verifies.
 bench_events_anchor_script() { # lua_dir out
     {
         echo "-- bench anchor preamble (bench/lib.sh): the last ARGV is a per-call nonce for @N@"
-        echo "local bench_nonce = table.remove(ARGV); ARGV[9] = string.gsub(ARGV[9], '@N@', bench_nonce)"
+        echo "local bench_nonce = table.remove(ARGV); ARGV[10] = string.gsub(ARGV[10], '@N@', bench_nonce)"
         cat "$1/events_apply.lua"
     } >"$2"
 }

@@ -101,7 +101,8 @@ static void events_refuse(sd_resp_t *resp, const events_job_t *j)
                             json_pack("{s:s, s:s, s:I}", "quota", "live_processes_per_machine",
                                       "machine", w->machine, "limit", (json_int_t)w->limit),
                             "machine '%s' is at its limit of %lld live processes "
-                            "(live_processes_per_machine, or its declared capacity when lower): "
+                            "(live_processes_per_machine, or its declared capacity plus "
+                            "live_processes_above_capacity when lower): "
                             "the batch changed nothing", w->machine, w->limit);
         return;
     }

@@ -23,6 +23,7 @@ sd_dir_config_t sd_dir_cfg = {
     .wait_replicas = 0,
     .wait_timeout_ms = 500,
     .live_max = 10000,
+    .live_above = 100,
 };
 
 int sd_dir_config_load(const json_t *section, char *err, size_t errcap)
@@ -36,7 +37,8 @@ int sd_dir_config_load(const json_t *section, char *err, size_t errcap)
     static const char *const keys[] = {"history_max", "stopped_keep", "stopped_ttl_s",
                                        "event_id_ttl_s", "machine_keep_s", "lost_sweep_ms",
                                        "series_interval_ms", "wait_replicas",
-                                       "wait_timeout_ms", "live_processes_per_machine", NULL};
+                                       "wait_timeout_ms", "live_processes_per_machine",
+                                       "live_processes_above_capacity", NULL};
     if (sd_jv_only_keys(&v, section, keys))
         return -1;
     int64_t hist = sd_dir_cfg.history_max, keep = sd_dir_cfg.stopped_keep;
@@ -44,7 +46,7 @@ int sd_dir_config_load(const json_t *section, char *err, size_t errcap)
     int64_t mkeep = sd_dir_cfg.machine_keep_ms / 1000, sweep = sd_dir_cfg.lost_sweep_ms;
     int64_t series = sd_dir_cfg.series_interval_ms;
     int64_t wrep = sd_dir_cfg.wait_replicas, wms = sd_dir_cfg.wait_timeout_ms;
-    int64_t live = sd_dir_cfg.live_max;
+    int64_t live = sd_dir_cfg.live_max, above = sd_dir_cfg.live_above;
     if (sd_jv_int(&v, section, "history_max", 0, 10, 10000000, &hist) < 0 ||
         sd_jv_int(&v, section, "stopped_keep", 0, 10, 10000000, &keep) < 0 ||
         sd_jv_int(&v, section, "stopped_ttl_s", 0, 1, 30LL * 86400, &sttl) < 0 ||
@@ -54,7 +56,8 @@ int sd_dir_config_load(const json_t *section, char *err, size_t errcap)
         sd_jv_int(&v, section, "series_interval_ms", 0, 0, 3600000, &series) < 0 ||
         sd_jv_int(&v, section, "wait_replicas", 0, 0, 16, &wrep) < 0 ||
         sd_jv_int(&v, section, "wait_timeout_ms", 0, 1, 2500, &wms) < 0 ||
-        sd_jv_int(&v, section, "live_processes_per_machine", 0, 1, 10000000, &live) < 0)
+        sd_jv_int(&v, section, "live_processes_per_machine", 0, 1, 10000000, &live) < 0 ||
+        sd_jv_int(&v, section, "live_processes_above_capacity", 0, 0, 10000000, &above) < 0)
         return -1;
     if (sweep > 0 && sweep < 100)
         return sd_jv_fail(&v, "directory.lost_sweep_ms", "must be 0 (off) or at least 100");
@@ -70,6 +73,7 @@ int sd_dir_config_load(const json_t *section, char *err, size_t errcap)
     sd_dir_cfg.wait_replicas = wrep;
     sd_dir_cfg.wait_timeout_ms = wms;
     sd_dir_cfg.live_max = live;
+    sd_dir_cfg.live_above = above;
     return 0;
 }
 
@@ -363,6 +367,7 @@ int sd_dir_events_apply_many(const char *cluster, const sd_dir_batch_t *batches,
     sd_argv_add(&a, sd_assign_channel(chan, sizeof chan));
     sd_argv_add(&a, cluster);
     sd_argv_addf(&a, "%lld", (long long)sd_dir_cfg.live_max);
+    sd_argv_addf(&a, "%lld", (long long)sd_dir_cfg.live_above);
     for (int i = 0; i < n; i++) {
         sd_argv_add(&a, batches[i].bound);
         sd_argv_add(&a, batches[i].events);

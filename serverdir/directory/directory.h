@@ -44,7 +44,9 @@ typedef struct {
     int64_t wait_replicas;   /* WAIT for this many replicas after a batch that wrote; 0: no */
     int64_t wait_timeout_ms; /* ... for at most this long */
     int64_t live_max;        /* live processes per machine at most (a machine's declared
-                                capacity, when lower, bounds it): live_processes_per_machine */
+                                capacity plus live_above, when lower, bounds it):
+                                live_processes_per_machine */
+    int64_t live_above;      /* live_processes_above_capacity */
 } sd_dir_config_t;
 
 #define SD_SERIES_MAX 120 /* samples kept per cluster (two hours of changes at the default

@@ -5,8 +5,9 @@
  *   - legal names never share a Redis key: a machine named "version" gets assignments,
  *     services "match" and "match:p1" (and "zz", "zz:p1") on machine "p1" keep separate
  *     pools, and an event batch that touched both is applied whole;
- *   - live processes per machine stop at the machine's declared capacity, or at
- *     directory.live_processes_per_machine (429 quota_exceeded; nothing written);
+ *   - live processes per machine stop at the machine's declared capacity (plus
+ *     directory.live_processes_above_capacity), or at directory.live_processes_per_machine
+ *     (429 quota_exceeded; nothing written);
  *   - an allocation belongs to the principal that created it: another game token gets
  *     404 on get, delete and a replay of its idempotency key, and does not list it; ops
  *     sees it. */
@@ -33,7 +34,8 @@ static int setup(void **state)
 {
     return h_stack_setup(state, &redis, &sd,
                          &(h_sd_opts_t){.config = "{\"directory\": {\"series_interval_ms\": 0, "
-                                                  "\"live_processes_per_machine\": 20}}"});
+                                                  "\"live_processes_per_machine\": 20, "
+                                                  "\"live_processes_above_capacity\": 1}}"});
 }
 
 /* POSTs {"events": batch} to cluster c with token tok; returns the status, code the
@@ -279,8 +281,8 @@ static long start_many(const char *tok, const char *c, const char *m, const char
     return st;
 }
 
-/* Machine q1 declared capacity 3: its fourth live process is refused 429 quota_exceeded
- * naming live_processes_per_machine, and nothing of that batch is written; once one
+/* Machine q1 declared capacity 3, and the config allows 1 above it: its fifth live
+ * process is refused 429 quota_exceeded naming live_processes_per_machine, and nothing of that batch is written; once one
  * stops, another may start. Machine q2 declared none: the config's 20 bound it. */
 static void live_processes_stop_at_the_machines_capacity(void **state)
 {
@@ -288,7 +290,7 @@ static void live_processes_stop_at_the_machines_capacity(void **state)
     const char *c = "q";
     machine_put(c, "q1", "{\"address\":\"10.0.0.1\",\"capacity\":3}");
     char code[64];
-    assert_int_equal(start_many(H_TOK_BB, c, "q1", "a", 0, 3, code), 200);
+    assert_int_equal(start_many(H_TOK_BB, c, "q1", "a", 0, 4, code), 200);
     h_keys_t before, after;
     h_keys_take(&redis, &before, H_KEYS_CLUSTER("q"), NULL);
     json_t *o = NULL;
@@ -301,7 +303,7 @@ static void live_processes_stop_at_the_machines_capacity(void **state)
     json_t *e = json_object_get(o, "error");
     assert_string_equal(ct_str(e, "quota"), "live_processes_per_machine");
     assert_string_equal(ct_str(e, "machine"), "q1");
-    assert_int_equal(ct_int(e, "limit"), 3);
+    assert_int_equal(ct_int(e, "limit"), 4);
     json_decref(o);
     h_keys_take(&redis, &after, H_KEYS_CLUSTER("q"), NULL);
     h_keys_same(&before, &after, "a start past the machine's capacity");

@@ -7,9 +7,11 @@
 -- ARGV[1]: event id ttl ms, ARGV[2]: history max length, ARGV[3]: stopped records kept,
 -- ARGV[4]: stopped record ttl ms, ARGV[5]: the assignments channel, ARGV[6]: the
 -- cluster's name (allocation changes wake the machine's document long-poll), ARGV[7]:
--- live processes per machine at most (directory.live_processes_per_machine; a machine's
--- declared capacity, when lower, bounds it), then per batch two: the machine the sender's
--- token is bound to ('' when none) and the batch: a JSON array, per event a flat
+-- live processes per machine at most (directory.live_processes_per_machine), ARGV[8]: how
+-- many more than its declared capacity a machine may run (directory.
+-- live_processes_above_capacity: a Big Brother's capacity counts the slots the primary
+-- may assign it, its static services come on top), then per batch two: the machine the
+-- sender's token is bound to ('' when none) and the batch: a JSON array, per event a flat
 -- [key, value, ...] array of strings.
 -- Ownership: a batch of a machine-bound token may name only instances the directory
 -- records on that machine, or records nowhere; one naming an instance recorded on another
@@ -42,14 +44,14 @@
 --   same              starting/ready              applied (started keeps ready)
 local base = KEYS[1]
 local bound, raws = {}, {}
-for k = 8, #ARGV - 1, 2 do
+for k = 9, #ARGV - 1, 2 do
   bound[#bound + 1] = ARGV[k]
   raws[#raws + 1] = ARGV[k + 1]
 end
 local idttl, histmax = ARGV[1], ARGV[2]
 local keep, sttl = tonumber(ARGV[3]), tonumber(ARGV[4])
 local chan, cluster = ARGV[5], ARGV[6]
-local live_max = tonumber(ARGV[7])
+local live_max, above_cap = tonumber(ARGV[7]), tonumber(ARGV[8])
 local touched = {}
 local ended_lost, ended_released = 0, 0
 local now = now_ms()
@@ -188,7 +190,7 @@ local function live_of(m)
   if not live_n[m] then
     live_n[m] = redis.call('ZCARD', base .. 'ix:m:' .. m)
     local c = tonumber(redis.call('HGET', base .. 'machine:' .. m, 'capacity') or '0') or 0
-    live_cap[m] = (c > 0 and c < live_max) and c or live_max
+    live_cap[m] = (c > 0 and c + above_cap < live_max) and c + above_cap or live_max
   end
   return live_n[m]
 end
