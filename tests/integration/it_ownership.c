@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,6 +139,71 @@ static void bound_token_cannot_report_another_machines_instance(void **state)
                             "\"machine\":\"m1\",\"service\":\"web\",\"pid\":9,\"generation\":2}]",
                             NULL, NULL), 200);
     assert_true(h_metric(sd.url, "serverdir_events_refused_total{reason=\"instance_of_another_machine\"}") >= 2);
+}
+
+/* Senders posting at once share events_apply.lua calls (group commit): a refused batch in
+ * a shared call fails its own request only. One thread posts m1's forbidden batches,
+ * the others their own machines' events; every legit batch is applied, every forbidden
+ * one refused, whatever calls they shared. */
+#define SENDERS 6
+#define POSTS 15 /* under LIVE_MAX: each sender starts POSTS processes on its machine */
+
+typedef struct {
+    int k, ok, refused, other;
+} sender_t;
+
+static void *sender(void *arg)
+{
+    sender_t *s = arg;
+    for (int i = 0; i < POSTS; i++) {
+        char b[512];
+        long st;
+        if (s->k == 0) {
+            snprintf(b, sizeof b,
+                     "[{\"id\":\"g.atk.%d\",\"type\":\"stopped\",\"instance\":\"web-m2-2\","
+                     "\"machine\":\"m1\",\"service\":\"web\",\"reason\":\"killed\"}]", i);
+            st = events(H_TOK_BB_M1, "authz1", b, NULL, NULL);
+            s->refused += st == 403;
+            s->other += st != 403;
+            if (st != 403)
+                fprintf(stderr, "attacker: %ld\n", st);
+        } else {
+            snprintf(b, sizeof b,
+                     "[{\"id\":\"g.%d.%d\",\"type\":\"started\",\"instance\":\"g-%d-%d\","
+                     "\"machine\":\"gm%d\",\"service\":\"web\",\"pid\":%d,\"generation\":1}]",
+                     s->k, i, s->k, i, s->k, 100 + i);
+            st = events(H_TOK_BB, "authz1", b, NULL, NULL);
+            s->ok += st == 200;
+            s->other += st != 200;
+            if (st != 200)
+                fprintf(stderr, "sender %d: %ld\n", s->k, st);
+        }
+    }
+    return NULL;
+}
+
+static void refused_batch_in_a_shared_call_fails_alone(void **state)
+{
+    (void)state;
+    run_ready("authz1", "web-m2-2", "web", "m2", 1);
+    pthread_t t[SENDERS];
+    sender_t s[SENDERS];
+    for (int k = 0; k < SENDERS; k++) {
+        s[k] = (sender_t){.k = k};
+        assert_int_equal(pthread_create(&t[k], NULL, sender, &s[k]), 0);
+    }
+    for (int k = 0; k < SENDERS; k++)
+        pthread_join(t[k], NULL);
+    assert_int_equal(s[0].refused, POSTS);
+    for (int k = 0; k < SENDERS; k++) {
+        assert_int_equal(s[k].other, 0);
+        if (k)
+            assert_int_equal(s[k].ok, POSTS);
+    }
+    json_t *o = proc("authz1", "web-m2-2");
+    assert_string_equal(ct_str(o, "machine"), "m2");
+    assert_string_equal(ct_str(o, "state"), "ready");
+    json_decref(o);
 }
 
 /* ---------- finding 7: no two legal names share a key ---------- */
@@ -384,6 +450,7 @@ int main(void)
     h_init(120);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(bound_token_cannot_report_another_machines_instance),
+        cmocka_unit_test(refused_batch_in_a_shared_call_fails_alone),
         cmocka_unit_test(machine_named_version_gets_assignments),
         cmocka_unit_test(services_whose_names_extend_each_other_keep_their_pools),
         cmocka_unit_test(layout_1_keys_are_moved),
