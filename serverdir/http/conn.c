@@ -48,6 +48,7 @@ typedef struct {
 
 #define NBUCKETS 4096
 #define MAX_WORKERS 1024
+#define REAPER_PERIOD_MS 250
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
@@ -352,8 +353,8 @@ static int64_t expire(clist_t *l, int64_t timeout, int reason, int64_t now)
     return l->head ? l->head->since + timeout : INT64_MAX;
 }
 
-/* Wakes at the nearest deadline, at least every 250 ms (its stamp is part of the
- * watchdog check). */
+/* Wakes at the nearest deadline, at least every REAPER_PERIOD_MS (its stamp is part of
+ * the watchdog check). */
 static void *reaper_main(void *arg)
 {
     (void)arg;
@@ -365,7 +366,7 @@ static void *reaper_main(void *arg)
         int64_t nb = expire(&receiving, lim.body_timeout_ms, R_BODY_TIMEOUT, now);
         if (nb < next)
             next = nb;
-        int64_t wait = next - now < 250 ? next - now : 250;
+        int64_t wait = next - now < REAPER_PERIOD_MS ? next - now : REAPER_PERIOD_MS;
         struct timespec until = sd_timespec_after_ms(CLOCK_REALTIME, wait > 0 ? wait : 1);
         pthread_cond_timedwait(&cv, &mu, &until);
     }
@@ -421,11 +422,12 @@ void sd_conn_worker_leave(void)
 
 /* A worker is stuck when it is inside a callback that began stuck_ms ago or more, or
  * inside one that follows a callback that took that long: a worker whose Redis calls each
- * time out goes from one to the next, and is no more able to answer in between. */
+ * time out goes from one to the next, and is no more able to answer in between. The
+ * deadline thread is stuck when it missed its period by stuck_ms. */
 const char *sd_conn_pool_stuck(int64_t stuck_ms)
 {
     int64_t now = sd_mono_ms();
-    if (now - atomic_load(&reaper_stamp) >= stuck_ms)
+    if (now - atomic_load(&reaper_stamp) >= stuck_ms + REAPER_PERIOD_MS)
         return "the connection deadline thread is not running";
     int n = atomic_load(&nworkers);
     if (n > MAX_WORKERS)
