@@ -36,6 +36,18 @@ static bbt_t bb;
 static int logs_port, metrics_port;
 static char inst[160];
 
+/* h_wait_until condition: ServerDir records inst ready (bigbrother reported it). */
+static int known_ready(void *arg)
+{
+    (void)arg;
+    h_resp_t r;
+    if (h_http_json("GET", sd.url, H_TOK_VIEWER, NULL, &r, "/v1/clusters/c1/processes/%s", inst))
+        return 0;
+    int ok = r.status == 200 && strstr(r.body, "\"state\":\"ready\"") != NULL;
+    h_resp_free(&r);
+    return ok;
+}
+
 static int setup(void **state)
 {
     if (h_stack_setup(state, &redis, &sd, NULL))
@@ -61,7 +73,8 @@ static int setup(void **state)
         return -1;
     snprintf(inst, sizeof inst, "%s", bbt_str(st, "instance"));
     json_decref(st);
-    return 0;
+    /* the logs port asks ServerDir about the instance: wait until it knows it ready */
+    return h_wait_until(known_ready, NULL, h_ms(10000)) ? 0 : -1;
 }
 
 static int teardown(void **state)
