@@ -13,7 +13,8 @@
  * without a gap (the old self-check sent GET /healthz to its own listener, which the full
  * connection table refused). Then a slowloris (a header byte every 200 ms) is closed by
  * the header deadline while it still sends, and a request whose declared body never
- * comes by the body deadline (the old code kept both for conn_timeout_s, 30 s, from the
+ * comes by the body deadline; with all 200 connections receiving such bodies, a newcomer
+ * evicts the oldest (the old code kept both for conn_timeout_s, 30 s, from the
  * last byte). The metrics show each refusal and close. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -318,6 +319,39 @@ static void flood_leaves_room_for_clients_and_watchdog(void **state)
     assert_true(h_metric(sd_url, "serverdir_http_connections_closed_total{reason=\"evicted_idle\"}") > 0);
 }
 
+/* With every connection receiving the body of an unauthenticated request (a public POST
+ * whose declared body never comes), a newcomer evicts the oldest of them: /healthz still
+ * answers. 200 of them from 127.0.0.14-18 (40 each), all within the body deadline. */
+static void unauthenticated_bodies_evicted_at_the_limit(void **state)
+{
+    (void)state;
+    static const char head[] = "POST /v1/master/heartbeat HTTP/1.1\r\nHost: x\r\n"
+                               "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{";
+    long before = h_metric(sd_url, "serverdir_http_connections_closed_total{reason=\"evicted_unauthenticated\"}");
+    static flood_t f;
+    for (int o = 14; o <= 18; o++)
+        for (int i = 0; i < 40; i++) {
+            int fd = connect_from(o);
+            if (fd < 0)
+                continue;
+            if (h_send_all(fd, head, sizeof head - 1)) {
+                close(fd);
+                continue;
+            }
+            f.fd[f.n++] = fd;
+        }
+    h_sleep_ms(200); /* every head read: no connection waits for one */
+    int64_t ms;
+    long st = timed_get("/healthz", NULL, &ms);
+    long after = h_metric(sd_url, "serverdir_http_connections_closed_total{reason=\"evicted_unauthenticated\"}");
+    print_message("%d unauthenticated bodies pending: /healthz %ld in %lld ms, %ld evicted\n", f.n,
+                  st, (long long)ms, after - before);
+    flood_close(&f);
+    assert_int_equal(st, 200);
+    assert_true(ms < h_ms(1000));
+    assert_true(after > before);
+}
+
 /* A trusted proxy (master.trusted_proxies) may open more than the per-source limit. */
 static void trusted_proxy_exempt_from_per_source(void **state)
 {
@@ -391,6 +425,7 @@ int main(void)
     h_init(120);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(flood_leaves_room_for_clients_and_watchdog),
+        cmocka_unit_test(unauthenticated_bodies_evicted_at_the_limit),
         cmocka_unit_test(trusted_proxy_exempt_from_per_source),
         cmocka_unit_test(slowloris_closed_by_header_timeout),
         cmocka_unit_test(unsent_body_closed_by_body_timeout),
