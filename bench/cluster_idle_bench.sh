@@ -46,8 +46,12 @@ rpid=${PIDS[-1]}
 sport=$(bench_free_port)
 echo "bigbrother bench-bigbrother-token-0123" >"$WORK/tokens"
 chmod 600 "$WORK/tokens"
+# Every simulated machine connects from 127.0.0.1 (two connections each): no per-source
+# limit (docs/operations.md, "Connection limits"; 256 by default).
+echo '{"max_connections_per_source": 0}' >"$WORK/serverdir.json"
 "$BUILD_DIR/bin/serverdir" --listen "127.0.0.1:$sport" --redis "redis://127.0.0.1:$rport/0" \
-    --tokens "$WORK/tokens" --threads "$SD_THREADS" --log-level warn >"$WORK/serverdir.log" 2>&1 &
+    --tokens "$WORK/tokens" --config "$WORK/serverdir.json" --threads "$SD_THREADS" \
+    --log-level warn >"$WORK/serverdir.log" 2>&1 &
 spid=$!
 PIDS+=($spid)
 sd="http://127.0.0.1:$sport"

@@ -22,7 +22,26 @@ sd_config_t sd_cfg = {
     .blob_max = SD_BLOB_MAX_DEFAULT,
     .conn_timeout_s = 30,
     .max_connections = 4096,
+    /* connection limits and deadlines (http/conn.h) */
+    .max_connections_per_source = 256,
+    .header_timeout_ms = 10000,
+    .body_timeout_ms = 60000,
 };
+
+/* The connection limits and deadlines (http/conn.h): 0, or -1 with err and c unchanged. */
+static int conn_limits_load(sd_jv_t *v, const json_t *root, sd_config_t *c)
+{
+    int64_t per = c->max_connections_per_source, head = c->header_timeout_ms,
+            body = c->body_timeout_ms;
+    if (sd_jv_int(v, root, "max_connections_per_source", 0, 0, 65536, &per) < 0 ||
+        sd_jv_int(v, root, "header_timeout_ms", 0, 100, 3600000, &head) < 0 ||
+        sd_jv_int(v, root, "body_timeout_ms", 0, 100, 3600000, &body) < 0)
+        return -1;
+    c->max_connections_per_source = (int)per;
+    c->header_timeout_ms = (int)head;
+    c->body_timeout_ms = (int)body;
+    return 0;
+}
 
 /* The modules' sections, loaded in this order. */
 static const struct {
@@ -57,7 +76,8 @@ int sd_config_apply(json_t *root, sd_config_t *cfg, int *log_level, char *err, s
 {
     static const char *const known[] = {
         "listen", "redis", "tokens", "key_prefix", "threads", "body_max_bytes",
-        "blob_max_bytes", "conn_timeout_s", "max_connections", "log_level", "master", "locks", "directory", NULL};
+        "blob_max_bytes", "conn_timeout_s", "max_connections", "log_level", "master", "locks", "directory",
+        "max_connections_per_source", "header_timeout_ms", "body_timeout_ms", NULL};
     if (!json_is_object(root)) {
         snprintf(err, errcap, "the top level must be a JSON object");
         return -1;
@@ -93,7 +113,7 @@ int sd_config_apply(json_t *root, sd_config_t *cfg, int *log_level, char *err, s
         sd_jv_int(&v, root, "blob_max_bytes", 0, 1024, 64 << 20, &blob) < 0 ||
         sd_jv_int(&v, root, "conn_timeout_s", 0, 1, 3600, &conn) < 0 ||
         sd_jv_int(&v, root, "max_connections", 0, 16, 65536, &maxconn) < 0 ||
-        sd_jv_str(&v, root, "log_level", 0, 15, &level) < 0)
+        sd_jv_str(&v, root, "log_level", 0, 15, &level) < 0 || conn_limits_load(&v, root, &c))
         return -1;
     int l = -1;
     if (level && level[0] && (l = sd_log_parse_level(level)) < 0)

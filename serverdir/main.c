@@ -5,7 +5,8 @@
  * down. The main thread only waits for signals: SIGHUP reloads the token file, SIGTERM
  * and SIGINT stop accepting and let in-flight requests finish. Under systemd (Type=notify)
  * it also reports READY=1 once listening, STOPPING=1 on the way out, and, when the unit
- * sets WatchdogSec, feeds the watchdog after a /healthz self-request (watchdog.h). */
+ * sets WatchdogSec, feeds the watchdog while the HTTP workers are not stuck (watchdog.h). */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <getopt.h>
 #include <pthread.h>
@@ -61,6 +62,29 @@ static void load_config_file(const char *path)
         sd_die(SD_EXIT_USAGE, "bad config", "file=%s err=%s", path, err);
     if (level >= 0)
         sd_log_set_level((enum sd_log_level)level);
+}
+
+/* The connection limits of the config; the master list's trusted proxies are exempt
+ * from the per-source limit (behind them every client has their address). */
+static void conn_limits(sd_conn_limits_t *lim)
+{
+    memset(lim, 0, sizeof *lim);
+    lim->max_total = sd_cfg.max_connections;
+    lim->max_per_source = sd_cfg.max_connections_per_source;
+    lim->header_timeout_ms = sd_cfg.header_timeout_ms;
+    lim->body_timeout_ms = sd_cfg.body_timeout_ms;
+    for (int i = 0; i < sd_master_cfg.ntrusted && lim->nexempt < SD_CONN_MAX_EXEMPT; i++) {
+        struct sockaddr_storage *ss = &lim->exempt[lim->nexempt];
+        struct sockaddr_in *in = (struct sockaddr_in *)ss;
+        struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
+        if (inet_pton(AF_INET, sd_master_cfg.trusted[i], &in->sin_addr) == 1)
+            in->sin_family = AF_INET;
+        else if (inet_pton(AF_INET6, sd_master_cfg.trusted[i], &in6->sin6_addr) == 1)
+            in6->sin6_family = AF_INET6;
+        else
+            continue;
+        lim->nexempt++;
+    }
 }
 
 int main(int argc, char **argv)
@@ -156,8 +180,9 @@ int main(int argc, char **argv)
     rc = sd_sweeper_start();
     if (rc)
         sd_die(SD_EXIT_SYSTEM, "cannot start the lost-machine sweep", "err=%s", strerror(-rc));
-    rc = sd_http_start(sd_cfg.listen, sd_cfg.threads, sd_cfg.conn_timeout_s,
-                       sd_cfg.max_connections);
+    sd_conn_limits_t lim;
+    conn_limits(&lim);
+    rc = sd_http_start(sd_cfg.listen, sd_cfg.threads, sd_cfg.conn_timeout_s, &lim);
     if (rc)
         sd_die(SD_EXIT_SYSTEM, "cannot listen", "addr=%s err=%s", sd_cfg.listen, strerror(-rc));
     int nudp = nudp_flags ? nudp_flags : sd_master_cfg.nudp;
@@ -181,9 +206,9 @@ int main(int argc, char **argv)
         if (wd_ms) {
             int64_t left = wd_next - sd_mono_ms();
             if (left <= 0) {
-                /* half the ping period, at most 5 s: one slow answer skips one ping,
-                 * systemd acts only after two in a row */
-                sd_watchdog_tick(sd_cfg.listen, (int)(wd_ms / 2 < 5000 ? wd_ms / 2 + 1 : 5000));
+                /* stuck: half the ping period, at most 5 s; one slow request skips one
+                 * ping, systemd acts only after two in a row */
+                sd_watchdog_tick(wd_ms / 2 < 5000 ? wd_ms / 2 + 1 : 5000);
                 wd_next += wd_ms;
                 if (wd_next < sd_mono_ms())
                     wd_next = sd_mono_ms() + wd_ms;

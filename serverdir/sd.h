@@ -218,6 +218,12 @@ typedef struct sd_config {
     size_t blob_max;       /* raw bodies (blobs) */
     int conn_timeout_s;
     int max_connections;   /* open HTTP connections at once (each holds a 32 KiB pool) */
+    /* Connection limits and deadlines (http/conn.h, docs/operations.md "Connection
+     * limits"): per source address (IPv4, or IPv6 /64; 0 is no limit), time to a complete
+     * request head, time to a complete body. */
+    int max_connections_per_source;
+    int header_timeout_ms;
+    int body_timeout_ms;
     json_t *file;          /* the whole --config file (sections for modules), or NULL */
 } sd_config_t;
 extern sd_config_t sd_cfg;

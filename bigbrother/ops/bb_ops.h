@@ -36,5 +36,8 @@ void bb_metrics_publish(void);
 /* The logs port, when logs_listen is set: 0, or -errno when it cannot open. */
 int bb_logsrv_start(void);
 void bb_logsrv_stop(void);
+/* The logs port's connection refusals and closes (its connection guard), as Prometheus
+ * counter families, appended to b (the /metrics rendering of metrics.c). */
+void bb_logsrv_metrics(sd_buf_t *b);
 
 #endif

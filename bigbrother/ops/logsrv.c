@@ -24,13 +24,29 @@
  * waits in its thread between reads, in poll() on an inotify watch of the log (woken by
  * a write), the stop eventfd (woken when bigbrother stops) and a timeout (the next
  * liveness check, and at most FOLLOW_POLL_MS in case a change went unseen); there is no
- * idle timeout (a quiet game's follower would be cut), and every other answer closes its
- * connection, so that no browser keeps an
+ * idle timeout once an answer streams (a quiet game's follower would be cut), and every
+ * other answer closes its connection, so that no browser keeps an
  * idle one holding a thread. It touches no supervisor state: the files, the health
- * snapshot and ServerDir. */
+ * snapshot and ServerDir.
+ *
+ * 16 threads are few, so the connections that have not got a request in cannot keep
+ * them (issue 28): the connection guard below follows each connection through
+ *
+ *     HEAD (accepted, no complete request head) --> BODY (head in, before the answer)
+ *          --> ANSWER (an answer queued: a short one, or a log, streaming while it follows)
+ *
+ * and closes (shutdown(2); libmicrohttpd closes it on its thread) a HEAD connection
+ * LOGS_HEADER_MS after it opened or after its previous answer, however slowly it keeps
+ * sending (libmicrohttpd's inactivity timeout restarts at each byte), and a BODY one
+ * LOGS_BODY_MS after its head. A request that declares a body is answered 413 at once:
+ * none is expected. A source (an IPv4 address or an IPv6 /64) holds at most
+ * LOGS_PER_SOURCE connections; when all 16 are taken a new one evicts the oldest HEAD
+ * one, else the oldest BODY one, and is refused when every connection has an answer
+ * (follows stream as long as their run lives and are never evicted). */
 #include "ops/bb_ops.h"
 #include "sdclient.h"
 #include "sdlog.h"
+#include "sdtime.h"
 #include "sdutil.h"
 
 #include <arpa/inet.h>
@@ -38,6 +54,7 @@
 #include <stdatomic.h>
 #include <microhttpd.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +62,7 @@
 #include <sys/inotify.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define TAIL_DEFAULT 100
@@ -52,6 +70,10 @@
 #define FOLLOW_CHECK_MS 2000 /* how often a follower asks ServerDir whether the run lives */
 #define FOLLOW_POLL_MS 200 /* the longest wait without a look at the file */
 #define LOGS_CONNECTIONS 16
+#define LOGS_SLACK 4        /* accepted beyond 16 while the ones they evicted close */
+#define LOGS_PER_SOURCE 8
+#define LOGS_HEADER_MS 5000 /* accept (or the previous answer) to a complete request head */
+#define LOGS_BODY_MS 5000   /* complete head to the answer */
 
 static struct MHD_Daemon *logsd;
 static atomic_int stopping; /* followers end their wait when bigbrother stops */
@@ -264,6 +286,217 @@ static enum MHD_Result health_answer(struct MHD_Connection *conn, const char *to
     return ret;
 }
 
+
+/* ---------------------------------------------------------------- connection guard */
+
+enum { G_HEAD, G_BODY, G_ANSWER };
+enum { GR_PER_SOURCE, GR_FULL, GR_EVICTED, GR_HEADER_TIMEOUT, GR_BODY_TIMEOUT, GR_N };
+static const char *const guard_reasons[GR_N] = {"per_source", "total", "evicted",
+                                                "header_timeout", "body_timeout"};
+
+typedef struct {
+    int used, evicted; /* evicted: shut down here, libmicrohttpd has yet to close it */
+    int fd, state;
+    int64_t since;     /* when it entered its state (sd_mono_ms) */
+    unsigned char src[9]; /* length (4 or 8), then the IPv4 address or IPv6 /64 */
+} gconn_t;
+
+static pthread_mutex_t guard_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t guard_cv = PTHREAD_COND_INITIALIZER;
+static gconn_t gconns[LOGS_CONNECTIONS + LOGS_SLACK]; /* libmicrohttpd's limit: one each */
+static pthread_t guard_thread;
+static int guard_running, guard_stop;
+static _Atomic int64_t guard_counts[GR_N];
+
+/* The source of addr into src; -1 for a family without one. */
+static int guard_src(const struct sockaddr *sa, unsigned char src[9])
+{
+    memset(src, 0, 9);
+    if (sa->sa_family == AF_INET) {
+        src[0] = 4;
+        memcpy(src + 1, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+        return 0;
+    }
+    if (sa->sa_family != AF_INET6)
+        return -1;
+    const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+    src[0] = IN6_IS_ADDR_V4MAPPED(a) ? 4 : 8;
+    memcpy(src + 1, a->s6_addr + (src[0] == 4 ? 12 : 0), src[0]);
+    return 0;
+}
+
+/* Counts reason; a log line per reason at most every 10 s (outsiders trigger these). */
+static void guard_note(int reason)
+{
+    static _Atomic int64_t last[GR_N];
+    atomic_fetch_add(&guard_counts[reason], 1);
+    int64_t now = sd_mono_ms(), prev = atomic_load(&last[reason]);
+    if (now - prev >= 10000 && atomic_compare_exchange_strong(&last[reason], &prev, now))
+        log_warn("logs port connection refused or closed", "reason=%s limit=%d detail=%s",
+                 guard_reasons[reason], LOGS_CONNECTIONS,
+                 "one line per reason per 10 s; see bigbrother_logs_connections_*_total");
+}
+
+/* Closes g (under guard_mu). */
+static void guard_close(gconn_t *g, int reason)
+{
+    g->evicted = 1;
+    shutdown(g->fd, SHUT_RDWR);
+    guard_note(reason);
+}
+
+/* The oldest open connection in state (under guard_mu), or NULL. */
+static gconn_t *guard_oldest(int state)
+{
+    gconn_t *o = NULL;
+    for (size_t i = 0; i < SD_ARRAY_LEN(gconns); i++) {
+        gconn_t *g = &gconns[i];
+        if (g->used && !g->evicted && g->state == state && (!o || g->since < o->since))
+            o = g;
+    }
+    return o;
+}
+
+/* Accept policy: a source over LOGS_PER_SOURCE is refused; at LOGS_CONNECTIONS the
+ * oldest HEAD connection, else the oldest BODY one, is evicted to make room. */
+static enum MHD_Result guard_admit(void *cls, const struct sockaddr *addr, socklen_t len)
+{
+    (void)cls;
+    (void)len;
+    unsigned char src[9];
+    if (guard_src(addr, src))
+        return MHD_YES;
+    int from = 0, open = 0, reason = -1;
+    pthread_mutex_lock(&guard_mu);
+    for (size_t i = 0; i < SD_ARRAY_LEN(gconns); i++) {
+        if (!gconns[i].used || gconns[i].evicted)
+            continue;
+        open++;
+        from += !memcmp(gconns[i].src, src, sizeof src);
+    }
+    if (from >= LOGS_PER_SOURCE) {
+        reason = GR_PER_SOURCE;
+    } else if (open >= LOGS_CONNECTIONS) {
+        gconn_t *v = guard_oldest(G_HEAD);
+        if (!v)
+            v = guard_oldest(G_BODY);
+        if (v)
+            guard_close(v, GR_EVICTED);
+        else
+            reason = GR_FULL;
+    }
+    pthread_mutex_unlock(&guard_mu);
+    if (reason < 0)
+        return MHD_YES;
+    guard_note(reason);
+    return MHD_NO;
+}
+
+/* Connection start and end (MHD_OPTION_NOTIFY_CONNECTION): a slot of gconns, whose
+ * socket stays open until this "closed" call has freed the slot. */
+static void guard_notify(void *cls, struct MHD_Connection *conn, void **socket_ctx,
+                         enum MHD_ConnectionNotificationCode toe)
+{
+    (void)cls;
+    gconn_t *g = *socket_ctx;
+    pthread_mutex_lock(&guard_mu);
+    if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+        if (g)
+            g->used = 0;
+        *socket_ctx = NULL;
+        pthread_mutex_unlock(&guard_mu);
+        return;
+    }
+    const union MHD_ConnectionInfo *fd = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    const union MHD_ConnectionInfo *ad = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    unsigned char src[9];
+    if (!fd || !ad || !ad->client_addr || guard_src(ad->client_addr, src)) {
+        pthread_mutex_unlock(&guard_mu);
+        return;
+    }
+    for (size_t i = 0; i < SD_ARRAY_LEN(gconns); i++) {
+        g = &gconns[i];
+        if (g->used)
+            continue;
+        *g = (gconn_t){.used = 1, .fd = fd->connect_fd, .state = G_HEAD, .since = sd_mono_ms()};
+        memcpy(g->src, src, sizeof src);
+        *socket_ctx = g;
+        break;
+    }
+    pthread_mutex_unlock(&guard_mu);
+}
+
+/* Moves conn's connection to state, restarting its clock. */
+static void guard_move(struct MHD_Connection *conn, int state)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    gconn_t *g = ci ? ci->socket_context : NULL;
+    if (!g)
+        return;
+    pthread_mutex_lock(&guard_mu);
+    g->state = state;
+    g->since = sd_mono_ms();
+    pthread_mutex_unlock(&guard_mu);
+}
+
+/* The answer is sent (MHD_OPTION_NOTIFY_COMPLETED): a kept-alive connection waits for
+ * its next head. */
+static void guard_completed(void *cls, struct MHD_Connection *conn, void **ctx,
+                            enum MHD_RequestTerminationCode toe)
+{
+    (void)cls;
+    (void)ctx;
+    (void)toe;
+    guard_move(conn, G_HEAD);
+}
+
+/* Closes the HEAD and BODY connections past their deadline, every 100 ms. */
+static void *guard_main(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&guard_mu);
+    while (!guard_stop) {
+        int64_t now = sd_mono_ms();
+        for (size_t i = 0; i < SD_ARRAY_LEN(gconns); i++) {
+            gconn_t *g = &gconns[i];
+            if (!g->used || g->evicted)
+                continue;
+            if (g->state == G_HEAD && now - g->since >= LOGS_HEADER_MS)
+                guard_close(g, GR_HEADER_TIMEOUT);
+            else if (g->state == G_BODY && now - g->since >= LOGS_BODY_MS)
+                guard_close(g, GR_BODY_TIMEOUT);
+        }
+        struct timespec until = sd_timespec_after_ms(CLOCK_REALTIME, 100);
+        pthread_cond_timedwait(&guard_cv, &guard_mu, &until);
+    }
+    pthread_mutex_unlock(&guard_mu);
+    return NULL;
+}
+
+void bb_logsrv_metrics(sd_buf_t *b)
+{
+    sd_buf_printf(b, "# HELP %s %s\n# TYPE %s counter\n", "bigbrother_logs_connections_refused_total",
+                  "Logs port connections refused at accept, by reason.",
+                  "bigbrother_logs_connections_refused_total");
+    for (int r = GR_PER_SOURCE; r <= GR_FULL; r++)
+        sd_buf_printf(b, "bigbrother_logs_connections_refused_total{reason=\"%s\"} %lld\n",
+                      guard_reasons[r], (long long)atomic_load(&guard_counts[r]));
+    sd_buf_printf(b, "# HELP %s %s\n# TYPE %s counter\n", "bigbrother_logs_connections_closed_total",
+                  "Logs port connections closed by eviction or a deadline, by reason.",
+                  "bigbrother_logs_connections_closed_total");
+    for (int r = GR_EVICTED; r < GR_N; r++)
+        sd_buf_printf(b, "bigbrother_logs_connections_closed_total{reason=\"%s\"} %lld\n",
+                      guard_reasons[r], (long long)atomic_load(&guard_counts[r]));
+}
+
+/* A request that declares a body (none is expected here). */
+static int declares_body(struct MHD_Connection *conn)
+{
+    const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
+    return (cl && strcmp(cl, "0") != 0) ||
+           MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Transfer-Encoding");
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_size, void **ctx)
@@ -273,8 +506,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     (void)upload_data;
     if (!*ctx) { /* the headers: wait for the (empty) body */
         *ctx = conn;
-        return MHD_YES;
+        guard_move(conn, G_BODY);
+        if (!declares_body(conn))
+            return MHD_YES;
+        guard_move(conn, G_ANSWER);
+        return text(conn, 413, "no body expected\n");
     }
+    guard_move(conn, G_ANSWER);
     if (*upload_size)
         return text(conn, 413, "no body expected\n");
     if (!strcmp(method, "OPTIONS"))
@@ -344,6 +582,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return ret;
 }
 
+/* Stops the guard's deadline thread (after the daemon). */
+static void guard_end(void)
+{
+    if (!guard_running)
+        return;
+    pthread_mutex_lock(&guard_mu);
+    guard_stop = 1;
+    pthread_cond_signal(&guard_cv);
+    pthread_mutex_unlock(&guard_mu);
+    pthread_join(guard_thread, NULL);
+    guard_running = 0;
+}
+
 int bb_logsrv_start(void)
 {
     if (!bb.cfg.logs_host[0])
@@ -353,6 +604,12 @@ int bb_logsrv_start(void)
     if (stop_fd < 0)
         return -errno;
     int fd = bb_listen_tcp(bb.cfg.logs_host, bb.cfg.logs_port);
+    guard_stop = 0;
+    if (fd >= 0 && pthread_create(&guard_thread, NULL, guard_main, NULL) != 0) {
+        close(fd);
+        fd = -EAGAIN;
+    }
+    guard_running = fd >= 0;
     if (fd < 0) {
         close(stop_fd);
         stop_fd = -1;
@@ -362,10 +619,13 @@ int bb_logsrv_start(void)
     }
     logsd = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
                                  MHD_USE_ERROR_LOG,
-                             0, NULL, NULL, on_request, NULL, MHD_OPTION_LISTEN_SOCKET, fd,
-                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)LOGS_CONNECTIONS,
+                             0, guard_admit, NULL, on_request, NULL, MHD_OPTION_LISTEN_SOCKET, fd,
+                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)SD_ARRAY_LEN(gconns),
+                             MHD_OPTION_NOTIFY_CONNECTION, guard_notify, NULL,
+                             MHD_OPTION_NOTIFY_COMPLETED, guard_completed, NULL,
                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)0, MHD_OPTION_END);
     if (!logsd) {
+        guard_end();
         close(fd);
         close(stop_fd);
         stop_fd = -1;
@@ -387,6 +647,7 @@ void bb_logsrv_stop(void)
             log_warn("logs followers not woken", "error=%s", strerror(errno));
         MHD_stop_daemon(logsd);
         logsd = NULL;
+        guard_end();
         close(stop_fd);
         stop_fd = -1;
     }

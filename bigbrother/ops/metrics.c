@@ -212,6 +212,7 @@ static void render(sd_buf_t *b)
            "Attempts to send events or the machine lease to ServerDir that failed.");
     sd_buf_printf(b, "bigbrother_report_send_failures_total %lld\n",
                   (long long)(bb.report ? bb_report_send_failures(bb.report) : 0));
+    bb_logsrv_metrics(b);
 }
 
 static enum MHD_Result answer(struct MHD_Connection *conn, unsigned status, const char *ctype,

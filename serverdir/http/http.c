@@ -10,9 +10,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "conn.h"
 #include "router.h"
 #include "sd.h"
 #include "sdtime.h"
@@ -456,10 +458,9 @@ static enum MHD_Result send_response(struct reqctx *rc)
     return ret;
 }
 
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_data_size,
-                                  void **con_cls)
+static enum MHD_Result request_step(struct MHD_Connection *conn, const char *url,
+                                    const char *method, const char *upload_data,
+                                    size_t *upload_data_size, void **con_cls)
 {
     struct reqctx *rc = *con_cls;
     if (rc && rc->parked) /* called again after sd_req_resume: the answer is ready */
@@ -479,8 +480,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         sd_buf_init(&rc->resp.body, 0);
         peer_address(rc);
         precheck(rc, method, url);
-        if (rc->responded)
+        sd_conn_head_done(conn, rc->req.role != 0);
+        if (rc->responded) {
+            sd_conn_body_done(conn);
             return send_response(rc);
+        }
         return MHD_YES;
     }
     if (*upload_data_size) {
@@ -490,6 +494,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *upload_data_size = 0;
         return MHD_YES;
     }
+    sd_conn_body_done(conn);
     if (rc->req.body_too_big) {
         sd_buf_free(&rc->req.body);
         sd_resp_error(&rc->resp, 413, "too_large", "the body is larger than the %zu byte limit",
@@ -503,9 +508,25 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return send_response(rc);
 }
 
+/* libmicrohttpd's access handler: one step of a request (request_step), stamped for the
+ * watchdog's check that the worker pool is not stuck (conn.h). */
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls)
+{
+    (void)cls;
+    (void)version;
+    sd_conn_worker_enter();
+    enum MHD_Result r = request_step(conn, url, method, upload_data, upload_data_size, con_cls);
+    sd_conn_worker_leave();
+    return r;
+}
+
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
+    sd_conn_answer_done(conn);
     struct reqctx *rc = *con_cls;
     if (!rc)
         return;
@@ -520,9 +541,15 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     inflight_add(-1);
 }
 
+/* libmicrohttpd's messages, at most one a second: a flood of connections that are closed
+ * (by their peer, or by the limits of conn.h) would otherwise write one line each. */
 __attribute__((format(printf, 2, 0)))
 static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
+    static _Atomic int64_t last;
+    int64_t now = sd_mono_ms(), prev = atomic_load(&last);
+    if (now - prev < 1000 || !atomic_compare_exchange_strong(&last, &prev, now))
+        return;
     char msg[256];
     vsnprintf(msg, sizeof msg, fmt, ap);
     size_t n = strlen(msg);
@@ -604,24 +631,65 @@ static size_t unescape(void *cls, struct MHD_Connection *c, char *val)
     return (size_t)(w - val);
 }
 
-int sd_http_start(const char *listen_addr, int threads, int conn_timeout_s, int max_conns)
+/* Room above the total limit for connections accepted while the ones they evicted are
+ * still closing; libmicrohttpd's own hard limit is the total plus this. */
+static int evict_slack(int max_total) { return max_total / 8 > 64 ? max_total / 8 : 64; }
+
+/* Lowers lim->max_total when the open-file limit (raised to its hard limit first) could
+ * not hold it with its slack and the descriptors serverdir needs besides: at the
+ * file limit accept() fails and no eviction can make room. */
+static void fit_fd_limit(sd_conn_limits_t *lim, int threads)
 {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl))
+        return;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+        getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    long reserve = 256 + 4L * threads; /* Redis connections, UDP, logs, the epoll sets */
+    long room = (long)(rl.rlim_cur == RLIM_INFINITY ? 1L << 20 : rl.rlim_cur) - reserve;
+    long need = lim->max_total + evict_slack(lim->max_total);
+    if (need <= room)
+        return;
+    int fit = (int)(room * 8 / 9);
+    log_warn("max_connections lowered to fit the open-file limit",
+             "max_connections=%d nofile=%ld now=%d", lim->max_total, (long)rl.rlim_cur,
+             fit > 16 ? fit : 16);
+    lim->max_total = fit > 16 ? fit : 16;
+}
+
+int sd_http_start(const char *listen_addr, int threads, int conn_timeout_s,
+                  const sd_conn_limits_t *limits)
+{
+    sd_conn_limits_t lim = *limits;
+    fit_fd_limit(&lim, threads);
     listen_fd = open_listener(listen_addr);
     if (listen_fd < 0)
         return listen_fd;
+    int rc = sd_conn_start(&lim);
+    if (rc) {
+        close(listen_fd);
+        listen_fd = -1;
+        return rc;
+    }
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC |
                      MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
-    daemon_ = MHD_start_daemon(flags, 0, NULL, NULL, on_request, NULL,
+    daemon_ = MHD_start_daemon(flags, 0, sd_conn_admit, NULL, on_request, NULL,
                                MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
                                MHD_OPTION_LISTEN_SOCKET, listen_fd,
                                MHD_OPTION_THREAD_POOL_SIZE, (unsigned)threads,
                                MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)conn_timeout_s,
-                               MHD_OPTION_CONNECTION_LIMIT, (unsigned)max_conns,
+                               MHD_OPTION_CONNECTION_LIMIT,
+                               (unsigned)(lim.max_total + evict_slack(lim.max_total)),
+                               MHD_OPTION_NOTIFY_CONNECTION, sd_conn_notify, NULL,
                                MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)SD_HTTP_CONN_MEMORY,
                                MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
                                MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL,
                                MHD_OPTION_END);
     if (!daemon_) {
+        sd_conn_stop();
         close(listen_fd);
         listen_fd = -1;
         return -EIO;
@@ -647,4 +715,5 @@ void sd_http_stop(int grace_ms)
     pthread_mutex_unlock(&inflight_mu);
     MHD_stop_daemon(daemon_);
     daemon_ = NULL;
+    sd_conn_stop();
 }

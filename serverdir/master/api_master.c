@@ -7,7 +7,14 @@
  * a few seconds, which proves the address is real and reachable (as the UDP master
  * protocols do). The caller's address is the TCP peer, or, only when the peer is a
  * configured trusted proxy, the right-most X-Forwarded-For entry that is not a trusted
- * proxy. It is never taken from the body. */
+ * proxy. It is never taken from the body.
+ *
+ * Linking an entry to a supervised instance (the heartbeat's "cluster" and "instance")
+ * is the one act that needs a credential: the link lets the directory delist the entry
+ * when that instance stops, so a stranger naming someone else's instance would attach
+ * its entry to it. Only that instance's own credential (or an ops token) links; any other
+ * caller is listed as if it had named no instance ("linked": false), and no key is
+ * written for the instance it named (docs/master.md "Supervised servers"). */
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <stddef.h>
@@ -271,6 +278,19 @@ int sd_master_heartbeat_parse(json_t *body, sd_master_server_t *s, const char **
     return 0;
 }
 
+/* Whether the caller may link an entry to s->instance ("cluster/instance"): an ops token,
+ * or the credential of exactly that instance. */
+static int may_link(const sd_req_t *req, const sd_master_server_t *s)
+{
+    if (req->role == SD_R_OPS)
+        return 1;
+    if (!req->auth.cred)
+        return 0;
+    char own[sizeof s->instance];
+    snprintf(own, sizeof own, "%s/%s", req->auth.cluster, req->auth.instance);
+    return !strcmp(own, s->instance);
+}
+
 void h_master_heartbeat(sd_req_t *req, sd_resp_t *resp)
 {
     char ip[48];
@@ -287,6 +307,12 @@ void h_master_heartbeat(sd_req_t *req, sd_resp_t *resp)
         json_decref(body);
         sd_resp_error(resp, 400, "bad_field", "%s", err);
         return;
+    }
+    int linked = s.instance[0] && may_link(req, &s);
+    if (s.instance[0] && !linked) {
+        SD_COUNT("serverdir_master_links_refused_total",
+                 "master-list heartbeats that named an instance without its credential", 1);
+        s.instance[0] = '\0';
     }
     sd_master_addr_key(ip, s.port, s.addr, sizeof s.addr, s.ip, sizeof s.ip, &s.family);
     int is_new = 0;
@@ -310,8 +336,8 @@ void h_master_heartbeat(sd_req_t *req, sd_resp_t *resp)
         log_debug("master server listed", "addr=%s game=%s source=%s", s.addr, s.game, "rest");
     }
     sd_resp_json(resp, 200,
-                 json_pack("{s:s, s:b, s:I, s:I}", "address", s.addr, "new", is_new,
-                           "expires_in_ms", (json_int_t)(exp - sd_wall_ms()),
+                 json_pack("{s:s, s:b, s:b, s:I, s:I}", "address", s.addr, "new", is_new,
+                           "linked", linked, "expires_in_ms", (json_int_t)(exp - sd_wall_ms()),
                            "heartbeat_interval_s",
                            (json_int_t)sd_master_cfg.heartbeat_interval_s));
 }

@@ -55,18 +55,25 @@ static int teardown(void **state)
     return h_stack_teardown(state);
 }
 
-/* One request with an optional X-Forwarded-For; public routes, so no token. */
-static long req(const h_serverdir_t *s, const char *method, const char *path, const char *body,
-                const char *xff, h_resp_t *r)
+/* One request with an optional X-Forwarded-For and an optional bearer token (public
+ * routes: most calls send none). */
+static long req_tok(const h_serverdir_t *s, const char *token, const char *method,
+                    const char *path, const char *body, const char *xff, h_resp_t *r)
 {
     char url[512], hdr[256];
     snprintf(url, sizeof url, "%s%s", s->url, path);
     snprintf(hdr, sizeof hdr, "X-Forwarded-For: %s", xff ? xff : "");
     const char *headers[] = {hdr, NULL};
-    assert_int_equal(h_http(method, url, NULL, NULL, body, body ? strlen(body) : 0,
+    assert_int_equal(h_http(method, url, token, NULL, body, body ? strlen(body) : 0,
                             xff ? headers : NULL, r),
                      0);
     return r->status;
+}
+
+static long req(const h_serverdir_t *s, const char *method, const char *path, const char *body,
+                const char *xff, h_resp_t *r)
+{
+    return req_tok(s, NULL, method, path, body, xff, r);
 }
 
 /* A challenge for the caller (through s, speaking for xff) into chal. */
@@ -85,7 +92,28 @@ static void challenge(const h_serverdir_t *s, const char *xff, char *chal, size_
 }
 
 /* Challenge + heartbeat with the given body fields (a JSON object text without braces,
- * e.g. "\"game\":\"x\",..."); returns the heartbeat status, error code in code. */
+ * e.g. "\"game\":\"x\",...") and bearer token (or NULL); returns the heartbeat status,
+ * error code in code, and *linked from the answer (when linked is not NULL). */
+static long announce_tok(const h_serverdir_t *s, const char *token, int port,
+                         const char *fields, char *code, size_t codecap, int *linked)
+{
+    char chal[64], body[1024];
+    challenge(s, NULL, chal, sizeof chal);
+    snprintf(body, sizeof body, "{\"challenge\":\"%s\",\"port\":%d,%s}", chal, port, fields);
+    h_resp_t r;
+    long st = req_tok(s, token, "POST", "/v1/master/heartbeat", body, NULL, &r);
+    if (code)
+        snprintf(code, codecap, "%s", h_err_code(&r));
+    if (linked) {
+        json_t *j = h_resp_json(&r);
+        *linked = json_is_true(json_object_get(j, "linked"));
+        json_decref(j);
+    }
+    h_resp_free(&r);
+    return st;
+}
+
+/* Challenge + heartbeat without a token, speaking for xff (or NULL). */
 static long announce(const h_serverdir_t *s, const char *xff, int port, const char *fields,
                      char *code, size_t codecap)
 {
@@ -666,15 +694,18 @@ static int listed_addr(const char *game, const char *addr)
 
 /* A supervised server names its cluster and instance in its heartbeat: when the
  * directory records that instance stopped, its entry leaves the list at once (not when the
- * listing runs out); an entry without an instance is untouched. */
+ * listing runs out); an entry without an instance is untouched. Linking takes the
+ * instance's credential or an ops token (the credential case comes with the credentials). */
 static void instance_stop_removes_its_entry(void **state)
 {
     (void)state;
     char code[64];
-    assert_int_equal(announce(&A, NULL, 28001, "\"game\":\"Supervised\",\"players\":1,"
-                              "\"max_players\":8,\"cluster\":\"mc\",\"instance\":\"zone-m1-7\"",
-                              code, sizeof code),
+    int linked = 0;
+    assert_int_equal(announce_tok(&A, H_TOK_OPS, 28001, "\"game\":\"Supervised\",\"players\":1,"
+                                  "\"max_players\":8,\"cluster\":\"mc\",\"instance\":\"zone-m1-7\"",
+                                  code, sizeof code, &linked),
                      200);
+    assert_true(linked);
     assert_int_equal(announce(&A, NULL, 28002, "\"game\":\"Supervised\",\"players\":1,"
                               "\"max_players\":8", code, sizeof code),
                      200);
@@ -698,6 +729,43 @@ static void instance_stop_removes_its_entry(void **state)
     h_resp_free(&r);
 }
 
+/* Issue 28 finding 10: a heartbeat without the instance's credential names a cluster and
+ * instance. It is listed (listing needs no token) but not linked: no key is written for
+ * the instance, known or not, and the instance stopping does not remove it. A game token
+ * that is not that instance's credential links no more than no token. */
+static void unauthenticated_link_refused(void **state)
+{
+    (void)state;
+    static const char fields[] = "\"game\":\"Unlinked\",\"players\":1,\"max_players\":8,"
+                                 "\"cluster\":\"ml\",\"instance\":\"zone-m1-9\"";
+    h_keys_t before, after;
+    h_keys_take(&redis, &before, "sd:master:inst:*", "sd:{master}:inst:*", NULL);
+    char code[64];
+    int linked = 1;
+    assert_int_equal(announce_tok(&A, NULL, 28101, fields, code, sizeof code, &linked), 200);
+    assert_false(linked);
+    linked = 1;
+    assert_int_equal(announce_tok(&A, H_TOK_GAME, 28102, fields, code, sizeof code, &linked), 200);
+    assert_false(linked);
+    h_keys_take(&redis, &after, "sd:master:inst:*", "sd:{master}:inst:*", NULL);
+    h_keys_same_names(&before, &after, "heartbeats naming ml/zone-m1-9 without its credential");
+    assert_true(listed_addr("unlinked", "127.0.0.1:28101"));
+
+    h_resp_t r;
+    char url[256];
+    snprintf(url, sizeof url, "%s/v1/clusters/ml/events", A.url);
+    static const char stop[] =
+        "{\"events\":[{\"id\":\"ml1\",\"type\":\"stopped\",\"instance\":\"zone-m1-9\","
+        "\"machine\":\"m1\",\"service\":\"zone\",\"reason\":\"hung\",\"silent_ms\":3000}]}";
+    assert_int_equal(h_http("POST", url, H_TOK_BB, NULL, stop, sizeof stop - 1, NULL, &r), 0);
+    assert_int_equal(r.status, 200);
+    h_resp_free(&r);
+    assert_true(listed_addr("unlinked", "127.0.0.1:28101"));
+    assert_int_equal(h_http_json("GET", A.url, NULL, NULL, &r, "/metrics"), 0);
+    assert_non_null(strstr(r.body, "serverdir_master_links_refused_total 2"));
+    h_resp_free(&r);
+}
+
 int main(void)
 {
     h_init(120);
@@ -712,6 +780,7 @@ int main(void)
         cmocka_unit_test(flood_limits),
         cmocka_unit_test(forwarded_for_only_from_trusted),
         cmocka_unit_test(instance_stop_removes_its_entry),
+        cmocka_unit_test(unauthenticated_link_refused),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

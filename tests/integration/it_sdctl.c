@@ -238,7 +238,9 @@ static void describe_instance_service_machine(void **state)
                                  "/v1/locks/describe-p1"), 0);
     assert_int_equal(r.status, 200);
     h_resp_free(&r);
-    sdc_t *c = sdc_new(sd.url, NULL, h_ms(5000));
+    /* naming its instance links the entry only with that instance's credential or an ops
+     * token (docs/master.md, "Supervised servers") */
+    sdc_t *c = sdc_new(sd.url, H_TOK_OPS, h_ms(5000));
     sdc_master_server_t srv = {.port = 27960, .game = "DescribeGame", .name = "EU 1", .map = "dm1",
                                .players = 3, .max_players = 16, .protocol = -1, .gametype = -1,
                                .cluster = "prod", .instance = "zone-m1-1"};
