@@ -145,10 +145,14 @@ static int acquire_allowed(const sd_req_t *req, sd_resp_t *resp, const sd_lock_r
 
 /* Acquires once on this worker thread; a refusal with wait_ms parks the request
  * (sd_lock_park: the worker goes on serving), everything else is answered at once. */
-static void acquire_answer(const sd_lock_req_t *a, int many, sd_req_t *req, sd_resp_t *resp)
+static void acquire_answer(const sd_lock_req_t *req_a, int many, sd_req_t *req, sd_resp_t *resp)
 {
+    sd_lock_req_t scoped = *req_a, *a = &scoped;
     if (acquire_allowed(req, resp, a))
         return;
+    /* a steal stays inside the caller's cluster, unless the caller is ops */
+    if (req->auth.role != SD_R_OPS)
+        a->steal_within = req->auth.cluster;
     int64_t start = sd_mono_ms();
     redisReply *r = NULL;
     int rc = sd_lock_acquire(a, &r);

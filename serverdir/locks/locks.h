@@ -29,6 +29,9 @@ typedef struct {
     int n;
     int64_t ttl_ms, wait_ms, steal_older_ms; /* 0: not given */
     const char *steal_cluster;               /* "": not given */
+    /* A steal (either kind) takes only from a holder that is a process of this cluster's
+     * directory: the caller's cluster unless it is ops (acquire_allowed); "": anywhere. */
+    const char *steal_within;
     /* per key, the lock_token the caller presents (NULL: none): its grant's, to acquire
      * again, or one of its own for a new grant, so that a retry is recognised */
     const char *tokens[SD_LOCKS_MAX_KEYS];

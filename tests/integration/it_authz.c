@@ -552,6 +552,55 @@ static void bound_game_tokens_act_for_their_holders(void **state)
     assert_int_equal(bound_failures, 0);
 }
 
+/* Finding 3 of issue 28: a steal stays inside the caller's cluster unless the caller is
+ * ops. A game token bound to authz1, locking as an authz1 instance, may take a lock over
+ * from an authz1 holder held too long, never from a holder of cluster authz2 (on the old
+ * code it took it with steal_if_older_than_ms: 1); ops may. */
+static void bound_game_token_steals_only_in_its_cluster(void **state)
+{
+    (void)state;
+    char msg[1024];
+    const char *c2 = "{\"events\":[{\"id\":\"s1\",\"type\":\"started\",\"instance\":"
+                     "\"zone-x2-0\",\"machine\":\"x2\",\"service\":\"zone\",\"pid\":7}]}";
+    assert_int_equal(ask("POST", "/v1/clusters/authz2/events", H_TOK_BB, J, c2, NULL, msg, sizeof msg),
+                     200);
+    assert_int_equal(ask("POST", "/v1/clusters/authz1/events", H_TOK_BB, J, EVENT("s2", "m8"), NULL,
+                         msg, sizeof msg),
+                     200);
+    assert_int_equal(ask("POST", "/v1/clusters/authz1/events", H_TOK_BB, J, EVENT("s3", "m7"), NULL,
+                         msg, sizeof msg),
+                     200);
+    assert_int_equal(ask("PUT", "/v1/locks/steal-c2", H_TOK_GAME, J, "{\"holder\":\"zone-x2-0\"}",
+                         NULL, msg, sizeof msg),
+                     200);
+    assert_int_equal(ask("PUT", "/v1/locks/steal-c1", H_TOK_GAME, J, "{\"holder\":\"zone-m7-0\"}",
+                         NULL, msg, sizeof msg),
+                     200);
+    h_sleep_ms(5);
+
+    const char *steal = "{\"holder\":\"zone-m8-0\",\"steal_if_older_than_ms\":1}";
+    h_keys_t before, after;
+    h_keys_take(&redis, &before, h_lock_key("steal-c2"), NULL);
+    long st = ask("PUT", "/v1/locks/steal-c2", H_TOK_GAME_C1, J, steal, NULL, msg, sizeof msg);
+    h_keys_take(&redis, &after, h_lock_key("steal-c2"), NULL);
+    if (st != 409 || !strstr(msg, "\"lock_held\""))
+        fail_msg("a steal across clusters: %ld %s", st, msg);
+    h_keys_same(&before, &after, "a steal across clusters");
+    st = ask("PUT", "/v1/locks/steal-c2", H_TOK_GAME_C1, J,
+             "{\"holder\":\"zone-m8-0\",\"steal_if_holder_stopped\":\"authz1\","
+             "\"steal_if_older_than_ms\":1}",
+             NULL, msg, sizeof msg);
+    if (st != 409)
+        fail_msg("a steal across clusters with both options: %ld %s", st, msg);
+
+    st = ask("PUT", "/v1/locks/steal-c1", H_TOK_GAME_C1, J, steal, NULL, msg, sizeof msg);
+    if (st != 200 || !strstr(msg, "\"stolen_from\":\"zone-m7-0\""))
+        fail_msg("a steal inside the cluster: %ld %s", st, msg);
+    st = ask("PUT", "/v1/locks/steal-c2", H_TOK_OPS, J, steal, NULL, msg, sizeof msg);
+    if (st != 200 || !strstr(msg, "\"stolen_from\":\"zone-x2-0\""))
+        fail_msg("ops steals across clusters: %ld %s", st, msg);
+}
+
 /* The Authorization header's bytes: a control byte after or inside a valid token is 401,
  * never a match of the bytes before it; a NUL inside a token never makes the part before
  * it match. (libmicrohttpd 0.9.75 ends a header value at a NUL before serverdir sees it:
@@ -605,6 +654,7 @@ int main(void)
         cmocka_unit_test(bound_tokens_on_every_cluster_route),
         cmocka_unit_test(bound_bigbrother_acts_for_its_machine),
         cmocka_unit_test(bound_game_tokens_act_for_their_holders),
+        cmocka_unit_test(bound_game_token_steals_only_in_its_cluster),
         cmocka_unit_test(authorization_with_control_bytes_is_401),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -16,7 +16,8 @@ if holder == '' or (expires > 0 and now >= expires) or l[2] ~= ARGV[1] or
     return {'fenced'}
 end
 if string.sub(holder, 1, #ARGV[5]) ~= ARGV[5] then return {'not_yours'} end
-if ARGV[6] ~= '' and holder ~= ARGV[6] then return {'not_yours'} end
+local exact = ARGV[6] or ''
+if exact ~= '' and holder ~= exact then return {'not_yours'} end
 local stored = redis.call('HGET', KEYS[1], 'seq') or '0'
 local want = tonumber(ARGV[3])
 if want <= tonumber(stored) then return {'stale_seq', stored} end
