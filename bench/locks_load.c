@@ -182,10 +182,10 @@ static long long redis_acquire(redisContext *r, const char *key, const char *hol
         return 0;
     /* KEYS: the lock record, its blob record, the holder's index (standalone layout) */
     /* ARGV as serverdir's for a caller that presents no token: the fresh one, flag 0,
-     * no steal scope */
+     * no steal scope, no credential */
     const char *argv[] = {lk, bk, hk, holder, "0", "0", "604800000", "", "0", cfg.prefix, "1",
-                          fresh, "0", ""};
-    redisReply *rep = evalsha(r, cfg.sha_acquire, 3, 14, argv, NULL);
+                          fresh, "0", "", "", "", ""};
+    redisReply *rep = evalsha(r, cfg.sha_acquire, 3, 17, argv, NULL);
     long long seq = 0;
     /* ok, now, then name, lock_seq, reacquired, stolen_from, since, expires, lock_token */
     if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 9 &&
@@ -342,10 +342,10 @@ static void *client_main(void *arg)
             snprintf(lk, sizeof lk, "%slock:bench-k%d", cfg.prefix, c->id);
             snprintf(ls, sizeof ls, "%lld", blob_lock_seq);
             snprintf(bs, sizeof bs, "%lld", ++blob_seq);
-            const char *argv[] = {bk, lk, ls, blob_tok, bs, blob, "", ""};
+            const char *argv[] = {bk, lk, ls, blob_tok, bs, blob, "", "", "", "", ""};
             size_t argl[] = {strlen(bk), strlen(lk), strlen(ls), strlen(blob_tok), strlen(bs),
-                             cfg.size, 0, 0};
-            redisReply *rep = evalsha(r, cfg.sha_save, 2, 8, argv, argl);
+                             cfg.size, 0, 0, 0, 0, 0};
+            redisReply *rep = evalsha(r, cfg.sha_save, 2, 11, argv, argl);
             ok = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1 &&
                  strcmp(rep->element[0]->str, "ok") == 0;
             if (rep)

@@ -601,16 +601,34 @@ unsigned sd_cred_verify(const char *tok, size_t len, sd_auth_t *out, const char 
 
 /* ---------- liveness ---------- */
 
-void sd_cred_revoked(const sd_req_t *req, sd_resp_t *resp, const char *why)
+void sd_cred_revoked(sd_resp_t *resp, const char *why)
 {
-    const sd_auth_t *a = &req->auth;
     SD_COUNT("serverdir_credentials_revoked_total",
              "requests refused: the credential's instance stopped, moved or restarted", 1);
     sd_resp_header(resp, "WWW-Authenticate", "Bearer realm=\"serverdir\", error=\"invalid_token\"");
-    sd_resp_error(resp, 401, "credential_revoked",
-                  "the credential of instance '%s' generation %lld on machine '%s' of cluster "
-                  "'%s' is revoked: %s",
-                  a->instance, (long long)a->generation, a->machine, a->cluster, why);
+    sd_resp_error(resp, 401, "credential_revoked", "the credential is revoked: %s", why);
+}
+
+void sd_cred_live_args(const sd_auth_t *a, sd_argv_t *av)
+{
+    char key[2 * SD_NAME_MAX + 96];
+    if (!a || !a->cred || sd_store_is_cluster()) {
+        sd_argv_add(av, "");
+        sd_argv_add(av, "");
+        sd_argv_add(av, "");
+        return;
+    }
+    sd_argv_addf(av, "%s", sd_key(key, sizeof key, a->cluster, "proc:%s", a->instance));
+    sd_argv_add(av, a->machine);
+    sd_argv_addf(av, "%lld", (long long)a->generation);
+}
+
+int sd_cred_revoked_reply(const redisReply *r, sd_resp_t *resp)
+{
+    if (!sd_reply_status_is(r, "credential_revoked"))
+        return 0;
+    sd_cred_revoked(resp, sd_reply_str(r, 1));
+    return 1;
 }
 
 int sd_cred_live(const sd_req_t *req, sd_resp_t *resp)
@@ -642,6 +660,6 @@ int sd_cred_live(const sd_req_t *req, sd_resp_t *resp)
     freeReplyObject(r);
     if (!why)
         return 0;
-    sd_cred_revoked(req, resp, why);
+    sd_cred_revoked(resp, why);
     return -1;
 }

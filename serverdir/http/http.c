@@ -430,8 +430,10 @@ static void precheck(struct reqctx *rc, const char *method, const char *url)
                 rc->responded = 1;
                 return;
             }
-            /* An instance credential works while the directory says its instance runs. */
-            if (sd_cred_live(req, resp)) {
+            /* An instance credential works while the directory says its instance runs
+             * (checked here unless the handler's script does it: SD_CRED_LIVE_IN_SCRIPT). */
+            if ((!(r->flags & SD_CRED_LIVE_IN_SCRIPT) || sd_store_is_cluster()) &&
+                sd_cred_live(req, resp)) {
                 rc->responded = 1;
                 return;
             }

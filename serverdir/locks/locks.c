@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cred.h"
 #include "locks.h"
 #include "rcluster.h"
 #include "sdvalid.h"
@@ -608,6 +609,7 @@ int sd_lock_acquire(const sd_lock_req_t *a, redisReply **out)
     for (int i = 0; i < a->n; i++)
         sd_argv_add(&av, a->tokens[i] ? "1" : "0");
     sd_argv_add(&av, a->steal_within);
+    sd_cred_live_args(a->auth, &av);
     if (cluster && (a->steal_cluster[0] || (a->steal_within[0] && a->steal_older_ms))) {
         int rc = stopped_holders(a, &av);
         if (rc != SD_STORE_OK) {
@@ -784,7 +786,7 @@ int sd_lock_force(const char *name, redisReply **out)
 }
 
 int sd_lock_renew(const char *name, const char *holder, int64_t seq, const char *token,
-                  int64_t ttl_ms, redisReply **out)
+                  int64_t ttl_ms, const sd_auth_t *auth, redisReply **out)
 {
     sd_argv_t av;
     lock_argv(&av, name);
@@ -793,6 +795,7 @@ int sd_lock_renew(const char *name, const char *holder, int64_t seq, const char 
     sd_argv_addf(&av, "%lld", (long long)ttl_ms);
     sd_argv_addf(&av, "%lld", (long long)sd_locks_cfg.retain_s * 1000);
     sd_argv_add(&av, token);
+    sd_cred_live_args(auth, &av);
     return sd_store_run("lock_renew", 1, &av, out);
 }
 

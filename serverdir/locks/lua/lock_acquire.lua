@@ -9,7 +9,9 @@
 --       presented, or a fresh random one serverdir drew), then per key '1' when the caller
 --       presented it, else '0'; then steal_within ('': anywhere; else a steal takes only
 --       from a holder that is a process of this cluster's directory: the caller's cluster
---       unless it is ops); then, on a cluster, the holders serverdir found stopped in
+--       unless it is ops); then the caller's credential liveness check (the prelude's
+--       cred_revoked: process hash, machine, generation; '' when none); then, on a
+--       cluster, the holders serverdir found stopped in
 --       steal_cluster's directory, and "+<holder>" for those it found in steal_within's.
 -- A new grant stores its key's token. The grant is a capability: acquiring a lock one
 -- already holds (the same holder name) succeeds only with the grant's lock_token
@@ -20,7 +22,8 @@
 -- Returns {'ok', now_ms, then per key: name, lock_seq, reacquired 0/1, stolen_from,
 -- since_ms, expires_ms, lock_token} or {'lock_held', name, holder, since_ms, expires_ms,
 -- now_ms, not_presented} (not_presented '1': the holder is the caller's, its grant's
--- lock_token was not presented) or {'lock_delayed', name, retry_after_ms}.
+-- lock_token was not presented) or {'lock_delayed', name, retry_after_ms} or
+-- {'credential_revoked', why}.
 local holder = ARGV[1]
 local ttl = tonumber(ARGV[2])
 local delay = tonumber(ARGV[3])
@@ -32,8 +35,10 @@ local n = tonumber(ARGV[8])
 local indexed = #KEYS > 2 * n
 local lock_ns = prefix .. 'lock:'
 local steal_within = ARGV[9 + 2 * n] or ''
+local revoked = cred_revoked(ARGV[10 + 2 * n] or '', ARGV[11 + 2 * n], ARGV[12 + 2 * n])
+if revoked ~= '' then return {'credential_revoked', revoked} end
 local stopped, inside = {}, {}
-for i = 10 + 2 * n, #ARGV do
+for i = 13 + 2 * n, #ARGV do
     if string.sub(ARGV[i], 1, 1) == '+' then
         inside[string.sub(ARGV[i], 2)] = true
     else
