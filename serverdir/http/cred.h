@@ -9,9 +9,10 @@
  * is still due, so copies racing agree on one key. A retired key stays for verification
  * until every credential it can have signed has expired (drop_ms), then the script
  * removes it. Each copy keeps the keyring in memory, reloads it every
- * SD_CRED_RELOAD_MS and on an unknown kid (at most once a second).
+ * SD_CRED_RELOAD_MS and on an unknown kid (at most every 100 ms).
  *
- * Verification: the signature (libjwt, ES256 only, kid from the keyring), iss, aud, exp
+ * Signing is libjwt's (ES256); verification checks the signature with OpenSSL and the
+ * key parsed once (ES256 only, kid from the keyring), then iss, aud, exp
  * and the claims' names, once per credential: a fixed-size cache keyed by the token's
  * SHA-256 keeps the claims until exp, so a repeat costs a hash and a lookup. Liveness
  * (the directory still records the instance, on that machine, in that generation, not
