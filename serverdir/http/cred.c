@@ -256,8 +256,13 @@ static int ring_rotate(void)
         return SD_STORE_ERROR;
     }
     ring_take(r);
+    int taken = 0;
+    for (size_t i = 0; i + 1 < r->elements && !taken; i += 2)
+        taken = !strcmp(sd_reply_str(r, i), kid);
     freeReplyObject(r);
-    log_info("keyring checked for rotation", "offered_kid=%s", kid);
+    if (taken) /* else another copy rotated first, or Redis's clock says not yet */
+        log_info("keyring rotated: a new key signs", "kid=%s rotate_s=%lld", kid,
+                 (long long)sd_cred_cfg.rotate_s);
     return SD_STORE_OK;
 }
 
