@@ -656,6 +656,25 @@ static void rotation_and_two_copies(void **state)
     json_t *jwks = json_loads(msg, 0, NULL);
     assert_int_equal(json_array_size(json_object_get(jwks, "keys")), 2);
     json_decref(jwks);
+
+    /* past its drop time (as when every credential it signed has expired) the retired key
+     * leaves the JWKS and verification */
+    h_redis_route(&redis, "sd:keyring");
+    r = h_redis(&redis, "HGET sd:keyring %s", kid1);
+    assert_int_equal(sscanf(r->str, "%lld %lld %lld\n%n", &created, &retired, &drop, &used), 3);
+    assert_true(asprintf(&rec, "%lld %lld 1\n%s", created, retired, r->str + used) > 0);
+    freeReplyObject(r);
+    freeReplyObject(h_redis(&redis, "HSET sd:keyring %s %s", kid1, rec));
+    free(rec);
+    h_serverdir_stop(&sd2);
+    assert_int_equal(h_sd_start(&sd2, &redis, NULL), 0);
+    assert_int_equal(ask(&sd2, "GET", "/.well-known/jwks.json", NULL, NULL, NULL, msg, sizeof msg),
+                     200);
+    jwks = json_loads(msg, 0, NULL);
+    assert_int_equal(json_array_size(json_object_get(jwks, "keys")), 1);
+    json_decref(jwks);
+    assert_int_equal(ask(&sd2, "GET", "/v1/locks/cr-k", old, NULL, NULL, msg, sizeof msg), 401);
+    assert_int_equal(ask(&sd2, "GET", "/v1/locks/cr-k", fresh, NULL, NULL, msg, sizeof msg), 200);
     h_serverdir_stop(&sd2);
     free(old);
     free(fresh);
