@@ -668,11 +668,11 @@ int sd_cred_revoked_reply(const redisReply *r, sd_resp_t *resp)
     return 1;
 }
 
-int sd_cred_live(const sd_req_t *req, sd_resp_t *resp)
+int sd_cred_check(const sd_auth_t *a, const char **why)
 {
-    const sd_auth_t *a = &req->auth;
-    if (!a->cred)
-        return 0;
+    *why = NULL;
+    if (!a || !a->cred)
+        return SD_STORE_OK;
     char key[2 * SD_NAME_MAX + 96];
     sd_argv_t av;
     sd_argv_init(&av);
@@ -684,19 +684,25 @@ int sd_cred_live(const sd_req_t *req, sd_resp_t *resp)
     redisReply *r;
     int rc = sd_store_command(&av, &r);
     sd_argv_free(&av);
-    if (rc) {
-        sd_resp_store_error(resp, rc);
-        return -1;
-    }
+    if (rc)
+        return rc;
     const char *st = sd_reply_str(r, 0);
-    const char *why = !*st                              ? "the directory has no such instance"
-                      : !strcmp(st, "stopped")          ? "the instance stopped"
-                      : strcmp(sd_reply_str(r, 1), a->machine) ? "the instance is on another machine"
-                      : sd_reply_num(r, 2) != a->generation    ? "the instance runs another generation"
-                                                               : NULL;
+    *why = !*st                                     ? "the directory has no such instance"
+           : !strcmp(st, "stopped")                 ? "the instance stopped"
+           : strcmp(sd_reply_str(r, 1), a->machine) ? "the instance is on another machine"
+           : sd_reply_num(r, 2) != a->generation    ? "the instance runs another generation"
+                                                    : NULL;
     freeReplyObject(r);
-    if (!why)
-        return 0;
-    sd_cred_revoked(resp, why);
-    return -1;
+    return SD_STORE_OK;
+}
+
+int sd_cred_live(const sd_req_t *req, sd_resp_t *resp)
+{
+    const char *why;
+    int rc = sd_cred_check(&req->auth, &why);
+    if (rc)
+        sd_resp_store_error(resp, rc);
+    else if (why)
+        sd_cred_revoked(resp, why);
+    return rc || why ? -1 : 0;
 }

@@ -77,6 +77,11 @@ unsigned sd_cred_verify(const char *tok, size_t len, sd_auth_t *out, const char 
  * One HMGET of the process hash; handlers whose script already reads it do not call this
  * (docs/operations.md, "Revocation"). */
 int sd_cred_live(const sd_req_t *req, sd_resp_t *resp);
+/* The check under sd_cred_live, for a caller a (NULL or not a credential: nothing to
+ * check): a SD_STORE_* code, and *why NULL when the instance lives, else why not (static
+ * text). For work that outlives the request's first check (a parked acquire's retries on
+ * a Redis Cluster). */
+int sd_cred_check(const sd_auth_t *a, const char **why);
 /* Answers 401 credential_revoked, naming why (the record's state). */
 void sd_cred_revoked(sd_resp_t *resp, const char *why);
 /* The three script arguments of the prelude's cred_revoked (pk, machine, generation) for

@@ -1092,7 +1092,16 @@ static int waiter_try(void *ctx, sd_resp_t *resp, int due, int64_t *retry_at_ms)
 {
     waiter_t *w = ctx;
     redisReply *r;
-    int rc = sd_lock_acquire(&w->a, &r);
+    const char *revoked = NULL;
+    /* on a Redis Cluster the script cannot read the process hash (another slot): each
+     * retry checks the credential's liveness first, as the HTTP front did for the first */
+    int rc = sd_store_is_cluster() ? sd_cred_check(w->a.auth, &revoked) : SD_STORE_OK;
+    if (rc == SD_STORE_OK && revoked) {
+        sd_cred_revoked(resp, revoked);
+        return 1;
+    }
+    if (rc == SD_STORE_OK)
+        rc = sd_lock_acquire(&w->a, &r);
     if (rc != SD_STORE_OK) {
         sd_resp_store_error(resp, rc);
         return 1;

@@ -599,6 +599,59 @@ static void revoked_at_once_then_renewed(void **state)
     free(jwt);
 }
 
+struct parked {
+    const char *jwt;
+    long status;
+    char msg[1024];
+};
+
+static void *parked_acquire(void *arg)
+{
+    struct parked *p = arg;
+    p->status = ask(&sd, "PUT", "/v1/locks/cr-w", p->jwt,
+                    "{\"holder\":\"cr-w2\",\"wait_ms\":10000}", NULL, p->msg, sizeof p->msg);
+    return NULL;
+}
+
+/* A parked acquire (wait_ms) of a credential whose instance stops while it waits is
+ * answered credential_revoked at its next try, not granted. */
+static void revoked_while_waiting(void **state)
+{
+    (void)state;
+    char msg[1024];
+    event("w1", "started", "cr-w1", "m1", 1);
+    event("w2", "started", "cr-w2", "m1", 1);
+    char *a = credential(&sd, "m1", "cr-w1"), *b = credential(&sd, "m1", "cr-w2");
+    assert_int_equal(ask(&sd, "PUT", "/v1/locks/cr-w", a, "{\"holder\":\"cr-w1\"}", NULL, msg,
+                         sizeof msg),
+                     200);
+    json_t *g = json_loads(msg, 0, NULL);
+    char path[160], tokh[96];
+    snprintf(path, sizeof path, "/v1/locks/cr-w?holder=cr-w1&lock_seq=%lld",
+             (long long)json_integer_value(json_object_get(g, "lock_seq")));
+    snprintf(tokh, sizeof tokh, "Lock-Token: %s", json_string_value(json_object_get(g, "lock_token")));
+    json_decref(g);
+    struct parked p = {.jwt = b};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, parked_acquire, &p), 0);
+    h_sleep_ms(200); /* parked by now; if not, its first try is refused the same way */
+    event("w3", "stopped", "cr-w2", "m1", 1);
+    const char *hs[] = {tokh, NULL};
+    char url[512];
+    h_resp_t r;
+    snprintf(url, sizeof url, "%s%s", sd.url, path);
+    assert_int_equal(h_http("DELETE", url, a, NULL, NULL, 0, hs, &r), 0);
+    assert_int_equal(r.status, 200);
+    h_resp_free(&r);
+    pthread_join(t, NULL);
+    if (p.status != 401 || strcmp(err_code(p.msg), "credential_revoked"))
+        fail_msg("the parked acquire: %ld %s", p.status, p.msg);
+    assert_int_equal(ask(&sd, "GET", "/v1/locks/cr-w", H_TOK_GAME, NULL, NULL, msg, sizeof msg), 200);
+    assert_null(strstr(msg, "cr-w2"));
+    free(a);
+    free(b);
+}
+
 /* The keyring rotates; a credential signed before still verifies, on this copy and on a
  * second copy on the same Redis, and each copy accepts the other's. */
 static void rotation_and_two_copies(void **state)
@@ -734,6 +787,7 @@ int main(void)
         cmocka_unit_test(credential_acts_as_its_instance),
         cmocka_unit_test(forged_and_expired_credentials_are_refused),
         cmocka_unit_test(revoked_at_once_then_renewed),
+        cmocka_unit_test(revoked_while_waiting),
         cmocka_unit_test(rotation_and_two_copies),
         cmocka_unit_test(racing_copies_agree_on_the_first_key),
     };
