@@ -74,8 +74,10 @@ unsigned sd_cred_verify(const char *tok, size_t len, sd_auth_t *out, const char 
 /* For a credential caller (req->auth.cred), the directory's word on its instance: 0 when
  * the record is on the credential's machine in its generation and not stopped, else -1
  * after answering 401 credential_revoked (or a store error). 0 for any other caller.
- * One HMGET of the process hash; handlers whose script already reads it do not call this
- * (docs/operations.md, "Revocation"). */
+ * One HMGET of the process hash. The HTTP front calls it before every non-public route
+ * but those flagged SD_CRED_LIVE_IN_SCRIPT (on standalone Redis / Sentinel); a public
+ * route (SD_PUBLIC: the front checks nothing) that acts on a credential it was shown
+ * calls it itself. */
 int sd_cred_live(const sd_req_t *req, sd_resp_t *resp);
 /* The check under sd_cred_live, for a caller a (NULL or not a credential: nothing to
  * check): a SD_STORE_* code, and *why NULL when the instance lives, else why not (static
