@@ -559,33 +559,50 @@ static const char *claims_check(const json_t *c, int64_t now_s, sd_cred_id_t *id
     return NULL;
 }
 
-/* The full check of a credential not in the cache: header, signature, claims. NULL, or
- * why it is refused. */
-static const char *verify_full(const char *tok, size_t len, int64_t now_s, sd_cred_id_t *id,
-                               int64_t *exp_s)
+const char *sd_cred_parse(const char *tok, size_t len, int64_t now_s, char *kid, size_t kidcap,
+                          sd_cred_id_t *id, int64_t *exp_s)
 {
-    /* sd_cred_shaped: exactly two dots, the first not at 0 */
+    if (!sd_cred_shaped(tok, len))
+        return "the credential is not a JWT";
     const char *d1 = memchr(tok, '.', len);
     const char *d2 = memchr(d1 + 1, '.', len - (size_t)(d1 + 1 - tok));
     json_t *h = part_json(tok, (size_t)(d1 - tok));
     const char *alg = json_string_value(json_object_get(h, "alg"));
-    const char *kid = json_string_value(json_object_get(h, "kid"));
+    const char *k = json_string_value(json_object_get(h, "kid"));
     const char *why = NULL;
-    EVP_PKEY *pk = NULL;
     /* Only ES256 with a kid: never "none", and never an HMAC keyed with the public key. */
     if (!h || !alg || strcmp(alg, "ES256"))
         why = "the credential is not an ES256 JWT";
-    else if (!kid || !(pk = key_get(kid)))
+    else if (!k || strlen(k) != KID_LEN || strlen(k) >= kidcap)
         why = "the credential's signing key is not in the keyring";
-    else if (!es256_verify(pk, tok, (size_t)(d2 - tok), d2 + 1, len - (size_t)(d2 + 1 - tok)))
-        why = "the credential's signature does not verify";
+    else
+        memcpy(kid, k, KID_LEN + 1);
     json_decref(h);
-    EVP_PKEY_free(pk);
     if (why)
         return why;
     json_t *c = part_json(d1 + 1, (size_t)(d2 - d1 - 1));
     why = c ? claims_check(c, now_s, id, exp_s) : "the credential's claims are not JSON";
     json_decref(c);
+    return why;
+}
+
+/* The full check of a credential not in the cache: its header and claims (before any
+ * key is used: garbage costs no ECDSA), then its signature with the key its kid names.
+ * NULL, or why it is refused. */
+static const char *verify_full(const char *tok, size_t len, int64_t now_s, sd_cred_id_t *id,
+                               int64_t *exp_s)
+{
+    char kid[KID_LEN + 1];
+    const char *why = sd_cred_parse(tok, len, now_s, kid, sizeof kid, id, exp_s);
+    if (why)
+        return why;
+    const char *d2 = memrchr(tok, '.', len);
+    EVP_PKEY *pk = key_get(kid);
+    if (!pk)
+        why = "the credential's signing key is not in the keyring";
+    else if (!es256_verify(pk, tok, (size_t)(d2 - tok), d2 + 1, len - (size_t)(d2 + 1 - tok)))
+        why = "the credential's signature does not verify";
+    EVP_PKEY_free(pk);
     return why;
 }
 

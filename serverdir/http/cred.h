@@ -65,6 +65,12 @@ int sd_cred_jwks(json_t **out);
  * credential, never a token-file token. */
 int sd_cred_shaped(const char *tok, size_t len);
 
+/* Parses credential tok (len bytes) without checking its signature: the shape, the
+ * header (alg ES256, a kid, copied to kid, cap >= 17) and the claims (iss, aud, exp after
+ * now_s, names, sub) into id and *exp_s. NULL, or why it is refused (static text). The
+ * first half of sd_cred_verify; for tests and fuzzing. */
+const char *sd_cred_parse(const char *tok, size_t len, int64_t now_s, char *kid, size_t kidcap,
+                          sd_cred_id_t *id, int64_t *exp_s);
 /* Verifies credential tok (len bytes): on success fills *out as the contract says (role
  * SD_R_GAME, cred 1, bindings, principal "instance:<cluster>/<instance>") and returns
  * SD_R_GAME; else returns 0 with *why naming the reason ("expired", "bad signature",

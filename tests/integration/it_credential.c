@@ -443,7 +443,7 @@ static void forged_and_expired_credentials_are_refused(void **state)
     struct {
         const char *what, *why;
         char jwt[4096];
-    } cases[7];
+    } cases[8];
     int n = 0;
     /* the control: a credential signed here with the keyring's key is accepted */
     CLAIMS(now + 600, "serverdir");
@@ -459,12 +459,15 @@ static void forged_and_expired_credentials_are_refused(void **state)
     es256_sign(header, claims, pk, cases[n].jwt, sizeof cases[n].jwt);
     cases[n].what = "another issuer";
     cases[n++].why = "issuer";
-    /* a changed claim under the old signature */
-    snprintf(cases[n].jwt, sizeof cases[n].jwt, "%s", jwt);
-    char *c = strchr(cases[n].jwt, '.') + 1;
-    c[5] = c[5] == 'A' ? 'B' : 'A';
-    cases[n].what = "tampered";
-    cases[n++].why = "signature";
+    /* valid claims from one credential under another's signature */
+    {
+        char *other = credential(&sd, "m1", "cr-a");
+        snprintf(cases[n].jwt, sizeof cases[n].jwt, "%.*s%s", (int)(strrchr(jwt, '.') - jwt),
+                 jwt, strrchr(other, '.'));
+        free(other);
+        cases[n].what = "another credential's signature";
+        cases[n++].why = "signature";
+    }
     /* alg none, no signature */
     {
         char hb[256], cb[2048];
@@ -506,6 +509,14 @@ static void forged_and_expired_credentials_are_refused(void **state)
         EVP_PKEY_free(other);
         cases[n].what = "unknown kid";
         cases[n++].why = "not in the keyring";
+    }
+    /* claims that are not JSON */
+    {
+        char hb[256];
+        b64u_encode((const unsigned char *)header, strlen(header), hb);
+        snprintf(cases[n].jwt, sizeof cases[n].jwt, "%s.bm90LWpzb24.c2ln", hb);
+        cases[n].what = "claims not JSON";
+        cases[n++].why = "not JSON";
     }
     /* the keyring's kid, signed by another key */
     {

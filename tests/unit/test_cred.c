@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cred.h"
@@ -85,12 +87,54 @@ static void refused_without_a_key(void **state)
     }
 }
 
+/* The claims as parsed before the signature: what each refusal says. */
+static void claims_parsed(void **state)
+{
+    (void)state;
+    char kid[32], path[512];
+    sd_cred_id_t id;
+    int64_t exp = 0;
+    static const struct {
+        const char *seed, *why; /* why: NULL for accepted */
+    } cases[] = {
+        {"good", NULL},
+        {"none", "ES256"},
+        {"hs256", "ES256"},
+        {"expired", "expired"},
+        {"sub", "subject"},
+        {"generation_string", "do not name an instance"},
+        {"garbage", "not a JWT"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *text = NULL;
+        snprintf(path, sizeof path, SD_SOURCE_DIR "/tests/fuzz/corpus/cred/%s", cases[i].seed);
+        assert_int_equal(sd_read_file(path, 8192, &text, NULL), 0);
+        const char *why = sd_cred_parse(text, strlen(text), 1800000000, kid, sizeof kid, &id, &exp);
+        if (!cases[i].why) {
+            assert_null(why);
+            assert_string_equal(kid, "0123456789abcdef");
+            assert_string_equal(id.cluster, "c1");
+            assert_string_equal(id.machine, "m1");
+            assert_string_equal(id.service, "zone");
+            assert_string_equal(id.instance, "zone-1");
+            assert_int_equal(id.generation, 3);
+            assert_int_equal(exp, 1900003600);
+        } else {
+            assert_non_null(why);
+            if (!strstr(why, cases[i].why))
+                fail_msg("%s: %s", cases[i].seed, why);
+        }
+        free(text);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(config_section),
         cmocka_unit_test(jwt_shape),
         cmocka_unit_test(refused_without_a_key),
+        cmocka_unit_test(claims_parsed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
