@@ -1,6 +1,7 @@
 /* The authorization matrix: every route serverdir serves (read from the generated route
  * table, so a new route is covered without editing this file) x {no token, bad token, ops,
- * bigbrother, game, viewer}. Each answer is classified as 401, 403 or "got past auth" and
+ * bigbrother, game, viewer, an instance credential (as game), a revoked credential and a
+ * JWT-shaped forgery (as no token)}. Each answer is classified as 401, 403 or "got past auth" and
  * compared with the table below, written from docs/design.md ("Roles") and
  * docs/openapi.yaml on the least-privilege principle:
  *   ops: everything; bigbrother: machines, processes/events, services read, assignments,
