@@ -208,8 +208,8 @@ static int redis_release(redisContext *r, const char *key, const char *holder, l
     snprintf(s, sizeof s, "%lld", seq);
     snprintf(ns, sizeof ns, "%slock:", cfg.prefix);
     /* KEYS: the lock record, its release list, the holder's index (standalone layout) */
-    const char *argv[] = {lk, qk, hk, holder, "604800000", s, tok, ns};
-    redisReply *rep = evalsha(r, cfg.sha_release, 3, 8, argv, NULL);
+    const char *argv[] = {lk, qk, hk, holder, "604800000", s, tok, ns, "", "", ""};
+    redisReply *rep = evalsha(r, cfg.sha_release, 3, 11, argv, NULL);
     int ok = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1 &&
              strcmp(rep->element[0]->str, "ok") == 0;
     if (rep)

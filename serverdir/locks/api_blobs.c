@@ -15,7 +15,7 @@
 #include "locks.h"
 #include "sd.h"
 
-SD_ROUTE(GET, "/v1/blobs/{key}", SD_R_GAME | SD_R_VIEWER, 0, h_blob_get);
+SD_ROUTE(GET, "/v1/blobs/{key}", SD_R_GAME | SD_R_VIEWER, SD_CRED_LIVE_IN_SCRIPT, h_blob_get);
 SD_ROUTE(PUT, "/v1/blobs/{key}", SD_R_GAME, SD_RAW_BODY | SD_CRED_LIVE_IN_SCRIPT, h_blob_put);
 SD_ROUTE(DELETE, "/v1/blobs/{key}", 0, 0, h_blob_delete);
 
@@ -84,11 +84,13 @@ void h_blob_get(sd_req_t *req, sd_resp_t *resp)
     else
         sd_argv_add(&av, "");
     sd_argv_add(&av, token);
+    sd_cred_live_args(&req->auth, &av);
     redisReply *r = blob_run(resp, "blob_get", 2, &av);
     if (!r)
         return;
     const char *st = sd_reply_str(r, 0);
-    if (strcmp(st, "fenced") == 0) {
+    if (sd_cred_revoked_reply(r, resp)) {
+    } else if (strcmp(st, "fenced") == 0) {
         sd_lock_fenced(resp, "read", name);
     } else if (strcmp(st, "no_blob") == 0) {
         sd_resp_error_extra(resp, 404, "no_blob", json_pack("{s:s}", "key", name),

@@ -13,11 +13,11 @@
 
 SD_ROUTE(PUT, "/v1/locks/{key}", SD_R_GAME, SD_CRED_LIVE_IN_SCRIPT, h_lock_put);
 SD_ROUTE(POST, "/v1/locks/acquire", SD_R_GAME, SD_CRED_LIVE_IN_SCRIPT, h_lock_acquire_many);
-SD_ROUTE(POST, "/v1/locks/release", SD_R_GAME, 0, h_lock_release_many);
+SD_ROUTE(POST, "/v1/locks/release", SD_R_GAME, SD_CRED_LIVE_IN_SCRIPT, h_lock_release_many);
 SD_ROUTE(POST, "/v1/locks/{key}/renew", SD_R_GAME, SD_CRED_LIVE_IN_SCRIPT, h_lock_renew);
 SD_ROUTE(GET, "/v1/locks/{key}", SD_R_GAME | SD_R_VIEWER, 0, h_lock_get);
 SD_ROUTE(GET, "/v1/locks", SD_R_GAME | SD_R_VIEWER, 0, h_lock_list);
-SD_ROUTE(DELETE, "/v1/locks/{key}", SD_R_GAME, 0, h_lock_delete);
+SD_ROUTE(DELETE, "/v1/locks/{key}", SD_R_GAME, SD_CRED_LIVE_IN_SCRIPT, h_lock_delete);
 
 #define LIST_MAX 1000
 
@@ -231,6 +231,7 @@ static void release_answer(const sd_lock_rel_t *rel, int many, sd_resp_t *resp)
     const char *st = sd_reply_str(r, 0);
     if (!sd_reply_has_status(r)) {
         sd_resp_bad_reply(resp, "lock_release", r);
+    } else if (sd_cred_revoked_reply(r, resp)) {
     } else if (strcmp(st, "not_holder") == 0) {
         const char *cur = sd_reply_str(r, 2);
         json_t *extra = json_pack("{s:s}", "key", sd_reply_str(r, 1));
@@ -275,8 +276,10 @@ void h_lock_release_many(sd_req_t *req, sd_resp_t *resp)
         return;
     if (sd_lock_release_parse(body, &rel, &code, err, sizeof err))
         sd_resp_error(resp, 400, code, "%s", err);
-    else if (sd_req_may_hold(req, resp, rel.holder) == 0)
+    else if (sd_req_may_hold(req, resp, rel.holder) == 0) {
+        rel.auth = &req->auth;
         release_answer(&rel, 1, resp);
+    }
     json_decref(body);
 }
 
@@ -336,7 +339,7 @@ void h_lock_delete(sd_req_t *req, sd_resp_t *resp)
                       "query parameter 'lock_seq' (the granted lock_seq) is required");
         return;
     }
-    sd_lock_rel_t rel = {.holder = holder, .names = {name}, .n = 1};
+    sd_lock_rel_t rel = {.holder = holder, .names = {name}, .n = 1, .auth = &req->auth};
     if (sd_seq_parse(seq_s, &rel.seqs[0])) {
         sd_resp_error(resp, 400, "bad_lock_seq",
                       "query parameter 'lock_seq' must be a decimal number 1-2^53");

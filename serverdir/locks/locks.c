@@ -651,6 +651,7 @@ int sd_lock_release(const sd_lock_rel_t *rel, redisReply **out)
     for (int i = 0; i < rel->n; i++)
         sd_argv_add(&av, rel->tokens[i]);
     sd_argv_addf(&av, "%slock:", sd_store_prefix());
+    sd_cred_live_args(rel->auth, &av);
     int rc = sd_store_run("lock_release", nkeys, &av, out);
     if (rc == SD_STORE_OK && cluster && sd_reply_status_is(*out, "ok"))
         index_update("SREM", rel->holder, rel->names, rel->n); /* best effort */

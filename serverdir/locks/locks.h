@@ -53,6 +53,7 @@ typedef struct {
     int64_t seqs[SD_LOCKS_MAX_KEYS];
     const char *tokens[SD_LOCKS_MAX_KEYS];
     int n;
+    const sd_auth_t *auth; /* the caller (its credential's liveness rides in the script) */
 } sd_lock_rel_t;
 
 /* Validates a POST /v1/locks/release body {holder, keys, lock_seqs:{key: n},

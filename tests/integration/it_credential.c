@@ -567,7 +567,13 @@ static void revoked_at_once_then_renewed(void **state)
              seq, tok);
     snprintf(seqh, sizeof seqh, "Lock-Seq: %lld", seq);
     snprintf(tokh, sizeof tokh, "Lock-Token: %s", tok);
-    const char *hs[] = {seqh, tokh, "Blob-Seq: 1", NULL};
+    const char *hs[] = {seqh, tokh, "Blob-Seq: 1", NULL}, *th[] = {tokh, NULL};
+    char relpath[128], relbody[256];
+    snprintf(relpath, sizeof relpath, "/v1/locks/cr-r1?holder=cr-r&lock_seq=%lld", seq);
+    snprintf(relbody, sizeof relbody,
+             "{\"holder\":\"cr-r\",\"keys\":[\"cr-r1\"],\"lock_seqs\":{\"cr-r1\":%lld},"
+             "\"lock_tokens\":{\"cr-r1\":\"%s\"}}",
+             seq, tok);
     struct {
         const char *method, *path, *body;
         const char *const *hdrs;
@@ -575,6 +581,9 @@ static void revoked_at_once_then_renewed(void **state)
         {"PUT", "/v1/locks/cr-r2", "{\"holder\":\"cr-r\"}", NULL},
         {"POST", "/v1/locks/cr-r1/renew", body, NULL},
         {"PUT", "/v1/blobs/cr-r1", "x", hs},
+        {"GET", "/v1/blobs/cr-r1", NULL, NULL},
+        {"DELETE", relpath, NULL, th},
+        {"POST", "/v1/locks/release", relbody, NULL},
         {"GET", "/v1/locks/cr-r1", NULL, NULL},
         {"GET", "/v1/clusters/" C "/allocations", NULL, NULL},
     };
