@@ -11,11 +11,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cred.h"
 #include "locks.h"
 #include "sd.h"
 
-SD_ROUTE(GET, "/v1/blobs/{key}", SD_R_GAME | SD_R_VIEWER, 0, h_blob_get);
-SD_ROUTE(PUT, "/v1/blobs/{key}", SD_R_GAME, SD_RAW_BODY, h_blob_put);
+SD_ROUTE(GET, "/v1/blobs/{key}", SD_R_GAME | SD_R_VIEWER, SD_CRED_LIVE_IN_SCRIPT, h_blob_get);
+SD_ROUTE(PUT, "/v1/blobs/{key}", SD_R_GAME, SD_RAW_BODY | SD_CRED_LIVE_IN_SCRIPT, h_blob_put);
 SD_ROUTE(DELETE, "/v1/blobs/{key}", 0, 0, h_blob_delete);
 
 /* Reads an optional sequence header. Returns 1 when absent, 0 when valid, -1 after
@@ -83,11 +84,13 @@ void h_blob_get(sd_req_t *req, sd_resp_t *resp)
     else
         sd_argv_add(&av, "");
     sd_argv_add(&av, token);
+    sd_cred_live_args(&req->auth, &av);
     redisReply *r = blob_run(resp, "blob_get", 2, &av);
     if (!r)
         return;
     const char *st = sd_reply_str(r, 0);
-    if (strcmp(st, "fenced") == 0) {
+    if (sd_cred_revoked_reply(r, resp)) {
+    } else if (strcmp(st, "fenced") == 0) {
         sd_lock_fenced(resp, "read", name);
     } else if (strcmp(st, "no_blob") == 0) {
         sd_resp_error_extra(resp, 404, "no_blob", json_pack("{s:s}", "key", name),
@@ -146,17 +149,26 @@ void h_blob_put(sd_req_t *req, sd_resp_t *resp)
     sd_argv_addf(&av, "%lld", (long long)blob_seq);
     sd_argv_addn(&av, req->body.data ? req->body.data : "", req->body.len);
     sd_argv_add(&av, sd_req_holder_prefix(req));
+    sd_argv_add(&av, req->auth.cred ? req->auth.instance : "");
+    sd_cred_live_args(&req->auth, &av);
     redisReply *r = blob_run(resp, "blob_save", 2, &av);
     if (!r)
         return;
     const char *st = sd_reply_str(r, 0);
-    if (strcmp(st, "fenced") == 0) {
+    if (sd_cred_revoked_reply(r, resp)) {
+    } else if (strcmp(st, "fenced") == 0) {
         sd_lock_fenced(resp, "save", name);
     } else if (strcmp(st, "not_yours") == 0) {
-        sd_resp_error_extra(resp, 403, "forbidden", json_pack("{s:s}", "key", name),
-                            "this token is bound to holders starting with '%s'; lock '%s' "
-                            "is held by another",
-                            sd_req_holder_prefix(req), name);
+        if (req->auth.cred)
+            sd_resp_error_extra(resp, 403, "forbidden", json_pack("{s:s}", "key", name),
+                                "this credential names instance '%s'; lock '%s' is held by "
+                                "another",
+                                req->auth.instance, name);
+        else
+            sd_resp_error_extra(resp, 403, "forbidden", json_pack("{s:s}", "key", name),
+                                "this token is bound to holders starting with '%s'; lock '%s' "
+                                "is held by another",
+                                sd_req_holder_prefix(req), name);
     } else if (strcmp(st, "seq_jump") == 0 && r->elements == 2) {
         SD_COUNT("serverdir_blob_stale_total", "Blob saves refused for a stale Blob-Seq", 1);
         sd_resp_error_extra(resp, 400, "blob_seq_jump",

@@ -2,9 +2,12 @@
 -- ARGV[1]: the reader's lock_seq, or '' for a plain read; ARGV[2]: its lock_token. A
 -- reader that names its lock_seq must present the current grant (else 'fenced'); its
 -- lock_seq is stamped on the blob record, a floor for later grants even if the lock
--- record is lost.
--- Returns {'ok', data, blob_seq, current lock_seq}, {'no_blob', current lock_seq} or
--- {'fenced'}.
+-- record is lost. ARGV[3..5]: the caller's credential liveness check (the prelude's
+-- cred_revoked: process hash, machine, generation; '' when none).
+-- Returns {'ok', data, blob_seq, current lock_seq}, {'no_blob', current lock_seq},
+-- {'fenced'} or {'credential_revoked', why}.
+local revoked = cred_revoked(ARGV[3] or '', ARGV[4], ARGV[5])
+if revoked ~= '' then return {'credential_revoked', revoked} end
 local now = now_ms()
 local l = redis.call('HMGET', KEYS[2], 'holder', 'seq', 'expires', 'token')
 local cur_seq = '0'

@@ -4,15 +4,20 @@
 -- (on a Redis Cluster serverdir removes the names from it after this script: it lives in
 -- another slot).
 -- ARGV: holder, retain_ms, then the lock_seq the holder was granted for each key, then
--- the lock_token of each grant, then the lock namespace "<prefix>lock:".
+-- the lock_token of each grant, then the lock namespace "<prefix>lock:", then the
+-- caller's credential liveness check (the prelude's cred_revoked: process hash, machine,
+-- generation; '' when none).
 -- A clean release never starts a lock-delay; it wakes one waiter through the key's
 -- notification list <record>#q.
 -- Returns {'ok', then per key: name, lock_seq} or {'not_holder', name, holder} or
--- {'stale_lock_seq', name} or {'fenced', name} (the lock_token is not the grant's).
+-- {'stale_lock_seq', name} or {'fenced', name} (the lock_token is not the grant's) or
+-- {'credential_revoked', why}.
 local holder = ARGV[1]
 local retain = tonumber(ARGV[2])
-local n = (#ARGV - 3) / 2
-local lock_ns = ARGV[#ARGV]
+local n = (#ARGV - 6) / 2
+local lock_ns = ARGV[3 + 2 * n]
+local revoked = cred_revoked(ARGV[4 + 2 * n], ARGV[5 + 2 * n], ARGV[6 + 2 * n])
+if revoked ~= '' then return {'credential_revoked', revoked} end
 local indexed = #KEYS > 2 * n
 
 local t = redis.call('TIME')
