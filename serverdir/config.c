@@ -6,6 +6,7 @@
 
 #include <string.h>
 
+#include "cred.h"
 #include "directory.h"
 #include "locks.h"
 #include "master.h"
@@ -32,6 +33,7 @@ static const struct {
     {"directory", sd_dir_config_load},
     {"locks", sd_locks_config_load},
     {"master", sd_master_config_load},
+    {"credentials", sd_cred_config_load},
 };
 
 /* Loads every section of root; on a refusal puts back what the earlier ones loaded. */
@@ -40,6 +42,7 @@ static int sections_load(const json_t *root, char *err, size_t errcap)
     sd_dir_config_t dir = sd_dir_cfg;
     sd_locks_cfg_t locks = sd_locks_cfg;
     sd_master_cfg_t master = sd_master_cfg;
+    sd_cred_cfg_t cred = sd_cred_cfg;
     for (size_t i = 0; i < SD_ARRAY_LEN(sections); i++) {
         char e[SD_ERRMSG_MAX] = "";
         if (sections[i].load(json_object_get(root, sections[i].name), e, sizeof e)) {
@@ -47,6 +50,7 @@ static int sections_load(const json_t *root, char *err, size_t errcap)
             sd_dir_cfg = dir;
             sd_locks_cfg = locks;
             sd_master_cfg = master;
+            sd_cred_cfg = cred;
             return -1;
         }
     }
@@ -57,7 +61,8 @@ int sd_config_apply(json_t *root, sd_config_t *cfg, int *log_level, char *err, s
 {
     static const char *const known[] = {
         "listen", "redis", "tokens", "key_prefix", "threads", "body_max_bytes",
-        "blob_max_bytes", "conn_timeout_s", "max_connections", "log_level", "master", "locks", "directory", NULL};
+        "blob_max_bytes", "conn_timeout_s", "max_connections", "log_level", "master", "locks", "directory",
+        "credentials", NULL};
     if (!json_is_object(root)) {
         snprintf(err, errcap, "the top level must be a JSON object");
         return -1;

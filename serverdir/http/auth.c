@@ -234,7 +234,11 @@ unsigned sd_auth_lookup(const char *token, size_t len, sd_auth_t *out)
 int sd_req_forbid(const sd_req_t *req, sd_resp_t *resp, const char *what)
 {
     const sd_auth_t *a = &req->auth;
-    if (a->machine[0])
+    if (a->cred)
+        sd_resp_error(resp, 403, "forbidden",
+                      "this credential names instance '%s' of cluster '%s'; it may not %s",
+                      a->instance, a->cluster, what);
+    else if (a->machine[0])
         sd_resp_error(resp, 403, "forbidden",
                       "this token is bound to machine '%s' of cluster '%s'; it may not %s",
                       a->machine, a->cluster, what);
@@ -277,7 +281,8 @@ int sd_req_may_hold(const sd_req_t *req, sd_resp_t *resp, const char *holder)
 {
     const sd_auth_t *a = &req->auth;
     size_t n = strlen(a->holder_prefix);
-    if (!n || !strncmp(holder, a->holder_prefix, n))
+    /* an instance credential holds as exactly its instance */
+    if (a->cred ? !strcmp(holder, a->instance) : !n || !strncmp(holder, a->holder_prefix, n))
         return 0;
     char what[SD_NAME_MAX + 32];
     snprintf(what, sizeof what, "act as holder '%s'", holder);

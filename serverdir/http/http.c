@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cred.h"
 #include "router.h"
 #include "sd.h"
 #include "sdtime.h"
@@ -338,6 +339,22 @@ static const char *framing_error(struct MHD_Connection *conn, int *chunked)
     return NULL;
 }
 
+/* A bearer value: an instance credential when it has a JWT's shape (*why then says why
+ * one is refused), else (or when a token-file token happens to have that shape) a
+ * token-file token. Fills *out; returns the role, 0 when refused. */
+static unsigned bearer_auth(const char *tok, size_t len, sd_auth_t *out, const char **why)
+{
+    if (sd_cred_shaped(tok, len)) {
+        unsigned role = sd_cred_verify(tok, len, out, why);
+        if (role || sd_auth_lookup(tok, len, out))
+            return out->role;
+        SD_COUNT("serverdir_credentials_refused_total{reason=\"invalid\"}",
+                 "credentials refused: bad signature, expired, unknown key or claims", 1);
+        return 0;
+    }
+    return sd_auth_lookup(tok, len, out);
+}
+
 static void precheck(struct reqctx *rc, const char *method, const char *url)
 {
     sd_req_t *req = &rc->req;
@@ -377,6 +394,7 @@ static void precheck(struct reqctx *rc, const char *method, const char *url)
         size_t alen = 0;
         unsigned role = 0;
         int garbled = 0;
+        const char *cred_why = NULL;
         if (MHD_lookup_connection_value_n(req->conn, MHD_HEADER_KIND, "Authorization",
                                           strlen("Authorization"), &auth, &alen) == MHD_YES &&
             auth) {
@@ -384,16 +402,17 @@ static void precheck(struct reqctx *rc, const char *method, const char *url)
             for (size_t i = 0; i < alen && !garbled; i++)
                 garbled = (unsigned char)auth[i] < 0x20 || (unsigned char)auth[i] == 0x7f;
             if (!garbled && alen > 7 && strncasecmp(auth, "Bearer ", 7) == 0)
-                role = sd_auth_lookup(auth + 7, alen - 7, &req->auth);
+                role = bearer_auth(auth + 7, alen - 7, &req->auth, &cred_why);
         }
         req->role = role;
         if (!(r->roles & SD_PUBLIC)) {
             if (!role) {
                 sd_resp_header(resp, "WWW-Authenticate", "Bearer realm=\"serverdir\"");
                 sd_resp_error(resp, 401, "unauthorized", "%s",
-                              garbled ? "the Authorization header holds a control character"
-                              : auth  ? "the bearer token is not valid"
-                                      : "a bearer token is required");
+                              garbled    ? "the Authorization header holds a control character"
+                              : cred_why ? cred_why
+                              : auth     ? "the bearer token is not valid"
+                                         : "a bearer token is required");
                 rc->responded = 1;
                 return;
             }
@@ -408,6 +427,11 @@ static void precheck(struct reqctx *rc, const char *method, const char *url)
             if (req->auth.cluster[0] && !strncmp(r->pattern, "/v1/clusters/{c}", 16) &&
                 (sd_req_name(req, resp, 0, "cluster", &cluster) ||
                  sd_req_may_cluster(req, resp, cluster))) {
+                rc->responded = 1;
+                return;
+            }
+            /* An instance credential works while the directory says its instance runs. */
+            if (sd_cred_live(req, resp)) {
                 rc->responded = 1;
                 return;
             }

@@ -146,6 +146,7 @@ void h_blob_put(sd_req_t *req, sd_resp_t *resp)
     sd_argv_addf(&av, "%lld", (long long)blob_seq);
     sd_argv_addn(&av, req->body.data ? req->body.data : "", req->body.len);
     sd_argv_add(&av, sd_req_holder_prefix(req));
+    sd_argv_add(&av, req->auth.cred ? req->auth.instance : "");
     redisReply *r = blob_run(resp, "blob_save", 2, &av);
     if (!r)
         return;
@@ -153,10 +154,16 @@ void h_blob_put(sd_req_t *req, sd_resp_t *resp)
     if (strcmp(st, "fenced") == 0) {
         sd_lock_fenced(resp, "save", name);
     } else if (strcmp(st, "not_yours") == 0) {
-        sd_resp_error_extra(resp, 403, "forbidden", json_pack("{s:s}", "key", name),
-                            "this token is bound to holders starting with '%s'; lock '%s' "
-                            "is held by another",
-                            sd_req_holder_prefix(req), name);
+        if (req->auth.cred)
+            sd_resp_error_extra(resp, 403, "forbidden", json_pack("{s:s}", "key", name),
+                                "this credential names instance '%s'; lock '%s' is held by "
+                                "another",
+                                req->auth.instance, name);
+        else
+            sd_resp_error_extra(resp, 403, "forbidden", json_pack("{s:s}", "key", name),
+                                "this token is bound to holders starting with '%s'; lock '%s' "
+                                "is held by another",
+                                sd_req_holder_prefix(req), name);
     } else if (strcmp(st, "seq_jump") == 0 && r->elements == 2) {
         SD_COUNT("serverdir_blob_stale_total", "Blob saves refused for a stale Blob-Seq", 1);
         sd_resp_error_extra(resp, 400, "blob_seq_jump",

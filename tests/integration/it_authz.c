@@ -50,6 +50,7 @@ static const expect_t expected[] = {
     {"GET", "/v1/master/servers/{addr}", PUB},
     {"GET", "/v1/clusters", BB | VIEWER},
     {"GET", "/v1/master/servers", PUB},
+    {"GET", "/.well-known/jwks.json", PUB},
 
     {"PUT", "/v1/clusters/{c}/machines/{m}", BB},
     {"GET", "/v1/clusters/{c}/machines", BB | VIEWER},
@@ -88,6 +89,7 @@ static const expect_t expected[] = {
     {"PUT", "/v1/clusters/{c}/assignments", BB},
     {"GET", "/v1/clusters/{c}/machines/{m}/assignments", BB | VIEWER},
     {"POST", "/v1/clusters/{c}/machines/{m}/lost", BB},
+    {"POST", "/v1/clusters/{c}/machines/{m}/instances/{i}/credential", BB},
     {"GET", "/v1/clusters/{c}/settings", BB | VIEWER},
     {"PUT", "/v1/clusters/{c}/settings", OPS_ONLY},
 

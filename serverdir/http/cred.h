@@ -1,0 +1,85 @@
+/* Instance credentials (docs/operations.md, "Workload identity"): short-lived ES256 JWTs
+ * that name one instance (cluster, machine, service, instance, generation), signed with a
+ * keyring the serverdir copies share in Redis and rotate.
+ *
+ * Keyring: one hash "<prefix>keyring", kid -> "created_ms retired_ms drop_ms\n<PEM of a
+ * P-256 private key>" (Redis time; 0: not yet). The newest unretired key signs. A copy
+ * that finds no key, or the newest older than credentials.rotate_s, runs
+ * keyring_rotate.lua with a fresh key: the script (atomic) adds it only when a rotation
+ * is still due, so copies racing agree on one key. A retired key stays for verification
+ * until every credential it can have signed has expired (drop_ms), then the script
+ * removes it. Each copy keeps the keyring in memory, reloads it every
+ * SD_CRED_RELOAD_MS and on an unknown kid (at most once a second).
+ *
+ * Verification: the signature (libjwt, ES256 only, kid from the keyring), iss, aud, exp
+ * and the claims' names, once per credential: a fixed-size cache keyed by the token's
+ * SHA-256 keeps the claims until exp, so a repeat costs a hash and a lookup. Liveness
+ * (the directory still records the instance, on that machine, in that generation, not
+ * stopped) is never cached: sd_cred_live checks it on each request. */
+#ifndef SD_CRED_H
+#define SD_CRED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sd.h"
+
+#define SD_CRED_MAX 4096           /* longest credential accepted, bytes */
+#define SD_CRED_RELOAD_MS 30000    /* keyring reload period */
+
+/* The "credentials" section of serverdir's --config. Every copy on one Redis should
+ * use the same values (a retired key is dropped after the ttl of the copy that retired
+ * it). */
+typedef struct {
+    int64_t ttl_s;    /* a credential's lifetime */
+    int64_t rotate_s; /* age of the signing key at which a new one replaces it */
+} sd_cred_cfg_t;
+extern sd_cred_cfg_t sd_cred_cfg;
+
+/* Loads the "credentials" section (NULL: defaults kept), all or nothing: 0, or -1 with
+ * err naming the field. Called by sd_config_apply. */
+int sd_cred_config_load(const json_t *section, char *err, size_t errcap);
+
+/* What a credential says (its claims). */
+typedef struct {
+    char cluster[SD_NAME_MAX + 1];
+    char machine[SD_NAME_MAX + 1];
+    char service[SD_NAME_MAX + 1];
+    char instance[SD_NAME_MAX + 1];
+    int64_t generation;
+} sd_cred_id_t;
+
+/* Signs a credential for id with the newest key (loading or creating the keyring when
+ * needed). On SD_STORE_OK: *jwt (malloc'd, caller frees), kid (cap >= 32) and its
+ * expiry *exp_ms (unix ms). Else a SD_STORE_* error (SD_STORE_ERROR also when signing
+ * failed, logged). */
+int sd_cred_issue(const sd_cred_id_t *id, char **jwt, char *kid, size_t kidcap,
+                  int64_t *exp_ms);
+
+/* The JWKS document of every key a valid credential may be signed with, into *out
+ * (caller owns). A SD_STORE_* code. */
+int sd_cred_jwks(json_t **out);
+
+/* Whether a bearer value has a JWT's shape (three base64url parts): such a value is a
+ * credential, never a token-file token. */
+int sd_cred_shaped(const char *tok, size_t len);
+
+/* Verifies credential tok (len bytes): on success fills *out as the contract says (role
+ * SD_R_GAME, cred 1, bindings, principal "instance:<cluster>/<instance>") and returns
+ * SD_R_GAME; else returns 0 with *why naming the reason ("expired", "bad signature",
+ * ...: static text). */
+unsigned sd_cred_verify(const char *tok, size_t len, sd_auth_t *out, const char **why);
+
+/* For a credential caller (req->auth.cred), the directory's word on its instance: 0 when
+ * the record is on the credential's machine in its generation and not stopped, else -1
+ * after answering 401 credential_revoked (or a store error). 0 for any other caller.
+ * One HMGET of the process hash; handlers whose script already reads it do not call this
+ * (docs/operations.md, "Revocation"). */
+int sd_cred_live(const sd_req_t *req, sd_resp_t *resp);
+/* Answers 401 credential_revoked for req's instance, naming why (the record's state). */
+void sd_cred_revoked(const sd_req_t *req, sd_resp_t *resp, const char *why);
+
+/* Verified credentials cached and the cache's capacity (tests, bench). */
+void sd_cred_cache_stats(size_t *used, size_t *cap);
+
+#endif
