@@ -42,6 +42,9 @@ typedef struct {
  * timeout_ms bounds each attempt. Returns NULL on a bad URL list or no memory. */
 sdc_t *sdc_new(const char *urls, const char *token, int timeout_ms);
 void sdc_free(sdc_t *c);
+/* Replaces the bearer token of the next requests (NULL or "": none), e.g. with a renewed
+ * instance credential. SDC_OK, or SDC_E_NOMEM (the old token stays). */
+int sdc_set_token(sdc_t *c, const char *token);
 /* The base URL the next request goes to first. */
 const char *sdc_current_url(const sdc_t *c);
 void sdc_err_clear(sdc_err_t *err);
