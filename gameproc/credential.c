@@ -2,10 +2,11 @@
  * Brother hands it one (docs/game-server-guide.md, "The instance credential"), else, as
  * --credential says, the shared game token of --token.
  *
- * Sources, checked every tick on the loop thread: the agent connection first
- * (bbagent_credential: the newest CREDENTIAL frame bbagent_poll read), else the file
+ * Sources, checked every tick on the loop thread: the agent connection
+ * (bbagent_credential: the newest CREDENTIAL frame bbagent_poll read) and the file
  * $SERVERDIR_CREDENTIAL_FILE (re-read when its inode, size or mtime changes, at most once
- * a second). The worker threads of players.c and master.c take the current token before
+ * a second). Big Brother renews both at once; whichever brings a new one first is
+ * presented from then on. The worker threads of players.c and master.c take the current token before
  * each job (gp_cred_apply), so a renewal is used from the next request on.
  *
  *   mode      credential held        none yet, within the wait   none after the wait
@@ -36,7 +37,8 @@ static char cur[SDC_CREDENTIAL_MAX + 1]; /* the token to present ("" none), unde
 static uint64_t version;                 /* bumped on each change of cur, under mu */
 
 /* loop thread only */
-static char held[SDC_CREDENTIAL_MAX + 1]; /* the newest credential, "" none yet */
+static char held[SDC_CREDENTIAL_MAX + 1]; /* the one presented: the newest from either
+                                             source, "" none yet */
 static const char *file;                  /* $SERVERDIR_CREDENTIAL_FILE or NULL */
 static struct stat file_st;
 static int64_t file_checked_ms, wait_until_ms;
@@ -90,25 +92,32 @@ int gp_cred_start(gp_t *gp, gp_bad_option_t *bad)
     return 0;
 }
 
+/* A source's newest credential: logged when it changes, and then the one presented. */
+static void source_seen(const char *from, const char *jwt, char *last)
+{
+    if (!strcmp(jwt, last))
+        return;
+    log_info(last[0] ? "credential renewed" : "credential received", "source=%s bytes=%zu",
+             from, strlen(jwt));
+    sd_strlcpy(last, jwt, SDC_CREDENTIAL_MAX + 1);
+    if (strcmp(jwt, held)) {
+        sd_strlcpy(held, jwt, sizeof held);
+        publish(held);
+    }
+}
+
 void gp_cred_tick(gp_t *gp, int64_t now)
 {
+    static char from_agent[SDC_CREDENTIAL_MAX + 1], from_file[SDC_CREDENTIAL_MAX + 1];
     if (gp->cred_mode == GP_CRED_OFF)
         return;
     char buf[SDC_CREDENTIAL_MAX + 1];
-    const char *from = NULL;
-    int n = gp->agent ? bbagent_credential(gp->agent, buf, sizeof buf) : 0;
-    if (n > 0 && strcmp(buf, held))
-        from = "agent";
-    else if (n <= 0 && file_read(buf, sizeof buf, now) && strcmp(buf, held))
-        from = "file";
-    if (from) {
-        log_info(held[0] ? "credential renewed" : "credential received", "source=%s bytes=%zu",
-                 from, strlen(buf));
-        sd_strlcpy(held, buf, sizeof held);
-        publish(held);
+    if (gp->agent && bbagent_credential(gp->agent, buf, sizeof buf) > 0)
+        source_seen("agent", buf, from_agent);
+    if (file_read(buf, sizeof buf, now))
+        source_seen("file", buf, from_file);
+    if (held[0])
         usable = 1;
-        return;
-    }
     if (usable || now < wait_until_ms)
         return;
     if (gp->cred_mode == GP_CRED_PREFER) {
