@@ -37,6 +37,10 @@ struct MHD_Connection;
 
 /* ---- route flags ---- */
 #define SD_RAW_BODY 0x1u /* body is raw bytes (blobs): any content type, blob size cap */
+/* The handler's script checks an instance credential's liveness itself (cred.h,
+ * sd_cred_live_args) on standalone Redis and Sentinel; elsewhere, and on every other
+ * route, the HTTP front checks it with one HMGET before the handler runs. */
+#define SD_CRED_LIVE_IN_SCRIPT 0x2u
 
 #define SD_MAX_PARAMS 4
 #define SD_ERRMSG_MAX 256

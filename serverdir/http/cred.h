@@ -9,9 +9,10 @@
  * is still due, so copies racing agree on one key. A retired key stays for verification
  * until every credential it can have signed has expired (drop_ms), then the script
  * removes it. Each copy keeps the keyring in memory, reloads it every
- * SD_CRED_RELOAD_MS and on an unknown kid (at most once a second).
+ * SD_CRED_RELOAD_MS and on an unknown kid (at most every 100 ms).
  *
- * Verification: the signature (libjwt, ES256 only, kid from the keyring), iss, aud, exp
+ * Signing is libjwt's (ES256); verification checks the signature with OpenSSL and the
+ * key parsed once (ES256 only, kid from the keyring), then iss, aud, exp
  * and the claims' names, once per credential: a fixed-size cache keyed by the token's
  * SHA-256 keeps the claims until exp, so a repeat costs a hash and a lookup. Liveness
  * (the directory still records the instance, on that machine, in that generation, not
@@ -76,8 +77,16 @@ unsigned sd_cred_verify(const char *tok, size_t len, sd_auth_t *out, const char 
  * One HMGET of the process hash; handlers whose script already reads it do not call this
  * (docs/operations.md, "Revocation"). */
 int sd_cred_live(const sd_req_t *req, sd_resp_t *resp);
-/* Answers 401 credential_revoked for req's instance, naming why (the record's state). */
-void sd_cred_revoked(const sd_req_t *req, sd_resp_t *resp, const char *why);
+/* Answers 401 credential_revoked, naming why (the record's state). */
+void sd_cred_revoked(sd_resp_t *resp, const char *why);
+/* The three script arguments of the prelude's cred_revoked (pk, machine, generation) for
+ * caller a, appended to av: the process hash to check for an instance credential on
+ * standalone Redis / Sentinel (one Redis holds it: the script reads it), else "" (no
+ * credential, or a Redis Cluster, where the HTTP front checked with sd_cred_live). */
+void sd_cred_live_args(const sd_auth_t *a, sd_argv_t *av);
+/* Whether reply r is a script's {'credential_revoked', why}: then answers 401 and
+ * returns 1. */
+int sd_cred_revoked_reply(const redisReply *r, sd_resp_t *resp);
 
 /* Verified credentials cached and the cache's capacity (tests, bench). */
 void sd_cred_cache_stats(size_t *used, size_t *cap);

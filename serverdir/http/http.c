@@ -416,6 +416,13 @@ static void precheck(struct reqctx *rc, const char *method, const char *url)
                 rc->responded = 1;
                 return;
             }
+            /* An instance credential works while the directory says its instance runs
+             * (checked here unless the handler's script does it: SD_CRED_LIVE_IN_SCRIPT). */
+            if ((!(r->flags & SD_CRED_LIVE_IN_SCRIPT) || sd_store_is_cluster()) &&
+                sd_cred_live(req, resp)) {
+                rc->responded = 1;
+                return;
+            }
             if (!(r->roles & role) && role != SD_R_OPS) {
                 sd_resp_error(resp, 403, "forbidden", "role '%s' may not %s %s",
                               sd_role_name(role), method, r->pattern);
@@ -427,11 +434,6 @@ static void precheck(struct reqctx *rc, const char *method, const char *url)
             if (req->auth.cluster[0] && !strncmp(r->pattern, "/v1/clusters/{c}", 16) &&
                 (sd_req_name(req, resp, 0, "cluster", &cluster) ||
                  sd_req_may_cluster(req, resp, cluster))) {
-                rc->responded = 1;
-                return;
-            }
-            /* An instance credential works while the directory says its instance runs. */
-            if (sd_cred_live(req, resp)) {
                 rc->responded = 1;
                 return;
             }

@@ -11,11 +11,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cred.h"
 #include "locks.h"
 #include "sd.h"
 
 SD_ROUTE(GET, "/v1/blobs/{key}", SD_R_GAME | SD_R_VIEWER, 0, h_blob_get);
-SD_ROUTE(PUT, "/v1/blobs/{key}", SD_R_GAME, SD_RAW_BODY, h_blob_put);
+SD_ROUTE(PUT, "/v1/blobs/{key}", SD_R_GAME, SD_RAW_BODY | SD_CRED_LIVE_IN_SCRIPT, h_blob_put);
 SD_ROUTE(DELETE, "/v1/blobs/{key}", 0, 0, h_blob_delete);
 
 /* Reads an optional sequence header. Returns 1 when absent, 0 when valid, -1 after
@@ -147,11 +148,13 @@ void h_blob_put(sd_req_t *req, sd_resp_t *resp)
     sd_argv_addn(&av, req->body.data ? req->body.data : "", req->body.len);
     sd_argv_add(&av, sd_req_holder_prefix(req));
     sd_argv_add(&av, req->auth.cred ? req->auth.instance : "");
+    sd_cred_live_args(&req->auth, &av);
     redisReply *r = blob_run(resp, "blob_save", 2, &av);
     if (!r)
         return;
     const char *st = sd_reply_str(r, 0);
-    if (strcmp(st, "fenced") == 0) {
+    if (sd_cred_revoked_reply(r, resp)) {
+    } else if (strcmp(st, "fenced") == 0) {
         sd_lock_fenced(resp, "save", name);
     } else if (strcmp(st, "not_yours") == 0) {
         if (req->auth.cred)

@@ -6,14 +6,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cred.h"
 #include "locks.h"
 #include "sdvalid.h"
 #include "sd.h"
 
-SD_ROUTE(PUT, "/v1/locks/{key}", SD_R_GAME, 0, h_lock_put);
-SD_ROUTE(POST, "/v1/locks/acquire", SD_R_GAME, 0, h_lock_acquire_many);
+SD_ROUTE(PUT, "/v1/locks/{key}", SD_R_GAME, SD_CRED_LIVE_IN_SCRIPT, h_lock_put);
+SD_ROUTE(POST, "/v1/locks/acquire", SD_R_GAME, SD_CRED_LIVE_IN_SCRIPT, h_lock_acquire_many);
 SD_ROUTE(POST, "/v1/locks/release", SD_R_GAME, 0, h_lock_release_many);
-SD_ROUTE(POST, "/v1/locks/{key}/renew", SD_R_GAME, 0, h_lock_renew);
+SD_ROUTE(POST, "/v1/locks/{key}/renew", SD_R_GAME, SD_CRED_LIVE_IN_SCRIPT, h_lock_renew);
 SD_ROUTE(GET, "/v1/locks/{key}", SD_R_GAME | SD_R_VIEWER, 0, h_lock_get);
 SD_ROUTE(GET, "/v1/locks", SD_R_GAME | SD_R_VIEWER, 0, h_lock_list);
 SD_ROUTE(DELETE, "/v1/locks/{key}", SD_R_GAME, 0, h_lock_delete);
@@ -88,6 +89,7 @@ static void acquire_finish(const sd_lock_req_t *a, int many, redisReply *r, int6
 {
     if (!sd_reply_has_status(r)) {
         sd_resp_bad_reply(resp, "lock_acquire", r);
+    } else if (sd_cred_revoked_reply(r, resp)) {
     } else if (strcmp(sd_reply_str(r, 0), "ok") != 0) {
         acquire_refused(resp, r, waited);
     } else if (r->elements != 2 + (size_t)a->n * SD_LOCK_GRANT_FIELDS) {
@@ -122,6 +124,8 @@ static int acquire_allowed(const sd_req_t *req, sd_resp_t *resp, const sd_lock_r
         return 0;
     if (a->steal_cluster[0] && sd_req_may_cluster(req, resp, a->steal_cluster))
         return -1;
+    if (req->auth.cred) /* its own instance (above), whose record the script checks */
+        return 0;
     char key[2 * SD_NAME_MAX + 96];
     sd_argv_t av;
     sd_argv_init(&av);
@@ -145,10 +149,15 @@ static int acquire_allowed(const sd_req_t *req, sd_resp_t *resp, const sd_lock_r
 
 /* Acquires once on this worker thread; a refusal with wait_ms parks the request
  * (sd_lock_park: the worker goes on serving), everything else is answered at once. */
-static void acquire_answer(const sd_lock_req_t *a, int many, sd_req_t *req, sd_resp_t *resp)
+static void acquire_answer(const sd_lock_req_t *req_a, int many, sd_req_t *req, sd_resp_t *resp)
 {
+    sd_lock_req_t scoped = *req_a, *a = &scoped;
     if (acquire_allowed(req, resp, a))
         return;
+    /* a steal stays inside the caller's cluster, unless the caller is ops */
+    if (req->auth.role != SD_R_OPS)
+        a->steal_within = req->auth.cluster;
+    a->auth = &req->auth;
     int64_t start = sd_mono_ms();
     redisReply *r = NULL;
     int rc = sd_lock_acquire(a, &r);
@@ -374,13 +383,14 @@ void h_lock_renew(sd_req_t *req, sd_resp_t *resp)
         goto out;
     }
     redisReply *r;
-    int rc = sd_lock_renew(name, holder, seq, token, ttl, &r);
+    int rc = sd_lock_renew(name, holder, seq, token, ttl, &req->auth, &r);
     if (rc != SD_STORE_OK) {
         sd_resp_store_error(resp, rc);
         goto out;
     }
     const char *st = sd_reply_str(r, 0);
-    if (sd_reply_has_status(r) && strcmp(st, "not_holder") == 0) {
+    if (sd_cred_revoked_reply(r, resp)) {
+    } else if (sd_reply_has_status(r) && strcmp(st, "not_holder") == 0) {
         const char *cur = sd_reply_str(r, 1);
         json_t *extra = json_pack("{s:s}", "key", name);
         json_object_set_new(extra, "holder", *cur ? json_string(cur) : json_null());

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cred.h"
 #include "locks.h"
 #include "rcluster.h"
 #include "sdvalid.h"
@@ -334,7 +335,7 @@ int sd_lock_req_parse(const json_t *body, int many, sd_lock_req_t *a, const char
                                           "steal_if_holder_stopped", "steal_if_older_than_ms",
                                           "lock_tokens", NULL};
     *code = "bad_field";
-    a->steal_cluster = "";
+    a->steal_cluster = a->steal_within = "";
     a->ttl_ms = a->wait_ms = a->steal_older_ms = 0;
     memset(a->tokens, 0, sizeof a->tokens);
     sd_jv_t jv;
@@ -498,9 +499,27 @@ static void index_undo(const char *holder, const char *const *names, int n,
     }
 }
 
-/* Cluster only: the current holders of a's keys (other than a's holder) that the
- * directory of a->steal_cluster records as stopped, appended to av. The script steals
- * only from these; a holder that changed since is simply not stolen from. */
+/* One field of holder's process record in cluster's directory into *out (a reply the
+ * caller frees). A SD_STORE_* code. */
+static int proc_field(const char *cluster, const char *holder, const char *field,
+                      redisReply **out)
+{
+    char key[2 * SD_NAME_MAX + 96];
+    sd_argv_t q;
+    sd_argv_init(&q);
+    sd_argv_add(&q, "HGET");
+    sd_argv_add(&q, sd_key(key, sizeof key, cluster, "proc:%s", holder));
+    sd_argv_add(&q, field);
+    int rc = sd_store_command(&q, out);
+    sd_argv_free(&q);
+    return rc;
+}
+
+/* Cluster only: of the current holders of a's keys (other than a's holder), appended to
+ * av those the directory of a->steal_cluster records as stopped, and, with
+ * a->steal_within, "+<holder>" for those that are processes of that cluster. The script
+ * steals only from holders so named; a holder that changed since is simply not stolen
+ * from. */
 static int stopped_holders(const sd_lock_req_t *a, sd_argv_t *av)
 {
     char seen[SD_LOCKS_MAX_KEYS][SD_NAME_MAX + 1];
@@ -526,20 +545,22 @@ static int stopped_holders(const sd_lock_req_t *a, sd_argv_t *av)
         freeReplyObject(r);
     }
     for (int k = 0; k < nseen; k++) {
-        char key[2 * SD_NAME_MAX + 96];
-        sd_argv_t q;
-        sd_argv_init(&q);
-        sd_argv_add(&q, "HGET");
-        sd_argv_add(&q, sd_key(key, sizeof key, a->steal_cluster, "proc:%s", seen[k]));
-        sd_argv_add(&q, "state");
         redisReply *r;
-        int rc = sd_store_command(&q, &r);
-        sd_argv_free(&q);
-        if (rc != SD_STORE_OK)
-            return rc;
-        if (r->type == REDIS_REPLY_STRING && strcmp(r->str, "stopped") == 0)
-            sd_argv_addf(av, "%s", seen[k]);
-        freeReplyObject(r);
+        int rc;
+        if (a->steal_cluster[0]) {
+            if ((rc = proc_field(a->steal_cluster, seen[k], "state", &r)) != SD_STORE_OK)
+                return rc;
+            if (r->type == REDIS_REPLY_STRING && strcmp(r->str, "stopped") == 0)
+                sd_argv_addf(av, "%s", seen[k]);
+            freeReplyObject(r);
+        }
+        if (a->steal_within[0]) {
+            if ((rc = proc_field(a->steal_within, seen[k], "state", &r)) != SD_STORE_OK)
+                return rc;
+            if (r->type == REDIS_REPLY_STRING)
+                sd_argv_addf(av, "+%s", seen[k]);
+            freeReplyObject(r);
+        }
     }
     return SD_STORE_OK;
 }
@@ -587,7 +608,9 @@ int sd_lock_acquire(const sd_lock_req_t *a, redisReply **out)
     }
     for (int i = 0; i < a->n; i++)
         sd_argv_add(&av, a->tokens[i] ? "1" : "0");
-    if (cluster && a->steal_cluster[0]) {
+    sd_argv_add(&av, a->steal_within);
+    sd_cred_live_args(a->auth, &av);
+    if (cluster && (a->steal_cluster[0] || (a->steal_within[0] && a->steal_older_ms))) {
         int rc = stopped_holders(a, &av);
         if (rc != SD_STORE_OK) {
             sd_argv_free(&av);
@@ -763,7 +786,7 @@ int sd_lock_force(const char *name, redisReply **out)
 }
 
 int sd_lock_renew(const char *name, const char *holder, int64_t seq, const char *token,
-                  int64_t ttl_ms, redisReply **out)
+                  int64_t ttl_ms, const sd_auth_t *auth, redisReply **out)
 {
     sd_argv_t av;
     lock_argv(&av, name);
@@ -772,6 +795,7 @@ int sd_lock_renew(const char *name, const char *holder, int64_t seq, const char 
     sd_argv_addf(&av, "%lld", (long long)ttl_ms);
     sd_argv_addf(&av, "%lld", (long long)sd_locks_cfg.retain_s * 1000);
     sd_argv_add(&av, token);
+    sd_cred_live_args(auth, &av);
     return sd_store_run("lock_renew", 1, &av, out);
 }
 
@@ -1044,7 +1068,7 @@ typedef struct {
     sd_lock_finish_fn finish;
     int64_t start_ms;
     char name[SD_NAME_MAX + 1]; /* the key the last refusal named ("": not tried yet) */
-    char holder[SD_NAME_MAX + 1], cluster[SD_NAME_MAX + 1];
+    char holder[SD_NAME_MAX + 1], cluster[SD_NAME_MAX + 1], within[SD_NAME_MAX + 1];
     char names[SD_LOCKS_MAX_KEYS][SD_NAME_MAX + 1];
     char tokens[SD_LOCKS_MAX_KEYS][SD_LOCK_TOKEN_LEN + 1];
 } waiter_t;
@@ -1296,6 +1320,8 @@ void sd_lock_park(const sd_lock_req_t *a, int many, int64_t start_ms, sd_req_t *
     sd_strlcpy(w->cluster, a->steal_cluster, sizeof w->cluster);
     w->a.holder = w->holder;
     w->a.steal_cluster = w->cluster;
+    sd_strlcpy(w->within, a->steal_within ? a->steal_within : "", sizeof w->within);
+    w->a.steal_within = w->within;
     for (int i = 0; i < a->n; i++) {
         sd_strlcpy(w->names[i], a->names[i], sizeof w->names[i]);
         w->a.names[i] = w->names[i];

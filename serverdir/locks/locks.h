@@ -29,6 +29,11 @@ typedef struct {
     int n;
     int64_t ttl_ms, wait_ms, steal_older_ms; /* 0: not given */
     const char *steal_cluster;               /* "": not given */
+    /* A steal (either kind) takes only from a holder that is a process of this cluster's
+     * directory: the caller's cluster unless it is ops (acquire_allowed); "": anywhere. */
+    const char *steal_within;
+    const sd_auth_t *auth; /* the caller (its credential's liveness rides in the script);
+                              NULL: none. The request outlives a parked wait. */
     /* per key, the lock_token the caller presents (NULL: none): its grant's, to acquire
      * again, or one of its own for a new grant, so that a retry is recognised */
     const char *tokens[SD_LOCKS_MAX_KEYS];
@@ -87,7 +92,7 @@ int sd_lock_release(const sd_lock_rel_t *rel, redisReply **out);
 /* lock_renew.lua: renew name for holder with the grant (seq, token), for ttl_ms (0: the
  * last lease's length). */
 int sd_lock_renew(const char *name, const char *holder, int64_t seq, const char *token,
-                  int64_t ttl_ms, redisReply **out);
+                  int64_t ttl_ms, const sd_auth_t *auth, redisReply **out);
 /* lock_get.lua: the record of name. */
 int sd_lock_get(const char *name, redisReply **out);
 /* lock_force.lua: forced unlock of name, starting the lock-delay. */

@@ -17,6 +17,20 @@ local function lock_name(key, ns)
   return n
 end
 
+-- Whether an instance credential still speaks for its instance (http/cred.h): '' when
+-- pk is '' (no credential to check) or the directory's process hash pk records the
+-- instance on machine m in generation g and not stopped; else why it is revoked (the
+-- caller returns {'credential_revoked', why}, having changed nothing).
+local function cred_revoked(pk, m, g)
+  if pk == '' then return '' end
+  local p = redis.call('HMGET', pk, 'state', 'machine', 'generation')
+  if not p[1] then return 'the directory has no such instance' end
+  if p[1] == 'stopped' then return 'the instance stopped' end
+  if p[2] ~= m then return 'the instance is on another machine' end
+  if p[3] ~= g then return 'the instance runs another generation' end
+  return ''
+end
+
 -- Wakes one parked acquire of a lock: one token on its release list q (<record>#q),
 -- trimmed to one and kept 60 s (locks.c, "waiting").
 local function wake_waiter(q)

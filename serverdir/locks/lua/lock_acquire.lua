@@ -7,8 +7,12 @@
 -- ARGV: holder, ttl_ms (0: no expiry), lock_delay_ms, retain_ms, steal_cluster ("": no),
 --       steal_older_ms (0: no), prefix, n, then a lock_token per key (the one the caller
 --       presented, or a fresh random one serverdir drew), then per key '1' when the caller
---       presented it, else '0'; then, on a cluster, the holders serverdir found stopped in
---       steal_cluster's directory.
+--       presented it, else '0'; then steal_within ('': anywhere; else a steal takes only
+--       from a holder that is a process of this cluster's directory: the caller's cluster
+--       unless it is ops); then the caller's credential liveness check (the prelude's
+--       cred_revoked: process hash, machine, generation; '' when none); then, on a
+--       cluster, the holders serverdir found stopped in
+--       steal_cluster's directory, and "+<holder>" for those it found in steal_within's.
 -- A new grant stores its key's token. The grant is a capability: acquiring a lock one
 -- already holds (the same holder name) succeeds only with the grant's lock_token
 -- presented, so naming a holder never hands out its secret or extends its lease; a
@@ -18,7 +22,8 @@
 -- Returns {'ok', now_ms, then per key: name, lock_seq, reacquired 0/1, stolen_from,
 -- since_ms, expires_ms, lock_token} or {'lock_held', name, holder, since_ms, expires_ms,
 -- now_ms, not_presented} (not_presented '1': the holder is the caller's, its grant's
--- lock_token was not presented) or {'lock_delayed', name, retry_after_ms}.
+-- lock_token was not presented) or {'lock_delayed', name, retry_after_ms} or
+-- {'credential_revoked', why}.
 local holder = ARGV[1]
 local ttl = tonumber(ARGV[2])
 local delay = tonumber(ARGV[3])
@@ -29,8 +34,17 @@ local prefix = ARGV[7]
 local n = tonumber(ARGV[8])
 local indexed = #KEYS > 2 * n
 local lock_ns = prefix .. 'lock:'
-local stopped = {}
-for i = 9 + 2 * n, #ARGV do stopped[ARGV[i]] = true end
+local steal_within = ARGV[9 + 2 * n] or ''
+local revoked = cred_revoked(ARGV[10 + 2 * n] or '', ARGV[11 + 2 * n], ARGV[12 + 2 * n])
+if revoked ~= '' then return {'credential_revoked', revoked} end
+local stopped, inside = {}, {}
+for i = 13 + 2 * n, #ARGV do
+    if string.sub(ARGV[i], 1, 1) == '+' then
+        inside[string.sub(ARGV[i], 2)] = true
+    else
+        stopped[ARGV[i]] = true
+    end
+end
 
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -71,6 +85,13 @@ for i = 1, n do
             end
         end
         if why == '' and steal_older > 0 and now - since >= steal_older then why = 'held_too_long' end
+        if why ~= '' and steal_within ~= '' then
+            local known = inside[cur]
+            if indexed then
+                known = redis.call('EXISTS', prefix .. '{' .. steal_within .. '}:proc:' .. cur) == 1
+            end
+            if not known then why = '' end
+        end
         if why == '' then
             return {'lock_held', name, cur, fmt(since), fmt(expires), fmt(now), '0'}
         end
