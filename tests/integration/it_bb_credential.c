@@ -95,15 +95,17 @@ static int lock_held_by(void *arg)
 }
 
 typedef struct {
-    const char *jwt;
+    const char *jwt, *holder;
+    long status;
     char code[64];
 } revoked_t;
 
+/* The credential is refused as revoked for a lock as its own instance. */
 static int refused_revoked(void *arg)
 {
     revoked_t *w = arg;
-    return lock_put(w->jwt, "cred-after-stop", "x", w->code) == 401 &&
-           !strcmp(w->code, "credential_revoked");
+    w->status = lock_put(w->jwt, "cred-after-stop", w->holder, w->code);
+    return w->status == 401 && !strcmp(w->code, "credential_revoked");
 }
 
 typedef struct {
@@ -199,8 +201,10 @@ static void credential_obtained_used_renewed_revoked(void **state)
     json_decref(bbt_ctl(&b, "stop zone"));
     json_decref(bbt_wait(&b, "zone", 0, "stopped", 0, h_ms(10000)));
     assert_true(h_wait_until(file_gone, path, h_ms(5000)));
-    revoked_t rv = {jwt2, ""};
-    assert_true(h_wait_until(refused_revoked, &rv, h_ms(10000)));
+    revoked_t rv = {jwt2, id, 0, ""};
+    if (!h_wait_until(refused_revoked, &rv, h_ms(10000)))
+        fail_msg("after the stop the credential got %ld %s, not 401 credential_revoked",
+                 rv.status, rv.code);
 
     bbt_stop(&b, 3000);
     h_stack_stop(&redis, &sd);
