@@ -7,7 +7,8 @@
  * it; the credential cannot lock as another holder; bigbrother renews it before it
  * expires (credentials.ttl_s 60, credential_renew_percent 90: after about 6 s) and the
  * game takes the renewal from both; when the instance stops the file is deleted and the
- * credential refused (401 credential_revoked). */
+ * credential refused (401 credential_revoked). A renewal that fails while serverdir is
+ * down is retried with backoff until it lands. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -210,11 +211,61 @@ static void credential_obtained_used_renewed_revoked(void **state)
     h_stack_stop(&redis, &sd);
 }
 
+/* A renewal that fails while serverdir is down is retried with backoff: the failure is
+ * logged and counted, the file keeps the credential held meanwhile, and the renewal lands
+ * once serverdir is back. */
+static void renewal_retried_while_serverdir_is_down(void **state)
+{
+    (void)state;
+    const h_sd_opts_t so = {.config = "{\"credentials\": {\"ttl_s\": 60}}"};
+    assert_int_equal(h_stack_start(&redis, &sd, &so), 0);
+    bbt_t b = {0};
+    bbt_dirs(&b);
+    int mport = h_free_port();
+    char extra[768];
+    snprintf(extra, sizeof extra,
+             ", \"serverdir\": {\"urls\": [\"%s\"], \"token\": \"%s\","
+             " \"credential_renew_percent\": 90}, \"metrics_listen\": \"127.0.0.1:%d\"",
+             sd.url, H_TOK_BB_C1(1), mport);
+    bbt_config(&b, "[{\"name\": \"zone\", \"command\": \"/bin/sleep\", \"args\": [\"100000\"],"
+                   " \"health\": {\"type\": \"none\"}}]", extra);
+    assert_true(bbt_start(&b) > 0);
+    json_t *in = bbt_wait(&b, "zone", 0, "ready", 1, h_ms(10000));
+    assert_non_null(in);
+    char path[600];
+    snprintf(path, sizeof path, "%s/credentials/%s.jwt", b.state, bbt_str(in, "instance"));
+    json_decref(in);
+    assert_true(h_wait_until(file_exists, path, h_ms(10000)));
+    char jwt[8192], now[8192];
+    assert_true(file_get(path, jwt, sizeof jwt) > 100);
+
+    h_serverdir_stop(&sd); /* before the renewal, due about 6 s after the first */
+    lines_t failed = {b.log, "msg=\"credential request failed\"", 1};
+    assert_true(h_wait_until(log_lines, &failed, h_ms(20000)));
+    assert_true(bbt_file_has(b.log, "retry_in_ms="));
+    char murl[64];
+    snprintf(murl, sizeof murl, "http://127.0.0.1:%d", mport);
+    assert_true(h_metric(murl, "bigbrother_credentials_total{result=\"failed\"}") >= 1);
+    assert_int_equal(h_metric(murl, "bigbrother_credentials_total{result=\"renewed\"}"), 0);
+    assert_true(file_get(path, now, sizeof now) > 0);
+    assert_string_equal(now, jwt); /* the one held stays handed over */
+
+    assert_int_equal(h_serverdir_restart(&sd, redis.url), 0);
+    changed_t ch = {path, jwt};
+    assert_true(h_wait_until(file_changed, &ch, h_ms(20000)));
+    assert_true(h_metric(murl, "bigbrother_credentials_total{result=\"renewed\"}") >= 1);
+    assert_true(bbt_lines_with(b.log, "msg=\"credential renewed\"") >= 1);
+
+    bbt_stop(&b, 3000);
+    h_stack_stop(&redis, &sd);
+}
+
 int main(void)
 {
     h_init(240);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(credential_obtained_used_renewed_revoked),
+        cmocka_unit_test(renewal_retried_while_serverdir_is_down),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
