@@ -1,7 +1,8 @@
 /* Credential hand-over (supervision thread): the credentials report/credential.c obtains
  * reach the game two ways (docs/operations.md, "Credential delivery"):
  *   - a CREDENTIAL frame on the agent connection (bbagent_credential), sent when the
- *     agent connects if one is held, and on every renewal;
+ *     agent connects if one is held, and on every renewal; one its full socket refused
+ *     is owed and sent again after the agent's next message;
  *   - the file STATE_DIR/credentials/<instance>.jwt (mode 0600, owned by the service's
  *     user; replaced by rename, so a reader sees the old or the new one whole), named to
  *     the process by SERVERDIR_CREDENTIAL_FILE (spawn.c), for servers that do not link
@@ -64,15 +65,18 @@ static int file_write(const bb_inst_t *in, const char *jwt, size_t len)
     return rc;
 }
 
-/* Sends in's credential over its agent connection, when it has one. */
+/* Sends in's credential over its agent connection, when it has one; a full socket
+ * leaves it owed. */
 static void frame_send(bb_inst_t *in, const char *jwt, size_t len)
 {
     char msg[BBPROTO_MAX_FRAME];
     int n = bbproto_credential_put(msg, sizeof msg, jwt, len);
     int rc = n < 0 ? n : bb_agent_send_msg(in, msg, (size_t)n);
-    if (rc && rc != -ENOTCONN)
-        log_warn("credential not sent to the agent", "instance=%s error=%s", in->id,
-                 strerror(-rc));
+    int owed = rc == -EAGAIN || rc == -EWOULDBLOCK || rc == -ENOBUFS;
+    if (rc && rc != -ENOTCONN && !(owed && in->cred_owed))
+        log_warn("credential not sent to the agent", "instance=%s error=%s then=%s", in->id,
+                 strerror(-rc), owed ? "sent after its next message" : "dropped");
+    in->cred_owed = owed;
 }
 
 /* The credential thread has new ones: each goes to its run's file and agent; one for a
@@ -101,15 +105,27 @@ static void on_fresh(bb_watch_t *w, uint32_t events)
 static void on_connected(bb_inst_t *in)
 {
     char jwt[SDC_CREDENTIAL_MAX + 1];
+    in->cred_owed = 0;
     int n = bb_cred_get(bb.cred, in->id, in->generation, jwt, sizeof jwt);
     if (n > 0)
         frame_send(in, jwt, (size_t)n);
 }
 
+/* Every agent message: a credential owed since its socket was full goes now. */
+static void on_message(bb_inst_t *in, const char *val, size_t len)
+{
+    (void)val;
+    (void)len;
+    if (in->cred_owed)
+        on_connected(in);
+}
+static const bb_agent_handler_t resend = {NULL, on_message};
+
 /* The state machine's hook: the run is over, its credential goes. */
 static void on_gone(bb_inst_t *in)
 {
     char path[PATH_MAX];
+    in->cred_owed = 0;
     bb_cred_forget(bb.cred, in->id);
     bb_credential_path(in->id, path, sizeof path);
     if (unlink(path) < 0 && errno != ENOENT)
@@ -149,6 +165,8 @@ int bb_handover_init(void)
         return 0;
     bb_inst_hooks.gone = on_gone;
     int rc = bb_agent_on(BB_AGENT_CONNECTED, on_connected);
+    if (!rc)
+        rc = bb_agent_handle(&resend);
     if (rc)
         return rc;
     cred_w.fd = bb_cred_fd(bb.cred);

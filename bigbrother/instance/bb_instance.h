@@ -55,6 +55,8 @@ typedef struct bb_inst {
     int64_t restart_mono[BB_WINDOW_MAX];
     int nrestart_mono;
     struct bb_conn *conn;       /* agent connection, NULL when none */
+    int cred_owed;              /* a CREDENTIAL frame the agent's full socket refused:
+                                   sent again with its next message (agent/credential.c) */
     char status[SD_STATUS_MAX + 1];
     int players, max_players;
     char ports[SD_STATUS_MAX + 1]; /* PORTS the agent reported, as compact JSON ("" none) */
