@@ -212,6 +212,13 @@ static int ring_take(const redisReply *r)
     return n;
 }
 
+/* Whether key k is past its drop time (every credential it signed has expired): it
+ * leaves the JWKS and verification at once, the keyring at the next rotation. */
+static int key_dropped(const struct ckey *k, int64_t now_ms)
+{
+    return k->drop_ms > 0 && k->drop_ms <= now_ms;
+}
+
 /* Whether the ring (read under ring_mu) needs a new signing key by this copy's clock. */
 static int rotation_due(void)
 {
@@ -256,8 +263,13 @@ static int ring_rotate(void)
         return SD_STORE_ERROR;
     }
     ring_take(r);
+    int taken = 0;
+    for (size_t i = 0; i + 1 < r->elements && !taken; i += 2)
+        taken = !strcmp(sd_reply_str(r, i), kid);
     freeReplyObject(r);
-    log_info("keyring checked for rotation", "offered_kid=%s", kid);
+    if (taken) /* else another copy rotated first, or Redis's clock says not yet */
+        log_info("keyring rotated: a new key signs", "kid=%s rotate_s=%lld", kid,
+                 (long long)sd_cred_cfg.rotate_s);
     return SD_STORE_OK;
 }
 
@@ -360,11 +372,14 @@ int sd_cred_jwks(json_t **out)
     if (rc)
         return rc;
     json_t *keys = json_array();
+    int64_t now = sd_wall_ms();
     pthread_rwlock_rdlock(&ring_mu);
     for (int i = 0; i < nring; i++)
-        json_array_append_new(keys, json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s}", "kty", "EC",
-                                              "crv", "P-256", "x", ring[i].x, "y", ring[i].y,
-                                              "kid", ring[i].kid, "alg", "ES256", "use", "sig"));
+        if (!key_dropped(&ring[i], now))
+            json_array_append_new(keys, json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s}", "kty",
+                                                  "EC", "crv", "P-256", "x", ring[i].x, "y",
+                                                  ring[i].y, "kid", ring[i].kid, "alg", "ES256",
+                                                  "use", "sig"));
     pthread_rwlock_unlock(&ring_mu);
     *out = json_pack("{s:o}", "keys", keys);
     return SD_STORE_OK;
@@ -467,7 +482,8 @@ static EVP_PKEY *key_get(const char *kid)
         EVP_PKEY *pk = NULL;
         pthread_rwlock_rdlock(&ring_mu);
         for (int i = 0; i < nring && !pk; i++)
-            if (!strcmp(ring[i].kid, kid) && EVP_PKEY_up_ref(ring[i].pk))
+            if (!strcmp(ring[i].kid, kid) && !key_dropped(&ring[i], sd_wall_ms()) &&
+                EVP_PKEY_up_ref(ring[i].pk))
                 pk = ring[i].pk;
         pthread_rwlock_unlock(&ring_mu);
         if (pk)

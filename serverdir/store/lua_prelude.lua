@@ -27,7 +27,7 @@ local function cred_revoked(pk, m, g)
   if not p[1] then return 'the directory has no such instance' end
   if p[1] == 'stopped' then return 'the instance stopped' end
   if p[2] ~= m then return 'the instance is on another machine' end
-  if p[3] ~= g then return 'the instance runs another generation' end
+  if (p[3] or '0') ~= g then return 'the instance runs another generation' end
   return ''
 end
 

@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include <jansson.h>
+#include <pthread.h>
 #include <openssl/bio.h>
 #include <openssl/bn.h>
 #include <openssl/core_names.h>
@@ -655,9 +656,73 @@ static void rotation_and_two_copies(void **state)
     json_t *jwks = json_loads(msg, 0, NULL);
     assert_int_equal(json_array_size(json_object_get(jwks, "keys")), 2);
     json_decref(jwks);
+
+    /* past its drop time (as when every credential it signed has expired) the retired key
+     * leaves the JWKS and verification */
+    h_redis_route(&redis, "sd:keyring");
+    r = h_redis(&redis, "HGET sd:keyring %s", kid1);
+    assert_int_equal(sscanf(r->str, "%lld %lld %lld\n%n", &created, &retired, &drop, &used), 3);
+    assert_true(asprintf(&rec, "%lld %lld 1\n%s", created, retired, r->str + used) > 0);
+    freeReplyObject(r);
+    freeReplyObject(h_redis(&redis, "HSET sd:keyring %s %s", kid1, rec));
+    free(rec);
+    h_serverdir_stop(&sd2);
+    assert_int_equal(h_sd_start(&sd2, &redis, NULL), 0);
+    assert_int_equal(ask(&sd2, "GET", "/.well-known/jwks.json", NULL, NULL, NULL, msg, sizeof msg),
+                     200);
+    jwks = json_loads(msg, 0, NULL);
+    assert_int_equal(json_array_size(json_object_get(jwks, "keys")), 1);
+    json_decref(jwks);
+    assert_int_equal(ask(&sd2, "GET", "/v1/locks/cr-k", old, NULL, NULL, msg, sizeof msg), 401);
+    assert_int_equal(ask(&sd2, "GET", "/v1/locks/cr-k", fresh, NULL, NULL, msg, sizeof msg), 200);
     h_serverdir_stop(&sd2);
     free(old);
     free(fresh);
+}
+
+struct race {
+    const h_serverdir_t *s;
+    char kid[64];
+};
+
+static void *race_issue(void *arg)
+{
+    struct race *r = arg;
+    char msg[8192];
+    if (ask(r->s, "POST", "/v1/clusters/" C "/machines/m1/instances/cr-k/credential", H_TOK_BB,
+            NULL, NULL, msg, sizeof msg) == 200) {
+        json_t *o = json_loads(msg, 0, NULL);
+        snprintf(r->kid, sizeof r->kid, "%s", json_string_value(json_object_get(o, "kid")));
+        json_decref(o);
+    }
+    return NULL;
+}
+
+/* Two copies that start on a Redis without a keyring and sign at the same moment agree
+ * on one key (keyring_rotate.lua adds an offered key only while one is due). */
+static void racing_copies_agree_on_the_first_key(void **state)
+{
+    (void)state;
+    h_serverdir_t sd2;
+    event("k9", "started", "cr-k", "m1", 5);
+    h_redis_route(&redis, "sd:keyring");
+    freeReplyObject(h_redis(&redis, "DEL sd:keyring"));
+    assert_int_equal(h_sd_start(&sd2, &redis, NULL), 0);
+    h_serverdir_stop(&sd); /* the first copy forgets its keyring: a fresh start */
+    assert_int_equal(h_sd_start(&sd, &redis, NULL), 0);
+    struct race r[2] = {{.s = &sd}, {.s = &sd2}};
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, race_issue, &r[i]), 0);
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    assert_true(r[0].kid[0] && r[1].kid[0]);
+    assert_string_equal(r[0].kid, r[1].kid);
+    h_redis_route(&redis, "sd:keyring");
+    redisReply *n = h_redis(&redis, "HLEN sd:keyring");
+    assert_int_equal(n->integer, 1);
+    freeReplyObject(n);
+    h_serverdir_stop(&sd2);
 }
 
 int main(void)
@@ -670,6 +735,7 @@ int main(void)
         cmocka_unit_test(forged_and_expired_credentials_are_refused),
         cmocka_unit_test(revoked_at_once_then_renewed),
         cmocka_unit_test(rotation_and_two_copies),
+        cmocka_unit_test(racing_copies_agree_on_the_first_key),
     };
     return cmocka_run_group_tests(tests, setup, h_stack_teardown);
 }
