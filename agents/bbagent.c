@@ -84,7 +84,10 @@ struct bbagent {
         int port;
     } ports[PORTS_MAX];         /* bbagent_port, sent with the status as PORTS= */
     int nports;
-    char buf[BBPROTO_MAX_MSG];  /* scratch for one message in or out */
+    char buf[BBPROTO_MAX_MSG];  /* scratch for one message out */
+    char in[BBPROTO_MAX_FRAME]; /* one packet read from Big Brother */
+    char cred[BBPROTO_CREDENTIAL_MAX + 1]; /* the newest CREDENTIAL, NUL-terminated */
+    size_t cred_len;            /* 0: none received yet */
     alloc_msg_t pending;        /* read, not yet returned by bbagent_poll */
     alloc_msg_t returned;       /* what the last returned event points into */
     int returned_valid;         /* the last event bbagent_poll returned was `returned` */
@@ -500,8 +503,18 @@ static void handle_alloc(bbagent_t *a, const bbproto_field_t *f, int n)
  * ignored (a newer Big Brother may say more). */
 static void handle_msg(bbagent_t *a, size_t len)
 {
+    const char *jwt;
+    size_t jlen;
+    int rc = bbproto_credential_parse(a->in, len, &jwt, &jlen);
+    if (rc == 0) {
+        memcpy(a->cred, jwt, jlen);
+        a->cred[jlen] = '\0';
+        a->cred_len = jlen;
+    }
+    if (rc != -ENOENT)
+        return; /* a CREDENTIAL frame, taken or (malformed) ignored */
     bbproto_field_t f[BBPROTO_MAX_FIELDS];
-    int n = bbproto_parse(a->buf, len, f, BBPROTO_MAX_FIELDS);
+    int n = bbproto_parse(a->in, len, f, BBPROTO_MAX_FIELDS);
     if (n <= 0)
         return;
     if (bbproto_get(f, n, "ALLOCATED", NULL) || bbproto_get(f, n, "DEALLOCATED", NULL)) {
@@ -526,7 +539,7 @@ static void handle_msg(bbagent_t *a, size_t len)
 static void link_read(bbagent_t *a)
 {
     for (int i = 0; i < POLL_BUDGET && a->fd >= 0 && !a->pending.type; i++) {
-        ssize_t n = recv(a->fd, a->buf, sizeof a->buf, MSG_DONTWAIT | MSG_TRUNC);
+        ssize_t n = recv(a->fd, a->in, sizeof a->in, MSG_DONTWAIT | MSG_TRUNC);
         if (n < 0) {
             if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
                 link_drop(a);
@@ -536,7 +549,7 @@ static void link_read(bbagent_t *a)
             link_drop(a);
             return;
         }
-        if ((size_t)n <= sizeof a->buf)
+        if ((size_t)n <= sizeof a->in)
             handle_msg(a, (size_t)n);
     }
 }
@@ -603,6 +616,18 @@ API int bbagent_poll(bbagent_t *a, bbagent_event_t *ev)
     if (a->dirty)
         link_up(a, now); /* the acknowledgement, or one a resent allocation owes */
     return 0;
+}
+
+API int bbagent_credential(bbagent_t *a, char *buf, size_t cap)
+{
+    if (!a || (!buf && cap))
+        return -1;
+    if (a->cred_len == 0)
+        return 0;
+    if (cap <= a->cred_len)
+        return -1;
+    memcpy(buf, a->cred, a->cred_len + 1);
+    return (int)a->cred_len;
 }
 
 API void bbagent_close(bbagent_t *a, const char *reason)

@@ -36,6 +36,8 @@
 #ifndef BBAGENT_H
 #define BBAGENT_H
 
+#include <stddef.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -144,6 +146,17 @@ int bbagent_poll(bbagent_t *a, bbagent_event_t *ev);
  * -ENOENT (and *out with NULL strings, players -1) when the last event bbagent_poll()
  * returned was another one; -EINVAL for NULL arguments. */
 int bbagent_allocation(const bbagent_t *a, bbagent_allocation_t *out);
+
+/* The newest credential Big Brother handed this process (a JWT naming its cluster,
+ * machine, service, instance and generation; docs/game-server-guide.md): copied into buf
+ * NUL-terminated. Present it as the bearer token of requests to ServerDir. Big Brother
+ * sends it when the agent connects and again on every renewal, before the one held
+ * expires: call this again before each use (it is a copy of a few hundred bytes), or when
+ * its expiry nears. The credential arrives with what bbagent_poll() reads; this call
+ * reads nothing. Returns its length, 0 when none has arrived (or no Big Brother), -1 when
+ * cap is not larger than the length (at most 4096: a buffer of 4097 always fits) or a is
+ * NULL. */
+int bbagent_credential(bbagent_t *a, char *buf, size_t cap);
 
 /* Sends BYE=<reason> (NULL: "exit"), closes the connection and frees the handle. */
 void bbagent_close(bbagent_t *a, const char *reason);

@@ -124,3 +124,60 @@ int bbproto_put(char *buf, size_t cap, size_t len, const char *key, const char *
     buf[len + kl + 1 + vl] = '\n';
     return (int)(len + kl + vl + 2);
 }
+
+#define CRED_PREFIX "CREDENTIAL="
+#define CRED_PREFIX_LEN (sizeof CRED_PREFIX - 1)
+
+/* A JWS in compact form: three non-empty base64url parts joined by two dots. */
+static int jws_ok(const char *s, size_t n)
+{
+    if (n == 0 || n > BBPROTO_CREDENTIAL_MAX)
+        return 0;
+    int dots = 0;
+    size_t part = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (c == '.') {
+            if (part == 0)
+                return 0;
+            dots++;
+            part = 0;
+        } else if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+                   c == '-' || c == '_') {
+            part++;
+        } else {
+            return 0;
+        }
+    }
+    return dots == 2 && part > 0;
+}
+
+int bbproto_credential_parse(const char *buf, size_t len, const char **jwt, size_t *jlen)
+{
+    if (len < CRED_PREFIX_LEN || memcmp(buf, CRED_PREFIX, CRED_PREFIX_LEN) != 0)
+        return -ENOENT;
+    if (len > BBPROTO_MAX_FRAME)
+        return -E2BIG;
+    size_t n = len - CRED_PREFIX_LEN;
+    if (n > 0 && buf[len - 1] == '\n')
+        n--;
+    if (n > BBPROTO_CREDENTIAL_MAX)
+        return -E2BIG;
+    if (!jws_ok(buf + CRED_PREFIX_LEN, n))
+        return -EINVAL;
+    *jwt = buf + CRED_PREFIX_LEN;
+    *jlen = n;
+    return 0;
+}
+
+int bbproto_credential_put(char *buf, size_t cap, const char *jwt, size_t jlen)
+{
+    if (!jws_ok(jwt, jlen))
+        return -EINVAL;
+    if (CRED_PREFIX_LEN + jlen + 1 > cap)
+        return -E2BIG;
+    memcpy(buf, CRED_PREFIX, CRED_PREFIX_LEN);
+    memcpy(buf + CRED_PREFIX_LEN, jwt, jlen);
+    buf[CRED_PREFIX_LEN + jlen] = '\n';
+    return (int)(CRED_PREFIX_LEN + jlen + 1);
+}

@@ -26,6 +26,9 @@
  *   DRAIN=1                            take no new players
  *   ALLOCATED=<id> MODE=ready|join PLAYERS=<n> PAYLOAD=<json>   a session for this process
  *   DEALLOCATED=<id>                   an allocation ended from outside
+ *   CREDENTIAL=<jwt>                   the instance's credential, alone in its packet: the
+ *                                      one value allowed past BBPROTO_MAX_VALUE (see
+ *                                      bbproto_credential_parse)
  */
 #ifndef BBPROTO_H
 #define BBPROTO_H
@@ -37,6 +40,9 @@
 #define BBPROTO_MAX_FIELDS 32
 #define BBPROTO_MAX_KEY 32
 #define BBPROTO_MAX_VALUE 1024
+#define BBPROTO_CREDENTIAL_MAX 4096 /* longest JWT a CREDENTIAL frame carries */
+/* The largest packet bigbrother sends: a CREDENTIAL frame with the longest JWT. */
+#define BBPROTO_MAX_FRAME (sizeof "CREDENTIAL=" - 1 + BBPROTO_CREDENTIAL_MAX + 1)
 
 typedef struct {
     const char *key;
@@ -62,5 +68,18 @@ int bbproto_get_int(const bbproto_field_t *f, int n, const char *key, long long 
 /* Appends "KEY=VALUE\n" to buf[0..len) within cap; returns the new length or -E2BIG
  * (-EINVAL for a bad key or a value with '\n' or NUL). */
 int bbproto_put(char *buf, size_t cap, size_t len, const char *key, const char *val);
+
+/* The CREDENTIAL frame: exactly one line "CREDENTIAL=<jwt>" (the newline optional) in a
+ * packet of its own, so that a JWT up to BBPROTO_CREDENTIAL_MAX bytes fits although it is
+ * longer than a value may be elsewhere. The JWT is a JWS in compact form: three non-empty
+ * parts of base64url (A-Z a-z 0-9 - _) joined by two dots. Returns 0 and points *jwt,
+ * *jlen into buf for a valid frame; -ENOENT when buf is not a CREDENTIAL frame (parse it
+ * with bbproto_parse); -EINVAL or -E2BIG for a CREDENTIAL frame that breaks the rule (an
+ * agent ignores it). */
+int bbproto_credential_parse(const char *buf, size_t len, const char **jwt, size_t *jlen);
+
+/* Writes the CREDENTIAL frame of jwt (jlen bytes) into buf; returns its length, or -EINVAL
+ * for a jwt bbproto_credential_parse would refuse, -E2BIG when cap is too small. */
+int bbproto_credential_put(char *buf, size_t cap, const char *jwt, size_t jlen);
 
 #endif

@@ -32,10 +32,24 @@ static void usage(FILE *f)
             "(including: another bigbrother holds the state dir's lock).\n");
 }
 
+/* The credential thread, when there is a ServerDir to ask and credentials are on. */
+static void start_credentials(void)
+{
+    const bb_config_t *c = &bb.cfg;
+    if (!c->urls || !c->credentials)
+        return;
+    bb_cred_opts_t o = {.urls = c->urls, .token = c->token, .cluster = c->cluster,
+                        .machine = c->machine, .renew_percent = c->credential_renew_percent};
+    int rc = bb_cred_start(&o, &bb.cred);
+    if (rc)
+        sd_die(SD_EXIT_SYSTEM, "cannot start the credential thread", "error=%s", strerror(-rc));
+}
+
 static void start_reporter(void)
 {
     const bb_config_t *c = &bb.cfg;
     bb_report_opts_t o = {
+        .accepted = bb.cred ? bb_cred_on_accepted : NULL, .accepted_ctx = bb.cred,
         .state_dir = c->state_dir, .cluster = c->cluster, .machine = c->machine,
         .urls = c->urls, .token = c->token, .address = c->address, .labels = c->labels,
         .capacity = c->capacity, .version = SD_VERSION, .lease_ttl_ms = c->lease_ttl_ms,
@@ -94,6 +108,7 @@ int main(int argc, char **argv)
         sd_die(SD_EXIT_SYSTEM, "cannot set up the event loop", "error=%s", strerror(-rc));
     bb_logs_start();
     bb_health_start();
+    start_credentials();
     start_reporter();
     if ((rc = bb_metrics_start()))
         sd_die(SD_EXIT_SYSTEM, "cannot serve metrics", "listen=%s port=%d error=%s",
@@ -103,7 +118,7 @@ int main(int argc, char **argv)
         sd_die(SD_EXIT_SYSTEM, "cannot serve logs", "listen=%s port=%d error=%s",
                bb.cfg.logs_host, bb.cfg.logs_port, strerror(-rc));
     if ((rc = bb_agentsrv_init()) || (rc = bb_alloc_init()) || (rc = bb_notify_init()) ||
-        (rc = bb_ctl_init()))
+        (rc = bb_ctl_init()) || (rc = bb_handover_init()))
         sd_die(SD_EXIT_SYSTEM, "cannot open the sockets", "agent=%s notify=%s control=%s error=%s",
                bb.cfg.agent_socket, bb.cfg.notify_socket, bb.cfg.control_socket,
                strerror(-rc));
@@ -112,6 +127,7 @@ int main(int argc, char **argv)
              SD_VERSION, bb.cfg.machine, bb.cfg.cluster, bb.cfg.state_dir, bb.cfg.nservices,
              bb.ninst, bb.cfg.urls ? bb.cfg.urls : "none (standalone)");
     bb_state_load();
+    bb_handover_adopted();
     bb_supervisor_start_all();
     if ((rc = bb_cluster_start()))
         sd_die(SD_EXIT_SYSTEM, "cannot start cluster mode", "error=%s", strerror(-rc));
@@ -133,6 +149,7 @@ int main(int argc, char **argv)
     bb_logsrv_stop();
     bb_health_stop();
     bb_report_stop(bb.report);
+    bb_cred_stop(bb.cred);
     log_info("bigbrother exiting", "signal=%d processes_left_running=%d then=%s", sig, running,
              sig == SIGHUP ? "re-exec" : "exit");
     if (sig == SIGHUP) {

@@ -81,6 +81,8 @@ struct gp {
     const char *tags;              /* comma-separated */
     const char *meta;              /* appended to the status line; NULL: none */
     int64_t release_after_ms;      /* release each allocation after this; -1: never */
+    int cred_mode;                 /* --credential: GP_CRED_* */
+    int64_t cred_wait_ms;          /* --credential-wait-ms */
 
     /* state */
     int64_t started_ms;
@@ -150,6 +152,19 @@ void gp_query_stop(gp_t *gp);
  * a numeric host, into ss. 0 or -EINVAL. */
 int gp_parse_sockaddr(const char *s, const char *default_host, struct sockaddr_storage *ss,
                       socklen_t *len);
+
+/* credential.c: the bearer token of the ServerDir calls, the instance credential when
+ * there is one (--credential off|prefer|required). */
+enum { GP_CRED_PREFER, GP_CRED_OFF, GP_CRED_REQUIRED };
+int gp_cred_start(gp_t *gp, gp_bad_option_t *bad);
+void gp_cred_tick(gp_t *gp, int64_t now_ms);
+/* Whether ServerDir calls may go now: a credential is held, or the mode lets them go
+ * with the shared token (prefer: after the wait, when one is due). Loop thread. */
+int gp_cred_usable(const gp_t *gp);
+struct sdc;
+/* Worker thread, before each request: sets c's bearer token to the current one when it
+ * changed since *seen (the caller's, 0 at first). SDC_OK or SDC_E_NOMEM. */
+int gp_cred_apply(struct sdc *c, uint64_t *seen);
 
 /* players.c: simulated players with locked, fenced saves in ServerDir (--players with
  * --serverdir). */

@@ -26,6 +26,7 @@
 /* The modules called every tick, in order (stopped in reverse order: the master link
  * still has the query socket for its last heartbeat). */
 static const gp_hook_t gp_hooks[] = {
+    { "credential", gp_cred_start, gp_cred_tick, NULL }, /* first: the others' token */
     { "query", gp_query_start, NULL, gp_query_stop },
     { "players", gp_players_start, gp_players_tick, gp_players_stop },
     { "master", gp_master_start, gp_master_tick, gp_master_stop },
@@ -69,7 +70,14 @@ static void usage(FILE *out)
             "                       allocation selectors match), e.g. \"mode=ctf tier=2\"\n"
             "ServerDir (URLs and token also from $SERVERDIR_URL and $SERVERDIR_TOKEN):\n"
             "  --serverdir URLS     ServerDir base URLs, comma-separated\n"
-            "  --token TOKEN        bearer token (role game)\n"
+            "  --token TOKEN        shared bearer token (role game), the weaker option\n"
+            "  --credential MODE    the instance credential Big Brother hands over (agent,\n"
+            "                       else $SERVERDIR_CREDENTIAL_FILE) as the bearer token:\n"
+            "                       prefer (default: it when there, else --token), required\n"
+            "                       (never --token), off (always --token)\n"
+            "  --credential-wait-ms N  wait this long for the first credential before the\n"
+            "                       first lock or heartbeat (default 10000; prefer then uses\n"
+            "                       --token, required goes on waiting)\n"
             "  with --serverdir, --players N simulates N players: each locks its key (holder:\n"
             "  $BB_INSTANCE, else --name), loads its blob, plays, saves, releases on leave\n"
             "  --player-keys A-B    player keys player:A..player:B (default 1-N)\n"
@@ -196,7 +204,7 @@ static void parse_args(gp_t *gp, int argc, char **argv)
     enum { O_NAME = 256, O_MAP, O_TICK, O_PLAYERS, O_MAXP, O_UDP, O_A2SCH, O_NOTIFY,
            O_NOAGENT, O_SAVE, O_LOGLVL, O_SLOW, O_HANG, O_CRASH, O_EXIT, O_IGNTERM, O_SD,
            O_TOKEN, O_KEYS, O_SAVE_EVERY, O_SESSION, O_MREST, O_MUDP, O_MINT, O_REGION,
-           O_TAGS, O_META, O_RELEASE, O_HELP };
+           O_TAGS, O_META, O_RELEASE, O_CRED, O_CRED_WAIT, O_HELP };
     /* In the same order as the enum: "bad option" names opts[c - O_NAME]. */
     static const struct option opts[] = {
         { "name", required_argument, NULL, O_NAME },
@@ -227,6 +235,8 @@ static void parse_args(gp_t *gp, int argc, char **argv)
         { "tags", required_argument, NULL, O_TAGS },
         { "meta", required_argument, NULL, O_META },
         { "release-after-ms", required_argument, NULL, O_RELEASE },
+        { "credential", required_argument, NULL, O_CRED },
+        { "credential-wait-ms", required_argument, NULL, O_CRED_WAIT },
         { "help", no_argument, NULL, O_HELP },
         { NULL, 0, NULL, 0 },
     };
@@ -311,6 +321,21 @@ static void parse_args(gp_t *gp, int argc, char **argv)
             break;
         case O_TOKEN:
             gp->sd_token = optarg;
+            break;
+        case O_CRED:
+            if (!strcmp(optarg, "prefer"))
+                gp->cred_mode = GP_CRED_PREFER;
+            else if (!strcmp(optarg, "off"))
+                gp->cred_mode = GP_CRED_OFF;
+            else if (!strcmp(optarg, "required"))
+                gp->cred_mode = GP_CRED_REQUIRED;
+            else
+                bad = "off, prefer or required";
+            break;
+        case O_CRED_WAIT:
+            if (sd_parse_i64(optarg, 0, 3600000, &v))
+                bad = "an integer in 0..3600000";
+            gp->cred_wait_ms = v;
             break;
         case O_KEYS:
             if (parse_range(optarg, &gp->key_first, &gp->key_last))
@@ -506,7 +531,7 @@ int main(int argc, char **argv)
     static gp_t gp = {
         .name = "gameproc", .map = "gp_arena", .tick_hz = 20, .max_players = 16,
         .hang_after_ms = -1, .crash_after_ms = -1, .release_after_ms = -1, .release_at_ms = -1, .exit_code = -1, .udp_fd = -1,
-        .save_every_ms = 5000, .master_every_ms = 300000,
+        .save_every_ms = 5000, .master_every_ms = 300000, .cred_wait_ms = 10000,
     };
     parse_args(&gp, argc, argv);
     gp.started_ms = sd_mono_ms();

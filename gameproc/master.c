@@ -57,11 +57,13 @@ static struct {
 
 static gp_worker_t *worker;
 static sdc_t *client;          /* used by the worker thread only */
+static uint64_t token_seen;    /* worker thread: the credential.c token version in client */
 
 static void job_run(gp_job_t *j)
 {
     (void)j;
     sdc_err_t err = { 0 };
+    gp_cred_apply(client, &token_seen);
     if (m.kind == M_ANNOUNCE)
         m.rc = sdc_master_announce_addr(client, &m.srv, m.got_addr, sizeof m.got_addr,
                                         &m.expires_ms, &err);
@@ -198,7 +200,7 @@ void gp_master_tick(gp_t *gp, int64_t now)
         udp_heartbeat(gp, 0);
         m.next_udp_ms = now + gp->master_every_ms;
     }
-    if (worker && !m.busy && now >= m.next_rest_ms) {
+    if (worker && !m.busy && now >= m.next_rest_ms && gp_cred_usable(gp)) {
         describe(gp);
         submit(M_ANNOUNCE);
         /* After a failure, try again sooner than a whole interval. */

@@ -74,6 +74,7 @@ static int nplayers;
 static gp_worker_t *worker;
 static sdc_t *client;          /* used by the worker thread only */
 static char holder[GP_NAME_MAX + 1];
+static uint64_t token_seen;    /* worker thread: the credential.c token version in client */
 static int64_t key_first, key_span;
 static int64_t next_key;       /* the key the next arrival tries (0-based in the range) */
 static int stop_seen;
@@ -134,6 +135,7 @@ static void job_run(gp_job_t *j)
     p->status = 0;
     p->code[0] = p->msg[0] = '\0';
     p->saved = p->released = 0;
+    gp_cred_apply(client, &token_seen);
     int rc;
     if (p->kind == JOB_JOIN) {
         sdc_lock_t lk;
@@ -373,7 +375,7 @@ void gp_players_tick(gp_t *gp, int64_t now)
         if (p->busy)
             continue;
         if (p->state == P_AWAY) {
-            if (!gp->stopping && !gp->draining && now >= p->next_at_ms) {
+            if (!gp->stopping && !gp->draining && now >= p->next_at_ms && gp_cred_usable(gp)) {
                 pick_key(p);
                 p->state = P_JOINING;
                 submit(p, JOB_JOIN);

@@ -5,9 +5,10 @@
 # the master list. State and logs under .cluster/. Ctrl-C stops everything it started:
 # the game processes first (bbctl stop all), then bigbrother, serverdir and redis.
 # Access is by token (state dir's tokens file, made on the first run, mode 0600): an ops
-# token for sdctl, a viewer token for the dashboard, a bigbrother token bound to machine
-# local-1 of cluster local and a game token bound to cluster local (docs/operations.md,
-# "Security").
+# token for sdctl, a viewer token for the dashboard and a bigbrother token bound to machine
+# local-1 of cluster local. The zone servers get no token: bigbrother obtains each one's
+# instance credential and hands it over, and they lock, save and heartbeat with it as
+# themselves only (--credential required; docs/operations.md, "Security").
 # SD_REDIS=cluster: a local Redis Cluster (3 primaries, 3 replicas on SD_REDIS_PORT and the
 # next 5 ports) instead of one redis-server.
 # Ports: SD_PORT (default 7700), SD_REDIS_PORT (default 7379); state dir: SD_CLUSTER_DIR
@@ -82,7 +83,6 @@ if [[ ! -s $state/tokens ]]; then
 ops        $(tok)
 viewer     $(tok)
 bigbrother $(tok) cluster=local machine=local-1
-game       $(tok) cluster=local
 TOKENS
     )
 fi
@@ -90,7 +90,6 @@ token_of() { awk -v r="$1" '$1 == r { print $2; exit }' "$state/tokens"; }
 ops_token=$(token_of ops)
 viewer_token=$(token_of viewer)
 bb_token=$(token_of bigbrother)
-game_token=$(token_of game)
 
 # A real PONG: while Redis loads its append-only file, PING answers an error (LOADING) and
 # redis-cli still exits 0.
@@ -142,7 +141,8 @@ curl -fs "$url/readyz" >/dev/null || { echo "serverdir is not ready: see $state/
 
 # bigbrother's config: 3 zone servers with the agent health check; each simulates 3
 # players on keys player:1..12 (holder: its instance id), saves every 2 s, lets a player
-# go after 20 s, and heartbeats the REST master list every 10 s.
+# go after 20 s, and heartbeats the REST master list every 10 s, all with its instance
+# credential (no shared game token).
 (umask 077 && cat >"$state/bigbrother.json") <<JSON
 { "machine": "local-1", "cluster": "local", "address": "127.0.0.1",
   "serverdir": { "urls": ["$url"], "token": "$bb_token" },
@@ -152,8 +152,8 @@ curl -fs "$url/readyz" >/dev/null || { echo "serverdir is not ready: see $state/
       "args": ["--tick-hz", "20", "--udp-port", "0", "--players", "3", "--max-players", "16",
                "--player-keys", "1-12", "--save-every-ms", "2000", "--session-s", "20",
                "--master-rest", "--master-interval-s", "10", "--region", "local",
-               "--tags", "demo"],
-      "env": { "SERVERDIR_URL": "$url", "SERVERDIR_TOKEN": "$game_token" },
+               "--tags", "demo", "--credential", "required"],
+      "env": { "SERVERDIR_URL": "$url" },
       "count": 3,
       "health":  { "type": "agent", "start_timeout_ms": 10000, "liveness_timeout_ms": 3000 },
       "restart": { "policy": "always", "backoff_min_ms": 100, "backoff_max_ms": 10000,
@@ -207,7 +207,8 @@ ServerDir local cluster is up.
   sdctl:              SERVERDIR_URL=$url SERVERDIR_TOKEN=$ops_token SERVERDIR_CLUSTER=local $bin/sdctl ps
   bbctl:              $bin/bbctl --socket $ctl_sock status
   instance logs:      sdctl logs INSTANCE [-f]  (bigbrother serves them on 127.0.0.1:$logs_port)
-  tokens:             $state/tokens (ops, viewer, bigbrother bound to local-1, game bound to local)
+  tokens:             $state/tokens (ops, viewer, bigbrother bound to local-1); the zone
+                      servers use their instance credentials ($state/bb/credentials/)
   logs:               $state/*.log, $state/bb/
 Press Ctrl-C to stop.
 MSG

@@ -73,6 +73,16 @@ sdc_t *sdc_new(const char *urls, const char *token, int timeout_ms)
     return c;
 }
 
+int sdc_set_token(sdc_t *c, const char *token)
+{
+    char *h = NULL;
+    if (token && *token && asprintf(&h, "Authorization: Bearer %s", token) < 0)
+        return SDC_E_NOMEM;
+    free(c->auth_header);
+    c->auth_header = h;
+    return SDC_OK;
+}
+
 void sdc_free(sdc_t *c)
 {
     if (!c)

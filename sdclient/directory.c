@@ -2,6 +2,7 @@
  * so a bad one fails with SDC_E_INVAL before any request is sent. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "sdc_internal.h"
@@ -186,4 +187,33 @@ int sdc_events_list(sdc_t *c, const char *cluster, const char *since, int limit,
     if (limit > 0)
         snprintf(path + n, sizeof path - (size_t)n, "%climit=%d", sep, limit);
     return sdc_request(c, "GET", path, NULL, out, err);
+}
+
+int sdc_instance_credential(sdc_t *c, const char *cluster, const char *machine,
+                            const char *instance, int64_t generation, char **jwt,
+                            int64_t *expires_in_ms, sdc_err_t *err)
+{
+    *jwt = NULL;
+    int rc = sdc__names(err, 3, "cluster", cluster, "machine", machine, "instance", instance);
+    if (rc)
+        return rc;
+    json_t *body = json_object();
+    if (generation >= 0)
+        json_object_set_new(body, "generation", json_integer(generation));
+    json_t *out = NULL;
+    rc = sdc__cluster_call(c, "POST", cluster, NULL, NULL, body, &out, err,
+                           "/machines/%s/instances/%s/credential", machine, instance);
+    json_decref(body);
+    if (rc)
+        return rc;
+    const char *cred = json_string_value(json_object_get(out, "credential"));
+    json_t *left = json_object_get(out, "expires_in_ms");
+    if (!cred || !*cred || strlen(cred) > SDC_CREDENTIAL_MAX || !json_is_integer(left))
+        rc = sdc__proto(err, "the credential answer lacks credential/expires_in_ms");
+    else if (!(*jwt = strdup(cred)))
+        rc = SDC_E_NOMEM;
+    else if (expires_in_ms)
+        *expires_in_ms = json_integer_value(left);
+    json_decref(out);
+    return rc;
 }

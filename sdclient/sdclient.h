@@ -42,6 +42,9 @@ typedef struct {
  * timeout_ms bounds each attempt. Returns NULL on a bad URL list or no memory. */
 sdc_t *sdc_new(const char *urls, const char *token, int timeout_ms);
 void sdc_free(sdc_t *c);
+/* Replaces the bearer token of the next requests (NULL or "": none), e.g. with a renewed
+ * instance credential. SDC_OK, or SDC_E_NOMEM (the old token stays). */
+int sdc_set_token(sdc_t *c, const char *token);
 /* The base URL the next request goes to first. */
 const char *sdc_current_url(const sdc_t *c);
 void sdc_err_clear(sdc_err_t *err);
@@ -123,6 +126,17 @@ int sdc_processes_list(sdc_t *c, const char *cluster, const sdc_proc_filter_t *f
 /* GET .../processes/{instance}: *out is the process record. */
 int sdc_process_get(sdc_t *c, const char *cluster, const char *instance, json_t **out,
                     sdc_err_t *err);
+/* POST .../machines/{machine}/instances/{instance}/credential (bigbrother, ops): a signed
+ * credential (a JWT of at most SDC_CREDENTIAL_MAX bytes) naming the instance, for the game
+ * process to present as its bearer token (docs/operations.md, "Security"). generation < 0
+ * is not sent; otherwise ServerDir refuses with 409 generation_mismatch when the directory
+ * records another one. *jwt (malloc'd, caller frees; NULL on failure) and *expires_in_ms
+ * (may be NULL), the time it stays valid. 404 no_such_instance, 403 forbidden (another
+ * machine's instance), 409 instance_stopped come back as SDC_E_HTTP. */
+#define SDC_CREDENTIAL_MAX 4096
+int sdc_instance_credential(sdc_t *c, const char *cluster, const char *machine,
+                            const char *instance, int64_t generation, char **jwt,
+                            int64_t *expires_in_ms, sdc_err_t *err);
 /* GET .../events: history entries after `since` (NULL: the newest), at most limit
  * (0: the server default of 100), newest last. *out is {"events":[...],"last":seq}. */
 int sdc_events_list(sdc_t *c, const char *cluster, const char *since, int limit,

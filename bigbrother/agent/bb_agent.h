@@ -54,6 +54,16 @@ int bb__log_ok(bb_ratelimit_t *rl);
  * JSON answers show is always valid text. */
 void bb__copy_printable(char *dst, size_t cap, const char *src, size_t len);
 
+/* ---------------------------------------------------------------- credential.c */
+
+/* With credentials on (bb.cred): hands each new credential to its run's file and agent,
+ * sends the held one to an agent that connects, and drops both when the run ends (hook
+ * `gone`). 0 or -errno. */
+int bb_handover_init(void);
+/* After re-adoption: deletes the credential files of runs no longer running and asks for
+ * the credentials of the running ones. */
+void bb_handover_adopted(void);
+
 /* ---------------------------------------------------------------- notify.c */
 
 int bb_notify_init(void);

@@ -76,6 +76,9 @@ typedef struct {
     const char *machine, *cluster, *state_dir;
     char *urls;    /* comma-separated ServerDir URLs (owned) or NULL: standalone */
     const char *token, *address;
+    int credentials;              /* serverdir.credentials: obtain instance credentials
+                                     (default on with a ServerDir URL) */
+    int credential_renew_percent; /* renew when this share of a credential's life is left */
     json_t *labels;
     int capacity, lease_ttl_ms;
     int cluster_mode;          /* "mode": "cluster": services also come from ServerDir */

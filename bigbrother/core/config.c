@@ -369,12 +369,18 @@ static int sock_path(sd_jv_t *v, const json_t *root, const char *key, const char
     return 0;
 }
 
-/* Reads the serverdir object o (the path is at it): the token, and the urls joined with
- * ',' into cfg->urls (malloc'd, freed by bb_config_free). */
+/* Reads the serverdir object o (the path is at it): the token, the instance credentials'
+ * switch and renewal point, and the urls joined with ',' into cfg->urls (malloc'd, freed
+ * by bb_config_free). */
 static int parse_serverdir(sd_jv_t *v, const json_t *o, bb_config_t *cfg)
 {
-    static const char *const keys[] = {"urls", "token", NULL};
-    if (sd_jv_only_keys(v, o, keys) || sd_jv_str(v, o, "token", 0, 256, &cfg->token) < 0)
+    static const char *const keys[] = {"urls", "token", "credentials", "credential_renew_percent",
+                                       NULL};
+    cfg->credentials = 1;
+    cfg->credential_renew_percent = 33;
+    if (sd_jv_only_keys(v, o, keys) || sd_jv_str(v, o, "token", 0, 256, &cfg->token) < 0 ||
+        sd_jv_bool(v, o, "credentials", 0, &cfg->credentials) < 0 ||
+        sd_jv_i32(v, o, "credential_renew_percent", 0, 10, 90, &cfg->credential_renew_percent) < 0)
         return -1;
     json_t *urls = json_object_get(o, "urls");
     if (!json_is_array(urls) || json_array_size(urls) < 1 || json_array_size(urls) > 16)

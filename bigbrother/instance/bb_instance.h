@@ -55,6 +55,8 @@ typedef struct bb_inst {
     int64_t restart_mono[BB_WINDOW_MAX];
     int nrestart_mono;
     struct bb_conn *conn;       /* agent connection, NULL when none */
+    int cred_owed;              /* a CREDENTIAL frame the agent's full socket refused:
+                                   sent again with its next message (agent/credential.c) */
     char status[SD_STATUS_MAX + 1];
     int players, max_players;
     char ports[SD_STATUS_MAX + 1]; /* PORTS the agent reported, as compact JSON ("" none) */
@@ -95,6 +97,7 @@ typedef struct {
     int ninst;
     int inst_cap;         /* entries allocated: the table never moves (pointers into it) */
     bb_report_t *report;
+    bb_cred_t *cred;      /* instance credentials (report/credential.c); NULL: off */
     char run_id[8];       /* 6 hex chars, new each start: part of instance ids */
     uint64_t counter;     /* instance id counter, persisted */
     char ident[33];       /* BB_SUPERVISOR of every process spawned (procscan.c) */
@@ -147,6 +150,8 @@ typedef struct {
     void (*shutdown)(bb_inst_t *in, int grace_ms);
     /* the process exited: close its agent connection (agent/) */
     void (*detach)(bb_inst_t *in);
+    /* the run is over (its process exited): drop its credential and file (agent/) */
+    void (*gone)(bb_inst_t *in);
     /* counters (ops/): a spawn; a hang kill (start = 1: the start deadline); an exit
      * with in->reason set, restarting when a restart follows */
     void (*spawned)(const bb_inst_t *in);
@@ -175,6 +180,10 @@ const char *bb_inst_reason(const bb_inst_t *in);
 /* Forks and execs the service's command for `in` with a fresh instance id, its own
  * process group, logs and environment. Fills pid, pidfd, id. Returns 0 or -errno. */
 int bb_spawn(bb_inst_t *in);
+/* STATE_DIR/credentials/<id>.jwt: where the credential of instance id is handed over
+ * (agent/credential.c), named to the process by SERVERDIR_CREDENTIAL_FILE when
+ * credentials are on. */
+void bb_credential_path(const char *id, char *out, size_t cap);
 /* Signals the instance's process group (falls back to the pid). */
 void bb_signal_group(bb_inst_t *in, int sig);
 /* Arms the loop timer that rotates, every 2 s, the instance logs that grew past

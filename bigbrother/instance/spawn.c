@@ -14,6 +14,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <signal.h>
@@ -617,6 +618,11 @@ void bb_logs_start(void)
     bb_timer_set(&rotate_timer, sd_mono_ms() + LOG_ROTATE_EVERY_MS);
 }
 
+void bb_credential_path(const char *id, char *out, size_t cap)
+{
+    snprintf(out, cap, "%s/credentials/%s.jwt", bb.cfg.state_dir, id);
+}
+
 /* CLOCK_BOOTTIME in ms: the clock of /proc/<pid>/stat's start time. */
 static int64_t boot_ms(void)
 {
@@ -637,7 +643,7 @@ static char **build_env(const bb_inst_t *in)
         n++;
     for (char **e = s->env; *e; e++)
         n++;
-    char **env = calloc(n + 13, sizeof(char *));
+    char **env = calloc(n + 14, sizeof(char *));
     if (!env)
         return NULL;
     int ok = asprintf(&env[k++], "BB_SUPERVISOR=%s", bb.ident) > 0 &&
@@ -653,11 +659,17 @@ static char **build_env(const bb_inst_t *in)
     if (ok && s->health.type == BB_H_NOTIFY)
         ok = asprintf(&env[k++], "WATCHDOG_USEC=%lld",
                       (long long)s->health.liveness_timeout_ms * 1000) > 0;
+    if (ok && bb.cred) {
+        char path[PATH_MAX];
+        bb_credential_path(in->id, path, sizeof path);
+        ok = asprintf(&env[k++], "SERVERDIR_CREDENTIAL_FILE=%s", path) > 0;
+    }
     if (!ok)
         goto fail;
     for (char **e = environ; *e; e++) {
         int skip = !strncmp(*e, "BB_", 3) || !strncmp(*e, "NOTIFY_SOCKET=", 14) ||
-                   !strncmp(*e, "WATCHDOG_USEC=", 14) || !strncmp(*e, "WATCHDOG_PID=", 13);
+                   !strncmp(*e, "WATCHDOG_USEC=", 14) || !strncmp(*e, "WATCHDOG_PID=", 13) ||
+                   !strncmp(*e, "SERVERDIR_CREDENTIAL_FILE=", 26);
         for (char **se = s->env; *se && !skip; se++) {
             size_t klen = strcspn(*se, "=");
             skip = !strncmp(*e, *se, klen + 1);
@@ -676,7 +688,7 @@ static char **build_env(const bb_inst_t *in)
     }
     return env;
 fail:
-    for (size_t i = 0; i < n + 13; i++)
+    for (size_t i = 0; i < n + 14; i++)
         free(env[i]);
     free(env);
     return NULL;

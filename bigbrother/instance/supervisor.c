@@ -365,6 +365,8 @@ static void a_exit(bb_inst_t *in, const bb_ev_t *ev)
     bb_probe_stop(in);
     if (bb_inst_hooks.detach)
         bb_inst_hooks.detach(in);
+    if (bb_inst_hooks.gone)
+        bb_inst_hooks.gone(in);
     if (in->pidw.fd >= 0) {
         bb_pidfd_close(&in->pidw);
         kill(-in->pid, SIGKILL); /* leftovers of the process group */

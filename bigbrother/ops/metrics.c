@@ -213,6 +213,16 @@ static void render(sd_buf_t *b)
     sd_buf_printf(b, "bigbrother_report_send_failures_total %lld\n",
                   (long long)(bb.report ? bb_report_send_failures(bb.report) : 0));
     bb_logsrv_metrics(b);
+
+    /* instance credentials (report/credential.c): counters of the credential thread */
+    int64_t obtained, renewed, failed;
+    bb_cred_counts(bb.cred, &obtained, &renewed, &failed);
+    family(b, "bigbrother_credentials_total", "counter",
+           "Instance credential requests to ServerDir: obtained (a run's first), renewed, failed.");
+    sd_buf_printf(b, "bigbrother_credentials_total{result=\"obtained\"} %lld\n"
+                     "bigbrother_credentials_total{result=\"renewed\"} %lld\n"
+                     "bigbrother_credentials_total{result=\"failed\"} %lld\n",
+                  (long long)obtained, (long long)renewed, (long long)failed);
 }
 
 static enum MHD_Result answer(struct MHD_Connection *conn, unsigned status, const char *ctype,

@@ -35,6 +35,11 @@ typedef struct {
     const char *version;     /* bigbrother version string */
     int lease_ttl_ms;        /* default 15000 */
     int logs_port;           /* logs_listen's port, registered with the lease; 0 = none */
+    /* Called on the reporter thread with each event ServerDir acknowledged (the record's
+     * JSON text, len bytes), in outbox order; NULL: none. credential.c learns from it that
+     * the directory has an instance's `started` event. */
+    void (*accepted)(void *ctx, const char *rec, size_t len);
+    void *accepted_ctx;
 } bb_report_opts_t;
 
 /* Opens (or recovers) the outbox, then starts the reporter thread which first sends
@@ -60,6 +65,41 @@ int64_t bb_report_send_failures(const bb_report_t *r);
  * is bounded by the request timeout (lease_ttl_ms / (6 x URLs), 250 ms .. 2 s, per URL
  * tried). Unsent events stay on disk for the next start. */
 void bb_report_stop(bb_report_t *r);
+
+/* ---------------------------------------------------------------- credential.c
+ * Instance credentials (docs/operations.md, "Credential delivery"): a thread of their own
+ * obtains, renews and retries them; the supervision thread hands them to the games. */
+
+typedef struct bb_cred bb_cred_t;
+
+typedef struct {
+    const char *urls;     /* comma-separated ServerDir base URLs (required) */
+    const char *token;    /* the machine's bigbrother token */
+    const char *cluster, *machine;
+    int timeout_ms;       /* per request; 0: 2000 */
+    int renew_percent;    /* renew when this share of the life is left (1..99) */
+} bb_cred_opts_t;
+
+/* Starts the credential thread. 0 or -errno (-EINVAL: no URL, a bad name or percent). */
+int bb_cred_start(const bb_cred_opts_t *opts, bb_cred_t **out);
+void bb_cred_stop(bb_cred_t *c);
+/* Asks for the credential of run `generation` of instance (the directory has its
+ * `started`); a held one of another generation is dropped. Any thread; c may be NULL. */
+void bb_cred_want(bb_cred_t *c, const char *instance, int64_t generation);
+/* Drops instance's entry and what it holds. Any thread; c may be NULL. */
+void bb_cred_forget(bb_cred_t *c, const char *instance);
+/* bb_report_opts_t.accepted: `started` -> bb_cred_want, `stopped` -> bb_cred_forget. */
+void bb_cred_on_accepted(void *ctx, const char *rec, size_t len);
+/* An eventfd that is readable when a credential was obtained or renewed (-1 for NULL). */
+int bb_cred_fd(const bb_cred_t *c);
+/* Takes one new credential: copies its instance (SD_NAME_MAX + 1 bytes), generation and
+ * JWT (cap > SDC_CREDENTIAL_MAX) and returns 1, or 0 when none is left (the eventfd is
+ * drained, and set again while more are left). Supervision thread. */
+int bb_cred_take(bb_cred_t *c, char *instance, int64_t *generation, char *jwt, size_t cap);
+/* The credential held for (instance, generation) into jwt: its length, 0 when none. */
+int bb_cred_get(bb_cred_t *c, const char *instance, int64_t generation, char *jwt, size_t cap);
+/* Credentials obtained (first of a run), renewed, and requests failed, since start. */
+void bb_cred_counts(const bb_cred_t *c, int64_t *obtained, int64_t *renewed, int64_t *failed);
 
 /* ---------------------------------------------------------------- outbox.c
  * The outbox: an append-only, crash-safe queue of records on disk (used by reporter.c;

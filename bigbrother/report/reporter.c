@@ -69,6 +69,8 @@ struct bb_report {
     int64_t dropped;
 
     /* reporter thread */
+    void (*accepted)(void *ctx, const char *rec, size_t len);
+    void *accepted_ctx;
     char *urls, *token;
     sdc_t *ev_client, *lease_client; /* one connection each: events, machine lease */
     sdc_machine_lease_t lease; /* points at address, version, labels below */
@@ -217,7 +219,11 @@ static int send_batch(bb_report_t *r, sdc_t *c, sender_t *s)
         if (outbox_ack(r->ob, &s->b, n)) {
             log_error("outbox ack failed, the batch will be sent again", "events=%d", n);
             ret = SEND_RETRY;
-        } else if (s->bisect_left && (s->bisect_left -= n) <= 0) {
+        } else if (r->accepted) {
+            for (int i = 0; i < n; i++)
+                r->accepted(r->accepted_ctx, s->b.rec[i], s->b.len[i]);
+        }
+        if (ret == SEND_PROGRESS && s->bisect_left && (s->bisect_left -= n) <= 0) {
             s->bisect_left = 0;
             s->batch_max = BATCH_MAX;
         }
@@ -397,6 +403,8 @@ int bb_report_start(const bb_report_opts_t *opts, bb_report_t **out)
     r->ttl_ms = opts->lease_ttl_ms > 0 ? opts->lease_ttl_ms : 15000;
     r->timeout_ms = r->ttl_ms / (6 * nurls);
     r->timeout_ms = r->timeout_ms < 250 ? 250 : r->timeout_ms > 2000 ? 2000 : r->timeout_ms;
+    r->accepted = opts->accepted;
+    r->accepted_ctx = opts->accepted_ctx;
     r->ev_ch.name = "events";
     r->lease_ch.name = "machine_lease";
     r->urls = strdup(opts->urls);

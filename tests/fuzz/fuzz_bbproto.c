@@ -1,7 +1,10 @@
 /* libFuzzer target: the agent wire-protocol parser (every agent packet and sd_notify
  * datagram bigbrother reads goes through it). Checks the parser's promises on any input:
  * fields point inside the input, keys and values respect the limits, and what
- * bbproto_put writes back from the fields parses to the same fields. */
+ * bbproto_put writes back from the fields parses to the same fields. The CREDENTIAL frame
+ * parser (libbbagent reads it from bigbrother) too: a JWT it accepts lies inside the
+ * input, is at most BBPROTO_CREDENTIAL_MAX bytes of base64url and dots, and is written
+ * back by bbproto_credential_put to a frame that parses to the same JWT. */
 #include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -19,9 +22,35 @@ static int key_ok(const char *k, size_t n)
     return 1;
 }
 
+static void credential_check(const char *buf, size_t size)
+{
+    const char *jwt;
+    size_t jlen;
+    int rc = bbproto_credential_parse(buf, size, &jwt, &jlen);
+    if (rc == -ENOENT || rc == -EINVAL || rc == -E2BIG)
+        return;
+    if (rc != 0 || jwt < buf || jwt + jlen > buf + size || jlen == 0 ||
+        jlen > BBPROTO_CREDENTIAL_MAX)
+        __builtin_trap();
+    for (size_t i = 0; i < jlen; i++) {
+        char c = jwt[i];
+        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+              c == '-' || c == '_' || c == '.'))
+            __builtin_trap();
+    }
+    static char frame[BBPROTO_MAX_FRAME];
+    int n = bbproto_credential_put(frame, sizeof frame, jwt, jlen);
+    const char *j2;
+    size_t l2;
+    if (n < 0 || bbproto_credential_parse(frame, (size_t)n, &j2, &l2) != 0 || l2 != jlen ||
+        memcmp(j2, jwt, jlen))
+        __builtin_trap();
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     const char *buf = (const char *)data;
+    credential_check(buf, size);
     bbproto_field_t f[BBPROTO_MAX_FIELDS];
     int n = bbproto_parse(buf, size, f, BBPROTO_MAX_FIELDS);
     if (n < 0)

@@ -912,6 +912,99 @@ static void names_checked_as_the_directory_does(void **state)
     close(lfd);
 }
 
+/* A CREDENTIAL frame of length n (a JWT of three base64url parts) into buf. */
+static size_t cred_frame(char *buf, size_t n, char fill)
+{
+    memcpy(buf, "CREDENTIAL=", 11);
+    memset(buf + 11, fill, n);
+    buf[11 + 1] = '.';
+    buf[11 + n - 2] = '.';
+    buf[11 + n] = '\n';
+    return 11 + n + 1;
+}
+
+/* CREDENTIAL frames: none before the first one (0), the newest one kept and copied
+ * NUL-terminated, -1 for a buffer too small; the longest JWT (4096 bytes, a packet above
+ * the 4096-byte message cap) is taken; malformed ones (a byte outside base64url, not three
+ * parts, 4097 bytes, other fields beside it) are ignored and keep the one held; other
+ * messages go on being read around them. No allocation for any of it. */
+static void credential_frames(void **state)
+{
+    int lfd = listen_at(sock_path);
+    bbagent_t *a = open_at(sock_path, "cr");
+    int c = accept_within(lfd, 1000);
+    assert_true(c >= 0);
+    expect_kv(c, "HELLO", "1");
+    char out[BBPROTO_CREDENTIAL_MAX + 1];
+    bbagent_event_t ev;
+    assert_int_equal(bbagent_credential(a, out, sizeof out), 0);
+    assert_int_equal(bbagent_credential(NULL, out, sizeof out), -1);
+
+    send_str(c, "CREDENTIAL=eyJhbGciOiJFUzI1NiJ9.eyJzdWIiOiJjMS9pMSJ9.c2ln\n");
+    usleep(10000);
+    long before = alloc_count;
+    assert_int_equal(bbagent_poll(a, &ev), 0);
+    assert_int_equal(ev.type, BBAGENT_EVENT_NONE);
+    const char *jwt1 = "eyJhbGciOiJFUzI1NiJ9.eyJzdWIiOiJjMS9pMSJ9.c2ln";
+    assert_int_equal(bbagent_credential(a, out, sizeof out), (int)strlen(jwt1));
+    assert_string_equal(out, jwt1);
+    assert_int_equal(bbagent_credential(a, out, strlen(jwt1)), -1); /* no room for the NUL */
+    assert_int_equal(bbagent_credential(a, out, strlen(jwt1) + 1), (int)strlen(jwt1));
+
+    /* Malformed frames are ignored; the credential held stays. */
+    static char big[BBPROTO_MAX_FRAME + 16];
+    send_str(c, "CREDENTIAL=a.b.c d\n");
+    send_str(c, "CREDENTIAL=a.b\n");
+    send_str(c, "CREDENTIAL=a..c\n");
+    send_str(c, "CREDENTIAL=a.b.c/\n");
+    send_str(c, "CREDENTIAL=\n");
+    send_str(c, "CREDENTIAL=a.b.c\nDRAIN=1\n");
+    size_t n = cred_frame(big, BBPROTO_CREDENTIAL_MAX + 1, 'x');
+    assert_true(send(c, big, n, 0) == (ssize_t)n);
+    n = cred_frame(big, 200, 'y');
+    big[20] = '\x01';
+    assert_true(send(c, big, n, 0) == (ssize_t)n);
+    send_str(c, "DRAIN=1\n");
+    usleep(10000);
+    assert_int_equal(bbagent_poll(a, &ev), 0);
+    assert_int_equal(ev.type, BBAGENT_EVENT_DRAIN); /* the messages after them were read */
+    assert_int_equal(bbagent_credential(a, out, sizeof out), (int)strlen(jwt1));
+    assert_string_equal(out, jwt1);
+
+    /* The longest one, then a renewal: the newest wins. */
+    n = cred_frame(big, BBPROTO_CREDENTIAL_MAX, 'z');
+    assert_int_equal(n, BBPROTO_MAX_FRAME);
+    assert_true(send(c, big, n, 0) == (ssize_t)n);
+    usleep(10000);
+    assert_int_equal(bbagent_poll(a, &ev), 0);
+    assert_int_equal(bbagent_credential(a, out, sizeof out), BBPROTO_CREDENTIAL_MAX);
+    assert_int_equal(memcmp(out, big + 11, BBPROTO_CREDENTIAL_MAX), 0);
+    assert_int_equal(out[BBPROTO_CREDENTIAL_MAX], '\0');
+    assert_int_equal(bbagent_credential(a, out, BBPROTO_CREDENTIAL_MAX), -1);
+    send_str(c, "CREDENTIAL=r.e.n");
+    usleep(10000);
+    assert_int_equal(bbagent_poll(a, &ev), 0);
+    assert_int_equal(bbagent_credential(a, out, sizeof out), 5);
+    assert_string_equal(out, "r.e.n");
+    assert_int_equal(alloc_count, before);
+
+    /* The frame as bigbrother builds it parses back to the same JWT. */
+    char frame[BBPROTO_MAX_FRAME];
+    int fl = bbproto_credential_put(frame, sizeof frame, jwt1, strlen(jwt1));
+    assert_int_equal(fl, 11 + (int)strlen(jwt1) + 1);
+    const char *j;
+    size_t jl;
+    assert_int_equal(bbproto_credential_parse(frame, (size_t)fl, &j, &jl), 0);
+    assert_int_equal(jl, strlen(jwt1));
+    assert_int_equal(memcmp(j, jwt1, jl), 0);
+    assert_int_equal(bbproto_credential_put(frame, sizeof frame, "a.b", 3), -EINVAL);
+    assert_int_equal(bbproto_credential_put(frame, 10, jwt1, strlen(jwt1)), -E2BIG);
+    assert_int_equal(bbproto_credential_parse("DRAIN=1\n", 8, &j, &jl), -ENOENT);
+    bbagent_close(a, NULL);
+    close(c);
+    close(lfd);
+}
+
 static void shared_library_exports_only_the_api(void **state)
 {
     void *so = dlopen(SD_BIN_DIR "/../lib/libbbagent.so", RTLD_NOW | RTLD_LOCAL);
@@ -921,7 +1014,7 @@ static void shared_library_exports_only_the_api(void **state)
                                        "bbagent_status", "bbagent_fd", "bbagent_poll",
                                        "bbagent_close", "bbagent_set_players",
                                        "bbagent_release", "bbagent_allocation",
-                                       "bbagent_port" };
+                                       "bbagent_port", "bbagent_credential" };
     for (size_t i = 0; i < sizeof api / sizeof api[0]; i++)
         if (!dlsym(so, api[i]))
             fail_msg("%s is not exported", api[i]);
@@ -951,6 +1044,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(no_allocation_per_call, setup, teardown),
         cmocka_unit_test_setup_teardown(ports_sent_with_status, setup, teardown),
         cmocka_unit_test_setup_teardown(names_checked_as_the_directory_does, setup, teardown),
+        cmocka_unit_test_setup_teardown(credential_frames, setup, teardown),
         cmocka_unit_test(shared_library_exports_only_the_api),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

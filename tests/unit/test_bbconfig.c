@@ -168,6 +168,10 @@ static void errors_name_the_field(void **state)
          "t.json: capacity: must be at least 1 in cluster mode"},
         {HEAD "\"primary_ttl_ms\": 10}", "t.json: primary_ttl_ms: must be between 1000 and 300000"},
         {HEAD "\"log_runs\": 0}", "t.json: log_runs: must be between 1 and 1000"},
+        {HEAD "\"serverdir\": {\"urls\": [\"http://a:1\"], \"credential_renew_percent\": 95}}",
+         "t.json: serverdir.credential_renew_percent: must be between 10 and 90"},
+        {HEAD "\"serverdir\": {\"urls\": [\"http://a:1\"], \"credentials\": 1}}",
+         "t.json: serverdir.credentials: must be"},
         {HEAD "\"log_runs\": 1001}", "t.json: log_runs: must be between 1 and 1000"},
         {HEAD "\"log_runs\": \"5\"}", "t.json: log_runs: must be"},
         {"{\"machine\": \"m\", \"cluster\": \"c\", \"state_dir\": "
@@ -199,6 +203,15 @@ static void cluster_mode_defaults(void **state)
     assert_int_equal(c.primary_ttl_ms, 10000);
     assert_int_equal(c.placement_interval_ms, 1000);
     assert_int_equal(c.assignment_wait_ms, 10000);
+    assert_int_equal(c.credentials, 1); /* instance credentials: on by default */
+    assert_int_equal(c.credential_renew_percent, 33);
+    bb_config_free(&c);
+    assert_int_equal(bb_config_parse(HEAD "\"serverdir\": {\"urls\": [\"http://a:1\"],"
+                                     " \"credentials\": false, \"credential_renew_percent\": 90}}",
+                                     "t.json", &c, err, sizeof(err)),
+                     0);
+    assert_int_equal(c.credentials, 0);
+    assert_int_equal(c.credential_renew_percent, 90);
     bb_config_free(&c);
     assert_int_equal(bb_config_parse(HEAD "\"capacity\": 0}", "t.json", &c, err, sizeof(err)), 0);
     assert_int_equal(c.cluster_mode, 0);
