@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cred.h"
 #include "master.h"
 #include "sd.h"
 #include "sdvalid.h"
@@ -295,6 +296,10 @@ void h_master_heartbeat(sd_req_t *req, sd_resp_t *resp)
 {
     char ip[48];
     if (caller_ip(req, resp, ip, sizeof ip) || rate_refused(ip, resp))
+        return;
+    /* The front checks no token on a public route: a credential shown here is checked
+     * against the directory like anywhere else (401 credential_revoked once stopped). */
+    if (req->auth.cred && sd_cred_live(req, resp))
         return;
     json_t *body = sd_req_json(req, resp);
     if (!body)

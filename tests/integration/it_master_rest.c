@@ -766,6 +766,63 @@ static void unauthenticated_link_refused(void **state)
     h_resp_free(&r);
 }
 
+/* With the instance's own credential a heartbeat links (issue 28: "master heartbeats may
+ * link an instance only with that instance's credential"): the link is made, naming
+ * another instance with it links nothing, and once the directory records the instance
+ * stopped its entry leaves the list and the same credential is refused 401. */
+static void credential_links_its_own_instance(void **state)
+{
+    (void)state;
+    h_resp_t r;
+    char url[256];
+    snprintf(url, sizeof url, "%s/v1/clusters/mk/events", A.url);
+    static const char start[] =
+        "{\"events\":[{\"id\":\"mk0\",\"type\":\"started\",\"instance\":\"zone-m1-5\","
+        "\"machine\":\"m1\",\"service\":\"zone\",\"pid\":4242,\"generation\":1}]}";
+    assert_int_equal(h_http("POST", url, H_TOK_BB, NULL, start, sizeof start - 1, NULL, &r), 0);
+    assert_int_equal(r.status, 200);
+    h_resp_free(&r);
+    snprintf(url, sizeof url, "%s/v1/clusters/mk/machines/m1/instances/zone-m1-5/credential",
+             A.url);
+    assert_int_equal(h_http("POST", url, H_TOK_BB, NULL, "{}", 2, NULL, &r), 0);
+    assert_int_equal(r.status, 200);
+    json_t *j = h_resp_json(&r);
+    char cred[4200];
+    snprintf(cred, sizeof cred, "%s", json_string_value(json_object_get(j, "credential")));
+    json_decref(j);
+    h_resp_free(&r);
+
+    char code[64];
+    int linked = 0;
+    assert_int_equal(announce_tok(&A, cred, 28201, "\"game\":\"Credentialed\",\"players\":1,"
+                                  "\"max_players\":8,\"cluster\":\"mk\",\"instance\":\"zone-m1-5\"",
+                                  code, sizeof code, &linked),
+                     200);
+    assert_true(linked);
+    linked = 1;
+    assert_int_equal(announce_tok(&A, cred, 28202, "\"game\":\"Credentialed\",\"players\":1,"
+                                  "\"max_players\":8,\"cluster\":\"mk\",\"instance\":\"zone-m1-6\"",
+                                  code, sizeof code, &linked),
+                     200);
+    assert_false(linked);
+    assert_true(listed_addr("credentialed", "127.0.0.1:28201"));
+
+    snprintf(url, sizeof url, "%s/v1/clusters/mk/events", A.url);
+    static const char stop[] =
+        "{\"events\":[{\"id\":\"mk1\",\"type\":\"stopped\",\"instance\":\"zone-m1-5\","
+        "\"machine\":\"m1\",\"service\":\"zone\",\"reason\":\"hung\",\"silent_ms\":3000}]}";
+    assert_int_equal(h_http("POST", url, H_TOK_BB, NULL, stop, sizeof stop - 1, NULL, &r), 0);
+    assert_int_equal(r.status, 200);
+    h_resp_free(&r);
+    assert_false(listed_addr("credentialed", "127.0.0.1:28201"));
+    assert_true(listed_addr("credentialed", "127.0.0.1:28202"));
+    assert_int_equal(announce_tok(&A, cred, 28201, "\"game\":\"Credentialed\",\"players\":1,"
+                                  "\"max_players\":8,\"cluster\":\"mk\",\"instance\":\"zone-m1-5\"",
+                                  code, sizeof code, NULL),
+                     401);
+    assert_string_equal(code, "credential_revoked");
+}
+
 int main(void)
 {
     h_init(120);
@@ -781,6 +838,7 @@ int main(void)
         cmocka_unit_test(forwarded_for_only_from_trusted),
         cmocka_unit_test(instance_stop_removes_its_entry),
         cmocka_unit_test(unauthenticated_link_refused),
+        cmocka_unit_test(credential_links_its_own_instance),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
