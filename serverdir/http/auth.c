@@ -13,6 +13,7 @@
 
 #include <openssl/sha.h>
 
+#include "cred.h"
 #include "sd.h"
 
 #define TOKEN_FILE_MAX (1 << 20)
@@ -284,6 +285,10 @@ int sd_req_may_hold(const sd_req_t *req, sd_resp_t *resp, const char *holder)
     /* an instance credential holds as exactly its instance */
     if (a->cred ? !strcmp(holder, a->instance) : !n || !strncmp(holder, a->holder_prefix, n))
         return 0;
+    /* A revoked credential is told so (401) whatever it asked, as on the other routes,
+     * where the front checks before the handler runs. */
+    if (a->cred && sd_cred_live(req, resp))
+        return -1;
     char what[SD_NAME_MAX + 32];
     snprintf(what, sizeof what, "act as holder '%s'", holder);
     return sd_req_forbid(req, resp, what);

@@ -206,6 +206,9 @@ static void credential_obtained_used_renewed_revoked(void **state)
     if (!h_wait_until(refused_revoked, &rv, h_ms(10000)))
         fail_msg("after the stop the credential got %ld %s, not 401 credential_revoked",
                  rv.status, rv.code);
+    /* as another holder too: revoked comes before the holder rule */
+    assert_int_equal(lock_put(jwt2, "cred-other", "zone-m1-someone-else", code), 401);
+    assert_string_equal(code, "credential_revoked");
 
     bbt_stop(&b, 3000);
     h_stack_stop(&redis, &sd);
