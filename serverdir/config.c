@@ -9,6 +9,7 @@
 #include "directory.h"
 #include "locks.h"
 #include "master.h"
+#include "quota.h"
 #include "sdlog.h"
 #include "sdutil.h"
 #include "sdvalid.h"
@@ -32,6 +33,7 @@ static const struct {
     {"directory", sd_dir_config_load},
     {"locks", sd_locks_config_load},
     {"master", sd_master_config_load},
+    {"quotas", sd_quota_config_load}, /* what one scope may hold (http/quota.h) */
 };
 
 /* Loads every section of root; on a refusal puts back what the earlier ones loaded. */
@@ -40,6 +42,8 @@ static int sections_load(const json_t *root, char *err, size_t errcap)
     sd_dir_config_t dir = sd_dir_cfg;
     sd_locks_cfg_t locks = sd_locks_cfg;
     sd_master_cfg_t master = sd_master_cfg;
+    int64_t quota[SD_QUOTA_COUNT];
+    memcpy(quota, sd_quota_limit, sizeof quota);
     for (size_t i = 0; i < SD_ARRAY_LEN(sections); i++) {
         char e[SD_ERRMSG_MAX] = "";
         if (sections[i].load(json_object_get(root, sections[i].name), e, sizeof e)) {
@@ -47,6 +51,7 @@ static int sections_load(const json_t *root, char *err, size_t errcap)
             sd_dir_cfg = dir;
             sd_locks_cfg = locks;
             sd_master_cfg = master;
+            memcpy(sd_quota_limit, quota, sizeof quota);
             return -1;
         }
     }
@@ -57,7 +62,8 @@ int sd_config_apply(json_t *root, sd_config_t *cfg, int *log_level, char *err, s
 {
     static const char *const known[] = {
         "listen", "redis", "tokens", "key_prefix", "threads", "body_max_bytes",
-        "blob_max_bytes", "conn_timeout_s", "max_connections", "log_level", "master", "locks", "directory", NULL};
+        "blob_max_bytes", "conn_timeout_s", "max_connections", "log_level", "master", "locks", "directory",
+        "quotas", NULL};
     if (!json_is_object(root)) {
         snprintf(err, errcap, "the top level must be a JSON object");
         return -1;
