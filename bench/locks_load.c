@@ -152,8 +152,8 @@ static void record(client_t *c, int64_t t0)
 static redisReply *evalsha(redisContext *r, const char *sha, int nkeys, int argc,
                            const char **argv, const size_t *argl)
 {
-    const char *a[16];
-    size_t l[16];
+    const char *a[24];
+    size_t l[24];
     char nk[8];
     snprintf(nk, sizeof nk, "%d", nkeys);
     a[0] = "EVALSHA";
@@ -181,9 +181,11 @@ static long long redis_acquire(redisContext *r, const char *key, const char *hol
     if (sd_random_hex(fresh, SD_LOCK_TOKEN_BYTES))
         return 0;
     /* KEYS: the lock record, its blob record, the holder's index (standalone layout) */
-    /* ARGV as serverdir's for a caller that presents no token: the fresh one, flag 0 */
-    const char *argv[] = {lk, bk, hk, holder, "0", "0", "604800000", "", "0", cfg.prefix, "1", fresh, "0"};
-    redisReply *rep = evalsha(r, cfg.sha_acquire, 3, 13, argv, NULL);
+    /* ARGV as serverdir's for a caller that presents no token: the fresh one, flag 0;
+     * no quota of locks */
+    const char *argv[] = {lk, bk, hk, holder, "0", "0", "604800000", "", "0", cfg.prefix, "1",
+                          fresh, "0", "0", "", ""};
+    redisReply *rep = evalsha(r, cfg.sha_acquire, 3, 16, argv, NULL);
     long long seq = 0;
     /* ok, now, then name, lock_seq, reacquired, stolen_from, since, expires, lock_token */
     if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 9 &&
@@ -340,10 +342,10 @@ static void *client_main(void *arg)
             snprintf(lk, sizeof lk, "%slock:bench-k%d", cfg.prefix, c->id);
             snprintf(ls, sizeof ls, "%lld", blob_lock_seq);
             snprintf(bs, sizeof bs, "%lld", ++blob_seq);
-            const char *argv[] = {bk, lk, ls, blob_tok, bs, blob, ""};
+            const char *argv[] = {bk, lk, ls, blob_tok, bs, blob, "", "", "0", ""};
             size_t argl[] = {strlen(bk), strlen(lk), strlen(ls), strlen(blob_tok), strlen(bs),
-                             cfg.size, 0};
-            redisReply *rep = evalsha(r, cfg.sha_save, 2, 7, argv, argl);
+                             cfg.size, 0, 0, 1, 0};
+            redisReply *rep = evalsha(r, cfg.sha_save, 2, 10, argv, argl);
             ok = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1 &&
                  strcmp(rep->element[0]->str, "ok") == 0;
             if (rep)

@@ -7,8 +7,10 @@
 -- ARGV: holder, ttl_ms (0: no expiry), lock_delay_ms, retain_ms, steal_cluster ("": no),
 --       steal_older_ms (0: no), prefix, n, then a lock_token per key (the one the caller
 --       presented, or a fresh random one serverdir drew), then per key '1' when the caller
---       presented it, else '0'; then, on a cluster, the holders serverdir found stopped in
---       steal_cluster's directory.
+--       presented it, else '0'; then the holder's quota of locks (0: none) and, on a
+--       cluster, the size of its index set after serverdir's adds and how many names they
+--       added ('' '' on standalone Redis/Sentinel: counted here); then, on a cluster, the
+--       holders serverdir found stopped in steal_cluster's directory.
 -- A new grant stores its key's token. The grant is a capability: acquiring a lock one
 -- already holds (the same holder name) succeeds only with the grant's lock_token
 -- presented, so naming a holder never hands out its secret or extends its lease; a
@@ -18,7 +20,8 @@
 -- Returns {'ok', now_ms, then per key: name, lock_seq, reacquired 0/1, stolen_from,
 -- since_ms, expires_ms, lock_token} or {'lock_held', name, holder, since_ms, expires_ms,
 -- now_ms, not_presented} (not_presented '1': the holder is the caller's, its grant's
--- lock_token was not presented) or {'lock_delayed', name, retry_after_ms}.
+-- lock_token was not presented) or {'lock_delayed', name, retry_after_ms} or
+-- {'quota_exceeded', locks held} (the grant would take the holder past its quota).
 local holder = ARGV[1]
 local ttl = tonumber(ARGV[2])
 local delay = tonumber(ARGV[3])
@@ -30,7 +33,7 @@ local n = tonumber(ARGV[8])
 local indexed = #KEYS > 2 * n
 local lock_ns = prefix .. 'lock:'
 local stopped = {}
-for i = 9 + 2 * n, #ARGV do stopped[ARGV[i]] = true end
+for i = 12 + 2 * n, #ARGV do stopped[ARGV[i]] = true end
 
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -84,6 +87,32 @@ for i = 1, n do
     local floor = math.max(seq, tonumber(b[1]) or 0, tonumber(b[2]) or 0)
     plan[i] = {name = name, action = action, prev = prev, why = why, seq = seq, floor = floor,
                since = since, token = r[6] or ''}
+end
+
+-- The holder's quota (docs/locks.md, "Quotas"): its index may not grow past it. Before
+-- refusing, entries that no longer name a lock of the holder (leases run out, locks
+-- taken) leave the index, up to 256 a call.
+local quota = tonumber(ARGV[9 + 2 * n])
+if quota > 0 then
+    local after, added
+    if indexed then
+        local ix = KEYS[2 * n + 1]
+        added = 0
+        for i = 1, n do added = added + 1 - redis.call('SISMEMBER', ix, plan[i].name) end
+        after = redis.call('SCARD', ix) + added
+        if added > 0 and after > quota then
+            for _, name in ipairs(redis.call('SRANDMEMBER', ix, 256)) do
+                local h = redis.call('HMGET', lock_ns .. name, 'holder', 'expires')
+                local e = tonumber(h[2]) or 0
+                if h[1] ~= holder or (e > 0 and now >= e) then
+                    after = after - redis.call('SREM', ix, name)
+                end
+            end
+        end
+    else
+        after, added = tonumber(ARGV[10 + 2 * n]), tonumber(ARGV[11 + 2 * n])
+    end
+    if added > 0 and after > quota then return {'quota_exceeded', fmt(after - added)} end
 end
 
 local out = {'ok', fmt(now)}
