@@ -209,9 +209,12 @@ static void no_capacity(sd_resp_t *resp, const alloc_req_t *a, int64_t looked)
 #define GROUP_MAX 32
 #define ALLOC_CALLS 2
 
+struct waiter;
+
 typedef struct alloc_job {
     sd_group_job_t g;  /* first: the group's link and request (NULL: the park thread's) */
     alloc_req_t *a;    /* the job's (malloc'd, with its texts) */
+    struct waiter *w;  /* with wait_ms: its place among the waiters, taken on arrival */
     sd_resp_t *resp;
     redisReply *r;     /* its reply, once called */
     int rc;
@@ -324,13 +327,14 @@ static int alloc_answer(const alloc_req_t *a, int rc, redisReply *r, sd_resp_t *
  * (RECHECK_DOWN_MS while the subscriber is down).
  *
  * How many may wait: sd_quota_limit's allocations_waiting (this copy), ..._per_cluster
- * and ..._per_token (the caller's principal), counted here in memory (per copy). */
+ * and ..._per_token (the caller's principal), counted here in memory (per copy), from a
+ * request's arrival (before its first try) to its answer. */
 #define RECHECK_MS 1000
 #define RECHECK_DOWN_MS 250
 #define RESUBSCRIBE_MS 500
 
-/* One parked request. */
-typedef struct {
+/* One request with wait_ms: its place among the waiters, then its parked wait. */
+typedef struct waiter {
     alloc_req_t *a;
     char principal[sizeof(((sd_auth_t *)0)->principal)];
     int selector;     /* machine labels, metadata, players or join mode */
@@ -520,45 +524,63 @@ static int wait_try(void *ctx, sd_resp_t *resp, int due, int64_t *retry_at_ms)
     return 0;
 }
 
-/* Takes a place among the waiters for a and its caller: this copy's, a's cluster's and
- * the principal's count. 0, or -1 with the refusal (429 quota_exceeded) in resp. */
-static int wait_admit(const alloc_req_t *a, const char *principal, sd_resp_t *resp)
+/* Gives back w's place among the waiters; frees w (not its request). */
+static void wait_leave(waiter_t *w)
 {
+    sd_quota_give(&waiters_by_token, w->principal);
+    sd_quota_give(&waiters_by_cluster, w->a->cluster);
+    atomic_fetch_sub(&waiters, 1);
+    free(w);
+}
+
+static int job_heavy(const alloc_req_t *a);
+
+/* Takes a place among the waiters for request a (wait_ms) of req's caller: this copy's,
+ * a's cluster's and the caller's principal's count, before anything runs, so that a
+ * refusal changes nothing. Returns the place (the caller's; wait_leave gives it back) or
+ * NULL with the refusal (429 quota_exceeded) in resp. */
+static waiter_t *wait_admit(alloc_req_t *a, const sd_req_t *req, sd_resp_t *resp)
+{
+    waiter_t *w = calloc(1, sizeof *w);
+    if (!w) {
+        sd_resp_error(resp, 500, "internal", "out of memory");
+        return NULL;
+    }
+    w->a = a;
+    w->selector = job_heavy(a) || *a->labels;
+    sd_strlcpy(w->principal, req->auth.principal[0] ? req->auth.principal : "open",
+               sizeof w->principal);
     int64_t used, lim = sd_quota_limit[SD_QUOTA_ALLOC_WAITING];
     char scope[SD_NAME_MAX + 16];
     int n = atomic_fetch_add(&waiters, 1);
     if (lim && n >= lim) {
         atomic_fetch_sub(&waiters, 1);
         sd_quota_refuse(resp, SD_QUOTA_ALLOC_WAITING, n, "serverdir");
-        return -1;
-    }
-    snprintf(scope, sizeof scope, "cluster:%s", a->cluster);
-    if (sd_quota_take(&waiters_by_cluster, a->cluster,
-                      sd_quota_limit[SD_QUOTA_ALLOC_WAITING_PER_CLUSTER], &used)) {
+    } else if (sd_quota_take(&waiters_by_cluster, a->cluster,
+                             sd_quota_limit[SD_QUOTA_ALLOC_WAITING_PER_CLUSTER], &used)) {
         atomic_fetch_sub(&waiters, 1);
+        snprintf(scope, sizeof scope, "cluster:%s", a->cluster);
         sd_quota_refuse(resp, SD_QUOTA_ALLOC_WAITING_PER_CLUSTER, used, scope);
-        return -1;
-    }
-    if (sd_quota_take(&waiters_by_token, principal,
-                      sd_quota_limit[SD_QUOTA_ALLOC_WAITING_PER_TOKEN], &used)) {
+    } else if (sd_quota_take(&waiters_by_token, w->principal,
+                             sd_quota_limit[SD_QUOTA_ALLOC_WAITING_PER_TOKEN], &used)) {
         sd_quota_give(&waiters_by_cluster, a->cluster);
         atomic_fetch_sub(&waiters, 1);
-        sd_quota_refuse(resp, SD_QUOTA_ALLOC_WAITING_PER_TOKEN, used, principal);
-        return -1;
+        sd_quota_refuse(resp, SD_QUOTA_ALLOC_WAITING_PER_TOKEN, used, w->principal);
+    } else {
+        return w;
     }
-    return 0;
+    free(w);
+    return NULL;
 }
 
-/* Gives back what wait_admit took for w; frees w and its request. */
+/* Frees a parked request's place and request. */
 static void wait_release(void *ctx)
 {
     waiter_t *w = ctx;
-    sd_quota_give(&waiters_by_token, w->principal);
-    sd_quota_give(&waiters_by_cluster, w->a->cluster);
-    atomic_fetch_sub(&waiters, 1);
-    req_free(w->a);
-    free(w->a);
-    free(w);
+    alloc_req_t *a = w->a;
+    wait_leave(w);
+    req_free(a);
+    free(a);
 }
 
 static const sd_park_kind_t wait_kind = {.try_answer = wait_try,
@@ -567,34 +589,15 @@ static const sd_park_kind_t wait_kind = {.try_answer = wait_try,
                                          .source_fd = pool_sub_fd,
                                          .source_ready = pool_sub_read};
 
-static int job_heavy(const alloc_req_t *a);
-
-/* Parks a (its first try found nothing) for its caller req, answered in resp. 0 when
- * the park thread owns a now; -1 with the refusal or error in resp, a still the
+/* Parks w (its first try found nothing) for req, answered in resp. 0 when the park
+ * thread owns w and its request now; -1 with the error in resp, both still the
  * caller's. */
-static int wait_park(alloc_req_t *a, sd_req_t *req, sd_resp_t *resp, int parked)
+static int wait_park(waiter_t *w, sd_req_t *req, sd_resp_t *resp, int parked)
 {
-    waiter_t *w = calloc(1, sizeof *w);
-    if (!w) {
-        sd_resp_error(resp, 500, "internal", "out of memory");
-        return -1;
-    }
-    sd_strlcpy(w->principal, req->auth.principal[0] ? req->auth.principal : "open",
-               sizeof w->principal);
-    if (wait_admit(a, w->principal, resp)) {
-        free(w);
-        return -1;
-    }
-    w->a = a;
-    w->selector = job_heavy(a) || *a->labels;
-    int64_t until = a->start_ms + a->wait_ms;
+    int64_t until = w->a->start_ms + w->a->wait_ms;
     if (!(parked ? sd_park_suspended(&wait_kind, req, resp, w, until)
                  : sd_park(&wait_kind, req, resp, w, until)))
         return 0;
-    sd_quota_give(&waiters_by_token, w->principal);
-    sd_quota_give(&waiters_by_cluster, a->cluster);
-    atomic_fetch_sub(&waiters, 1);
-    free(w);
     sd_resp_error(resp, 503, "internal", "cannot start the allocation waiter");
     return -1;
 }
@@ -606,14 +609,16 @@ static void job_finish(alloc_job_t *j, int parked)
     alloc_req_t *a = j->a;
     int64_t looked = 0;
     int answered = alloc_answer(a, j->rc, j->r, j->resp, &looked);
-    if (!answered && a->wait_ms == 0) {
+    if (!answered && !j->w) {
         no_capacity(j->resp, a, looked);
         answered = 1;
     }
-    if (!answered && wait_park(a, j->g.req, j->resp, parked) == 0) {
+    if (!answered && wait_park(j->w, j->g.req, j->resp, parked) == 0) {
         free(j); /* the park thread owns a now */
         return;
     }
+    if (j->w)
+        wait_leave(j->w);
     if (parked)
         sd_req_resume(j->g.req);
     req_free(a);
@@ -669,6 +674,8 @@ void h_alloc_create(sd_req_t *req, sd_resp_t *resp)
     if (sd_req_may_cluster(req, resp, cluster) || sd_dir_cluster_seen(cluster))
         goto fail;
     sd_strlcpy(a->cluster, cluster, sizeof a->cluster);
+    if (a->wait_ms > 0 && !(j->w = wait_admit(a, req, resp)))
+        goto fail;
     a->start_ms = sd_mono_ms();
     j->a = a;
     j->g.req = req;
