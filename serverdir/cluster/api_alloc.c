@@ -879,7 +879,7 @@ void h_alloc_list(sd_req_t *req, sd_resp_t *resp)
     freeReplyObject(r);
 }
 
-/* The serverdir_allocations_waiting gauge: requests parked with wait_ms. */
+/* The serverdir_allocations_waiting gauge: requests with wait_ms, admitted and not answered. */
 static int waiting_gauge(double *value)
 {
     *value = (double)atomic_load(&waiters);
@@ -889,7 +889,7 @@ static int waiting_gauge(double *value)
 void sd_alloc_metrics_init(void)
 {
     sd_metric_gauge("serverdir_allocations_waiting",
-                    "allocation requests parked with wait_ms for an instance", waiting_gauge);
+                    "allocation requests with wait_ms, from arrival to answer", waiting_gauge);
 }
 
 /* ---------- the sweep ---------- */

@@ -169,7 +169,8 @@ void h_blob_get(sd_req_t *req, sd_resp_t *resp)
 /* PUT /v1/blobs/{key} with Lock-Seq, Lock-Token and Blob-Seq headers, raw body -> 200 {key,
  * blob_seq, lock_seq, bytes}. Saved only if Lock-Seq and Lock-Token are the key's current
  * grant (else 409 fenced) and Blob-Seq is greater than the stored one (else 409
- * stale_seq) by at most 2^32 (else 400 blob_seq_jump); nothing changes on a refusal. */
+ * stale_seq) by at most 2^32 (else 400 blob_seq_jump) and the saver's scope stays within
+ * its blob_bytes quota (else 507 quota_exceeded); nothing changes on a refusal. */
 void h_blob_put(sd_req_t *req, sd_resp_t *resp)
 {
     const char *name, *token;
