@@ -47,7 +47,7 @@ end
 redis.call('HSET', KEYS[1], 'data', ARGV[4], 'seq', ARGV[3], 'lock_seq', ARGV[1],
            'saved_ms', string.format('%d', now), 'quota_scope', scope)
 if KEYS[3] then
-    if add ~= 0 then redis.call('INCRBY', KEYS[3], add) end
+    if add ~= 0 and redis.call('INCRBY', KEYS[3], add) < 0 then redis.call('SET', KEYS[3], '0') end
     if old_bytes > 0 then
         -- the previous scope's counter: one Redis holds them all here
         local k = string.sub(KEYS[3], 1, #KEYS[3] - #scope) .. old_scope
