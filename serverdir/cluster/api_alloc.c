@@ -2,8 +2,8 @@
  * script (alloc_create.lua), read, listed and ended; the open ones reach the game through
  * its machine's assignment document. A request with wait_ms that finds nothing is parked
  * (http/park.h) and tried again when its pool changes ("waiting for an instance"), until
- * it gets one or the wait ends. The sweep of confirm deadlines runs with the lost-machine sweep
- * (directory.c calls sd_alloc_sweep). */
+ * it gets one or the wait ends. The sweep of confirm deadlines runs with the lost-machine
+ * sweep (directory.c calls sd_alloc_sweep). */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>

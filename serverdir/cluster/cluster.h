@@ -25,7 +25,10 @@
  *                             machine's document (slots or the cluster stop flag)
  * A change of assignments is published on the channel "<prefix>assign" as
  * "<cluster> <machine> <machine> ..." or "<cluster> *" (every machine of the cluster);
- * assign_wait.c subscribes to it. '#' is not allowed in names, so no key can collide. */
+ * assign_wait.c subscribes to it. A change of a pool that may serve a parked allocation
+ * is published on "<prefix>assign:pool" as "<cluster> <service> ..." (pool_publish,
+ * store/lua_prelude.lua); api_alloc.c subscribes to it. '#' is not allowed in names, so
+ * no key can collide. */
 #ifndef SD_CLUSTER_H
 #define SD_CLUSTER_H
 
