@@ -1,8 +1,9 @@
 /* Parked allocation waits wake on change (docs/allocation.md, "Waiting"): while nothing
  * changes, N parked requests cost Redis almost nothing (they used to re-run
  * alloc_create.lua every 20 ms each: N x 100 calls in 2 s); a freed instance goes to a
- * waiter at once, a burst of freed instances to as many waiters, and a waiter with a
- * selector does not hold up the plain one behind it. The instances' lives are told by
+ * waiter at once, a burst of freed instances to as many waiters, a waiter with a
+ * selector does not hold up the plain one behind it, and a join waiter wakes when an
+ * instance's free player slots grow. The instances' lives are told by
  * process events as a Big Brother would post them. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -207,12 +208,43 @@ static void a_selector_waiter_passes_the_wake_on(void **state)
     assert_true(us.done_ms - t0 < h_ms(500));
 }
 
+/* A join waiter wants 2 free player slots; the only instance is full. Its status event
+ * (players 4 -> 1 of 4) wakes the waiter, which joins it. */
+static void a_status_event_wakes_a_join_waiter(void **state)
+{
+    (void)state;
+    pool("pj", "realm");
+    ready("pj", "m0", "realm", 0, 1);
+    const char *full = "[{\"id\":\"st.1\",\"type\":\"status\",\"instance\":\"realm-0\","
+                       "\"machine\":\"m0\",\"service\":\"realm\",\"players\":4,"
+                       "\"max_players\":4}]";
+    events("pj", full);
+    waiter_t j = {.cluster = "pj",
+                  .body = "{\"service\":\"realm\",\"mode\":\"join\",\"players\":2,"
+                          "\"wait_ms\":10000}"};
+    pthread_t t;
+    long long w0 = h_metric(sd.url, "serverdir_allocations_waiting");
+    assert_int_equal(pthread_create(&t, NULL, wait_one, &j), 0);
+    assert_true(h_wait_until(parked, (void *)(intptr_t)(w0 + 1), h_ms(5000)));
+    h_sleep_ms(100);
+    assert_int_equal(j.status, 0);
+
+    int64_t t0 = h_now_ms();
+    events("pj", "[{\"id\":\"st.2\",\"type\":\"status\",\"instance\":\"realm-0\","
+                 "\"machine\":\"m0\",\"service\":\"realm\",\"players\":1}]");
+    pthread_join(t, NULL);
+    assert_int_equal(j.status, 201);
+    assert_string_equal(j.instance, "realm-0");
+    assert_true(j.done_ms - t0 < h_ms(500));
+}
+
 int main(void)
 {
     h_init(120);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(idle_waiters_cost_nothing_and_wake_on_change),
         cmocka_unit_test(a_selector_waiter_passes_the_wake_on),
+        cmocka_unit_test(a_status_event_wakes_a_join_waiter),
     };
     return cmocka_run_group_tests(tests, setup, h_stack_teardown);
 }
