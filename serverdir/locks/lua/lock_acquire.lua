@@ -91,7 +91,7 @@ end
 
 -- The holder's quota (docs/locks.md, "Quotas"): its index may not grow past it. Before
 -- refusing, entries that no longer name a lock of the holder (leases run out, locks
--- taken) leave the index, up to 256 a call.
+-- taken) leave the index, up to 64 a call (a refusal at the limit costs 64 reads).
 local quota = tonumber(ARGV[9 + 2 * n])
 if quota > 0 then
     local after, added
@@ -101,7 +101,7 @@ if quota > 0 then
         for i = 1, n do added = added + 1 - redis.call('SISMEMBER', ix, plan[i].name) end
         after = redis.call('SCARD', ix) + added
         if added > 0 and after > quota then
-            for _, name in ipairs(redis.call('SRANDMEMBER', ix, 256)) do
+            for _, name in ipairs(redis.call('SRANDMEMBER', ix, 64)) do
                 local h = redis.call('HMGET', lock_ns .. name, 'holder', 'expires')
                 local e = tonumber(h[2]) or 0
                 if h[1] ~= holder or (e > 0 and now >= e) then
