@@ -152,8 +152,8 @@ static void record(client_t *c, int64_t t0)
 static redisReply *evalsha(redisContext *r, const char *sha, int nkeys, int argc,
                            const char **argv, const size_t *argl)
 {
-    const char *a[20];
-    size_t l[20];
+    const char *a[24];
+    size_t l[24];
     char nk[8];
     snprintf(nk, sizeof nk, "%d", nkeys);
     a[0] = "EVALSHA";
@@ -182,10 +182,10 @@ static long long redis_acquire(redisContext *r, const char *key, const char *hol
         return 0;
     /* KEYS: the lock record, its blob record, the holder's index (standalone layout) */
     /* ARGV as serverdir's for a caller that presents no token: the fresh one, flag 0,
-     * no steal scope, no credential */
+     * no steal scope, no credential; the default quota of locks per holder */
     const char *argv[] = {lk, bk, hk, holder, "0", "0", "604800000", "", "0", cfg.prefix, "1",
-                          fresh, "0", "", "", "", ""};
-    redisReply *rep = evalsha(r, cfg.sha_acquire, 3, 17, argv, NULL);
+                          fresh, "0", "", "", "", "", "10000", "", ""};
+    redisReply *rep = evalsha(r, cfg.sha_acquire, 3, 20, argv, NULL);
     long long seq = 0;
     /* ok, now, then name, lock_seq, reacquired, stolen_from, since, expires, lock_token */
     if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 9 &&
@@ -337,15 +337,19 @@ static void *client_main(void *arg)
             break;
         }
         case REDIS_BLOB: {
-            char bk[256], lk[256], ls[32], bs[32];
+            char bk[256], lk[256], qk[256], ls[32], bs[32];
             snprintf(bk, sizeof bk, "%sblob:bench-k%d", cfg.prefix, c->id);
+            snprintf(qk, sizeof qk, "%squota:blob:bench", cfg.prefix);
             snprintf(lk, sizeof lk, "%slock:bench-k%d", cfg.prefix, c->id);
             snprintf(ls, sizeof ls, "%lld", blob_lock_seq);
             snprintf(bs, sizeof bs, "%lld", ++blob_seq);
-            const char *argv[] = {bk, lk, ls, blob_tok, bs, blob, "", "", "", "", ""};
-            size_t argl[] = {strlen(bk), strlen(lk), strlen(ls), strlen(blob_tok), strlen(bs),
-                             cfg.size, 0, 0, 0, 0, 0};
-            redisReply *rep = evalsha(r, cfg.sha_save, 2, 11, argv, argl);
+            /* as serverdir's on standalone Redis: no exact holder, no credential, the
+             * scope's byte counter, the default quota */
+            const char *argv[] = {bk, lk, qk, ls, blob_tok, bs, blob, "", "", "", "", "",
+                                  "bench", "1073741824", ""};
+            size_t argl[] = {strlen(bk), strlen(lk), strlen(qk), strlen(ls), strlen(blob_tok),
+                             strlen(bs), cfg.size, 0, 0, 0, 0, 0, 5, 10, 0};
+            redisReply *rep = evalsha(r, cfg.sha_save, 3, 15, argv, argl);
             ok = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1 &&
                  strcmp(rep->element[0]->str, "ok") == 0;
             if (rep)

@@ -10,6 +10,7 @@
 #include "directory.h"
 #include "locks.h"
 #include "master.h"
+#include "quota.h"
 #include "sdlog.h"
 #include "sdutil.h"
 #include "sdvalid.h"
@@ -53,6 +54,7 @@ static const struct {
     {"locks", sd_locks_config_load},
     {"master", sd_master_config_load},
     {"credentials", sd_cred_config_load},
+    {"quotas", sd_quota_config_load}, /* what one scope may hold (http/quota.h) */
 };
 
 /* Loads every section of root; on a refusal puts back what the earlier ones loaded. */
@@ -62,6 +64,8 @@ static int sections_load(const json_t *root, char *err, size_t errcap)
     sd_locks_cfg_t locks = sd_locks_cfg;
     sd_master_cfg_t master = sd_master_cfg;
     sd_cred_cfg_t cred = sd_cred_cfg;
+    int64_t quota[SD_QUOTA_COUNT];
+    memcpy(quota, sd_quota_limit, sizeof quota);
     for (size_t i = 0; i < SD_ARRAY_LEN(sections); i++) {
         char e[SD_ERRMSG_MAX] = "";
         if (sections[i].load(json_object_get(root, sections[i].name), e, sizeof e)) {
@@ -70,6 +74,7 @@ static int sections_load(const json_t *root, char *err, size_t errcap)
             sd_locks_cfg = locks;
             sd_master_cfg = master;
             sd_cred_cfg = cred;
+            memcpy(sd_quota_limit, quota, sizeof quota);
             return -1;
         }
     }
@@ -82,7 +87,7 @@ int sd_config_apply(json_t *root, sd_config_t *cfg, int *log_level, char *err, s
         "listen", "redis", "tokens", "key_prefix", "threads", "body_max_bytes",
         "blob_max_bytes", "conn_timeout_s", "max_connections", "log_level", "master", "locks", "directory",
         "max_connections_per_source", "header_timeout_ms", "body_timeout_ms", "credentials",
-        NULL};
+        "quotas", NULL};
     if (!json_is_object(root)) {
         snprintf(err, errcap, "the top level must be a JSON object");
         return -1;

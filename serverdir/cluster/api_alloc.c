@@ -1,9 +1,9 @@
 /* Allocations (docs/allocation.md): a ready instance handed to a match or a realm in one
  * script (alloc_create.lua), read, listed and ended; the open ones reach the game through
  * its machine's assignment document. A request with wait_ms that finds nothing is parked
- * (http/park.h) and tried again every ALLOC_RETRY_MS until an instance is ready or the
- * wait ends. The sweep of confirm deadlines runs with the lost-machine sweep
- * (directory.c calls sd_alloc_sweep). */
+ * (http/park.h) and tried again when its pool changes ("waiting for an instance"), until
+ * it gets one or the wait ends. The sweep of confirm deadlines runs with the lost-machine
+ * sweep (directory.c calls sd_alloc_sweep). */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +13,7 @@
 #include "directory.h"
 #include "group.h"
 #include "park.h"
+#include "quota.h"
 #include "sdvalid.h"
 
 SD_ROUTE(POST, "/v1/clusters/{c}/allocations", SD_R_OPS | SD_R_GAME, 0, h_alloc_create);
@@ -23,8 +24,8 @@ SD_ROUTE(GET, "/v1/clusters/{c}/pool-demand", SD_R_READERS, 0, h_pool_demand);
 
 #define CONFIRM_DEFAULT_MS 10000
 #define KEY_TTL_MS (24LL * 3600 * 1000)
-#define ALLOC_RETRY_MS 20
-#define ALLOC_WAITERS_MAX 10000
+#define DEMAND_RETRY_MS 20
+#define DEMAND_WAITERS_MAX 10000
 #define LIST_LIMIT_DEFAULT 100
 #define LIST_LIMIT_MAX 1000
 #define SWEEP_BATCH 200
@@ -48,8 +49,6 @@ static const char *alloc_viewer(const sd_req_t *req)
 {
     return req->role == SD_R_GAME ? req->auth.principal : "";
 }
-
-static _Atomic int waiters;
 
 static void req_free(alloc_req_t *a)
 {
@@ -217,13 +216,16 @@ static void no_capacity(sd_resp_t *resp, const alloc_req_t *a, int64_t looked)
  * answers each request from its part of the reply. Concurrent allocators never get the
  * same instance either way: the script takes its instances one request after another. A
  * request that found nothing and may wait (wait_ms) goes on to the park thread, which
- * tries it again every ALLOC_RETRY_MS, alone. */
+ * tries it again, alone, when its pool changes. */
 #define GROUP_MAX 32
 #define ALLOC_CALLS 2
+
+struct waiter;
 
 typedef struct alloc_job {
     sd_group_job_t g;  /* first: the group's link and request (NULL: the park thread's) */
     alloc_req_t *a;    /* the job's (malloc'd, with its texts) */
+    struct waiter *w;  /* with wait_ms: its place among the waiters, taken on arrival */
     sd_resp_t *resp;
     redisReply *r;     /* its reply, once called */
     int rc;
@@ -328,34 +330,295 @@ static int alloc_answer(const alloc_req_t *a, int rc, redisReply *r, sd_resp_t *
     return answered;
 }
 
-/* ---------- waiting for an instance ---------- */
+/* ---------- waiting for an instance ----------
+ * A parked request is tried again only when its pool (cluster, service) may have
+ * changed: the scripts that free an instance or move a ready one's capacity or status
+ * publish "<cluster> <service> ..." on the pool channel (pool_publish in
+ * store/lua_prelude.lua), and a subscriber on the park thread wakes the oldest waiter of
+ * each pool named. A woken waiter passes the wake on to the next one of its pool that
+ * this chain of wakes has not tried yet: any kind after it got an instance (there may be
+ * more), only waiters with a selector after it found nothing (a plain waiter that finds
+ * nothing proves the free set empty; what a selector could not use, another may). So
+ * idle waiters cost Redis nothing, a freed instance two tries. A lost message (the
+ * subscriber reconnecting, a change no script publishes: a machine's lease coming back)
+ * is made up by a re-check that wakes the oldest waiter of every pool each RECHECK_MS
+ * (RECHECK_DOWN_MS while the subscriber is down).
+ *
+ * How many may wait: sd_quota_limit's allocations_waiting (this copy), ..._per_cluster
+ * and ..._per_token (the caller's principal), counted here in memory (per copy), from a
+ * request's arrival (before its first try) to its answer. */
+#define RECHECK_MS 1000
+#define RECHECK_DOWN_MS 250
+#define RESUBSCRIBE_MS 500
 
-/* The park thread's tries: a call of its own, alone. */
+/* One request with wait_ms: its place among the waiters, then its parked wait. */
+typedef struct waiter {
+    alloc_req_t *a;
+    char principal[sizeof(((sd_auth_t *)0)->principal)];
+    int selector;     /* machine labels, metadata, players or join mode */
+    uint64_t chain;   /* the chain of wakes that woke it last (0: none) */
+    int in_chain;     /* woken by a chain: pass the wake on after the try */
+    int skip_plain;   /* ... to waiters with a selector only */
+} waiter_t;
+
+static _Atomic int waiters;
+static sd_quota_tally_t waiters_by_cluster = SD_QUOTA_TALLY_INIT;
+static sd_quota_tally_t waiters_by_token = SD_QUOTA_TALLY_INIT;
+
+/* Owned by the park thread. */
+static redisContext *pool_sub;
+static int64_t next_subscribe_ms, next_recheck_ms;
+static uint64_t chains;
+
+static const sd_park_kind_t wait_kind;
+
+/* The pool channel: the assignments channel's name with ":pool" (lua_prelude.lua). */
+static const char *pool_channel(char *buf, size_t cap)
+{
+    char chan[96];
+    snprintf(buf, cap, "%s:pool", sd_assign_channel(chan, sizeof chan));
+    return buf;
+}
+
+/* A wake for one pool: the first waiter (oldest first) of cluster/service that chain has
+ * not woken, is not `self` and, with skip_plain, has a selector. */
+typedef struct {
+    const char *cluster, *service;
+    const waiter_t *self;
+    uint64_t chain;
+    int skip_plain, done;
+} wake_t;
+
+static int wake_match(void *ctx, void *arg)
+{
+    waiter_t *w = ctx;
+    wake_t *k = arg;
+    if (k->done || w == k->self || w->chain == k->chain || (k->skip_plain && !w->selector) ||
+        strcmp(w->a->service, k->service) || strcmp(w->a->cluster, k->cluster))
+        return 0;
+    k->done = 1;
+    w->chain = k->chain;
+    w->in_chain = 1;
+    w->skip_plain = k->skip_plain;
+    return 1;
+}
+
+/* Starts a chain on pool cluster/service: wakes its oldest waiter. */
+static void wake_pool(const char *cluster, const char *service)
+{
+    wake_t k = {.cluster = cluster, .service = service, .chain = ++chains};
+    sd_park_wake(&wait_kind, wake_match, &k);
+}
+
+/* The re-check: one chain per pool that has waiters. seen: the pools woken so far, an
+ * open-addressed set of hashes of "cluster\0service" (a collision skips a pool for one
+ * round). */
+typedef struct {
+    uint64_t *seen;
+    size_t cap;
+} recheck_t;
+
+static int recheck_match(void *ctx, void *arg)
+{
+    waiter_t *w = ctx;
+    recheck_t *rc = arg;
+    uint64_t h = 14695981039346656037ULL;
+    for (const char *p = w->a->cluster; *p; p++)
+        h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+    h *= 1099511628211ULL;
+    for (const char *p = w->a->service; *p; p++)
+        h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+    h |= 1;
+    size_t i = h & (rc->cap - 1);
+    while (rc->seen[i] && rc->seen[i] != h)
+        i = (i + 1) & (rc->cap - 1);
+    if (rc->seen[i])
+        return 0;
+    rc->seen[i] = h;
+    w->chain = ++chains;
+    w->in_chain = 1;
+    w->skip_plain = 0;
+    return 1;
+}
+
+static void recheck(void)
+{
+    recheck_t rc = {.cap = 64};
+    while (rc.cap < 2 * (size_t)atomic_load(&waiters))
+        rc.cap *= 2;
+    if (!(rc.seen = calloc(rc.cap, sizeof *rc.seen))) {
+        sd_park_wake(&wait_kind, NULL, NULL); /* every waiter then */
+        return;
+    }
+    sd_park_wake(&wait_kind, recheck_match, &rc);
+    free(rc.seen);
+}
+
+/* Source: keeps the pool subscriber connected and runs the re-check when it is due (at
+ * once after a (re)connect: messages may have been missed meanwhile). */
+static void pool_sub_prepare(int64_t now)
+{
+    if (!pool_sub && now >= next_subscribe_ms) {
+        char chan[128];
+        next_subscribe_ms = now + RESUBSCRIBE_MS;
+        if ((pool_sub = sd__subscribe(pool_channel(chan, sizeof chan))) != NULL) {
+            sd_log_msg(SD_LOG_INFO, "pool subscriber connected");
+            next_recheck_ms = 0;
+        }
+    }
+    if (now >= next_recheck_ms) {
+        next_recheck_ms = now + (pool_sub ? RECHECK_MS : RECHECK_DOWN_MS);
+        recheck();
+    }
+}
+
+static int pool_sub_fd(void) { return pool_sub ? pool_sub->fd : -1; }
+
+/* Wakes a chain on each pool a message "<cluster> <service> ..." names. */
+static void pool_message(const char *payload)
+{
+    char buf[8192];
+    if (strlen(payload) >= sizeof buf) { /* cut: the re-check covers what it named */
+        next_recheck_ms = 0;
+        return;
+    }
+    sd_strlcpy(buf, payload, sizeof buf);
+    char *save = NULL, *cluster = strtok_r(buf, " ", &save);
+    for (char *svc = cluster ? strtok_r(NULL, " ", &save) : NULL; svc;
+         svc = strtok_r(NULL, " ", &save))
+        wake_pool(cluster, svc);
+}
+
+/* Source: reads what the subscriber has; on a connection error drops it (the re-check
+ * runs at the faster pace until it is back). */
+static void pool_sub_read(void)
+{
+    if (redisBufferRead(pool_sub) != REDIS_OK) {
+        log_warn("pool subscriber lost", "err=%s", pool_sub->errstr);
+        redisFree(pool_sub);
+        pool_sub = NULL;
+        next_recheck_ms = 0;
+        return;
+    }
+    void *rv = NULL;
+    while (redisGetReplyFromReader(pool_sub, &rv) == REDIS_OK && rv) {
+        redisReply *r = rv;
+        if (atomic_load(&waiters) > 0 && r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+            strcmp(sd_reply_str(r, 0), "message") == 0 &&
+            r->element[2]->type == REDIS_REPLY_STRING)
+            pool_message(r->element[2]->str);
+        freeReplyObject(r);
+        rv = NULL;
+    }
+}
+
+/* The park thread's tries: a call of its own, alone; a try that a chain woke passes the
+ * wake on. */
 static int wait_try(void *ctx, sd_resp_t *resp, int due, int64_t *retry_at_ms)
 {
-    alloc_req_t *a = ctx;
+    waiter_t *w = ctx;
+    alloc_req_t *a = w->a;
     int64_t looked = 0;
     alloc_job_t j = {.a = a};
     sd_group_job_t *g = &j.g;
+    (void)retry_at_ms; /* no timer of its own: wakes and the re-check */
     group_call(&g, 1);
-    if (alloc_answer(a, j.rc, j.r, resp, &looked))
+    SD_COUNT("serverdir_allocation_wait_tries_total", "tries of parked allocation requests", 1);
+    int answered = alloc_answer(a, j.rc, j.r, resp, &looked);
+    if (w->in_chain) {
+        int got = answered && resp->status == 201;
+        wake_t k = {.cluster = a->cluster, .service = a->service, .self = w, .chain = w->chain,
+                    .skip_plain = !got && (w->skip_plain || !w->selector)};
+        w->in_chain = 0;
+        if (got || !answered)
+            sd_park_wake(&wait_kind, wake_match, &k);
+    }
+    if (answered)
         return 1;
     if (due || sd_mono_ms() >= a->start_ms + a->wait_ms) {
         no_capacity(resp, a, looked);
         return 1;
     }
-    *retry_at_ms = sd_mono_ms() + ALLOC_RETRY_MS;
     return 0;
 }
 
-static void wait_release(void *ctx)
+/* Gives back w's place among the waiters; frees w (not its request). */
+static void wait_leave(waiter_t *w)
 {
-    req_free(ctx);
-    free(ctx);
+    sd_quota_give(&waiters_by_token, w->principal);
+    sd_quota_give(&waiters_by_cluster, w->a->cluster);
     atomic_fetch_sub(&waiters, 1);
+    free(w);
 }
 
-static const sd_park_kind_t wait_kind = {.try_answer = wait_try, .release = wait_release};
+static int job_heavy(const alloc_req_t *a);
+
+/* Takes a place among the waiters for request a (wait_ms) of req's caller: this copy's,
+ * a's cluster's and the caller's principal's count, before anything runs, so that a
+ * refusal changes nothing. Returns the place (the caller's; wait_leave gives it back) or
+ * NULL with the refusal (429 quota_exceeded) in resp. */
+static waiter_t *wait_admit(alloc_req_t *a, const sd_req_t *req, sd_resp_t *resp)
+{
+    waiter_t *w = calloc(1, sizeof *w);
+    if (!w) {
+        sd_resp_error(resp, 500, "internal", "out of memory");
+        return NULL;
+    }
+    w->a = a;
+    w->selector = job_heavy(a) || *a->labels;
+    sd_strlcpy(w->principal, req->auth.principal[0] ? req->auth.principal : "open",
+               sizeof w->principal);
+    int64_t used, lim = sd_quota_limit[SD_QUOTA_ALLOC_WAITING];
+    char scope[SD_NAME_MAX + 16];
+    int n = atomic_fetch_add(&waiters, 1);
+    if (lim && n >= lim) {
+        atomic_fetch_sub(&waiters, 1);
+        sd_quota_refuse(resp, SD_QUOTA_ALLOC_WAITING, n, "serverdir");
+    } else if (sd_quota_take(&waiters_by_cluster, a->cluster,
+                             sd_quota_limit[SD_QUOTA_ALLOC_WAITING_PER_CLUSTER], &used)) {
+        atomic_fetch_sub(&waiters, 1);
+        snprintf(scope, sizeof scope, "cluster:%s", a->cluster);
+        sd_quota_refuse(resp, SD_QUOTA_ALLOC_WAITING_PER_CLUSTER, used, scope);
+    } else if (sd_quota_take(&waiters_by_token, w->principal,
+                             sd_quota_limit[SD_QUOTA_ALLOC_WAITING_PER_TOKEN], &used)) {
+        sd_quota_give(&waiters_by_cluster, a->cluster);
+        atomic_fetch_sub(&waiters, 1);
+        sd_quota_refuse(resp, SD_QUOTA_ALLOC_WAITING_PER_TOKEN, used, w->principal);
+    } else {
+        return w;
+    }
+    free(w);
+    return NULL;
+}
+
+/* Frees a parked request's place and request. */
+static void wait_release(void *ctx)
+{
+    waiter_t *w = ctx;
+    alloc_req_t *a = w->a;
+    wait_leave(w);
+    req_free(a);
+    free(a);
+}
+
+static const sd_park_kind_t wait_kind = {.try_answer = wait_try,
+                                         .release = wait_release,
+                                         .source_prepare = pool_sub_prepare,
+                                         .source_fd = pool_sub_fd,
+                                         .source_ready = pool_sub_read};
+
+/* Parks w (its first try found nothing) for req, answered in resp. 0 when the park
+ * thread owns w and its request now; -1 with the error in resp, both still the
+ * caller's. */
+static int wait_park(waiter_t *w, sd_req_t *req, sd_resp_t *resp, int parked)
+{
+    int64_t until = w->a->start_ms + w->a->wait_ms;
+    if (!(parked ? sd_park_suspended(&wait_kind, req, resp, w, until)
+                 : sd_park(&wait_kind, req, resp, w, until)))
+        return 0;
+    sd_resp_error(resp, 503, "internal", "cannot start the allocation waiter");
+    return -1;
+}
 
 /* The first try of job j is done: answers the request (and resumes it when parked), or
  * hands it to the park thread to wait. Frees j. */
@@ -364,28 +627,16 @@ static void job_finish(alloc_job_t *j, int parked)
     alloc_req_t *a = j->a;
     int64_t looked = 0;
     int answered = alloc_answer(a, j->rc, j->r, j->resp, &looked);
-    if (!answered && a->wait_ms == 0) {
+    if (!answered && !j->w) {
         no_capacity(j->resp, a, looked);
         answered = 1;
     }
-    if (!answered && atomic_fetch_add(&waiters, 1) >= ALLOC_WAITERS_MAX) {
-        atomic_fetch_sub(&waiters, 1);
-        sd_resp_header(j->resp, "Retry-After", "1");
-        sd_resp_error(j->resp, 429, "too_many_waiters",
-                      "%d allocation requests are waiting already; retry, or without wait_ms",
-                      ALLOC_WAITERS_MAX);
-        answered = 1;
+    if (!answered && wait_park(j->w, j->g.req, j->resp, parked) == 0) {
+        free(j); /* the park thread owns a now */
+        return;
     }
-    if (!answered) {
-        int64_t until = a->start_ms + a->wait_ms;
-        if (!(parked ? sd_park_suspended(&wait_kind, j->g.req, j->resp, a, until)
-                     : sd_park(&wait_kind, j->g.req, j->resp, a, until))) {
-            free(j); /* the park thread owns a now */
-            return;
-        }
-        atomic_fetch_sub(&waiters, 1);
-        sd_resp_error(j->resp, 503, "internal", "cannot start the allocation waiter");
-    }
+    if (j->w)
+        wait_leave(j->w);
     if (parked)
         sd_req_resume(j->g.req);
     req_free(a);
@@ -443,6 +694,8 @@ void h_alloc_create(sd_req_t *req, sd_resp_t *resp)
     sd_strlcpy(a->cluster, cluster, sizeof a->cluster);
     sd_strlcpy(a->owner, req->auth.principal, sizeof a->owner);
     sd_strlcpy(a->viewer, alloc_viewer(req), sizeof a->viewer);
+    if (a->wait_ms > 0 && !(j->w = wait_admit(a, req, resp)))
+        goto fail;
     a->start_ms = sd_mono_ms();
     j->a = a;
     j->g.req = req;
@@ -485,7 +738,7 @@ static void demand_answer(sd_resp_t *resp, int64_t v)
     sd_resp_json(resp, 200, json_pack("{s:I}", "version", (json_int_t)v));
 }
 
-/* No wake-up source: the counter is read again every ALLOC_RETRY_MS (one GET; one
+/* No wake-up source: the counter is read again every DEMAND_RETRY_MS (one GET; one
  * primary per cluster waits). */
 static int demand_try(void *ctx, sd_resp_t *resp, int due, int64_t *retry_at_ms)
 {
@@ -497,7 +750,7 @@ static int demand_try(void *ctx, sd_resp_t *resp, int due, int64_t *retry_at_ms)
         return 1;
     }
     if (rc || (v == w->version && !due)) {
-        *retry_at_ms = sd_mono_ms() + ALLOC_RETRY_MS;
+        *retry_at_ms = sd_mono_ms() + DEMAND_RETRY_MS;
         return 0;
     }
     demand_answer(resp, v);
@@ -535,12 +788,12 @@ void h_pool_demand(sd_req_t *req, sd_resp_t *resp)
         demand_answer(resp, cur);
         return;
     }
-    if (atomic_fetch_add(&demand_waiters, 1) >= ALLOC_WAITERS_MAX) {
+    if (atomic_fetch_add(&demand_waiters, 1) >= DEMAND_WAITERS_MAX) {
         atomic_fetch_sub(&demand_waiters, 1);
         sd_resp_header(resp, "Retry-After", "1");
         sd_resp_error(resp, 429, "too_many_waiters",
                       "%d pool-demand long-polls are waiting already; retry",
-                      ALLOC_WAITERS_MAX);
+                      DEMAND_WAITERS_MAX);
         return;
     }
     demand_wait_t *w = calloc(1, sizeof *w);
@@ -668,7 +921,7 @@ void h_alloc_list(sd_req_t *req, sd_resp_t *resp)
     freeReplyObject(r);
 }
 
-/* The serverdir_allocations_waiting gauge: requests parked with wait_ms. */
+/* The serverdir_allocations_waiting gauge: requests with wait_ms, admitted and not answered. */
 static int waiting_gauge(double *value)
 {
     *value = (double)atomic_load(&waiters);
@@ -678,7 +931,7 @@ static int waiting_gauge(double *value)
 void sd_alloc_metrics_init(void)
 {
     sd_metric_gauge("serverdir_allocations_waiting",
-                    "allocation requests parked with wait_ms for an instance", waiting_gauge);
+                    "allocation requests with wait_ms, from arrival to answer", waiting_gauge);
 }
 
 /* ---------- the sweep ---------- */

@@ -32,14 +32,12 @@ static atomic_int nwaiting;
 static redisContext *sub;
 static int64_t next_subscribe_ms;
 
-/* Subscribes a fresh connection to the assignments channel; NULL on failure. */
-static redisContext *subscribe(void)
+redisContext *sd__subscribe(const char *chan)
 {
     redisContext *c = sd_store_connect();
     if (!c)
         return NULL;
-    char chan[96];
-    redisReply *r = redisCommand(c, "SUBSCRIBE %s", sd_assign_channel(chan, sizeof chan));
+    redisReply *r = redisCommand(c, "SUBSCRIBE %s", chan);
     int ok = r && r->type == REDIS_REPLY_ARRAY;
     if (r)
         freeReplyObject(r);
@@ -98,7 +96,8 @@ static void sub_prepare(int64_t now)
     if (sub || now < next_subscribe_ms)
         return;
     next_subscribe_ms = now + RESUBSCRIBE_MS;
-    if ((sub = subscribe()) != NULL) {
+    char chan[96];
+    if ((sub = sd__subscribe(sd_assign_channel(chan, sizeof chan))) != NULL) {
         sd_log_msg(SD_LOG_INFO, "assignments subscriber connected");
         sd_park_wake(&longpoll_kind, NULL, NULL);
     }

@@ -26,8 +26,11 @@
  *                             machine's document (slots or the cluster stop flag)
  * A change of assignments is published on the channel "<prefix>assign" as
  * "<cluster> <machine> <machine> ..." or "<cluster> *" (every machine of the cluster);
- * assign_wait.c subscribes to it. '#' and '/' are not allowed in names, so no key can
- * collide: a name follows '/' where a fixed key shares its word (assign/<m>). */
+ * assign_wait.c subscribes to it. A change of a pool that may serve a parked allocation
+ * is published on "<prefix>assign:pool" as "<cluster> <service> ..." (pool_publish,
+ * store/lua_prelude.lua); api_alloc.c subscribes to it. '#' and '/' are not allowed in
+ * names, so no key can collide: a name follows '/' where a fixed key shares its word
+ * (assign/<m>). */
 #ifndef SD_CLUSTER_H
 #define SD_CLUSTER_H
 
@@ -73,6 +76,10 @@ int sd_assign_read(const char *cluster, const char *machine, json_t **doc, int64
  * thread. Answers 429 when SD_ASSIGN_WAITERS_MAX requests wait already. */
 void sd_assign_park(sd_req_t *req, sd_resp_t *resp, const char *cluster, const char *machine,
                     int64_t version, int64_t wait_ms);
+
+/* A fresh Redis connection subscribed to channel chan (assign_wait.c; the park thread's
+ * wake-up sources read it); NULL on failure. The caller frees it with redisFree. */
+redisContext *sd__subscribe(const char *chan);
 
 /* Fills resp with an assignment document answer: 200 + ETag "<version>", or 304 when
  * if_none_match names the current version. Steals doc. */

@@ -92,8 +92,8 @@ static void events_refuse(sd_resp_t *resp, const events_job_t *j)
     int64_t now = sd_mono_ms(), prev = atomic_load(&last_log);
     int log = now - prev >= 1000 && atomic_compare_exchange_strong(&last_log, &prev, now);
     if (w->quota) {
-        SD_COUNT("serverdir_quota_exceeded_total{quota=\"live_processes_per_machine\"}",
-                 "Requests refused because they would pass a quota, by quota", 1);
+        SD_COUNT("serverdir_quota_refusals_total{quota=\"live_processes_per_machine\"}",
+                 "requests refused by a quota (docs/operations.md)", 1);
         if (log)
             log_warn("events refused: quota", "cluster=%s machine=%s quota=%s limit=%lld",
                      j->cluster, w->machine, "live_processes_per_machine", w->limit);

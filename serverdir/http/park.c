@@ -40,7 +40,7 @@ static int nkinds;
 static int wake_fd = -1;
 static int started; /* under mu */
 
-static entry_t *list; /* owned by the park thread */
+static entry_t *list; /* owned by the park thread, oldest first */
 
 void sd_park_wake(const sd_park_kind_t *kind, int (*match)(void *ctx, void *arg), void *arg)
 {
@@ -85,19 +85,33 @@ static int64_t try_entries(int64_t now, int stopping)
     return timeout;
 }
 
+/* Moves the entries workers handed over (under mu) to the end of the list, marked to be
+ * tried, in the order they came: the list is oldest first, so a kind that wakes only
+ * some of its entries (api_alloc.c: one waiter per change of a pool) serves the oldest
+ * first. */
+static void take_incoming(void)
+{
+    entry_t *fifo = NULL;
+    while (incoming) { /* incoming is newest first */
+        entry_t *e = incoming;
+        incoming = e->next;
+        e->woken = 1;
+        e->next = fifo;
+        fifo = e;
+    }
+    entry_t **tail = &list;
+    while (*tail)
+        tail = &(*tail)->next;
+    *tail = fifo;
+}
+
 static void *park_main(void *arg)
 {
     (void)arg;
     for (;;) {
         const sd_park_kind_t *ks[KINDS_MAX];
         pthread_mutex_lock(&mu);
-        while (incoming) {
-            entry_t *e = incoming;
-            incoming = e->next;
-            e->woken = 1;
-            e->next = list;
-            list = e;
-        }
+        take_incoming();
         int nk = nkinds;
         for (int i = 0; i < nk; i++)
             ks[i] = kinds[i];

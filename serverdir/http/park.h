@@ -42,7 +42,8 @@ int sd_park_suspended(const sd_park_kind_t *kind, sd_req_t *req, sd_resp_t *resp
                       int64_t deadline_ms);
 
 /* Park thread only (kind callbacks): marks the entries of kind for which match(ctx, arg)
- * is true (every entry when match is NULL) to be tried before the next poll. */
+ * is true (every entry when match is NULL) to be tried before the next poll. match sees
+ * only entries not marked yet, oldest first (so a match that counts wakes the oldest). */
 void sd_park_wake(const sd_park_kind_t *kind, int (*match)(void *ctx, void *arg), void *arg);
 
 /* Park thread only: calls fn(ctx, arg) for each waiting entry of kind. */

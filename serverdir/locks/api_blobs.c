@@ -6,13 +6,22 @@
  *                                      saved_ms, read_lock_seq, read_ms
  * The blob of key K is fenced by the lock of the same key K: a save presents the grant
  * (Lock-Seq and the secret Lock-Token) and the script checks both against the lock
- * record. */
+ * record.
+ *
+ * Quota (docs/operations.md, "Quotas"): the bytes stored per scope (the saver's cluster
+ * binding, else its principal) are counted in <prefix>quota:blob:<scope> (a string), and
+ * a save that would take its scope past quotas.blob_bytes is refused (507). On standalone
+ * Redis and Sentinel the save script reads and moves the counter; on a Redis Cluster the
+ * counter lives in another slot, so serverdir reads it before the save and moves it after
+ * (concurrent saves of one scope may pass the limit by what they add together, and a
+ * copy that dies between the two leaves the counter short by that save). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cred.h"
 #include "locks.h"
+#include "quota.h"
 #include "sd.h"
 
 SD_ROUTE(GET, "/v1/blobs/{key}", SD_R_GAME | SD_R_VIEWER, SD_CRED_LIVE_IN_SCRIPT, h_blob_get);
@@ -42,6 +51,58 @@ static void blob_keys(sd_argv_t *av, const char *name, char *bkey, char *lkey, s
     sd_argv_init(av);
     sd_argv_add(av, sd_blob_key(bkey, cap, name));
     sd_argv_add(av, sd_lock_key(lkey, cap, name));
+}
+
+/* "<prefix>quota:blob:" and the scope's counter key, into buf. */
+static const char *quota_ns(char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%squota:blob:", sd_store_prefix());
+    return buf;
+}
+
+static const char *quota_key(char *buf, size_t cap, const char *scope)
+{
+    char ns[96];
+    snprintf(buf, cap, "%s%s", quota_ns(ns, sizeof ns), scope);
+    return buf;
+}
+
+/* One INCRBY (by delta) of scope's counter, outside the scripts (a Redis Cluster). */
+static void quota_move(const char *scope, long long delta)
+{
+    char key[SD_NAME_MAX + 160];
+    if (!*scope || delta == 0)
+        return;
+    sd_argv_t av;
+    sd_argv_init(&av);
+    sd_argv_add(&av, "INCRBY");
+    sd_argv_add(&av, quota_key(key, sizeof key, scope));
+    sd_argv_addf(&av, "%lld", delta);
+    redisReply *r = NULL;
+    if (sd_store_command(&av, &r) != SD_STORE_OK || r->type != REDIS_REPLY_INTEGER)
+        log_warn("blob quota counter not moved", "scope=%s delta=%lld", scope, delta);
+    if (r)
+        freeReplyObject(r);
+    sd_argv_free(&av);
+}
+
+/* The scope's counted bytes as text into buf (a Redis Cluster: read before the save).
+ * SD_STORE_OK or a SD_STORE_* error. */
+static int quota_read(const char *scope, char *buf, size_t cap)
+{
+    char key[SD_NAME_MAX + 160];
+    sd_argv_t av;
+    sd_argv_init(&av);
+    sd_argv_add(&av, "GET");
+    sd_argv_add(&av, quota_key(key, sizeof key, scope));
+    redisReply *r = NULL;
+    int rc = sd_store_command(&av, &r);
+    sd_argv_free(&av);
+    if (rc != SD_STORE_OK)
+        return rc;
+    snprintf(buf, cap, "%s", r->type == REDIS_REPLY_STRING ? r->str : "0");
+    freeReplyObject(r);
+    return SD_STORE_OK;
 }
 
 /* Runs blob script `script` on av (freed) and returns its reply, an array whose first
@@ -111,7 +172,8 @@ void h_blob_get(sd_req_t *req, sd_resp_t *resp)
 /* PUT /v1/blobs/{key} with Lock-Seq, Lock-Token and Blob-Seq headers, raw body -> 200 {key,
  * blob_seq, lock_seq, bytes}. Saved only if Lock-Seq and Lock-Token are the key's current
  * grant (else 409 fenced) and Blob-Seq is greater than the stored one (else 409
- * stale_seq) by at most 2^32 (else 400 blob_seq_jump); nothing changes on a refusal. */
+ * stale_seq) by at most 2^32 (else 400 blob_seq_jump) and the saver's scope stays within
+ * its blob_bytes quota (else 507 quota_exceeded); nothing changes on a refusal. */
 void h_blob_put(sd_req_t *req, sd_resp_t *resp)
 {
     const char *name, *token;
@@ -141,9 +203,19 @@ void h_blob_put(sd_req_t *req, sd_resp_t *resp)
                       "header Blob-Seq (greater than the stored one) is required");
         return;
     }
-    char bkey[SD_NAME_MAX + 96], lkey[SD_NAME_MAX + 96];
+    char bkey[SD_NAME_MAX + 96], lkey[SD_NAME_MAX + 96], qkey[SD_NAME_MAX + 160];
+    char scope[SD_NAME_MAX + 48], used[32] = "";
+    int cluster = sd_store_is_cluster();
+    sd_quota_scope(req, scope, sizeof scope);
+    if (cluster && (rc = quota_read(scope, used, sizeof used)) != SD_STORE_OK) {
+        sd_resp_store_error(resp, rc);
+        return;
+    }
     sd_argv_t av;
     blob_keys(&av, name, bkey, lkey, sizeof bkey);
+    if (!cluster)
+        sd_argv_add(&av, quota_key(qkey, sizeof qkey, scope));
+    int nkeys = av.argc;
     sd_argv_addf(&av, "%lld", (long long)lock_seq);
     sd_argv_add(&av, token);
     sd_argv_addf(&av, "%lld", (long long)blob_seq);
@@ -151,11 +223,20 @@ void h_blob_put(sd_req_t *req, sd_resp_t *resp)
     sd_argv_add(&av, sd_req_holder_prefix(req));
     sd_argv_add(&av, req->auth.cred ? req->auth.instance : "");
     sd_cred_live_args(&req->auth, &av);
-    redisReply *r = blob_run(resp, "blob_save", 2, &av);
+    sd_argv_add(&av, scope);
+    sd_argv_addf(&av, "%lld", (long long)sd_quota_limit[SD_QUOTA_BLOB_BYTES]);
+    sd_argv_add(&av, used);
+    redisReply *r = blob_run(resp, "blob_save", nkeys, &av);
     if (!r)
         return;
     const char *st = sd_reply_str(r, 0);
+    if (strcmp(st, "ok") == 0 && cluster && r->elements == 5) {
+        quota_move(scope, sd_reply_num(r, 2));
+        quota_move(sd_reply_str(r, 3), -sd_reply_num(r, 4));
+    }
     if (sd_cred_revoked_reply(r, resp)) {
+    } else if (strcmp(st, "quota_exceeded") == 0 && r->elements == 2) {
+        sd_quota_refuse(resp, SD_QUOTA_BLOB_BYTES, sd_reply_num(r, 1), scope);
     } else if (strcmp(st, "fenced") == 0) {
         sd_lock_fenced(resp, "save", name);
     } else if (strcmp(st, "not_yours") == 0) {
@@ -204,10 +285,12 @@ void h_blob_delete(sd_req_t *req, sd_resp_t *resp)
     const char *name;
     if (sd_req_lock_name(req, resp, "blob key", &name))
         return;
-    char bkey[SD_NAME_MAX + 96];
+    char bkey[SD_NAME_MAX + 96], ns[96];
+    int cluster = sd_store_is_cluster();
     sd_argv_t av;
     sd_argv_init(&av);
     sd_argv_add(&av, sd_blob_key(bkey, sizeof bkey, name));
+    sd_argv_add(&av, cluster ? "" : quota_ns(ns, sizeof ns));
     redisReply *r = blob_run(resp, "blob_delete", 1, &av);
     if (!r)
         return;
@@ -215,7 +298,9 @@ void h_blob_delete(sd_req_t *req, sd_resp_t *resp)
     if (strcmp(st, "no_blob") == 0) {
         sd_resp_error_extra(resp, 404, "no_blob", json_pack("{s:s}", "key", name),
                             "no blob is stored under '%s'", name);
-    } else if (strcmp(st, "ok") == 0 && r->elements == 3) {
+    } else if (strcmp(st, "ok") == 0 && r->elements == 4) {
+        if (cluster)
+            quota_move(sd_reply_str(r, 3), -sd_reply_num(r, 2));
         log_warn("blob deleted", "key=%s blob_seq=%s bytes=%s peer=%s", name, sd_reply_str(r, 1),
                  sd_reply_str(r, 2), req->peer_ip);
         SD_COUNT("serverdir_blob_deletes_total", "Blobs deleted by ops", 1);

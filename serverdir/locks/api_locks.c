@@ -8,6 +8,7 @@
 
 #include "cred.h"
 #include "locks.h"
+#include "quota.h"
 #include "sdvalid.h"
 #include "sd.h"
 
@@ -90,6 +91,8 @@ static void acquire_finish(const sd_lock_req_t *a, int many, redisReply *r, int6
     if (!sd_reply_has_status(r)) {
         sd_resp_bad_reply(resp, "lock_acquire", r);
     } else if (sd_cred_revoked_reply(r, resp)) {
+    } else if (strcmp(sd_reply_str(r, 0), "quota_exceeded") == 0) {
+        sd_quota_refuse(resp, SD_QUOTA_LOCKS_PER_HOLDER, sd_reply_num(r, 1), a->holder);
     } else if (strcmp(sd_reply_str(r, 0), "ok") != 0) {
         acquire_refused(resp, r, waited);
     } else if (r->elements != 2 + (size_t)a->n * SD_LOCK_GRANT_FIELDS) {

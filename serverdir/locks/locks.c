@@ -19,6 +19,7 @@
 #include "rcluster.h"
 #include "sdvalid.h"
 #include "park.h"
+#include "quota.h"
 #include "sd.h"
 
 /* A parked acquire retries at least this often; also the BLPOP's timeout. */
@@ -565,6 +566,38 @@ static int stopped_holders(const sd_lock_req_t *a, sd_argv_t *av)
     return SD_STORE_OK;
 }
 
+/* The quota arguments of lock_acquire.lua, appended to av: the holder's quota of locks
+ * and, on a cluster, the size of its index (after index_add_new) and how many of a's
+ * names that added; on standalone Redis the script counts them itself. */
+static int quota_args(const sd_lock_req_t *a, int cluster, const unsigned char *added,
+                      sd_argv_t *av)
+{
+    sd_argv_addf(av, "%lld", (long long)sd_quota_limit[SD_QUOTA_LOCKS_PER_HOLDER]);
+    if (!cluster || sd_quota_limit[SD_QUOTA_LOCKS_PER_HOLDER] == 0) {
+        sd_argv_add(av, "");
+        sd_argv_add(av, "");
+        return SD_STORE_OK;
+    }
+    char key[SD_NAME_MAX + 96];
+    sd_argv_t q;
+    sd_argv_init(&q);
+    sd_argv_add(&q, "SCARD");
+    sd_argv_addf(&q, "%s", holder_key(key, sizeof key, a->holder));
+    redisReply *r;
+    int rc = sd_store_command(&q, &r);
+    sd_argv_free(&q);
+    if (rc != SD_STORE_OK)
+        return rc;
+    int n = 0;
+    for (int i = 0; i < a->n; i++)
+        n += added[i];
+    rc = r->type == REDIS_REPLY_INTEGER ? SD_STORE_OK : SD_STORE_ERROR;
+    sd_argv_addf(av, "%lld", r->type == REDIS_REPLY_INTEGER ? r->integer : 0LL);
+    sd_argv_addf(av, "%d", n);
+    freeReplyObject(r);
+    return rc;
+}
+
 int sd_lock_acquire(const sd_lock_req_t *a, redisReply **out)
 {
     char key[SD_NAME_MAX + 96];
@@ -610,9 +643,16 @@ int sd_lock_acquire(const sd_lock_req_t *a, redisReply **out)
         sd_argv_add(&av, a->tokens[i] ? "1" : "0");
     sd_argv_add(&av, a->steal_within);
     sd_cred_live_args(a->auth, &av);
+    int qrc = quota_args(a, cluster, added, &av);
+    if (qrc != SD_STORE_OK) {
+        index_undo(a->holder, a->names, a->n, added);
+        sd_argv_free(&av);
+        return qrc;
+    }
     if (cluster && (a->steal_cluster[0] || (a->steal_within[0] && a->steal_older_ms))) {
         int rc = stopped_holders(a, &av);
         if (rc != SD_STORE_OK) {
+            index_undo(a->holder, a->names, a->n, added);
             sd_argv_free(&av);
             return rc;
         }

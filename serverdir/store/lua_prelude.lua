@@ -192,12 +192,27 @@ local function pstat_flush(base)
   end
 end
 
+-- The services whose pool changed so that a waiting allocation may now succeed (an
+-- instance became free, or a ready one's capacity or status moved): pool_touch marks
+-- one, pool_publish (once, before a script returns) publishes them on the pool channel,
+-- the assignments channel `chan` .. ':pool' (api_alloc.c, sd_pool_channel), as
+-- "<cluster> <service> ...": serverdir wakes the allocations parked on those pools.
+local pool_touched = {}
+local function pool_touch(s) pool_touched[s] = true end
+local function pool_publish(chan, cluster)
+  local msg = {cluster}
+  for s in pairs(pool_touched) do msg[#msg + 1] = s end
+  pool_touched = {}
+  if #msg > 1 then redis.call('PUBLISH', chan .. ':pool', table.concat(msg, ' ')) end
+end
+
 -- Instance `inst` of service s on machine m is free (ready, no open allocation); n: m's
 -- count of allocated instances of s when the caller has it (alloc_end), else read. With
 -- n, m's place in the machine order is set here even when inst was free already (the
 -- caller's alloc_end may have left it to this call: `refree`).
 local function pool_free_add(base, s, m, inst, n)
   if redis.call('SADD', base .. 'free/' .. s .. '/' .. m, inst) == 1 then
+    pool_touch(s)
     n = n or tonumber(redis.call('HGET', base .. 'amach:' .. s, m) or '0')
     redis.call('ZADD', base .. 'free:' .. s, n, m)
     pstat_incr(base, s, 'free', 1)

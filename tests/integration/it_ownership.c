@@ -387,7 +387,7 @@ static void live_processes_stop_at_the_machines_capacity(void **state)
     assert_string_equal(code, "quota_exceeded");
     /* a resent start of a live one adds nothing */
     assert_int_equal(start_many(H_TOK_BB, c, "q2", "c", 0, 1, code), 200);
-    assert_true(h_metric(sd.url, "serverdir_quota_exceeded_total{quota=\"live_processes_per_machine\"}") >= 2);
+    assert_true(h_metric(sd.url, "serverdir_quota_refusals_total{quota=\"live_processes_per_machine\"}") >= 2);
 }
 
 /* ---------- finding 11: allocations belong to their creator ---------- */

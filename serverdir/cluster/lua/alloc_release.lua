@@ -20,5 +20,6 @@ if not inst then
 end
 if last == 1 then pool_refree(base, svc, m, inst, n) end
 doc_touch(base, ARGV[2], ARGV[3], {[m] = true})
+pool_publish(ARGV[2], ARGV[3])
 table.insert(out, 1, 'ended')
 return out

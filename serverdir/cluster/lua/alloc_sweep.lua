@@ -20,6 +20,7 @@ for _, id in ipairs(late) do
   end
 end
 doc_touch(base, ARGV[1], ARGV[2], touched)
+pool_publish(ARGV[1], ARGV[2])
 local old = redis.call('ZRANGEBYSCORE', base .. 'alloc:ended', '-inf', now - 3600000, 'LIMIT', 0, n)
 for _, id in ipairs(old) do
   redis.call('ZREM', base .. 'allocs', id)

@@ -93,6 +93,7 @@ local function enter_pool(inst, sv, m, key)
   end
   if h[2] then
     redis.call('ZADD', base .. 'cap:' .. sv, tonumber(h[2]) - tonumber(h[1] or '0'), inst)
+    pool_touch(sv)
   end
 end
 
@@ -111,6 +112,7 @@ local function side_event(f)
     end
     redis.call(unpack(h))
     if cur[1] == 'ready' then
+      pool_touch(f.service) -- its status or free player slots may now match a waiter
       local p = redis.call('HMGET', key, 'players', 'max_players')
       if p[2] then
         redis.call('ZADD', base .. 'cap:' .. f.service, tonumber(p[2]) - tonumber(p[1] or '0'),
@@ -362,6 +364,7 @@ for b = 1, #batches do
   counts[n + 1], counts[n + 2], counts[n + 3] = apply(batches[b], parsed[b])
 end
 doc_touch(base, chan, cluster, touched)
+pool_publish(chan, cluster) -- wakes the allocations waiting on the pools that changed
 pstat_flush(base)
 
 -- Keep the stopped records bounded: by age, then by count (oldest first).

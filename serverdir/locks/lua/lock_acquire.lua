@@ -10,9 +10,12 @@
 --       presented it, else '0'; then steal_within ('': anywhere; else a steal takes only
 --       from a holder that is a process of this cluster's directory: the caller's cluster
 --       unless it is ops); then the caller's credential liveness check (the prelude's
---       cred_revoked: process hash, machine, generation; '' when none); then, on a
---       cluster, the holders serverdir found stopped in
---       steal_cluster's directory, and "+<holder>" for those it found in steal_within's.
+--       cred_revoked: process hash, machine, generation; '' when none); then the holder's
+--       quota of locks (0: none) and, on a cluster, the size of its index set after
+--       serverdir's adds and how many names they added ('' '' on standalone
+--       Redis/Sentinel: counted here); then, on a cluster, the holders serverdir found
+--       stopped in steal_cluster's directory, and "+<holder>" for those it found in
+--       steal_within's.
 -- A new grant stores its key's token. The grant is a capability: acquiring a lock one
 -- already holds (the same holder name) succeeds only with the grant's lock_token
 -- presented, so naming a holder never hands out its secret or extends its lease; a
@@ -23,7 +26,8 @@
 -- since_ms, expires_ms, lock_token} or {'lock_held', name, holder, since_ms, expires_ms,
 -- now_ms, not_presented} (not_presented '1': the holder is the caller's, its grant's
 -- lock_token was not presented) or {'lock_delayed', name, retry_after_ms} or
--- {'credential_revoked', why}.
+-- {'credential_revoked', why} or {'quota_exceeded', locks held} (the grant would take
+-- the holder past its quota).
 local holder = ARGV[1]
 local ttl = tonumber(ARGV[2])
 local delay = tonumber(ARGV[3])
@@ -38,7 +42,7 @@ local steal_within = ARGV[9 + 2 * n] or ''
 local revoked = cred_revoked(ARGV[10 + 2 * n] or '', ARGV[11 + 2 * n], ARGV[12 + 2 * n])
 if revoked ~= '' then return {'credential_revoked', revoked} end
 local stopped, inside = {}, {}
-for i = 13 + 2 * n, #ARGV do
+for i = 16 + 2 * n, #ARGV do
     if string.sub(ARGV[i], 1, 1) == '+' then
         inside[string.sub(ARGV[i], 2)] = true
     else
@@ -105,6 +109,32 @@ for i = 1, n do
     local floor = math.max(seq, tonumber(b[1]) or 0, tonumber(b[2]) or 0)
     plan[i] = {name = name, action = action, prev = prev, why = why, seq = seq, floor = floor,
                since = since, token = r[6] or ''}
+end
+
+-- The holder's quota (docs/locks.md, "Quotas"): its index may not grow past it. Before
+-- refusing, entries that no longer name a lock of the holder (leases run out, locks
+-- taken) leave the index, up to 64 a call (a refusal at the limit costs 64 reads).
+local quota = tonumber(ARGV[13 + 2 * n])
+if quota > 0 then
+    local after, added
+    if indexed then
+        local ix = KEYS[2 * n + 1]
+        added = 0
+        for i = 1, n do added = added + 1 - redis.call('SISMEMBER', ix, plan[i].name) end
+        after = redis.call('SCARD', ix) + added
+        if added > 0 and after > quota then
+            for _, name in ipairs(redis.call('SRANDMEMBER', ix, 64)) do
+                local h = redis.call('HMGET', lock_ns .. name, 'holder', 'expires')
+                local e = tonumber(h[2]) or 0
+                if h[1] ~= holder or (e > 0 and now >= e) then
+                    after = after - redis.call('SREM', ix, name)
+                end
+            end
+        end
+    else
+        after, added = tonumber(ARGV[14 + 2 * n]), tonumber(ARGV[15 + 2 * n])
+    end
+    if added > 0 and after > quota then return {'quota_exceeded', fmt(after - added)} end
 end
 
 local out = {'ok', fmt(now)}
