@@ -28,7 +28,11 @@ static h_serverdir_t sd;
 static int setup(void **state)
 {
     static const char *const extra[] = {"--threads", "2", NULL};
-    return h_stack_setup(state, &redis, &sd, &(h_sd_opts_t){.extra = extra});
+    /* the 500 long-polls below stand for 500 machines, here all from 127.0.0.1: no
+     * per-source connection limit (docs/operations.md, "Connection limits") */
+    return h_stack_setup(state, &redis, &sd,
+                         &(h_sd_opts_t){.extra = extra,
+                                        .config = "{\"max_connections_per_source\": 0}"});
 }
 
 /* Takes the primary lease of cluster c for m1; returns the epoch. */

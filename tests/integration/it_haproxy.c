@@ -170,8 +170,10 @@ static void round_trip(tally_t *t, int n)
     t->batches += !rc && r.status == 200;
     h_resp_free(&r);
 
+    /* every round starts one more instance on m1 and none stops: the machine declares
+     * room for all of them (live processes are bounded by capacity + 100) */
     rc = h_http_json("PUT", front, H_TOK_BB,
-                     "{\"address\":\"127.0.0.1\",\"capacity\":400,\"version\":\"0.1.0\","
+                     "{\"address\":\"127.0.0.1\",\"capacity\":9000,\"version\":\"0.1.0\","
                      "\"ttl_ms\":15000}",
                      &r, "/v1/clusters/c1/machines/m1");
     count(t, rc, &r, "PUT machine");

@@ -136,8 +136,8 @@ static int build_packages(void **state)
 
 static void control_and_contents(void **state)
 {
-    static const char *const depends[NPKG][5] = {
-        {"libc6", "libmicrohttpd12", "libjansson4", "libhiredis0.14", NULL},
+    static const char *const depends[NPKG][6] = {
+        {"libc6", "libmicrohttpd12", "libjansson4", "libhiredis0.14", "libjwt0", NULL},
         {"libc6", "libjansson4", "libcurl4", NULL},
         {"libc6", "libjansson4", "libcurl4", NULL},
         {"libc6", NULL},
@@ -453,7 +453,8 @@ static void scratch_root(const char *root, const char *const *installed)
 static void dpkg_installs_into_scratch_root(void **state)
 {
     static const char *const libs[] = {"libc6", "libmicrohttpd12", "libjansson4",
-                                       "libhiredis0.14", "libcurl4", "libssl3", NULL};
+                                       "libhiredis0.14", "libcurl4", "libssl3", "libjwt0",
+                                       NULL};
     char root[500], rootopt[520], *out;
     snprintf(root, sizeof root, "%s/root", tmp());
     snprintf(rootopt, sizeof rootopt, "--root=%s", root);
