@@ -69,8 +69,10 @@ static int64_t try_entries(int64_t now, int stopping)
             e->woken = 0;
             e->retry_at_ms = 0;
             if (e->kind->try_answer(e->ctx, e->resp, due, &e->retry_at_ms)) {
-                sd_req_resume(e->req);
+                /* released first: what ctx holds (a quota's place) is given back
+                 * before the caller can see the answer and ask again */
                 e->kind->release(e->ctx);
+                sd_req_resume(e->req);
                 *pp = e->next;
                 free(e);
                 continue;
