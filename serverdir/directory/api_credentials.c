@@ -33,32 +33,6 @@ static int issue_body(sd_req_t *req, sd_resp_t *resp, int64_t *gen)
     return bad ? -1 : 0;
 }
 
-/* The directory's record of instance i in cluster c into id (machine, service,
- * generation) and *state ("" when none, into cap bytes). A SD_STORE_* code. */
-static int record_read(const char *c, const char *i, sd_cred_id_t *id, char *state, size_t cap)
-{
-    char key[2 * SD_NAME_MAX + 96];
-    sd_argv_t av;
-    sd_argv_init(&av);
-    sd_argv_add(&av, "HMGET");
-    sd_argv_add(&av, sd_key(key, sizeof key, c, "proc:%s", i));
-    sd_argv_add(&av, "state");
-    sd_argv_add(&av, "machine");
-    sd_argv_add(&av, "service");
-    sd_argv_add(&av, "generation");
-    redisReply *r;
-    int rc = sd_store_command(&av, &r);
-    sd_argv_free(&av);
-    if (rc)
-        return rc;
-    sd_strlcpy(state, sd_reply_str(r, 0), cap);
-    sd_strlcpy(id->machine, sd_reply_str(r, 1), sizeof id->machine);
-    sd_strlcpy(id->service, sd_reply_str(r, 2), sizeof id->service);
-    id->generation = sd_reply_num(r, 3);
-    freeReplyObject(r);
-    return SD_STORE_OK;
-}
-
 /* POST /v1/clusters/{c}/machines/{m}/instances/{i}/credential {generation?} ->
  * 200 {credential, kid, generation, service, expires_at_ms, expires_in_ms};
  * 404 no_such_instance, 403 forbidden (another machine's), 409 instance_stopped /
@@ -72,7 +46,7 @@ void h_cred_issue(sd_req_t *req, sd_resp_t *resp)
     if (sd_req_cluster_and(req, resp, &c, "machine", &m) || sd_req_name(req, resp, 2, "instance", &i) ||
         sd_req_may_machine(req, resp, c, m) || issue_body(req, resp, &want_gen))
         return;
-    int rc = record_read(c, i, &id, state, sizeof state);
+    int rc = sd_cred_record_read(c, i, &id, state, sizeof state);
     if (rc) {
         sd_resp_store_error(resp, rc);
         return;

@@ -685,31 +685,46 @@ int sd_cred_revoked_reply(const redisReply *r, sd_resp_t *resp)
     return 1;
 }
 
-int sd_cred_check(const sd_auth_t *a, const char **why)
+int sd_cred_record_read(const char *c, const char *i, sd_cred_id_t *id, char *state,
+                        size_t cap)
 {
-    *why = NULL;
-    if (!a || !a->cred)
-        return SD_STORE_OK;
     char key[2 * SD_NAME_MAX + 96];
     sd_argv_t av;
     sd_argv_init(&av);
     sd_argv_add(&av, "HMGET");
-    sd_argv_add(&av, sd_key(key, sizeof key, a->cluster, "proc:%s", a->instance));
+    sd_argv_add(&av, sd_key(key, sizeof key, c, "proc:%s", i));
     sd_argv_add(&av, "state");
     sd_argv_add(&av, "machine");
+    sd_argv_add(&av, "service");
     sd_argv_add(&av, "generation");
     redisReply *r;
     int rc = sd_store_command(&av, &r);
     sd_argv_free(&av);
     if (rc)
         return rc;
-    const char *st = sd_reply_str(r, 0);
-    *why = !*st                                     ? "the directory has no such instance"
-           : !strcmp(st, "stopped")                 ? "the instance stopped"
-           : strcmp(sd_reply_str(r, 1), a->machine) ? "the instance is on another machine"
-           : sd_reply_num(r, 2) != a->generation    ? "the instance runs another generation"
-                                                    : NULL;
+    sd_strlcpy(state, sd_reply_str(r, 0), cap);
+    sd_strlcpy(id->machine, sd_reply_str(r, 1), sizeof id->machine);
+    sd_strlcpy(id->service, sd_reply_str(r, 2), sizeof id->service);
+    id->generation = sd_reply_num(r, 3);
     freeReplyObject(r);
+    return SD_STORE_OK;
+}
+
+int sd_cred_check(const sd_auth_t *a, const char **why)
+{
+    *why = NULL;
+    if (!a || !a->cred)
+        return SD_STORE_OK;
+    sd_cred_id_t rec = {0};
+    char st[16];
+    int rc = sd_cred_record_read(a->cluster, a->instance, &rec, st, sizeof st);
+    if (rc)
+        return rc;
+    *why = !*st                               ? "the directory has no such instance"
+           : !strcmp(st, "stopped")           ? "the instance stopped"
+           : strcmp(rec.machine, a->machine)  ? "the instance is on another machine"
+           : rec.generation != a->generation  ? "the instance runs another generation"
+                                              : NULL;
     return SD_STORE_OK;
 }
 

@@ -77,6 +77,12 @@ const char *sd_cred_parse(const char *tok, size_t len, int64_t now_s, char *kid,
  * ...: static text). */
 unsigned sd_cred_verify(const char *tok, size_t len, sd_auth_t *out, const char **why);
 
+/* The directory's record of instance i in cluster c (one HMGET of its process hash):
+ * machine, service and generation into id, its state into state ("" when there is no
+ * record; cap bytes, longer states cut). A SD_STORE_* code. */
+int sd_cred_record_read(const char *c, const char *i, sd_cred_id_t *id, char *state,
+                        size_t cap);
+
 /* For a credential caller (req->auth.cred), the directory's word on its instance: 0 when
  * the record is on the credential's machine in its generation and not stopped, else -1
  * after answering 401 credential_revoked (or a store error). 0 for any other caller.
