@@ -93,6 +93,14 @@ static clist_t *list_of(const conn_t *c)
     return c->state == C_HEAD ? &waiting : c->state == C_BODY ? &receiving : NULL;
 }
 
+/* Takes c off the list its state keeps it on, if any (under mu). */
+static void unlist(conn_t *c)
+{
+    clist_t *l = list_of(c);
+    if (l)
+        list_del(l, c);
+}
+
 /* The source key of addr (IPv4-mapped IPv6 counts as IPv4); 0, or -1 for another family. */
 static int srckey(const struct sockaddr *sa, srckey_t *k)
 {
@@ -208,9 +216,7 @@ static void note(int reason, int open)
 /* Closes c (under mu): its socket is shut down, libmicrohttpd closes it on its thread. */
 static void conn_close(conn_t *c, int reason)
 {
-    clist_t *l = list_of(c);
-    if (l)
-        list_del(l, c);
+    unlist(c);
     c->evicted = 1;
     open_count--;
     shutdown(c->fd, SHUT_RDWR);
@@ -304,9 +310,7 @@ void sd_conn_notify(void *cls, struct MHD_Connection *mc, void **socket_ctx,
     if (!c)
         return;
     pthread_mutex_lock(&mu);
-    clist_t *l = list_of(c);
-    if (l)
-        list_del(l, c);
+    unlist(c);
     if (!c->evicted)
         open_count--;
     source_put(c->src);
@@ -328,13 +332,12 @@ static void conn_move(struct MHD_Connection *mc, int state, int authed)
     if (!c)
         return;
     pthread_mutex_lock(&mu);
-    clist_t *l = list_of(c);
-    if (l)
-        list_del(l, c);
+    unlist(c);
     c->state = state;
     c->authed = authed;
     c->since = sd_mono_ms();
-    if ((l = list_of(c)))
+    clist_t *l = list_of(c);
+    if (l)
         list_push(l, c);
     pthread_mutex_unlock(&mu);
 }
