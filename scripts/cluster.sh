@@ -90,6 +90,13 @@ token_of() { awk -v r="$1" '$1 == r { print $2; exit }' "$state/tokens"; }
 ops_token=$(token_of ops)
 viewer_token=$(token_of viewer)
 bb_token=$(token_of bigbrother)
+# This cluster's environment for a shell (`. .cluster/env`, then `sdctl ps`): sdctl's
+# variables with the ops token, the tokens by role, and the binaries on PATH.
+(umask 077 && cat >"$state/env") <<ENV
+export SERVERDIR_URL=$url SERVERDIR_TOKEN=$ops_token SERVERDIR_CLUSTER=local
+export SD=$url OPS_TOKEN=$ops_token VIEWER_TOKEN=$viewer_token BIGBROTHER_TOKEN=$bb_token
+export PATH="$bin:\$PATH"
+ENV
 
 # A real PONG: while Redis loads its append-only file, PING answers an error (LOADING) and
 # redis-cli still exits 0.
@@ -204,6 +211,7 @@ ServerDir local cluster is up.
   processes ready:    $(count /v1/clusters/local/processes?state=ready instance) (zone servers, gameproc)
   player locks held:  $(locks) (holder: the zone server's instance id)
   master servers:     $(count /v1/master/servers address)
+  shell:              . $state/env   (then: sdctl ps; sdctl and bbctl on PATH, ops token)
   sdctl:              SERVERDIR_URL=$url SERVERDIR_TOKEN=$ops_token SERVERDIR_CLUSTER=local $bin/sdctl ps
   bbctl:              $bin/bbctl --socket $ctl_sock status
   instance logs:      sdctl logs INSTANCE [-f]  (bigbrother serves them on 127.0.0.1:$logs_port)
