@@ -1,4 +1,5 @@
 #include "sdlog.h"
+#include "sdtime.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -191,12 +192,12 @@ static void emit(enum sd_log_level lvl, const char *msg, const char *kvfmt, va_l
     int saved = errno;
     char line[2048];
     struct timespec ts;
-    struct tm tm;
+    char when[SD_TIME_ISO_LEN];
     clock_gettime(CLOCK_REALTIME, &ts);
-    gmtime_r(&ts.tv_sec, &tm);
-    int n = snprintf(line, sizeof line, "ts=%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ level=%s msg=",
-                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-                     tm.tm_sec, ts.tv_nsec / 1000000, names[lvl]);
+    int n = snprintf(line, sizeof line, "ts=%s level=%s msg=",
+                     sd_time_iso((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000, when,
+                                 sizeof when),
+                     names[lvl]);
     struct out o = {line, (size_t)n, sizeof line - 1}; /* keep room for '\n' */
     put_value(&o, msg, strlen(msg));
     if (ap && kvfmt && *kvfmt) {

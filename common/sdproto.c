@@ -119,10 +119,10 @@ static void name_list(char *buf, size_t cap, const char *const *names, int n, co
 int sd_event_check(sd_jv_t *v, const json_t *ev)
 {
     static const char *const known[] = {"id", "type", "instance", "machine", "service",
-                                        "pid", "ts_ms", "slot", "generation", "ports",
-                                        "reason", "code", "signal", "silent_ms", "detail",
-                                        "log_tail", "core", "players", "max_players",
-                                        "status", "allocation"};
+                                        "pid", "ts_ms", "slot", "generation", "restarts",
+                                        "ports", "reason", "code", "signal", "silent_ms",
+                                        "detail", "log_tail", "core", "players",
+                                        "max_players", "status", "allocation"};
     static const char *const stop_only[] = {"reason", "code", "signal", "silent_ms", "detail",
                                             "log_tail", "core"};
     static const struct {
@@ -133,6 +133,7 @@ int sd_event_check(sd_jv_t *v, const json_t *ev)
         {"ts_ms", 0, 1LL << 53},
         {"slot", 0, 1000000},
         {"generation", 0, 1LL << 40},
+        {"restarts", 0, 1LL << 40},
     }, stop_ints[] = {
         {"code", -255, 255},
         {"signal", 1, 64},

@@ -1,5 +1,7 @@
-/* Backoff and deadline arithmetic; see sdtime.h. */
+/* Backoff and deadline arithmetic, and the written form of a moment; see sdtime.h. */
 #include "sdtime.h"
+
+#include <stdio.h>
 
 int64_t sd_backoff_step_ms(int64_t min_ms, int64_t max_ms, int attempt)
 {
@@ -52,4 +54,21 @@ struct timespec sd_timespec_after_ms(clockid_t clock, int64_t ms)
     struct timespec now;
     clock_gettime(clock, &now);
     return sd_timespec_add_ms(now, ms);
+}
+
+char *sd_time_iso(int64_t ms, char *buf, size_t cap)
+{
+    time_t secs = (time_t)(ms / 1000);
+    int milli = (int)(ms % 1000);
+    if (milli < 0) { /* before 1970: the second below, plus the milliseconds after it */
+        secs--;
+        milli += 1000;
+    }
+    struct tm tm;
+    if (!gmtime_r(&secs, &tm))
+        snprintf(buf, cap, "%lld", (long long)ms);
+    else
+        snprintf(buf, cap, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+                 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, milli);
+    return buf;
 }

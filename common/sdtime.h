@@ -5,6 +5,7 @@
 #ifndef SD_TIME_H
 #define SD_TIME_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -33,5 +34,12 @@ struct timespec sd_timespec_add_ms(struct timespec t, int64_t ms);
  * condition variable uses that clock (CLOCK_MONOTONIC when set with
  * pthread_condattr_setclock, else CLOCK_REALTIME). */
 struct timespec sd_timespec_after_ms(clockid_t clock, int64_t ms);
+
+/* The one way a moment is written for people (logs, sdctl, crash report headers; the
+ * dashboard writes the same with Date.toISOString): UTC ISO 8601 with milliseconds,
+ * "2026-11-28T07:19:46.123Z", for wall-clock epoch milliseconds ms, into buf (at least
+ * SD_TIME_ISO_LEN bytes). Returns buf. */
+#define SD_TIME_ISO_LEN 32
+char *sd_time_iso(int64_t ms, char *buf, size_t cap);
 
 #endif

@@ -4,10 +4,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "ctl.h"
 #include "sdproto.h"
+#include "sdtime.h"
 #include "sdutil.h"
 
 SDCTL_CMD("describe", cmd_describe, "one instance, service or machine: record, timeline, locks");
@@ -16,7 +16,7 @@ static const char usage_text[] =
     "usage: sdctl describe [instance|service|machine] NAME\n"
     "  Shows everything ServerDir knows about one object of the cluster. Without a kind,\n"
     "  NAME is looked up as an instance, then a service, then a machine.\n"
-    "  instance: its record (state, machine, pid, ports, generation and restarts), its\n"
+    "  instance: its record (state, machine, pid, ports, restarts and generation), its\n"
     "    timeline (started, ready, stopped with the reason and, after a crash, a hang or\n"
     "    a kill, the crash report: its last lines of output and where a core dump went),\n"
     "    the locks it holds and its master-list entry (when its heartbeats name it).\n"
@@ -27,18 +27,15 @@ static const char usage_text[] =
 
 enum { K_ANY, K_INSTANCE, K_SERVICE, K_MACHINE };
 
-/* "2026-11-27 00:19:14Z (5m ago)" for an epoch-ms timestamp, or NULL. */
+/* "2026-11-27T00:19:14.123Z (5m ago)" for an epoch-ms timestamp, or NULL. */
 static const char *when(const json_t *v, int64_t now, char *buf, size_t cap)
 {
     if (!json_is_integer(v))
         return NULL;
     long long ms = json_integer_value(v);
-    char ago[32], date[32];
-    time_t secs = (time_t)(ms / 1000);
-    struct tm tm;
-    if (!gmtime_r(&secs, &tm) || !strftime(date, sizeof date, "%Y-%m-%d %H:%M:%SZ", &tm))
-        snprintf(date, sizeof date, "%lld", ms);
-    snprintf(buf, cap, "%s (%s ago)", date, ctl_fmt_ms(now - ms, ago, sizeof ago));
+    char ago[32], date[SD_TIME_ISO_LEN];
+    snprintf(buf, cap, "%s (%s ago)", sd_time_iso(ms, date, sizeof date),
+             ctl_fmt_ms(now - ms, ago, sizeof ago));
     return buf;
 }
 
@@ -202,11 +199,8 @@ static int describe_instance(ctl_t *ctl, json_t *p)
     line("State:", buf);
     line("PID:", ctl_jstr(json_object_get(p, "pid"), buf, sizeof buf));
     line("Ports:", ctl_kv_text(json_object_get(p, "ports"), buf, sizeof buf));
-    const json_t *gen = json_object_get(p, "generation");
-    long long g = json_is_integer(gen) ? (long long)json_integer_value(gen) : 0;
-    snprintf(buf, sizeof buf, "%lld (generation %lld of slot %s)", g > 1 ? g - 1 : 0, g,
-             ctl_jstr(json_object_get(p, "slot"), t1, sizeof t1));
-    line("Restarts:", buf);
+    line("Restarts:", ctl_restarts(p, buf, sizeof buf));
+    line("Generation:", ctl_jstr(json_object_get(p, "generation"), buf, sizeof buf));
     if (health || hwhy[0])
         line("Health:", health ? health_text(health, buf, sizeof buf) : hwhy);
     if (health && json_is_integer(json_object_get(health, "max_players")))

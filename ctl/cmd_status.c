@@ -19,19 +19,13 @@ static const char usage_text[] =
     "  with its lease, DRAINING flag, a * for the primary and its live instances; each\n"
     "  service with the DESIRED count (0 while stopped), RUNNING (starting or ready) and\n"
     "  READY instances from the directory (a static service, run by the machines'\n"
-    "  bigbrother configs, shows DESIRED - and STATE static); the last failures from the\n"
-    "  event history\n"
-    "  (exits, kills, hangs, start timeouts, crash loops, lost machines). A service with a\n"
-    "  warm pool shows DESIRED pool (the primary sizes it; STATE ok when every instance\n"
-    "  is ready) and a POOL column its ready unallocated and allocated instances.\n"
+    "  bigbrother configs, shows DESIRED - and STATE static); the recent failures: how\n"
+    "  many of the newest 500 events of the history are stops serverdir marks `failure`\n"
+    "  (exits, kills, hangs, start timeouts, crash loops, lost machines; not operator\n"
+    "  stops, drains, replacements, orphans), the newest 10 listed. A service with a warm\n"
+    "  pool shows DESIRED pool (the primary sizes it; STATE ok when every instance is\n"
+    "  ready) and a POOL column its ready unallocated and allocated instances.\n"
     "  -o json prints the same as one object.\n";
-
-/* A stop the status lists among the failures (sdproto.h: SD_STOP_F_FAILURE). */
-static int is_failure(const char *reason)
-{
-    int r = sd_stop_reason_parse(reason);
-    return r >= 0 && (sd_stop_reason_flags((sd_stop_reason_t)r) & SD_STOP_F_FAILURE);
-}
 
 /* Counts of live processes by `key` ("service" or "machine"): {name: {running, ready}}. */
 static json_t *count_by(const json_t *procs, const char *key)
@@ -123,11 +117,16 @@ static json_t *status_build(ctl_t *ctl, const json_t *state, const sdc_primary_t
                                     (json_int_t)cnt(by_svc, name, "ready"), "stopped", 0,
                                     "static", 1));
     }
+    /* recent failures: the stops serverdir marks `failure` (the event's field, the
+     * classification the dashboard shows too) among the newest HISTORY_READ events, the
+     * newest FAILURES_SHOWN of them listed */
     const json_t *events = json_object_get(history, "events");
-    for (size_t n = json_array_size(events); n > 0 && json_array_size(failures) < FAILURES_SHOWN;
-         n--) {
+    json_int_t nfail = 0;
+    for (size_t n = json_array_size(events); n > 0; n--) {
         const json_t *e = json_array_get(events, n - 1);
-        if (is_failure(json_string_value(json_object_get(e, "reason"))))
+        if (!json_is_true(json_object_get(e, "failure")))
+            continue;
+        if (nfail++ < FAILURES_SHOWN)
             json_array_insert(failures, 0, (json_t *)e);
     }
     json_t *prim = json_pack("{s:I, s:I}", "epoch", (json_int_t)p->epoch, "expires_in_ms",
@@ -135,9 +134,9 @@ static json_t *status_build(ctl_t *ctl, const json_t *state, const sdc_primary_t
     json_object_set_new(prim, "holder", p->holder[0] ? json_string(p->holder) : json_null());
     json_decref(by_svc);
     json_decref(by_m);
-    return json_pack("{s:s, s:o, s:b, s:o, s:o, s:o}", "cluster", ctl->cluster, "primary", prim,
-                     "cluster_stopped", stopped_realm, "machines", machines, "services",
-                     services, "failures", failures);
+    return json_pack("{s:s, s:o, s:b, s:o, s:o, s:I, s:o}", "cluster", ctl->cluster, "primary",
+                     prim, "cluster_stopped", stopped_realm, "machines", machines, "services",
+                     services, "recent_failures", nfail, "failures", failures);
 }
 
 static void status_print(ctl_t *ctl, const json_t *st)
@@ -201,7 +200,12 @@ static void status_print(ctl_t *ctl, const json_t *st)
     }
     ctl_table_print(t, stdout, ctl->color);
     const json_t *failures = json_object_get(st, "failures");
-    printf("\nrecent failures: %s\n", json_array_size(failures) ? "" : "none");
+    long long nfail = (long long)json_integer_value(json_object_get(st, "recent_failures"));
+    if (nfail)
+        printf("\nrecent failures: %lld in the last %d events%s\n", nfail, HISTORY_READ,
+               nfail > FAILURES_SHOWN ? ", the newest shown" : "");
+    else
+        printf("\nrecent failures: none\n");
     if (!json_array_size(failures))
         return;
     int64_t now = sd_wall_ms();

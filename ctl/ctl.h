@@ -110,7 +110,9 @@ void ctl_table_print(ctl_table_t *t, FILE *out, int color);
 /* --no-headers: every table after this prints without its header row. */
 void ctl_table_no_headers(int on);
 
-/* A process record's restarts (generation - 1, at least 0) as text, "-" without one. */
+/* A process record's restarts as text (its `restarts` field, the count bigbrother keeps
+ * and reports: docs/design.md, "Figures"), "-" without one. Every sdctl column of
+ * restarts shows this, never a figure of its own. */
 const char *ctl_restarts(const json_t *proc, char *buf, size_t cap);
 /* Sorts an array of objects by the string member key, digit runs by value ("zone-2"
  * before "zone-10"). */

@@ -386,13 +386,7 @@ const char *ctl_kv_text(const json_t *obj, char *buf, size_t cap)
 
 const char *ctl_restarts(const json_t *proc, char *buf, size_t cap)
 {
-    const json_t *gen = json_object_get(proc, "generation");
-    if (!json_is_integer(gen))
-        snprintf(buf, cap, "-");
-    else
-        snprintf(buf, cap, "%lld",
-                 json_integer_value(gen) > 1 ? (long long)json_integer_value(gen) - 1 : 0LL);
-    return buf;
+    return ctl_jstr(json_object_get(proc, "restarts"), buf, cap);
 }
 
 int ctl_natural_cmp(const char *a, const char *b)

@@ -37,8 +37,11 @@ typedef struct bb_inst {
     int64_t start_ticks;        /* /proc/<pid>/stat field 22, for re-adoption */
     int is_child;               /* 0 for re-adopted processes: no exit status available */
     bb_watch_t pidw;            /* the pidfd */
-    int generation;             /* how many times this slot was (re)started */
-    int restarts;               /* restarts done by bigbrother (shown by bbctl) */
+    int generation;             /* how many times this slot was started (every spawn) */
+    int restarts;               /* restarts by the restart policy after the process ended
+                                   on its own or was killed (not planned ones): the one
+                                   "restarts" figure (docs/design.md, "Figures"), sent on
+                                   every event and shown by bbctl, sdctl, the dashboard */
     int64_t spawned_mono, ready_mono, alive_mono, spawned_wall;
     bb_timer_t deadline;        /* start / liveness / stop grace / backoff, per state */
     int stop_phase;             /* 0 SHUTDOWN sent, 1 stop signal sent, 2 SIGKILL sent */
@@ -164,7 +167,7 @@ extern bb_inst_hooks_t bb_inst_hooks;
 /* ---------------------------------------------------------------- events (table.c) */
 
 /* A new process event of `type` about in (type, instance, service, ts_ms, slot,
- * generation), for the caller to complete and pass to bb_event_emit; NULL on ENOMEM. */
+ * generation, restarts), for the caller to complete and pass to bb_event_emit; NULL on ENOMEM. */
 json_t *bb_event_new(const bb_inst_t *in, sd_event_type_t type);
 /* Appends ev to the outbox (a failure is logged) and drops the caller's reference. */
 void bb_event_emit(const bb_inst_t *in, json_t *ev);

@@ -11,6 +11,7 @@
  * (crash reports here, logsrv.c, bbctl) take a whole file as the run. */
 #include "instance/bb_instance.h"
 #include "sdlog.h"
+#include "sdtime.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -325,7 +326,7 @@ static int prune_runs(const char *slotdir, const char *current)
  * link at it and prunes the slot's old logs. Returns the fd to write to, or -errno. */
 static int open_run_log(const bb_inst_t *in)
 {
-    char slotdir[400], path[512], stamp[32];
+    char slotdir[400], path[512], stamp[SD_TIME_ISO_LEN];
     snprintf(slotdir, sizeof slotdir, "%s/logs/%s-%d", bb.cfg.state_dir, in->svc->name,
              in->slot);
     if (mkdir(slotdir, 0750) && errno != EEXIST)
@@ -334,11 +335,8 @@ static int open_run_log(const bb_inst_t *in)
     int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
     if (fd < 0)
         return -errno;
-    time_t now = time(NULL);
-    struct tm tm;
-    strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tm));
-    dprintf(fd, "=== bigbrother %s: starting instance %s (generation %d)\n", stamp, in->id,
-            in->generation + 1);
+    dprintf(fd, "=== bigbrother %s: starting instance %s (generation %d)\n",
+            sd_time_iso(sd_wall_ms(), stamp, sizeof stamp), in->id, in->generation + 1);
     link_slot_log(in, slotdir);
     int removed = prune_runs(slotdir, strrchr(path, '/') + 1);
     if (removed)

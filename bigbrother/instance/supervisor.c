@@ -377,6 +377,10 @@ static void a_exit(bb_inst_t *in, const bb_ev_t *ev)
 
     enum bb_state next;
     int64_t delay = 0;
+    /* a restart the operator, the primary or a released session asked for is planned:
+     * only the restart policy's own restarts count in in->restarts (docs/design.md,
+     * "Figures") */
+    int planned = in->why == WHY_RESTART;
     if (in->why == WHY_OPERATOR || in->why == WHY_REPLACED || in->why == WHY_DRAINED) {
         next = ST_STOPPED;
     } else if (in->why == WHY_RESTART) {
@@ -421,7 +425,7 @@ static void a_exit(bb_inst_t *in, const bb_ev_t *ev)
     in->conn = NULL;
     set_state(in, next);
     if (next == ST_BACKOFF) {
-        if (in->generation > 0)
+        if (in->generation > 0 && !planned)
             in->restarts++;
         arm_deadline(in, delay);
     }

@@ -29,9 +29,10 @@ void bb_event_emit(const bb_inst_t *in, json_t *ev)
 
 json_t *bb_event_new(const bb_inst_t *in, sd_event_type_t type)
 {
-    return json_pack("{s:s, s:s, s:s, s:I, s:i, s:i}", "type", sd_event_type_name(type), "instance", in->id,
-                     "service", in->svc->name, "ts_ms", (json_int_t)sd_wall_ms(), "slot",
-                     in->slot, "generation", in->generation);
+    return json_pack("{s:s, s:s, s:s, s:I, s:i, s:i, s:i}", "type", sd_event_type_name(type),
+                     "instance", in->id, "service", in->svc->name, "ts_ms",
+                     (json_int_t)sd_wall_ms(), "slot", in->slot, "generation", in->generation,
+                     "restarts", in->restarts);
 }
 
 const char *bb_inst_reason(const bb_inst_t *in)

@@ -85,10 +85,10 @@ int sd_dir_config_load(const json_t *section, char *err, size_t errcap)
 static int event_normalize(sd_jv_t *v, const json_t *ev, json_t *out)
 {
     static const char *const order[] = {"id", "type", "instance", "machine", "service",
-                                        "pid", "ts_ms", "slot", "generation", "ports",
-                                        "reason", "code", "signal", "silent_ms", "detail",
-                                        "core", "log_tail", "players", "max_players", "status",
-                                        "allocation"};
+                                        "pid", "ts_ms", "slot", "generation", "restarts",
+                                        "ports", "reason", "code", "signal", "silent_ms",
+                                        "detail", "core", "log_tail", "players", "max_players",
+                                        "status", "allocation"};
     if (sd_event_check(v, ev))
         return -1;
     json_t *flat = json_array();
@@ -454,21 +454,27 @@ static json_t *obj_or_null(const char *s)
 }
 
 /* Sets o's "reason_text" to its stop reason in the one wording ("killed(signal 9)"), or
- * to null when o has no reason. */
-static void add_reason_text(json_t *o)
+ * to null when o has no reason, and "failure" to whether that stop is a failure: the one
+ * classification (sdproto.h, SD_STOP_F_FAILURE) that sdctl status and the dashboard show
+ * instead of judging reasons themselves. */
+static void add_stop_figures(json_t *o)
 {
     char text[SD_REASON_TEXT_MAX];
-    int has = json_is_string(json_object_get(o, "reason"));
-    if (has)
+    const char *reason = json_string_value(json_object_get(o, "reason"));
+    int r = reason ? sd_stop_reason_parse(reason) : -1;
+    if (reason)
         sd_reason_format_json(text, sizeof text, o);
-    json_object_set_new(o, "reason_text", has ? json_string(text) : json_null());
+    json_object_set_new(o, "reason_text", reason ? json_string(text) : json_null());
+    json_object_set_new(o, "failure",
+                        json_boolean(r >= 0 && (sd_stop_reason_flags((sd_stop_reason_t)r) &
+                                                SD_STOP_F_FAILURE)));
 }
 
 json_t *sd_dir_proc_json(const redisReply *flat, const char *cluster)
 {
     static const char *const ints[] = {"pid", "started_at_ms", "ready_at_ms", "stopped_at_ms",
-                                       "generation", "slot", "code", "signal", "silent_ms",
-                                       "updated_at_ms", "locks_released"};
+                                       "generation", "restarts", "slot", "code", "signal",
+                                       "silent_ms", "updated_at_ms", "locks_released"};
     static const char *const strs[] = {"instance", "machine", "service", "state", "reason",
                                        "detail", "log_tail", "core"};
     json_t *o = json_object();
@@ -478,7 +484,7 @@ json_t *sd_dir_proc_json(const redisReply *flat, const char *cluster)
     for (size_t i = 0; i < SD_ARRAY_LEN(ints); i++)
         json_object_set_new(o, ints[i], int_or_null(flat_get(flat, ints[i])));
     json_object_set_new(o, "ports", obj_or_null(flat_get(flat, "ports")));
-    add_reason_text(o);
+    add_stop_figures(o);
     return o;
 }
 
@@ -508,8 +514,8 @@ json_t *sd_dir_machine_json(const char *name, const redisReply *flat, int64_t no
 
 json_t *sd_dir_event_json(const redisReply *entry)
 {
-    static const char *const ints[] = {"pid", "ts_ms", "slot", "generation", "code",
-                                       "signal", "silent_ms"};
+    static const char *const ints[] = {"pid", "ts_ms", "slot", "generation", "restarts",
+                                       "code", "signal", "silent_ms"};
     if (entry->type != REDIS_REPLY_ARRAY || entry->elements != 2 ||
         entry->element[0]->type != REDIS_REPLY_STRING ||
         entry->element[1]->type != REDIS_REPLY_ARRAY)
@@ -532,7 +538,7 @@ json_t *sd_dir_event_json(const redisReply *entry)
             json_object_set_new(o, k->str, json_string(v->str));
     }
     if (json_object_get(o, "reason"))
-        add_reason_text(o);
+        add_stop_figures(o);
     return o;
 }
 

@@ -320,6 +320,7 @@ local function apply(batch, events)
         end
         put('pid', f.pid)
         put('slot', f.slot)
+        put('restarts', f.restarts)
         put('ports', f.ports)
         if f.type == 'started' then
           put('started_at_ms', ts)
