@@ -9,9 +9,10 @@
 
 SD_ROUTE(GET, "/v1/clusters/{c}/series", SD_R_BB | SD_R_VIEWER, 0, h_series_get);
 
-/* GET .../series -> {interval_ms, samples: [{ts_ms, ready, starting, desired}, ...]},
- * oldest first, at most SD_SERIES_MAX, each holding until the next (the last until now);
- * an unknown cluster has none. One LRANGE. */
+/* GET .../series -> {interval_ms, samples: [{ts_ms, ready, starting, desired, static},
+ * ...]}, oldest first, at most SD_SERIES_MAX, each holding until the next (the last until
+ * now); an unknown cluster has none. A sample of the release before `static` has 0 there.
+ * One LRANGE. */
 void h_series_get(sd_req_t *req, sd_resp_t *resp)
 {
     const char *cluster;
@@ -38,15 +39,16 @@ void h_series_get(sd_req_t *req, sd_resp_t *resp)
     }
     json_t *samples = json_array();
     for (size_t i = 0; i < r->elements; i++) {
-        long long ts, ready, starting, desired;
+        long long ts, ready, starting, desired, fixed = 0;
         if (r->element[i]->type != REDIS_REPLY_STRING ||
-            sscanf(r->element[i]->str, "%lld %lld %lld %lld", &ts, &ready, &starting,
-                   &desired) != 4)
+            sscanf(r->element[i]->str, "%lld %lld %lld %lld %lld", &ts, &ready, &starting,
+                   &desired, &fixed) < 4)
             continue;
-        json_array_append_new(samples, json_pack("{s:I, s:I, s:I, s:I}", "ts_ms", (json_int_t)ts,
-                                                 "ready", (json_int_t)ready, "starting",
-                                                 (json_int_t)starting, "desired",
-                                                 (json_int_t)desired));
+        json_array_append_new(samples,
+                              json_pack("{s:I, s:I, s:I, s:I, s:I}", "ts_ms", (json_int_t)ts,
+                                        "ready", (json_int_t)ready, "starting",
+                                        (json_int_t)starting, "desired", (json_int_t)desired,
+                                        "static", (json_int_t)fixed));
     }
     freeReplyObject(r);
     sd_resp_json(resp, 200, json_pack("{s:I, s:o}", "interval_ms",

@@ -17,7 +17,8 @@
  *                           stopped_ttl_ms, the records of trimmed ones are deleted
  *   evid:<id>        string an applied event id, expires after event_id_ttl_ms
  *   events           stream the event history, MAXLEN history_max
- *   series           list   "<ts_ms> <ready> <starting> <desired>" samples, oldest first:
+ *   series           list   "<ts_ms> <ready> <starting> <desired> <static>" samples
+ *                           (the release before wrote the first four), oldest first:
  *                           at most one per series_interval_ms, written when a figure
  *                           changed (each holds until the next); the newest SD_SERIES_MAX
  *                           kept (series_sample.lua)

@@ -4,8 +4,8 @@
 -- written only when a figure changed since the last one, so an idle cluster's series
 -- (like an idle sweep) writes nothing: each sample holds until the next.
 -- KEYS[1]: the cluster's key base; ARGV[1]: the interval (ms), ARGV[2]: samples kept.
--- Appends "<ts_ms> <ready> <starting> <desired>" to <base>series, trimmed to the newest
--- ARGV[2]:
+-- Appends "<ts_ms> <ready> <starting> <desired> <static>" to <base>series, trimmed to
+-- the newest ARGV[2]:
 --   ready, starting: ZCARD of the live per-state indexes (events_apply.lua);
 --   desired: the sum over the services declared through the API (the first 1000 by name
 --     along <base>six) of the count each wants: 0 when the service or the cluster is
@@ -13,7 +13,10 @@
 --     + buffer, or the "P%" rule, 0 when idle past scale_down_delay_s, clamped to
 --     [min, max], never under the highest allocated slot + 1), without its scale-down
 --     delay: a shrinking pool counts its lower size up to scale_down_delay_s early.
---   Static services (bigbrother's own config) count in ready and starting, not desired.
+--   static: the live (starting or ready) instances of static services (bigbrother's own
+--     config, unknown to serverdir: the live ones less those of the services read).
+--     They count in ready and starting; what they want is what their machines' configs
+--     run, so a reader compares ready with desired + static (docs/design.md, "Figures").
 -- O(services read), never O(processes).
 -- Returns {written (0|1), ms until the next sample is due}.
 local base = KEYS[1]
@@ -52,17 +55,21 @@ local function wanted(s, h)
   return math.max(want, floor)
 end
 
-local desired = 0
-if redis.call('HGET', base .. 'cluster', 'stopped') ~= '1' then
-  local ix = base .. 'six'
-  index_once(base .. 'services', ix, base .. 'sixv')
-  for _, s in ipairs(redis.call('ZRANGE', ix, 0, 999)) do
-    local h = redis.call('HMGET', base .. 'svc:' .. s, 'spec', 'stopped', 'last_demand_ms')
-    if h[1] then desired = desired + wanted(s, h) end
+local desired, declared_live = 0, 0
+local stopped = redis.call('HGET', base .. 'cluster', 'stopped') == '1'
+local ix = base .. 'six'
+index_once(base .. 'services', ix, base .. 'sixv')
+for _, s in ipairs(redis.call('ZRANGE', ix, 0, 999)) do
+  local h = redis.call('HMGET', base .. 'svc:' .. s, 'spec', 'stopped', 'last_demand_ms')
+  if h[1] then
+    declared_live = declared_live + redis.call('ZCARD', base .. 'ix:s:' .. s)
+    if not stopped then desired = desired + wanted(s, h) end
   end
 end
-local figures = string.format('%d %d %d', redis.call('ZCARD', base .. 'ix:st:ready'),
-                              redis.call('ZCARD', base .. 'ix:st:starting'), desired)
+local live = redis.call('ZCARD', base .. 'ix')
+local figures = string.format('%d %d %d %d', redis.call('ZCARD', base .. 'ix:st:ready'),
+                              redis.call('ZCARD', base .. 'ix:st:starting'), desired,
+                              math.max(0, live - declared_live))
 if string.match(prev, '^%d+ (.*)$') == figures then
   return {0, every}
 end
