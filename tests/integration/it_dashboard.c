@@ -409,7 +409,7 @@ static void instance_service_machine_pages(void **state)
     screenshot(q, "dashboard-machine.png", 1400);
 
     /* home: the activity picture, the ready-vs-desired chart (its two lines and legend:
-     * zone's 2 static processes ready, lobby's 3 desired), links, sortable headers; and
+     * zone's 2 static processes ready, lobby's 3 desired plus zone's 2), links, sortable headers; and
      * usable at 500 px */
     json_t *series = api("/v1/clusters/c1/series");
     assert_true(json_array_size(json_object_get(series, "samples")) >= 1);
@@ -420,7 +420,9 @@ static void instance_service_machine_pages(void **state)
     assert_non_null(strstr(dom, "<svg class=\"chart\""));
     assert_non_null(strstr(dom, "<path class=\"desired\" d=\"M"));
     assert_non_null(strstr(dom, "<path class=\"ready\" d=\"M"));
-    assert_non_null(strstr(dom, "desired <b>3</b>"));
+    /* desired: lobby's 3 plus zone's 2 static instances, which are never over */
+    assert_non_null(strstr(dom, "desired <b>5</b> <span class=\"dim\">(3 declared + 2 static)"));
+    assert_null(strstr(dom, " over</span>"));
     assert_non_null(strstr(dom, "checked every 1.0s, the last change"));
     assert_non_null(strstr(dom, "th class=\"sort\""));
     char ilink[400];

@@ -51,7 +51,7 @@ static void call(const char *token, const char *method, const char *path, const 
 }
 
 /* The cluster's series as the viewer reads it from the serverdir at base (asserted 200,
- * its shape checked: the interval, samples oldest first with the four integers). */
+ * its shape checked: the interval, samples oldest first with the five integers). */
 static json_t *series_at(const char *base, const char *cluster)
 {
     json_t *o = NULL;
@@ -65,10 +65,10 @@ static json_t *series_at(const char *base, const char *cluster)
     size_t i;
     json_t *s;
     json_array_foreach(samples, i, s) {
-        assert_int_equal(json_object_size(s), 4);
+        assert_int_equal(json_object_size(s), 5);
         assert_true(ct_int(s, "ts_ms") > prev);
         assert_true(ct_int(s, "ready") >= 0 && ct_int(s, "starting") >= 0 &&
-                    ct_int(s, "desired") >= 0);
+                    ct_int(s, "desired") >= 0 && ct_int(s, "static") >= 0);
         prev = ct_int(s, "ts_ms");
     }
     return o;
@@ -174,7 +174,7 @@ static void lease(const char *cluster)
  * idle 0 (stopped, count 4) + the pools match (buffer 2, min 1) and arena (buffer "50%"),
  * sized as the primary sizes them (idle: min; one allocated: 1 + 2 and the smallest N > 1
  * with 50% free, 2); a stopped cluster wants 0. A static service's process counts in
- * ready only. */
+ * ready and in static (live instances of services not declared), never in desired. */
 static void sample_counts_ready_starting_desired(void **state)
 {
     (void)state;
@@ -210,6 +210,10 @@ static void sample_counts_ready_starting_desired(void **state)
          EV("a0r", "ready", "arena-m1-0", "arena", "") "]}",
          200);
     expect_sample("cs1", 6, 1, 3 + 2 + 0 + 1 + 0);
+    json_t *o = series("cs1");
+    json_t *samples = json_object_get(o, "samples");
+    assert_int_equal(ct_int(json_array_get(samples, json_array_size(samples) - 1), "static"), 1);
+    json_decref(o);
 
     call(H_TOK_OPS, "POST", "/v1/clusters/cs1/allocations", "{\"service\":\"match\"}", 201);
     call(H_TOK_OPS, "POST", "/v1/clusters/cs1/allocations", "{\"service\":\"arena\"}", 201);
