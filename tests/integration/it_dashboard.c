@@ -330,6 +330,7 @@ static void instance_service_machine_pages(void **state)
     snprintf(id, sizeof id, "%s", json_string_value(json_object_get(victim, "instance")));
     snprintf(machine, sizeof machine, "%s", json_string_value(json_object_get(victim, "machine")));
     pid_t pid = (pid_t)json_integer_value(json_object_get(victim, "pid"));
+    long long slot = json_integer_value(json_object_get(victim, "slot"));
     json_decref(procs);
     assert_int_equal(kill(pid, SIGABRT), 0);
     char path[300];
@@ -365,6 +366,27 @@ static void instance_service_machine_pages(void **state)
     assert_non_null(strstr(dom, "last 200 lines, every 2 s"));
     free(dom);
     screenshot(q, "dashboard-instance-live.png", 1400);
+
+    /* the victim slot's next run: restarts 1 (the kill), generation 2, as the record and
+     * bigbrother's health view say, each shown as it is */
+    char next[160] = "";
+    for (int i = 0; !next[0]; i++) {
+        assert_true(i < (h_valgrind() ? 1200 : 200));
+        ready = api("/v1/clusters/c1/processes?service=zone&state=ready");
+        size_t k;
+        json_t *x;
+        json_array_foreach(json_object_get(ready, "processes"), k, x)
+            if (json_integer_value(json_object_get(x, "slot")) == slot &&
+                json_integer_value(json_object_get(x, "generation")) == 2)
+                snprintf(next, sizeof next, "%s", json_string_value(json_object_get(x, "instance")));
+        json_decref(ready);
+        if (!next[0])
+            h_sleep_ms(50);
+    }
+    snprintf(q, sizeof q, "cluster=c1&instance=%s", next);
+    dom = dom_of(q);
+    assert_non_null(strstr(dom, "<dt>restarts</dt><dd>1</dd><dt>generation</dt><dd>2</dd>"));
+    free(dom);
 
     snprintf(q, sizeof q, "cluster=c1&instance=%s", id);
     dom = dom_of(q);
@@ -448,7 +470,7 @@ static void instance_service_machine_pages(void **state)
 /* A warm pool in the services table (ready free / allocated) and the
  * Allocations section (paged along the cursor), in a cluster of its own (c2: no
  * bigbrother acts on it) with two ready instances reported through events, one allocated
- * and one released. */
+ * and one released, and a third run stopped as `replaced` (not a failure). */
 static void pools_and_allocations(void **state)
 {
     (void)state;
@@ -464,7 +486,10 @@ static void pools_and_allocations(void **state)
          "{\"id\":\"s0\",\"type\":\"started\",\"instance\":\"match-m9-0\",\"machine\":\"m9\",\"service\":\"match\",\"pid\":70,\"slot\":0},"
          "{\"id\":\"r0\",\"type\":\"ready\",\"instance\":\"match-m9-0\",\"machine\":\"m9\",\"service\":\"match\"},"
          "{\"id\":\"s1\",\"type\":\"started\",\"instance\":\"match-m9-1\",\"machine\":\"m9\",\"service\":\"match\",\"pid\":71,\"slot\":1},"
-         "{\"id\":\"r1\",\"type\":\"ready\",\"instance\":\"match-m9-1\",\"machine\":\"m9\",\"service\":\"match\"}]}",
+         "{\"id\":\"r1\",\"type\":\"ready\",\"instance\":\"match-m9-1\",\"machine\":\"m9\",\"service\":\"match\"},"
+         /* a third run the pool shrank away: a normal end, no failure */
+         "{\"id\":\"s2\",\"type\":\"started\",\"instance\":\"match-m9-2\",\"machine\":\"m9\",\"service\":\"match\",\"pid\":72,\"slot\":2},"
+         "{\"id\":\"x2\",\"type\":\"stopped\",\"instance\":\"match-m9-2\",\"machine\":\"m9\",\"service\":\"match\",\"reason\":\"replaced\"}]}",
          "/v1/clusters/c2/events"},
     };
     for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {
@@ -499,6 +524,9 @@ static void pools_and_allocations(void **state)
     assert_non_null(strstr(dom, "<td class=\"warn\">pending</td>"));
     assert_non_null(strstr(dom, "<td class=\"dim\">released</td>"));
     assert_non_null(strstr(dom, "<td class=\"dim\">api</td>")); /* the reason */
+    /* the pool's shrink is no failure: dim, and not counted (serverdir's `failure`) */
+    assert_non_null(strstr(dom, "<td class=\"dim\">replaced</td>"));
+    assert_non_null(strstr(dom, "<b>0</b><small>recent failures</small>"));
     free(dom);
     screenshot("cluster=c2", "dashboard-allocations.png", 1400);
 
