@@ -29,7 +29,8 @@ static int setup(void **state)
     const char *events =
         "{\"events\":["
         "{\"id\":\"e1\",\"type\":\"started\",\"instance\":\"zone-m1-1\",\"machine\":\"m1\","
-        "\"service\":\"zone\",\"pid\":4242,\"generation\":1,\"ports\":{\"game\":27960}},"
+        "\"service\":\"zone\",\"pid\":4242,\"generation\":1,\"restarts\":0,"
+        "\"ports\":{\"game\":27960}},"
         "{\"id\":\"e2\",\"type\":\"ready\",\"instance\":\"zone-m1-1\",\"machine\":\"m1\","
         "\"service\":\"zone\"},"
         "{\"id\":\"e3\",\"type\":\"started\",\"instance\":\"lobby-m2-1\",\"machine\":\"m2\","
@@ -256,7 +257,9 @@ static void describe_instance_service_machine(void **state)
     assert_non_null(h_line_with(out, "Ports:", line, sizeof line));
     assert_non_null(strstr(line, "game=27960"));
     assert_non_null(h_line_with(out, "Restarts:", line, sizeof line));
-    assert_non_null(strstr(line, "0 (generation 1"));
+    assert_string_equal(line, "Restarts:     0");
+    assert_non_null(h_line_with(out, "Generation:", line, sizeof line));
+    assert_string_equal(line, "Generation:   1");
     const char *tl = strstr(out, "\n  ready       "); /* the timeline's line */
     assert_non_null(tl);
     assert_non_null(h_line_with(tl + 1, "ready", line, sizeof line));
