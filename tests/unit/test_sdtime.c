@@ -101,6 +101,17 @@ static void timespec_deadlines_carry_the_milliseconds(void **state)
     assert_true(d.tv_nsec >= 0 && d.tv_nsec < 1000000000L);
 }
 
+/* The one written form of a moment: UTC ISO 8601 with milliseconds, before 1970 too. */
+static void moments_in_iso_with_milliseconds(void **state)
+{
+    (void)state;
+    char buf[SD_TIME_ISO_LEN];
+    assert_string_equal(sd_time_iso(1795850996548, buf, sizeof buf), "2026-11-28T07:29:56.548Z");
+    assert_string_equal(sd_time_iso(0, buf, sizeof buf), "1970-01-01T00:00:00.000Z");
+    assert_string_equal(sd_time_iso(-1, buf, sizeof buf), "1969-12-31T23:59:59.999Z");
+    assert_string_equal(sd_time_iso(1000, buf, sizeof buf), "1970-01-01T00:00:01.000Z");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -109,6 +120,7 @@ int main(void)
         cmocka_unit_test(jitter_stays_in_the_upper_half),
         cmocka_unit_test(deadlines_and_time_left),
         cmocka_unit_test(timespec_deadlines_carry_the_milliseconds),
+        cmocka_unit_test(moments_in_iso_with_milliseconds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
