@@ -68,7 +68,9 @@
 
 /* What is true of a stop reason, the third column of SD_STOP_REASONS. */
 enum {
-    SD_STOP_F_FAILURE = 1, /* the process failed or was lost (sdctl status lists these) */
+    SD_STOP_F_FAILURE = 1, /* the process failed or was lost: serverdir's `failure` field
+                            * on stopped records and events, which sdctl status and the
+                            * dashboard show (docs/design.md, "Figures") */
     SD_STOP_F_CRASH = 2,   /* the process's own end: its stopped event carries the crash
                             * report (log tail, core); for exited only with a code not 0 */
     SD_STOP_F_SILENT = 4,  /* a missed deadline: the event and the text carry silent_ms */
