@@ -3,7 +3,7 @@
 # Extra packages can be passed in SD_EXTRA_PACKAGES. wrk, etcd-server and supervisor are
 # what the benchmarks' smoke runs (ctest -L bench) load serverdir with or compare it to.
 sd_packages="cmake make gcc pkg-config libmicrohttpd-dev libjansson-dev libhiredis-dev
-libcurl4-openssl-dev libssl-dev libjwt-dev libcmocka-dev redis-server redis-tools curl valgrind
+libcurl4-openssl-dev libssl-dev libjwt-dev libcmocka-dev redis-server redis-tools curl jq valgrind
 clang libclang-rt-dev haproxy systemd binutils chromium qstat nodejs npm wrk etcd-server
 supervisor ${SD_EXTRA_PACKAGES:-}"
 
