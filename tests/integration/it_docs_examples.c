@@ -139,12 +139,14 @@ static int heredoc_word(const char *line, char *word, size_t cap)
 }
 
 /* Parses the doctest blocks of text (the file's content; modified in place) into d. A
- * block opens with a line ```console doctest and closes with ```; in it a line starting
+ * block opens with a line ```console doctest and closes with ``` (both indented alike,
+ * the block's lines by as much or less); in it a line starting
  * with "$ " is a command (continued by a trailing backslash or a here-document), the
  * lines after it up to the next command are its output. */
 static void parse_doc(doc_t *d, char *text)
 {
     int in_block = 0, lineno = 0;
+    size_t indent = 0;
     char heredoc[64] = "";
     int continued = 0;
     example_t *cur = NULL;
@@ -154,11 +156,14 @@ static void parse_doc(doc_t *d, char *text)
             *next++ = '\0';
         lineno++;
         if (!in_block) {
-            in_block = !strncmp(line, "```console doctest", 18);
+            indent = strspn(line, " ");
+            in_block = !strncmp(line + indent, "```console doctest", 18);
             d->nblocks += in_block;
             cur = NULL;
             continue;
         }
+        for (size_t k = 0; k < indent && *line == ' '; k++)
+            line++; /* a block in a list item is indented like its fence */
         if ((continued || heredoc[0]) && cur) {
             size_t n = strlen(cur->cmd);
             cur->cmd = realloc(cur->cmd, n + strlen(line) + 2);
@@ -595,7 +600,8 @@ static int session_run(session_t *s, const char *cmd, char **out)
     *mark = '\0';
     if (status != 0) {
         char *withexit;
-        assert_true(asprintf(&withexit, "%s\n[exit %d]", buf, status) > 0);
+        assert_true(asprintf(&withexit, "%s%s[exit %d]", buf,
+                             mark == buf || mark[-1] == '\n' ? "" : "\n", status) > 0);
         free(buf);
         buf = withexit;
     }
