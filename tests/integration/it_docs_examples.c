@@ -11,7 +11,8 @@
  * `[exit N]`. The documented ports 7700 (serverdir), 7379 (redis) and 7702 (the logs
  * port) are rewritten to this run's in the commands and in the expected output.
  *
- * Every example runs even after a failure; each failure prints its file:line, the
+ * comparison_rules checks the comparison itself, a drift of each kind included, without
+ * a cluster. Every example runs even after a failure; each failure prints its file:line, the
  * command, the expected and the actual output and where they part. DOCTEST_FILES
  * (a comma-separated list of names such as README.md,locks.md) limits the run. */
 #include <setjmp.h>
@@ -891,9 +892,51 @@ static void docs_examples(void **state)
                  failures);
 }
 
+/* Whether the expected lines (separated by \n) match the actual ones, as check_output
+ * compares them. */
+static int matches(const char *want, const char *got)
+{
+    char *w = xstrdup(want), *g = xstrdup(got), **wl, **gl;
+    int nw = split_lines(w, &wl), ng = split_lines(g, &gl), pi, pj;
+    int ok = lines_match(wl, nw, gl, ng, &pi, &pj);
+    free(wl);
+    free(gl);
+    free(w);
+    free(g);
+    return ok;
+}
+
+/* The comparison rules of docs/doctest.md, each with a drift it must catch: a runner that
+ * matched everything would pass every example. */
+static void comparison_rules(void **state)
+{
+    (void)state;
+    /* JSON: same keys, "..." values, an open object, arrays with "..." */
+    assert_true(matches("{\"status\":\"ok\",\"version\":\"...\"}",
+                        "{\"version\":\"0.1.0\",\"status\":\"ok\"}"));
+    assert_false(matches("{\"status\":\"ok\"}", "{\"status\":\"ok\",\"version\":\"0.1.0\"}"));
+    assert_false(matches("{\"status\":\"ok\",\"version\":\"...\"}", "{\"status\":\"ok\"}"));
+    assert_true(matches("{\"a\":1,\"...\":\"...\"}", "{\"a\":1.0,\"b\":2}"));
+    assert_false(matches("{\"a\":1,\"...\":\"...\"}", "{\"a\":2,\"b\":2}"));
+    assert_true(matches("{\"l\":[\"...\",3]}", "{\"l\":[1,2,3]}"));
+    assert_false(matches("{\"l\":[\"...\",3]}", "{\"l\":[1,3,2]}"));
+    assert_true(matches("{\"m\":\"lock '...' is held\"}", "{\"m\":\"lock 'p:1' is held\"}"));
+    /* text: "..." within a line, blanks, lines of "...", the exit status line */
+    assert_true(matches("ID  STATE  PID\nzone-...  ready  ...", "ID           STATE  PID\nzone-1-a  ready  42"));
+    assert_false(matches("ID  STATE  GEN", "ID  STATE  RESTARTS"));
+    assert_false(matches("zone-...  ready", "zone-1  stopped"));
+    assert_true(matches("HEAD\n...\nlast", "HEAD\na\nb\nlast"));
+    assert_true(matches("HEAD\n...\nlast", "HEAD\nlast"));
+    assert_false(matches("HEAD\n...\nlast", "HEAD\na"));
+    assert_false(matches("one", "one\ntwo"));
+    assert_false(matches("sdctl: 404 ...", "sdctl: 404 not_found: x\n[exit 4]"));
+    assert_true(matches("sdctl: 404 ...\n[exit 4]", "sdctl: 404 not_found: x\n[exit 4]"));
+}
+
 int main(void)
 {
     h_init(290);
-    const struct CMUnitTest tests[] = {cmocka_unit_test(docs_examples)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(comparison_rules),
+                                       cmocka_unit_test(docs_examples)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
