@@ -1,8 +1,8 @@
-/* The docs' examples, run: every ```console doctest block of README.md and of the .md files in docs/
- * against a local cluster started by scripts/cluster.sh (this build's binaries, free
- * ports, a temp dir holding .cluster/), each command's output compared with the text
- * the block shows under it. The marking syntax and the comparison rules are in
- * docs/doctest.md; this file is their implementation.
+/* The docs' examples, run: every ```console doctest block of README.md and of the .md
+ * files in docs/ against a local cluster started by scripts/cluster.sh (this build's
+ * binaries, free ports, a temp dir holding .cluster/), each command's output compared
+ * with the text the block shows under it. The marking syntax and the comparison rules
+ * are in docs/doctest.md; this file is their implementation.
  *
  * The blocks of one file run in document order in one bash session (variables carry
  * from one command to the next), started in the directory holding .cluster/ with
@@ -12,9 +12,10 @@
  * port) are rewritten to this run's in the commands and in the expected output.
  *
  * comparison_rules checks the comparison itself, a drift of each kind included, without
- * a cluster. Every example runs even after a failure; each failure prints its file:line, the
- * command, the expected and the actual output and where they part. DOCTEST_FILES
- * (a comma-separated list of names such as README.md,locks.md) limits the run. */
+ * a cluster. Every example runs even after a failure; each failure prints its file:line,
+ * the command, the expected and the actual output and where they part. DOCTEST_FILES
+ * (a comma-separated list of names such as README.md,locks.md) limits the run;
+ * DOCTEST_DIR and DOCTEST_PORTS run it against a cluster already running. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
