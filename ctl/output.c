@@ -455,7 +455,7 @@ int ctl_parse_ms(const char *s, int64_t max_ms, int64_t *out)
     static const struct {
         const char *unit;
         int64_t ms;
-    } units[] = {{"", 1}, {"ms", 1}, {"s", 1000}, {"m", 60000}};
+    } units[] = {{"", 1}, {"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000}};
     char *end;
     if (!isdigit((unsigned char)*s))
         return -1;
@@ -480,4 +480,69 @@ const char *ctl_pool_text(const json_t *service, char *buf, size_t cap)
              (long long)json_integer_value(json_object_get(pool, "ready_free")),
              (long long)json_integer_value(json_object_get(pool, "allocated")));
     return buf;
+}
+
+/* ---- mistakes: suggestions, missing values, -o name */
+
+size_t ctl_edit_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > CTL_SUGGEST_MAX || lb > CTL_SUGGEST_MAX)
+        return (size_t)-1;
+    size_t row[CTL_SUGGEST_MAX + 1]; /* one row of the Levenshtein table, b's prefixes */
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t up = row[j];
+            size_t best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best)
+                best = up + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+const char *ctl_suggest(const char *word, const char *const *names, size_t n)
+{
+    const char *best = NULL;
+    size_t best_d = (size_t)-1, len = strlen(word);
+    /* a third of the word's length, at least 1 and at most 3 edits: "pss" -> "ps",
+     * not "x" -> "ps" */
+    size_t limit = len / 3 < 1 ? 1 : len / 3 > 3 ? 3 : len / 3;
+    for (size_t i = 0; i < n; i++) {
+        size_t d = ctl_edit_distance(word, names[i]);
+        if (d <= limit && d < best_d) {
+            best = names[i];
+            best_d = d;
+        }
+    }
+    return best;
+}
+
+int ctl_missing_value(const char *cmd, const char *opt, const char *what)
+{
+    fprintf(stderr, "sdctl%s%s: %s needs a value (%s)\n", cmd ? " " : "", cmd ? cmd : "", opt,
+            what);
+    return CTL_EXIT_USAGE;
+}
+
+void ctl_print_name(const char *kind, const json_t *item, const char *key)
+{
+    char buf[400];
+    printf("%s/%s\n", kind, ctl_jstr(json_object_get(item, key), buf, sizeof buf));
+}
+
+void ctl_print_names(const char *kind, const json_t *items, const char *key)
+{
+    size_t i;
+    const json_t *it;
+    json_array_foreach(items, i, it)
+        ctl_print_name(kind, it, key);
 }
