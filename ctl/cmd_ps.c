@@ -15,7 +15,8 @@ static const char usage_text[] =
     "  With INSTANCE, that one process record (exit code 4 when it is unknown).\n"
     "  AGE is the time since the process started (stopped: since it stopped); RESTARTS\n"
     "  how many times its slot was restarted before this run (generation - 1, bbctl's\n"
-    "  count). Rows come in instance order, numbers by value (zone-2 before zone-10).\n"
+    "  count). Rows come in instance order, numbers by value (zone-2 before zone-10);\n"
+    "  with --state stopped by the time they stopped, the latest first.\n"
     "  -o wide adds SLOT, GEN, TO_READY (start to ready), the stop's DETAIL and the crash\n"
     "  report's LAST_OUTPUT line.\n";
 
@@ -99,7 +100,9 @@ int cmd_ps(ctl_t *ctl, int argc, char **argv)
         json_decref(ans);
         return CTL_EXIT_NOT_FOUND;
     }
-    if (!one) /* zone-m1-2 before zone-m1-10 */
+    if (!one && f.state && !strcmp(f.state, "stopped")) /* the latest stop first */
+        ctl_sort_newest(json_object_get(ans, "processes"), "stopped_at_ms");
+    else if (!one) /* zone-m1-2 before zone-m1-10 */
         ctl_sort_natural(json_object_get(ans, "processes"), "instance");
     if (ctl->json) {
         ctl_print_json(ans);

@@ -21,7 +21,8 @@ typedef struct ctl {
     const char *cluster;
     int json;   /* -o json or -o yaml (the same answers, printed by ctl_print_json) */
     int wide;   /* -o wide: tables with their extra columns */
-    int names;  /* -o name: list commands print KIND/NAME, one a line */
+    int names;  /* -o name: list commands print KIND/NAME, one a line (json is set too:
+                   the answers go through ctl_print_json, which prints the names) */
     int color;  /* stdout is a terminal and NO_COLOR is unset */
 } ctl_t;
 
@@ -152,9 +153,18 @@ const char *ctl_suggest(const char *word, const char *const *names, size_t n);
 /* "sdctl CMD: OPT needs a value (WHAT)" on stderr (cmd NULL: a global option); returns
  * CTL_EXIT_USAGE. */
 int ctl_missing_value(const char *cmd, const char *opt, const char *what);
-/* -o name: "KIND/NAME" on stdout, NAME the string (or number) at item[key]; for each
- * element of the array items. */
+/* -o name: "KIND/NAME" on stdout, NAME the string (or number) at item[key] (key NULL:
+ * item itself). */
 void ctl_print_name(const char *kind, const json_t *item, const char *key);
-void ctl_print_names(const char *kind, const json_t *items, const char *key);
+/* -o name of a whole answer: a line per item of each list it holds (processes ->
+ * instance/NAME, machines, services and static_services, locks -> lock/KEY, allocations,
+ * clusters, servers -> server/ADDRESS, events -> event/SEQ), or one line for a single
+ * record (an allocation, process, machine, service or lock). */
+void ctl_print_names(const json_t *ans);
+/* -o name: ctl_print_json prints ctl_print_names instead. */
+void ctl_output_names(int on);
+/* Sorts an array of objects by the integer member key, the largest first (the newest
+ * first for a time); items without it last. */
+void ctl_sort_newest(json_t *array, const char *key);
 
 #endif

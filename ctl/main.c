@@ -1,4 +1,5 @@
 /* sdctl: the operators' command-line tool for ServerDir. */
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,10 +88,11 @@ static int global_option(ctl_t *ctl, int argc, char **argv, int i)
             fprintf(stderr, "sdctl: -o takes " OUTPUT_FORMATS "\n");
             return -1;
         }
-        ctl->json = !strcmp(val, "json") || !strcmp(val, "yaml");
-        ctl->wide = !strcmp(val, "wide");
         ctl->names = !strcmp(val, "name");
+        ctl->json = !strcmp(val, "json") || !strcmp(val, "yaml") || ctl->names;
+        ctl->wide = !strcmp(val, "wide");
         ctl_output_yaml(!strcmp(val, "yaml"));
+        ctl_output_names(ctl->names);
         return 2;
     }
     return 0;
@@ -181,6 +183,91 @@ static int lists_names(const char *cmd, const char *sub)
         if (!strcmp(*l, cmd))
             return !(sub && (!strcmp(sub, "release") || !strcmp(sub, "force-unlock")));
     return 0;
+}
+
+/* cmd's --help text (malloc'd; NULL when it cannot be read), printed into a temporary
+ * file by the command itself: the one place its options are listed. */
+static char *command_help(ctl_t *ctl, const ctl_cmd_t *cmd)
+{
+    FILE *tmp = tmpfile();
+    int saved = dup(1);
+    if (!tmp || saved < 0) {
+        if (tmp)
+            fclose(tmp);
+        if (saved >= 0)
+            close(saved);
+        return NULL;
+    }
+    fflush(stdout);
+    dup2(fileno(tmp), 1);
+    char *help_argv[] = {(char *)cmd->name, "--help", NULL};
+    cmd->fn(ctl, 2, help_argv);
+    fflush(stdout);
+    dup2(saved, 1);
+    close(saved);
+    long len = ftell(tmp);
+    char *text = len >= 0 ? calloc(1, (size_t)len + 1) : NULL;
+    rewind(tmp);
+    if (text && fread(text, 1, (size_t)len, tmp) != (size_t)len)
+        text[0] = '\0';
+    fclose(tmp);
+    return text;
+}
+
+/* The placeholder after opt in a help text ("--tail N" -> "N", "--state a|b" -> "a|b"),
+ * into out; 0 when the help shows opt without a value. */
+static int help_value(const char *help, const char *opt, char *out, size_t cap)
+{
+    size_t len = strlen(opt);
+    for (const char *p = help; (p = strstr(p, opt)) != NULL; p += len) {
+        const char *v = p + len;
+        if ((p > help && (isalnum((unsigned char)p[-1]) || p[-1] == '-')) ||
+            (*v != ' ' && *v != '='))
+            continue;
+        size_t n = strcspn(v + 1, " ]\n,");
+        if (!isupper((unsigned char)v[1]) && !memchr(v + 1, '|', n)) /* N, or a|b|c */
+            continue;
+        snprintf(out, cap, "%.*s", (int)n, v + 1);
+        return 1;
+    }
+    return 0;
+}
+
+/* The mistakes a command's own help can tell, before the command runs: its last
+ * argument an option that takes a value ("--tail needs a value (N)"), or a --flag its
+ * help does not show but one close to it ("did you mean"). CTL_EXIT_USAGE printed, or 0
+ * when none is found (the command then checks its arguments itself). */
+static int check_flags(ctl_t *ctl, const ctl_cmd_t *cmd, int argc, char **argv)
+{
+    char *help = command_help(ctl, cmd);
+    if (!help)
+        return 0;
+    char value[64];
+    int rc = 0;
+    if (argc > 1 && argv[argc - 1][0] == '-' && help_value(help, argv[argc - 1], value, sizeof value))
+        rc = ctl_missing_value(cmd->name, argv[argc - 1], value);
+    for (int k = 1; k < argc && !rc; k++) {
+        const char *a = argv[k];
+        if (strncmp(a, "--", 2) != 0 || !a[2] || strstr(help, a))
+            continue;
+        const char *flags[64]; /* the --flags of the help, cut out in place */
+        size_t n = 0;
+        for (char *p = help; (p = strstr(p, "--")) && n < 64;) {
+            char *e = p + 2 + strspn(p + 2, "abcdefghijklmnopqrstuvwxyz-");
+            if (e > p + 2 && *e)
+                *e++ = '\0';
+            flags[n++] = p;
+            p = e;
+        }
+        const char *near = ctl_suggest(a, flags, n);
+        if (near) {
+            fprintf(stderr, "sdctl %s: unknown option \"%s\"\ndid you mean \"%s\"?\n"
+                            "(see sdctl %s --help)\n", cmd->name, a, near, cmd->name);
+            rc = CTL_EXIT_USAGE;
+        }
+    }
+    free(help);
+    return rc;
 }
 
 /* ---- --watch */
@@ -354,6 +441,8 @@ int main(int argc, char **argv)
         return CTL_EXIT_USAGE;
     }
     if (watch_s && !watchable(cmd, argc - i, argv + i))
+        return CTL_EXIT_USAGE;
+    if (check_flags(&ctl, cmd, argc - i, argv + i))
         return CTL_EXIT_USAGE;
     ctl.client = sdc_new(ctl.url, ctl.token, 10000);
     if (!ctl.client) {
