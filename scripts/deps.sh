@@ -43,12 +43,14 @@ sd_build() {
 }
 
 # The npm tools the suite runs (it.openapi_validate: the OpenAPI 3 validator of
-# @apidevtools/swagger-parser), in .npm-tools/ of the repository, pinned; installed when
-# missing.
+# @apidevtools/swagger-parser and the @redocly/cli linter), in .npm-tools/ of the
+# repository, pinned; installed when missing (in one npm install: a later one would
+# prune what it did not name).
 sd_npm_tools() {
     local dir="$SD_ROOT/.npm-tools"
-    [ -f "$dir/node_modules/@apidevtools/swagger-parser/package.json" ] && return 0
+    [ -f "$dir/node_modules/@apidevtools/swagger-parser/package.json" ] &&
+        [ -f "$dir/node_modules/@redocly/cli/package.json" ] && return 0
     echo "installing npm tools into $dir"
     npm install --prefix "$dir" --no-audit --no-fund --no-save --loglevel=error \
-        @apidevtools/swagger-parser@10.1.1 >/dev/null
+        @apidevtools/swagger-parser@10.1.1 @redocly/cli@2.77.0 >/dev/null
 }
