@@ -354,11 +354,11 @@ static void describe_instance_service_machine(void **state)
     assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "describe", "m1", "--cluster",
                            "other", NULL), 4);
 
-    /* bash completion of names (packaging/bash-completion/sdctl, sdctl __complete names):
+    /* bash completion of names (ctl/completion/sdctl.bash, sdctl __complete names):
      * `sdctl --url U --token T --cluster prod describe zo<TAB>` offers the instance */
     char script[2048], path_env[4200], cpath[300];
     snprintf(script, sizeof script,
-             "source %s/packaging/bash-completion/sdctl; "
+             "source %s/ctl/completion/sdctl.bash; "
              "COMP_WORDS=(sdctl --url %s --token %s --cluster prod describe zo); "
              "COMP_CWORD=8; _sdctl; printf '%%s\\n' \"${COMPREPLY[@]}\"",
              SD_SOURCE_DIR, sd.url, H_TOK_VIEWER);
