@@ -432,16 +432,37 @@ static void describe_instance_service_machine(void **state)
 
 /* sdctl ps --watch=1 redraws: an instance started after it began shows up in a later
  * round; --watch on a command that changes things is a usage error. */
+/* The number of times needle occurs in the file at path (0 when unreadable). */
+static int count_in_file(const char *path, const char *needle)
+{
+    static char text[1 << 20];
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    text[fread(text, 1, sizeof text - 1, f)] = '\0';
+    fclose(f);
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, needle)) != NULL; p++)
+        n++;
+    return n;
+}
+
+/* --watch follows the cluster's events: with a 30 s ceiling, a new process shows within
+ * a few seconds (the event history is read 4 times a second), under a header holding
+ * the whole command line; a quiet cluster is not redrawn more than the ceiling asks. */
 static void ps_watch_redraws(void **state)
 {
     char env_url[256], logpath[300], out[4096];
     snprintf(env_url, sizeof env_url, "SERVERDIR_URL=%s", sd.url);
     snprintf(logpath, sizeof logpath, "%s/watch.out", h_tmpdir());
     const char *env[] = {env_url, "SERVERDIR_TOKEN=" H_TOK_VIEWER, "SERVERDIR_CLUSTER=prod", NULL};
-    const char *argv[] = {SD_BIN_DIR "/sdctl", "ps", "--watch=1", NULL};
+    const char *argv[] = {SD_BIN_DIR "/sdctl", "ps", "--service", "zone", "--watch=30", NULL};
     pid_t pid = h_spawn(argv, logpath, env);
     struct file_has w = {logpath, "zone-m1-1"};
-    assert_true(h_wait_until(file_has, &w, 5000));
+    assert_true(h_wait_until(file_has, &w, h_ms(5000)));
+    h_sleep_ms(1000); /* quiet: still the one draw */
+    assert_int_equal(count_in_file(logpath, "On change, at least every 30s: sdctl ps --service zone  "), 1);
+    int64_t posted = h_now_ms();
     h_resp_t r;
     assert_int_equal(h_http_json("POST", sd.url, H_TOK_BB,
                                  "{\"events\":[{\"id\":\"w1\",\"type\":\"started\","
@@ -452,22 +473,67 @@ static void ps_watch_redraws(void **state)
     assert_int_equal(r.status, 200);
     h_resp_free(&r);
     w.needle = "watch-arrival";
-    assert_true(h_wait_until(file_has, &w, 5000));
-    static char text[65536];
-    FILE *f = fopen(logpath, "r");
-    assert_non_null(f);
-    text[fread(text, 1, sizeof text - 1, f)] = '\0';
-    fclose(f);
-    int rounds = 0;
-    for (const char *p = text; (p = strstr(p, "Every 1s: sdctl ps")) != NULL; p++)
-        rounds++;
-    assert_true(rounds >= 2);
+    assert_true(h_wait_until(file_has, &w, h_ms(5000)));
+    print_message("drawn again %lld ms after the event\n", (long long)(h_now_ms() - posted));
+    assert_true(h_now_ms() - posted < h_ms(5000)); /* not the 30 s ceiling */
+    assert_int_equal(count_in_file(logpath, "sdctl ps --service zone  "), 2);
     assert_false(h_exited(pid, NULL));
     h_stop(pid, 1000);
     assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "scale", "zone", "3",
                            "--watch", NULL), 2);
     assert_non_null(strstr(out, "--watch does not apply to scale"));
     assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "ps", "--watch=0", NULL), 2);
+}
+
+/* ps --state stopped: the latest stop first, whatever the names; -o name: KIND/NAME a
+ * line for the lists and for one record. */
+static void ps_stopped_order_and_names(void **state)
+{
+    char out[8192];
+    h_resp_t r;
+    static const char *const stops[] = {"aa-stop-first", "zz-stop-second", "mm-stop-third"};
+    for (int i = 0; i < 3; i++) {
+        char body[300];
+        snprintf(body, sizeof body,
+                 "{\"events\":[{\"id\":\"order-%d\",\"type\":\"stopped\",\"instance\":\"%s\","
+                 "\"machine\":\"m2\",\"service\":\"order\",\"reason\":\"exited\",\"code\":0}]}",
+                 i, stops[i]);
+        assert_int_equal(h_http_json("POST", sd.url, H_TOK_BB, body, &r,
+                                     "/v1/clusters/prod/events"),
+                         0);
+        assert_int_equal(r.status, 200);
+        h_resp_free(&r);
+        h_sleep_ms(20); /* stopped_at_ms apart */
+    }
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "ps", "--state", "stopped",
+                           "--service", "order", "--no-headers", NULL), 0);
+    const char *third = strstr(out, "mm-stop-third"), *second = strstr(out, "zz-stop-second"),
+               *first = strstr(out, "aa-stop-first");
+    assert_true(third && second && first && third < second && second < first);
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "ps", "--state", "stopped",
+                           "--service", "order", "-o", "name", NULL), 0);
+    assert_string_equal(out, "instance/mm-stop-third\ninstance/zz-stop-second\n"
+                             "instance/aa-stop-first\n");
+
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "ps", "-o", "name", NULL), 0);
+    assert_non_null(strstr(out, "instance/zone-m1-1\n"));
+    assert_non_null(strstr(out, "instance/lobby-m2-1\n"));
+    assert_null(strstr(out, "INSTANCE"));
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "ps", "zone-m1-1", "-o", "name",
+                           NULL), 0);
+    assert_string_equal(out, "instance/zone-m1-1\n");
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "machines", "-o", "name", NULL), 0);
+    assert_non_null(strstr(out, "machine/m1\n"));
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "services", "-o", "name", NULL), 0);
+    assert_non_null(strstr(out, "service/zone\n"));
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "clusters", "-o", "name", NULL), 0);
+    assert_non_null(strstr(out, "cluster/prod\n"));
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "events", "--limit", "2", "-o",
+                           "name", NULL), 0);
+    assert_int_equal(strncmp(out, "event/", 6), 0);
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "describe", "m1", "-o", "name",
+                           NULL), 2);
+    assert_non_null(strstr(out, "-o name applies to the list commands"));
 }
 
 /* h_wait_until condition: cluster c1 records a stopped instance of service crashy; its
@@ -857,6 +923,7 @@ int main(void)
         cmocka_unit_test(events_follow_prints_new_events),
         cmocka_unit_test(describe_instance_service_machine),
         cmocka_unit_test(ps_watch_redraws),
+        cmocka_unit_test(ps_stopped_order_and_names),
         cmocka_unit_test(crash_report_in_the_record_and_describe),
         cmocka_unit_test(health_view_and_cors),
         cmocka_unit_test(exit_codes),
