@@ -144,8 +144,9 @@ json_t *ctl_apply_parse(const char *text, size_t len, char *err, size_t errcap);
 /* ---- mistakes on the command line */
 
 #define CTL_SUGGEST_MAX 64 /* longest word ctl_edit_distance compares */
-/* The Levenshtein distance of a and b (insertions, deletions, substitutions), or
- * (size_t)-1 when either is longer than CTL_SUGGEST_MAX. Pure. */
+/* The edit distance of a and b (insertions, deletions, substitutions, and swaps of two
+ * neighbours: "lgos" is 1 from "logs"), or (size_t)-1 when either is longer than
+ * CTL_SUGGEST_MAX. Pure. */
 size_t ctl_edit_distance(const char *a, const char *b);
 /* The name of names[0..n) closest to word within a third of its length (1 to 3 edits),
  * the first of equals; NULL when none is that close. Pure; points into names. */

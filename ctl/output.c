@@ -512,24 +512,25 @@ size_t ctl_edit_distance(const char *a, const char *b)
     size_t la = strlen(a), lb = strlen(b);
     if (la > CTL_SUGGEST_MAX || lb > CTL_SUGGEST_MAX)
         return (size_t)-1;
-    size_t row[CTL_SUGGEST_MAX + 1]; /* one row of the Levenshtein table, b's prefixes */
+    /* the whole table (optimal string alignment): 65 x 65 cells at most */
+    size_t d[CTL_SUGGEST_MAX + 1][CTL_SUGGEST_MAX + 1];
+    for (size_t i = 0; i <= la; i++)
+        d[i][0] = i;
     for (size_t j = 0; j <= lb; j++)
-        row[j] = j;
-    for (size_t i = 1; i <= la; i++) {
-        size_t diag = row[0];
-        row[0] = i;
+        d[0][j] = j;
+    for (size_t i = 1; i <= la; i++)
         for (size_t j = 1; j <= lb; j++) {
-            size_t up = row[j];
-            size_t best = diag + (a[i - 1] != b[j - 1]);
-            if (up + 1 < best)
-                best = up + 1;
-            if (row[j - 1] + 1 < best)
-                best = row[j - 1] + 1;
-            row[j] = best;
-            diag = up;
+            size_t best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < best)
+                best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best)
+                best = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1; /* two neighbours swapped */
+            d[i][j] = best;
         }
-    }
-    return row[lb];
+    return d[la][lb];
 }
 
 const char *ctl_suggest(const char *word, const char *const *names, size_t n)
