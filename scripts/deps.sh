@@ -1,11 +1,12 @@
 # Sourced by the run scripts: installs the Debian packages the project needs when any
 # is missing (apt-get update, then apt-get install -y), as root or through sudo.
 # Extra packages can be passed in SD_EXTRA_PACKAGES. wrk, etcd-server and supervisor are
-# what the benchmarks' smoke runs (ctest -L bench) load serverdir with or compare it to.
+# what the benchmarks' smoke runs (ctest -L bench) load serverdir with or compare it to;
+# zsh runs `sdctl completion zsh` in it.sdctl_help.
 sd_packages="cmake make gcc pkg-config libmicrohttpd-dev libjansson-dev libhiredis-dev
 libcurl4-openssl-dev libssl-dev libjwt-dev libcmocka-dev redis-server redis-tools curl valgrind
 clang libclang-rt-dev haproxy systemd binutils chromium qstat nodejs npm wrk etcd-server
-supervisor ${SD_EXTRA_PACKAGES:-}"
+supervisor zsh ${SD_EXTRA_PACKAGES:-}"
 
 # What the main command (scripts/cluster.sh) needs: the build and the cluster's own
 # programs, not the test tools (valgrind, clang, haproxy, chromium, qstat).

@@ -19,7 +19,7 @@ _sdctl()
 
     local globals="--url --token --cluster -o --no-headers --watch --version --help"
     case $prev in
-        -o) COMPREPLY=($(compgen -W "table wide json yaml" -- "$cur")); return ;;
+        -o) COMPREPLY=($(compgen -W "table wide json yaml name" -- "$cur")); return ;;
         --url|--token|--cluster) return ;;
     esac
 

@@ -320,6 +320,42 @@ static void bash_completion_uses_the_binary(void **state)
     free(out);
 }
 
+/* zsh runs the same completion function through bashcompinit, which fills COMP_WORDS
+ * 1-based and COMP_CWORD = CURRENT - 1 (the function reads them 0-based, ksharrays) and
+ * leaves the filtering by prefix to zsh (compadd): the lists are whole here. */
+static char *zsh_complete(const char *words, int cword)
+{
+    char script[2000], *out;
+    snprintf(script, sizeof script,
+             "PATH=%s:$PATH; source <(sdctl completion zsh); COMP_WORDS=(%s); COMP_CWORD=%d; "
+             "_sdctl; print -r -- \"${COMPREPLY[*]}\"",
+             SD_BIN_DIR, words, cword);
+    const char *argv[] = {"/usr/bin/zsh", "-f", "-c", script, NULL};
+    const char *env[] = {NOWHERE, NULL};
+    assert_int_equal(run(argv, env, &out), 0);
+    return out;
+}
+
+static void zsh_completion_through_bashcompinit(void **state)
+{
+    char *out = zsh_complete("sdctl ps --s", 2);
+    assert_non_null(strstr(out, "--service"));
+    assert_non_null(strstr(out, "--state"));
+    assert_null(strstr(out, "json"));
+    free(out);
+    out = zsh_complete("sdctl --cluster c1 -o j", 4);
+    assert_string_equal(out, "table wide json yaml name\n");
+    free(out);
+    out = zsh_complete("sdctl locks ''", 2);
+    assert_non_null(strstr(out, "force-unlock"));
+    assert_null(strstr(out, "machines"));
+    free(out);
+    out = zsh_complete("sdctl ''", 1);
+    assert_non_null(strstr(out, "completion"));
+    assert_non_null(strstr(out, "machines"));
+    free(out);
+}
+
 int main(void)
 {
     h_init(h_valgrind() ? 240 : 90);
@@ -329,6 +365,7 @@ int main(void)
         cmocka_unit_test(completion_command_prints_the_script),
         cmocka_unit_test(colour_only_on_a_terminal),
         cmocka_unit_test(bash_completion_uses_the_binary),
+        cmocka_unit_test(zsh_completion_through_bashcompinit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
