@@ -246,19 +246,20 @@ static int check_flags(ctl_t *ctl, const ctl_cmd_t *cmd, int argc, char **argv)
     int rc = 0;
     if (argc > 1 && argv[argc - 1][0] == '-' && help_value(help, argv[argc - 1], value, sizeof value))
         rc = ctl_missing_value(cmd->name, argv[argc - 1], value);
+    const char *flags[64]; /* the --flags of the help, cut out of a copy of it */
+    size_t n = 0;
+    char *words = strdup(help);
+    for (char *p = words; p && (p = strstr(p, "--")) && n < 64;) {
+        char *e = p + 2 + strspn(p + 2, "abcdefghijklmnopqrstuvwxyz-");
+        if (e > p + 2 && *e)
+            *e++ = '\0';
+        flags[n++] = p;
+        p = e;
+    }
     for (int k = 1; k < argc && !rc; k++) {
         const char *a = argv[k];
         if (strncmp(a, "--", 2) != 0 || !a[2] || strstr(help, a))
             continue;
-        const char *flags[64]; /* the --flags of the help, cut out in place */
-        size_t n = 0;
-        for (char *p = help; (p = strstr(p, "--")) && n < 64;) {
-            char *e = p + 2 + strspn(p + 2, "abcdefghijklmnopqrstuvwxyz-");
-            if (e > p + 2 && *e)
-                *e++ = '\0';
-            flags[n++] = p;
-            p = e;
-        }
         const char *near = ctl_suggest(a, flags, n);
         if (near) {
             fprintf(stderr, "sdctl %s: unknown option \"%s\"\ndid you mean \"%s\"?\n"
@@ -266,6 +267,7 @@ static int check_flags(ctl_t *ctl, const ctl_cmd_t *cmd, int argc, char **argv)
             rc = CTL_EXIT_USAGE;
         }
     }
+    free(words);
     free(help);
     return rc;
 }

@@ -174,6 +174,7 @@ static void stamp_lines(sd_buf_t *b, int64_t ms)
     size_t lines = 0;
     for (size_t i = 0; i < b->len; i++)
         lines += b->data[i] == '\n';
+    lines += b->len && b->data[b->len - 1] != '\n'; /* a last line still being written */
     size_t from = 0;
     while (b->len - from + lines * STAMP_LEN > b->max && from < b->len) { /* oldest out */
         const char *nl = memchr(b->data + from, '\n', b->len - from);
