@@ -49,8 +49,9 @@ static void usage(FILE *f)
                "logs: the output of one run, from its own log file\n"
                "(STATE_DIR/logs/SERVICE-SLOT/INSTANCE.log: the current run of a slot, or one\n"
                "of the log_runs earlier runs a slot keeps): the last N lines (default 100; 0:\n"
-               "all), those of the file's rotation .1 first when the file holds fewer (just\n"
-               "rotated); -f follows it until it ends (or Ctrl-C).\n"
+               "none, -f then shows only new lines; -1: all, as sdctl logs), those of the\n"
+               "file's rotation .1 first when the file holds fewer (just rotated); -f follows\n"
+               "it until it ends (or Ctrl-C).\n"
                "exit codes (as sdctl's): 0 ok, 1 refused, 2 usage (or several bigbrothers\n"
                "to choose from), 3 bigbrother unreachable or none found, 4 no such instance\n"
                "or service\n");
@@ -315,7 +316,7 @@ static int still_running(const char *sock, const char *id)
     return r;
 }
 
-/* Prints the last `tail` lines (0: all) of instance id's run from its log at path (the
+/* Prints the last `tail` lines (0: none, -1: all, as sdctl logs) of instance id's run from its log at path (the
  * whole file less its header line; the end of path.1 first when the file holds no more
  * than `tail` lines, as after a rotation); with follow, then what the run appends, until
  * bigbrother says it no longer runs, or Ctrl-C. A log rotated while followed (copied to
@@ -329,8 +330,9 @@ static int print_run(const char *sock, const char *path, const char *id, long ta
     }
     sd_buf_t head;
     sd_buf_init(&head, ANSWER_MAX);
-    int ended = bb_log_read_run(f, path, id, tail, &head);
-    if (head.len)
+    /* the run is read to its end either way: a follower goes on from there */
+    int ended = bb_log_read_run(f, path, id, tail == -1 ? 0 : tail == 0 ? 1 : tail, &head);
+    if (head.len && tail != 0)
         fwrite(head.data, 1, head.len, stdout);
     sd_buf_free(&head);
     fflush(stdout);
@@ -411,8 +413,9 @@ int main(int argc, char **argv)
                 follow = 1;
             } else if (!strcmp(argv[i], "--tail") && i + 1 < argc) {
                 tail = strtol(argv[++i], &end, 10);
-                if (*end || tail < 0) {
-                    fprintf(stderr, "bbctl: --tail takes a number of lines (0: all)\n");
+                if (*end || end == argv[i] || tail < -1) {
+                    fprintf(stderr, "bbctl: --tail takes a number of lines (0: none, -1: "
+                                    "all)\n");
                     return CTL_EXIT_USAGE;
                 }
             } else if (argv[i][0] != '-' && !id) {

@@ -335,11 +335,16 @@ static void bbctl_logs_across_rotations(void **state)
     assert_int_equal(bbt_lines_with(out, "first-"), 1);
     assert_int_equal(bbt_lines_with(out, "first-99 "), 1);
     assert_int_equal(bbt_lines_with(out, "after-rotation"), 1);
-    const char *all[] = {BBCTL, "--socket", b.sock, "logs", id, "--tail", "0", NULL};
+    const char *all[] = {BBCTL, "--socket", b.sock, "logs", id, "--tail", "-1", NULL};
     snprintf(out, sizeof(out), "%s/all.out", b.dir);
     assert_int_equal(bbt_run(all, out), 0);
     assert_int_equal(bbt_lines_with(out, "first-"), 100);
     assert_int_equal(bbt_lines_with(out, "=== bigbrother"), 0);
+    /* --tail 0: none, as sdctl logs and kubectl */
+    const char *none[] = {BBCTL, "--socket", b.sock, "logs", id, "--tail", "0", NULL};
+    snprintf(out, sizeof(out), "%s/none.out", b.dir);
+    assert_int_equal(bbt_run(none, out), 0);
+    assert_int_equal(bbt_lines_with(out, ""), 0);
 
     /* a follower across the next rotation */
     const char *follow[] = {BBCTL, "--socket", b.sock, "logs", id, "-f", "--tail", "1", NULL};
