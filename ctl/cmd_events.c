@@ -104,7 +104,9 @@ static int follow(ctl_t *ctl, const char *since, int limit)
             size_t i;
             const json_t *e;
             json_array_foreach(json_object_get(ans, "events"), i, e) {
-                if (ctl->json) {
+                if (ctl->names) {
+                    ctl_print_name("event", e, "seq");
+                } else if (ctl->json) {
                     char *line = json_dumps(e, JSON_COMPACT);
                     if (line)
                         puts(line);

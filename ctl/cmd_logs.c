@@ -7,14 +7,23 @@
 #include "ctl.h"
 #include "sdproto.h"
 
+#define LOGS_SINCE_MAX_MS (720LL * 3600 * 1000) /* the logs port's since_ms bound: 30 days */
+
 SDCTL_CMD("logs", cmd_logs, "an instance's output, live or after it stopped (-f follows)");
 
 static const char usage_text[] =
-    "usage: sdctl logs INSTANCE [--tail N] [-f]\n"
+    "usage: sdctl logs INSTANCE [--tail N] [--since DURATION] [--timestamps] [-f]\n"
     "  Prints the output (stdout and stderr) of one run of an instance: the last N lines\n"
-    "  (default 100; 0: all), read from the bigbrother of its machine, which serves them\n"
-    "  on its logs port (bigbrother's logs_listen; the machine registers it as\n"
-    "  logs_port). -f goes on printing what the instance writes until it stops. A stopped\n"
+    "  (default 100, or all with --since; 0: none, -f then shows only new lines; -1: all,\n"
+    "  up to 10000), read from the bigbrother of its machine, which serves them on its\n"
+    "  logs port (bigbrother's logs_listen; the machine registers it as logs_port). -f goes\n"
+    "  on printing what the instance writes until it stops.\n"
+    "  --timestamps prefixes each line with its time, UTC ISO 8601 in ms\n"
+    "  (2026-11-28T07:20:01.250Z): the time it was written for the lines that come while\n"
+    "  following; the process writes straight into its log, so the lines already there\n"
+    "  carry the log's last write, the latest they can be from. --since DURATION (5s, 2m,\n"
+    "  1h; at most 720h) leaves those out when the log was last written longer ago (they\n"
+    "  are all older) and shows them otherwise (which are older cannot be told). A stopped\n"
     "  instance shows its last output while its machine's log still holds it. The token\n"
     "  is checked by ServerDir (a viewer token of the cluster is enough). Exit code 4 when\n"
     "  the instance or its log is unknown, 3 when its machine cannot be reached.\n";
@@ -52,16 +61,23 @@ int cmd_logs(ctl_t *ctl, int argc, char **argv)
     if (ctl_wants_help(argc, argv, usage_text))
         return CTL_EXIT_OK;
     const char *inst = NULL;
-    long tail = 100;
-    int follow = 0;
+    long tail = -2; /* not given: 100, or all with --since */
+    int follow = 0, stamps = 0;
+    int64_t since = 0;
     for (int i = 1; i < argc; i++) {
         char *end;
         if (!strcmp(argv[i], "-f") || !strcmp(argv[i], "--follow")) {
             follow = 1;
+        } else if (!strcmp(argv[i], "--timestamps")) {
+            stamps = 1;
         } else if (!strcmp(argv[i], "--tail") && i + 1 < argc) {
             tail = strtol(argv[++i], &end, 10);
-            if (*end || end == argv[i] || tail < 0 || tail > 10000)
-                return ctl_usage("logs", "--tail takes 0 to 10000 lines");
+            if (*end || end == argv[i] || tail < -1 || tail > 10000)
+                return ctl_usage("logs", "--tail takes 0 to 10000 lines, or -1 for all");
+        } else if (!strcmp(argv[i], "--since") && i + 1 < argc) {
+            if (ctl_parse_ms(argv[++i], LOGS_SINCE_MAX_MS, &since) || since == 0)
+                return ctl_usage("logs", "--since takes a duration such as 5s, 2m or 1h "
+                                         "(at most 720h)");
         } else if (argv[i][0] != '-' && !inst) {
             inst = argv[i];
         } else {
@@ -79,7 +95,14 @@ int cmd_logs(ctl_t *ctl, int argc, char **argv)
     if (rc != SDC_OK)
         return ctl_fail_clear(rc, &err);
     char path[256], url[512];
-    snprintf(path, sizeof path, "/v1/logs/%s?tail=%ld%s", inst, tail, follow ? "&follow=1" : "");
+    char tail_arg[24], since_arg[48];
+    if (tail == -1 || (tail == -2 && since))
+        snprintf(tail_arg, sizeof tail_arg, "all");
+    else
+        snprintf(tail_arg, sizeof tail_arg, "%ld", tail == -2 ? 100L : tail);
+    snprintf(since_arg, sizeof since_arg, "&since_ms=%lld", (long long)since);
+    snprintf(path, sizeof path, "/v1/logs/%s?tail=%s%s%s%s", inst, tail_arg,
+             follow ? "&follow=1" : "", since ? since_arg : "", stamps ? "&timestamps=1" : "");
     const char *machine = json_string_value(json_object_get(proc, "machine"));
     rc = ctl_bb_url(ctl, machine, path, url, sizeof url, &err);
     if (rc == 1)

@@ -14,12 +14,20 @@ static const char usage_text[] =
     "  ready); --state stopped lists the recently stopped ones with their exit reason.\n"
     "  With INSTANCE, that one process record (exit code 4 when it is unknown).\n"
     "  AGE is the time since the process started (stopped: since it stopped); RESTARTS\n"
-    "  how many times bigbrother restarted its slot after the process ended on its own\n"
-    "  or was killed (not an operator's, the primary's or a session's planned restart;\n"
-    "  the count bbctl status shows). Rows come in instance order, numbers by value\n"
-    "  (zone-2 before zone-10). -o wide adds SLOT, GEN (the slot's run number: every\n"
-    "  start counts), TO_READY (start to ready), the stop's DETAIL and the crash report's\n"
-    "  LAST_OUTPUT line.\n";
+    "  how many times bigbrother restarted its slot after the process ended on its own
+"
+    "  or was killed (not an operator's, the primary's or a session's planned restart;
+"
+    "  the count bbctl status shows). Rows come in instance order, numbers by value
+"
+    "  (zone-2 before zone-10); with --state stopped by the time they stopped, the
+"
+    "  latest first. -o wide adds SLOT, GEN (the slot's run number: every start
+"
+    "  counts), TO_READY (start to ready), the stop's DETAIL and the crash report's
+"
+    "  LAST_OUTPUT line.
+";
 
 /* One process as a row; with wide (-o wide) also SLOT, GEN, TO_READY (start to ready),
  * the stop's DETAIL and the crash report's last line. */
@@ -101,7 +109,9 @@ int cmd_ps(ctl_t *ctl, int argc, char **argv)
         json_decref(ans);
         return CTL_EXIT_NOT_FOUND;
     }
-    if (!one) /* zone-m1-2 before zone-m1-10 */
+    if (!one && f.state && !strcmp(f.state, "stopped")) /* the latest stop first */
+        ctl_sort_newest(json_object_get(ans, "processes"), "stopped_at_ms");
+    else if (!one) /* zone-m1-2 before zone-m1-10 */
         ctl_sort_natural(json_object_get(ans, "processes"), "instance");
     if (ctl->json) {
         ctl_print_json(ans);

@@ -21,6 +21,8 @@ typedef struct ctl {
     const char *cluster;
     int json;   /* -o json or -o yaml (the same answers, printed by ctl_print_json) */
     int wide;   /* -o wide: tables with their extra columns */
+    int names;  /* -o name: list commands print KIND/NAME, one a line (json is set too:
+                   the answers go through ctl_print_json, which prints the names) */
     int color;  /* stdout is a terminal and NO_COLOR is unset */
 } ctl_t;
 
@@ -128,9 +130,9 @@ const char *ctl_jstr(const json_t *v, char *buf, size_t cap);
  * another value), cut where the next pair would not fit in cap. */
 const char *ctl_kv_text(const json_t *obj, char *buf, size_t cap);
 
-/* A duration for a --wait option: a number of milliseconds, or a number with the unit
- * ms, s or m ("500", "500ms", "2s", "1m"), from 0 to max_ms. 0, or -1 when s is not
- * one. */
+/* A duration for a --wait or --since option: a number of milliseconds, or a number with
+ * the unit ms, s, m or h ("500", "500ms", "2s", "1m", "1h"), from 0 to max_ms. 0, or -1
+ * when s is not one. */
 int ctl_parse_ms(const char *s, int64_t max_ms, int64_t *out);
 /* The warm pool of a service record (GET .../services): "4 free / 2 alloc" (its ready
  * unallocated and its allocated instances) when its spec has a pool, else NULL. */
@@ -140,5 +142,32 @@ const char *ctl_pool_text(const json_t *service, char *buf, size_t cap);
  * into a new {NAME: SPEC} object (specs are checked by ServerDir, not here), or NULL with
  * why in err. Pure, for tests and fuzzing. */
 json_t *ctl_apply_parse(const char *text, size_t len, char *err, size_t errcap);
+
+/* ---- mistakes on the command line */
+
+#define CTL_SUGGEST_MAX 64 /* longest word ctl_edit_distance compares */
+/* The edit distance of a and b (insertions, deletions, substitutions, and swaps of two
+ * neighbours: "lgos" is 1 from "logs"), or (size_t)-1 when either is longer than
+ * CTL_SUGGEST_MAX. Pure. */
+size_t ctl_edit_distance(const char *a, const char *b);
+/* The name of names[0..n) closest to word within a third of its length (1 to 3 edits),
+ * the first of equals; NULL when none is that close. Pure; points into names. */
+const char *ctl_suggest(const char *word, const char *const *names, size_t n);
+/* "sdctl CMD: OPT needs a value (WHAT)" on stderr (cmd NULL: a global option); returns
+ * CTL_EXIT_USAGE. */
+int ctl_missing_value(const char *cmd, const char *opt, const char *what);
+/* -o name: "KIND/NAME" on stdout, NAME the string (or number) at item[key] (key NULL:
+ * item itself). */
+void ctl_print_name(const char *kind, const json_t *item, const char *key);
+/* -o name of a whole answer: a line per item of each list it holds (processes ->
+ * instance/NAME, machines, services and static_services, locks -> lock/KEY, allocations,
+ * clusters, servers -> server/ADDRESS, events -> event/SEQ), or one line for a single
+ * record (an allocation, process, machine, service or lock). */
+void ctl_print_names(const json_t *ans);
+/* -o name: ctl_print_json prints ctl_print_names instead. */
+void ctl_output_names(int on);
+/* Sorts an array of objects by the integer member key, the largest first (the newest
+ * first for a time); items without it last. */
+void ctl_sort_newest(json_t *array, const char *key);
 
 #endif

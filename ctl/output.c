@@ -117,9 +117,11 @@ int ctl_switch_cmd(ctl_t *ctl, int argc, char **argv, const ctl_switch_t *sw)
     return ctl_switch_answer(ctl, rc, &err, ans, argv[1], on ? sw->on_word : sw->off_word);
 }
 
-static int yaml_out; /* -o yaml: ctl_print_json prints YAML */
+static int yaml_out;  /* -o yaml: ctl_print_json prints YAML */
+static int names_out; /* -o name: ctl_print_json prints KIND/NAME lines */
 
 void ctl_output_yaml(int on) { yaml_out = on; }
+void ctl_output_names(int on) { names_out = on; }
 
 /* A scalar: numbers, booleans and null as themselves, strings as JSON strings (a JSON
  * string is a valid YAML double-quoted scalar, so any text round-trips); an empty object
@@ -205,6 +207,10 @@ void ctl_print_yaml(FILE *f, const json_t *v)
 
 void ctl_print_json(const json_t *v)
 {
+    if (names_out) {
+        ctl_print_names(v);
+        return;
+    }
     if (yaml_out) {
         ctl_print_yaml(stdout, v);
         return;
@@ -428,7 +434,22 @@ static int by_natural(const void *x, const void *y)
     return ctl_natural_cmp(a ? a : "", b ? b : "");
 }
 
-void ctl_sort_natural(json_t *array, const char *key)
+static void sort_by(json_t *array, const char *key, int (*cmp)(const void *, const void *));
+
+void ctl_sort_natural(json_t *array, const char *key) { sort_by(array, key, by_natural); }
+
+static int by_newest(const void *x, const void *y)
+{
+    const json_t *a = json_object_get(*(json_t *const *)x, sort_key);
+    const json_t *b = json_object_get(*(json_t *const *)y, sort_key);
+    if (!json_is_integer(a) || !json_is_integer(b))
+        return json_is_integer(b) - json_is_integer(a);
+    json_int_t ia = json_integer_value(a), ib = json_integer_value(b);
+    return ia < ib ? 1 : ia > ib ? -1 : 0;
+}
+
+/* Sorts array's objects with cmp (reading the member sort_key). */
+static void sort_by(json_t *array, const char *key, int (*cmp)(const void *, const void *))
 {
     size_t n = json_array_size(array);
     json_t **v = n > 1 ? malloc(n * sizeof *v) : NULL;
@@ -437,19 +458,21 @@ void ctl_sort_natural(json_t *array, const char *key)
     for (size_t i = 0; i < n; i++)
         v[i] = json_incref(json_array_get(array, i));
     sort_key = key;
-    qsort(v, n, sizeof *v, by_natural);
+    qsort(v, n, sizeof *v, cmp);
     json_array_clear(array);
     for (size_t i = 0; i < n; i++)
         json_array_append_new(array, v[i]);
     free(v);
 }
 
+void ctl_sort_newest(json_t *array, const char *key) { sort_by(array, key, by_newest); }
+
 int ctl_parse_ms(const char *s, int64_t max_ms, int64_t *out)
 {
     static const struct {
         const char *unit;
         int64_t ms;
-    } units[] = {{"", 1}, {"ms", 1}, {"s", 1000}, {"m", 60000}};
+    } units[] = {{"", 1}, {"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000}};
     char *end;
     if (!isdigit((unsigned char)*s))
         return -1;
@@ -474,4 +497,93 @@ const char *ctl_pool_text(const json_t *service, char *buf, size_t cap)
              (long long)json_integer_value(json_object_get(pool, "ready_free")),
              (long long)json_integer_value(json_object_get(pool, "allocated")));
     return buf;
+}
+
+/* ---- mistakes: suggestions, missing values, -o name */
+
+size_t ctl_edit_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > CTL_SUGGEST_MAX || lb > CTL_SUGGEST_MAX)
+        return (size_t)-1;
+    /* the whole table (optimal string alignment): 65 x 65 cells at most */
+    size_t d[CTL_SUGGEST_MAX + 1][CTL_SUGGEST_MAX + 1];
+    for (size_t i = 0; i <= la; i++)
+        d[i][0] = i;
+    for (size_t j = 0; j <= lb; j++)
+        d[0][j] = j;
+    for (size_t i = 1; i <= la; i++)
+        for (size_t j = 1; j <= lb; j++) {
+            size_t best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < best)
+                best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best)
+                best = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1; /* two neighbours swapped */
+            d[i][j] = best;
+        }
+    return d[la][lb];
+}
+
+const char *ctl_suggest(const char *word, const char *const *names, size_t n)
+{
+    const char *best = NULL;
+    size_t best_d = (size_t)-1, len = strlen(word);
+    /* a third of the word's length, at least 1 and at most 3 edits: "pss" -> "ps",
+     * not "x" -> "ps" */
+    size_t limit = len / 3 < 1 ? 1 : len / 3 > 3 ? 3 : len / 3;
+    for (size_t i = 0; i < n; i++) {
+        size_t d = ctl_edit_distance(word, names[i]);
+        if (d <= limit && d < best_d) {
+            best = names[i];
+            best_d = d;
+        }
+    }
+    return best;
+}
+
+int ctl_missing_value(const char *cmd, const char *opt, const char *what)
+{
+    fprintf(stderr, "sdctl%s%s: %s needs a value (%s)\n", cmd ? " " : "", cmd ? cmd : "", opt,
+            what);
+    return CTL_EXIT_USAGE;
+}
+
+/* -o name: which member of an answer lists what, and the member of an item that names
+ * it. One item (a get) is named by the first of item_keys it has. */
+static const struct {
+    const char *list, *kind, *key; /* key NULL: the list holds the names themselves */
+} name_lists[] = {{"processes", "instance", "instance"}, {"machines", "machine", "machine"},
+                  {"services", "service", "service"}, {"static_services", "service", "service"},
+                  {"locks", "lock", "key"}, {"allocations", "allocation", "allocation"},
+                  {"clusters", "cluster", NULL}, {"servers", "server", "address"},
+                  {"events", "event", "seq"}};
+static const struct {
+    const char *key, *kind;
+} item_keys[] = {{"allocation", "allocation"}, {"instance", "instance"}, {"machine", "machine"},
+                 {"service", "service"}, {"key", "lock"}};
+
+void ctl_print_name(const char *kind, const json_t *item, const char *key)
+{
+    char buf[400];
+    printf("%s/%s\n", kind, ctl_jstr(key ? json_object_get(item, key) : item, buf, sizeof buf));
+}
+
+void ctl_print_names(const json_t *ans)
+{
+    int lists = 0;
+    for (size_t k = 0; k < sizeof name_lists / sizeof name_lists[0]; k++) {
+        const json_t *items = json_object_get(ans, name_lists[k].list), *it;
+        size_t i;
+        lists |= json_is_array(items);
+        json_array_foreach(items, i, it)
+            ctl_print_name(name_lists[k].kind, it, name_lists[k].key);
+    }
+    for (size_t k = 0; !lists && k < sizeof item_keys / sizeof item_keys[0]; k++)
+        if (json_object_get(ans, item_keys[k].key)) {
+            ctl_print_name(item_keys[k].kind, ans, item_keys[k].key);
+            return;
+        }
 }

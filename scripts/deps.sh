@@ -3,10 +3,11 @@
 # Extra packages can be passed in SD_EXTRA_PACKAGES. wrk, etcd-server and supervisor are
 # what the benchmarks' smoke runs (ctest -L bench) load serverdir with or compare it to;
 # jq, xxd and openssl are what the docs' examples run (it.docs_examples).
+# zsh runs `sdctl completion zsh` in it.sdctl_help.
 sd_packages="cmake make gcc pkg-config libmicrohttpd-dev libjansson-dev libhiredis-dev
 libcurl4-openssl-dev libssl-dev libjwt-dev libcmocka-dev redis-server redis-tools curl jq xxd openssl valgrind
 clang libclang-rt-dev haproxy systemd binutils chromium qstat nodejs npm wrk etcd-server
-supervisor ${SD_EXTRA_PACKAGES:-}"
+supervisor zsh ${SD_EXTRA_PACKAGES:-}"
 
 # What the main command (scripts/cluster.sh) needs: the build and the cluster's own
 # programs, not the test tools (valgrind, clang, haproxy, chromium, qstat).
@@ -44,12 +45,14 @@ sd_build() {
 }
 
 # The npm tools the suite runs (it.openapi_validate: the OpenAPI 3 validator of
-# @apidevtools/swagger-parser), in .npm-tools/ of the repository, pinned; installed when
-# missing.
+# @apidevtools/swagger-parser and the @redocly/cli linter), in .npm-tools/ of the
+# repository, pinned; installed when missing (in one npm install: a later one would
+# prune what it did not name).
 sd_npm_tools() {
     local dir="$SD_ROOT/.npm-tools"
-    [ -f "$dir/node_modules/@apidevtools/swagger-parser/package.json" ] && return 0
+    [ -f "$dir/node_modules/@apidevtools/swagger-parser/package.json" ] &&
+        [ -f "$dir/node_modules/@redocly/cli/package.json" ] && return 0
     echo "installing npm tools into $dir"
     npm install --prefix "$dir" --no-audit --no-fund --no-save --loglevel=error \
-        @apidevtools/swagger-parser@10.1.1 >/dev/null
+        @apidevtools/swagger-parser@10.1.1 @redocly/cli@2.77.0 >/dev/null
 }

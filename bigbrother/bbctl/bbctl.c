@@ -1,14 +1,19 @@
 /* bbctl: the local control tool of bigbrother, over its control socket.
  *
- *   bbctl [--socket PATH] [-o json] status
- *   bbctl [--socket PATH] start|stop|restart TARGET     (instance id, service name or all)
- *   bbctl [--socket PATH] logs INSTANCE [--tail N] [-f] (one run's output: its log file,
- *                                                        STATE_DIR/logs/SERVICE-SLOT/ID.log)
+ *   bbctl [--socket PATH | --machine NAME] [-o json] status
+ *   bbctl [--socket PATH | --machine NAME] start|stop|restart TARGET
+ *                                             (instance id, service name or all)
+ *   bbctl [--socket PATH | --machine NAME] logs INSTANCE [--tail N] [-f]
+ *                                             (one run's output: its log file,
+ *                                              STATE_DIR/logs/SERVICE-SLOT/ID.log)
  *   bbctl --version | version
  *
- * PATH defaults to $BB_CONTROL_SOCKET, else to the control socket of the one bigbrother
- * running on the machine (its --config, read from /proc). Exit codes, the same table as
- * sdctl's: 0 done, 1 refused, 2 usage, 3 bigbrother unreachable, 4 no such target. */
+ * PATH defaults to $BBCTL_SOCKET (or $BB_CONTROL_SOCKET, its older name), else to the
+ * control socket of the one bigbrother running on the machine (its --config, read from
+ * /proc; of machine NAME with --machine), else of the one control socket of the packaged
+ * layout (/var/lib/bigbrother/<cluster>/control.sock). Several found: exit 2 with the
+ * list. Exit codes, the same table as sdctl's: 0 done, 1 refused, 2 usage (or which
+ * bigbrother is ambiguous), 3 bigbrother unreachable (or none found), 4 no such target. */
 #include "instance/bb_instance.h"
 #include "sdlog.h"
 #include "sdutil.h"
@@ -31,37 +36,85 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: bbctl [--socket PATH] [-o json] status\n"
-               "       bbctl [--socket PATH] start|stop|restart TARGET\n"
-               "       bbctl [--socket PATH] logs INSTANCE [--tail N] [-f]\n"
+    fprintf(f, "usage: bbctl [--socket PATH | --machine NAME] [-o json] status\n"
+               "       bbctl [--socket PATH | --machine NAME] start|stop|restart TARGET\n"
+               "       bbctl [--socket PATH | --machine NAME] logs INSTANCE [--tail N] [-f]\n"
                "       bbctl --version | version\n"
                "TARGET: an instance id, a service name, or all. PATH defaults to\n"
-               "$BB_CONTROL_SOCKET, else to the control socket of the one bigbrother running\n"
-               "on this machine (its config's control_socket, by default\n"
-               "STATE_DIR/control.sock); with several, --socket picks one.\n"
+               "$BBCTL_SOCKET, else to the control socket of the one bigbrother running on\n"
+               "this machine (its config's control_socket, by default\n"
+               "STATE_DIR/control.sock; --machine NAME: the one whose config says machine\n"
+               "NAME), else to the one /var/lib/bigbrother/*/control.sock. With several,\n"
+               "bbctl lists them (exit 2) for --socket, --machine or BBCTL_SOCKET to choose.\n"
                "logs: the output of one run, from its own log file\n"
                "(STATE_DIR/logs/SERVICE-SLOT/INSTANCE.log: the current run of a slot, or one\n"
                "of the log_runs earlier runs a slot keeps): the last N lines (default 100; 0:\n"
-               "all), those of the file's rotation .1 first when the file holds fewer (just\n"
-               "rotated); -f follows it until it ends (or Ctrl-C).\n"
-               "exit codes (as sdctl's): 0 ok, 1 refused, 2 usage, 3 bigbrother unreachable,\n"
-               "4 no such instance or service\n");
+               "none, -f then shows only new lines; -1: all, as sdctl logs), those of the\n"
+               "file's rotation .1 first when the file holds fewer (just rotated); -f follows\n"
+               "it until it ends (or Ctrl-C).\n"
+               "exit codes (as sdctl's): 0 ok, 1 refused, 2 usage (or several bigbrothers\n"
+               "to choose from), 3 bigbrother unreachable or none found, 4 no such instance\n"
+               "or service\n");
 }
 
-/* The control socket of the one bigbrother running on this machine: every process whose
- * executable is named bigbrother, its --config read as bigbrother reads it. 0 with the
- * path in out; -1 with why printed (none, several, unreadable config). */
-static int find_socket(char *out, size_t cap)
+/* The bigbrothers bbctl can find on this machine. */
+#define FOUND_MAX 16
+typedef struct {
+    char sock[BB_SOCK_PATH_MAX];
+    char machine[SD_NAME_MAX + 1]; /* "" when not known (a socket found on disk) */
+    long pid;                      /* 0 when not known */
+} found_t;
+
+/* The path of the --config of the bigbrother process pid, from its command line (args,
+ * len bytes, NUL-separated), relative paths against its working directory, into out; 0
+ * when pid does not run bigbrother with a --config. */
+static int proc_config(long pid, const char *exe, const char *args, size_t len, char *out,
+                       size_t cap)
+{
+    const char *base = strrchr(exe, '/');
+    base = base ? base + 1 : exe;
+    /* the program is bigbrother, or runs it (valgrind bigbrother --config ...): its
+     * options follow the argument named bigbrother */
+    int is_bb = strcmp(base, "bigbrother") == 0;
+    const char *config = NULL; /* "--config" PATH or "--config=PATH" or "-c" PATH */
+    for (size_t i = 0; i < len; i += strlen(args + i) + 1) {
+        const char *a = args + i, *ab = strrchr(a, '/');
+        size_t next = i + strlen(a) + 1;
+        if (!strcmp(ab ? ab + 1 : a, "bigbrother"))
+            is_bb = 1;
+        else if (!is_bb)
+            continue;
+        else if ((!strcmp(a, "--config") || !strcmp(a, "-c")) && next < len)
+            config = args + next;
+        else if (!strncmp(a, "--config=", 9))
+            config = a + 9;
+    }
+    if (!is_bb || !config)
+        return 0;
+    if (config[0] == '/') {
+        snprintf(out, cap, "%s", config);
+        return 1;
+    }
+    char path[64], cwd[4096];
+    snprintf(path, sizeof path, "/proc/%ld/cwd", pid);
+    ssize_t m = readlink(path, cwd, sizeof cwd - 1);
+    if (m <= 0)
+        return 0;
+    cwd[m] = '\0';
+    snprintf(out, cap, "%s/%s", cwd, config);
+    return 1;
+}
+
+/* Every bigbrother process of this machine (an executable named bigbrother, or one run
+ * by another program), its control socket and machine read from its --config as
+ * bigbrother reads it, into found. Returns how many (at most FOUND_MAX kept), -1 when
+ * /proc cannot be listed. */
+static int find_running(found_t *found)
 {
     DIR *d = opendir("/proc");
-    if (!d) {
-        fprintf(stderr, "bbctl: cannot list /proc: %s\n", strerror(errno));
+    if (!d)
         return -1;
-    }
-    enum { SHOWN_MAX = 16 };
-    char socks[SHOWN_MAX][BB_SOCK_PATH_MAX];
-    long pids[SHOWN_MAX];
-    int found = 0;
+    int n = 0;
     sd_log_set_level(SD_LOG_ERROR); /* the configs' own warnings are bigbrother's to say */
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
@@ -69,80 +122,104 @@ static int find_socket(char *out, size_t cap)
         long pid = strtol(e->d_name, &end, 10);
         if (*end || pid <= 0)
             continue;
-        char path[64], exe[4096], args[8192];
+        char path[64], exe[4096], args[8192], cfgpath[4352];
         snprintf(path, sizeof path, "/proc/%ld/exe", pid);
-        ssize_t n = readlink(path, exe, sizeof exe - 1);
-        if (n <= 0)
+        ssize_t len = readlink(path, exe, sizeof exe - 1);
+        if (len <= 0)
             continue;
-        exe[n] = '\0';
-        const char *base = strrchr(exe, '/');
-        base = base ? base + 1 : exe;
+        exe[len] = '\0';
         snprintf(path, sizeof path, "/proc/%ld/cmdline", pid);
         FILE *f = fopen(path, "r");
         if (!f)
             continue;
-        size_t len = fread(args, 1, sizeof args - 1, f);
+        size_t alen = fread(args, 1, sizeof args - 1, f);
         fclose(f);
-        args[len] = '\0';
-        /* the program is bigbrother, or runs it (valgrind bigbrother --config ...): its
-         * options follow the argument named bigbrother */
-        int is_bb = strcmp(base, "bigbrother") == 0;
-        const char *config = NULL; /* "--config" PATH or "--config=PATH" or "-c" PATH */
-        for (size_t i = 0; i < len; i += strlen(args + i) + 1) {
-            const char *a = args + i, *ab = strrchr(a, '/');
-            size_t next = i + strlen(a) + 1;
-            if (!strcmp(ab ? ab + 1 : a, "bigbrother"))
-                is_bb = 1;
-            else if (!is_bb)
-                continue;
-            else if ((!strcmp(a, "--config") || !strcmp(a, "-c")) && next < len)
-                config = args + next;
-            else if (!strncmp(a, "--config=", 9))
-                config = a + 9;
-        }
-        if (!is_bb)
+        args[alen] = '\0';
+        if (!proc_config(pid, exe, args, alen, cfgpath, sizeof cfgpath))
             continue;
-        if (!config)
-            continue;
-        char cfgpath[4352];
-        if (config[0] == '/') {
-            snprintf(cfgpath, sizeof cfgpath, "%s", config);
-        } else { /* relative to that process's working directory */
-            char cwd[4096];
-            snprintf(path, sizeof path, "/proc/%ld/cwd", pid);
-            ssize_t m = readlink(path, cwd, sizeof cwd - 1);
-            if (m <= 0)
-                continue;
-            cwd[m] = '\0';
-            snprintf(cfgpath, sizeof cfgpath, "%s/%s", cwd, config);
-        }
         bb_config_t cfg;
         char err[512];
         if (bb_config_load(cfgpath, &cfg, err, sizeof err)) {
             fprintf(stderr, "bbctl: bigbrother (pid %ld): %s\n", pid, err);
             continue;
         }
-        if (found < SHOWN_MAX) {
-            sd_strlcpy(socks[found], cfg.control_socket, sizeof socks[found]);
-            pids[found] = pid;
+        if (n < FOUND_MAX) {
+            sd_strlcpy(found[n].sock, cfg.control_socket, sizeof found[n].sock);
+            sd_strlcpy(found[n].machine, cfg.machine, sizeof found[n].machine);
+            found[n].pid = pid;
+            n++;
         }
-        found++;
         bb_config_free(&cfg);
     }
     closedir(d);
-    if (found == 1) {
-        sd_strlcpy(out, socks[0], cap);
-        return 0;
+    return n;
+}
+
+/* The packaged layout's control sockets (STATE_DIR/control.sock for a state dir
+ * BB_STATE_ROOT/<cluster>, packaging/bigbrother.json), for a bigbrother whose process
+ * cannot be read (another user's /proc entry). Returns how many, into found. */
+#define BB_STATE_ROOT "/var/lib/bigbrother"
+static int find_on_disk(found_t *found)
+{
+    DIR *d = opendir(BB_STATE_ROOT);
+    int n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL && n < FOUND_MAX) {
+        struct stat st;
+        char *path = NULL;
+        if (e->d_name[0] != '.' &&
+            asprintf(&path, "%s/%s/control.sock", BB_STATE_ROOT, e->d_name) > 0 &&
+            strlen(path) < BB_SOCK_PATH_MAX && stat(path, &st) == 0 && S_ISSOCK(st.st_mode)) {
+            found[n] = (found_t){.pid = 0};
+            sd_strlcpy(found[n].sock, path, sizeof found[n].sock);
+            n++;
+        }
+        free(path);
     }
-    if (found == 0) {
-        fprintf(stderr, "bbctl: no bigbrother runs on this machine (or --socket PATH, "
-                        "BB_CONTROL_SOCKET)\n");
-        return -1;
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* The control socket to use when no --socket and no BBCTL_SOCKET / BB_CONTROL_SOCKET
+ * named one: the one bigbrother found on this machine (among those of machine, when not
+ * NULL), into out. CTL_EXIT_OK; CTL_EXIT_USAGE when several are found (listed, with how
+ * to choose); CTL_EXIT_UNAVAILABLE when none is (saying where bbctl looked). */
+static int find_socket(const char *machine, char *out, size_t cap)
+{
+    found_t all[FOUND_MAX], *pick[FOUND_MAX];
+    int n = find_running(all), from_proc = n > 0;
+    if (n <= 0)
+        n = find_on_disk(all);
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (!machine || !strcmp(all[i].machine, machine))
+            pick[k++] = &all[i];
+    if (k == 1) {
+        sd_strlcpy(out, pick[0]->sock, cap);
+        return CTL_EXIT_OK;
     }
-    fprintf(stderr, "bbctl: %d bigbrothers run here; pick one:\n", found);
-    for (int i = 0; i < found && i < SHOWN_MAX; i++)
-        fprintf(stderr, "  pid %ld: --socket %s\n", pids[i], socks[i]);
-    return -1;
+    if (k == 0) {
+        if (machine && n)
+            fprintf(stderr, "bbctl: no bigbrother of machine '%s' runs here (%d other%s)\n",
+                    machine, n, n == 1 ? "" : "s");
+        else
+            fprintf(stderr, "bbctl: no bigbrother found: no process named bigbrother with a "
+                            "--config in /proc, no control socket in %s/*/control.sock; "
+                            "name one with --socket PATH or BBCTL_SOCKET\n", BB_STATE_ROOT);
+        return CTL_EXIT_UNAVAILABLE;
+    }
+    fprintf(stderr, "bbctl: %d bigbrothers %s; choose one with --socket PATH, --machine NAME "
+                    "or BBCTL_SOCKET=PATH:\n",
+            k, from_proc ? "run here" : "have a control socket here");
+    for (int i = 0; i < k; i++) {
+        if (pick[i]->pid)
+            fprintf(stderr, "  machine %s (pid %ld): --socket %s\n", pick[i]->machine,
+                    pick[i]->pid, pick[i]->sock);
+        else
+            fprintf(stderr, "  --socket %s\n", pick[i]->sock);
+    }
+    return CTL_EXIT_USAGE;
 }
 
 /* Sends one request line and reads the whole answer. Returns the parsed JSON or NULL
@@ -239,7 +316,7 @@ static int still_running(const char *sock, const char *id)
     return r;
 }
 
-/* Prints the last `tail` lines (0: all) of instance id's run from its log at path (the
+/* Prints the last `tail` lines (0: none, -1: all, as sdctl logs) of instance id's run from its log at path (the
  * whole file less its header line; the end of path.1 first when the file holds no more
  * than `tail` lines, as after a rotation); with follow, then what the run appends, until
  * bigbrother says it no longer runs, or Ctrl-C. A log rotated while followed (copied to
@@ -253,8 +330,9 @@ static int print_run(const char *sock, const char *path, const char *id, long ta
     }
     sd_buf_t head;
     sd_buf_init(&head, ANSWER_MAX);
-    int ended = bb_log_read_run(f, path, id, tail, &head);
-    if (head.len)
+    /* the run is read to its end either way: a follower goes on from there */
+    int ended = bb_log_read_run(f, path, id, tail == -1 ? 0 : tail == 0 ? 1 : tail, &head);
+    if (head.len && tail != 0)
         fwrite(head.data, 1, head.len, stdout);
     sd_buf_free(&head);
     fflush(stdout);
@@ -298,15 +376,19 @@ static int print_run(const char *sock, const char *path, const char *id, long ta
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {{"socket", required_argument, NULL, 's'},
+                                         {"machine", required_argument, NULL, 'm'},
                                          {"output", required_argument, NULL, 'o'},
                                          {"help", no_argument, NULL, 'h'},
                                          {"version", no_argument, NULL, 'V'},
                                          {NULL, 0, NULL, 0}};
-    const char *path = getenv("BB_CONTROL_SOCKET");
+    const char *path = getenv("BBCTL_SOCKET"), *machine = NULL;
+    if (!path || !path[0])
+        path = getenv("BB_CONTROL_SOCKET"); /* the name before BBCTL_SOCKET */
     int as_json = 0, o;
-    while ((o = getopt_long(argc, argv, "+s:o:hV", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, "+s:m:o:hV", opts, NULL)) != -1) {
         switch (o) {
         case 's': path = optarg; break;
+        case 'm': machine = optarg; break;
         case 'o':
             if (strcmp(optarg, "json")) {
                 fprintf(stderr, "bbctl: -o takes json\n");
@@ -331,8 +413,9 @@ int main(int argc, char **argv)
                 follow = 1;
             } else if (!strcmp(argv[i], "--tail") && i + 1 < argc) {
                 tail = strtol(argv[++i], &end, 10);
-                if (*end || tail < 0) {
-                    fprintf(stderr, "bbctl: --tail takes a number of lines (0: all)\n");
+                if (*end || end == argv[i] || tail < -1) {
+                    fprintf(stderr, "bbctl: --tail takes a number of lines (0: none, -1: "
+                                    "all)\n");
                     return CTL_EXIT_USAGE;
                 }
             } else if (argv[i][0] != '-' && !id) {
@@ -347,9 +430,10 @@ int main(int argc, char **argv)
             return CTL_EXIT_USAGE;
         }
         char found[BB_SOCK_PATH_MAX], req[SD_NAME_MAX + 16];
-        if (!path || !path[0]) {
-            if (find_socket(found, sizeof found))
-                return CTL_EXIT_UNAVAILABLE;
+        if (machine || !path || !path[0]) {
+            int rc = find_socket(machine, found, sizeof found);
+            if (rc != CTL_EXIT_OK)
+                return rc;
             path = found;
         }
         snprintf(req, sizeof req, "logs %s\n", id);
@@ -380,9 +464,10 @@ int main(int argc, char **argv)
         return CTL_EXIT_USAGE;
     }
     char found[BB_SOCK_PATH_MAX];
-    if (!path || !path[0]) {
-        if (find_socket(found, sizeof found))
-            return CTL_EXIT_UNAVAILABLE;
+    if (machine || !path || !path[0]) {
+        int frc = find_socket(machine, found, sizeof found);
+        if (frc != CTL_EXIT_OK)
+            return frc;
         path = found;
     }
     char req[600];

@@ -2,15 +2,26 @@
  * logs_port): the output and the health of the instances this bigbrother runs, for
  * sdctl logs / describe and the dashboard on any machine, without SSH.
  *
- *   GET /v1/logs/{instance}[?tail=N][&follow=1]     Authorization: Bearer TOKEN
+ *   GET /v1/logs/{instance}[?tail=N|all][&follow=1][&since_ms=MS][&timestamps=1]
+ *                                                   Authorization: Bearer TOKEN
  *   GET /v1/health                                  (every instance here)
  *   GET /v1/health/{instance}                       (the current run of a slot)
  *
- * /v1/logs answers text/plain: the last N lines (default 100, 0 all, at most 10,000) of
- * that run's output, read from its log (STATE_DIR/logs/<service>-<slot>/<instance>.log,
- * less its header line; the lines of its .1 first when N is 0 or the file holds no more
- * than N lines, as after a rotation); with follow=1 and a live instance, then what it
- * writes (from the file's new start after a rotation truncated it), until the run ends.
+ * /v1/logs answers text/plain: the last N lines (default 100, at most 10,000; 0 none, as
+ * kubectl's --tail 0; all: every line, up to 10,000) of that run's output, read from its
+ * log (STATE_DIR/logs/<service>-<slot>/<instance>.log, less its header line; the lines of
+ * its .1 first for all or when the file holds no more than N lines, as after a
+ * rotation); with follow=1 and a live instance, then what it writes (from the file's new
+ * start after a rotation truncated it), until the run ends.
+ *
+ * The process writes straight into its log (it outlives bigbrother's restarts), so no
+ * line carries the time it was written. timestamps=1 prefixes each line with a UTC ISO
+ * 8601 time in ms and a space ("2026-11-28T07:20:01.250Z "): for a line that arrives
+ * while following, the time this port read it (woken by inotify at the write); for the
+ * lines already in the log, the file's last write, the latest they can have been
+ * written. since_ms=MS (1 to 30 days) leaves out those earlier lines when the file was
+ * last written more than MS ago (they are all older), and otherwise keeps them (which
+ * are older cannot be told).
  * /v1/health answers the health view's JSON (health.c: heartbeat age, probe failures).
  *
  * The caller's token is checked by ServerDir: an instance's request is served when GET
@@ -68,6 +79,8 @@
 #define TAIL_DEFAULT 100
 #define TAIL_MAX BB_LOG_LINES_MAX
 #define FOLLOW_CHECK_MS 2000 /* how often a follower asks ServerDir whether the run lives */
+#define SINCE_MAX_MS (30LL * 86400 * 1000)
+#define STAMP_LEN 25 /* "2026-11-28T07:20:01.250Z " */
 #define FOLLOW_POLL_MS 200 /* the longest wait without a look at the file */
 #define LOGS_CONNECTIONS 16
 #define LOGS_SLACK 4        /* accepted beyond 16 while the ones they evicted close */
@@ -87,6 +100,8 @@ typedef struct {
     sd_buf_t head;      /* the tail already read, sent first */
     size_t head_off;
     int follow, ended;
+    int stamps;     /* timestamps=1: each line prefixed with its time */
+    int line_start; /* the next byte sent starts a line (its stamp goes first) */
     int64_t checked_ms;
     int ino; /* inotify fd watching the log for writes (-1: none, the timeout only) */
 } run_t;
@@ -137,6 +152,63 @@ static int check_caller(const char *token, const char *id, int *live)
     return status;
 }
 
+/* "2026-11-28T07:20:01.250Z " for the wall-clock time ms into out (STAMP_LEN + 1). */
+static void stamp_format(int64_t ms, char *out)
+{
+    time_t t = (time_t)(ms / 1000);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    char day[24];
+    strftime(day, sizeof day, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(out, STAMP_LEN + 1, "%.19s.%03uZ ", day, (unsigned)(ms % 1000) % 1000u);
+}
+
+/* Rewrites the lines of b with the stamp of ms before each (timestamps=1 on the lines
+ * already in the log); lines that would pass b's cap are dropped from the front. */
+static void stamp_lines(sd_buf_t *b, int64_t ms)
+{
+    char stamp[STAMP_LEN + 1];
+    stamp_format(ms, stamp);
+    sd_buf_t out;
+    sd_buf_init(&out, b->max);
+    size_t lines = 0;
+    for (size_t i = 0; i < b->len; i++)
+        lines += b->data[i] == '\n';
+    lines += b->len && b->data[b->len - 1] != '\n'; /* a last line still being written */
+    size_t from = 0;
+    while (b->len - from + lines * STAMP_LEN > b->max && from < b->len) { /* oldest out */
+        const char *nl = memchr(b->data + from, '\n', b->len - from);
+        from = nl ? (size_t)(nl - b->data) + 1 : b->len;
+        lines--;
+    }
+    for (size_t at = from; at < b->len;) {
+        const char *nl = memchr(b->data + at, '\n', b->len - at);
+        size_t end = nl ? (size_t)(nl - b->data) + 1 : b->len;
+        sd_buf_append(&out, stamp, STAMP_LEN);
+        sd_buf_append(&out, b->data + at, end - at);
+        at = end;
+    }
+    sd_buf_free(b);
+    *b = out;
+}
+
+/* A followed line (or the next piece of a long one) into buf: its stamp first when it
+ * starts a line and r stamps. Returns the bytes written (max > STAMP_LEN). */
+static size_t follow_emit(run_t *r, char *buf, size_t max, const char *line, size_t n)
+{
+    size_t o = 0;
+    if (r->stamps && r->line_start) {
+        char stamp[STAMP_LEN + 1];
+        stamp_format(sd_wall_ms(), stamp);
+        memcpy(buf, stamp, STAMP_LEN);
+        o = STAMP_LEN;
+    }
+    n = n < max - o ? n : max - o;
+    memcpy(buf + o, line, n);
+    r->line_start = n > 0 && line[n - 1] == '\n';
+    return o + n;
+}
+
 static ssize_t run_reader(void *cls, uint64_t pos, char *buf, size_t max)
 {
     (void)pos;
@@ -170,11 +242,11 @@ static ssize_t run_reader(void *cls, uint64_t pos, char *buf, size_t max)
                 r->ended = 1;
                 return MHD_CONTENT_READER_END_OF_STREAM;
             }
-            n = n < max ? n : max;
-            memcpy(buf, line, n);
-            if (n < strlen(line))
-                fseek(r->f, at + (long)n, SEEK_SET);
-            return (ssize_t)n;
+            size_t stamp = r->stamps && r->line_start ? STAMP_LEN : 0;
+            size_t sent = follow_emit(r, buf, max, line, n) - stamp;
+            if (sent < n)
+                fseek(r->f, at + (long)sent, SEEK_SET);
+            return (ssize_t)(sent + stamp);
         }
     wait:
         if (atomic_load(&stopping))
@@ -186,10 +258,8 @@ static ssize_t run_reader(void *cls, uint64_t pos, char *buf, size_t max)
                 r->follow = 0; /* what is left, then the end */
                 clearerr(r->f);
                 if (fgets(line, sizeof line, r->f) && bb_log_header(line, r->id) != 2) {
-                    size_t n = strlen(line) < max ? strlen(line) : max;
-                    memcpy(buf, line, n);
                     r->follow = 1;
-                    return (ssize_t)n;
+                    return (ssize_t)follow_emit(r, buf, max, line, strlen(line));
                 }
                 return MHD_CONTENT_READER_END_OF_STREAM;
             }
@@ -535,11 +605,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return health_answer(conn, auth + 7, id);
     const char *ts = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "tail");
     const char *fs = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "follow");
-    int64_t tail = TAIL_DEFAULT;
-    if (ts && sd_parse_i64(ts, 0, TAIL_MAX, &tail))
-        return text(conn, MHD_HTTP_BAD_REQUEST, "tail must be 0 to 10000\n");
+    const char *ss = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "since_ms");
+    const char *tss = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "timestamps");
+    int64_t tail = TAIL_DEFAULT, since = 0;
+    int all = ts && !strcmp(ts, "all");
+    if (ts && !all && sd_parse_i64(ts, 0, TAIL_MAX, &tail))
+        return text(conn, MHD_HTTP_BAD_REQUEST, "tail must be 0 to 10000, or all\n");
     if (fs && strcmp(fs, "0") && strcmp(fs, "1"))
         return text(conn, MHD_HTTP_BAD_REQUEST, "follow must be 0 or 1\n");
+    if (ss && sd_parse_i64(ss, 1, SINCE_MAX_MS, &since))
+        return text(conn, MHD_HTTP_BAD_REQUEST, "since_ms must be 1 to 2592000000 (30 days)\n");
+    if (tss && strcmp(tss, "0") && strcmp(tss, "1"))
+        return text(conn, MHD_HTTP_BAD_REQUEST, "timestamps must be 0 or 1\n");
     int live = 0, status = check_caller(auth + 7, id, &live);
     if (status != MHD_HTTP_OK)
         return text(conn, (unsigned)status,
@@ -555,12 +632,23 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     sd_strlcpy(r->id, id, sizeof r->id);
     sd_strlcpy(r->token, auth + 7, sizeof r->token);
     r->follow = fs && !strcmp(fs, "1") && live;
+    r->stamps = tss && !strcmp(tss, "1");
+    r->line_start = 1;
     r->checked_ms = sd_mono_ms();
-    if (bb_log_find(id, path, sizeof path) || !(r->f = fopen(path, "r"))) {
+    struct stat st;
+    if (bb_log_find(id, path, sizeof path) || !(r->f = fopen(path, "r")) ||
+        fstat(fileno(r->f), &st)) {
         run_free(r);
         return text(conn, MHD_HTTP_NOT_FOUND, "no log of that instance here\n");
     }
-    r->ended = bb_log_read_run(r->f, path, id, (long)tail, &r->head);
+    /* read to the run's end either way (a follower goes on from there); what was read
+     * is sent unless tail=0 or since_ms says it is all older */
+    int64_t written_ms = (int64_t)st.st_mtim.tv_sec * 1000 + st.st_mtim.tv_nsec / 1000000;
+    r->ended = bb_log_read_run(r->f, path, id, all ? 0 : tail ? (long)tail : 1, &r->head);
+    if ((!all && tail == 0) || (since && sd_wall_ms() - written_ms > since))
+        r->head.len = 0;
+    else if (r->stamps)
+        stamp_lines(&r->head, written_ms);
     if (r->follow && !r->ended) { /* without inotify, the wait is the timeout alone */
         r->ino = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
         if (r->ino >= 0 && inotify_add_watch(r->ino, path, IN_MODIFY) < 0) {
@@ -578,7 +666,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     MHD_add_response_header(resp, "Content-Type", "text/plain; charset=utf-8");
     enum MHD_Result ret = MHD_queue_response(conn, MHD_HTTP_OK, resp);
     MHD_destroy_response(resp);
-    log_info("logs served", "instance=%s tail=%lld follow=%d", id, (long long)tail, r->follow);
+    log_info("logs served", "instance=%s tail=%s follow=%d since_ms=%lld timestamps=%d", id,
+             ts ? ts : "100", r->follow, (long long)since, r->stamps);
     return ret;
 }
 

@@ -335,11 +335,16 @@ static void bbctl_logs_across_rotations(void **state)
     assert_int_equal(bbt_lines_with(out, "first-"), 1);
     assert_int_equal(bbt_lines_with(out, "first-99 "), 1);
     assert_int_equal(bbt_lines_with(out, "after-rotation"), 1);
-    const char *all[] = {BBCTL, "--socket", b.sock, "logs", id, "--tail", "0", NULL};
+    const char *all[] = {BBCTL, "--socket", b.sock, "logs", id, "--tail", "-1", NULL};
     snprintf(out, sizeof(out), "%s/all.out", b.dir);
     assert_int_equal(bbt_run(all, out), 0);
     assert_int_equal(bbt_lines_with(out, "first-"), 100);
     assert_int_equal(bbt_lines_with(out, "=== bigbrother"), 0);
+    /* --tail 0: none, as sdctl logs and kubectl */
+    const char *none[] = {BBCTL, "--socket", b.sock, "logs", id, "--tail", "0", NULL};
+    snprintf(out, sizeof(out), "%s/none.out", b.dir);
+    assert_int_equal(bbt_run(none, out), 0);
+    assert_int_equal(bbt_lines_with(out, ""), 0);
 
     /* a follower across the next rotation */
     const char *follow[] = {BBCTL, "--socket", b.sock, "logs", id, "-f", "--tail", "1", NULL};
@@ -400,8 +405,8 @@ static void bbctl_status_restart_stop_start(void **state)
         snprintf(pidtxt, sizeof(pidtxt), " %d ", (int)again[1]);
         assert_true(bbt_file_has(out, pidtxt));
     } else {
-        assert_int_equal(rc, 3);
-        assert_true(bbt_file_has(out, "bigbrothers run here; pick one"));
+        assert_int_equal(rc, 2);
+        assert_true(bbt_file_has(out, "bigbrothers run here; choose one with --socket PATH"));
         assert_true(bbt_file_has(out, b.sock));
     }
     const char *version[] = {BBCTL, "--version", NULL};
@@ -492,6 +497,61 @@ static void agent_with_another_instance_id_is_rejected(void **state)
     h_stop(b.pid, 3000);
 }
 
+/* A bigbrother of machine `machine` with no service (its own config, the harness's names
+ * machine m1). */
+static void start_machine(bbt_t *b, const char *machine)
+{
+    bbt_dirs(b);
+    char text[600];
+    snprintf(text, sizeof text,
+             "{\"machine\": \"%s\", \"cluster\": \"c1\", \"state_dir\": \"%s\", "
+             "\"services\": []}", machine, b->state);
+    snprintf(b->cfg, sizeof b->cfg, "%s", h_write_file(b->dir, "bb.json", text, 0644));
+    assert_true(bbt_start(b) > 0);
+}
+
+/* Two bigbrothers on the machine (the suite may run more): bbctl without --socket lists
+ * them with their machine names and exits 2 (usage: which one is the caller's to say);
+ * --machine NAME or BBCTL_SOCKET picks one; a --machine nobody runs is exit 3. */
+static void bbctl_chooses_among_several(void **state)
+{
+    bbt_t b1 = {0}, b2 = {0};
+    char m1[64], m2[64], out[300];
+    snprintf(m1, sizeof m1, "bbctl-a-%d", (int)getpid());
+    snprintf(m2, sizeof m2, "bbctl-b-%d", (int)getpid());
+    start_machine(&b1, m1);
+    start_machine(&b2, m2);
+    snprintf(out, sizeof out, "%s/bbctl.out", b1.dir);
+
+    const char *any[] = {BBCTL, "status", NULL};
+    assert_int_equal(bbt_run(any, out), 2);
+    char line[800];
+    snprintf(line, sizeof line, "machine %s (pid %d): --socket %s", m1, (int)b1.pid, b1.sock);
+    assert_true(bbt_file_has(out, line));
+    snprintf(line, sizeof line, "machine %s (pid %d): --socket %s", m2, (int)b2.pid, b2.sock);
+    assert_true(bbt_file_has(out, line));
+    assert_true(bbt_file_has(out, "--machine NAME"));
+
+    snprintf(out, sizeof out, "%s/bbctl-machine.out", b1.dir); /* bbt_run appends */
+    const char *by_machine[] = {BBCTL, "--machine", m2, "-o", "json", "status", NULL};
+    assert_int_equal(bbt_run(by_machine, out), 0);
+    assert_true(bbt_file_has(out, m2));
+    assert_false(bbt_file_has(out, m1));
+
+    setenv("BBCTL_SOCKET", b1.sock, 1);
+    snprintf(out, sizeof out, "%s/bbctl-env.out", b1.dir);
+    const char *by_env[] = {BBCTL, "-o", "json", "status", NULL};
+    assert_int_equal(bbt_run(by_env, out), 0);
+    assert_true(bbt_file_has(out, m1));
+    unsetenv("BBCTL_SOCKET");
+
+    const char *nobody[] = {BBCTL, "--machine", "no-such-machine", "status", NULL};
+    assert_int_equal(bbt_run(nobody, out), 3);
+    assert_true(bbt_file_has(out, "no bigbrother of machine 'no-such-machine'"));
+    h_stop(b1.pid, 3000);
+    h_stop(b2.pid, 3000);
+}
+
 int main(void)
 {
     h_init(70);
@@ -502,6 +562,7 @@ int main(void)
         cmocka_unit_test(lock_file_stops_a_second_bigbrother),
         cmocka_unit_test(config_errors_name_file_and_field),
         cmocka_unit_test(bbctl_status_restart_stop_start),
+        cmocka_unit_test(bbctl_chooses_among_several),
         cmocka_unit_test(bbctl_logs_of_runs),
         cmocka_unit_test(bbctl_logs_across_rotations),
         cmocka_unit_test(agent_with_another_instance_id_is_rejected),

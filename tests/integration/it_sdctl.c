@@ -11,7 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <glob.h>
+#include <sys/time.h>
 #include <sys/wait.h>
+#include <time.h>
 
 #include "harness.h"
 #include "harness_stack.h"
@@ -21,6 +24,7 @@
 
 static h_redis_t redis;
 static h_serverdir_t sd;
+static char bb_logs_url[64]; /* the logs port of the bigbrother of the crash report test */
 
 static int setup(void **state)
 {
@@ -357,11 +361,11 @@ static void describe_instance_service_machine(void **state)
     assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "describe", "m1", "--cluster",
                            "other", NULL), 4);
 
-    /* bash completion of names (packaging/bash-completion/sdctl, sdctl __complete names):
+    /* bash completion of names (ctl/completion/sdctl.bash, sdctl __complete names):
      * `sdctl --url U --token T --cluster prod describe zo<TAB>` offers the instance */
     char script[2048], path_env[4200], cpath[300];
     snprintf(script, sizeof script,
-             "source %s/packaging/bash-completion/sdctl; "
+             "source %s/ctl/completion/sdctl.bash; "
              "COMP_WORDS=(sdctl --url %s --token %s --cluster prod describe zo); "
              "COMP_CWORD=8; _sdctl; printf '%%s\\n' \"${COMPREPLY[@]}\"",
              SD_SOURCE_DIR, sd.url, H_TOK_VIEWER);
@@ -435,16 +439,37 @@ static void describe_instance_service_machine(void **state)
 
 /* sdctl ps --watch=1 redraws: an instance started after it began shows up in a later
  * round; --watch on a command that changes things is a usage error. */
+/* The number of times needle occurs in the file at path (0 when unreadable). */
+static int count_in_file(const char *path, const char *needle)
+{
+    static char text[1 << 20];
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    text[fread(text, 1, sizeof text - 1, f)] = '\0';
+    fclose(f);
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, needle)) != NULL; p++)
+        n++;
+    return n;
+}
+
+/* --watch follows the cluster's events: with a 30 s ceiling, a new process shows within
+ * a few seconds (the event history is read 4 times a second), under a header holding
+ * the whole command line; a quiet cluster is not redrawn more than the ceiling asks. */
 static void ps_watch_redraws(void **state)
 {
     char env_url[256], logpath[300], out[4096];
     snprintf(env_url, sizeof env_url, "SERVERDIR_URL=%s", sd.url);
     snprintf(logpath, sizeof logpath, "%s/watch.out", h_tmpdir());
     const char *env[] = {env_url, "SERVERDIR_TOKEN=" H_TOK_VIEWER, "SERVERDIR_CLUSTER=prod", NULL};
-    const char *argv[] = {SD_BIN_DIR "/sdctl", "ps", "--watch=1", NULL};
+    const char *argv[] = {SD_BIN_DIR "/sdctl", "ps", "--service", "zone", "--watch=30", NULL};
     pid_t pid = h_spawn(argv, logpath, env);
     struct file_has w = {logpath, "zone-m1-1"};
-    assert_true(h_wait_until(file_has, &w, 5000));
+    assert_true(h_wait_until(file_has, &w, h_ms(5000)));
+    h_sleep_ms(1000); /* quiet: still the one draw */
+    assert_int_equal(count_in_file(logpath, "On change, at least every 30s: sdctl ps --service zone  "), 1);
+    int64_t posted = h_now_ms();
     h_resp_t r;
     assert_int_equal(h_http_json("POST", sd.url, H_TOK_BB,
                                  "{\"events\":[{\"id\":\"w1\",\"type\":\"started\","
@@ -455,22 +480,67 @@ static void ps_watch_redraws(void **state)
     assert_int_equal(r.status, 200);
     h_resp_free(&r);
     w.needle = "watch-arrival";
-    assert_true(h_wait_until(file_has, &w, 5000));
-    static char text[65536];
-    FILE *f = fopen(logpath, "r");
-    assert_non_null(f);
-    text[fread(text, 1, sizeof text - 1, f)] = '\0';
-    fclose(f);
-    int rounds = 0;
-    for (const char *p = text; (p = strstr(p, "Every 1s: sdctl ps")) != NULL; p++)
-        rounds++;
-    assert_true(rounds >= 2);
+    assert_true(h_wait_until(file_has, &w, h_ms(5000)));
+    print_message("drawn again %lld ms after the event\n", (long long)(h_now_ms() - posted));
+    assert_true(h_now_ms() - posted < h_ms(5000)); /* not the 30 s ceiling */
+    assert_int_equal(count_in_file(logpath, "sdctl ps --service zone  "), 2);
     assert_false(h_exited(pid, NULL));
     h_stop(pid, 1000);
     assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "scale", "zone", "3",
                            "--watch", NULL), 2);
     assert_non_null(strstr(out, "--watch does not apply to scale"));
     assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "ps", "--watch=0", NULL), 2);
+}
+
+/* ps --state stopped: the latest stop first, whatever the names; -o name: KIND/NAME a
+ * line for the lists and for one record. */
+static void ps_stopped_order_and_names(void **state)
+{
+    char out[8192];
+    h_resp_t r;
+    static const char *const stops[] = {"aa-stop-first", "zz-stop-second", "mm-stop-third"};
+    for (int i = 0; i < 3; i++) {
+        char body[300];
+        snprintf(body, sizeof body,
+                 "{\"events\":[{\"id\":\"order-%d\",\"type\":\"stopped\",\"instance\":\"%s\","
+                 "\"machine\":\"m2\",\"service\":\"order\",\"reason\":\"exited\",\"code\":0}]}",
+                 i, stops[i]);
+        assert_int_equal(h_http_json("POST", sd.url, H_TOK_BB, body, &r,
+                                     "/v1/clusters/prod/events"),
+                         0);
+        assert_int_equal(r.status, 200);
+        h_resp_free(&r);
+        h_sleep_ms(20); /* stopped_at_ms apart */
+    }
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "ps", "--state", "stopped",
+                           "--service", "order", "--no-headers", NULL), 0);
+    const char *third = strstr(out, "mm-stop-third"), *second = strstr(out, "zz-stop-second"),
+               *first = strstr(out, "aa-stop-first");
+    assert_true(third && second && first && third < second && second < first);
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "ps", "--state", "stopped",
+                           "--service", "order", "-o", "name", NULL), 0);
+    assert_string_equal(out, "instance/mm-stop-third\ninstance/zz-stop-second\n"
+                             "instance/aa-stop-first\n");
+
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "ps", "-o", "name", NULL), 0);
+    assert_non_null(strstr(out, "instance/zone-m1-1\n"));
+    assert_non_null(strstr(out, "instance/lobby-m2-1\n"));
+    assert_null(strstr(out, "INSTANCE"));
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "ps", "zone-m1-1", "-o", "name",
+                           NULL), 0);
+    assert_string_equal(out, "instance/zone-m1-1\n");
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "machines", "-o", "name", NULL), 0);
+    assert_non_null(strstr(out, "machine/m1\n"));
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "services", "-o", "name", NULL), 0);
+    assert_non_null(strstr(out, "service/zone\n"));
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "clusters", "-o", "name", NULL), 0);
+    assert_non_null(strstr(out, "cluster/prod\n"));
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "events", "--limit", "2", "-o",
+                           "name", NULL), 0);
+    assert_int_equal(strncmp(out, "event/", 6), 0);
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "describe", "m1", "-o", "name",
+                           NULL), 2);
+    assert_non_null(strstr(out, "-o name applies to the list commands"));
 }
 
 /* h_wait_until condition: cluster c1 records a stopped instance of service crashy; its
@@ -493,6 +563,101 @@ static int crashy_stopped(void *arg)
     return ok;
 }
 
+/* The whole file at path (malloc'd, "" when unreadable). */
+static char *read_all(const char *path)
+{
+    char *text = calloc(1, 1 << 20);
+    FILE *f = fopen(path, "r");
+    if (f) {
+        text[fread(text, 1, (1 << 20) - 1, f)] = '\0';
+        fclose(f);
+    }
+    return text;
+}
+
+static int64_t sd_wall_ms_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* 1 when text has lines and each starts with a UTC ISO 8601 time in ms and a space
+ * ("2026-11-28T07:20:01.250Z "), none later than now_ms nor over a minute before it. */
+static int all_stamped(const char *text, int64_t now_ms)
+{
+    int lines = 0;
+    for (const char *p = text; *p; lines++) {
+        struct tm tm = {0};
+        int ms = -1, used = 0;
+        if (sscanf(p, "%4d-%2d-%2dT%2d:%2d:%2d.%3dZ %n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
+                   &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &ms, &used) != 7 || used != 25 ||
+            p[10] != 'T' || p[23] != 'Z') {
+            print_message("not stamped: %.60s\n", p);
+            return 0;
+        }
+        tm.tm_year -= 1900;
+        tm.tm_mon -= 1;
+        int64_t at = (int64_t)timegm(&tm) * 1000 + ms;
+        if (at > now_ms || at < now_ms - 60000) {
+            print_message("stamp %lld not within the last minute of %lld\n", (long long)at,
+                          (long long)now_ms);
+            return 0;
+        }
+        const char *nl = strchr(p, '\n');
+        p = nl ? nl + 1 : p + strlen(p);
+    }
+    return lines > 0;
+}
+
+/* sdctl logs of a stopped instance (its log in b's state dir): --tail 0 prints none,
+ * --timestamps puts a time before each line, --since leaves out a log last written
+ * before it and keeps one written within it. */
+static void logs_tail_since_timestamps(const bbt_t *b, const char *inst)
+{
+    char out[16384];
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "logs", inst, "--tail", "0",
+                           "--cluster", "c1", NULL), 0);
+    assert_string_equal(out, "");
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "logs", inst, "--tail", "-1",
+                           "--cluster", "c1", NULL), 0);
+    assert_non_null(strstr(out, "msg=crashing"));
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "logs", inst, "--tail", "2",
+                           "--timestamps", "--cluster", "c1", NULL), 0);
+    assert_true(all_stamped(out, sd_wall_ms_now()));
+    assert_non_null(strstr(out, "msg=crashing"));
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "logs", inst, "--since", "1h",
+                           "--cluster", "c1", NULL), 0);
+    assert_non_null(strstr(out, "msg=crashing"));
+    /* the log last written two hours ago: all of it older than 1h, not than 3h */
+    char pattern[600];
+    glob_t g;
+    snprintf(pattern, sizeof pattern, "%s/logs/crashy-*/%s.log", b->state, inst);
+    assert_int_equal(glob(pattern, 0, NULL, &g), 0);
+    struct timeval old[2] = {{time(NULL) - 7200, 0}, {time(NULL) - 7200, 0}};
+    assert_int_equal(utimes(g.gl_pathv[0], old), 0);
+    globfree(&g);
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "logs", inst, "--since", "1h",
+                           "--cluster", "c1", NULL), 0);
+    assert_string_equal(out, "");
+    assert_int_equal(sdctl(sd.url, H_TOK_VIEWER, out, sizeof out, "logs", inst, "--since", "3h",
+                           "--timestamps", "--cluster", "c1", NULL), 0);
+    assert_non_null(strstr(out, "msg=crashing"));
+    assert_false(all_stamped(out, sd_wall_ms_now())); /* stamped two hours back */
+    assert_non_null(strstr(out, "msg=crashing"));
+    /* the logs port checks its new parameters */
+    h_resp_t lr;
+    char u[300];
+    static const char *const bad[] = {"since_ms=0", "since_ms=x", "since_ms=2592000001",
+                                      "timestamps=2", "tail=-1", "tail=every"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(u, sizeof u, "%s/v1/logs/%s?%s", bb_logs_url, inst, bad[i]);
+        assert_int_equal(h_http("GET", u, H_TOK_VIEWER, NULL, NULL, 0, NULL, &lr), 0);
+        assert_int_equal(lr.status, 400);
+        h_resp_free(&lr);
+    }
+}
+
 /* A crashed instance's stopped event carries its crash report (the
  * last lines it wrote, from bigbrother's log of its run), the process record keeps it,
  * the event history does not (4 KiB each), and sdctl describe shows it. */
@@ -501,6 +666,7 @@ static void crash_report_in_the_record_and_describe(void **state)
     bbt_t b = {0};
     char extra[512], inst[160] = "", out[16384], line[512];
     int logs_port = h_free_port();
+    snprintf(bb_logs_url, sizeof bb_logs_url, "http://127.0.0.1:%d", logs_port);
     snprintf(extra, sizeof extra,
              ", \"serverdir\": {\"urls\": [\"%s\"], \"token\": \"%s\"}, \"address\": "
              "\"127.0.0.1\", \"logs_listen\": \"127.0.0.1:%d\"",
@@ -582,6 +748,7 @@ static void crash_report_in_the_record_and_describe(void **state)
                            "--tail", "1", "--cluster", "c1", NULL), 0);
     assert_non_null(strstr(out, "msg=crashing"));
     assert_null(strstr(out, "msg=ready")); /* --tail 1: the last line only */
+    logs_tail_since_timestamps(&b, inst);
 
     /* a live one: -f prints its output as it comes and ends when it stops */
     json_t *st = bbt_wait(&b, "steady", 0, "ready", 1, h_valgrind() ? 30000 : 5000);
@@ -595,6 +762,12 @@ static void crash_report_in_the_record_and_describe(void **state)
     const char *env[] = {env_url, "SERVERDIR_TOKEN=" H_TOK_VIEWER, "SERVERDIR_CLUSTER=c1", NULL};
     const char *argv[] = {SD_BIN_DIR "/sdctl", "logs", live, "-f", NULL};
     pid_t f = h_spawn(argv, fol, env);
+    /* and one from now on only (--tail 0), each line after the time it was written */
+    char fol0[300];
+    snprintf(fol0, sizeof fol0, "%s/logs-follow-new.out", h_tmpdir());
+    const char *argv0[] = {SD_BIN_DIR "/sdctl", "logs", live, "-f", "--tail", "0",
+                           "--timestamps", NULL};
+    pid_t f0 = h_spawn(argv0, fol0, env);
     struct file_has w = {fol, "msg=ready"};
     assert_true(h_wait_until(file_has, &w, h_valgrind() ? 30000 : 5000));
     json_decref(bbt_ctl(&b, "stop steady"));
@@ -603,6 +776,14 @@ static void crash_report_in_the_record_and_describe(void **state)
     assert_int_equal(WEXITSTATUS(rc), 0);
     w.needle = "msg=stopped";
     assert_true(file_has(&w));
+    rc = h_wait_exit(f0, h_valgrind() ? 60000 : 15000);
+    assert_true(WIFEXITED(rc));
+    assert_int_equal(WEXITSTATUS(rc), 0);
+    char *stamped = read_all(fol0);
+    print_message("followed from now, stamped:\n%s", stamped);
+    assert_non_null(strstr(stamped, "msg=stopped"));
+    assert_true(all_stamped(stamped, sd_wall_ms_now()));
+    free(stamped);
 
     /* the logs port asks ServerDir about the caller's token: none or a wrong one 401, a
      * game token 403, an instance of no machine here 404, a bad tail 400 */
@@ -860,6 +1041,7 @@ int main(void)
         cmocka_unit_test(events_follow_prints_new_events),
         cmocka_unit_test(describe_instance_service_machine),
         cmocka_unit_test(ps_watch_redraws),
+        cmocka_unit_test(ps_stopped_order_and_names),
         cmocka_unit_test(crash_report_in_the_record_and_describe),
         cmocka_unit_test(health_view_and_cors),
         cmocka_unit_test(exit_codes),

@@ -1,9 +1,11 @@
 /* sdctl polish: every command of the generated table (read from the hidden
  * `sdctl __complete`) answers --help with its usage and exit 0 without contacting
  * ServerDir (the URL points nowhere), also after a subcommand; unknown commands are
- * usage errors (exit 2); colour escapes appear on a terminal (a pty) only, and never
- * with NO_COLOR; the bash completion script completes commands, subcommands and options
- * from the real binary. */
+ * usage errors (exit 2) that suggest the closest name in two lines, and an option
+ * without its value says which value it needs; colour escapes appear on a terminal (a
+ * pty) only, and never with NO_COLOR; `sdctl completion bash` prints the completion
+ * script the package installs, which completes commands, subcommands and options from
+ * the real binary. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -113,12 +115,93 @@ static void every_command_has_help(void **state)
     char *out;
     const char *bad[] = {SDCTL, "no-such-command", NULL};
     assert_int_equal(run(bad, env, &out), 2);
-    assert_non_null(strstr(out, "unknown command 'no-such-command'"));
+    assert_non_null(strstr(out, "unknown command \"no-such-command\""));
+    assert_null(strstr(out, "did you mean"));
     free(out);
     /* without --help a command does contact ServerDir: unreachable is exit 3 */
     const char *down[] = {SDCTL, "machines", NULL};
     assert_int_equal(run(down, env, &out), 3);
     free(out);
+}
+
+/* The number of lines of text. */
+static int lines_of(const char *text)
+{
+    int n = 0;
+    for (const char *p = text; *p; p++)
+        n += *p == '\n';
+    return n;
+}
+
+/* Mistakes get a short answer, exit 2, before any request (the URL points nowhere): the
+ * closest command or option ("did you mean"), the value an option needs. */
+static void typos_and_missing_values(void **state)
+{
+    const char *env[] = {NOWHERE, NULL};
+    static const struct {
+        const char *argv[6];
+        const char *says, *also;
+    } cases[] = {
+        {{"pss"}, "sdctl: unknown command \"pss\"", "did you mean \"ps\"?"},
+        {{"machnes"}, "unknown command \"machnes\"", "did you mean \"machines\"?"},
+        {{"--clustr", "x", "ps"}, "unknown option \"--clustr\"", "did you mean \"--cluster\"?"},
+        {{"ps", "--servce", "zone"}, "sdctl ps: unknown option \"--servce\"",
+         "did you mean \"--service\"?"},
+        {{"ps", "-o"}, "sdctl: -o needs a value (json, yaml, table, wide, name)", NULL},
+        {{"-o"}, "sdctl: -o needs a value (json, yaml, table, wide, name)", NULL},
+        {{"ps", "--url"}, "sdctl: --url needs a value (URLS)", NULL},
+        {{"machines", "--token"}, "sdctl: --token needs a value (TOKEN)", NULL},
+        {{"--cluster"}, "sdctl: --cluster needs a value (NAME)", NULL},
+        {{"ps", "--state"}, "sdctl ps: --state needs a value (starting|ready|stopped)", NULL},
+        {{"logs", "zone-1", "--tail"}, "sdctl logs: --tail needs a value (N)", NULL},
+        {{"logs", "zone-1", "--since"}, "sdctl logs: --since needs a value (DURATION)", NULL},
+        {{"events", "--since"}, "sdctl events: --since needs a value (SEQ)", NULL},
+        {{"servers", "--game"}, "sdctl servers: --game needs a value (G)", NULL},
+        {{"status", "-o", "name"}, "-o name applies to the list commands", NULL},
+        {{"logs", "zone-1", "--since", "5x"}, "--since takes a duration such as 5s", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *argv[8] = {SDCTL};
+        for (int k = 0; k < 6 && cases[i].argv[k]; k++)
+            argv[k + 1] = cases[i].argv[k];
+        char *out;
+        int rc = run(argv, env, &out);
+        print_message("sdctl %s ... -> %d: %s", cases[i].argv[0], rc, out);
+        assert_int_equal(rc, 2);
+        assert_non_null(strstr(out, cases[i].says));
+        if (cases[i].also)
+            assert_non_null(strstr(out, cases[i].also));
+        assert_true(lines_of(out) <= 3); /* not the whole help */
+        assert_null(strstr(out, "unexpected argument"));
+        free(out);
+    }
+}
+
+/* `sdctl completion bash` is the file the package installs, byte for byte; zsh's is the
+ * same behind bashcompinit; another shell is a usage error. */
+static void completion_command_prints_the_script(void **state)
+{
+    char path[600], *file = calloc(1, 65537), *out;
+    snprintf(path, sizeof path, "%s/ctl/completion/sdctl.bash", SD_SOURCE_DIR);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    file[fread(file, 1, 65536, f)] = '\0';
+    fclose(f);
+    const char *bash[] = {SDCTL, "completion", "bash", NULL};
+    assert_int_equal(run(bash, NULL, &out), 0);
+    assert_string_equal(out, file);
+    free(out);
+    const char *zsh[] = {SDCTL, "completion", "zsh", NULL};
+    assert_int_equal(run(zsh, NULL, &out), 0);
+    assert_int_equal(strncmp(out, "#compdef sdctl\n", 15), 0);
+    assert_non_null(strstr(out, "bashcompinit"));
+    assert_non_null(strstr(out, file));
+    free(out);
+    const char *fish[] = {SDCTL, "completion", "fish", NULL};
+    assert_int_equal(run(fish, NULL, &out), 2);
+    assert_non_null(strstr(out, "expected bash or zsh"));
+    free(out);
+    free(file);
 }
 
 /* Runs sdctl machines with stdout on a pty (like a terminal); returns its output. */
@@ -204,10 +287,10 @@ static char *complete(const char *words)
 {
     char script[2000], *out;
     snprintf(script, sizeof script,
-             "PATH=%s:$PATH; source %s/packaging/bash-completion/sdctl; "
+             "PATH=%s:$PATH; source <(sdctl completion bash); "
              "COMP_WORDS=(%s); COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); _sdctl; "
              "echo \"${COMPREPLY[*]}\"",
-             SD_BIN_DIR, SD_SOURCE_DIR, words);
+             SD_BIN_DIR, words);
     const char *argv[] = {"bash", "--norc", "--noprofile", "-c", script, NULL};
     assert_int_equal(run(argv, NULL, &out), 0);
     return out;
@@ -237,13 +320,52 @@ static void bash_completion_uses_the_binary(void **state)
     free(out);
 }
 
+/* zsh runs the same completion function through bashcompinit, which fills COMP_WORDS
+ * 1-based and COMP_CWORD = CURRENT - 1 (the function reads them 0-based, ksharrays) and
+ * leaves the filtering by prefix to zsh (compadd): the lists are whole here. */
+static char *zsh_complete(const char *words, int cword)
+{
+    char script[2000], *out;
+    snprintf(script, sizeof script,
+             "PATH=%s:$PATH; source <(sdctl completion zsh); COMP_WORDS=(%s); COMP_CWORD=%d; "
+             "_sdctl; print -r -- \"${COMPREPLY[*]}\"",
+             SD_BIN_DIR, words, cword);
+    const char *argv[] = {"/usr/bin/zsh", "-f", "-c", script, NULL};
+    const char *env[] = {NOWHERE, NULL};
+    assert_int_equal(run(argv, env, &out), 0);
+    return out;
+}
+
+static void zsh_completion_through_bashcompinit(void **state)
+{
+    char *out = zsh_complete("sdctl ps --s", 2);
+    assert_non_null(strstr(out, "--service"));
+    assert_non_null(strstr(out, "--state"));
+    assert_null(strstr(out, "json"));
+    free(out);
+    out = zsh_complete("sdctl --cluster c1 -o j", 4);
+    assert_string_equal(out, "table wide json yaml name\n");
+    free(out);
+    out = zsh_complete("sdctl locks ''", 2);
+    assert_non_null(strstr(out, "force-unlock"));
+    assert_null(strstr(out, "machines"));
+    free(out);
+    out = zsh_complete("sdctl ''", 1);
+    assert_non_null(strstr(out, "completion"));
+    assert_non_null(strstr(out, "machines"));
+    free(out);
+}
+
 int main(void)
 {
     h_init(h_valgrind() ? 240 : 90);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(every_command_has_help),
+        cmocka_unit_test(typos_and_missing_values),
+        cmocka_unit_test(completion_command_prints_the_script),
         cmocka_unit_test(colour_only_on_a_terminal),
         cmocka_unit_test(bash_completion_uses_the_binary),
+        cmocka_unit_test(zsh_completion_through_bashcompinit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -64,6 +64,56 @@ static void durations(void **state)
                                       "99999999999999999999", "2m", "+5", NULL};
     for (const char *const *b = bad; *b; b++)
         assert_int_equal(ctl_parse_ms(*b, 60000, &ms), -1);
+    /* hours, for logs --since */
+    assert_int_equal(ctl_parse_ms("1h", 720LL * 3600000, &ms), 0);
+    assert_int_equal(ms, 3600000);
+    assert_int_equal(ctl_parse_ms("720h", 720LL * 3600000, &ms), 0);
+    assert_int_equal(ctl_parse_ms("721h", 720LL * 3600000, &ms), -1);
+    assert_int_equal(ctl_parse_ms("1d", 720LL * 3600000, &ms), -1);
+}
+
+/* Edit distances (a swap of neighbours counts one), and the suggestion: the closest name within a third of the
+ * word (1 to 3 edits), none for a word unlike any. */
+static void edit_distance_and_suggestion(void **state)
+{
+    (void)state;
+    assert_int_equal(ctl_edit_distance("pss", "ps"), 1);
+    assert_int_equal(ctl_edit_distance("ps", "ps"), 0);
+    assert_int_equal(ctl_edit_distance("", "abc"), 3);
+    assert_int_equal(ctl_edit_distance("kitten", "sitting"), 3);
+    assert_int_equal(ctl_edit_distance("machnes", "machines"), 1);
+    assert_int_equal(ctl_edit_distance("--servce", "--service"), 1);
+    char longw[CTL_SUGGEST_MAX + 2];
+    memset(longw, 'a', sizeof longw - 1);
+    longw[sizeof longw - 1] = '\0';
+    assert_int_equal(ctl_edit_distance(longw, "a"), (size_t)-1);
+
+    static const char *const cmds[] = {"ps", "logs", "locks", "machines", "status", "services",
+                                       "start", "stop"};
+    size_t n = sizeof cmds / sizeof cmds[0];
+    assert_string_equal(ctl_suggest("pss", cmds, n), "ps");
+    assert_string_equal(ctl_suggest("machnes", cmds, n), "machines");
+    assert_int_equal(ctl_edit_distance("lgos", "logs"), 1); /* a swap is one edit */
+    assert_string_equal(ctl_suggest("lgos", cmds, n), "logs");
+    assert_string_equal(ctl_suggest("stauts", cmds, n), "status");
+    assert_null(ctl_suggest("x", cmds, n));
+    assert_null(ctl_suggest("deploy", cmds, n));
+    assert_string_equal(ctl_suggest("stp", cmds, n), "stop"); /* the first of the closest */
+}
+
+/* ps --state stopped: the largest time first, records without one last. */
+static void newest_first(void **state)
+{
+    (void)state;
+    json_t *a = json_pack("[{s:s,s:i},{s:s},{s:s,s:i},{s:s,s:i}]", "instance", "a",
+                          "stopped_at_ms", 100, "instance", "none", "instance", "b",
+                          "stopped_at_ms", 300, "instance", "c", "stopped_at_ms", 200);
+    ctl_sort_newest(a, "stopped_at_ms");
+    const char *want[] = {"b", "c", "a", "none"};
+    for (size_t i = 0; i < 4; i++)
+        assert_string_equal(json_string_value(json_object_get(json_array_get(a, i), "instance")),
+                            want[i]);
+    json_decref(a);
 }
 
 /* The pool figures show for a service whose spec has a pool, not for another. */
@@ -87,6 +137,8 @@ int main(void)
         cmocka_unit_test(restarts_from_the_record),
         cmocka_unit_test(durations),
         cmocka_unit_test(pool_text),
+        cmocka_unit_test(edit_distance_and_suggestion),
+        cmocka_unit_test(newest_first),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,10 +1,14 @@
-# bash completion for sdctl. Installed as /usr/share/bash-completion/completions/sdctl.
+# bash completion for sdctl. Installed as /usr/share/bash-completion/completions/sdctl,
+# and printed by `sdctl completion bash` (embedded at build time from this very file;
+# `sdctl completion zsh` prints it behind zsh's bashcompinit).
 # Nothing is hard-coded here: the command names come from `sdctl __complete` (the
 # generated command table) and each command's options and subcommands from the words of
 # its own `sdctl COMMAND --help`, so new commands complete without touching this file.
 
 _sdctl()
 {
+    # zsh (through bashcompinit): arrays indexed from 0, as bash's
+    [[ -n ${ZSH_VERSION-} ]] && setopt localoptions ksharrays
     local cur prev words cword
     _init_completion 2>/dev/null || {
         cur=${COMP_WORDS[COMP_CWORD]}
@@ -15,7 +19,7 @@ _sdctl()
 
     local globals="--url --token --cluster -o --no-headers --watch --version --help"
     case $prev in
-        -o) COMPREPLY=($(compgen -W "table wide json yaml" -- "$cur")); return ;;
+        -o) COMPREPLY=($(compgen -W "table wide json yaml name" -- "$cur")); return ;;
         --url|--token|--cluster) return ;;
     esac
 
