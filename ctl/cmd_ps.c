@@ -14,20 +14,13 @@ static const char usage_text[] =
     "  ready); --state stopped lists the recently stopped ones with their exit reason.\n"
     "  With INSTANCE, that one process record (exit code 4 when it is unknown).\n"
     "  AGE is the time since the process started (stopped: since it stopped); RESTARTS\n"
-    "  how many times bigbrother restarted its slot after the process ended on its own
-"
-    "  or was killed (not an operator's, the primary's or a session's planned restart;
-"
-    "  the count bbctl status shows). Rows come in instance order, numbers by value
-"
-    "  (zone-2 before zone-10); with --state stopped by the time they stopped, the
-"
-    "  latest first. -o wide adds SLOT, GEN (the slot's run number: every start
-"
-    "  counts), TO_READY (start to ready), the stop's DETAIL and the crash report's
-"
-    "  LAST_OUTPUT line.
-";
+    "  how many times bigbrother restarted its slot after the process ended on its own\n"
+    "  or was killed (not an operator's, the primary's or a session's planned restart;\n"
+    "  the count bbctl status shows). Rows come in instance order, numbers by value\n"
+    "  (zone-2 before zone-10); with --state stopped by the time they stopped, the\n"
+    "  latest first. -o wide adds SLOT, GEN (the slot's run number: every start\n"
+    "  counts), TO_READY (start to ready), the stop's DETAIL and the crash report's\n"
+    "  LAST_OUTPUT line.\n";
 
 /* One process as a row; with wide (-o wide) also SLOT, GEN, TO_READY (start to ready),
  * the stop's DETAIL and the crash report's last line. */
