@@ -15,7 +15,7 @@ static const char usage_text[] =
     "  Shows process events (started, ready, stopped) newest last: the newest N (default\n"
     "  100, at most " SD_STR(SD_HISTORY_LIMIT_MAX) "), or with --since the ones after event SEQ (the SEQ column; -o\n"
     "  json also gives `last`, the SEQ to continue from).\n"
-    "  -f, --follow   then keep printing new events as they arrive (every second) until\n"
+    "  -f, --follow   then keep printing new events as they are recorded (long-poll) until\n"
     "                 interrupted; with -o json, one JSON object per line.\n";
 
 /* What matters of one event: the pid when it started, the reason ("killed(signal 9)")
@@ -73,11 +73,20 @@ static void print_table(ctl_t *ctl, const json_t *events)
     ctl_table_print(t, stdout, ctl->color);
 }
 
-/* --follow: prints the newest events, then every second the ones after the last seen,
- * until interrupted. -o json prints one compact JSON object per line. ServerDir being
- * unreachable or failing is reported once and waited out; any other error ends it. */
+#define FOLLOW_WAIT_MS 25000 /* one events long-poll waits at most this long */
+
+/* --follow: prints the newest events, then the ones after the last seen as serverdir
+ * records them (its events long-poll answers as soon as one comes), until interrupted.
+ * -o json prints one compact JSON object per line. ServerDir being unreachable or
+ * failing is reported once and waited out (tried again each second); any other error
+ * ends it. */
 static int follow(ctl_t *ctl, const char *since, int limit)
 {
+    sdc_t *waiter = sdc_new(ctl->url, ctl->token, FOLLOW_WAIT_MS + 10000);
+    if (!waiter) {
+        fprintf(stderr, "sdctl: out of memory\n");
+        return CTL_EXIT_UNAVAILABLE;
+    }
     char last[64] = "";
     if (since)
         snprintf(last, sizeof last, "%s", since);
@@ -88,8 +97,9 @@ static int follow(ctl_t *ctl, const char *since, int limit)
     for (;;) {
         json_t *ans = NULL;
         sdc_err_t err;
-        int rc = sdc_events_list(ctl->client, ctl->cluster, last[0] ? last : NULL,
-                                 last[0] ? SD_HISTORY_LIMIT_MAX : limit, &ans, &err);
+        int rc = last[0] ? sdc_events_wait(waiter, ctl->cluster, last, SD_HISTORY_LIMIT_MAX,
+                                           FOLLOW_WAIT_MS, &ans, &err)
+                         : sdc_events_list(ctl->client, ctl->cluster, NULL, limit, &ans, &err);
         if (rc == SDC_E_TRANSPORT || (rc == SDC_E_HTTP && err.status >= 500)) {
             if (!down) {
                 char buf[512];
@@ -97,6 +107,7 @@ static int follow(ctl_t *ctl, const char *since, int limit)
             }
             down = 1;
         } else if (rc != SDC_OK) {
+            sdc_free(waiter);
             return ctl_fail_clear(rc, &err);
         } else {
             down = 0;
@@ -118,12 +129,16 @@ static int follow(ctl_t *ctl, const char *since, int limit)
             const char *l = json_string_value(json_object_get(ans, "last"));
             if (l)
                 snprintf(last, sizeof last, "%s", l);
+            else if (!last[0])
+                snprintf(last, sizeof last, "0-0"); /* an empty history: wait past its start */
             fflush(stdout);
         }
         sdc_err_clear(&err);
         json_decref(ans);
-        struct timespec ts = {1, 0};
-        nanosleep(&ts, NULL);
+        if (down) {
+            struct timespec ts = {1, 0};
+            nanosleep(&ts, NULL);
+        }
     }
 }
 

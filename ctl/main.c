@@ -23,8 +23,8 @@ static void usage(FILE *f)
                "                    yaml, or name (list commands: KIND/NAME a line, e.g.\n"
                "                    instance/zone-local-1-ab12-1)\n"
                "  --no-headers      tables without their header row\n"
-               "  -w, --watch[=S]   draw the command again when the cluster changes (its\n"
-               "                    events, read 4 times a second: at most 4 draws a second)\n"
+               "  -w, --watch[=S]   draw the command again when the cluster changes (a new\n"
+               "                    event, followed by long-poll; at most 4 draws a second)\n"
                "                    and at least every S seconds (default 10), until Ctrl-C:\n"
                "                    ps, status, machines, locks, services, servers,\n"
                "                    describe, primary, allocations (not release)\n"
@@ -274,16 +274,38 @@ static int check_flags(ctl_t *ctl, const ctl_cmd_t *cmd, int argc, char **argv)
 
 /* ---- --watch */
 
-#define WATCH_POLL_MS 250 /* how often the events are read: at most 4 draws a second */
+#define WATCH_GAP_MS 250     /* at least this long between two draws: at most 4 a second */
+#define WATCH_WAIT_MS 25000   /* one events long-poll waits at most this long */
+#define WATCH_RETRY_MS 1000   /* serverdir unreachable: the next long-poll after this */
 
-/* The cluster's newest event seq into last (cap bytes; "" when the history is empty).
- * 1 when it differs from what last held, 0 when not, -1 when it could not be read. */
-static int events_moved(ctl_t *ctl, char *last, size_t cap)
+/* The cluster's newest event seq into last (cap bytes; "0-0" when the history is
+ * empty); -1 when it could not be read. */
+static int events_newest(ctl_t *ctl, char *last, size_t cap)
 {
     json_t *ans = NULL;
     sdc_err_t err;
-    if (sdc_events_list(ctl->client, ctl->cluster, last[0] ? last : NULL, last[0] ? 1000 : 1,
-                        &ans, &err) != SDC_OK) {
+    if (sdc_events_list(ctl->client, ctl->cluster, NULL, 1, &ans, &err) != SDC_OK) {
+        sdc_err_clear(&err);
+        return -1;
+    }
+    const char *seq = json_string_value(json_object_get(ans, "last"));
+    sd_strlcpy(last, seq ? seq : "0-0", cap);
+    json_decref(ans);
+    return 0;
+}
+
+/* Waits for an event after last with serverdir's long-poll (follow: a client whose
+ * timeout outlasts WATCH_WAIT_MS), at most wait_ms: 1 (last moved to it), 0 (none
+ * came), -1 (serverdir could not be asked). */
+static int events_wait(ctl_t *ctl, sdc_t *follow, char *last, size_t cap, int64_t wait_ms)
+{
+    if (!last[0] && events_newest(ctl, last, cap) < 0)
+        return -1;
+    json_t *ans = NULL;
+    sdc_err_t err;
+    int w = (int)(wait_ms < WATCH_WAIT_MS ? wait_ms : WATCH_WAIT_MS);
+    if (sdc_events_wait(follow, ctl->cluster, last, SD_HISTORY_LIMIT_MAX, w > 0 ? w : 1, &ans,
+                        &err) != SDC_OK) {
         sdc_err_clear(&err);
         return -1;
     }
@@ -295,18 +317,27 @@ static int events_moved(ctl_t *ctl, char *last, size_t cap)
     return moved;
 }
 
-/* Waits until the cluster has a new event (read every WATCH_POLL_MS) or watch_s seconds
- * passed since drawn_ms (sd_mono_ms), whichever comes first. */
-static void watch_wait(ctl_t *ctl, int64_t drawn_ms, char *last, size_t cap)
+/* Waits until the cluster has a new event (serverdir answers the long-poll as it is
+ * recorded) or watch_s seconds passed since drawn_ms (sd_mono_ms), whichever comes
+ * first, and at least WATCH_GAP_MS after drawn_ms. */
+static void watch_wait(ctl_t *ctl, sdc_t *follow, int64_t drawn_ms, char *last, size_t cap)
 {
     for (;;) {
         int64_t left = drawn_ms + (int64_t)watch_s * 1000 - sd_mono_ms();
         if (left <= 0)
             return;
-        usleep((useconds_t)(left < WATCH_POLL_MS ? left : WATCH_POLL_MS) * 1000);
-        if (events_moved(ctl, last, cap) == 1)
-            return;
+        int r = events_wait(ctl, follow, last, cap, left);
+        if (r == 1)
+            break;
+        if (r < 0) {
+            left = drawn_ms + (int64_t)watch_s * 1000 - sd_mono_ms();
+            if (left > 0)
+                usleep((useconds_t)(left < WATCH_RETRY_MS ? left : WATCH_RETRY_MS) * 1000);
+        }
     }
+    int64_t gap = drawn_ms + WATCH_GAP_MS - sd_mono_ms();
+    if (gap > 0)
+        usleep((useconds_t)gap * 1000);
 }
 
 /* The command line as typed, less the --watch option: the header of each draw. */
@@ -323,14 +354,19 @@ static void watch_title(int argc, char **argv, char *out, size_t cap)
 }
 
 /* `sdctl --watch CMD ...`: like watch(1), the screen redrawn on a terminal (one header
- * per draw otherwise), drawn again when the cluster's event history moves (at most
- * every WATCH_POLL_MS) and at least every watch_s seconds, so ages stay true on a quiet
- * cluster. Ctrl-C ends it. */
+ * per draw otherwise), drawn again when the cluster's event history moves (serverdir's
+ * events long-poll; at most every WATCH_GAP_MS) and at least every watch_s seconds, so
+ * ages stay true on a quiet cluster. Ctrl-C ends it. */
 __attribute__((noreturn)) static void watch(ctl_t *ctl, const ctl_cmd_t *cmd, int argc,
                                             char **argv, const char *title)
 {
     char last[64] = "";
-    events_moved(ctl, last, sizeof last);
+    sdc_t *follow = sdc_new(ctl->url, ctl->token, WATCH_WAIT_MS + 10000);
+    if (!follow) {
+        fprintf(stderr, "sdctl: out of memory\n");
+        exit(CTL_EXIT_UNAVAILABLE);
+    }
+    events_newest(ctl, last, sizeof last);
     for (;;) {
         char when[32];
         time_t t = time(NULL);
@@ -344,7 +380,7 @@ __attribute__((noreturn)) static void watch(ctl_t *ctl, const ctl_cmd_t *cmd, in
         cmd->fn(ctl, argc, argv);
         fflush(stdout);
         fflush(stderr);
-        watch_wait(ctl, drawn, last, sizeof last);
+        watch_wait(ctl, follow, drawn, last, sizeof last);
     }
 }
 

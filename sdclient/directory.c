@@ -167,8 +167,10 @@ int sdc_process_get(sdc_t *c, const char *cluster, const char *instance, json_t 
                              "/processes/%s", instance);
 }
 
-int sdc_events_list(sdc_t *c, const char *cluster, const char *since, int limit,
-                    json_t **out, sdc_err_t *err)
+/* GET .../events with since (NULL: the newest), limit (0: the default) and wait (0:
+ * none, else since is required). */
+static int events_get(sdc_t *c, const char *cluster, const char *since, int limit, int wait_ms,
+                      json_t **out, sdc_err_t *err)
 {
     *out = NULL;
     int rc = sdc__names(err, 1, "cluster", cluster);
@@ -184,9 +186,28 @@ int sdc_events_list(sdc_t *c, const char *cluster, const char *since, int limit,
                       sdc_escape(since, esc, sizeof esc));
         sep = '&';
     }
-    if (limit > 0)
-        snprintf(path + n, sizeof path - (size_t)n, "%climit=%d", sep, limit);
+    if (limit > 0) {
+        n += snprintf(path + n, sizeof path - (size_t)n, "%climit=%d", sep, limit);
+        sep = '&';
+    }
+    if (wait_ms > 0)
+        snprintf(path + n, sizeof path - (size_t)n, "%cwait=%d", sep, wait_ms);
     return sdc_request(c, "GET", path, NULL, out, err);
+}
+
+int sdc_events_list(sdc_t *c, const char *cluster, const char *since, int limit,
+                    json_t **out, sdc_err_t *err)
+{
+    return events_get(c, cluster, since, limit, 0, out, err);
+}
+
+int sdc_events_wait(sdc_t *c, const char *cluster, const char *since, int limit, int wait_ms,
+                    json_t **out, sdc_err_t *err)
+{
+    *out = NULL;
+    if (!since || wait_ms < 1 || wait_ms > 30000)
+        return sdc__inval(err, "an events wait needs since and wait_ms 1..30000");
+    return events_get(c, cluster, since, limit, wait_ms, out, err);
 }
 
 int sdc_instance_credential(sdc_t *c, const char *cluster, const char *machine,

@@ -141,6 +141,11 @@ int sdc_instance_credential(sdc_t *c, const char *cluster, const char *machine,
  * (0: the server default of 100), newest last. *out is {"events":[...],"last":seq}. */
 int sdc_events_list(sdc_t *c, const char *cluster, const char *since, int limit,
                     json_t **out, sdc_err_t *err);
+/* The same after since (required), waiting up to wait_ms (1..30000) for an event when
+ * there is none yet (serverdir's long-poll): *out may hold no event when the wait ended.
+ * The client's timeout must be longer than wait_ms. */
+int sdc_events_wait(sdc_t *c, const char *cluster, const char *since, int limit, int wait_ms,
+                    json_t **out, sdc_err_t *err);
 
 /* ---- locks and blobs ---- */
 

@@ -227,19 +227,8 @@ void h_events_post(sd_req_t *req, sd_resp_t *resp)
 /* GET .../events?since=ID&limit=N: history entries after `since` (oldest first), or
  * without since the newest `limit` entries; newest last either way. `last` is the seq
  * to pass as `since` next time (null when the history is empty). */
-void h_events_list(sd_req_t *req, sd_resp_t *resp)
+int sd_dir_events_read(const char *cluster, const char *since, int64_t limit, json_t **out)
 {
-    const char *cluster;
-    int64_t limit;
-    if (sd_req_name(req, resp, 0, "cluster", &cluster) ||
-        sd_req_query_int(req, resp, "limit", 1, SD_HISTORY_LIMIT_MAX, EVENTS_LIMIT_DEFAULT, &limit))
-        return;
-    const char *since = sd_req_query(req, "since");
-    if (since && sd_dir_stream_id_valid(since)) {
-        sd_resp_error(resp, 400, "bad_query",
-                      "query parameter 'since' must be an event seq such as 1795000000000-0");
-        return;
-    }
     char key[256];
     sd_argv_t a;
     sd_argv_init(&a);
@@ -259,20 +248,17 @@ void h_events_list(sd_req_t *req, sd_resp_t *resp)
     redisReply *r = NULL;
     int rc = sd_store_command(&a, &r);
     sd_argv_free(&a);
-    if (rc) {
-        sd_resp_store_error(resp, rc);
-        return;
-    }
+    if (rc)
+        return rc;
     if (r->type == REDIS_REPLY_ERROR) {
         /* "(ID" past the largest possible id is refused by Redis: nothing comes after. */
         freeReplyObject(r);
-        sd_resp_json(resp, 200, json_pack("{s:[], s:s?}", "events", "last", since));
-        return;
+        *out = json_pack("{s:[], s:s?}", "events", "last", since);
+        return SD_STORE_OK;
     }
     if (r->type != REDIS_REPLY_ARRAY) {
         freeReplyObject(r);
-        sd_resp_store_error(resp, SD_STORE_ERROR);
-        return;
+        return SD_STORE_ERROR;
     }
     json_t *list = json_array();
     for (size_t i = 0; i < r->elements; i++) {
@@ -285,7 +271,47 @@ void h_events_list(sd_req_t *req, sd_resp_t *resp)
     size_t n = json_array_size(list);
     json_t *last = n ? json_incref(json_object_get(json_array_get(list, n - 1), "seq"))
                      : (since ? json_string(since) : json_null());
-    sd_resp_json(resp, 200, json_pack("{s:o, s:o}", "events", list, "last", last));
+    *out = json_pack("{s:o, s:o}", "events", list, "last", last);
+    return SD_STORE_OK;
+}
+
+/* GET .../events?since=SEQ&limit=N[&wait=MS]: the events after since (oldest first), or
+ * without since the newest limit (newest last). With since and wait > 0, a request that
+ * finds nothing new is parked until the cluster's history grows or the wait ends
+ * (events_wait.c): a follower (sdctl events -f, --watch) sees a change at once and costs
+ * nothing while the cluster is quiet. */
+void h_events_list(sd_req_t *req, sd_resp_t *resp)
+{
+    const char *cluster;
+    int64_t limit, wait;
+    if (sd_req_name(req, resp, 0, "cluster", &cluster) ||
+        sd_req_query_int(req, resp, "limit", 1, SD_HISTORY_LIMIT_MAX, EVENTS_LIMIT_DEFAULT, &limit) ||
+        sd_req_query_int(req, resp, "wait", 0, SD_EVENTS_WAIT_MAX_MS, 0, &wait))
+        return;
+    const char *since = sd_req_query(req, "since");
+    if (since && sd_dir_stream_id_valid(since)) {
+        sd_resp_error(resp, 400, "bad_query",
+                      "query parameter 'since' must be an event seq such as 1795000000000-0");
+        return;
+    }
+    if (wait > 0 && !since) {
+        sd_resp_error(resp, 400, "bad_query",
+                      "query parameter 'wait' needs 'since' (the seq to wait past)");
+        return;
+    }
+    json_t *body = NULL;
+    int rc = sd_dir_events_read(cluster, since, limit, &body);
+    if (rc) {
+        sd_resp_store_error(resp, rc);
+        return;
+    }
+    if (wait > 0 && json_array_size(json_object_get(body, "events")) == 0 &&
+        !sd_http_stopping()) {
+        json_decref(body);
+        sd_events_park(req, resp, cluster, since, limit, wait);
+        return;
+    }
+    sd_resp_json(resp, 200, body);
 }
 
 /* GET .../processes?machine=&service=&state=&limit=&after=: one page of the live directory

@@ -93,6 +93,8 @@ typedef struct {
     char machine[SD_NAME_MAX + 1];
 } sd_dir_refusal_t;
 #define SD_DIR_REFUSED (-3) /* beside the SD_STORE_* codes */
+#define SD_EVENTS_WAIT_MAX_MS 30000 /* an events long-poll's longest wait */
+#define SD_EVENTS_WAITERS_MAX 5000  /* parked events long-polls at once, per copy */
 
 /* sd_dir_events_apply for n batches (n >= 1) in one call, applied in order: counts[i] for
  * batches[i] (replicas the same for all). SD_DIR_REFUSED with *why filled when a batch
@@ -113,6 +115,15 @@ json_t *sd_dir_proc_json(const redisReply *flat, const char *cluster);
 json_t *sd_dir_machine_json(const char *name, const redisReply *flat, int64_t now_ms);
 /* One stream entry (id + flat field list) of the event history as API JSON. */
 json_t *sd_dir_event_json(const redisReply *entry);
+/* The events answer {events, last} of cluster: after since (oldest first, at most limit),
+ * or without since the newest limit (newest last); into *out (new reference). A
+ * SD_STORE_* code. Any thread (its own Redis connection). */
+int sd_dir_events_read(const char *cluster, const char *since, int64_t limit, json_t **out);
+/* Parks req until cluster's history has an event after since or wait_ms pass (or
+ * serverdir stops), then answers like sd_dir_events_read (events_wait.c). 429 when
+ * SD_EVENTS_WAITERS_MAX requests wait already. */
+void sd_events_park(sd_req_t *req, sd_resp_t *resp, const char *cluster, const char *since,
+                    int64_t limit, int64_t wait_ms);
 
 /* Parses a stream id "ms" or "ms-seq" (the `since` cursor). 0 if valid. */
 int sd_dir_stream_id_valid(const char *s);

@@ -442,6 +442,83 @@ static void history_since_and_limit(void **state)
     h_resp_free(&r);
 }
 
+/* A GET .../events long-poll on its own thread: its answer and how long it took. */
+typedef struct {
+    char path[200];
+    long status;
+    json_t *body;
+    int64_t took_ms;
+} follower_t;
+
+static void *follower_main(void *arg)
+{
+    follower_t *f = arg;
+    int64_t t0 = h_now_ms();
+    h_resp_t r;
+    if (h_http_json("GET", sd.url, H_TOK_VIEWER, NULL, &r, "%s", f->path) == 0) {
+        f->status = r.status;
+        f->body = h_resp_json(&r);
+        h_resp_free(&r);
+    }
+    f->took_ms = h_now_ms() - t0;
+    return NULL;
+}
+
+/* GET .../events?since=&wait=: a follower that finds nothing new waits for the next
+ * event and gets it as it is recorded (not after its wait, not by polling); with
+ * nothing recorded it gets an empty list when its wait ends; wait needs since. */
+static void history_long_poll(void **state)
+{
+    (void)state;
+    json_decref(post_events("lp", "[{\"id\":\"lp0\",\"type\":\"started\",\"instance\":\"i0\","
+                                  "\"machine\":\"m1\",\"service\":\"zone\",\"pid\":100}]"));
+    json_t *j = get_json(H_TOK_VIEWER, "/v1/clusters/lp/events?limit=1", 200);
+    char last[64];
+    snprintf(last, sizeof last, "%s", jstr(j, "last"));
+    json_decref(j);
+
+    follower_t f = {.status = 0};
+    snprintf(f.path, sizeof f.path, "/v1/clusters/lp/events?since=%s&wait=%d", last, h_ms(20000));
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, follower_main, &f), 0);
+    h_sleep_ms(300); /* parked by now (and had it answered at once, took_ms shows it) */
+    int64_t posted = h_now_ms();
+    json_decref(post_events("lp", "[{\"id\":\"lp1\",\"type\":\"ready\",\"instance\":\"i0\","
+                                  "\"machine\":\"m1\",\"service\":\"zone\"}]"));
+    pthread_join(th, NULL);
+    int64_t after_post = h_now_ms() - posted;
+    assert_int_equal(f.status, 200);
+    assert_non_null(f.body);
+    json_t *evs = json_object_get(f.body, "events");
+    assert_int_equal(json_array_size(evs), 1);
+    assert_string_equal(jstr(json_array_get(evs, 0), "id"), "lp1");
+    assert_true(f.took_ms >= 250);           /* it waited for the event... */
+    assert_true(after_post < h_ms(2000));    /* ...and was answered as it came */
+    print_message("events long-poll answered %lld ms after the event was posted\n",
+                  (long long)after_post);
+    snprintf(last, sizeof last, "%s", jstr(f.body, "last"));
+    json_decref(f.body);
+
+    /* Nothing comes: an empty answer when the wait ends, the cursor kept. */
+    follower_t g = {.status = 0};
+    snprintf(g.path, sizeof g.path, "/v1/clusters/lp/events?since=%s&wait=400", last);
+    follower_main(&g);
+    assert_int_equal(g.status, 200);
+    assert_int_equal(json_array_size(json_object_get(g.body, "events")), 0);
+    assert_string_equal(jstr(g.body, "last"), last);
+    assert_true(g.took_ms >= 350);
+    json_decref(g.body);
+
+    h_resp_t r;
+    assert_int_equal(req("GET", H_TOK_VIEWER, NULL, &r, "/v1/clusters/lp/events?wait=100"), 400);
+    assert_string_equal(h_err_code(&r), "bad_query");
+    h_resp_free(&r);
+    assert_int_equal(req("GET", H_TOK_VIEWER, NULL, &r, "/v1/clusters/lp/events?since=0&wait=30001"),
+                     400);
+    assert_string_equal(h_err_code(&r), "bad_query");
+    h_resp_free(&r);
+}
+
 /* A serverdir configured with small bounds: the history stream and the stopped records
  * stay at their caps however many events arrive. */
 static void history_and_stopped_bounded(void **state)
@@ -1602,6 +1679,7 @@ int main(void)
         cmocka_unit_test(stopped_unknown_recorded_and_never_revived),
         cmocka_unit_test(directory_filters),
         cmocka_unit_test(history_since_and_limit),
+        cmocka_unit_test(history_long_poll),
         cmocka_unit_test(history_and_stopped_bounded),
         cmocka_unit_test(batch_of_1000_accepted),
         cmocka_unit_test(concurrent_batches_answered_each_their_own),

@@ -29,7 +29,8 @@
 -- Returns {accepted, duplicates, stale, allocations ended lost, allocations released,
 -- entries on the unlock list}, the first three of the first batch, then accepted,
 -- duplicates and stale of each batch after it. Each stop recorded is also pushed on the
--- list <base>unlock, from which serverdir frees the instance's locks.
+-- list <base>unlock, from which serverdir frees the instance's locks. A call that added
+-- to the history publishes the cluster's name on `chan`:events (events long-polls).
 --
 -- Idempotency: evid:<id> is set NX with a ttl; an event whose id is set is a duplicate
 -- and changes nothing. Every other event goes to the history stream.
@@ -246,7 +247,9 @@ end
 
 -- The history keeps every field of event fl (flat) but the crash report's log tail (up
 -- to 4 KiB: it stays in the process record only, for the stopped-record TTL).
+local histed = 0
 local function history(fl, f)
+  histed = histed + 1
   local x = {'XADD', base .. 'events', 'MAXLEN', histmax, '*'}
   for k = 1, #fl, 2 do
     if fl[k] ~= 'log_tail' then
@@ -366,6 +369,8 @@ for b = 1, #batches do
 end
 doc_touch(base, chan, cluster, touched)
 pool_publish(chan, cluster) -- wakes the allocations waiting on the pools that changed
+-- wakes the events long-polls of the cluster (events_wait.c), once per call
+if histed > 0 then redis.call('PUBLISH', chan .. ':events', cluster) end
 pstat_flush(base)
 
 -- Keep the stopped records bounded: by age, then by count (oldest first).
