@@ -73,20 +73,22 @@ stop_all() {
     trap '' INT TERM PIPE
     set +e
     { echo; echo "stopping local cluster"; } 2>/dev/null
-    if ((${#bb_pids[@]})); then
-        # The realm stop: every bigbrother sends SHUTDOWN to its games, waits their grace
-        # and stops them. The flag stays in Redis; the next run clears it. Without
-        # serverdir, each bigbrother is told directly.
-        if ! sdctl cluster stop >/dev/null 2>&1; then
-            for m in "${machines[@]}"; do
-                "$bin/bbctl" --socket "$(sock_of "$m")" stop all >/dev/null 2>&1
-            done
-        fi
+    # The realm stop: every bigbrother sends SHUTDOWN to its games, waits their grace
+    # and stops them. The flag stays in Redis; the next run clears it.
+    if ((${#bb_pids[@]})) && sdctl cluster stop >/dev/null 2>&1; then
         for _ in $(seq 150); do games_running || break; sleep 0.1; done
     fi
-    # The bigbrothers first (their games are stopped; the primary releases its lease),
-    # then serverdir and every redis-server at once; whatever has not exited after 10 s
-    # is killed.
+    # Games still running (serverdir gone, so no realm stop): their pids, to stop them
+    # once their bigbrothers are gone. Not `bbctl stop all`: a bigbrother keeps an
+    # operator's stop of an assigned slot across runs, and the next run would not start it.
+    local games
+    games=$(for m in "${machines[@]}"; do
+        "$bin/bbctl" --socket "$(sock_of "$m")" -o json status 2>/dev/null |
+            grep -o '"pid": *[1-9][0-9]*' | grep -o '[0-9]*$'
+    done)
+    # The bigbrothers first (the primary releases its lease), then any game left (TERM,
+    # KILL after 5 s), then serverdir and every redis-server at once; whatever has not
+    # exited after 10 s is killed.
     local p left
     for p in "${bb_pids[@]}"; do kill "$p" 2>/dev/null || true; done
     for _ in $(seq 50); do
@@ -95,6 +97,16 @@ stop_all() {
         [[ -z $left ]] && break
         sleep 0.1
     done
+    if [[ -n $games ]]; then
+        for p in $games; do kill "$p" 2>/dev/null || true; done
+        for _ in $(seq 50); do
+            left=""
+            for p in $games; do kill -0 "$p" 2>/dev/null && left=1; done
+            [[ -z $left ]] && break
+            sleep 0.1
+        done
+        for p in $games; do kill -9 "$p" 2>/dev/null || true; done
+    fi
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
     for _ in $(seq 100); do
         left=""
