@@ -45,6 +45,7 @@ state=$(cd "$state" && pwd)
 sock_of() { echo "$state/$1/control.sock"; }
 pids=()
 bb_pids=()
+declare -A bb_of=()
 
 # What an operator types, with the ops token (the realm switch, apply, allocate).
 sdctl() { SERVERDIR_URL=$url SERVERDIR_TOKEN=$ops_token SERVERDIR_CLUSTER=local "$bin/sdctl" "$@"; }
@@ -60,6 +61,25 @@ games_running() {
             grep -Eq '"state": *"(starting|ready|stopping|backoff)"' && return 0
     done
     return 1
+}
+
+# The game processes of this cluster still running without a realm stop: serverdir was
+# gone, or their bigbrother was killed (a lost machine). Found by what they run and the
+# serverdir they were given, as no bigbrother may be left to ask. Not `bbctl stop all`:
+# a bigbrother keeps an operator's stop of an assigned slot across runs, and the next run
+# would not start it.
+game_pids() {
+    local f pid arg0
+    for f in /proc/[0-9]*/cmdline; do
+        arg0=""
+        read -r -d '' arg0 <"$f" 2>/dev/null || true
+        [[ $arg0 == "$bin/gameproc" ]] || continue
+        pid=${f#/proc/}
+        pid=${pid%/cmdline}
+        tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "SERVERDIR_URL=$url" &&
+            echo "$pid"
+    done
+    return 0
 }
 
 # Every daemon runs in its own session (setsid), so a Ctrl-C reaches this script only and
@@ -78,18 +98,10 @@ stop_all() {
     if ((${#bb_pids[@]})) && sdctl cluster stop >/dev/null 2>&1; then
         for _ in $(seq 150); do games_running || break; sleep 0.1; done
     fi
-    # Games still running (serverdir gone, so no realm stop): their pids, to stop them
-    # once their bigbrothers are gone. Not `bbctl stop all`: a bigbrother keeps an
-    # operator's stop of an assigned slot across runs, and the next run would not start it.
-    local games
-    games=$(for m in "${machines[@]}"; do
-        "$bin/bbctl" --socket "$(sock_of "$m")" -o json status 2>/dev/null |
-            grep -o '"pid": *[1-9][0-9]*' | grep -o '[0-9]*$'
-    done)
     # The bigbrothers first (the primary releases its lease), then any game left (TERM,
     # KILL after 5 s), then serverdir and every redis-server at once; whatever has not
     # exited after 10 s is killed.
-    local p left
+    local p left games
     for p in "${bb_pids[@]}"; do kill "$p" 2>/dev/null || true; done
     for _ in $(seq 50); do
         left=""
@@ -97,6 +109,7 @@ stop_all() {
         [[ -z $left ]] && break
         sleep 0.1
     done
+    games=$(game_pids)
     if [[ -n $games ]]; then
         for p in $games; do kill "$p" 2>/dev/null || true; done
         for _ in $(seq 50); do
@@ -215,6 +228,7 @@ JSON
     setsid "$bin/bigbrother" --config "$state/$m/bigbrother.json" \
         >"$state/bigbrother-$m.log" 2>&1 &
     bb_pids+=($!)
+    bb_of[$m]=$!
     pids+=($!)
 done
 
@@ -289,7 +303,7 @@ alloc_state=$(api "/v1/clusters/local/allocations/$alloc_id" | grep -o '"state":
 cat <<MSG
 
 ServerDir local cluster is up (cluster "local", Redis $redis_url).
-  machines:           $(count /v1/clusters/local/machines machine) (local-1, local-2: one bigbrother each, in cluster mode; primary $(primary))
+  machines:           $(api /v1/clusters/local/machines | grep -o '"state":"live"' | wc -l) live (local-1, local-2: one bigbrother each, in cluster mode; primary $(primary))
   zone:               $(ready_of zone) ready of $zone_desired desired (desired service; sdctl scale zone 5)
   match:              pool of $match_ready ready, $match_alloc allocated, buffer 2 (sdctl allocate match)
   allocation:         $alloc_id ($alloc_state) on $alloc_inst, payload $payload
@@ -309,5 +323,26 @@ ServerDir local cluster is up (cluster "local", Redis $redis_url).
   logs:               $state/*.log, $state/local-1/, $state/local-2/
 Press Ctrl-C to stop.
 MSG
-wait -n "${pids[@]}" || true
+# Until Ctrl-C, or until redis or serverdir exits. A bigbrother that exits (kill -9: a
+# lost machine) leaves the others running: the primary declares its machine lost after
+# its lease and places its slots on the other one; the next run brings it back.
+while :; do
+    wait -n "${pids[@]}" || true
+    for m in "${machines[@]}"; do
+        p=${bb_of[$m]}
+        if [[ -n $p ]] && ! kill -0 "$p" 2>/dev/null; then
+            echo "bigbrother of $m exited (see $state/bigbrother-$m.log): $m will be declared lost"
+            bb_of[$m]=""
+        fi
+    done
+    core_left=1
+    for p in "${pids[@]}"; do
+        [[ " ${bb_pids[*]} " == *" $p "* ]] && continue
+        kill -0 "$p" 2>/dev/null || core_left=""
+    done
+    [[ -n $core_left ]] || break
+    live=()
+    for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && live+=("$p"); done
+    pids=("${live[@]}")
+done
 echo "a cluster process exited; see the logs in $state"

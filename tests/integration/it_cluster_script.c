@@ -5,9 +5,10 @@
  * match pool at its buffer (3 ready, 1 allocated) and the allocation made at start, which
  * its game server logs. The first run then does what the banner offers: scale zone to 5,
  * drain local-2 (its instances move to local-1) and undrain it, a rolling restart of zone
- * that completes. A Ctrl-C (SIGINT to the script) stops every process it started (the
- * realm stop, then the daemons), and the second run comes back from the first one's state,
- * where the realm was left stopped. */
+ * that completes, local-2 lost (kill -9 of its bigbrother: the script keeps running and
+ * the primary declares it lost). A Ctrl-C (SIGINT to the script) stops every process it
+ * started (the realm stop, then the daemons), and the second run comes back from the
+ * first one's state, where the realm was left stopped, with both machines live. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -252,8 +253,48 @@ static int rolled(void *arg)
     return 1;
 }
 
+/* The pid of the bigbrother whose command line names want, 0 when none. */
+static pid_t pid_with(const char *want)
+{
+    pid_t found = 0;
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    while (d && !found && (e = readdir(d))) {
+        char path[64], buf[4096];
+        int pid = atoi(e->d_name);
+        if (pid <= 0)
+            continue;
+        snprintf(path, sizeof path, "/proc/%d/cmdline", pid);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        size_t len = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        for (size_t i = 0; i < len; i++)
+            if (!buf[i])
+                buf[i] = ' ';
+        buf[len] = '\0';
+        if (strstr(buf, "bigbrother") && strstr(buf, want))
+            found = pid;
+    }
+    if (d)
+        closedir(d);
+    return found;
+}
+
+/* local-2 lost: listed as lost, zone's 5 ready on local-1 */
+static int lost(void *arg)
+{
+    (void)arg;
+    json_t *j = get_json("/machines/local-2");
+    int is_lost = j && !strcmp(json_string_value(json_object_get(j, "state")), "lost");
+    json_decref(j);
+    return is_lost && ready_on("zone", "local-1") == 5;
+}
+
 /* What the banner offers, done: scale zone to 5, drain local-2 and undrain it, a rolling
- * restart of zone that completes. */
+ * restart of zone that completes; then local-2 lost (kill -9 of its bigbrother, its game
+ * servers left running for the Ctrl-C to stop). */
 static void operate(void)
 {
     char out[8192];
@@ -276,13 +317,21 @@ static void operate(void)
     if (!h_wait_until(rolled, before, 60000))
         fail_msg("the rolling restart of zone did not complete in 60 s");
     assert_int_equal(count_ready("zone"), 5);
+    char want[500];
+    snprintf(want, sizeof want, "%s/local-2/bigbrother.json", dir);
+    pid_t bb2 = pid_with(want);
+    assert_true(bb2 > 0);
+    assert_int_equal(kill(bb2, SIGKILL), 0);
+    if (!h_wait_until(lost, NULL, 30000))
+        fail_msg("local-2 not lost with zone on local-1 in 30 s (zone %d there)",
+                 ready_on("zone", "local-1"));
 }
 
 /* The banner's figures and the API agree: 2 machines, a primary, zone 3 of 3, the match
  * pool at its buffer with the start allocation, which its game server logs. */
 static void check_cluster(int round, const char *out)
 {
-    if (!strstr(out, "machines:           2 ") ||
+    if (!strstr(out, "machines:           2 live") ||
         !strstr(out, "zone:               3 ready of 3 desired") ||
         !strstr(out, "match:              pool of 3 ready, 1 allocated, buffer 2") ||
         !strstr(out, "sdctl scale zone 5") || !strstr(out, "ops dashboard:") ||
