@@ -10,8 +10,10 @@
 #          allocated at start (`sdctl allocate match`), and its server logs the allocation.
 # State and logs under .cluster/. Ctrl-C stops everything it started: the realm first
 # (`sdctl cluster stop`: every bigbrother stops its game processes gracefully), then the
-# bigbrothers (the primary releases its lease), serverdir and redis. The next run clears
-# the realm flag (`sdctl cluster start`) and everything comes back from the stored state.
+# bigbrothers (the primary releases its lease), any game server a killed bigbrother left
+# behind, serverdir and redis. A bigbrother that dies meanwhile (kill -9: a lost machine)
+# leaves the rest running. The next run clears the realm flag (`sdctl cluster start`) and
+# everything comes back from the stored state.
 # Access is by token (state dir's tokens file, made on the first run, mode 0600): an ops
 # token for sdctl and the ops dashboard, a viewer token for the dashboard and a bigbrother
 # token per machine. The game servers get no token: bigbrother obtains each one's
