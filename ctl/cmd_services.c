@@ -291,22 +291,16 @@ int cmd_restart(ctl_t *ctl, int argc, char **argv)
         return ctl_usage("restart", "expected SERVICE or INSTANCE");
     json_t *ans = NULL;
     sdc_err_t err;
-    /* A service name wins; anything else is taken as an instance. */
-    int rc = sdc_service_get(ctl->client, ctl->cluster, target, &ans, &err);
-    int is_service = rc == SDC_OK;
-    json_decref(ans);
-    ans = NULL;
-    if (rc != SDC_OK && !(rc == SDC_E_HTTP && err.status == 404))
-        return ctl_fail_clear(rc, &err);
-    if (rc != SDC_OK)
-        sdc_err_clear(&err);
-    if (!is_service && max_unavailable > 0)
+    /* A service name wins; anything ServerDir does not know as a service is taken as an
+     * instance. A static service (a bigbrother config's) is refused in words
+     * (409 static_service), so `sdctl restart zone` says whose it is. */
+    int rc = sdc_service_restart(ctl->client, ctl->cluster, target, max_unavailable, &ans, &err);
+    if (rc == SDC_OK || !(rc == SDC_E_HTTP && err.status == 404))
+        return ctl_answer(ctl, rc, &err, ans, restart_service_print, target);
+    sdc_err_clear(&err);
+    if (max_unavailable > 0)
         return ctl_usage("restart", "'%s' is not a service; --max-unavailable is for services",
                          target);
-    if (is_service) {
-        rc = sdc_service_restart(ctl->client, ctl->cluster, target, max_unavailable, &ans, &err);
-        return ctl_answer(ctl, rc, &err, ans, restart_service_print, target);
-    }
     rc = sdc_instance_restart(ctl->client, ctl->cluster, target, &ans, &err);
     return ctl_answer(ctl, rc, &err, ans, restart_instance_print, target);
 }

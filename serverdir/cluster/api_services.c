@@ -36,6 +36,34 @@ static void unknown_service(sd_resp_t *resp, const char *svc)
                         "service '%s' does not exist", svc);
 }
 
+/* 409 static_service: svc is run by machine's bigbrother config, not by the primary, so
+ * an operation on the desired service (or on one instance's slot) cannot apply to it. */
+static void static_service(sd_resp_t *resp, const char *svc, const char *machine,
+                           const char *inst)
+{
+    SD_COUNT("serverdir_static_service_refused_total",
+             "operations on a desired service refused: a bigbrother config runs it", 1);
+    json_t *extra = json_pack("{s:s, s:s}", "service", svc, "machine", machine);
+    if (inst)
+        json_object_set_new(extra, "instance", json_string(inst));
+    sd_resp_error_extra(resp, 409, "static_service", extra,
+                        "%s is a static service of machine %s: use bbctl on that machine", svc,
+                        machine);
+}
+
+/* The answer to an operation on svc when it is no desired service: static_service when a
+ * bigbrother config runs it (a live process of that name), else unknown_service. */
+static void not_desired(sd_resp_t *resp, const char *cluster, const char *svc)
+{
+    redisReply *r = NULL;
+    if (sd__cluster_run("service_static", cluster, &r, svc, NULL) == 0 &&
+        sd_reply_status_is(r, "static") && r->elements == 3)
+        static_service(resp, svc, sd_reply_str(r, 1), NULL);
+    else
+        unknown_service(resp, svc);
+    freeReplyObject(r);
+}
+
 /* Reads one service as API JSON into *out (NULL when it does not exist). Returns 0, or
  * -1 with resp set. */
 static int service_read(sd_resp_t *resp, const char *cluster, const char *svc, json_t **out)
@@ -252,7 +280,7 @@ void h_service_delete(sd_req_t *req, sd_resp_t *resp)
         return;
     }
     if (sd_reply_status_is(r, "unknown_service")) {
-        unknown_service(resp, svc);
+        not_desired(resp, cluster, svc);
     } else if (sd_reply_status_is(r, "ok")) {
         log_info("service deleted", "cluster=%s service=%s", cluster, svc);
         SD_COUNT("serverdir_service_changes_total", "service specs created or changed", 1);
@@ -292,7 +320,7 @@ void h_service_scale(sd_req_t *req, sd_resp_t *resp)
         if (service_read(resp, cluster, svc, &cur))
             return;
         if (!cur) {
-            unknown_service(resp, svc);
+            not_desired(resp, cluster, svc);
             return;
         }
         json_t *spec = json_deep_copy(json_object_get(cur, "spec"));
@@ -347,7 +375,9 @@ static void name_switch_set(sd_req_t *req, sd_resp_t *resp, const name_switch_t 
     }
     char unknown[32];
     snprintf(unknown, sizeof unknown, "unknown_%s", sw->what);
-    if (sd_reply_status_is(r, unknown)) {
+    if (sd_reply_status_is(r, unknown) && sw == &service_switch) {
+        not_desired(resp, cluster, name);
+    } else if (sd_reply_status_is(r, unknown)) {
         sd_resp_error_extra(resp, 404, unknown, json_pack("{s:s}", sw->what, name), "%s '%s' %s",
                             sw->what, name, sw->missing);
     } else if (sd_reply_status_is(r, "ok") && r->elements == 3) {
@@ -407,7 +437,7 @@ void h_service_restart(sd_req_t *req, sd_resp_t *resp)
         return;
     }
     if (sd_reply_status_is(r, "unknown_service")) {
-        unknown_service(resp, svc);
+        not_desired(resp, cluster, svc);
     } else if (sd_reply_status_is(r, "ok") && r->elements == 3) {
         log_info("service restart requested", "cluster=%s service=%s restart_token=%lld "
                  "max_unavailable=%lld", cluster, svc, (long long)sd_reply_num(r, 1),
@@ -453,6 +483,8 @@ void h_instance_restart(sd_req_t *req, sd_resp_t *resp)
     if (sd_reply_status_is(r, "unknown_instance")) {
         sd_resp_error_extra(resp, 404, "unknown_instance", json_pack("{s:s}", "instance", inst),
                             "instance '%s' is not in the directory", inst);
+    } else if (sd_reply_status_is(r, "static_service") && r->elements == 3) {
+        static_service(resp, sd_reply_str(r, 1), sd_reply_str(r, 2), inst);
     } else if (sd_reply_status_is(r, "no_slot")) {
         sd_resp_error_extra(resp, 409, "no_slot", json_pack("{s:s}", "instance", inst),
                             "instance '%s' has no slot (not placed by the primary)", inst);

@@ -1,9 +1,14 @@
 /* The README's main command, scripts/cluster.sh, run twice on its own ports and state dir
- * with this build's binaries (SD_BIN: no package check, no build): each run reports 1
- * machine, 3 ready zone servers, player locks and 3 master servers, the API agrees, and a
- * Ctrl-C (SIGINT to the script) stops every process it started. The second run starts
- * from the first one's state, where the Ctrl-C left the zone servers stopped by operator
- * (a second run once came up with no process). */
+ * with this build's binaries (SD_BIN: no package check, no build). Each run shows the
+ * product as it is meant to run, in its banner and through the API: two machines whose
+ * bigbrothers run in cluster mode, a primary, the desired service zone at 3 ready, the
+ * match pool at its buffer (3 ready, 1 allocated) and the allocation made at start, which
+ * its game server logs. The first run then does what the banner offers: scale zone to 5,
+ * drain local-2 (its instances move to local-1) and undrain it, a rolling restart of zone
+ * that completes, local-2 lost (kill -9 of its bigbrother: the script keeps running and
+ * the primary declares it lost). A Ctrl-C (SIGINT to the script) stops every process it
+ * started (the realm stop, then the daemons), and the second run comes back from the
+ * first one's state, where the realm was left stopped, with both machines live. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -26,7 +31,7 @@
 #include "harness_sdctl.h"
 
 static char dir[400], url[64], sdport_env[32], rport_env[32], dir_env[450], bin_env[600],
-    logs_env[32];
+    logs_env[32], logs2_env[32];
 static const char *mode_env = "SD_REDIS=";
 static int port, rport, nredis = 1; /* the Redis ports: rport .. rport + nredis - 1 */
 
@@ -113,20 +118,50 @@ static const char *script_token(const char *role, char *tok, size_t cap)
     return tok;
 }
 
-static int count_ready(void)
+/* GET path (under the cluster) with the viewer token: the answer, NULL when not 200. */
+static json_t *get_json(const char *path)
 {
-    char u[128], tok[300];
-    snprintf(u, sizeof u, "%s/v1/clusters/local/processes?state=ready", url);
+    char u[400], tok[300];
+    snprintf(u, sizeof u, "%s/v1/clusters/local%s", url, path);
     h_resp_t r = {0};
-    if (h_http("GET", u, script_token("viewer", tok, sizeof tok), NULL, NULL, 0, NULL, &r) != 0 ||
-        r.status != 200) {
-        h_resp_free(&r);
-        return -1;
-    }
-    json_t *j = h_resp_json(&r);
-    int n = (int)json_array_size(json_object_get(j, "processes"));
-    json_decref(j);
+    json_t *j = NULL;
+    if (h_http("GET", u, script_token("viewer", tok, sizeof tok), NULL, NULL, 0, NULL, &r) == 0 &&
+        r.status == 200)
+        j = h_resp_json(&r);
     h_resp_free(&r);
+    return j;
+}
+
+/* The ready processes of service svc ("" all) on machine m (NULL any); -1 without serverdir. */
+static int ready_on(const char *svc, const char *m)
+{
+    char path[200];
+    snprintf(path, sizeof path, "/processes?state=ready%s%s", *svc ? "&service=" : "", svc);
+    json_t *j = get_json(path);
+    if (!j)
+        return -1;
+    int n = 0;
+    json_t *p;
+    size_t i;
+    json_array_foreach(json_object_get(j, "processes"), i, p)
+        n += !m || !strcmp(json_string_value(json_object_get(p, "machine")), m);
+    json_decref(j);
+    return n;
+}
+
+static int count_ready(const char *svc)
+{
+    return ready_on(svc, NULL);
+}
+
+/* The live processes (starting or ready) on machine m. */
+static int live_on(const char *m)
+{
+    char path[200];
+    snprintf(path, sizeof path, "/processes?machine=%s", m);
+    json_t *j = get_json(path);
+    int n = j ? (int)json_array_size(json_object_get(j, "processes")) : -1;
+    json_decref(j);
     return n;
 }
 
@@ -158,34 +193,215 @@ static int no_leftovers(void *arg)
     return leftovers() == 0;
 }
 
-/* One run: start, wait for the banner, check it and the API, Ctrl-C, check nothing is
- * left. */
+/* sdctl with the ops token (the env file's SERVERDIR_TOKEN): its exit code, output in out. */
+static int sdctl_ops(char *out, size_t cap, const char *const *args)
+{
+    char env_url[200], env_tok[400], tok[300];
+    snprintf(env_url, sizeof env_url, "SERVERDIR_URL=%s", url);
+    snprintf(env_tok, sizeof env_tok, "SERVERDIR_TOKEN=%s", script_token("ops", tok, sizeof tok));
+    const char *senv[] = {env_url, env_tok, "SERVERDIR_CLUSTER=local", NULL};
+    return h_sdctl_run(args, senv, 15000, out, cap);
+}
+
+static int zone_5_ready(void *arg)
+{
+    (void)arg;
+    return count_ready("zone") == 5;
+}
+
+/* local-2 drained: nothing live on it, zone (5) and the match pool (2 free) on local-1 */
+static int drained(void *arg)
+{
+    (void)arg;
+    return live_on("local-2") == 0 && ready_on("zone", "local-1") == 5 &&
+           ready_on("match", "local-1") >= 2;
+}
+
+static int undrained(void *arg)
+{
+    (void)arg;
+    json_t *j = get_json("/machines/local-2");
+    int ok = j && json_is_false(json_object_get(j, "draining"));
+    json_decref(j);
+    return ok;
+}
+
+/* The generation of each zone slot's ready process, into gen[slot] (-1: none ready). */
+static void zone_generations(long gen[8])
+{
+    for (int i = 0; i < 8; i++)
+        gen[i] = -1;
+    json_t *j = get_json("/processes?service=zone&state=ready"), *p;
+    size_t i;
+    json_array_foreach(json_object_get(j, "processes"), i, p) {
+        json_int_t slot = json_integer_value(json_object_get(p, "slot"));
+        if (slot >= 0 && slot < 8)
+            gen[slot] = (long)json_integer_value(json_object_get(p, "generation"));
+    }
+    json_decref(j);
+}
+
+/* h_wait_until condition: every zone slot 0..4 ready in a later generation than before. */
+static int rolled(void *arg)
+{
+    const long *before = arg;
+    long now[8];
+    zone_generations(now);
+    for (int i = 0; i < 5; i++)
+        if (now[i] <= before[i])
+            return 0;
+    return 1;
+}
+
+/* The pid of the bigbrother whose command line names want, 0 when none. */
+static pid_t pid_with(const char *want)
+{
+    pid_t found = 0;
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    while (d && !found && (e = readdir(d))) {
+        char path[64], buf[4096];
+        int pid = atoi(e->d_name);
+        if (pid <= 0)
+            continue;
+        snprintf(path, sizeof path, "/proc/%d/cmdline", pid);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        size_t len = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        for (size_t i = 0; i < len; i++)
+            if (!buf[i])
+                buf[i] = ' ';
+        buf[len] = '\0';
+        if (strstr(buf, "bigbrother") && strstr(buf, want))
+            found = pid;
+    }
+    if (d)
+        closedir(d);
+    return found;
+}
+
+/* local-2 lost: listed as lost, zone's 5 ready on local-1 */
+static int lost(void *arg)
+{
+    (void)arg;
+    json_t *j = get_json("/machines/local-2");
+    int is_lost = j && !strcmp(json_string_value(json_object_get(j, "state")), "lost");
+    json_decref(j);
+    return is_lost && ready_on("zone", "local-1") == 5;
+}
+
+/* What the banner offers, done: scale zone to 5, drain local-2 and undrain it, a rolling
+ * restart of zone that completes; then local-2 lost (kill -9 of its bigbrother, its game
+ * servers left running for the Ctrl-C to stop). */
+static void operate(void)
+{
+    char out[8192];
+    const char *scale[] = {"scale", "zone", "5", NULL};
+    assert_int_equal(sdctl_ops(out, sizeof out, scale), 0);
+    if (!h_wait_until(zone_5_ready, NULL, 30000))
+        fail_msg("zone did not reach 5 ready in 30 s (%d)", count_ready("zone"));
+    const char *drain[] = {"drain", "local-2", NULL};
+    assert_int_equal(sdctl_ops(out, sizeof out, drain), 0);
+    if (!h_wait_until(drained, NULL, 30000))
+        fail_msg("local-2 not drained in 30 s: %d live on it, zone %d, match %d on local-1",
+                 live_on("local-2"), ready_on("zone", "local-1"), ready_on("match", "local-1"));
+    const char *undrain[] = {"undrain", "local-2", NULL};
+    assert_int_equal(sdctl_ops(out, sizeof out, undrain), 0);
+    assert_true(h_wait_until(undrained, NULL, 5000));
+    long before[8];
+    zone_generations(before);
+    const char *restart[] = {"restart", "zone", NULL};
+    assert_int_equal(sdctl_ops(out, sizeof out, restart), 0);
+    if (!h_wait_until(rolled, before, 60000))
+        fail_msg("the rolling restart of zone did not complete in 60 s");
+    assert_int_equal(count_ready("zone"), 5);
+    char want[500];
+    snprintf(want, sizeof want, "%s/local-2/bigbrother.json", dir);
+    pid_t bb2 = pid_with(want);
+    assert_true(bb2 > 0);
+    assert_int_equal(kill(bb2, SIGKILL), 0);
+    if (!h_wait_until(lost, NULL, 30000))
+        fail_msg("local-2 not lost with zone on local-1 in 30 s (zone %d there)",
+                 ready_on("zone", "local-1"));
+}
+
+/* The banner's figures and the API agree: 2 machines, a primary, zone 3 of 3, the match
+ * pool at its buffer with the start allocation, which its game server logs. */
+static void check_cluster(int round, const char *out)
+{
+    if (!strstr(out, "machines:           2 live") ||
+        !strstr(out, "zone:               3 ready of 3 desired") ||
+        !strstr(out, "match:              pool of 3 ready, 1 allocated, buffer 2") ||
+        !strstr(out, "sdctl scale zone 5") || !strstr(out, "ops dashboard:") ||
+        !strstr(out, "master servers:     3") || strstr(out, "player locks held:  0 "))
+        fail_msg("round %d: unexpected banner:\n%s", round, out);
+    assert_int_equal(count_ready("zone"), 3);
+    assert_int_equal(count_ready("match"), 3);
+    json_t *j = get_json("/primary");
+    assert_non_null(j);
+    const char *holder = json_string_value(json_object_get(j, "holder"));
+    assert_true(holder && (!strcmp(holder, "local-1") || !strcmp(holder, "local-2")));
+    json_decref(j);
+    j = get_json("/services/zone");
+    assert_non_null(j);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "spec"), "count")), 3);
+    json_decref(j);
+    /* the allocation the banner names, active, on a match server that logged it */
+    const char *a = strstr(out, "allocation:         ");
+    char id[64] = "", inst[160] = "";
+    assert_non_null(a);
+    assert_int_equal(sscanf(a, "allocation: %63s (active) on %159[^,]", id, inst), 2);
+    char path[200];
+    snprintf(path, sizeof path, "/allocations/%s", id);
+    j = get_json(path);
+    assert_non_null(j);
+    assert_string_equal(json_string_value(json_object_get(j, "state")), "active");
+    assert_string_equal(json_string_value(json_object_get(j, "instance")), inst);
+    json_decref(j);
+    char logs[8192], want[120];
+    const char *args[] = {"logs", inst, NULL};
+    int lrc = sdctl_ops(logs, sizeof logs, args);
+    snprintf(want, sizeof want, "msg=allocated allocation=%s", id);
+    if (lrc != 0 || !strstr(logs, want) || !strstr(logs, "demo-1"))
+        fail_msg("round %d: sdctl logs %s -> %d, no '%s':\n%s", round, inst, lrc, want, logs);
+}
+
+/* One run: start, wait for the banner, check it and the API (round 1: operate), Ctrl-C,
+ * check nothing is left. */
 static void one_run(int round)
 {
     char log[500];
     snprintf(log, sizeof log, "%s/script-%d.out", h_tmpdir(), round);
     const char *argv[] = {"/bin/bash", SD_SOURCE_DIR "/scripts/cluster.sh", NULL};
-    const char *env[] = {sdport_env, rport_env, dir_env, bin_env, mode_env, logs_env, NULL};
+    const char *env[] = {sdport_env, rport_env, dir_env, bin_env, mode_env, logs_env, logs2_env,
+                         NULL};
     pid_t pid = h_spawn(argv, log, env);
     assert_true(pid > 0);
     banner_wait_t w = {pid, log, NULL, 0, 0};
-    h_wait_until(banner_or_exit, &w, 60000);
+    h_wait_until(banner_or_exit, &w, 90000);
     char *out = w.out;
     if (w.exited)
         fail_msg("cluster.sh exited early (status %d):\n%s", w.status, out ? out : "");
     if (!out || !strstr(out, "Press Ctrl-C to stop."))
-        fail_msg("no banner within 60 s:\n%s", out ? out : "");
-    if (!strstr(out, "machines:           1 ") || !strstr(out, "processes ready:    3 ") ||
-        !strstr(out, "master servers:     3") || strstr(out, "player locks held:  0 "))
-        fail_msg("round %d: unexpected banner:\n%s", round, out);
+        fail_msg("no banner within 90 s:\n%s", out ? out : "");
+    check_cluster(round, out);
     free(out);
-    assert_int_equal(count_ready(), 3);
-    /* The script's bindings hold: its bigbrother token speaks for local-1 only, and
-     * without a token nothing is shown. The zone servers have no token at all: the player
+    /* The script's bindings hold: local-1's bigbrother token speaks for local-1 only, and
+     * without a token nothing is shown. The game servers have no token at all: the player
      * locks the banner counted were taken with their instance credentials. */
-    char tok[300], u[160], game[300];
+    char tok[300], u[160], game[300], line[512], path[500];
     assert_string_equal(script_token("game", game, sizeof game), "");
-    assert_true(strlen(script_token("bigbrother", tok, sizeof tok)) >= 16);
+    snprintf(path, sizeof path, "%s/tokens", dir);
+    FILE *f = fopen(path, "r");
+    tok[0] = '\0';
+    while (f && fgets(line, sizeof line, f))
+        if (strstr(line, "machine=local-1") && sscanf(line, "bigbrother %299s", tok) == 1)
+            break;
+    if (f)
+        fclose(f);
+    assert_true(strlen(tok) >= 16);
     snprintf(u, sizeof u, "%s/v1/clusters/local/machines/local-2", url);
     h_resp_t r = {0};
     assert_int_equal(h_http("PUT", u, tok, NULL, "{}", 2, NULL, &r), 0);
@@ -195,40 +411,22 @@ static void one_run(int round)
     assert_int_equal(h_http("GET", u, NULL, NULL, NULL, 0, NULL, &r), 0);
     assert_int_equal(r.status, 401);
     h_resp_free(&r);
-
-    /* sdctl logs, as the banner says: a zone server's output through its machine's
-     * bigbrother (logs_listen), with the viewer token */
-    snprintf(u, sizeof u, "%s/v1/clusters/local/processes?state=ready", url);
-    assert_int_equal(h_http("GET", u, script_token("viewer", tok, sizeof tok), NULL, NULL, 0,
-                            NULL, &r), 0);
-    json_t *j = h_resp_json(&r);
-    h_resp_free(&r);
-    char inst[160];
-    snprintf(inst, sizeof inst, "%s",
-             json_string_value(json_object_get(json_array_get(json_object_get(j, "processes"), 0),
-                                               "instance")));
-    json_decref(j);
-    char env_url[200], env_tok[400], logs[8192];
-    snprintf(env_url, sizeof env_url, "SERVERDIR_URL=%s", url);
-    snprintf(env_tok, sizeof env_tok, "SERVERDIR_TOKEN=%s", tok);
-    const char *senv[] = {env_url, env_tok, "SERVERDIR_CLUSTER=local", NULL};
-    const char *args[] = {"logs", inst, "--tail", "5", NULL};
-    int lrc = h_sdctl_run(args, senv, 15000, logs, sizeof logs);
-    if (lrc != 0 || !strstr(logs, "level=info msg="))
-        fail_msg("round %d: sdctl logs %s -> %d:\n%s", round, inst, lrc, logs);
+    if (round == 1)
+        operate();
 
     kill(-pid, SIGINT); /* what a Ctrl-C delivers: SIGINT to the script's process group,
                            so a command it runs in the foreground gets it too (bash acts
                            on a SIGINT its foreground child survived only after the child
                            ends); its daemons run in their own sessions */
-    int status = h_wait_exit(pid, 45000); /* at most 10 s for the games, 5 + 10 s for the daemons */
+    int status = h_wait_exit(pid, 45000); /* at most 15 s for the realm stop, 5 + 10 s for
+                                             the daemons */
     if (!WIFEXITED(status)) {
         char *tail = slurp(log);
         fail_msg("round %d: cluster.sh did not end within 45 s of its Ctrl-C:\n%s", round,
                  tail ? tail : "");
     }
     assert_int_equal(WEXITSTATUS(status), 130);
-    assert_int_equal(count_ready(), -1); /* serverdir is gone */
+    assert_int_equal(count_ready(""), -1); /* serverdir is gone */
     assert_true(h_wait_until(no_leftovers, NULL, 2000));
 }
 
@@ -244,8 +442,9 @@ static void twice(void **state)
     snprintf(dir_env, sizeof dir_env, "SD_CLUSTER_DIR=%s", dir);
     snprintf(bin_env, sizeof bin_env, "SD_BIN=%s", SD_BIN_DIR);
     snprintf(logs_env, sizeof logs_env, "SD_LOGS_PORT=%d", h_free_port());
+    snprintf(logs2_env, sizeof logs2_env, "SD_LOGS_PORT2=%d", h_free_port());
     one_run(1);
-    one_run(2); /* from the first run's state: the zone servers stopped by its Ctrl-C */
+    one_run(2); /* from the first run's state: the realm stopped by its Ctrl-C, zone at 5 */
 }
 
 /* 1 when nothing listens on loopback TCP port p (and it can be bound). */
@@ -285,13 +484,14 @@ static void on_a_redis_cluster(void **state)
     snprintf(bin_env, sizeof bin_env, "SD_BIN=%s", SD_BIN_DIR);
     mode_env = "SD_REDIS=cluster";
     snprintf(logs_env, sizeof logs_env, "SD_LOGS_PORT=%d", h_free_port());
+    snprintf(logs2_env, sizeof logs2_env, "SD_LOGS_PORT2=%d", h_free_port());
     one_run(1);
     one_run(2);
 }
 
 int main(void)
 {
-    h_init(170);
+    h_init(280);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(twice),
         cmocka_unit_test(on_a_redis_cluster),

@@ -400,7 +400,9 @@ static void instance_service_machine_pages(void **state)
     assert_true(has_cell(dom, "started"));
     assert_true(has_cell(dom, "stopped"));
     assert_non_null(strstr(dom, "Locks held"));
-    assert_non_null(strstr(dom, "id=\"b-restart\""));
+    /* zone is static (the bigbrother's config): no restart here, bbctl is named */
+    assert_null(strstr(dom, "id=\"b-restart\""));
+    assert_non_null(strstr(dom, "an instance of a static service"));
     char mlink[400];
     snprintf(mlink, sizeof mlink, "machine=%s\">%s</a>", machine, machine);
     assert_non_null(strstr(dom, mlink)); /* click-through to the machine */
@@ -414,7 +416,18 @@ static void instance_service_machine_pages(void **state)
     assert_null(strstr(dom, "class=\"err\""));
     assert_non_null(strstr(dom, "a static service"));
     assert_true(has_cell(dom, id)); /* in Recently stopped */
+    assert_null(strstr(dom, "id=\"b-restart\""));
+    assert_null(strstr(dom, "id=\"b-stop\""));
+    assert_non_null(strstr(dom, "restart or stop it with <code>bbctl</code> on that machine"));
+    free(dom);
+    /* a desired service: scale, rolling restart, stop; no allocate (no pool) */
+    dom = dom_of("cluster=c1&service=lobby");
+    assert_null(strstr(dom, "class=\"err\""));
+    assert_non_null(strstr(dom, "id=\"b-scale\""));
     assert_non_null(strstr(dom, "id=\"b-restart\""));
+    assert_non_null(strstr(dom, "id=\"b-stop\""));
+    assert_null(strstr(dom, "id=\"b-start\""));
+    assert_null(strstr(dom, "id=\"b-allocate\""));
     free(dom);
     screenshot("cluster=c1&service=zone", "dashboard-service.png", 1400);
 
@@ -423,6 +436,7 @@ static void instance_service_machine_pages(void **state)
     assert_null(strstr(dom, "class=\"err\""));
     assert_non_null(strstr(dom, "127.0.0.1"));
     assert_non_null(strstr(dom, "id=\"b-drain\""));
+    assert_null(strstr(dom, "id=\"b-undrain\"")); /* it is not draining */
     assert_true(has_cell(dom, "ready"));
     assert_non_null(strstr(dom, ">heartbeat</th>")); /* from the machine's /v1/health */
     assert_non_null(strstr(dom, "s ago</td>"));
@@ -498,13 +512,15 @@ static void pools_and_allocations(void **state)
         assert_int_equal(r.status, 200);
         h_resp_free(&r);
     }
-    char id[2][64];
+    char id[2][64], inst0[64] = "";
     for (int i = 0; i < 2; i++) {
         assert_int_equal(h_http_json("POST", sd.url, H_TOK_OPS, "{\"service\":\"match\"}", &r,
                                      "/v1/clusters/c2/allocations"), 0);
         assert_int_equal(r.status, 201);
         json_t *j = h_resp_json(&r);
         snprintf(id[i], sizeof id[i], "%s", json_string_value(json_object_get(j, "allocation")));
+        if (i == 0)
+            snprintf(inst0, sizeof inst0, "%s", json_string_value(json_object_get(j, "instance")));
         json_decref(j);
         h_resp_free(&r);
     }
@@ -545,6 +561,23 @@ static void pools_and_allocations(void **state)
     const char *wp = strstr(dom, "a warm pool");
     if (!strstr(dom, "a warm pool (the primary sizes it): 1 free / 1 alloc, buffer 2"))
         fail_msg("the service page says: %.120s", wp ? wp : "(no warm pool line)");
+    /* a pool: allocate (no scale: the primary sizes it), rolling restart, stop; its
+     * instances with the allocation each serves */
+    assert_non_null(strstr(dom, "id=\"b-allocate\""));
+    assert_null(strstr(dom, "id=\"b-scale\""));
+    assert_non_null(strstr(dom, "id=\"b-restart\""));
+    assert_non_null(strstr(dom, ">allocation</th>"));
+    char cell[120];
+    snprintf(cell, sizeof cell, "%s (pending)", id[0]);
+    assert_true(has_cell(dom, cell));
+    free(dom);
+    /* the allocated instance's page: the allocation it serves, and a restart */
+    char q[200];
+    snprintf(q, sizeof q, "cluster=c2&instance=%s", inst0);
+    dom = dom_of(q);
+    assert_null(strstr(dom, "class=\"err\""));
+    assert_non_null(strstr(dom, id[0]));
+    assert_non_null(strstr(dom, "id=\"b-restart\""));
     free(dom);
 }
 

@@ -1,7 +1,8 @@
 /* sdctl's cluster commands against a live serverdir: apply -f (dry run, apply, unchanged,
  * array form, a bad spec stores nothing), services, scale, delete, stop/start, restart
  * of a service and of an instance, drain/undrain, primary, cluster stop/start, status,
- * --help and the exit codes. */
+ * --help and the exit codes; an operation on a static service (a bigbrother config's)
+ * refused in words, naming its machine, changing nothing. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +15,7 @@
 #include <sys/wait.h>
 
 #include "harness_api.h"
+#include "harness_bigbrother.h"
 #include "harness_stack.h"
 #include "harness_sdctl.h"
 
@@ -151,6 +153,13 @@ static void services_scale_stop_restart_delete(void **state)
     assert_non_null(strstr(out, "service zone, slot 2"));
     assert_int_equal(sdctl("k2", H_TOK_OPS, out, sizeof out, "restart", "nobody", NULL), 4);
     assert_int_equal(sdctl("k2", H_TOK_OPS, out, sizeof out, "delete", "zone", NULL), 0);
+    /* its Big Brother stops the deleted service's instance (while it still runs, the
+     * name is taken for a static service: static_service_said_in_words) */
+    assert_int_equal(ct_call(sd.url, H_TOK_BB, "POST",
+                             "{\"events\":[{\"id\":\"i2\",\"type\":\"stopped\",\"instance\":"
+                             "\"zone-m1-x\",\"machine\":\"m1\",\"service\":\"zone\",\"slot\":2,"
+                             "\"reason\":\"replaced\"}]}",
+                             NULL, NULL, "/v1/clusters/k2/events"), 200);
     assert_int_equal(sdctl("k2", H_TOK_OPS, out, sizeof out, "delete", "zone", NULL), 4);
 }
 
@@ -233,6 +242,68 @@ static void every_command_has_help(void **state)
     }
 }
 
+/* h_wait_until condition: the directory of c1 lists a live process of service zone. */
+static int static_zone_listed(void *arg)
+{
+    (void)arg;
+    json_t *o = NULL;
+    int st = ct_call(sd.url, H_TOK_VIEWER, "GET", NULL, &o, NULL,
+                     "/v1/clusters/c1/processes?service=zone");
+    int n = st == 200 ? (int)json_array_size(json_object_get(o, "processes")) : 0;
+    json_decref(o);
+    return n > 0;
+}
+
+/* A bigbrother (machine m1 of c1) runs zone from its own config: there is no desired
+ * service zone, so restart/stop/start/scale/delete of it, and the restart of its
+ * instance, cannot apply. Each says so in words (409 static_service, naming the machine
+ * and bbctl) instead of 404 unknown_service / unknown_instance, and writes nothing. */
+static void static_service_said_in_words(void **state)
+{
+    (void)state;
+    bbt_t b = {0};
+    bbt_dirs(&b);
+    char extra[512], out[8192];
+    snprintf(extra, sizeof extra,
+             ", \"serverdir\": {\"urls\": [\"%s\"], \"token\": \"%s\", \"credentials\": false}",
+             sd.url, H_TOK_BB_C1(1));
+    bbt_config(&b, "[{\"name\": \"zone\", \"command\": \"/bin/sleep\", \"args\": [\"100000\"],"
+                   " \"health\": {\"type\": \"none\"}}]", extra);
+    assert_true(bbt_start(&b) > 0);
+    assert_true(h_wait_until(static_zone_listed, NULL, h_ms(15000)));
+    json_t *in = bbt_inst(&b, "zone", 0);
+    char inst[160];
+    snprintf(inst, sizeof inst, "%s", bbt_str(in, "instance"));
+    json_decref(in);
+    const char *want = "zone is a static service of machine m1: use bbctl on that machine";
+    h_keys_t before, after;
+    h_keys_take(&redis, &before, "sd:{c1}:svc*", "sd:{c1}:services", "sd:{c1}:six",
+                "sd:{c1}:desired:version", NULL);
+    const char *cmds[][4] = {{"restart", "zone", NULL}, {"restart", inst, NULL},
+                             {"stop", "zone", NULL},    {"start", "zone", NULL},
+                             {"scale", "zone", "5"},    {"delete", "zone", NULL}};
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        int rc = sdctl("c1", H_TOK_OPS, out, sizeof out, cmds[i][0], cmds[i][1], cmds[i][2], NULL);
+        if (rc != 5 || !strstr(out, want) || !strstr(out, "static_service"))
+            fail_msg("sdctl %s %s -> %d:\n%s", cmds[i][0], cmds[i][1], rc, out);
+    }
+    json_t *o = NULL;
+    assert_int_equal(ct_call(sd.url, H_TOK_OPS, "POST", "{}", &o, NULL,
+                             "/v1/clusters/c1/services/zone/restart"), 409);
+    json_t *e = json_object_get(o, "error");
+    assert_string_equal(json_string_value(json_object_get(e, "code")), "static_service");
+    assert_string_equal(json_string_value(json_object_get(e, "machine")), "m1");
+    assert_string_equal(json_string_value(json_object_get(e, "message")), want);
+    json_decref(o);
+    h_keys_take(&redis, &after, "sd:{c1}:svc*", "sd:{c1}:services", "sd:{c1}:six",
+                "sd:{c1}:desired:version", NULL);
+    h_keys_same(&before, &after, "operations on a static service");
+    /* a name nothing runs is still unknown */
+    assert_int_equal(sdctl("c1", H_TOK_OPS, out, sizeof out, "restart", "nosuch", NULL), 4);
+    assert_int_equal(sdctl("c1", H_TOK_OPS, out, sizeof out, "stop", "nosuch", NULL), 4);
+    bbt_stop(&b, 3000);
+}
+
 int main(void)
 {
     h_init(180);
@@ -241,6 +312,7 @@ int main(void)
         cmocka_unit_test(services_scale_stop_restart_delete),
         cmocka_unit_test(drain_primary_cluster_and_status),
         cmocka_unit_test(every_command_has_help),
+        cmocka_unit_test(static_service_said_in_words),
     };
     return cmocka_run_group_tests(tests, setup, h_stack_teardown);
 }
