@@ -8,8 +8,8 @@
  * from one command to the next), started in the directory holding .cluster/ with
  * `. .cluster/env` sourced. Each command runs with stdin /dev/null and stderr merged
  * into stdout, within CMD_TIMEOUT_MS; a nonzero exit status is shown as a last line
- * `[exit N]`. The documented ports 7700 (serverdir), 7379 (redis) and 7702 (the logs
- * port) are rewritten to this run's in the commands and in the expected output.
+ * `[exit N]`. The documented ports 7700 (serverdir), 7379 (redis), 7702 and 7703 (the logs
+ * ports of local-1 and local-2) are rewritten to this run's in the commands and in the expected output.
  *
  * comparison_rules checks the comparison itself, a drift of each kind included, without
  * a cluster. Every example runs even after a failure; each failure prints its file:line,
@@ -80,10 +80,11 @@ static char *slurp(const char *path)
     return buf;
 }
 
-/* Copies s with every 7700, 7379 and 7702 that is a whole number (no digit beside it)
- * replaced by this run's port (malloc'd). */
-static int ports[3];
-static const char *const doc_ports[3] = {"7700", "7379", "7702"};
+/* Copies s with every 7700, 7379, 7702 and 7703 that is a whole number (no digit beside
+ * it) replaced by this run's port (malloc'd). */
+#define NPORTS 4
+static int ports[NPORTS];
+static const char *const doc_ports[NPORTS] = {"7700", "7379", "7702", "7703"};
 
 static char *rewrite_ports(const char *s)
 {
@@ -92,7 +93,7 @@ static char *rewrite_ports(const char *s)
     assert_non_null(out);
     for (const char *p = s; *p;) {
         int done = 0;
-        for (int k = 0; k < 3 && !done; k++) {
+        for (int k = 0; k < NPORTS && !done; k++) {
             int before = p > s && p[-1] >= '0' && p[-1] <= '9';
             if (!before && !strncmp(p, doc_ports[k], 4) && !(p[4] >= '0' && p[4] <= '9')) {
                 n += (size_t)sprintf(out + n, "%d", ports[k]);
@@ -802,19 +803,19 @@ static int banner_or_exit(void *arg)
 
 /* Where the examples run. By default a fresh cluster in a temp dir on free ports; with
  * DOCTEST_DIR (the directory holding a running cluster's .cluster/) and DOCTEST_PORTS (its
- * serverdir, redis and logs ports, comma-separated), that cluster: to work on a doc
+ * serverdir, redis and two logs ports, comma-separated), that cluster: to work on a doc
  * without starting one each time. Returns whether it is an existing one. */
 static int choose_cluster(void)
 {
     const char *dir = getenv("DOCTEST_DIR"), *p = getenv("DOCTEST_PORTS");
     if (dir) {
-        if (!p || sscanf(p, "%d,%d,%d", &ports[0], &ports[1], &ports[2]) != 3)
-            fail_msg("DOCTEST_DIR needs DOCTEST_PORTS=SERVERDIR,REDIS,LOGS");
+        if (!p || sscanf(p, "%d,%d,%d,%d", &ports[0], &ports[1], &ports[2], &ports[3]) != 4)
+            fail_msg("DOCTEST_DIR needs DOCTEST_PORTS=SERVERDIR,REDIS,LOGS,LOGS2");
         snprintf(workdir, sizeof workdir, "%s", dir);
     } else {
         snprintf(workdir, sizeof workdir, "%s/docs", h_tmpdir());
         assert_int_equal(mkdir(workdir, 0700), 0);
-        for (int k = 0; k < 3; k++)
+        for (int k = 0; k < NPORTS; k++)
             ports[k] = h_free_port();
     }
     snprintf(state_dir, sizeof state_dir, "%s/.cluster", workdir);
@@ -826,15 +827,16 @@ static int choose_cluster(void)
  * printed its banner. */
 static pid_t cluster_start(void)
 {
-    char log[500], e_port[32], e_rport[32], e_lport[32], e_dir[500], e_bin[600];
+    char log[500], e_port[32], e_rport[32], e_lport[32], e_lport2[32], e_dir[500], e_bin[600];
     snprintf(log, sizeof log, "%s/cluster.out", h_tmpdir());
     snprintf(e_port, sizeof e_port, "SD_PORT=%d", ports[0]);
     snprintf(e_rport, sizeof e_rport, "SD_REDIS_PORT=%d", ports[1]);
     snprintf(e_lport, sizeof e_lport, "SD_LOGS_PORT=%d", ports[2]);
+    snprintf(e_lport2, sizeof e_lport2, "SD_LOGS_PORT2=%d", ports[3]);
     snprintf(e_dir, sizeof e_dir, "SD_CLUSTER_DIR=%s", state_dir);
     snprintf(e_bin, sizeof e_bin, "SD_BIN=%s", SD_BIN_DIR);
     const char *argv[] = {"/bin/bash", SD_SOURCE_DIR "/scripts/cluster.sh", NULL};
-    const char *env[] = {e_port, e_rport, e_lport, e_dir, e_bin, "SD_REDIS=", NULL};
+    const char *env[] = {e_port, e_rport, e_lport, e_lport2, e_dir, e_bin, "SD_REDIS=", NULL};
     pid_t pid = h_spawn(argv, log, env);
     assert_true(pid > 0);
     banner_wait_t w = {pid, log, 0, 0};
