@@ -182,10 +182,11 @@ static long long redis_acquire(redisContext *r, const char *key, const char *hol
         return 0;
     /* KEYS: the lock record, its blob record, the holder's index (standalone layout) */
     /* ARGV as serverdir's for a caller that presents no token: the fresh one, flag 0,
-     * no steal scope, no credential; the default quota of locks per holder */
+     * no steal scope, no credential; the default quota of locks per holder; an unbound
+     * caller (no holder liveness check) */
     const char *argv[] = {lk, bk, hk, holder, "0", "0", "604800000", "", "0", cfg.prefix, "1",
-                          fresh, "0", "", "", "", "", "10000", "", ""};
-    redisReply *rep = evalsha(r, cfg.sha_acquire, 3, 20, argv, NULL);
+                          fresh, "0", "", "", "", "", "10000", "", "", ""};
+    redisReply *rep = evalsha(r, cfg.sha_acquire, 3, 21, argv, NULL);
     long long seq = 0;
     /* ok, now, then name, lock_seq, reacquired, stolen_from, since, expires, lock_token */
     if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 9 &&

@@ -91,6 +91,7 @@ static void acquire_finish(const sd_lock_req_t *a, int many, redisReply *r, int6
     if (!sd_reply_has_status(r)) {
         sd_resp_bad_reply(resp, "lock_acquire", r);
     } else if (sd_cred_revoked_reply(r, resp)) {
+    } else if (sd_lock_holder_stopped_reply(r, a->holder, resp)) {
     } else if (strcmp(sd_reply_str(r, 0), "quota_exceeded") == 0) {
         sd_quota_refuse(resp, SD_QUOTA_LOCKS_PER_HOLDER, sd_reply_num(r, 1), a->holder);
     } else if (strcmp(sd_reply_str(r, 0), "ok") != 0) {
@@ -396,6 +397,7 @@ void h_lock_renew(sd_req_t *req, sd_resp_t *resp)
     }
     const char *st = sd_reply_str(r, 0);
     if (sd_cred_revoked_reply(r, resp)) {
+    } else if (sd_lock_holder_stopped_reply(r, holder, resp)) {
     } else if (sd_reply_has_status(r) && strcmp(st, "not_holder") == 0) {
         const char *cur = sd_reply_str(r, 1);
         json_t *extra = json_pack("{s:s}", "key", name);

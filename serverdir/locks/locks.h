@@ -148,6 +148,11 @@ int sd_seq_parse(const char *s, int64_t *out);
  * "renew" or "release", the metric's label): it says nothing else, neither the current
  * lock_seq nor the holder. */
 void sd_lock_fenced(sd_resp_t *resp, const char *op, const char *name);
+/* Whether reply r is a script's {'holder_stopped', reason, stopped_at_ms} (the directory
+ * records holder stopped: it may neither acquire nor renew): then answers 409
+ * holder_stopped naming the instance, its stop reason and time, counts the refusal and
+ * returns 1. */
+int sd_lock_holder_stopped_reply(const redisReply *r, const char *holder, sd_resp_t *resp);
 /* Reads the Lock-Token header into *token. Returns 0, or -1 after answering 400
  * missing_lock_token / bad_lock_token. */
 int sd_lock_token_header(const sd_req_t *req, sd_resp_t *resp, const char **token);
