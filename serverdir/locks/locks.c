@@ -824,18 +824,49 @@ static int sscan_step(const char *key, const char *cursor, const char *count, re
     return SD_STORE_OK;
 }
 
+/* Whether cluster's directory records no run of holder newer than the stopped run
+ * generation (-1: unknown, then 0): its record is gone, or stopped in that generation
+ * or an older one. Into *yes; a SD_STORE_* code. The Redis Cluster form of the check
+ * lock_release_holder.lua makes itself. */
+static int no_newer_run(const char *cluster, const char *holder, int64_t generation, int *yes)
+{
+    char key[2 * SD_NAME_MAX + 96];
+    *yes = 0;
+    if (generation < 0)
+        return SD_STORE_OK;
+    sd_argv_t q;
+    sd_argv_init(&q);
+    sd_argv_add(&q, "HMGET");
+    sd_argv_add(&q, sd_key(key, sizeof key, cluster, "proc:%s", holder));
+    sd_argv_add(&q, "state");
+    sd_argv_add(&q, "generation");
+    redisReply *r;
+    int rc = sd_store_command(&q, &r);
+    sd_argv_free(&q);
+    if (rc != SD_STORE_OK)
+        return rc;
+    const char *st = sd_reply_str(r, 0);
+    *yes = !*st || (!strcmp(st, "stopped") && sd_reply_num(r, 1) <= generation);
+    freeReplyObject(r);
+    return SD_STORE_OK;
+}
+
 /* sd_lock_release_holder on a Redis Cluster: the holder's index walked with SSCAN, one
  * lock_stop_release per key (its own slot), entries that no longer name the holder
  * dropped. Idempotent like the script it stands for. */
-static int release_holder_cluster(const char *holder, int64_t stopped_ms, int64_t delay_ms,
-                                  long long *released)
+static int release_holder_cluster(const char *cluster, const char *holder, int64_t stopped_ms,
+                                  int64_t generation, int64_t delay_ms, long long *released)
 {
     char hkey[SD_NAME_MAX + 96], cursor[32] = "0";
     holder_key(hkey, sizeof hkey, holder);
     *released = 0;
+    int any_time = 0;
+    int rc = no_newer_run(cluster, holder, generation, &any_time);
+    if (rc != SD_STORE_OK)
+        return rc;
     for (int step = 0; step < 100000; step++) {
         redisReply *r;
-        int rc = sscan_step(hkey, cursor, "200", &r);
+        rc = sscan_step(hkey, cursor, "200", &r);
         if (rc != SD_STORE_OK)
             return rc;
         sd_strlcpy(cursor, sd_reply_str(r, 0), sizeof cursor);
@@ -852,6 +883,7 @@ static int release_holder_cluster(const char *holder, int64_t stopped_ms, int64_
             sd_argv_addf(&q, "%lld", (long long)delay_ms);
             sd_argv_addf(&q, "%lld", (long long)sd_locks_cfg.retain_s * 1000);
             sd_argv_addf(&q, "%lld", (long long)stopped_ms);
+            sd_argv_add(&q, any_time ? "1" : "0");
             redisReply *x;
             rc = sd_store_run("lock_stop_release", 2, &q, &x);
             if (rc != SD_STORE_OK)
@@ -873,12 +905,13 @@ static int release_holder_cluster(const char *holder, int64_t stopped_ms, int64_
     return SD_STORE_OK;
 }
 
-int sd_lock_release_holder(const char *holder, int64_t stopped_ms, int64_t delay_ms,
-                           long long *released)
+int sd_lock_release_holder(const char *cluster, const char *holder, int64_t stopped_ms,
+                           int64_t generation, int64_t delay_ms, long long *released)
 {
     if (sd_store_is_cluster())
-        return release_holder_cluster(holder, stopped_ms, delay_ms, released);
-    char key[SD_NAME_MAX + 96];
+        return release_holder_cluster(cluster, holder, stopped_ms, generation, delay_ms,
+                                      released);
+    char key[2 * SD_NAME_MAX + 96];
     sd_argv_t av;
     sd_argv_init(&av);
     sd_argv_addf(&av, "%s", holder_key(key, sizeof key, holder));
@@ -887,6 +920,11 @@ int sd_lock_release_holder(const char *holder, int64_t stopped_ms, int64_t delay
     sd_argv_addf(&av, "%lld", (long long)sd_locks_cfg.retain_s * 1000);
     sd_argv_addf(&av, "%slock:", sd_store_prefix());
     sd_argv_addf(&av, "%lld", (long long)stopped_ms);
+    sd_argv_addf(&av, "%s", sd_key(key, sizeof key, cluster, "proc:%s", holder));
+    if (generation >= 0)
+        sd_argv_addf(&av, "%lld", (long long)generation);
+    else
+        sd_argv_add(&av, "");
     redisReply *r;
     int rc = sd_store_run("lock_release_holder", 1, &av, &r);
     if (rc != SD_STORE_OK)
