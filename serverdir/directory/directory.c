@@ -477,7 +477,8 @@ json_t *sd_dir_proc_json(const redisReply *flat, const char *cluster)
 {
     static const char *const ints[] = {"pid", "started_at_ms", "ready_at_ms", "stopped_at_ms",
                                        "generation", "restarts", "slot", "code", "signal",
-                                       "silent_ms", "updated_at_ms", "locks_released"};
+                                       "silent_ms", "updated_at_ms", "locks_released",
+                                       "lock_refusals", "lock_refused_at_ms"};
     static const char *const strs[] = {"instance", "machine", "service", "state", "reason",
                                        "detail", "log_tail", "core"};
     json_t *o = json_object();
