@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "harness_sdctl.h"
 #include "harness_stack.h"
 
 static h_redis_t redis;
@@ -190,6 +191,15 @@ static void stopped_holder_is_refused(void **state)
     assert_int_equal(h_http_json("GET", sd.url, NULL, NULL, &r, "/metrics"), 0);
     assert_non_null(strstr(r.body, "serverdir_lock_refusals_total{reason=\"holder_stopped\"} "));
     h_resp_free(&r);
+    char env_url[256], out[8192];
+    snprintf(env_url, sizeof env_url, "SERVERDIR_URL=%s", sd.url);
+    const char *env[] = {env_url, "SERVERDIR_TOKEN=" H_TOK_VIEWER, "SERVERDIR_CLUSTER=c1",
+                         "NO_COLOR=1", NULL};
+    const char *args[] = {"describe", "ls-a", NULL};
+    assert_int_equal(h_sdctl_run(args, env, h_ms(20000), out, sizeof out), 0);
+    if (!strstr(out, "Locks denied: 2 since the stop, the last "))
+        fprintf(stderr, "sdctl describe ls-a:\n%s", out);
+    assert_non_null(strstr(out, "Locks denied: 2 since the stop, the last "));
 
     event("lsa3", "started", "ls-a", "m1", 2, 0);
     acquire_ok(H_TOK_GAME_OF_C1, "ls-a-k2", "ls-a", &g);
