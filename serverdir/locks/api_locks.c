@@ -181,7 +181,7 @@ static void acquire_answer(const sd_lock_req_t *req_a, int many, sd_req_t *req, 
 
 /* PUT /v1/locks/{key} {holder, ttl_ms?, wait_ms?, steal_if_holder_stopped?,
  * steal_if_older_than_ms?} -> 200 {key, holder, lock_seq, since_ms, expires_in_ms,
- * reacquired, stolen_from?}; 409 lock_held / lock_delayed. */
+ * reacquired, stolen_from?}; 409 lock_held / lock_delayed / holder_stopped. */
 void h_lock_put(sd_req_t *req, sd_resp_t *resp)
 {
     sd_lock_req_t a = {0};
@@ -358,7 +358,7 @@ void h_lock_delete(sd_req_t *req, sd_resp_t *resp)
 
 /* POST /v1/locks/{key}/renew {holder, lock_seq, lock_token, ttl_ms?} -> 200 {key, holder,
  * lock_seq, expires_in_ms}. Without ttl_ms the lease granted last is renewed for the same
- * length. */
+ * length. 409 holder_stopped when the caller's cluster records the holder stopped. */
 void h_lock_renew(sd_req_t *req, sd_resp_t *resp)
 {
     static const char *const allowed[] = {"holder", "lock_seq", "lock_token", "ttl_ms", NULL};
