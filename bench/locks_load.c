@@ -345,12 +345,12 @@ static void *client_main(void *arg)
             snprintf(ls, sizeof ls, "%lld", blob_lock_seq);
             snprintf(bs, sizeof bs, "%lld", ++blob_seq);
             /* as serverdir's on standalone Redis: no exact holder, no credential, the
-             * scope's byte counter, the default quota */
+             * scope's byte counter, the default quota, an unbound caller */
             const char *argv[] = {bk, lk, qk, ls, blob_tok, bs, blob, "", "", "", "", "",
-                                  "bench", "1073741824", ""};
+                                  "bench", "1073741824", "", ""};
             size_t argl[] = {strlen(bk), strlen(lk), strlen(qk), strlen(ls), strlen(blob_tok),
-                             strlen(bs), cfg.size, 0, 0, 0, 0, 0, 5, 10, 0};
-            redisReply *rep = evalsha(r, cfg.sha_save, 3, 15, argv, argl);
+                             strlen(bs), cfg.size, 0, 0, 0, 0, 0, 5, 10, 0, 0};
+            redisReply *rep = evalsha(r, cfg.sha_save, 3, 16, argv, argl);
             ok = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1 &&
                  strcmp(rep->element[0]->str, "ok") == 0;
             if (rep)

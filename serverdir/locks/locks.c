@@ -108,7 +108,8 @@ int sd_lock_holder_stopped_reply(const redisReply *r, const char *holder, sd_res
     const char *reason = sd_reply_str(r, 1);
     int64_t at = sd_reply_num(r, 2);
     SD_COUNT("serverdir_lock_refusals_total{reason=\"holder_stopped\"}",
-             "Acquires and renewals refused because the directory records the holder stopped",
+             "Lock acquires, renewals and blob saves refused: the directory records the "
+             "holder stopped",
              1);
     static _Atomic int64_t last_log; /* a stopped process may retry in a loop: once a second */
     int64_t now = sd_mono_ms(), prev = atomic_load(&last_log);

@@ -151,7 +151,7 @@ int sd_seq_parse(const char *s, int64_t *out);
  * lock_seq nor the holder. */
 void sd_lock_fenced(sd_resp_t *resp, const char *op, const char *name);
 /* Whether reply r is a script's {'holder_stopped', reason, stopped_at_ms} (the directory
- * records holder stopped: it may neither acquire nor renew): then answers 409
+ * records holder stopped: it may neither acquire, renew nor save): then answers 409
  * holder_stopped naming the instance, its stop reason and time, counts the refusal and
  * returns 1. */
 int sd_lock_holder_stopped_reply(const redisReply *r, const char *holder, sd_resp_t *resp);
