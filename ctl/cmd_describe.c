@@ -50,10 +50,10 @@ static const char *str_of(const json_t *o, const char *k)
     return s ? s : "";
 }
 
-/* The instances of a filter (one page of at most 500) as a table. */
-/* The "Locks denied:" line of a stopped instance: how many lock acquires and renewals
- * serverdir refused it since the directory recorded it stopped (holder_stopped), and
- * when the last was; a process still asking is one its machine did not stop. */
+/* The "Locks denied:" line of a stopped instance: how many lock acquires, renewals and
+ * blob saves serverdir refused it since the directory recorded it stopped
+ * (holder_stopped), and when the last was; a process still asking is one its machine did
+ * not stop. */
 static void refusals_line(const json_t *p, int64_t now)
 {
     const json_t *n = json_object_get(p, "lock_refusals");
@@ -68,6 +68,7 @@ static void refusals_line(const json_t *p, int64_t now)
     line("Locks denied:", buf);
 }
 
+/* The instances of a filter (one page of at most 500) as a table. */
 static void instances_table(const ctl_t *ctl, const json_t *live, const json_t *stopped,
                             int64_t now)
 {

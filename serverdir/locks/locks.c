@@ -114,8 +114,9 @@ int sd_lock_holder_stopped_reply(const redisReply *r, const char *holder, sd_res
     static _Atomic int64_t last_log; /* a stopped process may retry in a loop: once a second */
     int64_t now = sd_mono_ms(), prev = atomic_load(&last_log);
     if (now - prev >= 1000 && atomic_compare_exchange_strong(&last_log, &prev, now))
-        log_info("lock refused", "holder=%s reason=holder_stopped stop_reason=%s stopped_at_ms=%lld",
-                 holder, reason, (long long)at);
+        log_info("lock refused",
+                 "holder=%s reason=holder_stopped stop_reason=%s stopped_at_ms=%lld", holder,
+                 reason, (long long)at);
     sd_resp_error_extra(resp, 409, "holder_stopped",
                         json_pack("{s:s, s:s, s:I}", "holder", holder, "stop_reason", reason,
                                   "stopped_at_ms", (json_int_t)at),
@@ -590,6 +591,23 @@ static int stopped_holders(const sd_lock_req_t *a, sd_argv_t *av)
     return SD_STORE_OK;
 }
 
+/* One command `op key field value` whose failure changes nothing for the caller (a
+ * counter): its reply is dropped. */
+static void store_best_effort(const char *op, const char *key, const char *field,
+                              const char *value)
+{
+    sd_argv_t q;
+    sd_argv_init(&q);
+    sd_argv_add(&q, op);
+    sd_argv_add(&q, key);
+    sd_argv_add(&q, field);
+    sd_argv_add(&q, value);
+    redisReply *r;
+    if (sd_store_command(&q, &r) == SD_STORE_OK)
+        freeReplyObject(r);
+    sd_argv_free(&q);
+}
+
 /* The holder liveness argument of lock_acquire.lua and lock_renew.lua (the prelude's
  * holder_stop), appended to av. The directory asked is the caller's cluster: the one its
  * token is bound to, or its credential's. A caller bound to no cluster (ops, an unbound
@@ -628,23 +646,11 @@ static int holder_stop_arg(const sd_auth_t *auth, const char *holder, sd_argv_t 
     else
         sd_argv_add(av, "");
     freeReplyObject(r);
-    if (stopped) { /* the record has its stopped ttl: HINCRBY keeps it */
-        sd_argv_init(&q);
-        sd_argv_add(&q, "HINCRBY");
-        sd_argv_add(&q, key);
-        sd_argv_add(&q, "lock_refusals");
-        sd_argv_add(&q, "1");
-        if (sd_store_command(&q, &r) == SD_STORE_OK)
-            freeReplyObject(r);
-        sd_argv_free(&q);
-        sd_argv_init(&q);
-        sd_argv_add(&q, "HSET");
-        sd_argv_add(&q, key);
-        sd_argv_add(&q, "lock_refused_at_ms");
-        sd_argv_addf(&q, "%lld", (long long)sd_wall_ms());
-        if (sd_store_command(&q, &r) == SD_STORE_OK)
-            freeReplyObject(r);
-        sd_argv_free(&q);
+    if (stopped) { /* the record has its stopped ttl, which HINCRBY and HSET keep */
+        char now[24];
+        snprintf(now, sizeof now, "%lld", (long long)sd_wall_ms());
+        store_best_effort("HINCRBY", key, "lock_refusals", "1");
+        store_best_effort("HSET", key, "lock_refused_at_ms", now);
     }
     return SD_STORE_OK;
 }

@@ -36,7 +36,7 @@ end
 -- holder's process hash (read here, standalone Redis / Sentinel) or "=<reason>
 -- <stopped_at_ms>" (serverdir found it stopped: a Redis Cluster, where the hash is in
 -- another slot). nil when it may hold locks, else {'holder_stopped', reason,
--- stopped_at_ms} for the caller to return, having changed no lock. A refusal read here
+-- stopped_at_ms} for the caller to return, having changed no lock or blob. A refusal read here
 -- is counted in the process hash (lock_refusals, lock_refused_at_ms: sdctl describe).
 local function holder_stop(arg)
   if arg == '' then return nil end
