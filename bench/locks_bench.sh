@@ -110,8 +110,8 @@ for round in $(seq "$ROUNDS"); do
     run sd-blob sd-blob "$sd" bench-game-token "$BLOB"
     run redis-blob redis-blob 127.0.0.1 "$rport" "$lua" sd: "$BLOB"
     # (quota of locks 0: every call adds a key to holder rb's index, past any quota)
-    rb rb-acquire EVALSHA "$acq_sha" 3 sd:lock:rb-__rand_int__ sd:blob:rb-__rand_int__ 'sd:lock:rb#h' rb 0 0 604800000 '' 0 sd: 1 "$tok" 0 '' '' '' '' 0 '' ''
-    rb rb-save EVALSHA "$save_sha" 3 sd:blob:rb sd:lock:rb sd:quota:blob:rb 1 "$tok" __rand_int__ "$(cat "$WORK/blob")" '' '' '' '' '' rb 1073741824 ''
+    rb rb-acquire EVALSHA "$acq_sha" 3 sd:lock:rb-__rand_int__ sd:blob:rb-__rand_int__ 'sd:lock:rb#h' rb 0 0 604800000 '' 0 sd: 1 "$tok" 0 '' '' '' '' 0 '' '' ''
+    rb rb-save EVALSHA "$save_sha" 3 sd:blob:rb sd:lock:rb sd:quota:blob:rb 1 "$tok" __rand_int__ "$(cat "$WORK/blob")" '' '' '' '' '' rb 1073741824 '' ''
 done
 
 echo

@@ -182,10 +182,11 @@ static long long redis_acquire(redisContext *r, const char *key, const char *hol
         return 0;
     /* KEYS: the lock record, its blob record, the holder's index (standalone layout) */
     /* ARGV as serverdir's for a caller that presents no token: the fresh one, flag 0,
-     * no steal scope, no credential; the default quota of locks per holder */
+     * no steal scope, no credential; the default quota of locks per holder; an unbound
+     * caller (no holder liveness check) */
     const char *argv[] = {lk, bk, hk, holder, "0", "0", "604800000", "", "0", cfg.prefix, "1",
-                          fresh, "0", "", "", "", "", "10000", "", ""};
-    redisReply *rep = evalsha(r, cfg.sha_acquire, 3, 20, argv, NULL);
+                          fresh, "0", "", "", "", "", "10000", "", "", ""};
+    redisReply *rep = evalsha(r, cfg.sha_acquire, 3, 21, argv, NULL);
     long long seq = 0;
     /* ok, now, then name, lock_seq, reacquired, stolen_from, since, expires, lock_token */
     if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 9 &&
@@ -344,12 +345,12 @@ static void *client_main(void *arg)
             snprintf(ls, sizeof ls, "%lld", blob_lock_seq);
             snprintf(bs, sizeof bs, "%lld", ++blob_seq);
             /* as serverdir's on standalone Redis: no exact holder, no credential, the
-             * scope's byte counter, the default quota */
+             * scope's byte counter, the default quota, an unbound caller */
             const char *argv[] = {bk, lk, qk, ls, blob_tok, bs, blob, "", "", "", "", "",
-                                  "bench", "1073741824", ""};
+                                  "bench", "1073741824", "", ""};
             size_t argl[] = {strlen(bk), strlen(lk), strlen(qk), strlen(ls), strlen(blob_tok),
-                             strlen(bs), cfg.size, 0, 0, 0, 0, 0, 5, 10, 0};
-            redisReply *rep = evalsha(r, cfg.sha_save, 3, 15, argv, argl);
+                             strlen(bs), cfg.size, 0, 0, 0, 0, 0, 5, 10, 0, 0};
+            redisReply *rep = evalsha(r, cfg.sha_save, 3, 16, argv, argl);
             ok = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1 &&
                  strcmp(rep->element[0]->str, "ok") == 0;
             if (rep)

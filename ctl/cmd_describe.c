@@ -50,6 +50,24 @@ static const char *str_of(const json_t *o, const char *k)
     return s ? s : "";
 }
 
+/* The "Locks denied:" line of a stopped instance: how many lock acquires, renewals and
+ * blob saves serverdir refused it since the directory recorded it stopped
+ * (holder_stopped), and when the last was; a process still asking is one its machine did
+ * not stop. */
+static void refusals_line(const json_t *p, int64_t now)
+{
+    const json_t *n = json_object_get(p, "lock_refusals");
+    char buf[128], at[96];
+    if (!json_is_integer(n) || json_integer_value(n) == 0) {
+        line("Locks denied:", "0");
+        return;
+    }
+    const char *w = when(json_object_get(p, "lock_refused_at_ms"), now, at, sizeof at);
+    snprintf(buf, sizeof buf, "%lld since the stop, the last %s",
+             (long long)json_integer_value(n), w ? w : "-");
+    line("Locks denied:", buf);
+}
+
 /* The instances of a filter (one page of at most 500) as a table. */
 static void instances_table(const ctl_t *ctl, const json_t *live, const json_t *stopped,
                             int64_t now)
@@ -232,6 +250,7 @@ static int describe_instance(ctl_t *ctl, json_t *p)
         if (*detail)
             line("Detail:", detail);
         line("Locks freed:", ctl_jstr(json_object_get(p, "locks_released"), buf, sizeof buf));
+        refusals_line(p, now);
         const char *core = str_of(p, "core"), *tail = str_of(p, "log_tail");
         if (*core)
             line("Core dump:", core);

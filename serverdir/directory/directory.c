@@ -292,15 +292,18 @@ static void drain_unlocks(const char *cluster)
             return;
         size_t n = r->type == REDIS_REPLY_ARRAY ? r->elements : 0;
         for (size_t i = 0; i < n; i++) {
-            const char *entry = r->element[i]->str; /* "instance stopped_at_ms" */
+            /* "instance stopped_at_ms generation" (without the generation: pushed by an
+             * older serverdir) */
+            const char *entry = r->element[i]->str;
             char inst[SD_NAME_MAX + 1];
-            long long stopped_ms = 0;
-            if (sscanf(entry, "%128s %lld", inst, &stopped_ms) != 2) {
+            long long stopped_ms = 0, gen = -1;
+            if (sscanf(entry, "%128s %lld %lld", inst, &stopped_ms, &gen) < 2) {
                 store_cmd3("LREM", list, "1", entry); /* not ours: drop it */
                 continue;
             }
             long long released = 0;
-            if (release_on_stop && sd_lock_release_holder(inst, stopped_ms, delay_ms, &released)) {
+            if (release_on_stop &&
+                sd_lock_release_holder(cluster, inst, stopped_ms, gen, delay_ms, &released)) {
                 freeReplyObject(r);
                 return; /* Redis went away: the entry stays for the next drain */
             }
@@ -474,7 +477,8 @@ json_t *sd_dir_proc_json(const redisReply *flat, const char *cluster)
 {
     static const char *const ints[] = {"pid", "started_at_ms", "ready_at_ms", "stopped_at_ms",
                                        "generation", "restarts", "slot", "code", "signal",
-                                       "silent_ms", "updated_at_ms", "locks_released"};
+                                       "silent_ms", "updated_at_ms", "locks_released",
+                                       "lock_refusals", "lock_refused_at_ms"};
     static const char *const strs[] = {"instance", "machine", "service", "state", "reason",
                                        "detail", "log_tail", "core"};
     json_t *o = json_object();

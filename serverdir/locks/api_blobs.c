@@ -226,6 +226,10 @@ void h_blob_put(sd_req_t *req, sd_resp_t *resp)
     sd_argv_add(&av, scope);
     sd_argv_addf(&av, "%lld", (long long)sd_quota_limit[SD_QUOTA_BLOB_BYTES]);
     sd_argv_add(&av, used);
+    if (!cluster && req->auth.cluster[0]) /* a stopped holder saves nothing (locks.md) */
+        sd_argv_addf(&av, "%s", sd_key(qkey, sizeof qkey, req->auth.cluster, "proc:"));
+    else
+        sd_argv_add(&av, "");
     redisReply *r = blob_run(resp, "blob_save", nkeys, &av);
     if (!r)
         return;
@@ -235,6 +239,7 @@ void h_blob_put(sd_req_t *req, sd_resp_t *resp)
         quota_move(sd_reply_str(r, 3), -sd_reply_num(r, 4));
     }
     if (sd_cred_revoked_reply(r, resp)) {
+    } else if (sd_lock_holder_stopped_reply(r, sd_reply_str(r, 3), resp)) {
     } else if (strcmp(st, "quota_exceeded") == 0 && r->elements == 2) {
         sd_quota_refuse(resp, SD_QUOTA_BLOB_BYTES, sd_reply_num(r, 1), scope);
     } else if (strcmp(st, "fenced") == 0) {

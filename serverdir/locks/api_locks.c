@@ -91,6 +91,7 @@ static void acquire_finish(const sd_lock_req_t *a, int many, redisReply *r, int6
     if (!sd_reply_has_status(r)) {
         sd_resp_bad_reply(resp, "lock_acquire", r);
     } else if (sd_cred_revoked_reply(r, resp)) {
+    } else if (sd_lock_holder_stopped_reply(r, a->holder, resp)) {
     } else if (strcmp(sd_reply_str(r, 0), "quota_exceeded") == 0) {
         sd_quota_refuse(resp, SD_QUOTA_LOCKS_PER_HOLDER, sd_reply_num(r, 1), a->holder);
     } else if (strcmp(sd_reply_str(r, 0), "ok") != 0) {
@@ -180,7 +181,7 @@ static void acquire_answer(const sd_lock_req_t *req_a, int many, sd_req_t *req, 
 
 /* PUT /v1/locks/{key} {holder, ttl_ms?, wait_ms?, steal_if_holder_stopped?,
  * steal_if_older_than_ms?} -> 200 {key, holder, lock_seq, since_ms, expires_in_ms,
- * reacquired, stolen_from?}; 409 lock_held / lock_delayed. */
+ * reacquired, stolen_from?}; 409 lock_held / lock_delayed / holder_stopped. */
 void h_lock_put(sd_req_t *req, sd_resp_t *resp)
 {
     sd_lock_req_t a = {0};
@@ -357,7 +358,7 @@ void h_lock_delete(sd_req_t *req, sd_resp_t *resp)
 
 /* POST /v1/locks/{key}/renew {holder, lock_seq, lock_token, ttl_ms?} -> 200 {key, holder,
  * lock_seq, expires_in_ms}. Without ttl_ms the lease granted last is renewed for the same
- * length. */
+ * length. 409 holder_stopped when the caller's cluster records the holder stopped. */
 void h_lock_renew(sd_req_t *req, sd_resp_t *resp)
 {
     static const char *const allowed[] = {"holder", "lock_seq", "lock_token", "ttl_ms", NULL};
@@ -396,6 +397,7 @@ void h_lock_renew(sd_req_t *req, sd_resp_t *resp)
     }
     const char *st = sd_reply_str(r, 0);
     if (sd_cred_revoked_reply(r, resp)) {
+    } else if (sd_lock_holder_stopped_reply(r, holder, resp)) {
     } else if (sd_reply_has_status(r) && strcmp(st, "not_holder") == 0) {
         const char *cur = sd_reply_str(r, 1);
         json_t *extra = json_pack("{s:s}", "key", name);

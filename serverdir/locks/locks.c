@@ -101,6 +101,31 @@ void sd_lock_fenced(sd_resp_t *resp, const char *op, const char *name)
                         name);
 }
 
+int sd_lock_holder_stopped_reply(const redisReply *r, const char *holder, sd_resp_t *resp)
+{
+    if (!sd_reply_status_is(r, "holder_stopped"))
+        return 0;
+    const char *reason = sd_reply_str(r, 1);
+    int64_t at = sd_reply_num(r, 2);
+    SD_COUNT("serverdir_lock_refusals_total{reason=\"holder_stopped\"}",
+             "Lock acquires, renewals and blob saves refused: the directory records the "
+             "holder stopped",
+             1);
+    static _Atomic int64_t last_log; /* a stopped process may retry in a loop: once a second */
+    int64_t now = sd_mono_ms(), prev = atomic_load(&last_log);
+    if (now - prev >= 1000 && atomic_compare_exchange_strong(&last_log, &prev, now))
+        log_info("lock refused",
+                 "holder=%s reason=holder_stopped stop_reason=%s stopped_at_ms=%lld", holder,
+                 reason, (long long)at);
+    sd_resp_error_extra(resp, 409, "holder_stopped",
+                        json_pack("{s:s, s:s, s:I}", "holder", holder, "stop_reason", reason,
+                                  "stopped_at_ms", (json_int_t)at),
+                        "the directory records instance '%s' stopped (%s) at %lld: it may not "
+                        "take or keep locks",
+                        holder, reason, (long long)at);
+    return 1;
+}
+
 int sd_lock_token_header(const sd_req_t *req, sd_resp_t *resp, const char **token)
 {
     *token = sd_req_header(req, "Lock-Token");
@@ -566,6 +591,70 @@ static int stopped_holders(const sd_lock_req_t *a, sd_argv_t *av)
     return SD_STORE_OK;
 }
 
+/* One command `op key field value` whose failure changes nothing for the caller (a
+ * counter): its reply is dropped. */
+static void store_best_effort(const char *op, const char *key, const char *field,
+                              const char *value)
+{
+    sd_argv_t q;
+    sd_argv_init(&q);
+    sd_argv_add(&q, op);
+    sd_argv_add(&q, key);
+    sd_argv_add(&q, field);
+    sd_argv_add(&q, value);
+    redisReply *r;
+    if (sd_store_command(&q, &r) == SD_STORE_OK)
+        freeReplyObject(r);
+    sd_argv_free(&q);
+}
+
+/* The holder liveness argument of lock_acquire.lua and lock_renew.lua (the prelude's
+ * holder_stop), appended to av. The directory asked is the caller's cluster: the one its
+ * token is bound to, or its credential's. A caller bound to no cluster (ops, an unbound
+ * game token, open mode) names no directory (holder names are unique within a cluster
+ * only) and gets "": nothing checked. On standalone Redis / Sentinel the argument is the
+ * holder's process hash, which the script reads; on a Redis Cluster (the hash is in
+ * another slot) it is read here with one HMGET and, when stopped, passed as "=<reason>
+ * <stopped_at_ms>" (the refusal counted in the hash here). A SD_STORE_* code. */
+static int holder_stop_arg(const sd_auth_t *auth, const char *holder, sd_argv_t *av)
+{
+    char key[2 * SD_NAME_MAX + 96];
+    if (!auth || !auth->cluster[0]) {
+        sd_argv_add(av, "");
+        return SD_STORE_OK;
+    }
+    sd_key(key, sizeof key, auth->cluster, "proc:%s", holder);
+    if (!sd_store_is_cluster()) {
+        sd_argv_addf(av, "%s", key);
+        return SD_STORE_OK;
+    }
+    sd_argv_t q;
+    sd_argv_init(&q);
+    sd_argv_add(&q, "HMGET");
+    sd_argv_add(&q, key);
+    sd_argv_add(&q, "state");
+    sd_argv_add(&q, "reason");
+    sd_argv_add(&q, "stopped_at_ms");
+    redisReply *r;
+    int rc = sd_store_command(&q, &r);
+    sd_argv_free(&q);
+    if (rc != SD_STORE_OK)
+        return rc;
+    int stopped = strcmp(sd_reply_str(r, 0), "stopped") == 0;
+    if (stopped)
+        sd_argv_addf(av, "=%s %lld", sd_reply_str(r, 1), (long long)sd_reply_num(r, 2));
+    else
+        sd_argv_add(av, "");
+    freeReplyObject(r);
+    if (stopped) { /* the record has its stopped ttl, which HINCRBY and HSET keep */
+        char now[24];
+        snprintf(now, sizeof now, "%lld", (long long)sd_wall_ms());
+        store_best_effort("HINCRBY", key, "lock_refusals", "1");
+        store_best_effort("HSET", key, "lock_refused_at_ms", now);
+    }
+    return SD_STORE_OK;
+}
+
 /* The quota arguments of lock_acquire.lua, appended to av: the holder's quota of locks
  * and, on a cluster, the size of its index (after index_add_new) and how many of a's
  * names that added; on standalone Redis the script counts them itself. */
@@ -644,6 +733,8 @@ int sd_lock_acquire(const sd_lock_req_t *a, redisReply **out)
     sd_argv_add(&av, a->steal_within);
     sd_cred_live_args(a->auth, &av);
     int qrc = quota_args(a, cluster, added, &av);
+    if (qrc == SD_STORE_OK)
+        qrc = holder_stop_arg(a->auth, a->holder, &av);
     if (qrc != SD_STORE_OK) {
         index_undo(a->holder, a->names, a->n, added);
         sd_argv_free(&av);
@@ -740,18 +831,49 @@ static int sscan_step(const char *key, const char *cursor, const char *count, re
     return SD_STORE_OK;
 }
 
+/* Whether cluster's directory records no run of holder newer than the stopped run
+ * generation (-1: unknown, then 0): its record is gone, or stopped in that generation
+ * or an older one. Into *yes; a SD_STORE_* code. The Redis Cluster form of the check
+ * lock_release_holder.lua makes itself. */
+static int no_newer_run(const char *cluster, const char *holder, int64_t generation, int *yes)
+{
+    char key[2 * SD_NAME_MAX + 96];
+    *yes = 0;
+    if (generation < 0)
+        return SD_STORE_OK;
+    sd_argv_t q;
+    sd_argv_init(&q);
+    sd_argv_add(&q, "HMGET");
+    sd_argv_add(&q, sd_key(key, sizeof key, cluster, "proc:%s", holder));
+    sd_argv_add(&q, "state");
+    sd_argv_add(&q, "generation");
+    redisReply *r;
+    int rc = sd_store_command(&q, &r);
+    sd_argv_free(&q);
+    if (rc != SD_STORE_OK)
+        return rc;
+    const char *st = sd_reply_str(r, 0);
+    *yes = !*st || (!strcmp(st, "stopped") && sd_reply_num(r, 1) <= generation);
+    freeReplyObject(r);
+    return SD_STORE_OK;
+}
+
 /* sd_lock_release_holder on a Redis Cluster: the holder's index walked with SSCAN, one
  * lock_stop_release per key (its own slot), entries that no longer name the holder
  * dropped. Idempotent like the script it stands for. */
-static int release_holder_cluster(const char *holder, int64_t stopped_ms, int64_t delay_ms,
-                                  long long *released)
+static int release_holder_cluster(const char *cluster, const char *holder, int64_t stopped_ms,
+                                  int64_t generation, int64_t delay_ms, long long *released)
 {
     char hkey[SD_NAME_MAX + 96], cursor[32] = "0";
     holder_key(hkey, sizeof hkey, holder);
     *released = 0;
+    int any_time = 0;
+    int rc = no_newer_run(cluster, holder, generation, &any_time);
+    if (rc != SD_STORE_OK)
+        return rc;
     for (int step = 0; step < 100000; step++) {
         redisReply *r;
-        int rc = sscan_step(hkey, cursor, "200", &r);
+        rc = sscan_step(hkey, cursor, "200", &r);
         if (rc != SD_STORE_OK)
             return rc;
         sd_strlcpy(cursor, sd_reply_str(r, 0), sizeof cursor);
@@ -768,6 +890,7 @@ static int release_holder_cluster(const char *holder, int64_t stopped_ms, int64_
             sd_argv_addf(&q, "%lld", (long long)delay_ms);
             sd_argv_addf(&q, "%lld", (long long)sd_locks_cfg.retain_s * 1000);
             sd_argv_addf(&q, "%lld", (long long)stopped_ms);
+            sd_argv_add(&q, any_time ? "1" : "0");
             redisReply *x;
             rc = sd_store_run("lock_stop_release", 2, &q, &x);
             if (rc != SD_STORE_OK)
@@ -789,12 +912,13 @@ static int release_holder_cluster(const char *holder, int64_t stopped_ms, int64_
     return SD_STORE_OK;
 }
 
-int sd_lock_release_holder(const char *holder, int64_t stopped_ms, int64_t delay_ms,
-                           long long *released)
+int sd_lock_release_holder(const char *cluster, const char *holder, int64_t stopped_ms,
+                           int64_t generation, int64_t delay_ms, long long *released)
 {
     if (sd_store_is_cluster())
-        return release_holder_cluster(holder, stopped_ms, delay_ms, released);
-    char key[SD_NAME_MAX + 96];
+        return release_holder_cluster(cluster, holder, stopped_ms, generation, delay_ms,
+                                      released);
+    char key[2 * SD_NAME_MAX + 96];
     sd_argv_t av;
     sd_argv_init(&av);
     sd_argv_addf(&av, "%s", holder_key(key, sizeof key, holder));
@@ -803,6 +927,11 @@ int sd_lock_release_holder(const char *holder, int64_t stopped_ms, int64_t delay
     sd_argv_addf(&av, "%lld", (long long)sd_locks_cfg.retain_s * 1000);
     sd_argv_addf(&av, "%slock:", sd_store_prefix());
     sd_argv_addf(&av, "%lld", (long long)stopped_ms);
+    sd_argv_addf(&av, "%s", sd_key(key, sizeof key, cluster, "proc:%s", holder));
+    if (generation >= 0)
+        sd_argv_addf(&av, "%lld", (long long)generation);
+    else
+        sd_argv_add(&av, "");
     redisReply *r;
     int rc = sd_store_run("lock_release_holder", 1, &av, &r);
     if (rc != SD_STORE_OK)
@@ -837,7 +966,12 @@ int sd_lock_renew(const char *name, const char *holder, int64_t seq, const char 
     sd_argv_addf(&av, "%lld", (long long)sd_locks_cfg.retain_s * 1000);
     sd_argv_add(&av, token);
     sd_cred_live_args(auth, &av);
-    return sd_store_run("lock_renew", 1, &av, out);
+    int rc = holder_stop_arg(auth, holder, &av);
+    if (rc == SD_STORE_OK)
+        rc = sd_store_run("lock_renew", 1, &av, out);
+    else
+        sd_argv_free(&av);
+    return rc;
 }
 
 int sd_lock_get(const char *name, redisReply **out)

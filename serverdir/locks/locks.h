@@ -110,11 +110,13 @@ int sd_lock_list_cluster(const char *holder, int max, char *cursor, size_t cap, 
  * serverdir-wide `locks` configuration. A SD_STORE_* code (the defaults are set even
  * then). */
 int sd_cluster_stop_locks(const char *cluster, int *release, int64_t *delay_ms);
-/* lock_release_holder.lua: frees every lock holder was granted at or before stopped_ms
- * (it stopped then), with the lock-delay delay_ms (0: none, a waiter is woken at once);
- * *released gets how many. A SD_STORE_* code. */
-int sd_lock_release_holder(const char *holder, int64_t stopped_ms, int64_t delay_ms,
-                           long long *released);
+/* lock_release_holder.lua: frees the locks of holder, an instance cluster's directory
+ * recorded stopped at stopped_ms in run generation (-1: not said), with the lock-delay
+ * delay_ms (0: none, a waiter is woken at once): every lock it holds while the directory
+ * records no newer run, else those granted at or before stopped_ms; *released gets how
+ * many. A SD_STORE_* code. */
+int sd_lock_release_holder(const char *cluster, const char *holder, int64_t stopped_ms,
+                           int64_t generation, int64_t delay_ms, long long *released);
 /* After a grant or a save: WAIT for sd_locks_cfg.wait_replicas replicas (nothing when 0).
  * 0 when reached, else -1 with the 503 replication_timeout (or store error) in resp. */
 int sd_locks_wait_acked(sd_resp_t *resp);
@@ -148,6 +150,11 @@ int sd_seq_parse(const char *s, int64_t *out);
  * "renew" or "release", the metric's label): it says nothing else, neither the current
  * lock_seq nor the holder. */
 void sd_lock_fenced(sd_resp_t *resp, const char *op, const char *name);
+/* Whether reply r is a script's {'holder_stopped', reason, stopped_at_ms} (the directory
+ * records holder stopped: it may neither acquire, renew nor save): then answers 409
+ * holder_stopped naming the instance, its stop reason and time, counts the refusal and
+ * returns 1. */
+int sd_lock_holder_stopped_reply(const redisReply *r, const char *holder, sd_resp_t *resp);
 /* Reads the Lock-Token header into *token. Returns 0, or -1 after answering 400
  * missing_lock_token / bad_lock_token. */
 int sd_lock_token_header(const sd_req_t *req, sd_resp_t *resp, const char **token);

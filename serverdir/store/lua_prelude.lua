@@ -31,6 +31,26 @@ local function cred_revoked(pk, m, g)
   return ''
 end
 
+-- Whether the directory records a lock holder stopped (docs/locks.md, "Locks die with
+-- their holder"): arg is '' (no directory to ask: the caller is bound to no cluster), the
+-- holder's process hash (read here, standalone Redis / Sentinel) or "=<reason>
+-- <stopped_at_ms>" (serverdir found it stopped: a Redis Cluster, where the hash is in
+-- another slot). nil when it may hold locks, else {'holder_stopped', reason,
+-- stopped_at_ms} for the caller to return, having changed no lock or blob. A refusal read here
+-- is counted in the process hash (lock_refusals, lock_refused_at_ms: sdctl describe).
+local function holder_stop(arg)
+  if arg == '' then return nil end
+  if string.sub(arg, 1, 1) == '=' then
+    local reason, at = string.match(arg, '^=(%S*) (%d+)$')
+    return {'holder_stopped', reason or '', at or '0'}
+  end
+  local p = redis.call('HMGET', arg, 'state', 'reason', 'stopped_at_ms')
+  if p[1] ~= 'stopped' then return nil end
+  redis.call('HINCRBY', arg, 'lock_refusals', 1)
+  redis.call('HSET', arg, 'lock_refused_at_ms', string.format('%d', now_ms()))
+  return {'holder_stopped', p[2] or '', p[3] or '0'}
+end
+
 -- Wakes one parked acquire of a lock: one token on its release list q (<record>#q),
 -- trimmed to one and kept 60 s (locks.c, "waiting").
 local function wake_waiter(q)

@@ -29,8 +29,11 @@
 -- Returns {accepted, duplicates, stale, allocations ended lost, allocations released,
 -- entries on the unlock list}, the first three of the first batch, then accepted,
 -- duplicates and stale of each batch after it. Each stop recorded is also pushed on the
--- list <base>unlock, from which serverdir frees the instance's locks. A call that added
--- to the history publishes the cluster's name on `chan`:events (events long-polls).
+-- list <base>unlock, from which serverdir frees the instance's locks, and so is a late
+-- stop of the run already recorded stopped (stale: its process may have taken locks
+-- after the first stop, docs/locks.md "Locks die with their holder").
+-- A call that added to the history publishes the cluster's name on `chan`:events
+-- (events long-polls).
 --
 -- Idempotency: evid:<id> is set NX with a ttl; an event whose id is set is a duplicate
 -- and changes nothing. Every other event goes to the history stream.
@@ -289,6 +292,10 @@ local function apply(batch, events)
       local new_run = (not st) or gen > cgen
       if not (new_run or (gen == cgen and st ~= 'stopped')) then
         stale = stale + 1
+        if f.type == 'stopped' and st == 'stopped' and gen == cgen then
+          redis.call('RPUSH', base .. 'unlock',
+                     f.instance .. ' ' .. (f.ts_ms or nows) .. ' ' .. s(gen))
+        end
       else
         local state = 'stopped'
         if f.type == 'started' then
@@ -352,8 +359,8 @@ local function apply(batch, events)
           stops = stops + 1
           -- The hand-off to the lock table, in the same script as the stop: serverdir
           -- releases the instance's locks from this list (directory.c, drain_unlocks).
-          -- "instance stopped_at_ms": only locks granted before the stop are its run's.
-          redis.call('RPUSH', base .. 'unlock', f.instance .. ' ' .. ts)
+          -- "instance stopped_at_ms generation": the stopped run (lock_release_holder.lua).
+          redis.call('RPUSH', base .. 'unlock', f.instance .. ' ' .. ts .. ' ' .. s(gen))
         end
       end
       history(batch[i], f)

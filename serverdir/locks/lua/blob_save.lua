@@ -5,8 +5,10 @@
 -- exact holder an instance credential saves as ('' for any: docs/locks.md), the
 -- caller's credential liveness check (the prelude's cred_revoked: process hash,
 -- machine, generation; '' when none), the saver's quota scope ('' : not counted), its
--- blob_bytes quota (0: none), and on a Redis Cluster the scope's bytes as serverdir read
--- them ('' when KEYS[3] is given).
+-- blob_bytes quota (0: none), on a Redis Cluster the scope's bytes as serverdir read
+-- them ('' when KEYS[3] is given), then the process hash prefix of the directory to ask
+-- whether the key's holder is stopped ("<prefix>{<cluster>}:proc:", the caller's cluster,
+-- standalone Redis/Sentinel only; '': not checked).
 -- Accepted only if lock_seq and lock_token are those of the key's current grant (held,
 -- lease not run out), its holder starts with the holder prefix (and is the exact holder
 -- when one is given), blob_seq is greater than the stored one by at most
@@ -19,7 +21,9 @@
 -- Returns {'ok', previous blob_seq, bytes added to the saver's scope, previous scope,
 -- its bytes taken off} (the last two '' and 0 when it is the saver's), {'fenced'},
 -- {'not_yours'} (the holder prefix), {'stale_seq', stored}, {'seq_jump', stored},
--- {'quota_exceeded', the scope's bytes} or {'credential_revoked', why}.
+-- {'quota_exceeded', the scope's bytes}, {'credential_revoked', why} or {'holder_stopped',
+-- reason, stopped_at_ms, holder} (the directory records the holder stopped: its locks
+-- were kept, release_on_stop false, but it saves nothing).
 local revoked = cred_revoked(ARGV[7] or '', ARGV[8], ARGV[9])
 if revoked ~= '' then return {'credential_revoked', revoked} end
 local now = now_ms()
@@ -33,6 +37,12 @@ end
 if string.sub(holder, 1, #ARGV[5]) ~= ARGV[5] then return {'not_yours'} end
 local exact = ARGV[6] or ''
 if exact ~= '' and holder ~= exact then return {'not_yours'} end
+local procs = ARGV[13] or ''
+local dead = procs ~= '' and holder_stop(procs .. holder)
+if dead then
+    dead[4] = holder
+    return dead
+end
 local b = redis.call('HMGET', KEYS[1], 'seq', 'quota_scope')
 local stored = b[1] or '0'
 local want = tonumber(ARGV[3])

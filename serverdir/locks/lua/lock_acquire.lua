@@ -13,7 +13,10 @@
 --       cred_revoked: process hash, machine, generation; '' when none); then the holder's
 --       quota of locks (0: none) and, on a cluster, the size of its index set after
 --       serverdir's adds and how many names they added ('' '' on standalone
---       Redis/Sentinel: counted here); then, on a cluster, the holders serverdir found
+--       Redis/Sentinel: counted here); then the holder's liveness check (the prelude's
+--       holder_stop: '' when the caller is bound to no cluster, else the holder's process
+--       hash in that cluster's directory, or on a cluster "=<reason> <stopped_at_ms>"
+--       when serverdir found it stopped); then, on a cluster, the holders serverdir found
 --       stopped in steal_cluster's directory, and "+<holder>" for those it found in
 --       steal_within's.
 -- A new grant stores its key's token. The grant is a capability: acquiring a lock one
@@ -26,8 +29,9 @@
 -- since_ms, expires_ms, lock_token} or {'lock_held', name, holder, since_ms, expires_ms,
 -- now_ms, not_presented} (not_presented '1': the holder is the caller's, its grant's
 -- lock_token was not presented) or {'lock_delayed', name, retry_after_ms} or
--- {'credential_revoked', why} or {'quota_exceeded', locks held} (the grant would take
--- the holder past its quota).
+-- {'credential_revoked', why} or {'holder_stopped', reason, stopped_at_ms} (the
+-- directory records the holder stopped: it may take no lock) or {'quota_exceeded', locks
+-- held} (the grant would take the holder past its quota).
 local holder = ARGV[1]
 local ttl = tonumber(ARGV[2])
 local delay = tonumber(ARGV[3])
@@ -41,8 +45,10 @@ local lock_ns = prefix .. 'lock:'
 local steal_within = ARGV[9 + 2 * n] or ''
 local revoked = cred_revoked(ARGV[10 + 2 * n] or '', ARGV[11 + 2 * n], ARGV[12 + 2 * n])
 if revoked ~= '' then return {'credential_revoked', revoked} end
+local dead = holder_stop(ARGV[16 + 2 * n] or '')
+if dead then return dead end
 local stopped, inside = {}, {}
-for i = 16 + 2 * n, #ARGV do
+for i = 17 + 2 * n, #ARGV do
     if string.sub(ARGV[i], 1, 1) == '+' then
         inside[string.sub(ARGV[i], 2)] = true
     else

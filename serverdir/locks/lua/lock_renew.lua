@@ -2,12 +2,15 @@
 -- lock_token (docs/locks.md).
 -- KEYS[1]: the lock record. ARGV: holder, lock_seq, ttl_ms (0: keep the granted ttl),
 -- retain_ms, lock_token, then the caller's credential liveness check (the prelude's
--- cred_revoked: process hash, machine, generation; '' when none).
+-- cred_revoked: process hash, machine, generation; '' when none), then the holder's
+-- liveness check (the prelude's holder_stop; '' when none).
 -- Returns {'ok', lock_seq, expires_ms, now_ms} or {'not_holder', holder} or
 -- {'stale_lock_seq'} or {'fenced'} (the lock_token is not the grant's) or
--- {'credential_revoked', why}.
+-- {'credential_revoked', why} or {'holder_stopped', reason, stopped_at_ms}.
 local revoked = cred_revoked(ARGV[6] or '', ARGV[7], ARGV[8])
 if revoked ~= '' then return {'credential_revoked', revoked} end
+local dead = holder_stop(ARGV[9] or '')
+if dead then return dead end
 local holder = ARGV[1]
 local want_ttl = tonumber(ARGV[3])
 local retain = tonumber(ARGV[4])
