@@ -24,7 +24,7 @@ static void load_spec(void)
 {
     FILE *f = fopen(SD_SOURCE_DIR "/docs/openapi.yaml", "r");
     assert_non_null(f);
-    char line[512];
+    char line[8192]; /* longer than any line of the file: a cut line would end `paths:` */
     int in_paths = 0, cur = -1;
     while (fgets(line, sizeof line, f)) {
         line[strcspn(line, "\r\n")] = '\0';
