@@ -70,7 +70,7 @@ int bb_place(const json_t *state, const json_t *ready, json_t *inflight, json_t 
              bb_place_stats_t *st);
 
 /* The parts of a service spec that decide how a process runs (spec without count,
- * placement, pool and confirm_timeout_ms; on_release stays, the Big Brother acts on it):
+ * placement, pool, confirm_timeout_ms and disconnect; on_release stays, the Big Brother acts on it):
  * two specs run the same process when these are json_equal. New reference. */
 json_t *bb_spec_process_part(const json_t *spec);
 
