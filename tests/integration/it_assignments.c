@@ -3,7 +3,8 @@
  * the long-poll (wakes on a change, returns at its wait otherwise), 500 parked long-polls
  * on a serverdir with 2 worker threads that keeps serving other requests, the realm
  * stop flag, bad bodies rejected without a change, and a machine declared lost: its
- * processes stopped with reason machine_lost in the directory and the history. */
+ * processes stopped with reason machine_lost in the directory and the history, except
+ * those of the services the call keeps (spec.disconnect). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -380,6 +381,13 @@ static void bad_assignments_change_nothing(void **state)
                              "/v1/clusters/a5/assignments"), 400);
     assert_int_equal(ct_call(sd.url, H_TOK_BB, "POST", "{\"epoch\":\"1\"}", NULL, code,
                              "/v1/clusters/a5/machines/m1/lost"), 400);
+    static const char *const bad_keep[] = {"\"zone\"", "[\"bad name\"]", "[7]", "{}"};
+    for (size_t i = 0; i < sizeof bad_keep / sizeof bad_keep[0]; i++) {
+        snprintf(body, sizeof body, "{\"epoch\":%lld,\"keep\":%s}", e, bad_keep[i]);
+        assert_int_equal(ct_call(sd.url, H_TOK_BB, "POST", body, NULL, code,
+                                 "/v1/clusters/a5/machines/m1/lost"), 400);
+        assert_string_equal(code, "bad_field");
+    }
     h_keys_take(&redis, &after, H_KEYS_CLUSTER("a5"), NULL);
     h_keys_same(&before, &after, __func__);
 }
@@ -447,6 +455,50 @@ static void lost_machine_processes_stop_as_machine_lost(void **state)
     json_decref(o);
 }
 
+/* keep (spec.disconnect): the kept services' processes stay as they are and the slots
+ * are left for the primary's PUT; the others' processes are marked as without keep. */
+static void lost_machine_keeps_the_kept_services(void **state)
+{
+    (void)state;
+    long long e = primary("a7");
+    put_assign("a7", e, "{\"m1\":[" SLOT("zone", 0) "," SLOT("realm", 0) "]}", NULL);
+    const char *events =
+        "{\"events\":["
+        "{\"id\":\"e1\",\"type\":\"started\",\"instance\":\"zone-0\",\"machine\":\"m1\","
+        "\"service\":\"zone\",\"pid\":100,\"slot\":0},"
+        "{\"id\":\"e2\",\"type\":\"started\",\"instance\":\"realm-0\",\"machine\":\"m1\","
+        "\"service\":\"realm\",\"pid\":101,\"slot\":0}]}";
+    assert_int_equal(ct_call(sd.url, H_TOK_BB, "POST", events, NULL, NULL, "/v1/clusters/a7/events"),
+                     200);
+    char body[96];
+    snprintf(body, sizeof body, "{\"epoch\":%lld,\"keep\":[\"realm\"]}", e);
+    json_t *o;
+    assert_int_equal(ct_call(sd.url, H_TOK_BB, "POST", body, &o, NULL,
+                             "/v1/clusters/a7/machines/m1/lost"), 200);
+    assert_int_equal(ct_int(o, "stopped"), 1);
+    assert_false(json_is_true(json_object_get(o, "changed")));
+    json_decref(o);
+    doc("a7", "m1", &o);
+    assert_int_equal(json_array_size(json_object_get(o, "slots")), 2);
+    json_decref(o);
+    assert_int_equal(ct_call(sd.url, H_TOK_VIEWER, "GET", NULL, &o, NULL,
+                             "/v1/clusters/a7/processes/zone-0"), 200);
+    assert_string_equal(ct_str(o, "reason"), "machine_lost");
+    json_decref(o);
+    assert_int_equal(ct_call(sd.url, H_TOK_VIEWER, "GET", NULL, &o, NULL,
+                             "/v1/clusters/a7/processes/realm-0"), 200);
+    assert_string_equal(ct_str(o, "state"), "starting");
+    json_decref(o);
+    /* realm's hold ends: declared again without keep, its process is marked and the
+     * slots emptied */
+    snprintf(body, sizeof body, "{\"epoch\":%lld}", e);
+    assert_int_equal(ct_call(sd.url, H_TOK_BB, "POST", body, &o, NULL,
+                             "/v1/clusters/a7/machines/m1/lost"), 200);
+    assert_int_equal(ct_int(o, "stopped"), 1);
+    assert_true(json_is_true(json_object_get(o, "changed")));
+    json_decref(o);
+}
+
 int main(void)
 {
     h_init(240);
@@ -458,6 +510,7 @@ int main(void)
         cmocka_unit_test(cluster_stop_empties_documents),
         cmocka_unit_test(bad_assignments_change_nothing),
         cmocka_unit_test(lost_machine_processes_stop_as_machine_lost),
+        cmocka_unit_test(lost_machine_keeps_the_kept_services),
     };
     int rc = cmocka_run_group_tests(tests, setup, h_stack_teardown);
     curl_global_cleanup();
