@@ -44,7 +44,7 @@ typedef struct {
     int given_back; /* keep_original slots moved back to their returning original */
 } bb_place_stats_t;
 
-#define SD_PLACE_NAME_MAX 256 /* longest service or machine name in a ready key */
+#define BB_PLACE_NAME_MAX 256 /* longest service or machine name in a ready key */
 
 /* Computes the assignments.
  *
@@ -81,8 +81,8 @@ int bb_place(const json_t *state, const json_t *ready, json_t *inflight, json_t 
              bb_place_stats_t *st);
 
 /* The parts of a service spec that decide how a process runs (spec without count,
- * placement, pool, confirm_timeout_ms and disconnect; on_release stays, the Big Brother acts on it):
- * two specs run the same process when these are json_equal. New reference. */
+ * placement, pool, confirm_timeout_ms and disconnect; on_release stays, the Big Brother
+ * acts on it): two specs run the same process when these are json_equal. New reference. */
 json_t *bb_spec_process_part(const json_t *spec);
 
 /* A service's spec.disconnect (docs/cluster.md, "A machine cut off"), defaults for what

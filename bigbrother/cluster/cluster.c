@@ -10,7 +10,9 @@
  * While it holds it, every placement_interval_ms (sooner after an allocation: between
  * rounds it long-polls GET .../pool-demand) it reads GET .../state and the live
  * directory, declares lost the machines whose lease expired that still have slots or
- * live processes (POST .../machines/{m}/lost, with its epoch), computes the placement
+ * live processes (POST .../machines/{m}/lost, with its epoch; each service's
+ * spec.disconnect says whether its slots and processes there wait, and for how long;
+ * docs/cluster.md, "A machine cut off"), computes the placement
  * (placement.c; first the count of every service with a pool, bb_pool_count) and PUTs the
  * lists that changed with its epoch. Any 409 stale_epoch or primary_held, or a lease that
  * ran out without a renewal, makes it step down at once.
@@ -323,9 +325,16 @@ static void lost_plan(const json_t *state, const char *m, int64_t lost_for, cons
 {
     const json_t *slots = json_object_get(
         json_object_get(json_object_get(state, "assignments"), m), "slots");
+    json_t *per = json_object(); /* service -> its slots on m */
     long long kept_live = 0;
-    size_t held = 0, i, k;
+    size_t held = 0, i;
     json_t *svc, *e;
+    json_array_foreach(slots, i, e) {
+        const char *sn = json_string_value(json_object_get(e, "service"));
+        if (sn)
+            json_object_set_new(per, sn,
+                                json_integer(json_integer_value(json_object_get(per, sn)) + 1));
+    }
     json_array_foreach(json_object_get(state, "services"), i, svc) {
         const char *name = json_string_value(json_object_get(svc, "service"));
         const json_t *spec = json_object_get(svc, "spec");
@@ -334,11 +343,7 @@ static void lost_plan(const json_t *state, const char *m, int64_t lost_for, cons
         char key[420];
         snprintf(key, sizeof(key), "%s|%s", m, name);
         long long nlive = json_integer_value(json_object_get(live, key));
-        size_t nslots = 0;
-        json_array_foreach(slots, k, e) {
-            const char *sn = json_string_value(json_object_get(e, "service"));
-            nslots += sn && !strcmp(sn, name);
-        }
+        size_t nslots = (size_t)json_integer_value(json_object_get(per, name));
         if (!nslots && !nlive)
             continue;
         bb_disconnect_t d;
@@ -351,6 +356,7 @@ static void lost_plan(const json_t *state, const char *m, int64_t lost_for, cons
             kept_live += nlive;
         }
     }
+    json_decref(per);
     *moved = json_array_size(slots) - held; /* a deleted service's slots leave too */
     *marked = json_integer_value(json_object_get(live, m)) - kept_live;
 }

@@ -384,7 +384,7 @@ static void give_back(plan_t *p, const json_t *ready, bb_place_stats_t *st)
     const char *key;
     json_t *v;
     json_object_foreach((json_t *)ready, key, v) {
-        char mname[SD_PLACE_NAME_MAX + 1], sname[SD_PLACE_NAME_MAX + 1];
+        char mname[BB_PLACE_NAME_MAX + 1], sname[BB_PLACE_NAME_MAX + 1];
         int slot, end = 0;
         if (sscanf(key, "%256[^|]|%256[^|]|%d%n", mname, sname, &slot, &end) != 3 || key[end])
             continue;
