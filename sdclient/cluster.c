@@ -277,11 +277,21 @@ int sdc_assignments_get(sdc_t *c, const char *cluster, const char *machine, int6
 int sdc_machine_lost(sdc_t *c, const char *cluster, const char *machine, int64_t epoch,
                      int *stopped, sdc_err_t *err)
 {
+    return sdc_machine_lost_keep(c, cluster, machine, epoch, NULL, stopped, err);
+}
+
+int sdc_machine_lost_keep(sdc_t *c, const char *cluster, const char *machine, int64_t epoch,
+                          const json_t *keep, int *stopped, sdc_err_t *err)
+{
     if (sdc__names(err, 2, "cluster", cluster, "machine", machine))
         return SDC_E_INVAL;
     if (epoch < 1)
         return sdc__inval(err, "bad epoch");
+    if (keep && !json_is_array(keep))
+        return sdc__inval(err, "keep must be an array of service names");
     json_t *body = json_pack("{s:I}", "epoch", (json_int_t)epoch);
+    if (json_array_size(keep))
+        json_object_set(body, "keep", (json_t *)keep);
     json_t *res = NULL;
     int rc = sdc__cluster_call(c, "POST", cluster, "machine", machine, body, &res, err,
                                "/machines/%s/lost", machine);

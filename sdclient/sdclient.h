@@ -356,6 +356,11 @@ int sdc_assignments_get(sdc_t *c, const char *cluster, const char *machine, int6
  * (machine_lost) and its slots removed. stopped (may be NULL): processes marked. */
 int sdc_machine_lost(sdc_t *c, const char *cluster, const char *machine, int64_t epoch,
                      int *stopped, sdc_err_t *err);
+/* The same with keep (NULL or an array of service names, not stolen): those services'
+ * processes stay as they are, and with any named the machine's slots are left for the
+ * caller's own PUT .../assignments (docs/cluster.md, "A machine cut off"). */
+int sdc_machine_lost_keep(sdc_t *c, const char *cluster, const char *machine, int64_t epoch,
+                          const json_t *keep, int *stopped, sdc_err_t *err);
 
 /* ---- allocations (docs/allocation.md) ---- */
 

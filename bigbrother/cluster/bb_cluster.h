@@ -41,7 +41,10 @@ typedef struct {
     int removed;   /* slot entries dropped from a machine */
     int rolled;    /* slots whose restart token or spec was advanced (rolling restart) */
     int unplaced;  /* slots with no eligible machine (labels, capacity, max_per_machine) */
+    int given_back; /* keep_original slots moved back to their returning original */
 } bb_place_stats_t;
+
+#define BB_PLACE_NAME_MAX 256 /* longest service or machine name in a ready key */
 
 /* Computes the assignments.
  *
@@ -53,6 +56,14 @@ typedef struct {
  * inflight: object "service|slot" -> the instance id that was ready when this primary
  *   advanced the slot's restart (""): owned by the caller, kept between calls, updated
  *   here. A slot counts as unavailable until a different instance is ready for it.
+ *
+ * A machine whose state is not "live" (its lease expired) and that is not draining keeps
+ * the slots of a service whose spec.disconnect holds them (bb_disconnect_holds, with the
+ * machine's "lost_for_ms": how long ago the primary declared it lost, absent: 0) and
+ * loses the others. A slot of a service with reconcile keep_original that `ready` shows
+ * ready on another machine that fits it is moved there (given back to the original
+ * process) when that machine has "returned": true (it came back after it was declared
+ * lost; the caller counts only ready reports made after its return).
  *
  * Rules: only machines with state "live" and not draining get slots, when the service's
  * placement.labels are a subset of their labels, within capacity (0: unlimited) and the
@@ -70,9 +81,22 @@ int bb_place(const json_t *state, const json_t *ready, json_t *inflight, json_t 
              bb_place_stats_t *st);
 
 /* The parts of a service spec that decide how a process runs (spec without count,
- * placement, pool and confirm_timeout_ms; on_release stays, the Big Brother acts on it):
- * two specs run the same process when these are json_equal. New reference. */
+ * placement, pool, confirm_timeout_ms and disconnect; on_release stays, the Big Brother
+ * acts on it): two specs run the same process when these are json_equal. New reference. */
 json_t *bb_spec_process_part(const json_t *spec);
+
+/* A service's spec.disconnect (docs/cluster.md, "A machine cut off"), defaults for what
+ * is absent: lost_after_ms 0, replace true, reconcile keep_replacement. */
+typedef struct {
+    int64_t lost_after_ms;
+    int replace;
+    int keep_original;
+} bb_disconnect_t;
+void bb_disconnect_of(const json_t *spec, bb_disconnect_t *d);
+
+/* Whether a slot of the service with this spec stays on its machine lost_for_ms after the
+ * machine was declared lost: replace false, or lost_for_ms < lost_after_ms. */
+int bb_disconnect_holds(const json_t *spec, int64_t lost_for_ms);
 
 /* A pool's pending decrease, owned by the caller and kept between calls for one service
  * (zeroed: none pending). */

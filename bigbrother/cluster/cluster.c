@@ -10,7 +10,9 @@
  * While it holds it, every placement_interval_ms (sooner after an allocation: between
  * rounds it long-polls GET .../pool-demand) it reads GET .../state and the live
  * directory, declares lost the machines whose lease expired that still have slots or
- * live processes (POST .../machines/{m}/lost, with its epoch), computes the placement
+ * live processes (POST .../machines/{m}/lost, with its epoch; each service's
+ * spec.disconnect says whether its slots and processes there wait, and for how long;
+ * docs/cluster.md, "A machine cut off"), computes the placement
  * (placement.c; first the count of every service with a pool, bb_pool_count) and PUTs the
  * lists that changed with its epoch. Any 409 stale_epoch or primary_held, or a lease that
  * ran out without a renewal, makes it step down at once.
@@ -35,6 +37,9 @@
 /* rounds woken by allocations: a quarter of the placement interval apart, within these */
 #define ROUND_GAP_MIN_MS 50
 #define ROUND_GAP_MAX_MS 250
+/* how long after a lost machine came back (its new registration) its keep_original
+ * originals may get their slots back: this many machine leases */
+#define RETURN_WINDOW_LEASES 2
 
 static struct {
     pthread_t poll_thr, prim_thr;
@@ -159,6 +164,9 @@ typedef struct {
     int64_t demand;        /* the pool-demand counter last seen, -1 none yet */
     int no_demand;         /* ServerDir has no pool-demand route (older): passes on time only */
     int64_t round_mono;    /* when the last placement round started */
+    json_t *lost;          /* machine -> Redis ms this primary declared it lost; kept
+                              while it is lost and for RETURN_WINDOW after it came back
+                              (reconcile keep_original), forgotten on step-down */
 } prim_t;
 
 /* Whether a call reached ServerDir and Redis (any answer but a transport error or a 5xx):
@@ -182,6 +190,7 @@ static void step_down(prim_t *p, const char *reason)
     p->is_primary = 0;
     json_object_clear(p->inflight);
     json_object_clear(p->pools);
+    json_object_clear(p->lost);
 }
 
 /* A 409 that says another primary exists: step down and answer 1. */
@@ -219,8 +228,35 @@ static void renew(prim_t *p)
     sdc_err_clear(&err);
 }
 
-/* "machine|service|slot" -> instance of every ready process; live[machine] = count. */
-static void read_directory(const json_t *procs, json_t *ready, json_t *live)
+/* The machine entry of state named m, or NULL. */
+static json_t *state_machine(const json_t *state, const char *m)
+{
+    size_t i;
+    json_t *e;
+    json_array_foreach(json_object_get(state, "machines"), i, e) {
+        const char *name = json_string_value(json_object_get(e, "machine"));
+        if (name && !strcmp(name, m))
+            return e;
+    }
+    return NULL;
+}
+
+/* Whether a ready report on machine m may be believed: not when m came back from a loss
+ * this primary declared and the report is older than its return (its processes were
+ * not known to run then). */
+static int report_fresh(const prim_t *p, const json_t *state, const char *m, const json_t *proc)
+{
+    if (!json_object_get(p->lost, m))
+        return 1;
+    json_int_t back = json_integer_value(
+        json_object_get(state_machine(state, m), "registered_at_ms"));
+    return json_integer_value(json_object_get(proc, "updated_at_ms")) >= back;
+}
+
+/* "machine|service|slot" -> instance of every ready process; live[machine] and
+ * live["machine|service"] = counts. */
+static void read_directory(const prim_t *p, const json_t *state, const json_t *procs,
+                           json_t *ready, json_t *live)
 {
     size_t i;
     json_t *e;
@@ -232,23 +268,110 @@ static void read_directory(const json_t *procs, json_t *ready, json_t *live)
         json_t *slot = json_object_get(e, "slot");
         if (!m || !s || !st || !id)
             continue;
+        char key[420];
+        snprintf(key, sizeof(key), "%s|%s", m, s);
         json_object_set_new(live, m,
                             json_integer(json_integer_value(json_object_get(live, m)) + 1));
-        if (strcmp(st, "ready") || !json_is_integer(slot))
+        json_object_set_new(live, key,
+                            json_integer(json_integer_value(json_object_get(live, key)) + 1));
+        if (strcmp(st, "ready") || !json_is_integer(slot) || !report_fresh(p, state, m, e))
             continue;
-        char key[420];
         snprintf(key, sizeof(key), "%s|%s|%lld", m, s, (long long)json_integer_value(slot));
         json_object_set_new(ready, key, json_string(id));
     }
 }
 
-/* Marks lost the machines whose lease expired and that still have slots or processes;
- * removes their assignments from `state`. 0, or -1 when this primary was fenced.
+/* Keeps p->lost in step with the machines' leases and marks them in state for bb_place:
+ * a lost machine gets "lost_for_ms" (since this primary declared it; 0 before), a
+ * machine back from a declared loss "returned" during RETURN_WINDOW_LEASES leases of its
+ * new registration. */
+static void mark_lost(prim_t *p, json_t *state, int64_t now)
+{
+    size_t i;
+    json_t *m;
+    const char *k;
+    void *tmp;
+    json_object_foreach_safe(p->lost, tmp, k, m)
+        if (!state_machine(state, k)) /* its record is gone */
+            json_object_del(p->lost, k);
+    json_array_foreach(json_object_get(state, "machines"), i, m) {
+        const char *name = json_string_value(json_object_get(m, "machine"));
+        const char *st = json_string_value(json_object_get(m, "state"));
+        json_t *at = name ? json_object_get(p->lost, name) : NULL;
+        if (!at || !st)
+            continue;
+        json_int_t reg = json_integer_value(json_object_get(m, "registered_at_ms"));
+        if (strcmp(st, "live")) {
+            if (reg > json_integer_value(at)) /* came back and is lost again: a new loss */
+                json_object_del(p->lost, name);
+            else
+                json_object_set_new(m, "lost_for_ms", json_integer(now - json_integer_value(at)));
+        } else if (now - reg < (int64_t)RETURN_WINDOW_LEASES * bb.cfg.lease_ttl_ms) {
+            json_object_set_new(m, "returned", json_true());
+        } else {
+            json_object_del(p->lost, name);
+        }
+    }
+}
+
+/* What declaring machine m lost (lost_for ms ago) does to each service on it (with
+ * slots in its document or live processes there), by the service's spec.disconnect: a
+ * held service keeps its slots and processes; a keep_original one loses its slots but
+ * its processes stay as they are (the original may win on return); the others lose both.
+ * Appends the services whose processes stay to keep; *moved: slots that leave m,
+ * *marked: processes to be marked stopped. */
+static void lost_plan(const json_t *state, const char *m, int64_t lost_for, const json_t *live,
+                      json_t *keep, size_t *moved, long long *marked)
+{
+    const json_t *slots = json_object_get(
+        json_object_get(json_object_get(state, "assignments"), m), "slots");
+    json_t *per = json_object(); /* service -> its slots on m */
+    long long kept_live = 0;
+    size_t held = 0, i;
+    json_t *svc, *e;
+    json_array_foreach(slots, i, e) {
+        const char *sn = json_string_value(json_object_get(e, "service"));
+        if (sn)
+            json_object_set_new(per, sn,
+                                json_integer(json_integer_value(json_object_get(per, sn)) + 1));
+    }
+    json_array_foreach(json_object_get(state, "services"), i, svc) {
+        const char *name = json_string_value(json_object_get(svc, "service"));
+        const json_t *spec = json_object_get(svc, "spec");
+        if (!name)
+            continue;
+        char key[420];
+        snprintf(key, sizeof(key), "%s|%s", m, name);
+        long long nlive = json_integer_value(json_object_get(live, key));
+        size_t nslots = (size_t)json_integer_value(json_object_get(per, name));
+        if (!nslots && !nlive)
+            continue;
+        bb_disconnect_t d;
+        bb_disconnect_of(spec, &d);
+        int hold = bb_disconnect_holds(spec, lost_for);
+        if (hold)
+            held += nslots;
+        if (hold || d.keep_original) {
+            json_array_append_new(keep, json_string(name));
+            kept_live += nlive;
+        }
+    }
+    json_decref(per);
+    *moved = json_array_size(slots) - held; /* a deleted service's slots leave too */
+    *marked = json_integer_value(json_object_get(live, m)) - kept_live;
+}
+
+/* Declares lost the machines whose lease expired and that still have slots or processes,
+ * honouring each service's spec.disconnect (lost_plan): the first time, and again
+ * whenever a held service's delay ran out (slots to move, processes to mark). A
+ * declaration without kept services empties the machine's document (removed from
+ * `state` too); with some, the placement's PUT removes only the slots not held. 0, or
+ * -1 when this primary was fenced.
  * Nobody is declared lost until ServerDir has answered this bigbrother without a failure
  * for a whole machine lease: after an outage of ServerDir or Redis longer than the lease
  * every lease has run out, and the machines get that long to renew before their healthy
  * processes are replaced. */
-static int declare_lost(prim_t *p, json_t *state, const json_t *live)
+static int declare_lost(prim_t *p, json_t *state, const json_t *live, int64_t now)
 {
     size_t i;
     json_t *m;
@@ -260,27 +383,42 @@ static int declare_lost(prim_t *p, json_t *state, const json_t *live)
         const char *st = json_string_value(json_object_get(m, "state"));
         if (!name || !st || !strcmp(st, "live"))
             continue;
+        const json_t *at = json_object_get(p->lost, name);
+        int64_t lost_for = at ? now - json_integer_value(at) : 0;
+        size_t moved;
+        long long marked;
+        json_t *keep = json_array();
+        lost_plan(state, name, lost_for, live, keep, &moved, &marked);
         size_t nslots = json_array_size(
             json_object_get(json_object_get(assignments, name), "slots"));
-        json_int_t nlive = json_integer_value(json_object_get(live, name));
-        if (!nslots && !nlive)
+        if ((at || (!nslots && !json_integer_value(json_object_get(live, name)))) &&
+            !moved && marked <= 0) {
+            json_decref(keep);
             continue;
+        }
         sdc_err_t err = {0};
-        int rc = sdc_machine_lost(cl.prim_client, bb.cfg.cluster, name, p->epoch, NULL, &err);
+        int rc = sdc_machine_lost_keep(cl.prim_client, bb.cfg.cluster, name, p->epoch, keep,
+                                       NULL, &err);
         if (fenced(p, rc, &err)) {
             sdc_err_clear(&err);
+            json_decref(keep);
             return -1;
         }
         if (rc == SDC_OK) {
-            log_warn("machine declared lost", "machine=%s slots_moved=%zu processes=%lld",
-                     name, nslots, (long long)nlive);
-            json_object_del(assignments, name);
+            log_warn("machine declared lost",
+                     "machine=%s slots_moved=%zu processes=%lld services_kept=%zu lost_for_ms=%lld",
+                     name, moved, marked, json_array_size(keep), (long long)lost_for);
+            if (!at)
+                json_object_set_new(p->lost, name, json_integer(now));
+            if (!json_array_size(keep))
+                json_object_del(assignments, name);
         } else {
             char why[320];
             log_error("machine not declared lost", "machine=%s error=%s", name,
                       sdc_strerror(rc, &err, why, sizeof(why)));
         }
         sdc_err_clear(&err);
+        json_decref(keep);
     }
     return 0;
 }
@@ -384,9 +522,13 @@ static void place_round(prim_t *p)
                  sdc_strerror(rc, &err, why, sizeof(why)));
         goto out;
     }
-    read_directory(procs, ready, live);
-    if (declare_lost(p, state, live))
+    const json_t *jnow = json_object_get(state, "now_ms");
+    int64_t now = json_integer_value(jnow) > 0 ? json_integer_value(jnow) : sd_wall_ms();
+    mark_lost(p, state, now);
+    read_directory(p, state, procs, ready, live);
+    if (declare_lost(p, state, live, now))
         goto out;
+    mark_lost(p, state, now); /* the machines declared just now: lost_for_ms 0 */
     sized = size_pools(p, state);
     bb_place_stats_t st;
     if (bb_place(sized, ready, p->inflight, &lists, &st)) {
@@ -408,9 +550,9 @@ static void place_round(prim_t *p)
     }
     log_info("placement changed",
              "epoch=%lld version=%lld machines=%zu kept=%d placed=%d removed=%d rolled=%d "
-             "unplaced=%d",
-             (long long)p->epoch, (long long)version,
-             json_object_size(lists), st.kept, st.placed, st.removed, st.rolled, st.unplaced);
+             "unplaced=%d given_back=%d",
+             (long long)p->epoch, (long long)version, json_object_size(lists), st.kept,
+             st.placed, st.removed, st.rolled, st.unplaced, st.given_back);
 out:
     sdc_err_clear(&err);
     json_decref(state);
@@ -461,7 +603,8 @@ static int wait_round(prim_t *p, int ms)
 static void *prim_main(void *arg)
 {
     (void)arg;
-    prim_t p = {.inflight = json_object(), .pools = json_object(), .demand = -1};
+    prim_t p = {.inflight = json_object(), .pools = json_object(), .lost = json_object(),
+                .demand = -1};
     int64_t next_renew = 0;
     int renew_every = bb.cfg.primary_ttl_ms / 3, wait;
     do {
@@ -491,6 +634,7 @@ static void *prim_main(void *arg)
     }
     json_decref(p.inflight);
     json_decref(p.pools);
+    json_decref(p.lost);
     return NULL;
 }
 

@@ -1,6 +1,8 @@
 /* Placement (see bb_cluster.h): services x machines -> per-machine slot lists.
  *
- *   1. keep every assigned slot whose machine is still eligible for it (stable)
+ *   1. keep every assigned slot whose machine is still eligible for it (stable), or
+ *      lost but held by the service's disconnect settings; give a keep_original slot
+ *      back to the machine that came back with its original process ready
  *   2. give each missing slot the eligible machine with the fewest slots of its service,
  *      then the fewest slots, then the smallest name (spread)
  *   3. advance restart tokens / specs, at most max_unavailable slots of a service down
@@ -21,6 +23,9 @@ typedef struct {
     const json_t *labels;
     int capacity; /* 0: unlimited */
     int total;
+    int lost;            /* lease expired: gets nothing new, keeps the slots it holds */
+    int returned;        /* came back after it was declared lost: may get originals back */
+    int64_t lost_for_ms; /* since the primary declared it lost (0: not yet) */
 } mach_t;
 
 typedef struct {
@@ -49,7 +54,27 @@ json_t *bb_spec_process_part(const json_t *spec)
     json_object_del(p, "placement");
     json_object_del(p, "pool");               /* sizes the service, not the process */
     json_object_del(p, "confirm_timeout_ms"); /* ServerDir's, for allocations */
+    json_object_del(p, "disconnect");         /* what a cut-off machine's games become */
     return p;
+}
+
+void bb_disconnect_of(const json_t *spec, bb_disconnect_t *d)
+{
+    const json_t *o = json_object_get(spec, "disconnect");
+    const json_t *lost = json_object_get(o, "lost_after_ms");
+    const char *rec = json_string_value(json_object_get(o, "reconcile"));
+    d->lost_after_ms = json_is_integer(lost) && json_integer_value(lost) > 0
+                           ? (int64_t)json_integer_value(lost)
+                           : 0;
+    d->replace = !json_is_false(json_object_get(o, "replace"));
+    d->keep_original = rec && !strcmp(rec, "keep_original");
+}
+
+int bb_disconnect_holds(const json_t *spec, int64_t lost_for_ms)
+{
+    bb_disconnect_t d;
+    bb_disconnect_of(spec, &d);
+    return !d.replace || lost_for_ms < d.lost_after_ms;
 }
 
 /* An integer member of obj within [lo, hi], def when absent; -1 when out of range. */
@@ -179,6 +204,8 @@ static int fits(const plan_t *p, int si, int mi)
 {
     const svc_t *s = &p->s[si];
     const mach_t *m = &p->m[mi];
+    if (m->lost)
+        return 0;
     if (m->capacity > 0 && m->total >= m->capacity)
         return 0;
     if (s->max_per_machine > 0 && p->per[si * p->nm + mi] >= s->max_per_machine)
@@ -281,10 +308,15 @@ static int load_machines(plan_t *p, const json_t *state)
         const char *st = json_string_value(json_object_get(e, "state"));
         if (!name)
             return -1;
-        if (!st || strcmp(st, "live") || json_is_true(json_object_get(e, "draining")))
+        /* a draining machine is left whatever its lease; a lost one may keep slots */
+        if (!st || json_is_true(json_object_get(e, "draining")))
             continue;
         mach_t *m = &p->m[p->nm++];
         m->name = name;
+        m->lost = strcmp(st, "live") != 0;
+        json_int_t lost_for = json_integer_value(json_object_get(e, "lost_for_ms"));
+        m->lost_for_ms = lost_for > 0 ? (int64_t)lost_for : 0;
+        m->returned = !m->lost && json_is_true(json_object_get(e, "returned"));
         m->labels = json_object_get(e, "labels");
         json_int_t cap = json_integer_value(json_object_get(e, "capacity"));
         m->capacity = cap > 0 && cap < INT32_MAX ? (int)cap : 0;
@@ -318,7 +350,9 @@ static int keep_current(plan_t *p, const json_t *assignments, int *kept)
             json_t *jslot = json_object_get(e, "slot");
             json_int_t slot = json_is_integer(jslot) ? json_integer_value(jslot) : -1;
             if (mi < 0 || si < 0 || slot < 0 || slot >= p->s[si].count ||
-                p->s[si].where[slot] >= 0 || !fits(p, si, mi)) {
+                p->s[si].where[slot] >= 0 ||
+                (p->m[mi].lost ? !bb_disconnect_holds(p->s[si].spec, p->m[mi].lost_for_ms)
+                               : !fits(p, si, mi))) {
                 removed++;
                 continue;
             }
@@ -338,6 +372,41 @@ static int keep_current(plan_t *p, const json_t *assignments, int *kept)
     }
     free(names);
     return removed;
+}
+
+/* Step 1b (reconcile keep_original): a slot of such a service whose original process is
+ * ready again on a machine that came back ("returned") is given back to that machine (the
+ * copy that replaced it is then stopped by its Big Brother as replaced). Only a returned
+ * machine receives, so the replacement, still ready while it stops, never takes the slot
+ * again. ready's keys are "machine|service|slot". */
+static void give_back(plan_t *p, const json_t *ready, bb_place_stats_t *st)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)ready, key, v) {
+        char mname[BB_PLACE_NAME_MAX + 1], sname[BB_PLACE_NAME_MAX + 1];
+        int slot, end = 0;
+        if (sscanf(key, "%256[^|]|%256[^|]|%d%n", mname, sname, &slot, &end) != 3 || key[end])
+            continue;
+        int mi = find_mach(p, mname), si = find_svc(p, sname);
+        if (mi < 0 || si < 0 || slot < 0 || slot >= p->s[si].count)
+            continue;
+        svc_t *s = &p->s[si];
+        bb_disconnect_t d;
+        bb_disconnect_of(s->spec, &d);
+        int from = s->where[slot];
+        if (!d.keep_original || !p->m[mi].returned || from == mi || !fits(p, si, mi))
+            continue;
+        json_t *e = s->entry[slot];
+        if (from >= 0) {
+            p->per[si * p->nm + from]--;
+            p->m[from].total--;
+        } else {
+            e = new_entry(s, slot);
+        }
+        put_slot(p, si, slot, mi, e);
+        st->given_back++;
+    }
 }
 
 /* Step 2: every missing slot to the least loaded eligible machine. */
@@ -480,6 +549,7 @@ int bb_place(const json_t *state, const json_t *ready, json_t *inflight, json_t 
     if (none)
         assignments = none;
     st->removed = keep_current(&p, assignments, &st->kept);
+    give_back(&p, ready, st);
     place_missing(&p, st);
     roll(&p, ready, inflight, st);
     *out = changed_lists(&p, assignments);

@@ -634,44 +634,71 @@ static long long lost_events(const char *cluster, const char *machine, int64_t e
     return rc;
 }
 
-/* POST /machines/{m}/lost {epoch} (primary only) -> 200 {machine, stopped, version,
- * changed}: m's slots are removed from the assignments (fenced by the epoch) and its
- * live processes are marked stopped with reason machine_lost through events_apply, so
- * the directory and the history show them. 409 stale_epoch. */
+/* The body's "keep": at most KEEP_MAX service names, each added to a; 0, or -1 with err. */
+#define KEEP_MAX 1000
+static int keep_args(sd_jv_t *v, const json_t *body, sd_argv_t *a)
+{
+    json_t *keep = NULL;
+    if (sd_jv_array(v, body, "keep", SD_JV_NONNULL, KEEP_MAX, &keep) < 0)
+        return -1;
+    size_t i;
+    const json_t *n;
+    json_array_foreach(keep, i, n) {
+        if (!json_is_string(n) || !sd_name_valid(json_string_value(n), SD_NAME_MAX)) {
+            sd_jv_key(v, "keep");
+            sd_jv_index(v, i);
+            return sd_jv_fail(v, NULL, "must be a service name");
+        }
+        sd_argv_add(a, json_string_value(n));
+    }
+    return 0;
+}
+
+/* POST /machines/{m}/lost {epoch, keep?} (primary only) -> 200 {machine, stopped,
+ * version, changed}: m's slots are removed from the assignments (fenced by the epoch) and
+ * its live processes are marked stopped with reason machine_lost through events_apply, so
+ * the directory and the history show them. keep names services whose processes stay as
+ * they are (spec.disconnect holds their slots, or keeps their originals); with any named,
+ * the slots are left to the primary's PUT. 409 stale_epoch. */
 void h_machine_lost(sd_req_t *req, sd_resp_t *resp)
 {
-    static const char *const allowed[] = {"epoch", NULL};
+    static const char *const allowed[] = {"epoch", "keep", NULL};
     const char *cluster, *machine;
     if (sd_req_cluster_and(req, resp, &cluster, "machine", &machine))
         return;
     json_t *body = sd_req_json(req, resp);
     if (!body)
         return;
-    char err[SD_ERRMSG_MAX], chan[96], epochs[24];
-    int64_t epoch;
-    sd_jv_t v;
-    sd_jv_init(&v, "", err, sizeof err);
-    int bad = sd_jv_only_keys(&v, body, allowed) ||
-              sd_jv_int(&v, body, "epoch", 1, 1, INT64_C(1) << 53, &epoch) < 0;
-    json_decref(body);
-    if (bad) {
-        sd_resp_error(resp, 400, "bad_field", "%s", err);
-        return;
-    }
-    if (primary_is_caller(req, resp, cluster, epoch))
-        return;
-    snprintf(epochs, sizeof epochs, "%lld", (long long)epoch);
+    char err[SD_ERRMSG_MAX], chan[96], epochs[24], base[256];
+    int64_t epoch = 0;
+    int rc;
     redisReply *r = NULL;
-    int rc = sd_dir_ensure_index(cluster); /* machine_lost reads ix:m:<machine> */
+    sd_jv_t v;
+    sd_argv_t a; /* the script's key and args; the kept names point into body */
+    sd_argv_init(&a);
+    sd_jv_init(&v, "", err, sizeof err);
+    if (sd_jv_only_keys(&v, body, allowed) ||
+        sd_jv_int(&v, body, "epoch", 1, 1, INT64_C(1) << 53, &epoch) < 0)
+        goto bad;
+    snprintf(epochs, sizeof epochs, "%lld", (long long)epoch);
+    sd_argv_add(&a, sd_key(base, sizeof base, cluster, "%s", ""));
+    sd_argv_add(&a, epochs);
+    sd_argv_add(&a, machine);
+    sd_argv_add(&a, sd_assign_channel(chan, sizeof chan));
+    sd_argv_add(&a, cluster);
+    if (keep_args(&v, body, &a))
+        goto bad;
+    if (primary_is_caller(req, resp, cluster, epoch))
+        goto out;
+    rc = sd_dir_ensure_index(cluster); /* machine_lost reads ix:m:<machine> */
     if (rc) {
         sd_resp_store_error(resp, rc);
-        return;
+        goto out;
     }
-    rc = sd__cluster_run("machine_lost", cluster, &r, epochs, machine,
-                             sd_assign_channel(chan, sizeof chan), cluster, NULL);
+    rc = sd_store_run("machine_lost", 1, &a, &r);
     if (rc) {
         sd_resp_store_error(resp, rc);
-        return;
+        goto out_freed;
     }
     if (sd_reply_status_is(r, "stale_epoch") && r->elements == 3) {
         stale_epoch(resp, r, epoch);
@@ -692,4 +719,11 @@ void h_machine_lost(sd_req_t *req, sd_resp_t *resp)
         sd_resp_bad_reply(resp, "machine_lost", r);
     }
     freeReplyObject(r);
+    goto out_freed;
+bad:
+    sd_resp_error(resp, 400, "bad_field", "%s", err);
+out:
+    sd_argv_free(&a);
+out_freed:
+    json_decref(body);
 }

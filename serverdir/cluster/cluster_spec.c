@@ -78,11 +78,38 @@ static int pool_check(sd_jv_t *v, const json_t *pool)
     return 0;
 }
 
+/* spec.disconnect (docs/cluster.md, "A machine cut off"): what happens to the service's
+ * games when their machine is cut off from ServerDir. */
+static int disconnect_check(sd_jv_t *v, const json_t *spec)
+{
+    static const char *const keys[] = {"lost_after_ms", "replace", "stop_after_ms", "reconcile",
+                                       NULL};
+    static const char *const reconcile[] = {"keep_replacement", "keep_original", NULL};
+    json_t *d = NULL;
+    int64_t n;
+    int b;
+    int rc = sd_jv_object(v, spec, "disconnect", SD_JV_NONNULL, &d);
+    if (rc)
+        return rc < 0 ? -1 : 0;
+    size_t mark = sd_jv_key(v, "disconnect");
+    if (sd_jv_only_keys(v, d, keys) ||
+        sd_jv_int(v, d, "lost_after_ms", 0, 0, SD_DISCONNECT_MAX_MS, &n) < 0 ||
+        sd_jv_bool(v, d, "replace", 0, &b) < 0 ||
+        sd_jv_int(v, d, "stop_after_ms", 0, 0, SD_DISCONNECT_MAX_MS, &n) < 0 ||
+        sd_jv_enum(v, d, "reconcile", 0, reconcile, &b) < 0)
+        return -1;
+    /* a bigbrother that stops its games after a shorter gap would stop them on a blip */
+    if (json_object_get(d, "stop_after_ms") && n > 0 && n < 1000)
+        return sd_jv_fail(v, "stop_after_ms", "must be 0 (never) or at least 1000");
+    sd_jv_pop(v, mark);
+    return 0;
+}
+
 int sd_spec_validate(const json_t *spec, char *err, size_t errcap)
 {
     static const char *const keys[] = {"command", "args", "env", "count", "placement", "health",
                                        "restart", "stop", "user", "cwd", "rlimits", "pool",
-                                       "on_release", "confirm_timeout_ms", NULL};
+                                       "on_release", "confirm_timeout_ms", "disconnect", NULL};
     static const char *const pkeys[] = {"labels", "max_per_machine", NULL};
     static const char *const objects[] = {"health", "restart", "stop", "rlimits"};
     const char *s;
@@ -103,7 +130,7 @@ int sd_spec_validate(const json_t *spec, char *err, size_t errcap)
         sd_jv_int(&v, spec, "confirm_timeout_ms", 0, 100, 600000, &n) < 0 ||
         sd_jv_str(&v, spec, "on_release", 0, 16, &s) < 0 ||
         sd_jv_str(&v, spec, "user", 0, 64, &s) < 0 ||
-        sd_jv_str(&v, spec, "cwd", 0, STR_MAX, &s) < 0)
+        sd_jv_str(&v, spec, "cwd", 0, STR_MAX, &s) < 0 || disconnect_check(&v, spec))
         return -1;
     if (!*json_string_value(json_object_get(spec, "command")))
         return sd_jv_fail(&v, "command", "must not be empty");

@@ -1,7 +1,8 @@
 /* libFuzzer target: the primary's placement function (bigbrother/cluster/placement.c) on any
  * GET /state document. It either refuses the document or answers lists whose promises
  * hold: an object of machine -> array, every entry names a service and a slot, and no
- * (service, slot) is given to two machines. Seeds: tests/fuzz/corpus/placement/. Build
+ * (service, slot) is given to two machines. The document's member "ready" (an object
+ * "machine|service|slot" -> instance), if any, is the ready map. Seeds: tests/fuzz/corpus/placement/. Build
  * (clang): clang -g -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -Ibigbrother \
  *   tests/fuzz/fuzz_placement.c bigbrother/cluster/placement.c -ljansson -o fuzz_placement */
 #include <stddef.h>
@@ -18,7 +19,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     json_t *state = json_loadb((const char *)data, size, 0, NULL);
     if (!state)
         return 0;
-    json_t *ready = json_object(), *inflight = json_object(), *out = NULL, *seen = json_object();
+    /* the ready map from the document's own "ready" member, if any (give-backs) */
+    json_t *ready = json_object_get(state, "ready");
+    ready = json_is_object(ready) ? json_incref(ready) : json_object();
+    json_t *inflight = json_object(), *out = NULL, *seen = json_object();
     bb_place_stats_t st;
     if (bb_place(state, ready, inflight, &out, &st) == 0) {
         if (!json_is_object(out))

@@ -3,7 +3,8 @@
  * the long-poll (wakes on a change, returns at its wait otherwise), 500 parked long-polls
  * on a serverdir with 2 worker threads that keeps serving other requests, the realm
  * stop flag, bad bodies rejected without a change, and a machine declared lost: its
- * processes stopped with reason machine_lost in the directory and the history. */
+ * processes stopped with reason machine_lost in the directory and the history, except
+ * those of the services the call keeps (spec.disconnect). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -380,6 +381,13 @@ static void bad_assignments_change_nothing(void **state)
                              "/v1/clusters/a5/assignments"), 400);
     assert_int_equal(ct_call(sd.url, H_TOK_BB, "POST", "{\"epoch\":\"1\"}", NULL, code,
                              "/v1/clusters/a5/machines/m1/lost"), 400);
+    static const char *const bad_keep[] = {"\"zone\"", "[\"bad name\"]", "[7]", "{}"};
+    for (size_t i = 0; i < sizeof bad_keep / sizeof bad_keep[0]; i++) {
+        snprintf(body, sizeof body, "{\"epoch\":%lld,\"keep\":%s}", e, bad_keep[i]);
+        assert_int_equal(ct_call(sd.url, H_TOK_BB, "POST", body, NULL, code,
+                                 "/v1/clusters/a5/machines/m1/lost"), 400);
+        assert_string_equal(code, "bad_field");
+    }
     h_keys_take(&redis, &after, H_KEYS_CLUSTER("a5"), NULL);
     h_keys_same(&before, &after, __func__);
 }
@@ -447,6 +455,91 @@ static void lost_machine_processes_stop_as_machine_lost(void **state)
     json_decref(o);
 }
 
+/* keep (spec.disconnect): the kept services' processes stay as they are and the slots
+ * are left for the primary's PUT; the others' processes are marked as without keep. */
+static void lost_machine_keeps_the_kept_services(void **state)
+{
+    (void)state;
+    long long e = primary("a7");
+    put_assign("a7", e, "{\"m1\":[" SLOT("zone", 0) "," SLOT("realm", 0) "]}", NULL);
+    const char *events =
+        "{\"events\":["
+        "{\"id\":\"e1\",\"type\":\"started\",\"instance\":\"zone-0\",\"machine\":\"m1\","
+        "\"service\":\"zone\",\"pid\":100,\"slot\":0},"
+        "{\"id\":\"e2\",\"type\":\"started\",\"instance\":\"realm-0\",\"machine\":\"m1\","
+        "\"service\":\"realm\",\"pid\":101,\"slot\":0}]}";
+    assert_int_equal(ct_call(sd.url, H_TOK_BB, "POST", events, NULL, NULL, "/v1/clusters/a7/events"),
+                     200);
+    char body[96];
+    snprintf(body, sizeof body, "{\"epoch\":%lld,\"keep\":[\"realm\"]}", e);
+    json_t *o;
+    assert_int_equal(ct_call(sd.url, H_TOK_BB, "POST", body, &o, NULL,
+                             "/v1/clusters/a7/machines/m1/lost"), 200);
+    assert_int_equal(ct_int(o, "stopped"), 1);
+    assert_false(json_is_true(json_object_get(o, "changed")));
+    json_decref(o);
+    doc("a7", "m1", &o);
+    assert_int_equal(json_array_size(json_object_get(o, "slots")), 2);
+    json_decref(o);
+    assert_int_equal(ct_call(sd.url, H_TOK_VIEWER, "GET", NULL, &o, NULL,
+                             "/v1/clusters/a7/processes/zone-0"), 200);
+    assert_string_equal(ct_str(o, "reason"), "machine_lost");
+    json_decref(o);
+    assert_int_equal(ct_call(sd.url, H_TOK_VIEWER, "GET", NULL, &o, NULL,
+                             "/v1/clusters/a7/processes/realm-0"), 200);
+    assert_string_equal(ct_str(o, "state"), "starting");
+    json_decref(o);
+    /* realm's hold ends: declared again without keep, its process is marked and the
+     * slots emptied */
+    snprintf(body, sizeof body, "{\"epoch\":%lld}", e);
+    assert_int_equal(ct_call(sd.url, H_TOK_BB, "POST", body, &o, NULL,
+                             "/v1/clusters/a7/machines/m1/lost"), 200);
+    assert_int_equal(ct_int(o, "stopped"), 1);
+    assert_true(json_is_true(json_object_get(o, "changed")));
+    json_decref(o);
+}
+
+static int a8_zone_stopped(void *arg)
+{
+    (void)arg;
+    json_t *o = NULL;
+    int stopped = ct_call(sd.url, H_TOK_VIEWER, "GET", NULL, &o, NULL,
+                          "/v1/clusters/a8/processes/zone-1") == 200 &&
+                  !strcmp(ct_str(o, "state"), "stopped");
+    json_decref(o);
+    return stopped;
+}
+
+/* Without a primary, serverdir's lost-machine sweep leaves the processes of a service
+ * whose spec.disconnect keeps them (replace false) as they are. */
+static void sweep_without_primary_honours_disconnect(void **state)
+{
+    (void)state;
+    assert_int_equal(ct_call(sd.url, H_TOK_OPS, "PUT",
+                             "{\"command\":\"/bin/g\",\"count\":1,"
+                             "\"disconnect\":{\"replace\":false}}", NULL, NULL,
+                             "/v1/clusters/a8/services/realm"), 200);
+    assert_int_equal(ct_call(sd.url, H_TOK_OPS, "PUT", "{\"command\":\"/bin/g\",\"count\":1}",
+                             NULL, NULL, "/v1/clusters/a8/services/zone"), 200);
+    assert_int_equal(ct_call(sd.url, H_TOK_BB, "PUT", "{\"ttl_ms\":1000}", NULL, NULL,
+                             "/v1/clusters/a8/machines/m1"), 200);
+    const char *events =
+        "{\"events\":["
+        "{\"id\":\"e1\",\"type\":\"started\",\"instance\":\"zone-1\",\"machine\":\"m1\","
+        "\"service\":\"zone\",\"pid\":100,\"slot\":0},"
+        "{\"id\":\"e2\",\"type\":\"started\",\"instance\":\"realm-1\",\"machine\":\"m1\","
+        "\"service\":\"realm\",\"pid\":101,\"slot\":0}]}";
+    assert_int_equal(ct_call(sd.url, H_TOK_BB, "POST", events, NULL, NULL, "/v1/clusters/a8/events"),
+                     200);
+    assert_true(h_wait_until(a8_zone_stopped, NULL, h_valgrind() ? 20000 : 6000));
+    h_sleep_ms(1500); /* the sweep runs every second: later rounds leave realm too */
+    json_t *o = NULL;
+    assert_int_equal(ct_call(sd.url, H_TOK_VIEWER, "GET", NULL, &o, NULL,
+                             "/v1/clusters/a8/processes/realm-1"), 200);
+    assert_string_equal(ct_str(o, "state"), "starting");
+    json_decref(o);
+}
+
 int main(void)
 {
     h_init(240);
@@ -458,6 +551,8 @@ int main(void)
         cmocka_unit_test(cluster_stop_empties_documents),
         cmocka_unit_test(bad_assignments_change_nothing),
         cmocka_unit_test(lost_machine_processes_stop_as_machine_lost),
+        cmocka_unit_test(lost_machine_keeps_the_kept_services),
+        cmocka_unit_test(sweep_without_primary_honours_disconnect),
     };
     int rc = cmocka_run_group_tests(tests, setup, h_stack_teardown);
     curl_global_cleanup();

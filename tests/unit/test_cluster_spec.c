@@ -144,6 +144,38 @@ static void diffs_read_like_a_person_would_write_them(void **state)
     json_decref(changes);
 }
 
+/* spec.disconnect: every member checked, each refusal names disconnect.<member>. */
+static void disconnect_is_checked(void **state)
+{
+    (void)state;
+    char err[SD_ERRMSG_MAX];
+    assert_int_equal(check("{\"command\":\"x\",\"count\":1,\"disconnect\":{}}", err, sizeof err), 0);
+    assert_int_equal(check("{\"command\":\"x\",\"count\":1,\"disconnect\":{\"lost_after_ms\":"
+                           "30000,\"replace\":false,\"stop_after_ms\":10000,\"reconcile\":"
+                           "\"keep_original\"}}", err, sizeof err), 0);
+    static const struct {
+        const char *d, *needle;
+    } bad[] = {
+        {"[]", "disconnect' must be"},
+        {"{\"lost_after\":1}", "disconnect.lost_after"},
+        {"{\"lost_after_ms\":-1}", "disconnect.lost_after_ms"},
+        {"{\"lost_after_ms\":86400001}", "disconnect.lost_after_ms"},
+        {"{\"lost_after_ms\":\"30s\"}", "disconnect.lost_after_ms"},
+        {"{\"replace\":1}", "disconnect.replace"},
+        {"{\"stop_after_ms\":500}", "disconnect.stop_after_ms"},
+        {"{\"stop_after_ms\":1.5}", "disconnect.stop_after_ms"},
+        {"{\"reconcile\":\"best_score\"}", "disconnect.reconcile"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char spec[256];
+        snprintf(spec, sizeof spec, "{\"command\":\"x\",\"count\":1,\"disconnect\":%s}",
+                 bad[i].d);
+        assert_int_equal(check(spec, err, sizeof err), -1);
+        if (!strstr(err, bad[i].needle))
+            fail_msg("spec %s: message '%s' does not name '%s'", spec, err, bad[i].needle);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -151,6 +183,7 @@ int main(void)
         cmocka_unit_test(invalid_specs_name_the_field),
         cmocka_unit_test(canonical_form_is_order_free),
         cmocka_unit_test(diffs_read_like_a_person_would_write_them),
+        cmocka_unit_test(disconnect_is_checked),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -575,6 +575,143 @@ static void pool_changes_do_not_restart(void **unused)
     json_decref(inf);
 }
 
+/* ---------------------------------------------------------------- disconnect */
+
+/* Sets the zone service's spec.disconnect to the JSON text d. */
+static void set_disconnect(json_t *state, const char *d)
+{
+    json_t *svc = json_array_get(json_object_get(state, "services"), 0);
+    json_object_set_new(json_object_get(svc, "spec"), "disconnect", json_loads(d, 0, NULL));
+}
+
+/* Machine i of state: state (live, lost) and how long ago it was declared lost. */
+static void set_machine(json_t *state, int i, const char *st, json_int_t lost_for_ms)
+{
+    json_t *m = json_array_get(json_object_get(state, "machines"), (size_t)i);
+    json_object_set_new(m, "state", json_string(st));
+    json_object_set_new(m, "lost_for_ms", json_integer(lost_for_ms));
+}
+
+/* The zone slots on machine m, as a bit set. */
+static unsigned slots_on(const json_t *state, const char *m, int count)
+{
+    unsigned bits = 0;
+    for (int i = 0; i < count; i++)
+        if (where(state, i) && !strcmp(where(state, i), m))
+            bits |= 1u << i;
+    return bits;
+}
+
+static void lost_after_holds_the_slots_then_moves_them(void **unused)
+{
+    (void)unused;
+    json_t *st = mkstate(THREE, 9, NULL, NULL), *ready = json_object(), *inf = json_object();
+    bb_place_stats_t s;
+    place(st, ready, inf, &s);
+    unsigned on3 = slots_on(st, "m3", 9);
+    assert_int_not_equal(on3, 0);
+    set_disconnect(st, "{\"lost_after_ms\":30000}");
+    /* declared lost 0 ms and 29999 ms ago: m3 keeps its slots, nothing is placed */
+    set_machine(st, 2, "lost", 0);
+    assert_int_equal(place(st, ready, inf, &s), 0);
+    assert_int_equal(s.placed, 0);
+    assert_int_equal(slots_on(st, "m3", 9), on3);
+    set_machine(st, 2, "lost", 29999);
+    assert_int_equal(place(st, ready, inf, &s), 0);
+    assert_int_equal(slots_on(st, "m3", 9), on3);
+    /* the delay has passed: they go to m1 and m2 */
+    set_machine(st, 2, "lost", 30000);
+    assert_int_equal(place(st, ready, inf, &s), 3);
+    assert_int_equal(s.placed, __builtin_popcount(on3));
+    assert_int_equal(slots_on(st, "m3", 9), 0);
+    assert_int_equal(nslots(st, "m1") + nslots(st, "m2"), 9);
+    json_decref(st);
+    /* without disconnect (today): moved at once */
+    st = mkstate(THREE, 9, NULL, NULL);
+    place(st, ready, inf, &s);
+    set_machine(st, 2, "lost", 0);
+    place(st, ready, inf, &s);
+    assert_int_equal(slots_on(st, "m3", 9), 0);
+    json_decref(st);
+    json_decref(ready);
+    json_decref(inf);
+}
+
+static void replace_false_never_moves_but_drain_does(void **unused)
+{
+    (void)unused;
+    json_t *st = mkstate(THREE, 9, NULL, NULL), *ready = json_object(), *inf = json_object();
+    bb_place_stats_t s;
+    place(st, ready, inf, &s);
+    unsigned on3 = slots_on(st, "m3", 9);
+    set_disconnect(st, "{\"replace\":false,\"lost_after_ms\":1000}");
+    set_machine(st, 2, "lost", 7LL * 86400000);
+    assert_int_equal(place(st, ready, inf, &s), 0);
+    assert_int_equal(slots_on(st, "m3", 9), on3);
+    assert_int_equal(s.kept, 9);
+    /* nothing new goes to a lost machine: scaling up places on m1 and m2 only */
+    set_count(st, 12);
+    place(st, ready, inf, &s);
+    assert_int_equal(slots_on(st, "m3", 12), on3);
+    assert_int_equal(s.placed, 3);
+    /* an operator's drain moves them even so */
+    json_object_set_new(json_array_get(json_object_get(st, "machines"), 2), "draining",
+                        json_true());
+    place(st, ready, inf, &s);
+    assert_int_equal(slots_on(st, "m3", 12), 0);
+    json_decref(st);
+    json_decref(ready);
+    json_decref(inf);
+}
+
+static void keep_original_gives_the_slot_back(void **unused)
+{
+    (void)unused;
+    json_t *st = mkstate(THREE, 9, NULL, NULL), *ready = json_object(), *inf = json_object();
+    bb_place_stats_t s;
+    place(st, ready, inf, &s);
+    unsigned on3 = slots_on(st, "m3", 9);
+    int x = __builtin_ctz(on3);
+    set_disconnect(st, "{\"reconcile\":\"keep_original\"}");
+    set_machine(st, 2, "lost", 0);
+    place(st, ready, inf, &s);
+    assert_int_equal(slots_on(st, "m3", 9), 0);
+    const char *repl = strdup(where(st, x));
+    /* m3 is back with slot x's original ready (and the replacement ready too) */
+    set_machine(st, 2, "live", 0);
+    char key[64];
+    snprintf(key, sizeof key, "m3|zone|%d", x);
+    json_object_set_new(ready, key, json_string("orig"));
+    snprintf(key, sizeof key, "%s|zone|%d", repl, x);
+    json_object_set_new(ready, key, json_string("repl"));
+    /* not marked returned by the primary: nothing moves */
+    assert_int_equal(place(st, ready, inf, &s), 0);
+    json_object_set_new(json_array_get(json_object_get(st, "machines"), 2), "returned",
+                        json_true());
+    place(st, ready, inf, &s);
+    assert_int_equal(s.given_back, 1);
+    assert_int_equal(slots_on(st, "m3", 9), 1u << x);
+    assert_int_equal(s.placed, 0);
+    /* stable: the next pass changes nothing */
+    assert_int_equal(place(st, ready, inf, &s), 0);
+    json_decref(st);
+    /* keep_replacement (the default): the same return leaves every slot where it went */
+    st = mkstate(THREE, 9, NULL, NULL);
+    place(st, ready, inf, &s);
+    set_machine(st, 2, "lost", 0);
+    place(st, ready, inf, &s);
+    set_machine(st, 2, "live", 0);
+    json_object_set_new(json_array_get(json_object_get(st, "machines"), 2), "returned",
+                        json_true());
+    assert_int_equal(place(st, ready, inf, &s), 0);
+    assert_int_equal(s.given_back, 0);
+    assert_int_equal(slots_on(st, "m3", 9), 0);
+    free((void *)repl);
+    json_decref(st);
+    json_decref(ready);
+    json_decref(inf);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -592,6 +729,9 @@ int main(void)
         cmocka_unit_test(pool_never_removes_an_allocated_slot),
         cmocka_unit_test(pool_scales_to_zero_and_back),
         cmocka_unit_test(pool_changes_do_not_restart),
+        cmocka_unit_test(lost_after_holds_the_slots_then_moves_them),
+        cmocka_unit_test(replace_false_never_moves_but_drain_does),
+        cmocka_unit_test(keep_original_gives_the_slot_back),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

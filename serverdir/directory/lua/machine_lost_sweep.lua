@@ -3,6 +3,9 @@
 -- returns its live processes, which the caller marks stopped (reason machine_lost)
 -- through events_apply. A cluster whose primary holds its lease is left alone: the
 -- primary declares its lost machines itself (and places their slots elsewhere).
+-- The processes of a service whose spec.disconnect keeps them on a lost machine
+-- (replace false, lost_after_ms > 0, reconcile keep_original: docs/cluster.md, "A machine
+-- cut off") are not returned: a cluster between two primaries leaves them to the next.
 -- KEYS[1]: the cluster's key base. Returns {} when there is nothing to do, else
 -- {machine, lease_expired_at_ms, instance, service, ...}; the machine leaves P leases (a
 -- new lease puts it back).
@@ -14,9 +17,25 @@ local due = redis.call('ZRANGEBYSCORE', base .. 'leases', '-inf', now, 'WITHSCOR
 if #due == 0 then return {} end
 local m, at = due[1], due[2]
 redis.call('ZREM', base .. 'leases', m)
+
+local kept = {} -- service -> whether its spec keeps its processes on a lost machine
+local function keeps(svc)
+  if kept[svc] == nil then
+    local spec = redis.call('HGET', base .. 'svc:' .. svc, 'spec')
+    local ok, s = pcall(cjson.decode, spec or '')
+    local d = ok and type(s) == 'table' and s.disconnect
+    kept[svc] = type(d) == 'table' and (d.replace == false or
+      (tonumber(d.lost_after_ms) or 0) > 0 or d.reconcile == 'keep_original')
+  end
+  return kept[svc]
+end
+
 local out = {m, at}
 for _, inst in ipairs(redis.call('ZRANGE', base .. 'ix:m:' .. m, 0, -1)) do
-  out[#out + 1] = inst
-  out[#out + 1] = redis.call('HGET', base .. 'proc:' .. inst, 'service') or ''
+  local svc = redis.call('HGET', base .. 'proc:' .. inst, 'service') or ''
+  if svc == '' or not keeps(svc) then
+    out[#out + 1] = inst
+    out[#out + 1] = svc
+  end
 end
 return out
