@@ -349,7 +349,6 @@ static int alloc_answer(const alloc_req_t *a, int rc, redisReply *r, sd_resp_t *
  * request's arrival (before its first try) to its answer. */
 #define RECHECK_MS 1000
 #define RECHECK_DOWN_MS 250
-#define RESUBSCRIBE_MS 500
 
 /* One request with wait_ms: its place among the waiters, then its parked wait. */
 typedef struct waiter {
@@ -366,8 +365,7 @@ static sd_quota_tally_t waiters_by_cluster = SD_QUOTA_TALLY_INIT;
 static sd_quota_tally_t waiters_by_token = SD_QUOTA_TALLY_INIT;
 
 /* Owned by the park thread. */
-static redisContext *pool_sub;
-static int64_t next_subscribe_ms, next_recheck_ms;
+static int64_t next_recheck_ms;
 static uint64_t chains;
 
 static const sd_park_kind_t wait_kind;
@@ -454,29 +452,11 @@ static void recheck(void)
     free(rc.seen);
 }
 
-/* Source: keeps the pool subscriber connected and runs the re-check when it is due (at
- * once after a (re)connect: messages may have been missed meanwhile). */
-static void pool_sub_prepare(int64_t now)
-{
-    if (!pool_sub && now >= next_subscribe_ms) {
-        char chan[128];
-        next_subscribe_ms = now + RESUBSCRIBE_MS;
-        if ((pool_sub = sd__subscribe(pool_channel(chan, sizeof chan))) != NULL) {
-            sd_log_msg(SD_LOG_INFO, "pool subscriber connected");
-            next_recheck_ms = 0;
-        }
-    }
-    if (now >= next_recheck_ms) {
-        next_recheck_ms = now + (pool_sub ? RECHECK_MS : RECHECK_DOWN_MS);
-        recheck();
-    }
-}
-
-static int pool_sub_fd(void) { return pool_sub ? pool_sub->fd : -1; }
-
 /* Wakes a chain on each pool a message "<cluster> <service> ..." names. */
 static void pool_message(const char *payload)
 {
+    if (atomic_load(&waiters) == 0)
+        return;
     char buf[8192];
     if (strlen(payload) >= sizeof buf) { /* cut: the re-check covers what it named */
         next_recheck_ms = 0;
@@ -489,28 +469,25 @@ static void pool_message(const char *payload)
         wake_pool(cluster, svc);
 }
 
-/* Source: reads what the subscriber has; on a connection error drops it (the re-check
- * runs at the faster pace until it is back). */
-static void pool_sub_read(void)
+/* The subscriber (re)connected or was lost: the re-check runs at once (messages may have
+ * been missed), then at the pace of its state. */
+static void pool_gap(void) { next_recheck_ms = 0; }
+
+static sd_park_sub_t pool_sub = {.kind = &wait_kind, .what = "pool", .channel = pool_channel,
+                                 .on_message = pool_message, .on_gap = pool_gap};
+
+/* Source: keeps the pool subscriber connected and runs the re-check when it is due. */
+static void pool_sub_prepare(int64_t now)
 {
-    if (redisBufferRead(pool_sub) != REDIS_OK) {
-        log_warn("pool subscriber lost", "err=%s", pool_sub->errstr);
-        redisFree(pool_sub);
-        pool_sub = NULL;
-        next_recheck_ms = 0;
-        return;
-    }
-    void *rv = NULL;
-    while (redisGetReplyFromReader(pool_sub, &rv) == REDIS_OK && rv) {
-        redisReply *r = rv;
-        if (atomic_load(&waiters) > 0 && r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
-            strcmp(sd_reply_str(r, 0), "message") == 0 &&
-            r->element[2]->type == REDIS_REPLY_STRING)
-            pool_message(r->element[2]->str);
-        freeReplyObject(r);
-        rv = NULL;
+    sd_park_sub_prepare(&pool_sub, now);
+    if (now >= next_recheck_ms) {
+        next_recheck_ms = now + (sd_park_sub_up(&pool_sub) ? RECHECK_MS : RECHECK_DOWN_MS);
+        recheck();
     }
 }
+
+static int pool_sub_fd(void) { return sd_park_sub_fd(&pool_sub); }
+static void pool_sub_read(void) { sd_park_sub_read(&pool_sub); }
 
 /* The park thread's tries: a call of its own, alone; a try that a chain woke passes the
  * wake on. */

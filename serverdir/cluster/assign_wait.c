@@ -17,7 +17,6 @@
 #include "cluster.h"
 #include "park.h"
 
-#define RESUBSCRIBE_MS 500 /* reconnect attempts of the subscriber */
 #define REREAD_MS 250      /* a document that could not be read is read again after this */
 
 /* One parked long-poll. */
@@ -27,26 +26,6 @@ typedef struct {
 } longpoll_t;
 
 static atomic_int nwaiting;
-
-/* Owned by the park thread. */
-static redisContext *sub;
-static int64_t next_subscribe_ms;
-
-redisContext *sd__subscribe(const char *chan)
-{
-    redisContext *c = sd_store_connect();
-    if (!c)
-        return NULL;
-    redisReply *r = redisCommand(c, "SUBSCRIBE %s", chan);
-    int ok = r && r->type == REDIS_REPLY_ARRAY;
-    if (r)
-        freeReplyObject(r);
-    if (!ok) {
-        redisFree(c);
-        return NULL;
-    }
-    return c;
-}
 
 /* A published message, split: the cluster and the machine names ("*": all). */
 typedef struct {
@@ -89,44 +68,12 @@ static void wake_message(const char *payload)
     sd_park_wake(&longpoll_kind, message_names, &m);
 }
 
-/* Source: keeps the subscriber connected; once it is, every long-poll is re-read
- * (messages may have been missed meanwhile). */
-static void sub_prepare(int64_t now)
-{
-    if (sub || now < next_subscribe_ms)
-        return;
-    next_subscribe_ms = now + RESUBSCRIBE_MS;
-    char chan[96];
-    if ((sub = sd__subscribe(sd_assign_channel(chan, sizeof chan))) != NULL) {
-        sd_log_msg(SD_LOG_INFO, "assignments subscriber connected");
-        sd_park_wake(&longpoll_kind, NULL, NULL);
-    }
-}
+static sd_park_sub_t sub = {.kind = &longpoll_kind, .what = "assignments",
+                             .channel = sd_assign_channel, .on_message = wake_message};
 
-static int sub_fd(void) { return sub ? sub->fd : -1; }
-
-/* Source: reads what the subscriber has; drops it on a connection error (every
- * long-poll is re-read then, and from then on each REREAD_MS until it is back). */
-static void sub_read(void)
-{
-    if (redisBufferRead(sub) != REDIS_OK) {
-        log_warn("assignments subscriber lost", "err=%s", sub->errstr);
-        redisFree(sub);
-        sub = NULL;
-        sd_park_wake(&longpoll_kind, NULL, NULL);
-        return;
-    }
-    void *rv = NULL;
-    while (redisGetReplyFromReader(sub, &rv) == REDIS_OK && rv) {
-        redisReply *r = rv;
-        if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
-            strcmp(sd_reply_str(r, 0), "message") == 0 &&
-            r->element[2]->type == REDIS_REPLY_STRING)
-            wake_message(r->element[2]->str);
-        freeReplyObject(r);
-        rv = NULL;
-    }
-}
+static void sub_prepare(int64_t now) { sd_park_sub_prepare(&sub, now); }
+static int sub_fd(void) { return sd_park_sub_fd(&sub); }
+static void sub_read(void) { sd_park_sub_read(&sub); }
 
 /* Answers the long-poll if its document moved or it is due; a store error is answered
  * only when due. Without a subscriber (or after a store error) the document is read
@@ -145,7 +92,7 @@ static int longpoll_try(void *ctx, sd_resp_t *resp, int due, int64_t *retry_at_m
         sd_resp_store_error(resp, rc);
     } else if (v == w->version && !due) {
         json_decref(doc);
-        if (!sub)
+        if (!sd_park_sub_up(&sub))
             *retry_at_ms = sd_mono_ms() + REREAD_MS;
         return 0;
     } else {
@@ -173,27 +120,15 @@ static const sd_park_kind_t longpoll_kind = {
 void sd_assign_park(sd_req_t *req, sd_resp_t *resp, const char *cluster, const char *machine,
                     int64_t version, int64_t wait_ms)
 {
-    if (atomic_fetch_add(&nwaiting, 1) >= SD_ASSIGN_WAITERS_MAX) {
-        atomic_fetch_sub(&nwaiting, 1);
-        sd_resp_header(resp, "Retry-After", "1");
-        sd_resp_error(resp, 429, "too_many_waiters",
-                      "%d assignment long-polls are waiting already; retry", SD_ASSIGN_WAITERS_MAX);
-        return;
-    }
     longpoll_t *w = calloc(1, sizeof *w);
     if (!w) {
-        atomic_fetch_sub(&nwaiting, 1);
         sd_resp_error(resp, 500, "internal", "out of memory");
         return;
     }
     w->version = version;
     sd_strlcpy(w->cluster, cluster, sizeof w->cluster);
     sd_strlcpy(w->machine, machine, sizeof w->machine);
-    if (sd_park(&longpoll_kind, req, resp, w, sd_mono_ms() + wait_ms)) {
-        free(w);
-        atomic_fetch_sub(&nwaiting, 1);
-        sd_resp_error(resp, 503, "too_many_waiters", "cannot start the assignments waiter");
-        return;
-    }
-    SD_COUNT("serverdir_assign_longpolls_parked_total", "assignment long-polls parked", 1);
+    if (sd_park_capped(&longpoll_kind, req, resp, w, sd_mono_ms() + wait_ms, &nwaiting,
+                       SD_ASSIGN_WAITERS_MAX, "assignment long-polls") == 0)
+        SD_COUNT("serverdir_assign_longpolls_parked_total", "assignment long-polls parked", 1);
 }

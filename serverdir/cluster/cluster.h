@@ -78,10 +78,6 @@ int sd_assign_read(const char *cluster, const char *machine, json_t **doc, int64
 void sd_assign_park(sd_req_t *req, sd_resp_t *resp, const char *cluster, const char *machine,
                     int64_t version, int64_t wait_ms);
 
-/* A fresh Redis connection subscribed to channel chan (assign_wait.c; the park thread's
- * wake-up sources read it); NULL on failure. The caller frees it with redisFree. */
-redisContext *sd__subscribe(const char *chan);
-
 /* Fills resp with an assignment document answer: 200 + ETag "<version>", or 304 when
  * if_none_match names the current version. Steals doc. */
 void sd_assign_answer(sd_resp_t *resp, json_t *doc, int64_t version, const char *if_none_match);

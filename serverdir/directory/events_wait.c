@@ -7,16 +7,13 @@
  * Missed messages: an entry is read once when the park thread takes it over (after the
  * subscription is live, so a later change is always published to us), every entry is
  * read again after the subscriber (re)connects, and while it is down every REREAD_MS. */
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../cluster/cluster.h"
 #include "directory.h"
 #include "park.h"
 
-#define RESUBSCRIBE_MS 500 /* reconnect attempts of the subscriber */
-#define REREAD_MS 250      /* without a subscriber (or after a store error), read again */
+#define REREAD_MS 250 /* without a subscriber (or after a store error), read again */
 
 typedef struct {
     char cluster[SD_NAME_MAX + 1];
@@ -25,8 +22,6 @@ typedef struct {
 } follower_t;
 
 static atomic_int nwaiting;
-static redisContext *sub; /* park thread only */
-static int64_t next_subscribe_ms;
 
 static int names_cluster(void *ctx, void *arg)
 {
@@ -42,40 +37,18 @@ static const char *events_channel(char *buf, size_t cap)
     return buf;
 }
 
-static void sub_prepare(int64_t now)
+/* A message names one cluster: its followers read again. */
+static void on_message(const char *payload)
 {
-    if (sub || now < next_subscribe_ms)
-        return;
-    next_subscribe_ms = now + RESUBSCRIBE_MS;
-    char chan[128];
-    if ((sub = sd__subscribe(events_channel(chan, sizeof chan))) != NULL) {
-        sd_log_msg(SD_LOG_INFO, "events subscriber connected");
-        sd_park_wake(&follower_kind, NULL, NULL);
-    }
+    sd_park_wake(&follower_kind, names_cluster, (void *)payload);
 }
 
-static int sub_fd(void) { return sub ? sub->fd : -1; }
+static sd_park_sub_t sub = {
+    .kind = &follower_kind, .what = "events", .channel = events_channel, .on_message = on_message};
 
-static void sub_read(void)
-{
-    if (redisBufferRead(sub) != REDIS_OK) {
-        log_warn("events subscriber lost", "err=%s", sub->errstr);
-        redisFree(sub);
-        sub = NULL;
-        sd_park_wake(&follower_kind, NULL, NULL);
-        return;
-    }
-    void *rv = NULL;
-    while (redisGetReplyFromReader(sub, &rv) == REDIS_OK && rv) {
-        redisReply *r = rv;
-        if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
-            strcmp(sd_reply_str(r, 0), "message") == 0 &&
-            r->element[2]->type == REDIS_REPLY_STRING)
-            sd_park_wake(&follower_kind, names_cluster, r->element[2]->str);
-        freeReplyObject(r);
-        rv = NULL;
-    }
-}
+static void sub_prepare(int64_t now) { sd_park_sub_prepare(&sub, now); }
+static int sub_fd(void) { return sd_park_sub_fd(&sub); }
+static void sub_read(void) { sd_park_sub_read(&sub); }
 
 /* Answers when the history has something after since, or when due (an empty list then;
  * a store error only when due). */
@@ -94,7 +67,7 @@ static int follower_try(void *ctx, sd_resp_t *resp, int due, int64_t *retry_at_m
     }
     if (json_array_size(json_object_get(body, "events")) == 0 && !due) {
         json_decref(body);
-        if (!sub)
+        if (!sd_park_sub_up(&sub))
             *retry_at_ms = sd_mono_ms() + REREAD_MS;
         return 0;
     }
@@ -119,27 +92,15 @@ static const sd_park_kind_t follower_kind = {
 void sd_events_park(sd_req_t *req, sd_resp_t *resp, const char *cluster, const char *since,
                     int64_t limit, int64_t wait_ms)
 {
-    if (atomic_fetch_add(&nwaiting, 1) >= SD_EVENTS_WAITERS_MAX) {
-        atomic_fetch_sub(&nwaiting, 1);
-        sd_resp_header(resp, "Retry-After", "1");
-        sd_resp_error(resp, 429, "too_many_waiters",
-                      "%d events long-polls are waiting already; retry", SD_EVENTS_WAITERS_MAX);
-        return;
-    }
     follower_t *w = calloc(1, sizeof *w);
     if (!w) {
-        atomic_fetch_sub(&nwaiting, 1);
         sd_resp_error(resp, 500, "internal", "out of memory");
         return;
     }
     sd_strlcpy(w->cluster, cluster, sizeof w->cluster);
     sd_strlcpy(w->since, since, sizeof w->since);
     w->limit = limit;
-    if (sd_park(&follower_kind, req, resp, w, sd_mono_ms() + wait_ms)) {
-        free(w);
-        atomic_fetch_sub(&nwaiting, 1);
-        sd_resp_error(resp, 503, "too_many_waiters", "cannot start the events waiter");
-        return;
-    }
-    SD_COUNT("serverdir_events_longpolls_parked_total", "events long-polls parked", 1);
+    if (sd_park_capped(&follower_kind, req, resp, w, sd_mono_ms() + wait_ms, &nwaiting,
+                       SD_EVENTS_WAITERS_MAX, "events long-polls") == 0)
+        SD_COUNT("serverdir_events_longpolls_parked_total", "events long-polls parked", 1);
 }

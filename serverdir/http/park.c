@@ -17,6 +17,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -216,4 +217,83 @@ int sd_park_suspended(const sd_park_kind_t *kind, sd_req_t *req, sd_resp_t *resp
                       int64_t deadline_ms)
 {
     return park(kind, req, resp, ctx, deadline_ms, 0);
+}
+
+/* ---------- channel subscribers and capped kinds ---------- */
+
+#define RESUBSCRIBE_MS 500
+
+static void sub_gap(const sd_park_sub_t *s)
+{
+    if (s->on_gap)
+        s->on_gap();
+    else
+        sd_park_wake(s->kind, NULL, NULL);
+}
+
+void sd_park_sub_prepare(sd_park_sub_t *s, int64_t now_ms)
+{
+    if (s->c || now_ms < s->next_try_ms)
+        return;
+    s->next_try_ms = now_ms + RESUBSCRIBE_MS;
+    char chan[128];
+    redisContext *c = sd_store_connect();
+    if (!c)
+        return;
+    redisReply *r = redisCommand(c, "SUBSCRIBE %s", s->channel(chan, sizeof chan));
+    int ok = r && r->type == REDIS_REPLY_ARRAY;
+    if (r)
+        freeReplyObject(r);
+    if (!ok) {
+        redisFree(c);
+        return;
+    }
+    s->c = c;
+    log_info("subscriber connected", "of=%s channel=%s", s->what, chan);
+    sub_gap(s);
+}
+
+int sd_park_sub_fd(const sd_park_sub_t *s) { return s->c ? s->c->fd : -1; }
+
+int sd_park_sub_up(const sd_park_sub_t *s) { return s->c != NULL; }
+
+void sd_park_sub_read(sd_park_sub_t *s)
+{
+    if (redisBufferRead(s->c) != REDIS_OK) {
+        log_warn("subscriber lost", "of=%s err=%s", s->what, s->c->errstr);
+        redisFree(s->c);
+        s->c = NULL;
+        sub_gap(s);
+        return;
+    }
+    void *rv = NULL;
+    while (redisGetReplyFromReader(s->c, &rv) == REDIS_OK && rv) {
+        redisReply *r = rv;
+        if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+            strcmp(sd_reply_str(r, 0), "message") == 0 &&
+            r->element[2]->type == REDIS_REPLY_STRING)
+            s->on_message(r->element[2]->str);
+        freeReplyObject(r);
+        rv = NULL;
+    }
+}
+
+int sd_park_capped(const sd_park_kind_t *kind, sd_req_t *req, sd_resp_t *resp, void *ctx,
+                   int64_t deadline_ms, atomic_int *n, int max, const char *what)
+{
+    if (atomic_fetch_add(n, 1) >= max) {
+        atomic_fetch_sub(n, 1);
+        free(ctx);
+        sd_resp_header(resp, "Retry-After", "1");
+        sd_resp_error(resp, 429, "too_many_waiters", "%d %s are waiting already; retry", max,
+                      what);
+        return -1;
+    }
+    if (sd_park(kind, req, resp, ctx, deadline_ms)) {
+        atomic_fetch_sub(n, 1);
+        free(ctx);
+        sd_resp_error(resp, 503, "too_many_waiters", "cannot start the waiter of %s", what);
+        return -1;
+    }
+    return 0;
 }

@@ -11,6 +11,7 @@
 #ifndef SD_PARK_H
 #define SD_PARK_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "sd.h"
@@ -48,5 +49,31 @@ void sd_park_wake(const sd_park_kind_t *kind, int (*match)(void *ctx, void *arg)
 
 /* Park thread only: calls fn(ctx, arg) for each waiting entry of kind. */
 void sd_park_each(const sd_park_kind_t *kind, void (*fn)(void *ctx, void *arg), void *arg);
+
+/* A Redis channel subscriber as a kind's wake-up source (assign_wait.c, events_wait.c):
+ * kept connected (one attempt every 500 ms while it is down), each message's payload
+ * handed to on_message, and on_gap called (by default: every entry of kind woken) when
+ * it (re)connects or is lost, as messages may have been missed meanwhile. A static per kind; its functions run on
+ * the park thread only (from the kind's source callbacks). */
+typedef struct {
+    const sd_park_kind_t *kind;
+    const char *what;                              /* in its log lines: "events" */
+    const char *(*channel)(char *buf, size_t cap); /* the channel's name */
+    void (*on_message)(const char *payload);
+    void (*on_gap)(void); /* on a (re)connect or loss; NULL: every entry of kind woken */
+    redisContext *c;      /* NULL while down */
+    int64_t next_try_ms;
+} sd_park_sub_t;
+
+void sd_park_sub_prepare(sd_park_sub_t *s, int64_t now_ms);
+int sd_park_sub_fd(const sd_park_sub_t *s); /* -1 while down */
+void sd_park_sub_read(sd_park_sub_t *s);
+int sd_park_sub_up(const sd_park_sub_t *s);
+
+/* sd_park for a kind whose waiters are capped: *n counts them (the kind's release must
+ * decrement it). Past max it answers 429 too_many_waiters (Retry-After: 1) naming what,
+ * and 503 when the park thread cannot start; ctx is freed then. 0 when parked. */
+int sd_park_capped(const sd_park_kind_t *kind, sd_req_t *req, sd_resp_t *resp, void *ctx,
+                   int64_t deadline_ms, atomic_int *n, int max, const char *what);
 
 #endif
