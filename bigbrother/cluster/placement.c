@@ -49,6 +49,7 @@ json_t *bb_spec_process_part(const json_t *spec)
     json_object_del(p, "placement");
     json_object_del(p, "pool");               /* sizes the service, not the process */
     json_object_del(p, "confirm_timeout_ms"); /* ServerDir's, for allocations */
+    json_object_del(p, "disconnect");         /* what a partition does, not the process */
     return p;
 }
 

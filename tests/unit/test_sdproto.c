@@ -158,7 +158,8 @@ static void event_contract(void **state)
                         "events[0].pid is required");
     assert_string_equal(check(EV("\"type\":\"stopped\",\"reason\":\"oom\""), 3, e, sizeof e),
                         "events[3].reason must be one of exited, killed, hung, start_timeout, "
-                        "crash_loop, stopped_by_operator, machine_lost, drained, replaced, orphaned");
+                        "crash_loop, stopped_by_operator, machine_lost, drained, replaced, orphaned, "
+                        "disconnected");
     assert_string_equal(check(EV("\"type\":\"ready\",\"signal\":9"), 0, e, sizeof e),
                         "events[0].signal is only allowed in a stopped event");
     assert_string_equal(check(EV("\"type\":\"ready\",\"ports\":{\"a/b\":1}"), 0, e, sizeof e),
