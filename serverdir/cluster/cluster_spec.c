@@ -78,11 +78,33 @@ static int pool_check(sd_jv_t *v, const json_t *pool)
     return 0;
 }
 
+/* The spec's "disconnect" object (docs/cluster.md, "Partitions"): lost_after_ms and
+ * stop_after_ms 0-86400000, replace a boolean, reconcile keep_replacement or
+ * keep_original. 0, or -1 with the path in v's error. */
+static int disconnect_check(sd_jv_t *v, const json_t *d)
+{
+    static const char *const keys[] = {"lost_after_ms", "replace", "stop_after_ms",
+                                       "reconcile", NULL};
+    size_t mark = sd_jv_key(v, "disconnect");
+    int64_t n;
+    int b;
+    const char *rec;
+    if (sd_jv_only_keys(v, d, keys) || sd_jv_int(v, d, "lost_after_ms", 0, 0, 86400000, &n) < 0 ||
+        sd_jv_int(v, d, "stop_after_ms", 0, 0, 86400000, &n) < 0 ||
+        sd_jv_bool(v, d, "replace", 0, &b) < 0 || sd_jv_str(v, d, "reconcile", 0, 32, &rec) < 0)
+        return -1;
+    rec = json_string_value(json_object_get(d, "reconcile"));
+    if (rec && strcmp(rec, "keep_replacement") && strcmp(rec, "keep_original"))
+        return sd_jv_fail(v, "reconcile", "must be keep_replacement or keep_original");
+    sd_jv_pop(v, mark);
+    return 0;
+}
+
 int sd_spec_validate(const json_t *spec, char *err, size_t errcap)
 {
     static const char *const keys[] = {"command", "args", "env", "count", "placement", "health",
                                        "restart", "stop", "user", "cwd", "rlimits", "pool",
-                                       "on_release", "confirm_timeout_ms", NULL};
+                                       "on_release", "confirm_timeout_ms", "disconnect", NULL};
     static const char *const pkeys[] = {"labels", "max_per_machine", NULL};
     static const char *const objects[] = {"health", "restart", "stop", "rlimits"};
     const char *s;
@@ -135,6 +157,10 @@ int sd_spec_validate(const json_t *spec, char *err, size_t errcap)
     for (size_t k = 0; k < SD_ARRAY_LEN(objects); k++)
         if (sd_jv_object(&v, spec, objects[k], SD_JV_NONNULL, &o) < 0)
             return -1;
+    json_t *dis = NULL;
+    if (sd_jv_object(&v, spec, "disconnect", SD_JV_NONNULL, &dis) < 0 ||
+        (dis && disconnect_check(&v, dis)))
+        return -1;
     char *text = sd_json_canonical(spec);
     size_t len = text ? strlen(text) : SIZE_MAX;
     free(text);
