@@ -5,9 +5,9 @@
  *     before, starts none while cut off, and after the heal the directory has the stops
  *     and the slots run again;
  *   - a returning bigbrother: paused past its lease while its slot's process was killed
- *     (restart backoff 0, so a restart would be at once), its slots moved; on SIGCONT it
- *     starts no process of that service (it holds the restart until a fresh read, which
- *     no longer holds the slot);
+ *     (restart backoff 0, so the old code restarts it in the turn that sees the exit),
+ *     its slots moved; on SIGCONT it starts no process of that service (it holds the
+ *     restart until a fresh read, which no longer holds the slot);
  *   - reconcile keep_original: the same return with a process still running: it keeps
  *     running (not stopped as replaced at once) and is stopped as replaced after the
  *     bound (a placement interval and a lease) unless the primary gave the slot back. */
@@ -187,7 +187,9 @@ static void returning_bigbrother_restarts_no_moved_slot(void **state)
     print_message("processes of the moved slot started on the returning machine: %d\n", again);
     assert_int_equal(again, 0);
     assert_int_equal(cl_running(&C, v, "zone"), 0);
-    assert_true(lines_with2(C.bb[v].log, "restart held", "reason=assignment_stale") >= 1);
+    /* held, unless the document that moved the slot was applied before the exit was seen */
+    print_message("restart held for a stale assignment: %d time(s)\n",
+                  lines_with2(C.bb[v].log, "restart held", "reason=assignment_stale"));
     w.skip = 0;
     assert_true(cl_wait(&C, cl_converged, &w, cl_ms(10000)));
     service_gone("zone");
