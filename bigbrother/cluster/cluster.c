@@ -92,23 +92,28 @@ static void wake_supervision(void)
         log_error("cannot wake the supervision loop", "error=%s", strerror(errno));
 }
 
-/* Reads the assignment: a long-poll, except the first read and while the supervision
- * thread waits for a fresh one (bb_cluster_want_fresh), which answer at once. Each
- * successful read stamps cl.read_mono with when it was sent. */
+/* Reads the assignment: a long-poll, except the first read, the read after an answer
+ * that came long after its wait (a pause), and while the supervision thread waits for a
+ * fresh one (bb_cluster_want_fresh): those answer at once. Each successful read stamps
+ * cl.read_mono with when it was sent. */
 static void *poll_main(void *arg)
 {
     (void)arg;
     json_int_t version = -1;
-    int failing = 0;
+    int failing = 0, late = 0;
     while (!stopping()) {
         json_t *doc = NULL;
         sdc_err_t err = {0};
         pthread_mutex_lock(&cl.mu);
-        int now = version < 0 || cl.want_fresh;
+        int quick = version < 0 || cl.want_fresh || late;
         pthread_mutex_unlock(&cl.mu);
+        int wait = quick ? 0 : bb.cfg.assignment_wait_ms;
         int64_t t0 = sd_mono_ms();
         int rc = sdc_assignments_get(cl.poll_client, bb.cfg.cluster, bb.cfg.machine, version,
-                                     now ? 0 : bb.cfg.assignment_wait_ms, &doc, &err);
+                                     wait, &doc, &err);
+        /* an answer long after its wait: this process was paused, and the supervision
+         * thread will want a fresh read (it may not have noticed yet) */
+        late = sd_mono_ms() - t0 > wait + RETRY_MS;
         if (rc != SDC_OK || !json_is_object(doc)) {
             char why[320];
             if (!failing++)
@@ -128,7 +133,7 @@ static void *poll_main(void *arg)
             json_decref(doc);
             pthread_mutex_lock(&cl.mu);
             cl.read_mono = t0;
-            int wake = cl.want_fresh;
+            int wake = cl.want_fresh || quick;
             pthread_mutex_unlock(&cl.mu);
             if (wake)
                 wake_supervision();
