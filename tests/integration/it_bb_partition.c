@@ -22,7 +22,7 @@
 
 #include "harness_cluster.h"
 
-#define LEASE_MS 3000     /* harness_cluster.c's lease_ttl_ms */
+#define LEASE_MS 3000     /* harness_cluster.c's lease_ttl_ms (times cl_ms) */
 #define PLACEMENT_MS 300  /* and its placement_interval_ms */
 #define STOP_AFTER_MS 2000
 
@@ -137,7 +137,7 @@ static void cut_off_games_stop_as_disconnected(void **state)
     int64_t t0 = h_now_ms();
     kill(C.sd.pid, SIGSTOP);
     /* not before stop_after_ms (less a tick of the watch and the lease renewal's period) */
-    h_sleep_ms(cl_ms(STOP_AFTER_MS) - LEASE_MS / 3 - 500);
+    h_sleep_ms(cl_ms(STOP_AFTER_MS) - cl_ms(LEASE_MS) / 3 - 500);
     assert_int_equal(alive_count(pids, n), 2);
     int64_t deadline = t0 + cl_ms(STOP_AFTER_MS + 4000);
     while (alive_count(pids, n) && h_now_ms() < deadline)
@@ -146,7 +146,7 @@ static void cut_off_games_stop_as_disconnected(void **state)
     print_message("games cut off from serverdir stopped after %lld ms (stop_after_ms %d)\n",
                   (long long)took, cl_ms(STOP_AFTER_MS));
     assert_int_equal(alive_count(pids, n), 0);
-    assert_true(took >= cl_ms(STOP_AFTER_MS) - LEASE_MS / 3);
+    assert_true(took >= cl_ms(STOP_AFTER_MS) - cl_ms(LEASE_MS) / 3);
     /* nothing is started while cut off */
     h_sleep_ms(cl_ms(1500));
     assert_int_equal(cl_running(&C, 0, "realm") + cl_running(&C, 1, "realm"), 0);
@@ -214,7 +214,7 @@ static void keep_original_is_bounded(void **state)
            h_now_ms() < deadline)
         h_sleep_ms(50);
     int64_t t0 = h_now_ms();
-    int bound = PLACEMENT_MS + LEASE_MS;
+    int bound = PLACEMENT_MS + cl_ms(LEASE_MS);
     h_sleep_ms(bound / 2);
     assert_true(bbt_alive(pid));
     assert_true(bbt_file_has(C.bb[v].log, "original kept running"));
