@@ -23,18 +23,17 @@
  * moved a slot while this machine could not hear it. Then no cluster slot is spawned
  * (started or restarted) until a read of the assignment sent after the gap is applied;
  * a slot that the newest document does not hold is never spawned. The spec's
- * `disconnect` (docs/cluster.md, "Partitions") says what a slot does when cut off
+ * `disconnect` (docs/cluster.md, "A Big Brother cut off from ServerDir") says what a slot does when cut off
  * (stop_after_ms) and when it comes back moved (reconcile). */
 #include "agent/bb_agent.h"
 #include "cluster/bb_cluster.h"
 #include "instance/bb_instance.h"
 #include "sdlog.h"
+#include "sdtime.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "sdtime.h"
 
 /* The freshness watch's period. The loop runs it every TICK_MS; a turn that comes more
  * than GAP_MS after the last one means the whole process was paused (SIGSTOP, a frozen
@@ -432,13 +431,17 @@ bb_inst_t *bb_converge_restore(const char *service, int slot, const json_t *spec
     return in;
 }
 
-/* keep_original: a running slot that moved off this machine keeps running (the primary
- * may give it back and stop the replacement) until expire_kept's bound. Not for a
- * planned stop (cluster stopped, draining) or a stop already under way. */
+/* keep_original: a running slot that moved off this machine while it was cut off (the
+ * document is the first one read after a gap) keeps running (the primary may give it
+ * back and stop the replacement) until expire_kept's bound. Not for a planned stop
+ * (cluster stopped, draining), a slot removed while this machine was in touch (a scale
+ * down, a rebalance) or a stop already under way. */
 static int keep(bb_inst_t *in, int planned, int64_t now)
 {
-    if (!in->keep_original || planned || (in->state != ST_STARTING && in->state != ST_READY &&
-                                         !in->kept_since))
+    if (!in->keep_original || planned)
+        return 0;
+    if (!in->kept_since && (!fr.stale_since || (in->state != ST_STARTING &&
+                                                in->state != ST_READY)))
         return 0;
     if (!in->kept_since) {
         in->kept_since = now;
