@@ -93,7 +93,8 @@ enum {
     X(SD_STOP_MACHINE_LOST, "machine_lost", SD_STOP_F_FAILURE)                                 \
     X(SD_STOP_DRAINED, "drained", 0)                                                           \
     X(SD_STOP_REPLACED, "replaced", 0)                                                         \
-    X(SD_STOP_ORPHANED, "orphaned", 0)
+    X(SD_STOP_ORPHANED, "orphaned", 0)                                                         \
+    X(SD_STOP_DISCONNECTED, "disconnected", SD_STOP_F_FAILURE)
 
 #define SD__PROTO_ENUM(id, name) id,
 #define SD__PROTO_ENUM3(id, name, flags) id,

@@ -15,12 +15,22 @@ struct bb_inst; /* instance/bb_instance.h: this header stays free of it, so plac
 int bb_cluster_start(void);
 /* Stops both threads (releases the primary lease if held). */
 void bb_cluster_stop(void);
+/* on: the assignments thread reads at once (no long-poll) and wakes the supervision
+ * thread after every read, until called with 0 (converge.c, after a gap). Any thread. */
+void bb_cluster_want_fresh(int on);
 /* converge.c: makes the cluster slots of the table match the assignment document `doc`
  * (borrowed); draining says why removed slots stop (drained or replaced). Runs on the
  * supervision thread; never blocks. The first call (or bb_converge_restore) hooks
  * converge into the state machine's spawn: a restart for a new spec switches the
  * instance to it. */
 void bb_converge_apply(const json_t *doc, int draining);
+/* converge.c's watch over its own freshness (see converge.c, "After a gap"): arms its
+ * timer; cluster mode, supervision thread, once. */
+void bb_converge_start(void);
+/* The newest successful read of the assignment was sent at read_mono (monotonic ms, 0:
+ * none yet); its document, if it had a new version, was applied just before. A read sent
+ * after the last gap ends the wait of the held slots. */
+void bb_converge_read(int64_t read_mono);
 /* For state.c: the process spec of a cluster slot (borrowed; NULL for a static one), and
  * re-creating a cluster slot's entry from the persisted table (not started; NULL when
  * the spec is refused or the table is full). */

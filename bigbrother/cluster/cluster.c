@@ -49,6 +49,8 @@ static struct {
     int stopping;
     json_t *pending;       /* the newest document not yet applied */
     int pending_draining;
+    int64_t read_mono;     /* when the newest successful read was sent (monotonic ms) */
+    int want_fresh;        /* the supervision thread waits for a read sent after a gap */
     bb_watch_t evw;        /* eventfd: a document is pending */
     sdc_t *poll_client, *prim_client;
     int prim_wait_max;     /* the longest pool-demand long-poll within prim_client's timeout */
@@ -88,17 +90,35 @@ static int machine_draining(sdc_t *c)
     return draining;
 }
 
+static void wake_supervision(void)
+{
+    uint64_t one = 1;
+    if (write(cl.evw.fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+        log_error("cannot wake the supervision loop", "error=%s", strerror(errno));
+}
+
+/* Reads the assignment: a long-poll, except the first read, the read after an answer
+ * that came long after its wait (a pause), and while the supervision thread waits for a
+ * fresh one (bb_cluster_want_fresh): those answer at once. Each successful read stamps
+ * cl.read_mono with when it was sent. */
 static void *poll_main(void *arg)
 {
     (void)arg;
     json_int_t version = -1;
-    int failing = 0;
+    int failing = 0, late = 0;
     while (!stopping()) {
         json_t *doc = NULL;
         sdc_err_t err = {0};
+        pthread_mutex_lock(&cl.mu);
+        int quick = version < 0 || cl.want_fresh || late;
+        pthread_mutex_unlock(&cl.mu);
+        int wait = quick ? 0 : bb.cfg.assignment_wait_ms;
         int64_t t0 = sd_mono_ms();
         int rc = sdc_assignments_get(cl.poll_client, bb.cfg.cluster, bb.cfg.machine, version,
-                                     version < 0 ? 0 : bb.cfg.assignment_wait_ms, &doc, &err);
+                                     wait, &doc, &err);
+        /* an answer long after its wait: this process was paused, and the supervision
+         * thread will want a fresh read (it may not have noticed yet) */
+        late = sd_mono_ms() - t0 > wait + RETRY_MS;
         if (rc != SDC_OK || !json_is_object(doc)) {
             char why[320];
             if (!failing++)
@@ -116,6 +136,12 @@ static void *poll_main(void *arg)
         json_int_t v = json_integer_value(json_object_get(doc, "version"));
         if (v == version) {
             json_decref(doc);
+            pthread_mutex_lock(&cl.mu);
+            cl.read_mono = t0;
+            int wake = cl.want_fresh || quick;
+            pthread_mutex_unlock(&cl.mu);
+            if (wake)
+                wake_supervision();
             if (sd_mono_ms() - t0 < 100)
                 pause_ms(RETRY_MS); /* the wait was not honoured: do not spin */
             continue;
@@ -126,15 +152,22 @@ static void *poll_main(void *arg)
         json_decref(cl.pending);
         cl.pending = doc;
         cl.pending_draining = draining;
+        cl.read_mono = t0;
         pthread_mutex_unlock(&cl.mu);
-        uint64_t one = 1;
-        if (write(cl.evw.fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-            log_error("cannot wake the supervision loop", "error=%s", strerror(errno));
+        wake_supervision();
     }
     return NULL;
 }
 
-/* Supervision thread: apply the newest pending document. */
+void bb_cluster_want_fresh(int on)
+{
+    pthread_mutex_lock(&cl.mu);
+    cl.want_fresh = on;
+    pthread_mutex_unlock(&cl.mu);
+}
+
+/* Supervision thread: apply the newest pending document, then tell converge how recent
+ * the newest read is. */
 static void on_assignment(bb_watch_t *w, uint32_t events)
 {
     (void)events;
@@ -144,11 +177,13 @@ static void on_assignment(bb_watch_t *w, uint32_t events)
     pthread_mutex_lock(&cl.mu);
     json_t *doc = cl.pending;
     int draining = cl.pending_draining;
+    int64_t read_mono = cl.read_mono;
     cl.pending = NULL;
     pthread_mutex_unlock(&cl.mu);
     if (doc)
         bb_converge_apply(doc, draining);
     json_decref(doc);
+    bb_converge_read(read_mono);
 }
 
 /* ---------------------------------------------------------------- primary */
@@ -663,6 +698,7 @@ int bb_cluster_start(void)
     int rc = bb_watch_add(&cl.evw, EPOLLIN);
     if (rc)
         return rc;
+    bb_converge_start();
     if ((rc = -pthread_create(&cl.poll_thr, NULL, poll_main, NULL)))
         return rc;
     cl.started = 1;

@@ -17,15 +17,29 @@
  * Specs are parsed with the config parser (bb_config_parse), one bb_cspec_t per service
  * and spec version, shared by the entries that use it and freed when none does. A spec
  * the parser refuses is reported as a `stopped` event with reason `exited` and detail
- * `bad spec: ...`, once per service and version; nothing is started for it. */
+ * `bad spec: ...`, once per service and version; nothing is started for it.
+ *
+ * After a gap (see "After a gap" below) the assignment may be stale: the primary may have
+ * moved a slot while this machine could not hear it. Then no cluster slot is spawned
+ * (started or restarted) until a read of the assignment sent after the gap is applied;
+ * a slot that the newest document does not hold is never spawned. The spec's
+ * `disconnect` (docs/cluster.md, "A Big Brother cut off from ServerDir") says what a slot does when cut off
+ * (stop_after_ms) and when it comes back moved (reconcile). */
 #include "agent/bb_agent.h"
 #include "cluster/bb_cluster.h"
 #include "instance/bb_instance.h"
 #include "sdlog.h"
+#include "sdtime.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The freshness watch's period. The loop runs it every TICK_MS; a turn that comes more
+ * than GAP_MS after the last one means the whole process was paused (SIGSTOP, a frozen
+ * VM, a suspended laptop): nothing here blocks that long. */
+#define TICK_MS 500
+#define GAP_MS (2 * TICK_MS)
 
 typedef struct bb_cspec {
     struct bb_cspec *next;
@@ -38,6 +52,15 @@ typedef struct bb_cspec {
 } bb_cspec_t;
 
 static bb_cspec_t *specs;
+
+/* The assignment's freshness (supervision thread). */
+static struct {
+    bb_timer_t tick;
+    int64_t last_turn;   /* when the watch last ran (tick or a spawn's check) */
+    int64_t stale_since; /* a gap was seen then: spawns wait for a read sent after it; 0 */
+    int64_t awake_since; /* since when this process has run without a pause */
+    int lease_gap;       /* the lease has not been renewed for lease_ttl_ms / 2 */
+} fr;
 
 static bb_cspec_t *spec_get(const char *service, json_int_t version, const json_t *spec)
 {
@@ -136,6 +159,176 @@ static void respawn(bb_inst_t *in)
     in->svc = &in->cspec->cfg.services[0];
 }
 
+/* ---------------------------------------------------------------- after a gap
+ * A gap is a pause of this whole process (a turn of the loop more than GAP_MS after the
+ * last), or the machine lease not renewed for lease_ttl_ms / 2 (a renewal missed: the
+ * lease may lapse and the primary move the slots), or a slot stopped as disconnected.
+ * From then until a read of the assignment sent after it, every spawn of a cluster slot
+ * is held (the slot waits in backoff with no deadline; "restart held" is logged); that
+ * read is asked for at once rather than by long-poll. The newest document stops the
+ * slots it no longer holds; the held slots it still holds start then. Static services
+ * never wait. */
+
+static int64_t max64(int64_t a, int64_t b)
+{
+    return a > b ? a : b;
+}
+
+/* How long ServerDir has not accepted this machine's lease, counting only time this
+ * process ran (a pause is a gap of its own, not a disconnection). */
+static int64_t unreached_ms(int64_t now)
+{
+    return now - max64(bb_report_lease_ok_ms(bb.report), fr.awake_since);
+}
+
+static int disconnected(const bb_inst_t *in, int64_t now)
+{
+    return in->stop_after_ms > 0 && unreached_ms(now) >= in->stop_after_ms;
+}
+
+static void mark_stale(int64_t now, const char *why)
+{
+    if (!fr.stale_since)
+        log_info("assignment may be stale: slots wait for a fresh read", "why=%s", why);
+    fr.stale_since = now;
+    bb_cluster_want_fresh(1);
+}
+
+/* Notices a pause of the process or a lapsing lease since the last turn. */
+static void watch_gaps(int64_t now)
+{
+    if (fr.last_turn && now - fr.last_turn > GAP_MS) {
+        log_warn("supervision resumed after a pause", "paused_ms=%lld",
+                 (long long)(now - fr.last_turn));
+        fr.awake_since = now;
+        mark_stale(now, "paused");
+    }
+    fr.last_turn = now;
+    if (unreached_ms(now) <= bb.cfg.lease_ttl_ms / 2) {
+        fr.lease_gap = 0;
+    } else if (!fr.lease_gap) {
+        fr.lease_gap = 1;
+        mark_stale(now, "lease_not_renewed");
+    }
+}
+
+/* The state machine's hold hook, before each spawn: why a cluster slot must wait. */
+static const char *hold(bb_inst_t *in)
+{
+    if (!in->cspec)
+        return NULL;
+    int64_t now = sd_mono_ms();
+    watch_gaps(now);
+    if (fr.stale_since)
+        return "assignment_stale";
+    if (!in->assigned)
+        return "not_assigned";
+    if (disconnected(in, now))
+        return "disconnected";
+    return NULL;
+}
+
+/* Starts the held slots that the fresh assignment holds, and those stopped as
+ * disconnected once this machine reaches ServerDir again. */
+static void release_held(int64_t now)
+{
+    if (fr.stale_since)
+        return;
+    for (int i = 0; i < bb.ninst; i++) {
+        bb_inst_t *in = &bb.inst[i];
+        int held = in->state == ST_BACKOFF && !in->deadline.idx;
+        int cut = in->state == ST_STOPPED && in->reason == SD_STOP_DISCONNECTED;
+        if (!in->cspec || !in->assigned || !(held || cut) || disconnected(in, now))
+            continue;
+        log_info("held slot started", "instance=%s service=%s slot=%d", in->id,
+                 in->svc->name, in->slot);
+        bb_inst_event(in, EV_START);
+    }
+}
+
+/* Stops the running slots whose disconnect.stop_after_ms has passed without a lease. */
+static void stop_disconnected(int64_t now)
+{
+    for (int i = 0; i < bb.ninst; i++) {
+        bb_inst_t *in = &bb.inst[i];
+        if (!in->cspec || (in->state != ST_STARTING && in->state != ST_READY) ||
+            !disconnected(in, now))
+            continue;
+        log_warn("slot stopped: cut off from serverdir", "instance=%s stop_after_ms=%d "
+                 "unreached_ms=%lld", in->id, in->stop_after_ms, (long long)unreached_ms(now));
+        mark_stale(now, "disconnected");
+        bb_inst_stop(in, WHY_DISCONNECTED);
+    }
+}
+
+/* keep_original: a slot kept running after it moved is stopped as replaced when no
+ * document gave it back within a placement interval and a lease. */
+static void expire_kept(int64_t now)
+{
+    int64_t bound = (int64_t)bb.cfg.placement_interval_ms + bb.cfg.lease_ttl_ms;
+    for (int i = 0; i < bb.ninst; i++) {
+        bb_inst_t *in = &bb.inst[i];
+        if (!in->kept_since || now - in->kept_since < bound)
+            continue;
+        log_warn("kept slot not given back: stopping it", "instance=%s kept_ms=%lld",
+                 in->id, (long long)(now - in->kept_since));
+        in->kept_since = 0;
+        bb_inst_stop(in, WHY_REPLACED);
+    }
+}
+
+static void on_tick(bb_timer_t *t)
+{
+    int64_t now = sd_mono_ms();
+    watch_gaps(now);
+    stop_disconnected(now);
+    expire_kept(now);
+    release_held(now);
+    bb_timer_set(t, now + TICK_MS);
+}
+
+/* Hooks converge into the state machine; the first call also starts the watch, stale
+ * (a bigbrother that just started has not read its assignment yet). */
+static void hooks_set(void)
+{
+    if (bb_inst_hooks.hold)
+        return;
+    bb_inst_hooks.respawn = respawn;
+    bb_inst_hooks.hold = hold;
+    fr.awake_since = fr.stale_since = fr.last_turn = sd_mono_ms();
+}
+
+void bb_converge_start(void)
+{
+    hooks_set();
+    bb_cluster_want_fresh(1);
+    fr.tick.fn = on_tick;
+    bb_timer_set(&fr.tick, sd_mono_ms() + TICK_MS);
+}
+
+void bb_converge_read(int64_t read_mono)
+{
+    int64_t now = sd_mono_ms();
+    if (fr.stale_since && read_mono >= fr.stale_since) {
+        log_info("assignment fresh again", "stale_ms=%lld",
+                 (long long)(now - fr.stale_since));
+        fr.stale_since = 0;
+        bb_cluster_want_fresh(0);
+    }
+    release_held(now);
+}
+
+/* The spec's disconnect settings, onto the slot's entry (defaults: never stop, keep the
+ * replacement). */
+static void disconnect_read(bb_inst_t *in, const json_t *e)
+{
+    const json_t *d = json_object_get(json_object_get(e, "spec"), "disconnect");
+    json_int_t ms = json_integer_value(json_object_get(d, "stop_after_ms"));
+    const char *rec = json_string_value(json_object_get(d, "reconcile"));
+    in->stop_after_ms = ms > 0 && ms <= 86400000 ? (int)ms : 0;
+    in->keep_original = rec && !strcmp(rec, "keep_original");
+}
+
 /* The entry for a newly assigned slot: its old entry, any stopped cluster entry, or a
  * new one at the end of the table. NULL when the table is full. */
 static bb_inst_t *entry_for(const char *service, int slot)
@@ -182,12 +375,19 @@ static void slot_start(const json_t *e, const char *service, int slot, bb_cspec_
     in->svc = &c->cfg.services[0];
     in->slot = slot;
     in->assigned = 1;
+    in->kept_since = 0;
+    disconnect_read(in, e);
     in->restart_token = json_integer_value(json_object_get(e, "restart_token"));
     bb_inst_event(in, EV_START);
 }
 
 static void slot_update(bb_inst_t *in, const json_t *e, bb_cspec_t *c)
 {
+    if (in->kept_since)
+        log_info("kept slot given back", "instance=%s kept_ms=%lld", in->id,
+                 (long long)(sd_mono_ms() - in->kept_since));
+    in->kept_since = 0;
+    disconnect_read(in, e);
     json_int_t token = json_integer_value(json_object_get(e, "restart_token"));
     int new_spec = c != in->cspec && c != in->next_cspec;
     if (token <= in->restart_token && !new_spec)
@@ -214,7 +414,7 @@ bb_inst_t *bb_converge_restore(const char *service, int slot, const json_t *spec
 {
     if (!bb.cfg.cluster_mode || bb.ninst >= bb.inst_cap)
         return NULL;
-    bb_inst_hooks.respawn = respawn;
+    hooks_set();
     bb_cspec_t *c = spec_get(service, 0, spec);
     if (!c || !c->cfg.root) {
         specs_gc();
@@ -231,15 +431,36 @@ bb_inst_t *bb_converge_restore(const char *service, int slot, const json_t *spec
     return in;
 }
 
+/* keep_original: a running slot that moved off this machine while it was cut off (the
+ * document is the first one read after a gap) keeps running (the primary may give it
+ * back and stop the replacement) until expire_kept's bound. Not for a planned stop
+ * (cluster stopped, draining), a slot removed while this machine was in touch (a scale
+ * down, a rebalance) or a stop already under way. */
+static int keep(bb_inst_t *in, int planned, int64_t now)
+{
+    if (!in->keep_original || planned)
+        return 0;
+    if (!in->kept_since && (!fr.stale_since || (in->state != ST_STARTING &&
+                                                in->state != ST_READY)))
+        return 0;
+    if (!in->kept_since) {
+        in->kept_since = now;
+        log_info("slot moved: original kept running", "instance=%s keep_ms=%d", in->id,
+                 bb.cfg.placement_interval_ms + bb.cfg.lease_ttl_ms);
+    }
+    return 1;
+}
+
 void bb_converge_apply(const json_t *doc, int draining)
 {
-    bb_inst_hooks.respawn = respawn;
+    hooks_set();
     const json_t *slots = json_object_get(doc, "slots");
     int stopped_all = json_is_true(json_object_get(doc, "cluster_stopped"));
-    int started = 0, stopped = 0;
+    int started = 0, stopped = 0, kept = 0;
+    int64_t now = sd_mono_ms();
     for (int i = 0; i < bb.ninst; i++)
-        if (bb.inst[i].cspec)
-            bb.inst[i].assigned = -bb.inst[i].assigned; /* 1 -> -1: not yet seen */
+        if (bb.inst[i].cspec) /* 1 -> -1: not yet seen; a kept original counts as assigned */
+            bb.inst[i].assigned = bb.inst[i].kept_since ? -1 : -bb.inst[i].assigned;
     for (bb_cspec_t *c = specs; c; c = c->next)
         c->listed = 0;
     size_t k;
@@ -274,6 +495,11 @@ void bb_converge_apply(const json_t *doc, int draining)
         if (!in->cspec || in->assigned >= 0)
             continue;
         in->assigned = 0;
+        if (keep(in, stopped_all || draining, now)) {
+            kept++;
+            continue;
+        }
+        in->kept_since = 0;
         if (running(in))
             stopped++;
         bb_inst_stop(in, stopped_all ? WHY_OPERATOR : draining ? WHY_DRAINED : WHY_REPLACED);
@@ -281,10 +507,10 @@ void bb_converge_apply(const json_t *doc, int draining)
     specs_gc();
     bb_alloc_apply(json_object_get(doc, "allocations"));
     log_info("assignment applied",
-             "version=%lld epoch=%lld slots=%d started=%d stopping=%d cluster_stopped=%d "
-             "draining=%d",
+             "version=%lld epoch=%lld slots=%d started=%d stopping=%d kept=%d "
+             "cluster_stopped=%d draining=%d",
              (long long)json_integer_value(json_object_get(doc, "version")),
              (long long)json_integer_value(json_object_get(doc, "epoch")),
-             stopped_all ? 0 : (int)json_array_size(slots), started, stopped, stopped_all,
-             draining);
+             stopped_all ? 0 : (int)json_array_size(slots), started, stopped, kept,
+             stopped_all, draining);
 }

@@ -23,7 +23,7 @@ enum bb_event { EV_START, EV_READY, EV_ALIVE, EV_DEADLINE, EV_EXIT, EV_STOP, EV_
                 EV_ADOPT, EV__COUNT };
 /* Why a process is being stopped by bigbrother (decides the reported reason). */
 enum bb_why { WHY_NONE, WHY_HUNG, WHY_START_TIMEOUT, WHY_OPERATOR, WHY_RESTART, WHY_REPLACED,
-              WHY_DRAINED };
+              WHY_DRAINED, WHY_DISCONNECTED };
 
 struct bb_conn;
 struct bb_cspec;
@@ -92,6 +92,11 @@ typedef struct bb_inst {
     struct bb_cspec *next_cspec; /* the spec of the next spawn (a restart for a new spec) */
     int assigned;                /* the current assignment has this slot */
     int64_t restart_token;       /* the slot's restart token last acted on */
+    int held;                    /* a spawn waits for a fresh assignment (converge.c) */
+    int stop_after_ms;           /* the spec's disconnect.stop_after_ms, 0: never */
+    int keep_original;           /* the spec's disconnect.reconcile is keep_original */
+    int64_t kept_since;          /* keep_original: unlisted but kept running since (mono
+                                    ms), 0: not */
 } bb_inst_t;
 
 typedef struct {
@@ -132,7 +137,7 @@ bb_inst_t *bb_inst_by_pid(pid_t pid);
 /* Applies an operator command to TARGET (instance id, service name or "all").
  * Returns how many instances it touched. */
 int bb_operator(const char *cmd, const char *target);
-/* EV_STOP with its reason (WHY_OPERATOR, WHY_REPLACED, WHY_DRAINED): SHUTDOWN, stop
+/* EV_STOP with its reason (WHY_OPERATOR, WHY_REPLACED, WHY_DRAINED, WHY_DISCONNECTED): SHUTDOWN, stop
  * signal, SIGKILL as for an operator stop; it ends in ST_STOPPED and is not restarted,
  * also when a stop was already under way. */
 void bb_inst_stop(bb_inst_t *in, enum bb_why why);
@@ -143,6 +148,9 @@ void bb_inst_stop(bb_inst_t *in, enum bb_why why);
  * member is skipped. Called on the supervision thread, in the
  * order the state machine runs them. */
 typedef struct {
+    /* before each spawn: why it must wait (the instance is then held in backoff with no
+     * deadline until its subsystem starts it again), NULL to go ahead (cluster/) */
+    const char *(*hold)(bb_inst_t *in);
     /* before each spawn: a cluster slot switches to its next spec (cluster/) */
     void (*respawn)(bb_inst_t *in);
     /* the process is gone or about to be replaced: forget its allocations (agent/) */
@@ -160,6 +168,8 @@ typedef struct {
     void (*spawned)(const bb_inst_t *in);
     void (*hung)(const bb_inst_t *in, int start);
     void (*exited)(const bb_inst_t *in, int restarting);
+    /* a spawn held back by the hold hook (ops/) */
+    void (*held)(const bb_inst_t *in);
 } bb_inst_hooks_t;
 
 extern bb_inst_hooks_t bb_inst_hooks;

@@ -14,7 +14,9 @@
  *  failed        | fresh  -      -      -                -     stopped   fresh    -
  *  stopped       | fresh  -      -      -                -     -         fresh    adopt
  *
- *  spawn     switch a cluster slot to its next spec if it has one; fork+exec with a new
+ *  spawn     a cluster slot that must wait (the hold hook: its assignment may be stale,
+ *            or no longer holds it) stays in backoff with no deadline, and its subsystem
+ *            starts it again; else switch a cluster slot to its next spec if it has one; fork+exec with a new
  *            instance id -> starting (health none: -> ready at once); arms the start
  *            deadline. A failed fork -> backoff, deadline 1 s
  *  fresh     an operator's start: forget the crash-loop history, then spawn
@@ -24,18 +26,19 @@
  *            the reason will be hung (liveness) or start_timeout, with how long it was silent
  *  stop      SHUTDOWN over the agent connection, then the stop signal, then SIGKILL, each
  *            after stop.grace_ms -> stopping; the reason is the event's (operator,
- *            replaced, drained), stopped_by_operator for a bare operator stop
+ *            replaced, drained, disconnected), stopped_by_operator for a bare operator stop
  *  restart   the same sequence for an operator or assignment restart
  *  escalate  the next step of that sequence
  *  retarget  a stop with a reason of its own (the assignment's operator / replaced /
- *            drained) makes the stop under way end in stopped with that reason; a bare
+ *            drained, converge's disconnected) makes the stop under way end in stopped with that reason; a bare
  *            operator stop leaves it as it is
  *  again     operator restart during a stop: spawn as soon as the process is gone
  *  exit      classify the event's status (exited(code), killed(signal), hung,
- *            start_timeout, stopped_by_operator, replaced, drained), report "stopped",
+ *            start_timeout, stopped_by_operator, replaced, drained, disconnected), report "stopped",
  *            then by the restart policy: backoff (exponential + jitter; the deadline,
  *            through spawn, is the restart), exited (no restart), failed (crash loop:
- *            max_restarts within window_s), stopped (operator, replaced, drained)
+ *            max_restarts within window_s), stopped (operator, replaced, drained,
+ *            disconnected)
  *  stopped   held stopped, not restarted
  *  adopt     the previous bigbrother's table entry: exited / failed / stopped are kept;
  *            a starting / ready process that still runs is watched again (its deadline
@@ -141,6 +144,15 @@ static void a_ready(bb_inst_t *in, const bb_ev_t *ev)
 static void spawn(bb_inst_t *in)
 {
     bb_timer_cancel(&in->deadline);
+    const char *wait = bb_inst_hooks.hold ? bb_inst_hooks.hold(in) : NULL;
+    if (wait) {
+        log_info("restart held", "reason=%s instance=%s service=%s slot=%d", wait, in->id,
+                 in->svc->name, in->slot);
+        if (bb_inst_hooks.held)
+            bb_inst_hooks.held(in);
+        set_state(in, ST_BACKOFF);
+        return;
+    }
     if (bb_inst_hooks.respawn)
         bb_inst_hooks.respawn(in);
     in->why = WHY_NONE;
@@ -269,7 +281,8 @@ static void a_retarget(bb_inst_t *in, const bb_ev_t *ev)
 static void a_again(bb_inst_t *in, const bb_ev_t *ev)
 {
     (void)ev;
-    if (in->why == WHY_OPERATOR || in->why == WHY_REPLACED || in->why == WHY_DRAINED)
+    if (in->why == WHY_OPERATOR || in->why == WHY_REPLACED || in->why == WHY_DRAINED ||
+        in->why == WHY_DISCONNECTED)
         in->why = WHY_RESTART;
 }
 
@@ -324,6 +337,9 @@ static void classify_exit(bb_inst_t *in, int code, int sig)
         break;
     case WHY_DRAINED:
         in->reason = SD_STOP_DRAINED;
+        break;
+    case WHY_DISCONNECTED:
+        in->reason = SD_STOP_DISCONNECTED;
         break;
     case WHY_NONE:
         if (sig > 0) {
@@ -381,7 +397,8 @@ static void a_exit(bb_inst_t *in, const bb_ev_t *ev)
      * only the restart policy's own restarts count in in->restarts (docs/design.md,
      * "Figures") */
     int planned = in->why == WHY_RESTART;
-    if (in->why == WHY_OPERATOR || in->why == WHY_REPLACED || in->why == WHY_DRAINED) {
+    if (in->why == WHY_OPERATOR || in->why == WHY_REPLACED || in->why == WHY_DRAINED ||
+        in->why == WHY_DISCONNECTED) {
         next = ST_STOPPED;
     } else if (in->why == WHY_RESTART) {
         in->fail_streak = 0;

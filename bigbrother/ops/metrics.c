@@ -44,6 +44,7 @@ typedef struct {
     _Atomic int64_t restarts[SD_STOP_COUNT];
     _Atomic int64_t hangs[2]; /* [0] liveness, [1] start */
     _Atomic int64_t spawns;
+    _Atomic int64_t held; /* spawns held for a stale assignment (cluster slots) */
     _Atomic int64_t state[ST__COUNT];
 } svc_metrics_t;
 
@@ -115,6 +116,13 @@ static void on_spawn(const bb_inst_t *in)
     svc_metrics_t *m = of(in);
     if (m)
         atomic_fetch_add_explicit(&m->spawns, 1, memory_order_relaxed);
+}
+
+static void on_held(const bb_inst_t *in)
+{
+    svc_metrics_t *m = of(in);
+    if (m)
+        atomic_fetch_add_explicit(&m->held, 1, memory_order_relaxed);
 }
 
 /* One pass over the instances (this runs before every sleep of the loop), counting into
@@ -199,6 +207,13 @@ static void render(sd_buf_t *b)
     for (int s = 0; s < n; s++)
         sd_buf_printf(b, "bigbrother_process_starts_total{service=\"%s\"} %lld\n",
                       svcm[s].name, (long long)ld(&svcm[s].spawns));
+
+    family(b, "bigbrother_restarts_held_total", "counter",
+           "Starts and restarts of cluster slots held until a fresh assignment (after a "
+           "pause or a lapsing lease), or because the assignment no longer holds the slot.");
+    for (int s = 0; s < n; s++)
+        sd_buf_printf(b, "bigbrother_restarts_held_total{service=\"%s\"} %lld\n",
+                      svcm[s].name, (long long)ld(&svcm[s].held));
 
     family(b, "bigbrother_agent_connections", "gauge",
            "Instances with a live libbbagent connection.");
@@ -309,6 +324,7 @@ int bb_metrics_start(void)
     bb_inst_hooks.spawned = on_spawn;
     bb_inst_hooks.hung = on_hang;
     bb_inst_hooks.exited = on_exit_hook;
+    bb_inst_hooks.held = on_held;
     if (!bb.cfg.metrics_host[0])
         return 0;
     int fd = bb_listen_tcp(bb.cfg.metrics_host, bb.cfg.metrics_port);

@@ -60,6 +60,9 @@ int bb_report_event(bb_report_t *r, json_t *event);
 int64_t bb_report_pending(const bb_report_t *r);
 /* Send attempts that failed since start (for status and metrics). Any thread. */
 int64_t bb_report_send_failures(const bb_report_t *r);
+/* When ServerDir last accepted the machine lease (monotonic ms), 0 never or r NULL: how
+ * long this machine has been cut off (cluster/converge.c). Any thread. */
+int64_t bb_report_lease_ok_ms(const bb_report_t *r);
 
 /* Stops the reporter thread and closes the outbox. A request in flight is not cut: each
  * is bounded by the request timeout (lease_ttl_ms / (6 x URLs), 250 ms .. 2 s, per URL

@@ -88,6 +88,7 @@ struct bb_report {
     uint64_t kicks;
 
     _Atomic int64_t failures;
+    _Atomic int64_t lease_ok_mono; /* when ServerDir last accepted the lease, 0: never */
 };
 
 static uint64_t rng_next(bb_report_t *r)
@@ -269,6 +270,7 @@ static int lease_renew(bb_report_t *r, sdc_t *c)
     sdc_err_t err;
     int rc = sdc_machine_put(c, r->cluster, r->machine, &r->lease, NULL, &err);
     if (rc == SDC_OK) {
+        atomic_store(&r->lease_ok_mono, sd_mono_ms());
         mark_reachable(r, &r->lease_ch);
         r->lease_ch.refusal[0] = '\0';
     } else {
@@ -488,6 +490,11 @@ int bb_report_event(bb_report_t *r, json_t *event)
 int64_t bb_report_pending(const bb_report_t *r) { return outbox_pending(r->ob); }
 
 int64_t bb_report_send_failures(const bb_report_t *r) { return atomic_load(&r->failures); }
+
+int64_t bb_report_lease_ok_ms(const bb_report_t *r)
+{
+    return r ? atomic_load(&r->lease_ok_mono) : 0;
+}
 
 void bb_report_stop(bb_report_t *r)
 {

@@ -43,6 +43,9 @@ static void valid_specs(void **state)
                            "\"restart\":{\"policy\":\"always\"},\"stop\":{\"signal\":\"TERM\"},"
                            "\"user\":\"game\",\"cwd\":\"/srv\",\"rlimits\":{}}",
                            err, sizeof err), 0);
+    assert_int_equal(check("{\"command\":\"/bin/g\",\"count\":1,\"disconnect\":{\"lost_after_ms\":"
+                           "5000,\"replace\":false,\"stop_after_ms\":2000,\"reconcile\":"
+                           "\"keep_original\"}}", err, sizeof err), 0);
 }
 
 static void invalid_specs_name_the_field(void **state)
@@ -69,6 +72,14 @@ static void invalid_specs_name_the_field(void **state)
          "placement.labels"},
         {"{\"command\":\"x\",\"count\":1,\"stop\":5}", "stop"},
         {"{\"command\":\"x\",\"count\":1,\"user\":7}", "user"},
+        {"{\"command\":\"x\",\"count\":1,\"disconnect\":[]}", "disconnect"},
+        {"{\"command\":\"x\",\"count\":1,\"disconnect\":{\"stop_after_ms\":-1}}",
+         "disconnect.stop_after_ms"},
+        {"{\"command\":\"x\",\"count\":1,\"disconnect\":{\"replace\":1}}",
+         "disconnect.replace"},
+        {"{\"command\":\"x\",\"count\":1,\"disconnect\":{\"reconcile\":\"newest\"}}",
+         "disconnect.reconcile"},
+        {"{\"command\":\"x\",\"count\":1,\"disconnect\":{\"after\":1}}", "disconnect.after"},
     };
     char err[SD_ERRMSG_MAX];
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

@@ -87,7 +87,7 @@ static void tables(void **state)
     assert_int_equal(sd_event_type_parse("ready"), SD_EV_READY);
     assert_int_equal(sd_event_type_parse("Ready"), -1);
     assert_int_equal(sd_event_type_parse(NULL), -1);
-    assert_int_equal(SD_STOP_COUNT, 10);
+    assert_int_equal(SD_STOP_COUNT, 11);
     for (int r = 0; r < SD_STOP_COUNT; r++)
         assert_int_equal(sd_stop_reason_parse(sd_stop_reason_name((sd_stop_reason_t)r)), r);
     assert_string_equal(sd_stop_reason_name(SD_STOP_BY_OPERATOR), "stopped_by_operator");
@@ -98,6 +98,7 @@ static void tables(void **state)
     assert_false(sd_stop_reason_flags(SD_STOP_KILLED) & SD_STOP_F_SILENT);
     assert_true(sd_stop_reason_flags(SD_STOP_MACHINE_LOST) & SD_STOP_F_FAILURE);
     assert_false(sd_stop_reason_flags(SD_STOP_MACHINE_LOST) & SD_STOP_F_COUNTED);
+    assert_true(sd_stop_reason_flags(SD_STOP_DISCONNECTED) & SD_STOP_F_FAILURE);
     assert_false(sd_stop_reason_flags(SD_STOP_CRASH_LOOP) & SD_STOP_F_CRASH);
     assert_int_equal(sd_stop_reason_flags(SD_STOP_DRAINED), 0);
     assert_int_equal(sd_stop_reason_flags(SD_STOP_COUNT), 0);
@@ -158,7 +159,8 @@ static void event_contract(void **state)
                         "events[0].pid is required");
     assert_string_equal(check(EV("\"type\":\"stopped\",\"reason\":\"oom\""), 3, e, sizeof e),
                         "events[3].reason must be one of exited, killed, hung, start_timeout, "
-                        "crash_loop, stopped_by_operator, machine_lost, drained, replaced, orphaned");
+                        "crash_loop, stopped_by_operator, machine_lost, drained, replaced, orphaned, "
+                        "disconnected");
     assert_string_equal(check(EV("\"type\":\"ready\",\"signal\":9"), 0, e, sizeof e),
                         "events[0].signal is only allowed in a stopped event");
     assert_string_equal(check(EV("\"type\":\"ready\",\"ports\":{\"a/b\":1}"), 0, e, sizeof e),

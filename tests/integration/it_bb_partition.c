@@ -1,0 +1,262 @@
+/* Cluster mode, a bigbrother cut off from serverdir (issue 30): two bigbrothers (m1, m2)
+ * against one serverdir, each test with a service of its own.
+ *   - disconnect.stop_after_ms: serverdir paused (SIGSTOP), every bigbrother stops that
+ *     service's games itself with reason `disconnected` after about stop_after_ms and not
+ *     before, starts none while cut off, and after the heal the directory has the stops
+ *     and the slots run again;
+ *   - a returning bigbrother: paused past its lease while its slot's process was killed
+ *     (restart backoff 0, so the old code restarts it in the turn that sees the exit),
+ *     its slots moved; on SIGCONT it starts no process of that service (it holds the
+ *     restart until a fresh read, which no longer holds the slot);
+ *   - reconcile keep_original: the same return with a process still running: it keeps
+ *     running (not stopped as replaced at once) and is stopped as replaced after the
+ *     bound (a placement interval and a lease) unless the primary gave the slot back. */
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "harness_cluster.h"
+
+#define LEASE_MS 3000     /* harness_cluster.c's lease_ttl_ms (times cl_ms) */
+#define PLACEMENT_MS 300  /* and its placement_interval_ms */
+#define STOP_AFTER_MS 2000
+
+static cl_t C;
+
+static int has_primary(cl_t *c, void *arg)
+{
+    (void)arg;
+    return cl_primary(c, NULL)[0] != 0;
+}
+
+/* Lines of the file at path holding both a and b. */
+static int lines_with2(const char *path, const char *a, const char *b)
+{
+    FILE *f = fopen(path, "r");
+    char line[8192];
+    int n = 0;
+    while (f && fgets(line, sizeof(line), f))
+        n += strstr(line, a) && strstr(line, b);
+    if (f)
+        fclose(f);
+    return n;
+}
+
+/* The pids of service's processes that bigbrother i runs, into pids (at most cap). */
+static int pids_of(int i, const char *service, pid_t *pids, int cap)
+{
+    json_t *st = bbt_ctl(&C.bb[i], "status");
+    int n = 0;
+    size_t k;
+    json_t *in;
+    json_array_foreach(json_object_get(st, "instances"), k, in)
+        if (!strcmp(bbt_str(in, "service"), service) && bbt_int(in, "pid") > 0 && n < cap)
+            pids[n++] = (pid_t)bbt_int(in, "pid");
+    json_decref(st);
+    return n;
+}
+
+static int alive_count(const pid_t *pids, int n)
+{
+    int a = 0;
+    for (int i = 0; i < n; i++)
+        a += bbt_alive(pids[i]);
+    return a;
+}
+
+static const char *machine_state(const char *name)
+{
+    static char st[16];
+    char path[128];
+    snprintf(path, sizeof(path), "/machines/%s", name);
+    json_t *m = cl_get(&C, path);
+    snprintf(st, sizeof(st), "%s", m ? bbt_str(m, "state") : "");
+    json_decref(m);
+    return st;
+}
+
+/* Stopped records of service in the directory with reason. */
+static int stopped_with(const char *service, const char *reason)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "/processes?service=%s&state=stopped", service);
+    json_t *j = cl_get(&C, path);
+    int n = 0;
+    size_t i;
+    json_t *p;
+    json_array_foreach(json_object_get(j, "processes"), i, p)
+        n += !strcmp(bbt_str(p, "reason"), reason);
+    json_decref(j);
+    return n;
+}
+
+static int two_disconnected(cl_t *c, void *arg)
+{
+    (void)c;
+    return stopped_with(arg, "disconnected") >= 2;
+}
+
+/* The non-primary machine, with the service converged on both. */
+static int victim_of(const char *service, int n)
+{
+    cl_conv_t w = {service, n, 0};
+    assert_true(cl_wait(&C, cl_converged, &w, cl_ms(40000)));
+    int v = cl_index(&C, cl_primary(&C, NULL)) == 0 ? 1 : 0;
+    pid_t p[4];
+    assert_int_equal(pids_of(v, service, p, 4), 1);
+    return v;
+}
+
+/* Scales the service to 0 and waits until none of its processes runs. */
+static void service_gone(const char *service)
+{
+    assert_int_equal(cl_scale(&C, service, 0), 200);
+    cl_conv_t w = {service, 0, 0};
+    assert_true(cl_wait(&C, cl_converged, &w, cl_ms(20000)));
+}
+
+static void cut_off_games_stop_as_disconnected(void **state)
+{
+    (void)state;
+    assert_true(cl_wait(&C, has_primary, NULL, cl_ms(15000)));
+    char extra[128];
+    snprintf(extra, sizeof(extra), ", \"disconnect\": {\"stop_after_ms\": %d}",
+             cl_ms(STOP_AFTER_MS));
+    assert_int_equal(cl_service(&C, "realm", 2, NULL, extra), 200);
+    cl_conv_t w = {"realm", 2, 0};
+    assert_true(cl_wait(&C, cl_converged, &w, cl_ms(40000)));
+    pid_t pids[4];
+    int n = pids_of(0, "realm", pids, 4);
+    n += pids_of(1, "realm", pids + n, 4 - n);
+    assert_int_equal(n, 2);
+    int64_t t0 = h_now_ms();
+    kill(C.sd.pid, SIGSTOP);
+    /* not before stop_after_ms (less a tick of the watch and the lease renewal's period) */
+    h_sleep_ms(cl_ms(STOP_AFTER_MS) - cl_ms(LEASE_MS) / 3 - 500);
+    assert_int_equal(alive_count(pids, n), 2);
+    int64_t deadline = t0 + cl_ms(STOP_AFTER_MS + 4000);
+    while (alive_count(pids, n) && h_now_ms() < deadline)
+        h_sleep_ms(50);
+    int64_t took = h_now_ms() - t0;
+    print_message("games cut off from serverdir stopped after %lld ms (stop_after_ms %d)\n",
+                  (long long)took, cl_ms(STOP_AFTER_MS));
+    assert_int_equal(alive_count(pids, n), 0);
+    assert_true(took >= cl_ms(STOP_AFTER_MS) - cl_ms(LEASE_MS) / 3);
+    /* nothing is started while cut off */
+    h_sleep_ms(cl_ms(1500));
+    assert_int_equal(cl_running(&C, 0, "realm") + cl_running(&C, 1, "realm"), 0);
+    assert_true(bbt_file_has(C.bb[0].log, "cut off from serverdir") ||
+                bbt_file_has(C.bb[1].log, "cut off from serverdir"));
+    kill(C.sd.pid, SIGCONT);
+    /* the stops reach the directory after the heal, and the slots run again */
+    assert_true(cl_wait(&C, two_disconnected, "realm", cl_ms(20000)));
+    assert_true(cl_wait(&C, cl_converged, &w, cl_ms(30000)));
+    service_gone("realm");
+}
+
+static void returning_bigbrother_restarts_no_moved_slot(void **state)
+{
+    (void)state;
+    assert_int_equal(cl_service(&C, "zone", 2, NULL,
+                                ", \"restart\": {\"backoff_min_ms\": 0, \"backoff_max_ms\": 0}"),
+                     200);
+    int v = victim_of("zone", 2);
+    pid_t pid;
+    assert_int_equal(pids_of(v, "zone", &pid, 1), 1);
+    int started = lines_with2(C.bb[v].log, "instance started", "service=zone");
+    kill(C.bb[v].pid, SIGSTOP);
+    kill(pid, SIGKILL);
+    /* its machine is declared lost and the slot runs on the other one */
+    cl_conv_t w = {"zone", 2, 1u << v};
+    assert_true(cl_wait(&C, cl_converged, &w, cl_ms(3000 + 20000)));
+    assert_string_equal(machine_state(C.name[v]), "lost");
+    int applied = bbt_lines_with(C.bb[v].log, "assignment applied");
+    kill(C.bb[v].pid, SIGCONT);
+    /* it reads the assignment that moved the slot, then has time to act on anything */
+    int64_t deadline = h_now_ms() + cl_ms(10000);
+    while (bbt_lines_with(C.bb[v].log, "assignment applied") == applied &&
+           h_now_ms() < deadline)
+        h_sleep_ms(50);
+    h_sleep_ms(cl_ms(2000));
+    int again = lines_with2(C.bb[v].log, "instance started", "service=zone") - started;
+    print_message("processes of the moved slot started on the returning machine: %d\n", again);
+    assert_int_equal(again, 0);
+    assert_int_equal(cl_running(&C, v, "zone"), 0);
+    /* held, unless the document that moved the slot was applied before the exit was seen */
+    print_message("restart held for a stale assignment: %d time(s)\n",
+                  lines_with2(C.bb[v].log, "restart held", "reason=assignment_stale"));
+    w.skip = 0;
+    assert_true(cl_wait(&C, cl_converged, &w, cl_ms(10000)));
+    service_gone("zone");
+}
+
+static void keep_original_is_bounded(void **state)
+{
+    (void)state;
+    assert_int_equal(cl_service(&C, "match", 2, NULL,
+                                ", \"disconnect\": {\"reconcile\": \"keep_original\"}"),
+                     200);
+    int v = victim_of("match", 2);
+    pid_t pid;
+    assert_int_equal(pids_of(v, "match", &pid, 1), 1);
+    kill(C.bb[v].pid, SIGSTOP);
+    cl_conv_t w = {"match", 2, 1u << v};
+    assert_true(cl_wait(&C, cl_converged, &w, cl_ms(3000 + 20000)));
+    int applied = bbt_lines_with(C.bb[v].log, "assignment applied");
+    kill(C.bb[v].pid, SIGCONT);
+    int64_t deadline = h_now_ms() + cl_ms(10000);
+    while (bbt_lines_with(C.bb[v].log, "assignment applied") == applied &&
+           h_now_ms() < deadline)
+        h_sleep_ms(50);
+    int64_t t0 = h_now_ms();
+    int bound = PLACEMENT_MS + cl_ms(LEASE_MS);
+    h_sleep_ms(bound / 2);
+    assert_true(bbt_alive(pid));
+    assert_true(bbt_file_has(C.bb[v].log, "original kept running"));
+    /* then either the primary gave the slot back, or the bound stops the original */
+    deadline = t0 + cl_ms(bound + 5000);
+    while (bbt_alive(pid) && !bbt_file_has(C.bb[v].log, "kept slot given back") &&
+           h_now_ms() < deadline)
+        h_sleep_ms(50);
+    int back = bbt_file_has(C.bb[v].log, "kept slot given back");
+    print_message("kept original: %s after %lld ms (bound %d ms)\n",
+                  back ? "given back" : "stopped", (long long)(h_now_ms() - t0), bound);
+    if (!back) {
+        assert_false(bbt_alive(pid));
+        assert_true(h_now_ms() - t0 >= bound - 600);
+        assert_true(bbt_wait_file_has(C.bb[v].log, "kept slot not given back", cl_ms(2000)));
+    }
+    w.skip = 0;
+    assert_true(cl_wait(&C, cl_converged, &w, cl_ms(20000)));
+    service_gone("match");
+}
+
+/* A failed test leaves nothing paused for the next one. */
+static int resume_all(void **state)
+{
+    (void)state;
+    kill(C.sd.pid, SIGCONT);
+    for (int i = 0; i < C.n; i++)
+        if (C.bb[i].pid > 0)
+            kill(C.bb[i].pid, SIGCONT);
+    return 0;
+}
+
+int main(void)
+{
+    h_init(h_valgrind() ? 400 : 180);
+    cl_start(&C, 2);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(cut_off_games_stop_as_disconnected, resume_all),
+        cmocka_unit_test_teardown(returning_bigbrother_restarts_no_moved_slot, resume_all),
+        cmocka_unit_test_teardown(keep_original_is_bounded, resume_all),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    cl_stop(&C);
+    return rc;
+}
