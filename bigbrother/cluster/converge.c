@@ -261,6 +261,18 @@ static void stop_disconnected(int64_t now)
     }
 }
 
+/* keep_original: the primary gives a slot back only on a report of its original written
+ * after this machine registered again (docs/cluster.md, "A machine cut off"), so a kept
+ * original reports itself (a status event) at once and every third of a lease. */
+static void report_kept(bb_inst_t *in, int64_t now)
+{
+    if (in->kept_reported && now - in->kept_reported < bb.cfg.lease_ttl_ms / 3)
+        return;
+    in->kept_reported = now;
+    in->status_dirty = 1;
+    bb_status_flush(in);
+}
+
 /* keep_original: a slot kept running after it moved is stopped as replaced when no
  * document gave it back within a placement interval and a lease. */
 static void expire_kept(int64_t now)
@@ -268,6 +280,8 @@ static void expire_kept(int64_t now)
     int64_t bound = (int64_t)bb.cfg.placement_interval_ms + bb.cfg.lease_ttl_ms;
     for (int i = 0; i < bb.ninst; i++) {
         bb_inst_t *in = &bb.inst[i];
+        if (in->kept_since && now - in->kept_since < bound)
+            report_kept(in, now);
         if (!in->kept_since || now - in->kept_since < bound)
             continue;
         log_warn("kept slot not given back: stopping it", "instance=%s kept_ms=%lld",
@@ -445,8 +459,10 @@ static int keep(bb_inst_t *in, int planned, int64_t now)
         return 0;
     if (!in->kept_since) {
         in->kept_since = now;
+        in->kept_reported = 0;
         log_info("slot moved: original kept running", "instance=%s keep_ms=%d", in->id,
                  bb.cfg.placement_interval_ms + bb.cfg.lease_ttl_ms);
+        report_kept(in, now);
     }
     return 1;
 }

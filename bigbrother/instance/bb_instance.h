@@ -97,6 +97,7 @@ typedef struct bb_inst {
     int keep_original;           /* the spec's disconnect.reconcile is keep_original */
     int64_t kept_since;          /* keep_original: unlisted but kept running since (mono
                                     ms), 0: not */
+    int64_t kept_reported;       /* ... and last reported alive then (mono ms) */
 } bb_inst_t;
 
 typedef struct {
