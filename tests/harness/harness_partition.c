@@ -168,8 +168,9 @@ int hp_procs(const char *svc, char ident[][40], int n, hp_proc_t *out, int cap)
             continue;
         env[len] = '\0';
         const char *sup = env_get(env, len, "BB_SUPERVISOR"), *s = env_get(env, len, "BB_SERVICE"),
-                   *slot = env_get(env, len, "BB_SLOT"), *inst = env_get(env, len, "BB_INSTANCE");
-        if (!sup || !s || !slot || !inst || strcmp(s, svc))
+                   *slot = env_get(env, len, "BB_SLOT"), *inst = env_get(env, len, "BB_INSTANCE"),
+                   *gen = env_get(env, len, "BB_GENERATION");
+        if (!sup || !s || !slot || !inst || !gen || strcmp(s, svc))
             continue;
         for (int b = 0; b < n; b++) {
             if (strcmp(sup, ident[b]))
@@ -182,7 +183,7 @@ int hp_procs(const char *svc, char ident[][40], int n, hp_proc_t *out, int cap)
                 fclose(f);
             if (zombie)
                 continue;
-            out[found] = (hp_proc_t){pid, atoi(slot), b, ""};
+            out[found] = (hp_proc_t){pid, atoi(slot), atoi(gen), b, ""};
             snprintf(out[found++].instance, sizeof out->instance, "%s", inst);
         }
     }

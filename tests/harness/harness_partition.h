@@ -38,12 +38,12 @@ void hp_locks_sample(hp_locks_t *l);
 int hp_locks_stuck(hp_locks_t *l);
 
 /* The processes of service svc whose BB_SUPERVISOR is one of ident[0..n-1] (from
- * /proc/PID/environ; zombies left out): pid, slot, instance id and the index of its
- * supervisor.
+ * /proc/PID/environ; zombies left out): pid, slot, generation (above 1: a restart of
+ * the slot), instance id and the index of its supervisor.
  * Returns how many were found (at most cap). */
 typedef struct {
     pid_t pid;
-    int slot, bb;
+    int slot, generation, bb;
     char instance[64];
 } hp_proc_t;
 int hp_procs(const char *svc, char ident[][40], int n, hp_proc_t *out, int cap);

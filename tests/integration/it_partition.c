@@ -64,11 +64,13 @@ static int use_netns;
 static char ns_name[3][48]; /* hub, m1, m2 */
 static int ns_fd[3] = {-1, -1, -1};
 
-static struct {
+/* Every game process sampled: when it was first seen, and whether a violation counted it. */
+typedef struct {
     pid_t pid;
     int64_t first_seen;
     int counted;
-} seen[MAXP];
+} seen_t;
+static seen_t seen[MAXP];
 static int nseen;
 
 /* The current cut: victim machine, when it began and healed (0: not yet). */
@@ -219,19 +221,15 @@ static void machine_start(int i)
 
 /* ---------- the samples ---------- */
 
-static int64_t first_seen(pid_t pid, int64_t now, int **counted)
+/* pid's entry, made (first seen now) when it has none. */
+static seen_t *seen_get(pid_t pid, int64_t now)
 {
     for (int i = 0; i < nseen; i++)
-        if (seen[i].pid == pid) {
-            *counted = &seen[i].counted;
-            return seen[i].first_seen;
-        }
-    int i = nseen < MAXP ? nseen++ : MAXP - 1;
-    seen[i].pid = pid;
-    seen[i].first_seen = now;
-    seen[i].counted = 0;
-    *counted = &seen[i].counted;
-    return now;
+        if (seen[i].pid == pid)
+            return &seen[i];
+    seen_t *e = &seen[nseen < MAXP ? nseen++ : MAXP - 1];
+    *e = (seen_t){pid, now, 0};
+    return e;
 }
 
 /* One sample of the slots: a slot with more processes than the declared overlap allows
@@ -247,8 +245,7 @@ static void sample_slots(int64_t now)
         for (int i = 0; i < n; i++) {
             if (p[i].slot != slot)
                 continue;
-            int *counted;
-            int64_t t = first_seen(p[i].pid, now, &counted);
+            int64_t t = seen_get(p[i].pid, now)->first_seen;
             count++;
             int victims = p[i].bb == cut.victim;
             if (victims && cut.heal && t > cut.heal)
@@ -260,11 +257,11 @@ static void sample_slots(int64_t now)
         }
         if (count <= allowed)
             continue;
-        int who = late >= 0 ? late : newest, *counted;
-        first_seen(p[who].pid, now, &counted);
-        if (*counted)
+        int who = late >= 0 ? late : newest;
+        seen_t *e = seen_get(p[who].pid, now);
+        if (e->counted)
             continue;
-        *counted = 1;
+        e->counted = 1;
         if (late >= 0)
             cut.returning_restarts++;
         else
