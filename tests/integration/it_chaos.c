@@ -38,8 +38,8 @@
  *              holder the directory had recorded stopped, no save was accepted from a
  *              process that was no longer the key's holder, no player lock is held by a
  *              stopped holder once the lock delay has passed after the settle, and no
- *              machine back from a cut started a slot that ran elsewhere before it read
- *              its assignment (its new processes in the 3 s after the heal)
+ *              machine back from a cut restarted a slot that ran elsewhere before it
+ *              read its assignment (its restarts in the 1.5 s after the heal)
  *   allocations  meanwhile the test allocates instances of the service (and ends some
  *              with DELETE); no instance was ever held by two open allocations at once
  *              (the intervals [created, ended) of each instance's allocations, read back
@@ -90,7 +90,7 @@ static pid_t haproxy_pid;
 static uint64_t rng;
 static int nprocs;
 
-/* Fault bookkeeping: instances the test killed or froze; bigbrothers it killed. */
+/* Fault bookkeeping: instances the test killed or froze; bigbrothers it killed or cut off. */
 static json_t *hit;          /* instance id -> "kill" | "stop" */
 static int bb_kills[NBB], bb_cuts[NBB];
 static struct {
