@@ -9,8 +9,10 @@
  *   2. the primary: its machine's network namespace loses its link to serverdir (the veth
  *      taken down) when the suite may create namespaces (root, `ip netns`), else its
  *      bigbrother SIGSTOPped; the method that ran is printed.
- * During each cut one of the cut machine's games is killed (KILL_AT_MS): its bigbrother
- * learns of the death only after the heal.
+ * During each cut one of the cut machine's games is killed: the first one granted a lock
+ * after the directory recorded it stopped, as soon as it is seen, else any at KILL_AT_MS.
+ * Its bigbrother learns of the death only after the heal (a stop report the directory
+ * takes as stale: the locks of that grant must still be freed).
  *
  * Invariants, sampled every 100 ms from /proc and Redis (harness_partition.h) and checked
  * at the end of each cut:
@@ -380,8 +382,7 @@ static void cut_apply(int victim, method_t how, int on)
 }
 
 /* SIGKILL of one of the victim's games: the one last granted a lock after the directory
- * recorded it stopped when there is one (its locks are the ones a late stop report must
- * still free), else the first found. */
+ * recorded it stopped when there is one, else the first found. */
 static void kill_one_game(int victim)
 {
     hp_proc_t p[64];
@@ -412,7 +413,7 @@ static void partition(int victim, method_t how)
         int64_t t = h_now_ms() - cut.cut;
         if (lost_at < 0 && k % 3 == 0 && !strcmp(machine_state(victim), "lost"))
             lost_at = t;
-        if (!killed && t >= KILL_AT_MS) {
+        if (!killed && (t >= KILL_AT_MS || L.stopped_grants > before.stopped_grants)) {
             kill_one_game(victim);
             killed = 1;
         }
