@@ -407,7 +407,8 @@ static void partition(int victim, method_t how)
     cut.victim = victim;
     cut.cut = h_now_ms();
     cut_apply(victim, how, 1);
-    int64_t lost_at = -1, killed = 0;
+    int64_t lost_at = -1;
+    int killed = 0;
     for (int k = 0; k < 1000 && h_now_ms() < cut.cut + CUT_MS; k++) {
         watch_ms(100);
         int64_t t = h_now_ms() - cut.cut;
@@ -429,8 +430,7 @@ static void partition(int victim, method_t how)
     int lost = lost_events(1);
     print_message("partition: cut=m%d method=%s cut_ms=%d machine_lost_at_ms=%lld "
                   "converged=%s after_heal_ms=%lld\n",
-                  victim + 1,
-                  how == CUT_NETNS ? "netns" : "sigstop", CUT_MS, (long long)lost_at,
+                  victim + 1, how == CUT_NETNS ? "netns" : "sigstop", CUT_MS, (long long)lost_at,
                   conv ? "yes" : "NO", (long long)conv_ms);
     print_message("partition: samples=%lld grants=%lld saves=%lld slot_doubles=%d "
                   "returning_restarts=%d stale_saves=%lld stopped_grants=%lld "
@@ -442,6 +442,7 @@ static void partition(int victim, method_t how)
     assert_true(conv);
     assert_true(lost_at >= 0);
     assert_true(L.saves > before.saves);
+    assert_true(stuck >= 0 && lost >= 0);
     long long bad = cut.slot_doubles + cut.returning_restarts +
                     (L.stale_saves - before.stale_saves) +
                     (L.stopped_grants - before.stopped_grants) + lost + stuck;
