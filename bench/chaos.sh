@@ -17,4 +17,4 @@ case $SECONDS_OF_CHAOS in
 esac
 cmake --build "$BUILD_DIR" -j2 >/dev/null
 SD_CHAOS_SECONDS=$SECONDS_OF_CHAOS "$BUILD_DIR/tests/it_chaos" 2>&1 |
-    grep -E 'chaos:|faults=|desired:|directory:|outbox:|locks:|blobs:|stops:|processes:|stale:|agent_flood:|VIOLATION|PASSED|FAILED|ERROR|LINE'
+    grep -E 'chaos:|faults=|desired:|directory:|outbox:|locks:|blobs:|stops:|processes:|stale:|agent_flood:|partition:|allocations:|VIOLATION|PASSED|FAILED|ERROR|LINE'

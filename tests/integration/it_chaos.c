@@ -11,7 +11,11 @@
  * their identity, not start doubles), 200 agent-socket connections that never say HELLO
  * held on a bigbrother while one of its instances restarts, and stale lock holders
  * retrying their saves (the test's own, with every number it can read, and the gameprocs
- * whose players a thief takes over). Then everything settles (bounded) and the
+ * whose players a thief takes over), and partitions: a bigbrother cut off from serverdir
+ * (SIGSTOP) while its games run on and the other faults go on, half the time past its
+ * machine lease (its machine is declared lost and its slots move), one time in two with
+ * one of its games killed during the cut (its bigbrother learns of it on its return).
+ * Then everything settles (bounded) and the
  * invariants are checked and printed:
  *   desired    every desired instance is running and ready (directory and real processes)
  *   directory  every live record's pid runs and belongs to its bigbrother; every running
@@ -24,12 +28,18 @@
  *   stops      every stopped event is explained by an injected fault: killed (signal 9)
  *              or gone at re-adoption for an instance the test killed, hung for one it
  *              froze, machine_lost / replaced / orphaned on a machine whose bigbrother
- *              it killed
+ *              it killed or cut off
  *   processes  every gameproc carrying one of the bigbrothers' identities (BB_SUPERVISOR
  *              in /proc/PID/environ) is an instance its bigbrother lists: no doubles, no
  *              orphans left running unsupervised
  *   stale      no save, renew or release by a stale holder was accepted, and the new
  *              holder's data was intact after every stale retry
+ *   partition  (harness_partition.h, sampled with the blobs) no lock was granted to a
+ *              holder the directory had recorded stopped, no save was accepted from a
+ *              process that was no longer the key's holder, no player lock is held by a
+ *              stopped holder once the lock delay has passed after the settle, and no
+ *              machine back from a cut restarted a slot that ran elsewhere before it
+ *              read its assignment (its restarts in the 1.5 s after the heal)
  *   allocations  meanwhile the test allocates instances of the service (and ends some
  *              with DELETE); no instance was ever held by two open allocations at once
  *              (the intervals [created, ended) of each instance's allocations, read back
@@ -57,6 +67,7 @@
 
 #include "harness_api.h"
 #include "harness_cluster.h"
+#include "harness_partition.h"
 
 #ifndef SD_SOURCE_DIR
 #define SD_SOURCE_DIR SD_BIN_DIR "/../.."
@@ -79,21 +90,21 @@ static pid_t haproxy_pid;
 static uint64_t rng;
 static int nprocs;
 
-/* Fault bookkeeping: instances the test killed or froze; bigbrothers it killed. */
+/* Fault bookkeeping: instances the test killed or froze; bigbrothers it killed or cut off. */
 static json_t *hit;          /* instance id -> "kill" | "stop" */
-static int bb_kills[NBB];
+static int bb_kills[NBB], bb_cuts[NBB];
 static struct {
     pid_t pid;
     int64_t cont_at;
 } frozen[MAXFROZEN];
 static int nfrozen;
-#define NKINDS 8
+#define NKINDS 9
 static int faults, faults_by[NKINDS];
 static const char *const fault_names[NKINDS] = {
     "gameproc_kill", "gameproc_stop", "bigbrother_kill", "redis_restart",
-    "serverdir_kill", "state_damage", "agent_flood",     "stale_holder"};
+    "serverdir_kill", "state_damage", "agent_flood",     "stale_holder", "partition"};
 /* Weights of the kinds after the first NKINDS faults (they add up to 100). */
-static const int fault_weights[NKINDS] = {22, 14, 10, 11, 13, 10, 8, 12};
+static const int fault_weights[NKINDS] = {20, 13, 9, 10, 12, 9, 7, 10, 10};
 
 /* agent_flood: connections to one bigbrother's agent socket that never say HELLO, held
  * until the next fault. */
@@ -109,6 +120,11 @@ static int stale_stories, stale_refused, stale_accepted, stale_incomplete, stale
  * under a newer grant would show as a lock_seq going down). */
 static long long blob_max[NKEYS + 1], blob_lock_max[NKEYS + 1];
 static long long blob_samples, blob_backwards, blob_lock_backwards;
+
+/* Locks and saves of the player keys against the directory (harness_partition.h), and
+ * the partition fault's figures. */
+static hp_locks_t locks;
+static int cuts_long, cut_kills, returning_restarts;
 
 /* Allocations made during the chaos (docs/allocation.md). */
 #define MAXALLOCS 2000
@@ -208,6 +224,7 @@ static int slow(int ms)
 }
 
 static void thaw_due(int64_t now);
+static void partition_step(int64_t now);
 static void sample_blobs(void);
 
 /* A gameproc whose bigbrother was killed is re-parented to this test (the harness is a
@@ -238,7 +255,9 @@ static void pause_ms(int ms)
     int64_t end = h_now_ms() + ms;
     for (int k = 0; k < 10000 && h_now_ms() < end; k++) {
         thaw_due(h_now_ms());
+        partition_step(h_now_ms());
         sample_blobs();
+        hp_locks_sample(&locks);
         reap_orphans();
         int64_t left = end - h_now_ms();
         h_sleep_ms(left > 100 ? 100 : left > 0 ? (int)left : 0);
@@ -354,12 +373,121 @@ static __attribute__((noinline)) void bb_start(bbt_t *b)
 
 /* ---------- faults ---------- */
 
+/* The partition in progress (bb -1: none). A cut runs beside the other faults, as a
+ * frozen gameproc does: the main loop and pause_ms step it (partition_step). Until heal_at
+ * (0 once healed) bigbrother bb is SIGSTOPped; at kill_at (0: none) one of its games is
+ * killed; until watch_until its restarts are watched. */
+static struct {
+    int bb;
+    int64_t kill_at, heal_at, watch_until;
+    char id[NBB][40];
+    hp_proc_t had[128]; /* its processes when it resumed */
+    int nhad;
+    pid_t counted[16];  /* its restarts already counted */
+    int ncounted;
+} cut = {.bb = -1};
+
+/* Bigbrother i, or the next one when i is cut off: the faults that talk to a bigbrother
+ * (its control or agent socket) leave the stopped one alone. */
+static int reachable_bb(int i)
+{
+    return i == cut.bb ? (i + 1) % NBB : i;
+}
+
+/* Restarts (generation above 1) the returning bigbrother made of a slot another machine
+ * runs at the same time: it restarted a slot its assignment no longer holds, before
+ * reading it. Each counted once. */
+static void watch_return(void)
+{
+    hp_proc_t p[128];
+    int n = hp_procs(SVC, cut.id, NBB, p, 128);
+    for (int a = 0; a < n; a++) {
+        int old = p[a].bb != cut.bb || p[a].generation < 2;
+        for (int h = 0; h < cut.nhad && !old; h++)
+            old = cut.had[h].pid == p[a].pid;
+        for (int c = 0; c < cut.ncounted && !old; c++)
+            old = cut.counted[c] == p[a].pid;
+        for (int b = 0; b < n && !old; b++)
+            if (p[b].bb != cut.bb && p[b].slot == p[a].slot && cut.ncounted < 16) {
+                cut.counted[cut.ncounted++] = p[a].pid;
+                returning_restarts++;
+                print_message("VIOLATION m%d restarted %s (slot %d) on its return while m%d "
+                              "runs that slot\n", cut.bb + 1, p[a].instance, p[a].slot,
+                              p[b].bb + 1);
+                break;
+            }
+    }
+}
+
+/* SIGKILL of one of the cut-off bigbrother's games, at random (marked killed). */
+static void partition_kill_game(void)
+{
+    hp_proc_t p[128];
+    int n = hp_procs(SVC, cut.id, NBB, p, 128), mine = 0;
+    for (int a = 0; a < n; a++)
+        mine += p[a].bb == cut.bb;
+    for (int a = 0, pick = mine ? rnd_in(1, mine) : 0; a < n && pick; a++)
+        if (p[a].bb == cut.bb && --pick == 0) {
+            json_object_set_new(hit, p[a].instance, json_string("kill"));
+            kill(p[a].pid, SIGKILL);
+            cut_kills++;
+        }
+}
+
+/* partition: bigbrother i stopped (SIGSTOP) while its games run on: half the time for
+ * less than its machine lease, else past it (its machine is declared lost, its slots
+ * move); one time in two one of its games is killed during the cut. */
+static void partition_start(int i, int64_t now)
+{
+    for (int b = 0; b < NBB; b++)
+        if (hp_ident(C.bb[b].state, cut.id[b]))
+            print_message("chaos: m%d has no bigbrother.id\n", b + 1);
+    /* rnd_in(0, 99) < 50, not rnd_in(0, 1): xorshift's low bit, drawn every third number,
+     * came out 0 five times in five in a run */
+    int longer = rnd_in(0, 99) < 50,
+        ms = longer ? slow(3000) + rnd_in(1000, 9000) : rnd_in(500, 2500);
+    kill(C.bb[i].pid, SIGSTOP);
+    cut.bb = i;
+    cut.heal_at = now + ms;
+    cut.kill_at = rnd_in(0, 99) < 50 ? now + rnd_in(0, ms) : 0;
+    cut.nhad = cut.ncounted = 0;
+    bb_cuts[i]++;
+    cuts_long += longer;
+}
+
+/* The partition's schedule at now: the kill, the heal (SIGCONT), then 1.5 s of watching
+ * the returning bigbrother's restarts. */
+static void partition_step(int64_t now)
+{
+    if (cut.bb < 0)
+        return;
+    if (cut.kill_at && now >= cut.kill_at) {
+        partition_kill_game();
+        cut.kill_at = 0;
+    }
+    if (cut.heal_at && now >= cut.heal_at) {
+        hp_proc_t p[128];
+        int n = hp_procs(SVC, cut.id, NBB, p, 128);
+        for (int a = 0; a < n; a++)
+            if (p[a].bb == cut.bb)
+                cut.had[cut.nhad++] = p[a];
+        kill(C.bb[cut.bb].pid, SIGCONT);
+        cut.heal_at = cut.kill_at = 0;
+        cut.watch_until = now + 1500;
+    }
+    if (!cut.heal_at && now < cut.watch_until)
+        watch_return();
+    else if (!cut.heal_at)
+        cut.bb = -1;
+}
+
+
 /* A random live gameproc of the service (pid > 0 and running) on bigbrother i (-1: a
  * random one); 0 if none. */
 static pid_t pick_gameproc(int i, char *instance, size_t cap)
 {
     if (i < 0)
-        i = rnd_in(0, NBB - 1);
+        i = reachable_bb(rnd_in(0, NBB - 1));
     json_t *st = bbt_ctl(&C.bb[i], "status"), *in;
     size_t k, n = 0;
     pid_t pids[64];
@@ -667,7 +795,7 @@ static void inject(void)
         }
         break;
     case 2: {
-        int i = rnd_in(0, NBB - 1);
+        int i = reachable_bb(rnd_in(0, NBB - 1));
         bb_kill(i);
         /* one time in three it stays down past its machine lease: the primary (another
          * one if it was the primary) declares the machine lost and moves its slots; on
@@ -688,13 +816,18 @@ static void inject(void)
         break;
     }
     case 5:
-        state_damage(rnd_in(0, NBB - 1));
+        state_damage(reachable_bb(rnd_in(0, NBB - 1)));
         break;
     case 6:
-        agent_flood(rnd_in(0, NBB - 1));
+        agent_flood(reachable_bb(rnd_in(0, NBB - 1)));
+        break;
+    case 7:
+        stale_holder();
         break;
     default:
-        stale_holder();
+        if (cut.bb >= 0)
+            return; /* one cut at a time */
+        partition_start(rnd_in(0, NBB - 1), h_now_ms());
         break;
     }
     faults++;
@@ -1032,7 +1165,8 @@ static int unexplained_stops(int *stops)
         /* killed: SIGKILL seen by its bigbrother (killed, signal 9), or its death seen at
          * re-adoption after a bigbrother restart (exited, status unknown); frozen: hung if
          * a slow fault step kept it frozen past the liveness timeout; any instance of a
-         * machine whose bigbrother was killed: machine_lost, or replaced on its return. */
+         * machine whose bigbrother was killed or cut off: machine_lost, or replaced on its
+         * return. */
         const char *how = json_string_value(json_object_get(hit, inst));
         int ok = (how && !strcmp(how, "kill") &&
                   ((!strcmp(reason, "killed") && bbt_int(e, "signal") == SIGKILL) ||
@@ -1040,7 +1174,7 @@ static int unexplained_stops(int *stops)
                  (how && !strcmp(how, "stop") && !strcmp(reason, "hung")) ||
                  ((!strcmp(reason, "machine_lost") || !strcmp(reason, "replaced") ||
                    !strcmp(reason, "orphaned")) &&
-                  b >= 0 && bb_kills[b] > 0);
+                  b >= 0 && (bb_kills[b] > 0 || bb_cuts[b] > 0));
         if (!ok) {
             bad++;
             print_message("VIOLATION %s stopped (reason %s, signal %lld, code %lld, detail %s) "
@@ -1070,10 +1204,15 @@ static void chaos_soak(void **state)
     const char *secs = getenv("SD_CHAOS_SECONDS");
     int seconds = secs && *secs ? atoi(secs) : h_valgrind() ? 30 : 40;
     nprocs = h_valgrind() ? 6 : 12;
-    print_message("chaos: seed=%llu seconds=%d gameprocs=%d (SD_CHAOS_SEED=%llu reproduces "
-                  "the fault sequence)\n",
-                  (unsigned long long)seed, seconds, nprocs, (unsigned long long)seed);
+    /* Odd seeds: the games present the shared game token, so the lock table itself must
+     * refuse a cut-off machine's games once the directory records them stopped; even
+     * seeds: their instance credentials, which stop working then. */
+    const char *cred = seed % 2 ? "off" : "prefer";
+    print_message("chaos: seed=%llu seconds=%d gameprocs=%d credential=%s (SD_CHAOS_SEED=%llu "
+                  "reproduces the fault sequence)\n",
+                  (unsigned long long)seed, seconds, nprocs, cred, (unsigned long long)seed);
     hit = json_object();
+    hp_locks_init(&locks, &C.redis, NKEYS);
 
     snprintf(redis_dir, sizeof redis_dir, "%s", h_tmpdir());
     C.redis.port = h_free_port();
@@ -1093,8 +1232,8 @@ static void chaos_soak(void **state)
     snprintf(args, sizeof args,
              "[\"--tick-hz\", \"10\", \"--serverdir\", \"%s\", \"--token\", \"%s\","
              " \"--players\", \"2\", \"--player-keys\", \"1-%d\", \"--save-every-ms\", \"500\","
-             " \"--session-s\", \"4\"]",
-             C.sd.url, H_TOK_GAME_OF_C1, NKEYS);
+             " \"--session-s\", \"4\", \"--credential\", \"%s\"]",
+             C.sd.url, H_TOK_GAME_OF_C1, NKEYS, cred);
     assert_int_equal(cl_service(&C, SVC, nprocs, args, NULL), 200);
     cl_conv_t w = {SVC, nprocs, 0};
     assert_true(cl_wait(&C, cl_converged, &w, slow(40000)));
@@ -1106,16 +1245,21 @@ static void chaos_soak(void **state)
     for (int it = 0; it < 100000 && h_now_ms() < end; it++) {
         int64_t now = h_now_ms();
         thaw_due(now);
+        partition_step(now);
         if (now >= next) {
             inject();
             next = h_now_ms() + rnd_in(gap_lo, gap_hi);
         }
         sample_blobs();
+        hp_locks_sample(&locks);
         reap_orphans();
         allocate_some();
         h_sleep_ms(100);
     }
     thaw_due(INT64_MAX);
+    if (cut.heal_at)
+        cut.heal_at = h_now_ms();
+    pause_ms(1600); /* the last cut heals and is watched */
     flood_release();
     print_message("chaos: %d faults in %lld ms:", faults, (long long)(h_now_ms() - t0));
     for (int k = 0; k < NKINDS; k++)
@@ -1128,6 +1272,9 @@ static void chaos_soak(void **state)
     print_message("chaos: settled=%s after %lld ms\n", ok ? "yes" : "NO",
                   (long long)(h_now_ms() - t1));
     sample_blobs();
+    /* the locks of the last stopped holders are freed after the lock delay (5 s) */
+    pause_ms(6000);
+    int stuck = hp_locks_stuck(&locks);
 
     /* invariants */
     int ready = cl_dir_count(&C, SVC, "ready", NULL), live = 0, running = 0, grants = 0,
@@ -1145,7 +1292,9 @@ static void chaos_soak(void **state)
     int listed = 0, lost = 0, v_allocs = double_allocations(&listed, &lost);
     int violations = v_desired + mism + d.missing + d.dups + v_locks + (int)blob_backwards +
                      (int)blob_lock_backwards + v_stops + v_procs + stale_accepted +
-                     stale_overwritten + v_allocs + (listed < nallocs);
+                     stale_overwritten + v_allocs + (listed < nallocs) +
+                     (int)locks.stopped_grants + (int)locks.stale_saves + (stuck > 0 ? stuck : 0) +
+                     returning_restarts;
     print_message("faults=%d violations=%d seed=%llu\n", faults, violations,
                   (unsigned long long)seed);
     print_message("desired: want=%d ready_in_directory=%d live_records=%d running=%d "
@@ -1164,6 +1313,12 @@ static void chaos_soak(void **state)
                   stale_stories, stale_incomplete, stale_refused, stale_accepted,
                   stale_overwritten, stale_thefts);
     print_message("agent_flood: connections_refused=%d\n", flood_refused);
+    print_message("partition: cuts=%d past_lease=%d games_killed=%d lock_samples=%lld "
+                  "grants=%lld saves=%lld stopped_grants=%lld stopped_saves=%lld "
+                  "stale_saves=%lld stuck_locks=%d returning_restarts=%d\n",
+                  faults_by[8], cuts_long, cut_kills, locks.samples, locks.grants, locks.saves,
+                  locks.stopped_grants, locks.stopped_saves, locks.stale_saves, stuck,
+                  returning_restarts);
     print_message("allocations: tries=%d allocated=%d no_capacity=%d errors=%d deleted=%d "
                   "listed=%d allocation_lost=%d held_twice=%d\n",
                   alloc_tries, nallocs, alloc_none, alloc_errors, alloc_deleted, listed, lost,
