@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
+#include <signal.h>
 #include <sys/wait.h>
 
 #include "harness.h"
@@ -26,8 +27,14 @@ int h_sdctl_run(const char *const *args, const char *const *env, int timeout_ms,
     pid_t pid = h_spawn(argv, logpath, env);
     int st = -1;
     int64_t until = h_now_ms() + timeout_ms;
-    while (!h_exited(pid, &st) && h_now_ms() < until)
+    int done = 0;
+    while (!(done = h_exited(pid, &st)) && h_now_ms() < until)
         h_sleep_ms(5);
+    if (!done) { /* killed and reaped: a late one cannot run on beside the next run */
+        kill(-pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        st = -1;
+    }
     FILE *f = fopen(logpath, "r");
     size_t got = f ? fread(out, 1, cap - 1, f) : 0;
     out[got] = '\0';
