@@ -1,4 +1,5 @@
 /* Harness additions for the sdctl tests (harness_sdctl.h). */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -36,10 +37,13 @@ int h_sdctl_run(const char *const *args, const char *const *env, int timeout_ms,
         st = -1;
     }
     FILE *f = fopen(logpath, "r");
-    size_t got = f ? fread(out, 1, cap - 1, f) : 0;
+    if (!f) { /* say so: an empty answer would look like sdctl's own */
+        snprintf(out, cap, "h_sdctl_run: %s: %s\n", logpath, strerror(errno));
+        return -1;
+    }
+    size_t got = fread(out, 1, cap - 1, f);
     out[got] = '\0';
-    if (f)
-        fclose(f);
+    fclose(f);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
