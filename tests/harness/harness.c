@@ -308,11 +308,15 @@ pid_t h_spawn(const char *const *argv, const char *logpath, const char *const *e
         signal(SIGPIPE, SIG_DFL);
         alarm(0);
         int fd = open(logpath ? logpath : "/dev/null", O_WRONLY | O_CREAT | O_APPEND, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-            close(fd);
+        if (fd < 0) { /* run on, it would print into the test's own output, unseen by the
+                         test that reads logpath */
+            fprintf(stderr, "h_spawn: %s: %s (%s not run)\n", logpath ? logpath : "/dev/null",
+                    strerror(errno), argv[0]);
+            _exit(127);
         }
+        dup2(fd, 1);
+        dup2(fd, 2);
+        close(fd);
         int nul = open("/dev/null", O_RDONLY);
         if (nul >= 0) {
             dup2(nul, 0);

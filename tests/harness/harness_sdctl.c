@@ -1,7 +1,9 @@
 /* Harness additions for the sdctl tests (harness_sdctl.h). */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
+#include <signal.h>
 #include <sys/wait.h>
 
 #include "harness.h"
@@ -26,13 +28,22 @@ int h_sdctl_run(const char *const *args, const char *const *env, int timeout_ms,
     pid_t pid = h_spawn(argv, logpath, env);
     int st = -1;
     int64_t until = h_now_ms() + timeout_ms;
-    while (!h_exited(pid, &st) && h_now_ms() < until)
+    int done = 0;
+    while (!(done = h_exited(pid, &st)) && h_now_ms() < until)
         h_sleep_ms(5);
+    if (!done) { /* killed and reaped: a late one cannot run on beside the next run */
+        kill(-pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        st = -1;
+    }
     FILE *f = fopen(logpath, "r");
-    size_t got = f ? fread(out, 1, cap - 1, f) : 0;
+    if (!f) { /* say so: an empty answer would look like sdctl's own */
+        snprintf(out, cap, "h_sdctl_run: %s: %s\n", logpath, strerror(errno));
+        return -1;
+    }
+    size_t got = fread(out, 1, cap - 1, f);
     out[got] = '\0';
-    if (f)
-        fclose(f);
+    fclose(f);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 

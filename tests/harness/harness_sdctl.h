@@ -10,7 +10,8 @@
  * environment entries env (NULL-terminated, "K=V", or NULL: none) added to the test's.
  * Waits up to timeout_ms for it to exit. Fills out (cap bytes, NUL-terminated) with
  * what it printed, stdout then stderr, through <h_tmpdir()>/sdctl.out. Returns its exit
- * code, or -1 when it was killed by a signal or did not exit in time. */
+ * code, or -1 when it was killed by a signal or did not exit in time (then it is killed,
+ * with its process group, and reaped: what it printed until then is in out). */
 int h_sdctl_run(const char *const *args, const char *const *env, int timeout_ms, char *out,
                 size_t cap);
 

@@ -34,6 +34,7 @@ static char dir[400], url[64], sdport_env[32], rport_env[32], dir_env[450], bin_
     logs_env[32], logs2_env[32];
 static const char *mode_env = "SD_REDIS=";
 static int port, rport, nredis = 1; /* the Redis ports: rport .. rport + nredis - 1 */
+static pid_t script; /* the running cluster.sh, 0 when none */
 
 static char *slurp(const char *path)
 {
@@ -379,6 +380,7 @@ static void one_run(int round)
                          NULL};
     pid_t pid = h_spawn(argv, log, env);
     assert_true(pid > 0);
+    script = pid;
     banner_wait_t w = {pid, log, NULL, 0, 0};
     h_wait_until(banner_or_exit, &w, 90000);
     char *out = w.out;
@@ -420,6 +422,7 @@ static void one_run(int round)
                            ends); its daemons run in their own sessions */
     int status = h_wait_exit(pid, 45000); /* at most 15 s for the realm stop, 5 + 10 s for
                                              the daemons */
+    script = 0;
     if (!WIFEXITED(status)) {
         char *tail = slurp(log);
         fail_msg("round %d: cluster.sh did not end within 45 s of its Ctrl-C:\n%s", round,
@@ -428,6 +431,20 @@ static void one_run(int round)
     assert_int_equal(WEXITSTATUS(status), 130);
     assert_int_equal(count_ready(""), -1); /* serverdir is gone */
     assert_true(h_wait_until(no_leftovers, NULL, 2000));
+}
+
+/* Teardown: a run a failed check left going gets its Ctrl-C, so that its cluster does
+ * not run on (doubling the machine's load) beside the next test's. */
+static int stop_script(void **state)
+{
+    (void)state;
+    if (script > 0) {
+        kill(-script, SIGINT);
+        if (h_wait_exit(script, 45000) == -1)
+            kill(-script, SIGKILL); /* its daemons go at the harness's exit */
+        script = 0;
+    }
+    return 0;
 }
 
 static void twice(void **state)
@@ -493,8 +510,8 @@ int main(void)
 {
     h_init(280);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(twice),
-        cmocka_unit_test(on_a_redis_cluster),
+        cmocka_unit_test_teardown(twice, stop_script),
+        cmocka_unit_test_teardown(on_a_redis_cluster, stop_script),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
