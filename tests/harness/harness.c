@@ -264,6 +264,66 @@ int h_sanitized(void)
 #endif
 }
 
+void h_child_init(void)
+{
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    signal(SIGPIPE, SIG_DFL);
+    alarm(0);
+}
+
+int h_proc_text(int pid, const char *file, char *buf, size_t cap)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/%s", pid, file);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t len = fread(buf, 1, cap - 1, f);
+    fclose(f);
+    for (size_t i = 0; i < len; i++)
+        if (!buf[i])
+            buf[i] = ' ';
+    buf[len] = '\0';
+    return (int)len;
+}
+
+int h_leftovers(const char *url, const char *dir, const int *ports, int nports)
+{
+    char want_env[300];
+    snprintf(want_env, sizeof want_env, "SERVERDIR_URL=%s", url);
+    int n = 0;
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        int pid = atoi(e->d_name);
+        char env[8192], cmd[8192], st[512];
+        if (pid <= 0 || pid == getpid() || h_proc_text(pid, "stat", st, sizeof st) < 0 ||
+            strstr(st, ") Z ")) /* a zombie the subreaper (the test) has not reaped yet */
+            continue;
+        if (h_proc_text(pid, "environ", env, sizeof env) < 0)
+            env[0] = '\0';
+        if (h_proc_text(pid, "cmdline", cmd, sizeof cmd) < 0)
+            cmd[0] = '\0';
+        int hit = strstr(env, want_env) || strstr(env, dir) || strstr(cmd, dir);
+        for (int k = 0; k < nports && !hit; k++) {
+            char addr[32];
+            snprintf(addr, sizeof addr, "127.0.0.1:%d", ports[k]);
+            hit = strstr(cmd, addr) != NULL;
+        }
+        if (hit) {
+            print_message("left over: pid %d %s\n", pid, cmd);
+            n++;
+        }
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
 /* Under H_VALGRIND=1 the project's daemons run under memcheck; the report goes to a
  * .vglog file beside the daemon's log, which the exit scan turns into a failure. */
 static int is_daemon(const char *path)
@@ -300,13 +360,7 @@ pid_t h_spawn(const char *const *argv, const char *logpath, const char *const *e
         exit(1);
     }
     if (pid == 0) {
-        setpgid(0, 0);
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        signal(SIGPIPE, SIG_DFL);
-        alarm(0);
+        h_child_init();
         int fd = open(logpath ? logpath : "/dev/null", O_WRONLY | O_CREAT | O_APPEND, 0644);
         if (fd < 0) { /* run on, it would print into the test's own output, unseen by the
                          test that reads logpath */

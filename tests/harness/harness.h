@@ -52,6 +52,17 @@ pid_t h_spawn(const char *const *argv, const char *logpath, const char *const *e
 int h_stop(pid_t pid, int grace_ms);
 /* Non-blocking: 1 if pid has exited (and reaps it), 0 if it runs. */
 int h_exited(pid_t pid, int *status);
+/* /proc/PID/FILE (cmdline, environ, stat) into buf as text, its NULs as spaces: its
+ * length, -1 when it cannot be read (the process is gone). */
+int h_proc_text(int pid, const char *file, char *buf, size_t cap);
+/* The processes a whole local cluster left behind (scripts/cluster.sh's, which the test
+ * stopped): those, zombies apart, whose environment names SERVERDIR_URL=url, whose
+ * environment or command line names dir, or whose command line names 127.0.0.1:PORT for
+ * one of ports (a daemon's address, redis-server's title). Each is printed. */
+int h_leftovers(const char *url, const char *dir, const int *ports, int nports);
+/* In a child just forked, before exec: its own process group, killed with the test,
+ * signals as a fresh program finds them (h_spawn does it). */
+void h_child_init(void);
 /* Waits up to timeout_ms for pid to exit (and reaps it); returns its wait status, or -1
  * when it still runs (or was reaped before). */
 int h_wait_exit(pid_t pid, int timeout_ms);

@@ -49,55 +49,14 @@ static char *slurp(const char *path)
 }
 
 /* Processes whose environment names this cluster's serverdir (the zone servers get
- * SERVERDIR_URL) or whose command line names its state dir or ports. */
+ * SERVERDIR_URL) or whose command line names its state dir or ports (serverdir's, and
+ * each redis-server's in its title). */
 static int leftovers(void)
 {
-    char want_env[80], want_port[32];
-    snprintf(want_env, sizeof want_env, "SERVERDIR_URL=%s", url);
-    snprintf(want_port, sizeof want_port, "127.0.0.1:%d", port);
-    int n = 0;
-    DIR *d = opendir("/proc");
-    struct dirent *e;
-    while (d && (e = readdir(d))) {
-        int pid = atoi(e->d_name);
-        if (pid <= 0 || pid == getpid())
-            continue;
-        char path[64], buf[8192];
-        const char *files[] = {"environ", "cmdline"};
-        for (int k = 0; k < 2; k++) {
-            snprintf(path, sizeof path, "/proc/%d/%s", pid, files[k]);
-            FILE *f = fopen(path, "r");
-            if (!f)
-                continue;
-            size_t len = fread(buf, 1, sizeof buf - 1, f);
-            fclose(f);
-            for (size_t i = 0; i < len; i++)
-                if (!buf[i])
-                    buf[i] = ' ';
-            buf[len] = '\0';
-            int dead = 0;
-            snprintf(path, sizeof path, "/proc/%d/stat", pid);
-            char *st = slurp(path);
-            if (st && strstr(st, ") Z "))
-                dead = 1; /* a zombie the subreaper (this test) has not reaped yet */
-            free(st);
-            int redis = 0;
-            for (int i = 0; k == 1 && i < nredis; i++) {
-                char rp[32];
-                snprintf(rp, sizeof rp, "127.0.0.1:%d", rport + i);
-                redis |= strstr(buf, rp) != NULL; /* redis-server's title */
-            }
-            if (!dead && (strstr(buf, want_env) || strstr(buf, dir) || redis ||
-                          (k == 1 && strstr(buf, want_port)))) {
-                print_message("left over: pid %d %s\n", pid, buf);
-                n++;
-                break;
-            }
-        }
-    }
-    if (d)
-        closedir(d);
-    return n;
+    int ports[8] = {port};
+    for (int i = 0; i < nredis && i + 1 < 8; i++)
+        ports[i + 1] = rport + i;
+    return h_leftovers(url, dir, ports, 1 + (nredis < 7 ? nredis : 7));
 }
 
 /* The token of `role` in the tokens file the script made, into tok; "" when absent. */
@@ -261,21 +220,10 @@ static pid_t pid_with(const char *want)
     DIR *d = opendir("/proc");
     struct dirent *e;
     while (d && !found && (e = readdir(d))) {
-        char path[64], buf[4096];
+        char buf[4096];
         int pid = atoi(e->d_name);
-        if (pid <= 0)
-            continue;
-        snprintf(path, sizeof path, "/proc/%d/cmdline", pid);
-        FILE *f = fopen(path, "r");
-        if (!f)
-            continue;
-        size_t len = fread(buf, 1, sizeof buf - 1, f);
-        fclose(f);
-        for (size_t i = 0; i < len; i++)
-            if (!buf[i])
-                buf[i] = ' ';
-        buf[len] = '\0';
-        if (strstr(buf, "bigbrother") && strstr(buf, want))
+        if (pid > 0 && h_proc_text(pid, "cmdline", buf, sizeof buf) >= 0 &&
+            strstr(buf, "bigbrother") && strstr(buf, want))
             found = pid;
     }
     if (d)

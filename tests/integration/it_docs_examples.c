@@ -492,13 +492,7 @@ static void session_start(session_t *s)
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
-        setpgid(0, 0);
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        signal(SIGPIPE, SIG_DFL);
-        alarm(0);
+        h_child_init();
         dup2(to[0], 0);
         dup2(from[1], 1);
         dup2(from[1], 2);
@@ -737,44 +731,7 @@ static char state_dir[450], url[64];
  * its state dir or ports (as it.cluster_script checks). */
 static int leftovers(void)
 {
-    char want_env[80], want_port[32], want_rport[32];
-    snprintf(want_env, sizeof want_env, "SERVERDIR_URL=%s", url);
-    snprintf(want_port, sizeof want_port, "127.0.0.1:%d", ports[0]);
-    snprintf(want_rport, sizeof want_rport, "127.0.0.1:%d", ports[1]);
-    int n = 0;
-    DIR *d = opendir("/proc");
-    struct dirent *e;
-    while (d && (e = readdir(d))) {
-        int pid = atoi(e->d_name);
-        if (pid <= 0 || pid == getpid())
-            continue;
-        char path[64], buf[8192];
-        snprintf(path, sizeof path, "/proc/%d/stat", pid);
-        char *st = slurp(path);
-        int zombie = st && strstr(st, ") Z ");
-        free(st);
-        for (int k = 0; k < 2 && !zombie; k++) {
-            snprintf(path, sizeof path, "/proc/%d/%s", pid, k ? "cmdline" : "environ");
-            FILE *f = fopen(path, "r");
-            if (!f)
-                continue;
-            size_t len = fread(buf, 1, sizeof buf - 1, f);
-            fclose(f);
-            for (size_t i = 0; i < len; i++)
-                if (!buf[i])
-                    buf[i] = ' ';
-            buf[len] = '\0';
-            if (strstr(buf, want_env) || strstr(buf, workdir) ||
-                (k == 1 && (strstr(buf, want_port) || strstr(buf, want_rport)))) {
-                print_message("left over: pid %d %s\n", pid, buf);
-                n++;
-                break;
-            }
-        }
-    }
-    if (d)
-        closedir(d);
-    return n;
+    return h_leftovers(url, workdir, ports, 2);
 }
 
 static int no_leftovers(void *arg)
