@@ -91,6 +91,17 @@ json_t *cl_get(const cl_t *c, const char *path)
     return j;
 }
 
+const char *cl_machine_state(const cl_t *c, int i)
+{
+    static char st[16];
+    char path[160];
+    snprintf(path, sizeof path, "/machines/%s", c->name[i]);
+    json_t *m = cl_get(c, path);
+    snprintf(st, sizeof st, "%s", m ? bbt_str(m, "state") : "");
+    json_decref(m);
+    return st;
+}
+
 long cl_service(const cl_t *c, const char *name, int n, const char *args, const char *extra)
 {
     char body[1024], path[128];

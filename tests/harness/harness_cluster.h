@@ -54,6 +54,9 @@ long cl_op(const cl_t *c, const char *method, const char *path, const char *body
 /* GET CL_BASE + path as the operator; the parsed body of a 200 (caller decrefs), else
  * NULL. */
 json_t *cl_get(const cl_t *c, const char *path);
+/* Machine i's state in the directory ("live", "lost"; "" when it cannot be read), in a
+ * static buffer. */
+const char *cl_machine_state(const cl_t *c, int i);
 
 /* PUT a test service: gameproc (args: a JSON array text, NULL for a plain one) with the
  * agent health check, count n; extra: more members (",\"placement\": ..." or NULL).

@@ -69,17 +69,6 @@ static int alive_count(const pid_t *pids, int n)
     return a;
 }
 
-static const char *machine_state(const char *name)
-{
-    static char st[16];
-    char path[128];
-    snprintf(path, sizeof(path), "/machines/%s", name);
-    json_t *m = cl_get(&C, path);
-    snprintf(st, sizeof(st), "%s", m ? bbt_str(m, "state") : "");
-    json_decref(m);
-    return st;
-}
-
 /* Stopped records of service in the directory with reason. */
 static int stopped_with(const char *service, const char *reason)
 {
@@ -174,7 +163,7 @@ static void returning_bigbrother_restarts_no_moved_slot(void **state)
     /* its machine is declared lost and the slot runs on the other one */
     cl_conv_t w = {"zone", 2, 1u << v};
     assert_true(cl_wait(&C, cl_converged, &w, cl_ms(3000 + 20000)));
-    assert_string_equal(machine_state(C.name[v]), "lost");
+    assert_string_equal(cl_machine_state(&C, v), "lost");
     int applied = bbt_lines_with(C.bb[v].log, "assignment applied");
     kill(C.bb[v].pid, SIGCONT);
     /* it reads the assignment that moved the slot, then has time to act on anything */

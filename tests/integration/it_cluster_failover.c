@@ -66,17 +66,6 @@ static int count_lines(const char *path, const char *needle)
     return n;
 }
 
-static const char *machine_state(const char *name)
-{
-    static char st[16];
-    char path[128];
-    snprintf(path, sizeof(path), "/machines/%s", name);
-    json_t *m = cl_get(&C, path);
-    snprintf(st, sizeof(st), "%s", m ? bbt_str(m, "state") : "");
-    json_decref(m);
-    return st;
-}
-
 static void killed_machine_slots_move(void **state)
 {
     (void)state;
@@ -95,7 +84,7 @@ static void killed_machine_slots_move(void **state)
     print_message("slots of the killed machine running elsewhere after %lld ms\n",
                   (long long)took);
     assert_true(took <= cl_ms(3000 + 12000));
-    assert_string_equal(machine_state(C.name[victim]), "lost");
+    assert_string_equal(cl_machine_state(&C, victim), "lost");
     char path[256];
     snprintf(path, sizeof(path), "/processes?machine=%s&state=stopped", C.name[victim]);
     json_t *j = cl_get(&C, path);
@@ -157,7 +146,7 @@ static void paused_primary_is_fenced(void **state)
     /* its machine lease ran out too: its slots move, its processes still run */
     cl_conv_t w = {"zone", 10, down | 1u << ip};
     assert_true(cl_wait(&C, cl_converged, &w, cl_ms(3000 + 20000)));
-    assert_string_equal(machine_state(old), "lost");
+    assert_string_equal(cl_machine_state(&C, ip), "lost");
     for (int i = 0; i < had; i++)
         assert_true(bbt_alive(pids[i]));
     int placed = count_lines(C.bb[ip].log, "placement changed");

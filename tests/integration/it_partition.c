@@ -296,17 +296,6 @@ static int converged_watching(cl_t *c, void *arg)
 
 /* ---------- what the directory shows ---------- */
 
-static const char *machine_state(int i)
-{
-    static char st[16];
-    char path[64];
-    snprintf(path, sizeof path, "/machines/%s", C.name[i]);
-    json_t *m = cl_get(&C, path);
-    snprintf(st, sizeof st, "%s", m ? bbt_str(m, "state") : "");
-    json_decref(m);
-    return st;
-}
-
 /* Ids of every event in the history, as a JSON object (id -> true); NULL on failure. */
 static json_t *history_ids(void)
 {
@@ -412,7 +401,7 @@ static void partition(int victim, method_t how)
     for (int k = 0; k < 1000 && h_now_ms() < cut.cut + CUT_MS; k++) {
         watch_ms(100);
         int64_t t = h_now_ms() - cut.cut;
-        if (lost_at < 0 && k % 3 == 0 && !strcmp(machine_state(victim), "lost"))
+        if (lost_at < 0 && k % 3 == 0 && !strcmp(cl_machine_state(&C, victim), "lost"))
             lost_at = t;
         if (!killed && (t >= KILL_AT_MS || L.stopped_grants > before.stopped_grants)) {
             kill_one_game(victim);
