@@ -38,6 +38,7 @@
 
 /* GET /v1/clusters/{c}/events */
 #define SD_HISTORY_LIMIT_MAX 1000 /* events in one page of the history */
+#define SD_DISCONNECT_MAX_MS 86400000 /* a service spec's disconnect delays: a day at most */
 
 /* PUT /v1/clusters/{c}/machines/{m} */
 #define SD_LABELS_MAX 32        /* entries of machine `labels` */

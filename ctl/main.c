@@ -368,10 +368,8 @@ __attribute__((noreturn)) static void watch(ctl_t *ctl, const ctl_cmd_t *cmd, in
     }
     events_newest(ctl, last, sizeof last);
     for (;;) {
-        char when[32];
-        time_t t = time(NULL);
-        struct tm tm;
-        strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&t, &tm));
+        char when[SD_TIME_ISO_LEN];
+        sd_time_iso(sd_wall_ms(), when, sizeof when);
         if (isatty(1))
             fputs("\033[H\033[2J", stdout);
         printf("On change, at least every %ds: %s  %s\n\n", watch_s, title, when);

@@ -343,8 +343,13 @@ while :; do
         kill -0 "$p" 2>/dev/null || core_left=""
     done
     [[ -n $core_left ]] || break
+    # Only the processes still running stay on the lists the stop signals: a pid that
+    # wait -n reaped may belong to another process by then.
     live=()
     for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && live+=("$p"); done
     pids=("${live[@]}")
+    live=()
+    for p in "${bb_pids[@]}"; do kill -0 "$p" 2>/dev/null && live+=("$p"); done
+    bb_pids=("${live[@]}")
 done
 echo "a cluster process exited; see the logs in $state"

@@ -96,10 +96,13 @@ int bb_place(const json_t *state, const json_t *ready, json_t *inflight, json_t 
 json_t *bb_spec_process_part(const json_t *spec);
 
 /* A service's spec.disconnect (docs/cluster.md, "A machine cut off"), defaults for what
- * is absent: lost_after_ms 0, replace true, reconcile keep_replacement. */
+ * is absent: lost_after_ms 0, replace true, stop_after_ms 0 (never), reconcile
+ * keep_replacement. The primary reads the first two and reconcile, each bigbrother
+ * stop_after_ms and reconcile (converge.c). */
 typedef struct {
     int64_t lost_after_ms;
     int replace;
+    int stop_after_ms;
     int keep_original;
 } bb_disconnect_t;
 void bb_disconnect_of(const json_t *spec, bb_disconnect_t *d);

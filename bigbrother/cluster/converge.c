@@ -336,11 +336,10 @@ void bb_converge_read(int64_t read_mono)
  * replacement). */
 static void disconnect_read(bb_inst_t *in, const json_t *e)
 {
-    const json_t *d = json_object_get(json_object_get(e, "spec"), "disconnect");
-    json_int_t ms = json_integer_value(json_object_get(d, "stop_after_ms"));
-    const char *rec = json_string_value(json_object_get(d, "reconcile"));
-    in->stop_after_ms = ms > 0 && ms <= 86400000 ? (int)ms : 0;
-    in->keep_original = rec && !strcmp(rec, "keep_original");
+    bb_disconnect_t d;
+    bb_disconnect_of(json_object_get(e, "spec"), &d);
+    in->stop_after_ms = d.stop_after_ms;
+    in->keep_original = d.keep_original;
 }
 
 /* The entry for a newly assigned slot: its old entry, any stopped cluster entry, or a

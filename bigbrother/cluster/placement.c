@@ -12,6 +12,7 @@
  * the spec before placing.
  */
 #include "cluster/bb_cluster.h"
+#include "sdproto.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -68,6 +69,9 @@ void bb_disconnect_of(const json_t *spec, bb_disconnect_t *d)
                            : 0;
     d->replace = !json_is_false(json_object_get(o, "replace"));
     d->keep_original = rec && !strcmp(rec, "keep_original");
+    const json_t *stop = json_object_get(o, "stop_after_ms");
+    json_int_t ms = json_is_integer(stop) ? json_integer_value(stop) : 0;
+    d->stop_after_ms = ms > 0 && ms <= SD_DISCONNECT_MAX_MS ? (int)ms : 0;
 }
 
 int bb_disconnect_holds(const json_t *spec, int64_t lost_for_ms)

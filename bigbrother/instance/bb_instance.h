@@ -92,7 +92,6 @@ typedef struct bb_inst {
     struct bb_cspec *next_cspec; /* the spec of the next spawn (a restart for a new spec) */
     int assigned;                /* the current assignment has this slot */
     int64_t restart_token;       /* the slot's restart token last acted on */
-    int held;                    /* a spawn waits for a fresh assignment (converge.c) */
     int stop_after_ms;           /* the spec's disconnect.stop_after_ms, 0: never */
     int keep_original;           /* the spec's disconnect.reconcile is keep_original */
     int64_t kept_since;          /* keep_original: unlisted but kept running since (mono

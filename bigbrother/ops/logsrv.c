@@ -152,15 +152,12 @@ static int check_caller(const char *token, const char *id, int *live)
     return status;
 }
 
-/* "2026-11-28T07:20:01.250Z " for the wall-clock time ms into out (STAMP_LEN + 1). */
+/* "2026-11-28T07:20:01.250Z " for the wall-clock time ms into out (STAMP_LEN + 1): the
+ * project's one time format (sd_time_iso) and a space. */
 static void stamp_format(int64_t ms, char *out)
 {
-    time_t t = (time_t)(ms / 1000);
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    char day[24];
-    strftime(day, sizeof day, "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(out, STAMP_LEN + 1, "%.19s.%03uZ ", day, (unsigned)(ms % 1000) % 1000u);
+    char iso[SD_TIME_ISO_LEN];
+    snprintf(out, STAMP_LEN + 1, "%-24.24s ", sd_time_iso(ms, iso, sizeof iso));
 }
 
 /* Rewrites the lines of b with the stamp of ms before each (timestamps=1 on the lines

@@ -42,7 +42,6 @@
 
 #define SD_SPEC_MAX_BYTES (64 << 10) /* a service spec, compact JSON */
 #define SD_COUNT_MAX 100000          /* instances of one service */
-#define SD_DISCONNECT_MAX_MS 86400000 /* spec.disconnect's delays: a day at most */
 #define SD_ASSIGN_WAIT_MAX_MS 60000  /* cap of ?wait= on assignments */
 #define SD_ASSIGN_WAITERS_MAX 20000  /* parked assignment long-polls at once */
 

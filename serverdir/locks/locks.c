@@ -591,23 +591,6 @@ static int stopped_holders(const sd_lock_req_t *a, sd_argv_t *av)
     return SD_STORE_OK;
 }
 
-/* One command `op key field value` whose failure changes nothing for the caller (a
- * counter): its reply is dropped. */
-static void store_best_effort(const char *op, const char *key, const char *field,
-                              const char *value)
-{
-    sd_argv_t q;
-    sd_argv_init(&q);
-    sd_argv_add(&q, op);
-    sd_argv_add(&q, key);
-    sd_argv_add(&q, field);
-    sd_argv_add(&q, value);
-    redisReply *r;
-    if (sd_store_command(&q, &r) == SD_STORE_OK)
-        freeReplyObject(r);
-    sd_argv_free(&q);
-}
-
 /* The holder liveness argument of lock_acquire.lua and lock_renew.lua (the prelude's
  * holder_stop), appended to av. The directory asked is the caller's cluster: the one its
  * token is bound to, or its credential's. A caller bound to no cluster (ops, an unbound
@@ -615,7 +598,8 @@ static void store_best_effort(const char *op, const char *key, const char *field
  * only) and gets "": nothing checked. On standalone Redis / Sentinel the argument is the
  * holder's process hash, which the script reads; on a Redis Cluster (the hash is in
  * another slot) it is read here with one HMGET and, when stopped, passed as "=<reason>
- * <stopped_at_ms>" (the refusal counted in the hash here). A SD_STORE_* code. */
+ * <stopped_at_ms>" (the refusal counted in the hash here, lock_refusal_count.lua). A
+ * SD_STORE_* code. */
 static int holder_stop_arg(const sd_auth_t *auth, const char *holder, sd_argv_t *av)
 {
     char key[2 * SD_NAME_MAX + 96];
@@ -646,11 +630,13 @@ static int holder_stop_arg(const sd_auth_t *auth, const char *holder, sd_argv_t 
     else
         sd_argv_add(av, "");
     freeReplyObject(r);
-    if (stopped) { /* the record has its stopped ttl, which HINCRBY and HSET keep */
-        char now[24];
-        snprintf(now, sizeof now, "%lld", (long long)sd_wall_ms());
-        store_best_effort("HINCRBY", key, "lock_refusals", "1");
-        store_best_effort("HSET", key, "lock_refused_at_ms", now);
+    if (stopped) { /* counted best effort: a failure changes nothing for the caller */
+        sd_argv_t c;
+        sd_argv_init(&c);
+        sd_argv_addf(&c, "%s", key);
+        sd_argv_addf(&c, "%lld", (long long)sd_wall_ms());
+        if (sd_store_run("lock_refusal_count", 1, &c, &r) == SD_STORE_OK)
+            freeReplyObject(r);
     }
     return SD_STORE_OK;
 }
