@@ -344,7 +344,13 @@ pid_t h_spawn(const char *const *argv, const char *logpath, const char *const *e
         static const char *const pre[] = {"valgrind", "-q", "--leak-check=full",
                                           "--errors-for-leak-kinds=definite",
                                           "--show-leak-kinds=definite", "--error-exitcode=99",
-                                          "--trace-children=no"};
+                                          "--trace-children=no",
+                                          /* a forked child's few steps before its exec
+                                           * are not the daemon's: one signalled before
+                                           * it exec'd (a stop racing a slow spawn under
+                                           * valgrind) "leaked" the environment it was
+                                           * about to pass */
+                                          "--child-silent-after-fork=yes"};
         int k = 0;
         for (size_t i = 0; i < sizeof pre / sizeof pre[0]; i++)
             vg_argv[k++] = pre[i];
