@@ -67,8 +67,9 @@ static int sweep_due(const char *cluster)
 }
 
 /* One cluster: every machine whose lease ran out (at most 64 a round) has its live
- * processes marked stopped (machine_lost). */
-static void sweep_cluster(const char *cluster)
+ * processes marked stopped (machine_lost), once this copy has run without a gap for a
+ * whole lease of the machine (awake_ms; machine_lost_sweep.lua). */
+static void sweep_cluster(const char *cluster, int64_t awake_ms)
 {
     if (sd_dir_ensure_index(cluster))
         return;
@@ -78,6 +79,7 @@ static void sweep_cluster(const char *cluster)
         sd_argv_t a;
         sd_argv_init(&a);
         sd_argv_add(&a, base);
+        sd_argv_addf(&a, "%lld", (long long)awake_ms);
         redisReply *r;
         if (sd_store_run("machine_lost_sweep", 1, &a, &r))
             return;
@@ -215,7 +217,9 @@ static int sweeper_wait(int64_t ms)
 
 /* The sweeper: two timers on one walk of the known clusters. Every lost_sweep_ms the
  * allocation deadlines (every copy may run that sweep: one script, a no-op when another
- * copy did it first) and the lost-machine sweep (under the lease); every
+ * copy did it first) and the lost-machine sweep (under the lease; not of a machine before
+ * this copy has run for a whole lease of it since it started or last woke late: a pause
+ * of serverdir, or an outage of every copy, let every lease run out); every
  * series_interval_ms a ready-vs-desired sample. The series timer wakes when the first
  * cluster's sample is due (the scripts say when), at least interval/20 after the last
  * walk, so a copy runs each cluster's script about once a period. */
@@ -228,6 +232,7 @@ static void *sweeper_main(void *arg)
     const int64_t lost_every = sd_dir_cfg.lost_sweep_ms;
     const int64_t series_every = sd_dir_cfg.series_interval_ms;
     int64_t next_lost = sd_mono_ms() + lost_every, next_series = sd_mono_ms();
+    int64_t awake_since = sd_mono_ms();
     for (;;) {
         int64_t wake = lost_every > 0 ? next_lost : INT64_MAX;
         if (series_every > 0 && next_series < wake)
@@ -239,8 +244,16 @@ static void *sweeper_main(void *arg)
         int series = series_every > 0 && now >= next_series;
         if (!lost && !series)
             continue;
-        if (lost)
+        if (lost) {
+            /* woke a second (and a period) late: this copy was paused or starved */
+            int64_t late = now - next_lost;
+            if (late > (lost_every > 1000 ? lost_every : 1000)) {
+                log_warn("lost-machine sweep held: serverdir did not run", "late_ms=%lld",
+                         (long long)late);
+                awake_since = now;
+            }
             next_lost = now + lost_every;
+        }
         int64_t series_in = series_every;
         char cursor[32] = "0";
         int rounds = 0, leased = 0, swept_elsewhere = 0;
@@ -256,7 +269,7 @@ static void *sweeper_main(void *arg)
                     sd_alloc_sweep(c);
                 if (lost && !swept_elsewhere && sweep_due(c)) {
                     if (leased || (leased = sweep_lease(me)))
-                        sweep_cluster(c);
+                        sweep_cluster(c, now - awake_since);
                     else
                         swept_elsewhere = 1; /* another copy sweeps this round */
                 }

@@ -6,7 +6,13 @@
 -- The processes of a service whose spec.disconnect keeps them on a lost machine
 -- (replace false, lost_after_ms > 0, reconcile keep_original: docs/cluster.md, "A machine
 -- cut off") are not returned: a cluster between two primaries leaves them to the next.
--- KEYS[1]: the cluster's key base. Returns {} when there is nothing to do, else
+-- A copy of serverdir that has not run for a whole lease of the machine (it just started,
+-- or it was paused or starved: ARGV[1], how long it has run without a gap) cannot tell a
+-- lost machine from its own absence: every lease ran out while it was away, and the
+-- machines get that long to renew first (the primary waits the same way: bigbrother's
+-- cluster.c, declare_lost).
+-- KEYS[1]: the cluster's key base; ARGV[1]: ms this copy has run without a gap. Returns
+-- {} when there is nothing to do (or not yet), else
 -- {machine, lease_expired_at_ms, instance, service, ...}; the machine leaves P leases (a
 -- new lease puts it back).
 local base = KEYS[1]
@@ -16,6 +22,8 @@ if p[1] and p[1] ~= '' and tonumber(p[2] or '0') > now then return {} end
 local due = redis.call('ZRANGEBYSCORE', base .. 'leases', '-inf', now, 'WITHSCORES', 'LIMIT', 0, 1)
 if #due == 0 then return {} end
 local m, at = due[1], due[2]
+local ttl = tonumber(redis.call('HGET', base .. 'machine:' .. m, 'ttl_ms') or '0') or 0
+if tonumber(ARGV[1]) < ttl then return {} end
 redis.call('ZREM', base .. 'leases', m)
 
 local kept = {} -- service -> whether its spec keeps its processes on a lost machine
