@@ -118,7 +118,7 @@ int main(int argc, char **argv)
         sd_die(SD_EXIT_SYSTEM, "cannot serve logs", "listen=%s port=%d error=%s",
                bb.cfg.logs_host, bb.cfg.logs_port, strerror(-rc));
     if ((rc = bb_agentsrv_init()) || (rc = bb_alloc_init()) || (rc = bb_notify_init()) ||
-        (rc = bb_ctl_init()) || (rc = bb_handover_init()))
+        (rc = bb_ctl_init()) || (rc = bb_handover_init()) || (rc = bb_relive_init()))
         sd_die(SD_EXIT_SYSTEM, "cannot open the sockets", "agent=%s notify=%s control=%s error=%s",
                bb.cfg.agent_socket, bb.cfg.notify_socket, bb.cfg.control_socket,
                strerror(-rc));

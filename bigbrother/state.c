@@ -314,7 +314,7 @@ static void load_one(json_t *e, bb_found_t *found, int nfound)
     bb_inst_adopt(in, (enum bb_state)state, 1);
     if (state == ST_STOPPING) /* finish what the previous run began */
         bb_inst_event(in, why == WHY_OPERATOR  ? EV_STOP
-                          : why == WHY_RESTART ? EV_RESTART
+                          : why == WHY_RESTART || why == WHY_LOST ? EV_RESTART
                                                : EV_DEADLINE);
 }
 

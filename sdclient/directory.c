@@ -10,7 +10,8 @@
 #include "sdutil.h"
 
 int sdc_machine_put(sdc_t *c, const char *cluster, const char *machine,
-                    const sdc_machine_lease_t *lease, int64_t *expires_in_ms, sdc_err_t *err)
+                    const sdc_machine_lease_t *lease, int64_t *expires_in_ms,
+                    int64_t *registered_at_ms, sdc_err_t *err)
 {
     int rc = sdc__names(err, 2, "cluster", cluster, "machine", machine);
     if (rc)
@@ -37,10 +38,13 @@ int sdc_machine_put(sdc_t *c, const char *cluster, const char *machine,
     json_decref(body);
     if (rc == SDC_OK) {
         json_t *e = json_object_get(out, "expires_in_ms");
+        json_t *reg = json_object_get(out, "registered_at_ms");
         if (!json_is_integer(e))
             rc = sdc__proto(err, "no expires_in_ms in the answer");
-        else if (expires_in_ms)
+        if (!rc && expires_in_ms)
             *expires_in_ms = json_integer_value(e);
+        if (!rc && registered_at_ms)
+            *registered_at_ms = json_integer_value(reg); /* 0 when not given */
     }
     json_decref(out);
     return rc;

@@ -89,9 +89,13 @@ typedef struct {
 } sdc_machine_lease_t;
 
 /* PUT /v1/clusters/{cluster}/machines/{machine}. lease may be NULL (a bare renewal).
- * On success *expires_in_ms (if given) is the lease time left. */
+ * On success *expires_in_ms (if given) is the lease time left and *registered_at_ms (if
+ * given) when this registration began (ServerDir's clock, 0 when the answer has none): it
+ * changes when the lease had run out, so the machine may have been declared lost
+ * meanwhile. */
 int sdc_machine_put(sdc_t *c, const char *cluster, const char *machine,
-                    const sdc_machine_lease_t *lease, int64_t *expires_in_ms, sdc_err_t *err);
+                    const sdc_machine_lease_t *lease, int64_t *expires_in_ms,
+                    int64_t *registered_at_ms, sdc_err_t *err);
 /* GET .../machines, every page: *out is {"machines":[...]} in name order (caller
  * decrefs). */
 int sdc_machines_list(sdc_t *c, const char *cluster, json_t **out, sdc_err_t *err);

@@ -23,7 +23,7 @@ enum bb_event { EV_START, EV_READY, EV_ALIVE, EV_DEADLINE, EV_EXIT, EV_STOP, EV_
                 EV_ADOPT, EV__COUNT };
 /* Why a process is being stopped by bigbrother (decides the reported reason). */
 enum bb_why { WHY_NONE, WHY_HUNG, WHY_START_TIMEOUT, WHY_OPERATOR, WHY_RESTART, WHY_REPLACED,
-              WHY_DRAINED, WHY_DISCONNECTED };
+              WHY_DRAINED, WHY_DISCONNECTED, WHY_LOST };
 
 struct bb_conn;
 struct bb_cspec;
@@ -43,6 +43,8 @@ typedef struct bb_inst {
                                    "restarts" figure (docs/design.md, "Figures"), sent on
                                    every event and shown by bbctl, sdctl, the dashboard */
     int64_t spawned_mono, ready_mono, alive_mono, spawned_wall;
+    int64_t reported_mono;      /* when this bigbrother appended the run's started event
+                                   (0: an earlier one did, for a re-adopted process) */
     bb_timer_t deadline;        /* start / liveness / stop grace / backoff, per state */
     int stop_phase;             /* 0 SHUTDOWN sent, 1 stop signal sent, 2 SIGKILL sent */
     enum bb_why why;
@@ -134,9 +136,19 @@ void bb_inst_adopt(bb_inst_t *in, enum bb_state was, int alive);
 bb_inst_t *bb_inst_by_id(const char *id);
 /* The instance whose process is pid or whose process group contains pid. */
 bb_inst_t *bb_inst_by_pid(pid_t pid);
+/* Watches the reporter's read of the directory after a new registration of the lease
+ * (bb_report_take_live): a process running here whose record the directory no longer
+ * holds live (marked stopped, machine_lost, while the lease had run out) is restarted
+ * as a new run, since a stopped run never comes back (its locks were freed). 0 or
+ * -errno. */
+int bb_relive_init(void);
 /* Applies an operator command to TARGET (instance id, service name or "all").
  * Returns how many instances it touched. */
 int bb_operator(const char *cmd, const char *target);
+/* EV_RESTART because the directory marked the run stopped (machine_lost) while the
+ * machine's lease had run out: the stop is reported with reason machine_lost, then the
+ * slot starts a new run (a planned restart, like an operator's). */
+void bb_inst_restart_lost(bb_inst_t *in);
 /* EV_STOP with its reason (WHY_OPERATOR, WHY_REPLACED, WHY_DRAINED, WHY_DISCONNECTED): SHUTDOWN, stop
  * signal, SIGKILL as for an operator stop; it ends in ST_STOPPED and is not restarted,
  * also when a stop was already under way. */

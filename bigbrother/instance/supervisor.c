@@ -27,15 +27,18 @@
  *  stop      SHUTDOWN over the agent connection, then the stop signal, then SIGKILL, each
  *            after stop.grace_ms -> stopping; the reason is the event's (operator,
  *            replaced, drained, disconnected), stopped_by_operator for a bare operator stop
- *  restart   the same sequence for an operator or assignment restart
+ *  restart   the same sequence for an operator or assignment restart, or a run the
+ *            directory marked stopped while the lease had run out (machine_lost)
  *  escalate  the next step of that sequence
  *  retarget  a stop with a reason of its own (the assignment's operator / replaced /
  *            drained, converge's disconnected) makes the stop under way end in stopped with that reason; a bare
  *            operator stop leaves it as it is
  *  again     operator restart during a stop: spawn as soon as the process is gone
  *  exit      classify the event's status (exited(code), killed(signal), hung,
- *            start_timeout, stopped_by_operator, replaced, drained, disconnected), report "stopped",
- *            then by the restart policy: backoff (exponential + jitter; the deadline,
+ *            start_timeout, stopped_by_operator, replaced, drained, disconnected,
+ *            machine_lost), report "stopped", then a planned restart (operator, lost
+ *            record) -> backoff at once, else by the restart policy: backoff
+ *            (exponential + jitter; the deadline,
  *            through spawn, is the restart), exited (no restart), failed (crash loop:
  *            max_restarts within window_s), stopped (operator, replaced, drained,
  *            disconnected)
@@ -179,6 +182,7 @@ static void spawn(bb_inst_t *in)
     log_info("instance started", "instance=%s service=%s slot=%d pid=%d generation=%d", in->id,
              in->svc->name, in->slot, (int)in->pid, in->generation);
     report(in, SD_EV_STARTED);
+    in->reported_mono = sd_mono_ms();
     if (in->svc->health.type == BB_H_NONE) {
         become_ready(in);
         return;
@@ -268,8 +272,7 @@ static void a_stop(bb_inst_t *in, const bb_ev_t *ev)
 
 static void a_restart(bb_inst_t *in, const bb_ev_t *ev)
 {
-    (void)ev;
-    begin_stop(in, WHY_RESTART);
+    begin_stop(in, ev->why == WHY_LOST ? WHY_LOST : WHY_RESTART);
 }
 
 static void a_retarget(bb_inst_t *in, const bb_ev_t *ev)
@@ -341,6 +344,12 @@ static void classify_exit(bb_inst_t *in, int code, int sig)
     case WHY_DISCONNECTED:
         in->reason = SD_STOP_DISCONNECTED;
         break;
+    case WHY_LOST:
+        in->reason = SD_STOP_MACHINE_LOST;
+        snprintf(in->detail, sizeof(in->detail), "%s",
+                 "the directory marked the run stopped while the machine's lease had run "
+                 "out: restarted as a new run");
+        break;
     case WHY_NONE:
         if (sig > 0) {
             in->reason = SD_STOP_KILLED;
@@ -396,11 +405,11 @@ static void a_exit(bb_inst_t *in, const bb_ev_t *ev)
     /* a restart the operator, the primary or a released session asked for is planned:
      * only the restart policy's own restarts count in in->restarts (docs/design.md,
      * "Figures") */
-    int planned = in->why == WHY_RESTART;
+    int planned = in->why == WHY_RESTART || in->why == WHY_LOST;
     if (in->why == WHY_OPERATOR || in->why == WHY_REPLACED || in->why == WHY_DRAINED ||
         in->why == WHY_DISCONNECTED) {
         next = ST_STOPPED;
-    } else if (in->why == WHY_RESTART) {
+    } else if (in->why == WHY_RESTART || in->why == WHY_LOST) {
         in->fail_streak = 0;
         next = ST_BACKOFF;
     } else if (s->restart.policy == BB_P_NEVER ||
@@ -500,6 +509,11 @@ static void dispatch(bb_inst_t *in, const bb_ev_t *ev)
 void bb_inst_event(bb_inst_t *in, enum bb_event type)
 {
     dispatch(in, &(bb_ev_t){.type = type, .code = -1, .sig = -1});
+}
+
+void bb_inst_restart_lost(bb_inst_t *in)
+{
+    dispatch(in, &(bb_ev_t){.type = EV_RESTART, .why = WHY_LOST, .code = -1, .sig = -1});
 }
 
 void bb_inst_stop(bb_inst_t *in, enum bb_why why)

@@ -6,6 +6,7 @@
 #include "sdlog.h"
 
 #include <string.h>
+#include <sys/epoll.h>
 #include <unistd.h>
 
 bb_daemon_t bb;
@@ -45,6 +46,45 @@ size_t bb_inst_reason_text(const bb_inst_t *in, char *buf, size_t cap)
 {
     return sd_reason_format(buf, cap, bb_inst_reason(in), in->code >= 0 ? in->code : SD_REASON_NONE,
                             in->sig > 0 ? in->sig : SD_REASON_NONE, in->why_silent_ms);
+}
+
+/* The reporter read the directory's live records of this machine after a new
+ * registration: every process running here since before the read (its started event
+ * was in the directory) that is not among them was marked stopped meanwhile. */
+static void on_live(bb_watch_t *w, uint32_t events)
+{
+    (void)w;
+    (void)events;
+    int64_t since;
+    json_t *live = bb_report_take_live(bb.report, &since);
+    if (!live)
+        return;
+    int restarted = 0;
+    for (int i = 0; i < bb.ninst; i++) {
+        bb_inst_t *in = &bb.inst[i];
+        if ((in->state != ST_STARTING && in->state != ST_READY) || in->pid <= 0 ||
+            in->reported_mono >= since || json_object_get(live, in->id))
+            continue;
+        log_warn("process has no live record: restarted as a new run",
+                 "instance=%s service=%s slot=%d generation=%d detail=\"the directory marked "
+                 "it stopped while this machine's lease had run out\"", in->id, in->svc->name,
+                 in->slot, in->generation);
+        bb_inst_restart_lost(in);
+        restarted++;
+    }
+    log_info("directory checked after registration", "live_records=%zu restarted=%d",
+             json_object_size(live), restarted);
+    json_decref(live);
+}
+
+int bb_relive_init(void)
+{
+    static bb_watch_t lw;
+    if (!bb.report || bb_report_fd(bb.report) < 0)
+        return 0;
+    lw.fd = bb_report_fd(bb.report);
+    lw.fn = on_live;
+    return bb_watch_add(&lw, EPOLLIN);
 }
 
 bb_inst_t *bb_inst_by_id(const char *id)

@@ -64,6 +64,16 @@ int64_t bb_report_send_failures(const bb_report_t *r);
  * long this machine has been cut off (cluster/converge.c). Any thread. */
 int64_t bb_report_lease_ok_ms(const bb_report_t *r);
 
+/* An eventfd that is readable when the reporter read the machine's live records after a
+ * new registration of its lease (-1 for NULL). */
+int bb_report_fd(const bb_report_t *r);
+/* Takes that read: {instance: generation} of the records the directory holds live on
+ * this machine (caller decrefs), or NULL when none waits; *since: a monotonic time
+ * before the read at which every event appended earlier was in the directory (the
+ * outbox was empty), so a process started before then and not in it was marked stopped
+ * there. Supervision thread. */
+json_t *bb_report_take_live(bb_report_t *r, int64_t *since);
+
 /* Stops the reporter thread and closes the outbox. A request in flight is not cut: each
  * is bounded by the request timeout (lease_ttl_ms / (6 x URLs), 250 ms .. 2 s, per URL
  * tried). Unsent events stay on disk for the next start. */

@@ -18,7 +18,15 @@
  *                                              -> anything else: retry after backoff
  *                                                 (100 ms .. 30 s, jitter); after a
  *                                                 timeout, with half as many events
- * Events are never dropped unacknowledged; ServerDir dedupes resends by event id. */
+ * Events are never dropped unacknowledged; ServerDir dedupes resends by event id.
+ *
+ * After a new registration (the lease had run out, or this is the first one: its
+ * registered_at_ms changed) the machine may have been declared lost meanwhile, by the
+ * primary or serverdir's sweep, and the records of processes still running here marked
+ * stopped. Once the outbox is empty (every event written before is in the directory),
+ * the thread reads the machine's live records (GET .../processes?machine=, every page)
+ * and hands them to the supervision thread (bb_report_take_live), which restarts as new
+ * runs the processes the directory no longer holds live (cluster/converge.c). */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -28,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -89,6 +98,15 @@ struct bb_report {
 
     _Atomic int64_t failures;
     _Atomic int64_t lease_ok_mono; /* when ServerDir last accepted the lease, 0: never */
+
+    /* the directory check after a new registration (reporter thread) */
+    int64_t registered_at;  /* the registration last seen (ServerDir's ms), 0: none */
+    int recheck;            /* a read of the machine's live records is due */
+    int64_t recheck_at;     /* not before (mono ms): after a failed read */
+    /* handed to the supervision thread, under mu */
+    int efd;                /* eventfd: readable when a read is waiting */
+    json_t *live;           /* {instance: generation} of the last read, or NULL */
+    int64_t live_since;     /* every event written before then (mono ms) is in it */
 };
 
 static uint64_t rng_next(bb_report_t *r)
@@ -268,9 +286,18 @@ static int send_batch(bb_report_t *r, sdc_t *c, sender_t *s)
 static int lease_renew(bb_report_t *r, sdc_t *c)
 {
     sdc_err_t err;
-    int rc = sdc_machine_put(c, r->cluster, r->machine, &r->lease, NULL, &err);
+    int64_t reg = 0;
+    int rc = sdc_machine_put(c, r->cluster, r->machine, &r->lease, NULL, &reg, &err);
     if (rc == SDC_OK) {
         atomic_store(&r->lease_ok_mono, sd_mono_ms());
+        if (reg != r->registered_at) {
+            if (r->registered_at)
+                log_warn("machine lease registered anew: it had run out",
+                         "registered_at_ms=%" PRId64, reg);
+            r->registered_at = reg;
+            r->recheck = 1;
+            r->recheck_at = 0;
+        }
         mark_reachable(r, &r->lease_ch);
         r->lease_ch.refusal[0] = '\0';
     } else {
@@ -278,6 +305,44 @@ static int lease_renew(bb_report_t *r, sdc_t *c)
     }
     sdc_err_clear(&err);
     return rc;
+}
+
+/* The read after a new registration: the machine's live records, handed to the
+ * supervision thread with the time before the read (the outbox was empty then). */
+static void recheck_live(bb_report_t *r, sdc_t *c)
+{
+    int64_t t = sd_mono_ms();
+    sdc_proc_filter_t f = {.machine = r->machine};
+    json_t *list = NULL, *live = json_object();
+    sdc_err_t err;
+    int rc = live ? sdc_processes_list(c, r->cluster, &f, &list, &err) : SDC_E_NOMEM;
+    if (rc != SDC_OK) {
+        char why[320];
+        log_warn("directory check after registration failed: retried",
+                 "error=%s", sdc_strerror(rc, &err, why, sizeof why));
+        sdc_err_clear(&err);
+        json_decref(live);
+        r->recheck_at = sd_deadline_ms(sd_mono_ms(), r->ttl_ms / 3);
+        return;
+    }
+    size_t i;
+    json_t *p;
+    json_array_foreach(json_object_get(list, "processes"), i, p) {
+        const char *id = json_string_value(json_object_get(p, "instance"));
+        if (id)
+            json_object_set(live, id, json_object_get(p, "generation"));
+    }
+    json_decref(list);
+    sdc_err_clear(&err);
+    r->recheck = 0;
+    pthread_mutex_lock(&r->mu);
+    json_decref(r->live);
+    r->live = live;
+    r->live_since = t;
+    pthread_mutex_unlock(&r->mu);
+    uint64_t one = 1;
+    if (write(r->efd, &one, sizeof one) < 0)
+        log_warn("reporter eventfd write failed", "error=%s", strerror(errno));
 }
 
 static void *reporter_main(void *arg)
@@ -311,6 +376,10 @@ static void *reporter_main(void *arg)
             }
             continue;
         }
+        if (r->recheck && now >= r->recheck_at && outbox_pending(r->ob) == 0) {
+            recheck_live(r, lease);
+            continue;
+        }
         if (outbox_pending(r->ob) > 0 && now >= retry_at) {
             int st = send_batch(r, events, &s);
             if (st == SEND_PROGRESS) {
@@ -332,6 +401,8 @@ static void *reporter_main(void *arg)
         int64_t deadline = lease_due;
         if (outbox_pending(r->ob) > 0 && retry_at < deadline)
             deadline = retry_at;
+        if (r->recheck && outbox_pending(r->ob) == 0 && r->recheck_at < deadline)
+            deadline = r->recheck_at;
         struct timespec ts =
             sd_timespec_after_ms(CLOCK_MONOTONIC, sd_ms_left(deadline, sd_mono_ms()));
         pthread_mutex_lock(&r->mu);
@@ -374,6 +445,13 @@ int bb_report_start(const bb_report_opts_t *opts, bb_report_t **out)
     if (!r)
         return -ENOMEM;
     pthread_mutex_init(&r->mu, NULL);
+    r->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (r->efd < 0) {
+        int e = errno;
+        pthread_mutex_destroy(&r->mu);
+        free(r);
+        return -e;
+    }
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -489,6 +567,21 @@ int bb_report_event(bb_report_t *r, json_t *event)
 
 int64_t bb_report_pending(const bb_report_t *r) { return outbox_pending(r->ob); }
 
+int bb_report_fd(const bb_report_t *r) { return r ? r->efd : -1; }
+
+json_t *bb_report_take_live(bb_report_t *r, int64_t *since)
+{
+    uint64_t drained;
+    if (read(r->efd, &drained, sizeof drained) < 0 && errno != EAGAIN)
+        log_warn("reporter eventfd read failed", "error=%s", strerror(errno));
+    pthread_mutex_lock(&r->mu);
+    json_t *live = r->live;
+    *since = r->live_since;
+    r->live = NULL;
+    pthread_mutex_unlock(&r->mu);
+    return live;
+}
+
 int64_t bb_report_send_failures(const bb_report_t *r) { return atomic_load(&r->failures); }
 
 int64_t bb_report_lease_ok_ms(const bb_report_t *r)
@@ -515,6 +608,8 @@ void bb_report_stop(bb_report_t *r)
     json_decref(r->labels);
     free(r->urls);
     free(r->token);
+    json_decref(r->live);
+    close(r->efd);
     pthread_cond_destroy(&r->cv);
     pthread_mutex_destroy(&r->mu);
     free(r);

@@ -10,7 +10,9 @@
  *     restart until a fresh read, which no longer holds the slot);
  *   - reconcile keep_original: the same return with a process still running: it keeps
  *     running (not stopped as replaced at once) and is stopped as replaced after the
- *     bound (a placement interval and a lease) unless the primary gave the slot back. */
+ *     bound (a placement interval and a lease) unless the primary gave the slot back;
+ *   - both bigbrothers paused past their leases: serverdir's sweep marks their games
+ *     stopped; back, each restarts those still running as new runs. */
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -227,6 +229,42 @@ static void keep_original_is_given_back(void **state)
     service_gone("match");
 }
 
+static int arena_swept(cl_t *c, void *arg)
+{
+    (void)c;
+    (void)arg;
+    return stopped_with("arena", "machine_lost") >= 2;
+}
+
+/* Both bigbrothers paused past their leases (the primary's too) while serverdir runs: its
+ * sweep marks their processes stopped (machine_lost). When they run again, the games
+ * that still run have no live record: each bigbrother reads the directory after its new
+ * registration and restarts them as new runs (the old code kept them running under
+ * stopped records: the directory never had them live again). */
+static void swept_machine_restarts_its_games(void **state)
+{
+    (void)state;
+    assert_true(cl_wait(&C, has_primary, NULL, cl_ms(15000)));
+    assert_int_equal(cl_service(&C, "arena", 2, NULL, NULL), 200);
+    cl_conv_t w = {"arena", 2, 0};
+    assert_true(cl_wait(&C, cl_converged, &w, cl_ms(40000)));
+    pid_t pids[4];
+    int n = pids_of(0, "arena", pids, 4);
+    n += pids_of(1, "arena", pids + n, 4 - n);
+    assert_int_equal(n, 2);
+    kill(C.bb[0].pid, SIGSTOP);
+    kill(C.bb[1].pid, SIGSTOP);
+    assert_true(cl_wait(&C, arena_swept, NULL, cl_ms(LEASE_MS) * 2 + cl_ms(10000)));
+    assert_int_equal(alive_count(pids, n), 2); /* paused: nobody stopped the games */
+    kill(C.bb[0].pid, SIGCONT);
+    kill(C.bb[1].pid, SIGCONT);
+    assert_true(cl_wait(&C, cl_converged, &w, cl_ms(30000)));
+    assert_int_equal(alive_count(pids, n), 0); /* restarted as new runs */
+    assert_true(bbt_file_has(C.bb[0].log, "process has no live record") ||
+                bbt_file_has(C.bb[1].log, "process has no live record"));
+    service_gone("arena");
+}
+
 /* A failed test leaves nothing paused for the next one. */
 static int resume_all(void **state)
 {
@@ -240,12 +278,13 @@ static int resume_all(void **state)
 
 int main(void)
 {
-    h_init(h_valgrind() ? 400 : 180);
+    h_init(h_valgrind() ? 480 : 240);
     cl_start(&C, 2);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(cut_off_games_stop_as_disconnected, resume_all),
         cmocka_unit_test_teardown(returning_bigbrother_restarts_no_moved_slot, resume_all),
         cmocka_unit_test_teardown(keep_original_is_given_back, resume_all),
+        cmocka_unit_test_teardown(swept_machine_restarts_its_games, resume_all),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     cl_stop(&C);

@@ -928,10 +928,13 @@ static void sdclient_typed_calls_and_failover(void **state)
         json_t *labels = json_pack("{s:s}", "zone", "eu");
         sdc_machine_lease_t lease = {.address = "10.0.0.9", .labels = labels, .capacity = 10,
                                      .version = "0.1.0", .ttl_ms = 20000};
-        int64_t left = 0;
-        assert_int_equal(sdc_machine_put(c, "cs", "m1", &lease, &left, &err), SDC_OK);
+        int64_t left = 0, reg = 0, reg2 = 0;
+        assert_int_equal(sdc_machine_put(c, "cs", "m1", &lease, &left, &reg, &err), SDC_OK);
         json_decref(labels);
         assert_int_equal(left, 20000);
+        assert_true(reg > 0);
+        assert_int_equal(sdc_machine_put(c, "cs", "m1", NULL, NULL, &reg2, &err), SDC_OK);
+        assert_int_equal(reg2, reg); /* a renewal: the same registration */
         json_t *out = NULL;
         assert_int_equal(sdc_machine_get(c, "cs", "m1", &out, &err), SDC_OK);
         assert_string_equal(jstr(out, "address"), "10.0.0.9");
