@@ -401,7 +401,8 @@ static void lost_plan(const json_t *state, const char *m, int64_t lost_for, cons
  * whenever a held service's delay ran out (slots to move, processes to mark). A
  * declaration without kept services empties the machine's document (removed from
  * `state` too); with some, the placement's PUT removes only the slots not held. 0, or
- * -1 when this primary was fenced.
+ * -1 when this primary was fenced or the state is stale (a machine renewed its lease
+ * since it was read: 409 machine_live), and the round stops.
  * Nobody is declared lost until ServerDir has answered this bigbrother without a failure
  * for a whole machine lease: after an outage of ServerDir or Redis longer than the lease
  * every lease has run out, and the machines get that long to renew before their healthy
@@ -435,6 +436,13 @@ static int declare_lost(prim_t *p, json_t *state, const json_t *live, int64_t no
         int rc = sdc_machine_lost_keep(cl.prim_client, bb.cfg.cluster, name, p->epoch, keep,
                                        NULL, &err);
         if (fenced(p, rc, &err)) {
+            sdc_err_clear(&err);
+            json_decref(keep);
+            return -1;
+        }
+        if (rc == SDC_E_HTTP && err.status == 409 && !strcmp(err.code, "machine_live")) {
+            /* it renewed after this round read the state: the round is stale */
+            log_info("machine not declared lost: it renewed its lease", "machine=%s", name);
             sdc_err_clear(&err);
             json_decref(keep);
             return -1;

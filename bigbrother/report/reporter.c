@@ -26,7 +26,7 @@
  * stopped. Once the outbox is empty (every event written before is in the directory),
  * the thread reads the machine's live records (GET .../processes?machine=, every page)
  * and hands them to the supervision thread (bb_report_take_live), which restarts as new
- * runs the processes the directory no longer holds live (cluster/converge.c). */
+ * runs the processes the directory no longer holds live (instance/table.c). */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -314,7 +314,7 @@ static void recheck_live(bb_report_t *r, sdc_t *c)
     int64_t t = sd_mono_ms();
     sdc_proc_filter_t f = {.machine = r->machine};
     json_t *list = NULL, *live = json_object();
-    sdc_err_t err;
+    sdc_err_t err = {0};
     int rc = live ? sdc_processes_list(c, r->cluster, &f, &list, &err) : SDC_E_NOMEM;
     if (rc != SDC_OK) {
         char why[320];

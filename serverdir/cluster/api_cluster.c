@@ -659,7 +659,8 @@ static int keep_args(sd_jv_t *v, const json_t *body, sd_argv_t *a)
  * its live processes are marked stopped with reason machine_lost through events_apply, so
  * the directory and the history show them. keep names services whose processes stay as
  * they are (spec.disconnect holds their slots, or keeps their originals); with any named,
- * the slots are left to the primary's PUT. 409 stale_epoch. */
+ * the slots are left to the primary's PUT. 409 stale_epoch; 409 machine_live when m's lease
+ * is live again (it renewed after the primary read the state), nothing written. */
 void h_machine_lost(sd_req_t *req, sd_resp_t *resp)
 {
     static const char *const allowed[] = {"epoch", "keep", NULL};
@@ -702,6 +703,12 @@ void h_machine_lost(sd_req_t *req, sd_resp_t *resp)
     }
     if (sd_reply_status_is(r, "stale_epoch") && r->elements == 3) {
         stale_epoch(resp, r, epoch);
+    } else if (sd_reply_status_is(r, "machine_live") && r->elements == 2) {
+        sd_resp_error_extra(resp, 409, "machine_live",
+                            json_pack("{s:s, s:I}", "machine", machine, "expires_in_ms",
+                                      (json_int_t)sd_reply_num(r, 1)),
+                            "machine '%s' renewed its lease (%lld ms left): it is not lost",
+                            machine, (long long)sd_reply_num(r, 1));
     } else if (sd_reply_status_is(r, "ok") && r->elements >= 3 && (r->elements - 3) % 2 == 0) {
         long long stopped = lost_events(cluster, machine, epoch, r, 3);
         if (stopped < 0) {

@@ -510,6 +510,37 @@ static int a8_zone_stopped(void *arg)
     return stopped;
 }
 
+/* A machine that renewed its lease after the primary read the state is not declared lost:
+ * 409 machine_live, its document and processes untouched (the old script emptied the
+ * document and listed the processes, which the caller marked stopped, though the
+ * machine's bigbrother, back, had already checked its records). */
+static void renewed_machine_is_not_lost(void **state)
+{
+    (void)state;
+    long long e = primary("a9");
+    put_assign("a9", e, "{\"m1\":[" SLOT("zone", 0) "]}", NULL);
+    assert_int_equal(ct_call(sd.url, H_TOK_BB, "PUT", "{\"ttl_ms\":60000}", NULL, NULL,
+                             "/v1/clusters/a9/machines/m1"), 200);
+    const char *events =
+        "{\"events\":[{\"id\":\"r1\",\"type\":\"started\",\"instance\":\"zone-m1-0\","
+        "\"machine\":\"m1\",\"service\":\"zone\",\"pid\":100,\"slot\":0}]}";
+    assert_int_equal(ct_call(sd.url, H_TOK_BB, "POST", events, NULL, NULL, "/v1/clusters/a9/events"),
+                     200);
+    char body[64], code[64];
+    snprintf(body, sizeof body, "{\"epoch\":%lld}", e);
+    assert_int_equal(ct_call(sd.url, H_TOK_BB, "POST", body, NULL, code,
+                             "/v1/clusters/a9/machines/m1/lost"), 409);
+    assert_string_equal(code, "machine_live");
+    json_t *o;
+    doc("a9", "m1", &o);
+    assert_int_equal(json_array_size(json_object_get(o, "slots")), 1);
+    json_decref(o);
+    assert_int_equal(ct_call(sd.url, H_TOK_VIEWER, "GET", NULL, &o, NULL,
+                             "/v1/clusters/a9/processes/zone-m1-0"), 200);
+    assert_string_equal(ct_str(o, "state"), "starting");
+    json_decref(o);
+}
+
 /* Without a primary, serverdir's lost-machine sweep leaves the processes of a service
  * whose spec.disconnect keeps them (replace false) as they are. */
 static void sweep_without_primary_honours_disconnect(void **state)
@@ -553,6 +584,7 @@ int main(void)
         cmocka_unit_test(lost_machine_processes_stop_as_machine_lost),
         cmocka_unit_test(lost_machine_keeps_the_kept_services),
         cmocka_unit_test(sweep_without_primary_honours_disconnect),
+        cmocka_unit_test(renewed_machine_is_not_lost),
     };
     int rc = cmocka_run_group_tests(tests, setup, h_stack_teardown);
     curl_global_cleanup();

@@ -6,14 +6,19 @@
 -- held on the machine, or originals kept for reconcile keep_original): their processes
 -- are not listed, and when any is named the slots are left to the primary's own
 -- PUT /assignments (it removes only the slots it does not hold).
--- Returns {'ok', assignments_version, changed (0|1), instance, service, ...} or
--- {'stale_epoch', current_epoch, holder}.
+-- A machine whose lease is live again (it renewed after the primary read the state it
+-- decided on) is not lost: {'machine_live', lease ms left}, nothing written (its
+-- bigbrother read its live records after that renewal and would not see a later stop).
+-- Returns {'ok', assignments_version, changed (0|1), instance, service, ...},
+-- {'stale_epoch', current_epoch, holder} or {'machine_live', ms_left}.
 local base = KEYS[1]
 local now = now_ms()
 local stale = stale_epoch(base, ARGV[1], now)
 if stale then return stale end
 key_layout(base)
 local m = ARGV[2]
+local exp = tonumber(redis.call('HGET', base .. 'machine:' .. m, 'expires_at_ms') or '0') or 0
+if exp > now then return {'machine_live', exp - now} end
 local keep = {}
 for i = 5, #ARGV do keep[ARGV[i]] = true end
 local out = {'ok', redis.call('GET', base .. 'assign:version') or '0', 0}
