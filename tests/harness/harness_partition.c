@@ -175,13 +175,20 @@ int hp_procs(const char *svc, char ident[][40], int n, hp_proc_t *out, int cap)
         for (int b = 0; b < n; b++) {
             if (strcmp(sup, ident[b]))
                 continue;
-            char st[64], line[256];
+            char st[64], line[512];
             snprintf(st, sizeof st, "/proc/%d/stat", (int)pid);
             FILE *f = fopen(st, "r");
-            int zombie = f && fgets(line, sizeof line, f) && strstr(line, ") Z ");
+            int ok = f && fgets(line, sizeof line, f);
             if (f)
                 fclose(f);
-            if (zombie)
+            /* after "(comm)": state, ppid, pgrp. A game leads its process group
+             * (bigbrother's spawn): a task with its environment that does not is a child
+             * or clone of one (under ASan, LeakSanitizer's tracer at a game's exit) */
+            const char *rp = ok ? strrchr(line, ')') : NULL;
+            char state = 0;
+            int ppid = 0, pgrp = 0;
+            if (!rp || sscanf(rp + 1, " %c %d %d", &state, &ppid, &pgrp) != 3 ||
+                state == 'Z' || pgrp != (int)pid)
                 continue;
             out[found] = (hp_proc_t){pid, atoi(slot), atoi(gen), b, ""};
             snprintf(out[found++].instance, sizeof out->instance, "%s", inst);

@@ -38,7 +38,8 @@ void hp_locks_sample(hp_locks_t *l);
 int hp_locks_stuck(hp_locks_t *l);
 
 /* The processes of service svc whose BB_SUPERVISOR is one of ident[0..n-1] (from
- * /proc/PID/environ; zombies left out): pid, slot, generation (above 1: a restart of
+ * /proc/PID/environ; zombies, and tasks that do not lead their process group as every
+ * game bigbrother spawns does, left out): pid, slot, generation (above 1: a restart of
  * the slot), instance id and the index of its supervisor.
  * Returns how many were found (at most cap). */
 typedef struct {

@@ -411,9 +411,10 @@ static void watch_return(void)
             if (p[b].bb != cut.bb && p[b].slot == p[a].slot && cut.ncounted < 16) {
                 cut.counted[cut.ncounted++] = p[a].pid;
                 returning_restarts++;
-                print_message("VIOLATION m%d restarted %s (slot %d) on its return while m%d "
-                              "runs that slot\n", cut.bb + 1, p[a].instance, p[a].slot,
-                              p[b].bb + 1);
+                print_message("VIOLATION m%d restarted %s (slot %d, generation %d, pid %d; "
+                              "%d processes when it resumed) on its return while m%d runs "
+                              "that slot\n", cut.bb + 1, p[a].instance, p[a].slot,
+                              p[a].generation, (int)p[a].pid, cut.nhad, p[b].bb + 1);
                 break;
             }
     }
