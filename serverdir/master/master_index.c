@@ -501,6 +501,7 @@ static void key_of(char *buf, size_t cap, const char *suffix)
 
 static char last_id[64] = "0-0";
 static int need_load = 1;
+static char life[40]; /* P life when the index was last loaded (master_watch.lua) */
 
 /* The newest entry id of P log into id ("0-0" when there is none); 1 when the stream
  * exists, 0 when not, -1 on error. first: the oldest instead. */
@@ -586,10 +587,38 @@ static int fetch_apply(char **addrs, size_t n)
 /* The whole list again: every record of P s (HSCAN pages), then whatever the table
  * still holds that was not seen is gone. last_id is set first, so nothing written during
  * the scan is missed (it is read again from the stream). */
+/* P life: the token the list carries (drawn now when it has none) into out. */
+static int life_get(char *out, size_t cap)
+{
+    char key[128], fresh[33];
+    key_of(key, sizeof key, "life");
+    if (sd_random_hex(fresh, 16))
+        return -1;
+    const char *set[] = {"SET", key, fresh, "NX"}, *get[] = {"GET", key};
+    for (int step = 0; step < 2; step++) {
+        sd_argv_t a;
+        sd_argv_init(&a);
+        for (size_t i = 0; i < (step ? SD_ARRAY_LEN(get) : SD_ARRAY_LEN(set)); i++)
+            sd_argv_add(&a, step ? get[i] : set[i]);
+        redisReply *r;
+        int failed = sd_store_command(&a, &r);
+        sd_argv_free(&a);
+        if (failed)
+            return -1;
+        int ok = !step || (r->type == REDIS_REPLY_STRING && r->len < cap);
+        if (step && ok)
+            sd_strlcpy(out, r->str, cap);
+        freeReplyObject(r);
+        if (!ok)
+            return -1;
+    }
+    return 0;
+}
+
 static int load_all(void)
 {
     char id[64];
-    if (stream_end(0, id, sizeof id) < 0)
+    if (life_get(life, sizeof life) || stream_end(0, id, sizeof id) < 0)
         return -1;
     char key[128];
     key_of(key, sizeof key, "s");
@@ -658,7 +687,10 @@ static int load_all(void)
     return 0;
 }
 
-/* One XREAD of P log after last_id (blocking up to block_ms) and the records it names. */
+/* One XREAD of P log after last_id (blocking up to block_ms) and the records it names:
+ * 0, -1 when Redis failed, 1 when an entry's p (the entry before it) is not the last one
+ * read: entries were lost under this copy (a replica behind took over), the list must be
+ * loaded again (what came before that entry is applied). */
 static int follow(int block_ms)
 {
     char key[128];
@@ -690,14 +722,25 @@ static int follow(int block_ms)
     redisReply *entries = r->element[0]->element[1];
     char **addrs = NULL;
     size_t n = 0, cap = 0;
-    for (size_t i = 0; i < entries->elements; i++) {
+    int went_back = 0;
+    for (size_t i = 0; i < entries->elements && !went_back; i++) {
         redisReply *e = entries->element[i];
-        if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 || e->element[0]->type != REDIS_REPLY_STRING)
+        if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 || e->element[0]->type != REDIS_REPLY_STRING ||
+            e->element[1]->type != REDIS_REPLY_ARRAY)
             continue;
-        sd_strlcpy(last_id, e->element[0]->str, sizeof last_id);
         redisReply *fv = e->element[1];
+        /* p: the entry before this one; not the last one read: entries were lost */
+        for (size_t j = 0; j + 1 < fv->elements; j += 2)
+            if (fv->element[j]->type == REDIS_REPLY_STRING && !strcmp(fv->element[j]->str, "p") &&
+                fv->element[j + 1]->type == REDIS_REPLY_STRING &&
+                strcmp(fv->element[j + 1]->str, last_id) != 0)
+                went_back = 1;
+        if (went_back)
+            break;
+        sd_strlcpy(last_id, e->element[0]->str, sizeof last_id);
         for (size_t j = 0; j + 1 < fv->elements; j += 2) {
-            if (fv->element[j + 1]->type != REDIS_REPLY_STRING)
+            if (fv->element[j]->type != REDIS_REPLY_STRING || strcmp(fv->element[j]->str, "a") ||
+                fv->element[j + 1]->type != REDIS_REPLY_STRING)
                 continue;
             char *p = fv->element[j + 1]->str;
             while (*p) {
@@ -727,7 +770,7 @@ static int follow(int block_ms)
     for (size_t i = 0; i < n; i++)
         free(addrs[i]);
     free(addrs);
-    return rc;
+    return rc ? rc : went_back;
 }
 
 static int run_sweep(void)
@@ -756,6 +799,10 @@ static int run_sweep(void)
     return 0;
 }
 
+/* The key the copy last read (k, p, t), offered back when Redis has lost it. */
+static pthread_mutex_t held_mu = PTHREAD_MUTEX_INITIALIZER;
+static char held_k[65], held_p[65], held_t[24];
+
 int sd_master_key_refresh(void)
 {
     char fresh[65];
@@ -767,15 +814,64 @@ int sd_master_key_refresh(void)
     sd_argv_addf(&a, "%lld", (long long)sd_wall_ms());
     sd_argv_addf(&a, "%lld", (long long)sd_master_cfg.challenge_key_rotate_s * 1000);
     sd_argv_add(&a, fresh);
+    pthread_mutex_lock(&held_mu);
+    if (held_k[0]) {
+        sd_argv_add(&a, held_k);
+        sd_argv_add(&a, held_p);
+        sd_argv_add(&a, held_t);
+    }
+    pthread_mutex_unlock(&held_mu);
     redisReply *r;
     int rc = sd_store_run("master_key", 1, &a, &r);
     if (rc)
         return rc;
     if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 && r->element[0]->type == REDIS_REPLY_STRING &&
-        r->element[1]->type == REDIS_REPLY_STRING)
+        r->element[1]->type == REDIS_REPLY_STRING && r->element[2]->type == REDIS_REPLY_STRING &&
+        r->element[2]->len < sizeof held_t) {
         rc = sd_master_key_set(r->element[0]->str, r->element[1]->str) ? SD_STORE_ERROR : 0;
-    else
+        if (!rc) { /* both 64 hex digits: sd_master_key_set checked them */
+            pthread_mutex_lock(&held_mu);
+            sd_strlcpy(held_k, r->element[0]->str, sizeof held_k);
+            sd_strlcpy(held_p, r->element[1]->str, sizeof held_p);
+            sd_strlcpy(held_t, r->element[2]->str, sizeof held_t);
+            pthread_mutex_unlock(&held_mu);
+        }
+    } else {
         rc = SD_STORE_ERROR;
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+/* Whether the list under the index is the one it loaded, and the stream still has what
+ * it read (master_watch.lua): 0 yes, 1 no (*why says how), -1 Redis did not answer. */
+static int list_changed(const char **why)
+{
+    sd_argv_t a;
+    sd_argv_init(&a);
+    sd_argv_add(&a, sd_master_base());
+    sd_argv_add(&a, last_id);
+    redisReply *r;
+    if (sd_store_run("master_watch", 1, &a, &r))
+        return -1;
+    int rc = -1;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+        r->element[0]->type == REDIS_REPLY_STRING && r->element[1]->type == REDIS_REPLY_STRING &&
+        r->element[2]->type == REDIS_REPLY_INTEGER) {
+        const char *cur = r->element[0]->str, *first = r->element[1]->str;
+        int read = strcmp(last_id, "0-0") != 0;
+        rc = 1;
+        if (strcmp(cur, life) != 0)
+            *why = "list lost"; /* flushed, restarted empty, or replaced */
+        else if (read && !*first)
+            *why = "change stream gone";
+        else if (read && id_cmp(first, last_id) > 0)
+            *why = "fell behind the change stream";
+        else if (read && !r->element[2]->integer)
+            *why = "change stream went back"; /* a replica behind the primary took over */
+        else
+            rc = 0;
+    }
     freeReplyObject(r);
     return rc;
 }
@@ -807,23 +903,30 @@ static void *sync_main(void *arg)
             rc = run_sweep();
             next_sweep = now + SWEEP_EVERY_MS;
         }
-        if (rc == 0) {
-            /* Fell behind what the stream keeps, or the stream is gone (Redis flushed or
-             * replaced): load everything again. */
-            char first[64];
-            int have = stream_end(1, first, sizeof first);
-            if (have < 0)
-                rc = -1;
-            else if ((have == 0 && strcmp(last_id, "0-0") != 0) ||
-                     (have == 1 && strcmp(last_id, "0-0") != 0 && id_cmp(first, last_id) > 0)) {
-                log_warn("master list reloading", "reason=%s",
-                         have ? "fell behind the change stream" : "change stream gone");
-                need_load = 1;
-                continue;
-            }
+        /* The list lost (Redis flushed, restarted empty or replaced: its life token
+         * changed), the stream without what was read (a replica behind took over) or
+         * trimmed past it: load everything again, after the challenge key (put back from
+         * what this copy holds when it went with the list). */
+        const char *why = NULL;
+        int changed = 0;
+        if (rc == 0 && (changed = list_changed(&why)) < 0) {
+            changed = 0;
+            rc = -1;
         }
-        if (rc == 0)
-            rc = follow(200);
+        if (rc == 0 && !changed && (rc = follow(200)) == 1) {
+            changed = 1;
+            why = "change stream went back";
+            rc = 0;
+        }
+        if (changed) {
+            log_warn("master list reloading", "reason=%s", why);
+            SD_COUNT("serverdir_master_reloads_total",
+                     "full reloads of the master list index (the list lost or the change "
+                     "stream not followed)", 1);
+            need_load = 1;
+            next_key = 0;
+            continue;
+        }
         sd_master_index_publish(); /* frees what the last snapshot no longer needs */
         if (rc) {
             if (!logged_down)

@@ -153,10 +153,15 @@ local function master_remove(P, addr)
   redis.call('ZREM', P .. 'probe', addr)
 end
 
--- One change-stream entry naming the addresses whose records changed or went.
+-- One change-stream entry naming the addresses whose records changed or went (a) and the
+-- id of the entry before it (p, '0-0' for the first): a copy that reads an entry whose p
+-- is not the last one it read knows entries were lost (a replica behind took over) and
+-- reloads (master_index.c, follow).
 local function master_log(P, addrs, maxlen)
   if #addrs > 0 then
-    redis.call('XADD', P .. 'log', 'MAXLEN', '~', maxlen, '*', 'a', table.concat(addrs, '\n'))
+    local last = redis.call('XREVRANGE', P .. 'log', '+', '-', 'COUNT', 1)
+    redis.call('XADD', P .. 'log', 'MAXLEN', '~', maxlen, '*', 'a', table.concat(addrs, '\n'),
+               'p', last[1] and last[1][1] or '0-0')
   end
 end
 

@@ -66,7 +66,5 @@ for k = 0, n - 1 do
   end
   out[#out + 1] = res
 end
-if #logged > 0 then
-  redis.call('XADD', P .. 'log', 'MAXLEN', '~', maxlen, '*', 'a', table.concat(logged, '\n'))
-end
+master_log(P, logged, maxlen)
 return out
