@@ -43,6 +43,7 @@
 #define HMGET_CHUNK 500
 #define WRITE_BATCH 512
 #define QUEUE_CAP 65536
+#define WRITE_RETRY_MS 10000 /* a batch is tried again this long while Redis is down */
 #define SWEEP_EVERY_MS 1000
 #define KEY_EVERY_MS 10000
 #define SWEEP_BATCH 1000
@@ -1027,27 +1028,52 @@ int sd_master_write_terminate(const char *proto, const char *addr)
 
 /* The heartbeats of one batch: one master_heartbeat call, then the accepted ones go into
  * the index. */
+/* sd_store_run for the writer: while Redis cannot be reached (a failover, a restart) the
+ * batch is tried again, 100 ms apart, for up to WRITE_RETRY_MS, so the registrations it
+ * holds are not lost to a short outage (what arrives meanwhile waits in the queue, up to
+ * QUEUE_CAP). The script's own time argument is now at the call that lands. */
+static int store_run_retrying(const char *script, void (*build)(sd_argv_t *, struct wop **, int),
+                              struct wop **ops, int n, redisReply **r)
+{
+    int64_t t0 = sd_mono_ms();
+    int rc;
+    for (;;) {
+        sd_argv_t a;
+        sd_argv_init(&a);
+        build(&a, ops, n);
+        rc = sd_store_run(script, 1, &a, r); /* frees a */
+        if (rc != SD_STORE_DOWN || sd_mono_ms() - t0 >= WRITE_RETRY_MS ||
+            atomic_load(&stopping))
+            break;
+        struct timespec ts = {0, 100 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    return rc;
+}
+
+/* master_heartbeat's arguments: KEYS[1] the key base; ARGV now, ttl, per-address and
+ * total caps, the log's length, n, then 4 per heartbeat. */
+static void heartbeats_argv(sd_argv_t *a, struct wop **ops, int n)
+{
+    sd_argv_add(a, sd_master_base());
+    sd_argv_addf(a, "%lld", (long long)sd_wall_ms());
+    sd_argv_addf(a, "%lld", (long long)sd_master_cfg.heartbeat_interval_s * 3000);
+    sd_argv_addf(a, "%lld", (long long)sd_master_cfg.servers_per_address);
+    sd_argv_addf(a, "%lld", (long long)sd_master_cfg.max_servers);
+    sd_argv_addf(a, "%d", SD_MASTER_LOG_MAXLEN);
+    sd_argv_addf(a, "%d", n);
+    for (int i = 0; i < n; i++) {
+        sd_argv_add(a, ops[i]->addr);
+        sd_argv_add(a, ops[i]->group);
+        sd_argv_add(a, ops[i]->inst);
+        sd_argv_addn(a, ops[i]->rec, ops[i]->reclen);
+    }
+}
+
 static void write_heartbeats(struct wop **ops, int n)
 {
-    /* KEYS[1] the key base; ARGV now, ttl, per-address and total caps, the log's length,
-     * n, then 4 per heartbeat */
-    sd_argv_t a;
-    sd_argv_init(&a);
-    sd_argv_add(&a, sd_master_base());
-    sd_argv_addf(&a, "%lld", (long long)sd_wall_ms());
-    sd_argv_addf(&a, "%lld", (long long)sd_master_cfg.heartbeat_interval_s * 3000);
-    sd_argv_addf(&a, "%lld", (long long)sd_master_cfg.servers_per_address);
-    sd_argv_addf(&a, "%lld", (long long)sd_master_cfg.max_servers);
-    sd_argv_addf(&a, "%d", SD_MASTER_LOG_MAXLEN);
-    sd_argv_addf(&a, "%d", n);
-    for (int i = 0; i < n; i++) {
-        sd_argv_add(&a, ops[i]->addr);
-        sd_argv_add(&a, ops[i]->group);
-        sd_argv_add(&a, ops[i]->inst);
-        sd_argv_addn(&a, ops[i]->rec, ops[i]->reclen);
-    }
     redisReply *r;
-    int rc = sd_store_run("master_heartbeat", 1, &a, &r);
+    int rc = store_run_retrying("master_heartbeat", heartbeats_argv, ops, n, &r);
     if (rc) {
         for (int i = 0; i < n; i++)
             sd_master_count_drop(ops[i]->proto, "store");
