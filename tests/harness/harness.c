@@ -1123,6 +1123,33 @@ int h_resp_header(const h_resp_t *r, const char *name, char *out, size_t cap)
     return -1;
 }
 
+long long h_master_listed(const char *base, const char *filter)
+{
+    long long total = 0;
+    char after[80] = "";
+    for (int page = 0; page < 100; page++) {
+        h_resp_t r;
+        if (h_http_json("GET", base, NULL, NULL, &r,
+                        "/v1/master/servers?%slimit=1000&format=text%s%s", filter,
+                        after[0] ? "&after=" : "", after)) {
+            return -1;
+        }
+        if (r.status != 200) {
+            h_resp_free(&r);
+            return -1;
+        }
+        for (char *c = r.body; c && *c; c++)
+            total += *c == '\n';
+        char next[80];
+        int more = h_resp_header(&r, "Master-Next", next, sizeof next) == 0;
+        h_resp_free(&r);
+        if (!more)
+            break;
+        snprintf(after, sizeof after, "%s", next);
+    }
+    return total;
+}
+
 const char *h_err_code(const h_resp_t *r)
 {
     static char code[64];

@@ -219,6 +219,10 @@ long long h_metric(const char *base, const char *series);
 json_t *h_resp_json(const h_resp_t *r);
 /* Value of a response header (case-insensitive) into out; 0 if found. */
 int h_resp_header(const h_resp_t *r, const char *name, char *out, size_t cap);
+/* The master list's servers in GET base/v1/master/servers?<filter>limit=1000&format=text,
+ * every page (Master-Next), at most 100 pages; filter "" or "game=x&". -1 when a page
+ * cannot be read or is not 200. */
+long long h_master_listed(const char *base, const char *filter);
 /* error.code of a JSON error body into a static buffer ("" if none). */
 const char *h_err_code(const h_resp_t *r);
 

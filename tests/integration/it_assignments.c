@@ -76,6 +76,26 @@ static long long doc(const char *c, const char *m, json_t **out)
     return v;
 }
 
+/* How many slots machine m's document in cluster c holds. */
+static size_t slots_of(const char *c, const char *m)
+{
+    json_t *o;
+    doc(c, m, &o);
+    size_t n = json_array_size(json_object_get(o, "slots"));
+    json_decref(o);
+    return n;
+}
+
+/* Checks that process inst of cluster c has field == want. */
+static void proc_is(const char *c, const char *inst, const char *field, const char *want)
+{
+    json_t *o;
+    assert_int_equal(ct_call(sd.url, H_TOK_VIEWER, "GET", NULL, &o, NULL,
+                             "/v1/clusters/%s/processes/%s", c, inst), 200);
+    assert_string_equal(ct_str(o, field), want);
+    json_decref(o);
+}
+
 #define SLOT(svc, n) "{\"service\":\"" svc "\",\"slot\":" #n ",\"spec_version\":1,\"restart_token\":0,\"spec\":{\"command\":\"/bin/true\"}}"
 
 static void versions_documents_and_etags(void **state)
@@ -478,17 +498,9 @@ static void lost_machine_keeps_the_kept_services(void **state)
     assert_int_equal(ct_int(o, "stopped"), 1);
     assert_false(json_is_true(json_object_get(o, "changed")));
     json_decref(o);
-    doc("a7", "m1", &o);
-    assert_int_equal(json_array_size(json_object_get(o, "slots")), 2);
-    json_decref(o);
-    assert_int_equal(ct_call(sd.url, H_TOK_VIEWER, "GET", NULL, &o, NULL,
-                             "/v1/clusters/a7/processes/zone-0"), 200);
-    assert_string_equal(ct_str(o, "reason"), "machine_lost");
-    json_decref(o);
-    assert_int_equal(ct_call(sd.url, H_TOK_VIEWER, "GET", NULL, &o, NULL,
-                             "/v1/clusters/a7/processes/realm-0"), 200);
-    assert_string_equal(ct_str(o, "state"), "starting");
-    json_decref(o);
+    assert_int_equal(slots_of("a7", "m1"), 2);
+    proc_is("a7", "zone-0", "reason", "machine_lost");
+    proc_is("a7", "realm-0", "state", "starting");
     /* realm's hold ends: declared again without keep, its process is marked and the
      * slots emptied */
     snprintf(body, sizeof body, "{\"epoch\":%lld}", e);
@@ -531,14 +543,8 @@ static void renewed_machine_is_not_lost(void **state)
     assert_int_equal(ct_call(sd.url, H_TOK_BB, "POST", body, NULL, code,
                              "/v1/clusters/a9/machines/m1/lost"), 409);
     assert_string_equal(code, "machine_live");
-    json_t *o;
-    doc("a9", "m1", &o);
-    assert_int_equal(json_array_size(json_object_get(o, "slots")), 1);
-    json_decref(o);
-    assert_int_equal(ct_call(sd.url, H_TOK_VIEWER, "GET", NULL, &o, NULL,
-                             "/v1/clusters/a9/processes/zone-m1-0"), 200);
-    assert_string_equal(ct_str(o, "state"), "starting");
-    json_decref(o);
+    assert_int_equal(slots_of("a9", "m1"), 1);
+    proc_is("a9", "zone-m1-0", "state", "starting");
 }
 
 /* Without a primary, serverdir's lost-machine sweep leaves the processes of a service

@@ -103,6 +103,18 @@ static int victim_of(const char *service, int n)
     return v;
 }
 
+/* Waits until the service runs its 2 processes, one per machine, and puts their pids
+ * into pids (4 at most). */
+static int converged_pids(const char *service, pid_t *pids)
+{
+    cl_conv_t w = {service, 2, 0};
+    assert_true(cl_wait(&C, cl_converged, &w, cl_ms(40000)));
+    int n = pids_of(0, service, pids, 4);
+    n += pids_of(1, service, pids + n, 4 - n);
+    assert_int_equal(n, 2);
+    return n;
+}
+
 /* Scales the service to 0 and waits until none of its processes runs. */
 static void service_gone(const char *service)
 {
@@ -120,11 +132,8 @@ static void cut_off_games_stop_as_disconnected(void **state)
              cl_ms(STOP_AFTER_MS));
     assert_int_equal(cl_service(&C, "realm", 2, NULL, extra), 200);
     cl_conv_t w = {"realm", 2, 0};
-    assert_true(cl_wait(&C, cl_converged, &w, cl_ms(40000)));
     pid_t pids[4];
-    int n = pids_of(0, "realm", pids, 4);
-    n += pids_of(1, "realm", pids + n, 4 - n);
-    assert_int_equal(n, 2);
+    int n = converged_pids("realm", pids);
     int64_t t0 = h_now_ms();
     kill(C.sd.pid, SIGSTOP);
     /* not before stop_after_ms (less a tick of the watch and the lease renewal's period) */
@@ -247,11 +256,8 @@ static void swept_machine_restarts_its_games(void **state)
     assert_true(cl_wait(&C, has_primary, NULL, cl_ms(15000)));
     assert_int_equal(cl_service(&C, "arena", 2, NULL, NULL), 200);
     cl_conv_t w = {"arena", 2, 0};
-    assert_true(cl_wait(&C, cl_converged, &w, cl_ms(40000)));
     pid_t pids[4];
-    int n = pids_of(0, "arena", pids, 4);
-    n += pids_of(1, "arena", pids + n, 4 - n);
-    assert_int_equal(n, 2);
+    int n = converged_pids("arena", pids);
     kill(C.bb[0].pid, SIGSTOP);
     kill(C.bb[1].pid, SIGSTOP);
     assert_true(cl_wait(&C, arena_swept, NULL, cl_ms(LEASE_MS) * 2 + cl_ms(10000)));

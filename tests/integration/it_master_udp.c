@@ -167,25 +167,11 @@ static json_t *get_json(const h_serverdir_t *s, const char *path)
 
 static int count_listed(const char *game)
 {
-    char path[128];
-    snprintf(path, sizeof path, "/v1/master/servers?game=%s&limit=1000&format=text", game);
-    int total = 0;
-    char after[64] = "";
-    for (int b = 0; b < 20; b++) {
-        char p2[256];
-        snprintf(p2, sizeof p2, "%s%s%s", path, after[0] ? "&after=" : "", after);
-        h_resp_t r;
-        assert_int_equal(h_http_json("GET", sd.url, NULL, NULL, &r, "%s", p2), 0);
-        for (char *c = r.body; *c; c++)
-            total += *c == '\n';
-        char next[64];
-        int more = h_resp_header(&r, "Master-Next", next, sizeof next) == 0;
-        h_resp_free(&r);
-        if (!more)
-            break;
-        snprintf(after, sizeof after, "%s", next);
-    }
-    return total;
+    char filter[80];
+    snprintf(filter, sizeof filter, "game=%s&", game);
+    long long n = h_master_listed(sd.url, filter);
+    assert_true(n >= 0);
+    return (int)n;
 }
 
 /* ---------- DarkPlaces / Q3 ---------- */

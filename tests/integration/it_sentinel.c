@@ -562,26 +562,7 @@ static long long master_in_redis(void)
 /* Servers in msd's answer (REST, every page). */
 static long long master_answer(void)
 {
-    long long total = 0;
-    char after[80] = "";
-    for (int page = 0; page < 100; page++) {
-        h_resp_t r;
-        if (h_http_json("GET", msd.url, NULL, NULL, &r,
-                        "/v1/master/servers?limit=1000&format=text%s%s",
-                        after[0] ? "&after=" : "", after) || r.status != 200) {
-            h_resp_free(&r);
-            return -1;
-        }
-        for (char *c = r.body; c && *c; c++)
-            total += *c == '\n';
-        char next[80];
-        int more = h_resp_header(&r, "Master-Next", next, sizeof next) == 0;
-        h_resp_free(&r);
-        if (!more)
-            break;
-        snprintf(after, sizeof after, "%s", next);
-    }
-    return total;
+    return h_master_listed(msd.url, "");
 }
 
 static int redis_reaches(void *arg)
