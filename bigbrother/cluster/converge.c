@@ -473,6 +473,9 @@ void bb_converge_apply(const json_t *doc, int draining)
     int stopped_all = json_is_true(json_object_get(doc, "cluster_stopped"));
     int started = 0, stopped = 0, kept = 0;
     int64_t now = sd_mono_ms();
+    /* a pause ending in this turn is seen before the document, whose handler may run
+     * before the tick's: keep_original keeps what moved while this machine was away */
+    watch_gaps(now);
     for (int i = 0; i < bb.ninst; i++)
         if (bb.inst[i].cspec) /* 1 -> -1: not yet seen; a kept original counts as assigned */
             bb.inst[i].assigned = bb.inst[i].kept_since ? -1 : -bb.inst[i].assigned;
