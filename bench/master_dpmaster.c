@@ -12,6 +12,10 @@
  *                  runs from the first heartbeat until a full getservers lists all N
  *                  (serverdir writes Redis behind the dance; visible is what counts).
  *                  dance_per_s: infoResponses sent per second of the dance alone.
+ *                  hb_retries / hb_gave_up: heartbeats sent again (no getinfo in
+ *                  --retry-ms) / given up after 5: a master that drops heartbeats is
+ *                  overdriven by the generator, and its figure is the generator's
+ *                  (the script warns when retries pass 0.5% of the servers).
  *   queries        `getservers DarkPlaces-Quake 3 empty full` from 1 and then 8 sockets,
  *                  each with one query in flight, for --ms each: answers per second
  *                  and the p50 / p99 time from the query to the datagram with the EOT;
@@ -23,8 +27,9 @@
  *                  divided by N.
  *
  * Usage: bench_master_dpmaster --master 127.0.0.1:PORT --servers N --pid PID
- *        [--redis-port P] [--label L] [--ms 3000] [--base A] (A: first source address
- *        octet, default 100: servers come from 127.A.x.y). Not part of ctest. */
+ *        [--redis-port P] [--label L] [--ms 3000] [--base A] [--window 32]
+ *        [--retry-ms 500] (A: first source address octet, default 100: servers come
+ *        from 127.A.x.y). Not part of ctest. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -41,7 +46,13 @@
 #include <unistd.h>
 
 #define WAVE 1000
-#define WINDOW 64 /* heartbeats awaiting their getinfo, per generator thread */
+/* Heartbeats awaiting their getinfo, per thread (--window). 64 (the old value) overran
+ * dpmaster's default receive buffer: heartbeats were dropped and each cost a 500 ms
+ * retry, so dpmaster ran at 5,300-17,800 registrations/s at 10,000 servers; at 16 or 32
+ * it runs at 52,000-60,000 with no retry, and serverdir the same at 16, 32 or 64
+ * (bench/README.md, "master list side by side with dpmaster"). */
+static int window = 32;
+static int64_t retry_us = 500000; /* a heartbeat without getinfo is sent again (--retry-ms) */
 #define GAME "DarkPlaces-Quake"
 static const char QUERY[] = "\xff\xff\xff\xffgetservers " GAME " 3 empty full";
 
@@ -186,7 +197,7 @@ static int count_listed(uint8_t *seen)
 
 /* ---------- registrations ---------- */
 
-static atomic_long info_sent;
+static atomic_long info_sent, hb_retries, hb_gave_up;
 
 /* One wave of servers [from, to): heartbeats, getinfo answers, retries. Returns how many
  * got their getinfo answered. */
@@ -219,7 +230,7 @@ static int wave(int from, int to)
         left -= done[i];
     int64_t give_up = now_us() + 30000000, next_scan = 0;
     while (left > 0 && now_us() < give_up) {
-        while (outstanding < WINDOW && next < n) {
+        while (outstanding < window && next < n) {
             if (!done[next]) {
                 sendto(fds[next], HB, sizeof HB - 1, 0, (struct sockaddr *)&master, sizeof master);
                 sent_at[next] = now_us();
@@ -255,17 +266,19 @@ static int wave(int from, int to)
             continue;
         next_scan = t + 100000; /* retries are looked for every 100 ms */
         for (int i = 0; i < next; i++) {
-            if (done[i] || t - sent_at[i] < 500000)
+            if (done[i] || t - sent_at[i] < retry_us)
                 continue;
             if (tries[i] >= 5) {
                 done[i] = 1;
                 left--;
                 outstanding--;
+                atomic_fetch_add(&hb_gave_up, 1);
                 continue;
             }
             sendto(fds[i], HB, sizeof HB - 1, 0, (struct sockaddr *)&master, sizeof master);
             sent_at[i] = t;
             tries[i]++;
+            atomic_fetch_add(&hb_retries, 1);
         }
     }
     /* Keep the sockets a moment so a late getinfo does not hit a closed port (ICMP). */
@@ -441,14 +454,23 @@ int main(int argc, char **argv)
             run_ms = atoi(argv[i + 1]);
         } else if (!strcmp(argv[i], "--base")) {
             base_octet = atoi(argv[i + 1]);
+        } else if (!strcmp(argv[i], "--window")) {
+            window = atoi(argv[i + 1]);
+        } else if (!strcmp(argv[i], "--retry-ms")) {
+            retry_us = atoll(argv[i + 1]) * 1000;
         } else {
             fprintf(stderr, "usage: %s --master 127.0.0.1:PORT --servers N --pid PID "
-                            "[--redis-port P] [--label L] [--ms MS] [--base A]\n", argv[0]);
+                            "[--redis-port P] [--label L] [--ms MS] [--base A] [--window W] "
+                            "[--retry-ms MS]\n", argv[0]);
             return 2;
         }
     }
     if (!master.sin_port || nservers < 1 || nservers > 1000000) {
         fprintf(stderr, "bench_master_dpmaster: --master and --servers (1..1000000) are needed\n");
+        return 2;
+    }
+    if (window < 1 || window > WAVE || retry_us < 10000) {
+        fprintf(stderr, "bench_master_dpmaster: --window 1..%d, --retry-ms 10 or more\n", WAVE);
         return 2;
     }
     long rss0 = rss_kb();
@@ -511,8 +533,11 @@ int main(int argc, char **argv)
     printf("label=%s servers=%d listed=%d rounds=%d reg_per_s=%.0f dance_per_s=%.0f q1_per_s=%.0f "
            "q1_p50_ms=%.3f q1_p99_ms=%.3f q8_per_s=%.0f q8_p50_ms=%.3f q8_p99_ms=%.3f "
            "hb_p50_ms=%.3f hb_p99_ms=%.3f mem_per_server_b=%.0f mem_proc_b=%.0f mem_redis_b=%.0f "
-           "bad_answers=%d query_bytes=%zu answer_bytes=%ld\n",
+           "bad_answers=%d query_bytes=%zu answer_bytes=%ld hb_retries=%ld hb_gave_up=%ld "
+           "dance_ms=%.0f visible_ms=%.0f\n",
            label, nservers, listed, rounds, reg, dance, q1, q1p50, q1p99, q8, q8p50, q8p99, hb50, hb99,
-           mem, mem_proc, mem_redis, bad1 + bad8, sizeof QUERY - 1, amp_bytes);
+           mem, mem_proc, mem_redis, bad1 + bad8, sizeof QUERY - 1, amp_bytes,
+           atomic_load(&hb_retries), atomic_load(&hb_gave_up), (double)(t_dance - t0) / 1e3,
+           (double)(t_visible - t0) / 1e3);
     return listed >= nservers ? 0 : 1;
 }
