@@ -258,6 +258,8 @@ static void swept_machine_restarts_its_games(void **state)
     cl_conv_t w = {"arena", 2, 0};
     pid_t pids[4];
     int n = converged_pids("arena", pids);
+    int declared = bbt_lines_with(C.bb[0].log, "declared lost") +
+                   bbt_lines_with(C.bb[1].log, "declared lost");
     kill(C.bb[0].pid, SIGSTOP);
     kill(C.bb[1].pid, SIGSTOP);
     assert_true(cl_wait(&C, arena_swept, NULL, cl_ms(LEASE_MS) * 2 + cl_ms(10000)));
@@ -266,8 +268,15 @@ static void swept_machine_restarts_its_games(void **state)
     kill(C.bb[1].pid, SIGCONT);
     assert_true(cl_wait(&C, cl_converged, &w, cl_ms(30000)));
     assert_int_equal(alive_count(pids, n), 0); /* restarted as new runs */
-    assert_true(bbt_file_has(C.bb[0].log, "process has no live record") ||
-                bbt_file_has(C.bb[1].log, "process has no live record"));
+    /* by the check after the new registration; or, when the primary that took over read
+     * the machines lost before they renewed, by a document that moved the slots
+     * (replaced), the check then finding them already stopping */
+    int relived = bbt_file_has(C.bb[0].log, "process has no live record") ||
+                  bbt_file_has(C.bb[1].log, "process has no live record");
+    print_message("games restarted by the check after the new registration: %s\n",
+                  relived ? "yes" : "no, a document replaced them");
+    assert_true(relived || bbt_lines_with(C.bb[0].log, "declared lost") +
+                                  bbt_lines_with(C.bb[1].log, "declared lost") > declared);
     service_gone("arena");
 }
 

@@ -1052,8 +1052,10 @@ static void stop_policy_per_cluster(void **state)
 }
 
 /* Walks /v1/locks pages (the holder's when holder is given, else every lock) of `limit`
- * and marks each pg-NNNN key seen; asserts no page exceeds limit and no key repeats.
- * Returns the number of pages. */
+ * and marks each pg-NNNN key seen; asserts no page exceeds limit. A key may come twice:
+ * SCAN and SSCAN return an element again when Redis resizes the table during the walk
+ * (under load, right after the 1,500 acquires, it did); each one held throughout comes
+ * at least once, which the caller checks. Returns the number of pages. */
 static int walk_lock_pages(const char *holder, int limit, unsigned char *seen)
 {
     char cursor[128] = "";
@@ -1071,11 +1073,8 @@ static int walk_lock_pages(const char *holder, int limit, unsigned char *seen)
         json_array_foreach(locks, i, l) {
             const char *k = json_string_value(json_object_get(l, "key"));
             const char *pg = strstr(k, "pg-");
-            if (pg) {
-                int n = atoi(pg + 3);
-                assert_false(seen[n]);
-                seen[n] = 1;
-            }
+            if (pg)
+                seen[atoi(pg + 3)] = 1;
         }
         json_t *next = json_object_get(j, "cursor");
         int done = !json_is_string(next);
