@@ -83,19 +83,46 @@ static long rss_kb(void)
     return kb;
 }
 
+/* CPU time (user + system) a process has used, in microseconds; -1 when unreadable. */
+static long long cpu_us(long of)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%ld/stat", of);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')'); /* the command name may hold spaces */
+    unsigned long ut, st;
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+        return -1;
+    return (long long)(ut + st) * 1000000 / sysconf(_SC_CLK_TCK);
+}
+
+static long long redis_info_field(const char *section, const char *field);
+
 static long long redis_used(void)
+{
+    return redis_info_field("memory", "used_memory");
+}
+
+/* A whole-number field of Redis's INFO section (0 without Redis). */
+static long long redis_info_field(const char *section, const char *field)
 {
     if (!redis_port)
         return 0;
     char cmd[128];
-    snprintf(cmd, sizeof cmd, "redis-cli -p %d info memory 2>/dev/null", redis_port);
+    snprintf(cmd, sizeof cmd, "redis-cli -p %d info %s 2>/dev/null", redis_port, section);
     FILE *p = popen(cmd, "r");
     if (!p)
         return 0;
     char line[256];
     long long v = 0;
+    size_t fl = strlen(field);
     while (fgets(line, sizeof line, p))
-        if (sscanf(line, "used_memory:%lld", &v) == 1)
+        if (strncmp(line, field, fl) == 0 && line[fl] == ':' && sscanf(line + fl + 1, "%lld", &v) == 1)
             break;
     pclose(p);
     return v;
@@ -477,6 +504,8 @@ int main(int argc, char **argv)
     long long red0 = redis_used();
 
     /* registrations: 2 threads of waves */
+    long redis_pid = (long)redis_info_field("server", "process_id");
+    long long cpu_m0 = cpu_us(pid), cpu_r0 = redis_pid ? cpu_us(redis_pid) : 0, cpu_g0 = cpu_us(getpid());
     int64_t t0 = now_us(), t_dance = 0;
     todo = malloc(sizeof *todo * (size_t)nservers);
     uint8_t *seen = calloc((size_t)nservers, 1);
@@ -515,6 +544,10 @@ int main(int argc, char **argv)
                 todo[ntodo++] = i;
     }
     int64_t t_visible = now_us();
+    /* CPU each side spent per registration (the master, its Redis, this generator): on a
+     * machine whose cores are all busy, what one side spends the other cannot */
+    long long cpu_m = cpu_us(pid) - cpu_m0, cpu_r = redis_pid ? cpu_us(redis_pid) - cpu_r0 : 0;
+    long long cpu_g = cpu_us(getpid()) - cpu_g0;
     long amp_bytes = answer_bytes;
     double dance = (double)atomic_load(&info_sent) / ((double)(t_dance - t0) / 1e6);
     double reg = listed >= nservers ? nservers / ((double)(t_visible - t0) / 1e6) : 0;
@@ -534,10 +567,11 @@ int main(int argc, char **argv)
            "q1_p50_ms=%.3f q1_p99_ms=%.3f q8_per_s=%.0f q8_p50_ms=%.3f q8_p99_ms=%.3f "
            "hb_p50_ms=%.3f hb_p99_ms=%.3f mem_per_server_b=%.0f mem_proc_b=%.0f mem_redis_b=%.0f "
            "bad_answers=%d query_bytes=%zu answer_bytes=%ld hb_retries=%ld hb_gave_up=%ld "
-           "dance_ms=%.0f visible_ms=%.0f\n",
+           "dance_ms=%.0f visible_ms=%.0f cpu_master_us=%.2f cpu_redis_us=%.2f cpu_gen_us=%.2f\n",
            label, nservers, listed, rounds, reg, dance, q1, q1p50, q1p99, q8, q8p50, q8p99, hb50, hb99,
            mem, mem_proc, mem_redis, bad1 + bad8, sizeof QUERY - 1, amp_bytes,
            atomic_load(&hb_retries), atomic_load(&hb_gave_up), (double)(t_dance - t0) / 1e3,
-           (double)(t_visible - t0) / 1e3);
+           (double)(t_visible - t0) / 1e3, (double)cpu_m / nservers, (double)cpu_r / nservers,
+           (double)cpu_g / nservers);
     return listed >= nservers ? 0 : 1;
 }
