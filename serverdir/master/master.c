@@ -314,6 +314,7 @@ int sd_master_accept(const char *bind, const char *challenge, const sd_master_se
     sd_argv_addf(&a, "%lld", (long long)sd_master_cfg.servers_per_address);
     sd_argv_addf(&a, "%lld", (long long)sd_master_cfg.max_servers);
     sd_argv_addf(&a, "%d", SD_MASTER_LOG_MAXLEN);
+    sd_argv_add(&a, sd_master_copy_id()); /* applied to the index below */
     sd_argv_add(&a, "1");
     sd_argv_add(&a, s->addr);
     sd_argv_add(&a, group);
@@ -321,9 +322,12 @@ int sd_master_accept(const char *bind, const char *challenge, const sd_master_se
     sd_argv_addn(&a, rec, reclen);
     redisReply *r;
     int rc = sd_store_run("master_heartbeat", 1, &a, &r);
-    if (rc)
+    if (rc) {
+        sd_master_index_request_load(); /* Redis may have stored it: see the copy id */
         return rc;
+    }
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 1) {
+        sd_master_index_request_load();
         rc = SD_STORE_ERROR;
     } else {
         redisReply *e = r->element[0];

@@ -251,6 +251,12 @@ void sd_master_snap_put(sd_master_snap_t *s);
 /* The position of the first server after key `after` ("" or NULL: 0). */
 size_t sd_master_snap_after(const sd_master_snap_t *s, const char *after);
 
+/* This copy's id in the change stream: a write that passes it to master_heartbeat must
+ * apply what Redis accepted to the index itself (the stream entry is not read back). */
+const char *sd_master_copy_id(void);
+/* Asks the index thread to load the whole list again (a write under the copy id whose
+ * answer was lost). */
+void sd_master_index_request_load(void);
 int sd_master_index_put(const char *key, const char *rec, size_t len);
 void sd_master_index_del(const char *key);
 void sd_master_index_publish(void);

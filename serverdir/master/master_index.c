@@ -501,7 +501,23 @@ static void key_of(char *buf, size_t cap, const char *suffix)
 }
 
 static char last_id[64] = "0-0";
-static int need_load = 1;
+/* The index must be loaded again: at start, after the list was lost, and after a batch
+ * of this copy's heartbeats got no answer (Redis may have stored them: the stream entry
+ * that names them is skipped, as this copy's own, so only a load would show them). */
+static _Atomic int need_load = 1;
+/* This copy's id in the change stream (field c): the entries of its own heartbeats, which
+ * it applied to its index when Redis accepted them, are not read back. */
+static char copy_id[17];
+
+const char *sd_master_copy_id(void)
+{
+    return copy_id;
+}
+
+void sd_master_index_request_load(void)
+{
+    atomic_store(&need_load, 1);
+}
 static char life[40]; /* P life when the index was last loaded (master_watch.lua) */
 
 /* The newest entry id of P log into id ("0-0" when there is none); 1 when the stream
@@ -739,7 +755,12 @@ static int follow(int block_ms)
         if (went_back)
             break;
         sd_strlcpy(last_id, e->element[0]->str, sizeof last_id);
-        for (size_t j = 0; j + 1 < fv->elements; j += 2) {
+        int own = 0; /* this copy's heartbeats: in the index since Redis accepted them */
+        for (size_t j = 0; j + 1 < fv->elements; j += 2)
+            if (fv->element[j]->type == REDIS_REPLY_STRING && !strcmp(fv->element[j]->str, "c") &&
+                fv->element[j + 1]->type == REDIS_REPLY_STRING && !strcmp(fv->element[j + 1]->str, copy_id))
+                own = 1;
+        for (size_t j = 0; j + 1 < fv->elements && !own; j += 2) {
             if (fv->element[j]->type != REDIS_REPLY_STRING || strcmp(fv->element[j]->str, "a") ||
                 fv->element[j + 1]->type != REDIS_REPLY_STRING)
                 continue;
@@ -895,10 +916,10 @@ static void *sync_main(void *arg)
             else
                 next_key = now + 1000;
         }
-        if (need_load) {
+        if (atomic_exchange(&need_load, 0)) { /* a request made during the load stays */
             rc = load_all();
-            if (rc == 0)
-                need_load = 0;
+            if (rc)
+                atomic_store(&need_load, 1);
         }
         if (rc == 0 && now >= next_sweep) {
             rc = run_sweep();
@@ -924,7 +945,7 @@ static void *sync_main(void *arg)
             SD_COUNT("serverdir_master_reloads_total",
                      "full reloads of the master list index (the list lost or the change "
                      "stream not followed)", 1);
-            need_load = 1;
+            atomic_store(&need_load, 1);
             next_key = 0;
             continue;
         }
@@ -1061,6 +1082,7 @@ static void heartbeats_argv(sd_argv_t *a, struct wop **ops, int n)
     sd_argv_addf(a, "%lld", (long long)sd_master_cfg.servers_per_address);
     sd_argv_addf(a, "%lld", (long long)sd_master_cfg.max_servers);
     sd_argv_addf(a, "%d", SD_MASTER_LOG_MAXLEN);
+    sd_argv_add(a, copy_id);
     sd_argv_addf(a, "%d", n);
     for (int i = 0; i < n; i++) {
         sd_argv_add(a, ops[i]->addr);
@@ -1074,15 +1096,14 @@ static void write_heartbeats(struct wop **ops, int n)
 {
     redisReply *r;
     int rc = store_run_retrying("master_heartbeat", heartbeats_argv, ops, n, &r);
-    if (rc) {
+    if (rc || r->type != REDIS_REPLY_ARRAY || (int)r->elements != n) {
         for (int i = 0; i < n; i++)
             sd_master_count_drop(ops[i]->proto, "store");
-        return;
-    }
-    if (r->type != REDIS_REPLY_ARRAY || (int)r->elements != n) {
-        for (int i = 0; i < n; i++)
-            sd_master_count_drop(ops[i]->proto, "store");
-        freeReplyObject(r);
+        if (!rc)
+            freeReplyObject(r);
+        /* Redis may have stored them (a reply lost with the connection) under an entry
+         * this copy skips as its own: only a load shows them */
+        atomic_store(&need_load, 1);
         return;
     }
     pthread_mutex_lock(&apply_mu);
@@ -1204,6 +1225,8 @@ int sd_master_start(void)
 {
     if (started)
         return 0;
+    if (sd_random_hex(copy_id, 8))
+        return -EIO;
     pthread_mutex_lock(&idx_mu);
     publish_locked(); /* an empty first snapshot */
     pthread_mutex_unlock(&idx_mu);

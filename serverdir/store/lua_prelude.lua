@@ -156,12 +156,19 @@ end
 -- One change-stream entry naming the addresses whose records changed or went (a) and the
 -- id of the entry before it (p, '0-0' for the first): a copy that reads an entry whose p
 -- is not the last one it read knows entries were lost (a replica behind took over) and
--- reloads (master_index.c, follow).
-local function master_log(P, addrs, maxlen)
+-- reloads (master_index.c, follow). copy (optional): the serverdir copy that wrote the
+-- change and applied it to its own index already (field c), which that copy skips.
+local function master_log(P, addrs, maxlen, copy)
   if #addrs > 0 then
     local last = redis.call('XREVRANGE', P .. 'log', '+', '-', 'COUNT', 1)
-    redis.call('XADD', P .. 'log', 'MAXLEN', '~', maxlen, '*', 'a', table.concat(addrs, '\n'),
-               'p', last[1] and last[1][1] or '0-0')
+    local prev = last[1] and last[1][1] or '0-0'
+    if copy and copy ~= '' then
+      redis.call('XADD', P .. 'log', 'MAXLEN', '~', maxlen, '*', 'a', table.concat(addrs, '\n'),
+                 'p', prev, 'c', copy)
+    else
+      redis.call('XADD', P .. 'log', 'MAXLEN', '~', maxlen, '*', 'a', table.concat(addrs, '\n'),
+                 'p', prev)
+    end
   end
 end
 

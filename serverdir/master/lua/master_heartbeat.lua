@@ -3,7 +3,9 @@
 -- and the issue time, docs/master.md "Challenges"); what only Redis can tell is checked
 -- here: single use and the quotas.
 -- KEYS[1] = "<prefix>master:" (P)
--- ARGV: now_ms, ttl_ms, servers_per_group, max_servers, log_maxlen, n, then n items of 4:
+-- ARGV: now_ms, ttl_ms, servers_per_group, max_servers, log_maxlen, copy (the id of the
+-- serverdir copy writing: it applies what is accepted to its own index and skips the
+-- stream entry that names it), n, then n items of 4:
 --   addr, group (the address's quota group: its IP, or the /24 or /64 it is in),
 --   instance ("cluster/instance" of a supervised server, or ""), record.
 -- A record is "challenge \31 group \31 instance \31 expires_at_ms \31 ..." (the rest is
@@ -21,7 +23,7 @@
 local P = KEYS[1]
 local now, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
 local per_group, max_servers = tonumber(ARGV[3]), tonumber(ARGV[4])
-local maxlen, n = ARGV[5], tonumber(ARGV[6])
+local maxlen, copy, n = ARGV[5], ARGV[6], tonumber(ARGV[7])
 local S, EXP, N = P .. 's', P .. 'exp', P .. 'n'
 local probing = redis.call('EXISTS', P .. 'probe') == 1
 local out, logged = {}, {}
@@ -29,7 +31,7 @@ local listed = nil -- servers in the list (ZCARD, read once per batch when a new
 local exp = now + ttl
 
 for k = 0, n - 1 do
-  local b = 7 + k * 4
+  local b = 8 + k * 4
   local addr, group, inst, rec = ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
   local chal = string.match(rec, '^([^\31]*)\31')
   local old = redis.call('HGET', S, addr)
@@ -66,5 +68,5 @@ for k = 0, n - 1 do
   end
   out[#out + 1] = res
 end
-master_log(P, logged, maxlen)
+master_log(P, logged, maxlen, copy)
 return out
