@@ -133,9 +133,9 @@ local function stale_epoch(base, epoch, now)
 end
 
 -- The master list under P = "<prefix>master:": P s (address -> record "challenge \31
--- group \31 instance \31 expires_at_ms \31 ..."), P exp (address -> expiry), P n (quota
--- group -> servers listed), P probe, P inst:<instance>, and the change stream
--- P log that serverdir copies follow (docs/master.md, "Redis layout").
+-- group \31 instance \31 expires_at_ms \31 ..."), P n (quota group -> servers listed),
+-- P probe, P inst:<instance>, P sweep (the expiry sweep's place in P s), and the change
+-- stream P log that serverdir copies follow (docs/master.md, "Redis layout").
 
 -- Removes server `addr` from every index of the master list (not from the stream: the
 -- caller logs what it removed with master_log).
@@ -149,7 +149,6 @@ local function master_remove(P, addr)
     end
     redis.call('HDEL', P .. 's', addr)
   end
-  redis.call('ZREM', P .. 'exp', addr)
   redis.call('ZREM', P .. 'probe', addr)
 end
 
@@ -172,14 +171,31 @@ local function master_log(P, addrs, maxlen, copy)
   end
 end
 
--- The expiry sweep: removes at most n servers whose listing ran out by `now`, and at
--- most n whose getinfo probe (P probe: a listed Q3/DP server heartbeated and did not
--- answer the getinfo in time, as a server shutting down does) is past its deadline.
--- Returns the removed addresses (logged in P log).
-local function master_sweep(P, now, n, maxlen)
+-- The expiry sweep: walks a share of P s from where the last call stopped (the HSCAN
+-- cursor in P sweep, field c, shared by every copy) and removes the servers whose listing
+-- ran out by `now`; and removes at most n whose getinfo probe (P probe: a listed Q3/DP
+-- server heartbeated and did not answer the getinfo in time, as a server shutting down
+-- does) is past its deadline. The walk reads about max(n, listed / 50) records (at most
+-- 5n) once per period ms whichever copy calls (P sweep, field t: when the next share is
+-- due), so a whole pass takes at most 50 periods up to 250,000 servers at n = 1000 (10 s at
+-- the 200 ms period), and an expired server costs memory and its group's quota that long
+-- at most: every copy's answers leave it out at its expiry (the record carries it).
+-- No record is written to find what expires: no index per server (docs/master.md,
+-- "Redis layout"). Returns the removed addresses (logged in P log).
+local function master_sweep(P, now, n, maxlen, period)
   local gone = {}
-  local old = redis.call('ZRANGEBYSCORE', P .. 'exp', '-inf', now, 'LIMIT', 0, n)
-  for _, a in ipairs(old) do master_remove(P, a); gone[#gone + 1] = a end
+  local sw = redis.call('HMGET', P .. 'sweep', 'c', 't')
+  if tonumber(sw[2] or '0') <= now then
+    local listed = redis.call('HLEN', P .. 's')
+    local count = math.min(math.max(n, math.floor(listed / 50)), 5 * n)
+    local r = redis.call('HSCAN', P .. 's', sw[1] or '0', 'COUNT', count)
+    redis.call('HSET', P .. 'sweep', 'c', r[1], 't', now + period)
+    local kv = r[2]
+    for i = 1, #kv, 2 do
+      local e = string.match(kv[i + 1], '^[^\31]*\31[^\31]*\31[^\31]*\31([^\31]*)\31')
+      if tonumber(e or '0') <= now then master_remove(P, kv[i]); gone[#gone + 1] = kv[i] end
+    end
+  end
   local late = redis.call('ZRANGEBYSCORE', P .. 'probe', '-inf', now, 'LIMIT', 0, n)
   for _, a in ipairs(late) do master_remove(P, a); gone[#gone + 1] = a end
   master_log(P, gone, maxlen)

@@ -770,8 +770,6 @@ static void spoofed_shutdowns_remove_only_their_protocols_servers(void **state)
                        now + 600000, now);
     r = h_redis(&redis, "HSET %s %s %b", h_master_key("sds:", "s"), addr, rec, (size_t)len);
     freeReplyObject(r);
-    r = h_redis(&redis, "ZADD %s %lld %s", h_master_key("sds:", "exp"), now + 600000, addr);
-    freeReplyObject(r);
     r = h_redis(&redis, "HINCRBY %s 127.0.0.1 1", h_master_key("sds:", "n"));
     freeReplyObject(r);
     r = h_redis(&redis, "XADD %s * a %s", h_master_key("sds:", "log"), addr);

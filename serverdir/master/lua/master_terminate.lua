@@ -9,13 +9,13 @@
 local P = KEYS[1]
 local now = tonumber(ARGV[1])
 local addr = ARGV[2]
-local exp = redis.call('ZSCORE', P .. 'exp', addr)
-if not exp or tonumber(exp) <= now then
+local rec = redis.call('HGET', P .. 's', addr) or ''
+local exp = string.match(rec, '^[^\31]*\31[^\31]*\31[^\31]*\31([^\31]*)\31')
+if tonumber(exp or '0') <= now then
   return redis.error_reply('not_listed 0')
 end
 local want = ARGV[4]
 if want then
-  local rec = redis.call('HGET', P .. 's', addr) or ''
   local src = select(6, string.match(rec, '^' .. string.rep('([^\31]*)\31', 6)))
   if src and src ~= '' and src ~= want then
     return redis.error_reply('other_protocol 0')
