@@ -273,23 +273,80 @@ static void lower(char *dst, const char *src, size_t cap)
     dst[i] = '\0';
 }
 
+/* The record builder: appends to out without a format string (every registration
+ * builds one); at stays past cap once anything did not fit. */
+struct rec_out {
+    char *out;
+    size_t cap, at;
+};
+
+static void rec_str(struct rec_out *r, const char *s, int sep)
+{
+    size_t n = strlen(s);
+    if (r->at + n + 1 < r->cap)
+        memcpy(r->out + r->at, s, n);
+    r->at += n;
+    if (sep) {
+        if (r->at + 1 < r->cap)
+            r->out[r->at] = '\x1f';
+        r->at++;
+    }
+}
+
+static void rec_int(struct rec_out *r, long long v, int sep)
+{
+    char t[24];
+    size_t n = 0;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    do {
+        t[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        t[n++] = '-';
+    char d[24];
+    for (size_t i = 0; i < n; i++)
+        d[i] = t[n - 1 - i];
+    d[n] = '\0';
+    rec_str(r, d, sep);
+}
+
 size_t sd_master_record(const sd_master_server_t *s, const char *chal, const char *group,
                         int64_t now, int64_t exp, char *out, size_t cap)
 {
-    char tags[16 * 34 + 2] = "";
+    struct rec_out r = {out, cap, 0};
+    if (!cap)
+        return 0;
+    rec_str(&r, chal, 1);
+    rec_str(&r, group, 1);
+    rec_str(&r, s->instance, 1);
+    rec_int(&r, exp, 1);
+    rec_int(&r, now, 1);
+    rec_str(&r, s->source ? s->source : "(null)", 1);
+    rec_str(&r, s->game, 1);
+    rec_str(&r, s->map, 1);
+    rec_str(&r, s->name, 1);
+    rec_str(&r, s->version, 1);
+    rec_str(&r, s->region, 1);
     for (int i = 0; i < s->ntags; i++) {
         if (i)
-            strcat(tags, ",");
-        strcat(tags, s->tags[i]);
+            rec_str(&r, ",", 0);
+        rec_str(&r, s->tags[i], 0);
     }
-    int n = snprintf(out, cap,
-                     "%s\x1f%s\x1f%s\x1f%lld\x1f%lld\x1f%s\x1f%s\x1f%s\x1f%s\x1f%s\x1f%s\x1f%s"
-                     "\x1f%d\x1f%d\x1f%d\x1f%d\x1f%d\x1f%d\x1f%s\x1f%d\x1f%d",
-                     chal, group, s->instance, (long long)exp, (long long)now, s->source,
-                     s->game, s->map, s->name, s->version, s->region, tags, s->players,
-                     s->max_players, s->bots, s->password, s->dedicated, s->secure, s->os,
-                     s->protocol, s->gametype);
-    return n < 0 || (size_t)n >= cap ? 0 : (size_t)n;
+    rec_str(&r, "", 1);
+    rec_int(&r, s->players, 1);
+    rec_int(&r, s->max_players, 1);
+    rec_int(&r, s->bots, 1);
+    rec_int(&r, s->password, 1);
+    rec_int(&r, s->dedicated, 1);
+    rec_int(&r, s->secure, 1);
+    rec_str(&r, s->os, 1);
+    rec_int(&r, s->protocol, 1);
+    rec_int(&r, s->gametype, 0);
+    if (r.at >= cap)
+        return 0;
+    out[r.at] = '\0';
+    return r.at;
 }
 
 int sd_master_accept(const char *bind, const char *challenge, const sd_master_server_t *s,
@@ -493,7 +550,7 @@ int sd_master_eval_term(const sd_master_cfilter_t *c, int i, const sd_msrv_t *s,
     }
     case OP_EQ_GAME:
         *next = i + 1;
-        return s->gid ? s->gid == t->gid : strcmp(SD_MX(s, SD_MX_GAME), t->val) == 0;
+        return s->gid ? s->gid == t->gid : sd_master_lower_eq(SD_MREC(s, SD_MREC_GAME), t->val);
     case SD_MOP_EQ_PROTO:
         *next = i + 1;
         return s->protocol == t->ival;
@@ -507,7 +564,15 @@ int sd_master_eval_term(const sd_master_cfilter_t *c, int i, const sd_msrv_t *s,
         *next = i + 1;
         if (t->field == 255)
             return t->val[0] == (s->fam == 6 ? '6' : '4') && t->val[1] == '\0';
-        return strcmp(t->field >= FX ? SD_MX(s, t->field - FX) : SD_MREC(s, t->field), t->val) == 0;
+        if (t->field == FX + SD_MX_MAP)
+            return sd_master_lower_eq(SD_MREC(s, SD_MREC_MAP), t->val);
+        if (t->field == FX + SD_MX_IP) {
+            char ip[48];
+            return strcmp(sd_master_ip_of(s, ip, sizeof ip), t->val) == 0;
+        }
+        if (t->field >= FX) /* the game (a name with no id) */
+            return sd_master_lower_eq(SD_MREC(s, SD_MREC_GAME), t->val);
+        return strcmp(SD_MREC(s, t->field), t->val) == 0;
     case OP_NOTEMPTY:
         *next = i + 1;
         return s->players > 0;
@@ -570,7 +635,8 @@ static void server_json(sd_buf_t *b, const sd_msrv_t *s)
     sd_buf_puts(b, "{\"address\":");
     js_str(b, s->buf);
     sd_buf_puts(b, ",\"ip\":");
-    js_str(b, SD_MX(s, SD_MX_IP));
+    char ip[48];
+    js_str(b, sd_master_ip_of(s, ip, sizeof ip));
     sd_buf_printf(b, ",\"port\":%u,\"game\":", (unsigned)s->port);
     js_str(b, SD_MREC(s, SD_MREC_GAME));
     sd_buf_puts(b, ",\"map\":");

@@ -213,7 +213,9 @@ enum {
     SD_MREC_PLAYERS, SD_MREC_MAX, SD_MREC_BOTS, SD_MREC_PW, SD_MREC_D, SD_MREC_S, SD_MREC_OS,
     SD_MREC_PROTO, SD_MREC_GT, SD_MREC_N
 };
-/* The lowercased extras the filters read: game, map, ",tags,", and the IP text. */
+/* The fields the filters read beyond the record's: game and map lowercased (compared
+ * with sd_master_lower_eq on the record's text, not kept), ",tags," lowercased (kept
+ * after the fields, SD_MX(s, SD_MX_TAGS)), and the IP text (the key's, sd_master_ip_of). */
 enum { SD_MX_GAME, SD_MX_MAP, SD_MX_TAGS, SD_MX_IP, SD_MX_N };
 #define SD_MASTER_LOG_MAXLEN 2000 /* entries the change stream P log keeps (~) */
 
@@ -229,14 +231,30 @@ typedef struct sd_msrv {
     uint8_t fam;
     uint8_t ip[16];
     struct sd_msrv *hnext; /* the index's own (hash chain, retired list) */
-    int64_t last_ms;
+    uint32_t hash;         /* of the key: a chain walk reads no other key */
     uint32_t mark;
+    int64_t last_ms;
     uint16_t roff[SD_MREC_N];
-    uint16_t foff[SD_MX_N];
+    uint16_t foff[SD_MX_N];    /* [SD_MX_TAGS] only */
     char buf[];
 } sd_msrv_t;
 #define SD_MREC(s, i) ((s)->buf + (s)->roff[i])
-#define SD_MX(s, i) ((s)->buf + (s)->foff[i])
+#define SD_MX(s, i) ((s)->buf + (s)->foff[i]) /* SD_MX_TAGS only */
+
+/* Whether text lowercased (ASCII) equals low. */
+static inline int sd_master_lower_eq(const char *text, const char *low)
+{
+    for (;; text++, low++) {
+        char c = (*text >= 'A' && *text <= 'Z') ? (char)(*text + 32) : *text;
+        if (c != *low)
+            return 0;
+        if (!c)
+            return 1;
+    }
+}
+
+/* The IP text of s's key ("1.2.3.4" of "1.2.3.4:27960", "::1" of "[::1]:27960") into out. */
+const char *sd_master_ip_of(const sd_msrv_t *s, char *out, size_t cap);
 
 /* A sorted (address key order) immutable view of the list; get/put count references. */
 typedef struct sd_master_snap {
@@ -331,8 +349,7 @@ static inline int sd_master_match(const sd_master_cfilter_t *c, const sd_msrv_t 
         int ok;
         switch (t->op) {
         case SD_MOP_EQ_GAME:
-            ok = s->gid ? s->gid == t->gid
-                        : strcmp(s->buf + s->foff[SD_MX_GAME], t->val) == 0;
+            ok = s->gid ? s->gid == t->gid : sd_master_lower_eq(SD_MREC(s, SD_MREC_GAME), t->val);
             break;
         case SD_MOP_EQ_PROTO: ok = s->protocol == t->ival; break;
         case SD_MOP_EQ_GT: ok = s->gametype == t->ival; break;

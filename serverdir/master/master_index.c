@@ -95,110 +95,93 @@ uint32_t sd_master_game_lookup(const char *lower)
     return game_find(lower, 0);
 }
 
-/* Parses "key" + record into one allocation. NULL when the record is malformed. */
+/* The record fields the index does not keep: the quota group and the instance (Redis
+ * has them), the expiry and the heartbeat's time (kept as numbers). They read as "". */
+static int field_dropped(int f)
+{
+    return f == SD_MREC_GROUP || f == SD_MREC_INST || f == SD_MREC_EXP || f == SD_MREC_LAST;
+}
+
+/* Parses "key" + record into one allocation of exactly what it keeps (no slack for
+ * the allocator to split off: a list of 100,000 servers is 100,000 of these). NULL when
+ * the record is malformed. buf: key \0, the kept fields \0 each, ",tags," lowercased \0. */
 static sd_msrv_t *srv_parse(const char *key, const char *rec, size_t len)
 {
     size_t klen = strlen(key);
     if (klen >= SD_MASTER_ADDR_MAX || len > 4096)
         return NULL;
-    /* buf: key \0 fields \0... glow \0 mlow \0 ",tags," \0 ip \0, sized exactly: the
-     * extras are at most the lengths of game, map and tags (+2) and the key. */
-    size_t glen = 0, mlen = 0, tlen = 0;
-    {
-        int f = 0;
-        size_t start = 0;
-        for (size_t i = 0; i <= len; i++) {
-            if (i == len || rec[i] == '\x1f') {
-                size_t l = i - start;
-                if (f == SD_MREC_GAME)
-                    glen = l;
-                else if (f == SD_MREC_MAP)
-                    mlen = l;
-                else if (f == SD_MREC_TAGS)
-                    tlen = l;
-                f++;
-                start = i + 1;
-            }
+    /* pass 1: the fields' bounds, the size kept, the numbers */
+    size_t start[SD_MREC_N], flen[SD_MREC_N];
+    int nf = 0;
+    size_t kept = 0, from = 0;
+    for (size_t i = 0; i <= len; i++) {
+        if (i < len && rec[i] == '\0')
+            return NULL;
+        if (i == len || rec[i] == '\x1f') {
+            if (nf >= SD_MREC_N)
+                return NULL;
+            start[nf] = from;
+            flen[nf] = i - from;
+            if (!field_dropped(nf))
+                kept += flen[nf] + 1;
+            nf++;
+            from = i + 1;
         }
     }
-    size_t cap = klen + 1 + len + 1 + glen + 1 + mlen + 1 + tlen + 3 + klen + 1;
-    /* The fields no answer reads are not kept: the quota group and the instance (Redis
-     * has them), the expiry and the time of the heartbeat (kept as numbers): they read
-     * as "" (the key's terminator). The block is cut to what was written below. */
-    sd_msrv_t *s = malloc(sizeof(sd_msrv_t) + cap);
+    if (nf != SD_MREC_N || flen[SD_MREC_EXP] > 20 || flen[SD_MREC_LAST] > 20)
+        return NULL;
+    size_t size = klen + 1 + kept + flen[SD_MREC_TAGS] + 3;
+    sd_msrv_t *s = malloc(sizeof(sd_msrv_t) + size);
     if (!s)
         return NULL;
     memset(s, 0, sizeof *s);
+    s->hash = hash_key(key);
     char *b = s->buf;
     memcpy(b, key, klen + 1);
     size_t at = klen + 1;
-    int nf = 0;
-    char num[2][24] = {"", ""}; /* the expiry and the heartbeat's time, as text */
-    size_t nlen = 0;
-    s->roff[nf++] = (uint16_t)at;
-    for (size_t i = 0; i < len; i++) {
-        int f = nf - 1; /* the field rec[i] is in */
-        if (rec[i] == '\0')
-            goto bad;
-        if (rec[i] == '\x1f') {
-            if (f != SD_MREC_GROUP && f != SD_MREC_INST && f != SD_MREC_EXP && f != SD_MREC_LAST)
-                b[at++] = '\0';
-            if (nf >= SD_MREC_N)
-                goto bad;
-            nlen = 0;
-            f = nf;
-            s->roff[nf++] = (uint16_t)(f == SD_MREC_GROUP || f == SD_MREC_INST || f == SD_MREC_EXP ||
-                                               f == SD_MREC_LAST
-                                           ? klen
-                                           : at);
-        } else if (f == SD_MREC_EXP || f == SD_MREC_LAST) {
-            if (nlen + 1 >= sizeof num[0])
-                goto bad;
-            num[f == SD_MREC_LAST][nlen++] = rec[i];
-            num[f == SD_MREC_LAST][nlen] = '\0';
-        } else if (f != SD_MREC_GROUP && f != SD_MREC_INST) {
-            b[at++] = rec[i];
+    for (int f = 0; f < SD_MREC_N; f++) {
+        if (field_dropped(f)) {
+            s->roff[f] = (uint16_t)klen; /* the key's terminator: "" */
+            continue;
         }
+        s->roff[f] = (uint16_t)at;
+        memcpy(b + at, rec + start[f], flen[f]);
+        at += flen[f];
+        b[at++] = '\0';
     }
-    b[at++] = '\0';
-    if (nf != SD_MREC_N)
-        goto bad;
+    char num[24];
+    memcpy(num, rec + start[SD_MREC_EXP], flen[SD_MREC_EXP]);
+    num[flen[SD_MREC_EXP]] = '\0';
+    s->exp = strtoll(num, NULL, 10);
+    memcpy(num, rec + start[SD_MREC_LAST], flen[SD_MREC_LAST]);
+    num[flen[SD_MREC_LAST]] = '\0';
+    s->last_ms = strtoll(num, NULL, 10);
     int fam = sd_master_key_bytes(key, s->ip, &s->port);
     if (fam < 0)
         goto bad;
     s->fam = (uint8_t)fam;
-    s->exp = strtoll(num[0], NULL, 10);
-    s->last_ms = strtoll(num[1], NULL, 10);
     s->players = atoi(SD_MREC(s, SD_MREC_PLAYERS));
     s->max_players = atoi(SD_MREC(s, SD_MREC_MAX));
     s->protocol = atoi(SD_MREC(s, SD_MREC_PROTO));
     s->gametype = atoi(SD_MREC(s, SD_MREC_GT));
-    /* the lowercased fields the filters compare */
-    const int low[2] = {SD_MREC_GAME, SD_MREC_MAP};
-    for (int k = 0; k < 2; k++) {
-        s->foff[k] = (uint16_t)at;
-        for (const char *p = SD_MREC(s, low[k]); *p; p++)
-            b[at++] = (char)((*p >= 'A' && *p <= 'Z') ? *p + 32 : *p);
-        b[at++] = '\0';
+    /* the game's id: its lowercased name interned (a name too long for it has none, and
+     * the filters compare its text) */
+    char low[256];
+    const char *g = SD_MREC(s, SD_MREC_GAME);
+    size_t gl = strlen(g);
+    if (gl < sizeof low) {
+        for (size_t i = 0; i <= gl; i++)
+            low[i] = (char)((g[i] >= 'A' && g[i] <= 'Z') ? g[i] + 32 : g[i]);
+        s->gid = sd_master_game_id(low);
     }
-    s->gid = sd_master_game_id(SD_MX(s, SD_MX_GAME));
-    s->foff[2] = (uint16_t)at;
+    s->foff[SD_MX_TAGS] = (uint16_t)at;
     b[at++] = ',';
     for (const char *p = SD_MREC(s, SD_MREC_TAGS); *p; p++)
         b[at++] = (char)((*p >= 'A' && *p <= 'Z') ? *p + 32 : *p);
     if (b[at - 1] != ',')
         b[at++] = ',';
     b[at++] = '\0';
-    s->foff[3] = (uint16_t)at;
-    const char *ip0 = key[0] == '[' ? key + 1 : key;
-    const char *ip1 = key[0] == '[' ? strchr(key, ']') : strrchr(key, ':');
-    if (!ip1 || ip1 < ip0 || (size_t)(ip1 - ip0) >= 48)
-        goto bad;
-    memcpy(b + at, ip0, (size_t)(ip1 - ip0));
-    at += (size_t)(ip1 - ip0);
-    b[at++] = '\0';
-    sd_msrv_t *cut = realloc(s, sizeof(sd_msrv_t) + at); /* shrinks in place */
-    return cut ? cut : s;
+    return s;
 bad:
     free(s);
     return NULL;
@@ -218,8 +201,9 @@ static sd_master_snap_t *snap_oldest, *snap_current;
 
 static sd_msrv_t **find_slot(const char *key)
 {
-    sd_msrv_t **pp = &buckets[hash_key(key) & (nbuckets - 1)];
-    while (*pp && strcmp((*pp)->buf, key) != 0)
+    uint32_t h = hash_key(key);
+    sd_msrv_t **pp = &buckets[h & (nbuckets - 1)];
+    while (*pp && ((*pp)->hash != h || strcmp((*pp)->buf, key) != 0))
         pp = &(*pp)->hnext;
     return pp;
 }
@@ -234,7 +218,7 @@ static int grow(void)
         sd_msrv_t *s = buckets[i];
         while (s) {
             sd_msrv_t *next = s->hnext;
-            size_t h = hash_key(s->buf) & (nb - 1);
+            size_t h = s->hash & (nb - 1);
             s->hnext = nbk[h];
             nbk[h] = s;
             s = next;

@@ -43,9 +43,12 @@ struct worker {
     pthread_t thread;
     const char *addr;
     struct listener *l;
-    /* reply datagrams waiting for sendmmsg */
+    /* reply datagrams waiting for sendmmsg, each with its destination: a worker sends
+     * what one recvmmsg batch made with one call (a getinfo per heartbeat of the batch) */
     int nout;
     struct mmsghdr msg[OUT_MAX];
+    struct sockaddr_storage to[OUT_MAX];
+    socklen_t tolen[OUT_MAX];
     struct iovec iov[OUT_MAX];
     uint8_t out[OUT_MAX][SD_Q3_DGRAM_MAX];
     uint8_t in[RECV_BATCH][RECV_MAX];
@@ -95,14 +98,14 @@ static int budget(const char *ip, const char *proto, size_t n)
     return 0;
 }
 
-/* Sends the queued reply datagrams of w to `to` (one sendmmsg, retried for the rest). */
-static void flush(struct worker *w, const struct sockaddr *to, socklen_t tolen)
+/* Sends the queued reply datagrams of w (one sendmmsg, retried for the rest). */
+static void flush(struct worker *w)
 {
     int at = 0;
     while (at < w->nout) {
         for (int i = at; i < w->nout; i++) {
-            w->msg[i].msg_hdr.msg_name = (void *)to;
-            w->msg[i].msg_hdr.msg_namelen = tolen;
+            w->msg[i].msg_hdr.msg_name = &w->to[i];
+            w->msg[i].msg_hdr.msg_namelen = w->tolen[i];
             w->msg[i].msg_hdr.msg_iov = &w->iov[i];
             w->msg[i].msg_hdr.msg_iovlen = 1;
         }
@@ -118,15 +121,19 @@ static void flush(struct worker *w, const struct sockaddr *to, socklen_t tolen)
     w->nout = 0;
 }
 
-/* Queues one reply datagram if the budgets allow (flushing when the queue is full);
- * 0 or -1. */
+/* Queues one reply datagram to `to` if the budgets allow (flushing when the queue is
+ * full); 0 or -1. */
 static int queue_reply(struct worker *w, const struct sockaddr *to, socklen_t tolen,
                        const char *ip, const char *proto, const void *p, size_t n)
 {
     if (budget(ip, proto, n))
         return -1;
     if (w->nout == OUT_MAX)
-        flush(w, to, tolen);
+        flush(w);
+    if (tolen > sizeof w->to[0])
+        tolen = sizeof w->to[0];
+    memcpy(&w->to[w->nout], to, tolen);
+    w->tolen[w->nout] = tolen;
     memcpy(w->out[w->nout], p, n);
     w->iov[w->nout].iov_base = w->out[w->nout];
     w->iov[w->nout].iov_len = n;
@@ -134,11 +141,12 @@ static int queue_reply(struct worker *w, const struct sockaddr *to, socklen_t to
     return 0;
 }
 
+/* One reply datagram, sent with the others the same receive batch made (the worker
+ * flushes after each batch). */
 static void send_one(struct worker *w, const struct sockaddr *to, socklen_t tolen,
                      const char *ip, const char *proto, const void *p, size_t n)
 {
-    if (queue_reply(w, to, tolen, ip, proto, p, n) == 0)
-        flush(w, to, tolen);
+    queue_reply(w, to, tolen, ip, proto, p, n);
 }
 
 /* Fills s's address from the datagram's source. */
@@ -263,7 +271,7 @@ static void q3_getservers(struct worker *w, const uint8_t *p, size_t n, const st
         sd_q3_resp_end(&wr);
         queue_reply(w, from, fromlen, ip, "q3", wr.buf, wr.len);
     }
-    flush(w, from, fromlen);
+    flush(w);
     SD_COUNT("serverdir_master_udp_queries_total{proto=\"q3\"}", "UDP master list queries answered", 1);
 }
 
@@ -505,6 +513,7 @@ static void *worker_main(void *arg)
                 handle(w, bufs[i], msgs[i].msg_len, (struct sockaddr *)&from[i],
                        msgs[i].msg_hdr.msg_namelen);
             }
+            flush(w); /* the batch's replies in one sendmmsg */
             if (got < RECV_BATCH)
                 break;
         }

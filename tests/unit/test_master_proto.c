@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <arpa/inet.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -660,6 +661,119 @@ static void index_and_filters(void **state)
     sd_master_stop();
 }
 
+/* The record as the format string made it before the builder (sd_master_record's
+ * reference). */
+static int record_ref(const sd_master_server_t *s, const char *chal, const char *group, int64_t now,
+                      int64_t exp, char *out, size_t cap)
+{
+    char tags[16 * 34 + 2] = "";
+    for (int i = 0; i < s->ntags; i++) {
+        if (i)
+            strcat(tags, ",");
+        strcat(tags, s->tags[i]);
+    }
+    return snprintf(out, cap,
+                    "%s\x1f%s\x1f%s\x1f%lld\x1f%lld\x1f%s\x1f%s\x1f%s\x1f%s\x1f%s\x1f%s\x1f%s"
+                    "\x1f%d\x1f%d\x1f%d\x1f%d\x1f%d\x1f%d\x1f%s\x1f%d\x1f%d",
+                    chal, group, s->instance, (long long)exp, (long long)now, s->source, s->game,
+                    s->map, s->name, s->version, s->region, tags, s->players, s->max_players,
+                    s->bots, s->password, s->dedicated, s->secure, s->os, s->protocol, s->gametype);
+}
+
+/* sd_master_record writes what the format string did, byte for byte, and 0 when the
+ * record does not fit. */
+static void record_text(void **state)
+{
+    (void)state;
+    sd_master_server_t s;
+    for (int v = 0; v < 4; v++) {
+        memset(&s, 0, sizeof s);
+        s.source = v == 1 ? "rest" : "q3";
+        snprintf(s.game, sizeof s.game, "%s", v == 2 ? "" : "DarkPlaces-Quake");
+        snprintf(s.map, sizeof s.map, "e1m%d", v);
+        memset(s.name, 'n', v == 3 ? 128 : 5);
+        snprintf(s.version, sizeof s.version, "1.%d", v);
+        snprintf(s.region, sizeof s.region, "%s", v ? "eu" : "");
+        snprintf(s.instance, sizeof s.instance, "%s", v == 1 ? "c/i-1" : "");
+        s.ntags = v;
+        for (int t = 0; t < v; t++)
+            snprintf(s.tags[t], sizeof s.tags[t], "tag%d", t);
+        s.players = v * 7;
+        s.max_players = 16;
+        s.bots = v;
+        s.password = v & 1;
+        s.dedicated = 1;
+        s.secure = v == 2;
+        snprintf(s.os, sizeof s.os, "%s", v == 3 ? "" : "l");
+        s.protocol = v == 2 ? -1 : 3;
+        s.gametype = v == 3 ? -2147483647 - 1 : v - 1;
+        int64_t now = v == 0 ? 0 : 1795872646632LL + v, exp = v == 3 ? -5 : now + 900000;
+        char want[2048], got[2048];
+        int wn = record_ref(&s, "0123456789abcdef0123456789abcdef", v ? "127.0.0.0/24" : "", now,
+                            exp, want, sizeof want);
+        size_t gn = sd_master_record(&s, "0123456789abcdef0123456789abcdef", v ? "127.0.0.0/24" : "",
+                                     now, exp, got, sizeof got);
+        assert_int_equal(gn, (size_t)wn);
+        assert_memory_equal(got, want, gn + 1);
+        /* one byte short of the record and its terminator: does not fit */
+        assert_int_equal(sd_master_record(&s, "0123456789abcdef0123456789abcdef",
+                                          v ? "127.0.0.0/24" : "", now, exp, got, gn),
+                         0);
+        assert_int_equal(sd_master_record(&s, "0123456789abcdef0123456789abcdef",
+                                          v ? "127.0.0.0/24" : "", now, exp, got, gn + 1),
+                         gn);
+    }
+}
+
+/* A datagram's source makes the key and IP text sd_master_addr_key makes of the same
+ * address (IPv4 written without a parse, IPv4-mapped IPv6 as the IPv4 it stands for). */
+static void source_keys(void **state)
+{
+    (void)state;
+    const char *v4[] = {"0.0.0.0", "1.2.3.4", "127.0.0.1", "10.200.3.99", "255.255.255.255"};
+    const int ports[] = {1, 80, 27960, 65535};
+    for (size_t i = 0; i < sizeof v4 / sizeof v4[0]; i++) {
+        for (size_t k = 0; k < sizeof ports / sizeof ports[0]; k++) {
+            char key[SD_MASTER_ADDR_MAX], ip[48], wkey[SD_MASTER_ADDR_MAX], wip[48];
+            int port = 0;
+            assert_int_equal(sd_master_addr_key(v4[i], ports[k], wkey, sizeof wkey, wip, sizeof wip, NULL), 0);
+            struct sockaddr_in in = {.sin_family = AF_INET, .sin_port = htons((uint16_t)ports[k])};
+            inet_pton(AF_INET, v4[i], &in.sin_addr);
+            assert_int_equal(sd_master_addr_from_sockaddr((struct sockaddr *)&in, key, sizeof key, ip,
+                                                          sizeof ip, &port), 0);
+            assert_string_equal(key, wkey);
+            assert_string_equal(ip, wip);
+            assert_int_equal(port, ports[k]);
+            struct sockaddr_in6 in6 = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)ports[k])};
+            char mapped[64];
+            snprintf(mapped, sizeof mapped, "::ffff:%s", v4[i]);
+            inet_pton(AF_INET6, mapped, &in6.sin6_addr);
+            assert_int_equal(sd_master_addr_from_sockaddr((struct sockaddr *)&in6, key, sizeof key, ip,
+                                                          sizeof ip, &port), 0);
+            assert_string_equal(key, wkey);
+            assert_string_equal(ip, wip);
+        }
+    }
+    struct sockaddr_in6 in6 = {.sin6_family = AF_INET6, .sin6_port = htons(27960)};
+    inet_pton(AF_INET6, "2001:db8::1", &in6.sin6_addr);
+    char key[SD_MASTER_ADDR_MAX], ip[48];
+    int port = 0;
+    assert_int_equal(sd_master_addr_from_sockaddr((struct sockaddr *)&in6, key, sizeof key, ip, sizeof ip,
+                                                  &port), 0);
+    assert_string_equal(key, "[2001:db8::1]:27960");
+    assert_string_equal(ip, "2001:db8::1");
+    /* port 0 is no server's; a small key buffer is cut, not overrun */
+    struct sockaddr_in in = {.sin_family = AF_INET, .sin_port = 0};
+    inet_pton(AF_INET, "1.2.3.4", &in.sin_addr);
+    assert_int_equal(sd_master_addr_from_sockaddr((struct sockaddr *)&in, key, sizeof key, ip, sizeof ip,
+                                                  &port), -1);
+    in.sin_port = htons(27960);
+    char small[6];
+    assert_int_equal(sd_master_addr_from_sockaddr((struct sockaddr *)&in, small, sizeof small, NULL, 0,
+                                                  NULL), 0);
+    assert_string_equal(small, "1.2.3");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -671,6 +785,7 @@ int main(void)
         cmocka_unit_test(address_groups), cmocka_unit_test(valve_query),
         cmocka_unit_test(valve_reply),     cmocka_unit_test(goldsrc),
         cmocka_unit_test(stateless_challenges), cmocka_unit_test(index_and_filters),
+        cmocka_unit_test(record_text),     cmocka_unit_test(source_keys),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
