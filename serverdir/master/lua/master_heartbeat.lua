@@ -30,37 +30,43 @@ local per_group, max_servers = tonumber(ARGV[3]), tonumber(ARGV[4])
 local maxlen, copy, n = ARGV[5], ARGV[6], tonumber(ARGV[7])
 local S, N = P .. 's', P .. 'n'
 if n == 0 then return {} end
+local find, sub = string.find, string.sub
 
 -- what is stored now: the records and the counts of the groups the batch names
-local addrs, groups, gseen = {}, {}, {}
-for k = 0, n - 1 do
-  local b = 8 + k * 4
-  addrs[#addrs + 1] = ARGV[b]
+local addrs, groups, gseen, ng = {}, {}, {}, 0
+for k = 1, n do
+  local b = 4 + k * 4
+  addrs[k] = ARGV[b]
   local g = ARGV[b + 1]
-  if not gseen[g] then gseen[g] = true; groups[#groups + 1] = g end
+  if not gseen[g] then gseen[g] = true; ng = ng + 1; groups[ng] = g end
 end
 local recs = redis.call('HMGET', S, unpack(addrs))
 local cur = {} -- addr -> record (or false), as the items before see it
-for i, a in ipairs(addrs) do
-  if cur[a] == nil then cur[a] = recs[i] end
-end
+for k = 1, n do cur[addrs[k]] = recs[k] end
 local counts, gdirty = {}, {}
 local gv = redis.call('HMGET', N, unpack(groups))
-for i, g in ipairs(groups) do counts[g] = tonumber(gv[i] or '0') end
+for k = 1, ng do counts[groups[k]] = tonumber(gv[k] or '0') end
 local listed = nil -- servers in the list (HLEN, read once per batch when a new one comes)
 local probing = redis.call('EXISTS', P .. 'probe') == 1
 
-local out, logged, written, order, unprobe = {}, {}, {}, {}, {}
-for k = 0, n - 1 do
-  local b = 8 + k * 4
+local out, logged, hs, unprobe, nl, nh, nu = {}, {}, {}, {}, 0, 0, 0
+for k = 1, n do
+  local b = 4 + k * 4
   local addr, group, inst, rec = ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
-  local chal = string.match(rec, '^([^\31]*)\31')
+  local e1 = find(rec, '\31', 1, true)
+  local chal = e1 and sub(rec, 1, e1 - 1) or rec
   local old = cur[addr]
   local oc, og, oi, oe
   if old then
-    oc, og, oi, oe = string.match(old, '^([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31')
+    -- the stored record's challenge, group, instance and expiry (its first 4 fields)
+    local a = find(old, '\31', 1, true) or #old + 1
+    local b2 = find(old, '\31', a + 1, true) or #old + 1
+    local c = find(old, '\31', b2 + 1, true) or #old + 1
+    local d = find(old, '\31', c + 1, true) or #old + 1
+    oc, og, oi, oe = sub(old, 1, a - 1), sub(old, a + 1, b2 - 1), sub(old, b2 + 1, c - 1),
+                     sub(old, c + 1, d - 1)
   end
-  local live = old and tonumber(oe or '0') > now
+  local live = old and (tonumber(oe) or 0) > now
   local res
   if live and oc == chal then
     res = 'challenge_used 0'
@@ -84,28 +90,27 @@ for k = 0, n - 1 do
       counts[group] = counts[group] + 1
       gdirty[group] = true
     end
-    if not written[addr] then order[#order + 1] = addr end
-    written[addr] = rec
+    -- written once at the end (an address twice in the batch: HSET keeps the last)
+    hs[nh + 1] = addr
+    hs[nh + 2] = rec
+    nh = nh + 2
     cur[addr] = rec
-    if probing then unprobe[#unprobe + 1] = addr end
+    if probing then nu = nu + 1; unprobe[nu] = addr end
     if inst ~= '' then redis.call('SET', P .. 'inst:' .. inst, addr, 'PX', ttl) end
-    logged[#logged + 1] = addr
+    nl = nl + 1
+    logged[nl] = addr
     res = live and 0 or 1
   end
-  out[#out + 1] = res
+  out[k] = res
 end
 
-if #order > 0 then
-  local hs = {}
-  for _, a in ipairs(order) do hs[#hs + 1] = a; hs[#hs + 1] = written[a] end
-  redis.call('HSET', S, unpack(hs))
-end
+if nh > 0 then redis.call('HSET', S, unpack(hs)) end
 local gs, gdel = {}, {}
 for g in pairs(gdirty) do
   if counts[g] > 0 then gs[#gs + 1] = g; gs[#gs + 1] = counts[g] else gdel[#gdel + 1] = g end
 end
 if #gs > 0 then redis.call('HSET', N, unpack(gs)) end
 if #gdel > 0 then redis.call('HDEL', N, unpack(gdel)) end
-if #unprobe > 0 then redis.call('ZREM', P .. 'probe', unpack(unprobe)) end
+if nu > 0 then redis.call('ZREM', P .. 'probe', unpack(unprobe)) end
 master_log(P, logged, maxlen, copy)
 return out
