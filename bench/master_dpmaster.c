@@ -573,5 +573,7 @@ int main(int argc, char **argv)
            atomic_load(&hb_retries), atomic_load(&hb_gave_up), (double)(t_dance - t0) / 1e3,
            (double)(t_visible - t0) / 1e3, (double)cpu_m / nservers, (double)cpu_r / nservers,
            (double)cpu_g / nservers);
+    free(seen);
+    free(todo);
     return listed >= nservers ? 0 : 1;
 }

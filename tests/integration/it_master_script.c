@@ -112,7 +112,7 @@ static redisReply *heartbeat(const struct item *items, int n, long long per_grou
                              const char *copy)
 {
     long long now = now_ms(), ttl = 600000;
-    int argc = 3 + 7 + 4 * n;
+    int argc = 4 + 7 + 4 * n; /* EVALSHA sha 1 P, 7 arguments, 4 per item */
     const char **argv = calloc((size_t)argc, sizeof *argv);
     size_t *len = calloc((size_t)argc, sizeof *len);
     char (*num)[32] = calloc(5, sizeof *num);
