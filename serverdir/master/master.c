@@ -436,7 +436,7 @@ int sd_master_terminate(const char *addr, const char *ip, sd_master_refusal_t *w
     }
     /* Only the server's own address may remove it; the address key holds its IP. */
     if (strcmp(sip, ip) != 0) {
-        sd_strlcpy(why->code, sd_master_index_lookup(key, NULL, 0, NULL) ? "address_mismatch"
+        sd_strlcpy(why->code, sd_master_index_lookup(key, NULL, NULL) ? "address_mismatch"
                                                                            : "not_listed",
                    sizeof why->code);
         return SD_MASTER_REFUSED;

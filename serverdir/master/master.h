@@ -234,6 +234,7 @@ typedef struct sd_msrv {
     uint32_t hash;         /* of the key: a chain walk reads no other key */
     uint32_t mark;
     int64_t last_ms;
+    uint32_t chal_hash;    /* of the last challenge (sd_master_chal_hash): its text is not kept */
     uint16_t roff[SD_MREC_N];
     uint16_t foff[SD_MX_N];    /* [SD_MX_TAGS] only */
     char buf[];
@@ -261,6 +262,7 @@ typedef struct sd_master_snap {
     int refs;
     size_t n;
     sd_msrv_t **v;
+    size_t vbytes; /* the size v was allocated with (snap_vec_alloc) */
     sd_msrv_t *retired;
     struct sd_master_snap *newer;
 } sd_master_snap_t;
@@ -279,8 +281,11 @@ int sd_master_index_put(const char *key, const char *rec, size_t len);
 void sd_master_index_del(const char *key);
 void sd_master_index_publish(void);
 size_t sd_master_index_count(void);
-/* 1 when key is in the index (its last challenge and expiry copied out), else 0. */
-int sd_master_index_lookup(const char *key, char *chal, size_t chalcap, int64_t *exp);
+/* 1 when key is in the index (the hash of its last challenge and its expiry copied
+ * out), else 0. */
+int sd_master_index_lookup(const char *key, uint32_t *chal_hash, int64_t *exp);
+/* The hash the index keeps of a challenge (the first n bytes of chal). */
+uint32_t sd_master_chal_hash(const char *chal, size_t n);
 /* 1 when key is in the index and the protocol `source` ("rest", "q3", "goldsrc") listed
  * it, or its record names no source (written before the field was checked), else 0. What
  * a UDP protocol may remove without a challenge (GoldSrc's b\n, an unanswered getinfo)

@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "master.h"
@@ -95,11 +96,12 @@ uint32_t sd_master_game_lookup(const char *lower)
     return game_find(lower, 0);
 }
 
-/* The record fields the index does not keep: the quota group and the instance (Redis
- * has them), the expiry and the heartbeat's time (kept as numbers). They read as "". */
+/* The record fields the index does not keep: the challenge (a hash of it is kept, for
+ * the replay check), the quota group and the instance (Redis has them), the expiry and
+ * the heartbeat's time (kept as numbers). They read as "". */
 static int field_dropped(int f)
 {
-    return f == SD_MREC_GROUP || f == SD_MREC_INST || f == SD_MREC_EXP || f == SD_MREC_LAST;
+    return f == SD_MREC_CHAL || f == SD_MREC_GROUP || f == SD_MREC_INST || f == SD_MREC_EXP || f == SD_MREC_LAST;
 }
 
 /* Parses "key" + record into one allocation of exactly what it keeps (no slack for
@@ -149,6 +151,7 @@ static sd_msrv_t *srv_parse(const char *key, const char *rec, size_t len)
         at += flen[f];
         b[at++] = '\0';
     }
+    s->chal_hash = sd_master_chal_hash(rec + start[SD_MREC_CHAL], flen[SD_MREC_CHAL]);
     char num[24];
     memcpy(num, rec + start[SD_MREC_EXP], flen[SD_MREC_EXP]);
     num[flen[SD_MREC_EXP]] = '\0';
@@ -261,7 +264,7 @@ static void put_locked(sd_msrv_t *s)
     sd_msrv_t *old = *pp;
     if (old && (old->exp > s->exp ||
                 (old->exp == s->exp && old->last_ms == s->last_ms &&
-                 strcmp(SD_MREC(old, SD_MREC_CHAL), SD_MREC(s, SD_MREC_CHAL)) == 0))) {
+                 old->chal_hash == s->chal_hash))) {
         /* older, or the same heartbeat again (a copy's own write read back from the
          * stream): keep what is there */
         old->mark = mark_gen;
@@ -326,7 +329,15 @@ void sd_master_apply_unlock(void)
     pthread_mutex_unlock(&apply_mu);
 }
 
-int sd_master_index_lookup(const char *key, char *chal, size_t chalcap, int64_t *exp)
+uint32_t sd_master_chal_hash(const char *chal, size_t n)
+{
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)chal[i]) * 16777619u;
+    return h;
+}
+
+int sd_master_index_lookup(const char *key, uint32_t *chal_hash, int64_t *exp)
 {
     int found = 0;
     pthread_mutex_lock(&idx_mu);
@@ -334,8 +345,8 @@ int sd_master_index_lookup(const char *key, char *chal, size_t chalcap, int64_t 
         sd_msrv_t *s = *find_slot(key);
         if (s) {
             found = 1;
-            if (chal)
-                sd_strlcpy(chal, SD_MREC(s, SD_MREC_CHAL), chalcap);
+            if (chal_hash)
+                *chal_hash = s->chal_hash;
             if (exp)
                 *exp = s->exp;
         }
@@ -361,6 +372,30 @@ int sd_master_index_listed_by(const char *key, const char *source)
 
 /* ---------- snapshots ---------- */
 
+/* A snapshot's sorted vector: a large one (800 KB at 100,000 servers, one made per
+ * change) is mapped on its own and given back whole when freed, so the heap keeps no
+ * holes of old vectors (glibc would otherwise raise its mmap threshold past this size
+ * after the first free and carve them from the heap: 2-3 MB of holes at 100,000). */
+#define SNAP_VEC_MMAP (64 * 1024)
+
+static void *snap_vec_alloc(size_t bytes)
+{
+    if (bytes < SNAP_VEC_MMAP)
+        return malloc(bytes);
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static void snap_vec_free(void *p, size_t bytes)
+{
+    if (!p)
+        return;
+    if (bytes < SNAP_VEC_MMAP)
+        free(p);
+    else
+        munmap(p, bytes);
+}
+
 static void snap_free_old_locked(void)
 {
     while (snap_oldest && snap_oldest->refs == 0) {
@@ -372,7 +407,7 @@ static void snap_free_old_locked(void)
             free(r);
             r = next;
         }
-        free(s->v);
+        snap_vec_free(s->v, s->vbytes);
         free(s);
     }
 }
@@ -443,10 +478,11 @@ static void publish_locked(void)
     size_t oldn = snap_current ? snap_current->n : 0;
     sd_msrv_t *const *oldv = snap_current ? snap_current->v : NULL;
     sd_master_snap_t *ns = calloc(1, sizeof *ns);
-    sd_msrv_t **v = malloc((oldn + npending + 1) * sizeof *v);
+    size_t vbytes = (oldn + npending + 1) * sizeof(sd_msrv_t *);
+    sd_msrv_t **v = snap_vec_alloc(vbytes);
     if (!ns || !v) {
         free(ns);
-        free(v);
+        snap_vec_free(v, vbytes);
         return; /* try again with the next change */
     }
     size_t i = 0, n = 0;
@@ -471,6 +507,7 @@ static void publish_locked(void)
         free(pending[k]);
     npending = 0;
     ns->v = v;
+    ns->vbytes = vbytes;
     ns->n = n;
     ns->refs = 1; /* the index's own */
     sd_master_snap_t *old = snap_current;

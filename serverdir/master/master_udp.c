@@ -162,15 +162,16 @@ static void set_source(sd_master_server_t *s, const char *key, const char *ip, i
 }
 
 /* Queues a registration whose challenge checked out: the writer lists it. A challenge
- * this copy's index already has on the server's entry is a replay: dropped here, and
- * master_heartbeat.lua refuses it anyway. */
+ * this copy's index already has on the server's entry (the index keeps its 32-bit hash:
+ * one legitimate heartbeat in 4 billion may be taken for a replay and wait for the
+ * next) is a replay: dropped here, and master_heartbeat.lua refuses it anyway. */
 static void accept_server(const char *proto, const char *key, const char *ip, int family,
                           int port, sd_master_server_t *s, const char *chal)
 {
-    char last[SD_MASTER_CHAL_MAX];
+    uint32_t last;
     int64_t exp;
-    if (sd_master_index_lookup(key, last, sizeof last, &exp) && exp > sd_wall_ms() &&
-        strcmp(last, chal) == 0) {
+    if (sd_master_index_lookup(key, &last, &exp) && exp > sd_wall_ms() &&
+        last == sd_master_chal_hash(chal, strlen(chal))) {
         sd_master_count_drop(proto, "challenge_used");
         return;
     }
@@ -361,7 +362,7 @@ static void gs_info(const uint8_t *p, size_t n, const char *key, const char *ip,
  * or DarkPlaces listed. */
 static void gs_quit(const char *key)
 {
-    if (!sd_master_index_lookup(key, NULL, 0, NULL)) {
+    if (!sd_master_index_lookup(key, NULL, NULL)) {
         sd_master_count_drop("goldsrc", "not_listed");
         return;
     }
