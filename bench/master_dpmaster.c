@@ -25,6 +25,11 @@
  *                  heartbeats wait behind queries shows it here).
  *   memory         (RSS of --pid after - before) [+ Redis used_memory after - before]
  *                  divided by N.
+ *   CPU            what the master (--pid), its Redis (--redis-port) and this generator
+ *                  spent (user + system, /proc) from the first heartbeat until all N are
+ *                  listed, per registration: cpu_master_us, cpu_redis_us, cpu_side_us
+ *                  (the two together), cpu_gen_us. On a machine whose cores are all busy
+ *                  what one side spends the other cannot.
  *
  * Usage: bench_master_dpmaster --master 127.0.0.1:PORT --servers N --pid PID
  *        [--redis-port P] [--label L] [--ms 3000] [--base A] [--window 32]
@@ -567,12 +572,13 @@ int main(int argc, char **argv)
            "q1_p50_ms=%.3f q1_p99_ms=%.3f q8_per_s=%.0f q8_p50_ms=%.3f q8_p99_ms=%.3f "
            "hb_p50_ms=%.3f hb_p99_ms=%.3f mem_per_server_b=%.0f mem_proc_b=%.0f mem_redis_b=%.0f "
            "bad_answers=%d query_bytes=%zu answer_bytes=%ld hb_retries=%ld hb_gave_up=%ld "
-           "dance_ms=%.0f visible_ms=%.0f cpu_master_us=%.2f cpu_redis_us=%.2f cpu_gen_us=%.2f\n",
+           "dance_ms=%.0f visible_ms=%.0f cpu_master_us=%.2f cpu_redis_us=%.2f cpu_side_us=%.2f "
+           "cpu_gen_us=%.2f\n",
            label, nservers, listed, rounds, reg, dance, q1, q1p50, q1p99, q8, q8p50, q8p99, hb50, hb99,
            mem, mem_proc, mem_redis, bad1 + bad8, sizeof QUERY - 1, amp_bytes,
            atomic_load(&hb_retries), atomic_load(&hb_gave_up), (double)(t_dance - t0) / 1e3,
            (double)(t_visible - t0) / 1e3, (double)cpu_m / nservers, (double)cpu_r / nservers,
-           (double)cpu_g / nservers);
+           (double)(cpu_m + cpu_r) / nservers, (double)cpu_g / nservers);
     free(seen);
     free(todo);
     return listed >= nservers ? 0 : 1;

@@ -6,7 +6,11 @@
 # dpmaster: a new process). Prints, per size, the medians of
 #   registrations/s (visible in the list), queries/s with 1 and 8 in flight and their
 #   p50/p99 latency, the heartbeat -> getinfo latency while 8 queries run, and memory per
-#   listed server,
+#   listed server: all of it (process RSS growth + Redis used_memory growth), then each
+#   part against dpmaster's one copy (its RSS growth): serverdir's RSS growth, its index
+#   alone (serverdir_master_index_bytes: records, hash table, snapshot vectors; at 10,000
+#   servers a copy's fixed costs, thread arenas and the rate tables, weigh on its RSS per
+#   server), and Redis's,
 # with the ratio serverdir/dpmaster for rates and dpmaster/serverdir for times and memory
 # (so >= 1.00 means serverdir is at least as good), and the load average before and after.
 #
@@ -82,8 +86,12 @@ run_serverdir() { # servers base
         --config "$WORK/sd.json" --master-udp "127.0.0.1:$uport" >>"$WORK/serverdir.log" 2>&1 &
     pid=$!
     for _ in $(seq 100); do curl -fs "127.0.0.1:$hport/healthz" >/dev/null 2>&1 && break; sleep 0.05; done
-    "$GEN" --master "127.0.0.1:$uport" --servers "$1" --pid "$pid" --redis-port "$RPORT" \
-        --label serverdir --ms "$MS" --base "$2" || echo "label=serverdir failed=1"
+    local line idx
+    line=$("$GEN" --master "127.0.0.1:$uport" --servers "$1" --pid "$pid" --redis-port "$RPORT" \
+        --label serverdir --ms "$MS" --base "$2") || line="label=serverdir failed=1"
+    # the index alone (its records, hash table and snapshot vectors), as the copy counts it
+    idx=$(curl -fs "127.0.0.1:$hport/metrics" | sed -n 's/^serverdir_master_index_bytes \([0-9]*\).*/\1/p')
+    echo "$line mem_index_b=$(( ${idx:-0} / $1 ))"
     kill "$pid"
     wait "$pid" 2>/dev/null || true
 }
@@ -97,8 +105,11 @@ run_dpmaster() { # servers base
         >>"$WORK/dpmaster.log" 2>&1 &
     pid=$!
     sleep 0.3
-    "$GEN" --master "127.0.0.1:$uport" --servers "$1" --pid "$pid" --label dpmaster --ms "$MS" \
-        --base "$2" || echo "label=dpmaster failed=1"
+    local line
+    line=$("$GEN" --master "127.0.0.1:$uport" --servers "$1" --pid "$pid" --label dpmaster --ms "$MS" \
+        --base "$2") || line="label=dpmaster failed=1"
+    # dpmaster's whole process is its list: its index figure is its memory
+    echo "$line mem_index_b=$(sed -n 's/.* mem_proc_b=\([0-9]*\).*/\1/p' <<<"$line")"
     kill "$pid"
     wait "$pid" 2>/dev/null || true
 }
@@ -189,14 +200,17 @@ for n in $SIZES; do
                 "q8_per_s:queries/s, 8 in flight:up" "q8_p50_ms:  p50 ms:down" \
                 "q8_p99_ms:  p99 ms:down" "hb_p50_ms:heartbeat p50 ms (8 queries):down" \
                 "hb_p99_ms:heartbeat p99 ms (8 queries):down" \
-                "mem_per_server_b:memory/server B:down" "mem_proc_b:  process only B:down"; do
+                "mem_per_server_b:memory/server B (all):down" "mem_proc_b:  process RSS B:down" \
+                "mem_index_b:  index B:down" "mem_redis_b:  Redis B:down" \
+                "cpu_side_us:CPU us/registration (+Redis):down"; do
         f=${spec%%:*}
         rest=${spec#*:}
         name=${rest%:*}
         dir=${rest##*:}
         sv=$(med S "$n" "$f")
         if [ $HAVE_DP = 1 ]; then
-            dv=$(med D "$n" "$f")
+            # each part of serverdir's memory against dpmaster's one copy (its process)
+            if [ "$f" = mem_redis_b ]; then dv=$(med D "$n" mem_proc_b); else dv=$(med D "$n" "$f"); fi
             if [ "$dir" = up ]; then ratio=$(bench_ratio "$sv" "$dv"); else ratio=$(bench_ratio "$dv" "$sv"); fi
         else
             dv="-"

@@ -281,6 +281,8 @@ int sd_master_index_put(const char *key, const char *rec, size_t len);
 void sd_master_index_del(const char *key);
 void sd_master_index_publish(void);
 size_t sd_master_index_count(void);
+/* The index's memory: its records, hash table, snapshot vectors and pending keys. */
+size_t sd_master_index_bytes(void);
 /* 1 when key is in the index (the hash of its last challenge and its expiry copied
  * out), else 0. */
 int sd_master_index_lookup(const char *key, uint32_t *chal_hash, int64_t *exp);

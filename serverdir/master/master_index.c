@@ -28,6 +28,7 @@
  * an older state can never overwrite a newer write (a removal read just before a local
  * heartbeat was written would otherwise delete it). Upserts also keep the later expiry. */
 #include <errno.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,6 +95,16 @@ uint32_t sd_master_game_id(const char *lower)
 uint32_t sd_master_game_lookup(const char *lower)
 {
     return game_find(lower, 0);
+}
+
+/* Bytes of the records the index holds (allocated, not yet freed: those a held snapshot
+ * may still point at included), for serverdir_master_index_bytes. */
+static _Atomic size_t rec_bytes;
+
+static void srv_free(sd_msrv_t *s)
+{
+    atomic_fetch_sub(&rec_bytes, malloc_usable_size(s));
+    free(s);
 }
 
 /* The record fields the index does not keep: the challenge (a hash of it is kept, for
@@ -184,6 +195,7 @@ static sd_msrv_t *srv_parse(const char *key, const char *rec, size_t len)
     if (b[at - 1] != ',')
         b[at++] = ',';
     b[at++] = '\0';
+    atomic_fetch_add(&rec_bytes, malloc_usable_size(s));
     return s;
 bad:
     free(s);
@@ -268,7 +280,7 @@ static void put_locked(sd_msrv_t *s)
         /* older, or the same heartbeat again (a copy's own write read back from the
          * stream): keep what is there */
         old->mark = mark_gen;
-        free(s);
+        srv_free(s);
         return;
     }
     s->mark = mark_gen;
@@ -404,7 +416,7 @@ static void snap_free_old_locked(void)
         sd_msrv_t *r = s->retired;
         while (r) {
             sd_msrv_t *next = r->hnext;
-            free(r);
+            srv_free(r);
             r = next;
         }
         snap_vec_free(s->v, s->vbytes);
@@ -1276,6 +1288,19 @@ static void *writer_main(void *arg)
 
 /* ---------- start and stop ---------- */
 
+size_t sd_master_index_bytes(void)
+{
+    pthread_mutex_lock(&idx_mu);
+    size_t n = atomic_load(&rec_bytes) + nbuckets * sizeof *buckets;
+    for (sd_master_snap_t *s = snap_oldest; s; s = s->newer)
+        n += s->vbytes + sizeof *s;
+    for (size_t k = 0; k < npending; k++)
+        n += malloc_usable_size(pending[k]);
+    n += cappending * sizeof *pending;
+    pthread_mutex_unlock(&idx_mu);
+    return n;
+}
+
 size_t sd_master_index_count(void)
 {
     pthread_mutex_lock(&idx_mu);
@@ -1327,7 +1352,7 @@ void sd_master_stop(void)
         sd_msrv_t *s = buckets[b];
         while (s) {
             sd_msrv_t *next = s->hnext;
-            free(s);
+            srv_free(s);
             s = next;
         }
     }
@@ -1337,7 +1362,7 @@ void sd_master_stop(void)
     sd_msrv_t *r = retired;
     while (r) {
         sd_msrv_t *next = r->hnext;
-        free(r);
+        srv_free(r);
         r = next;
     }
     retired = NULL;
