@@ -329,7 +329,13 @@ size_t sd_master_record(const sd_master_server_t *s, const char *chal, const cha
     struct rec_out r = {out, cap, 0};
     if (!cap)
         return 0;
-    rec_str(&r, chal, 1);
+    char stamp[SD_MASTER_CHAL_MAX];
+    size_t sl = sd_master_chal_stamp_len(chal);
+    if (sl >= sizeof stamp)
+        return 0;
+    memcpy(stamp, chal, sl);
+    stamp[sl] = '\0';
+    rec_str(&r, stamp, 1);
     rec_str(&r, group, 1);
     rec_str(&r, s->instance, 1);
     rec_int(&r, exp, 1);

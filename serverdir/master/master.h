@@ -286,6 +286,15 @@ size_t sd_master_index_bytes(void);
 /* 1 when key is in the index (the hash of its last challenge and its expiry copied
  * out), else 0. */
 int sd_master_index_lookup(const char *key, uint32_t *chal_hash, int64_t *exp);
+/* What a record keeps of a challenge: of the 32 hex digits of an HMAC challenge, the
+ * first 16 (its issue time and nonce: unique per challenge issued, as the MAC that
+ * follows is a function of them), which is all single use compares; other challenges
+ * (GoldSrc's number) whole. Returns how many leading bytes. */
+static inline size_t sd_master_chal_stamp_len(const char *chal)
+{
+    size_t n = strlen(chal);
+    return n == 32 ? 16 : n;
+}
 /* The hash the index keeps of a challenge (the first n bytes of chal). */
 uint32_t sd_master_chal_hash(const char *chal, size_t n);
 /* 1 when key is in the index and the protocol `source` ("rest", "q3", "goldsrc") listed

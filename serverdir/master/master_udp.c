@@ -171,7 +171,7 @@ static void accept_server(const char *proto, const char *key, const char *ip, in
     uint32_t last;
     int64_t exp;
     if (sd_master_index_lookup(key, &last, &exp) && exp > sd_wall_ms() &&
-        last == sd_master_chal_hash(chal, strlen(chal))) {
+        last == sd_master_chal_hash(chal, sd_master_chal_stamp_len(chal))) {
         sd_master_count_drop(proto, "challenge_used");
         return;
     }

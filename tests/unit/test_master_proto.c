@@ -672,10 +672,11 @@ static int record_ref(const sd_master_server_t *s, const char *chal, const char 
             strcat(tags, ",");
         strcat(tags, s->tags[i]);
     }
+    /* of a 32-digit challenge the record keeps its first 16 (the stamp) */
     return snprintf(out, cap,
-                    "%s\x1f%s\x1f%s\x1f%lld\x1f%lld\x1f%s\x1f%s\x1f%s\x1f%s\x1f%s\x1f%s\x1f%s"
+                    "%.*s\x1f%s\x1f%s\x1f%lld\x1f%lld\x1f%s\x1f%s\x1f%s\x1f%s\x1f%s\x1f%s\x1f%s"
                     "\x1f%d\x1f%d\x1f%d\x1f%d\x1f%d\x1f%d\x1f%s\x1f%d\x1f%d",
-                    chal, group, s->instance, (long long)exp, (long long)now, s->source, s->game,
+                    strlen(chal) == 32 ? 16 : (int)strlen(chal), chal, group, s->instance, (long long)exp, (long long)now, s->source, s->game,
                     s->map, s->name, s->version, s->region, tags, s->players, s->max_players,
                     s->bots, s->password, s->dedicated, s->secure, s->os, s->protocol, s->gametype);
 }
@@ -709,19 +710,14 @@ static void record_text(void **state)
         s.gametype = v == 3 ? -2147483647 - 1 : v - 1;
         int64_t now = v == 0 ? 0 : 1795872646632LL + v, exp = v == 3 ? -5 : now + 900000;
         char want[2048], got[2048];
-        int wn = record_ref(&s, "0123456789abcdef0123456789abcdef", v ? "127.0.0.0/24" : "", now,
-                            exp, want, sizeof want);
-        size_t gn = sd_master_record(&s, "0123456789abcdef0123456789abcdef", v ? "127.0.0.0/24" : "",
-                                     now, exp, got, sizeof got);
+        const char *chal = v == 2 ? "3735928559" : "0123456789abcdef0123456789abcdef";
+        int wn = record_ref(&s, chal, v ? "127.0.0.0/24" : "", now, exp, want, sizeof want);
+        size_t gn = sd_master_record(&s, chal, v ? "127.0.0.0/24" : "", now, exp, got, sizeof got);
         assert_int_equal(gn, (size_t)wn);
         assert_memory_equal(got, want, gn + 1);
         /* one byte short of the record and its terminator: does not fit */
-        assert_int_equal(sd_master_record(&s, "0123456789abcdef0123456789abcdef",
-                                          v ? "127.0.0.0/24" : "", now, exp, got, gn),
-                         0);
-        assert_int_equal(sd_master_record(&s, "0123456789abcdef0123456789abcdef",
-                                          v ? "127.0.0.0/24" : "", now, exp, got, gn + 1),
-                         gn);
+        assert_int_equal(sd_master_record(&s, chal, v ? "127.0.0.0/24" : "", now, exp, got, gn), 0);
+        assert_int_equal(sd_master_record(&s, chal, v ? "127.0.0.0/24" : "", now, exp, got, gn + 1), gn);
     }
 }
 
