@@ -362,7 +362,7 @@ end
 -- KEYS, their ARGV in ARGV after these 2n+1. Each item runs as the script would alone and
 -- its reply is element i of the answer: a refusal is the item's own reply, and an error
 -- (a runtime error, a refused command) becomes the error reply {err = ...} at element i
--- without stopping the others. The caller bounds n and the work per call.
+-- that the item alone would have had, without stopping the others. The caller bounds n and the work per call.
 local function batch_run(one)
   local n = tonumber(ARGV[1])
   local out, k, a = {}, 0, 1 + 2 * n
@@ -373,8 +373,11 @@ local function batch_run(one)
     for j = 1, na do argv[j] = ARGV[a + j] end
     k, a = k + nk, a + na
     local ok, r = pcall(one, keys, argv)
-    if not ok then
-      r = {err = type(r) == 'table' and tostring(r.err) or tostring(r)}
+    if not ok then -- as the item alone would have failed: a command's error as Redis
+      -- raised it ("WRONGTYPE ..."), a runtime error as Redis reports one ("ERR ...")
+      local e = type(r) == 'table' and tostring(r.err) or tostring(r)
+      if not string.match(e, '^[A-Z]+ ') then e = 'ERR ' .. e end
+      r = {err = e}
     end
     out[i] = r
   end

@@ -784,7 +784,8 @@ int sd_store_run_many(const char *name, int n, sd_argv_t *const *items, const in
     for (int i = 0; i < n; i++) {
         redisReply *e = r->element[i];
         r->element[i] = NULL; /* the item's own now (freeReplyObject skips NULL) */
-        if (e->type == REDIS_REPLY_ERROR) {
+        if (e->type == REDIS_REPLY_ERROR && strncmp(e->str, "ERR ", 4) == 0) {
+            /* as script_call: a runtime error; a typed error reply is the item's reply */
             log_error("script failed", "script=%s item=%d err=%s", many, i, e->str);
             SD_COUNT("serverdir_redis_errors_total{kind=\"script\"}", "Redis calls that failed", 1);
             freeReplyObject(e);

@@ -60,7 +60,8 @@ int sd_store_run(const char *name, int nkeys, sd_argv_t *a, redisReply **out);
  * as its ARGV, in one EVALSHA (on a Redis Cluster every key must be in one slot). The
  * items' argvs are read, not freed. SD_STORE_OK when the call answered one reply per
  * item: then rcs[i] is item i's own code (SD_STORE_OK with outs[i] its reply, the caller
- * frees it; SD_STORE_ERROR for an error the item raised, logged, outs[i] NULL). Else the
+ * frees it, an error reply too, as sd_store_run's; SD_STORE_ERROR for a runtime error the
+ * item raised, logged, outs[i] NULL). Else the
  * call's code (SD_STORE_DOWN: Redis unreachable; SD_STORE_ERROR: the call as a whole
  * was refused, say a busy or out-of-memory Redis or more arguments than
  * SD_STORE_ARGV_MAX) and no item has a reply. */
