@@ -14,7 +14,8 @@
 # exits non-zero when a figure is missing.
 # Needs a build (BUILD_DIR, default ./build); installs etcd-server and redis-tools when
 # missing. Other knobs: CLIENTS, DUR, ROUNDS, BLOB (10240), SD_THREADS (8), RB_N (4000 per
-# client) redis-benchmark calls. SMOKE=1: 1 round of 1 s runs at 4 clients, 100
+# client) redis-benchmark calls, HALF (the pace of the runs below saturation, pairs/s;
+# default half of serverdir's rate in the round). SMOKE=1: 1 round of 1 s runs at 4 clients, 100
 # redis-benchmark calls per client (ctest bench.locks_smoke).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -150,7 +151,7 @@ for round in $(seq "$ROUNDS"); do
     run sd-blob sd-blob "$sd" bench-game-token "$BLOB"
     run redis-blob redis-blob 127.0.0.1 "$rport" "$lua" sd: "$BLOB"
     # below saturation: both sides paced to half the rate serverdir reached this round
-    half=$(( $(sed 's/.* \([0-9]*\) $/\1/' <<<"${rates[sd-lock]}") / 2 ))
+    half=${HALF:-$(( $(sed 's/.* \([0-9]*\) $/\1/' <<<"${rates[sd-lock]}") / 2 ))}
     run sd-half -R "$half" sd-lock "$sd" bench-game-token
     run redis-half -R "$half" redis-lock 127.0.0.1 "$rport" "$lua" sd:
     # (quota of locks 0: every call adds a key to holder rb's index, past any quota)
