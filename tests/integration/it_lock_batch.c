@@ -1,5 +1,6 @@
 /* The lock path's group commit (docs/locks.md, "Group commit") against a real
- * redis-server and serverdir. Each burst pauses Redis (CLIENT PAUSE) and then lets many
+ * redis-server and serverdir. Each burst pauses Redis (CLIENT PAUSE; on a Redis Cluster
+ * the node of the one slot of its keys) and then lets many
  * client threads send at once, so the requests queue behind the two calls in flight and
  * are carried, many to a call, by the scripts' batch forms (<name>_many.lua); the
  * serverdir counters of calls and requests per script prove it. Every request must still
@@ -29,6 +30,9 @@
 #include "sdclient.h"
 
 #define NT 40        /* client threads per burst */
+/* Every key of the bursts carries one hash tag: on a Redis Cluster (it.rc.lock_batch)
+ * requests share calls only within one slot, and the pause reaches that slot's node. */
+#define TAG "{bt}:"
 #define PAUSE_MS 300 /* how long Redis is paused before each burst is let through */
 
 static h_redis_t redis;
@@ -85,6 +89,7 @@ static void burst(burst_t *b, op_fn op, int n)
         b->rc[i] = -100;
         assert_int_equal(pthread_create(&th[i], NULL, burst_thread, &args[i]), 0);
     }
+    assert_int_equal(h_redis_route(&redis, h_lock_key(TAG "x")), 0);
     redisReply *r = h_redis(&redis, "CLIENT PAUSE %d ALL", PAUSE_MS);
     assert_non_null(r);
     assert_int_equal(r->type, REDIS_REPLY_STATUS);
@@ -137,7 +142,7 @@ static void assert_batched(const char *script, long long calls0, long long items
 
 /* ---------- distinct locks ---------- */
 
-static void own_key(int i, char *buf, size_t cap) { snprintf(buf, cap, "bd-%d", i); }
+static void own_key(int i, char *buf, size_t cap) { snprintf(buf, cap, TAG "bd-%d", i); }
 static void own_holder(int i, char *buf, size_t cap) { snprintf(buf, cap, "hd-%d", i); }
 
 static void op_acquire_own(burst_t *b, int i)
@@ -236,7 +241,7 @@ static void burst_on_distinct_locks_each_get_their_own_answer(void **state)
 
 /* ---------- one lock ---------- */
 
-#define SHARED "bs-shared"
+#define SHARED TAG "bs-shared"
 
 static void shared_holder(int i, char *buf, size_t cap) { snprintf(buf, cap, "hs-%d", i); }
 
@@ -326,12 +331,12 @@ static void burst_on_one_lock_one_grant_refusals_and_fencing(void **state)
 
 /* ---------- an item's error ---------- */
 
-#define BAD "bw-bad"
+#define BAD TAG "bw-bad"
 
 static void op_acquire_some_bad(burst_t *b, int i)
 {
     char key[32], holder[32];
-    snprintf(key, sizeof key, i == NT / 2 ? BAD : "bw-%d", i);
+    snprintf(key, sizeof key, i == NT / 2 ? BAD : TAG "bw-%d", i);
     snprintf(holder, sizeof holder, "hw-%d", i);
     b->rc[i] = sdc_lock_acquire(b->cl[i], key, holder, NULL, &b->lock[i], &b->err[i]);
 }
