@@ -26,21 +26,95 @@
 #include <string.h>
 
 #include "harness.h"
+#include "harness_rcluster.h"
 #include "harness_stack.h"
 #include "sdclient.h"
 
 #define NT 40        /* client threads per burst */
 /* Every key of the bursts carries one hash tag: on a Redis Cluster (it.rc.lock_batch)
- * requests share calls only within one slot, and the pause reaches that slot's node. */
-#define TAG "{bt}:"
+ * requests share calls only within one slot, and the pause reaches that slot's node
+ * (tag_pick chooses it). */
+static char tag[16] = "{bt}:";
+static char shared[32], bad[32]; /* "<tag>bs-shared", "<tag>bw-bad" */
 #define PAUSE_MS 300 /* how long Redis is paused before each burst is let through */
 
 static h_redis_t redis;
 static h_serverdir_t sd;
 
+/* The holders of the bursts ("hd-", "hs-", "hw-" and the thread's number). On a Redis
+ * Cluster an acquire first updates its holder's index, a key of the holder's own slot,
+ * on the HTTP thread: names whose index lives on the paused node would hold those
+ * threads before the group commit sees their requests, so there each name gets a
+ * suffix that puts its index on another node. */
+static char holders[3][NT][32];
+
+static void holders_pick(void)
+{
+    static const char *const kinds[3] = {"hd", "hs", "hw"};
+    int cluster = strcmp(h_redis_mode(), "cluster") == 0;
+    char x[32];
+    snprintf(x, sizeof x, "%sx", tag);
+    assert_int_equal(h_redis_route(&redis, h_lock_key(x)), 0);
+    int paused = redis.port;
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < NT; i++)
+            for (int n = 0;; n++) {
+                char idx[64];
+                snprintf(holders[k][i], sizeof holders[k][i], "%s-%d-%d", kinds[k], i, n);
+                if (!cluster)
+                    break;
+                snprintf(idx, sizeof idx, "sd:lock:%s#h", holders[k][i]);
+                assert_int_equal(h_redis_route(&redis, idx), 0);
+                if (redis.port != paused)
+                    break;
+            }
+}
+
+/* On a Redis Cluster a blob save first reads its scope's byte counter, on the HTTP
+ * thread: the tag is one whose node is not that counter's (found after a first save),
+ * so the pause holds the calls and not the threads. */
+static void tag_pick(void)
+{
+    if (strcmp(h_redis_mode(), "cluster") == 0) {
+        sdc_t *c = sdc_new(sd.url, H_TOK_GAME, h_ms(5000));
+        sdc_lock_t l;
+        sdc_err_t err = {0};
+        assert_int_equal(sdc_lock_acquire(c, "bt-warm", "bt-warm", NULL, &l, &err), SDC_OK);
+        assert_int_equal(sdc_blob_put(c, &l, 1, "w", 1, &err), SDC_OK);
+        assert_int_equal(sdc_lock_release(c, &l, "bt-warm", &err), SDC_OK);
+        sdc_free(c);
+        char counter[128] = "";
+        for (int i = 0; i < 3 && !counter[0]; i++) {
+            redisReply *r = h_rc_node(redis.cluster, i, "SCAN 0 MATCH sd:quota:blob:* COUNT 10000");
+            if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[1]->elements)
+                snprintf(counter, sizeof counter, "%s", r->element[1]->element[0]->str);
+            if (r)
+                freeReplyObject(r);
+        }
+        assert_true(counter[0]);
+        assert_int_equal(h_redis_route(&redis, counter), 0);
+        int busy = redis.port;
+        for (int n = 0;; n++) {
+            char x[32];
+            snprintf(tag, sizeof tag, "{bt%d}:", n);
+            snprintf(x, sizeof x, "%sx", tag);
+            assert_int_equal(h_redis_route(&redis, h_lock_key(x)), 0);
+            if (redis.port != busy)
+                break;
+        }
+    }
+    snprintf(shared, sizeof shared, "%sbs-shared", tag);
+    snprintf(bad, sizeof bad, "%sbw-bad", tag);
+}
+
 static int setup(void **state)
 {
-    return h_stack_setup(state, &redis, &sd, NULL);
+    int rc = h_stack_setup(state, &redis, &sd, NULL);
+    if (rc == 0) {
+        tag_pick();
+        holders_pick();
+    }
+    return rc;
 }
 
 /* ---------- bursts ---------- */
@@ -89,7 +163,9 @@ static void burst(burst_t *b, op_fn op, int n)
         b->rc[i] = -100;
         assert_int_equal(pthread_create(&th[i], NULL, burst_thread, &args[i]), 0);
     }
-    assert_int_equal(h_redis_route(&redis, h_lock_key(TAG "x")), 0);
+    char x[32];
+    snprintf(x, sizeof x, "%sx", tag);
+    assert_int_equal(h_redis_route(&redis, h_lock_key(x)), 0);
     redisReply *r = h_redis(&redis, "CLIENT PAUSE %d ALL", PAUSE_MS);
     assert_non_null(r);
     assert_int_equal(r->type, REDIS_REPLY_STATUS);
@@ -142,8 +218,8 @@ static void assert_batched(const char *script, long long calls0, long long items
 
 /* ---------- distinct locks ---------- */
 
-static void own_key(int i, char *buf, size_t cap) { snprintf(buf, cap, TAG "bd-%d", i); }
-static void own_holder(int i, char *buf, size_t cap) { snprintf(buf, cap, "hd-%d", i); }
+static void own_key(int i, char *buf, size_t cap) { snprintf(buf, cap, "%sbd-%d", tag, i); }
+static void own_holder(int i, char *buf, size_t cap) { snprintf(buf, cap, "%s", holders[0][i]); }
 
 static void op_acquire_own(burst_t *b, int i)
 {
@@ -241,15 +317,14 @@ static void burst_on_distinct_locks_each_get_their_own_answer(void **state)
 
 /* ---------- one lock ---------- */
 
-#define SHARED TAG "bs-shared"
 
-static void shared_holder(int i, char *buf, size_t cap) { snprintf(buf, cap, "hs-%d", i); }
+static void shared_holder(int i, char *buf, size_t cap) { snprintf(buf, cap, "%s", holders[1][i]); }
 
 static void op_acquire_shared(burst_t *b, int i)
 {
     char holder[32];
     shared_holder(i, holder, sizeof holder);
-    b->rc[i] = sdc_lock_acquire(b->cl[i], SHARED, holder, NULL, &b->lock[i], &b->err[i]);
+    b->rc[i] = sdc_lock_acquire(b->cl[i], shared, holder, NULL, &b->lock[i], &b->err[i]);
 }
 
 /* Every thread saves under the grant it kept (stale ones and the current one). */
@@ -321,7 +396,7 @@ static void burst_on_one_lock_one_grant_refusals_and_fencing(void **state)
     size_t len;
     int64_t seq;
     sdc_err_t err = {0};
-    assert_int_equal(sdc_blob_get(b->cl[0], SHARED, NULL, &data, &len, &seq, &err), SDC_OK);
+    assert_int_equal(sdc_blob_get(b->cl[0], shared, NULL, &data, &len, &seq, &err), SDC_OK);
     assert_int_equal(seq, 100);
     assert_int_equal(len, strlen(b->body[NT - 1]));
     assert_memory_equal(data, b->body[NT - 1], len);
@@ -331,13 +406,15 @@ static void burst_on_one_lock_one_grant_refusals_and_fencing(void **state)
 
 /* ---------- an item's error ---------- */
 
-#define BAD TAG "bw-bad"
 
 static void op_acquire_some_bad(burst_t *b, int i)
 {
     char key[32], holder[32];
-    snprintf(key, sizeof key, i == NT / 2 ? BAD : TAG "bw-%d", i);
-    snprintf(holder, sizeof holder, "hw-%d", i);
+    if (i == NT / 2)
+        snprintf(key, sizeof key, "%s", bad);
+    else
+        snprintf(key, sizeof key, "%sbw-%d", tag, i);
+    snprintf(holder, sizeof holder, "%s", holders[2][i]);
     b->rc[i] = sdc_lock_acquire(b->cl[i], key, holder, NULL, &b->lock[i], &b->err[i]);
 }
 
@@ -345,13 +422,13 @@ static void failing_item_fails_alone(void **state)
 {
     (void)state;
     /* the lock record of BAD is a string: the script's HMGET on it fails */
-    redisReply *r = h_redis(&redis, "SET %s x", h_lock_key(BAD));
+    redisReply *r = h_redis(&redis, "SET %s x", h_lock_key(bad));
     freeReplyObject(r);
     /* alone, the answer the batched item must also get */
     sdc_t *c = sdc_new(sd.url, H_TOK_GAME, h_ms(5000));
     sdc_lock_t l;
     sdc_err_t alone = {0};
-    assert_int_equal(sdc_lock_acquire(c, BAD, "hw-alone", NULL, &l, &alone), SDC_E_HTTP);
+    assert_int_equal(sdc_lock_acquire(c, bad, "hw-alone", NULL, &l, &alone), SDC_E_HTTP);
     assert_int_equal(alone.status, 500);
     sdc_free(c);
 
@@ -372,7 +449,7 @@ static void failing_item_fails_alone(void **state)
     assert_batched("lock_acquire", c0, i0, NT);
     sdc_err_clear(&alone);
     burst_free(b);
-    r = h_redis(&redis, "DEL %s", h_lock_key(BAD));
+    r = h_redis(&redis, "DEL %s", h_lock_key(bad));
     freeReplyObject(r);
 }
 
