@@ -7,12 +7,15 @@
 #   - the same pairs by the same Lua scripts straight on Redis (EVALSHA, same KEYS/ARGV);
 #   - etcd lock + unlock pairs through its v3 HTTP JSON gateway;
 #   - 10 KB blob saves through serverdir and by the same script straight on Redis;
+#   - lock pairs below saturation: both sides paced to half the rate serverdir reached in
+#     the round (locks_load -R), their p99 side by side;
 #   - redis-benchmark of the acquire and save scripts (single-script figures).
 # It runs ROUNDS rounds (default 3), prints every figure and the medians with ratios, and
 # exits non-zero when a figure is missing.
 # Needs a build (BUILD_DIR, default ./build); installs etcd-server and redis-tools when
 # missing. Other knobs: CLIENTS, DUR, ROUNDS, BLOB (10240), SD_THREADS (8), RB_N (4000 per
-# client) redis-benchmark calls. SMOKE=1: 1 round of 1 s runs at 4 clients, 100
+# client) redis-benchmark calls, HALF (the pace of the runs below saturation, pairs/s;
+# default half of serverdir's rate in the round). SMOKE=1: 1 round of 1 s runs at 4 clients, 100
 # redis-benchmark calls per client (ctest bench.locks_smoke).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -51,6 +54,7 @@ echo "game bench-game-token" >"$WORK/tokens"
 "$BUILD_DIR/bin/serverdir" --listen "127.0.0.1:$sport" --redis "redis://127.0.0.1:$rport/0" \
     --tokens "$WORK/tokens" --threads "$SD_THREADS" --log-level warn >"$WORK/serverdir.log" 2>&1 &
 PIDS+=($!)
+SD_PID=$!
 sd="http://127.0.0.1:$sport"
 for _ in $(seq 100); do curl -fs "$sd/readyz" >/dev/null 2>&1 && break; sleep 0.05; done
 
@@ -70,16 +74,49 @@ save_sha=$(redis-cli -p "$rport" SCRIPT LOAD "$(cat "$lua/blob_save.lua")")
 head -c "$BLOB" /dev/zero | tr '\0' 'x' >"$WORK/blob"
 tok=0123456789abcdef0123456789abcdef # a lock_token for the redis-benchmark runs
 
-declare -A rates p99s
+declare -A rates p99s rus
+# Where an operation's time goes, beside each run's rate: Redis's EVALSHA calls per
+# operation and microseconds per call and per operation (INFO commandstats, reset before
+# the run: Redis's own time in the scripts), Redis's CPU (% of one core, INFO cpu),
+# serverdir's CPU per operation (/proc/PID/stat) and, through serverdir, the requests its
+# group commit put in one call (serverdir_lock_script_items_total / _calls_total).
+redis_stats() { # -> "evalsha_calls evalsha_usec cpu_s"
+    redis-cli -p "$rport" INFO all | tr -d '\r' | awk -F'[:=,]' '
+        /^cmdstat_evalsha:/ { c = $3; u = $5 }
+        /^used_cpu_(sys|user):/ { s += $2 }
+        END { printf "%d %d %.3f", c, u, s }'
+}
+sd_cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$SD_PID/stat"; }
+sd_script_counts() { # -> "calls items" of the lock-path scripts
+    curl -fs "$sd/metrics" | awk '
+        /^serverdir_lock_script_calls_total/ { c += $2 }
+        /^serverdir_lock_script_items_total/ { i += $2 }
+        END { printf "%d %d", c, i }'
+}
 run() { # name, locks_load args...
     local name=$1
     shift
     redis-cli -p "$rport" FLUSHALL >/dev/null
-    local out
+    redis-cli -p "$rport" CONFIG RESETSTAT >/dev/null
+    local out r0 r1 t0 t1 g0 g1 w0 w1
+    r0=$(redis_stats) t0=$(sd_cpu_ticks) g0=$(sd_script_counts) w0=$(date +%s.%N)
     out=$("$BUILD_DIR/bench/locks_load" -c "$CLIENTS" -d "$DUR" "$@")
+    r1=$(redis_stats) t1=$(sd_cpu_ticks) g1=$(sd_script_counts) w1=$(date +%s.%N)
+    local ops
+    ops=$(sed -n 's/.* ops=\([0-9]*\).*/\1/p' <<<"$out")
+    [[ $name == etcd-* ]] || out+=$(awk -v a="$r0" -v b="$r1" -v ops="$ops" -v t0="$t0" -v t1="$t1" -v g0="$g0" \
+        -v g1="$g1" -v w0="$w0" -v w1="$w1" -v hz="$(getconf CLK_TCK)" -v sd=$([[ $name == sd-* ]] && echo 1) '
+        BEGIN { split(a, x, " "); split(b, y, " "); split(g0, p, " "); split(g1, q, " ")
+            c = y[1] - x[1]; u = y[2] - x[2]; ops = ops > 0 ? ops : 1
+            printf " redis_calls_per_op=%.2f redis_us_per_call=%.1f redis_us_per_op=%.1f redis_cpu=%.0f%% redis_cpu_us_per_op=%.1f",
+                c / ops, (c > 0 ? u / c : 0), u / ops, 100 * (y[3] - x[3]) / (w1 - w0), (y[3] - x[3]) * 1e6 / ops
+            if (sd) printf " sd_cpu_us_per_op=%.0f items_per_call=%.2f", (t1 - t0) / hz * 1e6 / ops,
+                (q[1] > p[1] ? (q[2] - p[2]) / (q[1] - p[1]) : 0) }')
     echo "  $out"
     rates[$name]+="$(sed -n 's/.* rate=\([0-9]*\).*/\1/p' <<<"$out") "
     p99s[$name]+="$(sed -n 's/.* p99_ms=\([0-9.]*\).*/\1/p' <<<"$out") "
+    [[ $name == etcd-* ]] && rus[$name]="-" ||
+        rus[$name]+="$(sed -n 's/.* redis_us_per_op=\([0-9.]*\).*/\1/p' <<<"$out") "
 }
 rb() { # name, redis-benchmark command...
     local name=$1
@@ -88,27 +125,35 @@ rb() { # name, redis-benchmark command...
     # The saves run under a held lock (lock_seq 1, token $tok), so they are accepted.
     [ "$name" != rb-save ] ||
         redis-cli -p "$rport" HSET sd:lock:rb holder rb seq 1 expires 0 token "$tok" >/dev/null
+    redis-cli -p "$rport" CONFIG RESETSTAT >/dev/null
     local out
     out=$(redis-benchmark -p "$rport" -c "$CLIENTS" -n $((CLIENTS * RB_N)) -r 1000000 --csv "$@" |
         tail -1)
     # CSV: "test","rps","avg","min","p50","p95","p99","max"; the test name holds the args.
-    local rps p99
+    local rps p99 us
     rps=$(awk -F'","' '{print $(NF-6)}' <<<"$out" | cut -d. -f1)
     p99=$(awk -F'","' '{print $(NF-1)}' <<<"$out")
-    echo "  redis-benchmark $name: rps=$rps p99_ms=$p99"
+    # one script per call: Redis's time per call is the script's cost
+    us=$(redis_stats | awk '{ printf "%.1f", ($1 > 0 ? $2 / $1 : 0) }')
+    echo "  redis-benchmark $name: rps=$rps p99_ms=$p99 redis_us_per_call=$us"
     rates[$name]+="$rps "
     p99s[$name]+="$p99 "
+    rus[$name]+="$us "
 }
 
 echo "locks benchmark: $CLIENTS clients, ${DUR}s per run, $ROUNDS rounds, blob $BLOB bytes," \
     "serverdir --threads $SD_THREADS, $(nproc) cores (shared machine: figures are noisy)"
 for round in $(seq "$ROUNDS"); do
-    echo "round $round"
+    echo "round $round (load average $(cut -d' ' -f1-3 /proc/loadavg))"
     run sd-lock sd-lock "$sd" bench-game-token
     run redis-lock redis-lock 127.0.0.1 "$rport" "$lua" sd:
     run etcd-lock etcd-lock "$etcd_url"
     run sd-blob sd-blob "$sd" bench-game-token "$BLOB"
     run redis-blob redis-blob 127.0.0.1 "$rport" "$lua" sd: "$BLOB"
+    # below saturation: both sides paced to half the rate serverdir reached this round
+    half=${HALF:-$(( $(sed 's/.* \([0-9]*\) $/\1/' <<<"${rates[sd-lock]}") / 2 ))}
+    run sd-half -R "$half" sd-lock "$sd" bench-game-token
+    run redis-half -R "$half" redis-lock 127.0.0.1 "$rport" "$lua" sd:
     # (quota of locks 0: every call adds a key to holder rb's index, past any quota)
     rb rb-acquire EVALSHA "$acq_sha" 3 sd:lock:rb-__rand_int__ sd:blob:rb-__rand_int__ 'sd:lock:rb#h' rb 0 0 604800000 '' 0 sd: 1 "$tok" 0 '' '' '' '' 0 '' '' ''
     rb rb-save EVALSHA "$save_sha" 3 sd:blob:rb sd:lock:rb sd:quota:blob:rb 1 "$tok" __rand_int__ "$(cat "$WORK/blob")" '' '' '' '' '' rb 1073741824 '' ''
@@ -116,24 +161,27 @@ done
 
 echo
 echo "medians of $ROUNDS rounds ($CLIENTS concurrent clients):"
-for m in sd-lock redis-lock etcd-lock sd-blob redis-blob rb-acquire rb-save; do
-    printf '  %-11s %8s ops/s   p99 %6s ms   (runs: %s)\n' "$m" "$(bench_median ${rates[$m]})" \
-        "$(bench_median ${p99s[$m]})" "${rates[$m]% }"
+for m in sd-lock redis-lock etcd-lock sd-blob redis-blob sd-half redis-half rb-acquire rb-save; do
+    printf '  %-11s %8s ops/s   p99 %6s ms   redis_us/op %6s   (runs: %s)\n' "$m" \
+        "$(bench_median ${rates[$m]})" "$(bench_median ${p99s[$m]})" "$(bench_median ${rus[$m]})" \
+        "${rates[$m]% }"
 done
 figs=()
 for m in sd-lock redis-lock etcd-lock sd-blob redis-blob rb-acquire rb-save; do
     figs+=("$m ops/s=$(bench_median ${rates[$m]})")
 done
 bench_check_positive "${figs[@]}"
-for m in sd-lock redis-lock etcd-lock sd-blob redis-blob rb-acquire rb-save; do
+for m in sd-lock redis-lock etcd-lock sd-blob redis-blob sd-half redis-half rb-acquire rb-save; do
     figs+=("$m p99=$(bench_median ${p99s[$m]})")
 done
 bench_check_figures "${figs[@]}"
 sdl=$(bench_median ${rates[sd-lock]})
 sdb=$(bench_median ${rates[sd-blob]})
 echo "ratios:"
-echo "  lock pairs: serverdir / raw Redis (same scripts)  = $(bench_ratio "$sdl" "$(bench_median ${rates[redis-lock]})")  (target >= 0.40)"
-echo "  lock pairs: serverdir / etcd v3 lock+unlock       = $(bench_ratio "$sdl" "$(bench_median ${rates[etcd-lock]})")  (target: several times)"
-echo "  blob saves: serverdir / raw Redis (same script)   = $(bench_ratio "$sdb" "$(bench_median ${rates[redis-blob]})")"
+echo "  lock pairs: serverdir / raw Redis (same scripts)  = $(bench_ratio "$sdl" "$(bench_median ${rates[redis-lock]})")  (goal >= 0.9)"
+echo "  lock pairs: serverdir / etcd v3 lock+unlock       = $(bench_ratio "$sdl" "$(bench_median ${rates[etcd-lock]})")  (goal >= 5)"
+echo "  blob saves: serverdir / raw Redis (same script)   = $(bench_ratio "$sdb" "$(bench_median ${rates[redis-blob]})")  (goal >= 0.9)"
 echo "  blob saves: serverdir / redis-benchmark blob_save = $(bench_ratio "$sdb" "$(bench_median ${rates[rb-save]})")"
+echo "  lock pairs at half serverdir's rate: p99 serverdir $(bench_median ${p99s[sd-half]}) ms," \
+    "raw Redis $(bench_median ${p99s[redis-half]}) ms (goal: within 2 ms)"
 echo "  lock pairs: serverdir / redis-benchmark acquire   = $(bench_ratio "$sdl" "$(bench_median ${rates[rb-acquire]})")  (one script per op there, two per pair here)"

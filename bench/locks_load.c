@@ -18,6 +18,10 @@
  *   redis-blob HOST PORT LUADIR PREFIX SIZE
  *                                blob_save.lua by EVALSHA with the same arguments
  *
+ * -R RATE paces the clients to RATE operations per second in all (each client starts its
+ * operations on a fixed schedule; a late answer does not move the next start), for the
+ * latency below saturation; an operation's latency then counts from its scheduled start.
+ *
  * Built by bench/CMakeLists.txt (target locks_load). */
 #include <curl/curl.h>
 #include <hiredis/hiredis.h>
@@ -46,6 +50,7 @@ static struct {
     const char *url, *token, *host, *luadir, *prefix;
     int port;
     size_t size;
+    double rate; /* -R: operations per second over all clients (0: as fast as they go) */
     char sha_acquire[41], sha_release[41], sha_save[41];
 } cfg;
 
@@ -279,11 +284,22 @@ static void *client_main(void *arg)
         }
     }
 
-    int64_t end = sd_mono_us() + (int64_t)(cfg.secs * 1e6);
+    int64_t start = sd_mono_us(), end = start + (int64_t)(cfg.secs * 1e6);
+    /* -R: this client's operations start on a fixed schedule, spread over the clients */
+    double period_us = cfg.rate > 0 ? 1e6 * cfg.clients / cfg.rate : 0;
     long long blob_seq = 0;
     for (unsigned i = 0; sd_mono_us() < end; i++) {
         snprintf(key, sizeof key, "bench-k%d-%u", c->id, i % KEYS_PER_CLIENT);
         int64_t t0 = sd_mono_us();
+        if (period_us > 0) { /* open loop: the latency counts from the scheduled start */
+            int64_t due = start + (int64_t)(period_us * (i + (double)c->id / cfg.clients));
+            if (due >= end)
+                break;
+            if (due > t0)
+                nanosleep(&(struct timespec){(due - t0) / 1000000, ((due - t0) % 1000000) * 1000},
+                          NULL);
+            t0 = due;
+        }
         int ok = 0;
         switch (cfg.mode) {
         case SD_LOCK: {
@@ -389,7 +405,7 @@ static void load_script(const char *name, char sha[41])
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: locks_load -c CLIENTS -d SECONDS MODE ARGS...\n"
+            "usage: locks_load -c CLIENTS -d SECONDS [-R RATE] MODE ARGS...\n"
             "  sd-lock URL TOKEN | redis-lock HOST PORT LUADIR PREFIX | etcd-lock URL |\n"
             "  sd-blob URL TOKEN SIZE | redis-blob HOST PORT LUADIR PREFIX SIZE\n");
     exit(2);
@@ -405,11 +421,13 @@ int main(int argc, char **argv)
             cfg.clients = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-d"))
             cfg.secs = atof(argv[i + 1]);
+        else if (!strcmp(argv[i], "-R"))
+            cfg.rate = atof(argv[i + 1]);
         else
             usage();
     }
     if (i >= argc || cfg.clients < 1 || cfg.clients > MAX_CLIENTS || cfg.secs <= 0 ||
-        cfg.secs > 600)
+        cfg.secs > 600 || cfg.rate < 0 || cfg.rate > 1e7)
         usage();
     cfg.name = argv[i];
     int rest = argc - i - 1;

@@ -169,11 +169,117 @@ void h_blob_get(sd_req_t *req, sd_resp_t *resp)
     freeReplyObject(r);
 }
 
+/* A save in the group commit (locks.h): its strings are the request's (path, headers,
+ * body), which outlives the job. */
+typedef struct {
+    sd_lock_call_t c; /* first */
+    sd_req_t *req;
+    sd_resp_t *resp;
+    const char *name;
+    int64_t lock_seq, blob_seq;
+    int cluster;
+    char scope[SD_NAME_MAX + 48];
+    /* KEYS and ARGV the call reads (av points at them): the blob, lock and quota keys,
+     * the process hash prefix of the caller's cluster, the scope's bytes */
+    char bkey[SD_NAME_MAX + 96], lkey[SD_NAME_MAX + 96], qkey[SD_NAME_MAX + 160];
+    char pkey[SD_NAME_MAX + 96], used[32];
+} save_job_t;
+
+/* Answers a save from its blob_save.lua reply r (freed here). */
+static void save_reply(const save_job_t *j, redisReply *r)
+{
+    sd_req_t *req = j->req;
+    sd_resp_t *resp = j->resp;
+    const char *name = j->name, *scope = j->scope;
+    long long blob_seq = (long long)j->blob_seq;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
+        sd_resp_bad_reply(resp, "blob_save", r);
+        freeReplyObject(r);
+        return;
+    }
+    const char *st = sd_reply_str(r, 0);
+    if (strcmp(st, "ok") == 0 && j->cluster && r->elements == 5) {
+        quota_move(scope, sd_reply_num(r, 2));
+        quota_move(sd_reply_str(r, 3), -sd_reply_num(r, 4));
+    }
+    if (sd_cred_revoked_reply(r, resp)) {
+    } else if (sd_lock_holder_stopped_reply(r, sd_reply_str(r, 3), resp)) {
+    } else if (strcmp(st, "quota_exceeded") == 0 && r->elements == 2) {
+        sd_quota_refuse(resp, SD_QUOTA_BLOB_BYTES, sd_reply_num(r, 1), scope);
+    } else if (strcmp(st, "fenced") == 0) {
+        sd_lock_fenced(resp, "save", name);
+    } else if (strcmp(st, "not_yours") == 0) {
+        if (req->auth.cred)
+            sd_resp_error_extra(resp, 403, "forbidden", json_pack("{s:s}", "key", name),
+                                "this credential names instance '%s'; lock '%s' is held by "
+                                "another",
+                                req->auth.instance, name);
+        else
+            sd_resp_error_extra(resp, 403, "forbidden", json_pack("{s:s}", "key", name),
+                                "this token is bound to holders starting with '%s'; lock '%s' "
+                                "is held by another",
+                                sd_req_holder_prefix(req), name);
+    } else if (strcmp(st, "seq_jump") == 0 && r->elements == 2) {
+        SD_COUNT("serverdir_blob_stale_total", "Blob saves refused for a stale Blob-Seq", 1);
+        sd_resp_error_extra(resp, 400, "blob_seq_jump",
+                            json_pack("{s:s, s:I, s:I}", "key", name, "blob_seq",
+                                      (json_int_t)strtoll(sd_reply_str(r, 1), NULL, 10),
+                                      "max_step", (json_int_t)SD_BLOB_SEQ_STEP_MAX),
+                            "Blob-Seq %lld exceeds the stored %s by more than %lld (2^32)",
+                            blob_seq, sd_reply_str(r, 1), (long long)SD_BLOB_SEQ_STEP_MAX);
+    } else if (strcmp(st, "stale_seq") == 0 && r->elements == 2) {
+        SD_COUNT("serverdir_blob_stale_total", "Blob saves refused for a stale Blob-Seq", 1);
+        sd_resp_error_extra(resp, 409, "stale_seq",
+                            json_pack("{s:s, s:I}", "key", name, "blob_seq",
+                                      (json_int_t)strtoll(sd_reply_str(r, 1), NULL, 10)),
+                            "Blob-Seq %lld is not greater than the stored %s", blob_seq,
+                            sd_reply_str(r, 1));
+    } else if (strcmp(st, "ok") == 0 && sd_locks_wait_acked(resp) == 0) {
+        SD_COUNT("serverdir_blob_saves_total", "Blob saves accepted", 1);
+        sd_resp_json(resp, 200, json_pack("{s:s, s:I, s:I, s:I}", "key", name, "blob_seq",
+                                          (json_int_t)blob_seq, "lock_seq",
+                                          (json_int_t)j->lock_seq, "bytes",
+                                          (json_int_t)req->body.len));
+    } else if (strcmp(st, "ok") != 0) {
+        sd_resp_bad_reply(resp, "blob_save", r);
+    } /* else the WAIT's 503 is in resp */
+    freeReplyObject(r);
+}
+
+static void save_call(sd_group_job_t **jobs, int n) { sd_lock_calls_run("blob_save", jobs, n); }
+
+static void save_job_finish(sd_group_job_t *g, int parked)
+{
+    save_job_t *j = (save_job_t *)g;
+    if (j->c.rc != SD_STORE_OK)
+        sd_resp_store_error(j->resp, j->c.rc);
+    else
+        save_reply(j, j->c.r);
+    if (parked)
+        sd_req_resume(j->c.g.req);
+    free(j);
+}
+
+/* Bytes of blob data per weight unit of a save in the group commit: a call carries at
+ * most SD_LOCK_GROUP_KEYS units (256 KB of data), a larger blob has a call of its own. */
+#define SAVE_WEIGHT_BYTES 4096
+
+static sd_group_t save_group = {.name = "blob_save",
+                                .calls = SD_LOCK_CALLS,
+                                .jobs_max = SD_LOCK_GROUP_MAX,
+                                .weight_max = SD_LOCK_GROUP_KEYS,
+                                .key = sd_lock_call_key,
+                                .weight = sd_lock_call_weight,
+                                .call = save_call,
+                                .finish = save_job_finish,
+                                SD_GROUP_STATE};
+
 /* PUT /v1/blobs/{key} with Lock-Seq, Lock-Token and Blob-Seq headers, raw body -> 200 {key,
  * blob_seq, lock_seq, bytes}. Saved only if Lock-Seq and Lock-Token are the key's current
  * grant (else 409 fenced) and Blob-Seq is greater than the stored one (else 409
  * stale_seq) by at most 2^32 (else 400 blob_seq_jump) and the saver's scope stays within
- * its blob_bytes quota (else 507 quota_exceeded); nothing changes on a refusal. */
+ * its blob_bytes quota (else 507 quota_exceeded); nothing changes on a refusal. One
+ * script call of its own or one shared with other saves (the group commit). */
 void h_blob_put(sd_req_t *req, sd_resp_t *resp)
 {
     const char *name, *token;
@@ -203,83 +309,45 @@ void h_blob_put(sd_req_t *req, sd_resp_t *resp)
                       "header Blob-Seq (greater than the stored one) is required");
         return;
     }
-    char bkey[SD_NAME_MAX + 96], lkey[SD_NAME_MAX + 96], qkey[SD_NAME_MAX + 160];
-    char scope[SD_NAME_MAX + 48], used[32] = "";
-    int cluster = sd_store_is_cluster();
-    sd_quota_scope(req, scope, sizeof scope);
-    if (cluster && (rc = quota_read(scope, used, sizeof used)) != SD_STORE_OK) {
+    save_job_t *j = calloc(1, sizeof *j);
+    if (!j) {
+        sd_resp_error(resp, 500, "internal", "out of memory");
+        return;
+    }
+    j->req = req;
+    j->resp = resp;
+    j->name = name;
+    j->lock_seq = lock_seq;
+    j->blob_seq = blob_seq;
+    j->cluster = sd_store_is_cluster();
+    sd_quota_scope(req, j->scope, sizeof j->scope);
+    if (j->cluster && (rc = quota_read(j->scope, j->used, sizeof j->used)) != SD_STORE_OK) {
         sd_resp_store_error(resp, rc);
+        free(j);
         return;
     }
-    sd_argv_t av;
-    blob_keys(&av, name, bkey, lkey, sizeof bkey);
-    if (!cluster)
-        sd_argv_add(&av, quota_key(qkey, sizeof qkey, scope));
-    int nkeys = av.argc;
-    sd_argv_addf(&av, "%lld", (long long)lock_seq);
-    sd_argv_add(&av, token);
-    sd_argv_addf(&av, "%lld", (long long)blob_seq);
-    sd_argv_addn(&av, req->body.data ? req->body.data : "", req->body.len);
-    sd_argv_add(&av, sd_req_holder_prefix(req));
-    sd_argv_add(&av, req->auth.cred ? req->auth.instance : "");
-    sd_cred_live_args(&req->auth, &av);
-    sd_argv_add(&av, scope);
-    sd_argv_addf(&av, "%lld", (long long)sd_quota_limit[SD_QUOTA_BLOB_BYTES]);
-    sd_argv_add(&av, used);
-    if (!cluster && req->auth.cluster[0]) /* a stopped holder saves nothing (locks.md) */
-        sd_argv_addf(&av, "%s", sd_key(qkey, sizeof qkey, req->auth.cluster, "proc:"));
+    sd_argv_t *av = &j->c.av;
+    blob_keys(av, name, j->bkey, j->lkey, sizeof j->bkey);
+    if (!j->cluster)
+        sd_argv_add(av, quota_key(j->qkey, sizeof j->qkey, j->scope));
+    j->c.nkeys = av->argc;
+    sd_argv_addf(av, "%lld", (long long)lock_seq);
+    sd_argv_add(av, token);
+    sd_argv_addf(av, "%lld", (long long)blob_seq);
+    sd_argv_addn(av, req->body.data ? req->body.data : "", req->body.len);
+    sd_argv_add(av, sd_req_holder_prefix(req));
+    sd_argv_add(av, req->auth.cred ? req->auth.instance : "");
+    sd_cred_live_args(&req->auth, av);
+    sd_argv_add(av, j->scope);
+    sd_argv_addf(av, "%lld", (long long)sd_quota_limit[SD_QUOTA_BLOB_BYTES]);
+    sd_argv_add(av, j->used);
+    if (!j->cluster && req->auth.cluster[0]) /* a stopped holder saves nothing (locks.md) */
+        sd_argv_add(av, sd_key(j->pkey, sizeof j->pkey, req->auth.cluster, "proc:"));
     else
-        sd_argv_add(&av, "");
-    redisReply *r = blob_run(resp, "blob_save", nkeys, &av);
-    if (!r)
-        return;
-    const char *st = sd_reply_str(r, 0);
-    if (strcmp(st, "ok") == 0 && cluster && r->elements == 5) {
-        quota_move(scope, sd_reply_num(r, 2));
-        quota_move(sd_reply_str(r, 3), -sd_reply_num(r, 4));
-    }
-    if (sd_cred_revoked_reply(r, resp)) {
-    } else if (sd_lock_holder_stopped_reply(r, sd_reply_str(r, 3), resp)) {
-    } else if (strcmp(st, "quota_exceeded") == 0 && r->elements == 2) {
-        sd_quota_refuse(resp, SD_QUOTA_BLOB_BYTES, sd_reply_num(r, 1), scope);
-    } else if (strcmp(st, "fenced") == 0) {
-        sd_lock_fenced(resp, "save", name);
-    } else if (strcmp(st, "not_yours") == 0) {
-        if (req->auth.cred)
-            sd_resp_error_extra(resp, 403, "forbidden", json_pack("{s:s}", "key", name),
-                                "this credential names instance '%s'; lock '%s' is held by "
-                                "another",
-                                req->auth.instance, name);
-        else
-            sd_resp_error_extra(resp, 403, "forbidden", json_pack("{s:s}", "key", name),
-                                "this token is bound to holders starting with '%s'; lock '%s' "
-                                "is held by another",
-                                sd_req_holder_prefix(req), name);
-    } else if (strcmp(st, "seq_jump") == 0 && r->elements == 2) {
-        SD_COUNT("serverdir_blob_stale_total", "Blob saves refused for a stale Blob-Seq", 1);
-        sd_resp_error_extra(resp, 400, "blob_seq_jump",
-                            json_pack("{s:s, s:I, s:I}", "key", name, "blob_seq",
-                                      (json_int_t)strtoll(sd_reply_str(r, 1), NULL, 10),
-                                      "max_step", (json_int_t)SD_BLOB_SEQ_STEP_MAX),
-                            "Blob-Seq %lld exceeds the stored %s by more than %lld (2^32)",
-                            (long long)blob_seq, sd_reply_str(r, 1),
-                            (long long)SD_BLOB_SEQ_STEP_MAX);
-    } else if (strcmp(st, "stale_seq") == 0 && r->elements == 2) {
-        SD_COUNT("serverdir_blob_stale_total", "Blob saves refused for a stale Blob-Seq", 1);
-        sd_resp_error_extra(resp, 409, "stale_seq",
-                            json_pack("{s:s, s:I}", "key", name, "blob_seq",
-                                      (json_int_t)strtoll(sd_reply_str(r, 1), NULL, 10)),
-                            "Blob-Seq %lld is not greater than the stored %s", (long long)blob_seq,
-                            sd_reply_str(r, 1));
-    } else if (strcmp(st, "ok") == 0 && sd_locks_wait_acked(resp) == 0) {
-        SD_COUNT("serverdir_blob_saves_total", "Blob saves accepted", 1);
-        sd_resp_json(resp, 200, json_pack("{s:s, s:I, s:I, s:I}", "key", name, "blob_seq",
-                                          (json_int_t)blob_seq, "lock_seq", (json_int_t)lock_seq,
-                                          "bytes", (json_int_t)req->body.len));
-    } else if (strcmp(st, "ok") != 0) {
-        sd_resp_bad_reply(resp, "blob_save", r);
-    } /* else the WAIT's 503 is in resp */
-    freeReplyObject(r);
+        sd_argv_add(av, "");
+    j->c.g.req = req;
+    sd_lock_call_ready(&j->c, 1 + (long)(req->body.len / SAVE_WEIGHT_BYTES));
+    sd_group_submit(&save_group, &j->c.g);
 }
 
 /* DELETE /v1/blobs/{key} (ops only) -> 200 {key, blob_seq, bytes, deleted}: repairs a blob

@@ -151,9 +151,74 @@ static int acquire_allowed(const sd_req_t *req, sd_resp_t *resp, const sd_lock_r
     return sd_req_forbid(req, resp, what);
 }
 
-/* Acquires once on this worker thread; a refusal with wait_ms parks the request
- * (sd_lock_park: the worker goes on serving), everything else is answered at once. */
-static void acquire_answer(const sd_lock_req_t *req_a, int many, sd_req_t *req, sd_resp_t *resp)
+/* An acquire in the group commit (locks.h): its request's copy of the parsed body, whose
+ * strings stay valid while it holds the body. */
+typedef struct {
+    sd_lock_call_t c; /* first */
+    sd_lock_req_t a;
+    int many;
+    json_t *body; /* a reference: a's strings point into it */
+    sd_resp_t *resp;
+    unsigned char added[SD_LOCKS_MAX_KEYS];
+} acquire_job_t;
+
+static void acquire_call(sd_group_job_t **jobs, int n) { sd_lock_calls_run("lock_acquire", jobs, n); }
+
+/* Answers an acquire from its call, resumes its request when parked, frees the job. */
+static void acquire_job_finish(sd_group_job_t *g, int parked)
+{
+    acquire_job_t *j = (acquire_job_t *)g;
+    sd_lock_acquire_after(&j->a, j->c.rc, j->c.r, j->added);
+    if (j->c.rc != SD_STORE_OK)
+        sd_resp_store_error(j->resp, j->c.rc);
+    else
+        acquire_finish(&j->a, j->many, j->c.r, 0, j->resp);
+    if (parked)
+        sd_req_resume(j->c.g.req);
+    json_decref(j->body);
+    free(j);
+}
+
+static sd_group_t acquire_group = {.name = "lock_acquire",
+                                   .calls = SD_LOCK_CALLS,
+                                   .jobs_max = SD_LOCK_GROUP_MAX,
+                                   .weight_max = SD_LOCK_GROUP_KEYS,
+                                   .key = sd_lock_call_key,
+                                   .weight = sd_lock_call_weight,
+                                   .call = acquire_call,
+                                   .finish = acquire_job_finish,
+                                   SD_GROUP_STATE};
+
+/* Acquires without waiting: one script call of its own or one it shares with other
+ * requests (the group commit), answered from its own item. */
+static void acquire_grouped(const sd_lock_req_t *a, int many, json_t *body, sd_req_t *req,
+                            sd_resp_t *resp)
+{
+    acquire_job_t *j = calloc(1, sizeof *j);
+    if (!j) {
+        sd_resp_error(resp, 500, "internal", "out of memory");
+        return;
+    }
+    j->a = *a;
+    j->many = many;
+    j->resp = resp;
+    int rc = sd_lock_acquire_prepare(&j->a, &j->c.av, &j->c.nkeys, j->added);
+    if (rc != SD_STORE_OK) {
+        sd_resp_store_error(resp, rc);
+        free(j);
+        return;
+    }
+    j->body = json_incref(body);
+    j->c.g.req = req;
+    sd_lock_call_ready(&j->c, a->n);
+    sd_group_submit(&acquire_group, &j->c.g);
+}
+
+/* Acquires: without wait_ms through the group commit; with wait_ms once on this worker
+ * thread, where a refusal parks the request (sd_lock_park: the worker goes on serving)
+ * and everything else is answered at once. */
+static void acquire_answer(const sd_lock_req_t *req_a, int many, json_t *body, sd_req_t *req,
+                           sd_resp_t *resp)
 {
     sd_lock_req_t scoped = *req_a, *a = &scoped;
     if (acquire_allowed(req, resp, a))
@@ -162,6 +227,10 @@ static void acquire_answer(const sd_lock_req_t *req_a, int many, sd_req_t *req, 
     if (req->auth.role != SD_R_OPS)
         a->steal_within = req->auth.cluster;
     a->auth = &req->auth;
+    if (a->wait_ms == 0) {
+        acquire_grouped(a, many, body, req, resp);
+        return;
+    }
     int64_t start = sd_mono_ms();
     redisReply *r = NULL;
     int rc = sd_lock_acquire(a, &r);
@@ -169,7 +238,7 @@ static void acquire_answer(const sd_lock_req_t *req_a, int many, sd_req_t *req, 
         sd_resp_store_error(resp, rc);
         return;
     }
-    if (a->wait_ms > 0 && sd_reply_has_status(r) &&
+    if (sd_reply_has_status(r) &&
         (!strcmp(sd_reply_str(r, 0), "lock_held") || !strcmp(sd_reply_str(r, 0), "lock_delayed")) &&
         !sd_http_stopping()) {
         freeReplyObject(r);
@@ -197,7 +266,7 @@ void h_lock_put(sd_req_t *req, sd_resp_t *resp)
     } else {
         a.names[0] = name;
         a.n = 1;
-        acquire_answer(&a, 0, req, resp);
+        acquire_answer(&a, 0, body, req, resp);
     }
     json_decref(body);
 }
@@ -215,23 +284,17 @@ void h_lock_acquire_many(sd_req_t *req, sd_resp_t *resp)
     if (sd_lock_req_parse(body, 1, &a, &code, err, sizeof err))
         sd_resp_error(resp, 400, code, "%s", err);
     else
-        acquire_answer(&a, 1, req, resp);
+        acquire_answer(&a, 1, body, req, resp);
     json_decref(body);
 }
 
 /* ---------- release ---------- */
 
-/* Runs lock_release.lua for rel and answers. */
-static void release_answer(const sd_lock_rel_t *rel, int many, sd_resp_t *resp)
+/* Answers a release from its lock_release.lua reply r (freed here). */
+static void release_reply(const sd_lock_rel_t *rel, int many, redisReply *r, sd_resp_t *resp)
 {
     const char *holder = rel->holder;
     int n = rel->n;
-    redisReply *r;
-    int rc = sd_lock_release(rel, &r);
-    if (rc != SD_STORE_OK) {
-        sd_resp_store_error(resp, rc);
-        return;
-    }
     const char *st = sd_reply_str(r, 0);
     if (!sd_reply_has_status(r)) {
         sd_resp_bad_reply(resp, "lock_release", r);
@@ -268,6 +331,63 @@ static void release_answer(const sd_lock_rel_t *rel, int many, sd_resp_t *resp)
     freeReplyObject(r);
 }
 
+/* A release in the group commit: its request's copy of the parsed release, whose strings
+ * point into the body (held) or the request. */
+typedef struct {
+    sd_lock_call_t c; /* first */
+    sd_lock_rel_t rel;
+    int many;
+    json_t *body; /* a reference, or NULL (DELETE: the strings are the request's) */
+    sd_resp_t *resp;
+} release_job_t;
+
+static void release_call(sd_group_job_t **jobs, int n) { sd_lock_calls_run("lock_release", jobs, n); }
+
+static void release_job_finish(sd_group_job_t *g, int parked)
+{
+    release_job_t *j = (release_job_t *)g;
+    sd_lock_release_after(&j->rel, j->c.rc, j->c.r);
+    if (j->c.rc != SD_STORE_OK)
+        sd_resp_store_error(j->resp, j->c.rc);
+    else
+        release_reply(&j->rel, j->many, j->c.r, j->resp);
+    if (parked)
+        sd_req_resume(j->c.g.req);
+    if (j->body)
+        json_decref(j->body);
+    free(j);
+}
+
+static sd_group_t release_group = {.name = "lock_release",
+                                   .calls = SD_LOCK_CALLS,
+                                   .jobs_max = SD_LOCK_GROUP_MAX,
+                                   .weight_max = SD_LOCK_GROUP_KEYS,
+                                   .key = sd_lock_call_key,
+                                   .weight = sd_lock_call_weight,
+                                   .call = release_call,
+                                   .finish = release_job_finish,
+                                   SD_GROUP_STATE};
+
+/* Runs lock_release.lua for rel, in a call of its own or one it shares (the group
+ * commit), and answers. body (may be NULL) holds rel's strings. */
+static void release_answer(const sd_lock_rel_t *rel, int many, json_t *body, sd_req_t *req,
+                           sd_resp_t *resp)
+{
+    release_job_t *j = calloc(1, sizeof *j);
+    if (!j) {
+        sd_resp_error(resp, 500, "internal", "out of memory");
+        return;
+    }
+    j->rel = *rel;
+    j->many = many;
+    j->resp = resp;
+    j->body = body ? json_incref(body) : NULL;
+    j->c.g.req = req;
+    sd_lock_release_prepare(&j->rel, &j->c.av, &j->c.nkeys);
+    sd_lock_call_ready(&j->c, rel->n);
+    sd_group_submit(&release_group, &j->c.g);
+}
+
 /* POST /v1/locks/release {holder, keys:[...], lock_seqs:{key: n}, lock_tokens:{key: t}}
  * -> 200; all or nothing. */
 void h_lock_release_many(sd_req_t *req, sd_resp_t *resp)
@@ -282,7 +402,7 @@ void h_lock_release_many(sd_req_t *req, sd_resp_t *resp)
         sd_resp_error(resp, 400, code, "%s", err);
     else if (sd_req_may_hold(req, resp, rel.holder) == 0) {
         rel.auth = &req->auth;
-        release_answer(&rel, 1, resp);
+        release_answer(&rel, 1, body, req, resp);
     }
     json_decref(body);
 }
@@ -351,14 +471,81 @@ void h_lock_delete(sd_req_t *req, sd_resp_t *resp)
     }
     if (sd_lock_token_header(req, resp, &rel.tokens[0]) || sd_req_may_hold(req, resp, holder))
         return;
-    release_answer(&rel, 0, resp);
+    release_answer(&rel, 0, NULL, req, resp);
 }
 
 /* ---------- renew ---------- */
 
+/* Answers a renewal of name by holder from its lock_renew.lua reply r (freed here). */
+static void renew_reply(const char *name, const char *holder, redisReply *r, sd_resp_t *resp)
+{
+    const char *st = sd_reply_str(r, 0);
+    if (sd_cred_revoked_reply(r, resp)) {
+    } else if (sd_lock_holder_stopped_reply(r, holder, resp)) {
+    } else if (sd_reply_has_status(r) && strcmp(st, "not_holder") == 0) {
+        const char *cur = sd_reply_str(r, 1);
+        json_t *extra = json_pack("{s:s}", "key", name);
+        json_object_set_new(extra, "holder", *cur ? json_string(cur) : json_null());
+        sd_resp_error_extra(resp, 409, "not_holder", extra, "lock '%s' is %s%s%s", name,
+                            *cur ? "held by '" : "not held (or its lease ran out)", cur,
+                            *cur ? "'" : "");
+    } else if (sd_reply_has_status(r) && strcmp(st, "stale_lock_seq") == 0) {
+        sd_resp_error_extra(resp, 409, "stale_lock_seq", json_pack("{s:s}", "key", name),
+                            "lock '%s' was granted to this holder again with another lock_seq",
+                            name);
+    } else if (sd_reply_has_status(r) && strcmp(st, "fenced") == 0) {
+        sd_lock_fenced(resp, "renew", name);
+    } else if (sd_reply_has_status(r) && strcmp(st, "ok") == 0 && r->elements == 4) {
+        int64_t expires = sd_reply_num(r, 2), now = sd_reply_num(r, 3);
+        json_t *out = json_pack("{s:s, s:s, s:I}", "key", name, "holder", holder, "lock_seq",
+                                (json_int_t)sd_reply_num(r, 1));
+        json_object_set_new(out, "expires_in_ms",
+                            expires > 0 ? json_integer(expires - now)
+                                        : json_null());
+        sd_resp_json(resp, 200, out);
+    } else {
+        sd_resp_bad_reply(resp, "lock_renew", r);
+    }
+    freeReplyObject(r);
+}
+
+/* A renewal in the group commit: name is the request's, holder points into the body. */
+typedef struct {
+    sd_lock_call_t c; /* first */
+    const char *name, *holder;
+    json_t *body; /* a reference: holder points into it */
+    sd_resp_t *resp;
+} renew_job_t;
+
+static void renew_call(sd_group_job_t **jobs, int n) { sd_lock_calls_run("lock_renew", jobs, n); }
+
+static void renew_job_finish(sd_group_job_t *g, int parked)
+{
+    renew_job_t *j = (renew_job_t *)g;
+    if (j->c.rc != SD_STORE_OK)
+        sd_resp_store_error(j->resp, j->c.rc);
+    else
+        renew_reply(j->name, j->holder, j->c.r, j->resp);
+    if (parked)
+        sd_req_resume(j->c.g.req);
+    json_decref(j->body);
+    free(j);
+}
+
+static sd_group_t renew_group = {.name = "lock_renew",
+                                 .calls = SD_LOCK_CALLS,
+                                 .jobs_max = SD_LOCK_GROUP_MAX,
+                                 .weight_max = SD_LOCK_GROUP_KEYS,
+                                 .key = sd_lock_call_key,
+                                 .weight = sd_lock_call_weight,
+                                 .call = renew_call,
+                                 .finish = renew_job_finish,
+                                 SD_GROUP_STATE};
+
 /* POST /v1/locks/{key}/renew {holder, lock_seq, lock_token, ttl_ms?} -> 200 {key, holder,
  * lock_seq, expires_in_ms}. Without ttl_ms the lease granted last is renewed for the same
- * length. 409 holder_stopped when the caller's cluster records the holder stopped. */
+ * length. 409 holder_stopped when the caller's cluster records the holder stopped. One
+ * script call of its own or one shared with other renewals (the group commit). */
 void h_lock_renew(sd_req_t *req, sd_resp_t *resp)
 {
     static const char *const allowed[] = {"holder", "lock_seq", "lock_token", "ttl_ms", NULL};
@@ -389,40 +576,25 @@ void h_lock_renew(sd_req_t *req, sd_resp_t *resp)
                       SD_LOCK_TOKEN_LEN);
         goto out;
     }
-    redisReply *r;
-    int rc = sd_lock_renew(name, holder, seq, token, ttl, &req->auth, &r);
-    if (rc != SD_STORE_OK) {
-        sd_resp_store_error(resp, rc);
+    renew_job_t *j = calloc(1, sizeof *j);
+    if (!j) {
+        sd_resp_error(resp, 500, "internal", "out of memory");
         goto out;
     }
-    const char *st = sd_reply_str(r, 0);
-    if (sd_cred_revoked_reply(r, resp)) {
-    } else if (sd_lock_holder_stopped_reply(r, holder, resp)) {
-    } else if (sd_reply_has_status(r) && strcmp(st, "not_holder") == 0) {
-        const char *cur = sd_reply_str(r, 1);
-        json_t *extra = json_pack("{s:s}", "key", name);
-        json_object_set_new(extra, "holder", *cur ? json_string(cur) : json_null());
-        sd_resp_error_extra(resp, 409, "not_holder", extra, "lock '%s' is %s%s%s", name,
-                            *cur ? "held by '" : "not held (or its lease ran out)", cur,
-                            *cur ? "'" : "");
-    } else if (sd_reply_has_status(r) && strcmp(st, "stale_lock_seq") == 0) {
-        sd_resp_error_extra(resp, 409, "stale_lock_seq", json_pack("{s:s}", "key", name),
-                            "lock '%s' was granted to this holder again with another lock_seq",
-                            name);
-    } else if (sd_reply_has_status(r) && strcmp(st, "fenced") == 0) {
-        sd_lock_fenced(resp, "renew", name);
-    } else if (sd_reply_has_status(r) && strcmp(st, "ok") == 0 && r->elements == 4) {
-        int64_t expires = sd_reply_num(r, 2), now = sd_reply_num(r, 3);
-        json_t *out = json_pack("{s:s, s:s, s:I}", "key", name, "holder", holder, "lock_seq",
-                                (json_int_t)sd_reply_num(r, 1));
-        json_object_set_new(out, "expires_in_ms",
-                            expires > 0 ? json_integer(expires - now)
-                                        : json_null());
-        sd_resp_json(resp, 200, out);
-    } else {
-        sd_resp_bad_reply(resp, "lock_renew", r);
+    int rc = sd_lock_renew_prepare(name, holder, seq, token, ttl, &req->auth, &j->c.av);
+    if (rc != SD_STORE_OK) {
+        sd_resp_store_error(resp, rc);
+        free(j);
+        goto out;
     }
-    freeReplyObject(r);
+    j->name = name;
+    j->holder = holder;
+    j->resp = resp;
+    j->body = json_incref(body);
+    j->c.g.req = req;
+    j->c.nkeys = 1;
+    sd_lock_call_ready(&j->c, 1);
+    sd_group_submit(&renew_group, &j->c.g);
 out:
     json_decref(body);
 }

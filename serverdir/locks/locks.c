@@ -673,12 +673,13 @@ static int quota_args(const sd_lock_req_t *a, int cluster, const unsigned char *
     return rc;
 }
 
-int sd_lock_acquire(const sd_lock_req_t *a, redisReply **out)
+int sd_lock_acquire_prepare(const sd_lock_req_t *a, sd_argv_t *av, int *nkeys,
+                            unsigned char *added)
 {
     char key[SD_NAME_MAX + 96];
     int cluster = sd_store_is_cluster();
-    unsigned char added[SD_LOCKS_MAX_KEYS] = {0};
-    *out = NULL;
+    memset(added, 0, SD_LOCKS_MAX_KEYS);
+    sd_argv_init(av);
     if (cluster) {
         /* the index first: it may name a lock not granted (listings skip those), never
          * miss one that is */
@@ -686,93 +687,106 @@ int sd_lock_acquire(const sd_lock_req_t *a, redisReply **out)
         if (rc != SD_STORE_OK)
             return rc;
     }
-    sd_argv_t av;
-    sd_argv_init(&av);
     for (int i = 0; i < a->n; i++)
-        sd_argv_addf(&av, "%s", sd_lock_key(key, sizeof key, a->names[i]));
+        sd_argv_addf(av, "%s", sd_lock_key(key, sizeof key, a->names[i]));
     for (int i = 0; i < a->n; i++)
-        sd_argv_addf(&av, "%s", sd_blob_key(key, sizeof key, a->names[i]));
+        sd_argv_addf(av, "%s", sd_blob_key(key, sizeof key, a->names[i]));
     if (!cluster)
-        sd_argv_addf(&av, "%s", holder_key(key, sizeof key, a->holder));
-    int nkeys = av.argc;
-    sd_argv_add(&av, a->holder);
-    sd_argv_addf(&av, "%lld", (long long)a->ttl_ms);
-    sd_argv_addf(&av, "%lld", (long long)sd_locks_cfg.lock_delay_ms);
-    sd_argv_addf(&av, "%lld", (long long)sd_locks_cfg.retain_s * 1000);
-    sd_argv_add(&av, a->steal_cluster);
-    sd_argv_addf(&av, "%lld", (long long)a->steal_older_ms);
-    sd_argv_add(&av, sd_store_prefix());
-    sd_argv_addf(&av, "%d", a->n);
+        sd_argv_addf(av, "%s", holder_key(key, sizeof key, a->holder));
+    *nkeys = av->argc;
+    sd_argv_add(av, a->holder);
+    sd_argv_addf(av, "%lld", (long long)a->ttl_ms);
+    sd_argv_addf(av, "%lld", (long long)sd_locks_cfg.lock_delay_ms);
+    sd_argv_addf(av, "%lld", (long long)sd_locks_cfg.retain_s * 1000);
+    sd_argv_add(av, a->steal_cluster);
+    sd_argv_addf(av, "%lld", (long long)a->steal_older_ms);
+    sd_argv_add(av, sd_store_prefix());
+    sd_argv_addf(av, "%d", a->n);
     for (int i = 0; i < a->n; i++) {
         char token[SD_LOCK_TOKEN_LEN + 1];
         if (a->tokens[i]) {
-            sd_argv_add(&av, a->tokens[i]);
+            sd_argv_add(av, a->tokens[i]);
         } else if (sd_random_hex(token, SD_LOCK_TOKEN_BYTES)) {
-            sd_argv_free(&av);
+            index_undo(a->holder, a->names, a->n, added);
+            sd_argv_free(av);
             return SD_STORE_ERROR;
         } else {
-            sd_argv_addf(&av, "%s", token);
+            sd_argv_addf(av, "%s", token);
         }
     }
     for (int i = 0; i < a->n; i++)
-        sd_argv_add(&av, a->tokens[i] ? "1" : "0");
-    sd_argv_add(&av, a->steal_within);
-    sd_cred_live_args(a->auth, &av);
-    int qrc = quota_args(a, cluster, added, &av);
-    if (qrc == SD_STORE_OK)
-        qrc = holder_stop_arg(a->auth, a->holder, &av);
-    if (qrc != SD_STORE_OK) {
+        sd_argv_add(av, a->tokens[i] ? "1" : "0");
+    sd_argv_add(av, a->steal_within);
+    sd_cred_live_args(a->auth, av);
+    int rc = quota_args(a, cluster, added, av);
+    if (rc == SD_STORE_OK)
+        rc = holder_stop_arg(a->auth, a->holder, av);
+    if (rc == SD_STORE_OK && cluster &&
+        (a->steal_cluster[0] || (a->steal_within[0] && a->steal_older_ms)))
+        rc = stopped_holders(a, av);
+    if (rc != SD_STORE_OK) {
         index_undo(a->holder, a->names, a->n, added);
-        sd_argv_free(&av);
-        return qrc;
-    }
-    if (cluster && (a->steal_cluster[0] || (a->steal_within[0] && a->steal_older_ms))) {
-        int rc = stopped_holders(a, &av);
-        if (rc != SD_STORE_OK) {
-            index_undo(a->holder, a->names, a->n, added);
-            sd_argv_free(&av);
-            return rc;
-        }
-    }
-    int rc = sd_store_run("lock_acquire", nkeys, &av, out);
-    if (cluster && (rc != SD_STORE_OK || !sd_reply_status_is(*out, "ok")))
-        index_undo(a->holder, a->names, a->n, added);
-    if (rc == SD_STORE_OK && cluster && sd_reply_status_is(*out, "ok")) {
-        /* a steal: the previous holder's index forgets the key (best effort) */
-        for (size_t i = 2; i + 6 < (*out)->elements; i += 7) {
-            const char *from = sd_reply_str(*out, i + 3), *name = sd_reply_str(*out, i);
-            if (*from)
-                index_update("SREM", from, &name, 1);
-        }
+        sd_argv_free(av);
     }
     return rc;
 }
 
-int sd_lock_release(const sd_lock_rel_t *rel, redisReply **out)
+void sd_lock_acquire_after(const sd_lock_req_t *a, int rc, const redisReply *r,
+                           const unsigned char *added)
+{
+    if (!sd_store_is_cluster())
+        return;
+    if (rc != SD_STORE_OK || !sd_reply_status_is(r, "ok")) {
+        index_undo(a->holder, a->names, a->n, added);
+        return;
+    }
+    /* a steal: the previous holder's index forgets the key (best effort) */
+    for (size_t i = 2; i + 6 < r->elements; i += 7) {
+        const char *from = sd_reply_str(r, i + 3), *name = sd_reply_str(r, i);
+        if (*from)
+            index_update("SREM", from, &name, 1);
+    }
+}
+
+int sd_lock_acquire(const sd_lock_req_t *a, redisReply **out)
+{
+    sd_argv_t av;
+    int nkeys;
+    unsigned char added[SD_LOCKS_MAX_KEYS];
+    *out = NULL;
+    int rc = sd_lock_acquire_prepare(a, &av, &nkeys, added);
+    if (rc != SD_STORE_OK)
+        return rc;
+    rc = sd_store_run("lock_acquire", nkeys, &av, out);
+    sd_lock_acquire_after(a, rc, *out, added);
+    return rc;
+}
+
+void sd_lock_release_prepare(const sd_lock_rel_t *rel, sd_argv_t *av, int *nkeys)
 {
     char key[SD_NAME_MAX + 96];
-    int cluster = sd_store_is_cluster();
-    sd_argv_t av;
-    sd_argv_init(&av);
+    sd_argv_init(av);
     for (int i = 0; i < rel->n; i++)
-        sd_argv_addf(&av, "%s", sd_lock_key(key, sizeof key, rel->names[i]));
+        sd_argv_addf(av, "%s", sd_lock_key(key, sizeof key, rel->names[i]));
     for (int i = 0; i < rel->n; i++)
-        sd_argv_addf(&av, "%s#q", sd_lock_key(key, sizeof key, rel->names[i]));
-    if (!cluster)
-        sd_argv_addf(&av, "%s", holder_key(key, sizeof key, rel->holder));
-    int nkeys = av.argc;
-    sd_argv_add(&av, rel->holder);
-    sd_argv_addf(&av, "%lld", (long long)sd_locks_cfg.retain_s * 1000);
+        sd_argv_addf(av, "%s#q", sd_lock_key(key, sizeof key, rel->names[i]));
+    if (!sd_store_is_cluster())
+        sd_argv_addf(av, "%s", holder_key(key, sizeof key, rel->holder));
+    *nkeys = av->argc;
+    sd_argv_add(av, rel->holder);
+    sd_argv_addf(av, "%lld", (long long)sd_locks_cfg.retain_s * 1000);
     for (int i = 0; i < rel->n; i++)
-        sd_argv_addf(&av, "%lld", (long long)rel->seqs[i]);
+        sd_argv_addf(av, "%lld", (long long)rel->seqs[i]);
     for (int i = 0; i < rel->n; i++)
-        sd_argv_add(&av, rel->tokens[i]);
-    sd_argv_addf(&av, "%slock:", sd_store_prefix());
-    sd_cred_live_args(rel->auth, &av);
-    int rc = sd_store_run("lock_release", nkeys, &av, out);
-    if (rc == SD_STORE_OK && cluster && sd_reply_status_is(*out, "ok"))
+        sd_argv_add(av, rel->tokens[i]);
+    sd_argv_addf(av, "%slock:", sd_store_prefix());
+    sd_cred_live_args(rel->auth, av);
+}
+
+void sd_lock_release_after(const sd_lock_rel_t *rel, int rc, const redisReply *r)
+{
+    if (rc == SD_STORE_OK && sd_store_is_cluster() && sd_reply_status_is(r, "ok"))
         index_update("SREM", rel->holder, rel->names, rel->n); /* best effort */
-    return rc;
 }
 
 /* Starts av for a script on one lock: KEYS[1] is the lock record of name. */
@@ -941,22 +955,20 @@ int sd_lock_force(const char *name, redisReply **out)
     return rc;
 }
 
-int sd_lock_renew(const char *name, const char *holder, int64_t seq, const char *token,
-                  int64_t ttl_ms, const sd_auth_t *auth, redisReply **out)
+int sd_lock_renew_prepare(const char *name, const char *holder, int64_t seq,
+                          const char *token, int64_t ttl_ms, const sd_auth_t *auth,
+                          sd_argv_t *av)
 {
-    sd_argv_t av;
-    lock_argv(&av, name);
-    sd_argv_add(&av, holder);
-    sd_argv_addf(&av, "%lld", (long long)seq);
-    sd_argv_addf(&av, "%lld", (long long)ttl_ms);
-    sd_argv_addf(&av, "%lld", (long long)sd_locks_cfg.retain_s * 1000);
-    sd_argv_add(&av, token);
-    sd_cred_live_args(auth, &av);
-    int rc = holder_stop_arg(auth, holder, &av);
-    if (rc == SD_STORE_OK)
-        rc = sd_store_run("lock_renew", 1, &av, out);
-    else
-        sd_argv_free(&av);
+    lock_argv(av, name);
+    sd_argv_add(av, holder);
+    sd_argv_addf(av, "%lld", (long long)seq);
+    sd_argv_addf(av, "%lld", (long long)ttl_ms);
+    sd_argv_addf(av, "%lld", (long long)sd_locks_cfg.retain_s * 1000);
+    sd_argv_add(av, token);
+    sd_cred_live_args(auth, av);
+    int rc = holder_stop_arg(auth, holder, av);
+    if (rc != SD_STORE_OK)
+        sd_argv_free(av);
     return rc;
 }
 

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "group.h"
 #include "sd.h"
 
 /* Largest lock_seq / Blob-Seq accepted: 2^53, exact in Redis's Lua numbers. */
@@ -86,14 +87,34 @@ void sd_locks_log_config(void);
  * caller frees with freeReplyObject (the reply shapes are in each script's header) ---- */
 
 /* lock_acquire.lua once for a's keys, with the lock_token presented for each key or else
- * a fresh one drawn. */
+ * a fresh one drawn: sd_lock_acquire_prepare, the call, sd_lock_acquire_after. */
 int sd_lock_acquire(const sd_lock_req_t *a, redisReply **out);
-/* lock_release.lua: release each key of rel with the grant presented for it. */
-int sd_lock_release(const sd_lock_rel_t *rel, redisReply **out);
-/* lock_renew.lua: renew name for holder with the grant (seq, token), for ttl_ms (0: the
- * last lease's length). */
-int sd_lock_renew(const char *name, const char *holder, int64_t seq, const char *token,
-                  int64_t ttl_ms, const sd_auth_t *auth, redisReply **out);
+/* The arguments of lock_acquire.lua for a into av (initialized here; its first *nkeys
+ * entries are the KEYS), drawing a fresh lock_token for each key a presents none for. On
+ * a Redis Cluster it first adds a's names to the holder's index (added[i] = 1 for those it
+ * added: SD_LOCKS_MAX_KEYS bytes) and reads what the script cannot. A SD_STORE_* code; on
+ * failure av is freed and the index entries it added are gone again. */
+int sd_lock_acquire_prepare(const sd_lock_req_t *a, sd_argv_t *av, int *nkeys,
+                            unsigned char *added);
+/* After the call of an acquire prepared with added (rc, and its reply r when rc is
+ * SD_STORE_OK; r stays the caller's): on a Redis Cluster the index entries added for a
+ * refusal go again, and a stolen key leaves its previous holder's index. */
+void sd_lock_acquire_after(const sd_lock_req_t *a, int rc, const redisReply *r,
+                           const unsigned char *added);
+/* The arguments of lock_release.lua (release each key of rel with the grant presented
+ * for it) into av (initialized here; its first *nkeys
+ * entries are the KEYS). */
+void sd_lock_release_prepare(const sd_lock_rel_t *rel, sd_argv_t *av, int *nkeys);
+/* After the call of a release (rc, r as sd_lock_acquire_after): on a Redis Cluster the
+ * released names leave the holder's index. */
+void sd_lock_release_after(const sd_lock_rel_t *rel, int rc, const redisReply *r);
+/* The arguments of lock_renew.lua into av (initialized here; one KEY, the lock record):
+ * renew name for holder with the grant (seq, token), for ttl_ms (0: the last lease's
+ * length). A SD_STORE_* code (reading a stopped holder on a Redis Cluster); on failure av
+ * is freed. */
+int sd_lock_renew_prepare(const char *name, const char *holder, int64_t seq,
+                          const char *token, int64_t ttl_ms, const sd_auth_t *auth,
+                          sd_argv_t *av);
 /* lock_get.lua: the record of name. */
 int sd_lock_get(const char *name, redisReply **out);
 /* lock_force.lua: forced unlock of name, starting the lock-delay. */
@@ -125,6 +146,38 @@ int sd_locks_wait_acked(sd_resp_t *resp);
  * lock_seq, since_ms, expires_in_ms} and leaves in cursor (cap bytes) where to go on
  * ("": the walk is complete). A SD_STORE_* code. */
 int sd_lock_scan(char *cursor, size_t cap, size_t limit, json_t *locks);
+
+/* ---- the group commit of the lock path (batch.c) ----
+ * Acquires, renewals, releases and blob saves are one script call each, most of whose
+ * cost is per call (the round trip, EVALSHA's start, the script's closures): requests
+ * that arrive while LOCK_CALLS calls of their script are in flight share the next call
+ * (http/group.h), through the script's batch form <name>_many.lua, in which each request
+ * is an item with its own KEYS, ARGV and reply. A job carries one prepared script call;
+ * calls share only within one Redis Cluster slot and within the group's budgets. */
+#define SD_LOCK_CALLS 2       /* calls in flight per script */
+#define SD_LOCK_GROUP_MAX 32  /* requests per call at most */
+#define SD_LOCK_GROUP_KEYS 64 /* lock keys (weight) per call at most */
+
+typedef struct {
+    sd_group_job_t g;  /* first: the group's link and request */
+    char slot[8];      /* the Redis Cluster slot of its keys ("" elsewhere) */
+    long weight;       /* >= 1 */
+    int nkeys;         /* the script's KEYS: the first nkeys entries of av */
+    sd_argv_t av;      /* prepared by the caller; freed by the call */
+    int rc;            /* after the call: a SD_STORE_* code */
+    redisReply *r;     /* ... and with SD_STORE_OK the item's own reply (the finish frees it) */
+} sd_lock_call_t;
+
+/* Completes c after its av is prepared: its slot (from KEYS[1]) and weight. */
+void sd_lock_call_ready(sd_lock_call_t *c, long weight);
+/* The group callbacks every lock-path group shares: the key (the slot), the weight. */
+const char *sd_lock_call_key(const sd_group_job_t *j);
+long sd_lock_call_weight(const sd_group_job_t *j);
+/* One call of script for jobs[0..n) (each an sd_lock_call_t): alone with the script, or
+ * together with its batch form; each job gets its own rc and reply. A call Redis refuses
+ * as a whole is made again item by item, so one item never fails another. Counts the
+ * calls and items (serverdir_lock_script_calls_total, ..._items_total). */
+void sd_lock_calls_run(const char *script, sd_group_job_t **jobs, int n);
 
 /* ---- the bounded wait of a refused acquire ---- */
 

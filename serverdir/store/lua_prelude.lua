@@ -377,3 +377,32 @@ local function pool_stats(base, s, last_demand)
   local top = redis.call('ZREVRANGE', base .. 'aslot:' .. s, 0, 0, 'WITHSCORES')
   return {h[1] or '0', h[2] or '0', top[2] or '-1', last_demand or '0'}
 end
+
+-- The batch form of a script, <name>_many.lua (cmake/lua_prelude.cmake writes it: the
+-- script as the function `one(KEYS, ARGV)`, then `return batch_run(one)`), for the group
+-- commit of the lock path (locks/batch.c). ARGV[1] is the number of items n, ARGV[2i] and
+-- ARGV[2i+1] item i's number of KEYS and of ARGV; the items' KEYS follow one another in
+-- KEYS, their ARGV in ARGV after these 2n+1. Each item runs as the script would alone and
+-- its reply is element i of the answer: a refusal is the item's own reply, and an error
+-- (a runtime error, a refused command) becomes the error reply {err = ...} at element i
+-- that the item alone would have had, without stopping the others. The caller bounds n and the work per call.
+local function batch_run(one)
+  local n = tonumber(ARGV[1])
+  local out, k, a = {}, 0, 1 + 2 * n
+  for i = 1, n do
+    local nk, na = tonumber(ARGV[2 * i]), tonumber(ARGV[2 * i + 1])
+    local keys, argv = {}, {}
+    for j = 1, nk do keys[j] = KEYS[k + j] end
+    for j = 1, na do argv[j] = ARGV[a + j] end
+    k, a = k + nk, a + na
+    local ok, r = pcall(one, keys, argv)
+    if not ok then -- as the item alone would have failed: a command's error as Redis
+      -- raised it ("WRONGTYPE ..."), a runtime error as Redis reports one ("ERR ...")
+      local e = type(r) == 'table' and tostring(r.err) or tostring(r)
+      if not string.match(e, '^[A-Z]+ ') then e = 'ERR ' .. e end
+      r = {err = e}
+    end
+    out[i] = r
+  end
+  return out
+end

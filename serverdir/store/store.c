@@ -725,6 +725,81 @@ int sd_store_run(const char *name, int nkeys, sd_argv_t *a, redisReply **out)
     return rc;
 }
 
+int sd_store_run_many(const char *name, int n, sd_argv_t *const *items, const int *nkeys,
+                      int *rcs, redisReply **outs)
+{
+    char many[64];
+    snprintf(many, sizeof many, "%s_many", name);
+    int idx = script_index(many);
+    int total = 1 + 2 * n;
+    for (int i = 0; i < n; i++)
+        total += items[i]->argc;
+    if (idx < 0 || n < 1 || total > SD_STORE_ARGV_MAX - 3) {
+        log_error("bad script call", "script=%s items=%d args=%d", many, n, total);
+        return SD_STORE_ERROR;
+    }
+    /* KEYS of every item, then n and each item's counts, then every item's ARGV */
+    char (*nums)[12] = malloc((size_t)(1 + 2 * n) * sizeof *nums);
+    sd_argv_t a;
+    sd_argv_init(&a);
+    int nk = 0;
+    for (int i = 0; nums && i < n; i++) {
+        if (items[i]->overflow || nkeys[i] < 0 || nkeys[i] > items[i]->argc)
+            a.overflow = 1;
+        for (int j = 0; j < nkeys[i] && j < items[i]->argc; j++)
+            sd_argv_addn(&a, items[i]->argv[j], items[i]->argl[j]);
+        nk += nkeys[i];
+    }
+    if (nums) {
+        snprintf(nums[0], sizeof nums[0], "%d", n);
+        sd_argv_add(&a, nums[0]);
+        for (int i = 0; i < n; i++) {
+            snprintf(nums[1 + 2 * i], sizeof nums[0], "%d", nkeys[i]);
+            snprintf(nums[2 + 2 * i], sizeof nums[0], "%d", items[i]->argc - nkeys[i]);
+            sd_argv_add(&a, nums[1 + 2 * i]);
+            sd_argv_add(&a, nums[2 + 2 * i]);
+        }
+        for (int i = 0; i < n; i++)
+            for (int j = nkeys[i]; j < items[i]->argc; j++)
+                sd_argv_addn(&a, items[i]->argv[j], items[i]->argl[j]);
+    }
+    redisReply *r = NULL;
+    int rc;
+    if (!nums || a.overflow)
+        rc = SD_STORE_ERROR;
+    else if (!get_ctx())
+        rc = SD_STORE_DOWN;
+    else
+        rc = script_call(idx, many, nk, &a, &r);
+    sd_argv_free(&a);
+    free(nums);
+    if (rc != SD_STORE_OK)
+        return rc;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != (size_t)n) {
+        log_error("script failed", "script=%s items=%d reply_type=%d err=%s", many, n, r->type,
+                  r->type == REDIS_REPLY_ERROR ? r->str : "");
+        freeReplyObject(r);
+        return SD_STORE_ERROR;
+    }
+    for (int i = 0; i < n; i++) {
+        redisReply *e = r->element[i];
+        r->element[i] = NULL; /* the item's own now (freeReplyObject skips NULL) */
+        if (e->type == REDIS_REPLY_ERROR && strncmp(e->str, "ERR ", 4) == 0) {
+            /* as script_call: a runtime error; a typed error reply is the item's reply */
+            log_error("script failed", "script=%s item=%d err=%s", many, i, e->str);
+            SD_COUNT("serverdir_redis_errors_total{kind=\"script\"}", "Redis calls that failed", 1);
+            freeReplyObject(e);
+            rcs[i] = SD_STORE_ERROR;
+            outs[i] = NULL;
+        } else {
+            rcs[i] = SD_STORE_OK;
+            outs[i] = e;
+        }
+    }
+    freeReplyObject(r);
+    return SD_STORE_OK;
+}
+
 int sd_store_primaries(void) { return target.cluster ? sd__rc_primaries() : 1; }
 
 int sd_store_command_primary(int i, sd_argv_t *a, redisReply **out)

@@ -55,6 +55,18 @@ int sd_store_command_primary(int i, sd_argv_t *a, redisReply **out);
  * the caller frees with freeReplyObject; a Lua error_reply comes back as *out of type
  * REDIS_REPLY_ERROR with SD_STORE_OK, so scripts can return typed errors. */
 int sd_store_run(const char *name, int nkeys, sd_argv_t *a, redisReply **out);
+/* The batch form of script `name` (<name>_many.lua, store/lua_prelude.lua's batch_run):
+ * n items, item i with the first nkeys[i] entries of items[i] as its KEYS and the rest
+ * as its ARGV, in one EVALSHA (on a Redis Cluster every key must be in one slot). The
+ * items' argvs are read, not freed. SD_STORE_OK when the call answered one reply per
+ * item: then rcs[i] is item i's own code (SD_STORE_OK with outs[i] its reply, the caller
+ * frees it, an error reply too, as sd_store_run's; SD_STORE_ERROR for a runtime error the
+ * item raised, logged, outs[i] NULL). Else the
+ * call's code (SD_STORE_DOWN: Redis unreachable; SD_STORE_ERROR: the call as a whole
+ * was refused, say a busy or out-of-memory Redis or more arguments than
+ * SD_STORE_ARGV_MAX) and no item has a reply. */
+int sd_store_run_many(const char *name, int n, sd_argv_t *const *items, const int *nkeys,
+                      int *rcs, redisReply **outs);
 /* Runs one plain command (argv form). Same reply ownership as sd_store_run; a is kept
  * (the caller frees it). */
 int sd_store_command(sd_argv_t *a, redisReply **out);
