@@ -572,17 +572,17 @@ void sd_master_index_request_load(void)
 static char life[40]; /* P life when the index was last loaded (master_watch.lua) */
 
 /* The newest entry id of P log into id ("0-0" when there is none); 1 when the stream
- * exists, 0 when not, -1 on error. first: the oldest instead. */
-static int stream_end(int first, char *id, size_t cap)
+ * exists, 0 when not, -1 on error. */
+static int stream_last(char *id, size_t cap)
 {
     char key[128];
     key_of(key, sizeof key, "log");
     sd_argv_t a;
     sd_argv_init(&a);
-    sd_argv_add(&a, first ? "XRANGE" : "XREVRANGE");
+    sd_argv_add(&a, "XREVRANGE");
     sd_argv_add(&a, key);
-    sd_argv_add(&a, first ? "-" : "+");
-    sd_argv_add(&a, first ? "+" : "-");
+    sd_argv_add(&a, "+");
+    sd_argv_add(&a, "-");
     sd_argv_add(&a, "COUNT");
     sd_argv_add(&a, "1");
     redisReply *r;
@@ -686,7 +686,7 @@ static int life_get(char *out, size_t cap)
 static int load_all(void)
 {
     char id[64];
-    if (life_get(life, sizeof life) || stream_end(0, id, sizeof id) < 0)
+    if (life_get(life, sizeof life) || stream_last(id, sizeof id) < 0)
         return -1;
     char key[128];
     key_of(key, sizeof key, "s");
