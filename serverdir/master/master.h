@@ -230,6 +230,7 @@ typedef struct sd_msrv {
     uint16_t port;
     uint8_t fam;
     uint8_t ip[16];
+    uint8_t gone;          /* taken out of the index's table (replaced or removed) */
     struct sd_msrv *hnext; /* the index's own (hash chain, retired list) */
     uint32_t hash;         /* of the key: a chain walk reads no other key */
     uint32_t mark;

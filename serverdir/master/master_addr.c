@@ -14,7 +14,9 @@ const char *sd_master_addr_group(const char *ip, int v4bits, char *out, size_t c
 {
     unsigned char b[16];
     char txt[INET6_ADDRSTRLEN];
-    if (inet_pton(AF_INET6, ip, b) == 1 && !IN6_IS_ADDR_V4MAPPED((struct in6_addr *)b)) {
+    /* (IPv6 text always has a ':': an IPv4 address is not parsed as one first) */
+    if (strchr(ip, ':') && inet_pton(AF_INET6, ip, b) == 1 &&
+        !IN6_IS_ADDR_V4MAPPED((struct in6_addr *)b)) {
         memset(b + 8, 0, 8); /* the /64: one site, one host's whole range */
         inet_ntop(AF_INET6, b, txt, sizeof txt);
         snprintf(out, cap, "%s/64", txt);

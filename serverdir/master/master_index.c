@@ -209,7 +209,9 @@ static pthread_mutex_t apply_mu = PTHREAD_MUTEX_INITIALIZER;
 static sd_msrv_t **buckets;
 static size_t nbuckets, nservers;
 static uint32_t mark_gen;
-static char **pending;             /* keys changed since the current snapshot */
+/* The records put or taken out of the table since the current snapshot (a record taken
+ * out is on the retired list, so still allocated, until that snapshot is released). */
+static sd_msrv_t **pending;
 static size_t npending, cappending;
 static sd_msrv_t *retired;         /* records out of the table since the current snapshot */
 static sd_master_snap_t *snap_oldest, *snap_current;
@@ -245,23 +247,22 @@ static int grow(void)
     return 0;
 }
 
-static void note_pending(const char *key)
+static void note_pending(sd_msrv_t *s)
 {
     if (npending == cappending) {
         size_t nc = cappending ? cappending * 2 : 256;
-        char **np = realloc(pending, nc * sizeof *np);
+        sd_msrv_t **np = realloc(pending, nc * sizeof *np);
         if (!np)
             return; /* the change is in the table; the next full build catches it */
         pending = np;
         cappending = nc;
     }
-    char *k = strdup(key);
-    if (k)
-        pending[npending++] = k;
+    pending[npending++] = s;
 }
 
 static void retire(sd_msrv_t *s)
 {
+    s->gone = 1;
     s->hnext = retired;
     retired = s;
 }
@@ -293,7 +294,7 @@ static void put_locked(sd_msrv_t *s)
         *pp = s;
         nservers++;
     }
-    note_pending(s->buf);
+    note_pending(s);
 }
 
 static void del_locked(const char *key)
@@ -307,7 +308,7 @@ static void del_locked(const char *key)
     *pp = old->hnext;
     nservers--;
     retire(old);
-    note_pending(key);
+    note_pending(old);
 }
 
 int sd_master_index_put(const char *key, const char *rec, size_t len)
@@ -447,9 +448,9 @@ void sd_master_snap_put(sd_master_snap_t *s)
     pthread_mutex_unlock(&idx_mu);
 }
 
-static int cmp_str(const void *a, const void *b)
+static int cmp_srv(const void *a, const void *b)
 {
-    return strcmp(*(char *const *)a, *(char *const *)b);
+    return strcmp((*(sd_msrv_t *const *)a)->buf, (*(sd_msrv_t *const *)b)->buf);
 }
 
 size_t sd_master_snap_after(const sd_master_snap_t *s, const char *after)
@@ -486,7 +487,7 @@ static void publish_locked(void)
     if (snap_current && npending == 0)
         return;
     if (npending > 1)
-        qsort(pending, npending, sizeof *pending, cmp_str);
+        qsort(pending, npending, sizeof *pending, cmp_srv);
     size_t oldn = snap_current ? snap_current->n : 0;
     sd_msrv_t *const *oldv = snap_current ? snap_current->v : NULL;
     sd_master_snap_t *ns = calloc(1, sizeof *ns);
@@ -498,25 +499,27 @@ static void publish_locked(void)
         return; /* try again with the next change */
     }
     size_t i = 0, n = 0;
-    for (size_t k = 0; k < npending; k++) {
-        if (k > 0 && strcmp(pending[k], pending[k - 1]) == 0)
-            continue;
-        size_t pos = oldv ? i + lower_bound(oldv + i, oldn - i, pending[k]) : 0;
+    for (size_t k = 0; k < npending;) {
+        /* the run of changes to one key: its record now is the one not taken out (at
+         * most one: a put takes out the one it replaces), none when the key went */
+        const char *key = pending[k]->buf;
+        sd_msrv_t *cur = NULL;
+        for (; k < npending && strcmp(pending[k]->buf, key) == 0; k++)
+            if (!pending[k]->gone)
+                cur = pending[k];
+        size_t pos = oldv ? i + lower_bound(oldv + i, oldn - i, key) : 0;
         if (pos > i)
             memcpy(v + n, oldv + i, (pos - i) * sizeof *v);
         n += pos - i;
         i = pos;
-        if (i < oldn && strcmp(oldv[i]->buf, pending[k]) == 0)
+        if (i < oldn && strcmp(oldv[i]->buf, key) == 0)
             i++;
-        sd_msrv_t *cur = buckets ? *find_slot(pending[k]) : NULL;
         if (cur)
             v[n++] = cur;
     }
     if (oldn > i)
         memcpy(v + n, oldv + i, (oldn - i) * sizeof *v);
     n += oldn - i;
-    for (size_t k = 0; k < npending; k++)
-        free(pending[k]);
     npending = 0;
     ns->v = v;
     ns->vbytes = vbytes;
@@ -741,8 +744,8 @@ static int load_all(void)
             if (s->mark != gen) {
                 *pp = s->hnext;
                 nservers--;
-                note_pending(s->buf);
                 retire(s);
+                note_pending(s);
             } else {
                 pp = &s->hnext;
             }
@@ -1295,8 +1298,6 @@ size_t sd_master_index_bytes(void)
     size_t n = atomic_load(&rec_bytes) + nbuckets * sizeof *buckets;
     for (sd_master_snap_t *s = snap_oldest; s; s = s->newer)
         n += s->vbytes + sizeof *s;
-    for (size_t k = 0; k < npending; k++)
-        n += malloc_usable_size(pending[k]);
     n += cappending * sizeof *pending;
     pthread_mutex_unlock(&idx_mu);
     return n;
@@ -1367,8 +1368,6 @@ void sd_master_stop(void)
         r = next;
     }
     retired = NULL;
-    for (size_t k = 0; k < npending; k++)
-        free(pending[k]);
     free(pending);
     pending = NULL;
     npending = cappending = 0;

@@ -653,8 +653,30 @@ static void index_and_filters(void **state)
     assert_false(snap_has(b, "10.0.0.2:27960"));
     assert_true(snap_has(a, "10.0.0.2:27960"));
     assert_string_equal(SD_MREC(a->v[1], SD_MREC_TAGS), "ctf,Instagib");
+    /* several changes to one key between two snapshots merge as the last of them:
+     * replaced twice, taken out and put back, put and taken out */
+    put_server("10.0.0.1:27960", "Second", 3, "", far + 1);
+    put_server("10.0.0.1:27960", "Third", 3, "", far + 2);
+    sd_master_index_del("10.0.0.15:1");
+    put_server("10.0.0.15:1", "Back", 1, "", far);
+    put_server("10.0.0.99:1", "Brief", 1, "", far);
+    sd_master_index_del("10.0.0.99:1");
+    sd_master_index_del("[2001:db8::1]:27960");
+    sd_master_snap_t *c = sd_master_snap_get();
+    assert_int_equal(c->n, 2);
+    assert_string_equal(c->v[0]->buf, "10.0.0.15:1");
+    assert_string_equal(SD_MREC(c->v[0], SD_MREC_GAME), "Back");
+    assert_string_equal(c->v[1]->buf, "10.0.0.1:27960");
+    assert_string_equal(SD_MREC(c->v[1], SD_MREC_GAME), "Third");
+    assert_false(snap_has(c, "10.0.0.99:1"));
+    assert_false(snap_has(c, "[2001:db8::1]:27960"));
+    /* the snapshot held before is unchanged, its records still readable */
+    assert_int_equal(b->n, 3);
+    assert_string_equal(SD_MREC(b->v[0], SD_MREC_GAME), "New");
+    assert_string_equal(SD_MREC(b->v[2], SD_MREC_GAME), "xonotic");
     sd_master_snap_put(a);
     sd_master_snap_put(b);
+    sd_master_snap_put(c);
     /* a malformed record is refused */
     assert_int_equal(sd_master_index_put("10.0.0.9:1", "too\x1f" "few", 7), -1);
     assert_int_equal(sd_master_index_put("nonsense", "", 0), -1);
