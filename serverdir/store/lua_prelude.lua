@@ -185,8 +185,9 @@ end
 local function master_sweep(P, now, n, maxlen, period)
   local gone = {}
   local sw = redis.call('HMGET', P .. 'sweep', 'c', 't')
-  if tonumber(sw[2] or '0') <= now then
-    local listed = redis.call('HLEN', P .. 's')
+  local listed = 0
+  if tonumber(sw[2] or '0') <= now then listed = redis.call('HLEN', P .. 's') end
+  if listed > 0 then -- (an empty list is not written to: an idle Redis stays unwritten)
     local count = math.min(math.max(n, math.floor(listed / 50)), 5 * n)
     local r = redis.call('HSCAN', P .. 's', sw[1] or '0', 'COUNT', count)
     redis.call('HSET', P .. 'sweep', 'c', r[1], 't', now + period)

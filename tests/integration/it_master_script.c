@@ -357,6 +357,19 @@ static void sweep_once_per_period(void **state)
     freeReplyObject(r);
 }
 
+/* An empty list is not written to: an idle Redis stays unwritten. */
+static void sweep_writes_nothing_while_empty(void **state)
+{
+    (void)state;
+    redisReply *r = sweep(now_ms(), 100, 0);
+    assert_int_equal(r->elements, 0);
+    freeReplyObject(r);
+    assert_int_equal(redis_int("EXISTS %s", P "sweep"), 0);
+    redisReply *d = h_redis(&redis, "DBSIZE");
+    assert_int_equal(d->integer, 0);
+    freeReplyObject(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -364,6 +377,7 @@ int main(void)
         cmocka_unit_test_setup(group_change_moves_the_count, fresh),
         cmocka_unit_test_setup(sweep_walks_the_whole_list, fresh),
         cmocka_unit_test_setup(sweep_once_per_period, fresh),
+        cmocka_unit_test_setup(sweep_writes_nothing_while_empty, fresh),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
