@@ -31,6 +31,23 @@ static char *files[256];
 static int nfiles;
 static pid_t owner_pid;
 
+char *h_slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *buf = NULL;
+    long n = -1;
+    if (fseek(f, 0, SEEK_END) == 0)
+        n = ftell(f);
+    if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1)) != NULL) {
+        size_t got = fread(buf, 1, (size_t)n, f);
+        buf[got] = '\0';
+    }
+    fclose(f);
+    return buf;
+}
+
 int64_t h_now_ms(void)
 {
     struct timespec ts;

@@ -236,5 +236,8 @@ int h_wait_every(int (*cond)(void *), void *arg, int timeout_ms, int every_ms);
 int h_http_ok(void *url);
 void h_sleep_ms(int ms);
 int64_t h_now_ms(void);
+/* The whole file at path, NUL-terminated (the caller frees it); NULL when it cannot be
+ * read. */
+char *h_slurp(const char *path);
 
 #endif

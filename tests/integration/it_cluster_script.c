@@ -36,18 +36,6 @@ static const char *mode_env = "SD_REDIS=";
 static int port, rport, nredis = 1; /* the Redis ports: rport .. rport + nredis - 1 */
 static pid_t script; /* the running cluster.sh, 0 when none */
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return NULL;
-    char *buf = calloc(1, 1 << 16);
-    size_t n = buf ? fread(buf, 1, (1 << 16) - 1, f) : 0;
-    (void)n;
-    fclose(f);
-    return buf;
-}
-
 /* Processes whose environment names this cluster's serverdir (the zone servers get
  * SERVERDIR_URL) or whose command line names its state dir or ports (serverdir's, and
  * each redis-server's in its title). */
@@ -139,7 +127,7 @@ static int banner_or_exit(void *arg)
 {
     banner_wait_t *w = arg;
     free(w->out);
-    w->out = slurp(w->log);
+    w->out = h_slurp(w->log);
     if (w->out && strstr(w->out, "Press Ctrl-C to stop."))
         return 1;
     w->exited = h_exited(w->pid, &w->status);
@@ -372,7 +360,7 @@ static void one_run(int round)
                                              the daemons */
     script = 0;
     if (!WIFEXITED(status)) {
-        char *tail = slurp(log);
+        char *tail = h_slurp(log);
         fail_msg("round %d: cluster.sh did not end within 45 s of its Ctrl-C:\n%s", round,
                  tail ? tail : "");
     }

@@ -141,22 +141,6 @@ static int chromium(const char *url, const char *flag, const char *out_path, int
     return chromium_w(url, flag, out_path, timeout_ms, 1400);
 }
 
-/* The whole file as a NUL-terminated string (caller frees). */
-static char *slurp(const char *path)
-{
-    struct stat sb;
-    assert_int_equal(stat(path, &sb), 0);
-    assert_true(sb.st_size > 0 && sb.st_size < (64 << 20));
-    char *text = malloc((size_t)sb.st_size + 1);
-    FILE *f = fopen(path, "r");
-    assert_non_null(text);
-    assert_non_null(f);
-    size_t n = fread(text, 1, (size_t)sb.st_size, f);
-    fclose(f);
-    text[n] = 0;
-    return text;
-}
-
 /* 1 if the DOM has a table cell whose text is exactly `text` (or a link with that text,
  * as the instance, service and machine names are). */
 static int has_cell(const char *dom, const char *text)
@@ -223,7 +207,8 @@ static void dashboard_shows_the_cluster(void **state)
     snprintf(dom_path, sizeof dom_path, "%s/dom.html", h_tmpdir());
     int64_t t0 = h_now_ms();
     assert_int_equal(chromium(page, "--dump-dom", dom_path, 20000), 0);
-    char *dom = slurp(dom_path);
+    char *dom = h_slurp(dom_path);
+    assert_non_null(dom);
     char *script = strstr(dom, "<script");
     assert_non_null(script);
     *script = 0; /* check the rendered elements only, not the page's own code */
@@ -294,7 +279,8 @@ static char *dom_of(const char *query)
     snprintf(page, sizeof page, "%s/?%s#token=%s", sd.url, query, H_TOK_OPS);
     snprintf(dom_path, sizeof dom_path, "%s/dom-detail.html", h_tmpdir());
     assert_int_equal(chromium(page, "--dump-dom", dom_path, 20000), 0);
-    char *dom = slurp(dom_path);
+    char *dom = h_slurp(dom_path);
+    assert_non_null(dom);
     char *script = strstr(dom, "<script");
     assert_non_null(script);
     *script = 0;

@@ -64,22 +64,6 @@ static char *xstrdup(const char *s)
     return d;
 }
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = calloc(1, (size_t)n + 1);
-    assert_non_null(buf);
-    size_t got = fread(buf, 1, (size_t)n, f);
-    buf[got] = '\0';
-    fclose(f);
-    return buf;
-}
-
 /* Copies s with every 7700, 7379, 7702 and 7703 that is a whole number (no digit beside
  * it) replaced by this run's port (malloc'd). */
 #define NPORTS 4
@@ -749,7 +733,7 @@ typedef struct {
 static int banner_or_exit(void *arg)
 {
     banner_wait_t *w = arg;
-    char *out = slurp(w->log);
+    char *out = h_slurp(w->log);
     int up = out && strstr(out, "Press Ctrl-C to stop.");
     free(out);
     if (up)
@@ -798,7 +782,7 @@ static pid_t cluster_start(void)
     assert_true(pid > 0);
     banner_wait_t w = {pid, log, 0, 0};
     if (!h_wait_until(banner_or_exit, &w, 60000) || w.exited) {
-        char *out = slurp(log);
+        char *out = h_slurp(log);
         fail_msg("cluster.sh did not print its banner within 60 s (exited: %d, status %d):\n%s",
                  w.exited, w.status, out ? out : "");
     }
@@ -824,7 +808,7 @@ static void docs_examples(void **state)
     for (int i = 0; i < ndocs; i++) {
         char *path;
         assert_true(asprintf(&path, "%s/%s", SD_SOURCE_DIR, docs[i].name) > 0);
-        char *text = slurp(path);
+        char *text = h_slurp(path);
         free(path);
         assert_non_null(text);
         parse_doc(&docs[i], text);

@@ -27,30 +27,11 @@
 static h_redis_t redis;
 static char hb_sha[48], sweep_sha[48];
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-        free(b);
-        b = NULL;
-    }
-    if (b)
-        b[n] = '\0';
-    fclose(f);
-    return b;
-}
-
 static int load(const char *name, char *sha, size_t cap)
 {
     char path[512];
     snprintf(path, sizeof path, LUA_DIR "%s", name);
-    char *src = slurp(path);
+    char *src = h_slurp(path);
     if (!src)
         return -1;
     redisReply *r = h_redis(&redis, "SCRIPT LOAD %s", src);

@@ -374,19 +374,6 @@ static int cmp_ll(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* The file's text (caller frees). */
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    assert_non_null(f);
-    char *text = malloc(1 << 16);
-    assert_non_null(text);
-    size_t n = fread(text, 1, (1 << 16) - 1, f);
-    fclose(f);
-    text[n] = '\0';
-    return text;
-}
-
 /* 20,000 live processes (15,000 ready, 5,000 starting): the samples count them exactly,
  * and every sample call serverdir makes takes Redis well under a millisecond (SLOWLOG at
  * 0 us records each call's time), while a process starts every 40 ms so that samples are
@@ -424,7 +411,8 @@ static void sample_cheap_at_20000_processes(void **state)
 
     /* every command on the cluster's node recorded with its time, for a few samples */
     assert_int_equal(h_redis_route(&redis, "sd:{c20k}:series"), 0);
-    char *src = slurp(SERIES_SCRIPT);
+    char *src = h_slurp(SERIES_SCRIPT);
+    assert_non_null(src);
     redisReply *r = h_redis(&redis, "SCRIPT LOAD %s", src);
     free(src);
     assert_true(r && r->type == REDIS_REPLY_STRING);
