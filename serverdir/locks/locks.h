@@ -102,8 +102,7 @@ int sd_lock_acquire_prepare(const sd_lock_req_t *a, sd_argv_t *av, int *nkeys,
 void sd_lock_acquire_after(const sd_lock_req_t *a, int rc, const redisReply *r,
                            const unsigned char *added);
 /* The arguments of lock_release.lua (release each key of rel with the grant presented
- * for it) into av (initialized here; its first *nkeys
- * entries are the KEYS). */
+ * for it) into av (initialized here; its first *nkeys entries are the KEYS). */
 void sd_lock_release_prepare(const sd_lock_rel_t *rel, sd_argv_t *av, int *nkeys);
 /* After the call of a release (rc, r as sd_lock_acquire_after): on a Redis Cluster the
  * released names leave the holder's index. */
@@ -150,13 +149,13 @@ int sd_lock_scan(char *cursor, size_t cap, size_t limit, json_t *locks);
 /* ---- the group commit of the lock path (batch.c) ----
  * Acquires, renewals, releases and blob saves are one script call each, most of whose
  * cost is per call (the round trip, EVALSHA's start, the script's closures): requests
- * that arrive while LOCK_CALLS calls of their script are in flight share the next call
+ * that arrive while SD_LOCK_CALLS calls of their script are in flight share the next call
  * (http/group.h), through the script's batch form <name>_many.lua, in which each request
  * is an item with its own KEYS, ARGV and reply. A job carries one prepared script call;
  * calls share only within one Redis Cluster slot and within the group's budgets. */
 #define SD_LOCK_CALLS 2       /* calls in flight per script */
 #define SD_LOCK_GROUP_MAX 32  /* requests per call at most */
-#define SD_LOCK_GROUP_KEYS 64 /* lock keys (weight) per call at most */
+#define SD_LOCK_GROUP_KEYS 64 /* weight per call at most: lock keys, or blob data in 4 KiB */
 
 typedef struct {
     sd_group_job_t g;  /* first: the group's link and request */
