@@ -192,39 +192,26 @@ typedef struct {
     uint32_t *lat_us, *rel_us;
     size_t n, nrel;
     long errors, no_capacity;
-    char body[64 << 10];
-    size_t blen;
+    bench_body_t out; /* the last answer */
     CURL *h;
     redisContext *r;
     held_t *held; /* release none: what to release afterwards */
     size_t nheld, capheld;
 } client_t;
 
-static size_t sink(char *p, size_t size, size_t nmemb, void *ud)
-{
-    client_t *c = ud;
-    size_t n = size * nmemb;
-    if (c->blen + n < sizeof c->body) {
-        memcpy(c->body + c->blen, p, n);
-        c->blen += n;
-        c->body[c->blen] = '\0';
-    }
-    return n;
-}
-
 static struct curl_slist *json_hdrs; /* made once in main */
 
 /* One HTTP request on the client's keep-alive handle; the status (0: transport error). */
 static long http(client_t *c, const char *method, const char *url, const char *body)
 {
-    c->blen = 0;
-    c->body[0] = '\0';
+    c->out.len = 0;
+    c->out.buf[0] = '\0';
     curl_easy_reset(c->h); /* keeps the connection */
     curl_easy_setopt(c->h, CURLOPT_URL, url);
     curl_easy_setopt(c->h, CURLOPT_CUSTOMREQUEST, method);
     curl_easy_setopt(c->h, CURLOPT_HTTPHEADER, json_hdrs);
-    curl_easy_setopt(c->h, CURLOPT_WRITEFUNCTION, sink);
-    curl_easy_setopt(c->h, CURLOPT_WRITEDATA, c);
+    curl_easy_setopt(c->h, CURLOPT_WRITEFUNCTION, bench_body_sink);
+    curl_easy_setopt(c->h, CURLOPT_WRITEDATA, &c->out);
     curl_easy_setopt(c->h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c->h, CURLOPT_TIMEOUT_MS, 10000L);
     if (body) {
@@ -372,7 +359,7 @@ static int allocate(client_t *c, const char *match, held_t *out)
         char url[512], body[512];
         snprintf(url, sizeof url, "%s/v1/clusters/%s/allocations", cfg.url, cfg.cluster);
         alloc_body(match, body, sizeof body);
-        return alloc_http_answer(http(c, "POST", url, body), c->body, out);
+        return alloc_http_answer(http(c, "POST", url, body), c->out.buf, out);
     }
     char payload[160], canon[320];
     const char *argv[ALLOC_HEAD + ALLOC_PER];
@@ -457,7 +444,7 @@ static int release_events(client_t *c, const held_t *hs, size_t n, long seq)
         char url[512];
         snprintf(url, sizeof url, "%s/v1/clusters/%s/events", cfg.url, cfg.cluster);
         long st = http(c, "POST", url, b);
-        ok = release_http_ok(st, c->body, n);
+        ok = release_http_ok(st, c->out.buf, n);
     } else {
         const char *argv[EV_HEAD + 2];
         release_args(b, argv);
@@ -476,7 +463,7 @@ static int release_delete(client_t *c, const held_t *h)
     char url[512];
     snprintf(url, sizeof url, "%s/v1/clusters/%s/allocations/%s", cfg.url, cfg.cluster,
              h->allocation);
-    return http(c, "DELETE", url, NULL) == 200 && strstr(c->body, "\"changed\":true") ? 0 : -1;
+    return http(c, "DELETE", url, NULL) == 200 && strstr(c->out.buf, "\"changed\":true") ? 0 : -1;
 }
 
 static void keep_held(client_t *c, const held_t *h)
@@ -1208,7 +1195,7 @@ static long long ready_free(client_t *c)
     snprintf(url, sizeof url, "%s/v1/clusters/%s/services/%s", cfg.url, cfg.cluster, cfg.service);
     if (http(c, "GET", url, NULL) != 200)
         return -1;
-    return json_int(c->body, "ready_free");
+    return json_int(c->out.buf, "ready_free");
 }
 
 static void sleep_ms(int ms)

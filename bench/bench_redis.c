@@ -1,9 +1,11 @@
-/* What the bench load generators share for their raw-Redis side (bench_redis.h). */
+/* What the bench load generators share: their raw-Redis side and their HTTP answers
+ * (bench_redis.h). */
 #include "bench_redis.h"
 
 #include <hiredis/hiredis.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 int bench_script_load(const char *prog, const char *host, int port, const char *luadir,
                       const char *name, char sha[41])
@@ -31,4 +33,16 @@ int bench_script_load(const char *prog, const char *host, int port, const char *
     if (r)
         redisFree(r);
     return ok ? 0 : -1;
+}
+
+size_t bench_body_sink(char *p, size_t size, size_t nmemb, void *ud)
+{
+    bench_body_t *b = ud;
+    size_t n = size * nmemb;
+    if (b->len + n < sizeof b->buf) {
+        memcpy(b->buf + b->len, p, n);
+        b->len += n;
+        b->buf[b->len] = '\0';
+    }
+    return n;
 }

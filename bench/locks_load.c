@@ -59,34 +59,21 @@ typedef struct {
     uint32_t *lat_us;
     size_t n;
     long errors;
-    char body[64 << 10];
-    size_t blen;
+    bench_body_t out; /* the last answer */
 } client_t;
-
-static size_t sink(char *p, size_t size, size_t nmemb, void *ud)
-{
-    client_t *c = ud;
-    size_t n = size * nmemb;
-    if (c->blen + n < sizeof c->body) {
-        memcpy(c->body + c->blen, p, n);
-        c->blen += n;
-        c->body[c->blen] = '\0';
-    }
-    return n;
-}
 
 /* One HTTP request on the client's handle; returns the status (0 on transport error). */
 static long http(CURL *h, client_t *c, const char *method, const char *url,
                  struct curl_slist *hdrs, const char *body, size_t len)
 {
-    c->blen = 0;
-    c->body[0] = '\0';
+    c->out.len = 0;
+    c->out.buf[0] = '\0';
     curl_easy_reset(h); /* keeps the connection; forgets the previous request's body */
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sink);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, c);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, bench_body_sink);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &c->out);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 10000L);
     if (body) {
@@ -104,7 +91,7 @@ static long long json_int(const client_t *c, const char *field)
 {
     char pat[64];
     snprintf(pat, sizeof pat, "\"%s\":", field);
-    const char *p = strstr(c->body, pat);
+    const char *p = strstr(c->out.buf, pat);
     if (!p)
         return 0;
     p += strlen(pat);
@@ -118,7 +105,7 @@ static int json_str(const client_t *c, const char *field, char *out, size_t cap)
 {
     char pat[64];
     snprintf(pat, sizeof pat, "\"%s\":\"", field);
-    const char *p = strstr(c->body, pat);
+    const char *p = strstr(c->out.buf, pat);
     if (!p)
         return -1;
     p += strlen(pat);
@@ -264,14 +251,14 @@ static void *client_main(void *arg)
         snprintf(url, sizeof url, "%s/v3/lease/grant", cfg.url);
         if (http(h, c, "POST", url, json_hdrs, "{\"TTL\":600}", 11) != 200 ||
             json_str(c, "ID", lease, sizeof lease)) {
-            fprintf(stderr, "locks_load: etcd lease grant failed: %s\n", c->body);
+            fprintf(stderr, "locks_load: etcd lease grant failed: %s\n", c->out.buf);
             exit(1);
         }
     } else if (cfg.mode == SD_BLOB) {
         snprintf(url, sizeof url, "%s/v1/locks/%s", cfg.url, key);
         int n = snprintf(body, sizeof body, "{\"holder\":\"%s\"}", holder);
         if (http(h, c, "PUT", url, json_hdrs, body, (size_t)n) != 200) {
-            fprintf(stderr, "locks_load: acquire for blobs failed: %s\n", c->body);
+            fprintf(stderr, "locks_load: acquire for blobs failed: %s\n", c->out.buf);
             exit(1);
         }
         blob_lock_seq = json_int(c, "lock_seq");

@@ -111,35 +111,22 @@ typedef struct {
     char auth[300]; /* "Authorization: Bearer <token>" */
     struct curl_slist *json;
     redisContext *r;
-    char body[1 << 17];
-    size_t blen;
+    bench_body_t out; /* the last answer */
     char data[1 << 16]; /* the blob it saves */
 } conn_t;
 
-static size_t sink(char *p, size_t size, size_t nmemb, void *ud)
-{
-    conn_t *c = ud;
-    size_t n = size * nmemb;
-    if (c->blen + n < sizeof c->body) {
-        memcpy(c->body + c->blen, p, n);
-        c->blen += n;
-        c->body[c->blen] = '\0';
-    }
-    return n;
-}
-
-/* One HTTP request; the status (0 on a transport error), the answer in c->body. */
+/* One HTTP request; the status (0 on a transport error), the answer in c->out.buf. */
 static long http(conn_t *c, const char *method, const char *url, struct curl_slist *hdrs,
                  const char *body, size_t len)
 {
-    c->blen = 0;
-    c->body[0] = '\0';
+    c->out.len = 0;
+    c->out.buf[0] = '\0';
     curl_easy_reset(c->h);
     curl_easy_setopt(c->h, CURLOPT_URL, url);
     curl_easy_setopt(c->h, CURLOPT_CUSTOMREQUEST, method);
     curl_easy_setopt(c->h, CURLOPT_HTTPHEADER, hdrs);
-    curl_easy_setopt(c->h, CURLOPT_WRITEFUNCTION, sink);
-    curl_easy_setopt(c->h, CURLOPT_WRITEDATA, c);
+    curl_easy_setopt(c->h, CURLOPT_WRITEFUNCTION, bench_body_sink);
+    curl_easy_setopt(c->h, CURLOPT_WRITEDATA, &c->out);
     curl_easy_setopt(c->h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c->h, CURLOPT_TIMEOUT_MS, 10000L);
     if (body) {
@@ -157,7 +144,7 @@ static int json_field(const conn_t *c, const char *field, char *out, size_t cap)
 {
     char pat[64];
     snprintf(pat, sizeof pat, "\"%s\":", field);
-    const char *p = strstr(c->body, pat);
+    const char *p = strstr(c->out.buf, pat);
     if (!p)
         return -1;
     p += strlen(pat);
@@ -259,7 +246,7 @@ static int step_load(conn_t *c, int p, const player_t *pl)
         struct curl_slist *hl = headers(c, h1, h2, (const char *)NULL);
         long st = http(c, "GET", url, hl, NULL, 0);
         curl_slist_free_all(hl);
-        return st == 200 && c->blen == cfg.blob ? 0 : -1;
+        return st == 200 && c->out.len == cfg.blob ? 0 : -1;
     }
     char bk[128], lk[128];
     snprintf(bk, sizeof bk, "sd:blob:%s", key);
