@@ -36,7 +36,11 @@
  * (tag_pick chooses it). */
 static char tag[16] = "{bt}:";
 static char shared[32], bad[32]; /* "<tag>bs-shared", "<tag>bw-bad" */
-#define PAUSE_MS 300 /* how long Redis is paused before each burst is let through */
+/* How long Redis is paused before each burst is let through: long enough for every
+ * request of the burst to reach serverdir and queue (under valgrind serverdir takes
+ * seconds to read 40 new connections: with 300 ms a fresh-clone run saw the first burst
+ * carried one request a call). */
+#define PAUSE_MS (h_valgrind() ? 1500 : 600) /* (under serverdir's 3 s Redis timeout) */
 
 static h_redis_t redis;
 static h_serverdir_t sd;
@@ -180,8 +184,18 @@ static burst_t *burst_new(void)
 {
     burst_t *b = calloc(1, sizeof *b);
     assert_non_null(b);
-    for (int i = 0; i < NT; i++)
+    for (int i = 0; i < NT; i++) {
         b->cl[i] = sdc_new(sd.url, H_TOK_GAME, h_ms(10000));
+        /* each client connected before its first burst (a burst's requests then only
+         * have to be read, not their connections accepted: under valgrind 40 new
+         * connections took longer than the pause) */
+        char warm[32];
+        snprintf(warm, sizeof warm, "%swarm", tag);
+        sdc_lock_info_t info;
+        sdc_err_t err = {0};
+        sdc_lock_get(b->cl[i], warm, &info, NULL, &err);
+        sdc_err_clear(&err);
+    }
     return b;
 }
 
