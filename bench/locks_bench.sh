@@ -12,7 +12,10 @@
 #   - redis-benchmark of the acquire and save scripts (single-script figures).
 # It runs ROUNDS rounds (default 3), prints every figure and the medians with ratios, and
 # exits non-zero when a figure is missing.
-# Needs a build (BUILD_DIR, default ./build); installs etcd-server and redis-tools when
+#   - the same lock pairs through serverdir driven a second way, by wrk (Debian's) with
+#     bench/wrk_lock_pairs.lua, with each generator's CPU per pair: the check that
+#     locks_load is not what limits serverdir's rate.
+# Needs a build (BUILD_DIR, default ./build); installs etcd-server, redis-tools and wrk when
 # missing. Other knobs: CLIENTS, DUR, ROUNDS, BLOB (10240), SD_THREADS (8), RB_N (4000 per
 # client) redis-benchmark calls, HALF (the pace of the runs below saturation, pairs/s;
 # default half of serverdir's rate in the round). SMOKE=1: 1 round of 1 s runs at 4 clients, 100
@@ -35,6 +38,7 @@ RB_N=${RB_N:-4000}
 need=()
 command -v etcd >/dev/null || need+=(etcd-server)
 command -v redis-benchmark >/dev/null || need+=(redis-tools)
+command -v wrk >/dev/null || need+=(wrk)
 if [ ${#need[@]} -gt 0 ]; then
     echo "installing ${need[*]}"
     DEBIAN_FRONTEND=noninteractive apt-get install -y "${need[@]}" >/dev/null
@@ -74,7 +78,7 @@ save_sha=$(redis-cli -p "$rport" SCRIPT LOAD "$(cat "$lua/blob_save.lua")")
 head -c "$BLOB" /dev/zero | tr '\0' 'x' >"$WORK/blob"
 tok=0123456789abcdef0123456789abcdef # a lock_token for the redis-benchmark runs
 
-declare -A rates p99s rus
+declare -A rates p99s rus gcpu
 # Where an operation's time goes, beside each run's rate: Redis's EVALSHA calls per
 # operation and microseconds per call and per operation (INFO commandstats, reset before
 # the run: Redis's own time in the scripts), Redis's CPU (% of one core, INFO cpu),
@@ -115,8 +119,28 @@ run() { # name, locks_load args...
     echo "  $out"
     rates[$name]+="$(sed -n 's/.* rate=\([0-9]*\).*/\1/p' <<<"$out") "
     p99s[$name]+="$(sed -n 's/.* p99_ms=\([0-9.]*\).*/\1/p' <<<"$out") "
+    gcpu[$name]+="$(sed -n 's/.* gen_cpu_us_per_op=\([0-9.]*\).*/\1/p' <<<"$out") "
     [[ $name == etcd-* ]] && rus[$name]="-" ||
         rus[$name]+="$(sed -n 's/.* redis_us_per_op=\([0-9.]*\).*/\1/p' <<<"$out") "
+}
+wrk_run() { # serverdir's lock pairs driven by wrk: its rate and CPU per pair (bash's times)
+    redis-cli -p "$rport" FLUSHALL >/dev/null
+    local out
+    out=$( (wrk -t2 -c"$CLIENTS" -d"${DUR}s" -s "$ROOT/bench/wrk_lock_pairs.lua" "$sd" -- \
+        bench-game-token | grep '^wrk lock'; times >"$WORK/times"; tail -1 "$WORK/times") | tr '\n' ' ')
+    local pairs rate failed cpu
+    pairs=$(sed -n 's/.* pairs=\([0-9]*\).*/\1/p' <<<"$out")
+    rate=$(sed -n 's/.* rate=\([0-9]*\).*/\1/p' <<<"$out")
+    failed=$(sed -n 's/.* failed=\([0-9]*\).*/\1/p' <<<"$out")
+    # times: the subshell's children (wrk): "0m1.234s 0m0.567s"
+    cpu=$(awk -v p="${pairs:-0}" '{ n = split($0, f, " "); u = f[n - 1]; s = f[n]
+        split(u, a, "m"); split(s, b, "m"); t = a[1] * 60 + a[2] + b[1] * 60 + b[2]
+        printf "%.1f", (p > 0 ? t * 1e6 / p : 0) }' <<<"$out")
+    echo "  wrk sd-lock: pairs=${pairs:-0} rate=${rate:-0} failed=${failed:-?} gen_cpu_us_per_op=$cpu"
+    rates[sd-lock-wrk]+="${rate:-0} "
+    p99s[sd-lock-wrk]+="- "
+    rus[sd-lock-wrk]="-"
+    gcpu[sd-lock-wrk]+="$cpu "
 }
 rb() { # name, redis-benchmark command...
     local name=$1
@@ -147,6 +171,7 @@ for round in $(seq "$ROUNDS"); do
     echo "round $round (load average $(cut -d' ' -f1-3 /proc/loadavg))"
     run sd-lock sd-lock "$sd" bench-game-token
     run redis-lock redis-lock 127.0.0.1 "$rport" "$lua" sd:
+    wrk_run
     run etcd-lock etcd-lock "$etcd_url"
     run sd-blob sd-blob "$sd" bench-game-token "$BLOB"
     run redis-blob redis-blob 127.0.0.1 "$rport" "$lua" sd: "$BLOB"
@@ -161,13 +186,13 @@ done
 
 echo
 echo "medians of $ROUNDS rounds ($CLIENTS concurrent clients):"
-for m in sd-lock redis-lock etcd-lock sd-blob redis-blob sd-half redis-half rb-acquire rb-save; do
-    printf '  %-11s %8s ops/s   p99 %6s ms   redis_us/op %6s   (runs: %s)\n' "$m" \
+for m in sd-lock sd-lock-wrk redis-lock etcd-lock sd-blob redis-blob sd-half redis-half rb-acquire rb-save; do
+    printf '  %-11s %8s ops/s   p99 %6s ms   redis_us/op %6s   gen_cpu_us/op %5s   (runs: %s)\n' "$m" \
         "$(bench_median ${rates[$m]})" "$(bench_median ${p99s[$m]})" "$(bench_median ${rus[$m]})" \
-        "${rates[$m]% }"
+        "$(bench_median ${gcpu[$m]:--})" "${rates[$m]% }"
 done
 figs=()
-for m in sd-lock redis-lock etcd-lock sd-blob redis-blob rb-acquire rb-save; do
+for m in sd-lock sd-lock-wrk redis-lock etcd-lock sd-blob redis-blob rb-acquire rb-save; do
     figs+=("$m ops/s=$(bench_median ${rates[$m]})")
 done
 bench_check_positive "${figs[@]}"
@@ -185,3 +210,5 @@ echo "  blob saves: serverdir / redis-benchmark blob_save = $(bench_ratio "$sdb"
 echo "  lock pairs at half serverdir's rate: p99 serverdir $(bench_median ${p99s[sd-half]}) ms," \
     "raw Redis $(bench_median ${p99s[redis-half]}) ms (goal: within 2 ms)"
 echo "  lock pairs: serverdir / redis-benchmark acquire   = $(bench_ratio "$sdl" "$(bench_median ${rates[rb-acquire]})")  (one script per op there, two per pair here)"
+echo "  generators: serverdir's lock pairs by locks_load / by wrk = $(bench_ratio "$sdl" "$(bench_median ${rates[sd-lock-wrk]})")" \
+    "(CPU per pair: locks_load $(bench_median ${gcpu[sd-lock]}) us, wrk $(bench_median ${gcpu[sd-lock-wrk]}) us)"
