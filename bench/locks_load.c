@@ -209,9 +209,9 @@ static int redis_release(redisContext *r, const char *key, const char *holder, l
  * machine's cores with the server it drives: libcurl spent about 22 us of CPU per request
  * (its options set again for each request, a poll per transfer), as much as serverdir
  * spends answering it, and capped the rate it measured (bench/README.md, "## locks").
- * A client sends one request and reads its answer (Content-Length or chunked, as
- * serverdir and etcd send them) before the next; T threads each drive their clients
- * through one epoll set. */
+ * A client sends one request and reads its answer (by its Content-Length, as serverdir
+ * and etcd send them; a chunked answer counts as an error) before the next; T threads
+ * each drive their clients through one epoll set. */
 #define HTTP_IN_CAP (1 << 18) /* an answer's head and body at most */
 
 /* Per-client state of the HTTP modes: its connection and where its operation is. */
@@ -334,7 +334,8 @@ static char *line_end(char *p, char *end)
 
 /* Parses the answer read so far: 1 when it is whole (its status in *status, its body in
  * hc->c->out, its bytes taken off hc->in; *close set when the server closes after it),
- * 0 when more is needed, -1 when it is not HTTP as this client reads it. */
+ * 0 when more is needed, -1 when it is not HTTP as this client reads it (chunked
+ * included). */
 static int http_parse(hclient_t *hc, long *status, int *close_after)
 {
     char *in = hc->in, *end = in + hc->in_len;
@@ -351,45 +352,22 @@ static int http_parse(hclient_t *hc, long *status, int *close_after)
         char *e = line_end(l, he + 2);
         if (!strncasecmp(l, "content-length:", 15))
             cl = strtoll(l + 15, NULL, 10);
-        else if (!strncasecmp(l, "transfer-encoding:", 18) && memmem(l, (size_t)(e - l), "chunked", 7))
+        else if (!strncasecmp(l, "transfer-encoding:", 18) &&
+                 memmem(l, (size_t)(e - l), "chunked", 7))
             chunked = 1;
         else if (!strncasecmp(l, "connection:", 11) && memmem(l, (size_t)(e - l), "close", 5))
             *close_after = 1;
         l = e + 2;
     }
     char *p = he + 4;
-    if (!chunked) {
-        if (cl < 0)
-            cl = 0; /* every answer here has a length or is chunked; 204 has neither */
-        if (end - p < cl)
-            return (size_t)(p - in) + (size_t)cl > HTTP_IN_CAP ? -1 : 0;
-        bench_body_sink(p, 1, (size_t)cl, &hc->c->out);
-        p += cl;
-    } else {
-        for (;;) {
-            char *e = line_end(p, end);
-            if (!e)
-                return 0;
-            unsigned long long size = strtoull(p, NULL, 16);
-            p = e + 2;
-            if (size == 0) { /* trailers, if any, up to an empty line */
-                for (;;) {
-                    char *t = line_end(p, end);
-                    if (!t)
-                        return 0;
-                    int empty = t == p;
-                    p = t + 2;
-                    if (empty)
-                        break;
-                }
-                break;
-            }
-            if ((unsigned long long)(end - p) < size + 2)
-                return (size_t)(p - in) + size + 2 > HTTP_IN_CAP ? -1 : 0;
-            bench_body_sink(p, 1, (size_t)size, &hc->c->out);
-            p += size + 2;
-        }
-    }
+    if (chunked)
+        return -1; /* serverdir and etcd send a Content-Length; this client reads no chunks */
+    if (cl < 0)
+        cl = 0; /* every answer here has a length; 204 has none */
+    if (end - p < cl)
+        return (size_t)(p - in) + (size_t)cl > HTTP_IN_CAP ? -1 : 0;
+    bench_body_sink(p, 1, (size_t)cl, &hc->c->out);
+    p += cl;
     hc->in_len = (size_t)(end - p);
     memmove(in, p, hc->in_len);
     return 1;
