@@ -11,7 +11,7 @@
 #     the round (locks_load -R), their p99 side by side;
 #   - redis-benchmark of the acquire and save scripts (single-script figures).
 # It runs ROUNDS rounds (default 3), prints every figure and the medians with ratios, and
-# exits non-zero when a figure is missing.
+# exits non-zero when a figure is missing or any operation failed (errors=, failed=).
 #   - the same lock pairs through serverdir driven a second way, by wrk (Debian's) with
 #     bench/wrk_lock_pairs.lua, with each generator's CPU per pair: the check that
 #     locks_load is not what limits serverdir's rate.
@@ -79,6 +79,7 @@ head -c "$BLOB" /dev/zero | tr '\0' 'x' >"$WORK/blob"
 tok=0123456789abcdef0123456789abcdef # a lock_token for the redis-benchmark runs
 
 declare -A rates p99s rus gcpu
+failed_ops=() # runs with operations that failed: a bench that errs measures nothing
 # Where an operation's time goes, beside each run's rate: Redis's EVALSHA calls per
 # operation and microseconds per call and per operation (INFO commandstats, reset before
 # the run: Redis's own time in the scripts), Redis's CPU (% of one core, INFO cpu),
@@ -120,6 +121,9 @@ run() { # name, locks_load args...
     rates[$name]+="$(sed -n 's/.* rate=\([0-9]*\).*/\1/p' <<<"$out") "
     p99s[$name]+="$(sed -n 's/.* p99_ms=\([0-9.]*\).*/\1/p' <<<"$out") "
     gcpu[$name]+="$(sed -n 's/.* gen_cpu_us_per_op=\([0-9.]*\).*/\1/p' <<<"$out") "
+    local errs
+    errs=$(sed -n 's/.* errors=\([0-9]*\).*/\1/p' <<<"$out")
+    [ "${errs:-x}" = 0 ] || failed_ops+=("$name=${errs:-?}")
     [[ $name == etcd-* ]] && rus[$name]="-" ||
         rus[$name]+="$(sed -n 's/.* redis_us_per_op=\([0-9.]*\).*/\1/p' <<<"$out") "
 }
@@ -137,6 +141,7 @@ wrk_run() { # serverdir's lock pairs driven by wrk: its rate and CPU per pair (b
         split(u, a, "m"); split(s, b, "m"); t = a[1] * 60 + a[2] + b[1] * 60 + b[2]
         printf "%.1f", (p > 0 ? t * 1e6 / p : 0) }' <<<"$out")
     echo "  wrk sd-lock: pairs=${pairs:-0} rate=${rate:-0} failed=${failed:-?} gen_cpu_us_per_op=$cpu"
+    [ "${failed:-x}" = 0 ] || failed_ops+=("sd-lock-wrk=${failed:-?}")
     rates[sd-lock-wrk]+="${rate:-0} "
     p99s[sd-lock-wrk]+="- "
     rus[sd-lock-wrk]="-"
@@ -212,3 +217,7 @@ echo "  lock pairs at half serverdir's rate: p99 serverdir $(bench_median ${p99s
 echo "  lock pairs: serverdir / redis-benchmark acquire   = $(bench_ratio "$sdl" "$(bench_median ${rates[rb-acquire]})")  (one script per op there, two per pair here)"
 echo "  generators: serverdir's lock pairs by locks_load / by wrk = $(bench_ratio "$sdl" "$(bench_median ${rates[sd-lock-wrk]})")" \
     "(CPU per pair: locks_load $(bench_median ${gcpu[sd-lock]}) us, wrk $(bench_median ${gcpu[sd-lock-wrk]}) us)"
+if [ ${#failed_ops[@]} -gt 0 ]; then
+    echo "runs with failed operations: ${failed_ops[*]}" >&2
+    exit 1
+fi
