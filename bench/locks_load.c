@@ -41,6 +41,7 @@
 #include <unistd.h>
 #include <hiredis/hiredis.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -556,6 +557,22 @@ static void op_reconnect(int ep, hclient_t *hc)
     epoll_ctl(ep, EPOLL_CTL_ADD, hc->fd, &(struct epoll_event){.events = EPOLLIN, .data.ptr = hc});
 }
 
+/* epoll_wait with a timeout in microseconds (the pacing of -R): epoll_pwait2 where the
+ * kernel has it (Linux 5.11), else epoll_wait with the timeout rounded up to a
+ * millisecond. */
+static int epoll_wait_us(int ep, struct epoll_event *evs, int max, int64_t us)
+{
+    static _Atomic int no_pwait2;
+    if (!no_pwait2) {
+        struct timespec ts = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000};
+        int n = epoll_pwait2(ep, evs, max, &ts, NULL);
+        if (n >= 0 || errno != ENOSYS)
+            return n;
+        no_pwait2 = 1;
+    }
+    return epoll_wait(ep, evs, max, (int)((us + 999) / 1000));
+}
+
 /* The HTTP modes: the clients k, k + T, k + 2T... of one of T threads, all driven through
  * one epoll set, so a client costs no thread of its own. */
 static void *http_thread_main(void *arg)
@@ -611,8 +628,7 @@ static void *http_thread_main(void *arg)
         int64_t wait_us = next == INT64_MAX ? 100000 : next - sd_mono_us();
         if (wait_us < 0)
             wait_us = 0;
-        struct timespec ts = {(time_t)(wait_us / 1000000), (long)(wait_us % 1000000) * 1000};
-        int ne = epoll_pwait2(ep, evs, 64, &ts, NULL);
+        int ne = epoll_wait_us(ep, evs, 64, wait_us);
         for (int e = 0; e < ne; e++) {
             hclient_t *hc = evs[e].data.ptr;
             if (hc->due != -1 || hc->req_len == 0)
