@@ -714,12 +714,15 @@ static redisReply *node_cmd(h_redis_t *r, int node, const char *fmt, const char 
  * key lives: DEBUG is not redirected on a cluster); a key gone since the scan is not. */
 static void keys_add(h_redis_t *r, int node, h_keys_t *k, const char *key)
 {
-    /* the lost-machine sweep's lease and the master list's expiry walk (P sweep: its
-     * cursor, every 200 ms): written by serverdir's timers, never by a request */
+    /* the lost-machine sweep's lease, the master list's expiry walk (P sweep: its cursor,
+     * every 200 ms) and the list's life token (P life, drawn by the first index load that
+     * finds none, which a loaded machine can run late): written by serverdir's timers and
+     * its index loader, never by a request */
     size_t len = strlen(key);
     if (len >= 9 && strcmp(key + len - 9, "lostsweep") == 0)
         return;
-    if (len >= 6 && strcmp(key + len - 6, ":sweep") == 0 && strstr(key, "master"))
+    if (len >= 6 && strstr(key, "master") &&
+        (strcmp(key + len - 6, ":sweep") == 0 || strcmp(key + len - 5, ":life") == 0))
         return;
     redisReply *rep = node_cmd(r, node, "DEBUG DIGEST-VALUE %s", key, NULL);
     const char *sum = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 1 &&
