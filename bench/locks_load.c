@@ -214,6 +214,7 @@ static int redis_release(redisContext *r, const char *key, const char *holder, l
  * and etcd send them; a chunked answer counts as an error) before the next; T threads
  * each drive their clients through one epoll set. */
 #define HTTP_IN_CAP (1 << 18) /* an answer's head and body at most */
+#define HTTP_LATE_US 10000000 /* how long after the end an unanswered operation waits */
 
 /* Per-client state of the HTTP modes: its connection and where its operation is. */
 typedef struct {
@@ -625,6 +626,13 @@ static void *http_thread_main(void *arg)
         }
         if (!active && !waiting)
             break;
+        if (!waiting && now >= end + HTTP_LATE_US) {
+            /* what is still in flight 10 s after the end (a server that stopped
+             * answering) counts as failed, as libcurl's timeout did */
+            hcs[0].c->errors += active;
+            fprintf(stderr, "locks_load: %d operations unanswered 10 s after the end\n", active);
+            break;
+        }
         int64_t wait_us = next == INT64_MAX ? 100000 : next - sd_mono_us();
         if (wait_us < 0)
             wait_us = 0;
