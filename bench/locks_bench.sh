@@ -9,12 +9,12 @@
 #   - 10 KB blob saves through serverdir and by the same script straight on Redis;
 #   - lock pairs below saturation: both sides paced to half the rate serverdir reached in
 #     the round (locks_load -R), their p99 side by side;
-#   - redis-benchmark of the acquire and save scripts (single-script figures).
-# It runs ROUNDS rounds (default 3), prints every figure and the medians with ratios, and
-# exits non-zero when a figure is missing or any operation failed (errors=, failed=).
+#   - redis-benchmark of the acquire and save scripts (single-script figures);
 #   - the same lock pairs through serverdir driven a second way, by wrk (Debian's) with
 #     bench/wrk_lock_pairs.lua, with each generator's CPU per pair: the check that
 #     locks_load is not what limits serverdir's rate.
+# It runs ROUNDS rounds (default 3), prints every figure and the medians with ratios, and
+# exits non-zero when a figure is missing or any operation failed (errors=, failed=).
 # Needs a build (BUILD_DIR, default ./build); installs etcd-server, redis-tools and wrk when
 # missing. Other knobs: CLIENTS, DUR, ROUNDS, BLOB (10240), SD_THREADS (8), RB_N (4000 per
 # client) redis-benchmark calls, HALF (the pace of the runs below saturation, pairs/s;
