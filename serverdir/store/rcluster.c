@@ -49,7 +49,11 @@ static void event(const char *what)
 
 typedef struct {
     redisContext *c[SD_RC_NODES_MAX];
-    int last; /* node of this thread's last command, -1 none */
+    uint64_t serial[SD_RC_NODES_MAX]; /* which of this thread's connections c[i] is */
+    uint64_t opened;                  /* connections opened by this thread */
+    int last;   /* node of this thread's last command, -1 none */
+    int wnode;  /* node of the last write sd__rc_mark_write marked, -1 none */
+    uint64_t wserial; /* and the connection that made it */
 } rc_tls_t;
 
 static _Thread_local rc_tls_t *tls;
@@ -333,6 +337,7 @@ static rc_tls_t *thread_state(void)
     if (!tls)
         return NULL;
     tls->last = -1;
+    tls->wnode = -1;
     pthread_setspecific(tls_key, tls);
     return tls;
 }
@@ -356,8 +361,11 @@ static void drop_conn(rc_tls_t *t, int node)
 
 static redisContext *conn(rc_tls_t *t, int node)
 {
-    if (!t->c[node])
+    if (!t->c[node]) {
         t->c[node] = open_node(nodes[node].host, nodes[node].port, CONNECT_TIMEOUT_MS);
+        if (t->c[node])
+            t->serial[node] = ++t->opened;
+    }
     return t->c[node];
 }
 
@@ -547,6 +555,38 @@ redisReply *sd__rc_command_primary(int i, int argc, const char **argv, const siz
     if (!r) {
         *why = peer_closed(c, errno) ? SD_RC_NO_NODE : SD_RC_IO;
         drop_conn(t, node);
+        return NULL;
+    }
+    t->last = node;
+    *why = SD_RC_OK;
+    return r;
+}
+
+void sd__rc_mark_write(void)
+{
+    rc_tls_t *t = thread_state();
+    if (!t)
+        return;
+    t->wnode = t->last;
+    t->wserial = t->last >= 0 ? t->serial[t->last] : 0;
+}
+
+redisReply *sd__rc_command_on_write(int argc, const char **argv, const size_t *argl,
+                                    enum sd_rc_fail *why)
+{
+    rc_tls_t *t = thread_state();
+    *why = SD_RC_NO_NODE;
+    /* the very connection that made the write, or nothing: a new connection to the same
+     * address may reach a restarted node, and another node's replicas never saw it */
+    if (!t || t->wnode < 0 || !t->c[t->wnode] || t->serial[t->wnode] != t->wserial)
+        return NULL;
+    int node = t->wnode;
+    errno = 0;
+    redisReply *r = redisCommandArgv(t->c[node], argc, argv, argl);
+    if (!r) {
+        *why = peer_closed(t->c[node], errno) ? SD_RC_NO_NODE : SD_RC_IO;
+        drop_conn(t, node);
+        refresh(0); /* the node may be gone: the next command finds the slot's new owner */
         return NULL;
     }
     t->last = node;

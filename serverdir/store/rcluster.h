@@ -30,12 +30,22 @@ enum sd_rc_fail {
 };
 
 /* Sends argv to the primary serving slot (slot < 0: the node this thread used last, so
- * WAIT and SCRIPT LOAD reach the node of the command before them), and returns its
+ * SCRIPT LOAD reaches the node of the command before it), and returns its
  * reply (the caller frees it). A connection the peer closed is reopened and the command
  * sent again; MOVED and ASK are followed (at most 5 redirections); TRYAGAIN is retried
  * for up to 200 ms. NULL with *why set when no answer can be had. */
 redisReply *sd__rc_command(int slot, int argc, const char **argv, const size_t *argl,
                            enum sd_rc_fail *why);
+
+/* WAIT must count the replicas of the node that made the write it confirms, over the
+ * connection that made it: sd__rc_mark_write marks this thread's last command (a script
+ * that wrote) as that write, and sd__rc_command_on_write sends argv on its connection.
+ * It never follows a redirection, reconnects or picks another node: when that
+ * connection is gone (the node died, maybe before its replicas had the write), NULL with
+ * *why set, and the caller answers 503 (the client's retry is idempotent). */
+void sd__rc_mark_write(void);
+redisReply *sd__rc_command_on_write(int argc, const char **argv, const size_t *argl,
+                                    enum sd_rc_fail *why);
 
 /* A new connection of the caller's own to the primary of slot (slot < 0: the first
  * primary that answers), AUTH done; when the map's node does not answer, the map is

@@ -37,6 +37,10 @@ static struct {
 
 static _Thread_local redisContext *tl_ctx;
 static _Thread_local uint64_t tl_gen; /* sentinel generation tl_ctx was made under */
+/* Which of this thread's connections tl_ctx is (one more per connection opened), and the
+ * one that made the last script's write: sd_store_wait confirms a write on the very
+ * connection that made it. */
+static _Thread_local uint64_t tl_serial, tl_write_serial;
 /* The same context under a pthread key, whose destructor closes it when a worker
  * thread exits (thread-local storage alone would leak it). */
 static pthread_key_t ctx_key;
@@ -425,22 +429,48 @@ static redisContext *get_ctx(void)
     pthread_setspecific(ctx_key, c);
     tl_ctx = c;
     tl_gen = gen;
+    tl_serial++;
     atomic_store(&last_connect_ok_ms, sd_mono_ms());
     return c;
 }
 
+/* True when the connection failed because the peer had closed it (Redis restarted or
+ * dropped us): the command never ran on a live server, so sending it again is safe. A
+ * timeout is not such a failure: the command may have run. */
+static int peer_closed(const redisContext *c, int saved_errno)
+{
+    return c->err == REDIS_ERR_EOF ||
+           (c->err == REDIS_ERR_IO && (saved_errno == ECONNRESET || saved_errno == EPIPE));
+}
+
 int sd_store_wait(long long replicas, long long timeout_ms, long long *got)
 {
-    sd_argv_t av;
-    sd_argv_init(&av);
-    sd_argv_add(&av, "WAIT");
-    sd_argv_addf(&av, "%lld", replicas);
-    sd_argv_addf(&av, "%lld", timeout_ms);
-    redisReply *r;
-    int rc = sd_store_command(&av, &r);
-    sd_argv_free(&av);
-    if (rc != SD_STORE_OK)
-        return rc;
+    char n[24], ms[24];
+    snprintf(n, sizeof n, "%lld", replicas);
+    snprintf(ms, sizeof ms, "%lld", timeout_ms);
+    const char *argv[3] = {"WAIT", n, ms};
+    size_t argl[3] = {4, strlen(n), strlen(ms)};
+    redisReply *r = NULL;
+    *got = -1;
+    /* On the connection that made the write, never on another: after a reconnect (a
+     * restarted or failed-over primary) WAIT would count replicas that never had it. */
+    if (target.cluster) {
+        enum sd_rc_fail why;
+        r = sd__rc_command_on_write(3, argv, argl, &why);
+    } else if (tl_ctx && tl_serial == tl_write_serial) {
+        errno = 0;
+        r = redisCommandArgv(tl_ctx, 3, argv, argl);
+        if (!r) {
+            int closed = peer_closed(tl_ctx, errno);
+            drop_ctx();
+            if (closed) /* not an outage: the next command reconnects at once */
+                tl_last_fail_ms = 0;
+        }
+    }
+    if (!r) {
+        SD_COUNT("serverdir_redis_errors_total{kind=\"wait\"}", "Redis calls that failed", 1);
+        return SD_STORE_DOWN;
+    }
     *got = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
     freeReplyObject(r);
     return SD_STORE_OK;
@@ -507,14 +537,6 @@ const char *sd_assign_channel(char *buf, size_t cap)
     return buf;
 }
 
-/* True when the connection failed because the peer had closed it (Redis restarted or
- * dropped us): the command never ran on a live server, so sending it again is safe. A
- * timeout is not such a failure: the command may have run. */
-static int peer_closed(const redisContext *c, int saved_errno)
-{
-    return c->err == REDIS_ERR_EOF ||
-           (c->err == REDIS_ERR_IO && (saved_errno == ECONNRESET || saved_errno == EPIPE));
-}
 
 /* Sends argv and returns the reply. If the connection turns out to have been closed by
  * the peer, reconnects once and resends; on any other I/O failure drops the connection
@@ -702,6 +724,11 @@ static int script_call(int idx, const char *name, int nkeys, const sd_argv_t *ar
         }
         *out = r;
         rc = SD_STORE_OK;
+        /* the connection a WAIT for this script's writes must use */
+        if (target.cluster)
+            sd__rc_mark_write();
+        else
+            tl_write_serial = tl_serial;
         break;
     }
     free(argv);

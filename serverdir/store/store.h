@@ -75,9 +75,11 @@ int sd_store_command(sd_argv_t *a, redisReply **out);
  * thread's command connection. NULL when Redis is unreachable; the caller frees it with
  * redisFree. */
 redisContext *sd_store_connect(void);
-/* WAIT replicas timeout_ms on the thread's connection (the node its last command went
- * to: call it right after the write it must cover). *got: how many replicas confirmed
- * (-1 on an odd reply). A SD_STORE_* code. */
+/* WAIT replicas timeout_ms on the connection that ran this thread's last script (the
+ * write it must cover; commands in between do not move it). SD_STORE_DOWN when that
+ * connection is gone: it is never sent on another (a reconnect to a restarted or
+ * promoted primary, another node of a cluster), whose replicas never had the write.
+ * *got: how many replicas confirmed (-1 on an odd reply). A SD_STORE_* code. */
 int sd_store_wait(long long replicas, long long timeout_ms, long long *got);
 /* PING with the thread's connection; 0 if Redis answers. */
 int sd_store_ping(void);

@@ -3,7 +3,9 @@
  * tags included), commands reach the owning primary, MOVED after a slot changes owner,
  * ASK while a slot migrates, scripts loaded on each node after NOSCRIPT (through the
  * store), and a kill -9 of a primary: no answer (503) while the slot has no primary,
- * then the promoted replica serves it. */
+ * then the promoted replica serves it; a WAIT for a write on the killed primary fails
+ * rather than asking another node. Last, on a standalone primary with a replica: a WAIT
+ * whose write's connection was closed fails rather than run on a new connection. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -244,28 +246,65 @@ static int slot_served(void *arg)
     return ok;
 }
 
+/* A write through the store (a script on the slot of cluster name c), then WAIT 1 for
+ * it; SD_STORE_OK with the replicas that confirmed it in *got. */
+static int store_write_wait(const char *c, long long *got)
+{
+    char base[96];
+    sd_key(base, sizeof base, c, "%s", "");
+    sd_argv_t a;
+    sd_argv_init(&a);
+    sd_argv_add(&a, base);
+    sd_argv_add(&a, "m1");
+    sd_argv_add(&a, "60000");
+    sd_argv_add(&a, "15000");
+    sd_argv_add(&a, "address");
+    sd_argv_add(&a, "10.0.0.1");
+    redisReply *r = NULL;
+    int st = sd_store_run("machine_put", 1, &a, &r);
+    if (r)
+        freeReplyObject(r);
+    return st ? st : sd_store_wait(1, 200, got);
+}
+
 static void failover_followed(void **state)
 {
     (void)state;
-    const char *k = "{fo}:x";
+    /* a key on a primary other than the router's first: the old store sent a WAIT whose
+     * node had died to that first primary, which confirmed a write it never saw */
+    const char *argv[2] = {"CLUSTER", "MYID"};
+    size_t argl[2] = {7, 4};
     enum sd_rc_fail why;
-    /* WAIT goes to the node of the SET before it; the replica may still be in its first
-     * sync after the cluster was made */
+    redisReply *first = sd__rc_command_primary(0, 2, argv, argl, &why);
+    assert_non_null(first);
+    char k[32], c[16], id[64];
+    int victim = -1;
+    for (int i = 0; i < 1000 && victim < 0; i++) {
+        snprintf(c, sizeof c, "fo%d", i);
+        snprintf(k, sizeof k, "{%s}:x", c);
+        int p = h_rc_primary_of(&rc, (int)sd__rc_slot(k, strlen(k)));
+        node_id(p, id, sizeof id);
+        if (strcmp(id, first->str) != 0)
+            victim = p;
+    }
+    freeReplyObject(first);
+    assert_true(victim >= 0);
+    /* WAIT goes to the node of the write before it; the replica may still be in its
+     * first sync after the cluster was made */
     long long acked = 0;
     for (int i = 0; i < 50 && acked < 1; i++) {
         redisReply *r = cmd(&why, "SET", k, "kept");
         freeReplyObject(r);
-        r = cmd(&why, "WAIT", "1", "200");
-        assert_non_null(r);
-        acked = r->integer;
-        freeReplyObject(r);
+        assert_int_equal(store_write_wait(c, &acked), SD_STORE_OK);
     }
     assert_int_equal(acked, 1);
     redisReply *r;
-    int victim = h_rc_primary_of(&rc, (int)sd__rc_slot(k, strlen(k)));
     kill(rc.pid[victim], SIGKILL);
     h_wait_exit(rc.pid[victim], 2000);
     rc.pid[victim] = 0;
+    /* the write's node is gone: its WAIT fails (a 503), on no other node */
+    acked = -2;
+    assert_int_equal(sd_store_wait(1, 200, &acked), SD_STORE_DOWN);
     /* at once: no primary answers for the slot, the call fails fast (a 503) */
     int64_t t0 = h_now_ms();
     r = cmd(&why, "GET", k, NULL);
@@ -282,6 +321,10 @@ static void failover_followed(void **state)
         }
         fail_msg("the slot of %s was not served again within 20 s", k);
     }
+    /* a write on the promoted replica: its WAIT runs there, which has no replica now */
+    acked = -2;
+    assert_int_equal(store_write_wait(c, &acked), SD_STORE_OK);
+    assert_int_equal(acked, 0);
     r = cmd(&why, "GET", k, NULL);
     if (!r)
         fprintf(stderr, "GET after the failover: why=%d\n", (int)why);
@@ -348,6 +391,73 @@ static void connect_follows_failover(void **state)
     redisFree(c);
 }
 
+/* The same on standalone Redis: a write whose connection is lost before its WAIT. The old
+ * store reconnected and sent the WAIT on the new connection, which had written nothing,
+ * so every connected replica counted (here one stopped with SIGSTOP, which never got
+ * the write): a confirmation of a write no replica had. */
+static int linked(void *arg)
+{
+    redisReply *r = h_redis(arg, "INFO replication");
+    int ok = r && r->type == REDIS_REPLY_STRING && strstr(r->str, "connected_slaves:1");
+    if (r)
+        freeReplyObject(r);
+    return ok;
+}
+
+static void standalone_wait_on_the_write_connection(void **state)
+{
+    (void)state;
+    h_redis_t p;
+    memset(&p, 0, sizeof p);
+    assert_int_equal(h_redis_start(&p), 0);
+    char port[16], primary[16], log[300];
+    snprintf(port, sizeof port, "%d", h_free_port());
+    snprintf(primary, sizeof primary, "%d", p.port);
+    snprintf(log, sizeof log, "%s/replica.log", p.dir);
+    const char *argv[] = {"redis-server", "--port", port, "--bind", "127.0.0.1",
+                          "--save", "", "--appendonly", "no", "--dir", p.dir,
+                          "--replicaof", "127.0.0.1", primary, NULL};
+    pid_t replica = h_spawn(argv, log, NULL);
+    assert_true(replica > 0);
+    assert_true(h_wait_until(linked, &p, 10000));
+    assert_int_equal(sd_store_init(p.url, "sd:"), 0);
+    long long acked = 0;
+    for (int i = 0; i < 50 && acked < 1; i++)
+        assert_int_equal(store_write_wait("solo", &acked), SD_STORE_OK);
+    assert_int_equal(acked, 1);
+    /* the replica stops taking the stream; a write; its connection is closed */
+    kill(replica, SIGSTOP);
+    char base[96];
+    sd_key(base, sizeof base, "solo", "%s", "");
+    sd_argv_t a;
+    sd_argv_init(&a);
+    sd_argv_add(&a, base);
+    sd_argv_add(&a, "m2");
+    sd_argv_add(&a, "60000");
+    sd_argv_add(&a, "15000");
+    sd_argv_add(&a, "address");
+    sd_argv_add(&a, "10.0.0.2");
+    redisReply *r = NULL;
+    assert_int_equal(sd_store_run("machine_put", 1, &a, &r), SD_STORE_OK);
+    freeReplyObject(r);
+    r = h_redis(&p, "CLIENT KILL TYPE normal SKIPME yes");
+    assert_non_null(r);
+    assert_true(r->type == REDIS_REPLY_INTEGER && r->integer >= 1);
+    freeReplyObject(r);
+    acked = -2;
+    int st = sd_store_wait(1, 200, &acked);
+    kill(replica, SIGCONT);
+    assert_int_equal(st, SD_STORE_DOWN);
+    /* the next write and its WAIT run on a new connection, confirmed again */
+    acked = 0;
+    for (int i = 0; i < 50 && acked < 1; i++)
+        assert_int_equal(store_write_wait("solo", &acked), SD_STORE_OK);
+    assert_int_equal(acked, 1);
+    sd_store_thread_close();
+    h_stop(replica, 2000);
+    h_redis_stop(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -357,6 +467,7 @@ int main(void)
         cmocka_unit_test(store_scripts_on_every_node),
         cmocka_unit_test(failover_followed),
         cmocka_unit_test(connect_follows_failover),
+        cmocka_unit_test(standalone_wait_on_the_write_connection),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
