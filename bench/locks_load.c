@@ -139,8 +139,8 @@ static void record(client_t *c, int64_t t0)
 static redisReply *evalsha(redisContext *r, const char *sha, int nkeys, int argc,
                            const char **argv, const size_t *argl)
 {
-    const char *a[24];
-    size_t l[24];
+    const char *a[32];
+    size_t l[32];
     char nk[8];
     snprintf(nk, sizeof nk, "%d", nkeys);
     a[0] = "EVALSHA";
@@ -170,10 +170,10 @@ static long long redis_acquire(redisContext *r, const char *key, const char *hol
     /* KEYS: the lock record, its blob record, the holder's index (standalone layout) */
     /* ARGV as serverdir's for a caller that presents no token: the fresh one, flag 0,
      * no steal scope, no credential; the default quota of locks per holder; an unbound
-     * caller (no holder liveness check) */
+     * caller (no holder liveness check) that will not wait */
     const char *argv[] = {lk, bk, hk, holder, "0", "0", "604800000", "", "0", cfg.prefix, "1",
-                          fresh, "0", "", "", "", "", "10000", "", "", ""};
-    redisReply *rep = evalsha(r, cfg.sha_acquire, 3, 21, argv, NULL);
+                          fresh, "0", "", "", "", "", "10000", "", "", "", "0"};
+    redisReply *rep = evalsha(r, cfg.sha_acquire, 3, 22, argv, NULL);
     long long seq = 0;
     /* ok, now, then name, lock_seq, reacquired, stolen_from, since, expires, lock_token */
     if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 9 &&

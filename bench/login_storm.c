@@ -221,8 +221,8 @@ static int step_acquire(conn_t *c, int p, const char *holder, player_t *pl)
         return -1;
     /* as serverdir's for an unbound game token presenting no token (bench/locks_load.c) */
     const char *argv[] = {lk, bk, hk, holder, "0", "0", "604800000", "", "0", "sd:", "1",
-                          fresh, "0", "", "", "", "", "10000", "", "", ""};
-    redisReply *r = evalsha(c, cfg.sha_acquire, 3, 21, argv, NULL);
+                          fresh, "0", "", "", "", "", "10000", "", "", "", "0"};
+    redisReply *r = evalsha(c, cfg.sha_acquire, 3, 22, argv, NULL);
     int ok = reply_ok(r) && r->elements >= 9;
     if (ok) {
         pl->lock_seq = strtoll(r->element[3]->str, NULL, 10);

@@ -4,8 +4,10 @@
  *
  * Redis keys (prefix configurable, no cluster hash tag: locks are global):
  *   <prefix>lock:<key>      hash   holder, seq (the lock_seq), since, expires, ttl,
- *                                  delay_until, released, stolen_from, steal_reason
- *   <prefix>lock:<key>#q    list   release notifications that wake one waiter (BLPOP)
+ *                                  delay_until, released, stolen_from, steal_reason,
+ *                                  wait_until (an acquire refused may wait until then)
+ *   <prefix>lock:<key>#q    list   release notifications that wake one waiter (BLPOP),
+ *                                  pushed while wait_until has not passed
  *   <prefix>lock:<holder>#h set    the keys a holder holds (for GET /v1/locks?holder=)
  * '#' is not allowed in names, so these can never collide. */
 #include <stdatomic.h>
@@ -721,6 +723,8 @@ int sd_lock_acquire_prepare(const sd_lock_req_t *a, sd_argv_t *av, int *nkeys,
     int rc = quota_args(a, cluster, added, av);
     if (rc == SD_STORE_OK)
         rc = holder_stop_arg(a->auth, a->holder, av);
+    if (rc == SD_STORE_OK) /* a refusal it will wait through asks releases to wake it */
+        sd_argv_addf(av, "%lld", (long long)a->wait_ms);
     if (rc == SD_STORE_OK && cluster &&
         (a->steal_cluster[0] || (a->steal_within[0] && a->steal_older_ms)))
         rc = stopped_holders(a, av);

@@ -462,8 +462,24 @@ static void *waiter_main(void *arg)
     return NULL;
 }
 
+/* Whether lock key's release-notification list <record>#q exists. */
+static int wake_list_exists(const char *key)
+{
+    redisReply *rr = h_redis(&redis, "EXISTS %s#q", h_lock_key(key));
+    assert_non_null(rr);
+    assert_int_equal(rr->type, REDIS_REPLY_INTEGER);
+    int e = rr->integer == 1;
+    freeReplyObject(rr);
+    return e;
+}
+
 static void wait_is_woken_by_release_and_bounded(void **state)
 {
+    /* A release nobody waits for writes no notification list (the old scripts pushed a
+     * token on every release); one an acquire waits for wakes it, below. */
+    json_int_t q = acquire(&sd, "p-quiet", "A", NULL);
+    release("p-quiet", "A", q);
+    assert_false(wake_list_exists("p-quiet"));
     json_int_t s = acquire(&sd, "p-wait", "A", NULL);
     struct waiter w = {sd.url, "p-wait", 5000, 0, "", 0, 0};
     pthread_t th;

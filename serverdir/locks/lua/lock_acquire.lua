@@ -16,9 +16,13 @@
 --       Redis/Sentinel: counted here); then the holder's liveness check (the prelude's
 --       holder_stop: '' when the caller is bound to no cluster, else the holder's process
 --       hash in that cluster's directory, or on a cluster "=<reason> <stopped_at_ms>"
---       when serverdir found it stopped); then, on a cluster, the holders serverdir found
---       stopped in steal_cluster's directory, and "+<holder>" for those it found in
---       steal_within's.
+--       when serverdir found it stopped); then the caller's wait_ms (0: it will not wait
+--       for the lock); then, on a cluster, the holders serverdir found stopped in
+--       steal_cluster's directory, and "+<holder>" for those it found in steal_within's.
+-- A lock_held refusal of a caller that will wait (wait_ms > 0) records on the lock until
+-- when someone may wait for it (field wait_until, ms): lock_release wakes waiters (a
+-- token on <record>#q) only while that has not passed, so a release nobody waits for
+-- writes no list.
 -- A new grant stores its key's token. The grant is a capability: acquiring a lock one
 -- already holds (the same holder name) succeeds only with the grant's lock_token
 -- presented, so naming a holder never hands out its secret or extends its lease; a
@@ -48,7 +52,8 @@ if revoked ~= '' then return {'credential_revoked', revoked} end
 local dead = holder_stop(ARGV[16 + 2 * n] or '')
 if dead then return dead end
 local stopped, inside = {}, {}
-for i = 17 + 2 * n, #ARGV do
+local wait = tonumber(ARGV[17 + 2 * n] or '0') or 0
+for i = 18 + 2 * n, #ARGV do
     if string.sub(ARGV[i], 1, 1) == '+' then
         inside[string.sub(ARGV[i], 2)] = true
     else
@@ -60,12 +65,19 @@ local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now = math.floor(now_us / 1000)
 local function fmt(x) return string.format('%d', x) end
+-- A refusal that the caller will wait through: the lock records the wait (see above).
+local function held(key, wait_until, ...)
+    if wait > 0 and (tonumber(wait_until) or 0) < now + wait then
+        redis.call('HSET', key, 'wait_until', fmt(now + wait))
+    end
+    return {'lock_held', ...}
+end
 
 local plan = {}
 for i = 1, n do
     local name = lock_name(KEYS[i], lock_ns)
     local r = redis.call('HMGET', KEYS[i], 'holder', 'seq', 'since', 'expires', 'delay_until',
-                         'token')
+                         'token', 'wait_until')
     local cur = r[1] or ''
     local seq = tonumber(r[2]) or 0
     local since = tonumber(r[3]) or 0
@@ -82,7 +94,7 @@ for i = 1, n do
     local why = ''
     if cur == holder then
         if ARGV[8 + n + i] ~= '1' or r[6] ~= ARGV[8 + i] then
-            return {'lock_held', name, cur, fmt(since), fmt(expires), fmt(now), '1'}
+            return held(KEYS[i], r[7], name, cur, fmt(since), fmt(expires), fmt(now), '1')
         end
         action = 'again'
     elseif cur ~= '' then
@@ -103,7 +115,7 @@ for i = 1, n do
             if not known then why = '' end
         end
         if why == '' then
-            return {'lock_held', name, cur, fmt(since), fmt(expires), fmt(now), '0'}
+            return held(KEYS[i], r[7], name, cur, fmt(since), fmt(expires), fmt(now), '0')
         end
         prev = cur
     elseif delay_until > now then
