@@ -180,6 +180,29 @@ static void ask_while_migrating_then_moved(void **state)
     freeReplyObject(r);
 }
 
+/* machine_put.lua through the store: machine m (address addr) in cluster c, a write on
+ * the slot of c's key base; the reply in *r when r is given. A SD_STORE_* code. */
+static int put_machine(const char *c, const char *m, const char *addr, redisReply **r)
+{
+    char base[96];
+    sd_key(base, sizeof base, c, "%s", "");
+    sd_argv_t a;
+    sd_argv_init(&a);
+    sd_argv_add(&a, base);
+    sd_argv_add(&a, m);
+    sd_argv_add(&a, "60000");
+    sd_argv_add(&a, "15000");
+    sd_argv_add(&a, "address");
+    sd_argv_add(&a, addr);
+    redisReply *x = NULL;
+    int st = sd_store_run("machine_put", 1, &a, &x);
+    if (r)
+        *r = x;
+    else if (x)
+        freeReplyObject(x);
+    return st;
+}
+
 /* Scripts through the store: EVALSHA on every node, each loading the script after its
  * own NOSCRIPT; the per-cluster key base keeps a script's keys in one slot. */
 static void store_scripts_on_every_node(void **state)
@@ -192,18 +215,11 @@ static void store_scripts_on_every_node(void **state)
         char cl[32], base[96];
         snprintf(cl, sizeof cl, "realm%d", i);
         sd_key(base, sizeof base, cl, "%s", "");
-        sd_argv_t a;
-        sd_argv_init(&a);
-        sd_argv_add(&a, base);
-        sd_argv_add(&a, "m1");
-        sd_argv_add(&a, "60000");
-        sd_argv_add(&a, "15000");
-        sd_argv_add(&a, "address");
-        sd_argv_add(&a, "10.0.0.1");
         redisReply *r = NULL;
-        assert_int_equal(sd_store_run("machine_put", 1, &a, &r), SD_STORE_OK);
+        assert_int_equal(put_machine(cl, "m1", "10.0.0.1", &r), SD_STORE_OK);
         assert_int_equal(r->type, REDIS_REPLY_ARRAY);
         freeReplyObject(r);
+        sd_argv_t a;
         sd_argv_init(&a);
         sd_argv_add(&a, base);
         sd_argv_add(&a, "");
@@ -250,20 +266,7 @@ static int slot_served(void *arg)
  * it; SD_STORE_OK with the replicas that confirmed it in *got. */
 static int store_write_wait(const char *c, long long *got)
 {
-    char base[96];
-    sd_key(base, sizeof base, c, "%s", "");
-    sd_argv_t a;
-    sd_argv_init(&a);
-    sd_argv_add(&a, base);
-    sd_argv_add(&a, "m1");
-    sd_argv_add(&a, "60000");
-    sd_argv_add(&a, "15000");
-    sd_argv_add(&a, "address");
-    sd_argv_add(&a, "10.0.0.1");
-    redisReply *r = NULL;
-    int st = sd_store_run("machine_put", 1, &a, &r);
-    if (r)
-        freeReplyObject(r);
+    int st = put_machine(c, "m1", "10.0.0.1", NULL);
     return st ? st : sd_store_wait(1, 200, got);
 }
 
@@ -427,20 +430,8 @@ static void standalone_wait_on_the_write_connection(void **state)
     assert_int_equal(acked, 1);
     /* the replica stops taking the stream; a write; its connection is closed */
     kill(replica, SIGSTOP);
-    char base[96];
-    sd_key(base, sizeof base, "solo", "%s", "");
-    sd_argv_t a;
-    sd_argv_init(&a);
-    sd_argv_add(&a, base);
-    sd_argv_add(&a, "m2");
-    sd_argv_add(&a, "60000");
-    sd_argv_add(&a, "15000");
-    sd_argv_add(&a, "address");
-    sd_argv_add(&a, "10.0.0.2");
-    redisReply *r = NULL;
-    assert_int_equal(sd_store_run("machine_put", 1, &a, &r), SD_STORE_OK);
-    freeReplyObject(r);
-    r = h_redis(&p, "CLIENT KILL TYPE normal SKIPME yes");
+    assert_int_equal(put_machine("solo", "m2", "10.0.0.2", NULL), SD_STORE_OK);
+    redisReply *r = h_redis(&p, "CLIENT KILL TYPE normal SKIPME yes");
     assert_non_null(r);
     assert_true(r->type == REDIS_REPLY_INTEGER && r->integer >= 1);
     freeReplyObject(r);
