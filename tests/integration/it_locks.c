@@ -694,6 +694,25 @@ static void wait_replicas_knob(void **state)
     assert_int_equal(jget(&r, "duplicates"), 1);
     h_resp_free(&r);
     release("p-dur", "A", s);
+
+    /* A WAIT that Redis answers with an error confirms nothing. A serverdir on a
+     * writable replica (a primary demoted under it) writes there, and its WAIT gets
+     * "WAIT cannot be used with replica instances": the old code answered the batch 200. */
+    rr = h_redis(&replica, "CONFIG SET replica-read-only no");
+    freeReplyObject(rr);
+    h_serverdir_t on_replica;
+    assert_int_equal(h_sd_start(&on_replica, &replica,
+                                &(h_sd_opts_t){.config = "{\"directory\": {\"wait_replicas\": 1,"
+                                                         " \"wait_timeout_ms\": 200}}"}),
+                     0);
+    static const char batch2[] =
+        "{\"events\":[{\"id\":\"dur-2\",\"type\":\"started\",\"instance\":\"dur-j\","
+        "\"machine\":\"m1\",\"service\":\"zone\",\"pid\":43}]}";
+    assert_int_equal(call(&on_replica, "POST", H_TOK_BB, batch2, &r, "/v1/clusters/cdur2/events"),
+                     503);
+    assert_string_equal(h_err_code(&r), "replication_timeout");
+    h_resp_free(&r);
+    h_serverdir_stop(&on_replica);
     h_redis_stop(&replica);
 }
 
