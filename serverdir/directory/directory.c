@@ -401,15 +401,12 @@ int sd_dir_events_apply_many(const char *cluster, const sd_dir_batch_t *batches,
     int unlock_waiting = r->element[5]->integer > 0;
     freeReplyObject(r);
     long long replicas = -1;
-    /* on the node that ran the batches: the thread's last command went there. Every call,
+    /* on the connection that ran the batches' script (sd_store_wait). Every call,
      * duplicates too: the resend of a batch answered 503 below waits again */
-    if (sd_dir_cfg.wait_replicas > 0) {
-        if ((rc = sd_store_wait(sd_dir_cfg.wait_replicas, sd_dir_cfg.wait_timeout_ms,
-                                &replicas)) != SD_STORE_OK)
-            return rc;
-        if (replicas < 0) /* an error reply (WAIT on a replica) confirms nothing */
-            replicas = 0;
-    }
+    if (sd_dir_cfg.wait_replicas > 0 &&
+        (rc = sd_store_wait(sd_dir_cfg.wait_replicas, sd_dir_cfg.wait_timeout_ms,
+                            &replicas)) != SD_STORE_OK)
+        return rc;
     for (int i = 0; i < n; i++)
         counts[i][3] = replicas;
     if (unlock_waiting) /* two round trips saved on every call without a stop */

@@ -227,8 +227,6 @@ int sd_locks_wait_acked(sd_resp_t *resp)
         sd_resp_store_error(resp, rc);
         return -1;
     }
-    if (got < 0) /* an error reply (WAIT on a replica) confirms nothing */
-        got = 0;
     if (got < sd_locks_cfg.wait_replicas) {
         SD_COUNT("serverdir_lock_replication_timeouts_total",
                  "Grants and saves answered 503 because too few replicas confirmed them", 1);

@@ -451,7 +451,7 @@ int sd_store_wait(long long replicas, long long timeout_ms, long long *got)
     const char *argv[3] = {"WAIT", n, ms};
     size_t argl[3] = {4, strlen(n), strlen(ms)};
     redisReply *r = NULL;
-    *got = -1;
+    *got = 0;
     /* On the connection that made the write, never on another: after a reconnect (a
      * restarted or failed-over primary) WAIT would count replicas that never had it. */
     if (target.cluster) {
@@ -471,7 +471,8 @@ int sd_store_wait(long long replicas, long long timeout_ms, long long *got)
         SD_COUNT("serverdir_redis_errors_total{kind=\"wait\"}", "Redis calls that failed", 1);
         return SD_STORE_DOWN;
     }
-    *got = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+    /* an error reply (WAIT on a replica: a primary demoted under us) confirms nothing */
+    *got = r->type == REDIS_REPLY_INTEGER ? r->integer : 0;
     freeReplyObject(r);
     return SD_STORE_OK;
 }

@@ -79,7 +79,8 @@ redisContext *sd_store_connect(void);
  * write it must cover; commands in between do not move it). SD_STORE_DOWN when that
  * connection is gone: it is never sent on another (a reconnect to a restarted or
  * promoted primary, another node of a cluster), whose replicas never had the write.
- * *got: how many replicas confirmed (-1 on an odd reply). A SD_STORE_* code. */
+ * *got: how many replicas confirmed (0 when the reply is not a count: WAIT on a
+ * replica is an error). A SD_STORE_* code. */
 int sd_store_wait(long long replicas, long long timeout_ms, long long *got);
 /* PING with the thread's connection; 0 if Redis answers. */
 int sd_store_ping(void);
