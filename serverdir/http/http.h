@@ -12,7 +12,7 @@
  * one answer it has not read: a connection's next pipelined request is read only after
  * that answer is sent). conn_timeout_s: libmicrohttpd's inactivity timeout, which still
  * bounds a peer that stops reading its answer. Returns 0 or negative errno. */
-#define SD_HTTP_CONN_MEMORY (32u << 10)
+#define SD_HTTP_CONN_MEMORY (16u << 10)
 int sd_http_start(const char *listen, int threads, int conn_timeout_s,
                   const sd_conn_limits_t *lim);
 /* The port actually bound (useful with port 0). */
