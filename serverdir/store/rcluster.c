@@ -8,6 +8,7 @@
  *
  * Each thread keeps one connection per node it has talked to, created on first use and
  * closed on an I/O error or at thread exit (a pthread key destructor). */
+#include "command.h"
 #include "rcluster.h"
 
 #include <errno.h>
@@ -465,7 +466,7 @@ static redisReply *command_at(int slot, int node, int argc, const char **argv,
                 freeReplyObject(a);
         }
         errno = 0;
-        redisReply *r = redisCommandArgv(c, argc, argv, argl);
+        redisReply *r = sd__command_argv(c, argc, argv, argl);
         if (!r) {
             int closed = peer_closed(c, errno);
             drop_conn(t, node);
@@ -551,7 +552,7 @@ redisReply *sd__rc_command_primary(int i, int argc, const char **argv, const siz
         return NULL;
     }
     errno = 0;
-    redisReply *r = redisCommandArgv(c, argc, argv, argl);
+    redisReply *r = sd__command_argv(c, argc, argv, argl);
     if (!r) {
         *why = peer_closed(c, errno) ? SD_RC_NO_NODE : SD_RC_IO;
         drop_conn(t, node);
@@ -582,7 +583,7 @@ redisReply *sd__rc_command_on_write(int argc, const char **argv, const size_t *a
         return NULL;
     int node = t->wnode;
     errno = 0;
-    redisReply *r = redisCommandArgv(t->c[node], argc, argv, argl);
+    redisReply *r = sd__command_argv(t->c[node], argc, argv, argl);
     if (!r) {
         *why = peer_closed(t->c[node], errno) ? SD_RC_NO_NODE : SD_RC_IO;
         drop_conn(t, node);

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "command.h"
 #include "rcluster.h"
 #include "sd.h"
 #include "sentinel.h"
@@ -62,9 +63,11 @@ static pthread_mutex_t sha_mu = PTHREAD_MUTEX_INITIALIZER;
 
 void sd_argv_init(sd_argv_t *a)
 {
-    memset(a, 0, sizeof *a);
+    /* not the arrays nor the arena: only [0, argc), [0, nowned), [0, arena_used) are read */
     a->argv = a->inline_argv;
     a->argl = a->inline_argl;
+    a->argc = a->nowned = a->overflow = 0;
+    a->arena_used = 0;
     a->cap = SD_ARGV_INLINE;
 }
 
@@ -107,16 +110,81 @@ void sd_argv_addn(sd_argv_t *a, const char *p, size_t n)
 
 void sd_argv_add(sd_argv_t *a, const char *s) { sd_argv_addn(a, s, strlen(s)); }
 
+/* Room for n bytes and a NUL in a's arena, or NULL. */
+static char *arena_take(sd_argv_t *a, size_t n)
+{
+    if (n >= sizeof a->arena - a->arena_used)
+        return NULL;
+    char *p = a->arena + a->arena_used;
+    a->arena_used += n + 1;
+    return p;
+}
+
+/* Adds a copy of p[0..n): in the arena, or owned. */
+static void argv_addcopy(sd_argv_t *a, const char *p, size_t n)
+{
+    char *s = arena_take(a, n);
+    if (!s) {
+        if (a->nowned >= (int)SD_ARRAY_LEN(a->owned) || !(s = malloc(n + 1))) {
+            a->overflow = 1;
+            return;
+        }
+        a->owned[a->nowned++] = s;
+    }
+    memcpy(s, p, n);
+    s[n] = '\0';
+    sd_argv_addn(a, s, n);
+}
+
+/* v in decimal, as printf's %lld writes it. */
+static void argv_addll(sd_argv_t *a, long long v)
+{
+    char buf[24], *e = buf + sizeof buf, *p = e;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    do
+        *--p = (char)('0' + u % 10);
+    while (u /= 10);
+    if (v < 0)
+        *--p = '-';
+    argv_addcopy(a, p, (size_t)(e - p));
+}
+
 void sd_argv_addf(sd_argv_t *a, const char *fmt, ...)
 {
+    va_list ap;
+    va_start(ap, fmt);
+    /* the formats nearly every caller uses, without printf */
+    if (!strcmp(fmt, "%s")) {
+        const char *s = va_arg(ap, const char *);
+        argv_addcopy(a, s, strlen(s));
+        va_end(ap);
+        return;
+    }
+    if (!strcmp(fmt, "%lld") || !strcmp(fmt, "%d")) {
+        long long v = fmt[1] == 'd' ? va_arg(ap, int) : va_arg(ap, long long);
+        argv_addll(a, v);
+        va_end(ap);
+        return;
+    }
+    size_t room = sizeof a->arena - a->arena_used;
+    int n = vsnprintf(a->arena + a->arena_used, room, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        a->overflow = 1;
+        return;
+    }
+    if ((size_t)n < room) {
+        char *s = arena_take(a, (size_t)n);
+        sd_argv_addn(a, s, (size_t)n);
+        return;
+    }
     if (a->nowned >= (int)SD_ARRAY_LEN(a->owned)) {
         a->overflow = 1;
         return;
     }
-    va_list ap;
-    va_start(ap, fmt);
     char *s = NULL;
-    int n = vasprintf(&s, fmt, ap);
+    va_start(ap, fmt);
+    n = vasprintf(&s, fmt, ap);
     va_end(ap);
     if (n < 0) {
         a->overflow = 1;
@@ -138,6 +206,7 @@ void sd_argv_free(sd_argv_t *a)
         a->cap = SD_ARGV_INLINE;
     }
     a->nowned = a->argc = 0;
+    a->arena_used = 0;
 }
 
 /* ---------- connection ---------- */
@@ -459,7 +528,7 @@ int sd_store_wait(long long replicas, long long timeout_ms, long long *got)
         r = sd__rc_command_on_write(3, argv, argl, &why);
     } else if (tl_ctx && tl_serial == tl_write_serial) {
         errno = 0;
-        r = redisCommandArgv(tl_ctx, 3, argv, argl);
+        r = sd__command_argv(tl_ctx, 3, argv, argl);
         if (!r) {
             int closed = peer_closed(tl_ctx, errno);
             drop_ctx();
@@ -595,14 +664,14 @@ static redisReply *roundtrip(int argc, const char **argv, const size_t *argl)
     if (!c)
         return NULL;
     errno = 0;
-    redisReply *r = redisCommandArgv(c, argc, argv, argl);
+    redisReply *r = sd__command_argv(c, argc, argv, argl);
     if (!r && peer_closed(c, errno)) {
         drop_ctx();
         tl_last_fail_ms = 0; /* a stale connection is not an outage: reconnect now */
         c = get_ctx();
         if (!c)
             return NULL;
-        r = redisCommandArgv(c, argc, argv, argl);
+        r = sd__command_argv(c, argc, argv, argl);
     }
     if (!r) {
         log_warn("redis command failed", "err=%s", c->errstr);
@@ -669,11 +738,16 @@ static int script_load(int idx)
 static int script_call(int idx, const char *name, int nkeys, const sd_argv_t *args,
                        redisReply **out)
 {
-    const char **argv = malloc((size_t)(args->argc + 3) * sizeof *argv);
-    size_t *argl = malloc((size_t)(args->argc + 3) * sizeof *argl);
+    const char *sv[SD_ARGV_INLINE + 3];
+    size_t sl[SD_ARGV_INLINE + 3];
+    int fits = args->argc <= SD_ARGV_INLINE;
+    const char **argv = fits ? sv : malloc((size_t)(args->argc + 3) * sizeof *argv);
+    size_t *argl = fits ? sl : malloc((size_t)(args->argc + 3) * sizeof *argl);
     if (!argv || !argl) {
-        free(argv);
-        free(argl);
+        if (!fits) {
+            free(argv);
+            free(argl);
+        }
         return SD_STORE_ERROR;
     }
     int rc = SD_STORE_ERROR;
@@ -732,8 +806,10 @@ static int script_call(int idx, const char *name, int nkeys, const sd_argv_t *ar
             tl_write_serial = tl_serial;
         break;
     }
-    free(argv);
-    free(argl);
+    if (!fits) {
+        free(argv);
+        free(argl);
+    }
     return rc;
 }
 

@@ -16,19 +16,23 @@ enum {
 
 /* A command's or script's arguments: the first SD_ARGV_INLINE in the struct itself,
  * more in arrays it allocates, up to SD_STORE_ARGV_MAX (past that, or out of memory, or
- * past SD_ARGV_INLINE formatted copies, overflow is set and the call fails). The
- * formatted copies of sd_argv_addf and the grown arrays are owned here until
- * sd_argv_free. argv and argl point into the struct: initialize it where it stays, with
- * sd_argv_init, and do not copy it. */
+ * past SD_ARGV_INLINE allocated copies, overflow is set and the call fails). The
+ * formatted copies of sd_argv_addf live in the struct's arena while it has room (a lock
+ * call's keys, token and numbers do: no allocation), in allocations it owns past that;
+ * both, and the grown arrays, are held until sd_argv_free. argv and argl point into the
+ * struct: initialize it where it stays, with sd_argv_init, and do not copy it. */
 #define SD_ARGV_INLINE 64
+#define SD_ARGV_ARENA 2048
 #define SD_STORE_ARGV_MAX 8192
 typedef struct {
     const char **argv;
     size_t *argl;
     int argc, cap, nowned, overflow;
+    size_t arena_used;
     char *owned[SD_ARGV_INLINE];
     const char *inline_argv[SD_ARGV_INLINE];
     size_t inline_argl[SD_ARGV_INLINE];
+    char arena[SD_ARGV_ARENA];
 } sd_argv_t;
 
 void sd_argv_init(sd_argv_t *a);

@@ -11,6 +11,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -19,6 +20,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "command.h"
 #include "sd.h"
 
 /* serverdir's main.c owns the config; the handlers linked here refer to it. */
@@ -208,12 +210,83 @@ static void argv_grows_past_its_inline_room(void **state)
     assert_int_equal(a.argc, 0);
     assert_true(a.argv == a.inline_argv);
 
+    /* formatted copies: in the arena while it has room, then SD_ARGV_INLINE allocated
+     * ones, then overflow */
+    char big[201];
+    memset(big, 'k', 200);
+    big[200] = '\0';
+    int in_arena = SD_ARGV_ARENA / 201;
     sd_argv_init(&a);
-    for (int i = 0; i < 3 * SD_ARGV_INLINE; i++)
-        sd_argv_addf(&a, "%d", i);
-    assert_int_equal(a.overflow, 1); /* past SD_ARGV_INLINE formatted copies */
-    assert_int_equal(a.argc, SD_ARGV_INLINE);
-    assert_string_equal(a.argv[SD_ARGV_INLINE - 1], "63");
+    for (int i = 0; i < 3 * SD_ARGV_INLINE; i++) {
+        big[0] = (char)('a' + i % 26);
+        sd_argv_addf(&a, i % 2 ? "%s" : "%.200s", big);
+    }
+    assert_int_equal(a.overflow, 1);
+    assert_int_equal(a.argc, in_arena + SD_ARGV_INLINE);
+    assert_int_equal(a.nowned, SD_ARGV_INLINE);
+    for (int i = 0; i < a.argc; i++) {
+        big[0] = (char)('a' + i % 26);
+        assert_int_equal(a.argl[i], 200);
+        assert_memory_equal(a.argv[i], big, 201);
+    }
+    sd_argv_free(&a);
+    assert_int_equal(a.argc, 0);
+    assert_int_equal(a.nowned, 0);
+}
+
+/* sd_argv_addf writes what snprintf writes for every format, the ones it formats
+ * without printf (%s, %lld, %d) at their edges included; and the store's own RESP
+ * formatting of a command is hiredis's byte for byte. */
+static void argv_formats_and_resp(void **state)
+{
+    (void)state;
+    sd_argv_t a;
+    sd_argv_init(&a);
+    static const long long lls[] = {0, 1, -1, 9, 10, -10, 1234567890123LL, LLONG_MAX, LLONG_MIN};
+    static const int ints[] = {0, 7, -7, INT_MAX, INT_MIN};
+    char want[64][64];
+    int n = 0;
+    for (size_t i = 0; i < SD_ARRAY_LEN(lls); i++) {
+        sd_argv_addf(&a, "%lld", lls[i]);
+        snprintf(want[n++], sizeof want[0], "%lld", lls[i]);
+    }
+    for (size_t i = 0; i < SD_ARRAY_LEN(ints); i++) {
+        sd_argv_addf(&a, "%d", ints[i]);
+        snprintf(want[n++], sizeof want[0], "%d", ints[i]);
+    }
+    sd_argv_addf(&a, "%s", "");
+    snprintf(want[n++], sizeof want[0], "%s", "");
+    sd_argv_addf(&a, "%s", "sd:lock:{p1}");
+    snprintf(want[n++], sizeof want[0], "%s", "sd:lock:{p1}");
+    sd_argv_addf(&a, "%s#q", "sd:lock:{p1}");
+    snprintf(want[n++], sizeof want[0], "%s#q", "sd:lock:{p1}");
+    sd_argv_addf(&a, "%u:%05d", 42u, -3);
+    snprintf(want[n++], sizeof want[0], "%u:%05d", 42u, -3);
+    assert_int_equal(a.argc, n);
+    assert_int_equal(a.overflow, 0);
+    assert_int_equal(a.nowned, 0); /* all in the arena */
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(a.argl[i], strlen(want[i]));
+        assert_string_equal(a.argv[i], want[i]);
+    }
+
+    /* the command these make, with an empty, a binary and a 10 KB argument */
+    static char blob[10000];
+    for (size_t i = 0; i < sizeof blob; i++)
+        blob[i] = (char)(i * 7);
+    sd_argv_addn(&a, blob, sizeof blob);
+    sd_argv_addn(&a, "a\r\nb\0c", 6);
+    char *hi = NULL;
+    int hilen = redisFormatCommandArgv(&hi, a.argc, a.argv, a.argl);
+    assert_true(hilen > 10000);
+    size_t len = sd__command_len(a.argc, a.argl);
+    assert_int_equal(len, (size_t)hilen);
+    char *mine = malloc(len);
+    assert_non_null(mine);
+    sd__command_format(mine, a.argc, a.argv, a.argl);
+    assert_memory_equal(mine, hi, len);
+    free(mine);
+    redisFreeCommand(hi);
     sd_argv_free(&a);
 }
 
@@ -224,6 +297,7 @@ int main(void)
         cmocka_unit_test(bad_urls),
         cmocka_unit_test(parsed_fields_are_used),
         cmocka_unit_test(argv_grows_past_its_inline_room),
+        cmocka_unit_test(argv_formats_and_resp),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
