@@ -61,6 +61,8 @@ static int workers_start(sd_group_t *g)
     if (g->started)
         return g->started > 0 ? 0 : -1;
     g->tail = &g->head;
+    if (g->calls_at_start)
+        g->calls = g->calls_at_start();
     int n = 0;
     for (; n < g->calls; n++) {
         pthread_attr_t attr;

@@ -29,6 +29,8 @@ typedef struct sd_group_job {
 typedef struct sd_group {
     const char *name; /* for logs: "allocations" */
     int calls;        /* calls in flight at most, and worker threads */
+    /* When set, replaces calls at first use (when the store's mode is known). */
+    int (*calls_at_start)(void);
     int jobs_max;     /* jobs in one call at most (up to SD_GROUP_JOBS_MAX) */
     long weight_max;  /* sum of the jobs' weights in one call at most (the first job always goes) */
     /* The key jobs must share to share a call (the cluster). */

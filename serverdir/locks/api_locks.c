@@ -181,6 +181,7 @@ static void acquire_job_finish(sd_group_job_t *g, int parked)
 
 static sd_group_t acquire_group = {.name = "lock_acquire",
                                    .calls = SD_LOCK_CALLS,
+                                   .calls_at_start = sd_lock_script_calls,
                                    .jobs_max = SD_LOCK_GROUP_MAX,
                                    .weight_max = SD_LOCK_GROUP_KEYS,
                                    .key = sd_lock_call_key,
@@ -360,6 +361,7 @@ static void release_job_finish(sd_group_job_t *g, int parked)
 
 static sd_group_t release_group = {.name = "lock_release",
                                    .calls = SD_LOCK_CALLS,
+                                   .calls_at_start = sd_lock_script_calls,
                                    .jobs_max = SD_LOCK_GROUP_MAX,
                                    .weight_max = SD_LOCK_GROUP_KEYS,
                                    .key = sd_lock_call_key,
@@ -534,6 +536,7 @@ static void renew_job_finish(sd_group_job_t *g, int parked)
 
 static sd_group_t renew_group = {.name = "lock_renew",
                                  .calls = SD_LOCK_CALLS,
+                                 .calls_at_start = sd_lock_script_calls,
                                  .jobs_max = SD_LOCK_GROUP_MAX,
                                  .weight_max = SD_LOCK_GROUP_KEYS,
                                  .key = sd_lock_call_key,

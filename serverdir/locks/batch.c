@@ -18,6 +18,8 @@ void sd_lock_call_ready(sd_lock_call_t *c, long weight)
         snprintf(c->slot, sizeof c->slot, "%u", sd__rc_slot(c->av.argv[0], c->av.argl[0]));
 }
 
+int sd_lock_script_calls(void) { return sd_store_is_cluster() ? SD_LOCK_CALLS : 1; }
+
 const char *sd_lock_call_key(const sd_group_job_t *j) { return ((const sd_lock_call_t *)j)->slot; }
 
 long sd_lock_call_weight(const sd_group_job_t *j) { return ((const sd_lock_call_t *)j)->weight; }

@@ -153,9 +153,15 @@ int sd_lock_scan(char *cursor, size_t cap, size_t limit, json_t *locks);
  * (http/group.h), through the script's batch form <name>_many.lua, in which each request
  * is an item with its own KEYS, ARGV and reply. A job carries one prepared script call;
  * calls share only within one Redis Cluster slot and within the group's budgets. */
-#define SD_LOCK_CALLS 2       /* calls in flight per script */
+#define SD_LOCK_CALLS 2       /* calls in flight per script: saves; the lock scripts on a cluster */
 #define SD_LOCK_GROUP_MAX 32  /* requests per call at most */
 #define SD_LOCK_GROUP_KEYS 64 /* weight per call at most: lock keys, or blob data in 4 KiB */
+
+/* Calls in flight per lock script (acquire, release, renew): SD_LOCK_CALLS on a Redis
+ * Cluster, whose nodes run calls side by side; 1 on one Redis, where the acquire and the
+ * release of a login already keep two calls in flight and a third or fourth only makes
+ * the batches smaller (bench/README.md, "One lock call in flight per script"). */
+int sd_lock_script_calls(void);
 
 typedef struct {
     sd_group_job_t g;  /* first: the group's link and request */

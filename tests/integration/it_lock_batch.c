@@ -1,7 +1,7 @@
 /* The lock path's group commit (docs/locks.md, "Group commit") against a real
  * redis-server and serverdir. Each burst pauses Redis (CLIENT PAUSE; on a Redis Cluster
  * the node of the one slot of its keys) and then lets many
- * client threads send at once, so the requests queue behind the two calls in flight and
+ * client threads send at once, so the requests queue behind the calls in flight and
  * are carried, many to a call, by the scripts' batch forms (<name>_many.lua); the
  * serverdir counters of calls and requests per script prove it. Every request must still
  * get its own answer:
@@ -114,8 +114,8 @@ static void tag_pick(void)
 static int setup(void **state)
 {
     /* one HTTP worker per client thread and more: while Redis is paused every request
-     * of a burst is read and waits in its group (with the suite's 4 workers, 2 blocked
-     * in the calls in flight, at most 2 requests could queue, and a starved machine
+     * of a burst is read and waits in its group (with the suite's 4 workers, some
+     * blocked in the calls in flight, few requests could queue, and a starved machine
      * often let none) */
     static const char *const extra[] = {"--threads", "48", NULL};
     h_sd_opts_t o = {.extra = extra};
