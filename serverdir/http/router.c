@@ -2,14 +2,16 @@
 
 #include <string.h>
 
-/* Compares one pattern against the split path segments. Returns 1 on a match and fills
- * params with the segments that stand where the pattern has {name}. */
-static int pattern_match(const char *pat, char **segs, int nsegs, const char **params,
-                         int *nparams)
+/* Compares one pattern against the split path segments (seglen: their lengths). Returns 1
+ * on a match and fills params with the segments that stand where the pattern has {name}.
+ * A literal segment is compared as it is scanned, so most patterns are left at their
+ * first differing byte. */
+static int pattern_match(const char *pat, char **segs, const size_t *seglen, int nsegs,
+                         const char **params, int *nparams)
 {
     int i = 0, np = 0;
     const char *p = pat;
-    if (strcmp(pat, "/") == 0) { /* the root (the dashboard): no segment at all */
+    if (p[0] == '/' && p[1] == '\0') { /* the root (the dashboard): no segment at all */
         if (nsegs)
             return 0;
         *nparams = 0;
@@ -19,19 +21,27 @@ static int pattern_match(const char *pat, char **segs, int nsegs, const char **p
         if (*p != '/')
             return 0;
         p++;
-        const char *end = strchr(p, '/');
-        size_t len = end ? (size_t)(end - p) : strlen(p);
         if (i >= nsegs)
             return 0;
-        if (len >= 2 && p[0] == '{' && p[len - 1] == '}') {
-            if (np >= SD_MAX_PARAMS)
-                return 0;
-            params[np++] = segs[i];
-        } else if (strlen(segs[i]) != len || memcmp(segs[i], p, len) != 0) {
-            return 0;
+        if (p[0] == '{') {
+            const char *end = strchr(p, '/');
+            size_t len = end ? (size_t)(end - p) : strlen(p);
+            if (len >= 2 && p[len - 1] == '}') {
+                if (np >= SD_MAX_PARAMS)
+                    return 0;
+                params[np++] = segs[i++];
+                p += len;
+                continue;
+            }
         }
+        const char *s = segs[i];
+        size_t k = 0, n = seglen[i];
+        while (k < n && p[k] == s[k]) /* a '/' or the end in p never equals a path byte */
+            k++;
+        if (k != n || (p[k] != '/' && p[k] != '\0'))
+            return 0;
         i++;
-        p += len;
+        p += k;
     }
     if (i != nsegs)
         return 0;
@@ -49,21 +59,23 @@ int sd_route_match(const sd_route_t *table, size_t n, const char *method, const 
     memcpy(scratch, path, plen + 1);
 
     char *segs[32];
+    size_t seglen[32];
     int nsegs = 0;
     if (plen > 1) {
         char *s = scratch + 1;
         for (;;) {
             if (nsegs == (int)(sizeof segs / sizeof segs[0]))
                 return SD_ROUTE_NOT_FOUND;
-            segs[nsegs++] = s;
             char *slash = strchr(s, '/');
+            segs[nsegs] = s;
+            seglen[nsegs++] = slash ? (size_t)(slash - s) : strlen(s);
             if (!slash)
                 break;
             *slash = '\0';
             s = slash + 1;
         }
         for (int i = 0; i < nsegs; i++)
-            if (segs[i][0] == '\0')
+            if (seglen[i] == 0)
                 return SD_ROUTE_NOT_FOUND; /* "//" or a trailing '/' */
     }
 
@@ -74,7 +86,7 @@ int sd_route_match(const sd_route_t *table, size_t n, const char *method, const 
     for (size_t r = 0; r < n; r++) {
         const char *pp[SD_MAX_PARAMS];
         int np = 0;
-        if (!pattern_match(table[r].pattern, segs, nsegs, pp, &np))
+        if (!pattern_match(table[r].pattern, segs, seglen, nsegs, pp, &np))
             continue;
         if (strcmp(table[r].method, m) == 0) {
             /* The route with the most literal segments wins: /v1/locks/acquire

@@ -66,6 +66,12 @@ static void router_prefers_literal_segments(void **state)
     assert_int_equal(match("POST", "/v1/locks/acquire", params, &np, allow), 2);
     assert_int_equal(np, 0);
     assert_int_equal(match("POST", "/v1/locks/other", params, &np, allow), 3);
+    /* a literal matches whole segments only, not a prefix of one nor one it prefixes */
+    assert_int_equal(match("POST", "/v1/locks/acquir", params, &np, allow), 3);
+    assert_string_equal(params[0], "acquir");
+    assert_int_equal(match("POST", "/v1/locks/acquiree", params, &np, allow), 3);
+    assert_int_equal(match("GET", "/healthzz", params, &np, allow), SD_ROUTE_NOT_FOUND);
+    assert_int_equal(match("GET", "/health", params, &np, allow), SD_ROUTE_NOT_FOUND);
 }
 
 static void router_not_found_and_bad_method(void **state)
