@@ -39,6 +39,17 @@ void sd_buf_init(sd_buf_t *b, size_t max)
     b->data = NULL;
     b->len = b->cap = 0;
     b->max = max;
+    b->borrowed = 0;
+}
+
+void sd_buf_use(sd_buf_t *b, char *mem, size_t cap, size_t max)
+{
+    b->data = mem;
+    b->data[0] = '\0';
+    b->len = 0;
+    b->cap = cap;
+    b->max = max;
+    b->borrowed = 1;
 }
 
 static int buf_reserve(sd_buf_t *b, size_t extra)
@@ -51,9 +62,12 @@ static int buf_reserve(sd_buf_t *b, size_t extra)
     size_t ncap = b->cap ? b->cap : 256;
     while (ncap < need)
         ncap *= 2;
-    char *p = realloc(b->data, ncap);
+    char *p = b->borrowed ? malloc(ncap) : realloc(b->data, ncap);
     if (!p)
         return -ENOMEM;
+    if (b->borrowed)
+        memcpy(p, b->data, b->len + 1);
+    b->borrowed = 0;
     b->data = p;
     b->cap = ncap;
     return 0;
@@ -98,9 +112,11 @@ void sd_buf_reset(sd_buf_t *b)
 
 void sd_buf_free(sd_buf_t *b)
 {
-    free(b->data);
+    if (!b->borrowed)
+        free(b->data);
     b->data = NULL;
     b->len = b->cap = 0;
+    b->borrowed = 0;
 }
 
 int sd_random_hex(char *out, size_t nbytes)

@@ -18,9 +18,13 @@ int64_t sd_wall_ms(void);
 typedef struct {
     char *data;
     size_t len, cap, max;
+    int borrowed; /* data is the caller's memory (sd_buf_use): never freed nor resized */
 } sd_buf_t;
 
 void sd_buf_init(sd_buf_t *b, size_t max);
+/* Starts b empty in the caller's mem[0..cap) (cap >= 1), which must outlive b; growing
+ * past it moves the contents to memory b allocates and owns. */
+void sd_buf_use(sd_buf_t *b, char *mem, size_t cap, size_t max);
 int sd_buf_append(sd_buf_t *b, const void *p, size_t n);
 int sd_buf_printf(sd_buf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void sd_buf_reset(sd_buf_t *b);

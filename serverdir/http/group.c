@@ -8,9 +8,10 @@ static void call_done(sd_group_t *g)
 {
     pthread_mutex_lock(&g->mu);
     g->busy--;
-    if (g->head)
-        pthread_cond_signal(&g->cv);
+    int wake = g->head != NULL;
     pthread_mutex_unlock(&g->mu);
+    if (wake) /* after the unlock: a woken worker does not block on the mutex at once */
+        pthread_cond_signal(&g->cv);
 }
 
 /* Takes the oldest job and every later one that may share its call into jobs (under
@@ -94,11 +95,12 @@ void sd_group_submit(sd_group_t *g, sd_group_job_t *j)
         j->next = NULL;
         *g->tail = j;
         g->tail = &j->next;
-        if (g->busy < g->calls) /* else call_done signals */
-            pthread_cond_signal(&g->cv);
     }
+    int wake = queue && g->busy < g->calls; /* else call_done signals */
     int counted = !queue && g->started > 0;
     pthread_mutex_unlock(&g->mu);
+    if (wake)
+        pthread_cond_signal(&g->cv);
     if (queue)
         return;
     g->call(&j, 1);

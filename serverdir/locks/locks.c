@@ -16,6 +16,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <openssl/rand.h>
+
 #include "cred.h"
 #include "locks.h"
 #include "rcluster.h"
@@ -675,6 +677,23 @@ static int quota_args(const sd_lock_req_t *a, int cluster, const unsigned char *
     return rc;
 }
 
+/* A new lock_token: SD_LOCK_TOKEN_BYTES from OpenSSL's per-thread generator (seeded from
+ * the kernel; a getrandom call per grant was one syscall in twenty on the lock path), in
+ * lowercase hex. 0, or -1 when the generator fails. */
+static int token_new(char out[SD_LOCK_TOKEN_LEN + 1])
+{
+    static const char hex[] = "0123456789abcdef";
+    unsigned char raw[SD_LOCK_TOKEN_BYTES];
+    if (RAND_bytes(raw, (int)sizeof raw) != 1)
+        return -1;
+    for (size_t i = 0; i < sizeof raw; i++) {
+        out[2 * i] = hex[raw[i] >> 4];
+        out[2 * i + 1] = hex[raw[i] & 15];
+    }
+    out[SD_LOCK_TOKEN_LEN] = '\0';
+    return 0;
+}
+
 int sd_lock_acquire_prepare(const sd_lock_req_t *a, sd_argv_t *av, int *nkeys,
                             unsigned char *added)
 {
@@ -708,7 +727,7 @@ int sd_lock_acquire_prepare(const sd_lock_req_t *a, sd_argv_t *av, int *nkeys,
         char token[SD_LOCK_TOKEN_LEN + 1];
         if (a->tokens[i]) {
             sd_argv_add(av, a->tokens[i]);
-        } else if (sd_random_hex(token, SD_LOCK_TOKEN_BYTES)) {
+        } else if (token_new(token)) {
             index_undo(a->holder, a->names, a->n, added);
             sd_argv_free(av);
             return SD_STORE_ERROR;

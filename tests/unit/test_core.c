@@ -135,6 +135,36 @@ static void buf_cap_is_enforced(void **state)
     sd_buf_free(&b);
 }
 
+/* A buffer started in the caller's memory (sd_buf_use) writes there, keeps its cap, and
+ * moves its contents to memory of its own when it outgrows it; freeing it never frees
+ * the caller's memory (under ASan and valgrind, a free of the stack array would fail). */
+static void buf_in_callers_memory(void **state)
+{
+    (void)state;
+    char mem[8];
+    sd_buf_t b;
+    sd_buf_use(&b, mem, sizeof mem, 20);
+    assert_int_equal(sd_buf_append(&b, "1234567", 7), 0);
+    assert_ptr_equal(b.data, mem);
+    assert_string_equal(mem, "1234567");
+    sd_buf_reset(&b);
+    assert_int_equal(b.len, 0);
+    assert_int_equal(sd_buf_append(&b, "abc", 3), 0);
+    assert_int_equal(sd_buf_printf(&b, "%s", "defghij"), 0); /* 10 bytes + NUL: moved */
+    assert_ptr_not_equal(b.data, mem);
+    assert_int_equal(b.borrowed, 0);
+    assert_string_equal(b.data, "abcdefghij");
+    assert_int_equal(sd_buf_append(&b, "0123456789x", 11), -E2BIG); /* max still 20 */
+    assert_int_equal(sd_buf_append(&b, "0123456789", 10), 0);
+    assert_string_equal(b.data, "abcdefghij0123456789");
+    sd_buf_free(&b);
+    sd_buf_use(&b, mem, sizeof mem, 20);
+    assert_int_equal(sd_buf_append(&b, "x", 1), 0);
+    sd_buf_free(&b); /* not mem's to free */
+    assert_null(b.data);
+    assert_string_equal(mem, "x");
+}
+
 /* sd_read_fd reads a pipe to its end into one NUL-terminated buffer, and refuses one
  * longer than the cap (-E2BIG) without handing back a buffer. */
 static void read_fd_to_the_end_with_a_cap(void **state)
@@ -230,6 +260,7 @@ int main(void)
         cmocka_unit_test(hostport_parsing),
         cmocka_unit_test(read_fd_to_the_end_with_a_cap),
         cmocka_unit_test(buf_cap_is_enforced),
+        cmocka_unit_test(buf_in_callers_memory),
         cmocka_unit_test(logfmt_quotes_values),
         cmocka_unit_test(json_getters_name_the_field),
     };
