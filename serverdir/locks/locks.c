@@ -10,13 +10,13 @@
  *                                  pushed while wait_until has not passed
  *   <prefix>lock:<holder>#h set    the keys a holder holds (for GET /v1/locks?holder=)
  * '#' is not allowed in names, so these can never collide. */
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
-
-#include <openssl/rand.h>
 
 #include "cred.h"
 #include "locks.h"
@@ -677,19 +677,34 @@ static int quota_args(const sd_lock_req_t *a, int cluster, const unsigned char *
     return rc;
 }
 
-/* A new lock_token: SD_LOCK_TOKEN_BYTES from OpenSSL's per-thread generator (seeded from
- * the kernel; a getrandom call per grant was one syscall in twenty on the lock path), in
- * lowercase hex. 0, or -1 when the generator fails. */
+/* A new lock_token: SD_LOCK_TOKEN_BYTES of the kernel's randomness in lowercase hex. A
+ * thread takes them 512 bytes (32 tokens) at a time: a getrandom call per grant was one
+ * syscall in twenty on the lock path, and OpenSSL's generator cost more CPU than the call.
+ * The bytes are used once each and are as secret as the tokens they become. 0, or -1
+ * when the kernel gives none. */
 static int token_new(char out[SD_LOCK_TOKEN_LEN + 1])
 {
+    static _Thread_local unsigned char pool[512];
+    static _Thread_local size_t used = sizeof pool;
     static const char hex[] = "0123456789abcdef";
-    unsigned char raw[SD_LOCK_TOKEN_BYTES];
-    if (RAND_bytes(raw, (int)sizeof raw) != 1)
-        return -1;
-    for (size_t i = 0; i < sizeof raw; i++) {
+    if (used + SD_LOCK_TOKEN_BYTES > sizeof pool) {
+        size_t got = 0;
+        while (got < sizeof pool) {
+            ssize_t r = getrandom(pool + got, sizeof pool - got, 0);
+            if (r < 0 && errno != EINTR)
+                return -1;
+            if (r > 0)
+                got += (size_t)r;
+        }
+        used = 0;
+    }
+    const unsigned char *raw = pool + used;
+    for (size_t i = 0; i < SD_LOCK_TOKEN_BYTES; i++) {
         out[2 * i] = hex[raw[i] >> 4];
         out[2 * i + 1] = hex[raw[i] & 15];
     }
+    memset(pool + used, 0, SD_LOCK_TOKEN_BYTES); /* not kept once handed out */
+    used += SD_LOCK_TOKEN_BYTES;
     out[SD_LOCK_TOKEN_LEN] = '\0';
     return 0;
 }
