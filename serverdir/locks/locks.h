@@ -160,7 +160,8 @@ int sd_lock_scan(char *cursor, size_t cap, size_t limit, json_t *locks);
 /* Calls in flight per lock script (acquire, release, renew): SD_LOCK_CALLS on a Redis
  * Cluster, whose nodes run calls side by side; 1 on one Redis, where the acquire and the
  * release of a login already keep two calls in flight and a third or fourth only makes
- * the batches smaller (bench/README.md, "One lock call in flight per script"). */
+ * the batches smaller (bench/README.md, "serverdir's own CPU per pair, and one lock call
+ * in flight"). */
 int sd_lock_script_calls(void);
 
 typedef struct {
