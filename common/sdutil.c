@@ -119,10 +119,19 @@ void sd_buf_free(sd_buf_t *b)
     b->borrowed = 0;
 }
 
+void sd_hex_encode(char *out, const unsigned char *raw, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = hex[raw[i] >> 4];
+        out[2 * i + 1] = hex[raw[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
 int sd_random_hex(char *out, size_t nbytes)
 {
     unsigned char raw[64];
-    static const char hex[] = "0123456789abcdef";
     if (nbytes > sizeof raw)
         return -EINVAL;
     size_t got = 0;
@@ -135,11 +144,7 @@ int sd_random_hex(char *out, size_t nbytes)
         }
         got += (size_t)r;
     }
-    for (size_t i = 0; i < nbytes; i++) {
-        out[2 * i] = hex[raw[i] >> 4];
-        out[2 * i + 1] = hex[raw[i] & 15];
-    }
-    out[2 * nbytes] = '\0';
+    sd_hex_encode(out, raw, nbytes);
     return 0;
 }
 

@@ -32,6 +32,8 @@ void sd_buf_free(sd_buf_t *b);
 
 /* Fills out with 2*nbytes lowercase hex characters of getrandom() randomness + NUL. */
 int sd_random_hex(char *out, size_t nbytes);
+/* Writes raw[0..n) as 2*n lowercase hex characters + NUL into out. */
+void sd_hex_encode(char *out, const unsigned char *raw, size_t n);
 
 /* Parses "host:port", "[v6]:port" or ":port" (host becomes ""). Returns 0 or -EINVAL. */
 int sd_parse_hostport(const char *s, char *host, size_t hostcap, int *port);

@@ -686,7 +686,6 @@ static int token_new(char out[SD_LOCK_TOKEN_LEN + 1])
 {
     static _Thread_local unsigned char pool[512];
     static _Thread_local size_t used = sizeof pool;
-    static const char hex[] = "0123456789abcdef";
     if (used + SD_LOCK_TOKEN_BYTES > sizeof pool) {
         size_t got = 0;
         while (got < sizeof pool) {
@@ -698,14 +697,9 @@ static int token_new(char out[SD_LOCK_TOKEN_LEN + 1])
         }
         used = 0;
     }
-    const unsigned char *raw = pool + used;
-    for (size_t i = 0; i < SD_LOCK_TOKEN_BYTES; i++) {
-        out[2 * i] = hex[raw[i] >> 4];
-        out[2 * i + 1] = hex[raw[i] & 15];
-    }
+    sd_hex_encode(out, pool + used, SD_LOCK_TOKEN_BYTES);
     memset(pool + used, 0, SD_LOCK_TOKEN_BYTES); /* not kept once handed out */
     used += SD_LOCK_TOKEN_BYTES;
-    out[SD_LOCK_TOKEN_LEN] = '\0';
     return 0;
 }
 
