@@ -1,4 +1,5 @@
 /* Group commit: see group.h. */
+#include <stdio.h>
 #include <string.h>
 
 #include "group.h"
@@ -41,6 +42,11 @@ static void *worker_main(void *arg)
 {
     sd_group_t *g = arg;
     sd_group_job_t *jobs[SD_GROUP_JOBS_MAX];
+    /* named after its group for top -H and perf (it would keep its creator's name,
+     * "MHD-worker"); a thread name holds 15 bytes */
+    char name[16];
+    snprintf(name, sizeof name, "%s", g->name);
+    pthread_setname_np(pthread_self(), name);
     for (;;) {
         pthread_mutex_lock(&g->mu);
         while (!g->head || g->busy >= g->calls)
@@ -87,7 +93,7 @@ void sd_group_submit(sd_group_t *g, sd_group_job_t *j)
 {
     pthread_mutex_lock(&g->mu);
     int queue = workers_start(g) == 0; /* without workers: every call on its own thread */
-    if (queue && !g->head && g->busy < g->calls) {
+    if (queue && !g->hand_over && !g->head && g->busy < g->calls) {
         g->busy++; /* a call free: this thread's */
         queue = 0;
     } else if (queue) {

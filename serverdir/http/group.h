@@ -4,11 +4,18 @@
  *
  * A request that finds nothing queued and fewer than `calls` calls in flight makes its
  * call at once on its own HTTP thread, alone: no park, no hand-over, the cheapest path
- * and the one every request takes below saturation. Otherwise it is parked (sd_req_park)
- * and queued; `calls` worker threads each take, as soon as a call is free, the oldest
- * job and every later one that may share its call (same key, within the weight budget),
- * make one call for them and finish each. Nothing waits on a timer: a group is only what
- * queued up while the calls in flight ran.
+ * below saturation (unless the group sets hand_over). Otherwise it is parked
+ * (sd_req_park) and queued; `calls` worker threads each take, as soon as a call is free,
+ * the oldest job and every later one that may share its call (same key, within the
+ * weight budget), make one call for them and finish each. Nothing waits on a timer: a
+ * group is only what queued up while the calls in flight ran.
+ *
+ * A call made on an HTTP thread holds that thread's other connections until Redis
+ * answers: their requests wait unread behind it, and the threads that hold most
+ * connections take turns calling one request at a time. A group whose requests come
+ * many a second from the same connections (the lock path) sets hand_over, so that every
+ * request is parked and queued and an HTTP thread never waits on Redis for it
+ * (bench/README.md, "HTTP threads that never wait for a lock call").
  *
  * A module describes its kind of group once, in a static sd_group_t, and embeds an
  * sd_group_job_t first in its own job struct. */
@@ -31,6 +38,9 @@ typedef struct sd_group {
     int calls;        /* calls in flight at most, and worker threads */
     /* When set, replaces calls at first use (when the store's mode is known). */
     int (*calls_at_start)(void);
+    /* 1: every request goes to the workers (parked and queued), none is called on its
+     * HTTP thread. */
+    int hand_over;
     int jobs_max;     /* jobs in one call at most (up to SD_GROUP_JOBS_MAX) */
     long weight_max;  /* sum of the jobs' weights in one call at most (the first job always goes) */
     /* The key jobs must share to share a call (the cluster). */
@@ -54,8 +64,8 @@ typedef struct sd_group {
     .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .head = NULL,     \
     .tail = NULL, .busy = 0, .started = 0
 
-/* Runs j's call: at once on this thread (finished here, parked 0), or parked and queued
- * for a worker. j->req must be set; j belongs to g's callbacks from here on. */
+/* Runs j's call: at once on this thread (finished here, parked 0; never with
+ * hand_over), or parked and queued for a worker. j->req must be set; j belongs to g's callbacks from here on. */
 void sd_group_submit(sd_group_t *g, sd_group_job_t *j);
 
 #endif

@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -502,6 +503,77 @@ static void bound_token_save_counts_its_scope(void **state)
     sdc_free(c);
 }
 
+/* ---------- an HTTP thread never waits on Redis for the lock path ---------- */
+
+typedef struct {
+    sdc_t *c;
+    const char *key, *holder;
+    int rc;
+    sdc_lock_t l;
+    sdc_err_t err;
+    atomic_int done;
+} slow_t;
+
+static void *slow_acquire(void *p)
+{
+    slow_t *s = p;
+    s->rc = sdc_lock_acquire(s->c, s->key, s->holder, NULL, &s->l, &s->err);
+    atomic_store(&s->done, 1);
+    return NULL;
+}
+
+/* A serverdir with one HTTP thread: an acquire whose script call waits (Redis paused) is
+ * handed to its group's worker, and the thread answers another connection meanwhile. It
+ * used to make a lone request's call itself (the group's fast path), and every other
+ * connection of the thread waited out the call behind it (bench/README.md, "HTTP
+ * threads that never wait for a lock call"). */
+static void lock_call_never_holds_its_http_thread(void **state)
+{
+    (void)state;
+    static const char *const extra[] = {"--threads", "1", NULL};
+    h_sd_opts_t o = {.extra = extra};
+    h_serverdir_t one;
+    assert_int_equal(h_sd_start(&one, &redis, &o), 0);
+    slow_t s = {.c = sdc_new(one.url, H_TOK_GAME, h_ms(10000)), .holder = holders[0][0]};
+    char key[48];
+    snprintf(key, sizeof key, "%sho-1", tag);
+    s.key = key;
+    /* the client's connection made before the pause: the acquire is only to be read */
+    sdc_lock_info_t info;
+    sdc_lock_get(s.c, key, &info, NULL, &s.err);
+    sdc_err_clear(&s.err);
+
+    assert_int_equal(h_redis_route(&redis, h_lock_key(key)), 0);
+    redisReply *r = h_redis(&redis, "CLIENT PAUSE %d WRITE", PAUSE_MS);
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    int64_t t0 = h_now_ms();
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, slow_acquire, &s), 0);
+    h_sleep_ms(h_ms(300)); /* the acquire reaches serverdir and waits for Redis */
+    assert_false(atomic_load(&s.done));
+    char healthz[160];
+    snprintf(healthz, sizeof healthz, "%s/healthz", one.url);
+    h_resp_t hr = {0};
+    int64_t t1 = h_now_ms();
+    assert_int_equal(h_http("GET", healthz, NULL, NULL, NULL, 0, NULL, &hr), 0);
+    int waiting = !atomic_load(&s.done);
+    int64_t t2 = h_now_ms();
+    fprintf(stderr, "healthz answered in %lld ms, %lld ms after the acquire was sent, %s it\n",
+            (long long)(t2 - t1), (long long)(t2 - t0), waiting ? "before" : "after");
+    assert_int_equal(hr.status, 200);
+    h_resp_free(&hr);
+    /* answered while the acquire still waited for Redis, not when the pause ended */
+    assert_true(waiting);
+    assert_true(t2 - t1 < PAUSE_MS / 2);
+    pthread_join(th, NULL);
+    assert_int_equal(s.rc, SDC_OK);
+    assert_int_equal(sdc_lock_release(s.c, &s.l, s.holder, &s.err), SDC_OK);
+    sdc_free(s.c);
+    h_serverdir_stop(&one);
+}
+
 int main(void)
 {
     h_init(180);
@@ -510,6 +582,7 @@ int main(void)
         cmocka_unit_test(burst_on_one_lock_one_grant_refusals_and_fencing),
         cmocka_unit_test(failing_item_fails_alone),
         cmocka_unit_test(bound_token_save_counts_its_scope),
+        cmocka_unit_test(lock_call_never_holds_its_http_thread),
     };
     return cmocka_run_group_tests(tests, setup, h_stack_teardown);
 }
