@@ -92,25 +92,18 @@ static int workers_start(sd_group_t *g)
 void sd_group_submit(sd_group_t *g, sd_group_job_t *j)
 {
     pthread_mutex_lock(&g->mu);
-    int queue = workers_start(g) == 0; /* without workers: every call on its own thread */
-    if (queue && !g->hand_over && !g->head && g->busy < g->calls) {
-        g->busy++; /* a call free: this thread's */
-        queue = 0;
-    } else if (queue) {
-        sd_req_park(j->req); /* before a worker can see it */
-        j->next = NULL;
-        *g->tail = j;
-        g->tail = &j->next;
+    if (workers_start(g) < 0) { /* without workers: every call on its own thread */
+        pthread_mutex_unlock(&g->mu);
+        g->call(&j, 1);
+        g->finish(j, 0);
+        return;
     }
-    int wake = queue && g->busy < g->calls; /* else call_done signals */
-    int counted = !queue && g->started > 0;
+    sd_req_park(j->req); /* before a worker can see it */
+    j->next = NULL;
+    *g->tail = j;
+    g->tail = &j->next;
+    int wake = g->busy < g->calls; /* else call_done signals */
     pthread_mutex_unlock(&g->mu);
     if (wake)
         pthread_cond_signal(&g->cv);
-    if (queue)
-        return;
-    g->call(&j, 1);
-    if (counted)
-        call_done(g);
-    g->finish(j, 0);
 }

@@ -2,20 +2,19 @@
  * of a call's cost is per call (the round trip, the script's start, its shared reads and
  * writes), share calls when they arrive faster than the calls run.
  *
- * A request that finds nothing queued and fewer than `calls` calls in flight makes its
- * call at once on its own HTTP thread, alone: no park, no hand-over, the cheapest path
- * below saturation (unless the group sets hand_over). Otherwise it is parked
- * (sd_req_park) and queued; `calls` worker threads each take, as soon as a call is free,
- * the oldest job and every later one that may share its call (same key, within the
- * weight budget), make one call for them and finish each. Nothing waits on a timer: a
- * group is only what queued up while the calls in flight ran.
+ * Every request is parked (sd_req_park) and queued; `calls` worker threads each take,
+ * as soon as a call is free, the oldest job and every later one that may share its call
+ * (same key, within the weight budget), make one call for them and finish each. Nothing
+ * waits on a timer: a group is only what queued up while the calls in flight ran, and a
+ * request alone makes a call alone.
  *
- * A call made on an HTTP thread holds that thread's other connections until Redis
- * answers: their requests wait unread behind it, and the threads that hold most
- * connections take turns calling one request at a time. A group whose requests come
- * many a second from the same connections (the lock path) sets hand_over, so that every
- * request is parked and queued and an HTTP thread never waits on Redis for it
- * (bench/README.md, "HTTP threads that never wait for a lock call").
+ * An HTTP thread never makes the call itself. It used to, for a request that found
+ * nothing queued and a call free (the cheapest path below saturation), but that call
+ * held the thread's other connections until Redis answered: libmicrohttpd spreads
+ * connections unevenly over its threads, and the threads that held most of them took
+ * turns calling one request at a time while their other requests waited unread, with
+ * nothing queued to batch (bench/README.md, "HTTP threads that never wait for a lock
+ * call").
  *
  * A module describes its kind of group once, in a static sd_group_t, and embeds an
  * sd_group_job_t first in its own job struct. */
@@ -38,9 +37,6 @@ typedef struct sd_group {
     int calls;        /* calls in flight at most, and worker threads */
     /* When set, replaces calls at first use (when the store's mode is known). */
     int (*calls_at_start)(void);
-    /* 1: every request goes to the workers (parked and queued), none is called on its
-     * HTTP thread. */
-    int hand_over;
     int jobs_max;     /* jobs in one call at most (up to SD_GROUP_JOBS_MAX) */
     long weight_max;  /* sum of the jobs' weights in one call at most (the first job always goes) */
     /* The key jobs must share to share a call (the cluster). */
@@ -64,8 +60,9 @@ typedef struct sd_group {
     .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .head = NULL,     \
     .tail = NULL, .busy = 0, .started = 0
 
-/* Runs j's call: at once on this thread (finished here, parked 0; never with
- * hand_over), or parked and queued for a worker. j->req must be set; j belongs to g's callbacks from here on. */
+/* Parks j's request and queues j for a worker (finished there, parked 1); only when no
+ * worker could start, runs the call at once on this thread (finished here, parked 0).
+ * j->req must be set; j belongs to g's callbacks from here on. */
 void sd_group_submit(sd_group_t *g, sd_group_job_t *j);
 
 #endif

@@ -266,7 +266,6 @@ static void save_job_finish(sd_group_job_t *g, int parked)
 
 static sd_group_t save_group = {.name = "blob_save",
                                 .calls = SD_LOCK_CALLS,
-                                .hand_over = 1,
                                 .jobs_max = SD_LOCK_GROUP_MAX,
                                 .weight_max = SD_LOCK_GROUP_KEYS,
                                 .key = sd_lock_call_key,

@@ -1089,6 +1089,83 @@ static void heavy_requests_get_a_call_each(void **state)
                  "grouped", calls, HEAVY, PLAIN);
 }
 
+/* ---------- an HTTP thread never waits on Redis for a grouped request ---------- */
+
+typedef struct {
+    const char *url, *token, *path, *body;
+    long status;
+    atomic_int done;
+} held_t;
+
+static void *held_post(void *p)
+{
+    held_t *h = p;
+    h->status = ct_call(h->url, h->token, "POST", h->body, NULL, NULL, "%s", h->path);
+    atomic_store(&h->done, 1);
+    return NULL;
+}
+
+/* A serverdir with one HTTP thread: an allocation and an event batch whose script calls
+ * wait (Redis paused for writes) are each handed to their group's worker, and the thread
+ * answers /healthz meanwhile. A lone request used to make its call on its HTTP thread,
+ * and every other connection of the thread waited out the call behind it. */
+static void grouped_calls_never_hold_their_http_thread(void **state)
+{
+    (void)state;
+    fleet("ho", "zone", NULL, 1, 4, 0);
+    static const char *const extra[] = {"--threads", "1", NULL};
+    h_sd_opts_t o = {.extra = extra};
+    h_serverdir_t one;
+    assert_int_equal(h_sd_start(&one, &redis, &o), 0);
+    held_t reqs[2] = {
+        {.url = one.url, .token = H_TOK_GAME, .path = "/v1/clusters/ho/allocations",
+         .body = "{\"service\":\"zone\"}"},
+        {.url = one.url, .token = H_TOK_BB, .path = "/v1/clusters/ho/events",
+         .body = "{\"events\":[{\"id\":\"x.ho.1\",\"type\":\"stopped\",\"instance\":\"zone-m0-3\","
+                 "\"machine\":\"m0\",\"service\":\"zone\",\"reason\":\"exited\",\"code\":0}]}"},
+    };
+    /* each path once before the pause: a copy's first request for a cluster records the
+     * cluster (a write of its own on the HTTP thread) */
+    assert_int_equal(ct_call(one.url, H_TOK_GAME, "POST", reqs[0].body, NULL, NULL, "%s",
+                             reqs[0].path), 201);
+    assert_int_equal(ct_call(one.url, H_TOK_BB, "POST",
+                             "{\"events\":[{\"id\":\"x.ho.0\",\"type\":\"ready\","
+                             "\"instance\":\"zone-m0-3\",\"machine\":\"m0\","
+                             "\"service\":\"zone\",\"generation\":0}]}",
+                             NULL, NULL, "%s", reqs[1].path), 200);
+    /* on a Redis Cluster: the node of the cluster's keys */
+    assert_int_equal(h_redis_route(&redis, "sd:{ho}:x"), 0);
+    redisReply *r = h_redis(&redis, "CLIENT PAUSE 1500 WRITE");
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, held_post, &reqs[i]), 0);
+    h_sleep_ms(300); /* both reach serverdir and wait for Redis */
+    for (int i = 0; i < 2; i++)
+        if (atomic_load(&reqs[i].done))
+            fail_msg("%s answered %ld during the pause", reqs[i].path, reqs[i].status);
+    char healthz[160];
+    snprintf(healthz, sizeof healthz, "%s/healthz", one.url);
+    h_resp_t hr = {0};
+    int64_t t1 = h_now_ms();
+    assert_int_equal(h_http("GET", healthz, NULL, NULL, NULL, 0, NULL, &hr), 0);
+    int waiting = !atomic_load(&reqs[0].done) && !atomic_load(&reqs[1].done);
+    int64_t t2 = h_now_ms();
+    fprintf(stderr, "healthz answered in %lld ms, %s the allocation and the events\n",
+            (long long)(t2 - t1), waiting ? "before" : "not before");
+    assert_int_equal(hr.status, 200);
+    h_resp_free(&hr);
+    assert_true(waiting);
+    assert_true(t2 - t1 < 750);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    assert_int_equal(reqs[0].status, 201);
+    assert_int_equal(reqs[1].status, 200);
+    h_serverdir_stop(&one);
+}
+
 int main(void)
 {
     h_init(240);
@@ -1103,6 +1180,7 @@ int main(void)
         cmocka_unit_test(pool_spec_validated),
         cmocka_unit_test(grouped_requests_answered_each_their_own),
         cmocka_unit_test(heavy_requests_get_a_call_each),
+        cmocka_unit_test(grouped_calls_never_hold_their_http_thread),
     };
     return cmocka_run_group_tests(tests, setup, h_stack_teardown);
 }
