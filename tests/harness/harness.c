@@ -675,6 +675,31 @@ void h_redis_stop(h_redis_t *r)
     r->pid = 0;
 }
 
+long long h_redis_blocked(h_redis_t *r)
+{
+    redisReply *rep = h_redis(r, "INFO clients");
+    long long n = -1;
+    const char *p;
+    if (rep && rep->type == REDIS_REPLY_STRING &&
+        (p = strstr(rep->str, "blocked_clients:")))
+        n = strtoll(p + strlen("blocked_clients:"), NULL, 10);
+    if (rep)
+        freeReplyObject(rep);
+    return n;
+}
+
+int h_redis_wait_blocked(h_redis_t *r, long long n, int timeout_ms)
+{
+    int64_t until = h_now_ms() + timeout_ms;
+    for (;;) {
+        if (h_redis_blocked(r) >= n)
+            return 0;
+        if (h_now_ms() >= until)
+            return -1;
+        h_sleep_ms(5);
+    }
+}
+
 redisReply *h_redis(h_redis_t *r, const char *fmt, ...)
 {
     if (!r->ctl || r->ctl->err) {

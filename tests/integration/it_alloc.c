@@ -1135,6 +1135,8 @@ static void grouped_calls_never_hold_their_http_thread(void **state)
                              NULL, NULL, "%s", reqs[1].path), 200);
     /* on a Redis Cluster: the node of the cluster's keys */
     assert_int_equal(h_redis_route(&redis, "sd:{ho}:x"), 0);
+    long long blocked = h_redis_blocked(&redis);
+    assert_true(blocked >= 0);
     redisReply *r = h_redis(&redis, "CLIENT PAUSE 1500 WRITE");
     assert_non_null(r);
     assert_int_equal(r->type, REDIS_REPLY_STATUS);
@@ -1142,7 +1144,8 @@ static void grouped_calls_never_hold_their_http_thread(void **state)
     pthread_t th[2];
     for (int i = 0; i < 2; i++)
         assert_int_equal(pthread_create(&th[i], NULL, held_post, &reqs[i]), 0);
-    h_sleep_ms(300); /* both reach serverdir and wait for Redis */
+    /* both script calls reached Redis and wait there */
+    assert_int_equal(h_redis_wait_blocked(&redis, blocked + 2, 750), 0);
     for (int i = 0; i < 2; i++)
         if (atomic_load(&reqs[i].done))
             fail_msg("%s answered %ld during the pause", reqs[i].path, reqs[i].status);

@@ -544,6 +544,8 @@ static void lock_call_never_holds_its_http_thread(void **state)
     sdc_err_clear(&s.err);
 
     assert_int_equal(h_redis_route(&redis, h_lock_key(key)), 0);
+    long long blocked = h_redis_blocked(&redis);
+    assert_true(blocked >= 0);
     redisReply *r = h_redis(&redis, "CLIENT PAUSE %d WRITE", PAUSE_MS);
     assert_non_null(r);
     assert_int_equal(r->type, REDIS_REPLY_STATUS);
@@ -551,8 +553,11 @@ static void lock_call_never_holds_its_http_thread(void **state)
     int64_t t0 = h_now_ms();
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, slow_acquire, &s), 0);
-    h_sleep_ms(h_ms(300)); /* the acquire reaches serverdir and waits for Redis */
-    assert_false(atomic_load(&s.done));
+    /* the acquire's script call reached Redis and waits there */
+    assert_int_equal(h_redis_wait_blocked(&redis, blocked + 1, PAUSE_MS / 2), 0);
+    if (atomic_load(&s.done))
+        fail_msg("the acquire was answered during the pause: rc %d, %ld %s %s, after %lld ms",
+                 s.rc, s.err.status, s.err.code, s.err.message, (long long)(h_now_ms() - t0));
     char healthz[160];
     snprintf(healthz, sizeof healthz, "%s/healthz", one.url);
     h_resp_t hr = {0};
