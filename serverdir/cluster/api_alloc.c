@@ -211,11 +211,12 @@ static void no_capacity(sd_resp_t *resp, const alloc_req_t *a, int64_t looked)
  * round trip, the script's start, the clock, the service and machine reads, the demand
  * counter and the assignment documents), not per request. So allocations share calls
  * (http/group.h): each request is parked and queued (none waits on Redis on its HTTP
- * thread), and the next of ALLOC_CALLS calls in flight takes everything queued for one cluster (at most GROUP_MAX, in arrival order) and
- * answers each request from its part of the reply. Concurrent allocators never get the
- * same instance either way: the script takes its instances one request after another. A
- * request that found nothing and may wait (wait_ms) goes on to the park thread, which
- * tries it again, alone, when its pool changes. */
+ * thread), and the next of ALLOC_CALLS calls in flight takes everything queued for one
+ * cluster (at most GROUP_MAX, in arrival order) and answers each request from its part
+ * of the reply. Concurrent allocators never get the same instance either way: the
+ * script takes its instances one request after another. A request that found nothing
+ * and may wait (wait_ms) goes on to the park thread, which tries it again, alone, when
+ * its pool changes. */
 #define GROUP_MAX 32
 #define ALLOC_CALLS 2
 

@@ -152,9 +152,9 @@ int sd_lock_scan(char *cursor, size_t cap, size_t limit, json_t *locks);
  * that arrive while SD_LOCK_CALLS calls of their script are in flight share the next call
  * (http/group.h), through the script's batch form <name>_many.lua, in which each request
  * is an item with its own KEYS, ARGV and reply. Every request is handed to its script's
- * workers, so no HTTP thread waits on Redis for the lock path. A job carries
- * one prepared script call; calls share only within one Redis Cluster slot and within
- * the group's budgets. */
+ * workers, so no HTTP thread waits on Redis for the lock path. A job carries one
+ * prepared script call; calls share only within one Redis Cluster slot and within the
+ * group's budgets. */
 #define SD_LOCK_CALLS 2       /* calls in flight per script: saves; the lock scripts on a cluster */
 #define SD_LOCK_GROUP_MAX 32  /* requests per call at most */
 #define SD_LOCK_GROUP_KEYS 64 /* weight per call at most: lock keys, or blob data in 4 KiB */

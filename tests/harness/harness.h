@@ -101,12 +101,12 @@ const char *h_lock_key(const char *name);
 /* The Redis key `name` of the master list under key prefix `prefix` in this mode
  * ("sd:{master}:s" on a cluster, "sd:master:s" otherwise); a per-thread buffer. */
 const char *h_master_key(const char *prefix, const char *name);
-/* Runs a command on r->ctl (reconnecting if needed); caller frees the reply. */
 /* Redis's blocked clients (INFO clients: blocking commands, and the commands a CLIENT
  * PAUSE holds) on r's node (on a cluster: the one h_redis_route chose), or -1. */
 long long h_redis_blocked(h_redis_t *r);
 /* Waits up to timeout_ms for at least n of them: 0, or -1. */
 int h_redis_wait_blocked(h_redis_t *r, long long n, int timeout_ms);
+/* Runs a command on r->ctl (reconnecting if needed); caller frees the reply. */
 redisReply *h_redis(h_redis_t *r, const char *fmt, ...);
 /* "Changed nothing" checks compare the keys a request could have written, never the whole
  * keyspace at two instants: timers in serverdir (the lost-machine sweep and its lease,

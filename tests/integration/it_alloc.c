@@ -3,7 +3,8 @@
  * allocators never share an instance, idempotency keys, selectors and strategies, join
  * capacity, wait_ms, the ends of an allocation (release, expiry, crash, clean exit,
  * machine lost) and what each does to the pool, bad requests that change nothing, paged
- * lists. it.alloc_game runs the same with real bigbrothers and gameprocs. */
+ * lists, and that an allocation or event batch waiting in Redis never holds its HTTP
+ * thread. it.alloc_game runs the same with real bigbrothers and gameprocs. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -13,7 +13,9 @@
  *   - an item that fails (a lock record of the wrong type) fails alone, with the answer
  *     it gets alone; the others in its call are granted.
  * And a save by a token bound to a cluster counts its bytes in its scope's counter on
- * standalone Redis (it used to count them under the cluster's process-hash prefix). */
+ * standalone Redis (it used to count them under the cluster's process-hash prefix); and
+ * an acquire waiting in Redis never holds its HTTP thread (a serverdir with one answers
+ * /healthz meanwhile). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
