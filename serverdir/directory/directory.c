@@ -264,6 +264,108 @@ static void store_cmd3(const char *cmd, const char *a1, const char *a2, const ch
     sd_argv_free(&a);
 }
 
+/* One drain at a time in this process: the event batches of several workers would
+ * otherwise read and release the same entries side by side. The next to drain finds
+ * what the one before it left, its own stops included, so an answer still comes after
+ * its stops' locks are released. */
+static pthread_mutex_t drain_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* One round of drain_unlocks: the first SD_LOCK_STOPS_MAX entries of list, their
+ * holders' locks released, their master-list entries removed, then the entries removed
+ * (unlock_done.lua). A few calls whatever the number of entries (on a Redis Cluster the
+ * locks are holder after holder). *more: the list may hold more. -1 when Redis went
+ * away (what is left stays for the next drain). */
+static int drain_round(const char *cluster, const char *list, int release_on_stop,
+                       int64_t delay_ms, int *more)
+{
+    *more = 0;
+    sd_argv_t a;
+    sd_argv_init(&a);
+    sd_argv_add(&a, "LRANGE");
+    sd_argv_add(&a, list);
+    sd_argv_add(&a, "0");
+    sd_argv_addf(&a, "%d", SD_LOCK_STOPS_MAX - 1);
+    redisReply *r;
+    int rc = sd_store_command(&a, &r);
+    sd_argv_free(&a);
+    if (rc != SD_STORE_OK)
+        return -1;
+    size_t n = r->type == REDIS_REPLY_ARRAY ? r->elements : 0;
+    if (n > SD_LOCK_STOPS_MAX)
+        n = SD_LOCK_STOPS_MAX;
+    /* "instance stopped_at_ms generation" (without the generation: pushed by an older
+     * serverdir); anything else is not ours and only removed */
+    char insts[SD_LOCK_STOPS_MAX][SD_NAME_MAX + 1];
+    sd_lock_stop_t stops[SD_LOCK_STOPS_MAX];
+    const char *names[SD_LOCK_STOPS_MAX];
+    size_t of[SD_LOCK_STOPS_MAX]; /* the entry of stop k */
+    int ns = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *entry = r->element[i]->type == REDIS_REPLY_STRING ? r->element[i]->str : "";
+        long long stopped_ms = 0, gen = -1;
+        if (sscanf(entry, "%128s %lld %lld", insts[ns], &stopped_ms, &gen) < 2)
+            continue;
+        stops[ns] = (sd_lock_stop_t){insts[ns], stopped_ms, gen};
+        names[ns] = insts[ns];
+        of[ns++] = i;
+    }
+    long long released[SD_LOCK_STOPS_MAX];
+    int removed[SD_MASTER_FORGET_MAX];
+    int done[SD_LOCK_STOPS_MAX] = {0}; /* by entry: handled, to be removed */
+    for (size_t i = 0; i < n; i++)
+        done[i] = 1;
+    for (int k = 0; k < ns; k++)
+        done[of[k]] = 0;
+    if (release_on_stop &&
+        sd_lock_release_holders(cluster, ns, stops, delay_ms, released) != SD_STORE_OK) {
+        freeReplyObject(r);
+        return -1; /* Redis went away: the entries stay for the next drain */
+    }
+    if (sd_master_forget_instances(cluster, ns, names, removed) != SD_STORE_OK) {
+        freeReplyObject(r);
+        return -1;
+    }
+    char proc[512];
+    for (int k = 0; k < ns; k++) {
+        long long got = release_on_stop ? released[k] : 0;
+        if (got > 0) {
+            log_info("locks released", "cluster=%s instance=%s count=%lld lock_delay_ms=%lld",
+                     cluster, names[k], got, (long long)delay_ms);
+            SD_COUNT("serverdir_locks_released_on_stop_total",
+                     "Locks freed because the directory recorded their holder stopped", got);
+            char num[24];
+            snprintf(num, sizeof num, "%lld", got);
+            store_cmd3("HINCRBY", sd_key(proc, sizeof proc, cluster, "proc:%s", names[k]),
+                       "locks_released", num);
+        }
+        if (removed[k] > 0) {
+            log_info("master entry removed", "cluster=%s instance=%s reason=stopped", cluster,
+                     names[k]);
+            SD_COUNT("serverdir_master_removed_on_stop_total",
+                     "Master-list entries removed because their instance stopped", 1);
+        }
+        /* a release or a removal that failed keeps its entry for the next drain */
+        done[of[k]] = got >= 0 && removed[k] >= 0;
+    }
+    sd_argv_init(&a);
+    sd_argv_add(&a, list);
+    int ndone = 0;
+    for (size_t i = 0; i < n; i++)
+        if (done[i]) {
+            sd_argv_add(&a, r->element[i]->type == REDIS_REPLY_STRING ? r->element[i]->str : "");
+            ndone++;
+        }
+    *more = n == SD_LOCK_STOPS_MAX && ndone == (int)n;
+    redisReply *x = NULL;
+    rc = ndone ? sd_store_run("unlock_done", 1, &a, &x) : SD_STORE_OK;
+    if (!ndone)
+        sd_argv_free(&a);
+    if (x)
+        freeReplyObject(x);
+    freeReplyObject(r); /* after the call: a points into its entries */
+    return rc == SD_STORE_OK ? 0 : -1;
+}
+
 /* Frees the locks of the instances this cluster's events recorded stopped (docs/locks.md,
  * "Locks die with their holder") and removes the master-list entries their heartbeats
  * linked to them (docs/master.md, "Supervised servers"). events_apply.lua pushes each stop on <base>unlock in
@@ -272,66 +374,18 @@ static void store_cmd3(const char *cmd, const char *a1, const char *a2, const ch
  * release that finds nothing held. The next events of the cluster drain what is left. */
 static void drain_unlocks(const char *cluster)
 {
-    char list[256], proc[512];
+    char list[256];
     sd_key(list, sizeof list, cluster, "unlock");
     int release_on_stop;
     int64_t delay_ms;
     if (sd_cluster_stop_locks(cluster, &release_on_stop, &delay_ms))
         return; /* Redis went away: the entries stay for the next drain */
-    for (int round = 0; round < 16; round++) {
-        sd_argv_t a;
-        sd_argv_init(&a);
-        sd_argv_add(&a, "LRANGE");
-        sd_argv_add(&a, list);
-        sd_argv_add(&a, "0");
-        sd_argv_add(&a, "63");
-        redisReply *r;
-        int rc = sd_store_command(&a, &r);
-        sd_argv_free(&a);
-        if (rc != SD_STORE_OK)
-            return;
-        size_t n = r->type == REDIS_REPLY_ARRAY ? r->elements : 0;
-        for (size_t i = 0; i < n; i++) {
-            /* "instance stopped_at_ms generation" (without the generation: pushed by an
-             * older serverdir) */
-            const char *entry = r->element[i]->str;
-            char inst[SD_NAME_MAX + 1];
-            long long stopped_ms = 0, gen = -1;
-            if (sscanf(entry, "%128s %lld %lld", inst, &stopped_ms, &gen) < 2) {
-                store_cmd3("LREM", list, "1", entry); /* not ours: drop it */
-                continue;
-            }
-            long long released = 0;
-            if (release_on_stop &&
-                sd_lock_release_holder(cluster, inst, stopped_ms, gen, delay_ms, &released)) {
-                freeReplyObject(r);
-                return; /* Redis went away: the entry stays for the next drain */
-            }
-            if (released > 0) {
-                log_info("locks released", "cluster=%s instance=%s count=%lld lock_delay_ms=%lld",
-                         cluster, inst, released, (long long)delay_ms);
-                SD_COUNT("serverdir_locks_released_on_stop_total",
-                         "Locks freed because the directory recorded their holder stopped",
-                         released);
-                char num[24];
-                snprintf(num, sizeof num, "%lld", released);
-                store_cmd3("HINCRBY", sd_key(proc, sizeof proc, cluster, "proc:%s", inst),
-                           "locks_released", num);
-            }
-            /* Its master-list entry goes too, if its heartbeats named it. */
-            int gone = 0;
-            if (sd_master_forget_instance(cluster, inst, &gone) == SD_STORE_OK && gone) {
-                log_info("master entry removed", "cluster=%s instance=%s reason=stopped", cluster,
-                         inst);
-                SD_COUNT("serverdir_master_removed_on_stop_total",
-                         "Master-list entries removed because their instance stopped", 1);
-            }
-            store_cmd3("LREM", list, "1", entry);
-        }
-        freeReplyObject(r);
-        if (n < 64)
-            return;
-    }
+    pthread_mutex_lock(&drain_mu);
+    int more = 1;
+    for (int round = 0; round < 16 && more; round++)
+        if (drain_round(cluster, list, release_on_stop, delay_ms, &more))
+            break;
+    pthread_mutex_unlock(&drain_mu);
 }
 
 /* Reads the script's refusal ("forbidden <batch> <event> <instance> <machine>" or

@@ -890,7 +890,7 @@ static int no_newer_run(const char *cluster, const char *holder, int64_t generat
     return SD_STORE_OK;
 }
 
-/* sd_lock_release_holder on a Redis Cluster: the holder's index walked with SSCAN, one
+/* release_holder on a Redis Cluster: the holder's index walked with SSCAN, one
  * lock_stop_release per key (its own slot), entries that no longer name the holder
  * dropped. Idempotent like the script it stands for. */
 static int release_holder_cluster(const char *cluster, const char *holder, int64_t stopped_ms,
@@ -944,26 +944,34 @@ static int release_holder_cluster(const char *cluster, const char *holder, int64
     return SD_STORE_OK;
 }
 
-int sd_lock_release_holder(const char *cluster, const char *holder, int64_t stopped_ms,
-                           int64_t generation, int64_t delay_ms, long long *released)
+/* lock_release_holder.lua's call for holder into av (initialized here). */
+static void release_holder_argv(sd_argv_t *av, const char *cluster, const char *holder,
+                                int64_t stopped_ms, int64_t generation, int64_t delay_ms)
+{
+    char key[2 * SD_NAME_MAX + 96];
+    sd_argv_init(av);
+    sd_argv_addf(av, "%s", holder_key(key, sizeof key, holder));
+    sd_argv_add(av, holder);
+    sd_argv_addf(av, "%lld", (long long)delay_ms);
+    sd_argv_addf(av, "%lld", (long long)sd_locks_cfg.retain_s * 1000);
+    sd_argv_addf(av, "%slock:", sd_store_prefix());
+    sd_argv_addf(av, "%lld", (long long)stopped_ms);
+    sd_argv_addf(av, "%s", sd_key(key, sizeof key, cluster, "proc:%s", holder));
+    if (generation >= 0)
+        sd_argv_addf(av, "%lld", (long long)generation);
+    else
+        sd_argv_add(av, "");
+}
+
+/* sd_lock_release_holders for one stop. */
+static int release_holder(const char *cluster, const char *holder, int64_t stopped_ms,
+                          int64_t generation, int64_t delay_ms, long long *released)
 {
     if (sd_store_is_cluster())
         return release_holder_cluster(cluster, holder, stopped_ms, generation, delay_ms,
                                       released);
-    char key[2 * SD_NAME_MAX + 96];
     sd_argv_t av;
-    sd_argv_init(&av);
-    sd_argv_addf(&av, "%s", holder_key(key, sizeof key, holder));
-    sd_argv_add(&av, holder);
-    sd_argv_addf(&av, "%lld", (long long)delay_ms);
-    sd_argv_addf(&av, "%lld", (long long)sd_locks_cfg.retain_s * 1000);
-    sd_argv_addf(&av, "%slock:", sd_store_prefix());
-    sd_argv_addf(&av, "%lld", (long long)stopped_ms);
-    sd_argv_addf(&av, "%s", sd_key(key, sizeof key, cluster, "proc:%s", holder));
-    if (generation >= 0)
-        sd_argv_addf(&av, "%lld", (long long)generation);
-    else
-        sd_argv_add(&av, "");
+    release_holder_argv(&av, cluster, holder, stopped_ms, generation, delay_ms);
     redisReply *r;
     int rc = sd_store_run("lock_release_holder", 1, &av, &r);
     if (rc != SD_STORE_OK)
@@ -971,6 +979,60 @@ int sd_lock_release_holder(const char *cluster, const char *holder, int64_t stop
     *released = r->type == REDIS_REPLY_INTEGER ? r->integer : 0;
     freeReplyObject(r);
     return SD_STORE_OK;
+}
+
+int sd_lock_release_holders(const char *cluster, int n, const sd_lock_stop_t *stops,
+                            int64_t delay_ms, long long *released)
+{
+    for (int i = 0; i < n; i++)
+        released[i] = -1;
+    if (n <= 0)
+        return SD_STORE_OK;
+    if (!sd_store_is_cluster() && n > SD_LOCK_STOPS_MAX) { /* in calls of SD_LOCK_STOPS_MAX */
+        int rc = sd_lock_release_holders(cluster, SD_LOCK_STOPS_MAX, stops, delay_ms, released);
+        return rc != SD_STORE_OK ? rc
+                                 : sd_lock_release_holders(cluster, n - SD_LOCK_STOPS_MAX,
+                                                           stops + SD_LOCK_STOPS_MAX, delay_ms,
+                                                           released + SD_LOCK_STOPS_MAX);
+    }
+    if (sd_store_is_cluster()) {
+        /* a Redis Cluster: each holder's keys in their own slots, one holder at a time */
+        for (int i = 0; i < n; i++) {
+            long long got = 0;
+            int rc = release_holder(cluster, stops[i].holder, stops[i].stopped_ms,
+                                    stops[i].generation, delay_ms, &got);
+            if (rc != SD_STORE_OK)
+                return rc;
+            released[i] = got;
+        }
+        return SD_STORE_OK;
+    }
+    sd_argv_t *avs = malloc((size_t)n * sizeof *avs), *items[SD_LOCK_STOPS_MAX]; /* 3.6 KB each */
+    if (!avs)
+        return SD_STORE_ERROR;
+    int nkeys[SD_LOCK_STOPS_MAX], rcs[SD_LOCK_STOPS_MAX];
+    redisReply *outs[SD_LOCK_STOPS_MAX];
+    for (int i = 0; i < n; i++) {
+        release_holder_argv(&avs[i], cluster, stops[i].holder, stops[i].stopped_ms,
+                            stops[i].generation, delay_ms);
+        items[i] = &avs[i];
+        nkeys[i] = 1;
+    }
+    int rc = sd_store_run_many("lock_release_holder", n, items, nkeys, rcs, outs);
+    for (int i = 0; i < n; i++) {
+        sd_argv_free(&avs[i]);
+        if (rc != SD_STORE_OK)
+            continue;
+        if (rcs[i] == SD_STORE_OK && outs[i]->type == REDIS_REPLY_INTEGER)
+            released[i] = outs[i]->integer;
+        else if (rcs[i] == SD_STORE_OK)
+            log_error("lock release failed", "cluster=%s instance=%s error=\"%s\"", cluster,
+                      stops[i].holder, outs[i]->type == REDIS_REPLY_ERROR ? outs[i]->str : "?");
+        if (outs[i])
+            freeReplyObject(outs[i]);
+    }
+    free(avs);
+    return rc;
 }
 
 int sd_lock_force(const char *name, redisReply **out)

@@ -130,13 +130,24 @@ int sd_lock_list_cluster(const char *holder, int max, char *cursor, size_t cap, 
  * serverdir-wide `locks` configuration. A SD_STORE_* code (the defaults are set even
  * then). */
 int sd_cluster_stop_locks(const char *cluster, int *release, int64_t *delay_ms);
-/* lock_release_holder.lua: frees the locks of holder, an instance cluster's directory
- * recorded stopped at stopped_ms in run generation (-1: not said), with the lock-delay
- * delay_ms (0: none, a waiter is woken at once): every lock it holds while the directory
- * records no newer run, else those granted at or before stopped_ms; *released gets how
- * many. A SD_STORE_* code. */
-int sd_lock_release_holder(const char *cluster, const char *holder, int64_t stopped_ms,
-                           int64_t generation, int64_t delay_ms, long long *released);
+/* One recorded stop of the directory's hand-off list (directory.c, drain_unlocks). */
+typedef struct {
+    const char *holder;  /* the instance */
+    int64_t stopped_ms;  /* when it stopped */
+    int64_t generation;  /* the stopped run (-1: not said) */
+} sd_lock_stop_t;
+#define SD_LOCK_STOPS_MAX 64 /* stops per call of lock_release_holder_many.lua */
+/* lock_release_holder.lua for n stops of cluster's instances: frees the locks of each
+ * stop's holder with the lock-delay delay_ms (0: none, a waiter is woken at once): every
+ * lock it holds while the directory records no newer run, else those granted at or
+ * before stopped_ms. On one Redis one call of lock_release_holder_many.lua for up to
+ * SD_LOCK_STOPS_MAX stops; on a Redis Cluster holder after holder (their keys are in
+ * slots of their own). released[i]: the locks stop i's holder had freed, or -1 when its
+ * release failed (logged; its entry stays for the next drain). A SD_STORE_* code: not
+ * SD_STORE_OK when Redis went away (then the stops from the first unanswered one on are
+ * -1). */
+int sd_lock_release_holders(const char *cluster, int n, const sd_lock_stop_t *stops,
+                            int64_t delay_ms, long long *released);
 /* After a grant or a save: WAIT for sd_locks_cfg.wait_replicas replicas (nothing when 0).
  * 0 when reached, else -1 with the 503 replication_timeout (or store error) in resp. */
 int sd_locks_wait_acked(sd_resp_t *resp);

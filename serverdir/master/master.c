@@ -239,23 +239,52 @@ static int script_refusal(redisReply *r, sd_master_refusal_t *why)
     return SD_MASTER_REFUSED;
 }
 
-int sd_master_forget_instance(const char *cluster, const char *instance, int *removed)
+int sd_master_forget_instances(const char *cluster, int n, const char *const *instances,
+                               int *removed)
 {
-    sd_argv_t a;
-    master_argv_init(&a, sd_wall_ms());
-    sd_argv_addf(&a, "%s/%s", cluster, instance);
-    sd_argv_addf(&a, "%d", SD_MASTER_LOG_MAXLEN);
-    redisReply *r;
-    int rc = sd_store_run("master_forget_instance", 1, &a, &r);
-    if (rc == SD_STORE_OK) {
-        *removed = r->type == REDIS_REPLY_STRING;
-        if (*removed) {
+    for (int i = 0; i < n; i++)
+        removed[i] = -1;
+    if (n <= 0)
+        return SD_STORE_OK;
+    if (n > SD_MASTER_FORGET_MAX) { /* in calls of SD_MASTER_FORGET_MAX */
+        int rc = sd_master_forget_instances(cluster, SD_MASTER_FORGET_MAX, instances, removed);
+        return rc != SD_STORE_OK ? rc
+                                 : sd_master_forget_instances(cluster, n - SD_MASTER_FORGET_MAX,
+                                                              instances + SD_MASTER_FORGET_MAX,
+                                                              removed + SD_MASTER_FORGET_MAX);
+    }
+    /* every item's one key is the master list's prefix: one slot, one call */
+    int64_t now = sd_wall_ms();
+    sd_argv_t *avs = malloc((size_t)n * sizeof *avs), *items[SD_MASTER_FORGET_MAX]; /* 3.6 KB each */
+    if (!avs)
+        return SD_STORE_ERROR;
+    int nkeys[SD_MASTER_FORGET_MAX], rcs[SD_MASTER_FORGET_MAX];
+    redisReply *outs[SD_MASTER_FORGET_MAX];
+    for (int i = 0; i < n; i++) {
+        master_argv_init(&avs[i], now);
+        sd_argv_addf(&avs[i], "%s/%s", cluster, instances[i]);
+        sd_argv_addf(&avs[i], "%d", SD_MASTER_LOG_MAXLEN);
+        items[i] = &avs[i];
+        nkeys[i] = 1;
+    }
+    int rc = sd_store_run_many("master_forget_instance", n, items, nkeys, rcs, outs);
+    for (int i = 0; i < n; i++) {
+        sd_argv_free(&avs[i]);
+        if (rc != SD_STORE_OK || rcs[i] != SD_STORE_OK)
+            continue;
+        removed[i] = outs[i]->type == REDIS_REPLY_STRING;
+        if (outs[i]->type == REDIS_REPLY_ERROR) {
+            log_error("master entry removal failed", "cluster=%s instance=%s error=\"%s\"",
+                      cluster, instances[i], outs[i]->str);
+            removed[i] = -1;
+        } else if (removed[i]) {
             sd_master_apply_lock();
-            sd_master_index_del(r->str);
+            sd_master_index_del(outs[i]->str);
             sd_master_apply_unlock();
         }
-        freeReplyObject(r);
+        freeReplyObject(outs[i]);
     }
+    free(avs);
     return rc;
 }
 

@@ -160,9 +160,14 @@ const char *sd_master_addr_group(const char *ip, int v4bits, char *out, size_t c
  * SD_MASTER_REFUSED "no_key" while no secret could be read from Redis yet. */
 int sd_master_challenge(char kind, const char *bind, char *chal, size_t chalcap,
                         int64_t probe_ms, sd_master_refusal_t *why);
-/* Removes the entry a heartbeat linked to instance of cluster (its stop was recorded);
- * *removed is 1 when there was one. A SD_STORE_* code. */
-int sd_master_forget_instance(const char *cluster, const char *instance, int *removed);
+#define SD_MASTER_FORGET_MAX 64 /* instances per call of master_forget_instance_many.lua */
+/* Removes the entries heartbeats linked to n instances of cluster (their stops were
+ * recorded), in one call of master_forget_instance_many.lua per SD_MASTER_FORGET_MAX:
+ * removed[i] is 1 when instance i had an entry, 0 when not, -1 when its removal failed
+ * (logged). A SD_STORE_* code: not SD_STORE_OK when a call as a whole failed (then the
+ * removed[i] it was for are -1). */
+int sd_master_forget_instances(const char *cluster, int n, const char *const *instances,
+                               int *removed);
 /* Accepts a heartbeat: checks the challenge (bound to `bind`), the per-address and list
  * limits, and lists the server until now + 3 x interval. *is_new says it was not listed. */
 int sd_master_accept(const char *bind, const char *challenge, const sd_master_server_t *s,
