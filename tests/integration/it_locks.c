@@ -1033,8 +1033,8 @@ static long long script_calls(void)
  * one Redis in a few script calls whatever the number of stops (directory.c,
  * drain_unlocks: a drain round's holders in one lock_release_holder_many call, their
  * master-list entries in one master_forget_instance_many, the entries removed in one
- * unlock_done): not three calls a stop, which held the events path to a few thousand
- * events a second (a drain of 100 stops, two rounds: 7 calls, 201 before). */
+ * unlock_done): not two scripts and an LREM a stop, which held the events path to a
+ * few thousand events a second (100 stops, two rounds: 7 script calls, 201 before). */
 static void many_stops_drained_in_few_calls(void **state)
 {
     (void)state;
@@ -1071,9 +1071,11 @@ static void many_stops_drained_in_few_calls(void **state)
         h_resp_free(&r);
         long long calls = script_calls() - before;
         print_message("a batch of %d stops: %lld script calls\n", N, calls);
-        /* 7, and the sweeps of the copies on this Redis meanwhile (a few a second) */
+        /* 7 (13 under valgrind), and the sweeps the three copies on this Redis made
+         * meanwhile (a few a second each): fewer than one a stop, where two scripts a
+         * stop made 2N + 1 */
         if (!on_cluster)
-            assert_true(calls <= 20);
+            assert_true(calls < N);
     }
     char buf[64];
     for (int i = 0; i < N; i++) {
