@@ -688,6 +688,28 @@ long long h_redis_blocked(h_redis_t *r)
     return n;
 }
 
+long long h_redis_script_calls(h_redis_t *r, long long *usec)
+{
+    redisReply *info = h_redis(r, "INFO commandstats");
+    if (!info || info->type != REDIS_REPLY_STRING) {
+        if (info)
+            freeReplyObject(info);
+        return -1;
+    }
+    long long calls = 0, us = 0;
+    for (const char *p = info->str; (p = strstr(p, "cmdstat_eval")) != NULL; p++) {
+        const char *c = strstr(p, "calls="), *u = strstr(p, "usec=");
+        if (c)
+            calls += atoll(c + 6);
+        if (u)
+            us += atoll(u + 5);
+    }
+    freeReplyObject(info);
+    if (usec)
+        *usec = us;
+    return calls;
+}
+
 int h_redis_wait_blocked(h_redis_t *r, long long n, int timeout_ms)
 {
     int64_t until = h_now_ms() + timeout_ms;

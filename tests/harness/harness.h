@@ -104,6 +104,10 @@ const char *h_master_key(const char *prefix, const char *name);
 /* Redis's blocked clients (INFO clients: blocking commands, and the commands a CLIENT
  * PAUSE holds) on r's node (on a cluster: the one h_redis_route chose), or -1. */
 long long h_redis_blocked(h_redis_t *r);
+/* Script calls (EVAL and EVALSHA, INFO commandstats) Redis has run on r's node (on a
+ * cluster: the one h_redis_route chose) since it started or CONFIG RESETSTAT; with usec,
+ * also the microseconds it spent in them. -1 when Redis did not answer. */
+long long h_redis_script_calls(h_redis_t *r, long long *usec);
 /* Waits up to timeout_ms for at least n of them: 0, or -1. */
 int h_redis_wait_blocked(h_redis_t *r, long long n, int timeout_ms);
 /* Runs a command on r->ctl (reconnecting if needed); caller frees the reply. */

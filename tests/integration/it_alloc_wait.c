@@ -79,14 +79,8 @@ static long long script_calls(const char *c)
     char key[128];
     snprintf(key, sizeof key, "sd:{%s}:services", c);
     assert_int_equal(h_redis_route(&redis, key), 0);
-    redisReply *info = h_redis(&redis, "INFO commandstats");
-    long long calls = 0;
-    for (const char *p = info->str; (p = strstr(p, "cmdstat_eval")) != NULL; p++) {
-        const char *n = strstr(p, "calls=");
-        if (n)
-            calls += atoll(n + 6);
-    }
-    freeReplyObject(info);
+    long long calls = h_redis_script_calls(&redis, NULL);
+    assert_true(calls >= 0);
     return calls;
 }
 

@@ -1037,16 +1037,7 @@ static void slowlog_begin(const char *key)
  * (the SLOWLOG shows them, for the reader). */
 static void slowlog_check(void)
 {
-    redisReply *info = h_redis(&redis, "INFO commandstats");
-    long long calls = 0, usec = 0;
-    for (const char *p = info->str; (p = strstr(p, "cmdstat_eval")) != NULL; p++) {
-        const char *c = strstr(p, "calls="), *u = strstr(p, "usec=");
-        if (c && u) {
-            calls += atoll(c + 6);
-            usec += atoll(u + 5);
-        }
-    }
-    freeReplyObject(info);
+    long long usec = 0, calls = h_redis_script_calls(&redis, &usec);
     redisReply *r = h_redis(&redis, "SLOWLOG GET 1024");
     for (size_t i = 0; i < r->elements && i < 5; i++) {
         redisReply *e = r->element[i];

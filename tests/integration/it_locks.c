@@ -1015,20 +1015,6 @@ static void locks_die_with_their_holder(void **state)
     release("ld-k2", "lobby-x", s2);
 }
 
-/* Script calls (EVAL, EVALSHA) Redis has run so far (INFO commandstats). */
-static long long script_calls(void)
-{
-    redisReply *info = h_redis(&redis, "INFO commandstats");
-    long long calls = 0;
-    for (const char *p = info->str; (p = strstr(p, "cmdstat_eval")) != NULL; p++) {
-        const char *n = strstr(p, "calls=");
-        if (n)
-            calls += atoll(n + 6);
-    }
-    freeReplyObject(info);
-    return calls;
-}
-
 /* A batch of many stops frees every stopped holder's locks before it is answered, and on
  * one Redis in a few script calls whatever the number of stops (directory.c,
  * drain_unlocks: a drain round's holders in one lock_release_holder_many call, their
@@ -1066,10 +1052,10 @@ static void many_stops_drained_in_few_calls(void **state)
         char slot_key[64];
         snprintf(slot_key, sizeof slot_key, "sd:{mx}:unlock");
         assert_int_equal(h_redis_route(&redis, slot_key), 0);
-        long long before = script_calls();
+        long long before = h_redis_script_calls(&redis, NULL);
         assert_int_equal(call(&sd, "POST", H_TOK_BB, body, &r, "/v1/clusters/mx/events"), 200);
         h_resp_free(&r);
-        long long calls = script_calls() - before;
+        long long calls = h_redis_script_calls(&redis, NULL) - before;
         print_message("a batch of %d stops: %lld script calls\n", N, calls);
         /* 7 (13 under valgrind), and the sweeps the three copies on this Redis made
          * meanwhile (a few a second each): fewer than one a stop, where two scripts a
