@@ -5,7 +5,8 @@
 # of MACHINES x PER_MACHINE processes, then at CONNS (64) concurrent connections:
 #   1. wrk POSTs batches of BATCH events (BATCH/2 instances started then stopped) as
 #      fast as they are answered -> events/s; then again at LOAD (default 0.5) of that
-#      rate (each connection pausing between requests) -> p50/p99 latency per batch. At
+#      rate (each connection pausing 0.5-1.5x a mean pause between requests, so the
+#      connections do not stay in step) -> p50/p99 latency per batch. At
 #      saturation a closed loop's latency is just CONNS / rate (Little's law), so the
 #      latency target is measured below saturation;
 #   2. anchor: redis-benchmark, same Redis, same connections, EVALSHA of events_apply.lua

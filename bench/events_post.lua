@@ -4,11 +4,13 @@
 -- pre-populated directory and redis-benchmark's __rand_int__.
 local batch = tonumber(os.getenv("BATCH") or "20")
 local machines = tonumber(os.getenv("MACHINES") or "100")
--- DELAY_MS > 0: each connection pauses that long between requests (a fixed offered load
--- for the latency phase instead of a saturating closed loop).
+-- DELAY_MS > 0: each connection pauses between requests, DELAY_MS on average (a fixed
+-- offered load for the latency phase instead of a saturating closed loop). Each pause is
+-- drawn from 0.5-1.5 x DELAY_MS: with one fixed pause the connections stay in step and
+-- their requests arrive in bursts of all of them at once.
 local delay_ms = tonumber(os.getenv("DELAY_MS") or "0")
 if delay_ms > 0 then
-  function delay() return delay_ms end
+  function delay() return math.random(math.floor(delay_ms / 2), math.floor(delay_ms * 3 / 2)) end
 end
 local run = os.getenv("RUN_ID") or "r"
 local headers = {["Content-Type"] = "application/json"}
@@ -18,6 +20,10 @@ local counter = 0
 function setup(thread)
   nthreads = nthreads + 1
   thread:set("tid", nthreads)
+end
+
+function init(args)
+  math.randomseed(os.time() * 16 + tid)
 end
 
 function request()
