@@ -298,7 +298,6 @@ static int drain_round(const char *cluster, const char *list, int release_on_sto
     char insts[SD_LOCK_STOPS_MAX][SD_NAME_MAX + 1];
     sd_lock_stop_t stops[SD_LOCK_STOPS_MAX];
     const char *names[SD_LOCK_STOPS_MAX];
-    size_t of[SD_LOCK_STOPS_MAX]; /* the entry of stop k */
     int ns = 0;
     for (size_t i = 0; i < n; i++) {
         const char *entry = r->element[i]->type == REDIS_REPLY_STRING ? r->element[i]->str : "";
@@ -307,15 +306,10 @@ static int drain_round(const char *cluster, const char *list, int release_on_sto
             continue;
         stops[ns] = (sd_lock_stop_t){insts[ns], stopped_ms, gen};
         names[ns] = insts[ns];
-        of[ns++] = i;
+        ns++;
     }
     long long released[SD_LOCK_STOPS_MAX];
     int removed[SD_MASTER_FORGET_MAX];
-    int done[SD_LOCK_STOPS_MAX] = {0}; /* by entry: handled, to be removed */
-    for (size_t i = 0; i < n; i++)
-        done[i] = 1;
-    for (int k = 0; k < ns; k++)
-        done[of[k]] = 0;
     if (release_on_stop &&
         sd_lock_release_holders(cluster, ns, stops, delay_ms, released) != SD_STORE_OK) {
         freeReplyObject(r);
@@ -344,21 +338,18 @@ static int drain_round(const char *cluster, const char *list, int release_on_sto
             SD_COUNT("serverdir_master_removed_on_stop_total",
                      "Master-list entries removed because their instance stopped", 1);
         }
-        /* a release or a removal that failed keeps its entry for the next drain */
-        done[of[k]] = got >= 0 && removed[k] >= 0;
     }
+    /* Every entry goes, one whose own release or removal failed too (logged where it
+     * failed): an entry kept for that would fail again on every drain, and 64 of them at
+     * the head would hide the rest of the list. */
     sd_argv_init(&a);
     sd_argv_add(&a, list);
-    int ndone = 0;
     for (size_t i = 0; i < n; i++)
-        if (done[i]) {
-            sd_argv_add(&a, r->element[i]->type == REDIS_REPLY_STRING ? r->element[i]->str : "");
-            ndone++;
-        }
-    *more = n == SD_LOCK_STOPS_MAX && ndone == (int)n;
+        sd_argv_add(&a, r->element[i]->type == REDIS_REPLY_STRING ? r->element[i]->str : "");
+    *more = n == SD_LOCK_STOPS_MAX;
     redisReply *x = NULL;
-    rc = ndone ? sd_store_run("unlock_done", 1, &a, &x) : SD_STORE_OK;
-    if (!ndone)
+    rc = n ? sd_store_run("unlock_done", 1, &a, &x) : SD_STORE_OK;
+    if (!n)
         sd_argv_free(&a);
     if (x)
         freeReplyObject(x);

@@ -143,9 +143,9 @@ typedef struct {
  * before stopped_ms. On one Redis one call of lock_release_holder_many.lua for up to
  * SD_LOCK_STOPS_MAX stops; on a Redis Cluster holder after holder (their keys are in
  * slots of their own). released[i]: the locks stop i's holder had freed, or -1 when its
- * release failed (logged; its entry stays for the next drain). A SD_STORE_* code: not
- * SD_STORE_OK when Redis went away (then the stops from the first unanswered one on are
- * -1). */
+ * own release failed (logged). A SD_STORE_* code: not SD_STORE_OK when Redis went away
+ * or refused the call (then the stops from the first unanswered one on are -1, and the
+ * drain keeps their entries for the next one). */
 int sd_lock_release_holders(const char *cluster, int n, const sd_lock_stop_t *stops,
                             int64_t delay_ms, long long *released);
 /* After a grant or a save: WAIT for sd_locks_cfg.wait_replicas replicas (nothing when 0).
