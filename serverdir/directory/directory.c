@@ -309,7 +309,7 @@ static int drain_round(const char *cluster, const char *list, int release_on_sto
         ns++;
     }
     long long released[SD_LOCK_STOPS_MAX];
-    int removed[SD_MASTER_FORGET_MAX];
+    int removed[SD_LOCK_STOPS_MAX];
     if (release_on_stop &&
         sd_lock_release_holders(cluster, ns, stops, delay_ms, released) != SD_STORE_OK) {
         freeReplyObject(r);
