@@ -95,6 +95,8 @@
 #define NAME_MAX_LEN 128
 #define TABLE_BITS 18 /* instance table: up to 2^18 / 2 instances */
 #define RELEASE_BATCH 1000
+#define PAYLOAD_CAP 160 /* alloc_args: {"match":"<match>"} */
+#define CANON_CAP 320 /* alloc_args: the canonical body around it */
 #define EVENT_ID_TTL_MS "86400000" /* serverdir's defaults for events_apply.lua */
 #define HISTORY_MAX "10000"
 #define STOPPED_KEEP "10000"
@@ -305,11 +307,15 @@ static void alloc_head(const char *argv[ALLOC_HEAD])
     memcpy(argv, a, sizeof a);
 }
 
-static void alloc_args(const char *match, char *payload, char *canon, size_t cap,
+static void alloc_args(const char *match, char payload[PAYLOAD_CAP], char canon[CANON_CAP],
                        const char *argv[ALLOC_PER])
 {
-    snprintf(payload, cap, "{\"match\":\"%s\"}", match);
-    snprintf(canon, cap, "{\"payload\":%s,\"service\":\"%s\"}", payload, cfg.service);
+    int n = snprintf(payload, PAYLOAD_CAP, "{\"match\":\"%s\"}", match);
+    int m = snprintf(canon, CANON_CAP, "{\"payload\":%s,\"service\":\"%s\"}", payload, cfg.service);
+    if (n < 0 || n >= PAYLOAD_CAP || m < 0 || m >= CANON_CAP) {
+        fprintf(stderr, "alloc_load: match or service name too long\n");
+        exit(2);
+    }
     const char *a[] = {cfg.service, "ready", "packed", "0", "", "", payload, "", canon, "open", ""};
     memcpy(argv, a, sizeof a);
 }
@@ -361,10 +367,10 @@ static int allocate(client_t *c, const char *match, held_t *out)
         alloc_body(match, body, sizeof body);
         return alloc_http_answer(http(c, "POST", url, body), c->out.buf, out);
     }
-    char payload[160], canon[320];
+    char payload[PAYLOAD_CAP], canon[CANON_CAP];
     const char *argv[ALLOC_HEAD + ALLOC_PER];
     alloc_head(argv);
-    alloc_args(match, payload, canon, sizeof canon, argv + ALLOC_HEAD);
+    alloc_args(match, payload, canon, argv + ALLOC_HEAD);
     redisReply *rep = evalsha(c->r, cfg.sha_alloc, ALLOC_HEAD + ALLOC_PER, argv);
     int rc = alloc_redis_answer(rep, c->r->errstr, out);
     if (rep)
@@ -760,10 +766,10 @@ static void cycle_start(conn_t *k)
         k->st = CS_QUEUED;
         return;
     } else {
-        char payload[160], canon[320];
+        char payload[PAYLOAD_CAP], canon[CANON_CAP];
         const char *argv[ALLOC_HEAD + ALLOC_PER];
         alloc_head(argv);
-        alloc_args(match, payload, canon, sizeof canon, argv + ALLOC_HEAD);
+        alloc_args(match, payload, canon, argv + ALLOC_HEAD);
         resp_send(k, cfg.sha_alloc, ALLOC_HEAD + ALLOC_PER, argv);
     }
     k->st = CS_ALLOC;
@@ -772,13 +778,13 @@ static void cycle_start(conn_t *k)
 /* -g: one call with the queued allocations on group connection g (idle). */
 static void group_send(int g)
 {
-    static char payload[GROUP_MAX][160], canon[GROUP_MAX][320];
+    static char payload[GROUP_MAX][PAYLOAD_CAP], canon[GROUP_MAX][CANON_CAP];
     const char *argv[ARGS_MAX];
     int n = ngq < GROUP_MAX ? ngq : GROUP_MAX;
     alloc_head(argv);
     for (int i = 0; i < n; i++) {
         gin[g][i] = gq[i];
-        alloc_args(gq[i]->match, payload[i], canon[i], sizeof canon[i],
+        alloc_args(gq[i]->match, payload[i], canon[i],
                    argv + ALLOC_HEAD + i * ALLOC_PER);
     }
     memmove(gq, gq + n, (size_t)(ngq - n) * sizeof *gq);
