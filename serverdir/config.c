@@ -84,7 +84,7 @@ static int sections_load(const json_t *root, char *err, size_t errcap)
 int sd_config_apply(json_t *root, sd_config_t *cfg, int *log_level, char *err, size_t errcap)
 {
     static const char *const known[] = {
-        "listen", "redis", "tokens", "key_prefix", "threads", "body_max_bytes",
+        "listen", "redis", "tokens", "key_prefix", "threads", "http_threads", "body_max_bytes",
         "blob_max_bytes", "conn_timeout_s", "max_connections", "log_level", "master", "locks", "directory",
         "max_connections_per_source", "header_timeout_ms", "body_timeout_ms", "credentials",
         "quotas", NULL};
@@ -115,10 +115,11 @@ int sd_config_apply(json_t *root, sd_config_t *cfg, int *log_level, char *err, s
         if (rc == 0)
             sd_strlcpy(strs[i].dst, s, strs[i].cap);
     }
-    int64_t threads = c.threads, body = (int64_t)c.body_max, blob = (int64_t)c.blob_max,
+    int64_t threads = c.threads, http_threads = c.http_threads, body = (int64_t)c.body_max, blob = (int64_t)c.blob_max,
             conn = c.conn_timeout_s, maxconn = c.max_connections;
     const char *level = NULL;
     if (sd_jv_int(&v, root, "threads", 0, 1, 1024, &threads) < 0 ||
+        sd_jv_int(&v, root, "http_threads", 0, 1, 1024, &http_threads) < 0 ||
         sd_jv_int(&v, root, "body_max_bytes", 0, 1024, 64 << 20, &body) < 0 ||
         sd_jv_int(&v, root, "blob_max_bytes", 0, 1024, 64 << 20, &blob) < 0 ||
         sd_jv_int(&v, root, "conn_timeout_s", 0, 1, 3600, &conn) < 0 ||
@@ -131,6 +132,7 @@ int sd_config_apply(json_t *root, sd_config_t *cfg, int *log_level, char *err, s
     if (sections_load(root, err, errcap))
         return -1;
     c.threads = (int)threads;
+    c.http_threads = (int)http_threads;
     c.body_max = (size_t)body;
     c.blob_max = (size_t)blob;
     c.conn_timeout_s = (int)conn;

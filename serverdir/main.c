@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cluster.h"
 #include "directory.h"
@@ -36,7 +37,10 @@ static void usage(FILE *f)
             "                       (default redis://127.0.0.1:6379/0)\n"
             "  --tokens FILE        token file, `ROLE TOKEN` per line (default: open access)\n"
             "  --config FILE        JSON config file; flags override it\n"
-            "  --threads N          HTTP worker threads, one Redis connection each (default 8)\n"
+            "  --threads N          handler threads: the requests that wait on Redis run there,\n"
+            "                       one Redis connection each (default 8)\n"
+            "  --http-threads N     HTTP threads, which never wait on Redis (default: one per\n"
+            "                       online CPU, at most 16)\n"
             "  --master-udp HOST:PORT  serve the UDP master protocols there (repeatable)\n"
             "  --log-level LEVEL    debug, info, warn or error (default info)\n"
             "  --version, --help\n");
@@ -89,11 +93,12 @@ static void conn_limits(sd_conn_limits_t *lim)
 
 int main(int argc, char **argv)
 {
-    enum { O_LISTEN = 1, O_REDIS, O_TOKENS, O_CONFIG, O_THREADS, O_LOG, O_MASTER_UDP, O_VERSION, O_HELP };
+    enum { O_LISTEN = 1, O_REDIS, O_TOKENS, O_CONFIG, O_THREADS, O_HTTP_THREADS, O_LOG, O_MASTER_UDP, O_VERSION, O_HELP };
     static const struct option opts[] = {
         {"listen", required_argument, 0, O_LISTEN}, {"redis", required_argument, 0, O_REDIS},
         {"tokens", required_argument, 0, O_TOKENS}, {"config", required_argument, 0, O_CONFIG},
         {"threads", required_argument, 0, O_THREADS}, {"log-level", required_argument, 0, O_LOG},
+        {"http-threads", required_argument, 0, O_HTTP_THREADS},
         {"master-udp", required_argument, 0, O_MASTER_UDP},
         {"version", no_argument, 0, O_VERSION},     {"help", no_argument, 0, O_HELP},
         {0, 0, 0, 0}};
@@ -118,6 +123,11 @@ int main(int argc, char **argv)
             if (sd_parse_i64(optarg, 1, 1024, &v))
                 sd_die(SD_EXIT_USAGE, "bad flag", "flag=--threads err=%s", "must be 1-1024");
             sd_cfg.threads = (int)v;
+            break;
+        case O_HTTP_THREADS:
+            if (sd_parse_i64(optarg, 1, 1024, &v))
+                sd_die(SD_EXIT_USAGE, "bad flag", "flag=--http-threads err=%s", "must be 1-1024");
+            sd_cfg.http_threads = (int)v;
             break;
         case O_LOG: {
             int l = sd_log_parse_level(optarg);
@@ -182,7 +192,11 @@ int main(int argc, char **argv)
         sd_die(SD_EXIT_SYSTEM, "cannot start the lost-machine sweep", "err=%s", strerror(-rc));
     sd_conn_limits_t lim;
     conn_limits(&lim);
-    rc = sd_http_start(sd_cfg.listen, sd_cfg.threads, sd_cfg.conn_timeout_s, &lim);
+    if (!sd_cfg.http_threads) {
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        sd_cfg.http_threads = cpus < 1 ? 1 : cpus > 16 ? 16 : (int)cpus;
+    }
+    rc = sd_http_start(sd_cfg.listen, sd_cfg.http_threads, sd_cfg.conn_timeout_s, &lim);
     if (rc)
         sd_die(SD_EXIT_SYSTEM, "cannot listen", "addr=%s err=%s", sd_cfg.listen, strerror(-rc));
     int nudp = nudp_flags ? nudp_flags : sd_master_cfg.nudp;
@@ -193,8 +207,10 @@ int main(int argc, char **argv)
             sd_die(SD_EXIT_SYSTEM, "cannot listen", "addr=%s proto=%s err=%s", addr, "udp",
                    strerror(-rc));
     }
-    log_info("serverdir started", "version=%s listen=%s port=%d redis=%s threads=%d routes=%zu",
-             SD_VERSION, sd_cfg.listen, sd_http_port(), sd_cfg.redis, sd_cfg.threads, sd_nroutes);
+    log_info("serverdir started",
+             "version=%s listen=%s port=%d redis=%s threads=%d http_threads=%d routes=%zu",
+             SD_VERSION, sd_cfg.listen, sd_http_port(), sd_cfg.redis, sd_cfg.threads,
+             sd_cfg.http_threads, sd_nroutes);
 
     sd_notify_send("READY=1\nSTATUS=serving on %s, %d threads, redis %s", sd_cfg.listen,
                    sd_cfg.threads, sd_cfg.redis);

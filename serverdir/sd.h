@@ -41,6 +41,14 @@ struct MHD_Connection;
  * sd_cred_live_args) on standalone Redis and Sentinel; elsewhere, and on every other
  * route, the HTTP front checks it with one HMGET before the handler runs. */
 #define SD_CRED_LIVE_IN_SCRIPT 0x2u
+/* Where a route's handler runs (http.c, "handler threads"). By default on a handler
+ * thread, so that an HTTP thread never waits on Redis. SD_HTTP_THREAD: the handler makes
+ * no Redis call, it runs on the HTTP thread. SD_GROUPED: on standalone Redis and Sentinel
+ * the handler hands its Redis call to a group commit (group.h) and runs on the HTTP
+ * thread, deferring (sd_req_defer) what would wait; on a cluster, where it may read first,
+ * and when the front must check a credential's liveness, it runs on a handler thread. */
+#define SD_HTTP_THREAD 0x4u
+#define SD_GROUPED 0x8u
 
 #define SD_MAX_PARAMS 4
 #define SD_ERRMSG_MAX 256
@@ -139,6 +147,11 @@ int sd_req_name(const sd_req_t *req, sd_resp_t *resp, int idx, const char *what,
  * sd_park (park.h), which holds every parked request on one thread. */
 void sd_req_park(sd_req_t *req);
 void sd_req_resume(sd_req_t *req);
+/* For a handler that runs on an HTTP thread (SD_GROUPED) and comes to a step that waits
+ * on Redis: hands the request to a handler thread, which runs the handler again from the
+ * start, and returns 1; the handler must then return at once, leaving resp untouched and
+ * having freed what it allocated. Returns 0 on a handler thread: go on. */
+int sd_req_defer(sd_req_t *req);
 int sd_http_stopping(void);
 
 /* ---- response helpers (http.c): a handler answers by filling resp with one of these,
@@ -180,7 +193,10 @@ const char *sd_role_name(unsigned role);
 int sd_req_may_cluster(const sd_req_t *req, sd_resp_t *resp, const char *cluster);
 int sd_req_may_machine(const sd_req_t *req, sd_resp_t *resp, const char *cluster,
                        const char *machine);
-int sd_req_may_hold(const sd_req_t *req, sd_resp_t *resp, const char *holder);
+/* sd_req_may_hold refuses an instance credential that names another holder with 401 when
+ * the credential is no longer live (a Redis read): on an HTTP thread it defers the
+ * request for that (sd_req_defer), returning -1 with resp untouched. */
+int sd_req_may_hold(sd_req_t *req, sd_resp_t *resp, const char *holder);
 /* Answers 403 forbidden naming the caller's binding and that it may not `what`; -1. */
 int sd_req_forbid(const sd_req_t *req, sd_resp_t *resp, const char *what);
 /* The holder prefix the caller's token is bound to ("" when none). */
@@ -217,7 +233,8 @@ typedef struct sd_config {
     char redis[512];
     char tokens[512];
     char key_prefix[64];
-    int threads;
+    int threads;           /* handler threads, one Redis connection each */
+    int http_threads;      /* libmicrohttpd's threads (0: one per online CPU, at most 16) */
     size_t body_max;       /* JSON bodies */
     size_t blob_max;       /* raw bodies (blobs) */
     int conn_timeout_s;

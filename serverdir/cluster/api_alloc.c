@@ -16,7 +16,7 @@
 #include "quota.h"
 #include "sdvalid.h"
 
-SD_ROUTE(POST, "/v1/clusters/{c}/allocations", SD_R_OPS | SD_R_GAME, 0, h_alloc_create);
+SD_ROUTE(POST, "/v1/clusters/{c}/allocations", SD_R_OPS | SD_R_GAME, SD_GROUPED, h_alloc_create);
 SD_ROUTE(GET, "/v1/clusters/{c}/allocations", SD_R_READERS, 0, h_alloc_list);
 SD_ROUTE(GET, "/v1/clusters/{c}/allocations/{id}", SD_R_READERS, 0, h_alloc_get);
 SD_ROUTE(DELETE, "/v1/clusters/{c}/allocations/{id}", SD_R_OPS | SD_R_GAME, 0, h_alloc_delete);
@@ -666,8 +666,16 @@ void h_alloc_create(sd_req_t *req, sd_resp_t *resp)
         sd_resp_error(resp, 400, "bad_field", "%s", err);
         goto fail;
     }
-    if (sd_req_may_cluster(req, resp, cluster) || sd_dir_cluster_seen(cluster))
+    if (sd_req_may_cluster(req, resp, cluster))
         goto fail;
+    /* a copy's first request for a cluster records it, on a handler thread */
+    if (!sd_dir_cluster_known(cluster) && sd_req_defer(req))
+        goto fail;
+    int rc = sd_dir_cluster_seen(cluster);
+    if (rc) {
+        sd_resp_store_error(resp, rc);
+        goto fail;
+    }
     sd_strlcpy(a->cluster, cluster, sizeof a->cluster);
     sd_strlcpy(a->owner, req->auth.principal, sizeof a->owner);
     sd_strlcpy(a->viewer, alloc_viewer(req), sizeof a->viewer);

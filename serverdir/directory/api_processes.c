@@ -11,7 +11,7 @@
 #include "sd.h"
 #include "sdutil.h"
 
-SD_ROUTE(POST, "/v1/clusters/{c}/events", SD_R_BB, 0, h_events_post);
+SD_ROUTE(POST, "/v1/clusters/{c}/events", SD_R_BB, SD_GROUPED, h_events_post);
 SD_ROUTE(GET, "/v1/clusters/{c}/events", SD_R_BB | SD_R_VIEWER, 0, h_events_list);
 SD_ROUTE(GET, "/v1/clusters/{c}/processes", SD_R_BB | SD_R_VIEWER, 0, h_processes_list);
 SD_ROUTE(GET, "/v1/clusters/{c}/processes/{instance}", SD_R_BB | SD_R_VIEWER, 0, h_process_get);

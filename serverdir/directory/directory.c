@@ -699,19 +699,30 @@ long long sd_dir_mark_lost(const char *cluster, const char *machine, const char 
     return applied;
 }
 
+static pthread_mutex_t seen_mu = PTHREAD_MUTEX_INITIALIZER;
+static char *seen[MIGRATED_MAX];
+static int nseen;
+
+static int known_locked(const char *cluster)
+{
+    for (int i = 0; i < nseen; i++)
+        if (strcmp(seen[i], cluster) == 0)
+            return 1;
+    return 0;
+}
+
+int sd_dir_cluster_known(const char *cluster)
+{
+    pthread_mutex_lock(&seen_mu);
+    int known = known_locked(cluster);
+    pthread_mutex_unlock(&seen_mu);
+    return known;
+}
+
 int sd_dir_cluster_seen(const char *cluster)
 {
-    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-    static char *seen[MIGRATED_MAX];
-    static int nseen;
-    pthread_mutex_lock(&mu);
-    for (int i = 0; i < nseen; i++) {
-        if (strcmp(seen[i], cluster) == 0) {
-            pthread_mutex_unlock(&mu);
-            return SD_STORE_OK;
-        }
-    }
-    pthread_mutex_unlock(&mu);
+    if (sd_dir_cluster_known(cluster))
+        return SD_STORE_OK;
     char key[128];
     snprintf(key, sizeof key, "%sclusters", sd_store_prefix());
     sd_argv_t a;
@@ -725,13 +736,13 @@ int sd_dir_cluster_seen(const char *cluster)
     if (rc)
         return rc;
     freeReplyObject(r);
-    pthread_mutex_lock(&mu);
-    if (nseen < MIGRATED_MAX) {
+    pthread_mutex_lock(&seen_mu);
+    if (nseen < MIGRATED_MAX && !known_locked(cluster)) {
         char *c = strdup(cluster);
         if (c)
             seen[nseen++] = c;
     }
-    pthread_mutex_unlock(&mu);
+    pthread_mutex_unlock(&seen_mu);
     return SD_STORE_OK;
 }
 

@@ -140,6 +140,8 @@ long long sd_dir_mark_lost(const char *cluster, const char *machine, const char 
                            const char *const *svcs, size_t n);
 /* Remembers cluster in <prefix>clusters (the sweep's list); a SD_STORE_* code. */
 int sd_dir_cluster_seen(const char *cluster);
+/* 1 when this copy recorded cluster already (sd_dir_cluster_seen makes no call then). */
+int sd_dir_cluster_known(const char *cluster);
 
 /* One SSCAN step of COUNT count over the set of clusters that have had a machine lease
  * (Pclusters), from cursor (updated in place; "0" when the walk is done). *out is the

@@ -6,7 +6,7 @@
 
 #include "sd.h"
 
-SD_ROUTE(GET, "/", SD_PUBLIC, 0, h_dashboard);
+SD_ROUTE(GET, "/", SD_PUBLIC, SD_HTTP_THREAD, h_dashboard);
 
 void h_dashboard(sd_req_t *req, sd_resp_t *resp)
 {

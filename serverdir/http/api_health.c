@@ -2,9 +2,9 @@
 #include "sd.h"
 #include "sdversion.h"
 
-SD_ROUTE(GET, "/healthz", SD_PUBLIC, 0, h_healthz);
+SD_ROUTE(GET, "/healthz", SD_PUBLIC, SD_HTTP_THREAD, h_healthz);
 SD_ROUTE(GET, "/readyz", SD_PUBLIC, 0, h_readyz);
-SD_ROUTE(GET, "/metrics", SD_PUBLIC, 0, h_metrics);
+SD_ROUTE(GET, "/metrics", SD_PUBLIC, SD_HTTP_THREAD, h_metrics);
 
 void h_healthz(sd_req_t *req, sd_resp_t *resp)
 {

@@ -278,7 +278,7 @@ int sd_req_may_machine(const sd_req_t *req, sd_resp_t *resp, const char *cluster
     return sd_req_forbid(req, resp, what);
 }
 
-int sd_req_may_hold(const sd_req_t *req, sd_resp_t *resp, const char *holder)
+int sd_req_may_hold(sd_req_t *req, sd_resp_t *resp, const char *holder)
 {
     const sd_auth_t *a = &req->auth;
     size_t n = strlen(a->holder_prefix);
@@ -287,7 +287,7 @@ int sd_req_may_hold(const sd_req_t *req, sd_resp_t *resp, const char *holder)
         return 0;
     /* A revoked credential is told so (401) whatever it asked, as on the other routes,
      * where the front checks before the handler runs. */
-    if (a->cred && sd_cred_live(req, resp))
+    if (a->cred && (sd_req_defer(req) || sd_cred_live(req, resp)))
         return -1;
     char what[SD_NAME_MAX + 32];
     snprintf(what, sizeof what, "act as holder '%s'", holder);

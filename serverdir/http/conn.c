@@ -402,43 +402,67 @@ void sd_conn_stop(void)
 
 /* ---------- worker liveness ---------- */
 
-static _Atomic int nworkers;
-static _Atomic int64_t entered[MAX_WORKERS]; /* sd_mono_ms of the callback it is in, or 0 */
-static _Atomic int64_t took[MAX_WORKERS];    /* how long its previous callback took */
-static _Thread_local int slot = -1;
+/* The stamps of one kind of thread: libmicrohttpd's workers or the handler threads. */
+typedef struct {
+    _Atomic int n;                      /* threads that took a slot */
+    _Atomic int expected;               /* threads of the kind, 0: as many as took slots */
+    _Atomic int64_t entered[MAX_WORKERS]; /* sd_mono_ms of the callback it is in, or 0 */
+    _Atomic int64_t took[MAX_WORKERS];    /* how long its previous callback took */
+} stamps_t;
 
-void sd_conn_worker_enter(void)
+static stamps_t http_stamps, handler_stamps;
+static _Thread_local int slot = -1; /* a thread is of one kind only */
+
+static void stamp_enter(stamps_t *st)
 {
     if (slot < 0) {
-        int s = atomic_fetch_add(&nworkers, 1);
+        int s = atomic_fetch_add(&st->n, 1);
         slot = s < MAX_WORKERS ? s : MAX_WORKERS - 1;
     }
-    atomic_store(&entered[slot], sd_mono_ms());
+    atomic_store(&st->entered[slot], sd_mono_ms());
 }
 
-void sd_conn_worker_leave(void)
+static void stamp_leave(stamps_t *st)
 {
-    int64_t t0 = atomic_load(&entered[slot]);
-    atomic_store(&took[slot], sd_mono_ms() - t0);
-    atomic_store(&entered[slot], 0);
+    int64_t t0 = atomic_load(&st->entered[slot]);
+    atomic_store(&st->took[slot], sd_mono_ms() - t0);
+    atomic_store(&st->entered[slot], 0);
 }
 
-/* A worker is stuck when it is inside a callback that began stuck_ms ago or more, or
- * inside one that follows a callback that took that long: a worker whose Redis calls each
- * time out goes from one to the next, and is no more able to answer in between. The
- * deadline thread is stuck when it missed its period by stuck_ms. */
+void sd_conn_worker_enter(void) { stamp_enter(&http_stamps); }
+void sd_conn_worker_leave(void) { stamp_leave(&http_stamps); }
+void sd_conn_handler_enter(void) { stamp_enter(&handler_stamps); }
+void sd_conn_handler_leave(void) { stamp_leave(&handler_stamps); }
+void sd_conn_handlers_expected(int n) { atomic_store(&handler_stamps.expected, n); }
+
+/* 1 when every thread of st is stuck: inside a callback that began stuck_ms ago or more,
+ * or inside one that follows a callback that took that long (a thread whose Redis calls
+ * each time out goes from one to the next, and is no more able to answer in between). A
+ * thread that never took a slot is idle. */
+static int all_stuck(stamps_t *st, int64_t now, int64_t stuck_ms)
+{
+    int n = atomic_load(&st->n), expected = atomic_load(&st->expected);
+    if (n > MAX_WORKERS)
+        n = MAX_WORKERS;
+    if (!n || (expected && n < expected))
+        return 0;
+    for (int i = 0; i < n; i++) {
+        int64_t e = atomic_load(&st->entered[i]);
+        if (!e || (now - e < stuck_ms && atomic_load(&st->took[i]) < stuck_ms))
+            return 0;
+    }
+    return 1;
+}
+
+/* The deadline thread is stuck when it missed its period by stuck_ms. */
 const char *sd_conn_pool_stuck(int64_t stuck_ms)
 {
     int64_t now = sd_mono_ms();
     if (now - atomic_load(&reaper_stamp) >= stuck_ms + REAPER_PERIOD_MS)
         return "the connection deadline thread is not running";
-    int n = atomic_load(&nworkers);
-    if (n > MAX_WORKERS)
-        n = MAX_WORKERS;
-    for (int i = 0; i < n; i++) {
-        int64_t e = atomic_load(&entered[i]);
-        if (!e || (now - e < stuck_ms && atomic_load(&took[i]) < stuck_ms))
-            return NULL;
-    }
-    return n ? "every HTTP worker is stuck inside a request" : NULL;
+    if (all_stuck(&http_stamps, now, stuck_ms))
+        return "every HTTP worker is stuck inside a request";
+    if (all_stuck(&handler_stamps, now, stuck_ms))
+        return "every handler thread is stuck inside a request";
+    return NULL;
 }

@@ -65,12 +65,18 @@ void sd_conn_body_done(struct MHD_Connection *mc);
 void sd_conn_answer_done(struct MHD_Connection *mc);
 
 /* ---- worker liveness (for the watchdog) ----
- * Each libmicrohttpd worker stamps when it enters and leaves a request callback. */
+ * Each libmicrohttpd worker stamps when it enters and leaves a request callback, and each
+ * handler thread (http.c) when it enters and leaves a handler. */
 void sd_conn_worker_enter(void);
 void sd_conn_worker_leave(void);
-/* NULL when the pool can take work: some worker is outside a callback, or inside one for
- * less than stuck_ms right after a callback shorter than stuck_ms, and the deadline
- * thread ran within stuck_ms. Otherwise a short reason (static text). */
+void sd_conn_handler_enter(void);
+void sd_conn_handler_leave(void);
+/* How many handler threads there are (those that never ran a handler are idle). */
+void sd_conn_handlers_expected(int n);
+/* NULL when serverdir can take work: the deadline thread ran within stuck_ms, and of each
+ * kind of thread (HTTP workers, handler threads) some thread is outside a callback, or
+ * inside one for less than stuck_ms right after a callback shorter than stuck_ms.
+ * Otherwise a short reason (static text). */
 const char *sd_conn_pool_stuck(int64_t stuck_ms);
 
 #endif

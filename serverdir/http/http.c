@@ -17,6 +17,7 @@
 
 #include "conn.h"
 #include "cred.h"
+#include "group.h"
 #include "router.h"
 #include "sd.h"
 #include "sdtime.h"
@@ -46,6 +47,8 @@ struct reqctx {
     int route_idx;
     int responded;   /* an early response (401/403/404/405/413/415) is ready */
     int parked;      /* the handler parked the request: the answer comes with resume */
+    int live_check;  /* the instance credential's liveness is checked before the handler */
+    sd_group_job_t job; /* on the handler threads' queue (handler_group) */
     char scratch[SD_PATH_MAX];
     /* last, not cleared for each request: where a small body and a small answer are
      * written (a lock acquire's, a release's), with no allocation, nor a free on the HTTP
@@ -260,13 +263,110 @@ int sd_req_name(const sd_req_t *req, sd_resp_t *resp, int idx, const char *what,
 /* The request is the first member of its reqctx. */
 static struct reqctx *ctx_of(sd_req_t *req) { return (struct reqctx *)(void *)req; }
 
+/* On a handler thread: the request it runs, which its HTTP thread parked already, and
+ * whether the handler parked it again (handed it to a group or the park thread, which
+ * resume it), read once the handler returns. */
+static _Thread_local sd_req_t *running;
+static _Thread_local int reparked;
+
 void sd_req_park(sd_req_t *req)
 {
+    if (req == running) { /* suspended already: only who resumes it changes */
+        reparked = 1;
+        return;
+    }
     ctx_of(req)->parked = 1;
     MHD_suspend_connection(req->conn);
 }
 
 void sd_req_resume(sd_req_t *req) { MHD_resume_connection(req->conn); }
+
+/* ---------- handler threads ----------
+ * A request whose handler may wait on Redis is parked by its HTTP thread and run on one of
+ * sd_cfg.threads handler threads (a group of one request a call, group.h), which answer
+ * it and resume it. An HTTP thread so never waits on Redis: its other connections are
+ * read and answered meanwhile, so as many HTTP threads as cores serve every route, and
+ * their wake-ups no longer crowd Redis off the cores (bench/README.md, "HTTP threads
+ * that never wait on Redis"). Routes that hand their calls to a group commit, and those
+ * that touch no Redis, run on the HTTP thread (SD_GROUPED, SD_HTTP_THREAD in sd.h). */
+
+static _Thread_local int handling; /* this thread runs a handler through handler_call */
+
+static int handler_threads(void) { return sd_cfg.threads; }
+static const char *handler_key(const sd_group_job_t *j) { (void)j; return ""; }
+static long handler_weight(const sd_group_job_t *j) { (void)j; return 1; }
+
+static struct reqctx *ctx_of_job(sd_group_job_t *j)
+{
+    return (struct reqctx *)(void *)((char *)j - offsetof(struct reqctx, job));
+}
+
+/* The credential's liveness when the front left it to this stage, then the handler. */
+static void handler_run(struct reqctx *rc)
+{
+    if (rc->live_check && sd_cred_live(&rc->req, &rc->resp))
+        return;
+    sd_routes[rc->route_idx].fn(&rc->req, &rc->resp);
+}
+
+static void handler_call(sd_group_job_t **jobs, int n)
+{
+    (void)n; /* jobs_max 1 */
+    struct reqctx *rc = ctx_of_job(jobs[0]);
+    handling = 1;
+    if (!rc->parked) { /* no handler thread could start: run here, as a handler would */
+        handler_run(rc);
+        handling = 0;
+        return;
+    }
+    running = &rc->req;
+    reparked = 0;
+    sd_conn_handler_enter();
+    handler_run(rc);
+    sd_conn_handler_leave();
+    running = NULL;
+    handling = 0;
+}
+
+/* Resumes the request unless its handler handed it on (then rc may be gone already). */
+static void handler_finish(sd_group_job_t *j, int parked)
+{
+    if (parked && !reparked)
+        sd_req_resume(j->req);
+}
+
+static sd_group_t handler_group = {.name = "handler",
+                                   .calls = 1,
+                                   .calls_at_start = handler_threads,
+                                   .jobs_max = 1,
+                                   .weight_max = 1,
+                                   .key = handler_key,
+                                   .weight = handler_weight,
+                                   .call = handler_call,
+                                   .finish = handler_finish,
+                                   SD_GROUP_STATE};
+
+static void handler_submit(struct reqctx *rc)
+{
+    rc->job.req = &rc->req;
+    sd_group_submit(&handler_group, &rc->job);
+}
+
+int sd_req_defer(sd_req_t *req)
+{
+    if (handling)
+        return 0;
+    handler_submit(ctx_of(req));
+    return 1;
+}
+
+/* Whether the route's handler runs on the HTTP thread (see above). */
+static int on_http_thread(const struct reqctx *rc, const sd_route_t *r)
+{
+    if (rc->live_check)
+        return 0;
+    return (r->flags & SD_HTTP_THREAD) || ((r->flags & SD_GROUPED) && !sd_store_is_cluster());
+}
 
 int sd_http_stopping(void) { return atomic_load(&stopping); }
 
@@ -433,13 +533,11 @@ static void precheck(struct reqctx *rc, const char *method, const char *url)
                 rc->responded = 1;
                 return;
             }
-            /* An instance credential works while the directory says its instance runs
-             * (checked here unless the handler's script does it: SD_CRED_LIVE_IN_SCRIPT). */
-            if ((!(r->flags & SD_CRED_LIVE_IN_SCRIPT) || sd_store_is_cluster()) &&
-                sd_cred_live(req, resp)) {
-                rc->responded = 1;
-                return;
-            }
+            /* An instance credential works while the directory says its instance runs:
+             * checked on the handler thread before the handler (an HTTP thread never
+             * waits on Redis), unless the handler's script does it (SD_CRED_LIVE_IN_SCRIPT). */
+            rc->live_check = req->auth.cred &&
+                             (!(r->flags & SD_CRED_LIVE_IN_SCRIPT) || sd_store_is_cluster());
             if (!(r->roles & role) && role != SD_R_OPS) {
                 sd_resp_error(resp, 403, "forbidden", "role '%s' may not %s %s",
                               sd_role_name(role), method, r->pattern);
@@ -573,7 +671,10 @@ static enum MHD_Result request_step(struct MHD_Connection *conn, const char *url
         return send_response(rc);
     }
     const sd_route_t *r = &sd_routes[rc->route_idx];
-    r->fn(&rc->req, &rc->resp);
+    if (on_http_thread(rc, r))
+        r->fn(&rc->req, &rc->resp);
+    else
+        handler_submit(rc);
     if (rc->parked)
         return MHD_YES;
     return send_response(rc);
@@ -735,7 +836,8 @@ int sd_http_start(const char *listen_addr, int threads, int conn_timeout_s,
                   const sd_conn_limits_t *limits)
 {
     sd_conn_limits_t lim = *limits;
-    fit_fd_limit(&lim, threads);
+    fit_fd_limit(&lim, threads + sd_cfg.threads);
+    sd_conn_handlers_expected(sd_cfg.threads);
     listen_fd = open_listener(listen_addr);
     if (listen_fd < 0)
         return listen_fd;

@@ -25,7 +25,7 @@
 #include "sd.h"
 
 SD_ROUTE(GET, "/v1/blobs/{key}", SD_R_GAME | SD_R_VIEWER, SD_CRED_LIVE_IN_SCRIPT, h_blob_get);
-SD_ROUTE(PUT, "/v1/blobs/{key}", SD_R_GAME, SD_RAW_BODY | SD_CRED_LIVE_IN_SCRIPT, h_blob_put);
+SD_ROUTE(PUT, "/v1/blobs/{key}", SD_R_GAME, SD_RAW_BODY | SD_CRED_LIVE_IN_SCRIPT | SD_GROUPED, h_blob_put);
 SD_ROUTE(DELETE, "/v1/blobs/{key}", 0, 0, h_blob_delete);
 
 /* Reads an optional sequence header. Returns 1 when absent, 0 when valid, -1 after

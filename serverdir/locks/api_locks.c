@@ -12,13 +12,13 @@
 #include "sdvalid.h"
 #include "sd.h"
 
-SD_ROUTE(PUT, "/v1/locks/{key}", SD_R_GAME, SD_CRED_LIVE_IN_SCRIPT, h_lock_put);
-SD_ROUTE(POST, "/v1/locks/acquire", SD_R_GAME, SD_CRED_LIVE_IN_SCRIPT, h_lock_acquire_many);
-SD_ROUTE(POST, "/v1/locks/release", SD_R_GAME, SD_CRED_LIVE_IN_SCRIPT, h_lock_release_many);
-SD_ROUTE(POST, "/v1/locks/{key}/renew", SD_R_GAME, SD_CRED_LIVE_IN_SCRIPT, h_lock_renew);
+SD_ROUTE(PUT, "/v1/locks/{key}", SD_R_GAME, SD_CRED_LIVE_IN_SCRIPT | SD_GROUPED, h_lock_put);
+SD_ROUTE(POST, "/v1/locks/acquire", SD_R_GAME, SD_CRED_LIVE_IN_SCRIPT | SD_GROUPED, h_lock_acquire_many);
+SD_ROUTE(POST, "/v1/locks/release", SD_R_GAME, SD_CRED_LIVE_IN_SCRIPT | SD_GROUPED, h_lock_release_many);
+SD_ROUTE(POST, "/v1/locks/{key}/renew", SD_R_GAME, SD_CRED_LIVE_IN_SCRIPT | SD_GROUPED, h_lock_renew);
 SD_ROUTE(GET, "/v1/locks/{key}", SD_R_GAME | SD_R_VIEWER, 0, h_lock_get);
 SD_ROUTE(GET, "/v1/locks", SD_R_GAME | SD_R_VIEWER, 0, h_lock_list);
-SD_ROUTE(DELETE, "/v1/locks/{key}", SD_R_GAME, SD_CRED_LIVE_IN_SCRIPT, h_lock_delete);
+SD_ROUTE(DELETE, "/v1/locks/{key}", SD_R_GAME, SD_CRED_LIVE_IN_SCRIPT | SD_GROUPED, h_lock_delete);
 
 #define LIST_MAX 1000
 
@@ -119,7 +119,7 @@ static void acquire_finish(const sd_lock_req_t *a, int many, redisReply *r, int6
 /* The token's bindings on an acquire: a holder prefix; a cluster, whose game servers lock
  * as the processes its directory knows (and steal only within it). 0, or -1 after
  * answering 403 (or a store error). */
-static int acquire_allowed(const sd_req_t *req, sd_resp_t *resp, const sd_lock_req_t *a)
+static int acquire_allowed(sd_req_t *req, sd_resp_t *resp, const sd_lock_req_t *a)
 {
     if (sd_req_may_hold(req, resp, a->holder))
         return -1;
@@ -130,6 +130,8 @@ static int acquire_allowed(const sd_req_t *req, sd_resp_t *resp, const sd_lock_r
         return -1;
     if (req->auth.cred) /* its own instance (above), whose record the script checks */
         return 0;
+    if (sd_req_defer(req)) /* the check below waits on Redis */
+        return -1;
     char key[2 * SD_NAME_MAX + 96];
     sd_argv_t av;
     sd_argv_init(&av);
@@ -232,6 +234,8 @@ static void acquire_answer(const sd_lock_req_t *req_a, int many, json_t *body, s
         acquire_grouped(a, many, body, req, resp);
         return;
     }
+    if (sd_req_defer(req)) /* an acquire that may wait makes its first call itself */
+        return;
     int64_t start = sd_mono_ms();
     redisReply *r = NULL;
     int rc = sd_lock_acquire(a, &r);
@@ -429,6 +433,8 @@ void h_lock_delete(sd_req_t *req, sd_resp_t *resp)
             sd_resp_error(resp, 403, "forbidden", "only the ops role may force-unlock");
             return;
         }
+        if (sd_req_defer(req)) /* a forced unlock makes its call itself */
+            return;
         redisReply *r;
         int rc = sd_lock_force(name, &r);
         if (rc != SD_STORE_OK) {

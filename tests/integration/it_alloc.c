@@ -1114,7 +1114,7 @@ static void grouped_calls_never_hold_their_http_thread(void **state)
 {
     (void)state;
     fleet("ho", "zone", NULL, 1, 4, 0);
-    static const char *const extra[] = {"--threads", "1", NULL};
+    static const char *const extra[] = {"--http-threads", "1", "--threads", "1", NULL};
     h_sd_opts_t o = {.extra = extra};
     h_serverdir_t one;
     assert_int_equal(h_sd_start(&one, &redis, &o), 0);
@@ -1126,7 +1126,7 @@ static void grouped_calls_never_hold_their_http_thread(void **state)
                  "\"machine\":\"m0\",\"service\":\"zone\",\"reason\":\"exited\",\"code\":0}]}"},
     };
     /* each path once before the pause: a copy's first request for a cluster records the
-     * cluster (a write of its own on the HTTP thread) */
+     * cluster (a write of its own, on a handler thread) */
     assert_int_equal(ct_call(one.url, H_TOK_GAME, "POST", reqs[0].body, NULL, NULL, "%s",
                              reqs[0].path), 201);
     assert_int_equal(ct_call(one.url, H_TOK_BB, "POST",

@@ -1,7 +1,7 @@
 /* Per-machine assignments against a real serverdir and redis-server: versions (a PUT
  * that changes nothing keeps them), per-machine documents, ETag / If-None-Match 304,
  * the long-poll (wakes on a change, returns at its wait otherwise), 500 parked long-polls
- * on a serverdir with 2 worker threads that keeps serving other requests, the realm
+ * on a serverdir with 2 handler threads that keeps serving other requests, the realm
  * stop flag, bad bodies rejected without a change, and a machine declared lost: its
  * processes stopped with reason machine_lost in the directory and the history, except
  * those of the services the call keeps (spec.disconnect). */
@@ -25,7 +25,7 @@
 static h_redis_t redis;
 static h_serverdir_t sd;
 
-/* cmocka group setup: redis-server, and serverdir on it with two worker threads. */
+/* cmocka group setup: redis-server, and serverdir on it with two handler threads. */
 static int setup(void **state)
 {
     static const char *const extra[] = {"--threads", "2", NULL};
@@ -247,7 +247,7 @@ static long metric(const char *page, const char *series)
     return m ? strtol(m + strlen(line), NULL, 10) : 0;
 }
 
-/* WAITERS long-polls parked on a serverdir with 2 worker threads: other requests are
+/* WAITERS long-polls parked on a serverdir with 2 handler threads: other requests are
  * still answered at once, and one realm stop answers every waiter. */
 static void many_parked_long_polls_do_not_exhaust_workers(void **state)
 {

@@ -6,7 +6,9 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,6 +92,76 @@ static void redis_outage_and_recovery(void **state)
     assert_int_equal(get("/metrics", &r), 200);
     assert_non_null(strstr(r.body, "serverdir_http_requests_total{method=\"GET\",route=\"/readyz\",code=\"503\"}"));
     h_resp_free(&r);
+}
+
+typedef struct {
+    const char *url, *method, *path, *body;
+    long status;
+    atomic_int done;
+} held_t;
+
+static void *held_call(void *p)
+{
+    held_t *h = p;
+    h_resp_t r = {0};
+    h->status = h_http_json(h->method, h->url, H_TOK_GAME, h->body, &r, "%s", h->path) == 0
+                    ? r.status
+                    : -1;
+    h_resp_free(&r);
+    atomic_store(&h->done, 1);
+    return NULL;
+}
+
+/* A serverdir with one HTTP thread and two handler threads: a read, and a lock acquire
+ * that may wait (which defers its first call to a handler thread), each wait on a stopped
+ * Redis on a handler thread while the HTTP thread answers /healthz. Before the handler
+ * threads, such a request made its Redis call on its HTTP thread, and every other
+ * connection of that thread waited out the call (up to the 3 s command timeout). */
+static void http_thread_never_waits_on_redis(void **state)
+{
+    (void)state;
+    static const char *const extra[] = {"--http-threads", "1", "--threads", "2", NULL};
+    h_sd_opts_t o = {.extra = extra};
+    h_serverdir_t one;
+    assert_int_equal(h_sd_start(&one, &redis, &o), 0);
+    h_resp_t r;
+    /* both handler threads connected, the scripts loaded */
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(h_http_json("GET", one.url, H_TOK_GAME, NULL, &r, "/v1/locks/nw-%d", i), 0);
+        assert_int_equal(r.status, 200);
+        h_resp_free(&r);
+    }
+    held_t reqs[2] = {
+        {.url = one.url, .method = "GET", .path = "/v1/locks/nw-0"},
+        {.url = one.url, .method = "PUT", .path = "/v1/locks/nw-1",
+         .body = "{\"holder\":\"game-nw\",\"ttl_ms\":5000,\"wait_ms\":2000}"},
+    };
+    assert_int_equal(kill(redis.pid, SIGSTOP), 0);
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, held_call, &reqs[i]), 0);
+    h_sleep_ms(300); /* both on their way to the stopped Redis */
+    char healthz[160];
+    snprintf(healthz, sizeof healthz, "%s/healthz", one.url);
+    h_resp_t hr = {0};
+    int64_t t1 = h_now_ms();
+    int got = h_http("GET", healthz, NULL, NULL, NULL, 0, NULL, &hr);
+    int waiting = !atomic_load(&reqs[0].done) && !atomic_load(&reqs[1].done);
+    int64_t t2 = h_now_ms();
+    kill(redis.pid, SIGCONT);
+    fprintf(stderr, "healthz answered in %lld ms, %s the read and the acquire\n",
+            (long long)(t2 - t1), waiting ? "before" : "not before");
+    assert_int_equal(got, 0);
+    assert_int_equal(hr.status, 200);
+    h_resp_free(&hr);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    assert_true(waiting);
+    assert_true(t2 - t1 < 1500);
+    /* each answered in the end: a store error (the command timeout) or its answer */
+    assert_true(reqs[0].status == 200 || reqs[0].status == 503);
+    assert_true(reqs[1].status == 200 || reqs[1].status == 503);
+    h_serverdir_stop(&one);
 }
 
 /* Starts serverdir with args and returns its exit status and log. */
@@ -204,6 +276,7 @@ int main(void)
         cmocka_unit_test(redis_over_unix_socket),
         cmocka_unit_test(config_errors_name_file_and_field),
         cmocka_unit_test(sigterm_exits_cleanly),
+        cmocka_unit_test(http_thread_never_waits_on_redis),
     };
     return cmocka_run_group_tests(tests, setup, h_stack_teardown);
 }
