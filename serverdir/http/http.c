@@ -301,10 +301,13 @@ static struct reqctx *ctx_of_job(sd_group_job_t *j)
     return (struct reqctx *)(void *)((char *)j - offsetof(struct reqctx, job));
 }
 
-/* The credential's liveness when the front left it to this stage, then the handler. */
+static int authorize(sd_req_t *req, sd_resp_t *resp);
+
+/* The credential's liveness and the checks after it (authorize) when the front left them
+ * to this stage, then the handler. */
 static void handler_run(struct reqctx *rc)
 {
-    if (rc->live_check && sd_cred_live(&rc->req, &rc->resp))
+    if (rc->live_check && (sd_cred_live(&rc->req, &rc->resp) || authorize(&rc->req, &rc->resp)))
         return;
     sd_routes[rc->route_idx].fn(&rc->req, &rc->resp);
 }
@@ -472,6 +475,25 @@ static unsigned bearer_auth(const char *tok, size_t len, sd_auth_t *out, const c
     return sd_auth_lookup(tok, len, out);
 }
 
+/* The role's right to the route, and a cluster-bound token's to the cluster it names;
+ * -1 with the 403 (or 400) set when not. */
+static int authorize(sd_req_t *req, sd_resp_t *resp)
+{
+    const sd_route_t *r = req->route;
+    if (!(r->roles & req->role) && req->role != SD_R_OPS) {
+        sd_resp_error(resp, 403, "forbidden", "role '%s' may not %s %s",
+                      sd_role_name(req->role), req->method, r->pattern);
+        return -1;
+    }
+    /* A token bound to a cluster acts for that cluster only. */
+    const char *cluster;
+    if (req->auth.cluster[0] && !strncmp(r->pattern, "/v1/clusters/{c}", 16) &&
+        (sd_req_name(req, resp, 0, "cluster", &cluster) ||
+         sd_req_may_cluster(req, resp, cluster)))
+        return -1;
+    return 0;
+}
+
 static void precheck(struct reqctx *rc, const char *method, const char *url)
 {
     sd_req_t *req = &rc->req;
@@ -538,17 +560,9 @@ static void precheck(struct reqctx *rc, const char *method, const char *url)
              * waits on Redis), unless the handler's script does it (SD_CRED_LIVE_IN_SCRIPT). */
             rc->live_check = req->auth.cred &&
                              (!(r->flags & SD_CRED_LIVE_IN_SCRIPT) || sd_store_is_cluster());
-            if (!(r->roles & role) && role != SD_R_OPS) {
-                sd_resp_error(resp, 403, "forbidden", "role '%s' may not %s %s",
-                              sd_role_name(role), method, r->pattern);
-                rc->responded = 1;
-                return;
-            }
-            /* A token bound to a cluster acts for that cluster only. */
-            const char *cluster;
-            if (req->auth.cluster[0] && !strncmp(r->pattern, "/v1/clusters/{c}", 16) &&
-                (sd_req_name(req, resp, 0, "cluster", &cluster) ||
-                 sd_req_may_cluster(req, resp, cluster))) {
+            /* after the liveness check when there is one: a revoked credential is told
+             * so (401) whatever it asked */
+            if (!rc->live_check && authorize(req, resp)) {
                 rc->responded = 1;
                 return;
             }

@@ -963,44 +963,21 @@ static void release_holder_argv(sd_argv_t *av, const char *cluster, const char *
         sd_argv_add(av, "");
 }
 
-/* sd_lock_release_holders for one stop. */
-static int release_holder(const char *cluster, const char *holder, int64_t stopped_ms,
-                          int64_t generation, int64_t delay_ms, long long *released)
-{
-    if (sd_store_is_cluster())
-        return release_holder_cluster(cluster, holder, stopped_ms, generation, delay_ms,
-                                      released);
-    sd_argv_t av;
-    release_holder_argv(&av, cluster, holder, stopped_ms, generation, delay_ms);
-    redisReply *r;
-    int rc = sd_store_run("lock_release_holder", 1, &av, &r);
-    if (rc != SD_STORE_OK)
-        return rc;
-    *released = r->type == REDIS_REPLY_INTEGER ? r->integer : 0;
-    freeReplyObject(r);
-    return SD_STORE_OK;
-}
-
 int sd_lock_release_holders(const char *cluster, int n, const sd_lock_stop_t *stops,
                             int64_t delay_ms, long long *released)
 {
+    if (n > SD_LOCK_STOPS_MAX)
+        return SD_STORE_ERROR;
     for (int i = 0; i < n; i++)
         released[i] = -1;
     if (n <= 0)
         return SD_STORE_OK;
-    if (!sd_store_is_cluster() && n > SD_LOCK_STOPS_MAX) { /* in calls of SD_LOCK_STOPS_MAX */
-        int rc = sd_lock_release_holders(cluster, SD_LOCK_STOPS_MAX, stops, delay_ms, released);
-        return rc != SD_STORE_OK ? rc
-                                 : sd_lock_release_holders(cluster, n - SD_LOCK_STOPS_MAX,
-                                                           stops + SD_LOCK_STOPS_MAX, delay_ms,
-                                                           released + SD_LOCK_STOPS_MAX);
-    }
     if (sd_store_is_cluster()) {
         /* a Redis Cluster: each holder's keys in their own slots, one holder at a time */
         for (int i = 0; i < n; i++) {
             long long got = 0;
-            int rc = release_holder(cluster, stops[i].holder, stops[i].stopped_ms,
-                                    stops[i].generation, delay_ms, &got);
+            int rc = release_holder_cluster(cluster, stops[i].holder, stops[i].stopped_ms,
+                                            stops[i].generation, delay_ms, &got);
             if (rc != SD_STORE_OK)
                 return rc;
             released[i] = got;

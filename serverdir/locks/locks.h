@@ -137,12 +137,12 @@ typedef struct {
     int64_t generation;  /* the stopped run (-1: not said) */
 } sd_lock_stop_t;
 #define SD_LOCK_STOPS_MAX 64 /* stops per call of lock_release_holder_many.lua */
-/* lock_release_holder.lua for n stops of cluster's instances: frees the locks of each
- * stop's holder with the lock-delay delay_ms (0: none, a waiter is woken at once): every
- * lock it holds while the directory records no newer run, else those granted at or
- * before stopped_ms. On one Redis one call of lock_release_holder_many.lua for up to
- * SD_LOCK_STOPS_MAX stops; on a Redis Cluster holder after holder (their keys are in
- * slots of their own). released[i]: the locks stop i's holder had freed, or -1 when its
+/* lock_release_holder.lua for n stops (at most SD_LOCK_STOPS_MAX, else SD_STORE_ERROR and
+ * nothing done) of cluster's instances: frees the locks of each stop's holder with the
+ * lock-delay delay_ms (0: none, a waiter is woken at once): every lock it holds while the
+ * directory records no newer run, else those granted at or before stopped_ms. On one
+ * Redis one call of lock_release_holder_many.lua; on a Redis Cluster holder after holder
+ * (their keys are in slots of their own). released[i]: the locks stop i's holder had freed, or -1 when its
  * own release failed (logged). A SD_STORE_* code: not SD_STORE_OK when Redis went away
  * or refused the call (then the stops from the first unanswered one on are -1, and the
  * drain keeps their entries for the next one). */

@@ -242,17 +242,12 @@ static int script_refusal(redisReply *r, sd_master_refusal_t *why)
 int sd_master_forget_instances(const char *cluster, int n, const char *const *instances,
                                int *removed)
 {
+    if (n > SD_MASTER_FORGET_MAX)
+        return SD_STORE_ERROR;
     for (int i = 0; i < n; i++)
         removed[i] = -1;
     if (n <= 0)
         return SD_STORE_OK;
-    if (n > SD_MASTER_FORGET_MAX) { /* in calls of SD_MASTER_FORGET_MAX */
-        int rc = sd_master_forget_instances(cluster, SD_MASTER_FORGET_MAX, instances, removed);
-        return rc != SD_STORE_OK ? rc
-                                 : sd_master_forget_instances(cluster, n - SD_MASTER_FORGET_MAX,
-                                                              instances + SD_MASTER_FORGET_MAX,
-                                                              removed + SD_MASTER_FORGET_MAX);
-    }
     /* every item's one key is the master list's prefix: one slot, one call */
     int64_t now = sd_wall_ms();
     sd_argv_t *avs = malloc((size_t)n * sizeof *avs), *items[SD_MASTER_FORGET_MAX]; /* 3.6 KB each */

@@ -162,7 +162,8 @@ int sd_master_challenge(char kind, const char *bind, char *chal, size_t chalcap,
                         int64_t probe_ms, sd_master_refusal_t *why);
 #define SD_MASTER_FORGET_MAX 64 /* instances per call of master_forget_instance_many.lua */
 /* Removes the entries heartbeats linked to n instances of cluster (their stops were
- * recorded), in one call of master_forget_instance_many.lua per SD_MASTER_FORGET_MAX:
+ * recorded; at most SD_MASTER_FORGET_MAX, else SD_STORE_ERROR and nothing done), in one
+ * call of master_forget_instance_many.lua:
  * removed[i] is 1 when instance i had an entry, 0 when not, -1 when its removal failed
  * (logged). A SD_STORE_* code: not SD_STORE_OK when a call as a whole failed (then the
  * removed[i] it was for are -1). */
