@@ -56,7 +56,7 @@ bench_start_redis "$rport" "$WORK"
 sport=$(bench_free_port)
 echo "game bench-game-token" >"$WORK/tokens"
 "$BUILD_DIR/bin/serverdir" --listen "127.0.0.1:$sport" --redis "redis://127.0.0.1:$rport/0" \
-    --tokens "$WORK/tokens" --threads "$SD_THREADS" --log-level warn >"$WORK/serverdir.log" 2>&1 &
+    --tokens "$WORK/tokens" --threads "$SD_THREADS" ${SD_HTTP_THREADS:+--http-threads "$SD_HTTP_THREADS"} --log-level warn >"$WORK/serverdir.log" 2>&1 &
 PIDS+=($!)
 SD_PID=$!
 sd="http://127.0.0.1:$sport"

@@ -41,7 +41,7 @@ sport=$(bench_free_port)
 echo "game bench-game-token-0123456789" >"$WORK/tokens"
 chmod 600 "$WORK/tokens"
 "$BUILD_DIR/bin/serverdir" --listen "127.0.0.1:$sport" --redis "redis://127.0.0.1:$rport/0" \
-    --tokens "$WORK/tokens" --threads "$SD_THREADS" --log-level warn >"$WORK/serverdir.log" 2>&1 &
+    --tokens "$WORK/tokens" --threads "$SD_THREADS" ${SD_HTTP_THREADS:+--http-threads "$SD_HTTP_THREADS"} --log-level warn >"$WORK/serverdir.log" 2>&1 &
 PIDS+=($!)
 sd="http://127.0.0.1:$sport"
 for _ in $(seq 100); do curl -fs "$sd/readyz" >/dev/null 2>&1 && break; sleep 0.05; done

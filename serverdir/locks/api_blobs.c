@@ -24,7 +24,7 @@
 #include "quota.h"
 #include "sd.h"
 
-SD_ROUTE(GET, "/v1/blobs/{key}", SD_R_GAME | SD_R_VIEWER, SD_CRED_LIVE_IN_SCRIPT, h_blob_get);
+SD_ROUTE(GET, "/v1/blobs/{key}", SD_R_GAME | SD_R_VIEWER, SD_CRED_LIVE_IN_SCRIPT | SD_GROUPED, h_blob_get);
 SD_ROUTE(PUT, "/v1/blobs/{key}", SD_R_GAME, SD_RAW_BODY | SD_CRED_LIVE_IN_SCRIPT | SD_GROUPED, h_blob_put);
 SD_ROUTE(DELETE, "/v1/blobs/{key}", 0, 0, h_blob_delete);
 
@@ -124,33 +124,22 @@ static redisReply *blob_run(sd_resp_t *resp, const char *script, int nkeys, sd_a
     return r;
 }
 
-/* GET /v1/blobs/{key} [Lock-Seq: N, Lock-Token: T] -> 200 raw bytes, headers Blob-Seq and
- * Lock-Seq (the key's current lock_seq, 0 when free). With Lock-Seq (and then Lock-Token)
- * the reader proves it holds the lock (else 409 fenced) and that lock_seq is stamped on
- * the blob. 404 no_blob. */
-void h_blob_get(sd_req_t *req, sd_resp_t *resp)
+/* A read in the group commit (locks.h): its strings are the request's (path, headers),
+ * which outlive the job. */
+typedef struct {
+    sd_lock_call_t c; /* first */
+    sd_resp_t *resp;
+    const char *name;
+    char bkey[SD_NAME_MAX + 96], lkey[SD_NAME_MAX + 96]; /* KEYS (av points at them) */
+} get_job_t;
+
+/* Answers a read from its blob_get.lua reply r (freed here). */
+static void get_reply(sd_resp_t *resp, const char *name, redisReply *r)
 {
-    const char *name, *token = "";
-    int64_t lock_seq = 0;
-    if (sd_req_lock_name(req, resp, "blob key", &name))
-        return;
-    int has = seq_header(req, resp, "Lock-Seq", "bad_lock_seq", &lock_seq);
-    if (has < 0 || (has == 0 && sd_lock_token_header(req, resp, &token)))
-        return;
-    char bkey[SD_NAME_MAX + 96], lkey[SD_NAME_MAX + 96];
-    sd_argv_t av;
-    blob_keys(&av, name, bkey, lkey, sizeof bkey);
-    if (has == 0)
-        sd_argv_addf(&av, "%lld", (long long)lock_seq);
-    else
-        sd_argv_add(&av, "");
-    sd_argv_add(&av, token);
-    sd_cred_live_args(&req->auth, &av);
-    redisReply *r = blob_run(resp, "blob_get", 2, &av);
-    if (!r)
-        return;
-    const char *st = sd_reply_str(r, 0);
-    if (sd_cred_revoked_reply(r, resp)) {
+    const char *st = r->type == REDIS_REPLY_ARRAY && r->elements >= 1 ? sd_reply_str(r, 0) : "";
+    if (!*st) {
+        sd_resp_bad_reply(resp, "blob_get", r);
+    } else if (sd_cred_revoked_reply(r, resp)) {
     } else if (strcmp(st, "fenced") == 0) {
         sd_lock_fenced(resp, "read", name);
     } else if (strcmp(st, "no_blob") == 0) {
@@ -167,6 +156,65 @@ void h_blob_get(sd_req_t *req, sd_resp_t *resp)
         sd_resp_bad_reply(resp, "blob_get", r);
     }
     freeReplyObject(r);
+}
+
+static void get_call(sd_group_job_t **jobs, int n) { sd_lock_calls_run("blob_get", jobs, n); }
+
+static void get_job_finish(sd_group_job_t *g, int parked)
+{
+    get_job_t *j = (get_job_t *)g;
+    if (j->c.rc != SD_STORE_OK)
+        sd_resp_store_error(j->resp, j->c.rc);
+    else
+        get_reply(j->resp, j->name, j->c.r);
+    if (parked)
+        sd_req_resume(j->c.g.req);
+    free(j);
+}
+
+static sd_group_t get_group = {.name = "blob_get",
+                               .calls = SD_LOCK_CALLS,
+                               .jobs_max = SD_LOCK_GROUP_MAX,
+                               .weight_max = SD_LOCK_GROUP_KEYS,
+                               .key = sd_lock_call_key,
+                               .weight = sd_lock_call_weight,
+                               .call = get_call,
+                               .finish = get_job_finish,
+                               SD_GROUP_STATE};
+
+/* GET /v1/blobs/{key} [Lock-Seq: N, Lock-Token: T] -> 200 raw bytes, headers Blob-Seq and
+ * Lock-Seq (the key's current lock_seq, 0 when free). With Lock-Seq (and then Lock-Token)
+ * the reader proves it holds the lock (else 409 fenced) and that lock_seq is stamped on
+ * the blob. 404 no_blob. Runs blob_get.lua in a call of its own or one it shares (the
+ * group commit). */
+void h_blob_get(sd_req_t *req, sd_resp_t *resp)
+{
+    const char *name, *token = "";
+    int64_t lock_seq = 0;
+    if (sd_req_lock_name(req, resp, "blob key", &name))
+        return;
+    int has = seq_header(req, resp, "Lock-Seq", "bad_lock_seq", &lock_seq);
+    if (has < 0 || (has == 0 && sd_lock_token_header(req, resp, &token)))
+        return;
+    get_job_t *j = calloc(1, sizeof *j);
+    if (!j) {
+        sd_resp_error(resp, 500, "internal", "out of memory");
+        return;
+    }
+    j->resp = resp;
+    j->name = name;
+    sd_argv_t *av = &j->c.av;
+    blob_keys(av, name, j->bkey, j->lkey, sizeof j->bkey);
+    if (has == 0)
+        sd_argv_addf(av, "%lld", (long long)lock_seq);
+    else
+        sd_argv_add(av, "");
+    sd_argv_add(av, token);
+    sd_cred_live_args(&req->auth, av);
+    j->c.nkeys = 2;
+    j->c.g.req = req;
+    sd_lock_call_ready(&j->c, 1);
+    sd_group_submit(&get_group, &j->c.g);
 }
 
 /* A save in the group commit (locks.h): its strings are the request's (path, headers,

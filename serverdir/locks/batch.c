@@ -3,7 +3,7 @@
  * exactly as before the group commit; together, the requests run the script's batch form
  * <name>_many.lua (store/lua_prelude.lua, batch_run), each as an item with its own KEYS,
  * ARGV and reply. The groups themselves (http/group.h) live with their handlers:
- * api_locks.c (acquire, renew, release) and api_blobs.c (save). */
+ * api_locks.c (acquire, renew, release) and api_blobs.c (save, read). */
 #include <stdio.h>
 #include <string.h>
 
@@ -38,6 +38,9 @@ static void count_call(const char *script, int n)
     } else if (!strcmp(script, "lock_renew")) {
         SD_COUNT("serverdir_lock_script_calls_total{script=\"lock_renew\"}", CALLS_HELP, 1);
         SD_COUNT("serverdir_lock_script_items_total{script=\"lock_renew\"}", ITEMS_HELP, n);
+    } else if (!strcmp(script, "blob_get")) {
+        SD_COUNT("serverdir_lock_script_calls_total{script=\"blob_get\"}", CALLS_HELP, 1);
+        SD_COUNT("serverdir_lock_script_items_total{script=\"blob_get\"}", ITEMS_HELP, n);
     } else {
         SD_COUNT("serverdir_lock_script_calls_total{script=\"blob_save\"}", CALLS_HELP, 1);
         SD_COUNT("serverdir_lock_script_items_total{script=\"blob_save\"}", ITEMS_HELP, n);

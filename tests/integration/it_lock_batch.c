@@ -5,8 +5,8 @@
  * are carried, many to a call, by the scripts' batch forms (<name>_many.lua); the
  * serverdir counters of calls and requests per script prove it. Every request must still
  * get its own answer:
- *   - on distinct locks: every acquire, save, renewal and release granted, each with its
- *     own key, lock_seq and data;
+ *   - on distinct locks: every acquire, save, read, renewal and release granted, each with
+ *     its own key, lock_seq and data (a read of a key with no blob its own 404);
  *   - on one lock: one grant per burst, every other acquire refused 409 lock_held naming
  *     the winner, lock_seqs strictly increasing from burst to burst, stale holders' saves
  *     refused 409 fenced in the same calls as the current holder's accepted save;
@@ -259,6 +259,24 @@ static void op_save_own(burst_t *b, int i)
     b->rc[i] = sdc_blob_put(b->cl[i], &b->lock[i], 1, b->body[i], (size_t)n, &b->err[i]);
 }
 
+/* Even threads read their own blob under their grant; odd ones a key with no blob. */
+static void op_read_own(burst_t *b, int i)
+{
+    char key[32];
+    if (i % 2)
+        snprintf(key, sizeof key, "%sbn-%d", tag, i);
+    else
+        own_key(i, key, sizeof key);
+    void *data = NULL;
+    size_t len = 0;
+    int64_t seq = 0;
+    b->rc[i] = sdc_blob_get(b->cl[i], key, i % 2 ? NULL : &b->lock[i], &data, &len, &seq,
+                            &b->err[i]);
+    b->status[i] = (long)seq;
+    snprintf(b->body[i] + 128, 128, "%.*s", (int)(len < 127 ? len : 127), data ? (char *)data : "");
+    free(data);
+}
+
 static void op_renew_own(burst_t *b, int i)
 {
     char holder[32];
@@ -302,6 +320,22 @@ static void burst_on_distinct_locks_each_get_their_own_answer(void **state)
     for (int i = 0; i < NT; i++)
         assert_int_equal(b->rc[i], SDC_OK);
     assert_batched("blob_save", c0, i0, NT);
+
+    /* reads share calls too, each answered its own blob, or its own 404 */
+    script_counts("blob_get", &c0, &i0);
+    burst(b, op_read_own, NT);
+    for (int i = 0; i < NT; i++) {
+        if (i % 2) {
+            assert_int_equal(b->rc[i], SDC_E_HTTP);
+            assert_int_equal(b->err[i].status, 404);
+            assert_string_equal(b->err[i].code, "no_blob");
+        } else {
+            assert_int_equal(b->rc[i], SDC_OK);
+            assert_int_equal(b->status[i], 1);
+            assert_string_equal(b->body[i] + 128, b->body[i]);
+        }
+    }
+    assert_batched("blob_get", c0, i0, NT);
 
     script_counts("lock_renew", &c0, &i0);
     burst(b, op_renew_own, NT);
