@@ -172,15 +172,8 @@ static void get_job_finish(sd_group_job_t *g, int parked)
     free(j);
 }
 
-static sd_group_t get_group = {.name = "blob_get",
-                               .calls = SD_LOCK_CALLS,
-                               .jobs_max = SD_LOCK_GROUP_MAX,
-                               .weight_max = SD_LOCK_GROUP_KEYS,
-                               .key = sd_lock_call_key,
-                               .weight = sd_lock_call_weight,
-                               .call = get_call,
-                               .finish = get_job_finish,
-                               SD_GROUP_STATE};
+static sd_group_t get_group =
+    SD_LOCK_GROUP("blob_get", NULL, get_call, get_job_finish);
 
 /* GET /v1/blobs/{key} [Lock-Seq: N, Lock-Token: T] -> 200 raw bytes, headers Blob-Seq and
  * Lock-Seq (the key's current lock_seq, 0 when free). With Lock-Seq (and then Lock-Token)
@@ -312,15 +305,8 @@ static void save_job_finish(sd_group_job_t *g, int parked)
  * most SD_LOCK_GROUP_KEYS units (256 KB of data), a larger blob has a call of its own. */
 #define SAVE_WEIGHT_BYTES 4096
 
-static sd_group_t save_group = {.name = "blob_save",
-                                .calls = SD_LOCK_CALLS,
-                                .jobs_max = SD_LOCK_GROUP_MAX,
-                                .weight_max = SD_LOCK_GROUP_KEYS,
-                                .key = sd_lock_call_key,
-                                .weight = sd_lock_call_weight,
-                                .call = save_call,
-                                .finish = save_job_finish,
-                                SD_GROUP_STATE};
+static sd_group_t save_group =
+    SD_LOCK_GROUP("blob_save", NULL, save_call, save_job_finish);
 
 /* PUT /v1/blobs/{key} with Lock-Seq, Lock-Token and Blob-Seq headers, raw body -> 200 {key,
  * blob_seq, lock_seq, bytes}. Saved only if Lock-Seq and Lock-Token are the key's current

@@ -181,16 +181,8 @@ static void acquire_job_finish(sd_group_job_t *g, int parked)
     free(j);
 }
 
-static sd_group_t acquire_group = {.name = "lock_acquire",
-                                   .calls = SD_LOCK_CALLS,
-                                   .calls_at_start = sd_lock_script_calls,
-                                   .jobs_max = SD_LOCK_GROUP_MAX,
-                                   .weight_max = SD_LOCK_GROUP_KEYS,
-                                   .key = sd_lock_call_key,
-                                   .weight = sd_lock_call_weight,
-                                   .call = acquire_call,
-                                   .finish = acquire_job_finish,
-                                   SD_GROUP_STATE};
+static sd_group_t acquire_group =
+    SD_LOCK_GROUP("lock_acquire", sd_lock_script_calls, acquire_call, acquire_job_finish);
 
 /* Acquires without waiting: one script call of its own or one it shares with other
  * requests (the group commit), answered from its own item. */
@@ -363,16 +355,8 @@ static void release_job_finish(sd_group_job_t *g, int parked)
     free(j);
 }
 
-static sd_group_t release_group = {.name = "lock_release",
-                                   .calls = SD_LOCK_CALLS,
-                                   .calls_at_start = sd_lock_script_calls,
-                                   .jobs_max = SD_LOCK_GROUP_MAX,
-                                   .weight_max = SD_LOCK_GROUP_KEYS,
-                                   .key = sd_lock_call_key,
-                                   .weight = sd_lock_call_weight,
-                                   .call = release_call,
-                                   .finish = release_job_finish,
-                                   SD_GROUP_STATE};
+static sd_group_t release_group =
+    SD_LOCK_GROUP("lock_release", sd_lock_script_calls, release_call, release_job_finish);
 
 /* Runs lock_release.lua for rel, in a call of its own or one it shares (the group
  * commit), and answers. body (may be NULL) holds rel's strings. */
@@ -540,16 +524,8 @@ static void renew_job_finish(sd_group_job_t *g, int parked)
     free(j);
 }
 
-static sd_group_t renew_group = {.name = "lock_renew",
-                                 .calls = SD_LOCK_CALLS,
-                                 .calls_at_start = sd_lock_script_calls,
-                                 .jobs_max = SD_LOCK_GROUP_MAX,
-                                 .weight_max = SD_LOCK_GROUP_KEYS,
-                                 .key = sd_lock_call_key,
-                                 .weight = sd_lock_call_weight,
-                                 .call = renew_call,
-                                 .finish = renew_job_finish,
-                                 SD_GROUP_STATE};
+static sd_group_t renew_group =
+    SD_LOCK_GROUP("lock_renew", sd_lock_script_calls, renew_call, renew_job_finish);
 
 /* POST /v1/locks/{key}/renew {holder, lock_seq, lock_token, ttl_ms?} -> 200 {key, holder,
  * lock_seq, expires_in_ms}. Without ttl_ms the lease granted last is renewed for the same

@@ -187,6 +187,15 @@ typedef struct {
     redisReply *r;     /* ... and with SD_STORE_OK the item's own reply (the finish frees it) */
 } sd_lock_call_t;
 
+/* A lock-path group (http/group.h) named after its script: SD_LOCK_CALLS calls in flight
+ * (calls_at_start, when not NULL, decides at first use), at most SD_LOCK_GROUP_MAX
+ * requests and SD_LOCK_GROUP_KEYS of weight a call, requests keyed by their slot. */
+#define SD_LOCK_GROUP(script, at_start, call_fn, finish_fn)                                 \
+    {.name = script, .calls = SD_LOCK_CALLS, .calls_at_start = at_start,                  \
+     .jobs_max = SD_LOCK_GROUP_MAX, .weight_max = SD_LOCK_GROUP_KEYS,                     \
+     .key = sd_lock_call_key, .weight = sd_lock_call_weight, .call = call_fn,             \
+     .finish = finish_fn, SD_GROUP_STATE}
+
 /* Completes c after its av is prepared: its slot (from KEYS[1]) and weight. */
 void sd_lock_call_ready(sd_lock_call_t *c, long weight);
 /* The group callbacks every lock-path group shares: the key (the slot), the weight. */
