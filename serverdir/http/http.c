@@ -404,7 +404,9 @@ static void peer_address(struct reqctx *rc)
 }
 
 /* Decides, before any body byte is read, whether the request can go on: route, auth,
- * declared length and content type. Fills rc->resp and sets responded when not. */
+ * declared length and content type. Fills rc->resp and sets responded when not. An
+ * instance credential whose liveness needs a Redis read (live_check) has that read, and
+ * the role and cluster checks after it (authorize), on its handler thread instead. */
 /* What the request's framing headers say: every Content-Length and Transfer-Encoding
  * header is seen, not only the first one MHD would hand out. */
 struct framing {
