@@ -115,8 +115,8 @@ int sd_config_apply(json_t *root, sd_config_t *cfg, int *log_level, char *err, s
         if (rc == 0)
             sd_strlcpy(strs[i].dst, s, strs[i].cap);
     }
-    int64_t threads = c.threads, http_threads = c.http_threads, body = (int64_t)c.body_max, blob = (int64_t)c.blob_max,
-            conn = c.conn_timeout_s, maxconn = c.max_connections;
+    int64_t threads = c.threads, http_threads = c.http_threads, body = (int64_t)c.body_max,
+            blob = (int64_t)c.blob_max, conn = c.conn_timeout_s, maxconn = c.max_connections;
     const char *level = NULL;
     if (sd_jv_int(&v, root, "threads", 0, 1, 1024, &threads) < 0 ||
         sd_jv_int(&v, root, "http_threads", 0, 1, 1024, &http_threads) < 0 ||

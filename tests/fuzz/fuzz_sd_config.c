@@ -31,7 +31,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (!err[0] || memcmp(&c, &before, sizeof c) || level != -2)
             __builtin_trap();
     } else {
-        if (c.threads < 1 || c.threads > 1024 || c.body_max < 1024 || c.body_max > 64 << 20 ||
+        if (c.threads < 1 || c.threads > 1024 || c.http_threads < 0 || c.http_threads > 1024 ||
+            c.body_max < 1024 || c.body_max > 64 << 20 ||
             c.blob_max < 1024 || c.blob_max > 64 << 20 || c.conn_timeout_s < 1 ||
             c.conn_timeout_s > 3600 || level < -1 || level > 3 || c.file != root ||
             strnlen(c.listen, sizeof c.listen) == sizeof c.listen ||
