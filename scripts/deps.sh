@@ -5,14 +5,14 @@
 # jq, xxd and openssl are what the docs' examples run (it.docs_examples).
 # zsh runs `sdctl completion zsh` in it.sdctl_help.
 sd_packages="cmake make gcc pkg-config libmicrohttpd-dev libjansson-dev libhiredis-dev
-libcurl4-openssl-dev libssl-dev libjwt-dev libcmocka-dev redis-server redis-tools curl jq xxd openssl valgrind
+libcurl4-openssl-dev libssl-dev libjwt-dev libcmocka-dev libjemalloc-dev redis-server redis-tools curl jq xxd openssl valgrind
 clang libclang-rt-dev haproxy systemd binutils chromium qstat nodejs npm wrk etcd-server
 supervisor zsh ${SD_EXTRA_PACKAGES:-}"
 
 # What the main command (scripts/cluster.sh) needs: the build and the cluster's own
 # programs, not the test tools (valgrind, clang, haproxy, chromium, qstat).
 sd_cluster_packages="cmake make gcc pkg-config libmicrohttpd-dev libjansson-dev libhiredis-dev
-libcurl4-openssl-dev libssl-dev libjwt-dev libcmocka-dev redis-server redis-tools curl"
+libcurl4-openssl-dev libssl-dev libjwt-dev libcmocka-dev libjemalloc-dev redis-server redis-tools curl"
 
 # Installs the missing ones of the packages given (default: all of $sd_packages).
 sd_install_deps() {

@@ -16,6 +16,9 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef SD_JEMALLOC
+#include <jemalloc/jemalloc.h>
+#endif
 
 #include "cluster.h"
 #include "directory.h"
@@ -89,6 +92,24 @@ static void conn_limits(sd_conn_limits_t *lim)
             continue;
         lim->nexempt++;
     }
+}
+
+/* Which malloc serverdir is built on, for its start line: "jemalloc-5.3.0" when linked
+ * with it (SD_JEMALLOC, the default build), else "libc". (Under valgrind, valgrind's
+ * own replaces either.) */
+static const char *allocator(void)
+{
+#ifdef SD_JEMALLOC
+    static char name[64];
+    const char *v = NULL;
+    size_t len = sizeof v;
+    if (mallctl("version", &v, &len, NULL, 0) == 0 && v) {
+        /* "5.3.0-0-g54eaed1d8b56b1aa528be3bdd1877e59c56fa90c": the release */
+        snprintf(name, sizeof name, "jemalloc-%.*s", (int)strcspn(v, "-"), v);
+        return name;
+    }
+#endif
+    return "libc";
 }
 
 int main(int argc, char **argv)
@@ -208,9 +229,10 @@ int main(int argc, char **argv)
                    strerror(-rc));
     }
     log_info("serverdir started",
-             "version=%s listen=%s port=%d redis=%s threads=%d http_threads=%d routes=%zu",
+             "version=%s listen=%s port=%d redis=%s threads=%d http_threads=%d routes=%zu "
+             "allocator=%s",
              SD_VERSION, sd_cfg.listen, sd_http_port(), sd_cfg.redis, sd_cfg.threads,
-             sd_cfg.http_threads, sd_nroutes);
+             sd_cfg.http_threads, sd_nroutes, allocator());
 
     sd_notify_send("READY=1\nSTATUS=serving on %s, %d threads, redis %s", sd_cfg.listen,
                    sd_cfg.threads, sd_cfg.redis);

@@ -262,6 +262,27 @@ static void redis_over_unix_socket(void **state)
     h_stop(rpid, 2000);
 }
 
+/* The start line names the allocator: jemalloc in the default build (SD_JEMALLOC, for its
+ * CPU per request: bench/README.md, "jemalloc"), libc's under the sanitizers. Catches a
+ * link that silently stopped taking it. */
+static void start_line_names_the_allocator(void **state)
+{
+    FILE *f = fopen(sd.log, "r");
+    assert_non_null(f);
+    char line[1024];
+    const char *found = NULL;
+    while (!found && fgets(line, sizeof line, f))
+        if (strstr(line, "msg=\"serverdir started\""))
+            found = strstr(line, " allocator=");
+    fclose(f);
+    assert_non_null(found);
+#ifdef H_JEMALLOC
+    assert_non_null(strstr(found, " allocator=jemalloc-"));
+#else
+    assert_non_null(strstr(found, " allocator=libc"));
+#endif
+}
+
 static void sigterm_exits_cleanly(void **state)
 {
     h_serverdir_t s2;
@@ -277,6 +298,7 @@ int main(void)
     h_init(120);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(health_and_ready),
+        cmocka_unit_test(start_line_names_the_allocator),
         cmocka_unit_test(routing_errors_are_specific),
         cmocka_unit_test(redis_outage_and_recovery),
         cmocka_unit_test(redis_over_unix_socket),

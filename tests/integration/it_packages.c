@@ -136,8 +136,12 @@ static int build_packages(void **state)
 
 static void control_and_contents(void **state)
 {
-    static const char *const depends[NPKG][6] = {
-        {"libc6", "libmicrohttpd12", "libjansson4", "libhiredis0.14", "libjwt0", NULL},
+    static const char *const depends[NPKG][7] = {
+        {"libc6", "libmicrohttpd12", "libjansson4", "libhiredis0.14", "libjwt0",
+#ifdef H_JEMALLOC
+         "libjemalloc2",
+#endif
+         NULL},
         {"libc6", "libjansson4", "libcurl4", NULL},
         {"libc6", "libjansson4", "libcurl4", NULL},
         {"libc6", NULL},
@@ -454,6 +458,9 @@ static void dpkg_installs_into_scratch_root(void **state)
 {
     static const char *const libs[] = {"libc6", "libmicrohttpd12", "libjansson4",
                                        "libhiredis0.14", "libcurl4", "libssl3", "libjwt0",
+#ifdef H_JEMALLOC
+                                       "libjemalloc2",
+#endif
                                        NULL};
     char root[500], rootopt[520], *out;
     snprintf(root, sizeof root, "%s/root", tmp());
