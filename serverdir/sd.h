@@ -157,6 +157,10 @@ int sd_http_stopping(void);
 /* ---- response helpers (http.c): a handler answers by filling resp with one of these,
  * the last call wins ---- */
 void sd_resp_json(sd_resp_t *resp, int status, json_t *v); /* steals v */
+/* The same answer written with the JSON writer (common/sdjson.h) straight into the body,
+ * for the hottest answers: begin, write one value with w, end (a 500 when w failed). */
+void sd_resp_jw_begin(sd_resp_t *resp, sd_jw_t *w);
+void sd_resp_jw_end(sd_resp_t *resp, int status, sd_jw_t *w);
 void sd_resp_error(sd_resp_t *resp, int status, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 /* Like sd_resp_error, adding the fields of `extra` (stolen) to the error object. */

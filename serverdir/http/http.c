@@ -98,6 +98,23 @@ void sd_resp_json(sd_resp_t *resp, int status, json_t *v)
     resp->content_type = "application/json";
 }
 
+void sd_resp_jw_begin(sd_resp_t *resp, sd_jw_t *w)
+{
+    resp_reset_body(resp);
+    resp->body.max = (size_t)-1 / 2;
+    sd_jw_init(w, &resp->body);
+}
+
+void sd_resp_jw_end(sd_resp_t *resp, int status, sd_jw_t *w)
+{
+    if (sd_jw_done(w) || sd_buf_append(&resp->body, "\n", 1)) {
+        sd_resp_bytes(resp, 500, "text/plain", "out of memory\n", 14);
+        return;
+    }
+    resp->status = status;
+    resp->content_type = "application/json";
+}
+
 __attribute__((format(printf, 5, 0)))
 static void resp_verror(sd_resp_t *resp, int status, const char *code, json_t *extra,
                         const char *fmt, va_list ap)

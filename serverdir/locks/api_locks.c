@@ -61,25 +61,29 @@ static void acquire_refused(sd_resp_t *resp, const redisReply *r, int64_t waited
                             sd_reply_str(r, 2), (long long)since, (long long)(now - since));
 }
 
-/* One granted key of an ok reply (status, now, then SD_LOCK_GRANT_FIELDS per key) as
- * JSON. The lock_token goes to the holder here and nowhere else. */
-static json_t *grant_json(const redisReply *r, int i, int64_t now_ms)
+/* One granted key of an ok reply (status, now, then SD_LOCK_GRANT_FIELDS per key): its
+ * members, into the object w has open. The lock_token goes to the holder here and
+ * nowhere else. Written straight into the answer (sd_resp_jw_begin): the grant is the
+ * answer every login waits for. */
+static void grant_write(sd_jw_t *w, const redisReply *r, int i, int64_t now_ms)
 {
     size_t b = 2 + (size_t)i * SD_LOCK_GRANT_FIELDS;
     int64_t expires = sd_reply_num(r, b + 5);
-    json_t *o = json_pack("{s:s, s:I, s:s, s:I, s:b}", "key", sd_reply_str(r, b), "lock_seq",
-                          (json_int_t)sd_reply_num(r, b + 1), "lock_token", sd_reply_str(r, b + 6),
-                          "since_ms", (json_int_t)sd_reply_num(r, b + 4),
-                          "reacquired", strcmp(sd_reply_str(r, b + 2), "1") == 0);
-    json_object_set_new(o, "expires_in_ms",
-                        expires > 0 ? json_integer(expires - now_ms) : json_null());
+    sd_jw_str(w, "key", sd_reply_str(r, b));
+    sd_jw_int(w, "lock_seq", sd_reply_num(r, b + 1));
+    sd_jw_str(w, "lock_token", sd_reply_str(r, b + 6));
+    sd_jw_int(w, "since_ms", sd_reply_num(r, b + 4));
+    sd_jw_bool(w, "reacquired", strcmp(sd_reply_str(r, b + 2), "1") == 0);
+    if (expires > 0)
+        sd_jw_int(w, "expires_in_ms", expires - now_ms);
+    else
+        sd_jw_null(w, "expires_in_ms");
     const char *stolen = sd_reply_str(r, b + 3);
     if (*stolen) {
-        json_object_set_new(o, "stolen_from", json_string(stolen));
+        sd_jw_str(w, "stolen_from", stolen);
         log_info("lock stolen", "key=%s from=%s", sd_reply_str(r, b), stolen);
         SD_COUNT("serverdir_lock_steals_total", "Locks taken over from a stopped or old holder", 1);
     }
-    return o;
 }
 
 /* Answers an acquire from its last script reply (stolen: freed here): the grant (single:
@@ -102,17 +106,24 @@ static void acquire_finish(const sd_lock_req_t *a, int many, redisReply *r, int6
         SD_COUNT("serverdir_lock_grants_total", "Locks granted (keys)", a->n);
         /* Times are Redis time; expires_in_ms is relative to the grant itself. */
         int64_t now_ms = sd_reply_num(r, 1);
-        json_t *out;
+        sd_jw_t w;
+        sd_resp_jw_begin(resp, &w);
+        sd_jw_obj(&w, NULL);
         if (!many) {
-            out = grant_json(r, 0, now_ms);
-            json_object_set_new(out, "holder", json_string(a->holder));
+            grant_write(&w, r, 0, now_ms);
+            sd_jw_str(&w, "holder", a->holder);
         } else {
-            json_t *locks = json_array();
-            for (int i = 0; i < a->n; i++)
-                json_array_append_new(locks, grant_json(r, i, now_ms));
-            out = json_pack("{s:s, s:o}", "holder", a->holder, "locks", locks);
+            sd_jw_str(&w, "holder", a->holder);
+            sd_jw_arr(&w, "locks");
+            for (int i = 0; i < a->n; i++) {
+                sd_jw_obj(&w, NULL);
+                grant_write(&w, r, i, now_ms);
+                sd_jw_end(&w);
+            }
+            sd_jw_end(&w);
         }
-        sd_resp_json(resp, 200, out);
+        sd_jw_end(&w);
+        sd_resp_jw_end(resp, 200, &w);
     }
     freeReplyObject(r);
 }
@@ -310,18 +321,27 @@ static void release_reply(const sd_lock_rel_t *rel, int many, redisReply *r, sd_
         sd_lock_fenced(resp, "release", sd_reply_str(r, 1));
     } else if (strcmp(st, "ok") == 0 && r->elements == 1 + (size_t)n * 2) {
         SD_COUNT("serverdir_lock_releases_total", "Locks released by their holder (keys)", n);
-        json_t *out;
+        sd_jw_t w;
+        sd_resp_jw_begin(resp, &w);
+        sd_jw_obj(&w, NULL);
         if (!many) {
-            out = json_pack("{s:s, s:s, s:I, s:b}", "key", sd_reply_str(r, 1), "holder", holder,
-                            "lock_seq", (json_int_t)sd_reply_num(r, 2), "released", 1);
+            sd_jw_str(&w, "key", sd_reply_str(r, 1));
+            sd_jw_str(&w, "holder", holder);
+            sd_jw_int(&w, "lock_seq", sd_reply_num(r, 2));
         } else {
-            json_t *locks = json_array();
-            for (int i = 0; i < n; i++)
-                json_array_append_new(locks, json_pack("{s:s, s:I}", "key", sd_reply_str(r, 1 + i * 2),
-                                                       "lock_seq", (json_int_t)sd_reply_num(r, 2 + i * 2)));
-            out = json_pack("{s:s, s:o, s:b}", "holder", holder, "locks", locks, "released", 1);
+            sd_jw_str(&w, "holder", holder);
+            sd_jw_arr(&w, "locks");
+            for (int i = 0; i < n; i++) {
+                sd_jw_obj(&w, NULL);
+                sd_jw_str(&w, "key", sd_reply_str(r, 1 + i * 2));
+                sd_jw_int(&w, "lock_seq", sd_reply_num(r, 2 + i * 2));
+                sd_jw_end(&w);
+            }
+            sd_jw_end(&w);
         }
-        sd_resp_json(resp, 200, out);
+        sd_jw_bool(&w, "released", 1);
+        sd_jw_end(&w);
+        sd_resp_jw_end(resp, 200, &w);
     } else {
         sd_resp_bad_reply(resp, "lock_release", r);
     }
@@ -489,12 +509,18 @@ static void renew_reply(const char *name, const char *holder, redisReply *r, sd_
         sd_lock_fenced(resp, "renew", name);
     } else if (sd_reply_has_status(r) && strcmp(st, "ok") == 0 && r->elements == 4) {
         int64_t expires = sd_reply_num(r, 2), now = sd_reply_num(r, 3);
-        json_t *out = json_pack("{s:s, s:s, s:I}", "key", name, "holder", holder, "lock_seq",
-                                (json_int_t)sd_reply_num(r, 1));
-        json_object_set_new(out, "expires_in_ms",
-                            expires > 0 ? json_integer(expires - now)
-                                        : json_null());
-        sd_resp_json(resp, 200, out);
+        sd_jw_t w;
+        sd_resp_jw_begin(resp, &w);
+        sd_jw_obj(&w, NULL);
+        sd_jw_str(&w, "key", name);
+        sd_jw_str(&w, "holder", holder);
+        sd_jw_int(&w, "lock_seq", sd_reply_num(r, 1));
+        if (expires > 0)
+            sd_jw_int(&w, "expires_in_ms", expires - now);
+        else
+            sd_jw_null(&w, "expires_in_ms");
+        sd_jw_end(&w);
+        sd_resp_jw_end(resp, 200, &w);
     } else {
         sd_resp_bad_reply(resp, "lock_renew", r);
     }

@@ -250,6 +250,76 @@ static void json_getters_name_the_field(void **state)
     assert_null(sd_json_parse("{", 1, 8, err, sizeof err));
 }
 
+/* The writer writes what jansson's compact dump writes for the same values, escapes
+ * included, and reports what it could not write. */
+static void json_writer_matches_jansson(void **state)
+{
+    char tricky[40];
+    int k = 0;
+    for (int c = 1; c < 0x20; c++)
+        tricky[k++] = (char)c;
+    memcpy(tricky + k, "\"\\/\x7f\xc3\xa9", 6); /* quote, backslash, slash, DEL, e-acute */
+    tricky[k + 6] = '\0';
+    sd_buf_t b;
+    sd_buf_init(&b, 4096);
+    sd_jw_t w;
+    sd_jw_init(&w, &b);
+    sd_jw_obj(&w, NULL);
+    sd_jw_str(&w, "holder", "zone-1@eu:7");
+    sd_jw_str(&w, "tricky", tricky);
+    sd_jw_str(&w, "", "");
+    sd_jw_arr(&w, "locks");
+    sd_jw_obj(&w, NULL);
+    sd_jw_int(&w, "lock_seq", INT64_MAX);
+    sd_jw_int(&w, "min", INT64_MIN);
+    sd_jw_int(&w, "zero", 0);
+    sd_jw_int(&w, "neg", -42);
+    sd_jw_bool(&w, "reacquired", 0);
+    sd_jw_bool(&w, "released", 1);
+    sd_jw_null(&w, "expires_in_ms");
+    sd_jw_str(&w, "none", NULL);
+    sd_jw_end(&w);
+    sd_jw_int(&w, NULL, 7);
+    sd_jw_arr(&w, NULL);
+    sd_jw_end(&w);
+    sd_jw_end(&w);
+    sd_jw_obj(&w, "empty");
+    sd_jw_end(&w);
+    sd_jw_end(&w);
+    assert_int_equal(sd_jw_done(&w), 0);
+
+    json_t *v = json_pack("{s:s, s:s, s:s, s:[{s:I, s:I, s:I, s:I, s:b, s:b, s:n, s:n}, i, []], s:{}}",
+                          "holder", "zone-1@eu:7", "tricky", tricky, "", "", "locks",
+                          "lock_seq", (json_int_t)INT64_MAX, "min", (json_int_t)INT64_MIN,
+                          "zero", (json_int_t)0, "neg", (json_int_t)-42, "reacquired", 0,
+                          "released", 1, "expires_in_ms", "none", 7, "empty");
+    assert_non_null(v);
+    char *want = json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    assert_string_equal(b.data, want);
+    free(want);
+    json_decref(v);
+    sd_buf_free(&b);
+
+    /* what it cannot write: a close too many, a level left open, too deep, past the cap */
+    sd_buf_init(&b, 4096);
+    sd_jw_init(&w, &b);
+    sd_jw_end(&w);
+    assert_int_equal(sd_jw_done(&w), -1);
+    sd_jw_init(&w, &b);
+    sd_jw_obj(&w, NULL);
+    assert_int_equal(sd_jw_done(&w), -1);
+    sd_jw_init(&w, &b);
+    for (int i = 0; i < SD_JW_DEPTH; i++)
+        sd_jw_arr(&w, NULL);
+    assert_int_equal(sd_jw_done(&w), -1);
+    sd_buf_free(&b);
+    sd_buf_init(&b, 8);
+    sd_jw_init(&w, &b);
+    sd_jw_str(&w, NULL, "longer than eight bytes");
+    assert_int_equal(sd_jw_done(&w), -1);
+    sd_buf_free(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -263,6 +333,7 @@ int main(void)
         cmocka_unit_test(buf_in_callers_memory),
         cmocka_unit_test(logfmt_quotes_values),
         cmocka_unit_test(json_getters_name_the_field),
+        cmocka_unit_test(json_writer_matches_jansson),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
