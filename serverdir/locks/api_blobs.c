@@ -277,10 +277,15 @@ static void save_reply(const save_job_t *j, redisReply *r)
                             sd_reply_str(r, 1));
     } else if (strcmp(st, "ok") == 0 && sd_locks_wait_acked(resp) == 0) {
         SD_COUNT("serverdir_blob_saves_total", "Blob saves accepted", 1);
-        sd_resp_json(resp, 200, json_pack("{s:s, s:I, s:I, s:I}", "key", name, "blob_seq",
-                                          (json_int_t)blob_seq, "lock_seq",
-                                          (json_int_t)j->lock_seq, "bytes",
-                                          (json_int_t)req->body.len));
+        sd_jw_t w; /* the writer: a save is on every player's join (common/sdjson.h) */
+        sd_resp_jw_begin(resp, &w);
+        sd_jw_obj(&w, NULL);
+        sd_jw_str(&w, "key", name);
+        sd_jw_int(&w, "blob_seq", blob_seq);
+        sd_jw_int(&w, "lock_seq", j->lock_seq);
+        sd_jw_int(&w, "bytes", (int64_t)req->body.len);
+        sd_jw_end(&w);
+        sd_resp_jw_end(resp, 200, &w);
     } else if (strcmp(st, "ok") != 0) {
         sd_resp_bad_reply(resp, "blob_save", r);
     } /* else the WAIT's 503 is in resp */
