@@ -150,15 +150,9 @@ void sd_jw_str(sd_jw_t *w, const char *key, const char *v)
 
 void sd_jw_int(sd_jw_t *w, const char *key, int64_t v)
 {
-    char buf[24], *e = buf + sizeof buf, *p = e;
-    uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
-    do
-        *--p = (char)('0' + u % 10);
-    while (u /= 10);
-    if (v < 0)
-        *--p = '-';
+    char buf[SD_I64_DIGITS], *p = sd_fmt_i64(buf, v);
     jw_key(w, key);
-    jw_put(w, p, (size_t)(e - p));
+    jw_put(w, p, (size_t)(buf + sizeof buf - p));
 }
 
 void sd_jw_bool(sd_jw_t *w, const char *key, int v)

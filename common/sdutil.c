@@ -267,3 +267,15 @@ int sd_socket_bind(const char *host, int port, int type, void (*prepare)(int fd)
     freeaddrinfo(ai);
     return fd < 0 ? err : fd;
 }
+
+char *sd_fmt_i64(char buf[SD_I64_DIGITS], int64_t v)
+{
+    char *p = buf + SD_I64_DIGITS;
+    uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+    do
+        *--p = (char)('0' + u % 10);
+    while (u /= 10);
+    if (v < 0)
+        *--p = '-';
+    return p;
+}

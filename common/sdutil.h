@@ -54,6 +54,11 @@ int sd_read_file(const char *path, size_t max, char **out, size_t *len);
 /* The same from an open descriptor (a pipe, stdin), read to its end; fd stays open. */
 int sd_read_fd(int fd, size_t max, char **out, size_t *len);
 
+/* Writes v in decimal at the end of buf[0..SD_I64_DIGITS) without printf, and returns
+ * where its digits start (not NUL-terminated: they run to buf + SD_I64_DIGITS). */
+#define SD_I64_DIGITS 24
+char *sd_fmt_i64(char buf[SD_I64_DIGITS], int64_t v);
+
 /* strlcpy: copies at most cap-1 bytes, always NUL-terminates, returns strlen(src). */
 size_t sd_strlcpy(char *dst, const char *src, size_t cap);
 

@@ -139,14 +139,8 @@ static void argv_addcopy(sd_argv_t *a, const char *p, size_t n)
 /* v in decimal, as printf's %lld writes it. */
 static void argv_addll(sd_argv_t *a, long long v)
 {
-    char buf[24], *e = buf + sizeof buf, *p = e;
-    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
-    do
-        *--p = (char)('0' + u % 10);
-    while (u /= 10);
-    if (v < 0)
-        *--p = '-';
-    argv_addcopy(a, p, (size_t)(e - p));
+    char buf[SD_I64_DIGITS], *p = sd_fmt_i64(buf, (int64_t)v);
+    argv_addcopy(a, p, (size_t)(buf + sizeof buf - p));
 }
 
 void sd_argv_addf(sd_argv_t *a, const char *fmt, ...)

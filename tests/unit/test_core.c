@@ -6,6 +6,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -250,6 +251,20 @@ static void json_getters_name_the_field(void **state)
     assert_null(sd_json_parse("{", 1, 8, err, sizeof err));
 }
 
+/* sd_fmt_i64 writes what printf's %lld writes, at both ends of the range too. */
+static void i64_digits_match_printf(void **state)
+{
+    const int64_t vs[] = {0, 1, -1, 9, 10, -10, 1234567890123LL, INT64_MAX, INT64_MIN,
+                          INT64_MIN + 1};
+    for (size_t i = 0; i < SD_ARRAY_LEN(vs); i++) {
+        char buf[SD_I64_DIGITS], want[32];
+        char *p = sd_fmt_i64(buf, vs[i]);
+        snprintf(want, sizeof want, "%lld", (long long)vs[i]);
+        assert_int_equal((size_t)(buf + sizeof buf - p), strlen(want));
+        assert_memory_equal(p, want, strlen(want));
+    }
+}
+
 /* The writer writes what jansson's compact dump writes for the same values, escapes
  * included, and reports what it could not write. */
 static void json_writer_matches_jansson(void **state)
@@ -333,6 +348,7 @@ int main(void)
         cmocka_unit_test(buf_in_callers_memory),
         cmocka_unit_test(logfmt_quotes_values),
         cmocka_unit_test(json_getters_name_the_field),
+        cmocka_unit_test(i64_digits_match_printf),
         cmocka_unit_test(json_writer_matches_jansson),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
