@@ -171,12 +171,12 @@ void h_init(int timeout_s)
     sigaction(SIGINT, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
     /* Under valgrind every daemon runs several times slower, and on a busy machine (a
-     * CPU hog per core beside the suite) slower again: twice the test's own budget, up
-     * to just under ctest's 300 s, so the harness still kills and cleans up first. A
-     * fresh clone under load (load average 8) saw it.bbctl, whose valgrind run takes
-     * 46-49 s, killed at its 70 s. */
-    if (h_valgrind() && timeout_s < 290)
-        timeout_s = timeout_s * 2 < 290 ? timeout_s * 2 : 290;
+     * CPU hog per core beside the suite) slower again: the watchdog then gives a test
+     * all it can have, just under ctest's 300 s, so the harness still kills and cleans
+     * up first (a test's own budget when that is longer). A fresh clone under load
+     * (load average 8) saw it.bbctl, whose valgrind run takes 46-49 s, killed at 70 s. */
+    if (h_valgrind() && timeout_s < H_VALGRIND_TIMEOUT_S)
+        timeout_s = H_VALGRIND_TIMEOUT_S;
     alarm((unsigned)timeout_s);
     curl_global_init(CURL_GLOBAL_DEFAULT);
     setvbuf(stdout, NULL, _IOLBF, 0);

@@ -24,7 +24,8 @@
 #define BBCTL SD_BIN_DIR "/bbctl"
 
 /* Call first in main(): installs cleanup and a watchdog that fails the test after
- * timeout_s seconds. */
+ * timeout_s seconds; under valgrind after H_VALGRIND_TIMEOUT_S at least. */
+#define H_VALGRIND_TIMEOUT_S 290 /* just under ctest's 300 s per test */
 void h_init(int timeout_s);
 
 /* A fresh temp dir removed at exit; returns a static-lifetime path. */

@@ -1713,7 +1713,7 @@ static void concurrent_batches_answered_each_their_own(void **state)
 
 int main(void)
 {
-    h_init(h_valgrind() ? 240 : 120); /* 100,000 processes written through a valgrind'd serverdir */
+    h_init(120); /* 100,000 processes written through serverdir */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(machine_lease_register_renew_expire_delete),
         cmocka_unit_test(event_batch_applied_then_retried_as_duplicates),

@@ -295,7 +295,7 @@ static void copies_killed_and_restarted_under_traffic(void **state)
 
 int main(void)
 {
-    h_init(h_valgrind() ? 280 : 120);
+    h_init(120);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(copies_killed_and_restarted_under_traffic),
     };

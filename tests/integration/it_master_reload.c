@@ -283,7 +283,7 @@ static void older_copy_takes_over(void **state)
 
 int main(void)
 {
-    h_init(h_valgrind() ? 240 : 90);
+    h_init(90);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(flush_under_registration_load),
         cmocka_unit_test(older_copy_takes_over),

@@ -358,7 +358,7 @@ static void zsh_completion_through_bashcompinit(void **state)
 
 int main(void)
 {
-    h_init(h_valgrind() ? 240 : 90);
+    h_init(90);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(every_command_has_help),
         cmocka_unit_test(typos_and_missing_values),

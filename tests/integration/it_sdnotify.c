@@ -383,7 +383,7 @@ static void systemd_notify_from_a_script(void **state)
 
 int main(void)
 {
-    h_init(h_valgrind() ? 240 : 90);
+    h_init(90);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(serverdir_notifies),
         cmocka_unit_test(serverdir_ignores_foreign_watchdog_pid),

@@ -711,7 +711,7 @@ static void test_bad_sentinel_url(void **state)
 
 int main(void)
 {
-    h_init(h_valgrind() ? 180 : 120);
+    h_init(120);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_sentinel_url),
         cmocka_unit_test(test_failover_keeps_acknowledged_grants),
