@@ -118,6 +118,10 @@ static struct ckey ring[KEYS_MAX];
 static int nring;
 static int64_t ring_loaded_ms = -1;  /* sd_mono_ms of the last load; -1: never */
 static pthread_mutex_t load_mu = PTHREAD_MUTEX_INITIALIZER;
+/* OpenSSL 3's PEM decoding leaks a few bytes when two threads decode at once (a race in
+ * its decoder setup, seen by valgrind in a busy it.outbox run): key loads and signatures,
+ * which parse the PEM each time, decode one at a time. */
+static pthread_mutex_t pem_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* Parses k's private PEM into k->pk and its JWKS point. 0, or -1 (k->pk NULL) for a
  * PEM that is not a P-256 key. */
@@ -125,7 +129,9 @@ static int key_derive(struct ckey *k)
 {
     int rc = -1;
     BIO *in = BIO_new_mem_buf(k->priv, -1);
+    pthread_mutex_lock(&pem_mu);
     EVP_PKEY *pk = in ? PEM_read_bio_PrivateKey(in, NULL, NULL, NULL) : NULL;
+    pthread_mutex_unlock(&pem_mu);
     BIGNUM *bx = NULL, *by = NULL;
     char curve[32];
     unsigned char bin[32];
@@ -353,8 +359,15 @@ int sd_cred_issue(const sd_cred_id_t *id, char **jwt_out, char *kid, size_t kidc
         jwt_add_grant_int(j, "generation", (long)id->generation) ||
         jwt_add_grant_int(j, "iat", now) || jwt_add_grant_int(j, "exp", exp) ||
         jwt_add_grant(j, "jti", jti) ||
-        jwt_set_alg(j, JWT_ALG_ES256, (const unsigned char *)k.priv, (int)strlen(k.priv)) ||
-        !(out = jwt_encode_str(j))) {
+        jwt_set_alg(j, JWT_ALG_ES256, (const unsigned char *)k.priv, (int)strlen(k.priv))) {
+        log_error("cannot sign a credential", "kid=%s err=%s", k.kid, strerror(errno));
+        jwt_free(j);
+        return SD_STORE_ERROR;
+    }
+    pthread_mutex_lock(&pem_mu); /* jwt_encode_str decodes the PEM */
+    out = jwt_encode_str(j);
+    pthread_mutex_unlock(&pem_mu);
+    if (!out) {
         log_error("cannot sign a credential", "kid=%s err=%s", k.kid, strerror(errno));
         jwt_free(j);
         return SD_STORE_ERROR;
