@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #define RETRY_MS 1000
+#define FRESH_RETRY_MS 200
 /* rounds woken by allocations: a quarter of the placement interval apart, within these */
 #define ROUND_GAP_MIN_MS 50
 #define ROUND_GAP_MAX_MS 250
@@ -138,12 +139,15 @@ static void *poll_main(void *arg)
             json_decref(doc);
             pthread_mutex_lock(&cl.mu);
             cl.read_mono = t0;
-            int wake = cl.want_fresh || quick;
+            int fresh = cl.want_fresh, wake = fresh || quick;
             pthread_mutex_unlock(&cl.mu);
             if (wake)
                 wake_supervision();
+            /* the wait was not honoured: do not spin; while the supervision thread waits
+             * for a fresh read (which also needs the lease renewed first), read again
+             * sooner */
             if (sd_mono_ms() - t0 < 100)
-                pause_ms(RETRY_MS); /* the wait was not honoured: do not spin */
+                pause_ms(fresh ? FRESH_RETRY_MS : RETRY_MS);
             continue;
         }
         version = v;

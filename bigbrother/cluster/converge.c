@@ -21,8 +21,9 @@
  *
  * After a gap (see "After a gap" below) the assignment may be stale: the primary may have
  * moved a slot while this machine could not hear it. Then no cluster slot is spawned
- * (started or restarted) until a read of the assignment sent after the gap is applied;
- * a slot that the newest document does not hold is never spawned. The spec's
+ * (started or restarted) until ServerDir accepted the machine lease again and a read of
+ * the assignment sent after that is applied; a slot that the newest document does not
+ * hold is never spawned. The spec's
  * `disconnect` (docs/cluster.md, "A Big Brother cut off from ServerDir") says what a slot does when cut off
  * (stop_after_ms) and when it comes back moved (reconcile). */
 #include "agent/bb_agent.h"
@@ -58,6 +59,8 @@ static struct {
     bb_timer_t tick;
     int64_t last_turn;   /* when the watch last ran (tick or a spawn's check) */
     int64_t stale_since; /* a gap was seen then: spawns wait for a read sent after it; 0 */
+    int64_t lease_from;  /* and for an accepted lease renewal sent at or after this */
+    int lease_waited;    /* a read came before the lease was back (logged once) */
     int64_t awake_since; /* since when this process has run without a pause */
     int lease_gap;       /* the lease has not been renewed for lease_ttl_ms / 2 */
 } fr;
@@ -162,12 +165,22 @@ static void respawn(bb_inst_t *in)
 /* ---------------------------------------------------------------- after a gap
  * A gap is a pause of this whole process (a turn of the loop more than GAP_MS after the
  * last), or the machine lease not renewed for lease_ttl_ms / 2 (a renewal missed: the
- * lease may lapse and the primary move the slots), or a slot stopped as disconnected.
- * From then until a read of the assignment sent after it, every spawn of a cluster slot
- * is held (the slot waits in backoff with no deadline; "restart held" is logged); that
- * read is asked for at once rather than by long-poll. The newest document stops the
- * slots it no longer holds; the held slots it still holds start then. Static services
- * never wait. */
+ * lease may lapse and the primary move the slots), or a slot stopped as disconnected, or
+ * this process's start.
+ * From then until ServerDir has accepted a renewal of the machine lease sent after the
+ * gap and a read of the assignment sent after that renewal's answer is applied, every
+ * spawn of a cluster slot is held (the slot waits in backoff with no deadline; "restart
+ * held" is logged); those reads are asked for at once rather than by long-poll. The
+ * newest document stops the slots it no longer holds; the held slots it still holds
+ * start then. Static services never wait.
+ *
+ * Why the renewal: a read alone can come before the primary has acted on a lease that
+ * ran out during the gap (it declares the machine lost at its next round) and then still
+ * hold a slot that moves a moment later; a slot restarted on that read runs twice until
+ * the next document (it.chaos saw it, with a serverdir copy failing the renewal while
+ * another answered the read). Once a renewal is accepted the primary can no longer
+ * declare this machine lost for the lapse (machine_lost.lua answers machine_live), so a
+ * read after it shows every move there will be. */
 
 static int64_t max64(int64_t a, int64_t b)
 {
@@ -186,12 +199,29 @@ static int disconnected(const bb_inst_t *in, int64_t now)
     return in->stop_after_ms > 0 && unreached_ms(now) >= in->stop_after_ms;
 }
 
-static void mark_stale(int64_t now, const char *why)
+/* A gap seen at now: spawns wait for a read sent after now and for an accepted lease
+ * renewal sent at or after lease_from (0: any renewal, e.g. at the start, when none was
+ * accepted before). */
+static void mark_stale(int64_t now, const char *why, int64_t lease_from)
 {
     if (!fr.stale_since)
         log_info("assignment may be stale: slots wait for a fresh read", "why=%s", why);
     fr.stale_since = now;
+    fr.lease_from = max64(fr.lease_from, lease_from);
+    if (lease_from)
+        bb_report_renew_now(bb.report);
     bb_cluster_want_fresh(1);
+}
+
+/* ServerDir accepted a lease renewal sent at or after fr.lease_from, and its answer came
+ * before read_mono (no reporter: nothing to wait for). */
+static int lease_back_before(int64_t read_mono)
+{
+    int64_t sent, answered;
+    if (!bb.report)
+        return 1;
+    bb_report_lease_last(bb.report, &sent, &answered);
+    return answered > 0 && sent >= fr.lease_from && answered <= read_mono;
 }
 
 /* Notices a pause of the process or a lapsing lease since the last turn. */
@@ -201,14 +231,14 @@ static void watch_gaps(int64_t now)
         log_warn("supervision resumed after a pause", "paused_ms=%lld",
                  (long long)(now - fr.last_turn));
         fr.awake_since = now;
-        mark_stale(now, "paused");
+        mark_stale(now, "paused", now);
     }
     fr.last_turn = now;
     if (unreached_ms(now) <= bb.cfg.lease_ttl_ms / 2) {
         fr.lease_gap = 0;
     } else if (!fr.lease_gap) {
         fr.lease_gap = 1;
-        mark_stale(now, "lease_not_renewed");
+        mark_stale(now, "lease_not_renewed", now);
     }
 }
 
@@ -256,7 +286,7 @@ static void stop_disconnected(int64_t now)
             continue;
         log_warn("slot stopped: cut off from serverdir", "instance=%s stop_after_ms=%d "
                  "unreached_ms=%lld", in->id, in->stop_after_ms, (long long)unreached_ms(now));
-        mark_stale(now, "disconnected");
+        mark_stale(now, "disconnected", now);
         bb_inst_stop(in, WHY_DISCONNECTED);
     }
 }
@@ -323,10 +353,15 @@ void bb_converge_start(void)
 void bb_converge_read(int64_t read_mono)
 {
     int64_t now = sd_mono_ms();
-    if (fr.stale_since && read_mono >= fr.stale_since) {
+    if (fr.stale_since && read_mono >= fr.stale_since && !lease_back_before(read_mono)) {
+        if (!fr.lease_waited++)
+            log_info("assignment read before the machine lease was accepted again: slots "
+                     "wait", "stale_ms=%lld", (long long)(now - fr.stale_since));
+    } else if (fr.stale_since && read_mono >= fr.stale_since) {
         log_info("assignment fresh again", "stale_ms=%lld",
                  (long long)(now - fr.stale_since));
-        fr.stale_since = 0;
+        fr.stale_since = fr.lease_from = 0;
+        fr.lease_waited = 0;
         bb_cluster_want_fresh(0);
     }
     release_held(now);

@@ -63,6 +63,13 @@ int64_t bb_report_send_failures(const bb_report_t *r);
 /* When ServerDir last accepted the machine lease (monotonic ms), 0 never or r NULL: how
  * long this machine has been cut off (cluster/converge.c). Any thread. */
 int64_t bb_report_lease_ok_ms(const bb_report_t *r);
+/* The last renewal of the machine lease that ServerDir accepted: when it was sent and when
+ * its answer came (monotonic ms; both 0: none yet, or r NULL). A read sent after *answered
+ * sees whatever the primary did before that renewal (cluster/converge.c). Any thread. */
+void bb_report_lease_last(bb_report_t *r, int64_t *sent, int64_t *answered);
+/* Asks the reporter thread to renew the machine lease now rather than when it is due
+ * (converge, after a gap: its slots wait for a renewal sent after it). Any thread. */
+void bb_report_renew_now(bb_report_t *r);
 
 /* An eventfd that is readable when the reporter read the machine's live records after a
  * new registration of its lease (-1 for NULL). */

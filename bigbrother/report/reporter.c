@@ -94,10 +94,14 @@ struct bb_report {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int stop;
+    int renew_now;     /* bb_report_renew_now: renew the lease before anything else */
     uint64_t kicks;
 
     _Atomic int64_t failures;
     _Atomic int64_t lease_ok_mono; /* when ServerDir last accepted the lease, 0: never */
+    /* that accepted renewal: when it was sent and when its answer came (mono ms), under mu
+     * (bb_report_lease_last) */
+    int64_t lease_sent, lease_answered;
 
     /* the directory check after a new registration (reporter thread) */
     int64_t registered_at;  /* the registration last seen (ServerDir's ms), 0: none */
@@ -282,14 +286,21 @@ static int send_batch(bb_report_t *r, sdc_t *c, sender_t *s)
     return ret;
 }
 
-/* Registers or renews the machine lease. Returns 0 when ServerDir accepted it. */
-static int lease_renew(bb_report_t *r, sdc_t *c)
+/* Registers or renews the machine lease. Returns 0 when ServerDir accepted it; *took_ms
+ * gets how long the call took. */
+static int lease_renew(bb_report_t *r, sdc_t *c, int64_t *took_ms)
 {
     sdc_err_t err;
-    int64_t reg = 0;
+    int64_t reg = 0, sent = sd_mono_ms();
     int rc = sdc_machine_put(c, r->cluster, r->machine, &r->lease, NULL, &reg, &err);
+    int64_t answered = sd_mono_ms();
+    *took_ms = answered - sent;
     if (rc == SDC_OK) {
-        atomic_store(&r->lease_ok_mono, sd_mono_ms());
+        atomic_store(&r->lease_ok_mono, answered);
+        pthread_mutex_lock(&r->mu);
+        r->lease_sent = sent;
+        r->lease_answered = answered;
+        pthread_mutex_unlock(&r->mu);
         if (reg != r->registered_at) {
             if (r->registered_at)
                 log_warn("machine lease registered anew: it had run out",
@@ -353,23 +364,35 @@ static void *reporter_main(void *arg)
     int64_t lease_due = 0, retry_at = 0;
     int lease_fails = 0, fails = 0; /* consecutive failures: the backoff attempt */
     int lease_hurried = 0; /* the failing lease was retried early once, see below */
+    int lease_again = 0;   /* the last renewal was sent at once after a slow answer */
     uint64_t seen_kicks = 0;
     for (;;) {
         pthread_mutex_lock(&r->mu);
-        int stop = r->stop;
+        int stop = r->stop, renew_now = r->renew_now;
+        r->renew_now = 0;
         pthread_mutex_unlock(&r->mu);
         if (stop)
             break;
+        if (renew_now)
+            lease_due = 0;
         int64_t now = sd_mono_ms();
         if (now >= lease_due) {
-            if (lease_renew(r, lease) == SDC_OK) {
+            int64_t took = 0;
+            if (lease_renew(r, lease, &took) == SDC_OK) {
                 /* ServerDir is back: events waiting out a backoff go now, not seconds
                  * later (the backoff grows while it is down). */
                 if (lease_fails > 0 && fails > 0)
                     retry_at = 0;
                 lease_fails = 0;
                 lease_hurried = 0;
-                lease_due = sd_deadline_ms(sd_mono_ms(), r->ttl_ms / 3);
+                /* An answer that took a sixth of the lease may come from before a pause
+                 * of this process (the lease may have run out since ServerDir wrote it,
+                 * and converge waits for a renewal sent after the pause): renew again at
+                 * once rather than a third of a lease later (once: a ServerDir that is
+                 * just slow is not asked back to back). */
+                int again = took > r->ttl_ms / 6 && !lease_again;
+                lease_again = again;
+                lease_due = again ? 0 : sd_deadline_ms(sd_mono_ms(), r->ttl_ms / 3);
             } else {
                 lease_due = sd_deadline_ms(sd_mono_ms(),
                                            retry_in_ms(r, lease_fails++, r->ttl_ms / 3));
@@ -587,6 +610,28 @@ int64_t bb_report_send_failures(const bb_report_t *r) { return atomic_load(&r->f
 int64_t bb_report_lease_ok_ms(const bb_report_t *r)
 {
     return r ? atomic_load(&r->lease_ok_mono) : 0;
+}
+
+void bb_report_renew_now(bb_report_t *r)
+{
+    if (!r)
+        return;
+    pthread_mutex_lock(&r->mu);
+    r->renew_now = 1;
+    r->kicks++;
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+void bb_report_lease_last(bb_report_t *r, int64_t *sent, int64_t *answered)
+{
+    *sent = *answered = 0;
+    if (!r)
+        return;
+    pthread_mutex_lock(&r->mu);
+    *sent = r->lease_sent;
+    *answered = r->lease_answered;
+    pthread_mutex_unlock(&r->mu);
 }
 
 void bb_report_stop(bb_report_t *r)

@@ -8,6 +8,8 @@
  *     (restart backoff 0, so the old code restarts it in the turn that sees the exit),
  *     its slots moved; on SIGCONT it starts no process of that service (it holds the
  *     restart until a fresh read, which no longer holds the slot);
+ *   - a returning bigbrother whose lease renewal fails while its reads pass: it starts
+ *     nothing until ServerDir accepts its lease again;
  *   - reconcile keep_original: the same return with a process still running: it keeps
  *     running (not stopped as replaced at once) and is stopped as replaced after the
  *     bound (a placement interval and a lease) unless the primary gave the slot back;
@@ -195,6 +197,85 @@ static void returning_bigbrother_restarts_no_moved_slot(void **state)
     service_gone("zone");
 }
 
+/* A returning bigbrother whose lease renewal fails while its assignment reads succeed:
+ * it restarts no cluster slot until ServerDir accepts its lease again, then does (the slot
+ * is still its own). A read alone may come before the primary acts on a lease that ran
+ * out meanwhile, and the slot then moves a moment after it was restarted: it.chaos saw a
+ * slot run on two machines that way, a serverdir copy failing the renewal while another
+ * answered the read. Here the renewal fails because the machine's lease record is made
+ * unwritable in Redis for a moment (a string where machine_put.lua reads a hash). The
+ * old code restarted the killed slot on the first read after the pause. */
+static struct {
+    char key[64], held[80]; /* the machine's lease record, and where the test keeps it */
+} sabotaged;
+
+/* Puts the lease record back (when the test moved it); 0, or -1 when Redis refused. */
+static int restore_lease_record(void)
+{
+    if (!sabotaged.key[0])
+        return 0;
+    redisReply *r = h_redis(&C.redis, "DEL %s", sabotaged.key);
+    freeReplyObject(r);
+    r = h_redis(&C.redis, "RENAME %s %s", sabotaged.held, sabotaged.key);
+    int ok = r && r->type == REDIS_REPLY_STATUS;
+    freeReplyObject(r);
+    sabotaged.key[0] = '\0';
+    return ok ? 0 : -1;
+}
+
+static int resume_all(void **state);
+
+/* A failed test leaves no lease record moved for the next one. */
+static int resume_and_restore(void **state)
+{
+    restore_lease_record();
+    return resume_all(state);
+}
+
+static void returning_bigbrother_waits_for_its_lease(void **state)
+{
+    (void)state;
+    assert_int_equal(cl_service(&C, "shard", 2, NULL,
+                                ", \"restart\": {\"backoff_min_ms\": 0, \"backoff_max_ms\": 0}"),
+                     200);
+    int v = victim_of("shard", 2);
+    pid_t pid;
+    assert_int_equal(pids_of(v, "shard", &pid, 1), 1);
+    int started = lines_with2(C.bb[v].log, "instance started", "service=shard");
+    char *key = sabotaged.key, *held = sabotaged.held;
+    snprintf(key, sizeof(sabotaged.key), "sd:{c1}:machine:%s", C.name[v]);
+    snprintf(held, sizeof(sabotaged.held), "%s.held-by-test", key);
+    kill(C.bb[v].pid, SIGSTOP);
+    kill(pid, SIGKILL);
+    h_sleep_ms(cl_ms(1500)); /* a pause (over 1 s), shorter than the lease */
+    redisReply *r = h_redis(&C.redis, "RENAME %s %s", key, held);
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    r = h_redis(&C.redis, "SET %s unwritable", key);
+    assert_non_null(r);
+    freeReplyObject(r);
+    kill(C.bb[v].pid, SIGCONT);
+    /* it sees the exit (the restart is held: it was paused), reads the assignment (which
+     * still holds the slot) and cannot renew its lease */
+    int64_t deadline = h_now_ms() + cl_ms(10000);
+    while (!lines_with2(C.bb[v].log, "restart held", "service=shard") && h_now_ms() < deadline)
+        h_sleep_ms(50);
+    h_sleep_ms(cl_ms(2500));
+    int again = lines_with2(C.bb[v].log, "instance started", "service=shard") - started;
+    print_message("slots started while the lease was refused: %d\n", again);
+    assert_int_equal(again, 0);
+    assert_true(lines_with2(C.bb[v].log, "restart held", "service=shard") >= 1);
+    assert_true(bbt_file_has(C.bb[v].log, "assignment read before the machine lease was "
+                             "accepted again"));
+    assert_int_equal(restore_lease_record(), 0);
+    /* the lease is accepted again: the slot runs (here or, had the primary declared the
+     * machine lost meanwhile, elsewhere) */
+    cl_conv_t w = {"shard", 2, 0};
+    assert_true(cl_wait(&C, cl_converged, &w, cl_ms(20000)));
+    service_gone("shard");
+}
+
 /* The slot moved: the machines other than w->skip's run w->want of the service (the
  * original's record stays as it was: keep_original marks nothing stopped). */
 static int moved(cl_t *c, void *arg)
@@ -298,6 +379,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(cut_off_games_stop_as_disconnected, resume_all),
         cmocka_unit_test_teardown(returning_bigbrother_restarts_no_moved_slot, resume_all),
+        cmocka_unit_test_teardown(returning_bigbrother_waits_for_its_lease, resume_and_restore),
         cmocka_unit_test_teardown(keep_original_is_given_back, resume_all),
         cmocka_unit_test_teardown(swept_machine_restarts_its_games, resume_all),
     };
