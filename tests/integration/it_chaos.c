@@ -394,6 +394,34 @@ static int reachable_bb(int i)
     return i == cut.bb ? (i + 1) % NBB : i;
 }
 
+/* What bigbrother i logged about its assignment, lease and spawns since it last resumed
+ * from a pause (at most 60 lines), for the report of a violation on its return: CI keeps
+ * only what the test prints. */
+static void print_return_log(int i)
+{
+    static const char *const topics[] = {"assignment", "lease", "restart held", "held slot",
+                                         "instance started", "instance stopp", "no live record",
+                                         "resumed after a pause"};
+    FILE *f = fopen(C.bb[i].log, "r");
+    if (!f)
+        return;
+    char line[1024];
+    long from = 0;
+    while (fgets(line, sizeof(line), f))
+        if (strstr(line, "supervision resumed after a pause"))
+            from = ftell(f) - (long)strlen(line);
+    fseek(f, from, SEEK_SET);
+    print_message("m%d's log since it resumed (assignment, lease and spawn lines):\n", i + 1);
+    for (int n = 0; n < 60 && fgets(line, sizeof(line), f);)
+        for (size_t t = 0; t < sizeof(topics) / sizeof(topics[0]); t++)
+            if (strstr(line, topics[t])) {
+                print_message("  %s", line);
+                n++;
+                break;
+            }
+    fclose(f);
+}
+
 /* Restarts (generation above 1) the returning bigbrother made of a slot another machine
  * runs at the same time: it restarted a slot its assignment no longer holds, before
  * reading it. Each counted once. */
@@ -415,6 +443,7 @@ static void watch_return(void)
                               "%d processes when it resumed) on its return while m%d runs "
                               "that slot\n", cut.bb + 1, p[a].instance, p[a].slot,
                               p[a].generation, (int)p[a].pid, cut.nhad, p[b].bb + 1);
+                print_return_log(cut.bb);
                 break;
             }
     }
