@@ -352,21 +352,19 @@ int sd_cred_issue(const sd_cred_id_t *id, char **jwt_out, char *kid, size_t kidc
     long now = (long)(sd_wall_ms() / 1000), exp = now + (long)sd_cred_cfg.ttl_s;
     jwt_t *j = NULL;
     char *out = NULL;
-    if (jwt_new(&j) || jwt_add_header(j, "kid", k.kid) || jwt_add_grant(j, "iss", ISSUER) ||
+    int bad = jwt_new(&j) || jwt_add_header(j, "kid", k.kid) || jwt_add_grant(j, "iss", ISSUER) ||
         jwt_add_grant(j, "aud", AUDIENCE) || jwt_add_grant(j, "sub", sub) ||
         jwt_add_grant(j, "cluster", id->cluster) || jwt_add_grant(j, "machine", id->machine) ||
         jwt_add_grant(j, "service", id->service) || jwt_add_grant(j, "instance", id->instance) ||
         jwt_add_grant_int(j, "generation", (long)id->generation) ||
         jwt_add_grant_int(j, "iat", now) || jwt_add_grant_int(j, "exp", exp) ||
         jwt_add_grant(j, "jti", jti) ||
-        jwt_set_alg(j, JWT_ALG_ES256, (const unsigned char *)k.priv, (int)strlen(k.priv))) {
-        log_error("cannot sign a credential", "kid=%s err=%s", k.kid, strerror(errno));
-        jwt_free(j);
-        return SD_STORE_ERROR;
+        jwt_set_alg(j, JWT_ALG_ES256, (const unsigned char *)k.priv, (int)strlen(k.priv));
+    if (!bad) {
+        pthread_mutex_lock(&pem_mu); /* jwt_encode_str decodes the PEM */
+        out = jwt_encode_str(j);
+        pthread_mutex_unlock(&pem_mu);
     }
-    pthread_mutex_lock(&pem_mu); /* jwt_encode_str decodes the PEM */
-    out = jwt_encode_str(j);
-    pthread_mutex_unlock(&pem_mu);
     if (!out) {
         log_error("cannot sign a credential", "kid=%s err=%s", k.kid, strerror(errno));
         jwt_free(j);
