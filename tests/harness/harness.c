@@ -939,6 +939,20 @@ const char *h_keys_names_diff(const h_keys_t *a, const h_keys_t *b)
     return keys_diff(a, b, 1);
 }
 
+void h_keys_drop(h_keys_t *k, const char *name)
+{
+    for (size_t i = 0; i < k->n; i++)
+        if (!strcmp(k->key[i], name)) {
+            free(k->key[i]);
+            size_t rest = k->n - i - 1;
+            memmove(&k->key[i], &k->key[i + 1], rest * sizeof(k->key[0]));
+            memmove(&k->sum[i], &k->sum[i + 1], rest * sizeof(k->sum[0]));
+            memmove(&k->pttl[i], &k->pttl[i + 1], rest * sizeof(k->pttl[0]));
+            k->n--;
+            return;
+        }
+}
+
 void h_keys_free(h_keys_t *k)
 {
     for (size_t i = 0; i < k->n; i++)

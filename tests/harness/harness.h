@@ -141,6 +141,9 @@ const char *h_keys_diff(const h_keys_t *a, const h_keys_t *b);
  * values. For claims such as "a refused name creates no key": background timers may
  * still change the values of keys that exist. */
 const char *h_keys_names_diff(const h_keys_t *a, const h_keys_t *b);
+/* Leaves key name out of snapshot k (a key that others write beside the request checked,
+ * such as a counter moved by other callers' timers): both snapshots, before comparing. */
+void h_keys_drop(h_keys_t *k, const char *name);
 void h_keys_free(h_keys_t *k);
 /* Fails the test (cmocka's fail_msg) naming what differs, and frees both. what: the
  * request or case, for the message. */

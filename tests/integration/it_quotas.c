@@ -212,21 +212,6 @@ static int none_waiting(void *unused)
     return h_metric(sd.url, "serverdir_allocations_waiting") == 0;
 }
 
-/* Leaves key name out of snapshot k. */
-static void keys_drop(h_keys_t *k, const char *name)
-{
-    for (size_t i = 0; i < k->n; i++)
-        if (!strcmp(k->key[i], name)) {
-            free(k->key[i]);
-            size_t rest = k->n - i - 1;
-            memmove(&k->key[i], &k->key[i + 1], rest * sizeof(k->key[0]));
-            memmove(&k->sum[i], &k->sum[i + 1], rest * sizeof(k->sum[0]));
-            memmove(&k->pttl[i], &k->pttl[i + 1], rest * sizeof(k->pttl[0]));
-            k->n--;
-            return;
-        }
-}
-
 /* One refused wait: its quota, limit and use; nothing of cluster c written. With waiters
  * on c (others: 1), its pool:demand counter is left out: each of their re-checks (one a
  * second, alloc_create.lua finding nothing) moves it, and on a slow machine one lands
@@ -249,8 +234,8 @@ static void refused_wait(const char *c, int others, const char *token, const cha
     h_resp_free(&r);
     h_keys_take(&redis, &k1, pat, NULL);
     if (others) {
-        keys_drop(&k0, demand);
-        keys_drop(&k1, demand);
+        h_keys_drop(&k0, demand);
+        h_keys_drop(&k1, demand);
     }
     h_keys_same(&k0, &k1, q);
     assert_int_equal(refusals(q), before + 1);
