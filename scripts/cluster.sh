@@ -168,11 +168,24 @@ export BB_CONTROL_SOCKET=$(sock_of local-1)
 export PATH="$bin:\$PATH"
 ENV
 
+# A start that failed: what failed, and the last lines of its log (a port another program
+# holds, a damaged state file), so that the cause shows where the script was run.
+start_failed() {
+    echo "$1: see $2"
+    [[ -s $2 ]] && { echo "its last lines:"; tail -n 15 "$2" | sed 's/^/  /'; }
+    return 0
+}
+
 # A real PONG: while Redis loads its append-only file, PING answers an error (LOADING) and
 # redis-cli still exits 0.
+# $3: its pid, so that one that exited (its port taken) is reported at once.
 wait_pong() {
-    for _ in $(seq 600); do [[ $(redis-cli -p "$1" ping 2>/dev/null) == PONG ]] && return 0; sleep 0.05; done
-    echo "redis-server on port $1 did not answer PONG: see $2"
+    for _ in $(seq 600); do
+        [[ $(redis-cli -p "$1" ping 2>/dev/null) == PONG ]] && return 0
+        kill -0 "$3" 2>/dev/null || { start_failed "redis-server on port $1 exited at start" "$2"; return 1; }
+        sleep 0.05
+    done
+    start_failed "redis-server on port $1 did not answer PONG" "$2"
     return 1
 }
 
@@ -189,11 +202,13 @@ if [[ ${SD_REDIS:-} == cluster ]]; then
         pids+=($!)
         nodes+=("127.0.0.1:$p")
     done
-    for i in 0 1 2 3 4 5; do wait_pong $((rport + i)) "$state/redis-cluster/$i.log" || exit 1; done
+    for i in 0 1 2 3 4 5; do
+        wait_pong $((rport + i)) "$state/redis-cluster/$i.log" "${pids[i]}" || exit 1
+    done
     if ! redis-cli -p "$rport" cluster info | grep -q "cluster_known_nodes:6"; then
         redis-cli --cluster create "${nodes[@]}" --cluster-replicas 1 --cluster-yes \
             >"$state/redis-cluster/create.log" 2>&1 ||
-            { echo "redis-cli --cluster create failed: see $state/redis-cluster/create.log"; exit 1; }
+            { start_failed "redis-cli --cluster create failed" "$state/redis-cluster/create.log"; exit 1; }
     fi
     for _ in $(seq 400); do
         redis-cli -p "$rport" cluster info | grep -q "cluster_state:ok" && break
@@ -206,15 +221,28 @@ else
     setsid redis-server --port "$rport" --bind 127.0.0.1 --dir "$state/redis" --appendonly yes \
         --save "" --daemonize no >"$state/redis.log" 2>&1 &
     pids+=($!)
-    wait_pong "$rport" "$state/redis.log" || exit 1
+    wait_pong "$rport" "$state/redis.log" "$!" || exit 1
     redis_url="redis://127.0.0.1:$rport/0"
 fi
 
 setsid "$bin/serverdir" --listen "127.0.0.1:$port" --redis "$redis_url" \
     --tokens "$state/tokens" >"$state/serverdir.log" 2>&1 &
 pids+=($!)
-for _ in $(seq 100); do curl -fs "$url/healthz" >/dev/null && break; sleep 0.05; done
-curl -fs "$url/readyz" >/dev/null || { echo "serverdir is not ready: see $state/serverdir.log"; exit 1; }
+sd_pid=$!
+# Ready (its Redis answers) within 30 s on a busy machine; a serverdir that exited (its port
+# taken, Redis refused) is reported at once.
+sd_wait=$SECONDS
+until curl -fs -m 2 "$url/readyz" >/dev/null 2>&1; do
+    if ! kill -0 "$sd_pid" 2>/dev/null; then
+        start_failed "serverdir exited at start" "$state/serverdir.log"
+        exit 1
+    fi
+    if ((SECONDS - sd_wait >= 30)); then
+        start_failed "serverdir is not ready after 30 s" "$state/serverdir.log"
+        exit 1
+    fi
+    sleep 0.05
+done
 
 # One bigbrother per machine, in cluster mode: no services of its own, it runs what the
 # primary assigns to it. Short leases, so that a lost machine (kill -9 of a bigbrother)
@@ -263,7 +291,7 @@ restart='"restart": { "policy": "always", "backoff_min_ms": 100, "backoff_max_ms
 JSON
 # The last run's Ctrl-C stopped the realm (a flag kept in Redis): start it again.
 sdctl cluster start >/dev/null ||
-    { echo "sdctl cluster start failed: see $state/serverdir.log"; exit 1; }
+    { start_failed "sdctl cluster start failed" "$state/serverdir.log"; exit 1; }
 sdctl apply -f "$state/services.json" >"$state/apply.out" 2>&1 ||
     { echo "sdctl apply failed:"; cat "$state/apply.out"; exit 1; }
 
@@ -285,13 +313,16 @@ alloc_json=$(sdctl -o json allocate match --wait 20s --payload "$payload" 2>&1) 
     { echo "sdctl allocate match failed: $alloc_json"; exit 1; }
 alloc_id=$(grep -o '"allocation": *"[^"]*"' <<<"$alloc_json" | head -1 | cut -d'"' -f4)
 alloc_inst=$(grep -o '"instance": *"[^"]*"' <<<"$alloc_json" | head -1 | cut -d'"' -f4)
-# Then until the pool is back at 2 free (3 ready), the game confirmed the allocation and
-# the zone servers hold their players: all 3 x 3 locked, or (players whose key another
-# server holds wait and retry) at least one each after 5 s; at most 20 s in all.
+# Then until the pool is back at 2 free (3 ready), the game confirmed the allocation, the
+# zone servers are on the master list (a heartbeat that failed is tried again within 5 s)
+# and hold their players: all 3 x 3 locked, or (players whose key another server holds
+# wait and retry) at least one each after 5 s; at most 20 s in all.
 start_wait=$SECONDS
 while ((SECONDS - start_wait < 20)); do
     held=$(locks)
+    # (the master list's count only then: it limits requests per address, 20 a second)
     (($(ready_of match) >= 3 && (held >= 9 || (held >= 3 && SECONDS - start_wait >= 5)))) &&
+        (($(count /v1/master/servers address) >= 3)) &&
         api "/v1/clusters/local/allocations/$alloc_id" | grep -q '"state":"active"' && break
     sleep 0.1
 done
