@@ -334,7 +334,9 @@ static void rest_retries_soon_after_a_failure(void **state)
     int64_t t0 = h_now_ms();
     assert_true(log_wait(&g, "msg=\"listed on master\"", h_valgrind() ? 30000 : 15000));
     print_message("listed %lld ms after serverdir came back\n", (long long)(h_now_ms() - t0));
-    assert_non_null(listed(g.port));
+    json_t *s = listed(g.port);
+    assert_non_null(s);
+    json_decref(s);
     assert_int_equal(kill(g.pid, SIGTERM), 0);
     int st = h_wait_exit(g.pid, 8000);
     assert_true(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
