@@ -121,8 +121,7 @@ sport=$(bench_free_port)
     --threads "$SD_THREADS" --log-level warn >"$WORK/serverdir.log" 2>&1 &
 PIDS+=($!)
 SD="http://127.0.0.1:$sport"
-for _ in $(seq 200); do curl -fs "$SD/readyz" >/dev/null 2>&1 && break; sleep 0.05; done
-curl -fs "$SD/readyz" >/dev/null || { echo "serverdir did not start" >&2; exit 1; }
+bench_wait_http "$SD/readyz" "$!" "$WORK/serverdir.log" serverdir
 
 api() { # method cluster path [body]
     curl -sf -X "$1" -H 'Content-Type: application/json' ${4:+--data-binary "$4"} \

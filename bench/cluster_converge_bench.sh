@@ -99,8 +99,7 @@ start_stack() { # run
         --tokens "$WORK/tokens" >"$WORK/$1/serverdir.log" 2>&1 &
     SD_PID=$!
     PIDS+=($SD_PID)
-    local i
-    for i in $(seq 100); do curl -sf "$SD/readyz" >/dev/null && break; sleep 0.1; done
+    bench_wait_http "$SD/readyz" "$SD_PID" "$WORK/$1/serverdir.log" serverdir
 }
 
 # Starts bigbrother k of run $1; $2: "cluster" or a static services JSON array.

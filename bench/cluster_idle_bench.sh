@@ -55,7 +55,7 @@ echo '{"max_connections_per_source": 0}' >"$WORK/serverdir.json"
 spid=$!
 PIDS+=($spid)
 sd="http://127.0.0.1:$sport"
-for _ in $(seq 100); do curl -fs "$sd/readyz" >/dev/null 2>&1 && break; sleep 0.05; done
+bench_wait_http "$sd/readyz" "$spid" "$WORK/serverdir.log" serverdir
 
 echo "cluster idle: $MACHINES machines, lease every ${LEASE_MS} ms, long-poll wait ${WAIT_MS} ms;"
 echo "anchor: the same machines polling every ${POLL_MS} ms; serverdir --threads $SD_THREADS; $(nproc) cores (shared)"

@@ -47,6 +47,21 @@ bench_start_redis() { # port dir [extra redis-server args...]
     exit 1
 }
 
+# Waits until URL answers 2xx: at most 30 s (a busy machine), and no longer once the
+# process PID has exited (its port taken, its Redis refused it). On failure: what did not
+# start, the last lines of LOG, and exit 1.
+bench_wait_http() { # url pid log what
+    local url=$1 pid=$2 log=$3 what=$4 start=$SECONDS
+    until curl -fs -m 2 "$url" >/dev/null 2>&1; do
+        if ! kill -0 "$pid" 2>/dev/null || ((SECONDS - start >= 30)); then
+            echo "$what did not start (see $log); its last lines:" >&2
+            tail -n 15 "$log" >&2
+            exit 1
+        fi
+        sleep 0.05
+    done
+}
+
 # The median of the numbers given as arguments, or of the lines on stdin without any.
 bench_median() {
     if [ $# -gt 0 ]; then printf '%s\n' "$@"; else cat; fi |

@@ -68,7 +68,7 @@ echo "game bench-game-token" >"$WORK/tokens"
 PIDS+=($!)
 SD_PID=$!
 sd="http://127.0.0.1:$sport"
-for _ in $(seq 100); do curl -fs "$sd/readyz" >/dev/null 2>&1 && break; sleep 0.05; done
+bench_wait_http "$sd/readyz" "$SD_PID" "$WORK/serverdir.log" serverdir
 
 eport=$(bench_free_port)
 epeer=$(bench_free_port)
@@ -78,7 +78,7 @@ etcd --name bench --data-dir "$WORK/etcd" --listen-client-urls "http://127.0.0.1
     --initial-cluster "bench=http://127.0.0.1:$epeer" >"$WORK/etcd.log" 2>&1 &
 PIDS+=($!)
 etcd_url="http://127.0.0.1:$eport"
-for _ in $(seq 200); do curl -fs "$etcd_url/health" >/dev/null 2>&1 && break; sleep 0.05; done
+bench_wait_http "$etcd_url/health" "$!" "$WORK/etcd.log" etcd
 
 lua="$BUILD_DIR/serverdir/lua" # the scripts as serverdir runs them, with their prelude
 acq_sha=$(redis-cli -p "$rport" SCRIPT LOAD "$(cat "$lua/lock_acquire.lua")")

@@ -44,7 +44,7 @@ chmod 600 "$WORK/tokens"
     --tokens "$WORK/tokens" --threads "$SD_THREADS" ${SD_HTTP_THREADS:+--http-threads "$SD_HTTP_THREADS"} --log-level warn >"$WORK/serverdir.log" 2>&1 &
 PIDS+=($!)
 sd="http://127.0.0.1:$sport"
-for _ in $(seq 100); do curl -fs "$sd/readyz" >/dev/null 2>&1 && break; sleep 0.05; done
+bench_wait_http "$sd/readyz" "$!" "$WORK/serverdir.log" serverdir
 lua="$BUILD_DIR/serverdir/lua" # the scripts as serverdir runs them, with their prelude
 
 declare -A figs

@@ -85,7 +85,7 @@ run_serverdir() { # servers base
     "$BUILD_DIR/bin/serverdir" --redis "redis://127.0.0.1:$RPORT" --listen "127.0.0.1:$hport" \
         --config "$WORK/sd.json" --master-udp "127.0.0.1:$uport" >>"$WORK/serverdir.log" 2>&1 &
     pid=$!
-    for _ in $(seq 100); do curl -fs "127.0.0.1:$hport/healthz" >/dev/null 2>&1 && break; sleep 0.05; done
+    bench_wait_http "127.0.0.1:$hport/healthz" "$pid" "$WORK/serverdir.log" serverdir
     local line idx
     line=$("$GEN" --master "127.0.0.1:$uport" --servers "$1" --pid "$pid" --redis-port "$RPORT" \
         --label serverdir --ms "$MS" --base "$2") || line="label=serverdir failed=1"

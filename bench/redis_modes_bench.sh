@@ -154,7 +154,7 @@ for round in $(seq "$ROUNDS"); do
             --log-level warn >"$WORK/serverdir-$b.log" 2>&1 &
         PIDS+=($!)
         sd="http://127.0.0.1:$sport"
-        for _ in $(seq 200); do curl -fs "$sd/readyz" >/dev/null 2>&1 && break; sleep 0.05; done
+        bench_wait_http "$sd/readyz" "$!" "$WORK/serverdir-$b.log" serverdir
         ev=$(events_rate "$sd")
         lk=$(load_rate sd-lock "$sd" bench-token)
         bl=$(load_rate sd-blob "$sd" bench-token "$BLOB")
