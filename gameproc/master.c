@@ -90,8 +90,9 @@ static void job_done(gp_t *gp, gp_job_t *j)
         if (!m.failing)
             log_warn("master list heartbeat failed, retrying", "err=%s", m.msg);
         m.failing = 1;
-        /* Again within RETRY_MS, not a whole interval later (5 minutes by default): the
-         * schedule was set when this heartbeat was sent, before its failure was known. */
+        /* Again within RETRY_MS of each failure, not a whole interval later (5 minutes by
+         * default): the schedule was set when this heartbeat was sent, before its failure
+         * was known. */
         int64_t retry = sd_mono_ms() + (gp->master_every_ms < RETRY_MS ? gp->master_every_ms
                                                                       : RETRY_MS);
         if (m.next_rest_ms > retry)
@@ -210,10 +211,7 @@ void gp_master_tick(gp_t *gp, int64_t now)
     if (worker && !m.busy && now >= m.next_rest_ms && gp_cred_usable(gp)) {
         describe(gp);
         submit(M_ANNOUNCE);
-        /* While failing, try again sooner than a whole interval (job_done pulls the
-         * first retry in). */
-        int64_t every = gp->master_every_ms;
-        m.next_rest_ms = now + (m.failing && every > RETRY_MS ? RETRY_MS : every);
+        m.next_rest_ms = now + gp->master_every_ms; /* a failure pulls it in (job_done) */
     }
 }
 
