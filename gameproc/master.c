@@ -26,7 +26,6 @@
 #include "sdutil.h"
 
 #define SD_TIMEOUT_MS 3000
-#define RETRY_MS 5000 /* a failed REST heartbeat is tried again this soon */
 #define TAGS_MAX 8
 #define ADDR_CAP 72
 
@@ -90,13 +89,6 @@ static void job_done(gp_t *gp, gp_job_t *j)
         if (!m.failing)
             log_warn("master list heartbeat failed, retrying", "err=%s", m.msg);
         m.failing = 1;
-        /* Again within RETRY_MS of each failure, not a whole interval later (5 minutes by
-         * default): the schedule was set when this heartbeat was sent, before its failure
-         * was known. */
-        int64_t retry = sd_mono_ms() + (gp->master_every_ms < RETRY_MS ? gp->master_every_ms
-                                                                      : RETRY_MS);
-        if (m.next_rest_ms > retry)
-            m.next_rest_ms = retry;
         return;
     }
     if (!m.addr[0] || m.failing)
@@ -211,7 +203,9 @@ void gp_master_tick(gp_t *gp, int64_t now)
     if (worker && !m.busy && now >= m.next_rest_ms && gp_cred_usable(gp)) {
         describe(gp);
         submit(M_ANNOUNCE);
-        m.next_rest_ms = now + gp->master_every_ms; /* a failure pulls it in (job_done) */
+        /* After a failure, try again sooner than a whole interval. */
+        int64_t every = gp->master_every_ms;
+        m.next_rest_ms = now + (m.failing && every > 5000 ? 5000 : every);
     }
 }
 

@@ -314,9 +314,9 @@ alloc_json=$(sdctl -o json allocate match --wait 20s --payload "$payload" 2>&1) 
 alloc_id=$(grep -o '"allocation": *"[^"]*"' <<<"$alloc_json" | head -1 | cut -d'"' -f4)
 alloc_inst=$(grep -o '"instance": *"[^"]*"' <<<"$alloc_json" | head -1 | cut -d'"' -f4)
 # Then until the pool is back at 2 free (3 ready), the game confirmed the allocation, the
-# zone servers are on the master list (a heartbeat that failed is tried again within 5 s)
-# and hold their players: all 3 x 3 locked, or (players whose key another server holds
-# wait and retry) at least one each after 5 s; at most 20 s in all.
+# zone servers are on the master list and hold their players: all 3 x 3 locked, or
+# (players whose key another server holds wait and retry) at least one each after 5 s;
+# at most 20 s in all.
 start_wait=$SECONDS
 while ((SECONDS - start_wait < 20)); do
     held=$(locks)

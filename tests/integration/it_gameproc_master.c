@@ -3,8 +3,7 @@
  * once when it exits; it lists itself through serverdir's UDP master front with the DarkPlaces
  * dance (heartbeat -> getinfo <challenge> -> infoResponse) and shows up in the REST list
  * and in a getservers answer; and its own UDP port answers getinfo with the challenge
- * echoed as the protocol requires; a REST heartbeat that failed is tried again within
- * seconds. */
+ * echoed as the protocol requires. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -318,30 +317,6 @@ static void getinfo_echoes_the_challenge(void **state)
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
-/* REST: a heartbeat that fails (serverdir paused: the call times out) is tried again
- * within seconds, not a whole interval later (the default interval, 5 minutes, here). */
-static void rest_retries_soon_after_a_failure(void **state)
-{
-    (void)state;
-    const char *extra[] = { "--serverdir", sd.url, "--token", H_TOK_GAME, "--master-rest",
-                            NULL };
-    assert_int_equal(kill(sd.pid, SIGSTOP), 0);
-    gp_run_t g;
-    gp_start(&g, "gp-retry", extra);
-    int failed = log_wait(&g, "msg=\"master list heartbeat failed, retrying\"", 15000);
-    assert_int_equal(kill(sd.pid, SIGCONT), 0);
-    assert_true(failed);
-    int64_t t0 = h_now_ms();
-    assert_true(log_wait(&g, "msg=\"listed on master\"", h_valgrind() ? 30000 : 15000));
-    print_message("listed %lld ms after serverdir came back\n", (long long)(h_now_ms() - t0));
-    json_t *s = listed(g.port);
-    assert_non_null(s);
-    json_decref(s);
-    assert_int_equal(kill(g.pid, SIGTERM), 0);
-    int st = h_wait_exit(g.pid, 8000);
-    assert_true(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
-}
-
 int main(void)
 {
     h_init(180);
@@ -349,7 +324,6 @@ int main(void)
         cmocka_unit_test(rest_announce_and_terminate),
         cmocka_unit_test(udp_master_dance),
         cmocka_unit_test(getinfo_echoes_the_challenge),
-        cmocka_unit_test(rest_retries_soon_after_a_failure),
     };
     return cmocka_run_group_tests(tests, setup, h_stack_teardown);
 }
